@@ -1,0 +1,3 @@
+//! The `theseus` command line.
+
+fn main() {}

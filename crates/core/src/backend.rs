@@ -1,0 +1,238 @@
+//! The one async trait every backend implements, and the types that cross it.
+//!
+//! Shaped after object_store's `ObjectStore`: few required verbs, each with an options struct,
+//! typed errors for unsupported operations, and `Arc<dyn Backend>` everywhere.
+
+use std::fmt::{Debug, Display};
+use std::pin::Pin;
+
+use async_trait::async_trait;
+use futures::Stream;
+use serde::{Deserialize, Serialize};
+
+use crate::availability::Availability;
+use crate::bootstrap::RenderedBootstrap;
+use crate::config::HostKind;
+use crate::job::{Experiment, JobIdentity};
+use crate::snapshot::Snapshot;
+use crate::solver::{Plan, Request};
+use crate::Result;
+
+/// A backend: one configured host (a machine, a Slurm cluster, a Volcano queue, this machine).
+///
+/// # Contract
+/// - `availability` answers for one [`Request`] and may be slow; callers bound it with a timeout
+///   ([`crate::availability::gather`]).
+/// - `submit` ships the job's code, writes its bootstrap and starts it; it returns a
+///   [`JobHandle`] that can be stored and used later by another process. When `submit` fails,
+///   nothing of the job is left running or half-written where a later run would use it.
+/// - `status`, `logs` and `cancel` work from a stored handle alone.
+/// - `cancel` returns once no process of the job is left (or fails saying what is left).
+///
+/// # Errors
+/// Operations a backend cannot do return [`crate::Error::NotSupported`], never panic.
+#[async_trait]
+pub trait Backend: Debug + Display + Send + Sync + 'static {
+    /// The host type this backend serves.
+    fn kind(&self) -> HostKind;
+
+    /// Free capacity for `request` right now.
+    async fn availability(&self, request: &Request) -> Result<Availability>;
+
+    /// Ships and starts a prepared job.
+    async fn submit(&self, job: &PreparedJob, options: &SubmitOptions) -> Result<JobHandle>;
+
+    /// The job's current state.
+    async fn status(&self, handle: &JobHandle) -> Result<JobStatus>;
+
+    /// The job's output, as lines; with `follow`, the stream ends when the job is terminal.
+    async fn logs(&self, handle: &JobHandle, options: &LogOptions) -> Result<LogStream>;
+
+    /// Stops every process of the job and confirms none is left.
+    async fn cancel(&self, handle: &JobHandle) -> Result<JobStatus>;
+}
+
+/// A backend behind a pointer.
+pub type DynBackend = dyn Backend;
+
+/// A stream of log lines.
+pub type LogStream = Pin<Box<dyn Stream<Item = Result<LogLine>> + Send>>;
+
+/// One line of job output.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LogLine {
+    /// The process rank that printed it, when the backend knows it.
+    pub rank: Option<u32>,
+    /// The text, without the trailing newline.
+    pub text: String,
+}
+
+/// Everything a backend needs to start a job: all decisions are already made.
+#[derive(Debug, Clone)]
+pub struct PreparedJob {
+    /// Who the job is.
+    pub identity: JobIdentity,
+    /// The experiment, with overrides applied.
+    pub experiment: Experiment,
+    /// Environment of every process, merged (cluster < host < experiment < CLI).
+    pub env: Vec<EnvVar>,
+    /// Where and how it runs.
+    pub plan: Plan,
+    /// The code to ship.
+    pub snapshot: Snapshot,
+    /// The rendered bootstrap files.
+    pub bootstrap: RenderedBootstrap,
+}
+
+/// One environment variable of a job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EnvVar {
+    /// Name.
+    pub name: String,
+    /// Value.
+    pub value: String,
+    /// A secret: never written in plain text to scripts, manifests, logs or dry-run output.
+    pub secret: bool,
+}
+
+impl EnvVar {
+    /// The value as it may be shown: secrets are redacted.
+    pub fn display_value(&self) -> &str {
+        if self.secret { "<redacted>" } else { &self.value }
+    }
+}
+
+/// Per-call options of [`Backend::submit`].
+#[derive(Clone, Default)]
+pub struct SubmitOptions {
+    /// Replace an existing job of the same name (backends with job names only).
+    pub replace: bool,
+    /// Called with the bytes of code shipped so far.
+    pub progress: Option<ProgressFn>,
+}
+
+impl Debug for SubmitOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SubmitOptions")
+            .field("replace", &self.replace)
+            .field("progress", &self.progress.is_some())
+            .finish()
+    }
+}
+
+/// A progress callback: bytes done so far, total if known.
+pub type ProgressFn = std::sync::Arc<dyn Fn(u64, Option<u64>) + Send + Sync>;
+
+/// Per-call options of [`Backend::logs`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LogOptions {
+    /// Keep streaming until the job is terminal.
+    pub follow: bool,
+    /// Only this rank's output.
+    pub rank: Option<u32>,
+}
+
+/// What a backend returns from `submit`: enough to find the job again from another process.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobHandle {
+    /// Host type.
+    pub kind: HostKind,
+    /// Host name in the dispatch config.
+    pub host: String,
+    /// The backend's id of the job (process group, Slurm job id, `namespace/name`).
+    pub id: String,
+    /// Backend-specific details (paths, pids), as JSON.
+    #[serde(default)]
+    pub data: serde_json::Value,
+}
+
+/// State of a job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum JobState {
+    /// Accepted, waiting for resources.
+    Pending,
+    /// Running.
+    Running,
+    /// Finished with exit code 0.
+    Completed,
+    /// Finished with a non-zero exit code, or could not start.
+    Failed,
+    /// Stopped by `cancel`.
+    Cancelled,
+    /// Stopped by the system (SIGTERM, eviction, preemption).
+    Preempted,
+    /// The backend cannot tell (the job's processes and records are gone).
+    Unknown,
+}
+
+impl JobState {
+    /// Whether the job will not change state any more.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, JobState::Completed | JobState::Failed | JobState::Cancelled | JobState::Preempted)
+    }
+
+    /// Lowercase name, as shown to users and stored in the ledger.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobState::Pending => "pending",
+            JobState::Running => "running",
+            JobState::Completed => "completed",
+            JobState::Failed => "failed",
+            JobState::Cancelled => "cancelled",
+            JobState::Preempted => "preempted",
+            JobState::Unknown => "unknown",
+        }
+    }
+
+    /// Parses [`JobState::as_str`].
+    pub fn parse(s: &str) -> Option<JobState> {
+        Some(match s {
+            "pending" => JobState::Pending,
+            "running" => JobState::Running,
+            "completed" => JobState::Completed,
+            "failed" => JobState::Failed,
+            "cancelled" => JobState::Cancelled,
+            "preempted" => JobState::Preempted,
+            "unknown" => JobState::Unknown,
+            _ => return None,
+        })
+    }
+}
+
+impl Display for JobState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What `status` reports.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct JobStatus {
+    /// Overall state.
+    pub state: JobState,
+    /// Exit code of the job when finished (the first non-zero rank's, else 0).
+    pub exit_code: Option<i32>,
+    /// One plain sentence about the state (why pending, what failed).
+    pub message: Option<String>,
+    /// Per-process state, when the backend knows it.
+    pub ranks: Vec<RankStatus>,
+}
+
+/// State of one process of a job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RankStatus {
+    /// Rank (process id in the distributed job).
+    pub rank: u32,
+    /// State.
+    pub state: JobState,
+    /// Exit code when finished.
+    pub exit_code: Option<i32>,
+    /// Where it runs (node, pod or pid).
+    pub location: Option<String>,
+}
+
+/// Error for an operation a backend does not implement.
+pub fn not_supported(operation: &'static str, backend: &dyn Display) -> crate::Error {
+    crate::Error::NotSupported { operation, backend: backend.to_string() }
+}

@@ -1,0 +1,547 @@
+//! The dispatch config: clusters (filesystem layout and credentials), hosts (where jobs run),
+//! `priority` and `gres_mapping`, as in the original dispatcher, plus the `local` host type.
+//!
+//! The types here are the *validated* shape. [`load`] builds them from the figment layers
+//! (built-in defaults < user file < project file < environment < CLI) and [`validate`] checks
+//! everything that serde cannot (references between tables, chip names, counts).
+
+use std::collections::BTreeMap;
+
+use indexmap::IndexMap;
+use serde::{Deserialize, Serialize};
+
+pub mod load;
+pub mod validate;
+
+pub use load::{ConfigSources, LoadedConfig, Provenance, ENV_PREFIX};
+
+/// The whole dispatch config.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DispatchConfig {
+    /// Local path of a JuiceFS mount of the theseus root (REPL sync; accepted, not used yet).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mount: Option<String>,
+    /// Alternative mailbox transport `[user@]host:/path` (accepted, not used yet).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy: Option<String>,
+    /// Filesystem layout and credentials per cluster.
+    #[serde(default)]
+    pub clusters: IndexMap<String, ClusterConfig>,
+    /// Execution targets, in the order the solver tries them after `priority`.
+    #[serde(default)]
+    pub hosts: IndexMap<String, HostConfig>,
+    /// Hosts tried first, in this order.
+    #[serde(default)]
+    pub priority: Vec<String>,
+    /// Chip name to Slurm GRES type token (the `TYPE` in `gpu:TYPE:N`).
+    #[serde(default)]
+    pub gres_mapping: BTreeMap<String, String>,
+}
+
+impl DispatchConfig {
+    /// Hosts in solver order: `priority` first, then the rest in config order.
+    pub fn ordered_hosts(&self) -> Vec<(&str, &HostConfig)> {
+        let mut out: Vec<(&str, &HostConfig)> = Vec::new();
+        for name in &self.priority {
+            if let Some((k, h)) = self.hosts.get_key_value(name.as_str()) {
+                if !out.iter().any(|(n, _)| *n == k.as_str()) {
+                    out.push((k.as_str(), h));
+                }
+            }
+        }
+        for (k, h) in &self.hosts {
+            if !out.iter().any(|(n, _)| *n == k.as_str()) {
+                out.push((k.as_str(), h));
+            }
+        }
+        out
+    }
+
+    /// The cluster a host belongs to.
+    pub fn cluster_of(&self, host: &HostConfig) -> Option<&ClusterConfig> {
+        self.clusters.get(host.cluster())
+    }
+}
+
+/// Filesystem layout and credentials of one cluster. Paths are as seen on that cluster's machines.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterConfig {
+    /// Root for data, checkpoints, results and status.
+    pub root: String,
+    /// Scratch dir; per-run code dirs are `<work>/<project>/<group>/<name>/<run-id>`.
+    pub work: String,
+    /// Where job logs go (default `<work>/logs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log: Option<String>,
+    /// Data dir (default `<root>/data`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<String>,
+    /// Checkpoints dir (default `<root>/checkpoints`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoints: Option<String>,
+    /// Results dir (default `<root>/results`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub results: Option<String>,
+    /// Status dir (default `<root>/status`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<String>,
+    /// Dir visible to login and compute nodes (default `<work>/.dispatch`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub share: Option<String>,
+    /// JuiceFS metadata URL (mounted at `root` by the bootstrap; ignored for Volcano).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mount: Option<String>,
+    /// `juicefs mount --cache-size`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_size: Option<String>,
+    /// `juicefs mount --cache-dir`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_dir: Option<String>,
+    /// `juicefs mount --all-squash UID:GID`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub all_squash: Option<String>,
+    /// Exported as `UV_CACHE_DIR`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uv_dir: Option<String>,
+    /// W&B API key, exported as `WANDB_API_KEY` (a secret).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wandb: Option<String>,
+    /// Exported as `WANDB_ENTITY`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wandb_entity: Option<String>,
+    /// Exported as `WANDB_PROJECT`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wandb_project: Option<String>,
+    /// Hugging Face token, exported as `HF_TOKEN` (a secret).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hf_token: Option<String>,
+}
+
+impl ClusterConfig {
+    /// The log dir: `log`, else `<work>/logs`.
+    pub fn log_dir(&self) -> String {
+        self.log.clone().unwrap_or_else(|| join(&self.work, "logs"))
+    }
+
+    /// The share dir: `share`, else `<work>/.dispatch`.
+    pub fn share_dir(&self) -> String {
+        self.share.clone().unwrap_or_else(|| join(&self.work, ".dispatch"))
+    }
+
+    /// The status dir: `status`, else `<root>/status`.
+    pub fn status_dir(&self) -> String {
+        self.status.clone().unwrap_or_else(|| join(&self.root, "status"))
+    }
+
+    /// Environment derived from the cluster: W&B and Hugging Face settings, when set.
+    /// The second element of each pair says whether the value is a secret.
+    pub fn derived_env(&self) -> Vec<(&'static str, String, bool)> {
+        let mut env = Vec::new();
+        for (key, value, secret) in [
+            ("WANDB_API_KEY", &self.wandb, true),
+            ("WANDB_ENTITY", &self.wandb_entity, false),
+            ("WANDB_PROJECT", &self.wandb_project, false),
+            ("HF_TOKEN", &self.hf_token, true),
+        ] {
+            if let Some(v) = value {
+                env.push((key, v.clone(), secret));
+            }
+        }
+        env
+    }
+}
+
+/// Joins two remote path pieces with exactly one `/`.
+pub fn join(base: &str, rest: &str) -> String {
+    format!("{}/{}", base.trim_end_matches('/'), rest.trim_start_matches('/'))
+}
+
+/// One execution target. In files, `type` selects the variant (default `plain`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub enum HostConfig {
+    /// A GPU box reached over SSH.
+    Plain(PlainHost),
+    /// A Slurm cluster reached over SSH to a login node.
+    Slurm(SlurmHost),
+    /// A Kubernetes cluster running the Volcano scheduler.
+    Volcano(VolcanoHost),
+    /// This machine.
+    Local(LocalHost),
+}
+
+/// The type of a host, without its settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HostKind {
+    /// [`PlainHost`].
+    Plain,
+    /// [`SlurmHost`].
+    Slurm,
+    /// [`VolcanoHost`].
+    Volcano,
+    /// [`LocalHost`].
+    Local,
+}
+
+impl std::fmt::Display for HostKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            HostKind::Plain => "plain",
+            HostKind::Slurm => "slurm",
+            HostKind::Volcano => "volcano",
+            HostKind::Local => "local",
+        })
+    }
+}
+
+impl HostConfig {
+    /// The host's type.
+    pub fn kind(&self) -> HostKind {
+        match self {
+            HostConfig::Plain(_) => HostKind::Plain,
+            HostConfig::Slurm(_) => HostKind::Slurm,
+            HostConfig::Volcano(_) => HostKind::Volcano,
+            HostConfig::Local(_) => HostKind::Local,
+        }
+    }
+
+    /// The name of the cluster the host belongs to.
+    pub fn cluster(&self) -> &str {
+        match self {
+            HostConfig::Plain(h) => &h.cluster,
+            HostConfig::Slurm(h) => &h.cluster,
+            HostConfig::Volcano(h) => &h.cluster,
+            HostConfig::Local(h) => &h.cluster,
+        }
+    }
+
+    /// Host-level environment variables.
+    pub fn env(&self) -> &BTreeMap<String, String> {
+        match self {
+            HostConfig::Plain(h) => &h.env,
+            HostConfig::Slurm(h) => &h.env,
+            HostConfig::Volcano(h) => &h.env,
+            HostConfig::Local(h) => &h.env,
+        }
+    }
+
+    /// Host-level `uv sync --group` names.
+    pub fn uv_groups(&self) -> &[String] {
+        match self {
+            HostConfig::Plain(h) => &h.uv_groups,
+            HostConfig::Slurm(h) => &h.uv_groups,
+            HostConfig::Volcano(h) => &h.uv_groups,
+            HostConfig::Local(h) => &h.uv_groups,
+        }
+    }
+}
+
+/// `type: plain`: a machine reached over SSH, jobs started detached.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlainHost {
+    /// SSH alias or `user@host`.
+    pub ssh: String,
+    /// Cluster name.
+    pub cluster: String,
+    /// Chip name to GPU count on the machine. Empty: CPU-only.
+    #[serde(default)]
+    pub chips: BTreeMap<String, u32>,
+    /// `uv sync --group` names.
+    #[serde(default)]
+    pub uv_groups: Vec<String>,
+    /// Environment for jobs on this host.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+}
+
+/// `type: slurm`: a Slurm cluster reached over SSH to its login node.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SlurmHost {
+    /// Login node alias.
+    pub ssh: String,
+    /// Cluster name.
+    pub cluster: String,
+    /// GPU partitions; default ones are tried first.
+    #[serde(default)]
+    pub partitions: Vec<PartitionConfig>,
+    /// Partitions for CPU-only jobs, in order (default: `partitions`).
+    #[serde(default, alias = "partitions_cpu")]
+    pub cpu_partitions: Vec<String>,
+    /// `#SBATCH --account`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub account: Option<String>,
+    /// `#SBATCH --qos`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub qos: Option<String>,
+    /// `#SBATCH --mem` (default `64G`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mem: Option<String>,
+    /// `#SBATCH --exclude`.
+    #[serde(default)]
+    pub exclude: Vec<String>,
+    /// Optional chip caps. Absent or empty: no cap.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chips: Option<BTreeMap<String, u32>>,
+    /// Accepted for compatibility; not used.
+    #[serde(default)]
+    pub annotations: BTreeMap<String, String>,
+    /// Default walltime (`#SBATCH --time`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time: Option<String>,
+    /// `#SBATCH --constraint`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub constraint: Option<String>,
+    /// GPUs per node, overriding what `sinfo` reports.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpus_per_node: Option<u32>,
+    /// Extra `#SBATCH` directives, e.g. `--reservation=x`.
+    #[serde(default)]
+    pub extra_directives: Vec<String>,
+    /// `uv sync --group` names.
+    #[serde(default)]
+    pub uv_groups: Vec<String>,
+    /// Environment for jobs on this host.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+}
+
+/// A Slurm partition: a bare name or `{name, default, constraint}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum PartitionConfig {
+    /// Just the name.
+    Name(String),
+    /// Name with options.
+    Detailed(PartitionDetail),
+}
+
+/// The map form of [`PartitionConfig`].
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PartitionDetail {
+    /// Partition name.
+    pub name: String,
+    /// Tried before non-default partitions.
+    #[serde(default)]
+    pub default: bool,
+    /// `#SBATCH --constraint` for jobs in this partition.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub constraint: Option<String>,
+}
+
+impl PartitionConfig {
+    /// The partition name.
+    pub fn name(&self) -> &str {
+        match self {
+            PartitionConfig::Name(n) => n,
+            PartitionConfig::Detailed(d) => &d.name,
+        }
+    }
+
+    /// Whether the partition is marked `default: true`.
+    pub fn is_default(&self) -> bool {
+        matches!(self, PartitionConfig::Detailed(d) if d.default)
+    }
+
+    /// The partition's constraint, if any.
+    pub fn constraint(&self) -> Option<&str> {
+        match self {
+            PartitionConfig::Name(_) => None,
+            PartitionConfig::Detailed(d) => d.constraint.as_deref(),
+        }
+    }
+}
+
+/// `type: volcano`: a Kubernetes cluster with the Volcano batch scheduler.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VolcanoHost {
+    /// Cluster name (paths must be valid inside the pods, on the PVC).
+    pub cluster: String,
+    /// Namespace of jobs, helpers and secrets.
+    #[serde(default = "defaults::namespace")]
+    pub namespace: String,
+    /// Volcano queue (empty: `default`, availability not checked).
+    #[serde(default)]
+    pub queue: String,
+    /// Container image of the job.
+    #[serde(default)]
+    pub image: String,
+    /// PVC holding code and data.
+    #[serde(default)]
+    pub pvc_name: String,
+    /// Where the PVC is mounted in pods and the helper.
+    #[serde(default = "defaults::pvc_mount_path")]
+    pub pvc_mount_path: String,
+    /// Legacy; the solver computes the node count.
+    #[serde(default = "defaults::one")]
+    pub num_nodes: u32,
+    /// GPUs per node when `chips` gives none.
+    #[serde(default)]
+    pub gpus_per_node: u32,
+    /// Chip name to GPUs per node.
+    #[serde(default)]
+    pub chips: BTreeMap<String, u32>,
+    /// Resource name of GPUs.
+    #[serde(default = "defaults::gpu_resource_key")]
+    pub gpu_resource_key: String,
+    /// CPU per pod for GPU jobs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<String>,
+    /// Memory per pod for GPU jobs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<String>,
+    /// CPU per pod for CPU-only jobs (default `8`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_cpu: Option<String>,
+    /// Memory per pod for CPU-only jobs (default `64Gi`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_memory: Option<String>,
+    /// Size of the memory-backed `/dev/shm`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shm_size: Option<String>,
+    /// `priorityClassName`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority_class: Option<String>,
+    /// `serviceAccountName`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_account: Option<String>,
+    /// Kubeconfig path (`~` expanded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubeconfig: Option<String>,
+    /// Kubeconfig context.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<String>,
+    /// `nodeSelector`.
+    #[serde(default)]
+    pub node_selector: BTreeMap<String, String>,
+    /// Pod tolerations.
+    #[serde(default)]
+    pub tolerations: Vec<Toleration>,
+    /// Request `rdma/rdma_shared_device_a`.
+    #[serde(default)]
+    pub rdma: bool,
+    /// RDMA devices per node.
+    #[serde(default = "defaults::rdma_per_node")]
+    pub rdma_per_node: u32,
+    /// Labels on the job and its pods.
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    /// Environment for jobs on this host.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// `uv sync --group` names.
+    #[serde(default)]
+    pub uv_groups: Vec<String>,
+    /// Resources of the code-shipping helper, as `requests.cpu: "1"` style keys.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub helper_resources: Option<BTreeMap<String, String>>,
+    /// Image of the code-shipping helper.
+    #[serde(default = "defaults::helper_image")]
+    pub helper_image: String,
+    /// `imagePullSecrets` of job and helper pods.
+    #[serde(default)]
+    pub image_pull_secrets: Vec<String>,
+    /// Port of the JAX coordinator on the first pod.
+    #[serde(default = "defaults::coordinator_port")]
+    pub coordinator_port: u16,
+}
+
+/// A Kubernetes toleration.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Toleration {
+    /// Taint key.
+    #[serde(default)]
+    pub key: String,
+    /// `Exists` or `Equal`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operator: Option<String>,
+    /// Taint value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+    /// `NoSchedule`, `PreferNoSchedule` or `NoExecute`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub effect: Option<String>,
+    /// For `NoExecute`: how long the pod stays bound after the taint appears.
+    #[serde(default, skip_serializing_if = "Option::is_none", alias = "toleration_seconds")]
+    pub toleration_seconds: Option<i64>,
+}
+
+/// `type: local`: this machine.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LocalHost {
+    /// Cluster name (default `local`, a built-in cluster under the user's data dir).
+    #[serde(default = "defaults::local_cluster")]
+    pub cluster: String,
+    /// GPUs on this machine, by chip (empty: CPU only).
+    #[serde(default)]
+    pub chips: BTreeMap<String, u32>,
+    /// Processes to start as one distributed job (default 1; `-n N` for CPU jobs overrides).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub processes: Option<u32>,
+    /// Port of the JAX coordinator on 127.0.0.1 (default: a free port chosen at submit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub coordinator_port: Option<u16>,
+    /// `uv sync --group` names.
+    #[serde(default)]
+    pub uv_groups: Vec<String>,
+    /// Environment for jobs on this host.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+}
+
+impl Default for LocalHost {
+    fn default() -> Self {
+        LocalHost {
+            cluster: defaults::local_cluster(),
+            chips: BTreeMap::new(),
+            processes: None,
+            coordinator_port: None,
+            uv_groups: Vec::new(),
+            env: BTreeMap::new(),
+        }
+    }
+}
+
+/// Default values of config fields.
+pub mod defaults {
+    /// `namespace` of a volcano host.
+    pub fn namespace() -> String {
+        "default".into()
+    }
+    /// `pvc_mount_path` of a volcano host.
+    pub fn pvc_mount_path() -> String {
+        "/workspace".into()
+    }
+    /// `num_nodes` of a volcano host.
+    pub fn one() -> u32 {
+        1
+    }
+    /// `gpu_resource_key` of a volcano host.
+    pub fn gpu_resource_key() -> String {
+        "nvidia.com/gpu".into()
+    }
+    /// `rdma_per_node` of a volcano host.
+    pub fn rdma_per_node() -> u32 {
+        8
+    }
+    /// `helper_image` of a volcano host.
+    pub fn helper_image() -> String {
+        "busybox:1.36".into()
+    }
+    /// `coordinator_port` of a volcano host.
+    pub fn coordinator_port() -> u16 {
+        1234
+    }
+    /// `cluster` of a local host, and the name of the built-in cluster.
+    pub fn local_cluster() -> String {
+        "local".into()
+    }
+}

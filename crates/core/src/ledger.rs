@@ -1,0 +1,1 @@
+//! The ledger: every submission in SQLite under the user's state dir.

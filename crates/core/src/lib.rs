@@ -1,0 +1,33 @@
+//! The core of theseus: everything that is not tied to one kind of cluster.
+//!
+//! - [`config`]: the layered dispatch config (clusters, hosts, priority, GRES mapping), its strict
+//!   validation and its provenance.
+//! - [`chips`]: the chip catalog, aliases and `nvidia-smi` name matching.
+//! - [`solver`]: pure host selection (`solve(config, request, availability) -> Plan`).
+//! - [`backend`]: the one async [`Backend`](backend::Backend) trait every backend implements, and
+//!   [`availability`] gathering across backends with per-host timeouts.
+//! - [`job`]: experiment files, job identity, Kubernetes-safe names.
+//! - [`snapshot`]: streamed code snapshots of a git repository or a plain directory.
+//! - [`bootstrap`]: the rendered bash bootstrap and Python launcher each process runs.
+//! - [`local`]: the local backend (runs jobs on this machine).
+//! - [`ledger`]: the SQLite record of every submission.
+//! - `testing` (feature `testing`): the conformance suite every backend passes.
+//!
+//! Pure logic (config validation, solving, rendering) does no IO; backends and the ledger do.
+
+pub mod availability;
+pub mod backend;
+pub mod bootstrap;
+pub mod chips;
+pub mod config;
+mod error;
+pub mod job;
+pub mod ledger;
+pub mod local;
+pub mod shell;
+pub mod snapshot;
+pub mod solver;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
+
+pub use error::{Error, Result};

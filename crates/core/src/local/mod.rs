@@ -1,0 +1,1 @@
+//! The local backend: runs jobs on this machine, detached from the CLI.

@@ -1,0 +1,3 @@
+//! Developer tasks: `cargo xtask <task>`.
+
+fn main() {}
