@@ -11,7 +11,7 @@ use futures::Stream;
 use serde::{Deserialize, Serialize};
 
 use crate::availability::Availability;
-use crate::bootstrap::RenderedBootstrap;
+use crate::bootstrap::{Launch, RenderedBootstrap};
 use crate::config::HostKind;
 use crate::job::{Experiment, JobIdentity};
 use crate::snapshot::Snapshot;
@@ -36,6 +36,10 @@ pub trait Backend: Debug + Display + Send + Sync + 'static {
     /// The host type this backend serves.
     fn kind(&self) -> HostKind;
 
+    /// Where a run's files go and how its ranks are wired, for rendering the bootstrap before
+    /// `submit`. Pure: no IO.
+    fn layout(&self, identity: &JobIdentity, plan: &Plan) -> Result<RunLayout>;
+
     /// Free capacity for `request` right now.
     async fn availability(&self, request: &Request) -> Result<Availability>;
 
@@ -50,6 +54,23 @@ pub trait Backend: Debug + Display + Send + Sync + 'static {
 
     /// Stops every process of the job and confirms none is left.
     async fn cancel(&self, handle: &JobHandle) -> Result<JobStatus>;
+}
+
+/// Paths of one run on the target and the rank wiring, as a backend lays them out.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RunLayout {
+    /// Absolute work dir (the code) on the target.
+    pub work_dir: String,
+    /// Absolute status dir (`metadata.json`) on the target.
+    pub run_dir: String,
+    /// Absolute log file on the target.
+    pub log_file: String,
+    /// The cluster root on the target.
+    pub root_dir: String,
+    /// `UV_CACHE_DIR`, when the cluster sets one.
+    pub uv_cache_dir: Option<String>,
+    /// Rank wiring.
+    pub launch: Launch,
 }
 
 /// A backend behind a pointer.

@@ -1,1 +1,249 @@
-//! The ledger: every submission in SQLite under the user's state dir.
+//! The ledger: every submission in SQLite under the user's state dir, so `list`, `status`,
+//! `logs` and `cancel` find jobs by name or run id from any later command.
+//!
+//! Several `theseus` commands may use the ledger at once: the database runs in WAL mode with a
+//! busy timeout, and every write is one short transaction.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rusqlite::{params, Connection, OptionalExtension};
+use serde::Serialize;
+
+use crate::backend::{JobHandle, JobState};
+use crate::job::JobIdentity;
+use crate::{Error, Result};
+
+/// File name of the ledger inside the state dir.
+pub const LEDGER_FILE: &str = "ledger.sqlite3";
+
+/// One submission.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Record {
+    /// Who the job is.
+    pub identity: JobIdentity,
+    /// Host name.
+    pub host: String,
+    /// How to find the job again.
+    pub handle: JobHandle,
+    /// Submission time (RFC 3339, UTC).
+    pub submitted_at: String,
+    /// Last time the state was refreshed (RFC 3339, UTC).
+    pub updated_at: String,
+    /// Last known state.
+    pub state: JobState,
+    /// Exit code when finished.
+    pub exit_code: Option<i32>,
+    /// Last status message.
+    pub message: Option<String>,
+}
+
+/// An open ledger.
+#[derive(Debug)]
+pub struct Ledger {
+    conn: Connection,
+    path: PathBuf,
+}
+
+/// The default state dir: `$XDG_STATE_HOME/theseus`, else `~/.local/state/theseus`.
+pub fn default_state_dir(home: &Path, xdg_state_home: Option<&str>) -> PathBuf {
+    match xdg_state_home.filter(|s| !s.is_empty()) {
+        Some(x) => PathBuf::from(x).join("theseus"),
+        None => home.join(".local/state/theseus"),
+    }
+}
+
+fn ledger_err(message: impl Into<String>) -> impl FnOnce(rusqlite::Error) -> Error {
+    let message = message.into();
+    move |e| Error::Ledger { message, source: Some(Box::new(e)) }
+}
+
+impl Ledger {
+    /// Opens (creating if needed) the ledger in `state_dir`.
+    pub fn open(state_dir: &Path) -> Result<Ledger> {
+        std::fs::create_dir_all(state_dir).map_err(|e| Error::io("create", state_dir, e))?;
+        let path = state_dir.join(LEDGER_FILE);
+        let conn = Connection::open(&path)
+            .map_err(ledger_err(format!("cannot open `{}`", path.display())))?;
+        conn.busy_timeout(Duration::from_secs(10)).map_err(ledger_err("cannot set busy timeout"))?;
+        // WAL lets readers and one writer work at the same time; the pragma answers with a row.
+        let _mode: String = conn
+            .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
+            .map_err(ledger_err("cannot enable WAL"))?;
+        conn.execute_batch(
+            "CREATE TABLE IF NOT EXISTS runs (
+                run_id       TEXT PRIMARY KEY,
+                name         TEXT NOT NULL,
+                project      TEXT NOT NULL,
+                grp          TEXT NOT NULL,
+                host         TEXT NOT NULL,
+                handle       TEXT NOT NULL,
+                submitted_at TEXT NOT NULL,
+                updated_at   TEXT NOT NULL,
+                state        TEXT NOT NULL,
+                exit_code    INTEGER,
+                message      TEXT
+            );
+            CREATE INDEX IF NOT EXISTS runs_by_name ON runs(name, submitted_at);",
+        )
+        .map_err(ledger_err(format!("cannot create tables in `{}`", path.display())))?;
+        Ok(Ledger { conn, path })
+    }
+
+    /// Path of the database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Records a new submission.
+    pub fn insert(&self, record: &Record) -> Result<()> {
+        let handle = serde_json::to_string(&record.handle).expect("handles serialize");
+        self.conn
+            .execute(
+                "INSERT INTO runs (run_id, name, project, grp, host, handle, submitted_at, updated_at, state, exit_code, message)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+                params![
+                    record.identity.run_id,
+                    record.identity.name,
+                    record.identity.project,
+                    record.identity.group,
+                    record.host,
+                    handle,
+                    record.submitted_at,
+                    record.updated_at,
+                    record.state.as_str(),
+                    record.exit_code,
+                    record.message,
+                ],
+            )
+            .map_err(ledger_err(format!("cannot record run `{}`", record.identity.run_id)))?;
+        Ok(())
+    }
+
+    /// Stores the latest known state of a run.
+    pub fn update_state(&self, run_id: &str, state: JobState, exit_code: Option<i32>, message: Option<&str>) -> Result<()> {
+        self.conn
+            .execute(
+                "UPDATE runs SET state = ?2, exit_code = ?3, message = ?4, updated_at = ?5 WHERE run_id = ?1",
+                params![run_id, state.as_str(), exit_code, message, now_rfc3339()],
+            )
+            .map_err(ledger_err(format!("cannot update run `{run_id}`")))?;
+        Ok(())
+    }
+
+    /// The run with this id, else the newest run with this job name.
+    pub fn find(&self, name_or_run_id: &str) -> Result<Option<Record>> {
+        let by_id = self
+            .conn
+            .query_row(&format!("{SELECT} WHERE run_id = ?1"), [name_or_run_id], row_to_record)
+            .optional()
+            .map_err(ledger_err("cannot read runs"))?;
+        if by_id.is_some() {
+            return Ok(by_id);
+        }
+        self.conn
+            .query_row(
+                &format!("{SELECT} WHERE name = ?1 ORDER BY submitted_at DESC, rowid DESC LIMIT 1"),
+                [name_or_run_id],
+                row_to_record,
+            )
+            .optional()
+            .map_err(ledger_err("cannot read runs"))
+    }
+
+    /// The newest `limit` runs, newest first.
+    pub fn list(&self, limit: usize) -> Result<Vec<Record>> {
+        let mut stmt = self
+            .conn
+            .prepare(&format!("{SELECT} ORDER BY submitted_at DESC, rowid DESC LIMIT ?1"))
+            .map_err(ledger_err("cannot read runs"))?;
+        let rows = stmt
+            .query_map([limit as i64], row_to_record)
+            .map_err(ledger_err("cannot read runs"))?;
+        rows.collect::<Result<Vec<_>, _>>().map_err(ledger_err("cannot read runs"))
+    }
+}
+
+const SELECT: &str = "SELECT run_id, name, project, grp, host, handle, submitted_at, updated_at, state, exit_code, message FROM runs";
+
+fn row_to_record(row: &rusqlite::Row<'_>) -> rusqlite::Result<Record> {
+    let handle: String = row.get(5)?;
+    let state: String = row.get(8)?;
+    Ok(Record {
+        identity: JobIdentity { run_id: row.get(0)?, name: row.get(1)?, project: row.get(2)?, group: row.get(3)? },
+        host: row.get(4)?,
+        handle: serde_json::from_str(&handle).map_err(|e| {
+            rusqlite::Error::FromSqlConversionFailure(5, rusqlite::types::Type::Text, Box::new(e))
+        })?,
+        submitted_at: row.get(6)?,
+        updated_at: row.get(7)?,
+        state: JobState::parse(&state).unwrap_or(JobState::Unknown),
+        exit_code: row.get(9)?,
+        message: row.get(10)?,
+    })
+}
+
+/// Now, as RFC 3339 UTC with second precision.
+pub fn now_rfc3339() -> String {
+    let fmt = time::macros::format_description!("[year]-[month]-[day]T[hour]:[minute]:[second]Z");
+    time::OffsetDateTime::now_utc().format(&fmt).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::HostKind;
+
+    fn record(name: &str, run_id: &str, at: &str) -> Record {
+        Record {
+            identity: JobIdentity { name: name.into(), project: "general".into(), group: "default".into(), run_id: run_id.into() },
+            host: "local".into(),
+            handle: JobHandle { kind: HostKind::Local, host: "local".into(), id: run_id.into(), data: serde_json::json!({"x": 1}) },
+            submitted_at: at.into(),
+            updated_at: at.into(),
+            state: JobState::Running,
+            exit_code: None,
+            message: None,
+        }
+    }
+
+    #[test]
+    fn insert_find_update_list() {
+        let dir = tempfile::tempdir().unwrap();
+        let ledger = Ledger::open(dir.path()).unwrap();
+        ledger.insert(&record("a", "r1", "2026-01-01T00:00:00Z")).unwrap();
+        ledger.insert(&record("a", "r2", "2026-01-02T00:00:00Z")).unwrap();
+        ledger.insert(&record("b", "r3", "2026-01-03T00:00:00Z")).unwrap();
+        assert_eq!(ledger.find("a").unwrap().unwrap().identity.run_id, "r2", "newest run of a name");
+        assert_eq!(ledger.find("r1").unwrap().unwrap().identity.name, "a", "by run id");
+        assert!(ledger.find("nope").unwrap().is_none());
+        ledger.update_state("r2", JobState::Failed, Some(3), Some("boom")).unwrap();
+        let r2 = ledger.find("r2").unwrap().unwrap();
+        assert_eq!((r2.state, r2.exit_code, r2.message.as_deref()), (JobState::Failed, Some(3), Some("boom")));
+        assert_eq!(r2.handle.data, serde_json::json!({"x": 1}));
+        let ids: Vec<_> = ledger.list(10).unwrap().into_iter().map(|r| r.identity.run_id).collect();
+        assert_eq!(ids, ["r3", "r2", "r1"]);
+        assert!(ledger.insert(&record("a", "r1", "2026-01-04T00:00:00Z")).is_err(), "run ids are unique");
+    }
+
+    #[test]
+    fn concurrent_writers_do_not_lose_records() {
+        let dir = tempfile::tempdir().unwrap();
+        Ledger::open(dir.path()).unwrap();
+        let threads: Vec<_> = (0..8)
+            .map(|t| {
+                let path = dir.path().to_owned();
+                std::thread::spawn(move || {
+                    let ledger = Ledger::open(&path).unwrap();
+                    for i in 0..25 {
+                        ledger.insert(&record("job", &format!("r-{t}-{i}"), "2026-01-01T00:00:00Z")).unwrap();
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(Ledger::open(dir.path()).unwrap().list(1000).unwrap().len(), 200);
+    }
+}

@@ -1,1 +1,255 @@
-//! The backend conformance suite.
+//! The backend conformance suite: `check_*` functions that every backend's tests call with a
+//! [`Harness`] for that backend. The local backend runs it in core; the SSH, Slurm and Volcano
+//! backends run it against their real (or simulated) targets.
+//!
+//! Each check submits a small Python job (see [`JOB_PY`]) and asserts what a user relies on:
+//! completion, exit codes, logs, environment and config delivery, cancellation.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::StreamExt;
+
+use crate::backend::{DynBackend, EnvVar, JobHandle, JobState, JobStatus, LogOptions, PreparedJob, SubmitOptions};
+use crate::bootstrap::{self, BootstrapInput};
+use crate::job::{Distributed, Entrypoint, Experiment, JobIdentity};
+use crate::snapshot::{Snapshot, SnapshotMode};
+use crate::solver::Plan;
+use crate::Result;
+
+/// The job every check runs. `python job.py MODE ...`.
+pub const JOB_PY: &str = r#"
+import json, os, subprocess, sys, time
+mode = sys.argv[1]
+if mode == "ok":
+    cfg = json.load(open(os.environ["THESEUS_CONFIG"]))
+    print("conformance: ok", cfg.get("greeting"), flush=True)
+elif mode == "fail":
+    print("conformance: failing with", sys.argv[2], flush=True)
+    sys.exit(int(sys.argv[2]))
+elif mode == "count":
+    for i in range(int(sys.argv[2])):
+        print("conformance: line", i, flush=True)
+        time.sleep(0.2)
+elif mode == "sleep":
+    child = subprocess.Popen(["sleep", "600"])
+    print("conformance: started", child.pid, flush=True)
+    child.wait()
+elif mode == "env":
+    names = sys.argv[2:]
+    out = {"env": {n: os.environ.get(n) for n in names}, "config": json.load(open(os.environ["THESEUS_CONFIG"]))}
+    print("conformance-env:", json.dumps(out, ensure_ascii=True), flush=True)
+"#;
+
+/// Tells whether processes of a job are still alive on the backend's target.
+#[async_trait]
+pub trait ProcessProbe: Send + Sync {
+    /// Number of live processes of the job.
+    async fn alive(&self, handle: &JobHandle) -> Result<usize>;
+}
+
+/// What the checks need to know about a backend.
+pub struct Harness {
+    /// The backend under test.
+    pub backend: Arc<DynBackend>,
+    /// A plan for a one-process CPU job on the backend's host.
+    pub plan: Plan,
+    /// Counts the job's live processes on the target.
+    pub probe: Arc<dyn ProcessProbe>,
+    /// How long a job may take to finish.
+    pub timeout: Duration,
+}
+
+/// Builds a prepared job that runs `python job.py <args>` from a fresh snapshot of [`JOB_PY`].
+pub async fn prepare(
+    h: &Harness,
+    name: &str,
+    args: &[&str],
+    env: Vec<EnvVar>,
+    config: serde_json::Value,
+) -> Result<(PreparedJob, tempfile_dir::TempDir)> {
+    let dir = tempfile_dir::TempDir::new(name)?;
+    std::fs::write(dir.path().join("job.py"), JOB_PY).map_err(|e| crate::Error::io("write", dir.path(), e))?;
+    let snapshot = Snapshot::collect(dir.path(), SnapshotMode::Dirty)?;
+    let identity = JobIdentity::new(name, Some("conformance"), None);
+    let mut words = vec!["python".to_owned(), "job.py".to_owned()];
+    words.extend(args.iter().map(|s| s.to_string()));
+    let experiment = Experiment {
+        entrypoint: Entrypoint::Words(words.clone()),
+        env: env.iter().map(|v| (v.name.clone(), v.value.clone())).collect(),
+        secret_env: env.iter().filter(|v| v.secret).map(|v| v.name.clone()).collect(),
+        config: config.clone(),
+        ..Experiment::default()
+    };
+    let layout = h.backend.layout(&identity, &h.plan)?;
+    let bootstrap = bootstrap::render(&BootstrapInput {
+        identity: identity.clone(),
+        work_dir: layout.work_dir.clone(),
+        run_dir: layout.run_dir.clone(),
+        root_dir: layout.root_dir.clone(),
+        uv_cache_dir: layout.uv_cache_dir.clone(),
+        env: env.clone(),
+        uv_groups: Vec::new(),
+        entrypoint: words,
+        distributed: Distributed::None,
+        launch: layout.launch.clone(),
+        config,
+    })?;
+    let job = PreparedJob { identity, experiment, env, plan: h.plan.clone(), snapshot, bootstrap };
+    Ok((job, dir))
+}
+
+/// Polls `status` until the job is terminal or the harness timeout passes.
+pub async fn wait_terminal(h: &Harness, handle: &JobHandle) -> JobStatus {
+    let deadline = tokio::time::Instant::now() + h.timeout;
+    loop {
+        let status = h.backend.status(handle).await.expect("status works while the job exists");
+        if status.state.is_terminal() {
+            return status;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "job did not finish within {:?}: {status:?}", h.timeout);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn all_logs(h: &Harness, handle: &JobHandle, follow: bool) -> Vec<String> {
+    let stream = h.backend.logs(handle, &LogOptions { follow, rank: None }).await.expect("logs open");
+    let lines = tokio::time::timeout(h.timeout, stream.collect::<Vec<_>>()).await.expect("logs end in time");
+    lines.into_iter().map(|l| l.expect("log line").text).collect()
+}
+
+/// A job that exits 0 ends `completed` with exit code 0, and its output is in the logs.
+pub async fn check_submit_runs_to_completion(h: &Harness) {
+    let (job, _dir) = prepare(h, "conf-ok", &["ok"], vec![], serde_json::json!({"greeting": "hello"})).await.unwrap();
+    let handle = h.backend.submit(&job, &SubmitOptions::default()).await.expect("submit");
+    let status = wait_terminal(h, &handle).await;
+    assert_eq!((status.state, status.exit_code), (JobState::Completed, Some(0)), "{status:?}");
+    let logs = all_logs(h, &handle, false).await;
+    assert!(logs.iter().any(|l| l == "conformance: ok hello"), "logs: {logs:?}");
+}
+
+/// A job that exits 7 ends `failed` with exit code 7.
+pub async fn check_failure_reports_exit_code(h: &Harness) {
+    let (job, _dir) = prepare(h, "conf-fail", &["fail", "7"], vec![], serde_json::json!({})).await.unwrap();
+    let handle = h.backend.submit(&job, &SubmitOptions::default()).await.expect("submit");
+    let status = wait_terminal(h, &handle).await;
+    assert_eq!((status.state, status.exit_code), (JobState::Failed, Some(7)), "{status:?}");
+}
+
+/// Following the logs yields every line in order and ends when the job ends.
+pub async fn check_logs_follow_until_end(h: &Harness) {
+    let (job, _dir) = prepare(h, "conf-logs", &["count", "5"], vec![], serde_json::json!({})).await.unwrap();
+    let handle = h.backend.submit(&job, &SubmitOptions::default()).await.expect("submit");
+    let logs = all_logs(h, &handle, true).await;
+    let ours: Vec<_> = logs.iter().filter(|l| l.starts_with("conformance: line")).cloned().collect();
+    let expected: Vec<_> = (0..5).map(|i| format!("conformance: line {i}")).collect();
+    assert_eq!(ours, expected, "all logs: {logs:?}");
+    assert!(h.backend.status(&handle).await.unwrap().state.is_terminal(), "follow ended before the job");
+}
+
+/// Environment values (hostile ones included, secrets included) and the config reach the job
+/// byte for byte.
+pub async fn check_env_and_config_reach_the_job(h: &Harness) {
+    let hostile = "it's \"quoted\" $(touch /tmp/theseus-pwned) `id` \\ back\nnew line ✓";
+    let env = vec![
+        EnvVar { name: "CONF_PLAIN".into(), value: hostile.into(), secret: false },
+        EnvVar { name: "CONF_SECRET".into(), value: "s3cr3t-$HOME".into(), secret: true },
+    ];
+    let config = serde_json::json!({"text": hostile, "n": 3, "list": [1, "two"]});
+    let (job, _dir) = prepare(h, "conf-env", &["env", "CONF_PLAIN", "CONF_SECRET"], env, config.clone()).await.unwrap();
+    assert!(
+        job.bootstrap.files.iter().all(|f| !f.contents.contains("s3cr3t")),
+        "secret values never appear in rendered files"
+    );
+    let handle = h.backend.submit(&job, &SubmitOptions::default()).await.expect("submit");
+    let status = wait_terminal(h, &handle).await;
+    assert_eq!(status.state, JobState::Completed, "{status:?}");
+    let logs = all_logs(h, &handle, false).await;
+    let line = logs.iter().find_map(|l| l.strip_prefix("conformance-env: ")).unwrap_or_else(|| panic!("no env line in {logs:?}"));
+    let seen: serde_json::Value = serde_json::from_str(line).unwrap();
+    assert_eq!(seen["env"]["CONF_PLAIN"], hostile);
+    assert_eq!(seen["env"]["CONF_SECRET"], "s3cr3t-$HOME");
+    assert_eq!(seen["config"], config);
+    assert!(!Path::new("/tmp/theseus-pwned").exists(), "a value was executed by a shell");
+}
+
+/// Cancel stops every process of a running job (children included) and the job reads `cancelled`.
+pub async fn check_cancel_stops_all_processes(h: &Harness) {
+    let (job, _dir) = prepare(h, "conf-cancel", &["sleep"], vec![], serde_json::json!({})).await.unwrap();
+    let handle = h.backend.submit(&job, &SubmitOptions::default()).await.expect("submit");
+    let mut stream = h.backend.logs(&handle, &LogOptions { follow: true, rank: None }).await.unwrap();
+    let started = tokio::time::timeout(h.timeout, async {
+        while let Some(line) = stream.next().await {
+            if line.unwrap().text.starts_with("conformance: started") {
+                return true;
+            }
+        }
+        false
+    })
+    .await
+    .unwrap_or(false);
+    assert!(started, "job never printed that it started");
+    assert!(h.probe.alive(&handle).await.unwrap() >= 2, "the job and its child run before cancel");
+    let status = h.backend.cancel(&handle).await.expect("cancel");
+    assert_eq!(status.state, JobState::Cancelled, "{status:?}");
+    assert_eq!(h.probe.alive(&handle).await.unwrap(), 0, "no process of the job is left after cancel");
+    assert_eq!(h.backend.status(&handle).await.unwrap().state, JobState::Cancelled);
+}
+
+/// Status of a job the backend never ran is an error, not a panic or a made-up state.
+pub async fn check_unknown_job_is_an_error(h: &Harness) {
+    let (job, _dir) = prepare(h, "conf-unknown", &["ok"], vec![], serde_json::json!({})).await.unwrap();
+    let handle = h.backend.submit(&job, &SubmitOptions::default()).await.expect("submit");
+    wait_terminal(h, &handle).await;
+    let mut bogus = handle.clone();
+    bogus.id = "no-such-run".into();
+    if let Some(obj) = bogus.data.as_object_mut() {
+        for v in obj.values_mut() {
+            if let Some(s) = v.as_str() {
+                *v = serde_json::Value::String(s.replace(&handle.id, "no-such-run"));
+            }
+        }
+    }
+    assert!(h.backend.status(&bogus).await.is_err(), "status of an unknown job must fail");
+}
+
+/// Runs every check in turn.
+pub async fn run_all(h: &Harness) {
+    check_submit_runs_to_completion(h).await;
+    check_failure_reports_exit_code(h).await;
+    check_logs_follow_until_end(h).await;
+    check_env_and_config_reach_the_job(h).await;
+    check_cancel_stops_all_processes(h).await;
+    check_unknown_job_is_an_error(h).await;
+}
+
+/// A tiny temp dir (the suite is used from other crates' tests, without dev-dependencies).
+pub mod tempfile_dir {
+    use std::path::{Path, PathBuf};
+
+    /// A directory removed on drop.
+    #[derive(Debug)]
+    pub struct TempDir(PathBuf);
+
+    impl TempDir {
+        /// Creates a fresh dir under the system temp dir.
+        pub fn new(prefix: &str) -> crate::Result<TempDir> {
+            let path = std::env::temp_dir().join(format!("theseus-{prefix}-{}", crate::job::new_run_id()));
+            std::fs::create_dir_all(&path).map_err(|e| crate::Error::io("create", &path, e))?;
+            Ok(TempDir(path))
+        }
+
+        /// The path.
+        pub fn path(&self) -> &Path {
+            &self.0
+        }
+    }
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}

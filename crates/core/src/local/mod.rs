@@ -1,1 +1,353 @@
-//! The local backend: runs jobs on this machine, detached from the CLI.
+//! The local backend (`type: local`): runs a job on this machine, detached from the CLI.
+//!
+//! Layout of a run (paths from the host's cluster, `~` expanded):
+//! - code: `<work>/<project>/<group>/<name>/<run-id>`, written under a `.partial` name and
+//!   renamed when complete, so a half-shipped dir is never used;
+//! - status: `<status>/<project>/<group>/<name>/<run-id>` (`metadata.json`, exit codes,
+//!   the supervisor script);
+//! - log: `<log>/<project>/<group>/<name>/<run-id>.log`.
+//!
+//! A supervisor script (see [`supervisor`]) becomes a session leader with `setsid`, starts N
+//! ranks of the bootstrap wired as one JAX job on 127.0.0.1, and records exit codes.
+
+pub mod logs;
+pub mod process;
+pub mod supervisor;
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+use crate::availability::Availability;
+use crate::backend::{
+    Backend, JobHandle, JobState, JobStatus, LogOptions, LogStream, PreparedJob, RankStatus, RunLayout,
+    SubmitOptions,
+};
+use crate::bootstrap::Launch;
+use crate::config::{ClusterConfig, HostKind, LocalHost};
+use crate::job::JobIdentity;
+use crate::solver::{ChipRequest, Plan, Request};
+use crate::{Error, Result};
+
+use supervisor::files;
+
+/// Runs jobs on this machine.
+#[derive(Debug, Clone)]
+pub struct LocalBackend {
+    name: String,
+    host: LocalHost,
+    cluster: ClusterConfig,
+    home: PathBuf,
+}
+
+/// What a local [`JobHandle`] carries in `data`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LocalHandleData {
+    /// Code dir.
+    pub work_dir: PathBuf,
+    /// Status dir.
+    pub run_dir: PathBuf,
+    /// Log file.
+    pub log_file: PathBuf,
+    /// Number of ranks.
+    pub processes: u32,
+    /// PID of the supervisor (also its session and process group id).
+    pub supervisor_pid: u32,
+}
+
+impl LocalBackend {
+    /// A backend for the local host `name` of cluster `cluster`; `home` expands `~`.
+    pub fn new(name: impl Into<String>, host: LocalHost, cluster: ClusterConfig, home: impl Into<PathBuf>) -> Self {
+        LocalBackend { name: name.into(), host, cluster, home: home.into() }
+    }
+
+    fn expand(&self, path: &str) -> PathBuf {
+        expand_tilde(path, &self.home)
+    }
+
+    fn data(&self, handle: &JobHandle) -> Result<LocalHandleData> {
+        if handle.kind != HostKind::Local {
+            return Err(Error::backend(self, format!("handle of a {} job given to the local backend", handle.kind)));
+        }
+        serde_json::from_value(handle.data.clone())
+            .map_err(|e| Error::backend(self, format!("malformed local job handle: {e}")))
+    }
+}
+
+/// Expands a leading `~` or `~/` with `home`.
+pub fn expand_tilde(path: &str, home: &Path) -> PathBuf {
+    if path == "~" {
+        home.to_owned()
+    } else if let Some(rest) = path.strip_prefix("~/") {
+        home.join(rest)
+    } else {
+        PathBuf::from(path)
+    }
+}
+
+impl fmt::Display for LocalBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "local({})", self.name)
+    }
+}
+
+fn path_str(p: &Path) -> Result<String> {
+    p.to_str()
+        .map(str::to_owned)
+        .ok_or_else(|| Error::InvalidConfig(format!("path `{}` is not valid UTF-8", p.display())))
+}
+
+/// A free TCP port on 127.0.0.1 (bound and released; the small race is accepted).
+fn free_port() -> Result<u16> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| Error::io("bind", "127.0.0.1:0", e))?;
+    Ok(listener.local_addr().map_err(|e| Error::io("bind", "127.0.0.1:0", e))?.port())
+}
+
+#[async_trait]
+impl Backend for LocalBackend {
+    fn kind(&self) -> HostKind {
+        HostKind::Local
+    }
+
+    fn layout(&self, identity: &JobIdentity, plan: &Plan) -> Result<RunLayout> {
+        let (work, run, log) = self.paths(identity);
+        let launch = if plan.processes() > 1 {
+            let port = match self.host.coordinator_port {
+                Some(p) => p,
+                None => free_port()?,
+            };
+            Launch::Local { coordinator_port: port }
+        } else {
+            Launch::Single
+        };
+        Ok(RunLayout {
+            work_dir: path_str(&work)?,
+            run_dir: path_str(&run)?,
+            log_file: path_str(&log)?,
+            root_dir: path_str(&self.expand(&self.cluster.root))?,
+            uv_cache_dir: self.cluster.uv_dir.as_deref().map(|d| path_str(&self.expand(d))).transpose()?,
+            launch,
+        })
+    }
+
+    async fn availability(&self, request: &Request) -> Result<Availability> {
+        Ok(match request.chip {
+            ChipRequest::Cpu => {
+                let cpus = std::thread::available_parallelism().map(|n| n.get() as u32).unwrap_or(1);
+                Availability::Free { chips: cpus, source: "CPU cores on this machine".into() }
+            }
+            // GPUs of this machine are not probed: the configured count is what the solver uses.
+            ChipRequest::AnyGpu | ChipRequest::Chip(_) => Availability::NotChecked,
+        })
+    }
+
+    async fn submit(&self, job: &PreparedJob, options: &SubmitOptions) -> Result<JobHandle> {
+        let processes = job.plan.processes().max(1);
+        let (work_dir, run_dir, log_file) = self.paths(&job.identity);
+        if work_dir.exists() || run_dir.exists() {
+            return Err(Error::AlreadyExists { what: format!("run dir `{}`", work_dir.display()) });
+        }
+        ship(job, &work_dir, options).await?;
+
+        let res = self.start(job, &work_dir, &run_dir, &log_file, processes).await;
+        match res {
+            Ok(pid) => Ok(JobHandle {
+                kind: HostKind::Local,
+                host: self.name.clone(),
+                id: job.identity.run_id.clone(),
+                data: serde_json::to_value(LocalHandleData { work_dir, run_dir, log_file, processes, supervisor_pid: pid })
+                    .expect("handle data serializes"),
+            }),
+            Err(e) => {
+                // Nothing half-done is left behind: no process, no run dir.
+                process::stop_run(&job.identity.run_id, Duration::from_secs(2)).await;
+                let _ = tokio::fs::remove_dir_all(&work_dir).await;
+                let _ = tokio::fs::remove_dir_all(&run_dir).await;
+                Err(e)
+            }
+        }
+    }
+
+    async fn status(&self, handle: &JobHandle) -> Result<JobStatus> {
+        let data = self.data(handle)?;
+        if !data.run_dir.exists() {
+            return Err(Error::NotFound { what: format!("run dir `{}` of run `{}`", data.run_dir.display(), handle.id) });
+        }
+        Ok(read_status(&handle.id, &data))
+    }
+
+    async fn logs(&self, handle: &JobHandle, options: &LogOptions) -> Result<LogStream> {
+        let data = self.data(handle)?;
+        Ok(logs::stream(handle.id.clone(), data, options.clone()))
+    }
+
+    async fn cancel(&self, handle: &JobHandle) -> Result<JobStatus> {
+        let data = self.data(handle)?;
+        let before = read_status(&handle.id, &data);
+        if before.state.is_terminal() {
+            return Ok(before);
+        }
+        let marker = data.run_dir.join(files::CANCELLED);
+        std::fs::write(&marker, ledger_now()).map_err(|e| Error::io("write", &marker, e))?;
+        let left = process::stop_run(&handle.id, Duration::from_secs(5)).await;
+        if !left.is_empty() {
+            return Err(Error::backend(self, format!("processes {left:?} of run `{}` are still alive after SIGKILL", handle.id)));
+        }
+        Ok(read_status(&handle.id, &data))
+    }
+}
+
+impl LocalBackend {
+    /// Work dir, run dir and log file of a run.
+    fn paths(&self, identity: &JobIdentity) -> (PathBuf, PathBuf, PathBuf) {
+        let rel = identity.run_path();
+        (
+            self.expand(&self.cluster.work).join(&rel),
+            self.expand(&self.cluster.status_dir()).join(&rel),
+            self.expand(&self.cluster.log_dir()).join(format!("{rel}.log")),
+        )
+    }
+
+    async fn start(&self, job: &PreparedJob, work_dir: &Path, run_dir: &Path, log_file: &Path, processes: u32) -> Result<u32> {
+        tokio::fs::create_dir_all(run_dir).await.map_err(|e| Error::io("create", run_dir, e))?;
+        if let Some(parent) = log_file.parent() {
+            tokio::fs::create_dir_all(parent).await.map_err(|e| Error::io("create", parent, e))?;
+        }
+        let bootstrap = work_dir.join(&job.bootstrap.entry);
+        let script = supervisor::render(&supervisor::SupervisorInput {
+            bootstrap: &path_str(&bootstrap)?,
+            run_dir: &path_str(run_dir)?,
+            log_file: &path_str(log_file)?,
+            processes,
+        });
+        let script_path = run_dir.join("supervise.sh");
+        tokio::fs::write(&script_path, script).await.map_err(|e| Error::io("write", &script_path, e))?;
+
+        let mut cmd = tokio::process::Command::new("setsid");
+        cmd.arg("bash")
+            .arg(&script_path)
+            .current_dir(work_dir)
+            .env(process::MARKER_VAR, &job.identity.run_id)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(false);
+        // Secrets reach the processes through the environment only, never through files.
+        for var in job.env.iter().filter(|v| v.secret) {
+            cmd.env(&var.name, &var.value);
+        }
+        let child = cmd.spawn().map_err(|e| Error::Command { command: "setsid bash supervise.sh".into(), message: e.to_string() })?;
+        let pid = child.id().unwrap_or(0);
+        // The supervisor is reaped by a detached task; the job does not depend on this process.
+        tokio::spawn(async move {
+            let mut child = child;
+            let _ = child.wait().await;
+        });
+        Ok(pid)
+    }
+}
+
+fn ledger_now() -> String {
+    crate::ledger::now_rfc3339()
+}
+
+/// Unpacks the snapshot and writes the bootstrap into `<work_dir>.partial`, then renames it.
+async fn ship(job: &PreparedJob, work_dir: &Path, options: &SubmitOptions) -> Result<()> {
+    let parent = work_dir.parent().ok_or_else(|| Error::InvalidConfig("work dir has no parent".into()))?;
+    tokio::fs::create_dir_all(parent).await.map_err(|e| Error::io("create", parent, e))?;
+    let partial = work_dir.with_extension("partial");
+    let _ = tokio::fs::remove_dir_all(&partial).await;
+    tokio::fs::create_dir_all(&partial).await.map_err(|e| Error::io("create", &partial, e))?;
+
+    let snapshot = job.snapshot.clone();
+    let dest = partial.clone();
+    let progress = options.progress.clone();
+    let total = snapshot.total_bytes();
+    let res = tokio::task::spawn_blocking(move || -> Result<()> {
+        let (reader, writer) = std::io::pipe().map_err(|e| Error::io("create a pipe for", &dest, e))?;
+        let unpack_dest = dest.clone();
+        let unpacker = std::thread::spawn(move || -> std::io::Result<()> {
+            let mut archive = tar::Archive::new(reader);
+            archive.set_preserve_permissions(true);
+            archive.unpack(&unpack_dest)
+        });
+        let mut report = |done: u64| {
+            if let Some(p) = &progress {
+                p(done, Some(total));
+            }
+        };
+        let written = snapshot.write_tar(writer, &mut report);
+        let unpacked = unpacker.join().map_err(|_| Error::backend("local", "tar unpack thread panicked"))?;
+        written?;
+        unpacked.map_err(|e| Error::io("unpack code into", &dest, e))?;
+        Ok(())
+    })
+    .await
+    .map_err(|e| Error::backend("local", format!("shipping task failed: {e}")))?;
+    if let Err(e) = res {
+        let _ = tokio::fs::remove_dir_all(&partial).await;
+        return Err(e);
+    }
+    for file in &job.bootstrap.files {
+        let path = partial.join(&file.path);
+        if let Some(dir) = path.parent() {
+            tokio::fs::create_dir_all(dir).await.map_err(|e| Error::io("create", dir, e))?;
+        }
+        tokio::fs::write(&path, &file.contents).await.map_err(|e| Error::io("write", &path, e))?;
+        if file.executable {
+            use std::os::unix::fs::PermissionsExt;
+            tokio::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))
+                .await
+                .map_err(|e| Error::io("chmod", &path, e))?;
+        }
+    }
+    tokio::fs::rename(&partial, work_dir).await.map_err(|e| Error::io("rename into place", work_dir, e))?;
+    Ok(())
+}
+
+fn read_code(path: &Path) -> Option<i32> {
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+/// The status of a local run from its files and live processes.
+pub(crate) fn read_status(run_id: &str, data: &LocalHandleData) -> JobStatus {
+    let cancelled = data.run_dir.join(files::CANCELLED).exists();
+    let alive = !process::job_processes(run_id).is_empty();
+    let ranks: Vec<RankStatus> = (0..data.processes)
+        .map(|i| {
+            let code = read_code(&data.run_dir.join(files::rank_exit(i)));
+            let state = match code {
+                Some(0) => JobState::Completed,
+                Some(_) if cancelled => JobState::Cancelled,
+                Some(_) => JobState::Failed,
+                None if alive => JobState::Running,
+                None if cancelled => JobState::Cancelled,
+                None => JobState::Unknown,
+            };
+            RankStatus { rank: i, state, exit_code: code, location: Some("127.0.0.1".into()) }
+        })
+        .collect();
+    let exit_code = read_code(&data.run_dir.join(files::EXIT_CODE));
+    let preempted = std::fs::read_to_string(data.run_dir.join("metadata.json"))
+        .map(|m| m.contains("\"preempted\""))
+        .unwrap_or(false);
+    let (state, exit_code, message) = match exit_code {
+        _ if cancelled && !alive => (JobState::Cancelled, exit_code, Some("cancelled by the user".to_owned())),
+        Some(0) => (JobState::Completed, Some(0), None),
+        Some(c) if preempted => (JobState::Preempted, Some(c), Some(format!("stopped by a signal (exit code {c})"))),
+        Some(c) => (JobState::Failed, Some(c), Some(format!("exited with code {c}"))),
+        None if alive => (JobState::Running, None, None),
+        None => (
+            JobState::Unknown,
+            None,
+            Some("no process of the run is alive and it left no exit code (was the machine restarted?)".to_owned()),
+        ),
+    };
+    JobStatus { state, exit_code, message, ranks }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,114 @@
+//! Reading and following the log file of a local run as a stream of lines.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use futures::StreamExt;
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+use super::{read_status, LocalHandleData};
+use crate::backend::{LogLine, LogOptions, LogStream};
+use crate::{Error, Result};
+
+const POLL: Duration = Duration::from_millis(200);
+
+struct Tail {
+    run_id: String,
+    data: LocalHandleData,
+    options: LogOptions,
+    reader: Option<BufReader<tokio::fs::File>>,
+    partial: String,
+    draining: bool,
+    done: bool,
+}
+
+/// Lines of the run's log. With `follow`, waits for new lines until the run is terminal and the
+/// file is read to its end.
+pub(crate) fn stream(run_id: String, data: LocalHandleData, options: LogOptions) -> LogStream {
+    let tail = Tail { run_id, data, options, reader: None, partial: String::new(), draining: false, done: false };
+    futures::stream::unfold(tail, |mut tail| async move {
+        loop {
+            if tail.done {
+                return None;
+            }
+            match next_line(&mut tail).await {
+                Ok(Some(line)) => {
+                    let line = parse(&line);
+                    if tail.options.rank.is_some() && line.rank.is_some() && line.rank != tail.options.rank {
+                        continue;
+                    }
+                    return Some((Ok(line), tail));
+                }
+                Ok(None) => return None,
+                Err(e) => {
+                    tail.done = true;
+                    return Some((Err(e), tail));
+                }
+            }
+        }
+    })
+    .boxed()
+}
+
+/// Splits a `[rank-N] ` prefix off a line.
+fn parse(line: &str) -> LogLine {
+    if let Some(rest) = line.strip_prefix("[rank-") {
+        if let Some((n, text)) = rest.split_once("] ") {
+            if let Ok(rank) = n.parse() {
+                return LogLine { rank: Some(rank), text: text.to_owned() };
+            }
+        }
+    }
+    LogLine { rank: None, text: line.to_owned() }
+}
+
+async fn next_line(tail: &mut Tail) -> Result<Option<String>> {
+    loop {
+        if tail.reader.is_none() {
+            match tokio::fs::File::open(&tail.data.log_file).await {
+                Ok(f) => tail.reader = Some(BufReader::new(f)),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    if !tail.options.follow || terminal(tail) {
+                        return Ok(None);
+                    }
+                    tokio::time::sleep(POLL).await;
+                    continue;
+                }
+                Err(e) => return Err(Error::io("read", tail.data.log_file.clone(), e)),
+            }
+        }
+        let reader = tail.reader.as_mut().expect("opened above");
+        let mut buf = Vec::new();
+        let n = reader
+            .read_until(b'\n', &mut buf)
+            .await
+            .map_err(|e| Error::io("read", PathBuf::from(&tail.data.log_file), e))?;
+        tail.partial.push_str(&String::from_utf8_lossy(&buf));
+        if tail.partial.ends_with('\n') {
+            let mut line = std::mem::take(&mut tail.partial);
+            line.pop();
+            return Ok(Some(line));
+        }
+        if n > 0 {
+            continue;
+        }
+        // End of file for now.
+        if !tail.options.follow || tail.draining {
+            if tail.partial.is_empty() {
+                return Ok(None);
+            }
+            return Ok(Some(std::mem::take(&mut tail.partial)));
+        }
+        if terminal(tail) {
+            // One more pass reads what was written between the last read and the exit.
+            tail.draining = true;
+            continue;
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+fn terminal(tail: &Tail) -> bool {
+    let state = read_status(&tail.run_id, &tail.data).state;
+    state.is_terminal() || state == crate::backend::JobState::Unknown
+}
