@@ -1,3 +1,51 @@
-//! The `theseus` command line.
+//! The `theseus` command line: parses arguments, resolves settings and runs one command.
+//!
+//! stdout carries data (run ids, tables, job output, `--output json`); stderr carries logs and
+//! progress. Exit codes: 0 success, 1 the job failed (or `--follow` saw it fail), 2 an error.
 
-fn main() {}
+mod args;
+mod backends;
+mod commands;
+mod context;
+mod progress;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    let cli = args::Cli::parse();
+    init_tracing(&cli.global);
+    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match runtime.block_on(commands::run(cli)) {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("error: {err}");
+            for cause in err.chain().skip(1) {
+                eprintln!("  caused by: {cause}");
+            }
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn init_tracing(global: &args::GlobalArgs) {
+    let default = if global.quiet {
+        "error"
+    } else {
+        match global.verbose {
+            0 => "warn",
+            1 => "info,theseus=debug",
+            _ => "debug",
+        }
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).init();
+}

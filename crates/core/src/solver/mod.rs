@@ -5,6 +5,8 @@
 //! Slurm partitions and `gres_mapping`, fallback to the Slurm host with the most free GPUs) and
 //! records, for every host it looked at, why it was taken or passed over.
 
+pub mod render;
+
 use std::collections::BTreeMap;
 
 use serde::Serialize;

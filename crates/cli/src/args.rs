@@ -1,0 +1,180 @@
+//! Command-line arguments (clap). Raw values only; `commands::*` resolve them.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// Send ML training jobs to the compute you already have: this machine, SSH boxes, Slurm and
+/// Kubernetes + Volcano.
+#[derive(Debug, Parser)]
+#[command(name = "theseus", version, about, propagate_version = true)]
+pub(crate) struct Cli {
+    #[command(flatten)]
+    pub(crate) global: GlobalArgs,
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+/// Flags every command accepts.
+#[derive(Debug, Args)]
+pub(crate) struct GlobalArgs {
+    /// Dispatch config file, instead of ~/.theseus.yaml.
+    #[arg(short = 'd', long = "dispatch-config", global = true, value_name = "PATH")]
+    pub(crate) dispatch_config: Option<PathBuf>,
+    /// Set a config key for this command (highest layer), e.g. `--set hosts.local.processes=2`.
+    #[arg(long = "set", global = true, value_name = "KEY=VALUE")]
+    pub(crate) set: Vec<String>,
+    /// Where the job ledger lives (default: $XDG_STATE_HOME/theseus or ~/.local/state/theseus).
+    #[arg(long, global = true, value_name = "DIR")]
+    pub(crate) state_dir: Option<PathBuf>,
+    /// Output format of data on stdout.
+    #[arg(long, global = true, value_enum, default_value_t = OutputFormat::Text)]
+    pub(crate) output: OutputFormat,
+    /// More logs on stderr (repeat for more).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub(crate) verbose: u8,
+    /// Only errors on stderr.
+    #[arg(short, long, global = true)]
+    pub(crate) quiet: bool,
+}
+
+/// Output formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum OutputFormat {
+    /// For people.
+    Text,
+    /// For scripts.
+    Json,
+    /// YAML (config show).
+    Yaml,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Solve for a host, ship the code and start a job.
+    Submit(SubmitArgs),
+    /// Show which host a job would go to, and why, without submitting.
+    Plan(JobArgs),
+    /// Show the state of a job.
+    Status(TargetArgs),
+    /// Print (or follow) a job's output.
+    Logs(LogsArgs),
+    /// Stop a job and confirm none of its processes is left.
+    Cancel(TargetArgs),
+    /// List submitted jobs, newest first.
+    List(ListArgs),
+    /// Show or check the dispatch config.
+    #[command(subcommand)]
+    Config(ConfigCommand),
+    /// List the chips theseus knows.
+    Chips,
+}
+
+/// Everything that decides where a job goes and what it runs (shared by submit and plan).
+#[derive(Debug, Args)]
+pub(crate) struct JobArgs {
+    /// Job name.
+    pub(crate) name: String,
+    /// Experiment file (YAML: entrypoint, request, env, distributed, uv_groups, config).
+    pub(crate) experiment: PathBuf,
+    /// Overrides of the experiment's `config` section, as dotted KEY=VALUE.
+    #[arg(value_name = "KEY=VALUE")]
+    pub(crate) overrides: Vec<String>,
+    /// Chip to run on (`theseus chips` lists them; `cpu` for CPU only).
+    #[arg(long)]
+    pub(crate) chip: Option<String>,
+    /// Number of chips (for CPU jobs: processes).
+    #[arg(short = 'n', long = "n-chips", alias = "n_chips", value_name = "N")]
+    pub(crate) n_chips: Option<u32>,
+    /// Only hosts of these clusters (comma separated).
+    #[arg(long, value_delimiter = ',')]
+    pub(crate) cluster: Vec<String>,
+    /// Never hosts of these clusters (comma separated).
+    #[arg(long, value_delimiter = ',')]
+    pub(crate) exclude_cluster: Vec<String>,
+    /// Only this host.
+    #[arg(long)]
+    pub(crate) host: Option<String>,
+    /// Project (default `general`).
+    #[arg(short = 'p', long)]
+    pub(crate) project: Option<String>,
+    /// Group (default `default`).
+    #[arg(short = 'g', long)]
+    pub(crate) group: Option<String>,
+    /// Extra environment variable for the job (highest precedence).
+    #[arg(long = "env", value_name = "KEY=VALUE")]
+    pub(crate) env: Vec<String>,
+    /// Mark an environment variable as secret (never printed or written in plain text).
+    #[arg(long = "secret-env", value_name = "KEY")]
+    pub(crate) secret_env: Vec<String>,
+    /// Do not ask hosts for free capacity; trust the config.
+    #[arg(long)]
+    pub(crate) no_check: bool,
+    /// Seconds each host may take to report its free capacity.
+    #[arg(long, default_value_t = 20.0, value_name = "SECS")]
+    pub(crate) probe_timeout: f64,
+}
+
+/// `theseus submit`.
+#[derive(Debug, Args)]
+pub(crate) struct SubmitArgs {
+    #[command(flatten)]
+    pub(crate) job: JobArgs,
+    /// Ship the working tree: tracked files as modified plus untracked, not ignored files (default).
+    #[arg(long, conflicts_with = "clean")]
+    pub(crate) dirty: bool,
+    /// Ship the files of HEAD only.
+    #[arg(long)]
+    pub(crate) clean: bool,
+    /// Directory (or git repository) to ship (default: the current directory).
+    #[arg(long, value_name = "DIR")]
+    pub(crate) code: Option<PathBuf>,
+    /// Print what would be shipped and the rendered bootstrap; touch nothing.
+    #[arg(long)]
+    pub(crate) dry_run: bool,
+    /// Stream the job's output and wait for it to end; exit with its exit code.
+    #[arg(short, long)]
+    pub(crate) follow: bool,
+    /// Replace an existing job of the same name (backends with named jobs).
+    #[arg(long)]
+    pub(crate) replace: bool,
+}
+
+/// A job to act on.
+#[derive(Debug, Args)]
+pub(crate) struct TargetArgs {
+    /// Job name (its newest run) or run id.
+    pub(crate) job: String,
+}
+
+/// `theseus logs`.
+#[derive(Debug, Args)]
+pub(crate) struct LogsArgs {
+    /// Job name (its newest run) or run id.
+    pub(crate) job: String,
+    /// Keep streaming until the job ends.
+    #[arg(short, long)]
+    pub(crate) follow: bool,
+    /// Only this rank's output.
+    #[arg(long)]
+    pub(crate) rank: Option<u32>,
+}
+
+/// `theseus list`.
+#[derive(Debug, Args)]
+pub(crate) struct ListArgs {
+    /// How many runs to show.
+    #[arg(long, default_value_t = 20)]
+    pub(crate) limit: usize,
+    /// Do not refresh the state of unfinished runs from their backends.
+    #[arg(long)]
+    pub(crate) no_refresh: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum ConfigCommand {
+    /// Print the merged config and where each value came from.
+    Show,
+    /// Validate the config; exit non-zero on errors.
+    Check,
+}

@@ -1,0 +1,36 @@
+//! One module per subcommand; [`run`] dispatches.
+
+mod chips;
+mod config;
+mod jobs;
+mod plan;
+mod prepare;
+mod submit;
+
+use std::process::ExitCode;
+
+use anyhow::Result;
+
+use crate::args::{Cli, Command};
+use crate::context::Context;
+
+/// Runs the parsed command line.
+pub(crate) async fn run(cli: Cli) -> Result<ExitCode> {
+    let ctx = Context::new(&cli.global)?;
+    match cli.command {
+        Command::Submit(args) => submit::run(&ctx, args).await,
+        Command::Plan(args) => plan::run(&ctx, args).await,
+        Command::Status(args) => jobs::status(&ctx, args).await,
+        Command::Logs(args) => jobs::logs(&ctx, args).await,
+        Command::Cancel(args) => jobs::cancel(&ctx, args).await,
+        Command::List(args) => jobs::list(&ctx, args).await,
+        Command::Config(cmd) => config::run(&ctx, cmd),
+        Command::Chips => chips::run(&ctx),
+    }
+}
+
+/// Prints a value as pretty JSON on stdout.
+pub(crate) fn print_json<T: serde::Serialize>(value: &T) -> Result<()> {
+    println!("{}", serde_json::to_string_pretty(value)?);
+    Ok(())
+}

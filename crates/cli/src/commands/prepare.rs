@@ -1,0 +1,148 @@
+//! What `plan` and `submit` share: loading the experiment, building the request, asking hosts
+//! for free capacity and solving; and, for submit, the job's environment.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context as _, Result};
+use theseus_core::availability::{self, Availability};
+use theseus_core::backend::{DynBackend, EnvVar};
+use theseus_core::chips::{self, ChipKind};
+use theseus_core::config::{HostConfig, LoadedConfig};
+use theseus_core::job::Experiment;
+use theseus_core::shell;
+use theseus_core::solver::{self, render, ChipRequest, Plan, Request};
+
+use crate::args::JobArgs;
+use crate::context::Context;
+
+/// A solved job: config, experiment (overrides applied), request and plan.
+pub(crate) struct Solved {
+    pub(crate) loaded: LoadedConfig,
+    pub(crate) experiment: Experiment,
+    pub(crate) request: Request,
+    pub(crate) plan: Plan,
+    pub(crate) backend: Arc<DynBackend>,
+}
+
+/// Loads everything and solves. On failure, prints what was considered to stderr.
+pub(crate) async fn solve(ctx: &Context, args: &JobArgs) -> Result<Solved> {
+    let loaded = ctx.config()?;
+    theseus_core::job::validate_name("job name", &args.name)?;
+    let mut experiment = Experiment::load(&args.experiment)?;
+    experiment.apply_overrides(&args.overrides)?;
+    let request = request(args, &experiment)?;
+
+    let candidates: Vec<String> = loaded
+        .config
+        .ordered_hosts()
+        .into_iter()
+        .map(|(name, _)| name.to_owned())
+        .filter(|name| args.host.as_ref().is_none_or(|h| h == name))
+        .collect();
+    let availability: BTreeMap<String, Availability> = if args.no_check {
+        BTreeMap::new()
+    } else {
+        let mut backends = Vec::new();
+        for name in &candidates {
+            backends.push((name.clone(), ctx.backend(&loaded, name)?));
+        }
+        let timeout = Duration::from_secs_f64(args.probe_timeout.max(0.1));
+        availability::gather(&backends, &request, timeout).await
+    };
+    let plan = match solver::solve(&loaded.config, &request, &availability) {
+        Ok(plan) => plan,
+        Err(e) => {
+            if !e.considered.is_empty() {
+                eprint!("{}", render::render_table(&e.considered));
+            }
+            return Err(e.into());
+        }
+    };
+    let backend = ctx.backend(&loaded, &plan.host)?;
+    Ok(Solved { loaded, experiment, request, plan, backend })
+}
+
+/// The hardware request from flags, else the experiment's `request`, else 1 GPU of any kind.
+fn request(args: &JobArgs, experiment: &Experiment) -> Result<Request> {
+    let from_file = experiment.request.clone().unwrap_or_default();
+    let (chip_name, chip_source) = match (&args.chip, &from_file.chip) {
+        (Some(c), _) => (Some(c.clone()), "--chip".to_owned()),
+        (None, Some(c)) => (Some(c.clone()), format!("{}: request.chip", args.experiment.display())),
+        (None, None) => (None, String::new()),
+    };
+    let count = args.n_chips.or(from_file.count).unwrap_or(1);
+    let chip = match chip_name {
+        None if count == 0 => ChipRequest::Cpu,
+        None => ChipRequest::AnyGpu,
+        Some(name) => {
+            let chip = chips::parse(&name).map_err(|e| anyhow!("{chip_source}: {e}"))?;
+            match chip.kind {
+                ChipKind::Cpu => ChipRequest::Cpu,
+                ChipKind::Tpu => bail!("{chip_source}: TPU chips are not supported yet (chip \"{}\")", chip.name),
+                ChipKind::Gpu if count == 0 => ChipRequest::Cpu,
+                ChipKind::Gpu => ChipRequest::Chip(chip),
+            }
+        }
+    };
+    let overlap: Vec<_> = args.cluster.iter().filter(|c| args.exclude_cluster.contains(c)).collect();
+    if !overlap.is_empty() {
+        bail!("--cluster and --exclude-cluster both name {overlap:?}");
+    }
+    Ok(Request {
+        chip,
+        count,
+        preferred_clusters: args.cluster.iter().map(|s| s.trim().to_owned()).filter(|s| !s.is_empty()).collect(),
+        forbidden_clusters: args.exclude_cluster.iter().map(|s| s.trim().to_owned()).filter(|s| !s.is_empty()).collect(),
+        host: args.host.clone(),
+    })
+}
+
+/// The job's environment, lowest precedence first: cluster (W&B, HF), host `env`, experiment
+/// `env`, then `--env`. Secrets: the cluster's W&B key and HF token, the experiment's
+/// `secret_env`, and `--secret-env` (whose value comes from `--env` or this shell's environment).
+pub(crate) fn environment(solved: &Solved, args: &JobArgs) -> Result<Vec<EnvVar>> {
+    let config = &solved.loaded.config;
+    let host: &HostConfig = &config.hosts[&solved.plan.host];
+    let mut env: Vec<EnvVar> = Vec::new();
+    let mut set = |name: &str, value: String, secret: bool| {
+        if let Some(v) = env.iter_mut().find(|v| v.name == name) {
+            v.value = value;
+            v.secret |= secret;
+        } else {
+            env.push(EnvVar { name: name.to_owned(), value, secret });
+        }
+    };
+    if let Some(cluster) = config.cluster_of(host) {
+        for (name, value, secret) in cluster.derived_env() {
+            set(name, value, secret);
+        }
+    }
+    for (name, value) in host.env() {
+        set(name, value.clone(), false);
+    }
+    for (name, value) in &solved.experiment.env {
+        set(name, value.clone(), solved.experiment.secret_env.contains(name));
+    }
+    for pair in &args.env {
+        let (name, value) = pair
+            .split_once('=')
+            .ok_or_else(|| anyhow!("--env {pair:?}: expected KEY=VALUE"))?;
+        if !shell::is_env_name(name) {
+            bail!("--env {pair:?}: `{name}` is not a valid environment variable name");
+        }
+        set(name, value.to_owned(), args.secret_env.iter().any(|s| s == name));
+    }
+    for name in &args.secret_env {
+        if !shell::is_env_name(name) {
+            bail!("--secret-env {name:?}: not a valid environment variable name");
+        }
+        if !args.env.iter().any(|p| p.split_once('=').is_some_and(|(n, _)| n == name)) {
+            let value = std::env::var(name)
+                .with_context(|| format!("--secret-env {name}: no --env {name}=... and `{name}` is not set in this shell"))?;
+            set(name, value, true);
+        }
+    }
+    Ok(env)
+}

@@ -1,0 +1,148 @@
+//! `theseus submit`: solve, snapshot the code, render the bootstrap, start the job, record it in
+//! the ledger, and with `--follow` stream its output to the end.
+
+use std::process::ExitCode;
+
+use anyhow::{Context as _, Result};
+use serde_json::json;
+use theseus_core::backend::{JobState, PreparedJob, SubmitOptions};
+use theseus_core::bootstrap::{self, BootstrapInput};
+use theseus_core::job::JobIdentity;
+use theseus_core::ledger::{now_rfc3339, Record};
+use theseus_core::snapshot::{Snapshot, SnapshotMode};
+use theseus_core::solver::render;
+
+use crate::args::{OutputFormat, SubmitArgs};
+use crate::context::Context;
+use crate::progress;
+
+pub(crate) async fn run(ctx: &Context, args: SubmitArgs) -> Result<ExitCode> {
+    let solved = super::prepare::solve(ctx, &args.job).await?;
+    let plan = &solved.plan;
+    if !ctx.quiet {
+        eprint!("{}", render::render_table(&plan.considered));
+    }
+    ctx.info(format!("theseus: chose {}", render::describe_plan(plan)));
+    for note in &plan.notes {
+        ctx.info(format!("theseus: note: {note}"));
+    }
+
+    let env = super::prepare::environment(&solved, &args.job)?;
+    let identity = JobIdentity::new(&args.job.name, args.job.project.as_deref(), args.job.group.as_deref());
+    let code_dir = match &args.code {
+        Some(d) => d.clone(),
+        None => std::env::current_dir().context("cannot read the current directory")?,
+    };
+    let mode = if args.clean { SnapshotMode::Clean } else { SnapshotMode::Dirty };
+    let snapshot = Snapshot::collect(&code_dir, mode)?;
+    let layout = solved.backend.layout(&identity, plan)?;
+    let host = &solved.loaded.config.hosts[&plan.host];
+    let mut uv_groups: Vec<String> = host.uv_groups().to_vec();
+    uv_groups.extend(solved.experiment.uv_groups.iter().cloned());
+    let bootstrap = bootstrap::render(&BootstrapInput {
+        identity: identity.clone(),
+        work_dir: layout.work_dir.clone(),
+        run_dir: layout.run_dir.clone(),
+        root_dir: layout.root_dir.clone(),
+        uv_cache_dir: layout.uv_cache_dir.clone(),
+        env: env.clone(),
+        uv_groups,
+        entrypoint: solved.experiment.entrypoint_words()?,
+        distributed: solved.experiment.distributed,
+        launch: layout.launch.clone(),
+        config: solved.experiment.config.clone(),
+    })
+    .with_context(|| format!("cannot render the bootstrap for {}", args.job.experiment.display()))?;
+
+    if args.dry_run {
+        return dry_run(ctx, &identity, &solved.plan, &snapshot, &env, &bootstrap, &layout);
+    }
+
+    let job = PreparedJob {
+        identity: identity.clone(),
+        experiment: solved.experiment.clone(),
+        env,
+        plan: plan.clone(),
+        snapshot,
+        bootstrap,
+    };
+    ctx.info(format!(
+        "theseus: shipping {} files ({}) to {}",
+        job.snapshot.file_count(),
+        progress::human(job.snapshot.total_bytes()),
+        solved.backend
+    ));
+    let options = SubmitOptions { replace: args.replace, progress: Some(progress::bytes("theseus: shipped", ctx.quiet)) };
+    let handle = solved.backend.submit(&job, &options).await?;
+    let ledger = ctx.ledger()?;
+    let now = now_rfc3339();
+    ledger.insert(&Record {
+        identity: identity.clone(),
+        host: plan.host.clone(),
+        handle: handle.clone(),
+        submitted_at: now.clone(),
+        updated_at: now,
+        state: JobState::Pending,
+        exit_code: None,
+        message: None,
+    })?;
+    ctx.info(format!(
+        "theseus: submitted {} (run {}) to {}; log: {}",
+        identity.name, identity.run_id, plan.host, layout.log_file
+    ));
+    if ctx.output == OutputFormat::Json && !args.follow {
+        super::print_json(&json!({"name": identity.name, "run_id": identity.run_id, "host": plan.host, "handle": handle, "log_file": layout.log_file}))?;
+    } else if !args.follow {
+        println!("{}", identity.run_id);
+    }
+    if !args.follow {
+        ctx.info(format!("theseus: follow with `theseus logs -f {}`", identity.run_id));
+        return Ok(ExitCode::SUCCESS);
+    }
+    super::jobs::follow_to_end(ctx, &solved.backend, &ledger, &handle, &identity.run_id, None).await
+}
+
+fn dry_run(
+    ctx: &Context,
+    identity: &JobIdentity,
+    plan: &theseus_core::solver::Plan,
+    snapshot: &Snapshot,
+    env: &[theseus_core::backend::EnvVar],
+    bootstrap: &theseus_core::bootstrap::RenderedBootstrap,
+    layout: &theseus_core::backend::RunLayout,
+) -> Result<ExitCode> {
+    let env_shown: Vec<_> = env.iter().map(|v| json!({"name": v.name, "value": v.display_value(), "secret": v.secret})).collect();
+    if ctx.output == OutputFormat::Json {
+        super::print_json(&json!({
+            "dry_run": true,
+            "identity": identity,
+            "plan": plan,
+            "layout": layout,
+            "ship": {"root": snapshot.root, "files": snapshot.file_count(), "bytes": snapshot.total_bytes()},
+            "env": env_shown,
+            "bootstrap": bootstrap,
+        }))?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("# dry run: nothing was shipped or started");
+    println!("# job: {} project={} group={} run={}", identity.name, identity.project, identity.group, identity.run_id);
+    println!("# host: {}", render::describe_plan(plan));
+    println!("# work dir: {}", layout.work_dir);
+    println!(
+        "# would ship {} files, {} from {}",
+        snapshot.file_count(),
+        progress::human(snapshot.total_bytes()),
+        snapshot.root.display()
+    );
+    for v in env {
+        println!("# env {}={}", v.name, v.display_value());
+    }
+    for file in &bootstrap.files {
+        println!("\n# ---- {} ----", file.path);
+        print!("{}", file.contents);
+        if !file.contents.ends_with('\n') {
+            println!();
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,71 @@
+//! Settings every command shares: the user's home, the loaded config, the ledger, and the
+//! backend of each host.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{anyhow, Context as _, Result};
+use theseus_core::backend::DynBackend;
+use theseus_core::config::{self, ConfigSources, LoadedConfig};
+use theseus_core::ledger::{self, Ledger};
+
+use crate::args::{GlobalArgs, OutputFormat};
+use crate::backends;
+
+/// Resolved global settings.
+pub(crate) struct Context {
+    pub(crate) home: PathBuf,
+    pub(crate) output: OutputFormat,
+    pub(crate) quiet: bool,
+    state_dir: PathBuf,
+    sources: ConfigSources,
+}
+
+impl Context {
+    pub(crate) fn new(global: &GlobalArgs) -> Result<Context> {
+        let home = std::env::var_os("HOME")
+            .map(PathBuf::from)
+            .ok_or_else(|| anyhow!("HOME is not set; theseus needs it for ~/.theseus.yaml and its state dir"))?;
+        let state_dir = match &global.state_dir {
+            Some(d) => d.clone(),
+            None => ledger::default_state_dir(&home, std::env::var("XDG_STATE_HOME").ok().as_deref()),
+        };
+        let mut cli = Vec::new();
+        for set in &global.set {
+            let (k, v) = set
+                .split_once('=')
+                .ok_or_else(|| anyhow!("--set {set:?}: expected KEY=VALUE, e.g. --set hosts.local.processes=2"))?;
+            cli.push((k.to_owned(), v.to_owned()));
+        }
+        let sources = ConfigSources {
+            explicit_file: global.dispatch_config.clone(),
+            home: Some(home.clone()),
+            project_start: std::env::current_dir().ok(),
+            env: std::env::vars().collect(),
+            cli,
+        };
+        Ok(Context { home, output: global.output, quiet: global.quiet, state_dir, sources })
+    }
+
+    /// Loads and validates the layered config.
+    pub(crate) fn config(&self) -> Result<LoadedConfig> {
+        Ok(config::load::load(&self.sources)?)
+    }
+
+    /// Opens the job ledger.
+    pub(crate) fn ledger(&self) -> Result<Ledger> {
+        Ledger::open(&self.state_dir).with_context(|| format!("cannot open the job ledger in `{}`", self.state_dir.display()))
+    }
+
+    /// The backend of a configured host.
+    pub(crate) fn backend(&self, loaded: &LoadedConfig, host: &str) -> Result<Arc<DynBackend>> {
+        backends::for_host(&loaded.config, host, &self.home)
+    }
+
+    /// Prints a progress or info line on stderr unless `--quiet`.
+    pub(crate) fn info(&self, line: impl AsRef<str>) {
+        if !self.quiet {
+            eprintln!("{}", line.as_ref());
+        }
+    }
+}
