@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{largest_chip, list_chips, Layout, Outcome, Want};
+use super::{Layout, Outcome, Want, largest_chip, list_chips};
 use crate::availability::Availability;
 use crate::chips::{self, Chip};
 use crate::config::{LocalHost, PlainHost};
@@ -17,7 +17,11 @@ use crate::config::{LocalHost, PlainHost};
 pub(super) fn local(host: &LocalHost, want: &Want, avail: &Availability) -> Outcome {
     match *want {
         Want::Cpu { processes } => {
-            let processes = if processes > 1 { processes } else { host.processes.unwrap_or(1).max(1) };
+            let processes = if processes > 1 {
+                processes
+            } else {
+                host.processes.unwrap_or(1).max(1)
+            };
             Outcome::Fits {
                 layout: Layout::cpu(1, processes),
                 reason: format!("runs {processes} process{} here", plural_es(processes)),
@@ -33,12 +37,13 @@ pub(super) fn local(host: &LocalHost, want: &Want, avail: &Availability) -> Outc
 /// Rules for a `plain` host: one process, CPU-only or on `count` GPUs of one type.
 pub(super) fn plain(host: &PlainHost, want: &Want, avail: &Availability) -> Outcome {
     match *want {
-        Want::Cpu { processes: 1 } => {
-            Outcome::Fits { layout: Layout::cpu(1, 1), reason: "runs one process".into() }
-        }
-        Want::Cpu { processes } => {
-            Outcome::pass(format!("plain hosts run one process; asked for {processes}"))
-        }
+        Want::Cpu { processes: 1 } => Outcome::Fits {
+            layout: Layout::cpu(1, 1),
+            reason: "runs one process".into(),
+        },
+        Want::Cpu { processes } => Outcome::pass(format!(
+            "plain hosts run one process; asked for {processes}"
+        )),
         Want::Gpu { chip, count } => match gpus(&host.chips, chip, count, avail) {
             Ok(fit) => fit.into_outcome(count, 1),
             Err(outcome) => outcome,
@@ -65,7 +70,13 @@ impl MachineFit {
             notes: self.notes,
             ..Layout::default()
         };
-        Outcome::Fits { layout, reason: format!("needs {count} {}, {} free ({})", self.name, self.free, self.source) }
+        Outcome::Fits {
+            layout,
+            reason: format!(
+                "needs {count} {}, {} free ({})",
+                self.name, self.free, self.source
+            ),
+        }
     }
 }
 
@@ -80,12 +91,20 @@ fn gpus(
     let (name, configured) = match chip {
         Some(c) => match chips_map.get(c.name) {
             Some(&n) if n > 0 => (c.name.to_owned(), n),
-            _ => return Err(Outcome::pass(format!("no {} in chips ({})", c.name, list_chips(chips_map)))),
+            _ => {
+                return Err(Outcome::pass(format!(
+                    "no {} in chips ({})",
+                    c.name,
+                    list_chips(chips_map)
+                )));
+            }
         },
         None => match largest_chip(chips_map) {
             Some((name, n)) => {
                 if chips_map.values().filter(|&&v| v > 0).count() > 1 {
-                    notes.push(format!("any GPU: using {name}, the type with most GPUs ({n})"));
+                    notes.push(format!(
+                        "any GPU: using {name}, the type with most GPUs ({n})"
+                    ));
                 }
                 (name.to_owned(), n)
             }
@@ -93,19 +112,37 @@ fn gpus(
         },
     };
     if count > configured {
-        return Err(Outcome::Pass { reason: format!("needs {count} {name}, has {configured}"), free: Some(configured) });
+        return Err(Outcome::Pass {
+            reason: format!("needs {count} {name}, has {configured}"),
+            free: Some(configured),
+        });
     }
     let (free, source) = match avail {
         Availability::NotChecked => (configured, "not checked; configured".to_owned()),
         Availability::Free { chips, source } => ((*chips).min(configured), source.clone()),
-        Availability::Unknown { reason } => return Err(Outcome::pass(format!("availability unknown: {reason}"))),
-        Availability::Slurm(_) => return Err(Outcome::pass("availability unknown: unexpected slurm report")),
+        Availability::Unknown { reason } => {
+            return Err(Outcome::pass(format!("availability unknown: {reason}")));
+        }
+        Availability::Slurm(_) => {
+            return Err(Outcome::pass(
+                "availability unknown: unexpected slurm report",
+            ));
+        }
     };
     if free < count {
-        return Err(Outcome::Pass { reason: format!("needs {count} {name}, {free} free ({source})"), free: Some(free) });
+        return Err(Outcome::Pass {
+            reason: format!("needs {count} {name}, {free} free ({source})"),
+            free: Some(free),
+        });
     }
     let chip = chip.or_else(|| chips::lookup(&name));
-    Ok(MachineFit { chip, name, free, source, notes })
+    Ok(MachineFit {
+        chip,
+        name,
+        free,
+        source,
+        notes,
+    })
 }
 
 fn plural_es(n: u32) -> &'static str {

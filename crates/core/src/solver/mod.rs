@@ -60,7 +60,12 @@ pub enum ChipRequest {
 impl std::fmt::Display for Request {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self.chip {
-            ChipRequest::Cpu => write!(f, "cpu-only ({} process{})", self.count.max(1), if self.count.max(1) == 1 { "" } else { "es" }),
+            ChipRequest::Cpu => write!(
+                f,
+                "cpu-only ({} process{})",
+                self.count.max(1),
+                if self.count.max(1) == 1 { "" } else { "es" }
+            ),
             ChipRequest::AnyGpu => write!(f, "{} x any-gpu", self.count),
             ChipRequest::Chip(c) => write!(f, "{} x {}", self.count, c.name),
         }
@@ -167,10 +172,10 @@ pub fn solve(
     if config.hosts.is_empty() {
         return Err(fail("no hosts configured".into(), Vec::new()));
     }
-    if let Some(name) = &request.host {
-        if !config.hosts.contains_key(name.as_str()) {
-            return Err(fail(unknown_host(config, name), Vec::new()));
-        }
+    if let Some(name) = &request.host
+        && !config.hosts.contains_key(name.as_str())
+    {
+        return Err(fail(unknown_host(config, name), Vec::new()));
     }
 
     let mut considered: Vec<Consideration> = Vec::new();
@@ -182,7 +187,12 @@ pub fn solve(
 
     for (name, host) in config.ordered_hosts() {
         let mut record = |verdict: Verdict, reason: String| {
-            considered.push(Consideration { host: name.to_owned(), kind: host.kind(), verdict, reason });
+            considered.push(Consideration {
+                host: name.to_owned(),
+                kind: host.kind(),
+                verdict,
+                reason,
+            });
             considered.len() - 1
         };
         if let Some(reason) = filter_reason(request, name, host) {
@@ -204,7 +214,11 @@ pub fn solve(
                 record(Verdict::Chosen, reason);
                 chosen = Some((name.to_owned(), host, layout));
             }
-            Outcome::Queue { layout, free, reason } => {
+            Outcome::Queue {
+                layout,
+                free,
+                reason,
+            } => {
                 let idx = record(Verdict::Passed, reason);
                 note_closest(&mut closest, name, free);
                 candidates.push((idx, layout, free));
@@ -224,15 +238,30 @@ pub fn solve(
 
     // Fallback: the candidate with the most free GPUs; `max_by_key` keeps the last maximum, so
     // iterate in reverse to let the earlier host win ties.
-    let best = candidates.iter().rev().max_by_key(|(_, _, free)| *free).map(|(idx, _, _)| *idx);
+    let best = candidates
+        .iter()
+        .rev()
+        .max_by_key(|(_, _, free)| *free)
+        .map(|(idx, _, _)| *idx);
     if let Some(best_idx) = best {
-        let (_, mut layout, _) = candidates.iter().find(|(idx, _, _)| *idx == best_idx).cloned().expect("candidate exists");
+        let (_, mut layout, _) = candidates
+            .iter()
+            .find(|(idx, _, _)| *idx == best_idx)
+            .cloned()
+            .expect("candidate exists");
         for (idx, _, _) in &candidates {
-            considered[*idx].verdict = if *idx == best_idx { Verdict::Chosen } else { Verdict::Eligible };
+            considered[*idx].verdict = if *idx == best_idx {
+                Verdict::Chosen
+            } else {
+                Verdict::Eligible
+            };
         }
         let name = considered[best_idx].host.clone();
         let host = &config.hosts[name.as_str()];
-        layout.notes.insert(0, format!("no host has {request} free now; sending to {name} where Slurm will queue it"));
+        layout.notes.insert(
+            0,
+            format!("no host has {request} free now; sending to {name} where Slurm will queue it"),
+        );
         return Ok(plan(name, host, layout, true, considered));
     }
 
@@ -252,22 +281,37 @@ static NOT_CHECKED: Availability = Availability::NotChecked;
 /// The request, normalized: CPU processes, or a GPU chip (any if `None`) and count.
 #[derive(Debug, Clone, Copy)]
 enum Want {
-    Cpu { processes: u32 },
-    Gpu { chip: Option<&'static Chip>, count: u32 },
+    Cpu {
+        processes: u32,
+    },
+    Gpu {
+        chip: Option<&'static Chip>,
+        count: u32,
+    },
 }
 
 impl Want {
     fn of(request: &Request) -> Result<Want, String> {
         let gpu = |chip: Option<&'static Chip>| {
             if request.count == 0 {
-                Err(format!("a {} request needs at least one chip", chip.map_or("GPU", |c| c.name)))
+                Err(format!(
+                    "a {} request needs at least one chip",
+                    chip.map_or("GPU", |c| c.name)
+                ))
             } else {
-                Ok(Want::Gpu { chip, count: request.count })
+                Ok(Want::Gpu {
+                    chip,
+                    count: request.count,
+                })
             }
         };
         match request.chip {
-            ChipRequest::Cpu => Ok(Want::Cpu { processes: request.count.max(1) }),
-            ChipRequest::Chip(c) if c.kind == ChipKind::Cpu => Ok(Want::Cpu { processes: request.count.max(1) }),
+            ChipRequest::Cpu => Ok(Want::Cpu {
+                processes: request.count.max(1),
+            }),
+            ChipRequest::Chip(c) if c.kind == ChipKind::Cpu => Ok(Want::Cpu {
+                processes: request.count.max(1),
+            }),
             ChipRequest::AnyGpu => gpu(None),
             ChipRequest::Chip(c) => gpu(Some(c)),
         }
@@ -289,7 +333,11 @@ struct Layout {
 impl Layout {
     /// A CPU-only layout.
     fn cpu(nodes: u32, processes_per_node: u32) -> Layout {
-        Layout { nodes, processes_per_node, ..Layout::default() }
+        Layout {
+            nodes,
+            processes_per_node,
+            ..Layout::default()
+        }
     }
 
     fn total_chips(&self) -> u32 {
@@ -303,14 +351,21 @@ enum Outcome {
     /// It fits now.
     Fits { layout: Layout, reason: String },
     /// It could hold the request but not now (Slurm only): a fallback candidate ranked by `free`.
-    Queue { layout: Layout, free: u32, reason: String },
+    Queue {
+        layout: Layout,
+        free: u32,
+        reason: String,
+    },
     /// It cannot serve the request; `free` is how many chips of the kind it has free, if known.
     Pass { reason: String, free: Option<u32> },
 }
 
 impl Outcome {
     fn pass(reason: impl Into<String>) -> Outcome {
-        Outcome::Pass { reason: reason.into(), free: None }
+        Outcome::Pass {
+            reason: reason.into(),
+            free: None,
+        }
     }
 }
 
@@ -322,7 +377,8 @@ fn spread(count: u32, per_node: u32) -> (u32, u32, Option<String>) {
     }
     let nodes = count.div_ceil(per_node);
     let total = nodes * per_node;
-    let note = (total > count).then(|| format!("rounded up to {total} chips on {nodes} nodes ({per_node} per node)"));
+    let note = (total > count)
+        .then(|| format!("rounded up to {total} chips on {nodes} nodes ({per_node} per node)"));
     (nodes, per_node, note)
 }
 
@@ -342,21 +398,30 @@ fn list_chips(chips: &BTreeMap<String, u32>) -> String {
     if chips.is_empty() {
         return "none".into();
     }
-    chips.iter().map(|(k, v)| format!("{k}: {v}")).collect::<Vec<_>>().join(", ")
+    chips
+        .iter()
+        .map(|(k, v)| format!("{k}: {v}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn filter_reason(request: &Request, name: &str, host: &HostConfig) -> Option<String> {
     let cluster = host.cluster();
-    if let Some(wanted) = &request.host {
-        if wanted != name {
-            return Some(format!("not the requested host {wanted}"));
-        }
+    if let Some(wanted) = &request.host
+        && wanted != name
+    {
+        return Some(format!("not the requested host {wanted}"));
     }
     if request.forbidden_clusters.iter().any(|c| c == cluster) {
         return Some(format!("cluster {cluster} is forbidden"));
     }
-    if !request.preferred_clusters.is_empty() && !request.preferred_clusters.iter().any(|c| c == cluster) {
-        return Some(format!("cluster {cluster} not in preferred clusters ({})", request.preferred_clusters.join(", ")));
+    if !request.preferred_clusters.is_empty()
+        && !request.preferred_clusters.iter().any(|c| c == cluster)
+    {
+        return Some(format!(
+            "cluster {cluster} not in preferred clusters ({})",
+            request.preferred_clusters.join(", ")
+        ));
     }
     None
 }
@@ -372,7 +437,12 @@ fn unknown_host(config: &DispatchConfig, name: &str) -> String {
         Some((_, k)) => format!("unknown host {name} (did you mean {k}?)"),
         None => format!(
             "unknown host {name} (known hosts: {})",
-            config.hosts.keys().map(String::as_str).collect::<Vec<_>>().join(", ")
+            config
+                .hosts
+                .keys()
+                .map(String::as_str)
+                .collect::<Vec<_>>()
+                .join(", ")
         ),
     }
 }
@@ -383,7 +453,13 @@ fn note_closest(closest: &mut Option<(String, u32)>, host: &str, free: u32) {
     }
 }
 
-fn plan(name: String, host: &HostConfig, layout: Layout, queued: bool, considered: Vec<Consideration>) -> Plan {
+fn plan(
+    name: String,
+    host: &HostConfig,
+    layout: Layout,
+    queued: bool,
+    considered: Vec<Consideration>,
+) -> Plan {
     let total_chips = layout.total_chips();
     Plan {
         host: name,

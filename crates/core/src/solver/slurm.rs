@@ -4,16 +4,22 @@
 //! host's optional `chips` cap, else the host is passed over (the request is never shrunk).
 //! Partitions are tried in config order with `default: true` ones first. A request of at most
 //! one node's GPUs must find them free on a single node (free GPUs are never summed across
-//! nodes); a larger one spans `ceil(count / gpus_per_node)` whole nodes. A host that could hold
+//! nodes); a larger one spans `ceil(count / gpus_per_node)` whole nodes. Nodes that are down,
+//! drained or named in `exclude` do not count. A host that could hold
 //! the request but not now becomes a fallback candidate, ranked by its free GPUs.
 
-use super::{spread, Layout, Outcome, Want};
+use super::{Layout, Outcome, Want, spread};
 use crate::availability::{Availability, NodeAvailability, SlurmAvailability};
 use crate::chips::Chip;
 use crate::config::{DispatchConfig, SlurmHost};
 
 /// Applies the Slurm rules to one host.
-pub(super) fn solve(config: &DispatchConfig, host: &SlurmHost, want: &Want, avail: &Availability) -> Outcome {
+pub(super) fn solve(
+    config: &DispatchConfig,
+    host: &SlurmHost,
+    want: &Want,
+    avail: &Availability,
+) -> Outcome {
     match *want {
         Want::Cpu { processes } => cpu(host, processes),
         Want::Gpu { chip, count } => gpu(config, host, chip, count, avail),
@@ -21,11 +27,21 @@ pub(super) fn solve(config: &DispatchConfig, host: &SlurmHost, want: &Want, avai
 }
 
 fn cpu(host: &SlurmHost, processes: u32) -> Outcome {
-    let partition = host.cpu_partitions.first().map(String::as_str).or_else(|| host.partitions.first().map(|p| p.name()));
+    let partition = host
+        .cpu_partitions
+        .first()
+        .map(String::as_str)
+        .or_else(|| host.partitions.first().map(|p| p.name()));
     match partition {
         Some(p) => Outcome::Fits {
-            layout: Layout { partition: Some(p.to_owned()), ..Layout::cpu(processes, 1) },
-            reason: format!("partition {p}, {processes} node{} x 1 task", if processes == 1 { "" } else { "s" }),
+            layout: Layout {
+                partition: Some(p.to_owned()),
+                ..Layout::cpu(processes, 1)
+            },
+            reason: format!(
+                "partition {p}, {processes} node{} x 1 task",
+                if processes == 1 { "" } else { "s" }
+            ),
         },
         None => Outcome::pass("no cpu_partitions or partitions configured"),
     }
@@ -72,7 +88,13 @@ impl Ask<'_> {
     }
 }
 
-fn gpu(config: &DispatchConfig, host: &SlurmHost, chip: Option<&'static Chip>, count: u32, avail: &Availability) -> Outcome {
+fn gpu(
+    config: &DispatchConfig,
+    host: &SlurmHost,
+    chip: Option<&'static Chip>,
+    count: u32,
+    avail: &Availability,
+) -> Outcome {
     let label = chip.map_or("GPU", |c| c.name);
     let mut limit = None;
     if let Some(caps) = host.chips.as_ref().filter(|m| !m.is_empty()) {
@@ -95,7 +117,13 @@ fn gpu(config: &DispatchConfig, host: &SlurmHost, chip: Option<&'static Chip>, c
         },
         None => None,
     };
-    let ask = Ask { chip, label, count, gres, limit };
+    let ask = Ask {
+        chip,
+        label,
+        count,
+        gres,
+        limit,
+    };
     let mut ordered: Vec<_> = host.partitions.iter().filter(|p| p.is_default()).collect();
     ordered.extend(host.partitions.iter().filter(|p| !p.is_default()));
     let ordered: Vec<&str> = ordered.into_iter().map(|p| p.name()).collect();
@@ -107,7 +135,10 @@ fn gpu(config: &DispatchConfig, host: &SlurmHost, chip: Option<&'static Chip>, c
                 return Outcome::pass("no partitions configured and availability not checked");
             };
             let layout = trusted_layout(host, &ask, first);
-            Outcome::Fits { layout, reason: format!("availability not checked; partition {first} from config") }
+            Outcome::Fits {
+                layout,
+                reason: format!("availability not checked; partition {first} from config"),
+            }
         }
         Availability::Unknown { reason } => unknown(host, &ask, &ordered, reason),
         Availability::Free { .. } => unknown(host, &ask, &ordered, "unexpected free-chips report"),
@@ -121,7 +152,9 @@ fn trusted_layout(host: &SlurmHost, ask: &Ask<'_>, partition: &str) -> Layout {
         Some(per_node) => ask.layout(partition, per_node),
         None => {
             let mut layout = ask.layout(partition, ask.count);
-            layout.notes.push("gpus_per_node unknown; asking for one node".into());
+            layout
+                .notes
+                .push("gpus_per_node unknown; asking for one node".into());
             layout
         }
     }
@@ -132,8 +165,14 @@ fn unknown(host: &SlurmHost, ask: &Ask<'_>, ordered: &[&str], reason: &str) -> O
         return Outcome::pass(format!("availability unknown: {reason}"));
     };
     let mut layout = trusted_layout(host, ask, first);
-    layout.notes.push(format!("availability unknown ({reason}); partition {first} from config"));
-    Outcome::Queue { layout, free: 0, reason: format!("availability unknown: {reason}") }
+    layout.notes.push(format!(
+        "availability unknown ({reason}); partition {first} from config"
+    ));
+    Outcome::Queue {
+        layout,
+        free: 0,
+        reason: format!("availability unknown: {reason}"),
+    }
 }
 
 /// How one partition can take the request.
@@ -152,27 +191,57 @@ struct PartitionFit<'a> {
     free_sum: u32,
 }
 
-fn from_report(host: &SlurmHost, ask: &Ask<'_>, ordered: &[&str], report: &SlurmAvailability) -> Outcome {
+fn from_report(
+    host: &SlurmHost,
+    ask: &Ask<'_>,
+    ordered: &[&str],
+    report: &SlurmAvailability,
+) -> Outcome {
     let names: Vec<&str> = if ordered.is_empty() {
         report.partitions.iter().map(|p| p.name.as_str()).collect()
     } else {
-        ordered.iter().copied().filter(|n| report.partitions.iter().any(|p| p.name == *n)).collect()
+        ordered
+            .iter()
+            .copied()
+            .filter(|n| report.partitions.iter().any(|p| p.name == *n))
+            .collect()
     };
     if names.is_empty() {
-        return Outcome::pass(format!("partitions {} not reported by sinfo", ordered.join(", ")));
+        return Outcome::pass(format!(
+            "partitions {} not reported by sinfo",
+            ordered.join(", ")
+        ));
     }
-    let fits: Vec<PartitionFit<'_>> = names.iter().filter_map(|name| partition_fit(host, ask, report, name)).collect();
-    let kind = ask.gres.as_deref().map_or_else(|| "GPU".to_owned(), |g| format!("gres {g}"));
+    let fits: Vec<PartitionFit<'_>> = names
+        .iter()
+        .filter_map(|name| partition_fit(host, ask, report, name))
+        .collect();
+    let kind = ask
+        .gres
+        .as_deref()
+        .map_or_else(|| "GPU".to_owned(), |g| format!("gres {g}"));
     if fits.is_empty() {
-        return Outcome::pass(format!("no usable {kind} nodes in partitions {}", names.join(", ")));
+        return Outcome::pass(format!(
+            "no usable {kind} nodes in partitions {}",
+            names.join(", ")
+        ));
     }
     if let Some(fit) = fits.iter().find(|f| f.ready >= f.nodes as usize) {
         let reason = if fit.nodes == 1 {
-            format!("partition {}: a node has {} {} free", fit.name, fit.max_free, ask.label)
+            format!(
+                "partition {}: a node has {} {} free",
+                fit.name, fit.max_free, ask.label
+            )
         } else {
-            format!("partition {}: {} nodes have {} {} free", fit.name, fit.ready, fit.chips_per_node, ask.label)
+            format!(
+                "partition {}: {} nodes have {} {} free",
+                fit.name, fit.ready, fit.chips_per_node, ask.label
+            )
         };
-        return Outcome::Fits { layout: ask.layout(fit.name, fit.per_node), reason };
+        return Outcome::Fits {
+            layout: ask.layout(fit.name, fit.per_node),
+            reason,
+        };
     }
     let free_sum = fits.iter().map(|f| f.free_sum).max().unwrap_or(0);
     let possible = fits.iter().filter(|f| f.holders >= f.nodes as usize);
@@ -194,7 +263,11 @@ fn from_report(host: &SlurmHost, ask: &Ask<'_>, ordered: &[&str], report: &Slurm
                     fit.nodes, fit.chips_per_node, ask.label, fit.ready, fit.name
                 )
             };
-            Outcome::Queue { layout: ask.layout(fit.name, fit.per_node), free: fit.free_sum, reason }
+            Outcome::Queue {
+                layout: ask.layout(fit.name, fit.per_node),
+                free: fit.free_sum,
+                reason,
+            }
         }
         None => {
             let fit = &fits[0];
@@ -207,25 +280,40 @@ fn from_report(host: &SlurmHost, ask: &Ask<'_>, ordered: &[&str], report: &Slurm
                 fit.name,
                 fit.holders
             );
-            Outcome::Pass { reason, free: Some(free_sum) }
+            Outcome::Pass {
+                reason,
+                free: Some(free_sum),
+            }
         }
     }
 }
 
-fn partition_fit<'a>(host: &SlurmHost, ask: &Ask<'_>, report: &SlurmAvailability, name: &'a str) -> Option<PartitionFit<'a>> {
+fn partition_fit<'a>(
+    host: &SlurmHost,
+    ask: &Ask<'_>,
+    report: &SlurmAvailability,
+    name: &'a str,
+) -> Option<PartitionFit<'a>> {
     let partition = report.partitions.iter().find(|p| p.name == name)?;
     let eligible: Vec<&NodeAvailability> = partition
         .nodes
         .iter()
-        .filter(|n| n.usable && n.total > 0)
-        .filter(|n| ask.gres.as_deref().is_none_or(|g| n.gpu_type.as_deref() == Some(g)))
+        // Nodes named in `exclude` (`#SBATCH --exclude`) can never run the job.
+        .filter(|n| n.usable && n.total > 0 && !host.exclude.contains(&n.name))
+        .filter(|n| {
+            ask.gres
+                .as_deref()
+                .is_none_or(|g| n.gpu_type.as_deref() == Some(g))
+        })
         .collect();
     if eligible.is_empty() {
         return None;
     }
     let capacity = |n: &NodeAvailability| host.gpus_per_node.unwrap_or(n.total);
     let free = |n: &NodeAvailability| n.free.min(capacity(n));
-    let per_node = host.gpus_per_node.unwrap_or_else(|| eligible.iter().map(|n| n.total).max().unwrap_or(0));
+    let per_node = host
+        .gpus_per_node
+        .unwrap_or_else(|| eligible.iter().map(|n| n.total).max().unwrap_or(0));
     if per_node == 0 {
         return None;
     }
@@ -235,8 +323,14 @@ fn partition_fit<'a>(host: &SlurmHost, ask: &Ask<'_>, report: &SlurmAvailability
         per_node,
         nodes,
         chips_per_node,
-        ready: eligible.iter().filter(|n| free(n) >= chips_per_node).count(),
-        holders: eligible.iter().filter(|n| capacity(n) >= chips_per_node).count(),
+        ready: eligible
+            .iter()
+            .filter(|n| free(n) >= chips_per_node)
+            .count(),
+        holders: eligible
+            .iter()
+            .filter(|n| capacity(n) >= chips_per_node)
+            .count(),
         max_free: eligible.iter().map(|n| free(n)).max().unwrap_or(0),
         free_sum: eligible.iter().map(|n| free(n)).sum(),
     })

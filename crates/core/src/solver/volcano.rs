@@ -5,7 +5,7 @@
 //! `gpus_per_node`. The job spans `ceil(count / chips_per_node)` pods; the queue must have the
 //! rounded-up total free, and an unknown queue lets the scheduler decide.
 
-use super::{largest_chip, list_chips, spread, Layout, Outcome, Want};
+use super::{Layout, Outcome, Want, largest_chip, list_chips, spread};
 use crate::availability::Availability;
 use crate::chips;
 use crate::config::VolcanoHost;
@@ -16,7 +16,10 @@ pub(super) fn solve(host: &VolcanoHost, want: &Want, avail: &Availability) -> Ou
         Want::Cpu { processes } => {
             return Outcome::Fits {
                 layout: Layout::cpu(processes, 1),
-                reason: format!("{processes} pod{} of one process", if processes == 1 { "" } else { "s" }),
+                reason: format!(
+                    "{processes} pod{} of one process",
+                    if processes == 1 { "" } else { "s" }
+                ),
             };
         }
         Want::Gpu { chip, count } => (chip, count),
@@ -25,7 +28,13 @@ pub(super) fn solve(host: &VolcanoHost, want: &Want, avail: &Availability) -> Ou
     let (chip, label, from_chips) = match chip {
         Some(c) => match host.chips.get(c.name) {
             Some(&n) => (Some(c), c.name.to_owned(), n),
-            None => return Outcome::pass(format!("no {} in chips ({})", c.name, list_chips(&host.chips))),
+            None => {
+                return Outcome::pass(format!(
+                    "no {} in chips ({})",
+                    c.name,
+                    list_chips(&host.chips)
+                ));
+            }
         },
         None => match largest_chip(&host.chips) {
             Some((name, n)) => {
@@ -37,9 +46,15 @@ pub(super) fn solve(host: &VolcanoHost, want: &Want, avail: &Availability) -> Ou
             None => (None, "GPU".to_owned(), 0),
         },
     };
-    let per_node = if from_chips > 0 { from_chips } else { host.gpus_per_node };
+    let per_node = if from_chips > 0 {
+        from_chips
+    } else {
+        host.gpus_per_node
+    };
     if per_node == 0 {
-        return Outcome::pass(format!("no GPUs per node for {label} (chips and gpus_per_node are empty)"));
+        return Outcome::pass(format!(
+            "no GPUs per node for {label} (chips and gpus_per_node are empty)"
+        ));
     }
     let (nodes, chips_per_node, rounding) = spread(count, per_node);
     if nodes == 1 && count < per_node {
@@ -59,7 +74,9 @@ pub(super) fn solve(host: &VolcanoHost, want: &Want, avail: &Availability) -> Ou
             format!("{chips} free ({source})")
         }
         Availability::Unknown { reason } => {
-            notes.push(format!("queue availability unknown ({reason}); the scheduler will queue the job if needed"));
+            notes.push(format!(
+                "queue availability unknown ({reason}); the scheduler will queue the job if needed"
+            ));
             "queue availability unknown".to_owned()
         }
         Availability::Slurm(_) => {
@@ -67,7 +84,14 @@ pub(super) fn solve(host: &VolcanoHost, want: &Want, avail: &Availability) -> Ou
             "queue availability unknown".to_owned()
         }
     };
-    let layout = Layout { chip, nodes, chips_per_node, processes_per_node: 1, notes, ..Layout::default() };
+    let layout = Layout {
+        chip,
+        nodes,
+        chips_per_node,
+        processes_per_node: 1,
+        notes,
+        ..Layout::default()
+    };
     let pods = if nodes == 1 { "pod" } else { "pods" };
     Outcome::Fits {
         layout,
