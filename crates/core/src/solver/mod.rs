@@ -240,22 +240,19 @@ pub fn solve(
     // iterate in reverse to let the earlier host win ties.
     let best = candidates
         .iter()
+        .enumerate()
         .rev()
-        .max_by_key(|(_, _, free)| *free)
-        .map(|(idx, _, _)| *idx);
-    if let Some(best_idx) = best {
-        let (_, mut layout, _) = candidates
-            .iter()
-            .find(|(idx, _, _)| *idx == best_idx)
-            .cloned()
-            .expect("candidate exists");
-        for (idx, _, _) in &candidates {
-            considered[*idx].verdict = if *idx == best_idx {
+        .max_by_key(|(_, (_, _, free))| *free)
+        .map(|(pos, _)| pos);
+    if let Some(pos) = best {
+        for (i, (idx, _, _)) in candidates.iter().enumerate() {
+            considered[*idx].verdict = if i == pos {
                 Verdict::Chosen
             } else {
                 Verdict::Eligible
             };
         }
+        let (best_idx, mut layout, _) = candidates.swap_remove(pos);
         let name = considered[best_idx].host.clone();
         let host = &config.hosts[name.as_str()];
         layout.notes.insert(

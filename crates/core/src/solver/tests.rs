@@ -707,6 +707,25 @@ fn slurm_caps_and_unchecked_availability() {
         - hpc Passed: chips allows no a100-sxm4-80gb
     ",
     );
+    // Any GPU is capped by the largest entry.
+    check(
+        capped,
+        req("5 any"),
+        vec![("hpc", span_report())],
+        "
+        error: cannot satisfy 5 x any-gpu: no host can serve 5 x any-gpu
+        - hpc Passed: needs 5 GPU; chips allows at most 4
+    ",
+    );
+    check(
+        capped,
+        req("4 any"),
+        vec![("hpc", span_report())],
+        "
+        plan: hpc (slurm): 1 node x 4 gpu = 4 chips, 1 process per node, partition gpu, gres gpu:4
+        - hpc Chosen: partition gpu: a node has 8 GPU free
+    ",
+    );
     let rounded = "gres_mapping: {h100: h100}\nhosts: {hpc: {type: slurm, ssh: h, cluster: c, partitions: [gpu], chips: {h100: 12}, gpus_per_node: 8}}";
     check(
         rounded,
