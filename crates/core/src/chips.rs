@@ -50,7 +50,7 @@ pub static CATALOG: &[Chip] = &[
     chip!("gb10", "Nvidia GB10", 64 * GIB, Gpu, ["nvidia-gb10"]),
     chip!("b200", "Nvidia B200", 192 * GIB, Gpu, ["nvidia-b200", "b200-192gb"]),
     // The original stores int(143.8 * 2^30).
-    chip!("h200", "Nvidia H200", 154_404_188_979, Gpu, ["nvidia-h200", "h200-141gb", "h200-sxm"]),
+    chip!("h200", "Nvidia H200", 154_404_074_291, Gpu, ["nvidia-h200", "h200-141gb", "h200-sxm"]),
     chip!("h100", "Nvidia H100", 80 * GIB, Gpu, ["nvidia-h100", "h100-80gb", "h100-sxm", "h100-sxm5", "h100-pcie"]),
     chip!("a100-sxm4-80gb", "Nvidia A100 SXM4 80GB", 80 * GIB, Gpu, ["a100-80gb", "a100-sxm4", "a100_80gb", "nvidia-a100-sxm4-80gb"]),
     chip!("a100-pcie-40gb", "Nvidia A100 PCIe 40GB", 40 * GIB, Gpu, ["a100-40gb", "a100-pcie", "a100_40gb", "nvidia-a100-pcie-40gb"]),

@@ -4,16 +4,32 @@
 //! config order, first fit, per-type eligibility, Volcano `nodes = ceil(n / chips_per_node)`,
 //! Slurm partitions and `gres_mapping`, fallback to the Slurm host with the most free GPUs) and
 //! records, for every host it looked at, why it was taken or passed over.
+//!
+//! It fixes the original's faults: Slurm never sums free GPUs across nodes for a one-node job and
+//! can span several nodes; the fallback never shrinks a request to a host's chip cap; Volcano sizes
+//! pods with one per-node number (the renderers use [`Plan::chips_per_node`]) and compares queue
+//! availability with the rounded-up total; plain hosts count only GPUs of the requested type.
+//!
+//! The rules per host type live in `machine` (local and plain), `volcano` and `slurm`;
+//! [`render`] turns the result into text. CPU-only requests do not consult availability.
 
-pub mod render;
 
 use std::collections::BTreeMap;
 
 use serde::Serialize;
 
 use crate::availability::Availability;
-use crate::chips::Chip;
-use crate::config::{DispatchConfig, HostKind};
+use crate::chips::{Chip, ChipKind};
+use crate::config::{DispatchConfig, HostConfig, HostKind};
+
+mod machine;
+pub mod render;
+mod slurm;
+#[cfg(test)]
+mod tests;
+mod volcano;
+
+pub use render::{describe_plan, render_table};
 
 /// What the user asked for.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -45,7 +61,12 @@ pub enum ChipRequest {
 impl std::fmt::Display for Request {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self.chip {
-            ChipRequest::Cpu => write!(f, "cpu-only ({} process{})", self.count.max(1), if self.count.max(1) == 1 { "" } else { "es" }),
+            ChipRequest::Cpu => write!(
+                f,
+                "cpu-only ({} process{})",
+                self.count.max(1),
+                if self.count.max(1) == 1 { "" } else { "es" }
+            ),
             ChipRequest::AnyGpu => write!(f, "{} x any-gpu", self.count),
             ChipRequest::Chip(c) => write!(f, "{} x {}", self.count, c.name),
         }
@@ -131,15 +152,326 @@ pub struct SolveError {
 
 /// Picks a host for `request`. `availability` maps host names to what their backends measured;
 /// a host missing from the map counts as [`Availability::NotChecked`].
+///
+/// Hosts are tried in [`DispatchConfig::ordered_hosts`] order after the host and cluster filters;
+/// the first host that fits now wins. When none fits now, the Slurm host that could hold the
+/// request with the most free GPUs is chosen and the plan is marked [`Plan::queued`].
 pub fn solve(
     config: &DispatchConfig,
     request: &Request,
     availability: &BTreeMap<String, Availability>,
 ) -> Result<Plan, SolveError> {
-    let _ = (config, availability);
-    Err(SolveError {
+    let fail = |summary: String, considered: Vec<Consideration>| SolveError {
         request: request.to_string(),
-        summary: "solver not written yet".into(),
-        considered: Vec::new(),
-    })
+        summary,
+        considered,
+    };
+    let want = match Want::of(request) {
+        Ok(want) => want,
+        Err(summary) => return Err(fail(summary, Vec::new())),
+    };
+    if config.hosts.is_empty() {
+        return Err(fail("no hosts configured".into(), Vec::new()));
+    }
+    if let Some(name) = &request.host
+        && !config.hosts.contains_key(name.as_str())
+    {
+        return Err(fail(unknown_host(config, name), Vec::new()));
+    }
+
+    let mut considered: Vec<Consideration> = Vec::new();
+    // Slurm hosts that could hold the request but not now: (index in `considered`, layout, free).
+    let mut candidates: Vec<(usize, Layout, u32)> = Vec::new();
+    // The host that came closest, for the error summary: (host, free chips).
+    let mut closest: Option<(String, u32)> = None;
+    let mut chosen: Option<(String, &HostConfig, Layout)> = None;
+
+    for (name, host) in config.ordered_hosts() {
+        let mut record = |verdict: Verdict, reason: String| {
+            considered.push(Consideration {
+                host: name.to_owned(),
+                kind: host.kind(),
+                verdict,
+                reason,
+            });
+            considered.len() - 1
+        };
+        if let Some(reason) = filter_reason(request, name, host) {
+            record(Verdict::Filtered, reason);
+            continue;
+        }
+        if chosen.is_some() {
+            continue;
+        }
+        let avail = availability.get(name).unwrap_or(&NOT_CHECKED);
+        let outcome = match host {
+            HostConfig::Local(h) => machine::local(h, &want, avail),
+            HostConfig::Plain(h) => machine::plain(h, &want, avail),
+            HostConfig::Volcano(h) => volcano::solve(h, &want, avail),
+            HostConfig::Slurm(h) => slurm::solve(config, h, &want, avail),
+        };
+        match outcome {
+            Outcome::Fits { layout, reason } => {
+                record(Verdict::Chosen, reason);
+                chosen = Some((name.to_owned(), host, layout));
+            }
+            Outcome::Queue {
+                layout,
+                free,
+                reason,
+            } => {
+                let idx = record(Verdict::Passed, reason);
+                note_closest(&mut closest, name, free);
+                candidates.push((idx, layout, free));
+            }
+            Outcome::Pass { reason, free } => {
+                record(Verdict::Passed, reason);
+                if let Some(free) = free {
+                    note_closest(&mut closest, name, free);
+                }
+            }
+        }
+    }
+
+    if let Some((name, host, layout)) = chosen {
+        return Ok(plan(name, host, layout, false, considered));
+    }
+
+    // Fallback: the candidate with the most free GPUs; `max_by_key` keeps the last maximum, so
+    // iterate in reverse to let the earlier host win ties.
+    let best = candidates
+        .iter()
+        .enumerate()
+        .rev()
+        .max_by_key(|(_, (_, _, free))| *free)
+        .map(|(pos, _)| pos);
+    if let Some(pos) = best {
+        for (i, (idx, _, _)) in candidates.iter().enumerate() {
+            considered[*idx].verdict = if i == pos {
+                Verdict::Chosen
+            } else {
+                Verdict::Eligible
+            };
+        }
+        let (best_idx, mut layout, _) = candidates.swap_remove(pos);
+        let name = considered[best_idx].host.clone();
+        let host = &config.hosts[name.as_str()];
+        layout.notes.insert(
+            0,
+            format!("no host has {request} free now; sending to {name} where Slurm will queue it"),
+        );
+        return Ok(plan(name, host, layout, true, considered));
+    }
+
+    let looked_at = considered.iter().any(|c| c.verdict != Verdict::Filtered);
+    let summary = if !looked_at {
+        "every host was filtered out".to_owned()
+    } else if let Some((host, free)) = closest {
+        format!("no host has {request}; largest fit: {host} with {free} free")
+    } else {
+        format!("no host can serve {request}")
+    };
+    Err(fail(summary, considered))
+}
+
+static NOT_CHECKED: Availability = Availability::NotChecked;
+
+/// The request, normalized: CPU processes, or a GPU chip (any if `None`) and count.
+#[derive(Debug, Clone, Copy)]
+enum Want {
+    Cpu {
+        processes: u32,
+    },
+    Gpu {
+        chip: Option<&'static Chip>,
+        count: u32,
+    },
+}
+
+impl Want {
+    fn of(request: &Request) -> Result<Want, String> {
+        let gpu = |chip: Option<&'static Chip>| {
+            if request.count == 0 {
+                Err(format!(
+                    "a {} request needs at least one chip",
+                    chip.map_or("GPU", |c| c.name)
+                ))
+            } else {
+                Ok(Want::Gpu {
+                    chip,
+                    count: request.count,
+                })
+            }
+        };
+        match request.chip {
+            ChipRequest::Cpu => Ok(Want::Cpu {
+                processes: request.count.max(1),
+            }),
+            ChipRequest::Chip(c) if c.kind == ChipKind::Cpu => Ok(Want::Cpu {
+                processes: request.count.max(1),
+            }),
+            ChipRequest::AnyGpu => gpu(None),
+            ChipRequest::Chip(c) => gpu(Some(c)),
+        }
+    }
+}
+
+/// How one host would run the request.
+#[derive(Debug, Clone, Default)]
+struct Layout {
+    chip: Option<&'static Chip>,
+    nodes: u32,
+    chips_per_node: u32,
+    processes_per_node: u32,
+    partition: Option<String>,
+    gres_type: Option<String>,
+    notes: Vec<String>,
+}
+
+impl Layout {
+    /// A CPU-only layout.
+    fn cpu(nodes: u32, processes_per_node: u32) -> Layout {
+        Layout {
+            nodes,
+            processes_per_node,
+            ..Layout::default()
+        }
+    }
+
+    fn total_chips(&self) -> u32 {
+        self.nodes * self.chips_per_node
+    }
+}
+
+/// What one host can do with the request.
+#[derive(Debug)]
+enum Outcome {
+    /// It fits now.
+    Fits { layout: Layout, reason: String },
+    /// It could hold the request but not now (Slurm only): a fallback candidate ranked by `free`.
+    Queue {
+        layout: Layout,
+        free: u32,
+        reason: String,
+    },
+    /// It cannot serve the request; `free` is how many chips of the kind it has free, if known.
+    Pass { reason: String, free: Option<u32> },
+}
+
+impl Outcome {
+    fn pass(reason: impl Into<String>) -> Outcome {
+        Outcome::Pass {
+            reason: reason.into(),
+            free: None,
+        }
+    }
+}
+
+/// Nodes and chips per node for `count` chips on nodes of `per_node` chips (`per_node > 0`),
+/// with a note when the total is rounded up to whole nodes.
+fn spread(count: u32, per_node: u32) -> (u32, u32, Option<String>) {
+    if count <= per_node {
+        return (1, count, None);
+    }
+    let nodes = count.div_ceil(per_node);
+    let total = nodes * per_node;
+    let note = (total > count)
+        .then(|| format!("rounded up to {total} chips on {nodes} nodes ({per_node} per node)"));
+    (nodes, per_node, note)
+}
+
+/// The chip with the most GPUs in a chips map (earlier key wins ties), if any count is positive.
+fn largest_chip(chips: &BTreeMap<String, u32>) -> Option<(&str, u32)> {
+    let mut best: Option<(&str, u32)> = None;
+    for (name, &n) in chips {
+        if n > 0 && best.is_none_or(|(_, b)| n > b) {
+            best = Some((name.as_str(), n));
+        }
+    }
+    best
+}
+
+/// `chips` as `h100: 8, l40: 2` for reasons, or `none`.
+fn list_chips(chips: &BTreeMap<String, u32>) -> String {
+    if chips.is_empty() {
+        return "none".into();
+    }
+    chips
+        .iter()
+        .map(|(k, v)| format!("{k}: {v}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn filter_reason(request: &Request, name: &str, host: &HostConfig) -> Option<String> {
+    let cluster = host.cluster();
+    if let Some(wanted) = &request.host
+        && wanted != name
+    {
+        return Some(format!("not the requested host {wanted}"));
+    }
+    if request.forbidden_clusters.iter().any(|c| c == cluster) {
+        return Some(format!("cluster {cluster} is forbidden"));
+    }
+    if !request.preferred_clusters.is_empty()
+        && !request.preferred_clusters.iter().any(|c| c == cluster)
+    {
+        return Some(format!(
+            "cluster {cluster} not in preferred clusters ({})",
+            request.preferred_clusters.join(", ")
+        ));
+    }
+    None
+}
+
+fn unknown_host(config: &DispatchConfig, name: &str) -> String {
+    let best = config
+        .hosts
+        .keys()
+        .map(|k| (strsim::jaro_winkler(name, k), k))
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .filter(|(score, _)| *score >= 0.8);
+    match best {
+        Some((_, k)) => format!("unknown host {name} (did you mean {k}?)"),
+        None => format!(
+            "unknown host {name} (known hosts: {})",
+            config
+                .hosts
+                .keys()
+                .map(String::as_str)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
+}
+
+fn note_closest(closest: &mut Option<(String, u32)>, host: &str, free: u32) {
+    if free > 0 && closest.as_ref().is_none_or(|(_, best)| free > *best) {
+        *closest = Some((host.to_owned(), free));
+    }
+}
+
+fn plan(
+    name: String,
+    host: &HostConfig,
+    layout: Layout,
+    queued: bool,
+    considered: Vec<Consideration>,
+) -> Plan {
+    let total_chips = layout.total_chips();
+    Plan {
+        host: name,
+        kind: host.kind(),
+        cluster: host.cluster().to_owned(),
+        chip: layout.chip,
+        nodes: layout.nodes,
+        chips_per_node: layout.chips_per_node,
+        processes_per_node: layout.processes_per_node,
+        total_chips,
+        partition: layout.partition,
+        gres_type: layout.gres_type,
+        queued,
+        notes: layout.notes,
+        considered,
+    }
 }
