@@ -1,3 +1,60 @@
-//! Developer tasks: `cargo xtask <task>`.
+//! Developer tasks, run as `cargo xtask <task>` (alias in `.cargo/config.toml`).
+//!
+//! - `test`: the whole test suite, as CI runs it. Prepares what the tests need (a Python venv
+//!   with JAX from PyPI), then runs `cargo test --workspace` with every optional test required.
+//! - `tidy`: repository checks (every `.rs` file opens with a `//!` doc).
+//! - `setup-python`: only the venv step of `test`; prints the interpreter path.
 
-fn main() {}
+mod python;
+mod tidy;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{bail, Context, Result};
+
+fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let root = project_root();
+    match args.first().map(String::as_str) {
+        Some("test") => test(&root, &args[1..]),
+        Some("tidy") => tidy::check(&root),
+        Some("setup-python") => {
+            println!("{}", python::ensure_venv(&root)?.display());
+            Ok(())
+        }
+        _ => {
+            eprintln!("usage: cargo xtask <test [cargo test args...]|tidy|setup-python>");
+            std::process::exit(2);
+        }
+    }
+}
+
+/// The workspace root (the parent of this crate).
+fn project_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask lives in the workspace").to_owned()
+}
+
+/// The target dir cargo uses for this workspace.
+fn target_dir(root: &Path) -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root.join("target"))
+}
+
+fn test(root: &Path, extra: &[String]) -> Result<()> {
+    tidy::check(root)?;
+    let python = python::ensure_venv(root)?;
+    eprintln!("xtask: running the workspace tests with THESEUSTEST_PYTHON={}", python.display());
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let status = Command::new(cargo)
+        .current_dir(root)
+        .args(["test", "--workspace", "--all-targets"])
+        .args(extra)
+        .env("THESEUSTEST_PYTHON", &python)
+        .env("THESEUSTEST_REQUIRE_ALL", "1")
+        .status()
+        .context("cannot run cargo test")?;
+    if !status.success() {
+        bail!("tests failed ({status})");
+    }
+    Ok(())
+}

@@ -1,0 +1,180 @@
+//! The bundled example, the job commands, config errors and dry runs through the binary.
+
+use std::time::{Duration, Instant};
+
+use crate::{text, TestContext};
+
+#[test]
+fn help_lists_every_command() {
+    let ctx = TestContext::new();
+    let out = ctx.run(&["--help"]);
+    assert!(out.status.success());
+    let help = text(&out.stdout);
+    for cmd in ["submit", "plan", "status", "logs", "cancel", "list", "config", "chips"] {
+        assert!(help.lines().any(|l| l.trim_start().starts_with(cmd)), "`{cmd}` missing from:\n{help}");
+    }
+}
+
+#[test]
+fn the_bundled_example_runs_to_completion_without_any_config() {
+    let ctx = TestContext::new();
+    let out = ctx.run(&["submit", "hello", "examples/hello/experiment.yaml", "--follow"]);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(stdout.contains("hello from theseus (run "), "{stdout}");
+    assert!(stdout.contains("process 0 of 1, color=blue"), "{stdout}");
+    assert!(stdout.contains("step 2: loss="), "{stdout}");
+    assert!(stderr.contains("chose local"), "the choice is explained: {stderr}");
+    assert!(stderr.contains("completed (exit code 0)"), "{stderr}");
+
+    let list = text(&ctx.run(&["list"]).stdout);
+    assert!(list.lines().any(|l| l.contains("hello") && l.contains("completed")), "{list}");
+    let status = ctx.run(&["status", "hello", "--output", "json"]);
+    let v: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert_eq!(v["status"]["state"], "completed");
+    assert_eq!(v["status"]["exit_code"], 0);
+    let logs = text(&ctx.run(&["logs", "hello"]).stdout);
+    assert!(logs.contains("done"), "{logs}");
+}
+
+#[test]
+fn overrides_reach_the_job_config() {
+    let ctx = TestContext::new();
+    let out = ctx.run(&["submit", "hello", "examples/hello/experiment.yaml", "steps=5", "--follow"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("step 4: loss="));
+    let bad = ctx.run(&["submit", "hello", "examples/hello/experiment.yaml", "steps"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(text(&bad.stderr).contains("steps"), "{}", text(&bad.stderr));
+}
+
+#[test]
+fn a_failing_job_reports_its_exit_code() {
+    let ctx = TestContext::new();
+    let code = tempfile::tempdir().unwrap();
+    std::fs::write(code.path().join("fail.py"), "import sys\nprint('about to fail')\nsys.exit(3)\n").unwrap();
+    std::fs::write(code.path().join("exp.yaml"), "entrypoint: python fail.py\nrequest: {chip: cpu}\n").unwrap();
+    let exp = code.path().join("exp.yaml");
+    let out = ctx
+        .cmd()
+        .args(["submit", "failing", exp.to_str().unwrap(), "--code", code.path().to_str().unwrap(), "--follow"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("about to fail"));
+    assert!(text(&out.stderr).contains("failed (exit code 3)"), "{}", text(&out.stderr));
+}
+
+#[test]
+fn cancel_stops_a_running_job() {
+    let ctx = TestContext::new();
+    let code = tempfile::tempdir().unwrap();
+    std::fs::write(code.path().join("wait.py"), "import time\nprint('waiting', flush=True)\ntime.sleep(600)\n").unwrap();
+    std::fs::write(code.path().join("exp.yaml"), "entrypoint: python wait.py\nrequest: {chip: cpu, count: 2}\n").unwrap();
+    let exp = code.path().join("exp.yaml");
+    let out = ctx
+        .cmd()
+        .args(["submit", "sleepy", exp.to_str().unwrap(), "--code", code.path().to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let run_id = text(&out.stdout).trim().to_owned();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let logs = text(&ctx.run(&["logs", &run_id]).stdout);
+        if logs.matches("waiting").count() == 2 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "both ranks never started: {logs}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let cancel = ctx.run(&["cancel", "sleepy"]);
+    assert!(cancel.status.success(), "{}", text(&cancel.stderr));
+    assert!(text(&cancel.stdout).contains("cancelled"), "{}", text(&cancel.stdout));
+    assert_eq!(processes_of(&run_id), 0, "no process of the job is left");
+    let status = text(&ctx.run(&["status", &run_id]).stdout);
+    assert!(status.contains("cancelled"), "{status}");
+}
+
+/// Processes whose environment carries the run's marker.
+fn processes_of(run_id: &str) -> usize {
+    let needle = format!("THESEUS_LOCAL_RUN={run_id}");
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_str().is_some_and(|n| n.chars().all(|c| c.is_ascii_digit())))
+        .filter(|e| {
+            std::fs::read(e.path().join("environ"))
+                .map(|env| env.split(|b| *b == 0).any(|v| v == needle.as_bytes()))
+                .unwrap_or(false)
+        })
+        .count()
+}
+
+#[test]
+fn dry_run_touches_nothing_and_redacts_secrets() {
+    let ctx = TestContext::new();
+    let out = ctx
+        .cmd()
+        .env("MY_TOKEN", "tok-123-secret")
+        .args(["submit", "hello", "examples/hello/experiment.yaml", "--dry-run", "--secret-env", "MY_TOKEN", "--env", "PLAIN=visible"])
+        .output()
+        .unwrap();
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(stdout.contains("would ship"), "{stdout}");
+    assert!(stdout.contains("set -euo pipefail"), "the bootstrap is printed: {stdout}");
+    assert!(stdout.contains("PLAIN=visible"));
+    assert!(stdout.contains("MY_TOKEN=<redacted>"));
+    assert!(!stdout.contains("tok-123-secret") && !text(&out.stderr).contains("tok-123-secret"));
+    assert!(!ctx.home().join("state").exists(), "no ledger was created");
+    assert!(!ctx.home().join(".local/share/theseus").exists(), "nothing was shipped");
+}
+
+#[test]
+fn config_show_and_check_work_without_a_file() {
+    let ctx = TestContext::new();
+    let check = ctx.run(&["config", "check"]);
+    assert!(check.status.success(), "{}", text(&check.stderr));
+    let show = ctx.run(&["config", "show", "--output", "json"]);
+    assert!(show.status.success(), "{}", text(&show.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&show.stdout).unwrap();
+    assert_eq!(v["config"]["hosts"]["local"]["type"], "local");
+    let sources = v["sources"].as_array().unwrap();
+    assert!(sources.iter().any(|s| s["source"] == "built-in defaults"), "{sources:?}");
+}
+
+#[test]
+fn config_errors_name_the_file_and_key() {
+    let ctx = TestContext::new();
+    std::fs::write(
+        ctx.home().join(".theseus.yaml"),
+        "clusters:\n  c: {root: /r, work: /w}\nhosts:\n  gpu-box:\n    ssh: box\n    cluster: c\n    chips: {h10: 8}\n",
+    )
+    .unwrap();
+    let out = ctx.run(&["config", "check"]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains(r#"~/.theseus.yaml: hosts.gpu-box.chips.h10: unknown chip "h10" (did you mean "h100"?)"#),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn plan_explains_the_choice() {
+    let ctx = TestContext::new();
+    std::fs::write(
+        ctx.home().join(".theseus.yaml"),
+        "clusters:\n  c: {root: /r, work: /w}\nhosts:\n  box:\n    type: plain\n    ssh: box\n    cluster: c\n    chips: {h100: 8}\n",
+    )
+    .unwrap();
+    let out = ctx.run(&["plan", "p", "examples/hello/experiment.yaml", "--chip", "cpu", "-n", "2"]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(stdout.contains("box") && stdout.contains("plain hosts run one process"), "{stdout}");
+    assert!(stdout.contains("chosen:  local"), "{stdout}");
+    let gpu = ctx.run(&["plan", "p", "examples/hello/experiment.yaml", "--chip", "h100", "-n", "4"]);
+    assert_eq!(gpu.status.code(), Some(2), "a plain host is not reachable in this build: {}", text(&gpu.stdout));
+    assert!(text(&gpu.stderr).contains("cannot satisfy 4 x h100"), "{}", text(&gpu.stderr));
+}

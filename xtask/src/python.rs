@@ -1,0 +1,47 @@
+//! The Python environment the tests need: a venv with JAX (CPU) from PyPI, made once under the
+//! target dir and reused while its marker file says it is complete.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{bail, Context, Result};
+
+/// JAX version the tests pin (CPU wheels from PyPI).
+const JAX: &str = "jax==0.10.2";
+
+/// Creates (if needed) the venv and returns its python.
+pub(crate) fn ensure_venv(root: &Path) -> Result<PathBuf> {
+    let venv = crate::target_dir(root).join("xtask-venv");
+    let python = venv.join("bin/python");
+    let marker = venv.join(".theseus-complete");
+    if marker.exists() && python.exists() {
+        return Ok(python);
+    }
+    let base = find_python()?;
+    eprintln!("xtask: creating a Python venv with {JAX} in {}", venv.display());
+    if venv.exists() {
+        std::fs::remove_dir_all(&venv).with_context(|| format!("cannot remove stale {}", venv.display()))?;
+    }
+    run(Command::new(&base).args(["-m", "venv"]).arg(&venv))?;
+    run(Command::new(&python).args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", JAX]))?;
+    run(Command::new(&python).args(["-c", "import jax; print('xtask: jax', jax.__version__)"]))?;
+    std::fs::write(&marker, JAX)?;
+    Ok(python)
+}
+
+fn find_python() -> Result<String> {
+    for candidate in ["python3", "python"] {
+        if Command::new(candidate).arg("--version").output().is_ok_and(|o| o.status.success()) {
+            return Ok(candidate.to_owned());
+        }
+    }
+    bail!("python3 is needed for the tests (JAX jobs); install it (e.g. `apt-get install python3 python3-venv`)")
+}
+
+fn run(cmd: &mut Command) -> Result<()> {
+    let status = cmd.status().with_context(|| format!("cannot run {cmd:?}"))?;
+    if !status.success() {
+        bail!("{cmd:?} failed ({status})");
+    }
+    Ok(())
+}

@@ -1,0 +1,38 @@
+//! Repository checks that run before the tests: every Rust file starts with a `//!` doc.
+
+use std::path::Path;
+
+use anyhow::{bail, Result};
+
+/// Fails listing every `.rs` file (outside `target`) whose first line is not a `//!` comment.
+pub(crate) fn check(root: &Path) -> Result<()> {
+    let mut missing = Vec::new();
+    for dir in ["crates", "xtask"] {
+        walk(&root.join(dir), &mut missing)?;
+    }
+    if !missing.is_empty() {
+        bail!("these files do not start with a `//!` doc comment:\n  {}", missing.join("\n  "));
+    }
+    Ok(())
+}
+
+fn walk(dir: &Path, missing: &mut Vec<String>) -> Result<()> {
+    if !dir.exists() {
+        return Ok(());
+    }
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        if path.is_dir() {
+            if path.file_name().is_some_and(|n| n == "target") {
+                continue;
+            }
+            walk(&path, missing)?;
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            let text = std::fs::read_to_string(&path)?;
+            if !text.trim_start().starts_with("//!") {
+                missing.push(path.display().to_string());
+            }
+        }
+    }
+    Ok(())
+}
