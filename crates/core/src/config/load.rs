@@ -195,7 +195,7 @@ fn find_project_file(start: &Path, home: Option<&Path>, user: Option<&Path>) -> 
 
 /// Parses YAML text into JSON values (maps keep their order), with nulls in maps removed so that
 /// an empty `hosts:` does not erase a lower layer's hosts.
-fn parse_yaml(text: &str) -> std::result::Result<Value, String> {
+pub(crate) fn parse_yaml(text: &str) -> std::result::Result<Value, String> {
     let mut value: Value = serde_saphyr::from_str(text).map_err(|e| yaml_message(&e.to_string()))?;
     strip_nulls(&mut value);
     Ok(value)
@@ -203,7 +203,7 @@ fn parse_yaml(text: &str) -> std::result::Result<Value, String> {
 
 /// The first line of a serde-saphyr error (it already has line and column), without its
 /// `error: ` prefix and hints meant for programmers.
-fn yaml_message(raw: &str) -> String {
+pub(crate) fn yaml_message(raw: &str) -> String {
     let first = raw.lines().next().unwrap_or(raw).trim();
     let first = first.strip_prefix("error: ").unwrap_or(first);
     first.split(", set DuplicateKeyPolicy").next().unwrap_or(first).to_owned()

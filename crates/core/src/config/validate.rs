@@ -269,7 +269,11 @@ pub(crate) fn host_from_body(kind: HostKind, body: Map<String, Value>, path: &st
 pub(crate) fn de_strict<T: DeserializeOwned>(value: Value, prefix: &str) -> Result<T, KeyError> {
     serde_path_to_error::deserialize(value).map_err(|e| {
         let sub = e.path().to_string();
-        let path = if sub == "." || sub.is_empty() { prefix.to_owned() } else { format!("{prefix}.{sub}") };
+        let path = match (sub.as_str(), prefix) {
+            (".", _) | ("", _) => prefix.to_owned(),
+            (_, "") => sub,
+            _ => format!("{prefix}.{sub}"),
+        };
         let raw = e.inner().to_string();
         let ticked: Vec<&str> = raw.split('`').skip(1).step_by(2).collect();
         if raw.starts_with("unknown field") && !ticked.is_empty() {
@@ -279,6 +283,8 @@ pub(crate) fn de_strict<T: DeserializeOwned>(value: Value, prefix: &str) -> Resu
                 message.push_str(&format!(" (expected one of: {})", expected.join(", ")));
             }
             KeyError::new(path, message)
+        } else if raw.starts_with("unknown variant") && !ticked.is_empty() {
+            KeyError::new(path, format!("unknown value {:?} (expected one of: {})", ticked[0], ticked[1..].join(", ")))
         } else if raw.starts_with("missing field") && !ticked.is_empty() {
             KeyError::new(path, format!("missing required key {:?}", ticked[0]))
         } else {
