@@ -236,10 +236,8 @@ fn setting_layer(segments: &[String], raw: &str, lowercase: bool) -> std::result
     } else {
         parse_yaml(raw).map_err(|m| format!("invalid YAML value: {m}"))?
     };
-    if keys.len() == 1 && keys[0] == "priority" {
-        if let Value::String(list) = &value {
-            value = Value::Array(list.split(',').map(|s| Value::String(s.trim().to_owned())).filter(|v| v != "").collect());
-        }
+    if let (true, Value::String(list)) = (keys.len() == 1 && keys[0] == "priority", &value) {
+        value = Value::Array(list.split(',').map(|s| Value::String(s.trim().to_owned())).filter(|v| v != "").collect());
     }
     for key in keys.iter().rev() {
         let mut map = Map::new();

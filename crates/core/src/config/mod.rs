@@ -47,10 +47,10 @@ impl DispatchConfig {
     pub fn ordered_hosts(&self) -> Vec<(&str, &HostConfig)> {
         let mut out: Vec<(&str, &HostConfig)> = Vec::new();
         for name in &self.priority {
-            if let Some((k, h)) = self.hosts.get_key_value(name.as_str()) {
-                if !out.iter().any(|(n, _)| *n == k.as_str()) {
-                    out.push((k.as_str(), h));
-                }
+            if let Some((k, h)) = self.hosts.get_key_value(name.as_str())
+                && !out.iter().any(|(n, _)| *n == k.as_str())
+            {
+                out.push((k.as_str(), h));
             }
         }
         for (k, h) in &self.hosts {
@@ -163,6 +163,8 @@ pub fn join(base: &str, rest: &str) -> String {
 
 /// One execution target. In files, `type` selects the variant (default `plain`); `tpu` and
 /// unknown types are errors.
+// Hosts are few and built once per command; boxing the volcano variant would only add noise.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "type", rename_all = "lowercase")]
 pub enum HostConfig {

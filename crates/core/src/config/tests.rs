@@ -1,5 +1,8 @@
 //! Tests of config loading: the five layers, merging, host order, strict errors and provenance.
 
+// `figment::Jail` closures return `figment::Result`, whose error is large; that is its API.
+#![allow(clippy::result_large_err)]
+
 use std::path::{Path, PathBuf};
 
 use figment::Jail;
