@@ -21,7 +21,10 @@ impl Setup {
         jail.create_dir("home").unwrap();
         jail.create_dir("proj/sub").unwrap();
         // Several setups may share one jail: a file not asked for must not linger.
-        for (path, text) in [("home/.theseus.yaml", user), ("proj/.theseus.yaml", project)] {
+        for (path, text) in [
+            ("home/.theseus.yaml", user),
+            ("proj/.theseus.yaml", project),
+        ] {
             match text {
                 Some(text) => drop(jail.create_file(path, text).unwrap()),
                 None => drop(std::fs::remove_file(root.join(path))),
@@ -106,7 +109,10 @@ fn default_config_needs_no_files() {
             ("hosts.local.cluster", "built-in defaults"),
             ("hosts.local.type", "built-in defaults"),
         ]
-        .map(|(key, source)| Provenance { key: key.into(), source: source.into() })
+        .map(|(key, source)| Provenance {
+            key: key.into(),
+            source: source.into()
+        })
     );
 }
 
@@ -125,7 +131,8 @@ fn default_config_with_home_but_no_files() {
 fn precedence_of_all_five_layers() {
     Jail::expect_with(|jail| {
         let user = "hosts:\n  local:\n    processes: 1\n    coordinator_port: 1001\n    uv_groups: [u]\n    env: {A: u}\n";
-        let project = "hosts:\n  local:\n    processes: 2\n    coordinator_port: 1002\n    uv_groups: [p]\n";
+        let project =
+            "hosts:\n  local:\n    processes: 2\n    coordinator_port: 1002\n    uv_groups: [p]\n";
         let setup = Setup::new(jail, Some(user), Some(project))
             .env("THESEUSCFG_HOSTS__LOCAL__PROCESSES", "3")
             .env("THESEUSCFG_HOSTS__LOCAL__COORDINATOR_PORT", "1003")
@@ -140,11 +147,23 @@ fn precedence_of_all_five_layers() {
         assert_eq!(host.cluster, "local");
 
         assert_eq!(source(&loaded, "hosts.local.processes"), "--set");
-        assert_eq!(source(&loaded, "hosts.local.coordinator_port"), "env THESEUSCFG_HOSTS__LOCAL__COORDINATOR_PORT");
-        assert_eq!(source(&loaded, "hosts.local.uv_groups"), setup.project_file());
+        assert_eq!(
+            source(&loaded, "hosts.local.coordinator_port"),
+            "env THESEUSCFG_HOSTS__LOCAL__COORDINATOR_PORT"
+        );
+        assert_eq!(
+            source(&loaded, "hosts.local.uv_groups"),
+            setup.project_file()
+        );
         assert_eq!(source(&loaded, "hosts.local.env.A"), "~/.theseus.yaml");
         assert_eq!(source(&loaded, "hosts.local.cluster"), "built-in defaults");
-        assert_eq!(loaded.files, [setup.root.join("home/.theseus.yaml"), setup.root.join("proj/.theseus.yaml")]);
+        assert_eq!(
+            loaded.files,
+            [
+                setup.root.join("home/.theseus.yaml"),
+                setup.root.join("proj/.theseus.yaml")
+            ]
+        );
         Ok(())
     });
 }
@@ -158,7 +177,10 @@ fn project_file_overrides_one_field_of_a_user_host() {
         let host = plain(&loaded.config, "box");
         assert_eq!(host.ssh, "u@box");
         assert_eq!(host.cluster, "local");
-        assert_eq!(host.chips.into_iter().collect::<Vec<_>>(), [("a6000".to_owned(), 2), ("h100".to_owned(), 8)]);
+        assert_eq!(
+            host.chips.into_iter().collect::<Vec<_>>(),
+            [("a6000".to_owned(), 2), ("h100".to_owned(), 8)]
+        );
         assert_eq!(host.env.len(), 2);
         Ok(())
     });
@@ -174,7 +196,10 @@ fn host_order_follows_first_appearance_with_builtin_local_last() {
             .set("hosts.clihost", "{ssh: c, cluster: local}")
             .set("hosts.local.processes", "2")
             .load();
-        assert_eq!(host_names(&loaded.config), ["zeta", "alpha", "mid", "envhost", "clihost", "local"]);
+        assert_eq!(
+            host_names(&loaded.config),
+            ["zeta", "alpha", "mid", "envhost", "clihost", "local"]
+        );
         Ok(())
     });
 }
@@ -216,7 +241,15 @@ hosts:
 ";
         let loaded = Setup::new(jail, Some(user), None).load();
         let kinds: Vec<HostKind> = loaded.config.hosts.values().map(HostConfig::kind).collect();
-        assert_eq!(kinds, [HostKind::Plain, HostKind::Slurm, HostKind::Volcano, HostKind::Local]);
+        assert_eq!(
+            kinds,
+            [
+                HostKind::Plain,
+                HostKind::Slurm,
+                HostKind::Volcano,
+                HostKind::Local
+            ]
+        );
         Ok(())
     });
 }
@@ -241,7 +274,10 @@ fn chip_aliases_are_canonicalized() {
         let user = "hosts:\n  box: {ssh: b, cluster: local, chips: {H100: 8}}\ngres_mapping: {H100-80GB: h100}\n";
         let loaded = Setup::new(jail, Some(user), None).load();
         assert_eq!(plain(&loaded.config, "box").chips.get("h100"), Some(&8));
-        assert_eq!(loaded.config.gres_mapping.get("h100").map(String::as_str), Some("h100"));
+        assert_eq!(
+            loaded.config.gres_mapping.get("h100").map(String::as_str),
+            Some("h100")
+        );
         Ok(())
     });
 }
@@ -258,10 +294,16 @@ fn env_values_are_yaml_and_priority_may_be_comma_separated() {
         assert_eq!(loaded.config.priority, ["b", "a"]);
         let a = plain(&loaded.config, "a");
         assert_eq!(a.chips.get("h100"), Some(&8));
-        assert_eq!(a.env.get("MY_VAR").map(String::as_str), Some("x"), "names under env keep their case");
+        assert_eq!(
+            a.env.get("MY_VAR").map(String::as_str),
+            Some("x"),
+            "names under env keep their case"
+        );
         assert_eq!(source(&loaded, "priority"), "env THESEUSCFG_PRIORITY");
 
-        let loaded = Setup::new(jail, Some(user), None).env("THESEUSCFG_PRIORITY", "b, a").load();
+        let loaded = Setup::new(jail, Some(user), None)
+            .env("THESEUSCFG_PRIORITY", "b, a")
+            .load();
         assert_eq!(loaded.config.priority, ["b", "a"]);
         Ok(())
     });
@@ -275,9 +317,19 @@ fn home_file_is_not_read_twice_and_the_walk_stops_at_the_first_file() {
         setup.sources.project_start = Some(setup.root.join("home/code/deep"));
         assert_eq!(setup.load().files, [setup.root.join("home/.theseus.yaml")]);
 
-        jail.create_file("home/code/.theseus.yaml", "hosts:\n  b: {ssh: b, cluster: local}\n").unwrap();
+        jail.create_file(
+            "home/code/.theseus.yaml",
+            "hosts:\n  b: {ssh: b, cluster: local}\n",
+        )
+        .unwrap();
         let loaded = setup.load();
-        assert_eq!(loaded.files, [setup.root.join("home/.theseus.yaml"), setup.root.join("home/code/.theseus.yaml")]);
+        assert_eq!(
+            loaded.files,
+            [
+                setup.root.join("home/.theseus.yaml"),
+                setup.root.join("home/code/.theseus.yaml")
+            ]
+        );
         assert_eq!(source(&loaded, "hosts.b.ssh"), "~/code/.theseus.yaml");
         Ok(())
     });
@@ -286,13 +338,21 @@ fn home_file_is_not_read_twice_and_the_walk_stops_at_the_first_file() {
 #[test]
 fn explicit_file_replaces_the_user_file() {
     Jail::expect_with(|jail| {
-        let mut setup = Setup::new(jail, Some("hosts:\n  home-host: {ssh: a, cluster: local}\n"), None);
-        jail.create_file("x.yaml", "hosts:\n  x-host: {ssh: x, cluster: local}\n").unwrap();
+        let mut setup = Setup::new(
+            jail,
+            Some("hosts:\n  home-host: {ssh: a, cluster: local}\n"),
+            None,
+        );
+        jail.create_file("x.yaml", "hosts:\n  x-host: {ssh: x, cluster: local}\n")
+            .unwrap();
         setup.sources.explicit_file = Some(setup.root.join("x.yaml"));
         assert_eq!(host_names(&setup.load().config), ["x-host", "local"]);
 
         setup.sources.explicit_file = Some(setup.root.join("home/missing.yaml"));
-        assert_eq!(setup.error(), "dispatch config file ~/missing.yaml does not exist");
+        assert_eq!(
+            setup.error(),
+            "dispatch config file ~/missing.yaml does not exist"
+        );
         Ok(())
     });
 }
@@ -304,7 +364,10 @@ fn unknown_chip_with_suggestion() {
     Jail::expect_with(|jail| {
         let user = "hosts:\n  gpu-box: {ssh: g, cluster: local, chips: {h10: 8}}\n";
         let setup = Setup::new(jail, Some(user), None);
-        assert_eq!(setup.error(), "~/.theseus.yaml: hosts.gpu-box.chips.h10: unknown chip \"h10\" (did you mean \"h100\"?)");
+        assert_eq!(
+            setup.error(),
+            "~/.theseus.yaml: hosts.gpu-box.chips.h10: unknown chip \"h10\" (did you mean \"h100\"?)"
+        );
         Ok(())
     });
 }
@@ -312,7 +375,11 @@ fn unknown_chip_with_suggestion() {
 #[test]
 fn unknown_key_lists_expected_keys() {
     Jail::expect_with(|jail| {
-        let setup = Setup::new(jail, None, Some("hosts:\n  box: {sshh: b, cluster: local}\n"));
+        let setup = Setup::new(
+            jail,
+            None,
+            Some("hosts:\n  box: {sshh: b, cluster: local}\n"),
+        );
         assert_eq!(
             setup.error(),
             format!(
@@ -335,8 +402,18 @@ fn unknown_key_lists_expected_keys() {
 #[test]
 fn negative_chip_count() {
     Jail::expect_with(|jail| {
-        let setup = Setup::new(jail, None, Some("hosts:\n  box: {ssh: b, cluster: local, chips: {h100: -1}}\n"));
-        assert_eq!(setup.error(), format!("{}: hosts.box.chips.h100: invalid count -1: counts must be 0 or more", setup.project_file()));
+        let setup = Setup::new(
+            jail,
+            None,
+            Some("hosts:\n  box: {ssh: b, cluster: local, chips: {h100: -1}}\n"),
+        );
+        assert_eq!(
+            setup.error(),
+            format!(
+                "{}: hosts.box.chips.h100: invalid count -1: counts must be 0 or more",
+                setup.project_file()
+            )
+        );
         let setup = Setup::new(jail, None, None).env("THESEUSCFG_HOSTS__LOCAL__CHIPS__H100", "-2");
         assert_eq!(
             setup.error(),
@@ -349,9 +426,16 @@ fn negative_chip_count() {
 #[test]
 fn unknown_priority_host_from_env() {
     Jail::expect_with(|jail| {
-        let setup = Setup::new(jail, Some("hosts:\n  gpu-box: {ssh: g, cluster: local}\n"), None)
-            .env("THESEUSCFG_PRIORITY", "[local, gpu-bx]");
-        assert_eq!(setup.error(), "env THESEUSCFG_PRIORITY: priority[1]: unknown host \"gpu-bx\" (did you mean \"gpu-box\"?)");
+        let setup = Setup::new(
+            jail,
+            Some("hosts:\n  gpu-box: {ssh: g, cluster: local}\n"),
+            None,
+        )
+        .env("THESEUSCFG_PRIORITY", "[local, gpu-bx]");
+        assert_eq!(
+            setup.error(),
+            "env THESEUSCFG_PRIORITY: priority[1]: unknown host \"gpu-bx\" (did you mean \"gpu-box\"?)"
+        );
         Ok(())
     });
 }
@@ -365,7 +449,10 @@ fn unknown_cluster_lists_known_clusters() {
         setup.sources.explicit_file = Some(setup.root.join("x.yaml"));
         assert_eq!(
             setup.error(),
-            format!("{}/x.yaml: hosts.box.cluster: unknown cluster \"c2\" (known clusters: c1, local)", setup.root.display())
+            format!(
+                "{}/x.yaml: hosts.box.cluster: unknown cluster \"c2\" (known clusters: c1, local)",
+                setup.root.display()
+            )
         );
         Ok(())
     });
@@ -374,8 +461,16 @@ fn unknown_cluster_lists_known_clusters() {
 #[test]
 fn unknown_cluster_set_by_a_later_layer_names_that_layer() {
     Jail::expect_with(|jail| {
-        let setup = Setup::new(jail, Some("hosts:\n  box: {ssh: b, cluster: local}\n"), None).set("hosts.box.cluster", "locl");
-        assert_eq!(setup.error(), "--set: hosts.box.cluster: unknown cluster \"locl\" (did you mean \"local\"?)");
+        let setup = Setup::new(
+            jail,
+            Some("hosts:\n  box: {ssh: b, cluster: local}\n"),
+            None,
+        )
+        .set("hosts.box.cluster", "locl");
+        assert_eq!(
+            setup.error(),
+            "--set: hosts.box.cluster: unknown cluster \"locl\" (did you mean \"local\"?)"
+        );
         Ok(())
     });
 }
@@ -385,11 +480,17 @@ fn yaml_syntax_error_has_line_and_column() {
     Jail::expect_with(|jail| {
         let setup = Setup::new(jail, Some("hosts:\n  box: [1, 2\n  x: 3\n"), None);
         let error = setup.error();
-        assert!(error.starts_with("~/.theseus.yaml: invalid YAML: line "), "{error}");
+        assert!(
+            error.starts_with("~/.theseus.yaml: invalid YAML: line "),
+            "{error}"
+        );
         assert!(error.contains(" column "), "{error}");
 
         let setup = Setup::new(jail, Some("priority: [a]\npriority: [b]\n"), None);
-        assert_eq!(setup.error(), "~/.theseus.yaml: invalid YAML: line 2 column 1: duplicate mapping key: priority");
+        assert_eq!(
+            setup.error(),
+            "~/.theseus.yaml: invalid YAML: line 2 column 1: duplicate mapping key: priority"
+        );
         Ok(())
     });
 }
@@ -397,8 +498,15 @@ fn yaml_syntax_error_has_line_and_column() {
 #[test]
 fn tpu_hosts_are_rejected() {
     Jail::expect_with(|jail| {
-        let setup = Setup::new(jail, Some("hosts:\n  pod: {type: tpu, cluster: local}\n"), None);
-        assert_eq!(setup.error(), "~/.theseus.yaml: hosts.pod.type: TPU hosts are not supported yet");
+        let setup = Setup::new(
+            jail,
+            Some("hosts:\n  pod: {type: tpu, cluster: local}\n"),
+            None,
+        );
+        assert_eq!(
+            setup.error(),
+            "~/.theseus.yaml: hosts.pod.type: TPU hosts are not supported yet"
+        );
         Ok(())
     });
 }
@@ -406,7 +514,11 @@ fn tpu_hosts_are_rejected() {
 #[test]
 fn unknown_host_type_lists_valid_types() {
     Jail::expect_with(|jail| {
-        let setup = Setup::new(jail, Some("hosts:\n  pod: {type: gpu, cluster: local}\n"), None);
+        let setup = Setup::new(
+            jail,
+            Some("hosts:\n  pod: {type: gpu, cluster: local}\n"),
+            None,
+        );
         assert_eq!(
             setup.error(),
             "~/.theseus.yaml: hosts.pod.type: unknown host type \"gpu\" (expected one of: plain, slurm, volcano, local)"
@@ -419,10 +531,23 @@ fn unknown_host_type_lists_valid_types() {
 fn missing_required_keys_name_the_defining_layer() {
     Jail::expect_with(|jail| {
         let setup = Setup::new(jail, None, Some("hosts:\n  box: {cluster: local}\n"));
-        assert_eq!(setup.error(), format!("{}: hosts.box: missing required key \"ssh\"", setup.project_file()));
+        assert_eq!(
+            setup.error(),
+            format!(
+                "{}: hosts.box: missing required key \"ssh\"",
+                setup.project_file()
+            )
+        );
 
-        let setup = Setup::new(jail, Some("clusters:\n  c: {work: /w}\n"), Some("clusters:\n  c: {log: /l}\n"));
-        assert_eq!(setup.error(), "~/.theseus.yaml: clusters.c: missing required key \"root\"");
+        let setup = Setup::new(
+            jail,
+            Some("clusters:\n  c: {work: /w}\n"),
+            Some("clusters:\n  c: {log: /l}\n"),
+        );
+        assert_eq!(
+            setup.error(),
+            "~/.theseus.yaml: clusters.c: missing required key \"root\""
+        );
         Ok(())
     });
 }
@@ -430,8 +555,12 @@ fn missing_required_keys_name_the_defining_layer() {
 #[test]
 fn mount_and_proxy_are_mutually_exclusive() {
     Jail::expect_with(|jail| {
-        let setup = Setup::new(jail, Some("mount: /mnt/theseus\n"), None).set("proxy", "me@box:/srv");
-        assert_eq!(setup.error(), "--set: proxy: `mount` and `proxy` are mutually exclusive");
+        let setup =
+            Setup::new(jail, Some("mount: /mnt/theseus\n"), None).set("proxy", "me@box:/srv");
+        assert_eq!(
+            setup.error(),
+            "--set: proxy: `mount` and `proxy` are mutually exclusive"
+        );
         Ok(())
     });
 }
@@ -440,7 +569,10 @@ fn mount_and_proxy_are_mutually_exclusive() {
 fn invalid_host_env_name() {
     Jail::expect_with(|jail| {
         let setup = Setup::new(jail, Some("hosts:\n  local: {env: {'1BAD': x}}\n"), None);
-        assert_eq!(setup.error(), "~/.theseus.yaml: hosts.local.env.1BAD: invalid environment variable name \"1BAD\"");
+        assert_eq!(
+            setup.error(),
+            "~/.theseus.yaml: hosts.local.env.1BAD: invalid environment variable name \"1BAD\""
+        );
         Ok(())
     });
 }
@@ -448,7 +580,11 @@ fn invalid_host_env_name() {
 #[test]
 fn two_spellings_of_one_chip() {
     Jail::expect_with(|jail| {
-        let setup = Setup::new(jail, Some("hosts:\n  local: {chips: {h100: 1, H100-80GB: 2}}\n"), None);
+        let setup = Setup::new(
+            jail,
+            Some("hosts:\n  local: {chips: {h100: 1, H100-80GB: 2}}\n"),
+            None,
+        );
         assert_eq!(
             setup.error(),
             "~/.theseus.yaml: hosts.local.chips.h100: \"H100-80GB\" and \"h100\" are the same chip (h100)"
@@ -462,7 +598,10 @@ fn gres_mapping_keys_are_chips() {
     Jail::expect_with(|jail| {
         let setup = Setup::new(jail, Some("gres_mapping: {a100x: a100}\n"), None);
         let error = setup.error();
-        assert!(error.starts_with("~/.theseus.yaml: gres_mapping.a100x: unknown chip \"a100x\""), "{error}");
+        assert!(
+            error.starts_with("~/.theseus.yaml: gres_mapping.a100x: unknown chip \"a100x\""),
+            "{error}"
+        );
         Ok(())
     });
 }
@@ -470,8 +609,15 @@ fn gres_mapping_keys_are_chips() {
 #[test]
 fn empty_slurm_partition_name() {
     Jail::expect_with(|jail| {
-        let setup = Setup::new(jail, Some("hosts:\n  cl: {type: slurm, ssh: l, cluster: local, partitions: ['']}\n"), None);
-        assert_eq!(setup.error(), "~/.theseus.yaml: hosts.cl.partitions: partitions[0]: empty partition name");
+        let setup = Setup::new(
+            jail,
+            Some("hosts:\n  cl: {type: slurm, ssh: l, cluster: local, partitions: ['']}\n"),
+            None,
+        );
+        assert_eq!(
+            setup.error(),
+            "~/.theseus.yaml: hosts.cl.partitions: partitions[0]: empty partition name"
+        );
         Ok(())
     });
 }
@@ -480,23 +626,45 @@ fn empty_slurm_partition_name() {
 fn malformed_settings() {
     Jail::expect_with(|jail| {
         let setup = Setup::new(jail, None, None).set("hosts..ssh", "x");
-        assert_eq!(setup.error(), "--set hosts..ssh: invalid key: empty key segment");
+        assert_eq!(
+            setup.error(),
+            "--set hosts..ssh: invalid key: empty key segment"
+        );
         let setup = Setup::new(jail, None, None).set("hosts.local.processes", "[1");
-        assert!(setup.error().starts_with("--set hosts.local.processes: invalid YAML value: line 1"), "{}", setup.error());
+        assert!(
+            setup
+                .error()
+                .starts_with("--set hosts.local.processes: invalid YAML value: line 1"),
+            "{}",
+            setup.error()
+        );
         let setup = Setup::new(jail, None, None).set("hosts.local.processes", "many");
-        assert_eq!(setup.error(), "--set: hosts.local.processes: invalid type: string \"many\", expected u32");
+        assert_eq!(
+            setup.error(),
+            "--set: hosts.local.processes: invalid type: string \"many\", expected u32"
+        );
         Ok(())
     });
 }
 
 #[test]
 fn host_config_deserializes_with_default_type() {
-    let host: HostConfig = serde_json::from_value(serde_json::json!({"ssh": "a", "cluster": "c"})).unwrap();
+    let host: HostConfig =
+        serde_json::from_value(serde_json::json!({"ssh": "a", "cluster": "c"})).unwrap();
     assert_eq!(host.kind(), HostKind::Plain);
-    let error = serde_json::from_value::<HostConfig>(serde_json::json!({"type": "tpu", "cluster": "c"})).unwrap_err();
+    let error =
+        serde_json::from_value::<HostConfig>(serde_json::json!({"type": "tpu", "cluster": "c"}))
+            .unwrap_err();
     assert_eq!(error.to_string(), "TPU hosts are not supported yet");
-    let error = serde_json::from_value::<HostConfig>(serde_json::json!({"type": "local", "ssh": "x"})).unwrap_err();
-    assert!(error.to_string().starts_with("host.ssh: unknown key \"ssh\""), "{error}");
+    let error =
+        serde_json::from_value::<HostConfig>(serde_json::json!({"type": "local", "ssh": "x"}))
+            .unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .starts_with("host.ssh: unknown key \"ssh\""),
+        "{error}"
+    );
 }
 
 #[test]
@@ -506,7 +674,13 @@ fn tilde_expansion_and_display() {
     assert_eq!(expand_tilde("~/x/y", home), PathBuf::from("/home/me/x/y"));
     assert_eq!(expand_tilde("/abs/~", home), PathBuf::from("/abs/~"));
     assert_eq!(expand_tilde("~other/x", home), PathBuf::from("~other/x"));
-    assert_eq!(display_path(Path::new("/home/me/.theseus.yaml"), Some(home)), "~/.theseus.yaml");
-    assert_eq!(display_path(Path::new("/srv/x.yaml"), Some(home)), "/srv/x.yaml");
+    assert_eq!(
+        display_path(Path::new("/home/me/.theseus.yaml"), Some(home)),
+        "~/.theseus.yaml"
+    );
+    assert_eq!(
+        display_path(Path::new("/srv/x.yaml"), Some(home)),
+        "/srv/x.yaml"
+    );
     assert_eq!(display_path(Path::new("/home/me/x"), None), "/home/me/x");
 }
