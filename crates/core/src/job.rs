@@ -5,8 +5,10 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 
-use crate::Result;
+use crate::config::validate;
+use crate::{Error, Result, chips};
 
 /// An experiment file (YAML): what to run and how.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -77,9 +79,103 @@ pub enum Distributed {
 
 impl Experiment {
     /// Reads and validates an experiment file. Errors name the file and the key.
+    ///
+    /// Strict: unknown keys, a missing or empty `entrypoint`, unknown chips, negative counts,
+    /// invalid env names, `secret_env` names that are not keys of `env` and unknown
+    /// `distributed` values are errors. `request.chip` is canonicalized (`H100` → `h100`).
     pub fn load(path: &Path) -> Result<Experiment> {
-        let _ = path;
-        Err(crate::Error::InvalidConfig("experiment loading not written yet".into()))
+        let text = std::fs::read_to_string(path).map_err(|e| Error::io("read", path, e))?;
+        Experiment::from_yaml(&text, &path.display().to_string())
+    }
+
+    /// Parses and validates experiment YAML; `source` names it in errors.
+    pub fn from_yaml(text: &str, source: &str) -> Result<Experiment> {
+        let fail = |path: &str, message: &str| {
+            Error::InvalidConfig(if path.is_empty() {
+                format!("{source}: {message}")
+            } else {
+                format!("{source}: {path}: {message}")
+            })
+        };
+        let value: serde_json::Value = serde_saphyr::from_str(text).map_err(|e| {
+            fail(
+                "",
+                &format!(
+                    "invalid YAML: {}",
+                    crate::config::load::yaml_message(&e.to_string())
+                ),
+            )
+        })?;
+        let map = match &value {
+            serde_json::Value::Object(map) => map,
+            serde_json::Value::Null => return Err(fail("", "missing required key \"entrypoint\"")),
+            other => {
+                return Err(fail(
+                    "",
+                    &format!("expected a map, found {}", validate::kind_of(other)),
+                ));
+            }
+        };
+        match map.get("entrypoint") {
+            Some(serde_json::Value::String(_)) | None => {}
+            Some(serde_json::Value::Array(words))
+                if words.iter().all(serde_json::Value::is_string) => {}
+            Some(_) => {
+                return Err(fail(
+                    "entrypoint",
+                    "expected a command line or a list of words",
+                ));
+            }
+        }
+        if let Some(serde_json::Value::Object(request)) = map.get("request") {
+            for key in ["count", "min_chips"] {
+                if let Some(n) = request
+                    .get(key)
+                    .and_then(serde_json::Value::as_i64)
+                    .filter(|n| *n < 0)
+                {
+                    return Err(fail(
+                        &format!("request.{key}"),
+                        &format!("invalid count {n}: counts must be 0 or more"),
+                    ));
+                }
+            }
+        }
+        let mut experiment: Experiment =
+            validate::de_strict(value, "").map_err(|e| fail(&e.path, &e.message))?;
+        let empty = match &experiment.entrypoint {
+            Entrypoint::Line(line) => line.trim().is_empty(),
+            Entrypoint::Words(words) => words.is_empty() || words[0].is_empty(),
+        };
+        if empty {
+            return Err(fail("entrypoint", "the entrypoint is empty"));
+        }
+        experiment
+            .entrypoint_words()
+            .map_err(|e| fail("", &e.to_string()))?;
+        if let Some(chip) = experiment.request.as_mut().and_then(|r| r.chip.as_mut()) {
+            *chip = chips::parse(chip)
+                .map_err(|e| fail("request.chip", &e.to_string()))?
+                .name
+                .to_owned();
+        }
+        for key in experiment.env.keys() {
+            if !crate::shell::is_env_name(key) {
+                return Err(fail(
+                    &format!("env.{key}"),
+                    &format!("invalid environment variable name {key:?}"),
+                ));
+            }
+        }
+        for (i, name) in experiment.secret_env.iter().enumerate() {
+            if !experiment.env.contains_key(name) {
+                return Err(fail(
+                    &format!("secret_env[{i}]"),
+                    &format!("{name:?} is not a key of `env`"),
+                ));
+            }
+        }
+        Ok(experiment)
     }
 
     /// The entrypoint as words.
@@ -93,9 +189,15 @@ impl Experiment {
 
     /// Applies `KEY=VALUE` overrides to `config`: `KEY` is a dotted path, `VALUE` is parsed as a
     /// YAML scalar or flow value (`3`, `true`, `[1, 2]`, `"text"`).
+    ///
+    /// Missing intermediate maps are created; a parent that exists and is not a map is an error.
+    /// An empty `VALUE` is the empty string.
     pub fn apply_overrides(&mut self, overrides: &[String]) -> Result<()> {
-        let _ = overrides;
-        Err(crate::Error::InvalidConfig("overrides not written yet".into()))
+        for item in overrides {
+            apply_override(&mut self.config, item)
+                .map_err(|m| Error::InvalidConfig(format!("invalid override {item:?}: {m}")))?;
+        }
+        Ok(())
     }
 }
 
@@ -127,7 +229,10 @@ impl JobIdentity {
     /// `<project>/<group>/<name>/<run-id>`: the relative dir of this run under a cluster's
     /// `work`, `log` or `status` dir.
     pub fn run_path(&self) -> String {
-        format!("{}/{}/{}/{}", self.project, self.group, self.name, self.run_id)
+        format!(
+            "{}/{}/{}/{}",
+            self.project, self.group, self.name, self.run_id
+        )
     }
 }
 
@@ -136,24 +241,105 @@ impl JobIdentity {
 pub fn new_run_id() -> String {
     let now = time::OffsetDateTime::now_utc();
     let fmt = time::macros::format_description!("[year][month][day]-[hour][minute][second]");
-    let stamp = now.format(&fmt).unwrap_or_else(|_| "00000000-000000".into());
+    let stamp = now
+        .format(&fmt)
+        .unwrap_or_else(|_| "00000000-000000".into());
     format!("{stamp}-{:06x}", rand::random::<u32>() & 0xff_ffff)
 }
 
 /// Turns any text into a valid Kubernetes object name (RFC 1123 label): lowercase `[a-z0-9-]`,
 /// at most 63 characters, starting and ending alphanumeric. When the text had to be shortened
 /// or changed, a short hash of the original keeps distinct inputs distinct.
+///
+/// Valid names come back unchanged, so the function is idempotent; the empty text gives `job`.
 pub fn k8s_name(text: &str) -> String {
-    let _ = text;
-    String::from("x")
+    const MAX: usize = 63;
+    if text.is_empty() {
+        return "job".into();
+    }
+    let mut out = String::with_capacity(text.len().min(MAX));
+    for c in text.chars() {
+        let c = c.to_ascii_lowercase();
+        if c.is_ascii_lowercase() || c.is_ascii_digit() {
+            out.push(c);
+        } else if !out.ends_with('-') {
+            out.push('-');
+        }
+    }
+    let out = out.trim_matches('-');
+    if out == text && out.len() <= MAX {
+        return out.to_owned();
+    }
+    let digest = hex::encode(Sha256::digest(text.as_bytes()));
+    let hash = &digest[..8];
+    // Room for `-` and the hash; the sanitized text is ASCII, so byte slicing is safe.
+    let base = out[..out.len().min(MAX - hash.len() - 1)].trim_end_matches('-');
+    if base.is_empty() {
+        format!("job-{hash}")
+    } else {
+        format!("{base}-{hash}")
+    }
+}
+
+/// Sets one `a.b.c=VALUE` override in `config`.
+fn apply_override(config: &mut serde_json::Value, item: &str) -> std::result::Result<(), String> {
+    let (key, raw) = item.split_once('=').ok_or("expected KEY=VALUE")?;
+    let key = key.trim();
+    if key.is_empty() {
+        return Err("empty key".into());
+    }
+    let segments: Vec<&str> = key.split('.').collect();
+    if segments.iter().any(|s| s.is_empty()) {
+        return Err(format!("empty segment in key {key:?}"));
+    }
+    let value = if raw.is_empty() {
+        serde_json::Value::String(String::new())
+    } else {
+        serde_saphyr::from_str::<serde_json::Value>(raw).map_err(|e| {
+            format!(
+                "invalid YAML value: {}",
+                crate::config::load::yaml_message(&e.to_string())
+            )
+        })?
+    };
+    if config.is_null() {
+        *config = serde_json::Value::Object(serde_json::Map::new());
+    }
+    let mut current = config;
+    for (i, segment) in segments.iter().enumerate() {
+        let serde_json::Value::Object(map) = current else {
+            let parent = if i == 0 {
+                "config".to_owned()
+            } else {
+                format!("config.{}", segments[..i].join("."))
+            };
+            return Err(format!("{parent} is not a map"));
+        };
+        if i + 1 == segments.len() {
+            map.insert((*segment).to_owned(), value);
+            return Ok(());
+        }
+        current = map
+            .entry((*segment).to_owned())
+            .or_insert_with(|| serde_json::Value::Object(serde_json::Map::new()));
+    }
+    Ok(())
 }
 
 /// Checks that a job or project name is usable: not empty, no `/`, no control characters.
 pub fn validate_name(what: &str, name: &str) -> Result<()> {
-    if name.is_empty() || name.contains('/') || name.chars().any(char::is_control) || name == "." || name == ".." {
+    if name.is_empty()
+        || name.contains('/')
+        || name.chars().any(char::is_control)
+        || name == "."
+        || name == ".."
+    {
         return Err(crate::Error::InvalidConfig(format!(
             "{what} {name:?} is not usable: it must be non-empty, without `/` or control characters"
         )));
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests;

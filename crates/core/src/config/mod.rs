@@ -13,7 +13,10 @@ use serde::{Deserialize, Serialize};
 pub mod load;
 pub mod validate;
 
-pub use load::{ConfigSources, LoadedConfig, Provenance, ENV_PREFIX};
+pub use load::{ConfigSources, ENV_PREFIX, LoadedConfig, Provenance, display_path, expand_tilde};
+
+#[cfg(test)]
+mod tests;
 
 /// The whole dispatch config.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -44,10 +47,10 @@ impl DispatchConfig {
     pub fn ordered_hosts(&self) -> Vec<(&str, &HostConfig)> {
         let mut out: Vec<(&str, &HostConfig)> = Vec::new();
         for name in &self.priority {
-            if let Some((k, h)) = self.hosts.get_key_value(name.as_str()) {
-                if !out.iter().any(|(n, _)| *n == k.as_str()) {
-                    out.push((k.as_str(), h));
-                }
+            if let Some((k, h)) = self.hosts.get_key_value(name.as_str())
+                && !out.iter().any(|(n, _)| *n == k.as_str())
+            {
+                out.push((k.as_str(), h));
             }
         }
         for (k, h) in &self.hosts {
@@ -158,8 +161,11 @@ pub fn join(base: &str, rest: &str) -> String {
     format!("{}/{}", base.trim_end_matches('/'), rest.trim_start_matches('/'))
 }
 
-/// One execution target. In files, `type` selects the variant (default `plain`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// One execution target. In files, `type` selects the variant (default `plain`); `tpu` and
+/// unknown types are errors.
+// Hosts are few and built once per command; boxing the volcano variant would only add noise.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "type", rename_all = "lowercase")]
 pub enum HostConfig {
     /// A GPU box reached over SSH.
@@ -170,6 +176,19 @@ pub enum HostConfig {
     Volcano(VolcanoHost),
     /// This machine.
     Local(LocalHost),
+}
+
+impl<'de> Deserialize<'de> for HostConfig {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::Error as _;
+        let mut body = serde_json::Map::<String, serde_json::Value>::deserialize(deserializer)?;
+        let kind = match body.remove("type") {
+            None => HostKind::Plain,
+            Some(serde_json::Value::String(t)) => validate::host_kind(&t).map_err(D::Error::custom)?,
+            Some(other) => return Err(D::Error::custom(format!("type: expected a string, found {other}"))),
+        };
+        validate::host_from_body(kind, body, "host").map_err(|e| D::Error::custom(format!("{}: {}", e.path, e.message)))
+    }
 }
 
 /// The type of a host, without its settings.

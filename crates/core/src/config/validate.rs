@@ -1,2 +1,430 @@
-//! Validation of a merged config: everything serde cannot check (references between tables,
-//! chip names with suggestions, TPU hosts, empty required strings).
+//! Validation of the config: everything serde cannot check (references between tables, chip
+//! names with suggestions, TPU hosts, env names, empty required strings).
+//!
+//! Two stages: [`check_layer`] checks one layer (one file, one env var, one `--set`) on its own,
+//! before merging, so that its errors name that layer; [`validate`] checks the merged config
+//! (cross references such as `priority` names and host clusters) and canonicalizes chip names,
+//! naming the layer that set each offending value through the provenance.
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value};
+
+use super::{
+    ClusterConfig, DispatchConfig, HostConfig, HostKind, LocalHost, PlainHost, Provenance,
+    SlurmHost, VolcanoHost,
+};
+use crate::chips;
+use crate::{Error, Result};
+
+/// Top-level keys of a config file.
+pub(crate) const TOP_KEYS: &[&str] = &[
+    "mount",
+    "proxy",
+    "clusters",
+    "hosts",
+    "priority",
+    "gres_mapping",
+];
+
+/// Host types accepted in `type`.
+pub(crate) const HOST_TYPES: &[&str] = &["plain", "slurm", "volcano", "local"];
+
+/// A problem at one dotted key path, before the source is known.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct KeyError {
+    /// Dotted key path, e.g. `hosts.box.chips.h10`.
+    pub(crate) path: String,
+    /// What is wrong, e.g. `unknown chip "h10" (did you mean "h100"?)`.
+    pub(crate) message: String,
+}
+
+impl KeyError {
+    pub(crate) fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
+        KeyError {
+            path: path.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// Validates a merged config and canonicalizes chip names (`H100` → `h100`) in every `chips` map
+/// and in `gres_mapping`. Errors start with the source that set the offending value, looked up
+/// in `provenance` (`config` when it has no entry).
+pub fn validate(config: &mut DispatchConfig, provenance: &[Provenance]) -> Result<()> {
+    let fail = |path: &str, message: String| {
+        Error::InvalidConfig(format!(
+            "{}: {path}: {message}",
+            source_of(provenance, path)
+        ))
+    };
+
+    if config.mount.is_some() && config.proxy.is_some() {
+        return Err(fail(
+            "proxy",
+            "`mount` and `proxy` are mutually exclusive".into(),
+        ));
+    }
+    for (name, host) in &mut config.hosts {
+        let prefix = format!("hosts.{name}");
+        let cluster = host.cluster().to_owned();
+        if !config.clusters.contains_key(&cluster) {
+            let known: Vec<&str> = config.clusters.keys().map(String::as_str).collect();
+            let message = format!(
+                "unknown cluster {cluster:?}{}",
+                suggestion(&cluster, &known, "clusters")
+            );
+            return Err(fail(&format!("{prefix}.cluster"), message));
+        }
+        for key in host.env().keys() {
+            if !crate::shell::is_env_name(key) {
+                return Err(fail(
+                    &format!("{prefix}.env.{key}"),
+                    format!("invalid environment variable name {key:?}"),
+                ));
+            }
+        }
+        match host {
+            HostConfig::Plain(PlainHost { chips, .. })
+            | HostConfig::Volcano(VolcanoHost { chips, .. })
+            | HostConfig::Local(LocalHost { chips, .. }) => {
+                *chips = canonical_chips(chips, &format!("{prefix}.chips"))
+                    .map_err(|e| fail(&e.path, e.message))?;
+            }
+            HostConfig::Slurm(slurm) => {
+                if let Some(chips) = &mut slurm.chips {
+                    *chips = canonical_chips(chips, &format!("{prefix}.chips"))
+                        .map_err(|e| fail(&e.path, e.message))?;
+                }
+                for (i, p) in slurm.partitions.iter().enumerate() {
+                    if p.name().trim().is_empty() {
+                        return Err(fail(
+                            &format!("{prefix}.partitions"),
+                            format!("partitions[{i}]: empty partition name"),
+                        ));
+                    }
+                }
+                for (i, p) in slurm.cpu_partitions.iter().enumerate() {
+                    if p.trim().is_empty() {
+                        return Err(fail(
+                            &format!("{prefix}.cpu_partitions"),
+                            format!("cpu_partitions[{i}]: empty partition name"),
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    config.gres_mapping = canonical_chips(&config.gres_mapping, "gres_mapping")
+        .map_err(|e| fail(&e.path, e.message))?;
+    let known: Vec<&str> = config.hosts.keys().map(String::as_str).collect();
+    for (i, name) in config.priority.iter().enumerate() {
+        if !config.hosts.contains_key(name) {
+            let message = format!(
+                "priority[{i}]: unknown host {name:?}{}",
+                suggestion(name, &known, "hosts")
+            );
+            return Err(Error::InvalidConfig(format!(
+                "{}: {message}",
+                source_of(provenance, "priority")
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The source of the value at `path`: the entry for `path` itself, for a key under it, or for
+/// the closest enclosing key.
+pub(crate) fn source_of(provenance: &[Provenance], path: &str) -> String {
+    let under = format!("{path}.");
+    if let Some(p) = provenance
+        .iter()
+        .rev()
+        .find(|p| p.key == path || p.key.starts_with(&under))
+    {
+        return p.source.clone();
+    }
+    let mut best: Option<&Provenance> = None;
+    for p in provenance {
+        if path.starts_with(&format!("{}.", p.key))
+            && best.is_none_or(|b| p.key.len() > b.key.len())
+        {
+            best = Some(p);
+        }
+    }
+    best.map_or_else(|| "config".to_owned(), |p| p.source.clone())
+}
+
+/// ` (did you mean "x"?)` when a known name is close, else ` (known <what>: a, b)`.
+pub(crate) fn suggestion(name: &str, known: &[&str], what: &str) -> String {
+    let best = known
+        .iter()
+        .map(|k| (strsim::jaro_winkler(name, k), *k))
+        .filter(|(score, _)| *score >= 0.8)
+        .max_by(|a, b| a.0.total_cmp(&b.0));
+    match best {
+        Some((_, k)) => format!(" (did you mean {k:?}?)"),
+        None if known.is_empty() => format!(" (no {what} are defined)"),
+        None => format!(" (known {what}: {})", known.join(", ")),
+    }
+}
+
+/// Re-keys a chip map by catalog name; two spellings of one chip are an error.
+fn canonical_chips<V: Clone>(
+    map: &BTreeMap<String, V>,
+    path: &str,
+) -> Result<BTreeMap<String, V>, KeyError> {
+    let mut out = BTreeMap::new();
+    let mut spelled: HashMap<&str, &str> = HashMap::new();
+    for (key, value) in map {
+        let chip =
+            chips::parse(key).map_err(|e| KeyError::new(format!("{path}.{key}"), e.to_string()))?;
+        if let Some(first) = spelled.insert(chip.name, key) {
+            let message = format!("{first:?} and {key:?} are the same chip ({})", chip.name);
+            return Err(KeyError::new(format!("{path}.{key}"), message));
+        }
+        out.insert(chip.name.to_owned(), value.clone());
+    }
+    Ok(out)
+}
+
+/// Checks one layer on its own. `types` holds the host types set by the lower layers; the
+/// layer's own `type` settings are added to it.
+pub(crate) fn check_layer(
+    layer: &Map<String, Value>,
+    types: &mut HashMap<String, String>,
+) -> Result<(), KeyError> {
+    for (key, value) in layer {
+        match key.as_str() {
+            "mount" | "proxy" => {
+                if !value.is_string() {
+                    return Err(KeyError::new(
+                        key,
+                        format!("expected a string, found {}", kind_of(value)),
+                    ));
+                }
+            }
+            "clusters" => {
+                for (name, cluster) in as_map(value, key)? {
+                    let path = format!("clusters.{name}");
+                    let mut cluster = as_map(cluster, &path)?.clone();
+                    for required in ["root", "work"] {
+                        cluster
+                            .entry(required)
+                            .or_insert_with(|| Value::String(String::new()));
+                    }
+                    de_strict::<ClusterConfig>(Value::Object(cluster), &path)?;
+                }
+            }
+            "hosts" => {
+                for (name, host) in as_map(value, key)? {
+                    check_host_layer(name, as_map(host, &format!("hosts.{name}"))?, types)?;
+                }
+            }
+            "priority" => {
+                let list = value
+                    .as_array()
+                    .ok_or_else(|| KeyError::new(key, "expected a list of host names"))?;
+                for (i, item) in list.iter().enumerate() {
+                    if !item.is_string() {
+                        return Err(KeyError::new(
+                            key,
+                            format!(
+                                "priority[{i}]: expected a host name, found {}",
+                                kind_of(item)
+                            ),
+                        ));
+                    }
+                }
+            }
+            "gres_mapping" => {
+                for (chip, gres) in as_map(value, key)? {
+                    let path = format!("gres_mapping.{chip}");
+                    chips::parse(chip).map_err(|e| KeyError::new(&path, e.to_string()))?;
+                    if !gres.is_string() {
+                        return Err(KeyError::new(
+                            path,
+                            format!("expected a GRES type string, found {}", kind_of(gres)),
+                        ));
+                    }
+                }
+            }
+            _ => return Err(unknown_key(key, key, TOP_KEYS)),
+        }
+    }
+    Ok(())
+}
+
+/// Checks one host of one layer, with placeholders for the required keys a lower layer may set.
+fn check_host_layer(
+    name: &str,
+    host: &Map<String, Value>,
+    types: &mut HashMap<String, String>,
+) -> Result<(), KeyError> {
+    let path = format!("hosts.{name}");
+    let kind = match host.get("type") {
+        Some(Value::String(t)) => {
+            let kind = host_kind(t).map_err(|m| KeyError::new(format!("{path}.type"), m))?;
+            types.insert(name.to_owned(), t.clone());
+            kind
+        }
+        Some(other) => {
+            return Err(KeyError::new(
+                format!("{path}.type"),
+                format!("expected a string, found {}", kind_of(other)),
+            ));
+        }
+        None => types
+            .get(name)
+            .map_or(Ok(HostKind::Plain), |t| host_kind(t))
+            .map_err(|m| KeyError::new(format!("{path}.type"), m))?,
+    };
+    if let Some(chips) = host.get("chips") {
+        check_chip_counts(chips, &format!("{path}.chips"))?;
+    }
+    if let Some(Value::Object(env)) = host.get("env") {
+        for key in env.keys() {
+            if !crate::shell::is_env_name(key) {
+                return Err(KeyError::new(
+                    format!("{path}.env.{key}"),
+                    format!("invalid environment variable name {key:?}"),
+                ));
+            }
+        }
+    }
+    let mut body = host.clone();
+    body.remove("type");
+    let required: &[&str] = match kind {
+        HostKind::Plain | HostKind::Slurm => &["ssh", "cluster"],
+        HostKind::Volcano => &["cluster"],
+        HostKind::Local => &[],
+    };
+    for key in required {
+        body.entry(*key)
+            .or_insert_with(|| Value::String(String::new()));
+    }
+    host_from_body(kind, body, &path).map(|_| ())
+}
+
+/// Checks a `chips` map: known chip names and whole counts of 0 or more.
+fn check_chip_counts(value: &Value, path: &str) -> Result<(), KeyError> {
+    for (chip, count) in as_map(value, path)? {
+        let key = format!("{path}.{chip}");
+        chips::parse(chip).map_err(|e| KeyError::new(&key, e.to_string()))?;
+        match count {
+            Value::Number(n) if n.as_u64().is_some_and(|c| c <= u64::from(u32::MAX)) => {}
+            Value::Number(n) if n.as_u64().is_some() => {
+                return Err(KeyError::new(key, format!("invalid count {n}: too large")));
+            }
+            Value::Number(n) if n.as_i64().is_some_and(|c| c < 0) => {
+                return Err(KeyError::new(
+                    key,
+                    format!("invalid count {n}: counts must be 0 or more"),
+                ));
+            }
+            other => {
+                return Err(KeyError::new(
+                    key,
+                    format!("invalid count {other}: counts must be whole numbers, 0 or more"),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The kind of a `type` value; TPU and unknown types are errors.
+pub(crate) fn host_kind(t: &str) -> Result<HostKind, String> {
+    match t {
+        "plain" => Ok(HostKind::Plain),
+        "slurm" => Ok(HostKind::Slurm),
+        "volcano" => Ok(HostKind::Volcano),
+        "local" => Ok(HostKind::Local),
+        "tpu" => Err("TPU hosts are not supported yet".into()),
+        other => Err(format!(
+            "unknown host type {other:?} (expected one of: {})",
+            HOST_TYPES.join(", ")
+        )),
+    }
+}
+
+/// Deserializes the settings of a host (without `type`) into its variant, strictly.
+pub(crate) fn host_from_body(
+    kind: HostKind,
+    body: Map<String, Value>,
+    path: &str,
+) -> Result<HostConfig, KeyError> {
+    let body = Value::Object(body);
+    Ok(match kind {
+        HostKind::Plain => HostConfig::Plain(de_strict(body, path)?),
+        HostKind::Slurm => HostConfig::Slurm(de_strict::<SlurmHost>(body, path)?),
+        HostKind::Volcano => HostConfig::Volcano(de_strict(body, path)?),
+        HostKind::Local => HostConfig::Local(de_strict(body, path)?),
+    })
+}
+
+/// Deserializes `value` and turns serde's errors into [`KeyError`]s with the full key path and
+/// house-style messages (`unknown key "x" (expected one of: a, b)`, `missing required key "x"`).
+pub(crate) fn de_strict<T: DeserializeOwned>(value: Value, prefix: &str) -> Result<T, KeyError> {
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let sub = e.path().to_string();
+        let path = match (sub.as_str(), prefix) {
+            (".", _) | ("", _) => prefix.to_owned(),
+            (_, "") => sub,
+            _ => format!("{prefix}.{sub}"),
+        };
+        let raw = e.inner().to_string();
+        let ticked: Vec<&str> = raw.split('`').skip(1).step_by(2).collect();
+        if raw.starts_with("unknown field") && !ticked.is_empty() {
+            let (key, expected) = (ticked[0], &ticked[1..]);
+            let mut message = format!("unknown key {key:?}");
+            if !expected.is_empty() {
+                message.push_str(&format!(" (expected one of: {})", expected.join(", ")));
+            }
+            KeyError::new(path, message)
+        } else if raw.starts_with("unknown variant") && !ticked.is_empty() {
+            KeyError::new(
+                path,
+                format!(
+                    "unknown value {:?} (expected one of: {})",
+                    ticked[0],
+                    ticked[1..].join(", ")
+                ),
+            )
+        } else if raw.starts_with("missing field") && !ticked.is_empty() {
+            KeyError::new(path, format!("missing required key {:?}", ticked[0]))
+        } else {
+            KeyError::new(path, raw)
+        }
+    })
+}
+
+/// An "unknown key" error.
+pub(crate) fn unknown_key(path: &str, key: &str, expected: &[&str]) -> KeyError {
+    KeyError::new(
+        path,
+        format!(
+            "unknown key {key:?} (expected one of: {})",
+            expected.join(", ")
+        ),
+    )
+}
+
+fn as_map<'a>(value: &'a Value, path: &str) -> Result<&'a Map<String, Value>, KeyError> {
+    value
+        .as_object()
+        .ok_or_else(|| KeyError::new(path, format!("expected a map, found {}", kind_of(value))))
+}
+
+/// A short description of a JSON value's type, for messages.
+pub(crate) fn kind_of(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "nothing",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "a map",
+    }
+}

@@ -1,0 +1,686 @@
+//! Tests of config loading: the five layers, merging, host order, strict errors and provenance.
+
+// `figment::Jail` closures return `figment::Result`, whose error is large; that is its API.
+#![allow(clippy::result_large_err)]
+
+use std::path::{Path, PathBuf};
+
+use figment::Jail;
+
+use super::*;
+
+/// A jail layout: `<jail>/home` is the home dir, `<jail>/proj/sub` the project start.
+struct Setup {
+    root: PathBuf,
+    sources: ConfigSources,
+}
+
+impl Setup {
+    fn new(jail: &Jail, user: Option<&str>, project: Option<&str>) -> Setup {
+        let root = jail.directory().to_path_buf();
+        jail.create_dir("home").unwrap();
+        jail.create_dir("proj/sub").unwrap();
+        // Several setups may share one jail: a file not asked for must not linger.
+        for (path, text) in [
+            ("home/.theseus.yaml", user),
+            ("proj/.theseus.yaml", project),
+        ] {
+            match text {
+                Some(text) => drop(jail.create_file(path, text).unwrap()),
+                None => drop(std::fs::remove_file(root.join(path))),
+            }
+        }
+        let sources = ConfigSources {
+            home: Some(root.join("home")),
+            project_start: Some(root.join("proj/sub")),
+            ..ConfigSources::default()
+        };
+        Setup { root, sources }
+    }
+
+    fn env(mut self, key: &str, value: &str) -> Self {
+        self.sources.env.push((key.into(), value.into()));
+        self
+    }
+
+    fn set(mut self, key: &str, value: &str) -> Self {
+        self.sources.cli.push((key.into(), value.into()));
+        self
+    }
+
+    fn project_file(&self) -> String {
+        format!("{}/proj/.theseus.yaml", self.root.display())
+    }
+
+    fn load(&self) -> LoadedConfig {
+        load::load(&self.sources).unwrap_or_else(|e| panic!("config should load: {e}"))
+    }
+
+    fn error(&self) -> String {
+        match load::load(&self.sources) {
+            Ok(c) => panic!("config should not load: {:#?}", c.config),
+            Err(e) => e.to_string(),
+        }
+    }
+}
+
+fn source<'a>(loaded: &'a LoadedConfig, key: &str) -> &'a str {
+    loaded
+        .provenance
+        .iter()
+        .find(|p| p.key == key)
+        .map(|p| p.source.as_str())
+        .unwrap_or_else(|| panic!("no provenance for {key}: {:#?}", loaded.provenance))
+}
+
+fn local(config: &DispatchConfig, name: &str) -> LocalHost {
+    match &config.hosts[name] {
+        HostConfig::Local(h) => h.clone(),
+        other => panic!("{name} is not local: {other:?}"),
+    }
+}
+
+fn plain(config: &DispatchConfig, name: &str) -> PlainHost {
+    match &config.hosts[name] {
+        HostConfig::Plain(h) => h.clone(),
+        other => panic!("{name} is not plain: {other:?}"),
+    }
+}
+
+fn host_names(config: &DispatchConfig) -> Vec<&str> {
+    config.hosts.keys().map(String::as_str).collect()
+}
+
+#[test]
+fn default_config_needs_no_files() {
+    let loaded = load::load(&ConfigSources::default()).unwrap();
+    assert_eq!(host_names(&loaded.config), ["local"]);
+    assert_eq!(local(&loaded.config, "local"), LocalHost::default());
+    let cluster = &loaded.config.clusters["local"];
+    assert_eq!(cluster.root, "~/.local/share/theseus");
+    assert_eq!(cluster.work, "~/.local/share/theseus/work");
+    assert_eq!(loaded.config.clusters.len(), 1);
+    assert!(loaded.files.is_empty());
+    assert_eq!(
+        loaded.provenance,
+        [
+            ("clusters.local.root", "built-in defaults"),
+            ("clusters.local.work", "built-in defaults"),
+            ("hosts.local.cluster", "built-in defaults"),
+            ("hosts.local.type", "built-in defaults"),
+        ]
+        .map(|(key, source)| Provenance {
+            key: key.into(),
+            source: source.into()
+        })
+    );
+}
+
+#[test]
+fn default_config_with_home_but_no_files() {
+    Jail::expect_with(|jail| {
+        let setup = Setup::new(jail, None, None);
+        let loaded = setup.load();
+        assert_eq!(host_names(&loaded.config), ["local"]);
+        assert!(loaded.files.is_empty());
+        Ok(())
+    });
+}
+
+#[test]
+fn precedence_of_all_five_layers() {
+    Jail::expect_with(|jail| {
+        let user = "hosts:\n  local:\n    processes: 1\n    coordinator_port: 1001\n    uv_groups: [u]\n    env: {A: u}\n";
+        let project =
+            "hosts:\n  local:\n    processes: 2\n    coordinator_port: 1002\n    uv_groups: [p]\n";
+        let setup = Setup::new(jail, Some(user), Some(project))
+            .env("THESEUSCFG_HOSTS__LOCAL__PROCESSES", "3")
+            .env("THESEUSCFG_HOSTS__LOCAL__COORDINATOR_PORT", "1003")
+            .env("UNRELATED", "x")
+            .set("hosts.local.processes", "4");
+        let loaded = setup.load();
+        let host = local(&loaded.config, "local");
+        assert_eq!(host.processes, Some(4));
+        assert_eq!(host.coordinator_port, Some(1003));
+        assert_eq!(host.uv_groups, ["p"], "lists replace");
+        assert_eq!(host.env.get("A").map(String::as_str), Some("u"));
+        assert_eq!(host.cluster, "local");
+
+        assert_eq!(source(&loaded, "hosts.local.processes"), "--set");
+        assert_eq!(
+            source(&loaded, "hosts.local.coordinator_port"),
+            "env THESEUSCFG_HOSTS__LOCAL__COORDINATOR_PORT"
+        );
+        assert_eq!(
+            source(&loaded, "hosts.local.uv_groups"),
+            setup.project_file()
+        );
+        assert_eq!(source(&loaded, "hosts.local.env.A"), "~/.theseus.yaml");
+        assert_eq!(source(&loaded, "hosts.local.cluster"), "built-in defaults");
+        assert_eq!(
+            loaded.files,
+            [
+                setup.root.join("home/.theseus.yaml"),
+                setup.root.join("proj/.theseus.yaml")
+            ]
+        );
+        Ok(())
+    });
+}
+
+#[test]
+fn project_file_overrides_one_field_of_a_user_host() {
+    Jail::expect_with(|jail| {
+        let user = "hosts:\n  box:\n    ssh: u@box\n    cluster: local\n    chips: {h100: 8}\n    env: {A: '1'}\n";
+        let project = "hosts:\n  box:\n    chips: {a6000: 2}\n    env: {B: '2'}\n";
+        let loaded = Setup::new(jail, Some(user), Some(project)).load();
+        let host = plain(&loaded.config, "box");
+        assert_eq!(host.ssh, "u@box");
+        assert_eq!(host.cluster, "local");
+        assert_eq!(
+            host.chips.into_iter().collect::<Vec<_>>(),
+            [("a6000".to_owned(), 2), ("h100".to_owned(), 8)]
+        );
+        assert_eq!(host.env.len(), 2);
+        Ok(())
+    });
+}
+
+#[test]
+fn host_order_follows_first_appearance_with_builtin_local_last() {
+    Jail::expect_with(|jail| {
+        let user = "hosts:\n  zeta: {ssh: z, cluster: local}\n  alpha: {ssh: a, cluster: local}\n";
+        let project = "hosts:\n  mid: {ssh: m, cluster: local}\n  alpha: {ssh: a2}\n";
+        let loaded = Setup::new(jail, Some(user), Some(project))
+            .env("THESEUSCFG_HOSTS__ENVHOST", "{ssh: e, cluster: local}")
+            .set("hosts.clihost", "{ssh: c, cluster: local}")
+            .set("hosts.local.processes", "2")
+            .load();
+        assert_eq!(
+            host_names(&loaded.config),
+            ["zeta", "alpha", "mid", "envhost", "clihost", "local"]
+        );
+        Ok(())
+    });
+}
+
+#[test]
+fn a_file_that_defines_local_places_it() {
+    Jail::expect_with(|jail| {
+        let user = "hosts:\n  b: {ssh: b, cluster: local}\n  local: {processes: 2}\n  a: {ssh: a, cluster: local}\n";
+        let loaded = Setup::new(jail, Some(user), None).load();
+        assert_eq!(host_names(&loaded.config), ["b", "local", "a"]);
+        assert_eq!(local(&loaded.config, "local").processes, Some(2));
+        Ok(())
+    });
+}
+
+#[test]
+fn cluster_order_follows_first_appearance() {
+    Jail::expect_with(|jail| {
+        let user = "clusters:\n  z: {root: /z, work: /zw}\n  a: {root: /a, work: /aw}\n";
+        let loaded = Setup::new(jail, Some(user), None).load();
+        let names: Vec<&str> = loaded.config.clusters.keys().map(String::as_str).collect();
+        assert_eq!(names, ["z", "a", "local"]);
+        Ok(())
+    });
+}
+
+#[test]
+fn type_defaults_to_plain_and_other_types_parse() {
+    Jail::expect_with(|jail| {
+        let user = "\
+hosts:
+  box: {ssh: b, cluster: local}
+  cl:
+    type: slurm
+    ssh: login
+    cluster: local
+    partitions: [gpu, {name: big, default: true}]
+  vk: {type: volcano, cluster: local}
+";
+        let loaded = Setup::new(jail, Some(user), None).load();
+        let kinds: Vec<HostKind> = loaded.config.hosts.values().map(HostConfig::kind).collect();
+        assert_eq!(
+            kinds,
+            [
+                HostKind::Plain,
+                HostKind::Slurm,
+                HostKind::Volcano,
+                HostKind::Local
+            ]
+        );
+        Ok(())
+    });
+}
+
+#[test]
+fn a_later_layer_keeps_the_type_of_a_lower_one() {
+    Jail::expect_with(|jail| {
+        let user = "hosts:\n  cl: {type: slurm, ssh: login, cluster: local}\n";
+        let project = "hosts:\n  cl: {partitions: [gpu]}\n";
+        let loaded = Setup::new(jail, Some(user), Some(project)).load();
+        match &loaded.config.hosts["cl"] {
+            HostConfig::Slurm(h) => assert_eq!(h.partitions, [PartitionConfig::Name("gpu".into())]),
+            other => panic!("not slurm: {other:?}"),
+        }
+        Ok(())
+    });
+}
+
+#[test]
+fn chip_aliases_are_canonicalized() {
+    Jail::expect_with(|jail| {
+        let user = "hosts:\n  box: {ssh: b, cluster: local, chips: {H100: 8}}\ngres_mapping: {H100-80GB: h100}\n";
+        let loaded = Setup::new(jail, Some(user), None).load();
+        assert_eq!(plain(&loaded.config, "box").chips.get("h100"), Some(&8));
+        assert_eq!(
+            loaded.config.gres_mapping.get("h100").map(String::as_str),
+            Some("h100")
+        );
+        Ok(())
+    });
+}
+
+#[test]
+fn env_values_are_yaml_and_priority_may_be_comma_separated() {
+    Jail::expect_with(|jail| {
+        let user = "hosts:\n  a: {ssh: a, cluster: local}\n  b: {ssh: b, cluster: local}\n";
+        let loaded = Setup::new(jail, Some(user), None)
+            .env("THESEUSCFG_PRIORITY", "[b, a]")
+            .env("THESEUSCFG_HOSTS__A__CHIPS__H100", "8")
+            .env("THESEUSCFG_HOSTS__A__ENV__MY_VAR", "x")
+            .load();
+        assert_eq!(loaded.config.priority, ["b", "a"]);
+        let a = plain(&loaded.config, "a");
+        assert_eq!(a.chips.get("h100"), Some(&8));
+        assert_eq!(
+            a.env.get("MY_VAR").map(String::as_str),
+            Some("x"),
+            "names under env keep their case"
+        );
+        assert_eq!(source(&loaded, "priority"), "env THESEUSCFG_PRIORITY");
+
+        let loaded = Setup::new(jail, Some(user), None)
+            .env("THESEUSCFG_PRIORITY", "b, a")
+            .load();
+        assert_eq!(loaded.config.priority, ["b", "a"]);
+        Ok(())
+    });
+}
+
+#[test]
+fn home_file_is_not_read_twice_and_the_walk_stops_at_the_first_file() {
+    Jail::expect_with(|jail| {
+        let mut setup = Setup::new(jail, Some("hosts:\n  a: {ssh: a, cluster: local}\n"), None);
+        jail.create_dir("home/code/deep").unwrap();
+        setup.sources.project_start = Some(setup.root.join("home/code/deep"));
+        assert_eq!(setup.load().files, [setup.root.join("home/.theseus.yaml")]);
+
+        jail.create_file(
+            "home/code/.theseus.yaml",
+            "hosts:\n  b: {ssh: b, cluster: local}\n",
+        )
+        .unwrap();
+        let loaded = setup.load();
+        assert_eq!(
+            loaded.files,
+            [
+                setup.root.join("home/.theseus.yaml"),
+                setup.root.join("home/code/.theseus.yaml")
+            ]
+        );
+        assert_eq!(source(&loaded, "hosts.b.ssh"), "~/code/.theseus.yaml");
+        Ok(())
+    });
+}
+
+#[test]
+fn explicit_file_replaces_the_user_file() {
+    Jail::expect_with(|jail| {
+        let mut setup = Setup::new(
+            jail,
+            Some("hosts:\n  home-host: {ssh: a, cluster: local}\n"),
+            None,
+        );
+        jail.create_file("x.yaml", "hosts:\n  x-host: {ssh: x, cluster: local}\n")
+            .unwrap();
+        setup.sources.explicit_file = Some(setup.root.join("x.yaml"));
+        assert_eq!(host_names(&setup.load().config), ["x-host", "local"]);
+
+        setup.sources.explicit_file = Some(setup.root.join("home/missing.yaml"));
+        assert_eq!(
+            setup.error(),
+            "dispatch config file ~/missing.yaml does not exist"
+        );
+        Ok(())
+    });
+}
+
+// Errors, each naming the source and the key.
+
+#[test]
+fn unknown_chip_with_suggestion() {
+    Jail::expect_with(|jail| {
+        let user = "hosts:\n  gpu-box: {ssh: g, cluster: local, chips: {h10: 8}}\n";
+        let setup = Setup::new(jail, Some(user), None);
+        assert_eq!(
+            setup.error(),
+            "~/.theseus.yaml: hosts.gpu-box.chips.h10: unknown chip \"h10\" (did you mean \"h100\"?)"
+        );
+        Ok(())
+    });
+}
+
+#[test]
+fn unknown_key_lists_expected_keys() {
+    Jail::expect_with(|jail| {
+        let setup = Setup::new(
+            jail,
+            None,
+            Some("hosts:\n  box: {sshh: b, cluster: local}\n"),
+        );
+        assert_eq!(
+            setup.error(),
+            format!(
+                "{}: hosts.box.sshh: unknown key \"sshh\" (expected one of: ssh, cluster, chips, uv_groups, env)",
+                setup.project_file()
+            )
+        );
+        let setup = Setup::new(jail, None, Some("hostz: {}\n"));
+        assert_eq!(
+            setup.error(),
+            format!(
+                "{}: hostz: unknown key \"hostz\" (expected one of: mount, proxy, clusters, hosts, priority, gres_mapping)",
+                setup.project_file()
+            )
+        );
+        Ok(())
+    });
+}
+
+#[test]
+fn negative_chip_count() {
+    Jail::expect_with(|jail| {
+        let setup = Setup::new(
+            jail,
+            None,
+            Some("hosts:\n  box: {ssh: b, cluster: local, chips: {h100: -1}}\n"),
+        );
+        assert_eq!(
+            setup.error(),
+            format!(
+                "{}: hosts.box.chips.h100: invalid count -1: counts must be 0 or more",
+                setup.project_file()
+            )
+        );
+        let setup = Setup::new(jail, None, None).env("THESEUSCFG_HOSTS__LOCAL__CHIPS__H100", "-2");
+        assert_eq!(
+            setup.error(),
+            "env THESEUSCFG_HOSTS__LOCAL__CHIPS__H100: hosts.local.chips.h100: invalid count -2: counts must be 0 or more"
+        );
+        Ok(())
+    });
+}
+
+#[test]
+fn unknown_priority_host_from_env() {
+    Jail::expect_with(|jail| {
+        let setup = Setup::new(
+            jail,
+            Some("hosts:\n  gpu-box: {ssh: g, cluster: local}\n"),
+            None,
+        )
+        .env("THESEUSCFG_PRIORITY", "[local, gpu-bx]");
+        assert_eq!(
+            setup.error(),
+            "env THESEUSCFG_PRIORITY: priority[1]: unknown host \"gpu-bx\" (did you mean \"gpu-box\"?)"
+        );
+        Ok(())
+    });
+}
+
+#[test]
+fn unknown_cluster_lists_known_clusters() {
+    Jail::expect_with(|jail| {
+        let mut setup = Setup::new(jail, None, None);
+        let text = "clusters:\n  c1: {root: /r, work: /w}\nhosts:\n  box: {ssh: b, cluster: c2}\n";
+        jail.create_file("x.yaml", text).unwrap();
+        setup.sources.explicit_file = Some(setup.root.join("x.yaml"));
+        assert_eq!(
+            setup.error(),
+            format!(
+                "{}/x.yaml: hosts.box.cluster: unknown cluster \"c2\" (known clusters: c1, local)",
+                setup.root.display()
+            )
+        );
+        Ok(())
+    });
+}
+
+#[test]
+fn unknown_cluster_set_by_a_later_layer_names_that_layer() {
+    Jail::expect_with(|jail| {
+        let setup = Setup::new(
+            jail,
+            Some("hosts:\n  box: {ssh: b, cluster: local}\n"),
+            None,
+        )
+        .set("hosts.box.cluster", "locl");
+        assert_eq!(
+            setup.error(),
+            "--set: hosts.box.cluster: unknown cluster \"locl\" (did you mean \"local\"?)"
+        );
+        Ok(())
+    });
+}
+
+#[test]
+fn yaml_syntax_error_has_line_and_column() {
+    Jail::expect_with(|jail| {
+        let setup = Setup::new(jail, Some("hosts:\n  box: [1, 2\n  x: 3\n"), None);
+        let error = setup.error();
+        assert!(
+            error.starts_with("~/.theseus.yaml: invalid YAML: line "),
+            "{error}"
+        );
+        assert!(error.contains(" column "), "{error}");
+
+        let setup = Setup::new(jail, Some("priority: [a]\npriority: [b]\n"), None);
+        assert_eq!(
+            setup.error(),
+            "~/.theseus.yaml: invalid YAML: line 2 column 1: duplicate mapping key: priority"
+        );
+        Ok(())
+    });
+}
+
+#[test]
+fn tpu_hosts_are_rejected() {
+    Jail::expect_with(|jail| {
+        let setup = Setup::new(
+            jail,
+            Some("hosts:\n  pod: {type: tpu, cluster: local}\n"),
+            None,
+        );
+        assert_eq!(
+            setup.error(),
+            "~/.theseus.yaml: hosts.pod.type: TPU hosts are not supported yet"
+        );
+        Ok(())
+    });
+}
+
+#[test]
+fn unknown_host_type_lists_valid_types() {
+    Jail::expect_with(|jail| {
+        let setup = Setup::new(
+            jail,
+            Some("hosts:\n  pod: {type: gpu, cluster: local}\n"),
+            None,
+        );
+        assert_eq!(
+            setup.error(),
+            "~/.theseus.yaml: hosts.pod.type: unknown host type \"gpu\" (expected one of: plain, slurm, volcano, local)"
+        );
+        Ok(())
+    });
+}
+
+#[test]
+fn missing_required_keys_name_the_defining_layer() {
+    Jail::expect_with(|jail| {
+        let setup = Setup::new(jail, None, Some("hosts:\n  box: {cluster: local}\n"));
+        assert_eq!(
+            setup.error(),
+            format!(
+                "{}: hosts.box: missing required key \"ssh\"",
+                setup.project_file()
+            )
+        );
+
+        let setup = Setup::new(
+            jail,
+            Some("clusters:\n  c: {work: /w}\n"),
+            Some("clusters:\n  c: {log: /l}\n"),
+        );
+        assert_eq!(
+            setup.error(),
+            "~/.theseus.yaml: clusters.c: missing required key \"root\""
+        );
+        Ok(())
+    });
+}
+
+#[test]
+fn mount_and_proxy_are_mutually_exclusive() {
+    Jail::expect_with(|jail| {
+        let setup =
+            Setup::new(jail, Some("mount: /mnt/theseus\n"), None).set("proxy", "me@box:/srv");
+        assert_eq!(
+            setup.error(),
+            "--set: proxy: `mount` and `proxy` are mutually exclusive"
+        );
+        Ok(())
+    });
+}
+
+#[test]
+fn invalid_host_env_name() {
+    Jail::expect_with(|jail| {
+        let setup = Setup::new(jail, Some("hosts:\n  local: {env: {'1BAD': x}}\n"), None);
+        assert_eq!(
+            setup.error(),
+            "~/.theseus.yaml: hosts.local.env.1BAD: invalid environment variable name \"1BAD\""
+        );
+        Ok(())
+    });
+}
+
+#[test]
+fn two_spellings_of_one_chip() {
+    Jail::expect_with(|jail| {
+        let setup = Setup::new(
+            jail,
+            Some("hosts:\n  local: {chips: {h100: 1, H100-80GB: 2}}\n"),
+            None,
+        );
+        assert_eq!(
+            setup.error(),
+            "~/.theseus.yaml: hosts.local.chips.h100: \"H100-80GB\" and \"h100\" are the same chip (h100)"
+        );
+        Ok(())
+    });
+}
+
+#[test]
+fn gres_mapping_keys_are_chips() {
+    Jail::expect_with(|jail| {
+        let setup = Setup::new(jail, Some("gres_mapping: {a100x: a100}\n"), None);
+        let error = setup.error();
+        assert!(
+            error.starts_with("~/.theseus.yaml: gres_mapping.a100x: unknown chip \"a100x\""),
+            "{error}"
+        );
+        Ok(())
+    });
+}
+
+#[test]
+fn empty_slurm_partition_name() {
+    Jail::expect_with(|jail| {
+        let setup = Setup::new(
+            jail,
+            Some("hosts:\n  cl: {type: slurm, ssh: l, cluster: local, partitions: ['']}\n"),
+            None,
+        );
+        assert_eq!(
+            setup.error(),
+            "~/.theseus.yaml: hosts.cl.partitions: partitions[0]: empty partition name"
+        );
+        Ok(())
+    });
+}
+
+#[test]
+fn malformed_settings() {
+    Jail::expect_with(|jail| {
+        let setup = Setup::new(jail, None, None).set("hosts..ssh", "x");
+        assert_eq!(
+            setup.error(),
+            "--set hosts..ssh: invalid key: empty key segment"
+        );
+        let setup = Setup::new(jail, None, None).set("hosts.local.processes", "[1");
+        assert!(
+            setup
+                .error()
+                .starts_with("--set hosts.local.processes: invalid YAML value: line 1"),
+            "{}",
+            setup.error()
+        );
+        let setup = Setup::new(jail, None, None).set("hosts.local.processes", "many");
+        assert_eq!(
+            setup.error(),
+            "--set: hosts.local.processes: invalid type: string \"many\", expected u32"
+        );
+        Ok(())
+    });
+}
+
+#[test]
+fn host_config_deserializes_with_default_type() {
+    let host: HostConfig =
+        serde_json::from_value(serde_json::json!({"ssh": "a", "cluster": "c"})).unwrap();
+    assert_eq!(host.kind(), HostKind::Plain);
+    let error =
+        serde_json::from_value::<HostConfig>(serde_json::json!({"type": "tpu", "cluster": "c"}))
+            .unwrap_err();
+    assert_eq!(error.to_string(), "TPU hosts are not supported yet");
+    let error =
+        serde_json::from_value::<HostConfig>(serde_json::json!({"type": "local", "ssh": "x"}))
+            .unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .starts_with("host.ssh: unknown key \"ssh\""),
+        "{error}"
+    );
+}
+
+#[test]
+fn tilde_expansion_and_display() {
+    let home = Path::new("/home/me");
+    assert_eq!(expand_tilde("~", home), PathBuf::from("/home/me"));
+    assert_eq!(expand_tilde("~/x/y", home), PathBuf::from("/home/me/x/y"));
+    assert_eq!(expand_tilde("/abs/~", home), PathBuf::from("/abs/~"));
+    assert_eq!(expand_tilde("~other/x", home), PathBuf::from("~other/x"));
+    assert_eq!(
+        display_path(Path::new("/home/me/.theseus.yaml"), Some(home)),
+        "~/.theseus.yaml"
+    );
+    assert_eq!(
+        display_path(Path::new("/srv/x.yaml"), Some(home)),
+        "/srv/x.yaml"
+    );
+    assert_eq!(display_path(Path::new("/home/me/x"), None), "/home/me/x");
+}
