@@ -52,12 +52,10 @@ pub(crate) fn stream(run_id: String, data: LocalHandleData, options: LogOptions)
 
 /// Splits a `[rank-N] ` prefix off a line.
 fn parse(line: &str) -> LogLine {
-    if let Some(rest) = line.strip_prefix("[rank-") {
-        if let Some((n, text)) = rest.split_once("] ") {
-            if let Ok(rank) = n.parse() {
-                return LogLine { rank: Some(rank), text: text.to_owned() };
-            }
-        }
+    if let Some((n, text)) = line.strip_prefix("[rank-").and_then(|rest| rest.split_once("] "))
+        && let Ok(rank) = n.parse()
+    {
+        return LogLine { rank: Some(rank), text: text.to_owned() };
     }
     LogLine { rank: None, text: line.to_owned() }
 }
