@@ -184,6 +184,7 @@ theseus_on_signal() {
   if [[ -n "$theseus_child" ]]; then
     kill -TERM "$theseus_child" 2> /dev/null || true
     local grace=${THESEUS_TERM_GRACE_SECONDS:-10} i=0
+    theseus_is_uint "$grace" || grace=10
     while kill -0 "$theseus_child" 2> /dev/null && ((i < grace * 10)); do
       sleep 0.1
       i=$((i + 1))
@@ -209,6 +210,8 @@ theseus_on_exit() {
 
 theseus_heartbeat_loop() {
   local interval=${THESEUS_HEARTBEAT_SECONDS:-30} sleeper=""
+  # A positive number of seconds, else the default (never a busy loop).
+  if ! [[ "$interval" =~ ^[0-9]*[.]?[0-9]+$ && "$interval" =~ [1-9] ]]; then interval=30; fi
   trap '[[ -z "$sleeper" ]] || kill "$sleeper" 2> /dev/null; exit 0' TERM
   trap - ERR INT HUP EXIT
   while :; do
