@@ -4,12 +4,39 @@
 //! The files are placed in the run's work dir under [`BOOTSTRAP_DIR`]:
 //! `bootstrap.sh` (the entry), `launcher.py` and `config.json` (the experiment's `config`,
 //! read by the job from `THESEUS_CONFIG`).
+//!
+//! At run time `bootstrap.sh`:
+//! 1. checks that every secret variable is set (secret values are never in the script) and
+//!    exports the job's other variables, then `THESEUS_RUN_ID`, `THESEUS_JOB_NAME`,
+//!    `THESEUS_PROJECT`, `THESEUS_GROUP`, `THESEUS_WORK_DIR`, `THESEUS_RUN_DIR`, `THESEUS_ROOT`,
+//!    `THESEUS_CONFIG`, `UV_CACHE_DIR` (if given) and `XLA_PYTHON_CLIENT_MEM_FRACTION=0.95`
+//!    (only if unset);
+//! 2. `cd`s to the work dir and creates the run dir;
+//! 3. finds its rank, the process count and the coordinator ([`Launch`]) and exports
+//!    `THESEUS_PROCESS_ID`, `THESEUS_NUM_PROCESSES`, `RANK`, `WORLD_SIZE`, `LOCAL_RANK` and, when
+//!    there is a coordinator, `JAX_COORDINATOR_ADDRESS`, `JAX_NUM_PROCESSES`, `JAX_PROCESS_ID`,
+//!    `MASTER_ADDR`, `MASTER_PORT` (`THESEUS_COORDINATOR_ADDRESS` overrides the coordinator);
+//! 4. with a `pyproject.toml`, runs `uv sync` (`--frozen` when `uv.lock` exists, failing rather
+//!    than re-locking), installing uv with pip if needed; the interpreter is then
+//!    `uv run --no-sync python`, else `$THESEUS_PYTHON` (default `python3`);
+//! 5. writes `$THESEUS_RUN_DIR/metadata.json` (rank 0; others `metadata.rank-<i>.json`)
+//!    atomically, rewritten every `THESEUS_HEARTBEAT_SECONDS` (30) while the job runs;
+//! 6. runs the entrypoint as a waited child (Python entrypoints through `launcher.py`, which
+//!    calls `jax.distributed.initialize` for `distributed: jax`), and exits with its exit code,
+//!    recording `completed` or `failed`; on SIGTERM/SIGINT/SIGHUP it sends TERM to the job,
+//!    waits up to `THESEUS_TERM_GRACE_SECONDS` (10), records `preempted` and exits 143/130/129.
+//!
+//! Everything the bootstrap itself prints goes to stderr, prefixed `[theseus]`.
 
 use serde::Serialize;
 
 use crate::backend::EnvVar;
 use crate::job::{Distributed, JobIdentity};
-use crate::Result;
+use crate::{Error, Result};
+
+mod script;
+#[cfg(test)]
+mod tests;
 
 /// Dir of the bootstrap files, relative to the work dir.
 pub const BOOTSTRAP_DIR: &str = ".theseus";
@@ -87,8 +114,33 @@ pub struct RenderedBootstrap {
     pub entry: String,
 }
 
+/// The Python launcher, a static file: values reach it through argv and the environment.
+const LAUNCHER: &str = include_str!("launcher.py");
+
 /// Renders the bootstrap for one job.
+///
+/// # Errors
+/// [`Error::InvalidConfig`] for an invalid environment variable name, an empty work dir or
+/// entrypoint, or `distributed: jax` with an entrypoint that is not `python ...`.
 pub fn render(input: &BootstrapInput) -> Result<RenderedBootstrap> {
-    let _ = input;
-    Err(crate::Error::InvalidConfig("bootstrap not written yet".into()))
+    if input.work_dir.is_empty() || input.run_dir.is_empty() {
+        return Err(Error::InvalidConfig("the bootstrap needs a work dir and a run dir".into()));
+    }
+    let script = script::render(input)?;
+    let mut config = serde_json::to_string_pretty(&input.config)
+        .map_err(|e| Error::InvalidConfig(format!("cannot encode the experiment's config as JSON: {e}")))?;
+    config.push('\n');
+    let file = |name: &str, contents: String, executable: bool| RenderedFile {
+        path: format!("{BOOTSTRAP_DIR}/{name}"),
+        contents,
+        executable,
+    };
+    Ok(RenderedBootstrap {
+        files: vec![
+            file("bootstrap.sh", script, true),
+            file("launcher.py", LAUNCHER.to_owned(), false),
+            file("config.json", config, false),
+        ],
+        entry: format!("{BOOTSTRAP_DIR}/bootstrap.sh"),
+    })
 }
