@@ -123,7 +123,7 @@ fn dry_run_touches_nothing_and_redacts_secrets() {
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(stdout.contains("would ship"), "{stdout}");
-    assert!(stdout.contains("set -euo pipefail"), "the bootstrap is printed: {stdout}");
+    assert!(stdout.contains("set -Eeuo pipefail"), "the bootstrap is printed: {stdout}");
     assert!(stdout.contains("PLAIN=visible"));
     assert!(stdout.contains("MY_TOKEN=<redacted>"));
     assert!(!stdout.contains("tok-123-secret") && !text(&out.stderr).contains("tok-123-secret"));
