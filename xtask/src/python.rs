@@ -22,7 +22,14 @@ pub(crate) fn ensure_venv(root: &Path) -> Result<PathBuf> {
     if venv.exists() {
         std::fs::remove_dir_all(&venv).with_context(|| format!("cannot remove stale {}", venv.display()))?;
     }
-    run(Command::new(&base).args(["-m", "venv"]).arg(&venv))?;
+    if run(Command::new(&base).args(["-m", "venv"]).arg(&venv)).is_err() {
+        // Debian's python3 needs the python3-venv package for `-m venv`; CI runs as root.
+        eprintln!("xtask: `{base} -m venv` failed; trying to install python3-venv with apt-get");
+        let _ = std::fs::remove_dir_all(&venv);
+        run(Command::new("apt-get").args(["install", "-y", "-qq", "python3-venv"]))
+            .context("cannot create a venv; install python3-venv (Debian) and retry")?;
+        run(Command::new(&base).args(["-m", "venv"]).arg(&venv))?;
+    }
     run(Command::new(&python).args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", JAX]))?;
     run(Command::new(&python).args(["-c", "import jax; print('xtask: jax', jax.__version__)"]))?;
     std::fs::write(&marker, JAX)?;
