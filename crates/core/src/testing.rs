@@ -84,19 +84,8 @@ pub async fn prepare(
         ..Experiment::default()
     };
     let layout = h.backend.layout(&identity, &h.plan)?;
-    let bootstrap = bootstrap::render(&BootstrapInput {
-        identity: identity.clone(),
-        work_dir: layout.work_dir.clone(),
-        run_dir: layout.run_dir.clone(),
-        root_dir: layout.root_dir.clone(),
-        uv_cache_dir: layout.uv_cache_dir.clone(),
-        env: env.clone(),
-        uv_groups: Vec::new(),
-        entrypoint: words,
-        distributed: Distributed::None,
-        launch: layout.launch.clone(),
-        config,
-    })?;
+    let input = BootstrapInput::for_layout(identity.clone(), &layout, env.clone(), words, Distributed::None, config);
+    let bootstrap = bootstrap::render(&input)?;
     let job = PreparedJob { identity, experiment, env, plan: h.plan.clone(), snapshot, bootstrap };
     Ok((job, dir))
 }

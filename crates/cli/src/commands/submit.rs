@@ -39,19 +39,16 @@ pub(crate) async fn run(ctx: &Context, args: SubmitArgs) -> Result<ExitCode> {
     let host = &solved.loaded.config.hosts[&plan.host];
     let mut uv_groups: Vec<String> = host.uv_groups().to_vec();
     uv_groups.extend(solved.experiment.uv_groups.iter().cloned());
-    let bootstrap = bootstrap::render(&BootstrapInput {
-        identity: identity.clone(),
-        work_dir: layout.work_dir.clone(),
-        run_dir: layout.run_dir.clone(),
-        root_dir: layout.root_dir.clone(),
-        uv_cache_dir: layout.uv_cache_dir.clone(),
-        env: env.clone(),
-        uv_groups,
-        entrypoint: solved.experiment.entrypoint_words()?,
-        distributed: solved.experiment.distributed,
-        launch: layout.launch.clone(),
-        config: solved.experiment.config.clone(),
-    })
+    let mut input = BootstrapInput::for_layout(
+        identity.clone(),
+        &layout,
+        env.clone(),
+        solved.experiment.entrypoint_words()?,
+        solved.experiment.distributed,
+        solved.experiment.config.clone(),
+    );
+    input.uv_groups = uv_groups;
+    let bootstrap = bootstrap::render(&input)
     .with_context(|| format!("cannot render the bootstrap for {}", args.job.experiment.display()))?;
 
     if args.dry_run {

@@ -94,6 +94,32 @@ pub struct BootstrapInput {
     pub config: serde_json::Value,
 }
 
+impl BootstrapInput {
+    /// The input for a run laid out by a backend ([`crate::backend::Backend::layout`]).
+    pub fn for_layout(
+        identity: JobIdentity,
+        layout: &crate::backend::RunLayout,
+        env: Vec<EnvVar>,
+        entrypoint: Vec<String>,
+        distributed: Distributed,
+        config: serde_json::Value,
+    ) -> BootstrapInput {
+        BootstrapInput {
+            identity,
+            work_dir: layout.work_dir.clone(),
+            run_dir: layout.run_dir.clone(),
+            root_dir: layout.root_dir.clone(),
+            uv_cache_dir: layout.uv_cache_dir.clone(),
+            env,
+            uv_groups: Vec::new(),
+            entrypoint,
+            distributed,
+            launch: layout.launch.clone(),
+            config,
+        }
+    }
+}
+
 /// One rendered file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct RenderedFile {

@@ -27,7 +27,7 @@ use crate::backend::{
     SubmitOptions,
 };
 use crate::bootstrap::Launch;
-use crate::config::{ClusterConfig, HostKind, LocalHost};
+use crate::config::{expand_tilde, ClusterConfig, HostKind, LocalHost};
 use crate::job::JobIdentity;
 use crate::solver::{ChipRequest, Plan, Request};
 use crate::{Error, Result};
@@ -74,17 +74,6 @@ impl LocalBackend {
         }
         serde_json::from_value(handle.data.clone())
             .map_err(|e| Error::backend(self, format!("malformed local job handle: {e}")))
-    }
-}
-
-/// Expands a leading `~` or `~/` with `home`.
-pub fn expand_tilde(path: &str, home: &Path) -> PathBuf {
-    if path == "~" {
-        home.to_owned()
-    } else if let Some(rest) = path.strip_prefix("~/") {
-        home.join(rest)
-    } else {
-        PathBuf::from(path)
     }
 }
 
