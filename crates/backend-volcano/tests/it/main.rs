@@ -1,0 +1,1 @@
+//! Integration tests of the Volcano backend: rendered manifests against the vendored CRD.
