@@ -11,9 +11,7 @@ use theseus_core::job::{JobIdentity, k8s_name};
 use theseus_core::shell::quote;
 
 use crate::quantity::Quantity;
-use crate::render::{
-    LABEL_ROLE, RenderError, pod_spec, queue, run_labels, workspace_mount, workspace_volume,
-};
+use crate::render::{LABEL_ROLE, RenderError, pod_spec, queue, run_labels, workspace_mount, workspace_volume};
 use crate::types::{Job, JobSpec, TaskSpec};
 
 /// Name of the helper's task and container.
@@ -30,19 +28,12 @@ pub fn helper_name(identity: &JobIdentity) -> String {
 ///
 /// # Errors
 /// [`RenderError`] for invalid `helper_resources` (see [`helper_resources`]).
-pub fn render_helper(
-    host: &VolcanoHost,
-    identity: &JobIdentity,
-    work_dir: &str,
-) -> Result<Job, RenderError> {
-    let resources = helper_resources(host.helper_resources.as_ref())
-        .map_err(|m| RenderError(format!("helper_resources: {m}")))?;
+pub fn render_helper(host: &VolcanoHost, identity: &JobIdentity, work_dir: &str) -> Result<Job, RenderError> {
+    let resources =
+        helper_resources(host.helper_resources.as_ref()).map_err(|m| RenderError(format!("helper_resources: {m}")))?;
     let mut labels = run_labels(host, identity);
     labels.insert(LABEL_ROLE.into(), "helper".into());
-    let script = format!(
-        "mkdir -p {dir} && echo ready && sleep {HELPER_SLEEP_SECONDS}",
-        dir = quote(work_dir)
-    );
+    let script = format!("mkdir -p {dir} && echo ready && sleep {HELPER_SLEEP_SECONDS}", dir = quote(work_dir));
     let container = Container {
         name: HELPER_TASK.into(),
         image: Some(host.helper_image.clone()),
@@ -85,18 +76,12 @@ pub fn render_helper(
 /// # Errors
 /// A message naming the key for a key that is not `requests.<name>` or `limits.<name>`, or a
 /// value that is not a quantity.
-pub fn helper_resources(
-    given: Option<&BTreeMap<String, String>>,
-) -> Result<ResourceRequirements, String> {
-    let default: BTreeMap<String, String> = [
-        ("requests.cpu", "1"),
-        ("requests.memory", "1Gi"),
-        ("limits.cpu", "1"),
-        ("limits.memory", "1Gi"),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_owned(), v.to_owned()))
-    .collect();
+pub fn helper_resources(given: Option<&BTreeMap<String, String>>) -> Result<ResourceRequirements, String> {
+    let default: BTreeMap<String, String> =
+        [("requests.cpu", "1"), ("requests.memory", "1Gi"), ("limits.cpu", "1"), ("limits.memory", "1Gi")]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect();
     let map = given.unwrap_or(&default);
     let mut requests = BTreeMap::new();
     let mut limits = BTreeMap::new();
@@ -105,9 +90,7 @@ pub fn helper_resources(
             Some(("requests", name)) if !name.is_empty() => (&mut requests, name),
             Some(("limits", name)) if !name.is_empty() => (&mut limits, name),
             _ => {
-                return Err(format!(
-                    "{key}: expected a key like \"requests.cpu\" or \"limits.memory\""
-                ));
+                return Err(format!("{key}: expected a key like \"requests.cpu\" or \"limits.memory\""));
             }
         };
         Quantity::parse(value).map_err(|e| format!("{key}: {e}"))?;

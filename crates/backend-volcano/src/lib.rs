@@ -16,8 +16,7 @@ mod validate;
 pub use helper::{helper_name, helper_resources, render_helper};
 pub use quantity::{InvalidQuantity, Quantity};
 pub use render::{
-    JobInputs, RenderError, RenderOptions, RenderedJob, job_name, owner_reference, redacted,
-    render_job, render_secret,
+    JobInputs, RenderError, RenderOptions, RenderedJob, job_name, owner_reference, redacted, render_job, render_secret,
 };
 pub use types::{Job, JobSpec, JobStatus, LifecyclePolicy, TaskSpec};
 pub use validate::{is_label_key, is_label_value, validate_host};

@@ -5,10 +5,9 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Affinity, Container, EmptyDirVolumeSource, EnvVar as K8sEnvVar, EnvVarSource,
-    LocalObjectReference, PersistentVolumeClaimVolumeSource, PodAffinity, PodAffinityTerm,
-    PodSpec, PodTemplateSpec, ResourceRequirements, Secret, SecretKeySelector,
-    Toleration as K8sToleration, Volume, VolumeMount, WeightedPodAffinityTerm,
+    Affinity, Container, EmptyDirVolumeSource, EnvVar as K8sEnvVar, EnvVarSource, LocalObjectReference,
+    PersistentVolumeClaimVolumeSource, PodAffinity, PodAffinityTerm, PodSpec, PodTemplateSpec, ResourceRequirements,
+    Secret, SecretKeySelector, Toleration as K8sToleration, Volume, VolumeMount, WeightedPodAffinityTerm,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
@@ -157,15 +156,9 @@ pub fn render_job(host: &VolcanoHost, inputs: &JobInputs<'_>) -> Result<Rendered
         resources.insert("memory".to_owned(), K8sQuantity(memory));
     }
     if gpu {
-        resources.insert(
-            host.gpu_resource_key.clone(),
-            K8sQuantity(inputs.plan.chips_per_node.to_string()),
-        );
+        resources.insert(host.gpu_resource_key.clone(), K8sQuantity(inputs.plan.chips_per_node.to_string()));
         if host.rdma {
-            resources.insert(
-                "rdma/rdma_shared_device_a".to_owned(),
-                K8sQuantity(host.rdma_per_node.to_string()),
-            );
+            resources.insert("rdma/rdma_shared_device_a".to_owned(), K8sQuantity(host.rdma_per_node.to_string()));
         }
     }
 
@@ -180,11 +173,7 @@ pub fn render_job(host: &VolcanoHost, inputs: &JobInputs<'_>) -> Result<Rendered
             }),
             ..Volume::default()
         });
-        mounts.push(VolumeMount {
-            name: "dshm".into(),
-            mount_path: "/dev/shm".into(),
-            ..VolumeMount::default()
-        });
+        mounts.push(VolumeMount { name: "dshm".into(), mount_path: "/dev/shm".into(), ..VolumeMount::default() });
     }
 
     let container = Container {
@@ -254,11 +243,8 @@ pub fn pod_script(layout: &RunLayout, bootstrap_entry: &str) -> String {
 
 /// Pod env: `THESEUS_VOLCANO_MODE=1`, then plain values, and secrets as `secretKeyRef`s.
 fn pod_env(env: &[EnvVar], secret_name: Option<&str>) -> Vec<K8sEnvVar> {
-    let mut out = vec![K8sEnvVar {
-        name: "THESEUS_VOLCANO_MODE".into(),
-        value: Some("1".into()),
-        ..K8sEnvVar::default()
-    }];
+    let mut out =
+        vec![K8sEnvVar { name: "THESEUS_VOLCANO_MODE".into(), value: Some("1".into()), ..K8sEnvVar::default() }];
     for var in env.iter().filter(|v| v.name != "THESEUS_VOLCANO_MODE") {
         let entry = match (var.secret, secret_name) {
             (true, Some(secret)) => K8sEnvVar {
@@ -275,11 +261,7 @@ fn pod_env(env: &[EnvVar], secret_name: Option<&str>) -> Vec<K8sEnvVar> {
             },
             // Unreachable: a secret variable always produces a Secret. Never fall back to the value.
             (true, None) => continue,
-            (false, _) => K8sEnvVar {
-                name: var.name.clone(),
-                value: Some(var.value.clone()),
-                ..K8sEnvVar::default()
-            },
+            (false, _) => K8sEnvVar { name: var.name.clone(), value: Some(var.value.clone()), ..K8sEnvVar::default() },
         };
         out.push(entry);
     }
@@ -318,8 +300,7 @@ pub fn redacted(secret: &Secret) -> Secret {
         data.values_mut().for_each(|v| *v = REDACTED.to_owned());
     }
     if let Some(data) = out.data.as_mut() {
-        data.values_mut()
-            .for_each(|v| *v = k8s_openapi::ByteString(REDACTED.as_bytes().to_vec()));
+        data.values_mut().for_each(|v| *v = k8s_openapi::ByteString(REDACTED.as_bytes().to_vec()));
     }
     out
 }
@@ -358,11 +339,7 @@ pub(crate) fn workspace_volume(host: &VolcanoHost) -> Volume {
 }
 
 pub(crate) fn workspace_mount(host: &VolcanoHost) -> VolumeMount {
-    VolumeMount {
-        name: WORKSPACE_VOLUME.into(),
-        mount_path: host.pvc_mount_path.clone(),
-        ..VolumeMount::default()
-    }
+    VolumeMount { name: WORKSPACE_VOLUME.into(), mount_path: host.pvc_mount_path.clone(), ..VolumeMount::default() }
 }
 
 /// The pod spec both the job and the helper use: scheduler, placement and access settings.
@@ -388,12 +365,8 @@ pub(crate) fn pod_spec(host: &VolcanoHost, container: Container, volumes: Vec<Vo
         }),
         priority_class_name: host.priority_class.clone(),
         service_account_name: host.service_account.clone(),
-        image_pull_secrets: (!host.image_pull_secrets.is_empty()).then(|| {
-            host.image_pull_secrets
-                .iter()
-                .map(|n| LocalObjectReference { name: n.clone() })
-                .collect()
-        }),
+        image_pull_secrets: (!host.image_pull_secrets.is_empty())
+            .then(|| host.image_pull_secrets.iter().map(|n| LocalObjectReference { name: n.clone() }).collect()),
         ..PodSpec::default()
     }
 }
@@ -405,19 +378,17 @@ fn affinity(labels: &BTreeMap<String, String>) -> Option<Affinity> {
     }
     Some(Affinity {
         pod_affinity: Some(PodAffinity {
-            preferred_during_scheduling_ignored_during_execution: Some(vec![
-                WeightedPodAffinityTerm {
-                    weight: 100,
-                    pod_affinity_term: PodAffinityTerm {
-                        label_selector: Some(LabelSelector {
-                            match_labels: Some(labels.clone()),
-                            ..LabelSelector::default()
-                        }),
-                        topology_key: "kubernetes.io/hostname".into(),
-                        ..PodAffinityTerm::default()
-                    },
+            preferred_during_scheduling_ignored_during_execution: Some(vec![WeightedPodAffinityTerm {
+                weight: 100,
+                pod_affinity_term: PodAffinityTerm {
+                    label_selector: Some(LabelSelector {
+                        match_labels: Some(labels.clone()),
+                        ..LabelSelector::default()
+                    }),
+                    topology_key: "kubernetes.io/hostname".into(),
+                    ..PodAffinityTerm::default()
                 },
-            ]),
+            }]),
             ..PodAffinity::default()
         }),
         ..Affinity::default()

@@ -36,8 +36,7 @@ pub(crate) fn check_host(host: &VolcanoHost) -> Result<(), String> {
             Quantity::parse(value).map_err(|e| format!("{key}: {e}"))?;
         }
     }
-    helper_resources(host.helper_resources.as_ref())
-        .map_err(|m| format!("helper_resources.{m}"))?;
+    helper_resources(host.helper_resources.as_ref()).map_err(|m| format!("helper_resources.{m}"))?;
     for (key, value) in &host.labels {
         if !is_label_key(key) {
             return Err(format!("labels: invalid label key {key:?}"));

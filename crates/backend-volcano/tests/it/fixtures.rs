@@ -79,11 +79,7 @@ pub(crate) fn layout() -> RunLayout {
 }
 
 pub(crate) fn env() -> Vec<EnvVar> {
-    let var = |name: &str, value: &str, secret: bool| EnvVar {
-        name: name.into(),
-        value: value.into(),
-        secret,
-    };
+    let var = |name: &str, value: &str, secret: bool| EnvVar { name: name.into(), value: value.into(), secret };
     vec![
         var("WANDB_API_KEY", SECRET_VALUE, true),
         var("WANDB_PROJECT", "scaling", false),

@@ -3,8 +3,8 @@
 
 use serde_json::{Value, json};
 use theseus_backend_volcano::{
-    JobInputs, RenderOptions, Quantity, helper_name, is_label_key, is_label_value, job_name,
-    owner_reference, redacted, render_helper, render_job, validate_host,
+    JobInputs, Quantity, RenderOptions, helper_name, is_label_key, is_label_value, job_name, owner_reference, redacted,
+    render_helper, render_job, validate_host,
 };
 use theseus_core::solver::Plan;
 
@@ -23,10 +23,7 @@ fn render(plan: &Plan) -> (Value, Option<Value>) {
         options: &options,
     };
     let rendered = render_job(&host(), &inputs).expect("renders");
-    (
-        serde_json::to_value(&rendered.job).unwrap(),
-        rendered.secret.map(|s| serde_json::to_value(s).unwrap()),
-    )
+    (serde_json::to_value(&rendered.job).unwrap(), rendered.secret.map(|s| serde_json::to_value(s).unwrap()))
 }
 
 fn container(job: &Value) -> &Value {
@@ -62,7 +59,10 @@ fn gpu_job_is_schema_valid_and_sized_by_the_plan() {
     let term = &pod["affinity"]["podAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0];
     assert_eq!(term["weight"], 100);
     assert_eq!(term["podAffinityTerm"]["topologyKey"], "kubernetes.io/hostname");
-    assert_eq!(term["podAffinityTerm"]["labelSelector"]["matchLabels"], json!({"team": "ml", "theseus.dev/owner": "alice"}));
+    assert_eq!(
+        term["podAffinityTerm"]["labelSelector"]["matchLabels"],
+        json!({"team": "ml", "theseus.dev/owner": "alice"})
+    );
 
     let c = container(&job);
     assert_eq!(c["name"], "worker");
@@ -74,10 +74,13 @@ fn gpu_job_is_schema_valid_and_sized_by_the_plan() {
     assert_eq!(resources["limits"]["cpu"], "32");
     assert_eq!(resources["limits"]["memory"], "256Gi");
     assert_eq!(resources["limits"]["rdma/rdma_shared_device_a"], "8");
-    assert_eq!(c["volumeMounts"], json!([
-        {"name": "workspace", "mountPath": "/workspace"},
-        {"name": "dshm", "mountPath": "/dev/shm"}
-    ]));
+    assert_eq!(
+        c["volumeMounts"],
+        json!([
+            {"name": "workspace", "mountPath": "/workspace"},
+            {"name": "dshm", "mountPath": "/dev/shm"}
+        ])
+    );
     assert_eq!(pod["volumes"][0]["persistentVolumeClaim"]["claimName"], "team-pvc");
     assert_eq!(pod["volumes"][1]["emptyDir"], json!({"medium": "Memory", "sizeLimit": "64Gi"}));
 }
@@ -104,7 +107,10 @@ fn secrets_are_only_referenced() {
     let env = container(&job)["env"].as_array().unwrap();
     assert_eq!(env[0], json!({"name": "THESEUS_VOLCANO_MODE", "value": "1"}));
     let wandb = env.iter().find(|e| e["name"] == "WANDB_API_KEY").unwrap();
-    assert_eq!(wandb, &json!({"name": "WANDB_API_KEY", "valueFrom": {"secretKeyRef": {"name": name, "key": "WANDB_API_KEY"}}}));
+    assert_eq!(
+        wandb,
+        &json!({"name": "WANDB_API_KEY", "valueFrom": {"secretKeyRef": {"name": name, "key": "WANDB_API_KEY"}}})
+    );
     assert_eq!(env.len(), 5);
 
     let secret = secret.expect("a secret");
@@ -128,7 +134,14 @@ fn no_secret_without_secret_env() {
     let env: Vec<_> = env().into_iter().filter(|v| !v.secret).collect();
     let options = RenderOptions::default();
     let plan = gpu_plan(1, 8);
-    let inputs = JobInputs { identity: &identity, plan: &plan, env: &env, layout: &layout, bootstrap_entry: "b.sh", options: &options };
+    let inputs = JobInputs {
+        identity: &identity,
+        plan: &plan,
+        env: &env,
+        layout: &layout,
+        bootstrap_entry: "b.sh",
+        options: &options,
+    };
     let rendered = render_job(&host(), &inputs).unwrap();
     assert!(rendered.secret.is_none());
     let job = serde_json::to_value(&rendered.job).unwrap();
@@ -267,13 +280,29 @@ fn host_validation_names_the_key() {
     let env = env();
     let (identity, layout, plan) = (identity(), layout(), gpu_plan(1, 8));
     let options = RenderOptions::default();
-    let inputs = JobInputs { identity: &identity, plan: &plan, env: &env, layout: &layout, bootstrap_entry: "b.sh", options: &options };
+    let inputs = JobInputs {
+        identity: &identity,
+        plan: &plan,
+        env: &env,
+        layout: &layout,
+        bootstrap_entry: "b.sh",
+        options: &options,
+    };
     assert!(render_job(&h, &inputs).is_err());
 }
 
 #[test]
 fn quantity_table() {
-    for (text, ok) in [("8", true), ("500m", true), ("64Gi", true), ("1.5", true), ("2e3", true), ("64G", true), ("64Gx", false), ("", false)] {
+    for (text, ok) in [
+        ("8", true),
+        ("500m", true),
+        ("64Gi", true),
+        ("1.5", true),
+        ("2e3", true),
+        ("64G", true),
+        ("64Gx", false),
+        ("", false),
+    ] {
         assert_eq!(Quantity::parse(text).is_ok(), ok, "{text}");
     }
     assert_eq!(Quantity::parse("64Gx").unwrap_err().to_string(), "invalid quantity \"64Gx\"");

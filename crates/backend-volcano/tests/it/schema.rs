@@ -8,15 +8,9 @@ use serde_json::Value;
 pub(crate) fn errors(instance: &Value) -> Vec<String> {
     static VALIDATOR: OnceLock<jsonschema::Validator> = OnceLock::new();
     let validator = VALIDATOR.get_or_init(|| {
-        jsonschema::options()
-            .with_draft(jsonschema::Draft::Draft4)
-            .build(&schema())
-            .expect("the CRD schema compiles")
+        jsonschema::options().with_draft(jsonschema::Draft::Draft4).build(&schema()).expect("the CRD schema compiles")
     });
-    validator
-        .iter_errors(instance)
-        .map(|e| format!("{e} at {}", e.instance_path()))
-        .collect()
+    validator.iter_errors(instance).map(|e| format!("{e} at {}", e.instance_path())).collect()
 }
 
 /// Asserts that `instance` is valid, printing every error.
