@@ -1,0 +1,396 @@
+//! Pure rendering of the gang-scheduled Volcano Job of a run and the Secret that carries its
+//! secret environment. No IO: the IO code creates these objects and sets the Secret's owner
+//! reference once the Job's uid is known ([`owner_reference`]).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    Affinity, Container, EmptyDirVolumeSource, EnvVar as K8sEnvVar, EnvVarSource, LocalObjectReference,
+    PersistentVolumeClaimVolumeSource, PodAffinity, PodAffinityTerm, PodSpec, PodTemplateSpec, ResourceRequirements,
+    Secret, SecretKeySelector, Toleration as K8sToleration, Volume, VolumeMount, WeightedPodAffinityTerm,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
+use theseus_core::backend::{EnvVar, RunLayout};
+use theseus_core::config::VolcanoHost;
+use theseus_core::job::{JobIdentity, k8s_name};
+use theseus_core::shell::quote;
+use theseus_core::solver::Plan;
+
+use crate::types::{Job, JobSpec, LifecyclePolicy, TaskSpec};
+
+/// Name of the one task of a gang job; Volcano's `svc` plugin derives `VC_WORKER_HOSTS` from it.
+pub const TASK_NAME: &str = "worker";
+/// Name of the PVC volume in job and helper pods.
+pub const WORKSPACE_VOLUME: &str = "workspace";
+/// Longest job name: pods are `<job>-worker-<index>` and their hostnames must fit in 63.
+pub const MAX_JOB_NAME: usize = 50;
+/// Label keys theseus sets on everything it creates.
+pub const LABEL_PROJECT: &str = "theseus.dev/project";
+/// See [`LABEL_PROJECT`].
+pub const LABEL_GROUP: &str = "theseus.dev/group";
+/// See [`LABEL_PROJECT`].
+pub const LABEL_NAME: &str = "theseus.dev/name";
+/// See [`LABEL_PROJECT`].
+pub const LABEL_RUN_ID: &str = "theseus.dev/run-id";
+/// `helper` on the code-shipping helper.
+pub const LABEL_ROLE: &str = "theseus.dev/role";
+/// The value shown instead of a secret in dry-run output.
+pub const REDACTED: &str = "<redacted>";
+
+/// Per-submit knobs of the gang job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RenderOptions {
+    /// `spec.maxRetry`: restarts of the whole job (after an eviction) before it fails.
+    pub max_retry: i32,
+    /// `spec.ttlSecondsAfterFinished`.
+    pub ttl_seconds_after_finished: Option<i32>,
+}
+
+impl Default for RenderOptions {
+    fn default() -> Self {
+        RenderOptions { max_retry: 3, ttl_seconds_after_finished: None }
+    }
+}
+
+/// What the gang job is rendered from: a prepared job's parts plus the backend's layout.
+#[derive(Debug, Clone, Copy)]
+pub struct JobInputs<'a> {
+    /// Who the job is.
+    pub identity: &'a JobIdentity,
+    /// Where and how it runs.
+    pub plan: &'a Plan,
+    /// Environment of every process; secrets go to the Secret.
+    pub env: &'a [EnvVar],
+    /// Paths on the PVC.
+    pub layout: &'a RunLayout,
+    /// The bootstrap script, relative to the work dir.
+    pub bootstrap_entry: &'a str,
+    /// Knobs.
+    pub options: &'a RenderOptions,
+}
+
+/// The objects of one run.
+#[derive(Debug, Clone)]
+pub struct RenderedJob {
+    /// The gang job.
+    pub job: Job,
+    /// The Secret with the secret environment, when there is any.
+    pub secret: Option<Secret>,
+}
+
+/// A configuration value that cannot be rendered.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct RenderError(pub String);
+
+impl From<RenderError> for theseus_core::Error {
+    fn from(e: RenderError) -> Self {
+        theseus_core::Error::InvalidConfig(e.0)
+    }
+}
+
+/// The job's name: `<project>-<group>-<name>` shortened, then the run id, valid as a DNS label
+/// that starts with a letter and at most [`MAX_JOB_NAME`] long; unique per run.
+pub fn job_name(identity: &JobIdentity) -> String {
+    let run = k8s_name(&identity.run_id);
+    let base = k8s_name(&format!("{}-{}-{}", identity.project, identity.group, identity.name));
+    let room = MAX_JOB_NAME.saturating_sub(run.len() + 1).max(1);
+    let base = base[..base.len().min(room)].trim_end_matches('-');
+    let name = if base.is_empty() { run } else { format!("{base}-{run}") };
+    let name = &name[..name.len().min(MAX_JOB_NAME)];
+    let name = name.trim_end_matches('-');
+    if name.starts_with(|c: char| c.is_ascii_lowercase()) {
+        name.to_owned()
+    } else {
+        format!("t-{}", &name[..name.len().min(MAX_JOB_NAME - 2)]).trim_end_matches('-').to_owned()
+    }
+}
+
+/// A valid label value for `text` (lowercase, `[a-z0-9-]`, at most 63, hashed when shortened).
+pub fn label_value(text: &str) -> String {
+    k8s_name(text)
+}
+
+/// Host labels plus the run's `theseus.dev/*` labels.
+pub fn run_labels(host: &VolcanoHost, identity: &JobIdentity) -> BTreeMap<String, String> {
+    let mut labels = host.labels.clone();
+    for (key, value) in [
+        (LABEL_PROJECT, &identity.project),
+        (LABEL_GROUP, &identity.group),
+        (LABEL_NAME, &identity.name),
+        (LABEL_RUN_ID, &identity.run_id),
+    ] {
+        labels.insert(key.to_owned(), label_value(value));
+    }
+    labels
+}
+
+/// Renders the gang job and its Secret.
+///
+/// # Errors
+/// [`RenderError`] for invalid quantities in the host config (see [`crate::validate_host`]).
+pub fn render_job(host: &VolcanoHost, inputs: &JobInputs<'_>) -> Result<RenderedJob, RenderError> {
+    crate::validate::check_host(host).map_err(RenderError)?;
+    let name = job_name(inputs.identity);
+    let labels = run_labels(host, inputs.identity);
+    let secret = render_secret(&name, &host.namespace, &labels, inputs.env);
+    let secret_name = secret.as_ref().map(|s| s.metadata.name.clone().unwrap_or_default());
+    let gpu = inputs.plan.chip.is_some() && inputs.plan.chips_per_node > 0;
+    let nodes = i32::try_from(inputs.plan.nodes.max(1))
+        .map_err(|_| RenderError(format!("too many nodes: {}", inputs.plan.nodes)))?;
+
+    let mut resources = BTreeMap::new();
+    let (cpu, memory) = if gpu {
+        (host.cpu.clone(), host.memory.clone())
+    } else {
+        (
+            Some(host.cpu_cpu.clone().unwrap_or_else(|| "8".into())),
+            Some(host.cpu_memory.clone().unwrap_or_else(|| "64Gi".into())),
+        )
+    };
+    if let Some(cpu) = cpu {
+        resources.insert("cpu".to_owned(), K8sQuantity(cpu));
+    }
+    if let Some(memory) = memory {
+        resources.insert("memory".to_owned(), K8sQuantity(memory));
+    }
+    if gpu {
+        resources.insert(host.gpu_resource_key.clone(), K8sQuantity(inputs.plan.chips_per_node.to_string()));
+        if host.rdma {
+            resources.insert("rdma/rdma_shared_device_a".to_owned(), K8sQuantity(host.rdma_per_node.to_string()));
+        }
+    }
+
+    let mut volumes = vec![workspace_volume(host)];
+    let mut mounts = vec![workspace_mount(host)];
+    if gpu && let Some(shm) = &host.shm_size {
+        volumes.push(Volume {
+            name: "dshm".into(),
+            empty_dir: Some(EmptyDirVolumeSource {
+                medium: Some("Memory".into()),
+                size_limit: Some(K8sQuantity(shm.clone())),
+            }),
+            ..Volume::default()
+        });
+        mounts.push(VolumeMount { name: "dshm".into(), mount_path: "/dev/shm".into(), ..VolumeMount::default() });
+    }
+
+    let container = Container {
+        name: TASK_NAME.into(),
+        image: Some(host.image.clone()),
+        command: Some(vec!["bash".into(), "-lc".into()]),
+        args: Some(vec![pod_script(inputs.layout, inputs.bootstrap_entry)]),
+        env: Some(pod_env(inputs.env, secret_name.as_deref())),
+        resources: Some(ResourceRequirements {
+            requests: Some(resources.clone()),
+            limits: Some(resources),
+            ..ResourceRequirements::default()
+        }),
+        volume_mounts: Some(mounts),
+        ..Container::default()
+    };
+    let mut pod = pod_spec(host, container, volumes);
+    pod.affinity = affinity(&host.labels);
+
+    let job = Job {
+        metadata: ObjectMeta {
+            name: Some(name),
+            namespace: Some(host.namespace.clone()),
+            labels: Some(labels.clone()),
+            ..ObjectMeta::default()
+        },
+        spec: JobSpec {
+            scheduler_name: Some("volcano".into()),
+            queue: Some(queue(host)),
+            min_available: Some(nodes),
+            max_retry: Some(inputs.options.max_retry),
+            ttl_seconds_after_finished: inputs.options.ttl_seconds_after_finished,
+            plugins: ["env", "svc", "ssh"].into_iter().map(|p| (p.to_owned(), Vec::new())).collect(),
+            policies: vec![policy("PodEvicted", "RestartJob")],
+            tasks: vec![TaskSpec {
+                name: Some(TASK_NAME.into()),
+                replicas: Some(nodes),
+                min_available: Some(nodes),
+                template: Some(PodTemplateSpec {
+                    metadata: Some(ObjectMeta { labels: Some(labels), ..ObjectMeta::default() }),
+                    spec: Some(pod),
+                }),
+                policies: vec![policy("TaskCompleted", "CompleteJob")],
+            }],
+        },
+        status: None,
+    };
+    Ok(RenderedJob { job, secret })
+}
+
+/// The script each pod runs: the bootstrap from the PVC, its output appended to the run's log
+/// file on the PVC, and the bootstrap's exit status as the pod's.
+pub fn pod_script(layout: &RunLayout, bootstrap_entry: &str) -> String {
+    let entry = theseus_core::config::join(&layout.work_dir, bootstrap_entry);
+    let log_dir = match layout.log_file.rfind('/') {
+        Some(0) => "/",
+        Some(i) => &layout.log_file[..i],
+        None => ".",
+    };
+    format!(
+        "mkdir -p {dir} || exit 1\nbash {entry} 2>&1 | tee -a {log}\nexit \"${{PIPESTATUS[0]}}\"\n",
+        dir = quote(log_dir),
+        entry = quote(&entry),
+        log = quote(&layout.log_file),
+    )
+}
+
+/// Pod env: `THESEUS_VOLCANO_MODE=1`, then plain values, and secrets as `secretKeyRef`s.
+fn pod_env(env: &[EnvVar], secret_name: Option<&str>) -> Vec<K8sEnvVar> {
+    let mut out =
+        vec![K8sEnvVar { name: "THESEUS_VOLCANO_MODE".into(), value: Some("1".into()), ..K8sEnvVar::default() }];
+    for var in env.iter().filter(|v| v.name != "THESEUS_VOLCANO_MODE") {
+        let entry = match (var.secret, secret_name) {
+            (true, Some(secret)) => K8sEnvVar {
+                name: var.name.clone(),
+                value_from: Some(EnvVarSource {
+                    secret_key_ref: Some(SecretKeySelector {
+                        name: secret.to_owned(),
+                        key: var.name.clone(),
+                        optional: None,
+                    }),
+                    ..EnvVarSource::default()
+                }),
+                ..K8sEnvVar::default()
+            },
+            // Unreachable: a secret variable always produces a Secret. Never fall back to the value.
+            (true, None) => continue,
+            (false, _) => K8sEnvVar { name: var.name.clone(), value: Some(var.value.clone()), ..K8sEnvVar::default() },
+        };
+        out.push(entry);
+    }
+    out
+}
+
+/// The Secret named after the job holding the secret variables, or `None` when there are none.
+pub fn render_secret(
+    job_name: &str,
+    namespace: &str,
+    labels: &BTreeMap<String, String>,
+    env: &[EnvVar],
+) -> Option<Secret> {
+    let data: BTreeMap<String, String> =
+        env.iter().filter(|v| v.secret).map(|v| (v.name.clone(), v.value.clone())).collect();
+    if data.is_empty() {
+        return None;
+    }
+    Some(Secret {
+        metadata: ObjectMeta {
+            name: Some(job_name.to_owned()),
+            namespace: Some(namespace.to_owned()),
+            labels: Some(labels.clone()),
+            ..ObjectMeta::default()
+        },
+        type_: Some("Opaque".into()),
+        string_data: Some(data),
+        ..Secret::default()
+    })
+}
+
+/// The Secret as it may be shown: every value replaced by [`REDACTED`].
+pub fn redacted(secret: &Secret) -> Secret {
+    let mut out = secret.clone();
+    if let Some(data) = out.string_data.as_mut() {
+        data.values_mut().for_each(|v| *v = REDACTED.to_owned());
+    }
+    if let Some(data) = out.data.as_mut() {
+        data.values_mut().for_each(|v| *v = k8s_openapi::ByteString(REDACTED.as_bytes().to_vec()));
+    }
+    out
+}
+
+/// The owner reference that ties a Secret (or any object) to the job with `uid`, so deleting the
+/// job garbage-collects it.
+pub fn owner_reference(job_name: &str, uid: &str) -> OwnerReference {
+    OwnerReference {
+        api_version: "batch.volcano.sh/v1alpha1".into(),
+        kind: "Job".into(),
+        name: job_name.to_owned(),
+        uid: uid.to_owned(),
+        controller: Some(true),
+        block_owner_deletion: None,
+    }
+}
+
+/// `host.queue`, or `default` when empty.
+pub(crate) fn queue(host: &VolcanoHost) -> String {
+    if host.queue.is_empty() { "default".into() } else { host.queue.clone() }
+}
+
+pub(crate) fn policy(event: &str, action: &str) -> LifecyclePolicy {
+    LifecyclePolicy { event: Some(event.into()), action: Some(action.into()) }
+}
+
+pub(crate) fn workspace_volume(host: &VolcanoHost) -> Volume {
+    Volume {
+        name: WORKSPACE_VOLUME.into(),
+        persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+            claim_name: host.pvc_name.clone(),
+            read_only: None,
+        }),
+        ..Volume::default()
+    }
+}
+
+pub(crate) fn workspace_mount(host: &VolcanoHost) -> VolumeMount {
+    VolumeMount { name: WORKSPACE_VOLUME.into(), mount_path: host.pvc_mount_path.clone(), ..VolumeMount::default() }
+}
+
+/// The pod spec both the job and the helper use: scheduler, placement and access settings.
+pub(crate) fn pod_spec(host: &VolcanoHost, container: Container, volumes: Vec<Volume>) -> PodSpec {
+    let some_map = |m: &BTreeMap<String, String>| (!m.is_empty()).then(|| m.clone());
+    PodSpec {
+        scheduler_name: Some("volcano".into()),
+        restart_policy: Some("Never".into()),
+        containers: vec![container],
+        volumes: Some(volumes),
+        node_selector: some_map(&host.node_selector),
+        tolerations: (!host.tolerations.is_empty()).then(|| {
+            host.tolerations
+                .iter()
+                .map(|t| K8sToleration {
+                    key: Some(t.key.clone()),
+                    operator: t.operator.clone(),
+                    value: t.value.clone(),
+                    effect: t.effect.clone(),
+                    toleration_seconds: t.toleration_seconds,
+                })
+                .collect()
+        }),
+        priority_class_name: host.priority_class.clone(),
+        service_account_name: host.service_account.clone(),
+        image_pull_secrets: (!host.image_pull_secrets.is_empty())
+            .then(|| host.image_pull_secrets.iter().map(|n| LocalObjectReference { name: n.clone() }).collect()),
+        ..PodSpec::default()
+    }
+}
+
+/// The original's preferred pod affinity: pack pods with the host's labels onto one node.
+fn affinity(labels: &BTreeMap<String, String>) -> Option<Affinity> {
+    if labels.is_empty() {
+        return None;
+    }
+    Some(Affinity {
+        pod_affinity: Some(PodAffinity {
+            preferred_during_scheduling_ignored_during_execution: Some(vec![WeightedPodAffinityTerm {
+                weight: 100,
+                pod_affinity_term: PodAffinityTerm {
+                    label_selector: Some(LabelSelector {
+                        match_labels: Some(labels.clone()),
+                        ..LabelSelector::default()
+                    }),
+                    topology_key: "kubernetes.io/hostname".into(),
+                    ..PodAffinityTerm::default()
+                },
+            }]),
+            ..PodAffinity::default()
+        }),
+        ..Affinity::default()
+    })
+}

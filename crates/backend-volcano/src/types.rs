@@ -1,0 +1,156 @@
+//! A hand-written typed Volcano `Job` (`batch.volcano.sh/v1alpha1`), the part of the CRD theseus
+//! uses. The pod template is k8s-openapi's `PodTemplateSpec`; the vendored CRD's schema test keeps
+//! these types honest. Every `Option` is skipped when `None`, so no `null` reaches the apiserver.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::PodTemplateSpec;
+use kube::CustomResource;
+use serde::{Deserialize, Serialize};
+
+/// `spec` of a Volcano Job. `schema = "disabled"`: theseus never installs the CRD.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[kube(
+    group = "batch.volcano.sh",
+    version = "v1alpha1",
+    kind = "Job",
+    plural = "jobs",
+    shortname = "vcjob",
+    namespaced,
+    status = "JobStatus",
+    schema = "disabled"
+)]
+#[serde(rename_all = "camelCase")]
+pub struct JobSpec {
+    /// Scheduler of the job's pods (`volcano`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduler_name: Option<String>,
+    /// Volcano queue.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<String>,
+    /// Pods that must be schedulable together (the gang).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_available: Option<i32>,
+    /// Restarts of the whole job before it fails.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_retry: Option<i32>,
+    /// Seconds after finishing before the controller deletes the job.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl_seconds_after_finished: Option<i32>,
+    /// Job plugins (`env`, `svc`, `ssh`) with their arguments.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub plugins: BTreeMap<String, Vec<String>>,
+    /// Job-level lifecycle policies.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub policies: Vec<LifecyclePolicy>,
+    /// Tasks (pod groups of identical replicas).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tasks: Vec<TaskSpec>,
+}
+
+/// One task of a [`JobSpec`].
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskSpec {
+    /// Task name; pods are `<job>-<task>-<index>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Pods of this task.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<i32>,
+    /// Pods of this task that must be schedulable together.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_available: Option<i32>,
+    /// The pod template.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub template: Option<PodTemplateSpec>,
+    /// Task-level lifecycle policies.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub policies: Vec<LifecyclePolicy>,
+}
+
+/// What the controller does on an event (`PodEvicted` → `RestartJob`).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct LifecyclePolicy {
+    /// Event (`PodEvicted`, `PodFailed`, `TaskCompleted`, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event: Option<String>,
+    /// Action (`RestartJob`, `CompleteJob`, `AbortJob`, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action: Option<String>,
+}
+
+/// `status` of a Volcano Job.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct JobStatus {
+    /// Phase and why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<JobState>,
+    /// Pods pending.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending: Option<i32>,
+    /// Pods running.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub running: Option<i32>,
+    /// Pods succeeded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub succeeded: Option<i32>,
+    /// Pods failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed: Option<i32>,
+    /// Pods in an unknown state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unknown: Option<i32>,
+    /// Pods terminating.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub terminating: Option<i32>,
+    /// The gang size the controller uses.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_available: Option<i32>,
+    /// Restarts so far.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_count: Option<i32>,
+}
+
+/// `status.state` of a Volcano Job.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct JobState {
+    /// `Pending`, `Running`, `Completed`, `Failed`, `Aborted`, `Terminated`, ...
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
+    /// Machine-readable reason of the last transition.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Human-readable message of the last transition.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// Volcano phases after which a job does not change any more.
+pub const TERMINAL_PHASES: &[&str] = &["Completed", "Failed", "Aborted", "Terminated"];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_parses_from_controller_json() {
+        let status: JobStatus = serde_json::from_value(serde_json::json!({
+            "state": {"phase": "Running", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+            "running": 2, "minAvailable": 2, "retryCount": 0,
+            "conditions": [{"status": "Running"}]
+        }))
+        .unwrap();
+        assert_eq!(status.state.unwrap().phase.as_deref(), Some("Running"));
+        assert_eq!(status.running, Some(2));
+    }
+
+    #[test]
+    fn empty_spec_serializes_without_nulls() {
+        let json = serde_json::to_string(&JobSpec::default()).unwrap();
+        assert_eq!(json, "{}");
+    }
+}
