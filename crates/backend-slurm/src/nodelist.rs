@@ -133,7 +133,9 @@ mod tests {
 
     #[test]
     fn rejects_malformed_lists() {
-        for bad in ["node[01-03", "node01]", "n[[1]]", "n[1-2]]", "n[]", "n[a-b]", "n[3-1]", "n[1-]", "n[0-99999999999]"] {
+        for bad in
+            ["node[01-03", "node01]", "n[[1]]", "n[1-2]]", "n[]", "n[a-b]", "n[3-1]", "n[1-]", "n[0-99999999999]"]
+        {
             assert!(expand(bad).is_err(), "{bad} should fail");
         }
         assert_eq!(expand("n[1").unwrap_err().to_string(), "unbalanced brackets in host list `n[1`");

@@ -160,10 +160,12 @@ fn node_state(state: &str) -> Option<(bool, bool)> {
     let base = state.trim_end_matches(['*', '~', '#', '$', '@', '%', '!', '^', '-', '+']);
     let flags = &state[base.len()..];
     let base_usable = match base {
-        "idle" | "mix" | "mixed" | "alloc" | "allocated" | "comp" | "completing" | "planned" | "boot" | "pow_up" => true,
+        "idle" | "mix" | "mixed" | "alloc" | "allocated" | "comp" | "completing" | "planned" | "boot" | "pow_up" => {
+            true
+        }
         "down" | "drain" | "drained" | "drng" | "draining" | "fail" | "failg" | "failing" | "maint" | "resv"
-        | "reserved" | "unk" | "unknown" | "inval" | "npc" | "futr" | "future" | "pow_dn" | "blocked"
-        | "reboot" | "reboot^" => false,
+        | "reserved" | "unk" | "unknown" | "inval" | "npc" | "futr" | "future" | "pow_dn" | "blocked" | "reboot"
+        | "reboot^" => false,
         _ => return None,
     };
     let usable = base_usable && !flags.contains(['*', '$', '%', '!']);
