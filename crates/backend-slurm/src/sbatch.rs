@@ -1,1 +1,1 @@
-
+//! `#SBATCH` directives and the batch script (in progress).
