@@ -1,0 +1,220 @@
+//! `#SBATCH` directives as typed data, and the batch script that runs the bootstrap on every
+//! node of the allocation with `srun`.
+//!
+//! sbatch reads directive lines itself (they are comments to bash) and splits them on
+//! whitespace, so directive values cannot be shell-quoted: a value with whitespace, quotes,
+//! a backslash or a control character is rejected instead. Values in the script body go through
+//! [`shell::quote`].
+
+use theseus_core::config::SlurmHost;
+use theseus_core::shell;
+use theseus_core::solver::Plan;
+use thiserror::Error;
+
+/// Memory per node when the host sets none (the original's default).
+pub const DEFAULT_MEM: &str = "64G";
+
+/// A directive that cannot be written safely.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum SbatchError {
+    /// A value sbatch would misread (empty, whitespace, quotes, backslash, control characters).
+    #[error("invalid value {value:?} for `#SBATCH --{option}`: {problem}")]
+    InvalidValue {
+        /// The option (`job-name`).
+        option: &'static str,
+        /// The value.
+        value: String,
+        /// Why.
+        problem: &'static str,
+    },
+    /// An `extra_directives` entry that is not one `--option[=value]` line.
+    #[error("invalid extra directive {0:?}: it must start with `--` and be one line")]
+    InvalidExtra(String),
+    /// A plan with no nodes.
+    #[error("a slurm job needs at least one node")]
+    NoNodes,
+}
+
+/// Where the batch script points Slurm and the job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SbatchPaths {
+    /// The bootstrap script every node runs.
+    pub bootstrap: String,
+    /// `--output` (may contain Slurm patterns such as `%j`).
+    pub output: String,
+    /// `--error`; `None` sends stderr to `output`.
+    pub error: Option<String>,
+}
+
+/// The `#SBATCH` directives of one job, validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Directives {
+    /// `--job-name`.
+    pub job_name: String,
+    /// `--partition`.
+    pub partition: Option<String>,
+    /// `--nodes`; one task per node.
+    pub nodes: u32,
+    /// `--gres` per node (`gpu:h100:4` or `gpu:4`), `None` for CPU jobs.
+    pub gres: Option<String>,
+    /// `--mem` per node.
+    pub mem: String,
+    /// `--time`.
+    pub time: Option<String>,
+    /// `--account`.
+    pub account: Option<String>,
+    /// `--qos`.
+    pub qos: Option<String>,
+    /// `--exclude`, joined with commas.
+    pub exclude: Vec<String>,
+    /// `--constraint`.
+    pub constraint: Option<String>,
+    /// `--output`.
+    pub output: String,
+    /// `--error`.
+    pub error: String,
+    /// Extra lines, each `--option[=value]`.
+    pub extra: Vec<String>,
+}
+
+impl Directives {
+    /// The directives for `plan` on `host`. The partition's own constraint wins over the
+    /// host's. Every value is checked here, so [`Directives::lines`] cannot fail.
+    pub fn new(host: &SlurmHost, plan: &Plan, job_name: &str, paths: &SbatchPaths) -> Result<Self, SbatchError> {
+        if plan.nodes == 0 {
+            return Err(SbatchError::NoNodes);
+        }
+        let gres = (plan.chips_per_node > 0).then(|| match &plan.gres_type {
+            Some(ty) => format!("gpu:{ty}:{}", plan.chips_per_node),
+            None => format!("gpu:{}", plan.chips_per_node),
+        });
+        let partition_constraint = plan
+            .partition
+            .as_deref()
+            .and_then(|p| host.partitions.iter().find(|c| c.name() == p))
+            .and_then(|c| c.constraint());
+        let d = Directives {
+            job_name: job_name.to_owned(),
+            partition: plan.partition.clone(),
+            nodes: plan.nodes,
+            gres,
+            mem: host.mem.clone().unwrap_or_else(|| DEFAULT_MEM.to_owned()),
+            time: host.time.clone(),
+            account: host.account.clone(),
+            qos: host.qos.clone(),
+            exclude: host.exclude.clone(),
+            constraint: partition_constraint.map(str::to_owned).or_else(|| host.constraint.clone()),
+            output: paths.output.clone(),
+            error: paths.error.clone().unwrap_or_else(|| paths.output.clone()),
+            extra: host.extra_directives.clone(),
+        };
+        d.validate()?;
+        Ok(d)
+    }
+
+    /// The directive lines, in the original's order, each starting with `#SBATCH `.
+    pub fn lines(&self) -> Vec<String> {
+        let mut out = vec![format!("--job-name={}", self.job_name)];
+        if let Some(p) = &self.partition {
+            out.push(format!("--partition={p}"));
+        }
+        out.push(format!("--nodes={}", self.nodes));
+        out.push("--ntasks-per-node=1".to_owned());
+        if let Some(g) = &self.gres {
+            out.push(format!("--gres={g}"));
+        }
+        out.push(format!("--mem={}", self.mem));
+        if let Some(t) = &self.time {
+            out.push(format!("--time={t}"));
+        }
+        out.push(format!("--output={}", self.output));
+        out.push(format!("--error={}", self.error));
+        if let Some(c) = &self.constraint {
+            out.push(format!("--constraint={c}"));
+        }
+        if let Some(a) = &self.account {
+            out.push(format!("--account={a}"));
+        }
+        if let Some(q) = &self.qos {
+            out.push(format!("--qos={q}"));
+        }
+        if !self.exclude.is_empty() {
+            out.push(format!("--exclude={}", self.exclude.join(",")));
+        }
+        out.extend(self.extra.iter().cloned());
+        out.into_iter().map(|l| format!("#SBATCH {l}")).collect()
+    }
+
+    fn validate(&self) -> Result<(), SbatchError> {
+        check("job-name", &self.job_name)?;
+        let optional = [
+            ("partition", &self.partition),
+            ("gres", &self.gres),
+            ("time", &self.time),
+            ("account", &self.account),
+            ("qos", &self.qos),
+            ("constraint", &self.constraint),
+        ];
+        for (option, value) in optional {
+            if let Some(v) = value {
+                check(option, v)?;
+            }
+        }
+        check("mem", &self.mem)?;
+        check("output", &self.output)?;
+        check("error", &self.error)?;
+        for node in &self.exclude {
+            check("exclude", node)?;
+            if node.contains(',') {
+                // A comma inside one entry would silently exclude more nodes than it names.
+                return Err(invalid("exclude", node, "one node per entry"));
+            }
+        }
+        for line in &self.extra {
+            if !line.starts_with("--") || line.len() == 2 || line.chars().any(char::is_control) {
+                return Err(SbatchError::InvalidExtra(line.clone()));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The batch script: the directives, then `srun` running `bash <bootstrap>` once per node.
+/// `--kill-on-bad-exit=1` stops every node when one fails, and the script exits with srun's
+/// status.
+pub fn render(directives: &Directives, bootstrap: &str) -> String {
+    let mut s = String::from("#!/bin/bash\n");
+    for line in directives.lines() {
+        s.push_str(&line);
+        s.push('\n');
+    }
+    s.push_str("# Generated by theseus. One task per node; the bootstrap wires up ranks itself.\n");
+    s.push_str("set -euo pipefail\n");
+    s.push_str(&format!("exec srun --kill-on-bad-exit=1 bash {}\n", shell::quote(bootstrap)));
+    s
+}
+
+/// [`Directives::new`] then [`render`].
+pub fn build(host: &SlurmHost, plan: &Plan, job_name: &str, paths: &SbatchPaths) -> Result<String, SbatchError> {
+    Ok(render(&Directives::new(host, plan, job_name, paths)?, &paths.bootstrap))
+}
+
+fn check(option: &'static str, value: &str) -> Result<(), SbatchError> {
+    if value.is_empty() {
+        return Err(invalid(option, value, "empty"));
+    }
+    if value.chars().any(|c| c.is_control()) {
+        return Err(invalid(option, value, "contains a newline or control character"));
+    }
+    if value.chars().any(|c| c.is_whitespace() || matches!(c, '"' | '\'' | '\\')) {
+        return Err(invalid(option, value, "sbatch cannot read whitespace, quotes or backslashes here"));
+    }
+    Ok(())
+}
+
+fn invalid(option: &'static str, value: &str, problem: &'static str) -> SbatchError {
+    SbatchError::InvalidValue { option, value: value.to_owned(), problem }
+}
+
+#[cfg(test)]
+mod tests;
