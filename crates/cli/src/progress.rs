@@ -13,6 +13,8 @@ pub(crate) fn bytes(label: &str, quiet: bool) -> ProgressFn {
     let tty = std::io::stderr().is_terminal();
     let last_quarter = Arc::new(AtomicU64::new(0));
     Arc::new(move |done: u64, total: Option<u64>| {
+        // The total is an estimate; never show more done than the total.
+        let done = total.map_or(done, |t| done.min(t));
         if quiet {
             return;
         }

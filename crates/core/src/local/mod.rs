@@ -254,7 +254,7 @@ async fn ship(job: &PreparedJob, work_dir: &Path, options: &SubmitOptions) -> Re
     let snapshot = job.snapshot.clone();
     let dest = partial.clone();
     let progress = options.progress.clone();
-    let total = snapshot.total_bytes();
+    let total = snapshot.estimated_tar_bytes();
     let res = tokio::task::spawn_blocking(move || -> Result<()> {
         let (reader, writer) = std::io::pipe().map_err(|e| Error::io("create a pipe for", &dest, e))?;
         let unpack_dest = dest.clone();

@@ -128,6 +128,21 @@ impl Snapshot {
         self.files.len()
     }
 
+    /// Size of the tar archive [`Snapshot::write_tar`] writes, as listed (a header block per
+    /// file, contents padded to 512 bytes, extra blocks for long paths, two end blocks).
+    /// Files that change between listing and writing make it approximate.
+    pub fn estimated_tar_bytes(&self) -> u64 {
+        let per_file: u64 = self
+            .files
+            .iter()
+            .map(|f| {
+                let long_name = if f.path.len() > 100 { 512 + f.path.len().div_ceil(512) as u64 * 512 } else { 0 };
+                512 + long_name + f.size.div_ceil(512) * 512
+            })
+            .sum();
+        per_file + 1024
+    }
+
     /// Total bytes of all files.
     pub fn total_bytes(&self) -> u64 {
         self.files.iter().map(|f| f.size).sum()

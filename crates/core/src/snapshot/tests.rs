@@ -250,3 +250,16 @@ fn clean_without_a_commit_is_an_error() {
     let err = Snapshot::collect(tmp.path(), SnapshotMode::Clean).unwrap_err();
     assert!(err.to_string().contains("needs a commit"), "{err}");
 }
+
+#[test]
+fn estimated_tar_size_matches_what_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("a.txt"), vec![b'a'; 1000]).unwrap();
+    std::fs::write(dir.path().join("b.bin"), vec![7u8; 70_000]).unwrap();
+    std::fs::create_dir_all(dir.path().join("d")).unwrap();
+    std::fs::write(dir.path().join("d/empty"), b"").unwrap();
+    let snap = Snapshot::collect(dir.path(), SnapshotMode::Dirty).unwrap();
+    let mut out = Vec::new();
+    snap.write_tar(&mut out, &mut |_| {}).unwrap();
+    assert_eq!(snap.estimated_tar_bytes(), out.len() as u64);
+}
