@@ -7,9 +7,16 @@
 //! is not implemented yet; the CLI reports volcano hosts as unsupported until this crate provides
 //! a `Backend`.
 
+pub mod api;
+pub mod availability;
+mod backend;
+pub mod client;
+pub mod error;
 pub mod helper;
 pub mod quantity;
 pub mod render;
+pub mod ship;
+mod status;
 pub mod types;
 mod validate;
 

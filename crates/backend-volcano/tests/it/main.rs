@@ -1,6 +1,10 @@
-//! Integration tests of the Volcano backend's pure part: rendered manifests checked against the
-//! vendored CRD's schema, and the properties the IO code relies on.
+//! Integration tests of the Volcano backend: rendered manifests checked against the vendored CRD's
+//! schema (with property-based variants and snapshots), wiremock contract tests of every API call,
+//! shipping over the exec protocol, and whole flows against the cluster simulator.
 
+mod contract;
 mod fixtures;
+mod props;
 mod render;
 mod schema;
+mod ship;

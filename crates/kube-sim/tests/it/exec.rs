@@ -1,0 +1,1 @@
+//! Exec protocol tests: v4 and v5 channels against a real process.

@@ -1,0 +1,3 @@
+//! Integration tests of the cluster simulator, driven through kube-rs.
+
+mod exec;
