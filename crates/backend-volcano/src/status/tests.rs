@@ -1,0 +1,137 @@
+//! Tests of the status summary over pod, PodGroup and event fixtures shaped like the apiserver's.
+
+use k8s_openapi::api::core::v1::{Event, Pod};
+use serde_json::json;
+use theseus_core::backend::JobState;
+
+use super::{GroupCondition, Observed, job_state, pending_reason, rank_of, summarize};
+use crate::types::Job;
+
+fn job(phase: Option<&str>, reason: &str) -> Job {
+    let mut value = json!({
+        "apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
+        "metadata": {"name": "p-g-run-1", "namespace": "ml"},
+        "spec": {"minAvailable": 2, "tasks": []}
+    });
+    if let Some(phase) = phase {
+        value["status"] = json!({"state": {"phase": phase, "reason": reason, "message": ""}});
+    }
+    serde_json::from_value(value).unwrap()
+}
+
+fn pod(index: u32, phase: &str, container_state: serde_json::Value) -> Pod {
+    serde_json::from_value(json!({
+        "metadata": {"name": format!("p-g-run-1-worker-{index}")},
+        "spec": {"nodeName": format!("node-{index}"), "containers": [{"name": "main"}]},
+        "status": {"phase": phase, "containerStatuses": [{
+            "name": "main", "image": "img", "imageID": "", "ready": false, "restartCount": 0,
+            "state": container_state
+        }]}
+    }))
+    .unwrap()
+}
+
+fn observed<'a>(job: &'a Job, pods: &'a [Pod], conditions: &'a [GroupCondition], events: &'a [Event]) -> Observed<'a> {
+    Observed { job, pods, group_phase: Some("Pending"), group_conditions: conditions, events }
+}
+
+#[test]
+fn ranks_come_from_pod_names_and_sort() {
+    let job = job(Some("Running"), "");
+    let pods = [
+        pod(1, "Running", json!({"running": {}})),
+        pod(0, "Running", json!({"running": {}})),
+    ];
+    let status = summarize(&observed(&job, &pods, &[], &[]));
+    assert_eq!(status.state, JobState::Running);
+    assert_eq!(status.ranks.iter().map(|r| r.rank).collect::<Vec<_>>(), vec![0, 1]);
+    assert_eq!(status.ranks[1].location.as_deref(), Some("node-1"));
+    assert_eq!(rank_of(&pods[0]), Some(1));
+    assert!(status.message.unwrap().starts_with("2/2 pods running"));
+}
+
+#[test]
+fn failed_job_reports_the_first_failing_rank_and_code() {
+    let job = job(Some("Failed"), "PodFailed");
+    let pods = [
+        pod(0, "Succeeded", json!({"terminated": {"exitCode": 0}})),
+        pod(1, "Failed", json!({"terminated": {"exitCode": 3}})),
+    ];
+    let status = summarize(&observed(&job, &pods, &[], &[]));
+    assert_eq!(status.state, JobState::Failed);
+    assert_eq!(status.exit_code, Some(3));
+    assert!(status.message.unwrap().contains("rank 1 exited with code 3"));
+}
+
+#[test]
+fn completed_job_exits_zero() {
+    let job = job(Some("Completed"), "");
+    let pods = [pod(0, "Succeeded", json!({"terminated": {"exitCode": 0}}))];
+    let status = summarize(&observed(&job, &pods, &[], &[]));
+    assert_eq!((status.state, status.exit_code), (JobState::Completed, Some(0)));
+}
+
+#[test]
+fn aborted_is_cancelled_unless_evicted() {
+    assert_eq!(job_state("Aborted", "", &[]), JobState::Cancelled);
+    assert_eq!(job_state("Terminated", "PodEvicted", &[]), JobState::Preempted);
+    assert_eq!(job_state("Restarting", "", &[]), JobState::Running);
+    assert_eq!(job_state("Inqueue", "", &[]), JobState::Pending);
+    assert_eq!(job_state("Bogus", "", &[]), JobState::Unknown);
+}
+
+#[test]
+fn pending_reason_prefers_a_stuck_container() {
+    let job = job(Some("Pending"), "");
+    let pods = [pod(
+        0,
+        "Pending",
+        json!({"waiting": {"reason": "ImagePullBackOff", "message": "Back-off pulling image \"nope:1\""}}),
+    )];
+    let conditions = [GroupCondition {
+        type_: "Unschedulable".into(),
+        status: "True".into(),
+        reason: None,
+        message: Some("should not win".into()),
+    }];
+    let reason = pending_reason(&observed(&job, &pods, &conditions, &[]));
+    assert_eq!(reason, "pod p-g-run-1-worker-0 cannot start: ImagePullBackOff: Back-off pulling image \"nope:1\"");
+}
+
+#[test]
+fn pending_reason_quotes_the_unschedulable_condition() {
+    let job = job(None, "");
+    let conditions = [GroupCondition {
+        type_: "Unschedulable".into(),
+        status: "True".into(),
+        reason: Some("NotEnoughResources".into()),
+        message: Some("0/4 nodes are unavailable:\n 4 Insufficient nvidia.com/gpu.".into()),
+    }];
+    let status = summarize(&observed(&job, &[], &conditions, &[]));
+    assert_eq!(status.state, JobState::Pending);
+    assert_eq!(
+        status.message.as_deref(),
+        Some("waiting for resources: the scheduler cannot place the whole gang: 0/4 nodes are unavailable: 4 Insufficient nvidia.com/gpu.")
+    );
+}
+
+#[test]
+fn pending_reason_falls_back_to_warning_events_then_counts() {
+    let job = job(Some("Pending"), "");
+    let event: Event = serde_json::from_value(json!({
+        "metadata": {"name": "e1"},
+        "involvedObject": {"name": "p-g-run-1"},
+        "type": "Warning", "reason": "FailedScheduling", "message": "queue  full",
+        "lastTimestamp": "2026-11-21T10:00:00Z"
+    }))
+    .unwrap();
+    let events = [event];
+    assert_eq!(
+        pending_reason(&observed(&job, &[], &[], &events)),
+        "waiting: FailedScheduling on p-g-run-1: queue full"
+    );
+    assert_eq!(
+        pending_reason(&observed(&job, &[], &[], &[])),
+        "waiting for Volcano to admit the gang of 2 pods (no pods yet, PodGroup Pending)"
+    );
+}
