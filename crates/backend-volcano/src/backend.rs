@@ -1,1 +1,321 @@
-//! placeholder: backend
+//! [`VolcanoBackend`]: the `Backend` of a `type: volcano` host. The connection to the cluster is
+//! made on first use, so rendering (`--dry-run`) and layout need no cluster and no kubeconfig.
+
+use std::fmt;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use k8s_openapi::api::core::v1::Pod;
+use serde::{Deserialize, Serialize};
+use theseus_core::availability::Availability;
+use theseus_core::backend::{
+    Backend, DryRunDocument, JobHandle, JobState, JobStatus, LogOptions, LogStream, PreparedJob, RunLayout,
+    SubmitOptions,
+};
+use theseus_core::bootstrap::Launch;
+use theseus_core::config::{ClusterConfig, HostKind, VolcanoHost, join};
+use theseus_core::job::JobIdentity;
+use theseus_core::solver::{Plan, Request};
+use tokio::sync::OnceCell;
+
+use crate::api::Cluster;
+use crate::error::VolcanoError;
+use crate::helper::render_helper;
+use crate::render::{JobInputs, RenderOptions, redacted, render_job};
+use crate::status::{GroupCondition, Observed, summarize};
+use crate::types::Job;
+
+/// Timeouts and knobs of the backend (defaults suit real clusters; tests shorten them).
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// How long the helper pod may take to start (image pull, scheduling).
+    pub helper_start_timeout: Duration,
+    /// How long shipping may take once the helper runs.
+    pub ship_timeout: Duration,
+    /// How long deletions (`--replace`, `cancel`) may take to be confirmed.
+    pub delete_timeout: Duration,
+    /// How often `logs -f` and `cancel` look at the job's pods.
+    pub poll_interval: Duration,
+    /// Gang job knobs (`maxRetry`, `ttlSecondsAfterFinished`).
+    pub render: RenderOptions,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            helper_start_timeout: Duration::from_secs(300),
+            ship_timeout: Duration::from_secs(3600),
+            delete_timeout: Duration::from_secs(180),
+            poll_interval: Duration::from_secs(2),
+            render: RenderOptions::default(),
+        }
+    }
+}
+
+/// What a Volcano job handle carries (the `data` of [`JobHandle`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HandleData {
+    /// Namespace of the job.
+    pub namespace: String,
+    /// The vcjob's name.
+    pub job: String,
+    /// The vcjob's uid (a job re-created under the same name is not ours).
+    #[serde(default)]
+    pub uid: Option<String>,
+    /// The Secret holding the job's secret env, when it has one.
+    #[serde(default)]
+    pub secret: Option<String>,
+    /// The run's log file on the PVC.
+    #[serde(default)]
+    pub log_file: Option<String>,
+}
+
+/// The backend of one `type: volcano` host.
+pub struct VolcanoBackend {
+    pub(crate) name: String,
+    pub(crate) host: VolcanoHost,
+    pub(crate) cluster_config: ClusterConfig,
+    pub(crate) settings: Settings,
+    connection: OnceCell<Cluster>,
+}
+
+impl fmt::Debug for VolcanoBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("VolcanoBackend").field("name", &self.name).field("namespace", &self.host.namespace).finish()
+    }
+}
+
+impl fmt::Display for VolcanoBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "volcano({})", self.name)
+    }
+}
+
+impl VolcanoBackend {
+    /// A backend for host `name`; connects to the cluster on first use.
+    pub fn new(name: &str, host: VolcanoHost, cluster: ClusterConfig) -> Self {
+        VolcanoBackend {
+            name: name.to_owned(),
+            host,
+            cluster_config: cluster,
+            settings: Settings::default(),
+            connection: OnceCell::new(),
+        }
+    }
+
+    /// A backend that uses an existing connection (tests, embedding).
+    pub fn with_cluster(name: &str, host: VolcanoHost, cluster: ClusterConfig, connection: Cluster) -> Self {
+        let backend = VolcanoBackend::new(name, host, cluster);
+        let _ = backend.connection.set(connection);
+        backend
+    }
+
+    /// Replaces the timeouts and knobs.
+    #[must_use]
+    pub fn with_settings(mut self, settings: Settings) -> Self {
+        self.settings = settings;
+        self
+    }
+
+    /// The host's settings.
+    pub fn host(&self) -> &VolcanoHost {
+        &self.host
+    }
+
+    /// The connection, made on first use.
+    pub async fn cluster(&self) -> Result<&Cluster, VolcanoError> {
+        self.connection.get_or_try_init(|| Cluster::connect(&self.host)).await
+    }
+
+    pub(crate) fn err(&self, e: VolcanoError) -> theseus_core::Error {
+        match e {
+            VolcanoError::AlreadyExists { .. } => theseus_core::Error::AlreadyExists { what: e.to_string() },
+            other => theseus_core::Error::Backend { backend: self.to_string(), message: other.to_string(), source: None },
+        }
+    }
+
+    /// Paths of a run on the PVC.
+    pub fn run_layout(&self, identity: &JobIdentity) -> RunLayout {
+        let rel = identity.run_path();
+        let cluster = &self.cluster_config;
+        RunLayout {
+            work_dir: join(&cluster.work, &rel),
+            run_dir: join(&cluster.status_dir(), &rel),
+            log_file: join(&cluster.log_dir(), &format!("{rel}.log")),
+            root_dir: cluster.root.clone(),
+            uv_cache_dir: cluster.uv_dir.clone(),
+            launch: Launch::Volcano { coordinator_port: self.host.coordinator_port },
+        }
+    }
+
+    /// The gang job (and Secret) of a prepared job, rendered without the cluster.
+    pub fn render(&self, job: &PreparedJob) -> theseus_core::Result<crate::render::RenderedJob> {
+        let layout = self.run_layout(&job.identity);
+        let inputs = JobInputs {
+            identity: &job.identity,
+            plan: &job.plan,
+            env: &job.env,
+            layout: &layout,
+            bootstrap_entry: &job.bootstrap.entry,
+            options: &self.settings.render,
+        };
+        Ok(render_job(&self.host, &inputs)?)
+    }
+
+    /// Handle data of a handle of this backend.
+    pub(crate) fn handle_data(&self, handle: &JobHandle) -> theseus_core::Result<HandleData> {
+        if handle.kind != HostKind::Volcano {
+            return Err(theseus_core::Error::backend(self, format!("handle of a {} job, not a volcano one", handle.kind)));
+        }
+        serde_json::from_value(handle.data.clone()).map_err(|e| {
+            theseus_core::Error::backend(self, format!("job handle of `{}` is not a volcano handle: {e}", handle.id))
+        })
+    }
+
+    /// Everything observed about a job: the vcjob, its pods, and when pending, its PodGroup and events.
+    pub(crate) async fn observe(&self, data: &HandleData) -> Result<Option<(Job, Vec<Pod>, Observation)>, VolcanoError> {
+        let cluster = self.cluster().await?;
+        let Some(job) = cluster.get_job(&data.job).await? else { return Ok(None) };
+        if let (Some(want), Some(have)) = (&data.uid, &job.metadata.uid)
+            && want != have
+        {
+            return Ok(None);
+        }
+        let pods = cluster.list_pods(&format!("volcano.sh/job-name={}", data.job)).await?;
+        let pending = job.status.as_ref().and_then(|s| s.state.as_ref()).and_then(|s| s.phase.as_deref()).is_none_or(|p| p == "Pending" || p == "Inqueue");
+        let mut observation = Observation::default();
+        if pending {
+            if let Some(group) = cluster.get_podgroup_of(&job).await? {
+                observation.group_phase = group.phase;
+                observation.conditions = group.conditions;
+            }
+            observation.events = cluster.events_for_job(&job, &pods).await.unwrap_or_default();
+        }
+        Ok(Some((job, pods, observation)))
+    }
+}
+
+/// The PodGroup and events part of an observation.
+#[derive(Debug, Default)]
+pub(crate) struct Observation {
+    pub(crate) group_phase: Option<String>,
+    pub(crate) conditions: Vec<GroupCondition>,
+    pub(crate) events: Vec<k8s_openapi::api::core::v1::Event>,
+}
+
+#[async_trait]
+impl Backend for VolcanoBackend {
+    fn kind(&self) -> HostKind {
+        HostKind::Volcano
+    }
+
+    fn layout(&self, identity: &JobIdentity, _plan: &Plan) -> theseus_core::Result<RunLayout> {
+        Ok(self.run_layout(identity))
+    }
+
+    async fn availability(&self, request: &Request) -> theseus_core::Result<Availability> {
+        let cluster = self.cluster().await.map_err(|e| self.err(e))?;
+        crate::availability::check(cluster, &self.host, request).await.map_err(|e| self.err(e))
+    }
+
+    async fn submit(&self, job: &PreparedJob, options: &SubmitOptions) -> theseus_core::Result<JobHandle> {
+        // Render everything before touching the cluster: a bad config writes nothing.
+        let rendered = self.render(job)?;
+        let layout = self.run_layout(&job.identity);
+        let helper = render_helper(&self.host, &job.identity, &layout.work_dir)?;
+        let cluster = self.cluster().await.map_err(|e| self.err(e))?;
+        crate::submit::submit(self, cluster, job, &layout, helper, rendered, options).await.map_err(|e| self.err(e))
+    }
+
+    async fn status(&self, handle: &JobHandle) -> theseus_core::Result<JobStatus> {
+        let data = self.handle_data(handle)?;
+        match self.observe(&data).await.map_err(|e| self.err(e))? {
+            None => Err(theseus_core::Error::NotFound {
+                what: format!(
+                    "vcjob `{}` in namespace `{}` (deleted, or removed by ttlSecondsAfterFinished)",
+                    data.job, data.namespace
+                ),
+            }),
+            Some((job, pods, o)) => Ok(summarize(&Observed {
+                job: &job,
+                pods: &pods,
+                group_phase: o.group_phase.as_deref(),
+                group_conditions: &o.conditions,
+                events: &o.events,
+            })),
+        }
+    }
+
+    async fn logs(&self, handle: &JobHandle, options: &LogOptions) -> theseus_core::Result<LogStream> {
+        let data = self.handle_data(handle)?;
+        let cluster = self.cluster().await.map_err(|e| self.err(e))?.clone();
+        if cluster.get_job(&data.job).await.map_err(|e| self.err(e))?.is_none() {
+            return Err(theseus_core::Error::NotFound { what: format!("vcjob `{}` in namespace `{}`", data.job, data.namespace) });
+        }
+        Ok(crate::logs::stream(cluster, data, options.clone(), self.settings.poll_interval, self.to_string()))
+    }
+
+    async fn cancel(&self, handle: &JobHandle) -> theseus_core::Result<JobStatus> {
+        let data = self.handle_data(handle)?;
+        let before = self.observe(&data).await.map_err(|e| self.err(e))?;
+        let Some((job, pods, _)) = before else {
+            return Err(theseus_core::Error::NotFound { what: format!("vcjob `{}` in namespace `{}`", data.job, data.namespace) });
+        };
+        let prior = summarize(&Observed { job: &job, pods: &pods, group_phase: None, group_conditions: &[], events: &[] });
+        let cluster = self.cluster().await.map_err(|e| self.err(e))?;
+        let gone = crate::submit::delete_and_confirm(cluster, &data.job, self.settings.delete_timeout, self.settings.poll_interval)
+            .await
+            .map_err(|e| self.err(e))?;
+        if let Some(secret) = &data.secret {
+            cluster.delete_secret(secret).await.map_err(|e| self.err(e))?;
+        }
+        if prior.state.is_terminal() {
+            return Ok(prior);
+        }
+        Ok(JobStatus {
+            state: JobState::Cancelled,
+            exit_code: None,
+            message: Some(format!("vcjob `{}` deleted; its {gone} pods are gone", data.job)),
+            ranks: prior.ranks.into_iter().map(|mut r| { if !r.state.is_terminal() { r.state = JobState::Cancelled; } r }).collect(),
+        })
+    }
+
+    fn dry_run(&self, job: &PreparedJob) -> theseus_core::Result<Vec<DryRunDocument>> {
+        let rendered = self.render(job)?;
+        let layout = self.run_layout(&job.identity);
+        let helper = render_helper(&self.host, &job.identity, &layout.work_dir)?;
+        let yaml = |title: &str, value: &dyn erased::Yaml| -> theseus_core::Result<DryRunDocument> {
+            Ok(DryRunDocument { title: title.to_owned(), text: value.yaml().map_err(|e| theseus_core::Error::backend(self, e))? })
+        };
+        let mut docs = vec![yaml("helper job: ships the code to the PVC, deleted after shipping", &helper)?];
+        if let Some(secret) = &rendered.secret {
+            docs.push(yaml("secret env of the job (values redacted)", &redacted(secret))?);
+        }
+        docs.push(yaml("gang job", &rendered.job)?);
+        Ok(docs)
+    }
+}
+
+/// YAML of any serializable manifest.
+mod erased {
+    pub(super) trait Yaml {
+        fn yaml(&self) -> Result<String, String>;
+    }
+    impl<T: serde::Serialize> Yaml for T {
+        fn yaml(&self) -> Result<String, String> {
+            serde_saphyr::to_string(self).map_err(|e| format!("cannot render YAML: {e}"))
+        }
+    }
+}
+
+impl VolcanoBackend {
+    /// Deletes helpers (and Secrets no job owns) of theseus older than `older_than` that crashed
+    /// clients left behind; with `dry_run`, only lists them. Returns `kind/name` of each.
+    ///
+    /// # Errors
+    /// [`VolcanoError`] when the cluster cannot be reached or refuses a call.
+    pub async fn gc(&self, older_than: Duration, dry_run: bool) -> Result<Vec<String>, VolcanoError> {
+        let cluster = self.cluster().await?;
+        crate::submit::gc(cluster, older_than, dry_run).await
+    }
+}

@@ -13,13 +13,16 @@ mod backend;
 pub mod client;
 pub mod error;
 pub mod helper;
+mod logs;
 pub mod quantity;
 pub mod render;
 pub mod ship;
-mod status;
+pub mod status;
+mod submit;
 pub mod types;
 mod validate;
 
+pub use backend::{HandleData, Settings, VolcanoBackend};
 pub use helper::{helper_name, helper_resources, render_helper};
 pub use quantity::{InvalidQuantity, Quantity};
 pub use render::{

@@ -54,6 +54,13 @@ pub trait Backend: Debug + Display + Send + Sync + 'static {
 
     /// Stops every process of the job and confirms none is left.
     async fn cancel(&self, handle: &JobHandle) -> Result<JobStatus>;
+
+    /// The documents a `--dry-run` of `job` shows for this backend (manifests, batch scripts),
+    /// rendered without contacting anything. The default has none.
+    fn dry_run(&self, job: &PreparedJob) -> Result<Vec<DryRunDocument>> {
+        let _ = job;
+        Ok(Vec::new())
+    }
 }
 
 /// Paths of one run on the target and the rank wiring, as a backend lays them out.
@@ -85,6 +92,19 @@ pub struct LogLine {
     /// The process rank that printed it, when the backend knows it.
     pub rank: Option<u32>,
     /// The text, without the trailing newline.
+    pub text: String,
+    /// Where it came from when that says more than the rank (e.g. the pod `worker-0`); the CLI
+    /// shows it as the line's prefix.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+}
+
+/// A document a dry run shows (a manifest, a script), rendered without touching any cluster.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DryRunDocument {
+    /// What it is, e.g. "helper job (batch.volcano.sh/v1alpha1 Job)".
+    pub title: String,
+    /// Its text (YAML for manifests). Secret values are already redacted.
     pub text: String,
 }
 
@@ -130,13 +150,28 @@ pub struct SubmitOptions {
     pub replace: bool,
     /// Called with the bytes of code shipped so far.
     pub progress: Option<ProgressFn>,
+    /// Called with a one-line note when a long step starts (e.g. "waiting for the helper pod").
+    pub status: Option<StatusFn>,
 }
+
+impl SubmitOptions {
+    /// Reports a step through [`SubmitOptions::status`], when set.
+    pub fn note(&self, text: &str) {
+        if let Some(status) = &self.status {
+            status(text);
+        }
+    }
+}
+
+/// See [`SubmitOptions::status`].
+pub type StatusFn = std::sync::Arc<dyn Fn(&str) + Send + Sync>;
 
 impl Debug for SubmitOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SubmitOptions")
             .field("replace", &self.replace)
             .field("progress", &self.progress.is_some())
+            .field("status", &self.status.is_some())
             .finish()
     }
 }

@@ -80,9 +80,10 @@ pub(crate) async fn logs(ctx: &Context, args: LogsArgs) -> Result<ExitCode> {
 }
 
 fn print_line(line: &theseus_core::backend::LogLine) {
-    match line.rank {
-        Some(r) => println!("[rank-{r}] {}", line.text),
-        None => println!("{}", line.text),
+    match (&line.source, line.rank) {
+        (Some(source), _) => println!("[{source}] {}", line.text),
+        (None, Some(r)) => println!("[rank-{r}] {}", line.text),
+        (None, None) => println!("{}", line.text),
     }
 }
 

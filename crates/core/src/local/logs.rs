@@ -55,9 +55,9 @@ fn parse(line: &str) -> LogLine {
     if let Some((n, text)) = line.strip_prefix("[rank-").and_then(|rest| rest.split_once("] "))
         && let Ok(rank) = n.parse()
     {
-        return LogLine { rank: Some(rank), text: text.to_owned() };
+        return LogLine { rank: Some(rank), text: text.to_owned(), source: None };
     }
-    LogLine { rank: None, text: line.to_owned() }
+    LogLine { rank: None, text: line.to_owned(), source: None }
 }
 
 async fn next_line(tail: &mut Tail) -> Result<Option<String>> {

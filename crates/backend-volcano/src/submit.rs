@@ -1,0 +1,350 @@
+//! The submit flow: check for a live run of the same job, start the helper, wait for its pod,
+//! ship the code, delete the helper on every path, then create the Secret and the gang job (and
+//! take both back if either fails). Also `delete_and_confirm` (cancel, `--replace`) and `gc`.
+
+use std::time::Duration;
+
+use futures::StreamExt as _;
+use k8s_openapi::api::core::v1::Pod;
+use kube::runtime::{WatchStreamExt as _, watcher};
+use theseus_core::backend::{JobHandle, PreparedJob, RunLayout, SubmitOptions};
+use theseus_core::config::HostKind;
+use theseus_core::job::JobIdentity;
+
+use crate::api::Cluster;
+use crate::backend::{HandleData, VolcanoBackend};
+use crate::error::VolcanoError;
+use crate::helper::HELPER_TASK;
+use crate::render::{LABEL_GROUP, LABEL_NAME, LABEL_PROJECT, LABEL_ROLE, RenderedJob, label_value, owner_reference};
+use crate::ship::{ShipTarget, ship_snapshot};
+use crate::status::{Observed, pending_reason, stuck_container};
+use crate::types::{Job, TERMINAL_PHASES};
+
+pub(crate) async fn submit(
+    backend: &VolcanoBackend,
+    cluster: &Cluster,
+    job: &PreparedJob,
+    layout: &RunLayout,
+    helper: Job,
+    rendered: RenderedJob,
+    options: &SubmitOptions,
+) -> Result<JobHandle, VolcanoError> {
+    let settings = &backend.settings;
+    clear_live_runs(cluster, &job.identity, options, settings.delete_timeout, settings.poll_interval).await?;
+
+    let helper_name = helper.metadata.name.clone().unwrap_or_default();
+    options.note(&format!("starting helper {helper_name} in namespace {}", cluster.namespace()));
+    cluster.create_job(&helper).await?;
+    let mut guard = HelperGuard { cluster: cluster.clone(), name: helper_name.clone(), armed: true };
+    let shipped = tokio::select! {
+        result = ship_through_helper(backend, cluster, &helper, job, layout, options) => result,
+        () = interrupted() => Err(VolcanoError::Interrupted),
+    };
+    // The helper goes on every path; a failure to delete it is reported, never hidden.
+    let cleanup = cluster.delete_job(&helper_name).await;
+    guard.armed = false;
+    if let Err(e) = &cleanup {
+        tracing::warn!("could not delete helper vcjob {helper_name}: {e}; `theseus gc` removes it later");
+    }
+    shipped?;
+
+    // Someone may have started the same job while we shipped.
+    clear_live_runs(cluster, &job.identity, options, settings.delete_timeout, settings.poll_interval).await?;
+    create_gang(&backend.name, cluster, rendered, layout, options).await
+}
+
+/// Waits for the helper's pod and ships the code and bootstrap into it.
+async fn ship_through_helper(
+    backend: &VolcanoBackend,
+    cluster: &Cluster,
+    helper: &Job,
+    job: &PreparedJob,
+    layout: &RunLayout,
+    options: &SubmitOptions,
+) -> Result<(), VolcanoError> {
+    let name = helper.metadata.name.as_deref().unwrap_or_default();
+    options.note(&format!("waiting for helper pod of {name} (image {})", backend.host.helper_image));
+    let pod = wait_running(cluster, helper, backend.settings.helper_start_timeout).await?;
+    options.note(&format!("shipping code to {} through pod {pod}", layout.work_dir));
+    let extra: Vec<(String, Vec<u8>, u32)> = job
+        .bootstrap
+        .files
+        .iter()
+        .map(|f| (f.path.clone(), f.contents.clone().into_bytes(), if f.executable { 0o755 } else { 0o644 }))
+        .collect();
+    let target = ShipTarget {
+        pods: cluster.pods(),
+        pod,
+        container: Some(HELPER_TASK.to_owned()),
+        dest: layout.work_dir.clone(),
+    };
+    let progress = options.progress.clone();
+    let report = tokio::time::timeout(
+        backend.settings.ship_timeout,
+        ship_snapshot(&target, &job.snapshot, &extra, move |sent, total| {
+            if let Some(p) = &progress {
+                p(sent, Some(total));
+            }
+        }),
+    )
+    .await
+    .map_err(|_| VolcanoError::Timeout { what: "shipping the code".into(), after: backend.settings.ship_timeout })??;
+    tracing::info!("shipped {} bytes (sha256 {})", report.bytes, report.sha256);
+    Ok(())
+}
+
+/// Watches the helper's pod until it runs. Fails early on a container that cannot start, and
+/// on timeout quotes why the pod is pending.
+async fn wait_running(cluster: &Cluster, helper: &Job, timeout: Duration) -> Result<String, VolcanoError> {
+    let name = helper.metadata.name.clone().unwrap_or_default();
+    let selector = format!("volcano.sh/job-name={name}");
+    let mut last: Option<Pod> = None;
+    let watch = async {
+        let config = watcher::Config::default().labels(&selector);
+        let mut pods = watcher(cluster.pods(), config).default_backoff().applied_objects().boxed();
+        while let Some(event) = pods.next().await {
+            let pod = match event {
+                Ok(pod) => pod,
+                Err(e) => {
+                    tracing::debug!("watch of helper pods: {e}");
+                    continue;
+                }
+            };
+            if let Some(outcome) = judge_helper_pod(&pod) {
+                return outcome;
+            }
+            last = Some(pod);
+        }
+        Err(VolcanoError::Pod { pod: name.clone(), message: "the watch of the helper's pods ended".into() })
+    };
+    match tokio::time::timeout(timeout, watch).await {
+        Ok(outcome) => outcome,
+        Err(_) => {
+            let pods: Vec<Pod> = last.into_iter().collect();
+            let conditions = cluster.get_podgroup_of(helper).await.ok().flatten().map(|g| g.conditions).unwrap_or_default();
+            let events = cluster.events_for_job(helper, &pods).await.unwrap_or_default();
+            let why = pending_reason(&Observed { job: helper, pods: &pods, group_phase: None, group_conditions: &conditions, events: &events });
+            Err(VolcanoError::Timeout { what: format!("the helper pod of {name} to start ({why})"), after: timeout })
+        }
+    }
+}
+
+/// `Some(Ok(pod name))` when the helper runs, `Some(Err)` when it never will, `None` to wait.
+fn judge_helper_pod(pod: &Pod) -> Option<Result<String, VolcanoError>> {
+    let name = pod.metadata.name.clone().unwrap_or_default();
+    if pod.metadata.deletion_timestamp.is_some() {
+        return None;
+    }
+    if let Some((reason, message)) = stuck_container(pod) {
+        let message = message.map(|m| format!(": {m}")).unwrap_or_default();
+        return Some(Err(VolcanoError::Pod { pod: name, message: format!("cannot start: {reason}{message}") }));
+    }
+    let status = pod.status.as_ref()?;
+    match status.phase.as_deref() {
+        Some("Running") => {
+            let running = status.container_statuses.iter().flatten().any(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()));
+            running.then_some(Ok(name))
+        }
+        Some(phase @ ("Succeeded" | "Failed")) => Some(Err(VolcanoError::Pod {
+            pod: name,
+            message: format!("ended ({phase}) before the code was shipped: {}", status.message.clone().unwrap_or_default()),
+        })),
+        _ => None,
+    }
+}
+
+/// Creates the Secret (when there is one), the gang job, then makes the job own the Secret.
+/// On any failure, whatever was created is deleted again.
+async fn create_gang(
+    host: &str,
+    cluster: &Cluster, rendered: RenderedJob, layout: &RunLayout, options: &SubmitOptions) -> Result<JobHandle, VolcanoError> {
+    let RenderedJob { job, secret } = rendered;
+    let name = job.metadata.name.clone().unwrap_or_default();
+    let secret_name = secret.as_ref().and_then(|s| s.metadata.name.clone());
+    if let Some(secret) = &secret {
+        cluster.create_secret(secret).await?;
+    }
+    let created = match cluster.create_job(&job).await {
+        Ok(created) => created,
+        Err(e) => {
+            if let Some(s) = &secret_name {
+                let _ = cluster.delete_secret(s).await;
+            }
+            return Err(e);
+        }
+    };
+    let uid = created.metadata.uid.clone();
+    if let (Some(s), Some(uid)) = (&secret_name, &uid)
+        && let Err(e) = cluster.set_secret_owner(s, owner_reference(&name, uid)).await
+    {
+        let _ = cluster.delete_job(&name).await;
+        let _ = cluster.delete_secret(s).await;
+        return Err(e);
+    }
+    options.note(&format!("created vcjob {name} in namespace {}", cluster.namespace()));
+    let data = HandleData {
+        namespace: cluster.namespace().to_owned(),
+        job: name.clone(),
+        uid,
+        secret: secret_name,
+        log_file: Some(layout.log_file.clone()),
+    };
+    Ok(JobHandle {
+        kind: HostKind::Volcano,
+        host: host.to_owned(),
+        id: name,
+        data: serde_json::to_value(data).unwrap_or_default(),
+    })
+}
+
+/// Live (non-terminal) gang jobs of the same project, group and name: an error that says how to
+/// replace them, or with `--replace`, deleted and confirmed gone.
+async fn clear_live_runs(
+    cluster: &Cluster,
+    identity: &JobIdentity,
+    options: &SubmitOptions,
+    timeout: Duration,
+    poll: Duration,
+) -> Result<(), VolcanoError> {
+    let selector = format!(
+        "{LABEL_PROJECT}={},{LABEL_GROUP}={},{LABEL_NAME}={},!{LABEL_ROLE}",
+        label_value(&identity.project),
+        label_value(&identity.group),
+        label_value(&identity.name)
+    );
+    let live: Vec<Job> = cluster
+        .list_jobs(&selector)
+        .await?
+        .into_iter()
+        .filter(|j| {
+            let phase = j.status.as_ref().and_then(|s| s.state.as_ref()).and_then(|s| s.phase.as_deref());
+            !phase.is_some_and(|p| TERMINAL_PHASES.contains(&p))
+        })
+        .collect();
+    if live.is_empty() {
+        return Ok(());
+    }
+    let names: Vec<String> = live.iter().filter_map(|j| j.metadata.name.clone()).collect();
+    if !options.replace {
+        return Err(VolcanoError::AlreadyExists {
+            kind: "vcjob".into(),
+            name: format!(
+                "{} (a live run of job `{}`; pass --replace to delete it and submit, or pick another name)",
+                names.join(", "),
+                identity.name
+            ),
+            namespace: cluster.namespace().to_owned(),
+        });
+    }
+    for name in names {
+        options.note(&format!("--replace: deleting vcjob {name} and waiting until its pods are gone"));
+        delete_and_confirm(cluster, &name, timeout, poll).await?;
+    }
+    Ok(())
+}
+
+/// Deletes a vcjob and waits until it and its pods are gone. Returns how many pods it had.
+pub(crate) async fn delete_and_confirm(cluster: &Cluster, name: &str, timeout: Duration, poll: Duration) -> Result<usize, VolcanoError> {
+    let selector = format!("volcano.sh/job-name={name}");
+    let had = cluster.list_pods(&selector).await?.len();
+    cluster.delete_job(name).await?;
+    let wait = async {
+        cluster.wait_job_gone(name, timeout).await?;
+        loop {
+            let left = cluster.list_pods(&selector).await?;
+            if left.is_empty() {
+                return Ok::<(), VolcanoError>(());
+            }
+            // Pods are deleted by the garbage collector once the job is gone; delete stragglers.
+            for pod in &left {
+                if pod.metadata.deletion_timestamp.is_none()
+                    && let Some(p) = &pod.metadata.name
+                {
+                    cluster.delete_pod(p).await?;
+                }
+            }
+            tokio::time::sleep(poll).await;
+        }
+    };
+    tokio::time::timeout(timeout, wait)
+        .await
+        .map_err(|_| VolcanoError::Timeout { what: format!("the pods of vcjob {name} to go away"), after: timeout })??;
+    Ok(had)
+}
+
+/// Helpers (and orphaned Secrets) of theseus older than `older_than`: deleted, names returned.
+pub(crate) async fn gc(cluster: &Cluster, older_than: Duration, dry_run: bool) -> Result<Vec<String>, VolcanoError> {
+    let now = std::time::SystemTime::now();
+    let old = |meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
+        meta.creation_timestamp.as_ref().is_some_and(|t| {
+            let created = std::time::UNIX_EPOCH + Duration::from_secs(t.0.as_second().max(0) as u64);
+            now.duration_since(created).is_ok_and(|age| age >= older_than)
+        })
+    };
+    let mut removed = Vec::new();
+    for helper in cluster.list_jobs(&format!("{LABEL_ROLE}=helper")).await? {
+        if old(&helper.metadata) && let Some(name) = helper.metadata.name.clone() {
+            if !dry_run {
+                cluster.delete_job(&name).await?;
+            }
+            removed.push(format!("vcjob/{name}"));
+        }
+    }
+    for secret in cluster.list_secrets(crate::render::LABEL_RUN_ID).await? {
+        let owned = secret.metadata.owner_references.as_ref().is_some_and(|o| !o.is_empty());
+        if !owned && old(&secret.metadata) && let Some(name) = secret.metadata.name.clone() {
+            if !dry_run {
+                cluster.delete_secret(&name).await?;
+            }
+            removed.push(format!("secret/{name}"));
+        }
+    }
+    Ok(removed)
+}
+
+/// Deletes the helper if the submit future is dropped before it could (e.g. the caller gave up).
+struct HelperGuard {
+    cluster: Cluster,
+    name: String,
+    armed: bool,
+}
+
+impl Drop for HelperGuard {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let cluster = self.cluster.clone();
+        let name = std::mem::take(&mut self.name);
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                if let Err(e) = cluster.delete_job(&name).await {
+                    tracing::warn!("could not delete helper vcjob {name}: {e}; `theseus gc` removes it later");
+                }
+            });
+        }
+    }
+}
+
+/// Resolves on Ctrl-C or SIGTERM.
+async fn interrupted() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
