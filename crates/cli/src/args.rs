@@ -68,6 +68,8 @@ pub(crate) enum Command {
     Config(ConfigCommand),
     /// List the chips theseus knows.
     Chips,
+    /// Delete code-shipping helpers (and orphaned Secrets) that crashed clients left on Volcano hosts.
+    Gc(GcArgs),
 }
 
 /// Everything that decides where a job goes and what it runs (shared by submit and plan).
@@ -113,6 +115,32 @@ pub(crate) struct JobArgs {
     /// Seconds each host may take to report its free capacity.
     #[arg(long, default_value_t = 20.0, value_name = "SECS")]
     pub(crate) probe_timeout: f64,
+    /// Container image of the job's pods (Volcano hosts), instead of the host's `image`.
+    #[arg(long, value_name = "IMAGE")]
+    pub(crate) volcano_image: Option<String>,
+    /// Namespace of the job (Volcano hosts), instead of the host's `namespace`.
+    #[arg(long, value_name = "NAMESPACE")]
+    pub(crate) volcano_namespace: Option<String>,
+    /// CPU per pod (Volcano hosts; a Kubernetes quantity such as `16` or `500m`).
+    #[arg(long, value_name = "QUANTITY")]
+    pub(crate) cpu: Option<String>,
+    /// Memory per pod (Volcano: a quantity such as `64Gi`) or per node (Slurm: `--mem`, e.g. `64G`).
+    #[arg(long, value_name = "QUANTITY")]
+    pub(crate) mem: Option<String>,
+}
+
+/// `theseus gc`.
+#[derive(Debug, Args)]
+pub(crate) struct GcArgs {
+    /// Only helpers older than this (e.g. `30m`, `2h`, `1d`); younger ones may still be shipping.
+    #[arg(long, default_value = "1h", value_name = "AGE")]
+    pub(crate) older_than: String,
+    /// Only this host (default: every volcano host).
+    #[arg(long)]
+    pub(crate) host: Option<String>,
+    /// List what would be deleted; delete nothing.
+    #[arg(long)]
+    pub(crate) dry_run: bool,
 }
 
 /// `theseus submit`.

@@ -11,8 +11,9 @@ use theseus_core::backend::{
     not_supported, Backend, DynBackend, JobHandle, JobStatus, LogOptions, LogStream, PreparedJob, RunLayout,
     SubmitOptions,
 };
-use theseus_core::config::{DispatchConfig, HostConfig, HostKind};
+use theseus_core::config::{DispatchConfig, HostConfig, HostKind, LoadedConfig};
 use theseus_core::job::JobIdentity;
+use theseus_backend_volcano::VolcanoBackend;
 use theseus_core::local::LocalBackend;
 use theseus_core::solver::{Plan, Request};
 
@@ -25,6 +26,7 @@ pub(crate) fn for_host(config: &DispatchConfig, name: &str, home: &Path) -> Resu
         .ok_or_else(|| anyhow!("host `{name}` names unknown cluster `{}`", host.cluster()))?;
     Ok(match host {
         HostConfig::Local(local) => Arc::new(LocalBackend::new(name, local.clone(), cluster.clone(), home)),
+        HostConfig::Volcano(volcano) => Arc::new(VolcanoBackend::new(name, volcano.clone(), cluster.clone())),
         other => Arc::new(Unavailable { host: name.to_owned(), kind: other.kind() }),
     })
 }
@@ -65,5 +67,39 @@ impl Backend for Unavailable {
     }
     async fn cancel(&self, _: &JobHandle) -> theseus_core::Result<JobStatus> {
         Err(not_supported("cancel", self))
+    }
+}
+
+/// Checks the config keys that only a backend understands (e.g. Kubernetes quantities of volcano
+/// hosts); errors name the layer the key came from. Returns warnings to show.
+pub(crate) fn check(loaded: &LoadedConfig) -> Result<Vec<String>> {
+    let mut warnings = Vec::new();
+    for (name, host) in &loaded.config.hosts {
+        let HostConfig::Volcano(volcano) = host else { continue };
+        if let Err(message) = theseus_backend_volcano::validate_host(name, volcano) {
+            let key = message.split(':').next().unwrap_or_default();
+            let source = source_of(loaded, key).unwrap_or("config");
+            anyhow::bail!("{source}: {message}");
+        }
+        if let Some(cluster) = loaded.config.clusters.get(&volcano.cluster)
+            && cluster.mount.is_some()
+        {
+            warnings.push(format!(
+                "clusters.{}.mount is ignored for volcano host `{name}`: its pods see the PVC `{}` at `{}`",
+                volcano.cluster, volcano.pvc_name, volcano.pvc_mount_path
+            ));
+        }
+    }
+    Ok(warnings)
+}
+
+/// The layer that set `key` (or the closest parent key that was set).
+fn source_of<'a>(loaded: &'a LoadedConfig, key: &str) -> Option<&'a str> {
+    let mut key = key;
+    loop {
+        if let Some(p) = loaded.provenance.iter().rev().find(|p| p.key == key) {
+            return Some(&p.source);
+        }
+        key = &key[..key.rfind('.')?];
     }
 }

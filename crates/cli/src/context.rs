@@ -49,7 +49,11 @@ impl Context {
 
     /// Loads and validates the layered config.
     pub(crate) fn config(&self) -> Result<LoadedConfig> {
-        Ok(config::load::load(&self.sources)?)
+        let loaded = config::load::load(&self.sources)?;
+        for warning in backends::check(&loaded)? {
+            self.info(format!("theseus: warning: {warning}"));
+        }
+        Ok(loaded)
     }
 
     /// Opens the job ledger.

@@ -2,6 +2,7 @@
 
 mod chips;
 mod config;
+mod gc;
 mod jobs;
 mod plan;
 mod prepare;
@@ -26,6 +27,7 @@ pub(crate) async fn run(cli: Cli) -> Result<ExitCode> {
         Command::List(args) => jobs::list(&ctx, args).await,
         Command::Config(cmd) => config::run(&ctx, cmd),
         Command::Chips => chips::run(&ctx),
+        Command::Gc(args) => gc::run(&ctx, args).await,
     }
 }
 

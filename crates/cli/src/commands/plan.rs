@@ -9,7 +9,7 @@ use crate::args::{JobArgs, OutputFormat};
 use crate::context::Context;
 
 pub(crate) async fn run(ctx: &Context, args: JobArgs) -> Result<ExitCode> {
-    let solved = super::prepare::solve(ctx, &args).await?;
+    let solved = super::prepare::solve(ctx, &args, true).await?;
     if ctx.output == OutputFormat::Json {
         super::print_json(&serde_json::json!({"request": solved.request, "plan": solved.plan}))?;
         return Ok(ExitCode::SUCCESS);

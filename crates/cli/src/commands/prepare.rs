@@ -27,8 +27,9 @@ pub(crate) struct Solved {
 }
 
 /// Loads everything and solves. On failure, prints what was considered to stderr.
-pub(crate) async fn solve(ctx: &Context, args: &JobArgs) -> Result<Solved> {
-    let loaded = ctx.config()?;
+pub(crate) async fn solve(ctx: &Context, args: &JobArgs, probe: bool) -> Result<Solved> {
+    let mut loaded = ctx.config()?;
+    apply_resource_flags(&mut loaded, args)?;
     theseus_core::job::validate_name("job name", &args.name)?;
     let mut experiment = Experiment::load(&args.experiment)?;
     experiment.apply_overrides(&args.overrides)?;
@@ -41,7 +42,7 @@ pub(crate) async fn solve(ctx: &Context, args: &JobArgs) -> Result<Solved> {
         .map(|(name, _)| name.to_owned())
         .filter(|name| args.host.as_ref().is_none_or(|h| h == name))
         .collect();
-    let availability: BTreeMap<String, Availability> = if args.no_check {
+    let availability: BTreeMap<String, Availability> = if args.no_check || !probe {
         BTreeMap::new()
     } else {
         let mut backends = Vec::new();
@@ -62,6 +63,43 @@ pub(crate) async fn solve(ctx: &Context, args: &JobArgs) -> Result<Solved> {
     };
     let backend = ctx.backend(&loaded, &plan.host)?;
     Ok(Solved { loaded, experiment, request, plan, backend })
+}
+
+/// `--volcano-image`, `--volcano-namespace`, `--cpu` and `--mem` applied to every host they
+/// concern (the solver has not picked one yet), each checked like the config key it replaces.
+fn apply_resource_flags(loaded: &mut LoadedConfig, args: &JobArgs) -> Result<()> {
+    for (name, host) in loaded.config.hosts.iter_mut() {
+        match host {
+            HostConfig::Volcano(v) => {
+                if let Some(image) = &args.volcano_image {
+                    v.image = image.clone();
+                }
+                if let Some(ns) = &args.volcano_namespace {
+                    v.namespace = ns.clone();
+                }
+                if let Some(cpu) = &args.cpu {
+                    v.cpu = Some(cpu.clone());
+                    v.cpu_cpu = Some(cpu.clone());
+                }
+                if let Some(mem) = &args.mem {
+                    v.memory = Some(mem.clone());
+                    v.cpu_memory = Some(mem.clone());
+                }
+                if args.volcano_image.is_some() || args.volcano_namespace.is_some() || args.cpu.is_some() || args.mem.is_some() {
+                    theseus_backend_volcano::validate_host(name, v).map_err(|e| {
+                        anyhow!("{e} (after --volcano-image/--volcano-namespace/--cpu/--mem were applied; fix the flag)")
+                    })?;
+                }
+            }
+            HostConfig::Slurm(s) => {
+                if let Some(mem) = &args.mem {
+                    s.mem = Some(mem.clone());
+                }
+            }
+            HostConfig::Plain(_) | HostConfig::Local(_) => {}
+        }
+    }
+    Ok(())
 }
 
 /// The hardware request from flags, else the experiment's `request`, else 1 GPU of any kind.

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context as _, Result};
 use serde_json::json;
-use theseus_core::backend::{JobState, PreparedJob, SubmitOptions};
+use theseus_core::backend::{DryRunDocument, JobState, PreparedJob, SubmitOptions};
 use theseus_core::bootstrap::{self, BootstrapInput};
 use theseus_core::job::JobIdentity;
 use theseus_core::ledger::{now_rfc3339, Record};
@@ -17,7 +17,8 @@ use crate::context::Context;
 use crate::progress;
 
 pub(crate) async fn run(ctx: &Context, args: SubmitArgs) -> Result<ExitCode> {
-    let solved = super::prepare::solve(ctx, &args.job).await?;
+    // A dry run asks no host for capacity: it must work without any cluster or credentials.
+    let solved = super::prepare::solve(ctx, &args.job, !args.dry_run).await?;
     let plan = &solved.plan;
     if !ctx.quiet {
         eprint!("{}", render::render_table(&plan.considered));
@@ -51,10 +52,6 @@ pub(crate) async fn run(ctx: &Context, args: SubmitArgs) -> Result<ExitCode> {
     let bootstrap = bootstrap::render(&input)
     .with_context(|| format!("cannot render the bootstrap for {}", args.job.experiment.display()))?;
 
-    if args.dry_run {
-        return dry_run(ctx, &identity, &solved.plan, &snapshot, &env, &bootstrap, &layout);
-    }
-
     let job = PreparedJob {
         identity: identity.clone(),
         experiment: solved.experiment.clone(),
@@ -63,13 +60,26 @@ pub(crate) async fn run(ctx: &Context, args: SubmitArgs) -> Result<ExitCode> {
         snapshot,
         bootstrap,
     };
+    if args.dry_run {
+        let documents = solved.backend.dry_run(&job)?;
+        return dry_run(ctx, &job, &layout, &documents);
+    }
     ctx.info(format!(
         "theseus: shipping {} files ({}) to {}",
         job.snapshot.file_count(),
         progress::human(job.snapshot.total_bytes()),
         solved.backend
     ));
-    let options = SubmitOptions { replace: args.replace, progress: Some(progress::bytes("theseus: shipped", ctx.quiet)) };
+    let quiet = ctx.quiet;
+    let options = SubmitOptions {
+        replace: args.replace,
+        progress: Some(progress::bytes("theseus: shipped", quiet)),
+        status: Some(std::sync::Arc::new(move |note: &str| {
+            if !quiet {
+                eprintln!("theseus: {note}");
+            }
+        })),
+    };
     let handle = solved.backend.submit(&job, &options).await?;
     let ledger = ctx.ledger()?;
     let now = now_rfc3339();
@@ -101,14 +111,13 @@ pub(crate) async fn run(ctx: &Context, args: SubmitArgs) -> Result<ExitCode> {
 
 fn dry_run(
     ctx: &Context,
-    identity: &JobIdentity,
-    plan: &theseus_core::solver::Plan,
-    snapshot: &Snapshot,
-    env: &[theseus_core::backend::EnvVar],
-    bootstrap: &theseus_core::bootstrap::RenderedBootstrap,
+    job: &PreparedJob,
     layout: &theseus_core::backend::RunLayout,
+    documents: &[DryRunDocument],
 ) -> Result<ExitCode> {
-    let env_shown: Vec<_> = env.iter().map(|v| json!({"name": v.name, "value": v.display_value(), "secret": v.secret})).collect();
+    let (identity, plan, snapshot, bootstrap) = (&job.identity, &job.plan, &job.snapshot, &job.bootstrap);
+    let env_shown: Vec<_> =
+        job.env.iter().map(|v| json!({"name": v.name, "value": v.display_value(), "secret": v.secret})).collect();
     if ctx.output == OutputFormat::Json {
         super::print_json(&json!({
             "dry_run": true,
@@ -118,10 +127,11 @@ fn dry_run(
             "ship": {"root": snapshot.root, "files": snapshot.file_count(), "bytes": snapshot.total_bytes()},
             "env": env_shown,
             "bootstrap": bootstrap,
+            "documents": documents,
         }))?;
         return Ok(ExitCode::SUCCESS);
     }
-    println!("# dry run: nothing was shipped or started");
+    println!("# dry run: nothing was shipped or started, and no host was contacted");
     println!("# job: {} project={} group={} run={}", identity.name, identity.project, identity.group, identity.run_id);
     println!("# host: {}", render::describe_plan(plan));
     println!("# work dir: {}", layout.work_dir);
@@ -131,13 +141,20 @@ fn dry_run(
         progress::human(snapshot.total_bytes()),
         snapshot.root.display()
     );
-    for v in env {
+    for v in &job.env {
         println!("# env {}={}", v.name, v.display_value());
     }
     for file in &bootstrap.files {
         println!("\n# ---- {} ----", file.path);
         print!("{}", file.contents);
         if !file.contents.ends_with('\n') {
+            println!();
+        }
+    }
+    for doc in documents {
+        println!("---\n# {}", doc.title);
+        print!("{}", doc.text);
+        if !doc.text.ends_with('\n') {
             println!();
         }
     }
