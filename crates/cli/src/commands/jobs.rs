@@ -60,7 +60,22 @@ fn print_status(ctx: &Context, record: &Record, status: &JobStatus) -> Result<()
 pub(crate) async fn status(ctx: &Context, args: TargetArgs) -> Result<ExitCode> {
     let ledger = ctx.ledger()?;
     let (record, backend) = find(ctx, &ledger, &args.job)?;
-    let status = backend.status(&record.handle).await?;
+    let status = match backend.status(&record.handle).await {
+        Ok(status) => status,
+        // Backends that delete finished or cancelled jobs (Volcano) cannot report them any more:
+        // the ledger's last known state is the answer, and says so.
+        Err(theseus_core::Error::NotFound { what }) if record.state.is_terminal() => {
+            let status = JobStatus {
+                state: record.state,
+                exit_code: record.exit_code,
+                message: Some(format!("last known state; {what} no longer exists")),
+                ranks: Vec::new(),
+            };
+            print_status(ctx, &record, &status)?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        Err(e) => return Err(e.into()),
+    };
     save(&ledger, &record.identity.run_id, &status)?;
     print_status(ctx, &record, &status)?;
     Ok(ExitCode::SUCCESS)
