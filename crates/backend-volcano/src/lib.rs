@@ -20,6 +20,9 @@ mod status;
 pub mod types;
 mod validate;
 
+pub use api::{Cluster, PodGroup, PodLogOptions, Queue};
+pub use client::RetryPolicy;
+pub use error::VolcanoError;
 pub use helper::{helper_name, helper_resources, render_helper};
 pub use quantity::{InvalidQuantity, Quantity};
 pub use render::{
