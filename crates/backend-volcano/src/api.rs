@@ -434,10 +434,7 @@ impl Cluster {
         let config = watcher::Config::default().labels(label_selector);
         let this = self.clone();
         let target = self.target::<Pod>("watch", None);
-        watcher(self.pods(), config)
-            .default_backoff()
-            .map_err(move |e| this.map_watch_error(e, &target))
-            .boxed()
+        watcher(self.pods(), config).default_backoff().map_err(move |e| this.map_watch_error(e, &target)).boxed()
     }
 
     /// Events about the object `kind`/`name` in the namespace, as the apiserver orders them.
@@ -597,12 +594,12 @@ impl Cluster {
             kube::Error::Api(status) => status,
             other => {
                 return match transport_detail(&other) {
-                    Some(detail) => self.transport(target, attempts, detail, Some(other)),
+                    Some(detail) => self.transport(target, attempts, detail, Some(Box::new(other))),
                     None => VolcanoError::Client {
                         verb: target.verb.into(),
                         resource: target.resource.clone(),
                         namespace: target.namespace.clone(),
-                        source: other,
+                        source: Box::new(other),
                     },
                 };
             }
@@ -623,11 +620,9 @@ impl Cluster {
             404 if target.name.is_some() => {
                 VolcanoError::NotFound { resource: target.resource.clone(), name, namespace: target.namespace.clone() }
             }
-            409 if status.reason == "AlreadyExists" || target.verb == "create" => VolcanoError::AlreadyExists {
-                kind: target.resource.clone(),
-                name,
-                namespace: target.namespace.clone(),
-            },
+            409 if status.reason == "AlreadyExists" || target.verb == "create" => {
+                VolcanoError::AlreadyExists { kind: target.resource.clone(), name, namespace: target.namespace.clone() }
+            }
             code => VolcanoError::Api {
                 verb: target.verb.into(),
                 resource: target.resource.clone(),
@@ -640,9 +635,9 @@ impl Cluster {
 
     fn map_watch_error(&self, err: watcher::Error, target: &Target) -> VolcanoError {
         match err {
-            watcher::Error::InitialListFailed(e) | watcher::Error::WatchStartFailed(e) | watcher::Error::WatchFailed(e) => {
-                self.map_error(CallError::Kube(e), target, 1)
-            }
+            watcher::Error::InitialListFailed(e)
+            | watcher::Error::WatchStartFailed(e)
+            | watcher::Error::WatchFailed(e) => self.map_error(CallError::Kube(e), target, 1),
             watcher::Error::WatchError(status) => self.map_error(CallError::Kube(kube::Error::Api(status)), target, 1),
             watcher::Error::NoResourceVersion => VolcanoError::Api {
                 verb: target.verb.into(),
@@ -654,7 +649,13 @@ impl Cluster {
         }
     }
 
-    fn transport(&self, target: &Target, attempts: u32, detail: String, source: Option<kube::Error>) -> VolcanoError {
+    fn transport(
+        &self,
+        target: &Target,
+        attempts: u32,
+        detail: String,
+        source: Option<Box<kube::Error>>,
+    ) -> VolcanoError {
         VolcanoError::Transport {
             verb: target.verb.into(),
             resource: target.resource.clone(),

@@ -208,7 +208,8 @@ mod tests {
 
     #[test]
     fn queue_arithmetic() {
-        let check = |cap: &[(&str, &str)], alloc: &[(&str, &str)]| queue_free("q", &map(cap), &map(alloc), GPU).unwrap();
+        let check =
+            |cap: &[(&str, &str)], alloc: &[(&str, &str)]| queue_free("q", &map(cap), &map(alloc), GPU).unwrap();
         assert_eq!(check(&[(GPU, "8")], &[(GPU, "3")]), Some(5));
         assert_eq!(check(&[(GPU, "8")], &[]), Some(8));
         assert_eq!(check(&[(GPU, "8")], &[("cpu", "3")]), Some(8));
@@ -255,7 +256,12 @@ mod tests {
 
     #[test]
     fn nodes_minus_active_pod_requests() {
-        let nodes = [node("a", "8", true, false), node("b", "8", true, false), node("down", "8", false, false), node("cordoned", "8", true, true)];
+        let nodes = [
+            node("a", "8", true, false),
+            node("b", "8", true, false),
+            node("down", "8", false, false),
+            node("cordoned", "8", true, true),
+        ];
         let pods = [
             pod("a", "Running", &["2", "1"], None),
             pod("b", "Pending", &["1"], Some("4")),

@@ -83,7 +83,12 @@ impl ClientEnv {
 pub fn resolve_source(host: &VolcanoHost, env: &ClientEnv) -> Result<KubeconfigSource, VolcanoError> {
     if let Some(path) = host.kubeconfig.as_deref().filter(|p| !p.is_empty()) {
         if path.starts_with('~') && env.home.is_none() {
-            return Err(config_error(path, host.context.clone(), "`~` cannot be expanded: HOME is not set", "use an absolute path in the host's `kubeconfig`"));
+            return Err(config_error(
+                path,
+                host.context.clone(),
+                "`~` cannot be expanded: HOME is not set",
+                "use an absolute path in the host's `kubeconfig`",
+            ));
         }
         let home = env.home.clone().unwrap_or_default();
         return Ok(KubeconfigSource::Host(expand_tilde(path, &home)));
@@ -102,7 +107,8 @@ pub fn resolve_source(host: &VolcanoHost, env: &ClientEnv) -> Result<KubeconfigS
     if env.in_cluster {
         return Ok(KubeconfigSource::InCluster);
     }
-    let wanted = env.home.as_deref().map_or_else(|| "~/.kube/config".to_owned(), |h| default_path(h).display().to_string());
+    let wanted =
+        env.home.as_deref().map_or_else(|| "~/.kube/config".to_owned(), |h| default_path(h).display().to_string());
     Err(config_error(
         &wanted,
         host.context.clone(),
@@ -143,7 +149,12 @@ pub async fn connect_with(source: &KubeconfigSource, context: Option<&str>) -> R
                 tracing::warn!(context = c, "running in a pod without a kubeconfig: ignoring the host's context");
             }
             let config = kube::Config::incluster().map_err(|e| {
-                config_error(&described, None, &e.to_string(), "mount the service account token or give the host a `kubeconfig`")
+                config_error(
+                    &described,
+                    None,
+                    &e.to_string(),
+                    "mount the service account token or give the host a `kubeconfig`",
+                )
             })?;
             (config, None)
         }
@@ -156,7 +167,12 @@ pub async fn connect_with(source: &KubeconfigSource, context: Option<&str>) -> R
             for path in paths {
                 let next = read(path, context)?;
                 merged = merged.merge(next).map_err(|e| {
-                    config_error(&described, context.map(str::to_owned), &e.to_string(), "make the files in KUBECONFIG agree on kind and apiVersion")
+                    config_error(
+                        &described,
+                        context.map(str::to_owned),
+                        &e.to_string(),
+                        "make the files in KUBECONFIG agree on kind and apiVersion",
+                    )
                 })?;
             }
             from_kubeconfig(merged, &described, context).await?
@@ -166,7 +182,12 @@ pub async fn connect_with(source: &KubeconfigSource, context: Option<&str>) -> R
     config.default_retry = false;
     let server = config.cluster_url.to_string();
     let client = kube::Client::try_from(config).map_err(|e| {
-        config_error(&described, context.clone(), &format!("cannot build a client: {e}"), "check the cluster's certificate-authority data and the user's credentials")
+        config_error(
+            &described,
+            context.clone(),
+            &format!("cannot build a client: {e}"),
+            "check the cluster's certificate-authority data and the user's credentials",
+        )
     })?;
     Ok(Connection { client, server, context })
 }
@@ -177,16 +198,22 @@ pub async fn connect_with(source: &KubeconfigSource, context: Option<&str>) -> R
 /// # Errors
 /// [`VolcanoError::Config`] when `url` is not a URL.
 pub fn client_for_url(url: &str) -> Result<kube::Client, VolcanoError> {
-    let uri = url.parse().map_err(|e: http::uri::InvalidUri| config_error(url, None, &format!("not a URL: {e}"), "pass the apiserver's URL"))?;
+    let uri = url.parse().map_err(|e: http::uri::InvalidUri| {
+        config_error(url, None, &format!("not a URL: {e}"), "pass the apiserver's URL")
+    })?;
     let mut config = kube::Config::new(uri);
     config.connect_timeout = Some(CONNECT_TIMEOUT);
     config.default_retry = false;
-    kube::Client::try_from(config).map_err(|e| config_error(url, None, &format!("cannot build a client: {e}"), "pass the apiserver's URL"))
+    kube::Client::try_from(config)
+        .map_err(|e| config_error(url, None, &format!("cannot build a client: {e}"), "pass the apiserver's URL"))
 }
 
 impl std::fmt::Debug for Connection {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Connection").field("server", &self.server).field("context", &self.context).finish_non_exhaustive()
+        f.debug_struct("Connection")
+            .field("server", &self.server)
+            .field("context", &self.context)
+            .finish_non_exhaustive()
     }
 }
 
@@ -206,19 +233,34 @@ async fn from_kubeconfig(
     let list = if available.is_empty() { "none".to_owned() } else { available.join(", ") };
     let chosen = match context {
         Some(c) if !available.iter().any(|a| a == c) => {
-            return Err(config_error(described, Some(c.to_owned()), "no such context", &format!("set the host's `context` to one of: {list}")));
+            return Err(config_error(
+                described,
+                Some(c.to_owned()),
+                "no such context",
+                &format!("set the host's `context` to one of: {list}"),
+            ));
         }
         Some(c) => c.to_owned(),
         None => match kubeconfig.current_context.clone().filter(|c| !c.is_empty()) {
             Some(c) => c,
             None => {
-                return Err(config_error(described, None, "no current-context", &format!("set the host's `context` to one of: {list}")));
+                return Err(config_error(
+                    described,
+                    None,
+                    "no current-context",
+                    &format!("set the host's `context` to one of: {list}"),
+                ));
             }
         },
     };
     let options = KubeConfigOptions { context: Some(chosen.clone()), cluster: None, user: None };
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &options).await.map_err(|e| {
-        config_error(described, Some(chosen.clone()), &e.to_string(), "fix the context's cluster and user entries (`kubectl config view`)")
+        config_error(
+            described,
+            Some(chosen.clone()),
+            &e.to_string(),
+            "fix the context's cluster and user entries (`kubectl config view`)",
+        )
     })?;
     Ok((config, Some(chosen)))
 }
@@ -228,7 +270,12 @@ fn default_path(home: &Path) -> PathBuf {
 }
 
 fn config_error(source_name: &str, context: Option<String>, problem: &str, fix: &str) -> VolcanoError {
-    VolcanoError::Config { source_name: source_name.to_owned(), context, problem: problem.to_owned(), fix: fix.to_owned() }
+    VolcanoError::Config {
+        source_name: source_name.to_owned(),
+        context,
+        problem: problem.to_owned(),
+        fix: fix.to_owned(),
+    }
 }
 
 /// How calls are retried: exponential backoff with jitter, capped, for transient errors only.

@@ -116,7 +116,7 @@ pub enum VolcanoError {
         detail: String,
         /// The last client error, if there was one.
         #[source]
-        source: Option<kube::Error>,
+        source: Option<Box<kube::Error>>,
     },
 
     /// A wait ran out of time.
@@ -139,7 +139,7 @@ pub enum VolcanoError {
         namespace: Option<String>,
         /// The client error.
         #[source]
-        source: kube::Error,
+        source: Box<kube::Error>,
     },
 
     /// A quantity in a cluster object cannot be parsed.

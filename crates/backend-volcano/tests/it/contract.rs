@@ -271,8 +271,10 @@ async fn watch_pods_lists_then_streams_events() {
         .expect(1..)
         .mount(&server)
         .await;
-    let events: Vec<_> = cluster(&server).watch_pods("volcano.sh/job-name=train-1").take(4).try_collect().await.unwrap();
-    let phase = |p: &k8s_openapi::api::core::v1::Pod| p.status.as_ref().and_then(|s| s.phase.clone()).unwrap_or_default();
+    let events: Vec<_> =
+        cluster(&server).watch_pods("volcano.sh/job-name=train-1").take(4).try_collect().await.unwrap();
+    let phase =
+        |p: &k8s_openapi::api::core::v1::Pod| p.status.as_ref().and_then(|s| s.phase.clone()).unwrap_or_default();
     assert!(matches!(events[0], Event::Init));
     assert!(matches!(&events[1], Event::InitApply(p) if phase(p) == "Pending"));
     assert!(matches!(events[2], Event::InitDone));
@@ -347,10 +349,12 @@ async fn queue_availability_is_capability_minus_allocated() {
     let server = MockServer::start().await;
     Mock::given(method("GET"))
         .and(path("/apis/scheduling.volcano.sh/v1beta1/queues/research"))
-        .respond_with(ResponseTemplate::new(200).set_body_json(queue_json(
-            json!({"nvidia.com/gpu": "8", "cpu": "128"}),
-            json!({"nvidia.com/gpu": "3"}),
-        )))
+        .respond_with(
+            ResponseTemplate::new(200).set_body_json(queue_json(
+                json!({"nvidia.com/gpu": "8", "cpu": "128"}),
+                json!({"nvidia.com/gpu": "3"}),
+            )),
+        )
         .expect(1)
         .mount(&server)
         .await;
@@ -577,7 +581,10 @@ async fn dropped_connections_are_retried_then_reported_with_the_url() {
     assert_eq!(server, &url);
     assert!(accepted.load(Ordering::SeqCst) >= 5);
     let text = err.to_string();
-    assert!(text.starts_with(&format!("cannot get jobs.batch.volcano.sh: API server {url} unreachable after 5 attempts")), "{text}");
+    assert!(
+        text.starts_with(&format!("cannot get jobs.batch.volcano.sh: API server {url} unreachable after 5 attempts")),
+        "{text}"
+    );
 }
 
 #[tokio::test]
@@ -585,9 +592,13 @@ async fn refused_connections_say_so() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     drop(listener);
-    let cluster = Cluster::for_url(&url, "ml").unwrap().with_retry(RetryPolicy { max_attempts: 2, ..RetryPolicy::fast() });
+    let cluster =
+        Cluster::for_url(&url, "ml").unwrap().with_retry(RetryPolicy { max_attempts: 2, ..RetryPolicy::fast() });
     let err = cluster.list_jobs("").await.unwrap_err();
-    assert!(matches!(&err, VolcanoError::Transport { detail, attempts: 2, .. } if detail == "connection refused"), "{err:?}");
+    assert!(
+        matches!(&err, VolcanoError::Transport { detail, attempts: 2, .. } if detail == "connection refused"),
+        "{err:?}"
+    );
 }
 
 #[tokio::test]
