@@ -1,1 +1,716 @@
-//! placeholder: api
+//! [`Cluster`]: the typed calls the Volcano backend makes, each retried (see
+//! [`crate::client::retry`]) and each failure mapped to a [`VolcanoError`] that names the verb,
+//! the resource and the namespace. Also the minimal Volcano `PodGroup` and `Queue` types.
+
+use std::collections::BTreeMap;
+use std::fmt::Debug;
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use futures::{Stream, StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::{Event, Node, Pod, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::api::{Api, DeleteParams, ListParams, LogParams, Patch, PatchParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, CustomResource, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use theseus_core::config::VolcanoHost;
+
+use crate::client::{self, RetryPolicy, Transient, retry_counted, transport_detail};
+use crate::error::VolcanoError;
+use crate::render::LABEL_RUN_ID;
+use crate::types::Job;
+
+/// Pod annotation naming the pod's PodGroup.
+pub const GROUP_NAME_ANNOTATION: &str = "scheduling.k8s.io/group-name";
+/// Pod label naming the pod's Volcano job.
+pub const JOB_NAME_LABEL: &str = "volcano.sh/job-name";
+
+/// A Volcano PodGroup (`scheduling.volcano.sh/v1beta1`), the part theseus reads.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[kube(
+    group = "scheduling.volcano.sh",
+    version = "v1beta1",
+    kind = "PodGroup",
+    plural = "podgroups",
+    namespaced,
+    status = "PodGroupStatus",
+    schema = "disabled"
+)]
+#[serde(rename_all = "camelCase")]
+pub struct PodGroupSpec {
+    /// Pods that must be scheduled together.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_member: Option<i32>,
+    /// Queue of the group.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<String>,
+}
+
+/// `status` of a [`PodGroup`].
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct PodGroupStatus {
+    /// `Pending`, `Inqueue`, `Running`, `Unknown`, `Completed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
+    /// Conditions; `Unschedulable` carries the shortage in its message.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<PodGroupCondition>,
+    /// Pods running.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub running: Option<i32>,
+}
+
+/// One condition of a [`PodGroupStatus`].
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct PodGroupCondition {
+    /// `Unschedulable`, `Scheduled`, ...
+    #[serde(rename = "type", default)]
+    pub type_: String,
+    /// `True`, `False`, `Unknown`.
+    #[serde(default)]
+    pub status: String,
+    /// Machine-readable reason.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Human-readable message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// A Volcano Queue (`scheduling.volcano.sh/v1beta1`, cluster-scoped), the part theseus reads.
+/// Quantities stay text; [`crate::availability`] parses them.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[kube(
+    group = "scheduling.volcano.sh",
+    version = "v1beta1",
+    kind = "Queue",
+    plural = "queues",
+    status = "QueueStatus",
+    schema = "disabled"
+)]
+#[serde(rename_all = "camelCase")]
+pub struct QueueSpec {
+    /// Hard cap per resource.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty", deserialize_with = "quantities")]
+    pub capability: BTreeMap<String, String>,
+    /// Share weight.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight: Option<i32>,
+}
+
+/// `status` of a [`Queue`].
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct QueueStatus {
+    /// `Open`, `Closed`, `Closing`, `Unknown`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<String>,
+    /// Resources in use.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty", deserialize_with = "quantities")]
+    pub allocated: BTreeMap<String, String>,
+}
+
+/// Quantities as text, accepting bare JSON numbers too.
+fn quantities<'de, D: serde::Deserializer<'de>>(d: D) -> Result<BTreeMap<String, String>, D::Error> {
+    let raw: Option<BTreeMap<String, serde_json::Value>> = Option::deserialize(d)?;
+    Ok(raw
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(k, v)| match v {
+            serde_json::Value::String(s) => (k, s),
+            other => (k, other.to_string()),
+        })
+        .collect())
+}
+
+/// What to read of a pod's log.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PodLogOptions {
+    /// Container (needed when the pod has several).
+    pub container: Option<String>,
+    /// Keep streaming until the container exits.
+    pub follow: bool,
+    /// Only the last lines.
+    pub tail_lines: Option<i64>,
+}
+
+/// A pod log, line by line with `futures::AsyncBufReadExt::lines`.
+pub type LogReader = Pin<Box<dyn futures::AsyncBufRead + Send>>;
+
+/// Pod events of a watch, errors mapped.
+pub type PodEvents = Pin<Box<dyn Stream<Item = Result<watcher::Event<Pod>, VolcanoError>> + Send>>;
+
+/// One namespace of one cluster, with the retry policy of its calls.
+#[derive(Clone)]
+pub struct Cluster {
+    client: Client,
+    namespace: String,
+    server: String,
+    context: Option<String>,
+    retry: RetryPolicy,
+    poll_interval: Duration,
+}
+
+impl Debug for Cluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cluster")
+            .field("server", &self.server)
+            .field("context", &self.context)
+            .field("namespace", &self.namespace)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a call acts on, for error messages.
+#[derive(Debug, Clone)]
+struct Target {
+    verb: &'static str,
+    resource: String,
+    namespace: Option<String>,
+    name: Option<String>,
+}
+
+impl Target {
+    fn describe(&self) -> String {
+        match &self.name {
+            Some(n) => format!("{} {} {n:?}", self.verb, self.resource),
+            None => format!("{} {}", self.verb, self.resource),
+        }
+    }
+}
+
+/// A call's failure before mapping: the client's error or our per-attempt timeout.
+#[derive(Debug)]
+enum CallError {
+    Kube(kube::Error),
+    TimedOut(Duration),
+}
+
+impl std::fmt::Display for CallError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CallError::Kube(e) => std::fmt::Display::fmt(e, f),
+            CallError::TimedOut(d) => write!(f, "no response within {}s", d.as_secs_f64()),
+        }
+    }
+}
+
+impl Transient for CallError {
+    fn is_transient(&self) -> bool {
+        match self {
+            CallError::Kube(e) => e.is_transient(),
+            CallError::TimedOut(_) => true,
+        }
+    }
+    fn retry_after(&self) -> Option<Duration> {
+        match self {
+            CallError::Kube(e) => e.retry_after(),
+            CallError::TimedOut(_) => None,
+        }
+    }
+}
+
+impl Cluster {
+    /// Connects to the cluster of `host` (see [`client::connect`]); calls go to its namespace.
+    ///
+    /// # Errors
+    /// [`VolcanoError::Config`] when the kubeconfig cannot be used.
+    pub async fn connect(host: &VolcanoHost) -> Result<Cluster, VolcanoError> {
+        let conn = client::connect(host).await?;
+        Ok(Cluster::from_client(conn.client, &host.namespace).with_server(conn.server).with_context(conn.context))
+    }
+
+    /// Wraps an existing client. Build it with `default_retry = false` (as [`client::client_for_url`]
+    /// does) or attempts multiply.
+    pub fn from_client(client: Client, namespace: impl Into<String>) -> Cluster {
+        Cluster {
+            client,
+            namespace: namespace.into(),
+            server: "the API server".to_owned(),
+            context: None,
+            retry: RetryPolicy::default(),
+            poll_interval: Duration::from_secs(2),
+        }
+    }
+
+    /// A cluster at a plain-HTTP `url` (tests, the simulator).
+    ///
+    /// # Errors
+    /// [`VolcanoError::Config`] when `url` is not a URL.
+    pub fn for_url(url: &str, namespace: impl Into<String>) -> Result<Cluster, VolcanoError> {
+        Ok(Cluster::from_client(client::client_for_url(url)?, namespace).with_server(url))
+    }
+
+    /// Names the apiserver in messages.
+    #[must_use]
+    pub fn with_server(mut self, server: impl Into<String>) -> Cluster {
+        self.server = server.into();
+        self
+    }
+
+    /// Names the kubeconfig context in messages.
+    #[must_use]
+    pub fn with_context(mut self, context: Option<String>) -> Cluster {
+        self.context = context;
+        self
+    }
+
+    /// Sets the retry policy of every call.
+    #[must_use]
+    pub fn with_retry(mut self, retry: RetryPolicy) -> Cluster {
+        self.retry = retry;
+        self
+    }
+
+    /// Sets the polling interval of waits whose watch failed.
+    #[must_use]
+    pub fn with_poll_interval(mut self, interval: Duration) -> Cluster {
+        self.poll_interval = interval;
+        self
+    }
+
+    /// The namespace of jobs, secrets and pods.
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    /// The client.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// The apiserver URL (or `the API server` when unknown).
+    pub fn server(&self) -> &str {
+        &self.server
+    }
+
+    /// The retry policy.
+    pub fn retry_policy(&self) -> &RetryPolicy {
+        &self.retry
+    }
+
+    /// Pods of the namespace (for exec, which the shipping code drives itself).
+    pub fn pods(&self) -> Api<Pod> {
+        Api::namespaced(self.client.clone(), &self.namespace)
+    }
+
+    /// Volcano jobs of the namespace.
+    pub fn jobs(&self) -> Api<Job> {
+        Api::namespaced(self.client.clone(), &self.namespace)
+    }
+
+    /// Secrets of the namespace.
+    pub fn secrets(&self) -> Api<Secret> {
+        Api::namespaced(self.client.clone(), &self.namespace)
+    }
+
+    /// Creates `job`; a job of that name that carries the same `theseus.dev/run-id` is adopted.
+    ///
+    /// # Errors
+    /// [`VolcanoError::AlreadyExists`] when another job has the name, and the mapped errors.
+    pub async fn create_job(&self, job: &Job) -> Result<Job, VolcanoError> {
+        self.create_or_adopt(&self.jobs(), job).await
+    }
+
+    /// The job, `None` when it does not exist.
+    ///
+    /// # Errors
+    /// The mapped errors.
+    pub async fn get_job(&self, name: &str) -> Result<Option<Job>, VolcanoError> {
+        let api = self.jobs();
+        self.call(self.target::<Job>("get", Some(name)), || api.get_opt(name)).await
+    }
+
+    /// Deletes the job with background propagation (its pods and PodGroup are garbage
+    /// collected). `false` when it did not exist.
+    ///
+    /// # Errors
+    /// The mapped errors.
+    pub async fn delete_job(&self, name: &str) -> Result<bool, VolcanoError> {
+        self.delete(&self.jobs(), name).await
+    }
+
+    /// Waits until the job no longer exists, watching it by name (and polling if the watch
+    /// fails).
+    ///
+    /// # Errors
+    /// [`VolcanoError::Timeout`] after `timeout`, and the mapped errors of the polls.
+    pub async fn wait_job_gone(&self, name: &str, timeout: Duration) -> Result<(), VolcanoError> {
+        let wait = async {
+            let mut changes = watcher::watch_object(self.jobs(), name).boxed();
+            while let Some(change) = changes.next().await {
+                match change {
+                    Ok(None) => return Ok(()),
+                    Ok(Some(_)) => {}
+                    Err(e) => {
+                        tracing::debug!(job = name, error = %e, "watch failed; polling instead");
+                        break;
+                    }
+                }
+            }
+            loop {
+                if self.get_job(name).await?.is_none() {
+                    return Ok(());
+                }
+                tokio::time::sleep(self.poll_interval).await;
+            }
+        };
+        tokio::time::timeout(timeout, wait)
+            .await
+            .map_err(|_| VolcanoError::Timeout { what: format!("job {name:?} to be deleted"), after: timeout })?
+    }
+
+    /// Jobs matching `label_selector` (`""`: all).
+    ///
+    /// # Errors
+    /// The mapped errors.
+    pub async fn list_jobs(&self, label_selector: &str) -> Result<Vec<Job>, VolcanoError> {
+        self.list(&self.jobs(), &labels(label_selector)).await
+    }
+
+    /// Creates `secret`; one of that name with the same `theseus.dev/run-id` is adopted.
+    ///
+    /// # Errors
+    /// [`VolcanoError::AlreadyExists`] when another secret has the name, and the mapped errors.
+    pub async fn create_secret(&self, secret: &Secret) -> Result<Secret, VolcanoError> {
+        self.create_or_adopt(&self.secrets(), secret).await
+    }
+
+    /// Sets the secret's owner (a merge patch of `metadata.ownerReferences`), so deleting the
+    /// owner deletes the secret.
+    ///
+    /// # Errors
+    /// [`VolcanoError::NotFound`] when the secret is gone, and the mapped errors.
+    pub async fn set_secret_owner(&self, name: &str, owner: OwnerReference) -> Result<Secret, VolcanoError> {
+        let api = self.secrets();
+        let patch = serde_json::json!({"metadata": {"ownerReferences": [owner]}});
+        let params = PatchParams::default();
+        let patch = Patch::Merge(&patch);
+        let target = self.target::<Secret>("patch", Some(name));
+        self.call(target, || api.patch(name, &params, &patch)).await
+    }
+
+    /// Deletes the secret; `false` when it did not exist.
+    ///
+    /// # Errors
+    /// The mapped errors.
+    pub async fn delete_secret(&self, name: &str) -> Result<bool, VolcanoError> {
+        self.delete(&self.secrets(), name).await
+    }
+
+    /// Secrets matching `label_selector`.
+    ///
+    /// # Errors
+    /// The mapped errors.
+    pub async fn list_secrets(&self, label_selector: &str) -> Result<Vec<Secret>, VolcanoError> {
+        self.list(&self.secrets(), &labels(label_selector)).await
+    }
+
+    /// Pods of the namespace matching `label_selector`.
+    ///
+    /// # Errors
+    /// The mapped errors.
+    pub async fn list_pods(&self, label_selector: &str) -> Result<Vec<Pod>, VolcanoError> {
+        self.list(&self.pods(), &labels(label_selector)).await
+    }
+
+    /// Pods of every namespace matching `field_selector` (e.g. `spec.nodeName=n1`).
+    ///
+    /// # Errors
+    /// The mapped errors (listing pods cluster-wide needs a ClusterRole).
+    pub async fn list_all_pods(&self, field_selector: &str) -> Result<Vec<Pod>, VolcanoError> {
+        let api: Api<Pod> = Api::all(self.client.clone());
+        self.list(&api, &fields(field_selector)).await
+    }
+
+    /// Watches the pods matching `label_selector`: a LIST, then WATCH events, re-listing with
+    /// backoff after errors (which are still reported as items).
+    pub fn watch_pods(&self, label_selector: &str) -> PodEvents {
+        let config = watcher::Config::default().labels(label_selector);
+        let this = self.clone();
+        let target = self.target::<Pod>("watch", None);
+        watcher(self.pods(), config).default_backoff().map_err(move |e| this.map_watch_error(e, &target)).boxed()
+    }
+
+    /// Events about the object `kind`/`name` in the namespace, as the apiserver orders them.
+    ///
+    /// # Errors
+    /// The mapped errors.
+    pub async fn events_for(&self, kind: &str, name: &str) -> Result<Vec<Event>, VolcanoError> {
+        let api: Api<Event> = Api::namespaced(self.client.clone(), &self.namespace);
+        let selector = format!("involvedObject.name={name},involvedObject.kind={kind}");
+        self.list(&api, &fields(&selector)).await
+    }
+
+    /// The PodGroup of the job `job`: named after the job (older Volcano), else the group named
+    /// by its pods' `scheduling.k8s.io/group-name` annotation, else the group the job owns
+    /// (newer Volcano names it `<job>-<uid>`).
+    ///
+    /// # Errors
+    /// The mapped errors.
+    pub async fn get_podgroup(&self, job: &str) -> Result<Option<PodGroup>, VolcanoError> {
+        let api: Api<PodGroup> = Api::namespaced(self.client.clone(), &self.namespace);
+        if let Some(group) = self.call(self.target::<PodGroup>("get", Some(job)), || api.get_opt(job)).await? {
+            return Ok(Some(group));
+        }
+        let pods = self.list_pods(&format!("{JOB_NAME_LABEL}={job}")).await?;
+        let annotated = pods.iter().find_map(|p| p.annotations().get(GROUP_NAME_ANNOTATION).cloned());
+        if let Some(name) = annotated.filter(|n| n != job) {
+            return self.call(self.target::<PodGroup>("get", Some(&name)), || api.get_opt(&name)).await;
+        }
+        let groups = self.list(&api, &ListParams::default()).await?;
+        Ok(groups.into_iter().find(|g| g.owner_references().iter().any(|o| o.kind == "Job" && o.name == job)))
+    }
+
+    /// The queue, `None` when it does not exist.
+    ///
+    /// # Errors
+    /// The mapped errors.
+    pub async fn get_queue(&self, name: &str) -> Result<Option<Queue>, VolcanoError> {
+        let api: Api<Queue> = Api::all(self.client.clone());
+        let target = Target { namespace: None, ..self.target::<Queue>("get", Some(name)) };
+        self.call(target, || api.get_opt(name)).await
+    }
+
+    /// Nodes matching `label_selector`.
+    ///
+    /// # Errors
+    /// The mapped errors (listing nodes needs a ClusterRole).
+    pub async fn list_nodes(&self, label_selector: &str) -> Result<Vec<Node>, VolcanoError> {
+        let api: Api<Node> = Api::all(self.client.clone());
+        self.list(&api, &labels(label_selector)).await
+    }
+
+    /// Opens the log of `pod`. Opening is retried; a broken stream is the caller's to reopen.
+    ///
+    /// # Errors
+    /// The mapped errors.
+    pub async fn log_stream(&self, pod: &str, options: &PodLogOptions) -> Result<LogReader, VolcanoError> {
+        let api = self.pods();
+        let params = LogParams {
+            container: options.container.clone(),
+            follow: options.follow,
+            tail_lines: options.tail_lines,
+            ..LogParams::default()
+        };
+        let target = Target { resource: "pods/log".into(), ..self.target::<Pod>("get", Some(pod)) };
+        let reader = self.call(target, || api.log_stream(pod, &params)).await?;
+        Ok(Box::pin(reader))
+    }
+
+    /// Creates `obj` in the namespace. On 409 the existing object is read: when it carries the
+    /// same non-empty `theseus.dev/run-id` label it is ours (an earlier attempt of this run
+    /// created it) and is returned.
+    ///
+    /// # Errors
+    /// [`VolcanoError::AlreadyExists`] when the existing object is not ours, and the mapped errors.
+    pub async fn create_or_adopt<K>(&self, api: &Api<K>, obj: &K) -> Result<K, VolcanoError>
+    where
+        K: Resource<DynamicType = ()> + Clone + Serialize + DeserializeOwned + Debug,
+    {
+        let name = obj.name_any();
+        let params = PostParams::default();
+        let created = self.call(self.target::<K>("create", Some(&name)), || api.create(&params, obj)).await;
+        let Err(exists @ VolcanoError::AlreadyExists { .. }) = created else {
+            return created;
+        };
+        let Some(run_id) = obj.labels().get(LABEL_RUN_ID).filter(|r| !r.is_empty()) else {
+            return Err(exists);
+        };
+        let existing = self.call(self.target::<K>("get", Some(&name)), || api.get_opt(&name)).await?;
+        match existing {
+            Some(found) if found.labels().get(LABEL_RUN_ID) == Some(run_id) => {
+                tracing::debug!(name, run_id, "adopted an object created by an earlier attempt");
+                Ok(found)
+            }
+            _ => Err(exists),
+        }
+    }
+
+    async fn delete<K>(&self, api: &Api<K>, name: &str) -> Result<bool, VolcanoError>
+    where
+        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+    {
+        let params = DeleteParams::background();
+        match self.call(self.target::<K>("delete", Some(name)), || api.delete(name, &params)).await {
+            Ok(_) => Ok(true),
+            Err(VolcanoError::NotFound { .. }) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Lists in the namespace, or cluster-wide when `api` is not namespaced.
+    async fn list<K>(&self, api: &Api<K>, params: &ListParams) -> Result<Vec<K>, VolcanoError>
+    where
+        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+    {
+        let mut target = self.target::<K>("list", None);
+        if !api.resource_url().contains("/namespaces/") {
+            target.namespace = None;
+        }
+        Ok(self.call(target, || api.list(params)).await?.items)
+    }
+
+    fn target<K: Resource<DynamicType = ()>>(&self, verb: &'static str, name: Option<&str>) -> Target {
+        let plural = K::plural(&());
+        let group = K::group(&());
+        let resource = if group.is_empty() { plural.into_owned() } else { format!("{plural}.{group}") };
+        Target { verb, resource, namespace: Some(self.namespace.clone()), name: name.map(str::to_owned) }
+    }
+
+    /// Runs `op` with the per-attempt timeout and the retry policy, mapping the final error.
+    async fn call<T, F, Fut>(&self, target: Target, mut op: F) -> Result<T, VolcanoError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, kube::Error>>,
+    {
+        let timeout = self.retry.request_timeout;
+        let (res, attempts) = retry_counted(&self.retry, &target.describe(), || {
+            let attempt = op();
+            async move {
+                match tokio::time::timeout(timeout, attempt).await {
+                    Ok(res) => res.map_err(CallError::Kube),
+                    Err(_) => Err(CallError::TimedOut(timeout)),
+                }
+            }
+        })
+        .await;
+        res.map_err(|e| self.map_error(e, &target, attempts))
+    }
+
+    fn map_error(&self, err: CallError, target: &Target, attempts: u32) -> VolcanoError {
+        let err = match err {
+            CallError::Kube(e) => e,
+            CallError::TimedOut(after) => {
+                return self.transport(target, attempts, format!("no response within {}s", after.as_secs_f64()), None);
+            }
+        };
+        let status = match err {
+            kube::Error::Api(status) => status,
+            other => {
+                return match transport_detail(&other) {
+                    Some(detail) => self.transport(target, attempts, detail, Some(Box::new(other))),
+                    None => VolcanoError::Client {
+                        verb: target.verb.into(),
+                        resource: target.resource.clone(),
+                        namespace: target.namespace.clone(),
+                        source: Box::new(other),
+                    },
+                };
+            }
+        };
+        let name = target.name.clone().unwrap_or_default();
+        match status.code {
+            401 => VolcanoError::Unauthorized {
+                context: self.context.clone(),
+                server: self.server.clone(),
+                message: status.message,
+            },
+            403 => VolcanoError::Forbidden {
+                verb: target.verb.into(),
+                resource: target.resource.clone(),
+                namespace: target.namespace.clone(),
+                message: status.message,
+            },
+            404 if target.name.is_some() => {
+                VolcanoError::NotFound { resource: target.resource.clone(), name, namespace: target.namespace.clone() }
+            }
+            409 if status.reason == "AlreadyExists" || target.verb == "create" => {
+                VolcanoError::AlreadyExists { kind: target.resource.clone(), name, namespace: target.namespace.clone() }
+            }
+            code => VolcanoError::Api {
+                verb: target.verb.into(),
+                resource: target.resource.clone(),
+                namespace: target.namespace.clone(),
+                code,
+                message: status.message,
+            },
+        }
+    }
+
+    fn map_watch_error(&self, err: watcher::Error, target: &Target) -> VolcanoError {
+        match err {
+            watcher::Error::InitialListFailed(e)
+            | watcher::Error::WatchStartFailed(e)
+            | watcher::Error::WatchFailed(e) => self.map_error(CallError::Kube(e), target, 1),
+            watcher::Error::WatchError(status) => self.map_error(CallError::Kube(kube::Error::Api(status)), target, 1),
+            watcher::Error::NoResourceVersion => VolcanoError::Api {
+                verb: target.verb.into(),
+                resource: target.resource.clone(),
+                namespace: target.namespace.clone(),
+                code: 0,
+                message: "no metadata.resourceVersion in the list".into(),
+            },
+        }
+    }
+
+    fn transport(
+        &self,
+        target: &Target,
+        attempts: u32,
+        detail: String,
+        source: Option<Box<kube::Error>>,
+    ) -> VolcanoError {
+        VolcanoError::Transport {
+            verb: target.verb.into(),
+            resource: target.resource.clone(),
+            server: self.server.clone(),
+            attempts,
+            detail,
+            source,
+        }
+    }
+}
+
+fn labels(selector: &str) -> ListParams {
+    if selector.is_empty() { ListParams::default() } else { ListParams::default().labels(selector) }
+}
+
+fn fields(selector: &str) -> ListParams {
+    if selector.is_empty() { ListParams::default() } else { ListParams::default().fields(selector) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queue_parses_string_and_number_quantities() {
+        let queue: Queue = serde_json::from_value(serde_json::json!({
+            "apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
+            "metadata": {"name": "research"},
+            "spec": {"capability": {"nvidia.com/gpu": "8", "cpu": 64}, "weight": 1, "reclaimable": true},
+            "status": {"state": "Open", "allocated": {"nvidia.com/gpu": "3"}, "running": 1}
+        }))
+        .unwrap();
+        assert_eq!(queue.spec.capability["cpu"], "64");
+        assert_eq!(queue.spec.capability["nvidia.com/gpu"], "8");
+        let status = queue.status.unwrap();
+        assert_eq!(status.allocated["nvidia.com/gpu"], "3");
+        assert_eq!(status.state.as_deref(), Some("Open"));
+    }
+
+    #[test]
+    fn podgroup_parses_an_unschedulable_condition() {
+        let group: PodGroup = serde_json::from_value(serde_json::json!({
+            "apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
+            "metadata": {"name": "j-1234", "namespace": "ml"},
+            "spec": {"minMember": 2, "queue": "research"},
+            "status": {"phase": "Pending", "conditions": [{
+                "type": "Unschedulable", "status": "True", "reason": "NotEnoughResources",
+                "message": "0/3 nodes are unavailable: 3 Insufficient nvidia.com/gpu",
+                "lastTransitionTime": "2026-01-01T00:00:00Z", "transitionID": "x"
+            }]}
+        }))
+        .unwrap();
+        let status = group.status.unwrap();
+        assert_eq!(status.phase.as_deref(), Some("Pending"));
+        assert_eq!(status.conditions[0].type_, "Unschedulable");
+        assert!(status.conditions[0].message.as_deref().unwrap().contains("Insufficient"));
+    }
+}

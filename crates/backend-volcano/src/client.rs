@@ -1,1 +1,578 @@
-//! placeholder: client
+//! Reaching a cluster: which kubeconfig a host uses (a pure decision), building the
+//! `kube::Client` from it with our timeouts, and the retry with backoff that every call goes
+//! through.
+//!
+//! kube's own retry layer is switched off on the clients built here: [`retry`] decides alone, so
+//! attempts do not multiply and the count in a [`VolcanoError::Transport`] is the real one.
+
+use std::ffi::OsString;
+use std::future::Future;
+use std::hash::{BuildHasher, Hasher};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use theseus_core::config::{VolcanoHost, expand_tilde};
+
+use crate::error::{VolcanoError, is_transient_code};
+
+/// Time allowed to open a TCP (and TLS) connection to the apiserver.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Time allowed for one non-streaming call (list, get, create, ...), per attempt.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Where a host's cluster credentials come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KubeconfigSource {
+    /// The host's `kubeconfig` setting (`~` expanded).
+    Host(PathBuf),
+    /// The `KUBECONFIG` environment variable: files merged in order.
+    Env(Vec<PathBuf>),
+    /// `~/.kube/config`.
+    Default(PathBuf),
+    /// The pod's service account (running inside the cluster, no kubeconfig file).
+    InCluster,
+}
+
+impl KubeconfigSource {
+    /// The files (or `in-cluster service account`) for messages.
+    pub fn describe(&self) -> String {
+        match self {
+            KubeconfigSource::Host(p) | KubeconfigSource::Default(p) => p.display().to_string(),
+            KubeconfigSource::Env(paths) => {
+                let joined: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+                format!("{} (from KUBECONFIG)", joined.join(":"))
+            }
+            KubeconfigSource::InCluster => "in-cluster service account".to_owned(),
+        }
+    }
+}
+
+/// What of the process environment decides the [`KubeconfigSource`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClientEnv {
+    /// `KUBECONFIG`.
+    pub kubeconfig: Option<OsString>,
+    /// The user's home directory.
+    pub home: Option<PathBuf>,
+    /// Whether `KUBERNETES_SERVICE_HOST` is set (we run in a pod).
+    pub in_cluster: bool,
+    /// Whether `~/.kube/config` exists.
+    pub default_exists: bool,
+}
+
+impl ClientEnv {
+    /// Reads the environment of this process.
+    pub fn from_process() -> ClientEnv {
+        let home = std::env::var_os("HOME").filter(|h| !h.is_empty()).map(PathBuf::from);
+        let default_exists = home.as_deref().is_some_and(|h| default_path(h).is_file());
+        ClientEnv {
+            kubeconfig: std::env::var_os("KUBECONFIG"),
+            home,
+            in_cluster: std::env::var_os("KUBERNETES_SERVICE_HOST").is_some_and(|v| !v.is_empty()),
+            default_exists,
+        }
+    }
+}
+
+/// Picks the kubeconfig of `host`: its `kubeconfig` setting, else `KUBECONFIG`, else
+/// `~/.kube/config` when it exists, else the in-cluster service account when running in a pod.
+///
+/// # Errors
+/// [`VolcanoError::Config`] when none of them is available, or `~` cannot be expanded.
+pub fn resolve_source(host: &VolcanoHost, env: &ClientEnv) -> Result<KubeconfigSource, VolcanoError> {
+    if let Some(path) = host.kubeconfig.as_deref().filter(|p| !p.is_empty()) {
+        if path.starts_with('~') && env.home.is_none() {
+            return Err(config_error(
+                path,
+                host.context.clone(),
+                "`~` cannot be expanded: HOME is not set",
+                "use an absolute path in the host's `kubeconfig`",
+            ));
+        }
+        let home = env.home.clone().unwrap_or_default();
+        return Ok(KubeconfigSource::Host(expand_tilde(path, &home)));
+    }
+    if let Some(value) = &env.kubeconfig {
+        let paths: Vec<PathBuf> = std::env::split_paths(value).filter(|p| !p.as_os_str().is_empty()).collect();
+        if !paths.is_empty() {
+            return Ok(KubeconfigSource::Env(paths));
+        }
+    }
+    if let Some(home) = &env.home
+        && env.default_exists
+    {
+        return Ok(KubeconfigSource::Default(default_path(home)));
+    }
+    if env.in_cluster {
+        return Ok(KubeconfigSource::InCluster);
+    }
+    let wanted =
+        env.home.as_deref().map_or_else(|| "~/.kube/config".to_owned(), |h| default_path(h).display().to_string());
+    Err(config_error(
+        &wanted,
+        host.context.clone(),
+        "no such file, KUBECONFIG is not set and this is not a pod",
+        "set `kubeconfig` on the host, export KUBECONFIG, or create ~/.kube/config (e.g. with your cloud's `get-credentials` command)",
+    ))
+}
+
+/// The apiserver connection of one host, before any call is made.
+#[derive(Clone)]
+pub struct Connection {
+    /// The client (kube retry off, connect timeout [`CONNECT_TIMEOUT`]).
+    pub client: kube::Client,
+    /// The apiserver URL, for messages.
+    pub server: String,
+    /// The context used (`None` in-cluster).
+    pub context: Option<String>,
+}
+
+/// Builds the client of `host` from the environment of this process.
+///
+/// # Errors
+/// [`VolcanoError::Config`] naming the file, the context and the fix.
+pub async fn connect(host: &VolcanoHost) -> Result<Connection, VolcanoError> {
+    let source = resolve_source(host, &ClientEnv::from_process())?;
+    connect_with(&source, host.context.as_deref()).await
+}
+
+/// Builds a client from `source`, selecting `context` (else the current context).
+///
+/// # Errors
+/// [`VolcanoError::Config`] naming the file, the context and the fix.
+pub async fn connect_with(source: &KubeconfigSource, context: Option<&str>) -> Result<Connection, VolcanoError> {
+    let described = source.describe();
+    let (mut config, context) = match source {
+        KubeconfigSource::InCluster => {
+            if let Some(c) = context {
+                tracing::warn!(context = c, "running in a pod without a kubeconfig: ignoring the host's context");
+            }
+            let config = kube::Config::incluster().map_err(|e| {
+                config_error(
+                    &described,
+                    None,
+                    &e.to_string(),
+                    "mount the service account token or give the host a `kubeconfig`",
+                )
+            })?;
+            (config, None)
+        }
+        KubeconfigSource::Host(path) | KubeconfigSource::Default(path) => {
+            let kubeconfig = read(path, context)?;
+            from_kubeconfig(kubeconfig, &described, context).await?
+        }
+        KubeconfigSource::Env(paths) => {
+            let mut merged = Kubeconfig::default();
+            for path in paths {
+                let next = read(path, context)?;
+                merged = merged.merge(next).map_err(|e| {
+                    config_error(
+                        &described,
+                        context.map(str::to_owned),
+                        &e.to_string(),
+                        "make the files in KUBECONFIG agree on kind and apiVersion",
+                    )
+                })?;
+            }
+            from_kubeconfig(merged, &described, context).await?
+        }
+    };
+    config.connect_timeout = Some(CONNECT_TIMEOUT);
+    config.default_retry = false;
+    let server = config.cluster_url.to_string();
+    let client = kube::Client::try_from(config).map_err(|e| {
+        config_error(
+            &described,
+            context.clone(),
+            &format!("cannot build a client: {e}"),
+            "check the cluster's certificate-authority data and the user's credentials",
+        )
+    })?;
+    Ok(Connection { client, server, context })
+}
+
+/// A client for a plain-HTTP apiserver at `url` (tests, the simulator), with the same settings
+/// as [`connect`].
+///
+/// # Errors
+/// [`VolcanoError::Config`] when `url` is not a URL.
+pub fn client_for_url(url: &str) -> Result<kube::Client, VolcanoError> {
+    let uri = url.parse().map_err(|e: http::uri::InvalidUri| {
+        config_error(url, None, &format!("not a URL: {e}"), "pass the apiserver's URL")
+    })?;
+    let mut config = kube::Config::new(uri);
+    config.connect_timeout = Some(CONNECT_TIMEOUT);
+    config.default_retry = false;
+    kube::Client::try_from(config)
+        .map_err(|e| config_error(url, None, &format!("cannot build a client: {e}"), "pass the apiserver's URL"))
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connection")
+            .field("server", &self.server)
+            .field("context", &self.context)
+            .finish_non_exhaustive()
+    }
+}
+
+fn read(path: &Path, context: Option<&str>) -> Result<Kubeconfig, VolcanoError> {
+    Kubeconfig::read_from(path).map_err(|e| {
+        let fix = if path.exists() { "fix the file's YAML" } else { "check the path, or set `kubeconfig` on the host" };
+        config_error(&path.display().to_string(), context.map(str::to_owned), &e.to_string(), fix)
+    })
+}
+
+async fn from_kubeconfig(
+    kubeconfig: Kubeconfig,
+    described: &str,
+    context: Option<&str>,
+) -> Result<(kube::Config, Option<String>), VolcanoError> {
+    let available: Vec<String> = kubeconfig.contexts.iter().map(|c| c.name.clone()).collect();
+    let list = if available.is_empty() { "none".to_owned() } else { available.join(", ") };
+    let chosen = match context {
+        Some(c) if !available.iter().any(|a| a == c) => {
+            return Err(config_error(
+                described,
+                Some(c.to_owned()),
+                "no such context",
+                &format!("set the host's `context` to one of: {list}"),
+            ));
+        }
+        Some(c) => c.to_owned(),
+        None => match kubeconfig.current_context.clone().filter(|c| !c.is_empty()) {
+            Some(c) => c,
+            None => {
+                return Err(config_error(
+                    described,
+                    None,
+                    "no current-context",
+                    &format!("set the host's `context` to one of: {list}"),
+                ));
+            }
+        },
+    };
+    let options = KubeConfigOptions { context: Some(chosen.clone()), cluster: None, user: None };
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &options).await.map_err(|e| {
+        config_error(
+            described,
+            Some(chosen.clone()),
+            &e.to_string(),
+            "fix the context's cluster and user entries (`kubectl config view`)",
+        )
+    })?;
+    Ok((config, Some(chosen)))
+}
+
+fn default_path(home: &Path) -> PathBuf {
+    home.join(".kube").join("config")
+}
+
+fn config_error(source_name: &str, context: Option<String>, problem: &str, fix: &str) -> VolcanoError {
+    VolcanoError::Config {
+        source_name: source_name.to_owned(),
+        context,
+        problem: problem.to_owned(),
+        fix: fix.to_owned(),
+    }
+}
+
+/// How calls are retried: exponential backoff with jitter, capped, for transient errors only.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Delay before the first retry (doubles after each).
+    pub base: Duration,
+    /// Longest delay between attempts (also caps a server's `retryAfterSeconds`).
+    pub cap: Duration,
+    /// Attempts in total, the first included (at least 1).
+    pub max_attempts: u32,
+    /// Time allowed for one attempt of a non-streaming call.
+    pub request_timeout: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            base: Duration::from_millis(200),
+            cap: Duration::from_secs(5),
+            max_attempts: 5,
+            request_timeout: REQUEST_TIMEOUT,
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// Millisecond delays, for tests.
+    pub fn fast() -> RetryPolicy {
+        RetryPolicy { base: Duration::from_millis(1), cap: Duration::from_millis(20), ..RetryPolicy::default() }
+    }
+
+    /// The wait before attempt `attempt + 1` after attempt `attempt` (1-based) failed: the
+    /// server's hint when it gave one, else `base * 2^(attempt-1)` with the upper half jittered;
+    /// never more than `cap`.
+    pub fn delay(&self, attempt: u32, server_hint: Option<Duration>) -> Duration {
+        if let Some(hint) = server_hint {
+            return hint.min(self.cap);
+        }
+        let exp = self.base.saturating_mul(1u32 << attempt.saturating_sub(1).min(20)).min(self.cap);
+        let half = exp / 2;
+        let jitter_ms = u64::try_from(half.as_millis()).unwrap_or(u64::MAX);
+        let extra = if jitter_ms == 0 { 0 } else { random_u64() % (jitter_ms + 1) };
+        (half + Duration::from_millis(extra)).min(self.cap)
+    }
+}
+
+/// Errors that know whether another attempt may help.
+pub trait Transient {
+    /// Whether to retry.
+    fn is_transient(&self) -> bool;
+    /// How long the server asked us to wait.
+    fn retry_after(&self) -> Option<Duration> {
+        None
+    }
+}
+
+impl Transient for VolcanoError {
+    fn is_transient(&self) -> bool {
+        VolcanoError::is_transient(self)
+    }
+}
+
+impl Transient for kube::Error {
+    fn is_transient(&self) -> bool {
+        match self {
+            kube::Error::Api(status) => is_transient_code(status.code),
+            other => transport_detail(other).is_some(),
+        }
+    }
+
+    fn retry_after(&self) -> Option<Duration> {
+        match self {
+            kube::Error::Api(status) if status.code == 429 => status
+                .details
+                .as_ref()
+                .map(|d| d.retry_after_seconds)
+                .filter(|&s| s > 0)
+                .map(|s| Duration::from_secs(u64::from(s))),
+            _ => None,
+        }
+    }
+}
+
+/// Runs `op` until it succeeds, fails with a non-transient error, or `policy.max_attempts`
+/// attempts were made. `what` names the operation in logs.
+///
+/// # Errors
+/// The last error of `op`.
+pub async fn retry<T, E, F, Fut>(policy: &RetryPolicy, what: &str, op: F) -> Result<T, E>
+where
+    E: Transient + std::fmt::Display,
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, E>>,
+{
+    retry_counted(policy, what, op).await.0
+}
+
+/// [`retry`], also returning the number of attempts made.
+pub async fn retry_counted<T, E, F, Fut>(policy: &RetryPolicy, what: &str, mut op: F) -> (Result<T, E>, u32)
+where
+    E: Transient + std::fmt::Display,
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, E>>,
+{
+    let max = policy.max_attempts.max(1);
+    let mut attempt = 1;
+    loop {
+        match op().await {
+            Err(e) if attempt < max && e.is_transient() => {
+                let delay = policy.delay(attempt, e.retry_after());
+                tracing::debug!(operation = what, attempt, delay_ms = delay.as_millis() as u64, error = %e, "retrying");
+                tokio::time::sleep(delay).await;
+                attempt += 1;
+            }
+            res => return (res, attempt),
+        }
+    }
+}
+
+/// A short description of a transport failure (`connection refused`, ...), or `None` when `err`
+/// is not one (an apiserver answer, a TLS or auth problem).
+pub fn transport_detail(err: &kube::Error) -> Option<String> {
+    if !matches!(err, kube::Error::HyperError(_) | kube::Error::Service(_) | kube::Error::ReadEvents(_)) {
+        return None;
+    }
+    let mut text = String::new();
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(e) = cause {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            use std::io::ErrorKind::*;
+            let kind = match io.kind() {
+                ConnectionRefused => Some("connection refused"),
+                ConnectionReset => Some("connection reset"),
+                ConnectionAborted => Some("connection aborted"),
+                BrokenPipe => Some("broken pipe"),
+                TimedOut => Some("timed out"),
+                UnexpectedEof => Some("connection closed"),
+                NotConnected => Some("not connected"),
+                _ => None,
+            };
+            if let Some(kind) = kind {
+                return Some(kind.to_owned());
+            }
+        }
+        text.push_str(&e.to_string().to_lowercase());
+        text.push('\n');
+        cause = e.source();
+    }
+    if text.contains("certificate") || text.contains("tls") {
+        return None;
+    }
+    [
+        ("refused", "connection refused"),
+        ("reset", "connection reset"),
+        ("incomplete", "connection closed mid-response"),
+        ("closed", "connection closed"),
+        ("timed out", "timed out"),
+        ("timeout", "timed out"),
+        ("dns", "name resolution failed"),
+        ("connect", "cannot connect"),
+    ]
+    .iter()
+    .find(|(needle, _)| text.contains(needle))
+    .map(|(_, detail)| (*detail).to_owned())
+}
+
+fn random_u64() -> u64 {
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
+    hasher.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn host(kubeconfig: Option<&str>, context: Option<&str>) -> VolcanoHost {
+        let mut body = serde_json::json!({"cluster": "k8s"});
+        if let Some(k) = kubeconfig {
+            body["kubeconfig"] = k.into();
+        }
+        if let Some(c) = context {
+            body["context"] = c.into();
+        }
+        serde_json::from_value(body).expect("a volcano host")
+    }
+
+    fn env(kubeconfig: Option<&str>, default_exists: bool, in_cluster: bool) -> ClientEnv {
+        ClientEnv {
+            kubeconfig: kubeconfig.map(OsString::from),
+            home: Some(PathBuf::from("/home/u")),
+            in_cluster,
+            default_exists,
+        }
+    }
+
+    #[test]
+    fn source_precedence_is_host_then_env_then_default_then_in_cluster() {
+        assert_eq!(
+            resolve_source(&host(Some("~/k/prod.yaml"), None), &env(Some("/a:/b"), true, true)).unwrap(),
+            KubeconfigSource::Host(PathBuf::from("/home/u/k/prod.yaml"))
+        );
+        assert_eq!(
+            resolve_source(&host(None, None), &env(Some("/a::/b"), true, true)).unwrap(),
+            KubeconfigSource::Env(vec![PathBuf::from("/a"), PathBuf::from("/b")])
+        );
+        assert_eq!(
+            resolve_source(&host(None, None), &env(Some(""), true, true)).unwrap(),
+            KubeconfigSource::Default(PathBuf::from("/home/u/.kube/config"))
+        );
+        assert_eq!(resolve_source(&host(None, None), &env(None, false, true)).unwrap(), KubeconfigSource::InCluster);
+    }
+
+    #[test]
+    fn nothing_to_use_names_the_file_and_the_fix() {
+        let err = resolve_source(&host(None, Some("prod")), &env(None, false, false)).unwrap_err();
+        let text = err.to_string();
+        assert!(text.starts_with("kubeconfig /home/u/.kube/config (context \"prod\"): no such file"), "{text}");
+        assert!(text.contains("export KUBECONFIG"), "{text}");
+    }
+
+    #[tokio::test]
+    async fn unknown_context_lists_the_available_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config");
+        std::fs::write(
+            &path,
+            "apiVersion: v1\nkind: Config\ncurrent-context: a\nclusters:\n- name: c\n  cluster: {server: 'http://127.0.0.1:1'}\n\
+             users:\n- name: u\n  user: {}\ncontexts:\n- name: a\n  context: {cluster: c, user: u}\n- name: b\n  context: {cluster: c, user: u}\n",
+        )
+        .unwrap();
+        let source = KubeconfigSource::Host(path.clone());
+        let err = connect_with(&source, Some("prod")).await.unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("no such context") && text.contains("one of: a, b"), "{text}");
+        assert!(text.contains(&path.display().to_string()), "{text}");
+
+        let ok = connect_with(&source, None).await.unwrap();
+        assert_eq!(ok.context.as_deref(), Some("a"));
+        assert_eq!(ok.server, "http://127.0.0.1:1/");
+        let ok = connect_with(&source, Some("b")).await.unwrap();
+        assert_eq!(ok.context.as_deref(), Some("b"));
+    }
+
+    #[tokio::test]
+    async fn missing_file_says_so() {
+        let err = connect_with(&KubeconfigSource::Host(PathBuf::from("/nonexistent/kc")), None).await.unwrap_err();
+        let text = err.to_string();
+        assert!(text.starts_with("kubeconfig /nonexistent/kc:") && text.contains("check the path"), "{text}");
+    }
+
+    #[test]
+    fn delays_grow_are_jittered_capped_and_honor_the_server() {
+        let policy = RetryPolicy::default();
+        for _ in 0..50 {
+            let d1 = policy.delay(1, None);
+            assert!(d1 >= Duration::from_millis(100) && d1 <= Duration::from_millis(200), "{d1:?}");
+            let d3 = policy.delay(3, None);
+            assert!(d3 >= Duration::from_millis(400) && d3 <= Duration::from_millis(800), "{d3:?}");
+            assert!(policy.delay(30, None) <= Duration::from_secs(5));
+        }
+        assert_eq!(policy.delay(1, Some(Duration::from_secs(2))), Duration::from_secs(2));
+        assert_eq!(policy.delay(1, Some(Duration::from_secs(60))), Duration::from_secs(5));
+    }
+
+    #[derive(Debug)]
+    struct Flaky(bool);
+    impl std::fmt::Display for Flaky {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "flaky({})", self.0)
+        }
+    }
+    impl Transient for Flaky {
+        fn is_transient(&self) -> bool {
+            self.0
+        }
+    }
+
+    #[tokio::test]
+    async fn retries_only_transient_errors_up_to_the_limit() {
+        let policy = RetryPolicy::fast();
+        let mut calls = 0;
+        let (res, attempts) = retry_counted(&policy, "t", || {
+            calls += 1;
+            let n = calls;
+            async move { if n < 3 { Err(Flaky(true)) } else { Ok(n) } }
+        })
+        .await;
+        assert_eq!((res.unwrap(), attempts), (3, 3));
+
+        let (res, attempts) = retry_counted(&policy, "t", || async { Err::<(), _>(Flaky(false)) }).await;
+        assert!(res.is_err());
+        assert_eq!(attempts, 1);
+
+        let (res, attempts) = retry_counted(&policy, "t", || async { Err::<(), _>(Flaky(true)) }).await;
+        assert!(res.is_err());
+        assert_eq!(attempts, 5);
+    }
+}

@@ -1,11 +1,11 @@
 //! Volcano (Kubernetes) backend for theseus: ships code to a PVC through a helper vcjob and starts a
 //! gang-scheduled Volcano Job.
 //!
-//! This crate holds, so far, the pure part: the typed Volcano `Job` ([`types`]), Kubernetes
-//! quantities ([`quantity`]), rendering of the gang job, its Secret and the helper ([`render`],
-//! [`helper`]) and host validation ([`validate_host`]). The cluster IO (shipping, watching, logs)
-//! is not implemented yet; the CLI reports volcano hosts as unsupported until this crate provides
-//! a `Backend`.
+//! Pure parts: the typed Volcano `Job` ([`types`]), Kubernetes quantities ([`quantity`]),
+//! rendering of the gang job, its Secret and the helper ([`render`], [`helper`]), host validation
+//! ([`validate_host`]) and the status summary ([`status`]). IO parts: the kube client and retries
+//! ([`client`]), typed API calls ([`api`]), queue availability ([`availability`]), shipping over
+//! exec ([`ship`]) and the [`VolcanoBackend`] that ties them into theseus's `Backend`.
 
 pub mod api;
 pub mod availability;
@@ -22,7 +22,10 @@ mod submit;
 pub mod types;
 mod validate;
 
+pub use api::{Cluster, PodGroup, PodLogOptions, Queue};
 pub use backend::{HandleData, Settings, VolcanoBackend};
+pub use client::RetryPolicy;
+pub use error::VolcanoError;
 pub use helper::{helper_name, helper_resources, render_helper};
 pub use quantity::{InvalidQuantity, Quantity};
 pub use render::{
