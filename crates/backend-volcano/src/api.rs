@@ -403,6 +403,14 @@ impl Cluster {
         self.delete(&self.secrets(), name).await
     }
 
+    /// Deletes a pod; `false` when it was already gone.
+    ///
+    /// # Errors
+    /// The mapped errors.
+    pub async fn delete_pod(&self, name: &str) -> Result<bool, VolcanoError> {
+        self.delete(&self.pods(), name).await
+    }
+
     /// Secrets matching `label_selector`.
     ///
     /// # Errors

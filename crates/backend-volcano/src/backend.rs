@@ -185,14 +185,48 @@ impl VolcanoBackend {
         let pending = job.status.as_ref().and_then(|s| s.state.as_ref()).and_then(|s| s.phase.as_deref()).is_none_or(|p| p == "Pending" || p == "Inqueue");
         let mut observation = Observation::default();
         if pending {
-            if let Some(group) = cluster.get_podgroup_of(&job).await? {
-                observation.group_phase = group.phase;
-                observation.conditions = group.conditions;
+            if let Some((phase, conditions)) = group_info(cluster, &job).await {
+                observation.group_phase = phase;
+                observation.conditions = conditions;
             }
-            observation.events = cluster.events_for_job(&job, &pods).await.unwrap_or_default();
+            observation.events = events_of(cluster, &job, &pods).await;
         }
         Ok(Some((job, pods, observation)))
     }
+}
+
+/// The phase and conditions of a job's PodGroup, when it can be read.
+pub(crate) async fn group_info(cluster: &Cluster, job: &Job) -> Option<(Option<String>, Vec<GroupCondition>)> {
+    let name = job.metadata.name.as_deref()?;
+    match cluster.get_podgroup(name).await {
+        Ok(group) => group.and_then(|g| g.status).map(|s| (s.phase, s.conditions)),
+        Err(e) => {
+            tracing::debug!("cannot read the PodGroup of {name}: {e}");
+            None
+        }
+    }
+}
+
+/// Events about a job and its pods (best effort: events are advisory, RBAC may hide them).
+pub(crate) async fn events_of(cluster: &Cluster, job: &Job, pods: &[Pod]) -> Vec<k8s_openapi::api::core::v1::Event> {
+    let mut targets: Vec<(&str, String)> = Vec::new();
+    if let Some(name) = &job.metadata.name {
+        targets.push(("Job", name.clone()));
+        targets.push(("PodGroup", name.clone()));
+    }
+    for pod in pods {
+        if let Some(name) = &pod.metadata.name {
+            targets.push(("Pod", name.clone()));
+        }
+    }
+    let mut events = Vec::new();
+    for (kind, name) in targets {
+        match cluster.events_for(kind, &name).await {
+            Ok(found) => events.extend(found),
+            Err(e) => tracing::debug!("cannot read events of {kind} {name}: {e}"),
+        }
+    }
+    events
 }
 
 /// The PodGroup and events part of an observation.
@@ -215,7 +249,7 @@ impl Backend for VolcanoBackend {
 
     async fn availability(&self, request: &Request) -> theseus_core::Result<Availability> {
         let cluster = self.cluster().await.map_err(|e| self.err(e))?;
-        crate::availability::check(cluster, &self.host, request).await.map_err(|e| self.err(e))
+        crate::availability::probe(cluster, &self.host, request).await.map_err(|e| self.err(e))
     }
 
     async fn submit(&self, job: &PreparedJob, options: &SubmitOptions) -> theseus_core::Result<JobHandle> {

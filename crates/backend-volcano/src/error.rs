@@ -142,6 +142,23 @@ pub enum VolcanoError {
         source: Box<kube::Error>,
     },
 
+    /// A pod theseus needs (the helper) cannot start or ended early.
+    #[error("pod {pod}: {message}")]
+    Pod {
+        /// The pod.
+        pod: String,
+        /// What is wrong, quoting the cluster's reason.
+        message: String,
+    },
+
+    /// Shipping the code into the helper pod failed.
+    #[error(transparent)]
+    Ship(#[from] crate::ship::ShipError),
+
+    /// The user interrupted (Ctrl-C, SIGTERM); what was created has been cleaned up.
+    #[error("interrupted; the helper was deleted and no job was created")]
+    Interrupted,
+
     /// A quantity in a cluster object cannot be parsed.
     #[error("{what} is not a Kubernetes quantity")]
     Quantity {

@@ -111,7 +111,8 @@ async fn pump(cluster: &Cluster, pod: &Pod, follow: bool, tx: &Sender) -> Result
     let name = pod.metadata.name.clone().unwrap_or_default();
     let source = label(pod);
     let rank = rank_of(pod);
-    let reader = cluster.log_stream(&name, follow, None).await.map_err(|e| e.to_string())?;
+    let options = crate::api::PodLogOptions { container: None, follow, tail_lines: None };
+    let reader = cluster.log_stream(&name, &options).await.map_err(|e| e.to_string())?;
     let mut lines = reader.lines();
     while let Some(line) = lines.next().await {
         let text = line.map_err(|e| format!("reading the log of pod {name}: {e}"))?;

@@ -7,18 +7,7 @@ use theseus_core::backend::{JobState, JobStatus, RankStatus};
 
 use crate::types::Job;
 
-/// A condition of the job's PodGroup (`scheduling.volcano.sh/v1beta1`), the part theseus reads.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct GroupCondition {
-    /// `Unschedulable`, `Scheduled`, ...
-    pub type_: String,
-    /// `"True"` or `"False"`.
-    pub status: String,
-    /// Machine-readable reason, e.g. `NotEnoughResources`.
-    pub reason: Option<String>,
-    /// The scheduler's message, e.g. `0/4 nodes are unavailable: 4 Insufficient nvidia.com/gpu.`
-    pub message: Option<String>,
-}
+pub use crate::api::PodGroupCondition as GroupCondition;
 
 /// Everything observed about one gang job.
 #[derive(Debug, Clone, Copy)]

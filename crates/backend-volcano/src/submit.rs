@@ -121,8 +121,8 @@ async fn wait_running(cluster: &Cluster, helper: &Job, timeout: Duration) -> Res
         Ok(outcome) => outcome,
         Err(_) => {
             let pods: Vec<Pod> = last.into_iter().collect();
-            let conditions = cluster.get_podgroup_of(helper).await.ok().flatten().map(|g| g.conditions).unwrap_or_default();
-            let events = cluster.events_for_job(helper, &pods).await.unwrap_or_default();
+            let conditions = crate::backend::group_info(cluster, helper).await.map(|g| g.1).unwrap_or_default();
+            let events = crate::backend::events_of(cluster, helper, &pods).await;
             let why = pending_reason(&Observed { job: helper, pods: &pods, group_phase: None, group_conditions: &conditions, events: &events });
             Err(VolcanoError::Timeout { what: format!("the helper pod of {name} to start ({why})"), after: timeout })
         }
@@ -233,7 +233,7 @@ async fn clear_live_runs(
                 names.join(", "),
                 identity.name
             ),
-            namespace: cluster.namespace().to_owned(),
+            namespace: Some(cluster.namespace().to_owned()),
         });
     }
     for name in names {
