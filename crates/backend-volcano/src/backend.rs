@@ -59,6 +59,9 @@ pub struct HandleData {
     pub namespace: String,
     /// The vcjob's name.
     pub job: String,
+    /// The run id (pods' processes carry it as `THESEUS_RUN_ID`).
+    #[serde(default)]
+    pub run_id: Option<String>,
     /// The vcjob's uid (a job re-created under the same name is not ours).
     #[serde(default)]
     pub uid: Option<String>,

@@ -50,7 +50,7 @@ pub(crate) async fn submit(
 
     // Someone may have started the same job while we shipped.
     clear_live_runs(cluster, &job.identity, options, settings.delete_timeout, settings.poll_interval).await?;
-    create_gang(&backend.name, cluster, rendered, layout, options).await
+    create_gang(&backend.name, &job.identity.run_id, cluster, rendered, layout, options).await
 }
 
 /// Waits for the helper's pod and ships the code and bootstrap into it.
@@ -157,6 +157,7 @@ fn judge_helper_pod(pod: &Pod) -> Option<Result<String, VolcanoError>> {
 /// On any failure, whatever was created is deleted again.
 async fn create_gang(
     host: &str,
+    run_id: &str,
     cluster: &Cluster, rendered: RenderedJob, layout: &RunLayout, options: &SubmitOptions) -> Result<JobHandle, VolcanoError> {
     let RenderedJob { job, secret } = rendered;
     let name = job.metadata.name.clone().unwrap_or_default();
@@ -185,6 +186,7 @@ async fn create_gang(
     let data = HandleData {
         namespace: cluster.namespace().to_owned(),
         job: name.clone(),
+        run_id: Some(run_id.to_owned()),
         uid,
         secret: secret_name,
         log_file: Some(layout.log_file.clone()),
