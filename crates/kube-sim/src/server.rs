@@ -122,7 +122,7 @@ async fn route(shared: &Arc<Shared>, req: Request<Incoming>) -> Result<Response<
                     Ok(json_response(StatusCode::OK, &list_json(res, items, rv)))
                 }
                 Method::POST => {
-                    let ns = namespace.ok_or_else(|| ApiError::method_not_allowed(format!("create of {} needs a namespace", res.plural)))?;
+                    let ns = namespace.or((!res.namespaced).then_some("")).ok_or_else(|| ApiError::method_not_allowed(format!("create of {} needs a namespace", res.plural)))?;
                     let body = read_json(req).await?;
                     Ok(json_response(StatusCode::CREATED, &shared.store.create(res, ns, body)?))
                 }
