@@ -148,7 +148,10 @@ fn reconcile_job(shared: &Arc<Shared>, job: &Value, memo: &mut JobMemo) {
     for task in &tasks {
         let done = pods
             .iter()
-            .filter(|p| str_at(p, "/metadata/labels/volcano.sh~1task-spec") == task.name && str_at(p, "/status/phase") == "Succeeded")
+            .filter(|p| {
+                str_at(p, "/metadata/labels/volcano.sh~1task-spec") == task.name
+                    && str_at(p, "/status/phase") == "Succeeded"
+            })
             .count();
         if task.replicas > 0 && done == task.replicas && memo.completed_tasks.insert(task.name.clone()) {
             fired.push(("TaskCompleted", task.name.clone(), None));
@@ -207,7 +210,8 @@ fn find_action(policies: &[Value], event: &str, code: Option<i64>) -> Option<Str
         if let Some(want) = p.get("exitCode").and_then(Value::as_i64) {
             return (event == "PodFailed" && code == Some(want)).then_some(action);
         }
-        let mut events: Vec<&str> = p.get("events").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str).collect();
+        let mut events: Vec<&str> =
+            p.get("events").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str).collect();
         events.extend(p.get("event").and_then(Value::as_str));
         events.iter().any(|e| *e == event || *e == "*" || *e == "Any").then_some(action)
     })
@@ -218,7 +222,9 @@ fn job_pods(store: &Store, ns: &str, job: &str, uid: &str) -> Vec<Value> {
     let (pods, _) = store.list(known::pods(), Some(ns), &Selectors { labels, ..Selectors::default() });
     pods.into_iter()
         .filter(|p| {
-            p.pointer("/metadata/ownerReferences").and_then(Value::as_array).is_some_and(|refs| refs.iter().any(|r| r["uid"].as_str() == Some(uid)))
+            p.pointer("/metadata/ownerReferences")
+                .and_then(Value::as_array)
+                .is_some_and(|refs| refs.iter().any(|r| r["uid"].as_str() == Some(uid)))
         })
         .collect()
 }
@@ -250,7 +256,15 @@ fn restart(store: &Store, job: &Value, pods: &[Value], memo: &mut JobMemo, event
     set_job_status(store, job, "Restarting", event, &format!("restarting after {event}"), &[], Some(retries));
 }
 
-fn set_job_status(store: &Store, job: &Value, phase: &str, reason: &str, message: &str, pods: &[Value], retries: Option<u64>) {
+fn set_job_status(
+    store: &Store,
+    job: &Value,
+    phase: &str,
+    reason: &str,
+    message: &str,
+    pods: &[Value],
+    retries: Option<u64>,
+) {
     let ns = str_at(job, "/metadata/namespace");
     let name = str_at(job, "/metadata/name");
     let uid = str_at(job, "/metadata/uid").to_owned();
@@ -279,8 +293,11 @@ fn set_job_status(store: &Store, job: &Value, phase: &str, reason: &str, message
         if !message.is_empty() {
             state["message"] = json!(message);
         }
-        let keep_time = old_phase == phase && status["state"]["reason"] == state["reason"] && status["state"]["message"] == state["message"];
-        state["lastTransitionTime"] = if keep_time { status["state"]["lastTransitionTime"].clone() } else { json!(now) };
+        let keep_time = old_phase == phase
+            && status["state"]["reason"] == state["reason"]
+            && status["state"]["message"] == state["message"];
+        state["lastTransitionTime"] =
+            if keep_time { status["state"]["lastTransitionTime"].clone() } else { json!(now) };
         status["state"] = state;
         if old_phase != phase {
             if !status["conditions"].is_array() {
@@ -336,10 +353,14 @@ fn set_podgroup(store: &Store, ns: &str, name: &str, phase: &str, unschedulable:
         pg["status"]["phase"] = json!(phase);
         let now = util::now_rfc3339();
         let cond = match unschedulable {
-            Some(message) => json!({"type": "Unschedulable", "status": "True", "reason": "NotEnoughResources", "message": message}),
+            Some(message) => {
+                json!({"type": "Unschedulable", "status": "True", "reason": "NotEnoughResources", "message": message})
+            }
             None => json!({"type": "Scheduled", "status": "True", "reason": "tasks in gang are ready to be scheduled"}),
         };
-        let same = pg.pointer("/status/conditions/0").is_some_and(|c| c["type"] == cond["type"] && c["message"] == cond["message"]);
+        let same = pg
+            .pointer("/status/conditions/0")
+            .is_some_and(|c| c["type"] == cond["type"] && c["message"] == cond["message"]);
         if !same {
             let mut cond = cond;
             cond["lastTransitionTime"] = json!(now);
@@ -422,7 +443,8 @@ fn update_queues(store: &Store) {
 }
 
 fn plugins(job: &Value) -> HashSet<String> {
-    let mut set: HashSet<String> = job.pointer("/spec/plugins").and_then(Value::as_object).into_iter().flatten().map(|(k, _)| k.clone()).collect();
+    let mut set: HashSet<String> =
+        job.pointer("/spec/plugins").and_then(Value::as_object).into_iter().flatten().map(|(k, _)| k.clone()).collect();
     if ["pytorch", "mpi", "tensorflow", "ray"].iter().any(|p| set.contains(*p)) {
         set.insert("svc".into());
     }
@@ -435,11 +457,24 @@ fn env_key(task: &str) -> String {
 
 fn hosts_of(shared: &Shared, job: &str, task: &Task) -> Vec<String> {
     (0..task.replicas)
-        .map(|i| if shared.config.host_aliases_to_loopback { "127.0.0.1".to_owned() } else { format!("{job}-{}-{i}.{job}", task.name) })
+        .map(|i| {
+            if shared.config.host_aliases_to_loopback {
+                "127.0.0.1".to_owned()
+            } else {
+                format!("{job}-{}-{i}.{job}", task.name)
+            }
+        })
         .collect()
 }
 
-fn create_job_objects(shared: &Shared, job: &Value, tasks: &[Task], queue: &str, placements: &[(String, String)], memo: &mut JobMemo) {
+fn create_job_objects(
+    shared: &Shared,
+    job: &Value,
+    tasks: &[Task],
+    queue: &str,
+    placements: &[(String, String)],
+    memo: &mut JobMemo,
+) {
     let store = &shared.store;
     let ns = str_at(job, "/metadata/namespace");
     let name = str_at(job, "/metadata/name");
@@ -451,7 +486,8 @@ fn create_job_objects(shared: &Shared, job: &Value, tasks: &[Task], queue: &str,
             data.insert(format!("VC_{}_HOSTS", env_key(&t.name)), json!(hosts.join(",")));
             data.insert(format!("VC_{}_NUM", env_key(&t.name)), json!(t.replicas.to_string()));
         }
-        let cm = json!({"metadata": {"name": format!("{name}-svc"), "ownerReferences": [owner_ref(job)]}, "data": data});
+        let cm =
+            json!({"metadata": {"name": format!("{name}-svc"), "ownerReferences": [owner_ref(job)]}, "data": data});
         let _ = store.create(known::configmaps(), ns, cm);
         let svc = json!({
             "metadata": {"name": name, "ownerReferences": [owner_ref(job)]},
@@ -464,14 +500,23 @@ fn create_job_objects(shared: &Shared, job: &Value, tasks: &[Task], queue: &str,
 
 /// Creates the pods named in `placements` that do not exist (an empty node leaves binding to
 /// the runtime's default scheduler).
-fn create_pods(shared: &Shared, job: &Value, tasks: &[Task], queue: &str, placements: &[(String, String)], memo: &mut JobMemo) {
+fn create_pods(
+    shared: &Shared,
+    job: &Value,
+    tasks: &[Task],
+    queue: &str,
+    placements: &[(String, String)],
+    memo: &mut JobMemo,
+) {
     let store = &shared.store;
     let ns = str_at(job, "/metadata/namespace");
     let name = str_at(job, "/metadata/name");
     let plugins = plugins(job);
     let mut svc_env = Vec::new();
     for t in tasks {
-        svc_env.push(json!({"name": format!("VC_{}_HOSTS", env_key(&t.name)), "value": hosts_of(shared, name, t).join(",")}));
+        svc_env.push(
+            json!({"name": format!("VC_{}_HOSTS", env_key(&t.name)), "value": hosts_of(shared, name, t).join(",")}),
+        );
         svc_env.push(json!({"name": format!("VC_{}_NUM", env_key(&t.name)), "value": t.replicas.to_string()}));
     }
     for task in tasks {

@@ -56,12 +56,30 @@ pub(crate) static RESOURCES: &[ResourceInfo] = &[
     res!("", "v1", "secrets", "secret", "Secret", true, [], []),
     res!("", "v1", "configmaps", "configmap", "ConfigMap", true, ["cm"], []),
     res!("", "v1", "services", "service", "Service", true, ["svc"], ["status"]),
-    res!("", "v1", "persistentvolumeclaims", "persistentvolumeclaim", "PersistentVolumeClaim", true, ["pvc"], ["status"]),
+    res!(
+        "",
+        "v1",
+        "persistentvolumeclaims",
+        "persistentvolumeclaim",
+        "PersistentVolumeClaim",
+        true,
+        ["pvc"],
+        ["status"]
+    ),
     res!("", "v1", "events", "event", "Event", true, ["ev"], []),
     res!("", "v1", "nodes", "node", "Node", false, ["no"], ["status"]),
     res!("", "v1", "namespaces", "namespace", "Namespace", false, ["ns"], ["status"]),
     res!("batch.volcano.sh", "v1alpha1", "jobs", "job", "Job", true, ["vcjob", "vj"], ["status"]),
-    res!("scheduling.volcano.sh", "v1beta1", "podgroups", "podgroup", "PodGroup", true, ["pg", "podgroup-v1beta1"], ["status"]),
+    res!(
+        "scheduling.volcano.sh",
+        "v1beta1",
+        "podgroups",
+        "podgroup",
+        "PodGroup",
+        true,
+        ["pg", "podgroup-v1beta1"],
+        ["status"]
+    ),
     res!("scheduling.volcano.sh", "v1beta1", "queues", "queue", "Queue", false, ["q", "queue-v1beta1"], ["status"]),
 ];
 
@@ -69,25 +87,45 @@ pub(crate) static RESOURCES: &[ResourceInfo] = &[
 pub(crate) mod known {
     use super::{RESOURCES, ResourceInfo};
     /// `v1` pods.
-    pub(crate) fn pods() -> &'static ResourceInfo { &RESOURCES[0] }
+    pub(crate) fn pods() -> &'static ResourceInfo {
+        &RESOURCES[0]
+    }
     /// `v1` secrets.
-    pub(crate) fn secrets() -> &'static ResourceInfo { &RESOURCES[1] }
+    pub(crate) fn secrets() -> &'static ResourceInfo {
+        &RESOURCES[1]
+    }
     /// `v1` configmaps.
-    pub(crate) fn configmaps() -> &'static ResourceInfo { &RESOURCES[2] }
+    pub(crate) fn configmaps() -> &'static ResourceInfo {
+        &RESOURCES[2]
+    }
     /// `v1` services.
-    pub(crate) fn services() -> &'static ResourceInfo { &RESOURCES[3] }
+    pub(crate) fn services() -> &'static ResourceInfo {
+        &RESOURCES[3]
+    }
     /// `v1` events.
-    pub(crate) fn events() -> &'static ResourceInfo { &RESOURCES[5] }
+    pub(crate) fn events() -> &'static ResourceInfo {
+        &RESOURCES[5]
+    }
     /// `v1` nodes.
-    pub(crate) fn nodes() -> &'static ResourceInfo { &RESOURCES[6] }
+    pub(crate) fn nodes() -> &'static ResourceInfo {
+        &RESOURCES[6]
+    }
     /// `v1` namespaces.
-    pub(crate) fn namespaces() -> &'static ResourceInfo { &RESOURCES[7] }
+    pub(crate) fn namespaces() -> &'static ResourceInfo {
+        &RESOURCES[7]
+    }
     /// Volcano jobs.
-    pub(crate) fn jobs() -> &'static ResourceInfo { &RESOURCES[8] }
+    pub(crate) fn jobs() -> &'static ResourceInfo {
+        &RESOURCES[8]
+    }
     /// Volcano podgroups.
-    pub(crate) fn podgroups() -> &'static ResourceInfo { &RESOURCES[9] }
+    pub(crate) fn podgroups() -> &'static ResourceInfo {
+        &RESOURCES[9]
+    }
     /// Volcano queues.
-    pub(crate) fn queues() -> &'static ResourceInfo { &RESOURCES[10] }
+    pub(crate) fn queues() -> &'static ResourceInfo {
+        &RESOURCES[10]
+    }
 }
 
 /// Finds a served resource by group, version and plural.

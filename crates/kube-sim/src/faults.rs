@@ -50,7 +50,13 @@ impl Faults {
     /// `Retry-After: 1`.
     pub fn fail_requests(&self, verb: &str, resource: &str, count: usize, code: u16) {
         let retry_after = (code == 429).then_some(1);
-        self.lock().rules.push(FailRule { verb: verb.to_owned(), resource: resource.to_owned(), remaining: count, code, retry_after });
+        self.lock().rules.push(FailRule {
+            verb: verb.to_owned(),
+            resource: resource.to_owned(),
+            remaining: count,
+            code,
+            retry_after,
+        });
     }
 
     /// Ends every open watch stream now (clients see the stream close and must re-watch).
@@ -97,10 +103,9 @@ impl Faults {
     /// The injected error for this request, if a rule matches (and is used up by it).
     pub(crate) fn check(&self, verb: &str, resource: &str) -> Option<ApiError> {
         let mut state = self.lock();
-        let rule = state
-            .rules
-            .iter_mut()
-            .find(|r| r.remaining > 0 && (r.verb == verb || r.verb == "*") && (r.resource == resource || r.resource == "*"))?;
+        let rule = state.rules.iter_mut().find(|r| {
+            r.remaining > 0 && (r.verb == verb || r.verb == "*") && (r.resource == resource || r.resource == "*")
+        })?;
         rule.remaining -= 1;
         Some(ApiError::injected(rule.code, rule.retry_after))
     }

@@ -163,7 +163,11 @@ impl Sim {
         let (root, owned_root) = match &config.root {
             Some(root) => (root.clone(), None),
             None => {
-                let dir = std::env::temp_dir().join(format!("theseus-kube-sim-{}-{}", std::process::id(), util::name_suffix()));
+                let dir = std::env::temp_dir().join(format!(
+                    "theseus-kube-sim-{}-{}",
+                    std::process::id(),
+                    util::name_suffix()
+                ));
                 (dir.clone(), Some(dir))
             }
         };
@@ -212,7 +216,8 @@ impl Drop for Sim {
 
 fn seed(store: &store::Store, config: &SimConfig) -> Result<(), Error> {
     use discovery::known;
-    let _ = store.create(known::namespaces(), "", json!({"metadata": {"name": "default"}, "status": {"phase": "Active"}}));
+    let _ =
+        store.create(known::namespaces(), "", json!({"metadata": {"name": "default"}, "status": {"phase": "Active"}}));
     let _ = store.create(
         known::queues(),
         "",
@@ -249,7 +254,9 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
         let shared = shared.clone();
         connections.spawn(async move {
             let service = hyper::service::service_fn(move |req| server::handle(shared.clone(), req));
-            let conn = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service).with_upgrades();
+            let conn = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .with_upgrades();
             if let Err(err) = conn.await {
                 tracing::debug!(%err, "simulator connection ended with an error");
             }

@@ -20,12 +20,19 @@ use crate::status::{ApiError, Result};
 const FOLLOW_POLL: Duration = Duration::from_millis(50);
 
 /// Serves one log request.
-pub(crate) async fn serve(shared: &Arc<Shared>, ns: &str, name: &str, query: &[(String, String)]) -> Result<Response<Body>> {
+pub(crate) async fn serve(
+    shared: &Arc<Shared>,
+    ns: &str,
+    name: &str,
+    query: &[(String, String)],
+) -> Result<Response<Body>> {
     let get = |key: &str| query.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str());
     let truthy = |key: &str| matches!(get(key), Some("true" | "1"));
     let pod = shared.store.get(known::pods(), ns, name)?;
     if truthy("previous") {
-        return Err(ApiError::bad_request(format!("previous terminated container not found in pod \"{name}\" (containers are never restarted in the simulator)")));
+        return Err(ApiError::bad_request(format!(
+            "previous terminated container not found in pod \"{name}\" (containers are never restarted in the simulator)"
+        )));
     }
     let names: Vec<String> = pod
         .pointer("/spec/containers")
@@ -55,7 +62,9 @@ pub(crate) async fn serve(shared: &Arc<Shared>, ns: &str, name: &str, query: &[(
             .pointer("/status/containerStatuses/0/state/waiting/reason")
             .and_then(Value::as_str)
             .unwrap_or("ContainerCreating");
-        return Err(ApiError::bad_request(format!("container \"{container}\" in pod \"{name}\" is waiting to start: {reason}")));
+        return Err(ApiError::bad_request(format!(
+            "container \"{container}\" in pod \"{name}\" is waiting to start: {reason}"
+        )));
     };
     let content = tokio::fs::read(&path).await.unwrap_or_default();
     let start = match tail {

@@ -75,18 +75,30 @@ impl Runtime {
     }
 
     /// Working dir and env of a running container, for `pods/exec`.
-    pub(crate) fn exec_context(&self, store: &Store, ns: &str, name: &str, container: Option<&str>) -> Result<ExecContext, ApiError> {
+    pub(crate) fn exec_context(
+        &self,
+        store: &Store,
+        ns: &str,
+        name: &str,
+        container: Option<&str>,
+    ) -> Result<ExecContext, ApiError> {
         let pod = store.get(known::pods(), ns, name)?;
         let uid = pod.pointer("/metadata/uid").and_then(Value::as_str).unwrap_or("");
         let container = match container {
             Some(c) => c.to_owned(),
-            None => first_container(&pod).ok_or_else(|| ApiError::bad_request(format!("pod {name} has no containers")))?,
+            None => {
+                first_container(&pod).ok_or_else(|| ApiError::bad_request(format!("pod {name} has no containers")))?
+            }
         };
         let pods = self.lock();
         let proc = pods.get(uid).and_then(|p| p.containers.iter().find(|c| c.name == container));
         match proc {
-            Some(c) if c.pgid.is_some() => Ok(ExecContext { command: Vec::new(), cwd: c.cwd.clone(), env: c.env.clone() }),
-            _ => Err(ApiError::bad_request(format!("unable to upgrade connection: container not found (\"{container}\")"))),
+            Some(c) if c.pgid.is_some() => {
+                Ok(ExecContext { command: Vec::new(), cwd: c.cwd.clone(), env: c.env.clone() })
+            }
+            _ => Err(ApiError::bad_request(format!(
+                "unable to upgrade connection: container not found (\"{container}\")"
+            ))),
         }
     }
 
@@ -106,7 +118,8 @@ impl Runtime {
     pub(crate) fn reconcile(&self, shared: &Arc<Shared>) {
         let store = &shared.store;
         let (pods, _) = store.list(known::pods(), None, &Selectors::default());
-        let live: std::collections::HashSet<&str> = pods.iter().filter_map(|p| p.pointer("/metadata/uid").and_then(Value::as_str)).collect();
+        let live: std::collections::HashSet<&str> =
+            pods.iter().filter_map(|p| p.pointer("/metadata/uid").and_then(Value::as_str)).collect();
         {
             let mut procs = self.lock();
             for (uid, pod) in procs.iter_mut() {
@@ -145,13 +158,22 @@ impl Runtime {
         let store = &shared.store;
         let ns = pod.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("default").to_owned();
         let name = pod.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_owned();
-        let containers: Vec<Value> = pod.pointer("/spec/containers").and_then(Value::as_array).cloned().unwrap_or_default();
+        let containers: Vec<Value> =
+            pod.pointer("/spec/containers").and_then(Value::as_array).cloned().unwrap_or_default();
         for c in &containers {
             let image = c.get("image").and_then(Value::as_str).unwrap_or("");
             if shared.faults.is_unpullable(image) {
-                let waiting = Waiting { reason: "ImagePullBackOff", message: format!("Back-off pulling image \"{image}\"") };
+                let waiting =
+                    Waiting { reason: "ImagePullBackOff", message: format!("Back-off pulling image \"{image}\"") };
                 set_waiting(store, &ns, &name, uid, &containers, &waiting);
-                events::emit(store, pod, "Warning", "Failed", &format!("Failed to pull image \"{image}\": image not found in the simulator"), "kubelet");
+                events::emit(
+                    store,
+                    pod,
+                    "Warning",
+                    "Failed",
+                    &format!("Failed to pull image \"{image}\": image not found in the simulator"),
+                    "kubelet",
+                );
                 return;
             }
         }
@@ -189,7 +211,8 @@ impl Runtime {
             procs.push(ContainerProc { name: cname, log: p.log, cwd: p.cwd, env: p.env, pgid, stop: Some(stop_tx) });
             children.push((spawned.ok(), stop_rx));
         }
-        self.lock().insert(uid.to_owned(), PodProc { namespace: ns.clone(), name: name.clone(), grace, containers: procs });
+        self.lock()
+            .insert(uid.to_owned(), PodProc { namespace: ns.clone(), name: name.clone(), grace, containers: procs });
         let all_started = children.iter().all(|(c, _)| c.is_some());
         let _ = store.update(known::pods(), &ns, &name, |obj| {
             if obj.pointer("/metadata/uid").and_then(Value::as_str) != Some(uid) {
@@ -250,7 +273,9 @@ impl Runtime {
                 let ok = codes.iter().all(|c| *c == Some(0));
                 obj["status"]["phase"] = json!(if ok { "Succeeded" } else { "Failed" });
                 if let Some(conds) = obj.pointer_mut("/status/conditions").and_then(Value::as_array_mut) {
-                    for cond in conds.iter_mut().filter(|c| matches!(c["type"].as_str(), Some("Ready" | "ContainersReady"))) {
+                    for cond in
+                        conds.iter_mut().filter(|c| matches!(c["type"].as_str(), Some("Ready" | "ContainersReady")))
+                    {
                         cond["status"] = json!("False");
                         cond["reason"] = json!("PodCompleted");
                     }
@@ -303,9 +328,10 @@ async fn supervise(mut child: tokio::process::Child, stop: oneshot::Receiver<Dur
 }
 
 fn spawn(p: &Prepared) -> Result<tokio::process::Child, String> {
-    let (program, args) = p.argv.split_first().ok_or_else(|| {
-        "the simulator runs containers without their image, so `command` is required".to_owned()
-    })?;
+    let (program, args) = p
+        .argv
+        .split_first()
+        .ok_or_else(|| "the simulator runs containers without their image, so `command` is required".to_owned())?;
     if let Some(dir) = p.log.parent() {
         std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
     }
@@ -346,7 +372,8 @@ fn bind(store: &Store, cluster: &mut Cluster, pod: &Value) -> Option<Value> {
         Err(message) => {
             let _ = store.update(known::pods(), ns, name, |obj| {
                 obj["status"]["phase"] = json!("Pending");
-                let cond = json!({"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message});
+                let cond =
+                    json!({"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message});
                 if obj.pointer("/status/conditions/0") != Some(&cond) {
                     obj["status"]["conditions"] = json!([cond]);
                     obj["status"]["conditions"][0]["lastTransitionTime"] = json!(now);
@@ -385,13 +412,16 @@ fn prepare(store: &Store, pod: &Value, c: &Value, sandbox: &Path, passthrough: &
     let pod_name = pod.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
     let cname = c.get("name").and_then(Value::as_str).unwrap_or("main");
     let config_error = |message: String| Waiting { reason: "CreateContainerConfigError", message };
-    let mut env: Vec<(String, String)> = passthrough.iter().filter_map(|k| std::env::var(k).ok().map(|v| (k.clone(), v))).collect();
+    let mut env: Vec<(String, String)> =
+        passthrough.iter().filter_map(|k| std::env::var(k).ok().map(|v| (k.clone(), v))).collect();
     let hostname = pod.pointer("/spec/hostname").and_then(Value::as_str).unwrap_or(pod_name);
     env.push(("HOSTNAME".into(), hostname.into()));
     env.push(("HOME".into(), sandbox.display().to_string()));
     for source in c.get("envFrom").and_then(Value::as_array).into_iter().flatten() {
         let prefix = source.get("prefix").and_then(Value::as_str).unwrap_or("");
-        for (field, res, is_secret) in [("configMapRef", known::configmaps(), false), ("secretRef", known::secrets(), true)] {
+        for (field, res, is_secret) in
+            [("configMapRef", known::configmaps(), false), ("secretRef", known::secrets(), true)]
+        {
             let Some(r) = source.get(field) else { continue };
             let name = r.get("name").and_then(Value::as_str).unwrap_or("");
             match store.get(res, ns, name) {
@@ -423,7 +453,8 @@ fn prepare(store: &Store, pod: &Value, c: &Value, sandbox: &Path, passthrough: &
         .flat_map(|f| c.get(*f).and_then(Value::as_array).cloned().unwrap_or_default())
         .map(|a| expand(a.as_str().unwrap_or(""), &env))
         .collect();
-    let pvc_paths = mount_volumes(store, pod, c, sandbox).map_err(|message| Waiting { reason: "ContainerCreating", message })?;
+    let pvc_paths =
+        mount_volumes(store, pod, c, sandbox).map_err(|message| Waiting { reason: "ContainerCreating", message })?;
     let cwd = match c.get("workingDir").and_then(Value::as_str) {
         Some(wd) if pvc_paths.iter().any(|p| Path::new(wd).starts_with(p)) => PathBuf::from(wd),
         Some(wd) => sandbox.join(wd.trim_start_matches('/')),
@@ -461,7 +492,12 @@ fn mount_volumes(store: &Store, pod: &Value, c: &Value, sandbox: &Path) -> Resul
             let obj = match store.get(res, ns, name) {
                 Ok(obj) => obj,
                 Err(_) if spec.get("optional").and_then(Value::as_bool) == Some(true) => continue,
-                Err(_) => return Err(format!("MountVolume.SetUp failed for volume \"{vname}\": {} \"{name}\" not found", res.singular)),
+                Err(_) => {
+                    return Err(format!(
+                        "MountVolume.SetUp failed for volume \"{vname}\": {} \"{name}\" not found",
+                        res.singular
+                    ));
+                }
             };
             for (key, value) in data_of(&obj, is_secret) {
                 let path = dir.join(&key);
@@ -492,7 +528,10 @@ fn data_of(obj: &Value, is_secret: bool) -> Vec<(String, String)> {
 
 /// Resolves `valueFrom`; `Ok(None)` for an optional reference that is missing.
 fn resolve_from(store: &Store, pod: &Value, ns: &str, from: &Value) -> Result<Option<String>, String> {
-    for (field, res, is_secret, kind) in [("secretKeyRef", known::secrets(), true, "Secret"), ("configMapKeyRef", known::configmaps(), false, "ConfigMap")] {
+    for (field, res, is_secret, kind) in [
+        ("secretKeyRef", known::secrets(), true, "Secret"),
+        ("configMapKeyRef", known::configmaps(), false, "ConfigMap"),
+    ] {
         let Some(r) = from.get(field) else { continue };
         let name = r.get("name").and_then(Value::as_str).unwrap_or("");
         let key = r.get("key").and_then(Value::as_str).unwrap_or("");

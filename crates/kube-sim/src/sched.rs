@@ -96,7 +96,9 @@ impl Cluster {
         for (name, alloc, used) in &self.nodes {
             let short: Vec<&String> = req
                 .iter()
-                .filter(|(k, v)| **v > 0 && alloc.get(*k).copied().unwrap_or(0) - used.get(*k).copied().unwrap_or(0) < **v)
+                .filter(|(k, v)| {
+                    **v > 0 && alloc.get(*k).copied().unwrap_or(0) - used.get(*k).copied().unwrap_or(0) < **v
+                })
                 .map(|(k, _)| k)
                 .collect();
             if short.is_empty() {
@@ -114,7 +116,8 @@ impl Cluster {
             }
             None => {
                 let parts: Vec<String> = reasons.iter().map(|(r, n)| format!("{n} {r}")).collect();
-                let detail = if parts.is_empty() { "no nodes available to schedule pods".to_owned() } else { parts.join(", ") };
+                let detail =
+                    if parts.is_empty() { "no nodes available to schedule pods".to_owned() } else { parts.join(", ") };
                 Err(format!("0/{} nodes are unavailable: {detail}.", self.nodes.len()))
             }
         }

@@ -33,13 +33,25 @@ impl LabelSelector {
             if let Some(key) = term.strip_prefix('!') {
                 reqs.push(Requirement::NotExists(check_key(key.trim()).map_err(|_| bad("invalid key"))?));
             } else if let Some((key, value)) = term.split_once("!=") {
-                reqs.push(Requirement::NotEquals(check_key(key.trim()).map_err(|_| bad("invalid key"))?, value.trim().to_owned()));
+                reqs.push(Requirement::NotEquals(
+                    check_key(key.trim()).map_err(|_| bad("invalid key"))?,
+                    value.trim().to_owned(),
+                ));
             } else if let Some((key, value)) = term.split_once("==").or_else(|| term.split_once('=')) {
-                reqs.push(Requirement::Equals(check_key(key.trim()).map_err(|_| bad("invalid key"))?, value.trim().to_owned()));
+                reqs.push(Requirement::Equals(
+                    check_key(key.trim()).map_err(|_| bad("invalid key"))?,
+                    value.trim().to_owned(),
+                ));
             } else if let Some((key, set)) = split_set_op(term, " notin ") {
-                reqs.push(Requirement::NotIn(check_key(key).map_err(|_| bad("invalid key"))?, parse_set(set).ok_or_else(|| bad("bad set"))?));
+                reqs.push(Requirement::NotIn(
+                    check_key(key).map_err(|_| bad("invalid key"))?,
+                    parse_set(set).ok_or_else(|| bad("bad set"))?,
+                ));
             } else if let Some((key, set)) = split_set_op(term, " in ") {
-                reqs.push(Requirement::In(check_key(key).map_err(|_| bad("invalid key"))?, parse_set(set).ok_or_else(|| bad("bad set"))?));
+                reqs.push(Requirement::In(
+                    check_key(key).map_err(|_| bad("invalid key"))?,
+                    parse_set(set).ok_or_else(|| bad("bad set"))?,
+                ));
             } else {
                 reqs.push(Requirement::Exists(check_key(term).map_err(|_| bad("invalid key"))?));
             }
@@ -146,8 +158,7 @@ fn parse_set(set: &str) -> Option<Vec<String>> {
 }
 
 fn check_key(key: &str) -> Result<String, ()> {
-    let valid = !key.is_empty()
-        && key.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/'));
+    let valid = !key.is_empty() && key.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/'));
     if valid { Ok(key.to_owned()) } else { Err(()) }
 }
 

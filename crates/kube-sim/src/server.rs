@@ -122,7 +122,9 @@ async fn route(shared: &Arc<Shared>, req: Request<Incoming>) -> Result<Response<
                     Ok(json_response(StatusCode::OK, &list_json(res, items, rv)))
                 }
                 Method::POST => {
-                    let ns = namespace.or((!res.namespaced).then_some("")).ok_or_else(|| ApiError::method_not_allowed(format!("create of {} needs a namespace", res.plural)))?;
+                    let ns = namespace.or((!res.namespaced).then_some("")).ok_or_else(|| {
+                        ApiError::method_not_allowed(format!("create of {} needs a namespace", res.plural))
+                    })?;
                     let body = read_json(req).await?;
                     Ok(json_response(StatusCode::CREATED, &shared.store.create(res, ns, body)?))
                 }
@@ -155,7 +157,13 @@ async fn route(shared: &Arc<Shared>, req: Request<Incoming>) -> Result<Response<
 /// Merge point: replace the 501 below with
 /// `crate::exec::serve(req, target).await` (mapping the body into [`Body`]), building the
 /// handler's `ExecTarget` from `context`.
-fn serve_exec(shared: &Shared, req: Request<Incoming>, ns: &str, pod: &str, query: &[(String, String)]) -> Response<Body> {
+fn serve_exec(
+    shared: &Shared,
+    req: Request<Incoming>,
+    ns: &str,
+    pod: &str,
+    query: &[(String, String)],
+) -> Response<Body> {
     let command: Vec<String> = query.iter().filter(|(k, _)| k == "command").map(|(_, v)| v.clone()).collect();
     let container = query.iter().find(|(k, _)| k == "container").map(|(_, v)| v.as_str());
     let context = match shared.runtime.exec_context(&shared.store, ns, pod, container) {
@@ -189,7 +197,9 @@ fn serve_watch(
 ) -> Result<Response<Body>> {
     let get = |key: &str| query.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str());
     let from_rv = match get("resourceVersion").filter(|s| !s.is_empty()) {
-        Some(rv) => Some(rv.parse::<u64>().map_err(|_| ApiError::bad_request(format!("invalid resourceVersion `{rv}`")))?),
+        Some(rv) => {
+            Some(rv.parse::<u64>().map_err(|_| ApiError::bad_request(format!("invalid resourceVersion `{rv}`")))?)
+        }
         None => None,
     };
     let timeout = match get("timeoutSeconds") {
@@ -218,7 +228,12 @@ fn parse_target(group: &str, version: &str, rest: &[&str]) -> Option<Target> {
         && res.namespaced
         && tail.len() <= 2
     {
-        return Some(Target { res, namespace: Some((*ns).to_owned()), name: owned(tail.first()), sub: owned(tail.get(1)) });
+        return Some(Target {
+            res,
+            namespace: Some((*ns).to_owned()),
+            name: owned(tail.first()),
+            sub: owned(tail.get(1)),
+        });
     }
     let (plural, tail) = rest.split_first()?;
     let res = discovery::find(group, version, plural)?;
@@ -246,7 +261,10 @@ fn verb_of(method: &Method, target: &Target, query: &[(String, String)]) -> &'st
 
 fn selectors(query: &[(String, String)]) -> Result<Selectors> {
     let get = |key: &str| query.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str()).unwrap_or("");
-    Ok(Selectors { labels: LabelSelector::parse(get("labelSelector"))?, fields: FieldSelector::parse(get("fieldSelector"))? })
+    Ok(Selectors {
+        labels: LabelSelector::parse(get("labelSelector"))?,
+        fields: FieldSelector::parse(get("fieldSelector"))?,
+    })
 }
 
 fn propagation(query: &[(String, String)], body: &[u8]) -> Result<Propagation> {
@@ -276,7 +294,12 @@ fn header_str(req: &Request<Incoming>, name: header::HeaderName) -> String {
 }
 
 async fn read_body(req: Request<Incoming>) -> Result<Bytes> {
-    Ok(req.into_body().collect().await.map_err(|e| ApiError::bad_request(format!("reading the request body: {e}")))?.to_bytes())
+    Ok(req
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| ApiError::bad_request(format!("reading the request body: {e}")))?
+        .to_bytes())
 }
 
 async fn read_json(req: Request<Incoming>) -> Result<Value> {

@@ -75,7 +75,11 @@ impl ApiError {
 
     /// 415 for a patch type the simulator does not implement.
     pub fn unsupported_media_type(content_type: &str) -> Self {
-        Self::new(415, "UnsupportedMediaType", format!("the body of the request was in an unknown format: {content_type}"))
+        Self::new(
+            415,
+            "UnsupportedMediaType",
+            format!("the body of the request was in an unknown format: {content_type}"),
+        )
     }
 
     /// 410 for a watch that resumes from a compacted `resourceVersion`.

@@ -123,7 +123,14 @@ impl Store {
         self.lock().rv
     }
 
-    fn commit(&self, inner: &mut Inner, kind: ChangeKind, res: &'static ResourceInfo, old: Option<Value>, mut object: Value) -> Value {
+    fn commit(
+        &self,
+        inner: &mut Inner,
+        kind: ChangeKind,
+        res: &'static ResourceInfo,
+        old: Option<Value>,
+        mut object: Value,
+    ) -> Value {
         inner.rv += 1;
         object["metadata"]["resourceVersion"] = json!(inner.rv.to_string());
         let change = Arc::new(Change { rv: inner.rv, kind, resource: res, old, object: object.clone() });
@@ -163,7 +170,14 @@ impl Store {
             Some(name) => name.to_owned(),
             None => {
                 let prefix = meta_str(&obj, "generateName").filter(|p| !p.is_empty()).ok_or_else(|| {
-                    ApiError::invalid(res.plural, "", format!("{} \"\" is invalid: metadata.name: Required value: name or generateName is required", res.kind))
+                    ApiError::invalid(
+                        res.plural,
+                        "",
+                        format!(
+                            "{} \"\" is invalid: metadata.name: Required value: name or generateName is required",
+                            res.kind
+                        ),
+                    )
                 })?;
                 let mut name = format!("{prefix}{}", util::name_suffix());
                 while inner.objects.contains_key(&key(res, ns, &name)) {
@@ -173,10 +187,14 @@ impl Store {
             }
         };
         if !valid_name(&name) {
-            return Err(ApiError::invalid(res.plural, &name, format!(
-                "{} \"{name}\" is invalid: metadata.name: Invalid value: \"{name}\": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.'",
-                res.kind
-            )));
+            return Err(ApiError::invalid(
+                res.plural,
+                &name,
+                format!(
+                    "{} \"{name}\" is invalid: metadata.name: Invalid value: \"{name}\": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.'",
+                    res.kind
+                ),
+            ));
         }
         let k = key(res, ns, &name);
         if inner.objects.contains_key(&k) {
@@ -229,7 +247,14 @@ impl Store {
     }
 
     /// Replaces an object (`PUT`), failing with 409 when the body's `resourceVersion` is stale.
-    pub(crate) fn replace(&self, res: &'static ResourceInfo, ns: &str, name: &str, body: Value, part: Part) -> Result<Value> {
+    pub(crate) fn replace(
+        &self,
+        res: &'static ResourceInfo,
+        ns: &str,
+        name: &str,
+        body: Value,
+        part: Part,
+    ) -> Result<Value> {
         if meta_str(&body, "name").is_some_and(|n| n != name) {
             return Err(ApiError::bad_request("the name of the object does not match the name on the URL"));
         }
@@ -238,7 +263,14 @@ impl Store {
     }
 
     /// Applies a JSON merge patch (RFC 7386) to an object.
-    pub(crate) fn patch(&self, res: &'static ResourceInfo, ns: &str, name: &str, patch: &Value, part: Part) -> Result<Value> {
+    pub(crate) fn patch(
+        &self,
+        res: &'static ResourceInfo,
+        ns: &str,
+        name: &str,
+        patch: &Value,
+        part: Part,
+    ) -> Result<Value> {
         let wanted_rv = meta_str(patch, "resourceVersion").map(str::to_owned);
         self.write(res, ns, name, wanted_rv.as_deref(), part, |current| {
             let mut next = current.clone();
@@ -249,7 +281,13 @@ impl Store {
 
     /// Internal update by the controller or runtime: `f` edits the whole object, status included.
     /// Nothing is written (and no `resourceVersion` is spent) when `f` changes nothing.
-    pub(crate) fn update(&self, res: &'static ResourceInfo, ns: &str, name: &str, f: impl FnOnce(&mut Value)) -> Result<Value> {
+    pub(crate) fn update(
+        &self,
+        res: &'static ResourceInfo,
+        ns: &str,
+        name: &str,
+        f: impl FnOnce(&mut Value),
+    ) -> Result<Value> {
         let ns = if res.namespaced { ns } else { "" };
         let mut inner = self.lock();
         let k = key(res, ns, name);
@@ -341,7 +379,13 @@ impl Store {
 
     /// Deletes an object and, unless orphaning, every object that (transitively) names it in
     /// `ownerReferences`. Returns the deleted object.
-    pub(crate) fn delete(&self, res: &'static ResourceInfo, ns: &str, name: &str, propagation: Propagation) -> Result<Value> {
+    pub(crate) fn delete(
+        &self,
+        res: &'static ResourceInfo,
+        ns: &str,
+        name: &str,
+        propagation: Propagation,
+    ) -> Result<Value> {
         let ns = if res.namespaced { ns } else { "" };
         let mut inner = self.lock();
         let k = key(res, ns, name);
@@ -360,7 +404,10 @@ impl Store {
                 .collect();
             for dep_key in dependents {
                 let Some(dep) = inner.objects.get(&dep_key).cloned() else { continue };
-                let Some(dep_res) = crate::discovery::find_kind(dep["apiVersion"].as_str().unwrap_or(""), dep["kind"].as_str().unwrap_or("")) else {
+                let Some(dep_res) = crate::discovery::find_kind(
+                    dep["apiVersion"].as_str().unwrap_or(""),
+                    dep["kind"].as_str().unwrap_or(""),
+                ) else {
                     continue;
                 };
                 if propagation == Propagation::Orphan {

@@ -126,7 +126,9 @@ fn to_line(event: &Value) -> Bytes {
 /// stops matching the selectors is ADDED or DELETED, as on the apiserver.
 fn render(change: &Arc<Change>, opts: &WatchOptions) -> Option<Bytes> {
     let in_scope = |obj: &Value| {
-        opts.namespace.as_deref().is_none_or(|ns| obj.pointer("/metadata/namespace").and_then(Value::as_str) == Some(ns))
+        opts.namespace
+            .as_deref()
+            .is_none_or(|ns| obj.pointer("/metadata/namespace").and_then(Value::as_str) == Some(ns))
             && opts.selectors.matches(obj)
     };
     let now = in_scope(&change.object);

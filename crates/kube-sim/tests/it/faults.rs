@@ -27,7 +27,9 @@ async fn injected_failures_then_success() {
     let requests = ctx.sim.requests();
     let lists = requests.iter().filter(|(m, p)| m == "GET" && p.starts_with("/api/v1/namespaces/default/pods")).count();
     assert_eq!(lists, 2);
-    let posts = requests.iter().filter(|(m, p)| m == "POST" && p.starts_with("/apis/batch.volcano.sh/v1alpha1/namespaces/default/jobs"));
+    let posts = requests
+        .iter()
+        .filter(|(m, p)| m == "POST" && p.starts_with("/apis/batch.volcano.sh/v1alpha1/namespaces/default/jobs"));
     assert_eq!(posts.count(), 2, "one 429, one retry");
 }
 
@@ -41,5 +43,6 @@ async fn scheduling_delay_holds_jobs_pending() {
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), "default");
     eventually("the pod after the delay", 20, || async { pods.get("slow-worker-0").await.ok() }).await;
     assert!(created.elapsed() >= Duration::from_millis(600), "admitted after {:?}", created.elapsed());
-    eventually("completion", 20, || async { (phase(&jobs.get("slow").await.ok()?) == "Completed").then_some(()) }).await;
+    eventually("completion", 20, || async { (phase(&jobs.get("slow").await.ok()?) == "Completed").then_some(()) })
+        .await;
 }

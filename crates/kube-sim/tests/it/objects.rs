@@ -96,9 +96,11 @@ async fn label_and_field_selectors() {
 async fn status_subresource_and_garbage_collection() {
     let ctx = start(SimConfig::default()).await;
     let svcs: Api<Service> = Api::namespaced(ctx.client.clone(), "default");
-    let svc: Service = serde_json::from_value(json!({"metadata": {"name": "s"}, "spec": {"ports": [{"port": 80}]}})).unwrap();
+    let svc: Service =
+        serde_json::from_value(json!({"metadata": {"name": "s"}, "spec": {"ports": [{"port": 80}]}})).unwrap();
     let owner = svcs.create(&PostParams::default(), &svc).await.unwrap();
-    let status_patch = json!({"status": {"loadBalancer": {"ingress": [{"ip": "1.2.3.4"}]}}, "spec": {"ports": [{"port": 81}]}});
+    let status_patch =
+        json!({"status": {"loadBalancer": {"ingress": [{"ip": "1.2.3.4"}]}}, "spec": {"ports": [{"port": 81}]}});
     let after = svcs.patch_status("s", &PatchParams::default(), &Patch::Merge(status_patch)).await.unwrap();
     assert_eq!(after.spec.as_ref().unwrap().ports.as_ref().unwrap()[0].port, 80, "status patch leaves spec alone");
     assert!(after.status.as_ref().unwrap().load_balancer.is_some());
@@ -110,9 +112,11 @@ async fn status_subresource_and_garbage_collection() {
     let owned = |name: &str, uid: &str| -> ConfigMap {
         serde_json::from_value(json!({"metadata": {"name": name, "ownerReferences": [
             {"apiVersion": "v1", "kind": "Service", "name": "s", "uid": uid}
-        ]}})).unwrap()
+        ]}}))
+        .unwrap()
     };
-    let child = cms.create(&PostParams::default(), &owned("child", owner.metadata.uid.as_deref().unwrap())).await.unwrap();
+    let child =
+        cms.create(&PostParams::default(), &owned("child", owner.metadata.uid.as_deref().unwrap())).await.unwrap();
     // A grandchild owned by the child goes too (transitive collection).
     cms.create(&PostParams::default(), &{
         let mut g = owned("grandchild", child.metadata.uid.as_deref().unwrap());

@@ -10,12 +10,12 @@ use serde_json::{Value, json};
 use theseus_kube_sim::{Sim, SimConfig};
 
 /// A started simulator and a kube client talking to it.
-pub struct Ctx {
-    pub sim: Sim,
-    pub client: Client,
+pub(crate) struct Ctx {
+    pub(crate) sim: Sim,
+    pub(crate) client: Client,
 }
 
-pub async fn start(config: SimConfig) -> Ctx {
+pub(crate) async fn start(config: SimConfig) -> Ctx {
     let sim = Sim::start(config).await.expect("simulator starts");
     let url: http::Uri = sim.url().parse().expect("valid url");
     let client = Client::try_from(kube::Config::new(url)).expect("client");
@@ -23,7 +23,7 @@ pub async fn start(config: SimConfig) -> Ctx {
 }
 
 /// Polls `f` until it returns `Some`, failing the test after `secs` seconds.
-pub async fn eventually<T, F, Fut>(what: &str, secs: u64, mut f: F) -> T
+pub(crate) async fn eventually<T, F, Fut>(what: &str, secs: u64, mut f: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
@@ -38,24 +38,27 @@ where
     }
 }
 
-pub fn vcjob_resource() -> ApiResource {
+pub(crate) fn vcjob_resource() -> ApiResource {
     ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("batch.volcano.sh", "v1alpha1", "Job"), "jobs")
 }
 
-pub fn podgroup_resource() -> ApiResource {
-    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("scheduling.volcano.sh", "v1beta1", "PodGroup"), "podgroups")
+pub(crate) fn podgroup_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("scheduling.volcano.sh", "v1beta1", "PodGroup"),
+        "podgroups",
+    )
 }
 
-pub fn queue_resource() -> ApiResource {
+pub(crate) fn queue_resource() -> ApiResource {
     ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("scheduling.volcano.sh", "v1beta1", "Queue"), "queues")
 }
 
-pub fn vcjobs(client: &Client, ns: &str) -> Api<DynamicObject> {
+pub(crate) fn vcjobs(client: &Client, ns: &str) -> Api<DynamicObject> {
     Api::namespaced_with(client.clone(), ns, &vcjob_resource())
 }
 
 /// A Volcano job with one task `worker` of `replicas` pods, each asking for `gpus` GPUs.
-pub fn vcjob(name: &str, replicas: u32, gpus: u32, image: &str, command: &[&str]) -> DynamicObject {
+pub(crate) fn vcjob(name: &str, replicas: u32, gpus: u32, image: &str, command: &[&str]) -> DynamicObject {
     let manifest = json!({
         "apiVersion": "batch.volcano.sh/v1alpha1",
         "kind": "Job",
@@ -82,12 +85,12 @@ pub fn vcjob(name: &str, replicas: u32, gpus: u32, image: &str, command: &[&str]
     serde_json::from_value(manifest).expect("valid job")
 }
 
-pub fn phase(job: &DynamicObject) -> String {
+pub(crate) fn phase(job: &DynamicObject) -> String {
     job.data.pointer("/status/state/phase").and_then(Value::as_str).unwrap_or("").to_owned()
 }
 
 /// The Status code of a kube API error.
-pub fn api_code(err: &kube::Error) -> Option<u16> {
+pub(crate) fn api_code(err: &kube::Error) -> Option<u16> {
     match err {
         kube::Error::Api(status) => Some(status.code),
         _ => None,

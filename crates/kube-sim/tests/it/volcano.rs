@@ -47,7 +47,8 @@ async fn gang_job_runs_to_completion_with_volcano_env_and_logs() {
         let status = pod.status.as_ref().unwrap();
         assert_eq!(status.phase.as_deref(), Some("Succeeded"));
         assert_eq!(status.pod_ip.as_deref(), Some("127.0.0.1"));
-        let terminated = status.container_statuses.as_ref().unwrap()[0].state.as_ref().unwrap().terminated.clone().unwrap();
+        let terminated =
+            status.container_statuses.as_ref().unwrap()[0].state.as_ref().unwrap().terminated.clone().unwrap();
         assert_eq!(terminated.exit_code, 0);
 
         let mut lines = pods.log_stream(meta.name.as_deref().unwrap(), &LogParams::default()).await.unwrap().lines();
@@ -58,7 +59,10 @@ async fn gang_job_runs_to_completion_with_volcano_env_and_logs() {
     nodes.sort();
     assert_eq!(nodes, ["n0", "n1"], "4 GPUs each: one pod per node");
 
-    let pg = Api::<DynamicObject>::namespaced_with(ctx.client.clone(), "default", &podgroup_resource()).get("train").await.unwrap();
+    let pg = Api::<DynamicObject>::namespaced_with(ctx.client.clone(), "default", &podgroup_resource())
+        .get("train")
+        .await
+        .unwrap();
     assert_eq!(pg.data["spec"]["minMember"], 2);
     let cm = Api::<ConfigMap>::namespaced(ctx.client.clone(), "default").get("train-svc").await.unwrap();
     assert_eq!(cm.data.unwrap()["worker.host"], "127.0.0.1\n127.0.0.1");
@@ -167,7 +171,12 @@ async fn unpullable_image_backs_off_with_an_event() {
     assert_eq!(waiting.reason.as_deref(), Some("ImagePullBackOff"));
     let events: Api<Event> = Api::namespaced(ctx.client.clone(), "default");
     let listed = events.list(&ListParams::default().fields("involvedObject.name=pull-worker-0")).await.unwrap();
-    assert!(listed.items.iter().any(|e| e.message.as_deref().is_some_and(|m| m.starts_with("Failed to pull image \"ghcr.io/missing:1\""))));
+    assert!(
+        listed
+            .items
+            .iter()
+            .any(|e| e.message.as_deref().is_some_and(|m| m.starts_with("Failed to pull image \"ghcr.io/missing:1\"")))
+    );
     assert_eq!(pods.get("pull-worker-0").await.unwrap().status.unwrap().phase.as_deref(), Some("Pending"));
     // Once the image can be pulled, the pod runs.
     ctx.sim.faults().make_image_pullable("ghcr.io/missing:1");
@@ -188,8 +197,10 @@ async fn secret_env_waits_for_the_secret() {
     })
     .await;
     assert_eq!(waiting.reason.as_deref(), Some("CreateContainerConfigError"));
-    let secret: Secret = serde_json::from_value(json!({"metadata": {"name": "creds"}, "stringData": {"token": "s3cret"}})).unwrap();
-    let stored = Api::<Secret>::namespaced(ctx.client.clone(), "default").create(&PostParams::default(), &secret).await.unwrap();
+    let secret: Secret =
+        serde_json::from_value(json!({"metadata": {"name": "creds"}, "stringData": {"token": "s3cret"}})).unwrap();
+    let stored =
+        Api::<Secret>::namespaced(ctx.client.clone(), "default").create(&PostParams::default(), &secret).await.unwrap();
     assert!(stored.string_data.is_none() && stored.data.is_some(), "stringData is folded into data");
     wait_phase(&jobs, "sec", "Completed").await;
     assert_eq!(pods.logs("sec-worker-0", &LogParams::default()).await.unwrap(), "token=s3cret\n");

@@ -17,7 +17,10 @@ fn cm(name: &str, app: &str) -> ConfigMap {
 }
 
 async fn next<S: futures::Stream + Unpin>(stream: &mut S) -> S::Item {
-    tokio::time::timeout(Duration::from_secs(10), stream.next()).await.expect("an event within 10s").expect("stream open")
+    tokio::time::timeout(Duration::from_secs(10), stream.next())
+        .await
+        .expect("an event within 10s")
+        .expect("stream open")
 }
 
 #[tokio::test]
@@ -42,14 +45,19 @@ async fn watcher_sees_changes_matching_its_selector() {
         other => panic!("unexpected {other:?}"),
     }
     // Leaving the selector reads as a delete.
-    api.patch("new", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"app": "gone"}}}))).await.unwrap();
+    api.patch("new", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"app": "gone"}}})))
+        .await
+        .unwrap();
     match next(&mut stream).await.unwrap() {
         watcher::Event::Delete(o) => assert_eq!(o.metadata.name.as_deref(), Some("new")),
         other => panic!("unexpected {other:?}"),
     }
     // The watcher uses resourceVersion from its list and asks for bookmarks.
     let watch_req = ctx.sim.requests().into_iter().find(|(_, p)| p.contains("watch=true")).expect("a watch request");
-    assert!(watch_req.1.contains("allowWatchBookmarks=true") && watch_req.1.contains("resourceVersion="), "{watch_req:?}");
+    assert!(
+        watch_req.1.contains("allowWatchBookmarks=true") && watch_req.1.contains("resourceVersion="),
+        "{watch_req:?}"
+    );
 }
 
 #[tokio::test]
@@ -81,7 +89,9 @@ async fn bookmarks_are_sent_when_allowed() {
     let rv = a.metadata.resource_version.unwrap();
     let mut stream = api.watch(&WatchParams { bookmarks: true, ..WatchParams::default() }, &rv).await.unwrap().boxed();
     match next(&mut stream).await.unwrap() {
-        WatchEvent::Bookmark(bm) => assert!(bm.metadata.resource_version.parse::<u64>().unwrap() >= rv.parse::<u64>().unwrap()),
+        WatchEvent::Bookmark(bm) => {
+            assert!(bm.metadata.resource_version.parse::<u64>().unwrap() >= rv.parse::<u64>().unwrap())
+        }
         other => panic!("expected a bookmark, got {other:?}"),
     }
 }
