@@ -4,5 +4,264 @@
 //!
 //! Not part of the shipped binary. kube-rs (and `kubectl --server`) talk to it over plain HTTP on
 //! 127.0.0.1.
+//!
+//! ```no_run
+//! # async fn demo() {
+//! let sim = theseus_kube_sim::Sim::start(theseus_kube_sim::SimConfig::default()).await.unwrap();
+//! // kube::Client::try_from(kube::Config::new(sim.url().parse().unwrap()))
+//! # }
+//! ```
+//!
+//! Divergences from a real cluster are listed on [`SimConfig`] and in the module docs of
+//! `runtime` (where pod files live) and `controller` (what the Volcano controller does).
 
+mod controller;
+mod discovery;
+mod events;
 pub mod exec;
+mod faults;
+mod logs;
+mod quantity;
+mod runtime;
+mod sched;
+mod selector;
+mod server;
+mod status;
+mod store;
+mod util;
+mod watch;
+
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper_util::rt::TokioIo;
+use serde_json::json;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+pub use faults::Faults;
+pub use quantity::{QuantityError, format_milli, parse_milli};
+pub use server::ExecContext;
+pub use status::ApiError;
+
+/// One simulated node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeConfig {
+    /// Node name.
+    pub name: String,
+    /// GPUs, reported under [`SimConfig::gpu_resource`].
+    pub gpus: u32,
+    /// CPU quantity, e.g. `"16"`.
+    pub cpu: String,
+    /// Memory quantity, e.g. `"64Gi"`.
+    pub memory: String,
+}
+
+impl NodeConfig {
+    /// A node with `gpus` GPUs, 16 CPUs and 64Gi of memory.
+    pub fn new(name: &str, gpus: u32) -> Self {
+        Self { name: name.to_owned(), gpus, cpu: "16".into(), memory: "64Gi".into() }
+    }
+}
+
+/// How the simulator behaves.
+#[derive(Debug, Clone)]
+pub struct SimConfig {
+    /// Nodes the scheduler places pods on (also served as `/api/v1/nodes`).
+    pub nodes: Vec<NodeConfig>,
+    /// Extended resource name of GPUs.
+    pub gpu_resource: String,
+    /// Directory for pod sandboxes and logs; `None` makes (and on drop removes) a temp dir.
+    pub root: Option<PathBuf>,
+    /// When set (the default), the svc plugin's `VC_<TASK>_HOSTS` and `<task>.host` list
+    /// `127.0.0.1` for every replica instead of `J-T-i.J`, because pod host names cannot
+    /// resolve on the test host. A divergence from Volcano, on purpose.
+    pub host_aliases_to_loopback: bool,
+    /// Cap on `terminationGracePeriodSeconds` when stopping pods.
+    pub max_grace_period: Duration,
+    /// Changes kept for watch resumption; older `resourceVersion`s get 410 Gone.
+    pub watch_history: usize,
+    /// How often watches with `allowWatchBookmarks` get a BOOKMARK.
+    pub bookmark_interval: Duration,
+    /// Host environment variables passed to pod processes (containers get no other host env).
+    pub host_env_passthrough: Vec<String>,
+    /// Images whose pull fails from the start (`ImagePullBackOff`).
+    pub unpullable_images: HashSet<String>,
+    /// Initial admission delay for every job (see [`Faults::delay_scheduling`]).
+    pub scheduling_delay: Option<Duration>,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        Self {
+            nodes: vec![NodeConfig::new("sim-node-0", 8)],
+            gpu_resource: "nvidia.com/gpu".into(),
+            root: None,
+            host_aliases_to_loopback: true,
+            max_grace_period: Duration::from_secs(5),
+            watch_history: 1000,
+            bookmark_interval: Duration::from_secs(5),
+            host_env_passthrough: vec!["PATH".into(), "LANG".into()],
+            unpullable_images: HashSet::new(),
+            scheduling_delay: None,
+        }
+    }
+}
+
+/// Starting the simulator failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Binding 127.0.0.1:0 failed.
+    #[error("failed to bind the simulator's listener")]
+    Bind(#[source] std::io::Error),
+    /// The sandbox root could not be created.
+    #[error("failed to create the simulator root `{}`", path.display())]
+    Root {
+        /// The root dir.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A node quantity in the config is invalid.
+    #[error("invalid node `{node}` in the simulator config")]
+    Node {
+        /// The node name.
+        node: String,
+        /// The cause.
+        #[source]
+        source: QuantityError,
+    },
+}
+
+/// State shared by the server, the controller and the runtime.
+pub(crate) struct Shared {
+    pub(crate) config: SimConfig,
+    pub(crate) store: store::Store,
+    pub(crate) faults: Faults,
+    pub(crate) runtime: runtime::Runtime,
+    pub(crate) addr: SocketAddr,
+}
+
+/// A running simulator. Dropping it stops the server and the controller and kills every pod
+/// process it started.
+pub struct Sim {
+    shared: Arc<Shared>,
+    tasks: Vec<JoinHandle<()>>,
+    owned_root: Option<PathBuf>,
+}
+
+impl Sim {
+    /// Binds 127.0.0.1 on a free port and starts serving. Creates the `default` namespace, the
+    /// `default` queue (no capability) and one Node object per [`NodeConfig`].
+    pub async fn start(config: SimConfig) -> Result<Sim, Error> {
+        let listener = TcpListener::bind(("127.0.0.1", 0)).await.map_err(Error::Bind)?;
+        let addr = listener.local_addr().map_err(Error::Bind)?;
+        let (root, owned_root) = match &config.root {
+            Some(root) => (root.clone(), None),
+            None => {
+                let dir = std::env::temp_dir().join(format!(
+                    "theseus-kube-sim-{}-{}",
+                    std::process::id(),
+                    util::name_suffix()
+                ));
+                (dir.clone(), Some(dir))
+            }
+        };
+        std::fs::create_dir_all(&root).map_err(|source| Error::Root { path: root.clone(), source })?;
+        let store = store::Store::new(config.watch_history);
+        seed(&store, &config)?;
+        let faults = Faults::new(config.unpullable_images.clone(), config.scheduling_delay);
+        let shared = Arc::new(Shared { runtime: runtime::Runtime::new(root), store, faults, addr, config });
+        let accept = tokio::spawn(accept_loop(listener, shared.clone()));
+        let controller = tokio::spawn(controller::run(shared.clone()));
+        Ok(Sim { shared, tasks: vec![accept, controller], owned_root })
+    }
+
+    /// `http://127.0.0.1:PORT`, for `kube::Config::new(url.parse()?)` or `kubectl --server`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.shared.addr)
+    }
+
+    /// The fault-injection handle (clones share state).
+    pub fn faults(&self) -> Faults {
+        self.shared.faults.clone()
+    }
+
+    /// Every request served so far: (method, path and query).
+    pub fn requests(&self) -> Vec<(String, String)> {
+        self.shared.faults.requests()
+    }
+
+    /// Where pod sandboxes and logs live.
+    pub fn root(&self) -> PathBuf {
+        self.owned_root.clone().or_else(|| self.shared.config.root.clone()).unwrap_or_default()
+    }
+}
+
+impl Drop for Sim {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+        self.shared.runtime.kill_all();
+        if let Some(root) = &self.owned_root {
+            let _ = std::fs::remove_dir_all(root);
+        }
+    }
+}
+
+fn seed(store: &store::Store, config: &SimConfig) -> Result<(), Error> {
+    use discovery::known;
+    let _ =
+        store.create(known::namespaces(), "", json!({"metadata": {"name": "default"}, "status": {"phase": "Active"}}));
+    let _ = store.create(
+        known::queues(),
+        "",
+        json!({"metadata": {"name": "default"}, "spec": {"weight": 1, "reclaimable": true}, "status": {"state": "Open"}}),
+    );
+    for node in &config.nodes {
+        for q in [&node.cpu, &node.memory] {
+            parse_milli(q).map_err(|source| Error::Node { node: node.name.clone(), source })?;
+        }
+        let resources = json!({
+            "cpu": node.cpu, "memory": node.memory, "pods": "110", config.gpu_resource.as_str(): node.gpus.to_string(),
+        });
+        let _ = store.create(
+            known::nodes(),
+            "",
+            json!({
+                "metadata": {"name": node.name, "labels": {"kubernetes.io/hostname": node.name, "kubernetes.io/os": "linux"}},
+                "spec": {},
+                "status": {
+                    "capacity": resources, "allocatable": resources,
+                    "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
+                    "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}, {"type": "Hostname", "address": node.name}],
+                },
+            }),
+        );
+    }
+    Ok(())
+}
+
+async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
+    let mut connections = tokio::task::JoinSet::new();
+    loop {
+        let Ok((stream, _)) = listener.accept().await else { continue };
+        let shared = shared.clone();
+        connections.spawn(async move {
+            let service = hyper::service::service_fn(move |req| server::handle(shared.clone(), req));
+            let conn = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .with_upgrades();
+            if let Err(err) = conn.await {
+                tracing::debug!(%err, "simulator connection ended with an error");
+            }
+        });
+        // Reap finished connections so the set does not grow without bound.
+        while connections.try_join_next().is_some() {}
+    }
+}

@@ -1,3 +1,8 @@
 //! Integration tests of the cluster simulator, driven through kube-rs.
 
 mod exec;
+mod faults;
+mod objects;
+mod support;
+mod volcano;
+mod watch;

@@ -1,0 +1,112 @@
+//! Fault injection at run time (failed requests, dropped watches, unpullable images, slow
+//! scheduling) and the request log tests assert on.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use crate::status::ApiError;
+
+/// One rule: fail the next `remaining` requests with this verb on this resource.
+#[derive(Debug, Clone)]
+struct FailRule {
+    verb: String,
+    resource: String,
+    remaining: usize,
+    code: u16,
+    retry_after: Option<u64>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    rules: Vec<FailRule>,
+    unpullable_images: HashSet<String>,
+    scheduling_delay: Option<Duration>,
+    requests: Vec<(String, String)>,
+}
+
+/// A handle on the simulator's faults; clones share state.
+#[derive(Debug, Clone)]
+pub struct Faults {
+    state: Arc<Mutex<State>>,
+    drop_watches: Arc<watch::Sender<u64>>,
+}
+
+impl Faults {
+    pub(crate) fn new(unpullable_images: HashSet<String>, scheduling_delay: Option<Duration>) -> Self {
+        let state = State { unpullable_images, scheduling_delay, ..State::default() };
+        Self { state: Arc::new(Mutex::new(state)), drop_watches: Arc::new(watch::channel(0).0) }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Fails the next `count` requests with `verb` (`get`, `list`, `watch`, `create`, `update`,
+    /// `patch`, `delete`, `deletecollection`) on `resource` (a plural such as `pods` or `jobs`,
+    /// or `pods/log`, `jobs/status`; `*` matches any) with HTTP `code`. 429 responses carry
+    /// `Retry-After: 1`.
+    pub fn fail_requests(&self, verb: &str, resource: &str, count: usize, code: u16) {
+        let retry_after = (code == 429).then_some(1);
+        self.lock().rules.push(FailRule {
+            verb: verb.to_owned(),
+            resource: resource.to_owned(),
+            remaining: count,
+            code,
+            retry_after,
+        });
+    }
+
+    /// Ends every open watch stream now (clients see the stream close and must re-watch).
+    pub fn drop_watches(&self) {
+        self.drop_watches.send_modify(|n| *n += 1);
+    }
+
+    /// Makes pods using `image` stay Pending in `ImagePullBackOff`.
+    pub fn make_image_unpullable(&self, image: &str) {
+        self.lock().unpullable_images.insert(image.to_owned());
+    }
+
+    /// Makes `image` pullable again.
+    pub fn make_image_pullable(&self, image: &str) {
+        self.lock().unpullable_images.remove(image);
+    }
+
+    /// Delays the admission of every job by `delay` after the controller first sees it.
+    pub fn delay_scheduling(&self, delay: Option<Duration>) {
+        self.lock().scheduling_delay = delay;
+    }
+
+    /// Every request served so far: (method, path and query).
+    pub fn requests(&self) -> Vec<(String, String)> {
+        self.lock().requests.clone()
+    }
+
+    pub(crate) fn is_unpullable(&self, image: &str) -> bool {
+        self.lock().unpullable_images.contains(image)
+    }
+
+    pub(crate) fn scheduling_delay(&self) -> Option<Duration> {
+        self.lock().scheduling_delay
+    }
+
+    pub(crate) fn watch_drops(&self) -> watch::Receiver<u64> {
+        self.drop_watches.subscribe()
+    }
+
+    pub(crate) fn record(&self, method: &str, path_and_query: &str) {
+        self.lock().requests.push((method.to_owned(), path_and_query.to_owned()));
+    }
+
+    /// The injected error for this request, if a rule matches (and is used up by it).
+    pub(crate) fn check(&self, verb: &str, resource: &str) -> Option<ApiError> {
+        let mut state = self.lock();
+        let rule = state.rules.iter_mut().find(|r| {
+            r.remaining > 0 && (r.verb == verb || r.verb == "*") && (r.resource == resource || r.resource == "*")
+        })?;
+        rule.remaining -= 1;
+        Some(ApiError::injected(rule.code, rule.retry_after))
+    }
+}

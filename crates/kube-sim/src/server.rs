@@ -1,0 +1,379 @@
+//! The HTTP router: discovery, the REST verbs on every served resource, watches, `pods/log`,
+//! and the `pods/exec` hand-off point ([`serve_exec`]).
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode, header};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::{Frame, Incoming};
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+use crate::Shared;
+use crate::discovery::{self, ResourceInfo};
+use crate::selector::{FieldSelector, LabelSelector, Selectors};
+use crate::status::{ApiError, Result};
+use crate::store::{Part, Propagation};
+use crate::watch::{self, WatchOptions};
+
+/// Every response body the simulator sends.
+pub(crate) type Body = BoxBody<Bytes, std::io::Error>;
+
+/// Longest watch the simulator keeps open, whatever `timeoutSeconds` says.
+const MAX_WATCH: Duration = Duration::from_secs(1800);
+
+/// Serves one request; never fails at the HTTP level (errors are Status bodies).
+pub(crate) async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
+    let path_and_query = req.uri().path_and_query().map(|p| p.as_str().to_owned()).unwrap_or_default();
+    shared.faults.record(req.method().as_str(), &path_and_query);
+    Ok(match route(&shared, req).await {
+        Ok(resp) => resp,
+        Err(err) => error_response(&err),
+    })
+}
+
+/// A parsed resource path.
+struct Target {
+    res: &'static ResourceInfo,
+    namespace: Option<String>,
+    name: Option<String>,
+    sub: Option<String>,
+}
+
+async fn route(shared: &Arc<Shared>, req: Request<Incoming>) -> Result<Response<Body>> {
+    let path = req.uri().path().trim_end_matches('/').to_owned();
+    let query = parse_query(req.uri().query().unwrap_or(""));
+    let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    if req.method() == Method::GET {
+        let doc = match segments.as_slice() {
+            ["version"] => Some(discovery::version()),
+            ["api"] => Some(discovery::core_versions(&shared.addr.to_string())),
+            ["api", "v1"] => discovery::resource_list("", "v1"),
+            ["apis"] => Some(discovery::group_list()),
+            ["apis", group] => discovery::group(group),
+            ["apis", group, version] => discovery::resource_list(group, version),
+            ["healthz" | "readyz" | "livez"] => return Ok(text(StatusCode::OK, "ok".into())),
+            _ => None,
+        };
+        if let Some(doc) = doc {
+            return Ok(json_response(StatusCode::OK, &doc));
+        }
+    }
+    let (group, version, rest) = match segments.as_slice() {
+        ["api", version, rest @ ..] => ("", *version, rest),
+        ["apis", group, version, rest @ ..] => (*group, *version, rest),
+        _ => return Err(ApiError::no_route(&path)),
+    };
+    let target = parse_target(group, version, rest).ok_or_else(|| ApiError::no_route(&path))?;
+    let verb = verb_of(req.method(), &target, &query);
+    let fault_resource = match &target.sub {
+        Some(sub) => format!("{}/{sub}", target.res.plural),
+        None => target.res.plural.to_owned(),
+    };
+    if let Some(err) = shared.faults.check(verb, &fault_resource) {
+        return Err(err);
+    }
+    let res = target.res;
+    let ns = target.namespace.clone().unwrap_or_default();
+    match (target.name.as_deref(), target.sub.as_deref()) {
+        (Some(name), Some("exec")) if res.plural == "pods" => Ok(serve_exec(shared, req, &ns, name, &query)),
+        (Some(name), Some("log")) if res.plural == "pods" => crate::logs::serve(shared, &ns, name, &query).await,
+        (Some(name), sub) => {
+            let part = match sub {
+                None => Part::Main,
+                Some("status") if res.has_status() => Part::Status,
+                Some(other) => return Err(ApiError::no_route(&format!("{}/{other}", res.plural))),
+            };
+            match *req.method() {
+                Method::GET => Ok(json_response(StatusCode::OK, &shared.store.get(res, &ns, name)?)),
+                Method::PUT => {
+                    let body = read_json(req).await?;
+                    Ok(json_response(StatusCode::OK, &shared.store.replace(res, &ns, name, body, part)?))
+                }
+                Method::PATCH => {
+                    let content_type = header_str(&req, header::CONTENT_TYPE);
+                    if !(content_type.starts_with("application/merge-patch+json")
+                        || content_type.starts_with("application/strategic-merge-patch+json"))
+                    {
+                        return Err(ApiError::unsupported_media_type(&content_type));
+                    }
+                    let body = read_json(req).await?;
+                    Ok(json_response(StatusCode::OK, &shared.store.patch(res, &ns, name, &body, part)?))
+                }
+                Method::DELETE if part == Part::Main => {
+                    let body = read_body(req).await?;
+                    let propagation = propagation(&query, &body)?;
+                    Ok(json_response(StatusCode::OK, &shared.store.delete(res, &ns, name, propagation)?))
+                }
+                _ => Err(ApiError::method_not_allowed(format!("{} is not supported on {}", verb, res.plural))),
+            }
+        }
+        (None, None) => {
+            let namespace = target.namespace.as_deref();
+            let selectors = selectors(&query)?;
+            match *req.method() {
+                Method::GET if verb == "watch" => Ok(serve_watch(shared, res, namespace, selectors, &query)?),
+                Method::GET => {
+                    let (items, rv) = shared.store.list(res, namespace, &selectors);
+                    Ok(json_response(StatusCode::OK, &list_json(res, items, rv)))
+                }
+                Method::POST => {
+                    let ns = namespace.or((!res.namespaced).then_some("")).ok_or_else(|| {
+                        ApiError::method_not_allowed(format!("create of {} needs a namespace", res.plural))
+                    })?;
+                    let body = read_json(req).await?;
+                    Ok(json_response(StatusCode::CREATED, &shared.store.create(res, ns, body)?))
+                }
+                Method::DELETE => {
+                    let body = read_body(req).await?;
+                    let propagation = propagation(&query, &body)?;
+                    let (items, _) = shared.store.list(res, namespace, &selectors);
+                    let mut deleted = Vec::new();
+                    for item in items {
+                        let item_ns = item.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("");
+                        let item_name = item.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
+                        // Another delete (garbage collection) may have won the race: skip it.
+                        if let Ok(obj) = shared.store.delete(res, item_ns, item_name, propagation) {
+                            deleted.push(obj);
+                        }
+                    }
+                    Ok(json_response(StatusCode::OK, &list_json(res, deleted, shared.store.current_rv())))
+                }
+                _ => Err(ApiError::method_not_allowed(format!("{verb} is not supported on {}", res.plural))),
+            }
+        }
+        (None, Some(_)) => Err(ApiError::no_route(&path)),
+    }
+}
+
+/// The one place where `pods/{name}/exec` is served. It resolves the pod's working directory
+/// and environment (what the exec'd command must see) and then hands the request over to the
+/// websocket exec handler.
+///
+/// Merge point: replace the 501 below with
+/// `crate::exec::serve(req, target).await` (mapping the body into [`Body`]), building the
+/// handler's `ExecTarget` from `context`.
+fn serve_exec(
+    shared: &Shared,
+    req: Request<Incoming>,
+    ns: &str,
+    pod: &str,
+    query: &[(String, String)],
+) -> Response<Body> {
+    let command: Vec<String> = query.iter().filter(|(k, _)| k == "command").map(|(_, v)| v.clone()).collect();
+    let container = query.iter().find(|(k, _)| k == "container").map(|(_, v)| v.as_str());
+    let context = match shared.runtime.exec_context(&shared.store, ns, pod, container) {
+        Ok(context) => ExecContext { command, ..context },
+        Err(err) => return error_response(&err),
+    };
+    let _ = (req, context);
+    error_response(&ApiError::not_implemented(
+        "pods/exec is not served by this simulator build: the websocket exec handler is not connected",
+    ))
+}
+
+/// What an exec'd command runs with: its argv and the pod container's working directory and
+/// environment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecContext {
+    /// The `command=` query parameters, in order.
+    pub command: Vec<String>,
+    /// The container's working directory on the host.
+    pub cwd: std::path::PathBuf,
+    /// The container's resolved environment.
+    pub env: Vec<(String, String)>,
+}
+
+fn serve_watch(
+    shared: &Shared,
+    res: &'static ResourceInfo,
+    namespace: Option<&str>,
+    selectors: Selectors,
+    query: &[(String, String)],
+) -> Result<Response<Body>> {
+    let get = |key: &str| query.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str());
+    let from_rv = match get("resourceVersion").filter(|s| !s.is_empty()) {
+        Some(rv) => {
+            Some(rv.parse::<u64>().map_err(|_| ApiError::bad_request(format!("invalid resourceVersion `{rv}`")))?)
+        }
+        None => None,
+    };
+    let timeout = match get("timeoutSeconds") {
+        Some(secs) => Duration::from_secs(secs.parse().map_err(|_| ApiError::bad_request("invalid timeoutSeconds"))?),
+        None => MAX_WATCH,
+    };
+    let opts = WatchOptions {
+        from_rv,
+        namespace: namespace.map(str::to_owned),
+        selectors,
+        bookmarks: matches!(get("allowWatchBookmarks"), Some("true" | "1")),
+        send_initial_events: matches!(get("sendInitialEvents"), Some("true" | "1")),
+        timeout: timeout.min(MAX_WATCH),
+        bookmark_interval: shared.config.bookmark_interval,
+    };
+    let rx = watch::start(&shared.store, res, opts, shared.faults.watch_drops());
+    let mut resp = Response::new(stream_body(rx));
+    resp.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static("application/json"));
+    Ok(resp)
+}
+
+fn parse_target(group: &str, version: &str, rest: &[&str]) -> Option<Target> {
+    let owned = |s: Option<&&str>| s.map(|s| (*s).to_owned());
+    if let ["namespaces", ns, plural, tail @ ..] = rest
+        && let Some(res) = discovery::find(group, version, plural)
+        && res.namespaced
+        && tail.len() <= 2
+    {
+        return Some(Target {
+            res,
+            namespace: Some((*ns).to_owned()),
+            name: owned(tail.first()),
+            sub: owned(tail.get(1)),
+        });
+    }
+    let (plural, tail) = rest.split_first()?;
+    let res = discovery::find(group, version, plural)?;
+    if tail.len() > 2 || (res.namespaced && !tail.is_empty()) {
+        return None;
+    }
+    Some(Target { res, namespace: None, name: owned(tail.first()), sub: owned(tail.get(1)) })
+}
+
+fn verb_of(method: &Method, target: &Target, query: &[(String, String)]) -> &'static str {
+    let watching = query.iter().any(|(k, v)| k == "watch" && (v == "true" || v == "1"));
+    match (method.as_str(), target.name.is_some()) {
+        (_, true) if target.sub.as_deref() == Some("exec") => "create",
+        ("GET", true) => "get",
+        ("GET", false) if watching => "watch",
+        ("GET", false) => "list",
+        ("POST", _) => "create",
+        ("PUT", _) => "update",
+        ("PATCH", _) => "patch",
+        ("DELETE", true) => "delete",
+        ("DELETE", false) => "deletecollection",
+        _ => "unknown",
+    }
+}
+
+fn selectors(query: &[(String, String)]) -> Result<Selectors> {
+    let get = |key: &str| query.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str()).unwrap_or("");
+    Ok(Selectors {
+        labels: LabelSelector::parse(get("labelSelector"))?,
+        fields: FieldSelector::parse(get("fieldSelector"))?,
+    })
+}
+
+fn propagation(query: &[(String, String)], body: &[u8]) -> Result<Propagation> {
+    let from_body = serde_json::from_slice::<Value>(body)
+        .ok()
+        .and_then(|v| v.get("propagationPolicy").and_then(Value::as_str).map(str::to_owned));
+    let from_query = query.iter().find(|(k, _)| k == "propagationPolicy").map(|(_, v)| v.clone());
+    match from_query.or(from_body).as_deref() {
+        None | Some("Background") => Ok(Propagation::Background),
+        Some("Foreground") => Ok(Propagation::Foreground),
+        Some("Orphan") => Ok(Propagation::Orphan),
+        Some(other) => Err(ApiError::bad_request(format!("invalid propagationPolicy `{other}`"))),
+    }
+}
+
+fn list_json(res: &ResourceInfo, items: Vec<Value>, rv: u64) -> Value {
+    json!({
+        "kind": format!("{}List", res.kind),
+        "apiVersion": res.api_version(),
+        "metadata": {"resourceVersion": rv.to_string()},
+        "items": items,
+    })
+}
+
+fn header_str(req: &Request<Incoming>, name: header::HeaderName) -> String {
+    req.headers().get(name).and_then(|v| v.to_str().ok()).unwrap_or("").to_owned()
+}
+
+async fn read_body(req: Request<Incoming>) -> Result<Bytes> {
+    Ok(req
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| ApiError::bad_request(format!("reading the request body: {e}")))?
+        .to_bytes())
+}
+
+async fn read_json(req: Request<Incoming>) -> Result<Value> {
+    let body = read_body(req).await?;
+    serde_json::from_slice(&body).map_err(|e| ApiError::bad_request(format!("the request body is not valid JSON: {e}")))
+}
+
+/// Splits and percent-decodes a query string.
+pub(crate) fn parse_query(query: &str) -> Vec<(String, String)> {
+    query
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|pair| {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            (percent_decode(k), percent_decode(v))
+        })
+        .collect()
+}
+
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < bytes.len() => {
+                let hex = |b: u8| (b as char).to_digit(16);
+                match (hex(bytes[i + 1]), hex(bytes[i + 2])) {
+                    (Some(hi), Some(lo)) => {
+                        out.push((hi * 16 + lo) as u8);
+                        i += 2;
+                    }
+                    _ => out.push(b'%'),
+                }
+            }
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+pub(crate) fn json_response(code: StatusCode, value: &Value) -> Response<Body> {
+    let mut resp = Response::new(full(Bytes::from(value.to_string())));
+    *resp.status_mut() = code;
+    resp.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static("application/json"));
+    resp
+}
+
+pub(crate) fn text(code: StatusCode, body: Bytes) -> Response<Body> {
+    let mut resp = Response::new(full(body));
+    *resp.status_mut() = code;
+    resp.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static("text/plain"));
+    resp
+}
+
+pub(crate) fn error_response(err: &ApiError) -> Response<Body> {
+    let code = StatusCode::from_u16(err.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut resp = json_response(code, &err.to_status());
+    if let Some(secs) = err.retry_after
+        && let Ok(value) = header::HeaderValue::from_str(&secs.to_string())
+    {
+        resp.headers_mut().insert(header::RETRY_AFTER, value);
+    }
+    resp
+}
+
+pub(crate) fn full(bytes: Bytes) -> Body {
+    Full::new(bytes).map_err(|never| match never {}).boxed()
+}
+
+/// A chunked body fed by a channel; it ends when the sender is dropped.
+pub(crate) fn stream_body(mut rx: mpsc::Receiver<Bytes>) -> Body {
+    let stream = futures::stream::poll_fn(move |cx| rx.poll_recv(cx).map(|b| b.map(|b| Ok(Frame::data(b)))));
+    BodyExt::boxed(StreamBody::new(stream))
+}

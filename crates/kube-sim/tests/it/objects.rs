@@ -1,0 +1,171 @@
+//! CRUD, Status errors, selectors, status subresource, garbage collection and discovery.
+
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Service};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::discovery::Discovery;
+use serde_json::json;
+use theseus_kube_sim::SimConfig;
+
+use crate::support::{api_code, start};
+
+fn cm(name: &str, labels: serde_json::Value) -> ConfigMap {
+    serde_json::from_value(json!({"metadata": {"name": name, "labels": labels}, "data": {"k": "v"}})).unwrap()
+}
+
+#[tokio::test]
+async fn crud_and_status_errors() {
+    let ctx = start(SimConfig::default()).await;
+    let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), "team");
+    let created = api.create(&PostParams::default(), &cm("a", json!({}))).await.unwrap();
+    assert_eq!(created.metadata.namespace.as_deref(), Some("team"));
+    assert!(created.metadata.uid.is_some() && created.metadata.creation_timestamp.is_some());
+    let rv1: u64 = created.metadata.resource_version.clone().unwrap().parse().unwrap();
+
+    let err = api.create(&PostParams::default(), &cm("a", json!({}))).await.unwrap_err();
+    let kube::Error::Api(status) = &err else { panic!("expected an API error, got {err:?}") };
+    assert_eq!((status.code, status.reason.as_str()), (409, "AlreadyExists"));
+    assert_eq!(status.message, "configmaps \"a\" already exists");
+
+    let err = api.get("missing").await.unwrap_err();
+    let kube::Error::Api(status) = &err else { panic!("expected an API error, got {err:?}") };
+    assert_eq!((status.code, status.reason.as_str()), (404, "NotFound"));
+
+    let patched = api.patch("a", &PatchParams::default(), &Patch::Merge(json!({"data": {"k2": "v2"}}))).await.unwrap();
+    assert_eq!(patched.data.as_ref().unwrap().len(), 2);
+    let rv2: u64 = patched.metadata.resource_version.clone().unwrap().parse().unwrap();
+    assert!(rv2 > rv1, "resourceVersion increases");
+
+    // A replace carrying the old resourceVersion conflicts.
+    let err = api.replace("a", &PostParams::default(), &created).await.unwrap_err();
+    assert_eq!(api_code(&err), Some(409));
+    let mut fresh = api.get("a").await.unwrap();
+    fresh.data = Some([("only".to_owned(), "one".to_owned())].into());
+    let replaced = api.replace("a", &PostParams::default(), &fresh).await.unwrap();
+    assert_eq!(replaced.data.unwrap().keys().collect::<Vec<_>>(), ["only"]);
+    assert_eq!(replaced.metadata.uid, created.metadata.uid);
+
+    let mut generated = cm("", json!({}));
+    generated.metadata.name = None;
+    generated.metadata.generate_name = Some("gen-".into());
+    let generated = api.create(&PostParams::default(), &generated).await.unwrap();
+    let name = generated.metadata.name.unwrap();
+    assert!(name.starts_with("gen-") && name.len() == 9, "{name}");
+
+    let deleted = api.delete("a", &DeleteParams::default()).await.unwrap();
+    assert!(deleted.is_left(), "delete returns the object");
+    assert_eq!(api_code(&api.get("a").await.unwrap_err()), Some(404));
+}
+
+#[tokio::test]
+async fn label_and_field_selectors() {
+    let ctx = start(SimConfig::default()).await;
+    for (ns, name, labels) in [
+        ("n1", "a", json!({"app": "x", "tier": "gpu"})),
+        ("n1", "b", json!({"app": "y"})),
+        ("n2", "c", json!({"app": "x"})),
+    ] {
+        let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), ns);
+        api.create(&PostParams::default(), &cm(name, labels)).await.unwrap();
+    }
+    let all: Api<ConfigMap> = Api::all(ctx.client.clone());
+    let names = |list: kube::core::ObjectList<ConfigMap>| {
+        let mut names: Vec<String> = list.items.into_iter().filter_map(|c| c.metadata.name).collect();
+        names.sort();
+        names
+    };
+    let check = async |selector: &str, want: &[&str]| {
+        let got = names(all.list(&ListParams::default().labels(selector)).await.unwrap());
+        assert_eq!(got, want, "selector {selector}");
+    };
+    check("", &["a", "b", "c"]).await;
+    check("app=x", &["a", "c"]).await;
+    check("app==x,tier", &["a"]).await;
+    check("app!=x", &["b"]).await;
+    check("app in (y, z)", &["b"]).await;
+    check("app notin (y)", &["a", "c"]).await;
+    check("!tier", &["b", "c"]).await;
+    let n1: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), "n1");
+    assert_eq!(names(n1.list(&ListParams::default()).await.unwrap()), ["a", "b"]);
+    let by_field = all.list(&ListParams::default().fields("metadata.name=c")).await.unwrap();
+    assert_eq!(names(by_field), ["c"]);
+    let by_ns = all.list(&ListParams::default().fields("metadata.namespace!=n1")).await.unwrap();
+    assert_eq!(names(by_ns), ["c"]);
+}
+
+#[tokio::test]
+async fn status_subresource_and_garbage_collection() {
+    let ctx = start(SimConfig::default()).await;
+    let svcs: Api<Service> = Api::namespaced(ctx.client.clone(), "default");
+    let svc: Service =
+        serde_json::from_value(json!({"metadata": {"name": "s"}, "spec": {"ports": [{"port": 80}]}})).unwrap();
+    let owner = svcs.create(&PostParams::default(), &svc).await.unwrap();
+    let status_patch =
+        json!({"status": {"loadBalancer": {"ingress": [{"ip": "1.2.3.4"}]}}, "spec": {"ports": [{"port": 81}]}});
+    let after = svcs.patch_status("s", &PatchParams::default(), &Patch::Merge(status_patch)).await.unwrap();
+    assert_eq!(after.spec.as_ref().unwrap().ports.as_ref().unwrap()[0].port, 80, "status patch leaves spec alone");
+    assert!(after.status.as_ref().unwrap().load_balancer.is_some());
+    let main_patch = json!({"status": null, "metadata": {"labels": {"l": "1"}}});
+    let after = svcs.patch("s", &PatchParams::default(), &Patch::Merge(main_patch)).await.unwrap();
+    assert!(after.status.unwrap().load_balancer.is_some(), "main patch leaves status alone");
+
+    let cms: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), "default");
+    let owned = |name: &str, uid: &str| -> ConfigMap {
+        serde_json::from_value(json!({"metadata": {"name": name, "ownerReferences": [
+            {"apiVersion": "v1", "kind": "Service", "name": "s", "uid": uid}
+        ]}}))
+        .unwrap()
+    };
+    let child =
+        cms.create(&PostParams::default(), &owned("child", owner.metadata.uid.as_deref().unwrap())).await.unwrap();
+    // A grandchild owned by the child goes too (transitive collection).
+    cms.create(&PostParams::default(), &{
+        let mut g = owned("grandchild", child.metadata.uid.as_deref().unwrap());
+        g.metadata.owner_references.as_mut().unwrap()[0].kind = "ConfigMap".into();
+        g
+    })
+    .await
+    .unwrap();
+    svcs.delete("s", &DeleteParams::background()).await.unwrap();
+    assert_eq!(api_code(&cms.get("child").await.unwrap_err()), Some(404));
+    assert_eq!(api_code(&cms.get("grandchild").await.unwrap_err()), Some(404));
+
+    let owner = svcs.create(&PostParams::default(), &svc).await.unwrap();
+    cms.create(&PostParams::default(), &owned("kept", owner.metadata.uid.as_deref().unwrap())).await.unwrap();
+    svcs.delete("s", &DeleteParams::orphan()).await.unwrap();
+    let kept = cms.get("kept").await.unwrap();
+    assert!(kept.metadata.owner_references.unwrap_or_default().is_empty(), "orphaning removes the owner reference");
+}
+
+#[tokio::test]
+async fn discovery_serves_core_and_volcano() {
+    let ctx = start(SimConfig::default()).await;
+    let discovery = Discovery::new(ctx.client.clone()).run().await.unwrap();
+    let mut found = Vec::new();
+    for group in discovery.groups() {
+        for (ar, caps) in group.recommended_resources() {
+            found.push(format!("{}/{}:{}:{:?}", ar.api_version, ar.plural, ar.kind, caps.scope));
+        }
+    }
+    for want in [
+        "v1/pods:Pod:Namespaced",
+        "v1/nodes:Node:Cluster",
+        "batch.volcano.sh/v1alpha1/jobs:Job:Namespaced",
+        "scheduling.volcano.sh/v1beta1/podgroups:PodGroup:Namespaced",
+        "scheduling.volcano.sh/v1beta1/queues:Queue:Cluster",
+    ] {
+        assert!(found.iter().any(|f| f == want), "{want} not in {found:?}");
+    }
+    let req = http::Request::get("/apis/batch.volcano.sh/v1alpha1").body(Vec::new()).unwrap();
+    let doc: serde_json::Value = ctx.client.request(req).await.unwrap();
+    let jobs = doc["resources"].as_array().unwrap().iter().find(|r| r["name"] == "jobs").unwrap();
+    assert_eq!(jobs["shortNames"], json!(["vcjob", "vj"]));
+    assert_eq!(jobs["singularName"], "job");
+    assert!(doc["resources"].as_array().unwrap().iter().any(|r| r["name"] == "jobs/status"));
+    let version = ctx.client.apiserver_version().await.unwrap();
+    assert_eq!(version.major, "1");
+
+    let nodes: Api<Node> = Api::all(ctx.client.clone());
+    let node = nodes.get("sim-node-0").await.unwrap();
+    let alloc = node.status.unwrap().allocatable.unwrap();
+    assert_eq!(alloc["nvidia.com/gpu"].0, "8");
+}

@@ -1,0 +1,98 @@
+//! Shared helpers: start a simulator with a kube client, poll with a deadline, Volcano job
+//! manifests.
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use kube::Client;
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
+use serde_json::{Value, json};
+use theseus_kube_sim::{Sim, SimConfig};
+
+/// A started simulator and a kube client talking to it.
+pub(crate) struct Ctx {
+    pub(crate) sim: Sim,
+    pub(crate) client: Client,
+}
+
+pub(crate) async fn start(config: SimConfig) -> Ctx {
+    let sim = Sim::start(config).await.expect("simulator starts");
+    let url: http::Uri = sim.url().parse().expect("valid url");
+    let client = Client::try_from(kube::Config::new(url)).expect("client");
+    Ctx { sim, client }
+}
+
+/// Polls `f` until it returns `Some`, failing the test after `secs` seconds.
+pub(crate) async fn eventually<T, F, Fut>(what: &str, secs: u64, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+pub(crate) fn vcjob_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("batch.volcano.sh", "v1alpha1", "Job"), "jobs")
+}
+
+pub(crate) fn podgroup_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("scheduling.volcano.sh", "v1beta1", "PodGroup"),
+        "podgroups",
+    )
+}
+
+pub(crate) fn queue_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("scheduling.volcano.sh", "v1beta1", "Queue"), "queues")
+}
+
+pub(crate) fn vcjobs(client: &Client, ns: &str) -> Api<DynamicObject> {
+    Api::namespaced_with(client.clone(), ns, &vcjob_resource())
+}
+
+/// A Volcano job with one task `worker` of `replicas` pods, each asking for `gpus` GPUs.
+pub(crate) fn vcjob(name: &str, replicas: u32, gpus: u32, image: &str, command: &[&str]) -> DynamicObject {
+    let manifest = json!({
+        "apiVersion": "batch.volcano.sh/v1alpha1",
+        "kind": "Job",
+        "metadata": {"name": name},
+        "spec": {
+            "minAvailable": replicas,
+            "schedulerName": "volcano",
+            "queue": "default",
+            "plugins": {"env": [], "svc": []},
+            "policies": [{"event": "TaskCompleted", "action": "CompleteJob"}],
+            "tasks": [{
+                "name": "worker",
+                "replicas": replicas,
+                "template": {"spec": {
+                    "restartPolicy": "Never",
+                    "containers": [{
+                        "name": "main", "image": image, "command": command,
+                        "resources": {"limits": {"nvidia.com/gpu": gpus.to_string(), "cpu": "500m", "memory": "1Gi"}},
+                    }],
+                }},
+            }],
+        },
+    });
+    serde_json::from_value(manifest).expect("valid job")
+}
+
+pub(crate) fn phase(job: &DynamicObject) -> String {
+    job.data.pointer("/status/state/phase").and_then(Value::as_str).unwrap_or("").to_owned()
+}
+
+/// The Status code of a kube API error.
+pub(crate) fn api_code(err: &kube::Error) -> Option<u16> {
+    match err {
+        kube::Error::Api(status) => Some(status.code),
+        _ => None,
+    }
+}

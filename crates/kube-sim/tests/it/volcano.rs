@@ -1,0 +1,264 @@
+//! The Volcano controller and the pod runtime: a gang job to Completed with logs, an oversized
+//! gang, queue capability, image pull failures, secrets, failures and pod termination.
+
+use futures::{AsyncBufReadExt, StreamExt};
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Pod, Secret, Service};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, LogParams, PostParams};
+use serde_json::{Value, json};
+use theseus_kube_sim::{NodeConfig, SimConfig};
+
+use crate::support::{eventually, phase, podgroup_resource, queue_resource, start, vcjob, vcjobs};
+
+fn two_nodes() -> SimConfig {
+    SimConfig { nodes: vec![NodeConfig::new("n0", 4), NodeConfig::new("n1", 4)], ..SimConfig::default() }
+}
+
+async fn wait_phase(api: &Api<DynamicObject>, name: &str, want: &str) -> DynamicObject {
+    eventually(&format!("job {name} {want}"), 20, || async {
+        let job = api.get(name).await.ok()?;
+        (phase(&job) == want).then_some(job)
+    })
+    .await
+}
+
+#[tokio::test]
+async fn gang_job_runs_to_completion_with_volcano_env_and_logs() {
+    let ctx = start(two_nodes()).await;
+    let jobs = vcjobs(&ctx.client, "default");
+    let script = "echo $VC_TASK_INDEX $VC_WORKER_HOSTS $VC_WORKER_NUM; grep -c . etc/volcano/worker.host";
+    jobs.create(&PostParams::default(), &vcjob("train", 2, 4, "img", &["sh", "-c", script])).await.unwrap();
+    let done = wait_phase(&jobs, "train", "Completed").await;
+    assert_eq!(done.data["status"]["succeeded"], 2);
+
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), "default");
+    let listed = pods.list(&ListParams::default().labels("volcano.sh/job-name=train")).await.unwrap();
+    let mut nodes = Vec::new();
+    for (i, pod) in listed.items.iter().enumerate() {
+        let meta = &pod.metadata;
+        assert_eq!(meta.name.as_deref(), Some(format!("train-worker-{i}").as_str()));
+        let labels = meta.labels.as_ref().unwrap();
+        assert_eq!(labels["volcano.sh/task-spec"], "worker");
+        assert_eq!(labels["volcano.sh/job-namespace"], "default");
+        assert_eq!(meta.annotations.as_ref().unwrap()["scheduling.k8s.io/group-name"], "train");
+        assert_eq!(meta.owner_references.as_ref().unwrap()[0].kind, "Job");
+        let spec = pod.spec.as_ref().unwrap();
+        assert_eq!(spec.subdomain.as_deref(), Some("train"));
+        nodes.push(spec.node_name.clone().unwrap());
+        let status = pod.status.as_ref().unwrap();
+        assert_eq!(status.phase.as_deref(), Some("Succeeded"));
+        assert_eq!(status.pod_ip.as_deref(), Some("127.0.0.1"));
+        let terminated =
+            status.container_statuses.as_ref().unwrap()[0].state.as_ref().unwrap().terminated.clone().unwrap();
+        assert_eq!(terminated.exit_code, 0);
+
+        let mut lines = pods.log_stream(meta.name.as_deref().unwrap(), &LogParams::default()).await.unwrap().lines();
+        let first = lines.next().await.unwrap().unwrap();
+        assert_eq!(first, format!("{i} 127.0.0.1,127.0.0.1 2"));
+        assert_eq!(lines.next().await.unwrap().unwrap().trim(), "2");
+    }
+    nodes.sort();
+    assert_eq!(nodes, ["n0", "n1"], "4 GPUs each: one pod per node");
+
+    let pg = Api::<DynamicObject>::namespaced_with(ctx.client.clone(), "default", &podgroup_resource())
+        .get("train")
+        .await
+        .unwrap();
+    assert_eq!(pg.data["spec"]["minMember"], 2);
+    let cm = Api::<ConfigMap>::namespaced(ctx.client.clone(), "default").get("train-svc").await.unwrap();
+    assert_eq!(cm.data.unwrap()["worker.host"], "127.0.0.1\n127.0.0.1");
+    let svc = Api::<Service>::namespaced(ctx.client.clone(), "default").get("train").await.unwrap();
+    assert_eq!(svc.spec.unwrap().cluster_ip.as_deref(), Some("None"));
+
+    // Deleting the job collects its pods, podgroup, configmap and service.
+    jobs.delete("train", &DeleteParams::background()).await.unwrap();
+    assert!(pods.list(&ListParams::default()).await.unwrap().items.is_empty());
+    let pgs = Api::<DynamicObject>::namespaced_with(ctx.client.clone(), "default", &podgroup_resource());
+    assert!(pgs.list(&ListParams::default()).await.unwrap().items.is_empty());
+}
+
+#[tokio::test]
+async fn followed_logs_stream_until_the_pod_ends() {
+    let ctx = start(SimConfig::default()).await;
+    let jobs = vcjobs(&ctx.client, "default");
+    let script = "for i in 1 2 3; do echo line$i; sleep 0.2; done";
+    jobs.create(&PostParams::default(), &vcjob("follow", 1, 1, "img", &["sh", "-c", script])).await.unwrap();
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), "default");
+    let stream = eventually("a log stream", 20, || async {
+        pods.log_stream("follow-worker-0", &LogParams { follow: true, ..LogParams::default() }).await.ok()
+    })
+    .await;
+    let mut lines = Vec::new();
+    let mut stream = stream.lines();
+    while let Some(line) = stream.next().await {
+        lines.push(line.unwrap());
+    }
+    assert_eq!(lines, ["line1", "line2", "line3"]);
+    let tail = pods.logs("follow-worker-0", &LogParams { tail_lines: Some(1), ..LogParams::default() }).await.unwrap();
+    assert_eq!(tail, "line3\n");
+}
+
+#[tokio::test]
+async fn oversized_gang_stays_pending_with_the_scheduler_message() {
+    let ctx = start(two_nodes()).await;
+    let jobs = vcjobs(&ctx.client, "default");
+    jobs.create(&PostParams::default(), &vcjob("big", 2, 8, "img", &["true"])).await.unwrap();
+    let pgs = Api::<DynamicObject>::namespaced_with(ctx.client.clone(), "default", &podgroup_resource());
+    let pg = eventually("an unschedulable podgroup", 20, || async {
+        let pg = pgs.get("big").await.ok()?;
+        (pg.data["status"]["conditions"][0]["type"] == "Unschedulable").then_some(pg)
+    })
+    .await;
+    let cond = &pg.data["status"]["conditions"][0];
+    assert_eq!(cond["status"], "True");
+    assert_eq!(cond["reason"], "NotEnoughResources");
+    assert_eq!(cond["message"], "0/2 nodes are unavailable: 2 Insufficient nvidia.com/gpu.");
+    assert_eq!(pg.data["status"]["phase"], "Pending");
+    assert_eq!(phase(&jobs.get("big").await.unwrap()), "Pending");
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), "default");
+    assert!(pods.list(&ListParams::default()).await.unwrap().items.is_empty(), "all or nothing");
+    let events: Api<Event> = Api::namespaced(ctx.client.clone(), "default");
+    let events = events.list(&ListParams::default().fields("involvedObject.name=big")).await.unwrap();
+    let warning = events.items.iter().find(|e| e.reason.as_deref() == Some("Unschedulable")).expect("a warning event");
+    assert_eq!(warning.type_.as_deref(), Some("Warning"));
+}
+
+#[tokio::test]
+async fn queue_capability_caps_admission() {
+    let ctx = start(two_nodes()).await;
+    let queues = Api::<DynamicObject>::all_with(ctx.client.clone(), &queue_resource());
+    let q: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
+        "metadata": {"name": "small"}, "spec": {"capability": {"nvidia.com/gpu": "2"}},
+    }))
+    .unwrap();
+    queues.create(&PostParams::default(), &q).await.unwrap();
+    let jobs = vcjobs(&ctx.client, "default");
+    let mut job = vcjob("capped", 1, 4, "img", &["sleep", "30"]);
+    job.data["spec"]["queue"] = json!("small");
+    jobs.create(&PostParams::default(), &job).await.unwrap();
+    let held = eventually("the job to be held by its queue", 20, || async {
+        let job = jobs.get("capped").await.ok()?;
+        let msg = job.data.pointer("/status/state/message").and_then(Value::as_str)?.to_owned();
+        msg.contains("quota").then_some(msg)
+    })
+    .await;
+    assert!(held.contains("nvidia.com/gpu") && held.contains("capability 2"), "{held}");
+
+    // A job that fits runs, and the default queue reports what it holds.
+    jobs.create(&PostParams::default(), &vcjob("fits", 1, 3, "img", &["sleep", "30"])).await.unwrap();
+    wait_phase(&jobs, "fits", "Running").await;
+    let allocated = eventually("queue usage", 20, || async {
+        let q = queues.get("default").await.ok()?;
+        let gpus = q.data.pointer("/status/allocated/nvidia.com~1gpu")?.as_str()?.to_owned();
+        (gpus == "3").then_some(gpus)
+    })
+    .await;
+    assert_eq!(allocated, "3");
+}
+
+#[tokio::test]
+async fn unpullable_image_backs_off_with_an_event() {
+    let ctx = start(SimConfig::default()).await;
+    ctx.sim.faults().make_image_unpullable("ghcr.io/missing:1");
+    let jobs = vcjobs(&ctx.client, "default");
+    jobs.create(&PostParams::default(), &vcjob("pull", 1, 1, "ghcr.io/missing:1", &["true"])).await.unwrap();
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), "default");
+    let waiting = eventually("ImagePullBackOff", 20, || async {
+        let pod = pods.get("pull-worker-0").await.ok()?;
+        pod.status?.container_statuses?.first()?.state.clone()?.waiting
+    })
+    .await;
+    assert_eq!(waiting.reason.as_deref(), Some("ImagePullBackOff"));
+    let events: Api<Event> = Api::namespaced(ctx.client.clone(), "default");
+    let listed = events.list(&ListParams::default().fields("involvedObject.name=pull-worker-0")).await.unwrap();
+    assert!(
+        listed
+            .items
+            .iter()
+            .any(|e| e.message.as_deref().is_some_and(|m| m.starts_with("Failed to pull image \"ghcr.io/missing:1\"")))
+    );
+    assert_eq!(pods.get("pull-worker-0").await.unwrap().status.unwrap().phase.as_deref(), Some("Pending"));
+    // Once the image can be pulled, the pod runs.
+    ctx.sim.faults().make_image_pullable("ghcr.io/missing:1");
+    wait_phase(&jobs, "pull", "Completed").await;
+}
+
+#[tokio::test]
+async fn secret_env_waits_for_the_secret() {
+    let ctx = start(SimConfig::default()).await;
+    let jobs = vcjobs(&ctx.client, "default");
+    let mut job = vcjob("sec", 1, 1, "img", &["sh", "-c", "echo token=$TOKEN"]);
+    job.data["spec"]["tasks"][0]["template"]["spec"]["containers"][0]["env"] =
+        json!([{"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "token"}}}]);
+    jobs.create(&PostParams::default(), &job).await.unwrap();
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), "default");
+    let waiting = eventually("CreateContainerConfigError", 20, || async {
+        pods.get("sec-worker-0").await.ok()?.status?.container_statuses?.first()?.state.clone()?.waiting
+    })
+    .await;
+    assert_eq!(waiting.reason.as_deref(), Some("CreateContainerConfigError"));
+    let secret: Secret =
+        serde_json::from_value(json!({"metadata": {"name": "creds"}, "stringData": {"token": "s3cret"}})).unwrap();
+    let stored =
+        Api::<Secret>::namespaced(ctx.client.clone(), "default").create(&PostParams::default(), &secret).await.unwrap();
+    assert!(stored.string_data.is_none() && stored.data.is_some(), "stringData is folded into data");
+    wait_phase(&jobs, "sec", "Completed").await;
+    assert_eq!(pods.logs("sec-worker-0", &LogParams::default()).await.unwrap(), "token=s3cret\n");
+}
+
+#[tokio::test]
+async fn failing_pod_fails_the_job_and_restart_policy_retries() {
+    let ctx = start(SimConfig::default()).await;
+    let jobs = vcjobs(&ctx.client, "default");
+    jobs.create(&PostParams::default(), &vcjob("bad", 1, 1, "img", &["sh", "-c", "exit 3"])).await.unwrap();
+    let failed = wait_phase(&jobs, "bad", "Failed").await;
+    assert_eq!(failed.data["status"]["failed"], 1);
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), "default");
+    let pod = pods.get("bad-worker-0").await.unwrap();
+    let code = pod.status.unwrap().container_statuses.unwrap()[0].state.clone().unwrap().terminated.unwrap().exit_code;
+    assert_eq!(code, 3);
+
+    let mut retry = vcjob("retry", 1, 1, "img", &["sh", "-c", "exit 1"]);
+    retry.data["spec"]["maxRetry"] = json!(2);
+    retry.data["spec"]["policies"] = json!([{"event": "PodFailed", "action": "RestartJob"}]);
+    jobs.create(&PostParams::default(), &retry).await.unwrap();
+    let failed = wait_phase(&jobs, "retry", "Failed").await;
+    assert_eq!(failed.data["status"]["retryCount"], 2);
+    assert_eq!(failed.data["status"]["state"]["reason"], "MaxRetryReached");
+}
+
+#[tokio::test]
+async fn deleting_a_pod_stops_its_process_group() {
+    let pvc_dir = tempfile::tempdir().unwrap();
+    let config = SimConfig { max_grace_period: std::time::Duration::from_secs(2), ..SimConfig::default() };
+    let ctx = start(config).await;
+    let mount = pvc_dir.path().to_str().unwrap().to_owned();
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "sleeper"},
+        "spec": {
+            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "shared"}}],
+            "containers": [{
+                "name": "main", "image": "busybox",
+                "command": ["sh", "-c", "sleep 1000 & echo $! > child.pid; echo $$ > leader.pid; wait"],
+                "workingDir": mount, "volumeMounts": [{"name": "data", "mountPath": mount}],
+            }],
+        },
+    }))
+    .unwrap();
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), "default");
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    let child_pid = eventually("the pod's child pid in the PVC dir", 20, || async {
+        let text = std::fs::read_to_string(pvc_dir.path().join("child.pid")).ok()?;
+        text.trim().parse::<u32>().ok()
+    })
+    .await;
+    assert!(std::path::Path::new(&format!("/proc/{child_pid}")).exists());
+    assert_eq!(pods.get("sleeper").await.unwrap().status.unwrap().phase.as_deref(), Some("Running"));
+    pods.delete("sleeper", &DeleteParams::default()).await.unwrap();
+    eventually("the pod's process group to be gone", 20, || async {
+        let status = std::fs::read_to_string(format!("/proc/{child_pid}/stat")).ok();
+        // Gone, or a zombie waiting for its (killed) parent's reaper.
+        status.is_none_or(|s| s.split_whitespace().nth(2) == Some("Z")).then_some(())
+    })
+    .await;
+}
