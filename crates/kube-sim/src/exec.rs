@@ -347,8 +347,7 @@ where
             return;
         }
     };
-    let mut reader =
-        tokio::spawn(read_frames(stream, child.stdin.take(), protocol, target.drop_after_stdin_bytes));
+    let mut reader = tokio::spawn(read_frames(stream, child.stdin.take(), protocol, target.drop_after_stdin_bytes));
     let stdout = child.stdout.take();
     let stderr = child.stderr.take();
 

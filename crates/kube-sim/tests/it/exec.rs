@@ -121,7 +121,7 @@ async fn bad_requests_are_api_errors() {
         kube::Error::Api(status) => assert_eq!(status.code, 400),
         other => panic!("expected an API error, got {other:?}"),
     }
-    let err = fx.pods.get("p").await.err().expect("only exec is served");
+    let err = fx.pods.get("p").await.expect_err("only exec is served");
     assert!(matches!(err, kube::Error::Api(ref s) if s.code == 404), "{err:?}");
 }
 
@@ -141,11 +141,10 @@ async fn stdin_round_trip_and_close_on_v5() {
         drop(stdin);
     };
     let mut echoed = Vec::new();
-    let (_, read, status) = tokio::time::timeout(LIMIT, async {
-        tokio::join!(writer, stdout.read_to_end(&mut echoed), status)
-    })
-    .await
-    .expect("cat hung: stdin close not delivered");
+    let (_, read, status) =
+        tokio::time::timeout(LIMIT, async { tokio::join!(writer, stdout.read_to_end(&mut echoed), status) })
+            .await
+            .expect("cat hung: stdin close not delivered");
     read.unwrap();
     assert_eq!(echoed.len(), data.len());
     assert!(echoed == data);
@@ -183,12 +182,9 @@ async fn stdin_on_v4_needs_a_length_and_close_ends_the_session() {
 #[tokio::test]
 async fn dropped_connection_kills_the_process_group() {
     for protocols in BOTH {
-        let fx = fixture(ExecServerOptions {
-            protocols,
-            drop_after_stdin_bytes: Some(10),
-            ..ExecServerOptions::default()
-        })
-        .await;
+        let fx =
+            fixture(ExecServerOptions { protocols, drop_after_stdin_bytes: Some(10), ..ExecServerOptions::default() })
+                .await;
         let ap = AttachParams::default().stdin(true);
         let script = "(sleep 2; touch late-marker) & echo ready; head -c 10 > got; sleep 30";
         let mut proc = fx.pods.exec("p", vec!["sh", "-c", script], &ap).await.unwrap();
