@@ -96,8 +96,12 @@ async fn ship(pod: &FakePod, repo: &Path, extras: &[ExtraFile]) -> Result<ShipRe
 
 /// Ships `repo` on both protocols and checks the extracted tree and the bootstrap.
 async fn check_round_trip(repo: &Path) {
+    check_round_trip_with(repo, Vec::new()).await;
+}
+
+async fn check_round_trip_with(repo: &Path, env: Vec<(String, String)>) {
     for protocols in BOTH {
-        let pod = FakePod::start(ExecServerOptions { protocols, ..Default::default() }).await;
+        let pod = FakePod::start(ExecServerOptions { protocols, env: env.clone(), ..Default::default() }).await;
         let report = ship(&pod, repo, &bootstrap()).await.unwrap_or_else(|e| panic!("{protocols:?}: {e:?}"));
         assert_eq!(tree(&pod.dest()), tree(repo), "{protocols:?}");
         let snapshot = Snapshot::collect(repo, SnapshotMode::Dirty).unwrap();
@@ -125,6 +129,33 @@ async fn empty_repo() {
 
 #[tokio::test]
 async fn awkward_names_modes_and_symlinks() {
+    let repo = awkward_repo();
+    check_round_trip(repo.path()).await;
+}
+
+/// The helper image is busybox: run the script with busybox's `sh`, `head`, `wc`, `sha256sum`,
+/// `tar` and friends only (PATH holds nothing else).
+#[tokio::test]
+async fn busybox_tools_extract_the_same_tree() {
+    let Some(busybox) = std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+        .map(|dir| dir.join("busybox"))
+        .find(|path| path.is_file())
+    else {
+        // Not required under THESEUSTEST_REQUIRE_ALL until xtask installs busybox on CI machines.
+        eprintln!("NOT RUN: busybox_tools_extract_the_same_tree needs `busybox` on PATH (apt-get install busybox)");
+        return;
+    };
+    let bin = tempfile::tempdir().unwrap();
+    for tool in ["sh", "head", "wc", "sha256sum", "tar", "mkdir", "rm", "sync"] {
+        symlink(&busybox, bin.path().join(tool)).unwrap();
+    }
+    let repo = awkward_repo();
+    check_round_trip_with(repo.path(), vec![("PATH".into(), bin.path().to_str().unwrap().into())]).await;
+}
+
+/// Names with spaces, quotes, a newline, shell syntax, unicode and a >100-byte path; modes and a
+/// symlink.
+fn awkward_repo() -> tempfile::TempDir {
     let repo = tempfile::tempdir().unwrap();
     let r = repo.path();
     write(&r.join("with space/it's \"quoted\".py"), b"print('q')\n", 0o644);
@@ -135,7 +166,7 @@ async fn awkward_names_modes_and_symlinks() {
     write(&r.join(format!("{}/deep.txt", "d".repeat(120))), b"long path\n", 0o644);
     write(&r.join("bin/run"), b"#!/bin/sh\nexit 0\n", 0o755);
     symlink("bin/run", r.join("link to run")).unwrap();
-    check_round_trip(r).await;
+    repo
 }
 
 /// Reads `VmRSS`/`VmHWM` of this process, in KiB.
