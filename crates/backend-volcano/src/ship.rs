@@ -1,1 +1,645 @@
-//! placeholder: ship
+//! Ships a code snapshot into a pod through the Kubernetes exec websocket and extracts it there.
+//!
+//! The same code works on `v5.channel.k8s.io` (which can close stdin) and `v4.channel.k8s.io`
+//! (which cannot: closing stdin closes the websocket and loses the status), because it never
+//! needs stdin EOF. Each archive is written twice:
+//!
+//! 1. a counting pass hashes the tar into a sink, giving its exact length and sha256 in
+//!    constant memory;
+//! 2. the tar is streamed into `sh -c` [`SHIP_SCRIPT`], which stores exactly that many bytes
+//!    (`head -c`), checks length and sha256, extracts with `tar`, removes the temp file and
+//!    `sync`s. stdin stays open until the status arrives.
+//!
+//! The final chunk is held back until the second pass has been checked against the first: if
+//! the working tree changed in between, the connection is dropped before the pod holds a
+//! complete archive, and the error says so ([`ShipError::Changed`]).
+//!
+//! # Invariant: the bootstrap marks a complete ship
+//! The code archive is extracted first; the bootstrap files (`.theseus/...`, the `extra_files`)
+//! are shipped by a second exec only after the code archive arrived whole, matched its sha256
+//! and `tar` exited 0. A dest without `.theseus/bootstrap.sh` is an incomplete ship and must not
+//! be run. An interrupted transfer extracts nothing (it may leave [`TEMP_ARCHIVE`] in dest).
+
+use std::io::{self, Write};
+
+use futures::future;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Status;
+use kube::Api;
+use kube::api::AttachParams;
+use sha2::{Digest, Sha256};
+use theseus_core::backend::ProgressFn;
+use theseus_core::bootstrap::RenderedFile;
+use theseus_core::snapshot::{Manifest, Snapshot};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+/// The script run in the pod as `sh -c SHIP_SCRIPT theseus-ship <dest> <length> <sha256>
+/// [<file>...]`. Values arrive only as positional arguments. Works with busybox and GNU tools.
+///
+/// Exit codes name the failed step (see [`RemoteStep`]); 10 means fewer bytes arrived than
+/// announced, 11 a sha256 mismatch. It prints `sha256 <hex>` for the received archive and
+/// `file <size> <hex>` for each listed file after extraction.
+pub const SHIP_SCRIPT: &str = r#"set -u
+fail() { code=$1; shift; printf 'theseus-ship: %s\n' "$*" >&2; exit "$code"; }
+dest=$1 len=$2 want=$3
+shift 3
+tmp=.theseus-ship.tar
+mkdir -p -- "$dest" || fail 20 "cannot create the destination"
+cd "$dest" || fail 20 "cannot enter the destination"
+head -c "$len" > "$tmp" || fail 21 "cannot store the archive"
+got=$(wc -c < "$tmp") || fail 21 "cannot read the stored archive"
+got=$((got + 0))
+[ "$got" -eq "$len" ] || fail 10 "received $got of $len bytes"
+sum=$(sha256sum < "$tmp") || fail 21 "cannot hash the stored archive"
+sum=${sum%% *}
+echo "sha256 $sum"
+[ "$sum" = "$want" ] || fail 11 "archive sha256 is $sum, expected $want"
+tar -x -f "$tmp" || fail 12 "tar exited with status $?"
+rm -f -- "$tmp"
+for f in "$@"; do
+  size=$(wc -c < "$f") || fail 13 "cannot read $f"
+  hash=$(sha256sum < "$f") || fail 13 "cannot hash $f"
+  echo "file $((size + 0)) ${hash%% *}"
+done
+sync || fail 14 "sync failed"
+"#;
+
+/// Name of the temp archive in dest while it is being received.
+pub const TEMP_ARCHIVE: &str = ".theseus-ship.tar";
+
+/// Bytes per websocket frame (kube-rs `max_stdin_buf_size`) and per read of the archive.
+const FRAME_BYTES: usize = 256 * 1024;
+/// Output of the script kept for error messages; the rest is drained and dropped.
+const OUTPUT_CAP: usize = 64 * 1024;
+
+/// Where to ship: a running pod (the helper) and a directory in it.
+#[derive(Clone)]
+pub struct ShipTarget {
+    /// Pods of the helper's namespace.
+    pub pods: Api<Pod>,
+    /// The helper pod.
+    pub pod: String,
+    /// Its container, if it has several.
+    pub container: Option<String>,
+    /// Absolute directory in the pod; created if missing.
+    pub dest: String,
+}
+
+/// A file written next to the code (a rendered bootstrap file), checked by size and sha256
+/// inside the pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExtraFile {
+    /// Path relative to dest, `/`-separated, without `..`.
+    pub path: String,
+    /// Content.
+    pub contents: Vec<u8>,
+    /// Permission bits, e.g. `0o755`.
+    pub mode: u32,
+}
+
+impl From<&RenderedFile> for ExtraFile {
+    fn from(file: &RenderedFile) -> Self {
+        ExtraFile {
+            path: file.path.clone(),
+            contents: file.contents.clone().into_bytes(),
+            mode: if file.executable { 0o755 } else { 0o644 },
+        }
+    }
+}
+
+/// What [`ship_snapshot`] shipped.
+#[derive(Debug, Clone)]
+pub struct ShipReport {
+    /// Archive bytes sent (code plus extra files).
+    pub bytes: u64,
+    /// Hex sha256 of the code archive.
+    pub sha256: String,
+    /// Files written: the snapshot's plus the extra files.
+    pub files: usize,
+    /// The code archive's manifest.
+    pub manifest: Manifest,
+}
+
+/// A step of [`SHIP_SCRIPT`] that failed in the pod.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RemoteStep {
+    /// The command did not start (no `sh` in the image, container gone).
+    Start,
+    /// Creating or entering dest.
+    Prepare,
+    /// Storing the received archive (disk full, read-only volume).
+    Store,
+    /// `tar -x`.
+    Extract,
+    /// Checking the extracted extra files.
+    Verify,
+    /// `sync`.
+    Sync,
+    /// An exit code the script does not use.
+    Unknown,
+}
+
+impl std::fmt::Display for RemoteStep {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            RemoteStep::Start => "start the shipping command",
+            RemoteStep::Prepare => "create the destination",
+            RemoteStep::Store => "store the archive",
+            RemoteStep::Extract => "extract the archive",
+            RemoteStep::Verify => "check the extracted files",
+            RemoteStep::Sync => "sync the filesystem",
+            RemoteStep::Unknown => "run the shipping command",
+        })
+    }
+}
+
+/// Why shipping failed. [`ShipError::is_retryable`] says whether trying again may help.
+#[derive(Debug, thiserror::Error)]
+pub enum ShipError {
+    /// Listing or reading the local files failed.
+    #[error("failed to read the code snapshot")]
+    Snapshot(#[source] theseus_core::Error),
+    /// An extra file has an unusable path.
+    #[error("cannot ship extra file `{path}`: the path must be relative, without `..`")]
+    InvalidExtraFile {
+        /// The path.
+        path: String,
+    },
+    /// The exec request was refused (RBAC, pod not found or not running, apiserver down).
+    #[error("failed to exec into pod `{pod}`")]
+    Exec {
+        /// The pod.
+        pod: String,
+        /// The apiserver's answer.
+        #[source]
+        source: kube::Error,
+    },
+    /// The connection ended before the pod confirmed the archive; nothing was extracted.
+    #[error("transfer to pod `{pod}` was interrupted after {sent} of {total} bytes")]
+    Interrupted {
+        /// The pod.
+        pod: String,
+        /// Bytes handed to the connection.
+        sent: u64,
+        /// Bytes of the archive.
+        total: u64,
+        /// The websocket error, when there was one.
+        #[source]
+        source: Option<Box<dyn std::error::Error + Send + Sync>>,
+    },
+    /// The files changed between the counting pass and the transfer; nothing was extracted.
+    #[error("files changed while shipping; retry")]
+    Changed {
+        /// The error that cut the second pass short, if any.
+        #[source]
+        source: Option<theseus_core::Error>,
+    },
+    /// What the pod received or wrote does not hash to what was sent.
+    #[error("{what} in pod `{pod}` has sha256 {actual}, expected {expected}")]
+    HashMismatch {
+        /// The pod.
+        pod: String,
+        /// `the archive` or `file <path>`.
+        what: String,
+        /// Local hash (for files: size and hash).
+        expected: String,
+        /// The pod's.
+        actual: String,
+    },
+    /// A step of the script failed; `stderr` is its (and `tar`'s) error output.
+    #[error("failed to {step} in pod `{pod}` (exit code {}): {stderr}", exit_code.map_or("none".into(), |c| c.to_string()))]
+    Remote {
+        /// The pod.
+        pod: String,
+        /// Which step.
+        step: RemoteStep,
+        /// The script's exit code.
+        exit_code: Option<i32>,
+        /// Its stderr (or the status message), trimmed.
+        stderr: String,
+    },
+    /// The script's output or status made no sense.
+    #[error("unexpected answer from the shipping command in pod `{pod}`: {detail}")]
+    Protocol {
+        /// The pod.
+        pod: String,
+        /// What was wrong.
+        detail: String,
+    },
+    /// Local plumbing (a task panicked, a pipe failed).
+    #[error("local IO failed while shipping")]
+    Io(#[source] io::Error),
+}
+
+impl ShipError {
+    /// Whether the same ship may succeed if tried again.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            ShipError::Interrupted { .. } | ShipError::Changed { .. } | ShipError::HashMismatch { .. } => true,
+            ShipError::Exec { source, .. } => match source {
+                kube::Error::Api(status) => status.code >= 500 || status.code == 429 || status.code == 408,
+                _ => true,
+            },
+            _ => false,
+        }
+    }
+}
+
+/// Ships `snapshot` into `target.dest`, then `extra_files`, reporting bytes sent / total to
+/// `progress`. See the module doc for the protocol and the completeness invariant.
+#[tracing::instrument(skip_all, fields(pod = %target.pod, dest = %target.dest))]
+pub async fn ship_snapshot(
+    target: &ShipTarget,
+    snapshot: &Snapshot,
+    extra_files: &[ExtraFile],
+    progress: Option<ProgressFn>,
+) -> Result<ShipReport, ShipError> {
+    let counted = {
+        let snapshot = snapshot.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut sink = HashingSink::default();
+            snapshot.write_tar(&mut sink, &mut |_| {}).map_err(ShipError::Snapshot)?;
+            Ok::<_, ShipError>(sink.finish())
+        })
+        .await
+        .map_err(|e| ShipError::Io(io::Error::other(e)))??
+    };
+    let extras = extras_archive(extra_files)?;
+    let extras_len = extras.as_ref().map_or(0, |a| a.len() as u64);
+    let mut progress = Progress { callback: progress, base: 0, total: counted.len + extras_len };
+    tracing::debug!(bytes = counted.len, files = snapshot.file_count(), "shipping the code archive");
+
+    let (reader, writer) = tokio::io::duplex(FRAME_BYTES);
+    let mut bridge = tokio_util::io::SyncIoBridge::new(writer);
+    let producer = {
+        let snapshot = snapshot.clone();
+        tokio::task::spawn_blocking(move || {
+            let manifest = snapshot.write_tar(&mut bridge, &mut |_| {})?;
+            bridge.shutdown().map_err(|e| theseus_core::Error::io("stream the archive of", &snapshot.root, e))?;
+            Ok::<_, theseus_core::Error>(manifest)
+        })
+    };
+    let sent = transfer(target, &counted, &[], reader, &mut progress).await;
+    let produced = producer.await.map_err(|e| ShipError::Io(io::Error::other(e)))?;
+    let manifest = match (sent, produced) {
+        (Ok(_), Ok(manifest)) => manifest,
+        (Err(ShipError::Changed { .. }), produced) => return Err(ShipError::Changed { source: produced.err() }),
+        (Err(e), _) => return Err(e),
+        (Ok(_), Err(e)) => return Err(ShipError::Snapshot(e)),
+    };
+
+    if let Some(archive) = extras {
+        progress.base = counted.len;
+        let expected = Counted::of(&archive);
+        let paths: Vec<String> = extra_files.iter().map(|f| f.path.clone()).collect();
+        let checks = transfer(target, &expected, &paths, &archive[..], &mut progress).await?;
+        for (file, (size, hash)) in extra_files.iter().zip(&checks) {
+            let want = (file.contents.len() as u64, hex::encode(Sha256::digest(&file.contents)));
+            if (*size, hash) != (want.0, &want.1) {
+                return Err(ShipError::HashMismatch {
+                    pod: target.pod.clone(),
+                    what: format!("file `{}`", file.path),
+                    expected: format!("{} ({} bytes)", want.1, want.0),
+                    actual: format!("{hash} ({size} bytes)"),
+                });
+            }
+        }
+    }
+    Ok(ShipReport {
+        bytes: counted.len + extras_len,
+        sha256: hex::encode(counted.sha256),
+        files: snapshot.file_count() + extra_files.len(),
+        manifest,
+    })
+}
+
+/// Length and sha256 of an archive.
+struct Counted {
+    len: u64,
+    sha256: [u8; 32],
+}
+
+impl Counted {
+    fn of(bytes: &[u8]) -> Counted {
+        Counted { len: bytes.len() as u64, sha256: Sha256::digest(bytes).into() }
+    }
+}
+
+/// A `Write` that only counts and hashes.
+#[derive(Default)]
+struct HashingSink {
+    len: u64,
+    hasher: Sha256,
+}
+
+impl HashingSink {
+    fn finish(self) -> Counted {
+        Counted { len: self.len, sha256: self.hasher.finalize().into() }
+    }
+}
+
+impl Write for HashingSink {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.hasher.update(buf);
+        self.len += buf.len() as u64;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Progress over all archives of one ship.
+struct Progress {
+    callback: Option<ProgressFn>,
+    base: u64,
+    total: u64,
+}
+
+impl Progress {
+    fn report(&self, sent: u64) {
+        if let Some(callback) = &self.callback {
+            callback(self.base + sent, Some(self.total));
+        }
+    }
+}
+
+/// The extra files as a tar (parents first, fixed mtime and owner), or `None` if there are none.
+fn extras_archive(files: &[ExtraFile]) -> Result<Option<Vec<u8>>, ShipError> {
+    if files.is_empty() {
+        return Ok(None);
+    }
+    let mut builder = tar::Builder::new(Vec::new());
+    let mut dirs = std::collections::BTreeSet::new();
+    for file in files {
+        let path = std::path::Path::new(&file.path);
+        let valid = !file.path.is_empty() && path.components().all(|c| matches!(c, std::path::Component::Normal(_)));
+        if !valid {
+            return Err(ShipError::InvalidExtraFile { path: file.path.clone() });
+        }
+        for parent in path.ancestors().skip(1).filter(|p| !p.as_os_str().is_empty()) {
+            dirs.insert(parent.to_path_buf());
+        }
+    }
+    let header = |kind, mode, size| {
+        let mut header = tar::Header::new_gnu();
+        header.set_entry_type(kind);
+        header.set_mode(mode);
+        header.set_size(size);
+        header.set_mtime(0);
+        header.set_uid(0);
+        header.set_gid(0);
+        header
+    };
+    let archive_err = |e| ShipError::Io(e);
+    for dir in &dirs {
+        builder.append_data(&mut header(tar::EntryType::Directory, 0o755, 0), dir, io::empty()).map_err(archive_err)?;
+    }
+    for file in files {
+        let mut head = header(tar::EntryType::Regular, file.mode & 0o7777, file.contents.len() as u64);
+        builder.append_data(&mut head, &file.path, &file.contents[..]).map_err(archive_err)?;
+    }
+    builder.into_inner().map(Some).map_err(archive_err)
+}
+
+/// Runs [`SHIP_SCRIPT`] in the pod with `source` (which must yield exactly the archive counted
+/// in `expected`) on stdin, and returns the `(size, sha256)` the pod reports for each of
+/// `verify`.
+async fn transfer<R: AsyncRead + Unpin>(
+    target: &ShipTarget,
+    expected: &Counted,
+    verify: &[String],
+    source: R,
+    progress: &mut Progress,
+) -> Result<Vec<(u64, String)>, ShipError> {
+    let pod = || target.pod.clone();
+    let mut ap = AttachParams::default()
+        .stdin(true)
+        .stdout(true)
+        .stderr(true)
+        .max_stdin_buf_size(FRAME_BYTES)
+        .max_stdout_buf_size(OUTPUT_CAP)
+        .max_stderr_buf_size(OUTPUT_CAP);
+    if let Some(container) = &target.container {
+        ap = ap.container(container.clone());
+    }
+    let want = hex::encode(expected.sha256);
+    let mut command = vec!["sh".to_owned(), "-c".into(), SHIP_SCRIPT.into(), "theseus-ship".into()];
+    command.extend([target.dest.clone(), expected.len.to_string(), want.clone()]);
+    command.extend(verify.iter().cloned());
+    let mut proc =
+        target.pods.exec(&target.pod, command, &ap).await.map_err(|source| ShipError::Exec { pod: pod(), source })?;
+    let missing = |what: &str| ShipError::Protocol { pod: pod(), detail: format!("kube-rs gave no {what}") };
+    let mut stdin = proc.stdin().ok_or_else(|| missing("stdin"))?;
+    let stdout = proc.stdout().ok_or_else(|| missing("stdout"))?;
+    let stderr = proc.stderr().ok_or_else(|| missing("stderr"))?;
+    let status = proc.take_status().ok_or_else(|| missing("status"))?;
+
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let mut sent = 0u64;
+    let (pumped, status) = {
+        let session = async {
+            let mut status = std::pin::pin!(status);
+            let pump = pump(source, &mut stdin, expected, &mut sent, progress);
+            // stdin stays open (we hold it) until the status arrives: on v4 closing it would
+            // close the whole websocket.
+            tokio::select! {
+                pumped = pump => match pumped {
+                    Ok(()) => (Ok(()), status.await),
+                    Err(e) => (Err(e), None),
+                },
+                status = &mut status => (Ok(()), status),
+            }
+        };
+        let readers = future::join(read_capped(stdout, &mut out), read_capped(stderr, &mut err));
+        let (mut session, mut readers) = (std::pin::pin!(session), std::pin::pin!(readers));
+        tokio::select! {
+            done = &mut session => {
+                // kube-rs ends the output streams only after a clean session; don't wait forever.
+                let _ = tokio::time::timeout(std::time::Duration::from_secs(5), readers).await;
+                done
+            }
+            _ = &mut readers => session.await,
+        }
+    };
+    if let Err(pump_error) = pumped {
+        // Drop the connection before the pod can hold a complete archive.
+        proc.abort();
+        return Err(match pump_error {
+            PumpError::Changed => ShipError::Changed { source: None },
+            PumpError::Source(e) => ShipError::Io(e),
+        });
+    }
+    drop(stdin);
+    let interrupted = |source| ShipError::Interrupted { pod: pod(), sent, total: expected.len, source };
+    let Some(status) = status else {
+        let source = proc.join().await.err().map(|e| Box::new(e) as Box<dyn std::error::Error + Send + Sync>);
+        return Err(interrupted(source));
+    };
+    let out = String::from_utf8_lossy(&out);
+    let stderr = String::from_utf8_lossy(&err).trim().to_owned();
+    let received = out.lines().find_map(|l| l.strip_prefix("sha256 ")).map(str::to_owned);
+    if status.status.as_deref() != Some("Success") {
+        let exit_code = exit_code(&status);
+        let step = match exit_code {
+            Some(10) => return Err(interrupted(None)),
+            Some(11) => {
+                return Err(ShipError::HashMismatch {
+                    pod: pod(),
+                    what: "the archive".into(),
+                    expected: want,
+                    actual: received.unwrap_or_else(|| "unknown".into()),
+                });
+            }
+            None => RemoteStep::Start,
+            Some(20) => RemoteStep::Prepare,
+            Some(21) => RemoteStep::Store,
+            Some(12) => RemoteStep::Extract,
+            Some(13) => RemoteStep::Verify,
+            Some(14) => RemoteStep::Sync,
+            Some(_) => RemoteStep::Unknown,
+        };
+        let stderr = if stderr.is_empty() { status.message.unwrap_or_default() } else { stderr };
+        return Err(ShipError::Remote { pod: pod(), step, exit_code, stderr });
+    }
+    if received.as_deref() != Some(want.as_str()) {
+        let detail = format!("expected `sha256 {want}` on stdout, got {out:?}");
+        return Err(ShipError::Protocol { pod: pod(), detail });
+    }
+    let checks: Vec<(u64, String)> = out
+        .lines()
+        .filter_map(|l| l.strip_prefix("file "))
+        .filter_map(|l| {
+            let (size, hash) = l.split_once(' ')?;
+            Some((size.parse().ok()?, hash.to_owned()))
+        })
+        .collect();
+    if checks.len() != verify.len() {
+        let detail = format!("expected {} file checks on stdout, got {out:?}", verify.len());
+        return Err(ShipError::Protocol { pod: pod(), detail });
+    }
+    Ok(checks)
+}
+
+/// Why [`pump`] stopped early.
+#[derive(Debug)]
+enum PumpError {
+    /// The source is not the counted archive (shorter, longer or different bytes).
+    Changed,
+    /// Reading the source failed.
+    Source(io::Error),
+}
+
+/// Copies exactly `expected.len` bytes from `source` to `sink`, holding back the last chunk
+/// until the source has ended and everything hashed to `expected.sha256`.
+///
+/// A failed write to `sink` (the connection is gone) is not an error here: it stops the copy
+/// and the missing status tells the caller what happened.
+async fn pump<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
+    mut source: R,
+    sink: &mut W,
+    expected: &Counted,
+    sent: &mut u64,
+    progress: &Progress,
+) -> Result<(), PumpError> {
+    let mut buf = vec![0u8; FRAME_BYTES];
+    let mut hasher = Sha256::new();
+    loop {
+        let n = source.read(&mut buf).await.map_err(PumpError::Source)?;
+        if n == 0 {
+            return Err(PumpError::Changed);
+        }
+        let remaining = expected.len - *sent;
+        let chunk = &buf[..n.min(usize::try_from(remaining).unwrap_or(usize::MAX))];
+        hasher.update(chunk);
+        let last = chunk.len() as u64 == remaining;
+        if last {
+            let mut probe = [0u8; 1];
+            let longer = n > chunk.len() || source.read(&mut probe).await.map_err(PumpError::Source)? > 0;
+            if longer || <[u8; 32]>::from(hasher.clone().finalize()) != expected.sha256 {
+                return Err(PumpError::Changed);
+            }
+        }
+        if sink.write_all(chunk).await.is_err() {
+            // The connection is gone; park until the caller sees the status (none) resolve.
+            return future::pending().await;
+        }
+        *sent += chunk.len() as u64;
+        progress.report(*sent);
+        if last {
+            let _ = sink.flush().await;
+            return Ok(());
+        }
+    }
+}
+
+/// Reads a stream to its end, keeping the first [`OUTPUT_CAP`] bytes.
+async fn read_capped(mut reader: impl AsyncRead + Unpin, keep: &mut Vec<u8>) {
+    let mut chunk = [0u8; 8192];
+    while let Ok(n @ 1..) = reader.read(&mut chunk).await {
+        let room = OUTPUT_CAP.saturating_sub(keep.len());
+        keep.extend_from_slice(&chunk[..n.min(room)]);
+    }
+}
+
+/// The exit code in a `NonZeroExitCode` status.
+fn exit_code(status: &Status) -> Option<i32> {
+    let causes = status.details.as_ref()?.causes.as_ref()?;
+    let cause = causes.iter().find(|c| c.reason.as_deref() == Some("ExitCode"))?;
+    cause.message.as_deref()?.trim().parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn run_pump(source: &[u8], expected: &[u8]) -> (Result<(), PumpError>, Vec<u8>) {
+        let mut sink = Vec::new();
+        let mut sent = 0;
+        let progress = Progress { callback: None, base: 0, total: expected.len() as u64 };
+        let res = pump(source, &mut sink, &Counted::of(expected), &mut sent, &progress).await;
+        assert_eq!(sent, sink.len() as u64);
+        (res, sink)
+    }
+
+    #[tokio::test]
+    async fn pump_copies_the_counted_archive() {
+        let data: Vec<u8> = (0..FRAME_BYTES * 3 + 17).map(|i| (i % 253) as u8).collect();
+        let (res, sink) = run_pump(&data, &data).await;
+        assert!(res.is_ok());
+        assert!(sink == data);
+    }
+
+    #[tokio::test]
+    async fn pump_never_sends_the_last_byte_of_a_changed_archive() {
+        let data: Vec<u8> = (0..FRAME_BYTES * 2 + 5).map(|i| (i % 253) as u8).collect();
+        let mut changed = data.clone();
+        changed[10] ^= 1;
+        let (res, sink) = run_pump(&changed, &data).await;
+        assert!(matches!(res, Err(PumpError::Changed)));
+        assert!(sink.len() < data.len());
+        let mut longer = data.clone();
+        longer.push(0);
+        let (res, sink) = run_pump(&longer, &data).await;
+        assert!(matches!(res, Err(PumpError::Changed)), "{res:?}");
+        assert!(sink.len() < data.len());
+        let (res, sink) = run_pump(&data[..data.len() - 1], &data).await;
+        assert!(matches!(res, Err(PumpError::Changed)));
+        assert!(sink.len() < data.len());
+    }
+
+    #[test]
+    fn extra_paths_must_stay_inside_dest() {
+        for path in ["", "/etc/passwd", "../x", "a/../../x"] {
+            let file = ExtraFile { path: path.into(), contents: vec![], mode: 0o644 };
+            assert!(matches!(extras_archive(&[file]), Err(ShipError::InvalidExtraFile { .. })), "{path}");
+        }
+        let file = ExtraFile { path: ".theseus/bootstrap.sh".into(), contents: b"#!/bin/sh\n".to_vec(), mode: 0o755 };
+        let archive = extras_archive(&[file]).unwrap().unwrap();
+        let mut entries = tar::Archive::new(&archive[..]);
+        let names: Vec<String> =
+            entries.entries().unwrap().map(|e| e.unwrap().path().unwrap().to_string_lossy().into_owned()).collect();
+        assert_eq!(names, [".theseus", ".theseus/bootstrap.sh"]);
+    }
+}
