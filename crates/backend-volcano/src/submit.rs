@@ -16,7 +16,7 @@ use crate::backend::{HandleData, VolcanoBackend};
 use crate::error::VolcanoError;
 use crate::helper::HELPER_TASK;
 use crate::render::{LABEL_GROUP, LABEL_NAME, LABEL_PROJECT, LABEL_ROLE, RenderedJob, label_value, owner_reference};
-use crate::ship::{ShipTarget, ship_snapshot};
+use crate::ship::{ExtraFile, ShipTarget, ship_snapshot};
 use crate::status::{Observed, pending_reason, stuck_container};
 use crate::types::{Job, TERMINAL_PHASES};
 
@@ -66,26 +66,16 @@ async fn ship_through_helper(
     options.note(&format!("waiting for helper pod of {name} (image {})", backend.host.helper_image));
     let pod = wait_running(cluster, helper, backend.settings.helper_start_timeout).await?;
     options.note(&format!("shipping code to {} through pod {pod}", layout.work_dir));
-    let extra: Vec<(String, Vec<u8>, u32)> = job
-        .bootstrap
-        .files
-        .iter()
-        .map(|f| (f.path.clone(), f.contents.clone().into_bytes(), if f.executable { 0o755 } else { 0o644 }))
-        .collect();
+    let extra: Vec<ExtraFile> = job.bootstrap.files.iter().map(ExtraFile::from).collect();
     let target = ShipTarget {
         pods: cluster.pods(),
         pod,
         container: Some(HELPER_TASK.to_owned()),
         dest: layout.work_dir.clone(),
     };
-    let progress = options.progress.clone();
     let report = tokio::time::timeout(
         backend.settings.ship_timeout,
-        ship_snapshot(&target, &job.snapshot, &extra, move |sent, total| {
-            if let Some(p) = &progress {
-                p(sent, Some(total));
-            }
-        }),
+        ship_snapshot(&target, &job.snapshot, &extra, options.progress.clone()),
     )
     .await
     .map_err(|_| VolcanoError::Timeout { what: "shipping the code".into(), after: backend.settings.ship_timeout })??;

@@ -4,7 +4,7 @@
 //! usage, and then the pod runtime.
 //!
 //! Divergences: the PodGroup is named after the job (not `<job>-<uid>`); a gang is admitted only
-//! when every replica fits; pods are deleted at once (no graceful `deletionTimestamp` phase);
+//! when every replica fits; deleted pods keep a `deletionTimestamp` until their processes are gone;
 //! a pod failure with no matching policy fails the job (`AbortJob`-like, phase `Failed`).
 
 use std::collections::{BTreeSet, HashMap, HashSet};

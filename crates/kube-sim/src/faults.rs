@@ -25,6 +25,7 @@ struct State {
     unpullable_images: HashSet<String>,
     scheduling_delay: Option<Duration>,
     requests: Vec<(String, String)>,
+    v4_only: bool,
 }
 
 /// A handle on the simulator's faults; clones share state.
@@ -57,6 +58,16 @@ impl Faults {
             code,
             retry_after,
         });
+    }
+
+    /// Makes `pods/exec` offer only `v4.channel.k8s.io` (clusters before Kubernetes 1.30), or
+    /// both protocols again.
+    pub fn exec_v4_only(&self, v4_only: bool) {
+        self.lock().v4_only = v4_only;
+    }
+
+    pub(crate) fn exec_protocols(&self) -> crate::exec::Protocols {
+        if self.lock().v4_only { crate::exec::Protocols::V4Only } else { crate::exec::Protocols::V5AndV4 }
     }
 
     /// Ends every open watch stream now (clients see the stream close and must re-watch).

@@ -118,8 +118,13 @@ impl Runtime {
     pub(crate) fn reconcile(&self, shared: &Arc<Shared>) {
         let store = &shared.store;
         let (pods, _) = store.list(known::pods(), None, &Selectors::default());
-        let live: std::collections::HashSet<&str> =
-            pods.iter().filter_map(|p| p.pointer("/metadata/uid").and_then(Value::as_str)).collect();
+        // Pods being deleted (deletionTimestamp set, held by our finalizer) are not live: their
+        // processes get stopped, and the finalizer goes when the last one exits.
+        let live: std::collections::HashSet<&str> = pods
+            .iter()
+            .filter(|p| p.pointer("/metadata/deletionTimestamp").is_none())
+            .filter_map(|p| p.pointer("/metadata/uid").and_then(Value::as_str))
+            .collect();
         {
             let mut procs = self.lock();
             for (uid, pod) in procs.iter_mut() {
@@ -139,7 +144,8 @@ impl Runtime {
         for pod in &pods {
             let uid = pod.pointer("/metadata/uid").and_then(Value::as_str).unwrap_or("").to_owned();
             let phase = pod.pointer("/status/phase").and_then(Value::as_str).unwrap_or("Pending");
-            if self.lock().contains_key(&uid) || matches!(phase, "Succeeded" | "Failed") {
+            let deleting = pod.pointer("/metadata/deletionTimestamp").is_some();
+            if self.lock().contains_key(&uid) || deleting || matches!(phase, "Succeeded" | "Failed") {
                 continue;
             }
             let mut pod = pod.clone();
@@ -214,6 +220,7 @@ impl Runtime {
         self.lock()
             .insert(uid.to_owned(), PodProc { namespace: ns.clone(), name: name.clone(), grace, containers: procs });
         let all_started = children.iter().all(|(c, _)| c.is_some());
+        let children_started = children.iter().any(|(c, _)| c.is_some());
         let _ = store.update(known::pods(), &ns, &name, |obj| {
             if obj.pointer("/metadata/uid").and_then(Value::as_str) != Some(uid) {
                 return;
@@ -231,6 +238,9 @@ impl Runtime {
                 {"type": "Ready", "status": if all_started { "True" } else { "False" }, "lastTransitionTime": now},
             ]);
             status["containerStatuses"] = json!(statuses);
+            if children_started {
+                obj["metadata"]["finalizers"] = json!([PROCESS_FINALIZER]);
+            }
         });
         for (idx, (child, stop_rx)) in children.into_iter().enumerate() {
             let Some(child) = child else { continue };
@@ -245,10 +255,12 @@ impl Runtime {
 
     /// Records a container's exit in the pod status and forgets its process group.
     fn exited(&self, store: &Store, ns: &str, name: &str, uid: &str, idx: usize, code: i32) {
-        if let Some(pod) = self.lock().get_mut(uid)
-            && let Some(c) = pod.containers.get_mut(idx)
-        {
-            c.pgid = None;
+        let mut all_exited = true;
+        if let Some(pod) = self.lock().get_mut(uid) {
+            if let Some(c) = pod.containers.get_mut(idx) {
+                c.pgid = None;
+            }
+            all_exited = pod.containers.iter().all(|c| c.pgid.is_none());
         }
         let now = util::now_rfc3339();
         let _ = store.update(known::pods(), ns, name, |obj| {
@@ -281,9 +293,17 @@ impl Runtime {
                     }
                 }
             }
+            if all_exited && let Some(m) = obj["metadata"].as_object_mut() {
+                // Nothing left to stop: a pending deletion may complete.
+                m.remove("finalizers");
+            }
         });
     }
 }
+
+/// The finalizer the runtime holds on a pod while its processes run, so that a deleted pod
+/// disappears only once they are gone (as the kubelet confirms container termination).
+pub(crate) const PROCESS_FINALIZER: &str = "sim.theseus.dev/processes";
 
 /// A container ready to spawn.
 struct Prepared {

@@ -80,7 +80,7 @@ async fn route(shared: &Arc<Shared>, req: Request<Incoming>) -> Result<Response<
     let res = target.res;
     let ns = target.namespace.clone().unwrap_or_default();
     match (target.name.as_deref(), target.sub.as_deref()) {
-        (Some(name), Some("exec")) if res.plural == "pods" => Ok(serve_exec(shared, req, &ns, name, &query)),
+        (Some(name), Some("exec")) if res.plural == "pods" => Ok(serve_exec(shared, req, &ns, name, &query).await),
         (Some(name), Some("log")) if res.plural == "pods" => crate::logs::serve(shared, &ns, name, &query).await,
         (Some(name), sub) => {
             let part = match sub {
@@ -157,7 +157,7 @@ async fn route(shared: &Arc<Shared>, req: Request<Incoming>) -> Result<Response<
 /// Merge point: replace the 501 below with
 /// `crate::exec::serve(req, target).await` (mapping the body into [`Body`]), building the
 /// handler's `ExecTarget` from `context`.
-fn serve_exec(
+async fn serve_exec(
     shared: &Shared,
     req: Request<Incoming>,
     ns: &str,
@@ -170,10 +170,13 @@ fn serve_exec(
         Ok(context) => ExecContext { command, ..context },
         Err(err) => return error_response(&err),
     };
-    let _ = (req, context);
-    error_response(&ApiError::not_implemented(
-        "pods/exec is not served by this simulator build: the websocket exec handler is not connected",
-    ))
+    let target = crate::exec::ExecTarget {
+        cwd: context.cwd,
+        env: context.env,
+        protocols: shared.faults.exec_protocols(),
+        drop_after_stdin_bytes: None,
+    };
+    crate::exec::serve(req, target).await.map(|body| body.map_err(|never| match never {}).boxed())
 }
 
 /// What an exec'd command runs with: its argv and the pod container's working directory and

@@ -298,6 +298,10 @@ impl Store {
             return Ok(next);
         }
         let old = current.clone();
+        if next["metadata"].get("deletionTimestamp").is_some() && !has_finalizers(&next) {
+            inner.objects.remove(&k);
+            return Ok(self.commit(&mut inner, ChangeKind::Deleted, res, Some(old), next));
+        }
         let next = self.commit(&mut inner, ChangeKind::Modified, res, Some(old), next);
         inner.objects.insert(k, next.clone());
         Ok(next)
@@ -372,6 +376,10 @@ impl Store {
         if next == current {
             return Ok(current);
         }
+        if next["metadata"].get("deletionTimestamp").is_some() && !has_finalizers(&next) {
+            inner.objects.remove(&k);
+            return Ok(self.commit(&mut inner, ChangeKind::Deleted, res, Some(current), next));
+        }
         let next = self.commit(&mut inner, ChangeKind::Modified, res, Some(current), next);
         inner.objects.insert(k, next.clone());
         Ok(next)
@@ -389,7 +397,20 @@ impl Store {
         let ns = if res.namespaced { ns } else { "" };
         let mut inner = self.lock();
         let k = key(res, ns, name);
-        let obj = inner.objects.remove(&k).ok_or_else(|| ApiError::not_found(&res.qualified(), name))?;
+        let obj = inner.objects.get(&k).cloned().ok_or_else(|| ApiError::not_found(&res.qualified(), name))?;
+        if has_finalizers(&obj) {
+            // Like the apiserver: an object with finalizers is only marked; whoever owns the
+            // finalizer (the pod runtime) removes it once its work is done, and then it goes.
+            if obj["metadata"].get("deletionTimestamp").is_some() {
+                return Ok(obj);
+            }
+            let mut marked = obj.clone();
+            marked["metadata"]["deletionTimestamp"] = json!(util::now_rfc3339());
+            let marked = self.commit(&mut inner, ChangeKind::Modified, res, Some(obj), marked);
+            inner.objects.insert(k, marked.clone());
+            return Ok(marked);
+        }
+        inner.objects.remove(&k);
         let mut deleted = obj.clone();
         deleted["metadata"]["deletionTimestamp"] = json!(util::now_rfc3339());
         let deleted = self.commit(&mut inner, ChangeKind::Deleted, res, Some(obj.clone()), deleted);
@@ -417,6 +438,13 @@ impl Store {
                     }
                     let next = self.commit(&mut inner, ChangeKind::Modified, dep_res, Some(dep), next);
                     inner.objects.insert(dep_key, next);
+                } else if has_finalizers(&dep) {
+                    if dep["metadata"].get("deletionTimestamp").is_none() {
+                        let mut marked = dep.clone();
+                        marked["metadata"]["deletionTimestamp"] = json!(util::now_rfc3339());
+                        let marked = self.commit(&mut inner, ChangeKind::Modified, dep_res, Some(dep), marked);
+                        inner.objects.insert(dep_key, marked);
+                    }
                 } else {
                     inner.objects.remove(&dep_key);
                     if let Some(uid) = meta_str(&dep, "uid")
@@ -472,6 +500,11 @@ fn owner_uids(obj: &Value) -> impl Iterator<Item = &str> {
 
 /// RFC 7386 JSON merge patch. Strategic merge patches are applied with it too (lists are
 /// replaced rather than merged by key, a documented divergence).
+/// Whether an object still has finalizers (its deletion waits for them).
+fn has_finalizers(obj: &Value) -> bool {
+    obj.pointer("/metadata/finalizers").and_then(Value::as_array).is_some_and(|f| !f.is_empty())
+}
+
 pub(crate) fn merge_patch(target: &mut Value, patch: &Value) {
     let Value::Object(patch_map) = patch else {
         *target = patch.clone();

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use theseus_backend_volcano::{Cluster, HandleData, RetryPolicy, Settings, VolcanoBackend};
-use theseus_core::backend::{Backend, EnvVar, JobHandle, JobState, SubmitOptions};
+use theseus_core::backend::{EnvVar, JobHandle, JobState, SubmitOptions};
 use theseus_core::chips;
 use theseus_core::config::{ClusterConfig, HostKind, VolcanoHost};
 use theseus_core::solver::Plan;
