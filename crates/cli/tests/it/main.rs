@@ -3,6 +3,7 @@
 
 mod cli;
 mod jax;
+mod volcano;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

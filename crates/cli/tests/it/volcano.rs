@@ -1,0 +1,188 @@
+//! The `theseus` binary against a Volcano cluster simulator reached through a kubeconfig:
+//! plan from live queue and node capacity, submit (helper, shipping, gang job, ledger), status,
+//! logs, cancel, gc, and a dry run that needs no cluster at all.
+
+use std::path::Path;
+
+use theseus_kube_sim::{NodeConfig, Sim, SimConfig};
+
+use crate::{TestContext, text};
+
+struct SimWorld {
+    // Held for their lifetime only. Field order matters: the simulator stops before the
+    // runtime that drives it.
+    _sim: Sim,
+    _runtime: tokio::runtime::Runtime,
+    _pvc: tempfile::TempDir,
+    code: tempfile::TempDir,
+}
+
+impl SimWorld {
+    fn start(ctx: &TestContext) -> SimWorld {
+        let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+        let config = SimConfig {
+            nodes: (0..2).map(|i| NodeConfig::new(&format!("gpu-node-{i}"), 4)).collect(),
+            ..SimConfig::default()
+        };
+        let sim = runtime.block_on(Sim::start(config)).expect("simulator starts");
+        let pvc = tempfile::tempdir().unwrap();
+        write_kubeconfig(ctx.home(), &sim.url());
+        write_dispatch_config(ctx.home(), pvc.path());
+        let code = tempfile::tempdir().unwrap();
+        std::fs::write(
+            code.path().join("job.py"),
+            "import os, sys, time\n\
+             print('rank', os.environ.get('VC_TASK_INDEX'), 'of', os.environ.get('VC_WORKER_NUM'), flush=True)\n\
+             if len(sys.argv) > 1 and sys.argv[1] == 'sleep':\n    time.sleep(600)\n",
+        )
+        .unwrap();
+        std::fs::write(code.path().join("exp.yaml"), "entrypoint: python job.py\n").unwrap();
+        std::fs::write(code.path().join("sleep.yaml"), "entrypoint: python job.py sleep\n").unwrap();
+        SimWorld { _sim: sim, _runtime: runtime, _pvc: pvc, code }
+    }
+
+    fn code(&self) -> &str {
+        self.code.path().to_str().unwrap()
+    }
+
+    fn exp(&self, name: &str) -> String {
+        self.code.path().join(name).display().to_string()
+    }
+}
+
+fn write_kubeconfig(home: &Path, server: &str) {
+    let dir = home.join(".kube");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("config"),
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: sim\n  cluster:\n    server: {server}\n\
+             users:\n- name: sim\n  user: {{}}\ncontexts:\n- name: sim\n  context:\n    cluster: sim\n    user: sim\n\
+             current-context: sim\n"
+        ),
+    )
+    .unwrap();
+}
+
+fn write_dispatch_config(home: &Path, pvc: &Path) {
+    let pvc = pvc.display();
+    std::fs::write(
+        home.join(".theseus.yaml"),
+        format!(
+            "clusters:\n  sim:\n    root: {pvc}\n    work: {pvc}/work\n    log: {pvc}/logs\n    status: {pvc}/status\n\
+             hosts:\n  k8s:\n    type: volcano\n    cluster: sim\n    namespace: default\n    queue: default\n\
+             \x20   image: theseus-test:local\n    pvc_name: work\n    pvc_mount_path: {pvc}\n    chips: {{h100: 4}}\n"
+        ),
+    )
+    .unwrap();
+}
+
+#[test]
+fn plan_uses_live_capacity_and_a_two_node_job_runs_end_to_end() {
+    let ctx = TestContext::new();
+    let world = SimWorld::start(&ctx);
+
+    let plan = ctx.run(&["plan", "p", &world.exp("exp.yaml"), "--host", "k8s", "--chip", "h100", "-n", "8", "--output", "json"]);
+    assert!(plan.status.success(), "{}", text(&plan.stderr));
+    let plan: serde_json::Value = serde_json::from_slice(&plan.stdout).unwrap();
+    assert_eq!(plan["plan"]["nodes"], 2, "{plan}");
+    assert_eq!(plan["plan"]["chips_per_node"], 4, "{plan}");
+    let too_big = ctx.run(&["plan", "p", &world.exp("exp.yaml"), "--host", "k8s", "--chip", "h100", "-n", "16"]);
+    assert!(!too_big.status.success(), "16 GPUs do not fit in 8");
+
+    let out = ctx.run(&[
+        "submit", "pair", &world.exp("exp.yaml"), "--code", world.code(), "--host", "k8s", "--chip", "h100", "-n", "8", "--follow",
+    ]);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(stdout.contains("[worker-0] rank 0 of 2"), "{stdout}");
+    assert!(stdout.contains("[worker-1] rank 1 of 2"), "{stdout}");
+    assert!(stderr.contains("waiting for helper pod"), "progress of the helper is shown: {stderr}");
+    assert!(stderr.contains("completed (exit code 0)"), "{stderr}");
+
+    let list = ctx.run(&["list", "--output", "json"]);
+    let records: serde_json::Value = serde_json::from_slice(&list.stdout).unwrap();
+    let record = records.as_array().unwrap().iter().find(|r| r["identity"]["name"] == "pair").expect("in the ledger");
+    assert_eq!(record["host"], "k8s");
+    assert_eq!(record["handle"]["kind"], "volcano");
+    let status = ctx.run(&["status", "pair", "--output", "json"]);
+    let v: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert_eq!(v["status"]["state"], "completed", "{v}");
+    assert_eq!(v["status"]["ranks"].as_array().map(Vec::len), Some(2), "{v}");
+    let logs = text(&ctx.run(&["logs", "pair", "--rank", "1"]).stdout);
+    assert!(logs.contains("[worker-1] rank 1 of 2") && !logs.contains("worker-0"), "{logs}");
+
+    let gc = ctx.run(&["gc", "--older-than", "0s"]);
+    assert!(gc.status.success(), "{}", text(&gc.stderr));
+    assert_eq!(text(&gc.stdout).trim(), "0", "no helper was left behind");
+    drop(world);
+}
+
+#[test]
+fn cancel_removes_a_running_job_and_status_remembers_it() {
+    let ctx = TestContext::new();
+    let world = SimWorld::start(&ctx);
+    let out = ctx.run(&["submit", "sleepy", &world.exp("sleep.yaml"), "--code", world.code(), "--host", "k8s", "--chip", "cpu"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let again = ctx.run(&["submit", "sleepy", &world.exp("sleep.yaml"), "--code", world.code(), "--host", "k8s", "--chip", "cpu"]);
+    assert_eq!(again.status.code(), Some(2));
+    assert!(text(&again.stderr).contains("--replace"), "{}", text(&again.stderr));
+
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let status = ctx.run(&["status", "sleepy", "--output", "json"]);
+        let v: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap_or_default();
+        if v["status"]["state"] == "running" {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "never ran: {v}");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let cancel = ctx.run(&["cancel", "sleepy"]);
+    assert!(cancel.status.success(), "{}", text(&cancel.stderr));
+    assert!(text(&cancel.stdout).contains("cancelled"), "{}", text(&cancel.stdout));
+    let status = ctx.run(&["status", "sleepy"]);
+    assert!(status.status.success(), "{}", text(&status.stderr));
+    assert!(text(&status.stdout).contains("cancelled") && text(&status.stdout).contains("no longer exists"), "{}", text(&status.stdout));
+    drop(world);
+}
+
+#[test]
+fn dry_run_prints_the_manifests_without_any_cluster() {
+    let ctx = TestContext::new();
+    let pvc = tempfile::tempdir().unwrap();
+    write_dispatch_config(ctx.home(), pvc.path());
+    // No kubeconfig, no cluster: the dry run must not need either.
+    let out = ctx
+        .cmd()
+        .env("MY_TOKEN", "tok-s3cr3t")
+        .args([
+            "submit", "dry", "examples/hello/experiment.yaml", "--host", "k8s", "--chip", "h100", "-n", "4", "--dry-run",
+            "--secret-env", "MY_TOKEN", "--volcano-image", "repo/img:tag", "--cpu", "12", "--mem", "100Gi",
+        ])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(!stdout.contains("tok-s3cr3t") && !stderr.contains("tok-s3cr3t"), "the secret leaked");
+    for needle in ["kind: Job", "schedulerName: volcano", "theseus-ship-", "kind: Secret", "<redacted>", "repo/img:tag", "100Gi"] {
+        assert!(stdout.contains(needle), "`{needle}` missing from:\n{stdout}");
+    }
+    let bad = ctx.run(&["submit", "dry", "examples/hello/experiment.yaml", "--host", "k8s", "--dry-run", "--mem", "64Gx"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(text(&bad.stderr).contains("memory") && text(&bad.stderr).contains("64Gx"), "{}", text(&bad.stderr));
+}
+
+#[test]
+fn an_invalid_quantity_in_the_config_names_the_file_and_key() {
+    let ctx = TestContext::new();
+    let pvc = tempfile::tempdir().unwrap();
+    write_dispatch_config(ctx.home(), pvc.path());
+    let path = ctx.home().join(".theseus.yaml");
+    let config = std::fs::read_to_string(&path).unwrap() + "    memory: 64Gx\n";
+    std::fs::write(&path, config).unwrap();
+    let out = ctx.run(&["config", "check"]);
+    assert_eq!(out.status.code(), Some(1), "config check exits 1 on an invalid config");
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains(".theseus.yaml") && stderr.contains("hosts.k8s.memory") && stderr.contains("64Gx"), "{stderr}");
+}
