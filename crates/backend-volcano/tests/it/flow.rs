@@ -321,3 +321,24 @@ async fn an_exec_failure_is_an_error_and_the_helper_is_deleted() {
     assert!(world.connection().list_jobs("theseus.dev/name=no-exec").await.unwrap().is_empty(), "no gang job");
     let _ = world.pvc();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_helper_that_never_starts_times_out_with_the_reason_and_is_deleted() {
+    let world = World::start(1).await;
+    world.sim.faults().delay_scheduling(Some(Duration::from_secs(120)));
+    let settings = Settings {
+        helper_start_timeout: Duration::from_secs(2),
+        poll_interval: Duration::from_millis(200),
+        ..Settings::default()
+    };
+    let backend = world.backend().with_settings(settings);
+    let h = Harness { backend: Arc::new(backend), plan: plan(1, 0), probe: Arc::new(RunProbe), timeout: Duration::from_secs(30) };
+    let (job, _code) = testing::prepare(&h, "slow-helper", &["ok"], vec![], serde_json::json!({})).await.unwrap();
+    let err = h.backend.submit(&job, &SubmitOptions::default()).await.expect_err("the helper cannot start in time");
+    let text = err.to_string();
+    assert!(text.contains("timed out") && text.contains("helper pod"), "{text}");
+    assert!(text.contains("waiting"), "the error says what the pod waits for: {text}");
+    world.sim.faults().delay_scheduling(None);
+    let (helpers, pods, _) = theseus_objects(&world).await;
+    assert!(helpers.is_empty() && pods.is_empty(), "{helpers:?} {pods:?}");
+}

@@ -11,7 +11,7 @@ use crate::{TestContext, text};
 struct SimWorld {
     // Held for their lifetime only. Field order matters: the simulator stops before the
     // runtime that drives it.
-    _sim: Sim,
+    sim: Sim,
     _runtime: tokio::runtime::Runtime,
     _pvc: tempfile::TempDir,
     code: tempfile::TempDir,
@@ -38,7 +38,7 @@ impl SimWorld {
         .unwrap();
         std::fs::write(code.path().join("exp.yaml"), "entrypoint: python job.py\n").unwrap();
         std::fs::write(code.path().join("sleep.yaml"), "entrypoint: python job.py sleep\n").unwrap();
-        SimWorld { _sim: sim, _runtime: runtime, _pvc: pvc, code }
+        SimWorld { sim, _runtime: runtime, _pvc: pvc, code }
     }
 
     fn code(&self) -> &str {
@@ -185,4 +185,45 @@ fn an_invalid_quantity_in_the_config_names_the_file_and_key() {
     assert_eq!(out.status.code(), Some(1), "config check exits 1 on an invalid config");
     let stderr = text(&out.stderr);
     assert!(stderr.contains(".theseus.yaml") && stderr.contains("hosts.k8s.memory") && stderr.contains("64Gx"), "{stderr}");
+}
+
+#[test]
+fn ctrl_c_while_waiting_for_the_helper_deletes_it() {
+    use std::io::{BufRead as _, BufReader};
+    let ctx = TestContext::new();
+    let world = SimWorld::start(&ctx);
+    world.sim.faults().delay_scheduling(Some(std::time::Duration::from_secs(120)));
+    let mut child = ctx
+        .cmd()
+        .args(["submit", "interrupted", &world.exp("exp.yaml"), "--code", world.code(), "--host", "k8s", "--chip", "cpu"])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut seen = String::new();
+    loop {
+        let mut line = String::new();
+        if stderr.read_line(&mut line).unwrap() == 0 {
+            panic!("submit ended before waiting for the helper:\n{seen}");
+        }
+        seen.push_str(&line);
+        if line.contains("waiting for helper pod") {
+            break;
+        }
+    }
+    // Only the process this test started is signalled, by its PID.
+    let pid = child.id().to_string();
+    assert!(std::process::Command::new("kill").args(["-INT", &pid]).status().unwrap().success());
+    let status = child.wait().unwrap();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stderr, &mut rest).unwrap();
+    assert!(!status.success(), "an interrupted submit fails");
+    assert!(rest.contains("interrupted"), "{seen}{rest}");
+    world.sim.faults().delay_scheduling(None);
+    let gc = ctx.run(&["gc", "--older-than", "0s", "--dry-run"]);
+    assert!(gc.status.success(), "{}", text(&gc.stderr));
+    assert_eq!(text(&gc.stdout).trim(), "0", "no helper is left: {}", text(&gc.stderr));
+    let list = ctx.run(&["list", "--output", "json"]);
+    let records: serde_json::Value = serde_json::from_slice(&list.stdout).unwrap();
+    assert_eq!(records.as_array().map(Vec::len), Some(0), "nothing entered the ledger: {records}");
 }
