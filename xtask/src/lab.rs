@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result, bail};
 
 /// `cargo xtask lab <up|down|status|env|smoke>`.
 pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
@@ -40,10 +40,8 @@ pub(crate) struct Lab {
 
 /// Starts the lab (a no-op when it already runs) and returns its env.
 pub(crate) fn up(root: &Path) -> Result<Lab> {
-    let out = script(root, "lab.sh", "start")
-        .stderr(Stdio::inherit())
-        .output()
-        .context("cannot run ci/lab/lab.sh start")?;
+    let out =
+        script(root, "lab.sh", "start").stderr(Stdio::inherit()).output().context("cannot run ci/lab/lab.sh start")?;
     if !out.status.success() {
         bail!("ci/lab/lab.sh start failed ({}); see the messages above", out.status);
     }
@@ -62,11 +60,7 @@ pub(crate) fn up(root: &Path) -> Result<Lab> {
 
 /// Whether the lab is already fully running (then `cargo xtask test` leaves it running).
 pub(crate) fn is_running(root: &Path) -> bool {
-    script(root, "lab.sh", "status")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
+    script(root, "lab.sh", "status").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success())
 }
 
 /// Stops every process the lab started (by pidfile) and removes its network namespace.
