@@ -2,29 +2,35 @@
 //!
 //! - `test`: the whole test suite, as CI runs it. Prepares what the tests need (a Python venv
 //!   with JAX from PyPI), then runs `cargo test --workspace` with every optional test required.
+//!   It also starts the SSH/Slurm lab (`ci/lab/`) before the tests and stops it afterwards,
+//!   unless it was already running. A lab that cannot start fails the run; with
+//!   `THESEUSTEST_REQUIRE_ALL=0` it is skipped instead (and the live tests say they did not run).
+//! - `lab up|down|status|env|smoke`: the SSH/Slurm test lab on its own (see `ci/lab/README.md`).
 //! - `tidy`: repository checks (every `.rs` file opens with a `//!` doc).
 //! - `setup-python`: only the venv step of `test`; prints the interpreter path.
 
+mod lab;
 mod python;
 mod tidy;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result, bail};
 
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let root = project_root();
     match args.first().map(String::as_str) {
         Some("test") => test(&root, &args[1..]),
+        Some("lab") => lab::run(&root, &args[1..]),
         Some("tidy") => tidy::check(&root),
         Some("setup-python") => {
             println!("{}", python::ensure_venv(&root)?.display());
             Ok(())
         }
         _ => {
-            eprintln!("usage: cargo xtask <test [cargo test args...]|tidy|setup-python>");
+            eprintln!("usage: cargo xtask <test [cargo test args...]|lab up|down|status|env|smoke|tidy|setup-python>");
             std::process::exit(2);
         }
     }
@@ -43,18 +49,39 @@ fn target_dir(root: &Path) -> PathBuf {
 fn test(root: &Path, extra: &[String]) -> Result<()> {
     tidy::check(root)?;
     let python = python::ensure_venv(root)?;
+    // CI requires every optional test; a developer without root can opt out explicitly.
+    let require_all = std::env::var("THESEUSTEST_REQUIRE_ALL").map_or(true, |v| v != "0");
+    let was_running = lab::is_running(root);
+    let lab = match lab::up(root) {
+        Ok(lab) => Some(lab),
+        Err(err) if require_all => {
+            return Err(err.context(
+                "cannot start the SSH/Slurm test lab, which `cargo xtask test` requires (it needs root \
+                 and apt-get); set THESEUSTEST_REQUIRE_ALL=0 to run without it",
+            ));
+        }
+        Err(err) => {
+            eprintln!("xtask: WARNING: running without the SSH/Slurm lab: {err:#}");
+            None
+        }
+    };
     eprintln!("xtask: running the workspace tests with THESEUSTEST_PYTHON={}", python.display());
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let status = Command::new(cargo)
-        .current_dir(root)
+    let mut cmd = Command::new(cargo);
+    cmd.current_dir(root)
         .args(["test", "--workspace", "--all-targets"])
         .args(extra)
         .env("THESEUSTEST_PYTHON", &python)
-        .env("THESEUSTEST_REQUIRE_ALL", "1")
-        .status()
-        .context("cannot run cargo test")?;
+        .env("THESEUSTEST_REQUIRE_ALL", if require_all { "1" } else { "0" });
+    for (key, value) in lab.iter().flat_map(|lab| &lab.vars) {
+        cmd.env(key, value);
+    }
+    let status = cmd.status().context("cannot run cargo test");
+    // Stop the lab also when the tests failed, but leave one that was up before us.
+    let stopped = if lab.is_some() && !was_running { lab::down(root) } else { Ok(()) };
+    let status = status?;
     if !status.success() {
         bail!("tests failed ({status})");
     }
-    Ok(())
+    stopped.context("cannot stop the test lab")
 }

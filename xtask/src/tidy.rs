@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use anyhow::{bail, Result};
+use anyhow::{Result, bail};
 
 /// Fails listing every `.rs` file (outside `target`) whose first line is not a `//!` comment.
 pub(crate) fn check(root: &Path) -> Result<()> {

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# record-slurm.sh OUT_DIR: records real Slurm output from a running lab (as the test user, through
+# the login node, as the backend sees it) into OUT_DIR, for the parser tests in
+# crates/backend-slurm. Scenario: job 1 runs on both nodes with one GPU each, job 2 waits for
+# GPUs (needs 4 per node), job 3 failed with exit code 3, job 4 completed, job 5 was cancelled.
+# Start from a fresh lab (`cargo xtask lab down && cargo xtask lab up`) so the job ids match.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+out=${1:?usage: record-slurm.sh OUT_DIR}
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+resolve_lab_dir
+set -a; source "$LAB/env"; set +a
+login() { ssh_test "$THESEUSTEST_SLURM_SSH_PORT" "$@"; }
+# rec FILE CMD: the command's stdout and stderr, then its exit status, as the backend gets them.
+rec() {
+  local file=$1 rc=0
+  shift
+  login "$*" > "$out/$file" 2> "$out/$file.stderr" || rc=$?
+  [[ -s $out/$file.stderr ]] || rm "$out/$file.stderr"
+  echo "$rc" > "$out/$file.exit"
+  echo "$file: exit $rc" >&2
+}
+in_shared="cd $THESEUSTEST_SLURM_SHARED &&"
+login "$in_shared sbatch --parsable -J running --nodes=2 --ntasks-per-node=1 --gres=gpu:h100:1 -o rec-%j.out --wrap 'srun sleep 60'"
+login "$in_shared sbatch --parsable -J pending --nodes=2 --gres=gpu:h100:4 -o rec-%j.out --wrap true"
+login "$in_shared sbatch --parsable -J failing -p cpu -o rec-%j.out --wrap 'exit 3'"
+login "$in_shared sbatch --parsable -J ok -p cpu -o rec-%j.out --wrap 'echo ok'"
+login "$in_shared sbatch --parsable -J cancelled --gres=gpu:h100:4 --nodes=2 -o rec-%j.out --wrap true"
+login "scancel 5"
+# Wait until 1 runs and 3 and 4 are done.
+for _ in $(seq 1 100); do
+  states=$(login "squeue -h --states=all -o '%i %T' | sort | tr '\n' ' '")
+  [[ $states == *"1 RUNNING"*"3 FAILED"*"4 COMPLETED"* ]] && break
+  sleep 0.2
+done
+echo "states: $states" >&2
+rec sinfo_node_format.txt "sinfo --Node --noheader --Format='NodeList:|,Partition:|,Gres:|,GresUsed:|,StateCompact:'"
+rec sinfo_default.txt "sinfo"
+rec sinfo.json "sinfo --json"
+rec squeue_all.json "squeue --json --states=all"
+rec squeue_job1.json "squeue --json --states=all --jobs 1"
+rec squeue_text.txt "squeue --noheader --states=all --format='%i|%T|%r|%N'"
+rec squeue_text_job3.txt "squeue --noheader --states=all --format='%i|%T|%r|%N' --jobs 3"
+rec squeue_unknown_job.txt "squeue --noheader --states=all --format='%i|%T|%r|%N' --jobs 999"
+rec squeue_unknown_job.json "squeue --json --states=all --jobs 999"
+rec sacct_job3.txt "sacct --parsable2 --noheader --format=JobID,State,ExitCode,Reason --jobs 3"
+rec scontrol_show_node.txt "scontrol show node"
+rec scontrol_show_job_oneliner.txt "scontrol show job -o"
+rec sbatch_bad_partition.txt "sbatch --parsable -p nosuch --wrap true"
+rec sbatch_bad_gres.txt "sbatch --parsable --gres=gpu:h100:5 --wrap true"
+rec sbatch_bad_gpu_type.txt "sbatch --parsable --gres=gpu:a100:1 --wrap true"
+rec sinfo_version.txt "sinfo --version"
+login "scancel 1 2" || true
