@@ -4,7 +4,12 @@
 //!   with JAX from PyPI), then runs `cargo test --workspace` with every optional test required.
 //! - `tidy`: repository checks (every `.rs` file opens with a `//!` doc).
 //! - `setup-python`: only the venv step of `test`; prints the interpreter path.
+//! - `e2e --sim`: the real `theseus` binary through the Volcano scenarios against the simulator
+//!   (`test` runs it after the workspace tests); `e2e` does the same on a kind cluster with
+//!   Volcano (`--dry-run` prints the steps, `--keep` keeps the cluster).
+//! - `sim`: starts the Kubernetes + Volcano simulator and keeps it up for `kubectl --server`.
 
+mod e2e;
 mod python;
 mod tidy;
 
@@ -19,12 +24,16 @@ fn main() -> Result<()> {
     match args.first().map(String::as_str) {
         Some("test") => test(&root, &args[1..]),
         Some("tidy") => tidy::check(&root),
+        Some("e2e") => e2e::run(&root, &args[1..]),
+        Some("sim") => e2e::sim_command(&root, &args[1..]),
         Some("setup-python") => {
             println!("{}", python::ensure_venv(&root)?.display());
             Ok(())
         }
         _ => {
-            eprintln!("usage: cargo xtask <test [cargo test args...]|tidy|setup-python>");
+            eprintln!(
+                "usage: cargo xtask <test [cargo test args...]|tidy|setup-python|e2e [--sim] [--dry-run] [--keep]|sim [--port P]>"
+            );
             std::process::exit(2);
         }
     }

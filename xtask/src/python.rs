@@ -7,7 +7,7 @@ use std::process::Command;
 use anyhow::{bail, Context, Result};
 
 /// JAX version the tests pin (CPU wheels from PyPI).
-const JAX: &str = "jax==0.10.2";
+pub(crate) const JAX: &str = "jax==0.10.2";
 
 /// Creates (if needed) the venv and returns its python.
 pub(crate) fn ensure_venv(root: &Path) -> Result<PathBuf> {
