@@ -1,7 +1,8 @@
 //! Developer tasks, run as `cargo xtask <task>` (alias in `.cargo/config.toml`).
 //!
 //! - `test`: the whole test suite, as CI runs it. Prepares what the tests need (a Python venv
-//!   with JAX from PyPI), then runs `cargo test --workspace` with every optional test required.
+//!   with JAX from PyPI), runs `cargo test --workspace` with every optional test required, then
+//!   `e2e --sim`.
 //! - `tidy`: repository checks (every `.rs` file opens with a `//!` doc).
 //! - `setup-python`: only the venv step of `test`; prints the interpreter path.
 //! - `e2e --sim`: the real `theseus` binary through the Volcano scenarios against the simulator
@@ -16,7 +17,7 @@ mod tidy;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result, bail};
 
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -65,5 +66,6 @@ fn test(root: &Path, extra: &[String]) -> Result<()> {
     if !status.success() {
         bail!("tests failed ({status})");
     }
-    Ok(())
+    eprintln!("xtask: running the end-to-end scenarios against the simulator (cargo xtask e2e --sim)");
+    e2e::run(root, &["--sim".to_owned()])
 }

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result, bail};
 
 /// JAX version the tests pin (CPU wheels from PyPI).
 pub(crate) const JAX: &str = "jax==0.10.2";

@@ -48,7 +48,12 @@ fn step(what: &str, argv: &[&str], stdin: Option<String>) -> Step {
 
 /// `cargo xtask e2e` (no `--sim`).
 pub(crate) fn e2e(root: &Path, flags: &Flags) -> Result<()> {
-    let scratch = crate::target_dir(root).join("xtask-e2e/kind");
+    let scratch = if flags.dry_run {
+        crate::target_dir(root).join("xtask-e2e/kind-<timestamp>-<pid>")
+    } else {
+        preflight()?;
+        super::scratch_dir(root, "kind")?
+    };
     let (home, pvc, code) = (scratch.join("home"), scratch.join("pvc"), scratch.join("code"));
     let kubeconfig = scratch.join("kubeconfig");
     let target = Target {
@@ -65,7 +70,6 @@ pub(crate) fn e2e(root: &Path, flags: &Flags) -> Result<()> {
         print_plan(&scratch, &kind_config, &setup, &target, flags);
         return Ok(());
     }
-    preflight()?;
     let started = Instant::now();
     let bin = build_binaries(root, false)?;
     for dir in [&home.join(".kube"), &pvc] {
@@ -127,26 +131,42 @@ impl Drop for ClusterGuard {
 /// Fails naming every missing tool and what to install.
 fn preflight() -> Result<()> {
     let tools = [
-        ("docker", &["version", "--format", "{{.Server.Version}}"][..], "Docker Engine or Docker Desktop, running (https://docs.docker.com/get-docker/)"),
+        (
+            "docker",
+            &["version", "--format", "{{.Server.Version}}"][..],
+            "Docker Engine or Docker Desktop, running (https://docs.docker.com/get-docker/)",
+        ),
         ("kind", &["version"][..], "kind (https://kind.sigs.k8s.io/docs/user/quick-start/#installation)"),
         ("kubectl", &["version", "--client"][..], "kubectl (https://kubernetes.io/docs/tasks/tools/)"),
         ("helm", &["version", "--short"][..], "Helm 3 (https://helm.sh/docs/intro/install/)"),
     ];
     let mut missing = Vec::new();
     for (tool, args, install) in tools {
-        let ok = Command::new(tool).args(args).stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success());
+        let ok = Command::new(tool)
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
         if !ok {
             missing.push(format!("  {tool}: install {install}"));
         }
     }
-    if !missing.is_empty() {
-        bail!(
-            "`cargo xtask e2e` needs a real cluster toolchain; missing or not working:\n{}\n\
-             (`cargo xtask e2e --sim` runs the same scenarios against the simulator without them)",
-            missing.join("\n")
-        );
+    if missing.is_empty() {
+        let clusters = Command::new("kind").args(["get", "clusters"]).output().context("cannot run kind")?;
+        if String::from_utf8_lossy(&clusters.stdout).lines().any(|l| l.trim() == CLUSTER) {
+            bail!(
+                "a kind cluster named `{CLUSTER}` already exists (left by `--keep`?); \
+                 delete it with `kind delete cluster --name {CLUSTER}` and retry"
+            );
+        }
+        return Ok(());
     }
-    Ok(())
+    bail!(
+        "`cargo xtask e2e` needs a real cluster toolchain; missing or not working:\n{}\n\
+             (`cargo xtask e2e --sim` runs the same scenarios against the simulator without them)",
+        missing.join("\n")
+    );
 }
 
 fn run_step(s: &Step) -> Result<()> {
@@ -168,10 +188,8 @@ fn run_step(s: &Step) -> Result<()> {
 
 /// The kind cluster: a control plane and two workers sharing one host dir as the PVC.
 fn kind_config(pvc: &Path) -> String {
-    let worker = format!(
-        "- role: worker\n  extraMounts:\n  - hostPath: {}\n    containerPath: {NODE_PVC_DIR}\n",
-        pvc.display()
-    );
+    let worker =
+        format!("- role: worker\n  extraMounts:\n  - hostPath: {}\n    containerPath: {NODE_PVC_DIR}\n", pvc.display());
     format!("kind: Cluster\napiVersion: kind.x-k8s.io/v1alpha4\nnodes:\n- role: control-plane\n{worker}{worker}")
 }
 
@@ -195,33 +213,88 @@ fn setup_steps(root: &Path, scratch: &Path, kubeconfig: &Path) -> Vec<Step> {
     let e2e_dir = root.join("xtask/e2e").display().to_string();
     let dockerfile = root.join("xtask/e2e/Dockerfile").display().to_string();
     let mut steps = vec![
-        step("create the kind cluster", &["kind", "create", "cluster", "--name", CLUSTER, "--config", &kind_config, "--kubeconfig", &kc, "--wait", "120s"], None),
-        step("add Volcano's Helm repository", &["helm", "repo", "add", "--force-update", "volcano-sh", VOLCANO_CHART_REPO], None),
         step(
-            &format!("install Volcano v{VOLCANO_VERSION}"),
+            "create the kind cluster",
             &[
-                "helm", "install", "volcano", "volcano-sh/volcano", "--version", VOLCANO_VERSION, "--namespace", "volcano-system",
-                "--create-namespace", "--kubeconfig", &kc, "--wait", "--timeout", "10m",
+                "kind",
+                "create",
+                "cluster",
+                "--name",
+                CLUSTER,
+                "--config",
+                &kind_config,
+                "--kubeconfig",
+                &kc,
+                "--wait",
+                "120s",
             ],
             None,
         ),
-        step("create the namespace, queue, PV and PVC", &["kubectl", "--kubeconfig", &kc, "apply", "-f", "-"], Some(cluster_manifests())),
+        step(
+            "add Volcano's Helm repository",
+            &["helm", "repo", "add", "--force-update", "volcano-sh", VOLCANO_CHART_REPO],
+            None,
+        ),
+        step(
+            &format!("install Volcano v{VOLCANO_VERSION}"),
+            &[
+                "helm",
+                "install",
+                "volcano",
+                "volcano-sh/volcano",
+                "--version",
+                VOLCANO_VERSION,
+                "--namespace",
+                "volcano-system",
+                "--create-namespace",
+                "--kubeconfig",
+                &kc,
+                "--wait",
+                "--timeout",
+                "10m",
+            ],
+            None,
+        ),
+        step(
+            "create the namespace, queue, PV and PVC",
+            &["kubectl", "--kubeconfig", &kc, "apply", "-f", "-"],
+            Some(cluster_manifests()),
+        ),
     ];
     for node in WORKERS {
         let patch = format!(r#"[{{"op":"add","path":"/status/capacity/nvidia.com~1gpu","value":"{GPUS_PER_NODE}"}}]"#);
         steps.push(Step {
             what: format!("advertise {GPUS_PER_NODE} fake GPUs on {node}"),
-            argv: ["kubectl", "--kubeconfig", &kc, "patch", "node", node, "--subresource=status", "--type=json", "-p", &patch]
-                .map(str::to_owned)
-                .to_vec(),
+            argv: [
+                "kubectl",
+                "--kubeconfig",
+                &kc,
+                "patch",
+                "node",
+                node,
+                "--subresource=status",
+                "--type=json",
+                "-p",
+                &patch,
+            ]
+            .map(str::to_owned)
+            .to_vec(),
             stdin: None,
         });
     }
     steps.extend([
-        step("build the job image (Python + JAX on CPU)", &["docker", "build", "-t", JOB_IMAGE, "-f", &dockerfile, &e2e_dir], None),
+        step(
+            "build the job image (Python + JAX on CPU)",
+            &["docker", "build", "-t", JOB_IMAGE, "-f", &dockerfile, &e2e_dir],
+            None,
+        ),
         step("load the job image into kind", &["kind", "load", "docker-image", JOB_IMAGE, "--name", CLUSTER], None),
         step("pull the helper image", &["docker", "pull", HELPER_IMAGE], None),
-        step("load the helper image into kind", &["kind", "load", "docker-image", HELPER_IMAGE, "--name", CLUSTER], None),
+        step(
+            "load the helper image into kind",
+            &["kind", "load", "docker-image", HELPER_IMAGE, "--name", CLUSTER],
+            None,
+        ),
     ]);
     steps
 }
@@ -242,7 +315,10 @@ fn print_plan(scratch: &Path, kind_config: &str, setup: &[Step], target: &Target
             println!("# ---- xtask/e2e/Dockerfile ----\n{DOCKERFILE}# ---- end ----");
         }
     }
-    println!("\n# the theseus config: {}/home/.theseus.yaml (the kubeconfig is copied to home/.kube/config)", scratch.display());
+    println!(
+        "\n# the theseus config: {}/home/.theseus.yaml (the kubeconfig is copied to home/.kube/config)",
+        scratch.display()
+    );
     print!("{}", target.dispatch_config());
     println!("\n# scenarios (run in {}/code with HOME={}/home):", scratch.display(), scratch.display());
     print!("{}", scenarios::describe());

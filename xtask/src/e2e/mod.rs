@@ -43,7 +43,9 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
                     flags.only.push(n.parse().with_context(|| format!("bad scenario number `{n}` in {other}"))?);
                 }
             }
-            other => bail!("unknown argument `{other}`\nusage: cargo xtask e2e [--sim] [--dry-run] [--keep] [--only=1,2]"),
+            other => {
+                bail!("unknown argument `{other}`\nusage: cargo xtask e2e [--sim] [--dry-run] [--keep] [--only=1,2]")
+            }
         }
     }
     if flags.sim {
@@ -165,7 +167,8 @@ impl World {
             ("hello.yaml", "entrypoint: python hello.py\n"),
         ];
         for (name, body) in files {
-            std::fs::write(dir.join(name), body).with_context(|| format!("cannot write {}", dir.join(name).display()))?;
+            std::fs::write(dir.join(name), body)
+                .with_context(|| format!("cannot write {}", dir.join(name).display()))?;
         }
         Ok(())
     }

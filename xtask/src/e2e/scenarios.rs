@@ -94,11 +94,9 @@ fn commands(n: u32) -> Vec<Vec<String>> {
             args("status e2e-jax --output json   # until terminal; must be completed"),
             args("logs e2e-jax   # both ranks: process_count=2 allgather=[1, 11]"),
         ],
-        2 => vec![
-            too_big_submit(),
-            args("status e2e-too-big   # pending, with the reason"),
-            args("cancel e2e-too-big"),
-        ],
+        2 => {
+            vec![too_big_submit(), args("status e2e-too-big   # pending, with the reason"), args("cancel e2e-too-big")]
+        }
         3 => vec![broken_submit()],
         4 => vec![
             parallel_submit(0),
@@ -115,7 +113,9 @@ fn jax_submit() -> Vec<String> {
 }
 
 fn too_big_submit() -> Vec<String> {
-    let s = format!("submit e2e-too-big hello.yaml --code . --host {HOST} --chip h100 -n 16 --no-check --secret-env E2E_TOKEN");
+    let s = format!(
+        "submit e2e-too-big hello.yaml --code . --host {HOST} --chip h100 -n 16 --no-check --secret-env E2E_TOKEN"
+    );
     s.split_whitespace().map(str::to_owned).collect()
 }
 
@@ -187,14 +187,16 @@ fn too_big(world: &World) -> Result<()> {
     let ns = &world.namespace;
     let selector = "labelSelector=theseus.dev%2Fname%3De2e-too-big%2C%21theseus.dev%2Frole";
     let jobs = names(&world.api.list(&format!("/apis/batch.volcano.sh/v1alpha1/namespaces/{ns}/jobs?{selector}"))?);
-    let [vcjob] = <[String; 1]>::try_from(jobs).map_err(|j| anyhow::anyhow!("one vcjob of e2e-too-big expected: {j:?}"))?;
+    let [vcjob] =
+        <[String; 1]>::try_from(jobs).map_err(|j| anyhow::anyhow!("one vcjob of e2e-too-big expected: {j:?}"))?;
     let secrets_before = owned_secrets(world, &vcjob)?;
     ensure!(!secrets_before.is_empty(), "the job's Secret (--secret-env) is missing");
     let cancel = world.theseus_ok(&["cancel", "e2e-too-big"])?;
     ensure!(cancel.contains("cancelled"), "cancel: {cancel}");
     wait_for("the vcjob, its pods and its Secret to go", Duration::from_secs(60), Duration::from_millis(500), || {
         let jobs = names(&world.api.list(&format!("/apis/batch.volcano.sh/v1alpha1/namespaces/{ns}/jobs"))?);
-        let pods = world.api.list(&format!("/api/v1/namespaces/{ns}/pods?labelSelector=volcano.sh/job-name%3D{vcjob}"))?;
+        let pods =
+            world.api.list(&format!("/api/v1/namespaces/{ns}/pods?labelSelector=volcano.sh/job-name%3D{vcjob}"))?;
         let secrets = owned_secrets(world, &vcjob)?;
         Ok((!jobs.contains(&vcjob) && pods.is_empty() && secrets.is_empty()).then_some(()))
     })?;
@@ -224,7 +226,10 @@ fn unpullable_helper(world: &World) -> Result<()> {
         "the error does not say the image cannot be pulled:\n{stderr}"
     );
     ensure!(stderr.contains("theseus-ship-"), "the error does not name the helper:\n{stderr}");
-    let error = stderr.lines().filter(|l| l.starts_with("error") || l.contains("Caused by") || l.starts_with("  ")).collect::<Vec<_>>();
+    let error = stderr
+        .lines()
+        .filter(|l| l.starts_with("error") || l.contains("Caused by") || l.starts_with("  "))
+        .collect::<Vec<_>>();
     eprintln!("e2e:       theseus said: {}", error.join(" / "));
     let ns = &world.namespace;
     wait_for("the helper to go", Duration::from_secs(60), Duration::from_millis(500), || {
@@ -267,7 +272,9 @@ fn parallel_submits(world: &World) -> Result<()> {
             .filter(|r| r["identity"]["name"].as_str().is_some_and(|n| n.starts_with("e2e-par-")))
             .collect();
         let done = records.len() == PARALLEL
-            && records.iter().all(|r| !matches!(r["state"].as_str(), Some("pending" | "queued" | "running" | "unknown")));
+            && records
+                .iter()
+                .all(|r| !matches!(r["state"].as_str(), Some("pending" | "queued" | "running" | "unknown")));
         Ok(done.then_some(records))
     })?;
     let not_completed: Vec<String> = records
@@ -315,13 +322,20 @@ fn run_dirs(status_dir: &Path, prefix: &str) -> Result<BTreeSet<String>> {
 
 fn nothing_left(world: &World) -> Result<()> {
     let ns = &world.namespace;
-    let helper_jobs =
-        world.api.list(&format!("/apis/batch.volcano.sh/v1alpha1/namespaces/{ns}/jobs?labelSelector=theseus.dev%2Frole"))?;
+    let helper_jobs = world
+        .api
+        .list(&format!("/apis/batch.volcano.sh/v1alpha1/namespaces/{ns}/jobs?labelSelector=theseus.dev%2Frole"))?;
     let helper_pods = world.api.list(&format!("/api/v1/namespaces/{ns}/pods?labelSelector=theseus.dev%2Frole"))?;
-    let ship_pods: Vec<String> =
-        names(&world.api.list(&format!("/api/v1/namespaces/{ns}/pods"))?).into_iter().filter(|n| n.starts_with("theseus-ship-")).collect();
+    let ship_pods: Vec<String> = names(&world.api.list(&format!("/api/v1/namespaces/{ns}/pods"))?)
+        .into_iter()
+        .filter(|n| n.starts_with("theseus-ship-"))
+        .collect();
     ensure!(helper_jobs.is_empty(), "helper jobs left: {:?}", names(&helper_jobs));
-    ensure!(helper_pods.is_empty() && ship_pods.is_empty(), "helper pods left: {:?} {ship_pods:?}", names(&helper_pods));
+    ensure!(
+        helper_pods.is_empty() && ship_pods.is_empty(),
+        "helper pods left: {:?} {ship_pods:?}",
+        names(&helper_pods)
+    );
     let jobs = names(&world.api.list(&format!("/apis/batch.volcano.sh/v1alpha1/namespaces/{ns}/jobs"))?);
     let secrets = world.api.list(&format!("/api/v1/namespaces/{ns}/secrets?labelSelector=theseus.dev%2Frun-id"))?;
     let orphans: Vec<String> = secrets

@@ -25,9 +25,7 @@ pub(crate) fn e2e(root: &Path, flags: &Flags) -> Result<()> {
     World::write_code(&code)?;
     let mut sim = SimProcess::start(
         &bin.join("theseus-kube-sim"),
-        &[
-            "--nodes", "2", "--gpus-per-node", "4", "--unpullable-image", UNPULLABLE_IMAGE,
-        ],
+        &["--nodes", "2", "--gpus-per-node", "4", "--unpullable-image", UNPULLABLE_IMAGE],
         &scratch.join("sim"),
         &home.join(".kube/config"),
     )?;
