@@ -61,9 +61,13 @@ async fn serve(args: Args) -> Result<(), String> {
     if let Some(path) = &args.kubeconfig_out {
         std::fs::write(path, kubeconfig(&url))
             .map_err(|e| format!("failed to write the kubeconfig `{}`: {e}", path.display()))?;
-        eprintln!("theseus-kube-sim: wrote kubeconfig {}", path.display());
+        eprintln!("theseus-kube-sim: wrote a kubeconfig: export KUBECONFIG={}", path.display());
     }
-    eprintln!("theseus-kube-sim: serving {url} (pods under {}); Ctrl-C stops it", sim.root().display());
+    eprintln!(
+        "theseus-kube-sim: serving {url}; pods run as local processes under {}\n\
+         theseus-kube-sim: try `kubectl --server {url} get vcjob,pods -A`; Ctrl-C stops the simulator and its pods",
+        sim.root().display()
+    );
     println!("{url}");
     shutdown_signal().await;
     eprintln!("theseus-kube-sim: stopping");

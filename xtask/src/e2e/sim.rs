@@ -59,26 +59,20 @@ pub(crate) fn e2e(root: &Path, flags: &Flags) -> Result<()> {
     result
 }
 
-/// `cargo xtask sim [simulator args...]`: runs one simulator until Ctrl-C.
+/// `cargo xtask sim [simulator args...]`: becomes the simulator (exec), so Ctrl-C and SIGTERM
+/// reach it directly. Writes a kubeconfig under the target dir unless `--kubeconfig-out` is given.
 pub(crate) fn serve(root: &Path, args: &[String]) -> Result<()> {
+    use std::os::unix::process::CommandExt as _;
     let bin = build_binaries(root, true)?;
-    let dir = crate::target_dir(root).join("xtask-sim");
-    std::fs::create_dir_all(&dir)?;
-    let kubeconfig = dir.join("kubeconfig");
     let mut cmd = Command::new(bin.join("theseus-kube-sim"));
-    cmd.args(args).arg("--kubeconfig-out").arg(&kubeconfig).stdout(Stdio::piped());
-    let mut child = cmd.spawn().context("cannot start theseus-kube-sim")?;
-    let url = first_line(&mut child)?;
-    eprintln!(
-        "\nThe simulator is up. Try:\n  kubectl --server {url} get vcjob,pods -A\n  export KUBECONFIG={}\n\
-         (pods run as local processes; Ctrl-C stops the simulator and them)\n",
-        kubeconfig.display()
-    );
-    let status = child.wait()?;
-    if !status.success() && status.code().is_some() {
-        bail!("theseus-kube-sim exited with {status}");
+    cmd.args(args);
+    if !args.iter().any(|a| a == "--kubeconfig-out") {
+        let dir = crate::target_dir(root).join("xtask-sim");
+        std::fs::create_dir_all(&dir)?;
+        cmd.arg("--kubeconfig-out").arg(dir.join("kubeconfig"));
     }
-    Ok(())
+    let err = cmd.exec();
+    Err(err).context("cannot start theseus-kube-sim")
 }
 
 /// A simulator child process, stopped on drop.
