@@ -1,14 +1,19 @@
 //! Developer tasks, run as `cargo xtask <task>` (alias in `.cargo/config.toml`).
 //!
 //! - `test`: the whole test suite, as CI runs it. Prepares what the tests need (a Python venv
-//!   with JAX from PyPI), then runs `cargo test --workspace` with every optional test required.
-//!   It also starts the SSH/Slurm lab (`ci/lab/`) before the tests and stops it afterwards,
-//!   unless it was already running. A lab that cannot start fails the run; with
+//!   with JAX from PyPI), runs `cargo test --workspace` with every optional test required, then
+//!   `e2e --sim`. It also starts the SSH/Slurm lab (`ci/lab/`) before the tests and stops it
+//!   afterwards, unless it was already running. A lab that cannot start fails the run; with
 //!   `THESEUSTEST_REQUIRE_ALL=0` it is skipped instead (and the live tests say they did not run).
 //! - `lab up|down|status|env|smoke`: the SSH/Slurm test lab on its own (see `ci/lab/README.md`).
 //! - `tidy`: repository checks (every `.rs` file opens with a `//!` doc).
 //! - `setup-python`: only the venv step of `test`; prints the interpreter path.
+//! - `e2e --sim`: the real `theseus` binary through the Volcano scenarios against the simulator
+//!   (`test` runs it after the workspace tests); `e2e` does the same on a kind cluster with
+//!   Volcano (`--dry-run` prints the steps, `--keep` keeps the cluster).
+//! - `sim`: starts the Kubernetes + Volcano simulator and keeps it up for `kubectl --server`.
 
+mod e2e;
 mod lab;
 mod python;
 mod tidy;
@@ -25,12 +30,16 @@ fn main() -> Result<()> {
         Some("test") => test(&root, &args[1..]),
         Some("lab") => lab::run(&root, &args[1..]),
         Some("tidy") => tidy::check(&root),
+        Some("e2e") => e2e::run(&root, &args[1..]),
+        Some("sim") => e2e::sim_command(&root, &args[1..]),
         Some("setup-python") => {
             println!("{}", python::ensure_venv(&root)?.display());
             Ok(())
         }
         _ => {
-            eprintln!("usage: cargo xtask <test [cargo test args...]|lab up|down|status|env|smoke|tidy|setup-python>");
+            eprintln!(
+                "usage: cargo xtask <test [cargo test args...]|lab up|down|status|env|smoke|tidy|setup-python|e2e [--sim] [--dry-run] [--keep]|sim [--port P]>"
+            );
             std::process::exit(2);
         }
     }
@@ -83,5 +92,7 @@ fn test(root: &Path, extra: &[String]) -> Result<()> {
     if !status.success() {
         bail!("tests failed ({status})");
     }
-    stopped.context("cannot stop the test lab")
+    stopped.context("cannot stop the test lab")?;
+    eprintln!("xtask: running the end-to-end scenarios against the simulator (cargo xtask e2e --sim)");
+    e2e::run(root, &["--sim".to_owned()])
 }

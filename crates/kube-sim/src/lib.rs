@@ -70,6 +70,8 @@ impl NodeConfig {
 /// How the simulator behaves.
 #[derive(Debug, Clone)]
 pub struct SimConfig {
+    /// Port on 127.0.0.1 to listen on; 0 (the default) picks a free one.
+    pub port: u16,
     /// Nodes the scheduler places pods on (also served as `/api/v1/nodes`).
     pub nodes: Vec<NodeConfig>,
     /// Extended resource name of GPUs.
@@ -97,6 +99,7 @@ pub struct SimConfig {
 impl Default for SimConfig {
     fn default() -> Self {
         Self {
+            port: 0,
             nodes: vec![NodeConfig::new("sim-node-0", 8)],
             gpu_resource: "nvidia.com/gpu".into(),
             root: None,
@@ -114,7 +117,7 @@ impl Default for SimConfig {
 /// Starting the simulator failed.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// Binding 127.0.0.1:0 failed.
+    /// Binding 127.0.0.1 failed.
     #[error("failed to bind the simulator's listener")]
     Bind(#[source] std::io::Error),
     /// The sandbox root could not be created.
@@ -155,10 +158,11 @@ pub struct Sim {
 }
 
 impl Sim {
-    /// Binds 127.0.0.1 on a free port and starts serving. Creates the `default` namespace, the
-    /// `default` queue (no capability) and one Node object per [`NodeConfig`].
+    /// Binds 127.0.0.1 on [`SimConfig::port`] (a free port by default) and starts serving.
+    /// Creates the `default` namespace, the `default` queue (no capability) and one Node object
+    /// per [`NodeConfig`].
     pub async fn start(config: SimConfig) -> Result<Sim, Error> {
-        let listener = TcpListener::bind(("127.0.0.1", 0)).await.map_err(Error::Bind)?;
+        let listener = TcpListener::bind(("127.0.0.1", config.port)).await.map_err(Error::Bind)?;
         let addr = listener.local_addr().map_err(Error::Bind)?;
         let (root, owned_root) = match &config.root {
             Some(root) => (root.clone(), None),

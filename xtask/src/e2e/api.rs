@@ -1,0 +1,102 @@
+//! Read-only access to the cluster under test for the checks the scenarios make: plain HTTP
+//! GETs to the simulator (no client library needed), or `kubectl get --raw` on a real cluster.
+
+use std::io::{Read as _, Write as _};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use serde_json::Value;
+
+/// How the checks reach the API server.
+pub(crate) enum Api {
+    /// The simulator at `http://127.0.0.1:PORT`.
+    Sim { addr: String },
+    /// A real cluster, through `kubectl --kubeconfig`.
+    Kubectl { kubeconfig: PathBuf },
+}
+
+impl Api {
+    /// `GET path` (with query), parsed as JSON.
+    pub(crate) fn get(&self, path: &str) -> Result<Value> {
+        let body = match self {
+            Api::Sim { addr } => http_get(addr, path)?,
+            Api::Kubectl { kubeconfig } => {
+                let out = Command::new("kubectl")
+                    .arg("--kubeconfig")
+                    .arg(kubeconfig)
+                    .args(["get", "--raw", path])
+                    .output()
+                    .context("cannot run kubectl")?;
+                if !out.status.success() {
+                    bail!("kubectl get --raw {path} failed: {}", String::from_utf8_lossy(&out.stderr).trim());
+                }
+                out.stdout
+            }
+        };
+        serde_json::from_slice(&body).with_context(|| format!("GET {path} did not return JSON"))
+    }
+
+    /// The `items` of a list at `path`.
+    pub(crate) fn list(&self, path: &str) -> Result<Vec<Value>> {
+        let list = self.get(path)?;
+        Ok(list["items"].as_array().cloned().unwrap_or_default())
+    }
+}
+
+/// The names of listed objects.
+pub(crate) fn names(items: &[Value]) -> Vec<String> {
+    items.iter().filter_map(|i| i["metadata"]["name"].as_str().map(str::to_owned)).collect()
+}
+
+/// HTTP/1.1 GET over loopback; handles `Content-Length` and chunked bodies.
+fn http_get(addr: &str, path: &str) -> Result<Vec<u8>> {
+    let mut stream = TcpStream::connect(addr).with_context(|| format!("cannot connect to {addr}"))?;
+    stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nAccept: application/json\r\nConnection: close\r\n\r\n")?;
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).with_context(|| format!("GET {path}: reading the response"))?;
+    let split = response.windows(4).position(|w| w == b"\r\n\r\n").context("no end of the response head")?;
+    let head = String::from_utf8_lossy(&response[..split]).to_string();
+    let body = &response[split + 4..];
+    let status = head.split_whitespace().nth(1).unwrap_or("");
+    let chunked = head.lines().any(|l| {
+        let l = l.to_ascii_lowercase();
+        l.starts_with("transfer-encoding:") && l.contains("chunked")
+    });
+    let body = if chunked { dechunk(body)? } else { body.to_vec() };
+    if status != "200" {
+        bail!("GET {path}: HTTP {status}: {}", String::from_utf8_lossy(&body));
+    }
+    Ok(body)
+}
+
+fn dechunk(mut body: &[u8]) -> Result<Vec<u8>> {
+    let mut out = Vec::new();
+    loop {
+        let eol = body.windows(2).position(|w| w == b"\r\n").context("bad chunk header")?;
+        let size_text = String::from_utf8_lossy(&body[..eol]).to_string();
+        let size = usize::from_str_radix(size_text.split(';').next().unwrap_or("").trim(), 16)
+            .with_context(|| format!("bad chunk size `{size_text}`"))?;
+        body = &body[eol + 2..];
+        if size == 0 {
+            return Ok(out);
+        }
+        if body.len() < size + 2 {
+            bail!("truncated chunk");
+        }
+        out.extend_from_slice(&body[..size]);
+        body = &body[size + 2..];
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn dechunks_a_body() {
+        let body = b"4\r\n{\"a\"\r\n3\r\n:1}\r\n0\r\n\r\n";
+        assert_eq!(super::dechunk(body).unwrap(), b"{\"a\":1}");
+    }
+}

@@ -1,0 +1,230 @@
+//! `cargo xtask e2e`: the real `theseus` binary through the five Volcano scenarios of
+//! [`scenarios`], against the simulator (`--sim`, in CI) or a kind cluster with Volcano
+//! ([`kind`], for machines with Docker; `--dry-run` prints every step and manifest).
+//! `cargo xtask sim` keeps a simulator up for manual poking ([`sim::serve`]).
+//!
+//! Both targets get the same world: a fresh temp `HOME` with a kubeconfig and a
+//! `~/.theseus.yaml` whose `e2e` host points at the cluster, and a local directory that is the
+//! PVC (the sim mounts host paths as they are; kind gets it through an `extraMounts` hostPath),
+//! so the scenarios can look at run dirs on it.
+
+mod api;
+mod kind;
+mod scenarios;
+mod sim;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+
+pub(crate) use sim::serve as sim_command;
+
+/// Host of the dispatch config every scenario but the unpullable-helper one uses.
+const HOST: &str = "e2e";
+/// Same cluster, but its helper image cannot be pulled.
+const BROKEN_HOST: &str = "e2e-broken-helper";
+/// An image no registry has (`.invalid` never resolves), made unpullable in the sim as well.
+const UNPULLABLE_IMAGE: &str = "registry.invalid/theseus-e2e/no-such-helper:0";
+/// Value of the secret variable jobs get; must never show up in any output.
+const SECRET_VALUE: &str = "e2e-s3cr3t-value";
+
+/// `cargo xtask e2e [--sim] [--dry-run] [--keep] [--only N,..]`.
+pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
+    let mut flags = Flags::default();
+    for arg in args {
+        match arg.as_str() {
+            "--sim" => flags.sim = true,
+            "--dry-run" => flags.dry_run = true,
+            "--keep" => flags.keep = true,
+            other if other.starts_with("--only=") => {
+                for n in other["--only=".len()..].split(',') {
+                    flags.only.push(n.parse().with_context(|| format!("bad scenario number `{n}` in {other}"))?);
+                }
+            }
+            other => {
+                bail!("unknown argument `{other}`\nusage: cargo xtask e2e [--sim] [--dry-run] [--keep] [--only=1,2]")
+            }
+        }
+    }
+    if flags.sim {
+        if flags.dry_run {
+            bail!("--dry-run is for the real cluster; `cargo xtask e2e --sim` is harmless to run");
+        }
+        sim::e2e(root, &flags)
+    } else {
+        kind::e2e(root, &flags)
+    }
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Flags {
+    sim: bool,
+    dry_run: bool,
+    keep: bool,
+    only: Vec<u32>,
+}
+
+/// What differs between the targets in the dispatch config.
+pub(crate) struct Target {
+    /// Namespace and queue of the jobs.
+    pub(crate) namespace: String,
+    pub(crate) queue: String,
+    /// Image of the job pods.
+    pub(crate) image: String,
+    /// Name of the PVC and where pods mount it.
+    pub(crate) pvc_name: String,
+    pub(crate) mount_path: String,
+    /// Extra `env` of the host (the sim's pods need the venv's python).
+    pub(crate) host_env: Vec<(String, String)>,
+}
+
+impl Target {
+    /// `~/.theseus.yaml`: the `e2e` host, and the same host with an unpullable helper image.
+    pub(crate) fn dispatch_config(&self) -> String {
+        let m = &self.mount_path;
+        let mut host = format!(
+            "    type: volcano\n    cluster: e2e\n    namespace: {}\n    queue: {}\n    image: {}\n\
+             \x20   pvc_name: {}\n    pvc_mount_path: {m}\n    chips: {{h100: 4}}\n    cpu: \"1\"\n    memory: 1Gi\n\
+             \x20   helper_resources: {{requests.cpu: 100m, requests.memory: 64Mi}}\n",
+            self.namespace, self.queue, self.image, self.pvc_name
+        );
+        if !self.host_env.is_empty() {
+            host.push_str("    env:\n");
+            for (key, value) in &self.host_env {
+                host.push_str(&format!("      {key}: {value}\n"));
+            }
+        }
+        format!(
+            "# Written by `cargo xtask e2e`.\nclusters:\n  e2e:\n    root: {m}\n    work: {m}/work\n    log: {m}/logs\n\
+             \x20   status: {m}/status\nhosts:\n  {HOST}:\n{host}  {BROKEN_HOST}:\n{host}    helper_image: {UNPULLABLE_IMAGE}\n"
+        )
+    }
+}
+
+/// Everything a scenario needs.
+pub(crate) struct World {
+    /// The `theseus` binary.
+    pub(crate) theseus: PathBuf,
+    /// The temp `HOME` (kubeconfig, dispatch config, ledger).
+    pub(crate) home: PathBuf,
+    /// The code dir shipped by every submit.
+    pub(crate) code: PathBuf,
+    /// The PVC as seen from this machine.
+    pub(crate) pvc: PathBuf,
+    pub(crate) api: api::Api,
+    pub(crate) namespace: String,
+    /// `--server` for kubectl, when the target is the simulator.
+    pub(crate) kubectl_server: Option<String>,
+}
+
+impl World {
+    /// A `theseus` command with a clean environment and the world's `HOME`.
+    pub(crate) fn theseus_cmd(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(&self.theseus);
+        cmd.env_clear()
+            .env("HOME", &self.home)
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("LANG", "C.UTF-8")
+            .env("NO_COLOR", "1")
+            .env("E2E_TOKEN", SECRET_VALUE)
+            .current_dir(&self.code)
+            .args(args)
+            .stdin(Stdio::null());
+        cmd
+    }
+
+    /// Runs `theseus args...` and returns its output (fails only if it cannot be started).
+    pub(crate) fn theseus(&self, args: &[&str]) -> Result<Output> {
+        let out = self.theseus_cmd(args).output().with_context(|| format!("cannot run {}", self.theseus.display()))?;
+        let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+        if stdout.contains(SECRET_VALUE) || stderr.contains(SECRET_VALUE) {
+            bail!("`theseus {}` printed the secret value", args.join(" "));
+        }
+        Ok(out)
+    }
+
+    /// Runs `theseus args...` and fails (quoting its output) unless it exits 0.
+    pub(crate) fn theseus_ok(&self, args: &[&str]) -> Result<String> {
+        let out = self.theseus(args)?;
+        if !out.status.success() {
+            bail!("`theseus {}` failed ({}):\n{}{}", args.join(" "), out.status, text(&out.stdout), text(&out.stderr));
+        }
+        Ok(text(&out.stdout))
+    }
+
+    /// Writes the job files every scenario submits.
+    pub(crate) fn write_code(dir: &Path) -> Result<()> {
+        std::fs::create_dir_all(dir)?;
+        let files = [
+            ("allgather.py", include_str!("../../../examples/jax-cpu/allgather.py")),
+            ("hello.py", HELLO_PY),
+            (
+                "jax.yaml",
+                "entrypoint: python allgather.py\ndistributed: jax\nenv:\n  JAX_PLATFORMS: cpu\nconfig:\n  multiplier: 10\n",
+            ),
+            ("hello.yaml", "entrypoint: python hello.py\n"),
+        ];
+        for (name, body) in files {
+            std::fs::write(dir.join(name), body)
+                .with_context(|| format!("cannot write {}", dir.join(name).display()))?;
+        }
+        Ok(())
+    }
+}
+
+const HELLO_PY: &str = "\
+import os, time
+print('hello from', os.environ['THESEUS_JOB_NAME'], 'run', os.environ['THESEUS_RUN_ID'], 'rank', os.environ['RANK'], flush=True)
+time.sleep(1)
+";
+
+/// The text of a process output.
+pub(crate) fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Polls `check` every `every` until it returns `Some`, or fails after `timeout` naming `what`.
+pub(crate) fn wait_for<T>(
+    what: &str,
+    timeout: Duration,
+    every: Duration,
+    mut check: impl FnMut() -> Result<Option<T>>,
+) -> Result<T> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(value) = check()? {
+            return Ok(value);
+        }
+        if Instant::now() > deadline {
+            bail!("timed out after {timeout:?} waiting for {what}");
+        }
+        std::thread::sleep(every);
+    }
+}
+
+/// Builds the `theseus` binary (and the simulator's, with `sim`) and returns the target dir's
+/// `debug` directory.
+pub(crate) fn build_binaries(root: &Path, with_sim: bool) -> Result<PathBuf> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.current_dir(root).args(["build", "--bins", "-p", "theseus-cli"]);
+    if with_sim {
+        cmd.args(["-p", "theseus-kube-sim"]);
+    }
+    eprintln!("e2e: building {}", if with_sim { "theseus and theseus-kube-sim" } else { "theseus" });
+    let status = cmd.status().context("cannot run cargo build")?;
+    if !status.success() {
+        bail!("cargo build failed ({status})");
+    }
+    Ok(crate::target_dir(root).join("debug"))
+}
+
+/// A fresh scratch dir under the target dir (kept after a failure for a look).
+pub(crate) fn scratch_dir(root: &Path, kind: &str) -> Result<PathBuf> {
+    let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_millis();
+    let dir = crate::target_dir(root).join(format!("xtask-e2e/{kind}-{stamp}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    Ok(dir)
+}

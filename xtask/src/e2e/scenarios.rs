@@ -1,0 +1,384 @@
+//! The five scenarios of the Volcano end-to-end test, each a sequence of real `theseus`
+//! commands plus checks through the cluster API and on the PVC:
+//!
+//! 1. a 2-node JAX job (2 pods x 4 GPUs, JAX on CPU) completes and both ranks log an allgather;
+//! 2. a job larger than the cluster stays pending, `status` says why, `cancel` removes it;
+//! 3. a submit whose helper image cannot be pulled fails clearly and leaves no helper;
+//! 4. 20 parallel submits all complete, with distinct job names and run dirs;
+//! 5. no helper job or pod and no orphaned Secret of theseus remains.
+//!
+//! Then, when kubectl is installed, `kubectl get vcjob,pods -A` against the simulator.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail, ensure};
+use serde_json::Value;
+
+use super::api::names;
+use super::{BROKEN_HOST, HOST, World, text, wait_for};
+
+/// Number of parallel submits in scenario 4.
+const PARALLEL: usize = 20;
+/// How long a job may take to finish.
+const JOB_TIMEOUT: Duration = Duration::from_secs(600);
+
+type Scenario = fn(&World) -> Result<()>;
+
+/// Scenario number, title, body.
+const SCENARIOS: [(u32, &str, Scenario); 5] = [
+    (1, "2-node JAX job (2 pods x 4 GPUs) completes", two_node_jax),
+    (2, "job larger than the cluster: pending with a reason, cancelled", too_big),
+    (3, "unpullable helper image: clear error, no helper left", unpullable_helper),
+    (4, "20 parallel submits complete with distinct names and run dirs", parallel_submits),
+    (5, "no helper job, pod or orphaned Secret of theseus remains", nothing_left),
+];
+
+/// The commands each scenario runs, for `--dry-run`.
+pub(crate) fn describe() -> String {
+    let mut out = String::new();
+    for (n, title, _) in SCENARIOS {
+        out.push_str(&format!("# scenario {n}: {title}\n"));
+        for line in commands(n) {
+            out.push_str(&format!("theseus {}\n", line.join(" ")));
+        }
+    }
+    out
+}
+
+/// Runs the selected scenarios (all when `only` is empty), printing PASS/FAIL with timings.
+/// Fails if any failed. A missing kubectl is NOT RUN, or a failure under
+/// `THESEUSTEST_REQUIRE_ALL=1` in xtask's own environment (`xtask test` does not set it there).
+pub(crate) fn run_all(world: &World, only: &[u32]) -> Result<()> {
+    let started = Instant::now();
+    let mut failed = Vec::new();
+    for (n, title, scenario) in SCENARIOS {
+        if !only.is_empty() && !only.contains(&n) {
+            continue;
+        }
+        eprintln!("e2e: [{n}/5] {title} ...");
+        let t = Instant::now();
+        match scenario(world) {
+            Ok(()) => eprintln!("e2e: [{n}/5] PASS ({:.1}s) {title}", t.elapsed().as_secs_f64()),
+            Err(e) => {
+                eprintln!("e2e: [{n}/5] FAIL ({:.1}s) {title}\n{e:#}", t.elapsed().as_secs_f64());
+                failed.push(n);
+            }
+        }
+    }
+    if let Some(server) = &world.kubectl_server {
+        let t = Instant::now();
+        match kubectl_against_sim(server, only.is_empty() || only.contains(&1)) {
+            Ok(true) => eprintln!("e2e: [kubectl] PASS ({:.1}s) kubectl get vcjob,pods -A", t.elapsed().as_secs_f64()),
+            Ok(false) if std::env::var_os("THESEUSTEST_REQUIRE_ALL").is_some_and(|v| v == "1") => {
+                eprintln!("e2e: [kubectl] FAIL: kubectl is not installed and THESEUSTEST_REQUIRE_ALL=1");
+                failed.push(0);
+            }
+            Ok(false) => {
+                eprintln!("e2e: [kubectl] NOT RUN: kubectl is not installed (e.g. `apt-get install kubernetes-client`)")
+            }
+            Err(e) => {
+                eprintln!("e2e: [kubectl] FAIL: {e:#}");
+                failed.push(0);
+            }
+        }
+    }
+    let total = started.elapsed().as_secs_f64();
+    if !failed.is_empty() {
+        bail!("e2e: scenarios {failed:?} failed ({total:.1}s)");
+    }
+    eprintln!("e2e: all scenarios passed ({total:.1}s)");
+    Ok(())
+}
+
+/// The `theseus` arguments of each scenario's submits (relative to the code dir).
+fn commands(n: u32) -> Vec<Vec<String>> {
+    let args = |s: &str| s.split_whitespace().map(str::to_owned).collect::<Vec<_>>();
+    match n {
+        1 => vec![
+            jax_submit(),
+            args("status e2e-jax --output json   # until terminal; must be completed"),
+            args("logs e2e-jax   # both ranks: process_count=2 allgather=[1, 11]"),
+        ],
+        2 => {
+            vec![too_big_submit(), args("status e2e-too-big   # pending, with the reason"), args("cancel e2e-too-big")]
+        }
+        3 => vec![broken_submit()],
+        4 => vec![
+            parallel_submit(0),
+            args(&format!("...   # e2e-par-0 .. e2e-par-{} at once", PARALLEL - 1)),
+            args("list --output json --limit 100   # until every run is completed"),
+        ],
+        _ => vec![args("gc --older-than 0s --dry-run   # prints 0; plus API lists of helpers and Secrets")],
+    }
+}
+
+fn jax_submit() -> Vec<String> {
+    let s = format!("submit e2e-jax jax.yaml --code . --host {HOST} --chip h100 -n 8 --secret-env E2E_TOKEN");
+    s.split_whitespace().map(str::to_owned).collect()
+}
+
+fn too_big_submit() -> Vec<String> {
+    let s = format!(
+        "submit e2e-too-big hello.yaml --code . --host {HOST} --chip h100 -n 16 --no-check --secret-env E2E_TOKEN"
+    );
+    s.split_whitespace().map(str::to_owned).collect()
+}
+
+fn broken_submit() -> Vec<String> {
+    let s = format!("submit e2e-broken hello.yaml --code . --host {BROKEN_HOST} --chip cpu");
+    s.split_whitespace().map(str::to_owned).collect()
+}
+
+fn parallel_submit(i: usize) -> Vec<String> {
+    let s = format!("submit e2e-par-{i} hello.yaml --code . --host {HOST} --chip cpu --cpu 100m --mem 128Mi");
+    s.split_whitespace().map(str::to_owned).collect()
+}
+
+fn strs(args: &[String]) -> Vec<&str> {
+    args.iter().map(String::as_str).collect()
+}
+
+/// `status --output json` of a job.
+fn status(world: &World, job: &str) -> Result<Value> {
+    let out = world.theseus_ok(&["status", job, "--output", "json"])?;
+    serde_json::from_str(&out).with_context(|| format!("status of {job} is not JSON: {out}"))
+}
+
+/// Waits until the job is in a terminal state and returns its status.
+fn wait_terminal(world: &World, job: &str) -> Result<Value> {
+    wait_for(&format!("{job} to end"), JOB_TIMEOUT, Duration::from_millis(500), || {
+        let v = status(world, job)?;
+        let state = v["status"]["state"].as_str().unwrap_or("");
+        Ok(matches!(state, "completed" | "failed" | "cancelled" | "preempted" | "lost").then_some(v))
+    })
+}
+
+fn two_node_jax(world: &World) -> Result<()> {
+    world.theseus_ok(&strs(&jax_submit()))?;
+    let v = wait_terminal(world, "e2e-jax")?;
+    let logs = world.theseus("logs e2e-jax".split(' ').collect::<Vec<_>>().as_slice())?;
+    let logs = text(&logs.stdout) + &text(&logs.stderr);
+    ensure!(v["status"]["state"] == "completed", "e2e-jax ended {}:\n{v:#}\nlogs:\n{logs}", v["status"]["state"]);
+    ensure!(v["status"]["ranks"].as_array().map(Vec::len) == Some(2), "two ranks expected: {v:#}");
+    for rank in 0..2 {
+        let line = logs
+            .lines()
+            .find(|l| l.starts_with(&format!("[worker-{rank}] process_index={rank} ")))
+            .with_context(|| format!("no line of rank {rank} in the logs:\n{logs}"))?;
+        ensure!(line.contains("process_count=2") && line.contains("allgather=[1, 11]"), "rank {rank}: {line}");
+        eprintln!("e2e:       {line}");
+    }
+    let text_status = world.theseus_ok(&["status", "e2e-jax"])?;
+    ensure!(text_status.contains("completed"), "status: {text_status}");
+    Ok(())
+}
+
+fn too_big(world: &World) -> Result<()> {
+    world.theseus_ok(&strs(&too_big_submit()))?;
+    let message = wait_for("a pending reason", Duration::from_secs(60), Duration::from_millis(500), || {
+        let v = status(world, "e2e-too-big")?;
+        let state = v["status"]["state"].as_str().unwrap_or("");
+        ensure!(matches!(state, "pending" | "queued"), "e2e-too-big should stay pending: {v:#}");
+        Ok(v["status"]["message"].as_str().filter(|m| !m.is_empty()).map(str::to_owned))
+    })?;
+    eprintln!("e2e:       pending because: {message}");
+    let text_status = world.theseus_ok(&["status", "e2e-too-big"])?;
+    ensure!(text_status.contains(&message), "`status` does not show the reason `{message}`:\n{text_status}");
+    let lowered = message.to_lowercase();
+    ensure!(
+        ["gpu", "insufficient", "unschedulable", "resources", "fit"].iter().any(|w| lowered.contains(w)),
+        "the pending reason does not say what is missing: {message}"
+    );
+    let ns = &world.namespace;
+    let selector = "labelSelector=theseus.dev%2Fname%3De2e-too-big%2C%21theseus.dev%2Frole";
+    let jobs = names(&world.api.list(&format!("/apis/batch.volcano.sh/v1alpha1/namespaces/{ns}/jobs?{selector}"))?);
+    let [vcjob] =
+        <[String; 1]>::try_from(jobs).map_err(|j| anyhow::anyhow!("one vcjob of e2e-too-big expected: {j:?}"))?;
+    let secrets_before = owned_secrets(world, &vcjob)?;
+    ensure!(!secrets_before.is_empty(), "the job's Secret (--secret-env) is missing");
+    let cancel = world.theseus_ok(&["cancel", "e2e-too-big"])?;
+    ensure!(cancel.contains("cancelled"), "cancel: {cancel}");
+    wait_for("the vcjob, its pods and its Secret to go", Duration::from_secs(60), Duration::from_millis(500), || {
+        let jobs = names(&world.api.list(&format!("/apis/batch.volcano.sh/v1alpha1/namespaces/{ns}/jobs"))?);
+        let pods =
+            world.api.list(&format!("/api/v1/namespaces/{ns}/pods?labelSelector=volcano.sh/job-name%3D{vcjob}"))?;
+        let secrets = owned_secrets(world, &vcjob)?;
+        Ok((!jobs.contains(&vcjob) && pods.is_empty() && secrets.is_empty()).then_some(()))
+    })?;
+    let after = world.theseus_ok(&["status", "e2e-too-big"])?;
+    ensure!(after.contains("cancelled"), "status after cancel: {after}");
+    Ok(())
+}
+
+/// Names of Secrets with an owner reference to the vcjob `job`.
+fn owned_secrets(world: &World, job: &str) -> Result<Vec<String>> {
+    let secrets = world.api.list(&format!("/api/v1/namespaces/{}/secrets", world.namespace))?;
+    let owned: Vec<Value> = secrets
+        .into_iter()
+        .filter(|s| s["metadata"]["ownerReferences"].as_array().is_some_and(|o| o.iter().any(|r| r["name"] == job)))
+        .collect();
+    Ok(names(&owned))
+}
+
+fn unpullable_helper(world: &World) -> Result<()> {
+    let started = Instant::now();
+    let out = world.theseus(&strs(&broken_submit()))?;
+    let stderr = text(&out.stderr);
+    ensure!(!out.status.success(), "the submit should fail:\n{stderr}");
+    ensure!(started.elapsed() < Duration::from_secs(240), "took {:?} to fail", started.elapsed());
+    ensure!(
+        stderr.contains("ImagePullBackOff") || stderr.contains("ErrImagePull"),
+        "the error does not say the image cannot be pulled:\n{stderr}"
+    );
+    ensure!(stderr.contains("theseus-ship-"), "the error does not name the helper:\n{stderr}");
+    let error = stderr
+        .lines()
+        .filter(|l| l.starts_with("error") || l.contains("Caused by") || l.starts_with("  "))
+        .collect::<Vec<_>>();
+    eprintln!("e2e:       theseus said: {}", error.join(" / "));
+    let ns = &world.namespace;
+    wait_for("the helper to go", Duration::from_secs(60), Duration::from_millis(500), || {
+        let jobs = world.api.list(&format!("/apis/batch.volcano.sh/v1alpha1/namespaces/{ns}/jobs"))?;
+        let left: Vec<String> =
+            names(&jobs).into_iter().filter(|n| n.starts_with("theseus-ship-") || n.contains("e2e-broken")).collect();
+        Ok(left.is_empty().then_some(()))
+    })?;
+    let list = world.theseus_ok(&["list", "--output", "json"])?;
+    ensure!(!list.contains("\"e2e-broken\""), "a failed submit entered the ledger: {list}");
+    Ok(())
+}
+
+fn parallel_submits(world: &World) -> Result<()> {
+    let mut children = Vec::new();
+    for i in 0..PARALLEL {
+        let child = world
+            .theseus_cmd(&strs(&parallel_submit(i)))
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .context("cannot start theseus")?;
+        children.push(child);
+    }
+    let mut errors = Vec::new();
+    for (i, child) in children.into_iter().enumerate() {
+        let out = child.wait_with_output()?;
+        if !out.status.success() {
+            errors.push(format!("e2e-par-{i}: {}", text(&out.stderr)));
+        }
+    }
+    ensure!(errors.is_empty(), "{} submits failed:\n{}", errors.len(), errors.join("\n"));
+    let records = wait_for("all parallel runs to end", JOB_TIMEOUT, Duration::from_secs(1), || {
+        let list = world.theseus_ok(&["list", "--output", "json", "--limit", "100"])?;
+        let records: Vec<Value> = serde_json::from_str::<Value>(&list)?
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|r| r["identity"]["name"].as_str().is_some_and(|n| n.starts_with("e2e-par-")))
+            .collect();
+        let done = records.len() == PARALLEL
+            && records
+                .iter()
+                .all(|r| !matches!(r["state"].as_str(), Some("pending" | "queued" | "running" | "unknown")));
+        Ok(done.then_some(records))
+    })?;
+    let not_completed: Vec<String> = records
+        .iter()
+        .filter(|r| r["state"] != "completed")
+        .map(|r| format!("{} {}", r["identity"]["name"], r["state"]))
+        .collect();
+    ensure!(not_completed.is_empty(), "not completed: {not_completed:?}");
+    let distinct = |key: &dyn Fn(&Value) -> String| records.iter().map(key).collect::<BTreeSet<_>>().len();
+    ensure!(distinct(&|r| r["identity"]["name"].to_string()) == PARALLEL, "job names repeat");
+    ensure!(distinct(&|r| r["identity"]["run_id"].to_string()) == PARALLEL, "run ids repeat");
+    ensure!(distinct(&|r| r["handle"]["id"].to_string()) == PARALLEL, "vcjob names repeat");
+    let run_dirs = run_dirs(&world.pvc.join("status"), "e2e-par-")?;
+    ensure!(run_dirs.len() == PARALLEL, "{} run dirs on the PVC, expected {PARALLEL}: {run_dirs:?}", run_dirs.len());
+    for i in 0..PARALLEL {
+        let job = format!("e2e-par-{i}");
+        let logs = world.theseus_ok(&["logs", &job])?;
+        ensure!(logs.contains(&format!("hello from {job} run")), "logs of {job}: {logs}");
+    }
+    Ok(())
+}
+
+/// Run dirs (`<status>/<project>/<group>/<name>/<run id>`) of jobs whose name starts with
+/// `prefix`, each holding the bootstrap's `metadata.json`.
+fn run_dirs(status_dir: &Path, prefix: &str) -> Result<BTreeSet<String>> {
+    let mut found = BTreeSet::new();
+    let read = |p: &Path| std::fs::read_dir(p).with_context(|| format!("cannot list {}", p.display()));
+    for project in read(status_dir)? {
+        for group in read(&project?.path())? {
+            for name in read(&group?.path())? {
+                let name = name?.path();
+                if !name.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(prefix)) {
+                    continue;
+                }
+                for run in read(&name)? {
+                    let run = run?.path();
+                    ensure!(run.join("metadata.json").is_file(), "no metadata.json in {}", run.display());
+                    found.insert(run.display().to_string());
+                }
+            }
+        }
+    }
+    Ok(found)
+}
+
+fn nothing_left(world: &World) -> Result<()> {
+    let ns = &world.namespace;
+    let helper_jobs = world
+        .api
+        .list(&format!("/apis/batch.volcano.sh/v1alpha1/namespaces/{ns}/jobs?labelSelector=theseus.dev%2Frole"))?;
+    let helper_pods = world.api.list(&format!("/api/v1/namespaces/{ns}/pods?labelSelector=theseus.dev%2Frole"))?;
+    let ship_pods: Vec<String> = names(&world.api.list(&format!("/api/v1/namespaces/{ns}/pods"))?)
+        .into_iter()
+        .filter(|n| n.starts_with("theseus-ship-"))
+        .collect();
+    ensure!(helper_jobs.is_empty(), "helper jobs left: {:?}", names(&helper_jobs));
+    ensure!(
+        helper_pods.is_empty() && ship_pods.is_empty(),
+        "helper pods left: {:?} {ship_pods:?}",
+        names(&helper_pods)
+    );
+    let jobs = names(&world.api.list(&format!("/apis/batch.volcano.sh/v1alpha1/namespaces/{ns}/jobs"))?);
+    let secrets = world.api.list(&format!("/api/v1/namespaces/{ns}/secrets?labelSelector=theseus.dev%2Frun-id"))?;
+    let orphans: Vec<String> = secrets
+        .iter()
+        .filter(|s| {
+            let owners = s["metadata"]["ownerReferences"].as_array().cloned().unwrap_or_default();
+            !owners.iter().any(|o| o["name"].as_str().is_some_and(|n| jobs.iter().any(|j| j == n)))
+        })
+        .filter_map(|s| s["metadata"]["name"].as_str().map(str::to_owned))
+        .collect();
+    ensure!(orphans.is_empty(), "Secrets of theseus without a live vcjob: {orphans:?}");
+    let gc = world.theseus_ok(&["gc", "--older-than", "0s", "--dry-run"])?;
+    ensure!(gc.trim() == "0", "`theseus gc` would delete: {gc}");
+    Ok(())
+}
+
+/// `kubectl --server URL get vcjob,pods -A`, when kubectl is installed (`Ok(false)` if not).
+/// With `jax_ran`, the output must list scenario 1's job and pods.
+fn kubectl_against_sim(server: &str, jax_ran: bool) -> Result<bool> {
+    let out = match std::process::Command::new("kubectl")
+        .args(["--kubeconfig", "/dev/null", "--server", server, "get", "vcjob,pods", "-A"])
+        .output()
+    {
+        Ok(out) => out,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(e).context("cannot run kubectl"),
+    };
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    ensure!(out.status.success(), "kubectl failed ({}):\n{stdout}{stderr}", out.status);
+    let needles: &[&str] = if jax_ran {
+        &["NAMESPACE", "job.batch.volcano.sh/general-default-e2e-jax-", "pod/general-default-e2e-jax-"]
+    } else {
+        &[]
+    };
+    for needle in needles {
+        ensure!(stdout.contains(needle), "`{needle}` missing from kubectl's output:\n{stdout}");
+    }
+    Ok(true)
+}

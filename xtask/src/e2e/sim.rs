@@ -1,0 +1,138 @@
+//! The simulator target: `theseus-kube-sim` as a child process (2 nodes x 4 GPUs, the helper
+//! image of the broken host unpullable), the `e2e` host in a temp `HOME`, the scenarios, then
+//! the simulator stopped with SIGTERM (it kills its pod processes on the way out).
+//! Also `cargo xtask sim`, which only starts the simulator and waits.
+
+use std::io::{BufRead as _, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+
+use super::{Flags, Target, UNPULLABLE_IMAGE, World, api::Api, build_binaries, scenarios, scratch_dir};
+
+/// `cargo xtask e2e --sim`.
+pub(crate) fn e2e(root: &Path, flags: &Flags) -> Result<()> {
+    let started = Instant::now();
+    let python = crate::python::ensure_venv(root)?;
+    let bin = build_binaries(root, true)?;
+    let scratch = scratch_dir(root, "sim")?;
+    let (home, pvc, code) = (scratch.join("home"), scratch.join("pvc"), scratch.join("code"));
+    for dir in [&home.join(".kube"), &pvc] {
+        std::fs::create_dir_all(dir)?;
+    }
+    World::write_code(&code)?;
+    let mut sim = SimProcess::start(
+        &bin.join("theseus-kube-sim"),
+        &["--nodes", "2", "--gpus-per-node", "4", "--unpullable-image", UNPULLABLE_IMAGE],
+        &scratch.join("sim"),
+        &home.join(".kube/config"),
+    )?;
+    let target = Target {
+        namespace: "default".into(),
+        queue: "default".into(),
+        image: "theseus-e2e:local".into(),
+        pvc_name: "theseus-e2e".into(),
+        mount_path: pvc.display().to_string(),
+        host_env: vec![("THESEUS_PYTHON".into(), python.display().to_string())],
+    };
+    std::fs::write(home.join(".theseus.yaml"), target.dispatch_config())?;
+    let world = World {
+        theseus: bin.join("theseus"),
+        home,
+        code,
+        pvc,
+        api: Api::Sim { addr: sim.url.trim_start_matches("http://").to_owned() },
+        namespace: target.namespace.clone(),
+        kubectl_server: Some(sim.url.clone()),
+    };
+    eprintln!("e2e: simulator at {}, scratch dir {}", sim.url, scratch.display());
+    let result = scenarios::run_all(&world, &flags.only);
+    sim.stop();
+    if result.is_ok() && !flags.keep {
+        let _ = std::fs::remove_dir_all(&scratch);
+    } else {
+        eprintln!("e2e: kept {} (HOME, PVC, simulator root with pod logs)", scratch.display());
+    }
+    eprintln!("e2e --sim: {:.1}s including the build", started.elapsed().as_secs_f64());
+    result
+}
+
+/// `cargo xtask sim [simulator args...]`: becomes the simulator (exec), so Ctrl-C and SIGTERM
+/// reach it directly. Writes a kubeconfig under the target dir unless `--kubeconfig-out` is given.
+pub(crate) fn serve(root: &Path, args: &[String]) -> Result<()> {
+    use std::os::unix::process::CommandExt as _;
+    let bin = build_binaries(root, true)?;
+    let mut cmd = Command::new(bin.join("theseus-kube-sim"));
+    cmd.args(args);
+    if !args.iter().any(|a| a == "--kubeconfig-out") {
+        let dir = crate::target_dir(root).join("xtask-sim");
+        std::fs::create_dir_all(&dir)?;
+        cmd.arg("--kubeconfig-out").arg(dir.join("kubeconfig"));
+    }
+    let err = cmd.exec();
+    Err(err).context("cannot start theseus-kube-sim")
+}
+
+/// A simulator child process, stopped on drop.
+struct SimProcess {
+    child: Option<Child>,
+    url: String,
+}
+
+impl SimProcess {
+    fn start(bin: &Path, args: &[&str], root: &Path, kubeconfig: &Path) -> Result<SimProcess> {
+        let log = root.with_extension("log");
+        std::fs::create_dir_all(root)?;
+        let stderr = std::fs::File::create(&log)?;
+        let mut child = Command::new(bin)
+            .args(args)
+            .arg("--root")
+            .arg(root)
+            .arg("--kubeconfig-out")
+            .arg(kubeconfig)
+            .stdout(Stdio::piped())
+            .stderr(stderr)
+            .stdin(Stdio::null())
+            .spawn()
+            .with_context(|| format!("cannot start {}", bin.display()))?;
+        match first_line(&mut child) {
+            Ok(url) => Ok(SimProcess { child: Some(child), url }),
+            Err(e) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                Err(e.context(format!("the simulator did not start; see {}", log.display())))
+            }
+        }
+    }
+
+    /// SIGTERM (so it stops its pods), then wait.
+    fn stop(&mut self) {
+        let Some(mut child) = self.child.take() else { return };
+        let pid = child.id().to_string();
+        let termed = Command::new("kill").args(["-TERM", &pid]).status().is_ok_and(|s| s.success());
+        if !termed {
+            let _ = child.kill();
+        }
+        let _ = child.wait();
+    }
+}
+
+impl Drop for SimProcess {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// The URL the simulator prints first on stdout.
+fn first_line(child: &mut Child) -> Result<String> {
+    let stdout = child.stdout.take().context("no stdout")?;
+    let mut line = String::new();
+    BufReader::new(stdout).read_line(&mut line)?;
+    let url = line.trim().to_owned();
+    if !url.starts_with("http://") {
+        bail!("the simulator printed `{url}` instead of its URL");
+    }
+    Ok(url)
+}
