@@ -27,10 +27,11 @@ pub fn helper_name(identity: &JobIdentity) -> String {
 /// Renders the helper for a run whose code goes to `work_dir` on the PVC.
 ///
 /// # Errors
-/// [`RenderError`] for invalid `helper_resources` (see [`helper_resources`]).
+/// [`RenderError`] naming the key for a host that [`crate::validate_host`] rejects.
 pub fn render_helper(host: &VolcanoHost, identity: &JobIdentity, work_dir: &str) -> Result<Job, RenderError> {
+    crate::validate::check_host(host).map_err(RenderError)?;
     let resources =
-        helper_resources(host.helper_resources.as_ref()).map_err(|m| RenderError(format!("helper_resources: {m}")))?;
+        helper_resources(host.helper_resources.as_ref()).map_err(|m| RenderError(format!("helper_resources.{m}")))?;
     let mut labels = run_labels(host, identity);
     labels.insert(LABEL_ROLE.into(), "helper".into());
     let script = format!("mkdir -p {dir} && echo ready && sleep {HELPER_SLEEP_SECONDS}", dir = quote(work_dir));
@@ -93,7 +94,9 @@ pub fn helper_resources(given: Option<&BTreeMap<String, String>>) -> Result<Reso
                 return Err(format!("{key}: expected a key like \"requests.cpu\" or \"limits.memory\""));
             }
         };
-        Quantity::parse(value).map_err(|e| format!("{key}: {e}"))?;
+        if Quantity::parse(value).map_err(|e| format!("{key}: {e}"))?.value() < 0.0 {
+            return Err(format!("{key}: {value:?} is negative"));
+        }
         section.0.insert(section.1.to_owned(), K8sQuantity(value.clone()));
     }
     Ok(ResourceRequirements {
@@ -134,6 +137,7 @@ mod tests {
             ("request.cpu", "1", "request.cpu: expected"),
             ("limits.", "1", "limits.: expected"),
             ("limits.memory", "1Gx", "limits.memory: invalid quantity \"1Gx\""),
+            ("requests.cpu", "-1", "requests.cpu: \"-1\" is negative"),
         ] {
             let err = helper_resources(Some(&map(&[(key, value)]))).unwrap_err();
             assert!(err.starts_with(want), "{err}");

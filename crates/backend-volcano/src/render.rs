@@ -129,9 +129,17 @@ pub fn run_labels(host: &VolcanoHost, identity: &JobIdentity) -> BTreeMap<String
 /// Renders the gang job and its Secret.
 ///
 /// # Errors
-/// [`RenderError`] for invalid quantities in the host config (see [`crate::validate_host`]).
+/// [`RenderError`] naming the key for a host that [`crate::validate_host`] rejects, a negative
+/// `max_retry` or `ttl_seconds_after_finished`, or more nodes than fit an `i32`.
 pub fn render_job(host: &VolcanoHost, inputs: &JobInputs<'_>) -> Result<RenderedJob, RenderError> {
     crate::validate::check_host(host).map_err(RenderError)?;
+    let options = inputs.options;
+    if options.max_retry < 0 {
+        return Err(RenderError(format!("max_retry: {} is negative", options.max_retry)));
+    }
+    if let Some(ttl) = options.ttl_seconds_after_finished.filter(|t| *t < 0) {
+        return Err(RenderError(format!("ttl_seconds_after_finished: {ttl} is negative")));
+    }
     let name = job_name(inputs.identity);
     let labels = run_labels(host, inputs.identity);
     let secret = render_secret(&name, &host.namespace, &labels, inputs.env);
@@ -224,8 +232,19 @@ pub fn render_job(host: &VolcanoHost, inputs: &JobInputs<'_>) -> Result<Rendered
     Ok(RenderedJob { job, secret })
 }
 
-/// The script each pod runs: the bootstrap from the PVC, its output appended to the run's log
-/// file on the PVC, and the bootstrap's exit status as the pod's.
+/// Seconds the pod script lets `tee` drain after the bootstrap exited before it stops waiting
+/// (a process the bootstrap left behind may hold the output open).
+pub const TEE_DRAIN_SECONDS: u32 = 10;
+
+/// The script each pod runs (as `bash -lc`, PID 1 of the container): the bootstrap from the PVC,
+/// its output copied by `tee` to the container's stdout (`kubectl logs`) and appended to the
+/// run's log file on the PVC, and the bootstrap's exit status as the pod's.
+///
+/// The bootstrap runs in the background, writing into a FIFO that `tee` reads, so the shell can
+/// handle signals: SIGTERM or SIGINT (pod deletion, preemption) is forwarded to the bootstrap as
+/// SIGTERM, whose own handler records the run as preempted and stops the ranks; the shell keeps
+/// waiting until the bootstrap really exits. `tee` ignores both signals so the last lines still
+/// reach the log. A signal that arrives before the bootstrap started is forwarded once it has.
 pub fn pod_script(layout: &RunLayout, bootstrap_entry: &str) -> String {
     let entry = theseus_core::config::join(&layout.work_dir, bootstrap_entry);
     let log_dir = match layout.log_file.rfind('/') {
@@ -234,10 +253,37 @@ pub fn pod_script(layout: &RunLayout, bootstrap_entry: &str) -> String {
         None => ".",
     };
     format!(
-        "mkdir -p {dir} || exit 1\nbash {entry} 2>&1 | tee -a {log}\nexit \"${{PIPESTATUS[0]}}\"\n",
+        r#"theseus_boot=
+theseus_pending=
+theseus_forward() {{
+  if [[ -n "$theseus_boot" ]]; then kill -TERM "$theseus_boot" 2> /dev/null || true; else theseus_pending=1; fi
+}}
+trap theseus_forward TERM INT
+mkdir -p {dir} || exit 1
+theseus_tmp=$(mktemp -d "${{TMPDIR:-/tmp}}/theseus-pod.XXXXXX") || exit 1
+theseus_fifo=$theseus_tmp/output
+mkfifo "$theseus_fifo" || {{ rm -rf "$theseus_tmp"; exit 1; }}
+(trap '' TERM INT; exec tee -a {log}) < "$theseus_fifo" &
+theseus_tee=$!
+bash {entry} > "$theseus_fifo" 2>&1 &
+theseus_boot=$!
+if [[ -n "$theseus_pending" ]]; then kill -TERM "$theseus_boot" 2> /dev/null || true; fi
+while kill -0 "$theseus_boot" 2> /dev/null; do wait "$theseus_boot"; done
+wait "$theseus_boot"
+theseus_rc=$?
+theseus_i=0
+while kill -0 "$theseus_tee" 2> /dev/null && ((theseus_i < {drain})); do
+  sleep 0.1
+  theseus_i=$((theseus_i + 1))
+done
+{{ kill -KILL "$theseus_tee" && wait "$theseus_tee"; }} 2> /dev/null
+rm -rf "$theseus_tmp"
+exit "$theseus_rc"
+"#,
         dir = quote(log_dir),
         entry = quote(&entry),
         log = quote(&layout.log_file),
+        drain = TEE_DRAIN_SECONDS * 10,
     )
 }
 

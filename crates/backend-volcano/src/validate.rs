@@ -1,7 +1,8 @@
-//! Checks of a Volcano host's settings that serde cannot make: required strings, Kubernetes
-//! quantities, helper resources and label syntax. Errors name the key.
+//! Checks of a Volcano host's settings that serde cannot make: required strings, object names,
+//! Kubernetes quantities, helper resources, label and node-selector syntax and tolerations, so a
+//! host that passes renders manifests the apiserver accepts. Errors name the key.
 
-use theseus_core::config::VolcanoHost;
+use theseus_core::config::{Toleration, VolcanoHost};
 
 use crate::helper::helper_resources;
 use crate::quantity::Quantity;
@@ -19,11 +20,33 @@ pub(crate) fn check_host(host: &VolcanoHost) -> Result<(), String> {
     if host.image.trim().is_empty() {
         return Err("image: a volcano host needs a container image".into());
     }
+    if host.helper_image.trim().is_empty() {
+        return Err("helper_image: the code-shipping helper needs a container image".into());
+    }
     if host.pvc_name.trim().is_empty() {
         return Err("pvc_name: a volcano host needs a PVC for code and logs".into());
     }
     if !host.pvc_mount_path.starts_with('/') {
         return Err(format!("pvc_mount_path: {:?} is not an absolute path", host.pvc_mount_path));
+    }
+    if !is_dns_subdomain(&host.pvc_name) {
+        return Err(format!("pvc_name: {:?} is not a valid PVC name", host.pvc_name));
+    }
+    if !is_dns_label(&host.namespace) {
+        return Err(format!("namespace: {:?} is not a valid namespace name", host.namespace));
+    }
+    if !is_label_key(&host.gpu_resource_key) {
+        return Err(format!("gpu_resource_key: {:?} is not a valid resource name", host.gpu_resource_key));
+    }
+    for (key, value) in [("priority_class", &host.priority_class), ("service_account", &host.service_account)] {
+        if let Some(value) = value.as_deref().filter(|v| !is_dns_subdomain(v)) {
+            return Err(format!("{key}: {value:?} is not a valid object name"));
+        }
+    }
+    for (i, name) in host.image_pull_secrets.iter().enumerate() {
+        if !is_dns_subdomain(name) {
+            return Err(format!("image_pull_secrets[{i}]: {name:?} is not a valid secret name"));
+        }
     }
     for (key, value) in [
         ("cpu", &host.cpu),
@@ -33,19 +56,76 @@ pub(crate) fn check_host(host: &VolcanoHost) -> Result<(), String> {
         ("shm_size", &host.shm_size),
     ] {
         if let Some(value) = value {
-            Quantity::parse(value).map_err(|e| format!("{key}: {e}"))?;
+            let quantity = Quantity::parse(value).map_err(|e| format!("{key}: {e}"))?;
+            if quantity.value() < 0.0 {
+                return Err(format!("{key}: {value:?} is negative"));
+            }
         }
     }
     helper_resources(host.helper_resources.as_ref()).map_err(|m| format!("helper_resources.{m}"))?;
-    for (key, value) in &host.labels {
-        if !is_label_key(key) {
-            return Err(format!("labels: invalid label key {key:?}"));
-        }
-        if !is_label_value(value) {
-            return Err(format!("labels.{key}: invalid label value {value:?}"));
+    for (section, map) in [("labels", &host.labels), ("node_selector", &host.node_selector)] {
+        for (key, value) in map {
+            if !is_label_key(key) {
+                return Err(format!("{section}: invalid label key {key:?}"));
+            }
+            if !is_label_value(value) {
+                return Err(format!("{section}.{key}: invalid label value {value:?}"));
+            }
         }
     }
+    for (i, toleration) in host.tolerations.iter().enumerate() {
+        check_toleration(toleration).map_err(|m| format!("tolerations[{i}].{m}"))?;
+    }
     Ok(())
+}
+
+/// The apiserver's rules for one toleration; the message starts with the field.
+fn check_toleration(t: &Toleration) -> Result<(), String> {
+    let exists = match t.operator.as_deref() {
+        None | Some("Equal") => false,
+        Some("Exists") => true,
+        Some(other) => return Err(format!("operator: {other:?} is not \"Exists\" or \"Equal\"")),
+    };
+    if t.key.is_empty() && !exists {
+        return Err("operator: must be \"Exists\" when the key is empty".into());
+    }
+    if !t.key.is_empty() && !is_label_key(&t.key) {
+        return Err(format!("key: invalid taint key {:?}", t.key));
+    }
+    match (exists, t.value.as_deref()) {
+        (true, Some(value)) if !value.is_empty() => {
+            return Err(format!("value: {value:?} must be empty when the operator is \"Exists\""));
+        }
+        (false, Some(value)) if !is_label_value(value) => {
+            return Err(format!("value: invalid taint value {value:?}"));
+        }
+        _ => {}
+    }
+    match t.effect.as_deref() {
+        None | Some("" | "NoSchedule" | "PreferNoSchedule" | "NoExecute") => {}
+        Some(other) => {
+            return Err(format!("effect: {other:?} is not NoSchedule, PreferNoSchedule or NoExecute"));
+        }
+    }
+    if t.toleration_seconds.is_some() && t.effect.as_deref() != Some("NoExecute") {
+        return Err("tolerationSeconds: only allowed with the effect \"NoExecute\"".into());
+    }
+    Ok(())
+}
+
+/// Whether `name` is a DNS-1123 label: at most 63 of `[a-z0-9-]`, alphanumeric at both ends.
+pub(crate) fn is_dns_label(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 63
+        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !name.starts_with('-')
+        && !name.ends_with('-')
+}
+
+/// Whether `name` is a DNS-1123 subdomain (most object names): at most 253, dot-separated
+/// [`is_dns_label`]s.
+pub(crate) fn is_dns_subdomain(name: &str) -> bool {
+    name.len() <= 253 && name.split('.').all(is_dns_label)
 }
 
 /// Whether `value` is a valid label value: empty, or at most 63 of `[A-Za-z0-9._-]` starting and
@@ -65,16 +145,7 @@ pub fn is_label_key(key: &str) -> bool {
         Some((p, n)) => (Some(p), n),
         None => (None, key),
     };
-    let prefix_ok = prefix.is_none_or(|p| {
-        !p.is_empty()
-            && p.len() <= 253
-            && p.split('.').all(|part| {
-                !part.is_empty()
-                    && part.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-                    && !part.starts_with('-')
-                    && !part.ends_with('-')
-            })
-    });
+    let prefix_ok = prefix.is_none_or(is_dns_subdomain);
     prefix_ok && !name.is_empty() && is_label_value(name)
 }
 
@@ -92,5 +163,29 @@ mod tests {
         assert!(is_label_value("ml-team_1.x"));
         assert!(!is_label_value("-x"));
         assert!(!is_label_value(&"a".repeat(64)));
+        assert!(is_dns_label("ml-team") && !is_dns_label("ML") && !is_dns_label("a.b") && !is_dns_label(""));
+        assert!(is_dns_subdomain("ghcr.io-creds") && !is_dns_subdomain("a..b") && !is_dns_subdomain("-a"));
+    }
+
+    #[test]
+    fn toleration_rules() {
+        let t = |key: &str, op: Option<&str>, value: Option<&str>, effect: Option<&str>, secs: Option<i64>| {
+            check_toleration(&Toleration {
+                key: key.into(),
+                operator: op.map(Into::into),
+                value: value.map(Into::into),
+                effect: effect.map(Into::into),
+                toleration_seconds: secs,
+            })
+        };
+        assert_eq!(t("", Some("Exists"), None, None, None), Ok(()));
+        assert_eq!(t("spot", None, Some("true"), Some("NoExecute"), Some(60)), Ok(()));
+        assert!(t("", None, None, None, None).unwrap_err().starts_with("operator:"));
+        assert!(t("k", Some("In"), None, None, None).unwrap_err().starts_with("operator:"));
+        assert!(t("k", Some("Exists"), Some("v"), None, None).unwrap_err().starts_with("value:"));
+        assert!(t("k", Some("Equal"), Some("a b"), None, None).unwrap_err().starts_with("value:"));
+        assert!(t("k k", Some("Exists"), None, None, None).unwrap_err().starts_with("key:"));
+        assert!(t("k", Some("Exists"), None, Some("NoRun"), None).unwrap_err().starts_with("effect:"));
+        assert!(t("k", Some("Exists"), None, Some("NoSchedule"), Some(5)).unwrap_err().starts_with("tolerationSeconds:"));
     }
 }

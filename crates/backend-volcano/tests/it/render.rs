@@ -165,7 +165,7 @@ fn pod_script_parses_and_quotes_paths() {
     assert_eq!(args.len(), 1);
     let script = args[0].as_str().unwrap();
     assert!(script.contains("'/workspace/work/logs/it'\\''s a log/run.log'"), "{script}");
-    assert!(script.contains("PIPESTATUS[0]"));
+    assert!(script.contains("trap theseus_forward TERM INT"), "{script}");
     let out = std::process::Command::new("bash").args(["-n", "-c", script]).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
