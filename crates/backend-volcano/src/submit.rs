@@ -96,6 +96,15 @@ async fn wait_running(cluster: &Cluster, helper: &Job, timeout: Duration) -> Res
             let pod = match event {
                 Ok(pod) => pod,
                 Err(e) => {
+                    // RBAC does not heal by retrying: say which permission is missing now.
+                    if let Some(code @ (401 | 403)) = watch_status_code(&e) {
+                        return Err(VolcanoError::Forbidden {
+                            verb: "watch".into(),
+                            resource: "pods".into(),
+                            namespace: Some(cluster.namespace().to_owned()),
+                            message: format!("{code}: {e}"),
+                        });
+                    }
                     tracing::debug!("watch of helper pods: {e}");
                     continue;
                 }
@@ -116,6 +125,17 @@ async fn wait_running(cluster: &Cluster, helper: &Job, timeout: Duration) -> Res
             let why = pending_reason(&Observed { job: helper, pods: &pods, group_phase: None, group_conditions: &conditions, events: &events });
             Err(VolcanoError::Timeout { what: format!("the helper pod of {name} to start ({why})"), after: timeout })
         }
+    }
+}
+
+/// The HTTP status of a failed watch, when the apiserver answered one.
+fn watch_status_code(error: &watcher::Error) -> Option<u16> {
+    match error {
+        watcher::Error::InitialListFailed(kube::Error::Api(status))
+        | watcher::Error::WatchStartFailed(kube::Error::Api(status))
+        | watcher::Error::WatchFailed(kube::Error::Api(status)) => Some(status.code),
+        watcher::Error::WatchError(status) => Some(status.code),
+        _ => None,
     }
 }
 

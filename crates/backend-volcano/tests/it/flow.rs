@@ -342,3 +342,19 @@ async fn a_helper_that_never_starts_times_out_with_the_reason_and_is_deleted() {
     let (helpers, pods, _) = theseus_objects(&world).await;
     assert!(helpers.is_empty() && pods.is_empty(), "{helpers:?} {pods:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rbac_refusing_the_pod_watch_is_reported_at_once_and_the_helper_is_deleted() {
+    let world = World::start(1).await;
+    let h = harness(&world, plan(1, 0));
+    let (job, _code) = testing::prepare(&h, "no-watch", &["ok"], vec![], serde_json::json!({})).await.unwrap();
+    // The first pod list is the watcher's initial list of the helper's pods.
+    world.sim.faults().fail_requests("list", "pods", 1, 403);
+    let started = std::time::Instant::now();
+    let err = h.backend.submit(&job, &SubmitOptions::default()).await.expect_err("RBAC refuses");
+    let text = err.to_string();
+    assert!(text.contains("watch") && text.contains("pods") && text.contains("default"), "{text}");
+    assert!(started.elapsed() < Duration::from_secs(15), "no wait for the start timeout: {:?}", started.elapsed());
+    let (helpers, pods, _) = theseus_objects(&world).await;
+    assert!(helpers.is_empty() && pods.is_empty(), "{helpers:?} {pods:?}");
+}
