@@ -11,3 +11,4 @@
 pub mod nodelist;
 pub mod parse;
 pub mod sbatch;
+pub mod ssh;

@@ -1,0 +1,1 @@
+//! Integration tests of the SSH transport and the plain backend.
