@@ -10,5 +10,6 @@
 
 pub mod nodelist;
 pub mod parse;
+pub mod plain;
 pub mod sbatch;
 pub mod ssh;
