@@ -45,11 +45,18 @@ pub struct Settings {
     pub remote_home: Option<String>,
     /// Timeout of short remote commands (status, availability).
     pub command_timeout: Duration,
+    /// The `nvidia-smi` program on the host (a name looked up on the remote `PATH`, or a path).
+    pub nvidia_smi: String,
 }
 
 impl Default for Settings {
     fn default() -> Self {
-        Settings { cancel_grace: Duration::from_secs(10), remote_home: None, command_timeout: Duration::from_secs(60) }
+        Settings {
+            cancel_grace: Duration::from_secs(10),
+            remote_home: None,
+            command_timeout: Duration::from_secs(60),
+            nvidia_smi: "nvidia-smi".into(),
+        }
     }
 }
 
@@ -262,14 +269,15 @@ impl Backend for PlainBackend {
             let cpus = out.stdout_text().trim().parse().unwrap_or(1);
             return Ok(Availability::Free { chips: cpus, source: format!("CPU cores on {}", self.host.ssh) });
         }
-        let probe = RemoteCommand::script("command -v nvidia-smi >/dev/null 2>&1", Vec::<String>::new()).retry_safe();
+        let smi = self.settings.nvidia_smi.clone();
+        let probe = RemoteCommand::script("command -v \"$1\" >/dev/null 2>&1", [smi.clone()]).retry_safe();
         let has_smi = self.ssh.output(&probe.timeout(timeout)).await.map_err(|e| self.ssh_error(e))?.success();
         if !has_smi {
             return Ok(Availability::Free { chips: 0, source: "no nvidia-smi on the host (CPU-only)".into() });
         }
         let query = |line: &str| {
             let argv = theseus_core::shell::split(line).expect("the nvidia-smi commands are valid words");
-            RemoteCommand::new(argv[0].clone()).args(argv[1..].iter().cloned()).retry_safe().timeout(timeout)
+            RemoteCommand::new(smi.clone()).args(argv[1..].iter().cloned()).retry_safe().timeout(timeout)
         };
         let gpus = self.ssh.run(&query(GPU_QUERY_COMMAND)).await.map_err(|e| self.ssh_error(e))?;
         // A failing process query leaves every GPU free, as in the original.

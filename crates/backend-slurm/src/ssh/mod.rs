@@ -425,7 +425,14 @@ impl SshHost {
     async fn session(&self) -> Result<Arc<Session>, SshError> {
         let mut guard = self.session.lock().await;
         if let Some(session) = guard.as_ref() {
-            return Ok(session.clone());
+            // A master that died while idle is replaced before a command is started on it (a
+            // cheap check over the local control socket), so only commands already running
+            // when a connection breaks see the break.
+            if session.check().await.is_ok() {
+                return Ok(session.clone());
+            }
+            tracing::debug!(host = %self, "the ssh master is gone; reconnecting");
+            *guard = None;
         }
         let session = Arc::new(self.connect_with_retries().await?);
         *guard = Some(session.clone());
