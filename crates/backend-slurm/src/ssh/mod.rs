@@ -326,6 +326,10 @@ impl SshHost {
                     Some(openssh::Error::RemoteProcessTerminated) => {
                         Ok(Output { code: None, stdout: Vec::new(), stderr: Vec::new() })
                     }
+                    // openssh turns exit code 127 into an error (dropping the output).
+                    Some(openssh::Error::Remote(e)) if e.kind() == std::io::ErrorKind::NotFound => {
+                        Ok(Output { code: Some(127), stdout: Vec::new(), stderr: b"command not found".to_vec() })
+                    }
                     Some(e) => Err(self.run_error(cmd, e)),
                     None => Ok(Output { code: Some(255), stdout: Vec::new(), stderr: Vec::new() }),
                 };
@@ -386,6 +390,7 @@ impl SshHost {
         let stderr = err_task.await.unwrap_or_default();
         let code = match status {
             Ok(status) => status.code(),
+            Err(openssh::Error::Remote(e)) if e.kind() == std::io::ErrorKind::NotFound => Some(127),
             Err(e) => {
                 if session.check().await.is_err() {
                     self.forget(&session).await;

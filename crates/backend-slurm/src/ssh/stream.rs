@@ -75,6 +75,12 @@ impl RemoteLines {
                     code: s.code(),
                     stderr: String::from_utf8_lossy(&stderr).trim().to_owned(),
                 },
+                Err(openssh::Error::Remote(e)) if e.kind() == std::io::ErrorKind::NotFound => SshError::Failed {
+                    host: st.host.clone(),
+                    command: st.command.clone(),
+                    code: Some(127),
+                    stderr: String::from_utf8_lossy(&stderr).trim().to_owned(),
+                },
                 Err(e) if session.check().await.is_err() => {
                     SshError::Disconnected { host: st.host.clone(), command: st.command.clone(), source: Some(e) }
                 }

@@ -53,6 +53,9 @@ async fn exit_codes_and_stderr_come_back() {
         other => panic!("expected a failure with exit code 7, got {other:?}"),
     }
     assert!(host.run(&RemoteCommand::new("true")).await.unwrap().success());
+    // openssh reports 127 as an error of its own; it comes back as the exit code.
+    let missing = host.output(&RemoteCommand::new("theseus-no-such-program")).await.unwrap();
+    assert_eq!(missing.code, Some(127));
     // Every command went over the one connection.
     assert_eq!(host.connect_attempts(), 1);
 }
