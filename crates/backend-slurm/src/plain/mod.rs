@@ -152,9 +152,12 @@ impl PlainBackend {
     }
 
     async fn report(&self, run_id: &str, data: &PlainHandleData) -> Result<scripts::Report> {
-        let cmd = RemoteCommand::script(scripts::STATUS, [data.run_dir.clone(), run_id.to_owned(), data.processes.to_string()])
-            .retry_safe()
-            .timeout(self.settings.command_timeout);
+        let cmd = RemoteCommand::script(
+            scripts::STATUS,
+            [data.run_dir.clone(), run_id.to_owned(), data.processes.to_string()],
+        )
+        .retry_safe()
+        .timeout(self.settings.command_timeout);
         let out = self.ssh.run(&cmd).await.map_err(|e| self.ssh_error(e))?;
         Ok(scripts::parse_report(&out.stdout_text()))
     }
@@ -162,7 +165,13 @@ impl PlainBackend {
     /// Ships the snapshot and the bootstrap into `<work_dir>.partial` and renames it into place.
     /// A broken connection gets one more attempt on a fresh connection (the script starts by
     /// removing any `.partial` left behind).
-    async fn ship(&self, job: &PreparedJob, work_dir: &str, extra: Vec<ExtraFile>, options: &SubmitOptions) -> Result<()> {
+    async fn ship(
+        &self,
+        job: &PreparedJob,
+        work_dir: &str,
+        extra: Vec<ExtraFile>,
+        options: &SubmitOptions,
+    ) -> Result<()> {
         let token = format!("{}-{}", job.identity.run_id, std::process::id());
         let total = job.snapshot.estimated_tar_bytes();
         let progress: Option<Arc<dyn Fn(u64) + Send + Sync>> =
@@ -173,7 +182,11 @@ impl PlainBackend {
             attempt += 1;
             let snapshot = job.snapshot.clone();
             let mut files = extra.clone();
-            files.push(ExtraFile { path: scripts::SHIP_SENTINEL.into(), contents: token.clone().into_bytes(), mode: 0o644 });
+            files.push(ExtraFile {
+                path: scripts::SHIP_SENTINEL.into(),
+                contents: token.clone().into_bytes(),
+                mode: 0o644,
+            });
             let produce = move |out: &mut dyn Write| -> std::io::Result<()> {
                 snapshot.write_tar(&mut *out, &mut |_| {}).map_err(std::io::Error::other)?;
                 write_files(out, &files)
@@ -214,10 +227,9 @@ impl PlainBackend {
             .run_with_writer(&cmd, move |w| w.write_all(&secrets), None)
             .await
             .map_err(|e| self.ssh_error(e))?;
-        out.stdout_text()
-            .trim()
-            .parse()
-            .map_err(|_| Error::backend(self, format!("the launch printed no supervisor pid: `{}`", out.stdout_text().trim())))
+        out.stdout_text().trim().parse().map_err(|_| {
+            Error::backend(self, format!("the launch printed no supervisor pid: `{}`", out.stdout_text().trim()))
+        })
     }
 
     /// Best-effort removal of a run that failed to start: its processes, code and status dirs.
@@ -283,8 +295,11 @@ impl Backend for PlainBackend {
         // A failing process query leaves every GPU free, as in the original.
         let apps = self.ssh.output(&query(APPS_QUERY_COMMAND)).await.map_err(|e| self.ssh_error(e))?;
         let apps = if apps.success() { apps.stdout_text() } else { String::new() };
-        let inventory = nvidia_smi::parse(&gpus.stdout_text(), &apps)
-            .map_err(|e| Error::Backend { backend: self.to_string(), message: e.to_string(), source: Some(Box::new(e)) })?;
+        let inventory = nvidia_smi::parse(&gpus.stdout_text(), &apps).map_err(|e| Error::Backend {
+            backend: self.to_string(),
+            message: e.to_string(),
+            source: Some(Box::new(e)),
+        })?;
         Ok(match request.chip {
             ChipRequest::Chip(chip) => inventory.availability(Some(chip)),
             _ => inventory.availability(None),
@@ -336,7 +351,9 @@ impl Backend for PlainBackend {
         let data = self.data(handle)?;
         let report = self.report(&handle.id, &data).await?;
         if !report.exists {
-            return Err(Error::NotFound { what: format!("run dir `{}` of run `{}` on `{}`", data.run_dir, handle.id, self.name) });
+            return Err(Error::NotFound {
+                what: format!("run dir `{}` of run `{}` on `{}`", data.run_dir, handle.id, self.name),
+            });
         }
         Ok(scripts::status_from(&report, data.processes, &self.host.ssh))
     }
@@ -354,7 +371,9 @@ impl Backend for PlainBackend {
         let stream = lines
             .map(move |line| match line {
                 Ok(text) => Ok(parse_line(&text)),
-                Err(e) => Err(Error::Backend { backend: backend.clone(), message: e.to_string(), source: Some(Box::new(e)) }),
+                Err(e) => {
+                    Err(Error::Backend { backend: backend.clone(), message: e.to_string(), source: Some(Box::new(e)) })
+                }
             })
             .filter(move |line| {
                 let keep = !matches!((rank, line), (Some(want), Ok(LogLine { rank: Some(r), .. })) if *r != want);
@@ -376,7 +395,10 @@ impl Backend for PlainBackend {
         if !left.is_empty() {
             return Err(Error::backend(
                 self,
-                format!("processes {left:?} of run `{}` are still alive on `{}` after SIGKILL", handle.id, self.host.ssh),
+                format!(
+                    "processes {left:?} of run `{}` are still alive on `{}` after SIGKILL",
+                    handle.id, self.host.ssh
+                ),
             ));
         }
         self.status(handle).await
@@ -394,9 +416,7 @@ struct ExtraFile {
 /// Writes `files` as a second tar archive (the remote `tar -i` reads past the first one's end).
 fn write_files(out: &mut dyn Write, files: &[ExtraFile]) -> std::io::Result<()> {
     let mut builder = tar::Builder::new(out);
-    let mtime = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
+    let mtime = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
     for file in files {
         let mut header = tar::Header::new_gnu();
         header.set_size(file.contents.len() as u64);
@@ -425,10 +445,14 @@ mod tests {
     #[test]
     fn extra_files_follow_a_finished_archive() {
         let mut buf = Vec::new();
-        write_files(&mut buf, &[ExtraFile { path: ".theseus/a.sh".into(), contents: b"echo hi\n".to_vec(), mode: 0o755 }])
-            .unwrap();
+        write_files(
+            &mut buf,
+            &[ExtraFile { path: ".theseus/a.sh".into(), contents: b"echo hi\n".to_vec(), mode: 0o755 }],
+        )
+        .unwrap();
         let mut archive = tar::Archive::new(buf.as_slice());
-        let entries: Vec<_> = archive.entries().unwrap().map(|e| e.unwrap().path().unwrap().display().to_string()).collect();
+        let entries: Vec<_> =
+            archive.entries().unwrap().map(|e| e.unwrap().path().unwrap().display().to_string()).collect();
         assert_eq!(entries, [".theseus/a.sh"]);
     }
 

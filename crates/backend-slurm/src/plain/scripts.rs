@@ -198,7 +198,9 @@ pub(crate) fn status_from(report: &Report, processes: u32, location: &str) -> Jo
         })
         .collect();
     let (state, exit_code, message) = match report.exit_code {
-        _ if report.cancelled && !alive => (JobState::Cancelled, report.exit_code, Some("cancelled by the user".into())),
+        _ if report.cancelled && !alive => {
+            (JobState::Cancelled, report.exit_code, Some("cancelled by the user".into()))
+        }
         Some(0) => (JobState::Completed, Some(0), None),
         Some(c) if report.preempted => {
             (JobState::Preempted, Some(c), Some(format!("stopped by a signal (exit code {c})")))

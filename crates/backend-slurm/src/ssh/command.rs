@@ -92,7 +92,11 @@ impl RemoteCommand {
             }
             _ => {
                 let line = self.command_line();
-                if line.chars().count() > 120 { format!("{}...", line.chars().take(120).collect::<String>()) } else { line }
+                if line.chars().count() > 120 {
+                    format!("{}...", line.chars().take(120).collect::<String>())
+                } else {
+                    line
+                }
             }
         }
     }
@@ -167,8 +171,11 @@ mod tests {
     #[test]
     fn command_line_quotes_each_word_once() {
         let cmd = RemoteCommand::new("printf").arg("%s\n").arg("it's $(x) `y`").arg("");
-        assert_eq!(cmd.command_line(), r"printf '%s
-' 'it'\''s $(x) `y`' ''");
+        assert_eq!(
+            cmd.command_line(),
+            r"printf '%s
+' 'it'\''s $(x) `y`' ''"
+        );
         assert_eq!(theseus_core::shell::split(&cmd.command_line()).unwrap(), cmd.argv());
     }
 

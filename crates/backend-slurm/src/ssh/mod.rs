@@ -394,7 +394,11 @@ impl SshHost {
             Err(e) => {
                 if session.check().await.is_err() {
                     self.forget(&session).await;
-                    return Err(SshError::Disconnected { host: self.to_string(), command: cmd.describe(), source: Some(e) });
+                    return Err(SshError::Disconnected {
+                        host: self.to_string(),
+                        command: cmd.describe(),
+                        source: Some(e),
+                    });
                 }
                 None
             }
@@ -481,7 +485,12 @@ impl SshHost {
         let stderr = out.stderr_text();
         let start = stderr.len().saturating_sub(STDERR_KEEP);
         let start = (start..=stderr.len()).find(|i| stderr.is_char_boundary(*i)).unwrap_or(0);
-        SshError::Failed { host: self.to_string(), command: cmd.describe(), code: out.code, stderr: stderr[start..].to_owned() }
+        SshError::Failed {
+            host: self.to_string(),
+            command: cmd.describe(),
+            code: out.code,
+            stderr: stderr[start..].to_owned(),
+        }
     }
 
     fn timeout(&self, cmd: &RemoteCommand, after: Duration) -> SshError {

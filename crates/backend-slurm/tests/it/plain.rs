@@ -73,7 +73,12 @@ fn quick() -> Settings {
 }
 
 fn harness(s: &Setup) -> Harness {
-    Harness { backend: s.backend.clone(), plan: plan(), probe: Arc::new(LocalProcProbe), timeout: Duration::from_secs(90) }
+    Harness {
+        backend: s.backend.clone(),
+        plan: plan(),
+        probe: Arc::new(LocalProcProbe),
+        timeout: Duration::from_secs(90),
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -82,7 +87,11 @@ async fn plain_backend_passes_the_conformance_suite() {
     let s = setup(lab, "conformance", quick());
     let started = Instant::now();
     testing::run_all(&harness(&s)).await;
-    eprintln!("conformance suite over ssh took {:?} with {} connection(s)", started.elapsed(), s.ssh.connect_attempts());
+    eprintln!(
+        "conformance suite over ssh took {:?} with {} connection(s)",
+        started.elapsed(),
+        s.ssh.connect_attempts()
+    );
     assert_eq!(s.ssh.connect_attempts(), 1, "one connection serves every command");
     // Nothing half-shipped is left behind.
     assert_eq!(partials(&s.root.join("work")), Vec::<String>::new());
@@ -151,7 +160,8 @@ async fn a_connection_killed_while_shipping_is_retried_cleanly() {
     let s = setup(lab, "ship-retry", quick());
     let h = harness(&s);
     let ctl = s.ssh.options().control_dir.clone().unwrap();
-    let (mut job, dir) = testing::prepare(&h, "ship-retry", &["ok"], vec![], serde_json::json!({"greeting": "again"})).await.unwrap();
+    let (mut job, dir) =
+        testing::prepare(&h, "ship-retry", &["ok"], vec![], serde_json::json!({"greeting": "again"})).await.unwrap();
     big_file(dir.path());
     job.snapshot = Snapshot::collect(dir.path(), SnapshotMode::Dirty).unwrap();
 
@@ -195,7 +205,8 @@ async fn a_connection_that_keeps_breaking_fails_clearly_and_leaves_no_usable_run
     let s = setup(lab, "ship-fail", quick());
     let h = harness(&s);
     let ctl = s.ssh.options().control_dir.clone().unwrap();
-    let (mut job, dir) = testing::prepare(&h, "ship-fail", &["ok"], vec![], serde_json::json!({"greeting": "x"})).await.unwrap();
+    let (mut job, dir) =
+        testing::prepare(&h, "ship-fail", &["ok"], vec![], serde_json::json!({"greeting": "x"})).await.unwrap();
     big_file(dir.path());
     job.snapshot = Snapshot::collect(dir.path(), SnapshotMode::Dirty).unwrap();
     // Every attempt loses its connection halfway.
@@ -215,12 +226,14 @@ async fn a_connection_that_keeps_breaking_fails_clearly_and_leaves_no_usable_run
     };
     let err = s.backend.submit(&job, &options).await.expect_err("shipping cannot succeed");
     let text = error_chain(&err);
+    eprintln!("shipping through a breaking connection: {text}");
     assert!(text.contains("connection") && text.contains("broke"), "clear error: {text}");
     let layout = s.backend.layout(&job.identity, &h.plan).unwrap();
     assert!(!Path::new(&layout.work_dir).exists(), "no run dir was put in place");
 
     // A later run of the same job works and never sees the cut-off code.
-    let (job2, _dir2) = testing::prepare(&h, "ship-fail", &["ok"], vec![], serde_json::json!({"greeting": "later"})).await.unwrap();
+    let (job2, _dir2) =
+        testing::prepare(&h, "ship-fail", &["ok"], vec![], serde_json::json!({"greeting": "later"})).await.unwrap();
     let handle = s.backend.submit(&job2, &SubmitOptions::default()).await.unwrap();
     let status = testing::wait_terminal(&h, &handle).await;
     assert_eq!(status.state, JobState::Completed, "{status:?}");

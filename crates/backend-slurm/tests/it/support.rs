@@ -113,7 +113,8 @@ fn from_env(dir: PathBuf, host: String) -> Result<Lab, String> {
     let port: u16 = env("THESEUSTEST_SSH_PORT")?.parse().map_err(|e| format!("THESEUSTEST_SSH_PORT: {e}"))?;
     let known = std::fs::read_to_string(env("THESEUSTEST_SSH_KNOWN_HOSTS")?).map_err(|e| e.to_string())?;
     // `<hosts> <type> <key>`: keep the key part.
-    let host_key = known.lines().find_map(|l| l.split_once(' ').map(|(_, k)| k.to_owned())).ok_or("empty known_hosts")?;
+    let host_key =
+        known.lines().find_map(|l| l.split_once(' ').map(|(_, k)| k.to_owned())).ok_or("empty known_hosts")?;
     let lab = Lab {
         config: dir.join("ssh_config"),
         dir,
@@ -144,7 +145,8 @@ fn own_sshd(dir: PathBuf) -> Result<Lab, String> {
     std::fs::copy(dir.join("client_key.pub"), dir.join("authorized_keys")).map_err(|e| e.to_string())?;
     set_mode(&dir.join("authorized_keys"), 0o644)?;
     std::fs::create_dir_all("/run/sshd").map_err(|e| format!("create /run/sshd (privilege separation dir): {e}"))?;
-    let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map_err(|e| e.to_string())?.port();
+    let port =
+        std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map_err(|e| e.to_string())?.port();
     let config = dir.join("sshd_config");
     let d = dir.display();
     std::fs::write(
@@ -185,7 +187,15 @@ fn own_sshd(dir: PathBuf) -> Result<Lab, String> {
     let pubkey = std::fs::read_to_string(dir.join("host_ed25519.pub")).map_err(|e| e.to_string())?;
     let host_key = pubkey.split_whitespace().take(2).collect::<Vec<_>>().join(" ");
     let user = current_user()?;
-    let lab = Lab { config: dir.join("ssh_config"), key: dir.join("client_key"), dir, host: "127.0.0.1".into(), port, user, host_key };
+    let lab = Lab {
+        config: dir.join("ssh_config"),
+        key: dir.join("client_key"),
+        dir,
+        host: "127.0.0.1".into(),
+        port,
+        user,
+        host_key,
+    };
     write_client_config(&lab)?;
     Ok(lab)
 }
@@ -230,7 +240,9 @@ fn install_openssh_server() -> Result<(), String> {
         return Err("/usr/sbin/sshd is missing (apt-get install -y openssh-server)".into());
     }
     eprintln!("installing openssh-server with apt-get for the SSH tests");
-    run(Command::new("apt-get").args(["install", "-y", "-q", "openssh-server"]).env("DEBIAN_FRONTEND", "noninteractive"))
+    run(Command::new("apt-get")
+        .args(["install", "-y", "-q", "openssh-server"])
+        .env("DEBIAN_FRONTEND", "noninteractive"))
 }
 
 fn current_user() -> Result<String, String> {
@@ -245,11 +257,7 @@ fn set_mode(path: &Path, mode: u32) -> Result<(), String> {
 
 fn run(cmd: &mut Command) -> Result<(), String> {
     let out = cmd.stdin(Stdio::null()).output().map_err(|e| format!("{cmd:?}: {e}"))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!("{cmd:?} failed: {}", String::from_utf8_lossy(&out.stderr)))
-    }
+    if out.status.success() { Ok(()) } else { Err(format!("{cmd:?} failed: {}", String::from_utf8_lossy(&out.stderr))) }
 }
 
 /// PIDs of the ssh ControlMaster processes whose command line names `control_dir`.
@@ -260,7 +268,10 @@ pub(crate) fn masters(control_dir: &Path) -> Vec<i32> {
         let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else { continue };
         let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else { continue };
         let words: Vec<String> = cmdline.split(|b| *b == 0).map(|w| String::from_utf8_lossy(w).into_owned()).collect();
-        if words.first().is_some_and(|w| w.ends_with("ssh")) && words.iter().any(|w| w == "-M") && words.iter().any(|w| w.contains(&needle)) {
+        if words.first().is_some_and(|w| w.ends_with("ssh"))
+            && words.iter().any(|w| w == "-M")
+            && words.iter().any(|w| w.contains(&needle))
+        {
             pids.push(pid);
         }
     }

@@ -191,7 +191,10 @@ async fn stdout_streams_as_lines_and_a_failure_ends_the_stream() {
     let items: Vec<_> = host.lines(&cmd).await.unwrap().collect().await;
     let lines: Vec<_> = items.iter().filter_map(|l| l.as_ref().ok().cloned()).collect();
     assert_eq!(lines, ["one", "two", "three"]);
-    assert!(matches!(items.last(), Some(Err(SshError::Failed { code: Some(3), stderr, .. })) if stderr == "bad"), "{items:?}");
+    assert!(
+        matches!(items.last(), Some(Err(SshError::Failed { code: Some(3), stderr, .. })) if stderr == "bad"),
+        "{items:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -216,8 +219,11 @@ async fn a_killed_master_is_replaced() {
 
     // ...unless it is retry-safe: then it runs again on a new connection.
     let dir = lab.scratch("reconnect");
-    let cmd = RemoteCommand::script(r#"mktemp "$1/started.XXXXXX" >/dev/null; sleep 1; echo done"#, [dir.display().to_string()])
-        .retry_safe();
+    let cmd = RemoteCommand::script(
+        r#"mktemp "$1/started.XXXXXX" >/dev/null; sleep 1; echo done"#,
+        [dir.display().to_string()],
+    )
+    .retry_safe();
     let running = {
         let host = host.clone();
         tokio::spawn(async move { host.run(&cmd).await })
