@@ -147,8 +147,8 @@ impl PlainBackend {
         ))
     }
 
-    fn ssh_error(&self, e: SshError) -> Error {
-        Error::Backend { backend: self.to_string(), message: e.to_string(), source: Some(Box::new(e)) }
+    fn ssh_error(&self, action: &str, e: SshError) -> Error {
+        Error::Backend { backend: self.to_string(), message: format!("failed to {action}"), source: Some(Box::new(e)) }
     }
 
     async fn report(&self, run_id: &str, data: &PlainHandleData) -> Result<scripts::Report> {
@@ -158,7 +158,8 @@ impl PlainBackend {
         )
         .retry_safe()
         .timeout(self.settings.command_timeout);
-        let out = self.ssh.run(&cmd).await.map_err(|e| self.ssh_error(e))?;
+        let out =
+            self.ssh.run(&cmd).await.map_err(|e| self.ssh_error(&format!("read the status of run `{run_id}`"), e))?;
         Ok(scripts::parse_report(&out.stdout_text()))
     }
 
@@ -176,7 +177,8 @@ impl PlainBackend {
         let total = job.snapshot.estimated_tar_bytes();
         let progress: Option<Arc<dyn Fn(u64) + Send + Sync>> =
             options.progress.clone().map(|p| Arc::new(move |sent: u64| p(sent, Some(total))) as _);
-        let cmd = RemoteCommand::script(scripts::SHIP, [work_dir.to_owned(), token.clone()]);
+        let cmd = RemoteCommand::script(scripts::SHIP, [work_dir.to_owned(), token.clone()])
+            .label("the code upload (tar -x into the .partial dir)");
         let mut attempt = 0;
         loop {
             attempt += 1;
@@ -200,7 +202,7 @@ impl PlainBackend {
                     options.note("the connection broke while shipping the code; trying again");
                     tracing::warn!(backend = %self, error = %e, "shipping failed; retrying");
                 }
-                Err(e) => return Err(self.ssh_error(e)),
+                Err(e) => return Err(self.ssh_error(&format!("ship the code to `{work_dir}`"), e)),
             }
         }
     }
@@ -215,18 +217,23 @@ impl PlainBackend {
             secrets.extend_from_slice(format!("{}={}", var.name, var.value).as_bytes());
             secrets.push(0);
         }
-        let cmd = RemoteCommand::new("bash").arg("-c").arg(scripts::LAUNCH).arg("bash").args([
-            data.run_dir.clone(),
-            data.log_file.clone(),
-            supervisor_path.to_owned(),
-            data.work_dir.clone(),
-            job.identity.run_id.clone(),
-        ]);
+        let cmd = RemoteCommand::new("bash")
+            .arg("-c")
+            .arg(scripts::LAUNCH)
+            .arg("bash")
+            .args([
+                data.run_dir.clone(),
+                data.log_file.clone(),
+                supervisor_path.to_owned(),
+                data.work_dir.clone(),
+                job.identity.run_id.clone(),
+            ])
+            .label("the job's launch (setsid nohup supervise.sh)");
         let out = self
             .ssh
             .run_with_writer(&cmd, move |w| w.write_all(&secrets), None)
             .await
-            .map_err(|e| self.ssh_error(e))?;
+            .map_err(|e| self.ssh_error(&format!("start run `{}`", job.identity.run_id), e))?;
         out.stdout_text().trim().parse().map_err(|_| {
             Error::backend(self, format!("the launch printed no supervisor pid: `{}`", out.stdout_text().trim()))
         })
@@ -277,13 +284,18 @@ impl Backend for PlainBackend {
         let timeout = self.settings.command_timeout;
         if request.chip == ChipRequest::Cpu {
             let out = self.ssh.run(&RemoteCommand::new("nproc").retry_safe().timeout(timeout)).await;
-            let out = out.map_err(|e| self.ssh_error(e))?;
+            let out = out.map_err(|e| self.ssh_error("count CPU cores", e))?;
             let cpus = out.stdout_text().trim().parse().unwrap_or(1);
             return Ok(Availability::Free { chips: cpus, source: format!("CPU cores on {}", self.host.ssh) });
         }
         let smi = self.settings.nvidia_smi.clone();
         let probe = RemoteCommand::script("command -v \"$1\" >/dev/null 2>&1", [smi.clone()]).retry_safe();
-        let has_smi = self.ssh.output(&probe.timeout(timeout)).await.map_err(|e| self.ssh_error(e))?.success();
+        let has_smi = self
+            .ssh
+            .output(&probe.timeout(timeout))
+            .await
+            .map_err(|e| self.ssh_error("look for nvidia-smi", e))?
+            .success();
         if !has_smi {
             return Ok(Availability::Free { chips: 0, source: "no nvidia-smi on the host (CPU-only)".into() });
         }
@@ -291,9 +303,17 @@ impl Backend for PlainBackend {
             let argv = theseus_core::shell::split(line).expect("the nvidia-smi commands are valid words");
             RemoteCommand::new(smi.clone()).args(argv[1..].iter().cloned()).retry_safe().timeout(timeout)
         };
-        let gpus = self.ssh.run(&query(GPU_QUERY_COMMAND)).await.map_err(|e| self.ssh_error(e))?;
+        let gpus = self
+            .ssh
+            .run(&query(GPU_QUERY_COMMAND))
+            .await
+            .map_err(|e| self.ssh_error("list GPUs with nvidia-smi", e))?;
         // A failing process query leaves every GPU free, as in the original.
-        let apps = self.ssh.output(&query(APPS_QUERY_COMMAND)).await.map_err(|e| self.ssh_error(e))?;
+        let apps = self
+            .ssh
+            .output(&query(APPS_QUERY_COMMAND))
+            .await
+            .map_err(|e| self.ssh_error("list GPU processes with nvidia-smi", e))?;
         let apps = if apps.success() { apps.stdout_text() } else { String::new() };
         let inventory = nvidia_smi::parse(&gpus.stdout_text(), &apps).map_err(|e| Error::Backend {
             backend: self.to_string(),
@@ -362,10 +382,15 @@ impl Backend for PlainBackend {
         let data = self.data(handle)?;
         let cmd = if options.follow {
             RemoteCommand::script(scripts::FOLLOW_LOG, [data.log_file.clone(), data.run_dir.clone(), handle.id.clone()])
+                .label(format!("log follow of `{}`", data.log_file))
         } else {
-            RemoteCommand::script(scripts::CAT_LOG, [data.log_file.clone()])
+            RemoteCommand::script(scripts::CAT_LOG, [data.log_file.clone()]).label(format!("cat `{}`", data.log_file))
         };
-        let lines = self.ssh.lines(&cmd).await.map_err(|e| self.ssh_error(e))?;
+        let lines = self
+            .ssh
+            .lines(&cmd)
+            .await
+            .map_err(|e| self.ssh_error(&format!("read the log of run `{}`", handle.id), e))?;
         let rank = options.rank;
         let backend = self.to_string();
         let stream = lines
@@ -389,8 +414,10 @@ impl Backend for PlainBackend {
             return Ok(before);
         }
         let grace = self.settings.cancel_grace.as_secs().max(1).to_string();
-        let cmd = RemoteCommand::script(scripts::CANCEL, [data.run_dir.clone(), handle.id.clone(), grace]).retry_safe();
-        let out = self.ssh.run(&cmd).await.map_err(|e| self.ssh_error(e))?;
+        let cmd = RemoteCommand::script(scripts::CANCEL, [data.run_dir.clone(), handle.id.clone(), grace])
+            .label("the cancel script (kill -TERM, then -KILL, the run's process group)")
+            .retry_safe();
+        let out = self.ssh.run(&cmd).await.map_err(|e| self.ssh_error(&format!("cancel run `{}`", handle.id), e))?;
         let left = scripts::parse_left(&out.stdout_text());
         if !left.is_empty() {
             return Err(Error::backend(

@@ -16,12 +16,13 @@ pub struct RemoteCommand {
     argv: Vec<String>,
     retry_safe: bool,
     timeout: Option<Duration>,
+    label: Option<String>,
 }
 
 impl RemoteCommand {
     /// `program` with no arguments yet.
     pub fn new(program: impl Into<String>) -> Self {
-        RemoteCommand { argv: vec![program.into()], retry_safe: false, timeout: None }
+        RemoteCommand { argv: vec![program.into()], retry_safe: false, timeout: None, label: None }
     }
 
     /// `sh -c SCRIPT sh ARGS...`: a constant script whose values arrive as `"$1"`, `"$2"`, ...
@@ -63,6 +64,12 @@ impl RemoteCommand {
         self
     }
 
+    /// Names the command in messages instead of its command line (e.g. "code upload").
+    pub fn label(mut self, label: impl Into<String>) -> Self {
+        self.label = Some(label.into());
+        self
+    }
+
     /// The words.
     pub fn argv(&self) -> &[String] {
         &self.argv
@@ -83,8 +90,12 @@ impl RemoteCommand {
         shell::join(&self.argv)
     }
 
-    /// A short form for messages: the program and, for scripts, their first line.
+    /// A short form for messages: the label, else the program and, for scripts, their first
+    /// line.
     pub fn describe(&self) -> String {
+        if let Some(label) = &self.label {
+            return label.clone();
+        }
         match self.argv.as_slice() {
             [sh, c, script, ..] if sh == "sh" && c == "-c" => {
                 let first = script.lines().map(str::trim).find(|l| !l.is_empty() && !l.starts_with('#'));
@@ -185,7 +196,8 @@ mod tests {
         assert_eq!(cmd.argv(), ["sh", "-c", "mkdir -p \"$1\"", "sh", "/tmp/a b"]);
         assert_eq!(cmd.describe(), "sh -c `mkdir -p \"$1\"`");
         assert!(!cmd.is_retry_safe());
-        assert!(cmd.retry_safe().is_retry_safe());
+        assert!(cmd.clone().retry_safe().is_retry_safe());
+        assert_eq!(cmd.label("mkdir of the run dir").describe(), "mkdir of the run dir");
     }
 
     #[test]

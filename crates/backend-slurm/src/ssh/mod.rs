@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use openssh::{KnownHosts, Session, SessionBuilder, Stdio};
+use openssh::{ControlPersist, KnownHosts, Session, SessionBuilder, Stdio};
 use tokio::io::AsyncReadExt;
 use tokio::sync::{Mutex, Semaphore};
 use tokio_util::io::SyncIoBridge;
@@ -80,6 +80,9 @@ pub struct SshOptions {
     pub max_concurrent: usize,
     /// Where the control socket goes (default: openssh's, under `~/.local/state`).
     pub control_dir: Option<PathBuf>,
+    /// How long an idle master outlives its last command (`ControlPersist`), so a process that
+    /// dies without closing its session leaves no master behind for long; `None`: forever.
+    pub control_persist: Option<Duration>,
     /// How commands reach the master.
     pub mux: Mux,
 }
@@ -101,6 +104,7 @@ impl SshOptions {
             backoff: Backoff::default(),
             max_concurrent: 8,
             control_dir: None,
+            control_persist: Some(Duration::from_secs(60)),
             mux: Mux::Native,
         }
     }
@@ -134,6 +138,8 @@ impl SshOptions {
         if let Some(dir) = &self.control_dir {
             b.control_directory(dir);
         }
+        let idle = self.control_persist.and_then(|d| std::num::NonZeroUsize::new(d.as_secs().max(1) as usize));
+        b.control_persist(idle.map_or(ControlPersist::Forever, ControlPersist::IdleFor));
         b
     }
 }
