@@ -242,3 +242,23 @@ async fn a_killed_master_is_replaced() {
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn process_mux_works_too() {
+    let lab = require_lab!();
+    let mut options = lab.options("process-mux");
+    options.mux = theseus_backend_slurm::ssh::Mux::Process;
+    let host = SshHost::new(options);
+    let out = host.run(&RemoteCommand::new("printf").arg("%s|").args(["a b", "it's", "$HOME"])).await.unwrap();
+    assert_eq!(out.stdout_text(), "a b|it's|$HOME|");
+    let out = host.output(&RemoteCommand::script("exit 7", Vec::<String>::new())).await.unwrap();
+    assert_eq!(out.code, Some(7));
+    let out = host
+        .run_with_writer(&RemoteCommand::new("wc").arg("-c"), |w| w.write_all(&[7u8; 100_000]), None)
+        .await
+        .unwrap();
+    assert_eq!(out.stdout_text().trim(), "100000");
+    let lines: Vec<_> = host.lines(&RemoteCommand::new("seq").arg("3")).await.unwrap().collect().await;
+    assert_eq!(lines.into_iter().map(Result::unwrap).collect::<Vec<_>>(), ["1", "2", "3"]);
+    assert_eq!(host.connect_attempts(), 1);
+}
