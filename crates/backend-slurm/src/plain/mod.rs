@@ -198,7 +198,7 @@ impl PlainBackend {
                 Err(SshError::Failed { code: Some(scripts::SHIP_EXISTS), .. }) => {
                     return Err(Error::AlreadyExists { what: format!("run dir `{work_dir}` on `{}`", self.name) });
                 }
-                Err(e) if e.is_connection() && attempt < 2 => {
+                Err(e @ SshError::Disconnected { .. }) if attempt < 2 => {
                     options.note("the connection broke while shipping the code; trying again");
                     tracing::warn!(backend = %self, error = %e, "shipping failed; retrying");
                 }

@@ -410,6 +410,13 @@ impl SshHost {
             }
         };
         let out = Output { code, stdout, stderr };
+        // A local failure of the writer (not a pipe the remote side closed) is the cause of
+        // whatever the remote command then made of its cut-off input.
+        if let Err(e) = &wrote
+            && e.kind() != std::io::ErrorKind::BrokenPipe
+        {
+            return Err(self.run_error(cmd, wrote.unwrap_err()));
+        }
         if !out.success() {
             if session.check().await.is_err() {
                 self.forget(&session).await;

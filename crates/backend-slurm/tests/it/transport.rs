@@ -262,3 +262,19 @@ async fn process_mux_works_too() {
     assert_eq!(lines.into_iter().map(Result::unwrap).collect::<Vec<_>>(), ["1", "2", "3"]);
     assert_eq!(host.connect_attempts(), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_local_writer_is_reported_as_the_cause() {
+    let lab = require_lab!();
+    let host = SshHost::new(lab.options("writer-fails"));
+    // The remote side fails too (on its cut-off input), but the local error is what happened.
+    let cmd = RemoteCommand::script("n=$(wc -c); echo \"got $n\" >&2; exit 3", Vec::<String>::new());
+    let produce = |w: &mut dyn std::io::Write| {
+        w.write_all(b"partial")?;
+        Err(std::io::Error::other("`big.bin` vanished"))
+    };
+    match host.run_with_writer(&cmd, produce, None).await {
+        Err(SshError::Run { source, .. }) => assert!(source.to_string().contains("vanished"), "{source}"),
+        other => panic!("expected the local cause, got {other:?}"),
+    }
+}
