@@ -172,13 +172,14 @@ fn own_sshd(dir: PathBuf) -> Result<Lab, String> {
         .spawn()
         .map_err(|e| format!("start sshd: {e}"))?;
     // sshd outlives a test process that never drops statics: a watchdog stops this PID (and
-    // only it) once the test process is gone.
+    // only it) once the test process is gone, then removes the lab's dir.
     Command::new("sh")
         .arg("-c")
-        .arg(r#"while kill -0 "$1" 2>/dev/null; do sleep 0.5; done; kill "$2" 2>/dev/null"#)
+        .arg(r#"while kill -0 "$1" 2>/dev/null; do sleep 0.5; done; kill "$2" 2>/dev/null; sleep 1; rm -rf -- "$3""#)
         .arg("sh")
         .arg(std::process::id().to_string())
         .arg(child.id().to_string())
+        .arg(&dir)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
