@@ -1,0 +1,84 @@
+//! [`SshError`]: what can go wrong between us and a host, naming the host and the command.
+
+use std::time::Duration;
+
+/// Failures of the transport. Each names the host and, for commands, the command.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SshError {
+    /// No connection could be made.
+    #[error("failed to connect to `{host}` ({attempts} attempt(s))")]
+    Connect {
+        /// Destination.
+        host: String,
+        /// Attempts made.
+        attempts: u32,
+        /// The last attempt's error.
+        #[source]
+        source: openssh::Error,
+    },
+    /// The connection broke while the command ran (or it could not be started on it).
+    #[error("connection to `{host}` broke while running {command}")]
+    Disconnected {
+        /// Destination.
+        host: String,
+        /// The command.
+        command: String,
+        /// What openssh reported.
+        #[source]
+        source: Option<openssh::Error>,
+    },
+    /// The command ran and exited non-zero (or was killed).
+    #[error("{command} failed on `{host}` with {}: {stderr}", code.map_or("a signal".to_owned(), |c| format!("exit code {c}")))]
+    Failed {
+        /// Destination.
+        host: String,
+        /// The command.
+        command: String,
+        /// Exit code, `None` for a signal.
+        code: Option<i32>,
+        /// Its stderr (the end of it, trimmed).
+        stderr: String,
+    },
+    /// The command did not finish in time.
+    #[error("{command} on `{host}` did not finish within {after:?}")]
+    Timeout {
+        /// Destination.
+        host: String,
+        /// The command.
+        command: String,
+        /// The timeout.
+        after: Duration,
+    },
+    /// Running the command failed for another reason (openssh, or local IO of its pipes).
+    #[error("failed to run {command} on `{host}`")]
+    Run {
+        /// Destination.
+        host: String,
+        /// The command.
+        command: String,
+        /// The cause.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+impl SshError {
+    /// Whether the error came from the connection rather than from the remote command.
+    pub fn is_connection(&self) -> bool {
+        matches!(self, SshError::Connect { .. } | SshError::Disconnected { .. })
+    }
+}
+
+impl From<SshError> for theseus_core::Error {
+    fn from(e: SshError) -> Self {
+        let backend = match &e {
+            SshError::Connect { host, .. }
+            | SshError::Disconnected { host, .. }
+            | SshError::Failed { host, .. }
+            | SshError::Timeout { host, .. }
+            | SshError::Run { host, .. } => format!("ssh({host})"),
+        };
+        theseus_core::Error::Backend { backend, message: "remote operation failed".into(), source: Some(Box::new(e)) }
+    }
+}
