@@ -97,13 +97,11 @@ impl fmt::Display for VolcanoBackend {
 impl VolcanoBackend {
     /// A backend for host `name`; connects to the cluster on first use.
     pub fn new(name: &str, host: VolcanoHost, cluster: ClusterConfig) -> Self {
-        VolcanoBackend {
-            name: name.to_owned(),
-            host,
-            cluster_config: cluster,
-            settings: Settings::default(),
-            connection: OnceCell::new(),
-        }
+        let mut settings = Settings::default();
+        settings.render.max_retry = i32::try_from(host.max_retry).unwrap_or(i32::MAX);
+        settings.render.ttl_seconds_after_finished =
+            host.ttl_seconds_after_finished.map(|t| i32::try_from(t).unwrap_or(i32::MAX));
+        VolcanoBackend { name: name.to_owned(), host, cluster_config: cluster, settings, connection: OnceCell::new() }
     }
 
     /// A backend that uses an existing connection (tests, embedding).
@@ -113,10 +111,11 @@ impl VolcanoBackend {
         backend
     }
 
-    /// Replaces the timeouts and knobs.
+    /// Replaces the timeouts (the gang job knobs stay the host's).
     #[must_use]
     pub fn with_settings(mut self, settings: Settings) -> Self {
-        self.settings = settings;
+        let render = std::mem::take(&mut self.settings.render);
+        self.settings = Settings { render, ..settings };
         self
     }
 

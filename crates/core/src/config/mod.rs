@@ -469,6 +469,13 @@ pub struct VolcanoHost {
     /// Port of the JAX coordinator on the first pod.
     #[serde(default = "defaults::coordinator_port")]
     pub coordinator_port: u16,
+    /// `spec.maxRetry` of the gang job: restarts of the whole job (after an eviction) before it
+    /// fails.
+    #[serde(default = "defaults::max_retry")]
+    pub max_retry: u32,
+    /// `spec.ttlSecondsAfterFinished`: how long Volcano keeps a finished job (unset: kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl_seconds_after_finished: Option<u32>,
 }
 
 /// A Kubernetes toleration.
@@ -555,6 +562,11 @@ pub mod defaults {
     pub fn helper_image() -> String {
         "busybox:1.36".into()
     }
+    /// `max_retry` of a volcano host.
+    pub fn max_retry() -> u32 {
+        3
+    }
+
     /// `coordinator_port` of a volcano host.
     pub fn coordinator_port() -> u16 {
         1234
