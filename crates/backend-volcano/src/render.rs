@@ -244,7 +244,8 @@ pub const TEE_DRAIN_SECONDS: u32 = 10;
 /// handle signals: SIGTERM or SIGINT (pod deletion, preemption) is forwarded to the bootstrap as
 /// SIGTERM, whose own handler records the run as preempted and stops the ranks; the shell keeps
 /// waiting until the bootstrap really exits. `tee` ignores both signals so the last lines still
-/// reach the log. A signal that arrives before the bootstrap started is forwarded once it has.
+/// reach the log; after the bootstrap exited it gets [`TEE_DRAIN_SECONDS`] to finish. A signal
+/// that arrives before the bootstrap started is forwarded once it has.
 pub fn pod_script(layout: &RunLayout, bootstrap_entry: &str) -> String {
     let entry = theseus_core::config::join(&layout.work_dir, bootstrap_entry);
     let log_dir = match layout.log_file.rfind('/') {
@@ -271,19 +272,17 @@ if [[ -n "$theseus_pending" ]]; then kill -TERM "$theseus_boot" 2> /dev/null || 
 while kill -0 "$theseus_boot" 2> /dev/null; do wait "$theseus_boot"; done
 wait "$theseus_boot"
 theseus_rc=$?
-theseus_i=0
-while kill -0 "$theseus_tee" 2> /dev/null && ((theseus_i < {drain})); do
-  sleep 0.1
-  theseus_i=$((theseus_i + 1))
-done
-{{ kill -KILL "$theseus_tee" && wait "$theseus_tee"; }} 2> /dev/null
+sleep {drain} > /dev/null 2>&1 &
+theseus_timer=$!
+while kill -0 "$theseus_tee" 2> /dev/null && kill -0 "$theseus_timer" 2> /dev/null; do wait -n; done
+{{ kill -KILL "$theseus_tee" "$theseus_timer"; wait; }} 2> /dev/null
 rm -rf "$theseus_tmp"
 exit "$theseus_rc"
 "#,
         dir = quote(log_dir),
         entry = quote(&entry),
         log = quote(&layout.log_file),
-        drain = TEE_DRAIN_SECONDS * 10,
+        drain = TEE_DRAIN_SECONDS,
     )
 }
 

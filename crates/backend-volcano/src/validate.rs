@@ -186,6 +186,8 @@ mod tests {
         assert!(t("k", Some("Equal"), Some("a b"), None, None).unwrap_err().starts_with("value:"));
         assert!(t("k k", Some("Exists"), None, None, None).unwrap_err().starts_with("key:"));
         assert!(t("k", Some("Exists"), None, Some("NoRun"), None).unwrap_err().starts_with("effect:"));
-        assert!(t("k", Some("Exists"), None, Some("NoSchedule"), Some(5)).unwrap_err().starts_with("tolerationSeconds:"));
+        assert!(
+            t("k", Some("Exists"), None, Some("NoSchedule"), Some(5)).unwrap_err().starts_with("tolerationSeconds:")
+        );
     }
 }

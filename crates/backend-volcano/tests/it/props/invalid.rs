@@ -57,7 +57,9 @@ fn host_breaks() -> Vec<Break> {
         Break::Host("labels.team", |h, s| _ = h.labels.insert("team".into(), format!("-{s}"))),
         Break::Host("node_selector", |h, s| _ = h.node_selector.insert(format!("a/b/{s}"), "v".into())),
         Break::Host("node_selector.zone", |h, s| _ = h.node_selector.insert("zone".into(), format!("{s}!"))),
-        Break::Host("tolerations[0].operator", |h, _| h.tolerations = vec![toleration(Some("In"), "k", None, None, None)]),
+        Break::Host("tolerations[0].operator", |h, _| {
+            h.tolerations = vec![toleration(Some("In"), "k", None, None, None)]
+        }),
         Break::Host("tolerations[0].operator", |h, _| h.tolerations = vec![toleration(None, "", None, None, None)]),
         Break::Host("tolerations[0].key", |h, s| {
             h.tolerations = vec![toleration(Some("Exists"), &format!("{s}?"), None, None, None)];
@@ -89,10 +91,10 @@ fn host_breaks() -> Vec<Break> {
 fn breaks() -> impl Strategy<Value = Break> {
     let mut all = host_breaks();
     all.push(Break::Options("max_retry", RenderOptions { max_retry: -1, ttl_seconds_after_finished: None }));
-    all.push(Break::Options("ttl_seconds_after_finished", RenderOptions {
-        max_retry: 3,
-        ttl_seconds_after_finished: Some(-60),
-    }));
+    all.push(Break::Options(
+        "ttl_seconds_after_finished",
+        RenderOptions { max_retry: 3, ttl_seconds_after_finished: Some(-60) },
+    ));
     proptest::sample::select(all)
 }
 

@@ -4,6 +4,7 @@
 //! script exited with the bootstrap's status.
 
 use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -17,10 +18,20 @@ use crate::fixtures::layout;
 const DEADLINE: Duration = Duration::from_secs(20);
 
 const FAKE_BOOTSTRAP: &str = r#"trap 'echo "bootstrap got TERM"; echo preempted > "$THESEUS_MARKER"; exit 143' TERM
-echo "bootstrap ready"
 echo "to stderr" >&2
+echo "bootstrap ready"
 while :; do sleep 0.05; done
 "#;
+
+/// Kills a process group when dropped, also when a failed assertion unwinds, so a bootstrap the
+/// pod script failed to stop does not outlive the test.
+struct GroupGuard(u32);
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        let _ = Command::new("kill").args(["-KILL", "--", &format!("-{}", self.0)]).stderr(Stdio::null()).status();
+    }
+}
 
 /// Runs the pod script against [`FAKE_BOOTSTRAP`], sends `signal` once the bootstrap printed
 /// its first line, and returns (exit code, stdout lines, log file, marker).
@@ -40,8 +51,10 @@ fn signal_pod_script(signal: &str) -> (Option<i32>, Vec<String>, String, String)
         .env("TMPDIR", dir.path())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
+        .process_group(0)
         .spawn()
         .unwrap();
+    let _group = GroupGuard(child.id());
     let (lines_tx, lines) = mpsc::channel();
     let stdout = child.stdout.take().unwrap();
     let reader = std::thread::spawn(move || {
@@ -66,8 +79,19 @@ fn signal_pod_script(signal: &str) -> (Option<i32>, Vec<String>, String, String)
     let sent = Command::new("kill").args([&format!("-{signal}"), &child.id().to_string()]).status().unwrap();
     assert!(sent.success());
     let status = wait_deadline(&mut child, DEADLINE);
-    reader.join().unwrap();
-    seen.extend(lines.try_iter());
+    // The rest of the output, until every writer closed stdout; a process left behind (the
+    // bootstrap, when the signal was not forwarded) is killed with the group by the guard.
+    let drained = loop {
+        match lines.recv_timeout(end.saturating_duration_since(Instant::now())) {
+            Ok(line) => seen.push(line),
+            Err(mpsc::RecvTimeoutError::Disconnected) => break true,
+            Err(mpsc::RecvTimeoutError::Timeout) => break false,
+        }
+    };
+    if drained {
+        reader.join().unwrap();
+    }
+    assert!(drained, "processes of the pod script kept its stdout open after it exited: {seen:?}");
     let log = std::fs::read_to_string(&log).unwrap_or_default();
     let marker = std::fs::read_to_string(&marker).unwrap_or_default();
     (status.code(), seen, log, marker)
@@ -78,7 +102,7 @@ fn sigterm_reaches_the_bootstrap() {
     let (code, stdout, log, marker) = signal_pod_script("TERM");
     assert_eq!(marker, "preempted\n", "the bootstrap's TERM handler did not run");
     assert_eq!(code, Some(143), "the pod script must exit with the bootstrap's status");
-    let want = ["bootstrap ready", "to stderr", "bootstrap got TERM"];
+    let want = ["to stderr", "bootstrap ready", "bootstrap got TERM"];
     assert_eq!(stdout, want, "container stdout (kubectl logs)");
     assert_eq!(log.lines().collect::<Vec<_>>(), want, "the run's log file");
 }

@@ -95,11 +95,7 @@ pub(crate) fn toleration() -> impl Strategy<Value = Toleration> {
             let no_execute = effect == Some("NoExecute");
             let key = if exists && key.len() % 3 == 0 { String::new() } else { key };
             Toleration {
-                operator: if exists {
-                    Some("Exists".into())
-                } else {
-                    explicit.map(|()| "Equal".into())
-                },
+                operator: if exists { Some("Exists".into()) } else { explicit.map(|()| "Equal".into()) },
                 value: (!exists).then_some(value),
                 effect: effect.map(Into::into),
                 toleration_seconds: (no_execute && with_seconds).then_some(seconds),
