@@ -227,3 +227,17 @@ fn ctrl_c_while_waiting_for_the_helper_deletes_it() {
     let records: serde_json::Value = serde_json::from_slice(&list.stdout).unwrap();
     assert_eq!(records.as_array().map(Vec::len), Some(0), "nothing entered the ledger: {records}");
 }
+
+#[test]
+fn a_cluster_mount_is_ignored_for_volcano_hosts_with_a_warning() {
+    let ctx = TestContext::new();
+    let pvc = tempfile::tempdir().unwrap();
+    write_dispatch_config(ctx.home(), pvc.path());
+    let path = ctx.home().join(".theseus.yaml");
+    let config = std::fs::read_to_string(&path).unwrap().replace("  sim:\n", "  sim:\n    mount: juicefs://meta/vol\n");
+    std::fs::write(&path, config).unwrap();
+    let out = ctx.run(&["config", "check"]);
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("clusters.sim.mount is ignored") && stderr.contains("k8s"), "{stderr}");
+}
