@@ -13,6 +13,7 @@ use theseus_core::backend::{
 };
 use theseus_core::config::{DispatchConfig, HostConfig, HostKind, LoadedConfig};
 use theseus_core::job::JobIdentity;
+use theseus_backend_slurm::plain::PlainBackend;
 use theseus_backend_volcano::VolcanoBackend;
 use theseus_core::local::LocalBackend;
 use theseus_core::solver::{Plan, Request};
@@ -27,6 +28,7 @@ pub(crate) fn for_host(config: &DispatchConfig, name: &str, home: &Path) -> Resu
     Ok(match host {
         HostConfig::Local(local) => Arc::new(LocalBackend::new(name, local.clone(), cluster.clone(), home)),
         HostConfig::Volcano(volcano) => Arc::new(VolcanoBackend::new(name, volcano.clone(), cluster.clone())),
+        HostConfig::Plain(plain) => Arc::new(PlainBackend::new(name, plain.clone(), cluster.clone())),
         other => Arc::new(Unavailable { host: name.to_owned(), kind: other.kind() }),
     })
 }

@@ -175,6 +175,6 @@ fn plan_explains_the_choice() {
     assert!(stdout.contains("box") && stdout.contains("plain hosts run one process"), "{stdout}");
     assert!(stdout.contains("chosen:  local"), "{stdout}");
     let gpu = ctx.run(&["plan", "p", "examples/hello/experiment.yaml", "--chip", "h100", "-n", "4"]);
-    assert_eq!(gpu.status.code(), Some(2), "a plain host is not reachable in this build: {}", text(&gpu.stdout));
+    assert_eq!(gpu.status.code(), Some(2), "the plain host `box` cannot be reached: {}", text(&gpu.stdout));
     assert!(text(&gpu.stderr).contains("cannot satisfy 4 x h100"), "{}", text(&gpu.stderr));
 }

@@ -1,0 +1,508 @@
+//! The plain-SSH backend (`type: plain`): runs a job on one machine reached over SSH, detached
+//! from the connection, laid out like the local backend.
+//!
+//! - code: `<work>/<project>/<group>/<name>/<run-id>`, unpacked under a `.partial` name from a
+//!   tar streamed over SSH and renamed only once the archive's last entry (a token) arrived;
+//! - status: `<status>/<run path>` (`metadata.json`, `supervisor.pid`, exit codes);
+//! - log: `<log>/<run path>.log`.
+//!
+//! The run is started by core's local supervisor script ([`theseus_core::local::supervisor`]),
+//! detached with `setsid nohup`; its PID is the run's process group. Every process of the run
+//! carries the local backend's marker variable, which is how `status` counts live processes and
+//! `cancel` confirms that none is left. Secrets travel on the launch command's stdin into the
+//! supervisor's environment: never in a file or on a command line.
+
+mod scripts;
+
+use std::fmt;
+use std::io::Write;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::StreamExt;
+use serde::{Deserialize, Serialize};
+use theseus_core::availability::Availability;
+use theseus_core::backend::{
+    Backend, JobHandle, JobStatus, LogLine, LogOptions, LogStream, PreparedJob, RunLayout, SubmitOptions,
+};
+use theseus_core::bootstrap::{BOOTSTRAP_DIR, Launch};
+use theseus_core::config::{ClusterConfig, HostKind, PlainHost, join};
+use theseus_core::job::JobIdentity;
+use theseus_core::local::supervisor;
+use theseus_core::solver::{ChipRequest, Plan, Request};
+use theseus_core::{Error, Result};
+
+use crate::parse::nvidia_smi::{self, APPS_QUERY_COMMAND, GPU_QUERY_COMMAND};
+use crate::ssh::{RemoteCommand, SshError, SshHost, SshOptions};
+
+/// Knobs of the backend (defaults suit real machines; tests shorten them).
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// How long `cancel` waits after SIGTERM before SIGKILL.
+    pub cancel_grace: Duration,
+    /// The remote home, to expand `~` in cluster paths (paths must be absolute otherwise).
+    pub remote_home: Option<String>,
+    /// Timeout of short remote commands (status, availability).
+    pub command_timeout: Duration,
+    /// The `nvidia-smi` program on the host (a name looked up on the remote `PATH`, or a path).
+    pub nvidia_smi: String,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            cancel_grace: Duration::from_secs(10),
+            remote_home: None,
+            command_timeout: Duration::from_secs(60),
+            nvidia_smi: "nvidia-smi".into(),
+        }
+    }
+}
+
+/// What a plain [`JobHandle`] carries in `data`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlainHandleData {
+    /// Code dir on the host.
+    pub work_dir: String,
+    /// Status dir on the host.
+    pub run_dir: String,
+    /// Log file on the host.
+    pub log_file: String,
+    /// Number of ranks.
+    pub processes: u32,
+    /// The supervisor's PID, which is also its session and process group id.
+    pub pgid: u32,
+}
+
+/// Runs jobs on a machine over SSH.
+#[derive(Debug)]
+pub struct PlainBackend {
+    name: String,
+    host: PlainHost,
+    cluster: ClusterConfig,
+    ssh: Arc<SshHost>,
+    settings: Settings,
+}
+
+impl PlainBackend {
+    /// A backend for plain host `name`, connecting to `host.ssh` with default SSH options
+    /// (`~/.ssh/config`, strict host keys).
+    pub fn new(name: impl Into<String>, host: PlainHost, cluster: ClusterConfig) -> Self {
+        let ssh = SshHost::new(SshOptions::new(host.ssh.clone()));
+        Self::with_ssh(name, host, cluster, Arc::new(ssh), Settings::default())
+    }
+
+    /// A backend over an existing connection (shared with other backends of the same machine).
+    pub fn with_ssh(
+        name: impl Into<String>,
+        host: PlainHost,
+        cluster: ClusterConfig,
+        ssh: Arc<SshHost>,
+        settings: Settings,
+    ) -> Self {
+        PlainBackend { name: name.into(), host, cluster, ssh, settings }
+    }
+
+    /// The connection.
+    pub fn ssh(&self) -> &Arc<SshHost> {
+        &self.ssh
+    }
+
+    fn data(&self, handle: &JobHandle) -> Result<PlainHandleData> {
+        if handle.kind != HostKind::Plain {
+            return Err(Error::backend(self, format!("handle of a {} job given to the plain backend", handle.kind)));
+        }
+        serde_json::from_value(handle.data.clone())
+            .map_err(|e| Error::backend(self, format!("malformed plain job handle: {e}")))
+    }
+
+    /// A cluster path as an absolute path on the host.
+    fn remote_path(&self, path: &str) -> Result<String> {
+        if let Some(rest) = path.strip_prefix('~') {
+            let home = self.settings.remote_home.as_deref().ok_or_else(|| {
+                Error::InvalidConfig(format!(
+                    "cluster `{}`: path `{path}` starts with `~`, but the home dir on plain host `{}` is not known; \
+                     use an absolute path",
+                    self.host.cluster, self.name
+                ))
+            })?;
+            return Ok(join(home, rest));
+        }
+        if !path.starts_with('/') {
+            return Err(Error::InvalidConfig(format!(
+                "cluster `{}`: path `{path}` must be absolute for plain host `{}`",
+                self.host.cluster, self.name
+            )));
+        }
+        Ok(path.to_owned())
+    }
+
+    fn paths(&self, identity: &JobIdentity) -> Result<(String, String, String)> {
+        let rel = identity.run_path();
+        Ok((
+            join(&self.remote_path(&self.cluster.work)?, &rel),
+            join(&self.remote_path(&self.cluster.status_dir())?, &rel),
+            join(&self.remote_path(&self.cluster.log_dir())?, &format!("{rel}.log")),
+        ))
+    }
+
+    fn ssh_error(&self, action: &str, e: SshError) -> Error {
+        Error::Backend { backend: self.to_string(), message: format!("failed to {action}"), source: Some(Box::new(e)) }
+    }
+
+    async fn report(&self, run_id: &str, data: &PlainHandleData) -> Result<scripts::Report> {
+        let cmd = RemoteCommand::script(
+            scripts::STATUS,
+            [data.run_dir.clone(), run_id.to_owned(), data.processes.to_string()],
+        )
+        .retry_safe()
+        .timeout(self.settings.command_timeout);
+        let out =
+            self.ssh.run(&cmd).await.map_err(|e| self.ssh_error(&format!("read the status of run `{run_id}`"), e))?;
+        Ok(scripts::parse_report(&out.stdout_text()))
+    }
+
+    /// Ships the snapshot and the bootstrap into `<work_dir>.partial` and renames it into place.
+    /// A broken connection gets one more attempt on a fresh connection (the script starts by
+    /// removing any `.partial` left behind).
+    async fn ship(
+        &self,
+        job: &PreparedJob,
+        work_dir: &str,
+        extra: Vec<ExtraFile>,
+        options: &SubmitOptions,
+    ) -> Result<()> {
+        let token = format!("{}-{}", job.identity.run_id, std::process::id());
+        let total = job.snapshot.estimated_tar_bytes();
+        let progress: Option<Arc<dyn Fn(u64) + Send + Sync>> =
+            options.progress.clone().map(|p| Arc::new(move |sent: u64| p(sent, Some(total))) as _);
+        let cmd = RemoteCommand::script(scripts::SHIP, [work_dir.to_owned(), token.clone()])
+            .label("the code upload (tar -x into the .partial dir)");
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let snapshot = job.snapshot.clone();
+            let mut files = extra.clone();
+            files.push(ExtraFile {
+                path: scripts::SHIP_SENTINEL.into(),
+                contents: token.clone().into_bytes(),
+                mode: 0o644,
+            });
+            let produce = move |out: &mut dyn Write| -> std::io::Result<()> {
+                snapshot.write_tar(&mut *out, &mut |_| {}).map_err(std::io::Error::other)?;
+                write_files(out, &files)
+            };
+            match self.ssh.run_with_writer(&cmd, produce, progress.clone()).await {
+                Ok(_) => return Ok(()),
+                Err(SshError::Failed { code: Some(scripts::SHIP_EXISTS), .. }) => {
+                    return Err(Error::AlreadyExists { what: format!("run dir `{work_dir}` on `{}`", self.name) });
+                }
+                Err(e) if e.is_connection() && attempt < 2 => {
+                    options.note("the connection broke while shipping the code; trying again");
+                    tracing::warn!(backend = %self, error = %e, "shipping failed; retrying");
+                }
+                Err(e) => return Err(self.ssh_error(&format!("ship the code to `{work_dir}`"), e)),
+            }
+        }
+    }
+
+    /// Starts the supervisor; returns its PID.
+    async fn launch(&self, job: &PreparedJob, data: &PlainHandleData, supervisor_path: &str) -> Result<u32> {
+        let mut secrets = Vec::new();
+        for var in job.env.iter().filter(|v| v.secret) {
+            if !theseus_core::shell::is_env_name(&var.name) || var.value.contains('\0') {
+                return Err(Error::InvalidConfig(format!("secret `{}` cannot be passed to a process", var.name)));
+            }
+            secrets.extend_from_slice(format!("{}={}", var.name, var.value).as_bytes());
+            secrets.push(0);
+        }
+        let cmd = RemoteCommand::new("bash")
+            .arg("-c")
+            .arg(scripts::LAUNCH)
+            .arg("bash")
+            .args([
+                data.run_dir.clone(),
+                data.log_file.clone(),
+                supervisor_path.to_owned(),
+                data.work_dir.clone(),
+                job.identity.run_id.clone(),
+            ])
+            .label("the job's launch (setsid nohup supervise.sh)");
+        let out = self
+            .ssh
+            .run_with_writer(&cmd, move |w| w.write_all(&secrets), None)
+            .await
+            .map_err(|e| self.ssh_error(&format!("start run `{}`", job.identity.run_id), e))?;
+        out.stdout_text().trim().parse().map_err(|_| {
+            Error::backend(self, format!("the launch printed no supervisor pid: `{}`", out.stdout_text().trim()))
+        })
+    }
+
+    /// Best-effort removal of a run that failed to start: its processes, code and status dirs.
+    async fn discard(&self, run_id: &str, data: &PlainHandleData) {
+        let stop = RemoteCommand::script(scripts::CANCEL, [data.run_dir.clone(), run_id.to_owned(), "1".to_owned()]);
+        let _ = self.ssh.output(&stop).await;
+        let rm = RemoteCommand::new("rm").args(["-rf", "--", &data.work_dir, &data.run_dir]);
+        let _ = self.ssh.output(&rm).await;
+    }
+}
+
+impl fmt::Display for PlainBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "plain({})", self.name)
+    }
+}
+
+#[async_trait]
+impl Backend for PlainBackend {
+    fn kind(&self) -> HostKind {
+        HostKind::Plain
+    }
+
+    fn layout(&self, identity: &JobIdentity, plan: &Plan) -> Result<RunLayout> {
+        let (work_dir, run_dir, log_file) = self.paths(identity)?;
+        let launch = if plan.processes() > 1 {
+            // Ranks on one machine talk over loopback; the port is derived from the run id so
+            // layout stays pure (no remote port probing).
+            let sum: u32 = identity.run_id.bytes().map(u32::from).sum();
+            Launch::Local { coordinator_port: 20000 + (sum % 20000) as u16 }
+        } else {
+            Launch::Single
+        };
+        Ok(RunLayout {
+            work_dir,
+            run_dir,
+            log_file,
+            root_dir: self.remote_path(&self.cluster.root)?,
+            uv_cache_dir: self.cluster.uv_dir.as_deref().map(|d| self.remote_path(d)).transpose()?,
+            launch,
+        })
+    }
+
+    async fn availability(&self, request: &Request) -> Result<Availability> {
+        let timeout = self.settings.command_timeout;
+        if request.chip == ChipRequest::Cpu {
+            let out = self.ssh.run(&RemoteCommand::new("nproc").retry_safe().timeout(timeout)).await;
+            let out = out.map_err(|e| self.ssh_error("count CPU cores", e))?;
+            let cpus = out.stdout_text().trim().parse().unwrap_or(1);
+            return Ok(Availability::Free { chips: cpus, source: format!("CPU cores on {}", self.host.ssh) });
+        }
+        let smi = self.settings.nvidia_smi.clone();
+        let probe = RemoteCommand::script("command -v \"$1\" >/dev/null 2>&1", [smi.clone()]).retry_safe();
+        let has_smi = self
+            .ssh
+            .output(&probe.timeout(timeout))
+            .await
+            .map_err(|e| self.ssh_error("look for nvidia-smi", e))?
+            .success();
+        if !has_smi {
+            return Ok(Availability::Free { chips: 0, source: "no nvidia-smi on the host (CPU-only)".into() });
+        }
+        let query = |line: &str| {
+            let argv = theseus_core::shell::split(line).expect("the nvidia-smi commands are valid words");
+            RemoteCommand::new(smi.clone()).args(argv[1..].iter().cloned()).retry_safe().timeout(timeout)
+        };
+        let gpus = self
+            .ssh
+            .run(&query(GPU_QUERY_COMMAND))
+            .await
+            .map_err(|e| self.ssh_error("list GPUs with nvidia-smi", e))?;
+        // A failing process query leaves every GPU free, as in the original.
+        let apps = self
+            .ssh
+            .output(&query(APPS_QUERY_COMMAND))
+            .await
+            .map_err(|e| self.ssh_error("list GPU processes with nvidia-smi", e))?;
+        let apps = if apps.success() { apps.stdout_text() } else { String::new() };
+        let inventory = nvidia_smi::parse(&gpus.stdout_text(), &apps).map_err(|e| Error::Backend {
+            backend: self.to_string(),
+            message: e.to_string(),
+            source: Some(Box::new(e)),
+        })?;
+        Ok(match request.chip {
+            ChipRequest::Chip(chip) => inventory.availability(Some(chip)),
+            _ => inventory.availability(None),
+        })
+    }
+
+    async fn submit(&self, job: &PreparedJob, options: &SubmitOptions) -> Result<JobHandle> {
+        let processes = job.plan.processes().max(1);
+        let (work_dir, run_dir, log_file) = self.paths(&job.identity)?;
+        let supervisor_rel = format!("{BOOTSTRAP_DIR}/supervise.sh");
+        let supervisor_path = join(&work_dir, &supervisor_rel);
+        let script = supervisor::render(&supervisor::SupervisorInput {
+            bootstrap: &join(&work_dir, &job.bootstrap.entry),
+            run_dir: &run_dir,
+            log_file: &log_file,
+            processes,
+        });
+        let mut extra: Vec<ExtraFile> = job
+            .bootstrap
+            .files
+            .iter()
+            .map(|f| ExtraFile {
+                path: f.path.clone(),
+                contents: f.contents.clone().into_bytes(),
+                mode: if f.executable { 0o755 } else { 0o644 },
+            })
+            .collect();
+        extra.push(ExtraFile { path: supervisor_rel, contents: script.into_bytes(), mode: 0o755 });
+
+        options.note(&format!("shipping code to {}", self.host.ssh));
+        self.ship(job, &work_dir, extra, options).await?;
+        let mut data = PlainHandleData { work_dir, run_dir, log_file, processes, pgid: 0 };
+        match self.launch(job, &data, &supervisor_path).await {
+            Ok(pgid) => data.pgid = pgid,
+            Err(e) => {
+                self.discard(&job.identity.run_id, &data).await;
+                return Err(e);
+            }
+        }
+        Ok(JobHandle {
+            kind: HostKind::Plain,
+            host: self.name.clone(),
+            id: job.identity.run_id.clone(),
+            data: serde_json::to_value(&data).expect("handle data serializes"),
+        })
+    }
+
+    async fn status(&self, handle: &JobHandle) -> Result<JobStatus> {
+        let data = self.data(handle)?;
+        let report = self.report(&handle.id, &data).await?;
+        if !report.exists {
+            return Err(Error::NotFound {
+                what: format!("run dir `{}` of run `{}` on `{}`", data.run_dir, handle.id, self.name),
+            });
+        }
+        Ok(scripts::status_from(&report, data.processes, &self.host.ssh))
+    }
+
+    async fn logs(&self, handle: &JobHandle, options: &LogOptions) -> Result<LogStream> {
+        let data = self.data(handle)?;
+        let cmd = if options.follow {
+            RemoteCommand::script(scripts::FOLLOW_LOG, [data.log_file.clone(), data.run_dir.clone(), handle.id.clone()])
+                .label(format!("log follow of `{}`", data.log_file))
+        } else {
+            RemoteCommand::script(scripts::CAT_LOG, [data.log_file.clone()]).label(format!("cat `{}`", data.log_file))
+        };
+        let lines = self
+            .ssh
+            .lines(&cmd)
+            .await
+            .map_err(|e| self.ssh_error(&format!("read the log of run `{}`", handle.id), e))?;
+        let rank = options.rank;
+        let backend = self.to_string();
+        let stream = lines
+            .map(move |line| match line {
+                Ok(text) => Ok(parse_line(&text)),
+                Err(e) => {
+                    Err(Error::Backend { backend: backend.clone(), message: e.to_string(), source: Some(Box::new(e)) })
+                }
+            })
+            .filter(move |line| {
+                let keep = !matches!((rank, line), (Some(want), Ok(LogLine { rank: Some(r), .. })) if *r != want);
+                futures::future::ready(keep)
+            });
+        Ok(stream.boxed())
+    }
+
+    async fn cancel(&self, handle: &JobHandle) -> Result<JobStatus> {
+        let data = self.data(handle)?;
+        let before = self.status(handle).await?;
+        if before.state.is_terminal() {
+            return Ok(before);
+        }
+        let grace = self.settings.cancel_grace.as_secs().max(1).to_string();
+        let cmd = RemoteCommand::script(scripts::CANCEL, [data.run_dir.clone(), handle.id.clone(), grace])
+            .label("the cancel script (kill -TERM, then -KILL, the run's process group)")
+            .retry_safe();
+        let out = self.ssh.run(&cmd).await.map_err(|e| self.ssh_error(&format!("cancel run `{}`", handle.id), e))?;
+        let left = scripts::parse_left(&out.stdout_text());
+        if !left.is_empty() {
+            return Err(Error::backend(
+                self,
+                format!(
+                    "processes {left:?} of run `{}` are still alive on `{}` after SIGKILL",
+                    handle.id, self.host.ssh
+                ),
+            ));
+        }
+        self.status(handle).await
+    }
+}
+
+/// A file appended to the shipped archive after the snapshot.
+#[derive(Debug, Clone)]
+struct ExtraFile {
+    path: String,
+    contents: Vec<u8>,
+    mode: u32,
+}
+
+/// Writes `files` as a second tar archive (the remote `tar -i` reads past the first one's end).
+fn write_files(out: &mut dyn Write, files: &[ExtraFile]) -> std::io::Result<()> {
+    let mut builder = tar::Builder::new(out);
+    let mtime = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    for file in files {
+        let mut header = tar::Header::new_gnu();
+        header.set_size(file.contents.len() as u64);
+        header.set_mode(file.mode);
+        header.set_mtime(mtime);
+        header.set_entry_type(tar::EntryType::Regular);
+        builder.append_data(&mut header, &file.path, file.contents.as_slice())?;
+    }
+    builder.finish()
+}
+
+/// Splits the supervisor's `[rank-N] ` prefix off a line.
+fn parse_line(line: &str) -> LogLine {
+    if let Some((n, text)) = line.strip_prefix("[rank-").and_then(|rest| rest.split_once("] "))
+        && let Ok(rank) = n.parse()
+    {
+        return LogLine { rank: Some(rank), text: text.to_owned(), source: None };
+    }
+    LogLine { rank: None, text: line.to_owned(), source: None }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn extra_files_follow_a_finished_archive() {
+        let mut buf = Vec::new();
+        write_files(
+            &mut buf,
+            &[ExtraFile { path: ".theseus/a.sh".into(), contents: b"echo hi\n".to_vec(), mode: 0o755 }],
+        )
+        .unwrap();
+        let mut archive = tar::Archive::new(buf.as_slice());
+        let entries: Vec<_> =
+            archive.entries().unwrap().map(|e| e.unwrap().path().unwrap().display().to_string()).collect();
+        assert_eq!(entries, [".theseus/a.sh"]);
+    }
+
+    #[test]
+    fn rank_prefixes() {
+        assert_eq!(parse_line("[rank-2] hi").rank, Some(2));
+        assert_eq!(parse_line("[rank-2] hi").text, "hi");
+        assert_eq!(parse_line("[rank-x] hi").rank, None);
+    }
+
+    #[test]
+    fn paths_must_be_absolute_or_have_a_home() {
+        let cluster = ClusterConfig { root: "/r".into(), work: "~/w".into(), ..ClusterConfig::default() };
+        let host = PlainHost { ssh: "box".into(), cluster: "c".into(), ..PlainHost::default() };
+        let b = PlainBackend::new("box", host.clone(), cluster.clone());
+        let id = JobIdentity::new("n", None, None);
+        assert!(matches!(b.paths(&id), Err(Error::InvalidConfig(_))));
+        let ssh = Arc::new(SshHost::new(SshOptions::new("box")));
+        let settings = Settings { remote_home: Some("/home/u".into()), ..Settings::default() };
+        let b = PlainBackend::with_ssh("box", host, cluster, ssh, settings);
+        let (work, run, log) = b.paths(&id).unwrap();
+        assert_eq!(work, format!("/home/u/w/{}", id.run_path()));
+        assert_eq!(run, format!("/r/status/{}", id.run_path()));
+        assert_eq!(log, format!("/home/u/w/logs/{}.log", id.run_path()));
+    }
+}

@@ -1,0 +1,280 @@
+//! The remote scripts of the plain backend and the pure reading of what they print.
+//!
+//! Every script is a constant run as `sh -c SCRIPT sh ARGS...` (or `bash -c` where bash is
+//! needed): values arrive as positional parameters, never as shell text. The processes of a run
+//! are found like the local backend finds them: by the marker variable
+//! [`MARKER_VAR`](theseus_core::local::process::MARKER_VAR) in `/proc/<pid>/environ`.
+
+use theseus_core::backend::{JobState, JobStatus, RankStatus};
+use theseus_core::local::supervisor::files;
+
+/// Shell function `job_pids RUN_ID`: live (non-zombie) PIDs whose environment carries the
+/// run's marker, one per line.
+macro_rules! job_pids_fn {
+    () => {
+        r#"
+job_pids() {
+  for f in $(grep -lzxF -- "THESEUS_LOCAL_RUN=$1" /proc/[0-9]*/environ 2>/dev/null); do
+    p=${f#/proc/}; p=${p%/environ}
+    [ "$p" = "$$" ] && continue
+    s=$(sed -n 's/.*) \(.\).*/\1/p' "/proc/$p/stat" 2>/dev/null)
+    [ -n "$s" ] && [ "$s" != Z ] && echo "$p"
+  done
+  return 0
+}
+"#
+    };
+}
+
+/// Exit code of [`SHIP`] when the work dir exists already.
+pub(crate) const SHIP_EXISTS: i32 = 17;
+
+/// Name of the last entry of the shipped archive; its content is the token that proves the
+/// whole archive arrived.
+pub(crate) const SHIP_SENTINEL: &str = ".theseus/ship-complete";
+
+/// `WORK_DIR TOKEN`, archive on stdin: unpacks into `WORK_DIR.partial` and renames it into
+/// place only when the sentinel with `TOKEN` arrived, so a cut-off transfer is never used.
+/// `-i` reads the snapshot and the bootstrap archives sent back to back.
+pub(crate) const SHIP: &str = r#"set -e
+dest=$1; token=$2; partial="$1.partial"
+if [ -e "$dest" ]; then echo "run dir $dest already exists" >&2; exit 17; fi
+rm -rf -- "$partial"
+mkdir -p -- "$partial"
+tar -x -i -m -f - -C "$partial"
+if [ "$(cat -- "$partial/.theseus/ship-complete" 2>/dev/null)" != "$token" ]; then
+  rm -rf -- "$partial"
+  echo "the code archive arrived incomplete" >&2
+  exit 3
+fi
+rm -f -- "$partial/.theseus/ship-complete"
+mv -T -- "$partial" "$dest"
+"#;
+
+/// `RUN_DIR LOG_FILE SUPERVISOR WORK_DIR RUN_ID` (bash), secrets on stdin as NUL-terminated
+/// `NAME=VALUE` records: starts the supervisor detached in its own session, with the run's
+/// marker and the secrets in its environment only, and prints its PID (= its process group).
+pub(crate) const LAUNCH: &str = r#"set -e
+run_dir=$1; log=$2; sup=$3; work=$4
+mkdir -p -- "$run_dir" "$(dirname -- "$log")"
+while IFS= read -r -d '' kv; do export "$kv"; done
+export THESEUS_LOCAL_RUN="$5"
+cd -- "$work"
+setsid nohup bash -- "$sup" > /dev/null 2>&1 < /dev/null &
+i=0
+while [ ! -s "$run_dir/supervisor.pid" ]; do
+  i=$((i + 1))
+  if [ "$i" -gt 200 ]; then echo "the supervisor did not start within 20 s" >&2; exit 1; fi
+  sleep 0.1
+done
+cat -- "$run_dir/supervisor.pid"
+"#;
+
+/// `RUN_DIR RUN_ID PROCESSES`: prints `key=value` lines read by [`parse_report`].
+pub(crate) const STATUS: &str = concat!(
+    job_pids_fn!(),
+    r#"
+run_dir=$1; n=$3
+if [ ! -d "$run_dir" ]; then echo "exists=0"; exit 0; fi
+echo "exists=1"
+[ -e "$run_dir/cancelled" ] && echo "cancelled=1"
+[ -r "$run_dir/exit_code" ] && echo "exit=$(cat -- "$run_dir/exit_code")"
+i=0
+while [ "$i" -lt "$n" ]; do
+  [ -r "$run_dir/rank-$i.exit" ] && echo "rank.$i=$(cat -- "$run_dir/rank-$i.exit")"
+  i=$((i + 1))
+done
+grep -q '"preempted"' "$run_dir/metadata.json" 2>/dev/null && echo "preempted=1"
+echo "alive=$(job_pids "$2" | wc -l)"
+"#
+);
+
+/// `RUN_DIR RUN_ID GRACE_SECONDS`: marks the run cancelled, sends TERM to its process group and
+/// every marked process, KILL after the grace, and prints `left=<pids>` (empty when none).
+/// The group is signalled only while its leader still carries the run's marker.
+pub(crate) const CANCEL: &str = concat!(
+    job_pids_fn!(),
+    r#"
+run_dir=$1; run=$2; grace=$3
+if [ ! -d "$run_dir" ]; then echo "run dir $run_dir not found" >&2; exit 4; fi
+date -u +%Y-%m-%dT%H:%M:%SZ > "$run_dir/cancelled"
+pg=$(cat -- "$run_dir/supervisor.pid" 2>/dev/null || true)
+ours() { [ -n "$pg" ] && grep -qzxF -- "THESEUS_LOCAL_RUN=$run" "/proc/$pg/environ" 2>/dev/null; }
+signal() {
+  if ours; then kill "-$1" -- "-$pg" 2>/dev/null || true; fi
+  pids=$(job_pids "$run")
+  if [ -n "$pids" ]; then kill "-$1" $pids 2>/dev/null || true; fi
+}
+wait_gone() {
+  i=0
+  while [ -n "$(job_pids "$run")" ] && [ "$i" -lt "$1" ]; do sleep 0.1; i=$((i + 1)); done
+}
+signal TERM
+wait_gone $((grace * 10))
+signal KILL
+wait_gone 50
+echo "left=$(job_pids "$run" | tr '\n' ' ')"
+"#
+);
+
+/// `LOG_FILE`: the log so far (nothing when it does not exist yet).
+pub(crate) const CAT_LOG: &str = r#"[ -e "$1" ] || exit 0
+exec cat -- "$1"
+"#;
+
+/// `LOG_FILE RUN_DIR RUN_ID`: the log from the start, then new bytes as they are written, until
+/// the run is over. The end is decided *before* each read, so everything written before the
+/// job ended is sent.
+pub(crate) const FOLLOW_LOG: &str = concat!(
+    job_pids_fn!(),
+    r#"
+log=$1; run_dir=$2; off=0; k=0
+while :; do
+  over=0
+  if [ -e "$run_dir/exit_code" ]; then over=1
+  elif [ $((k % 5)) -eq 0 ] && [ -z "$(job_pids "$3")" ]; then over=1
+  fi
+  k=$((k + 1))
+  size=$(stat -c %s -- "$log" 2>/dev/null || echo 0)
+  if [ "$size" -gt "$off" ]; then
+    tail -c +$((off + 1)) -- "$log" | head -c $((size - off))
+    off=$size
+  fi
+  [ "$over" = 1 ] && exit 0
+  sleep 0.2
+done
+"#
+);
+
+/// What [`STATUS`] printed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Report {
+    pub(crate) exists: bool,
+    pub(crate) cancelled: bool,
+    pub(crate) exit_code: Option<i32>,
+    pub(crate) rank_exits: Vec<(u32, i32)>,
+    pub(crate) preempted: bool,
+    pub(crate) alive: usize,
+}
+
+/// Reads the output of [`STATUS`]; unknown or malformed lines are ignored.
+pub(crate) fn parse_report(text: &str) -> Report {
+    let mut r = Report::default();
+    for line in text.lines() {
+        let Some((key, value)) = line.trim().split_once('=') else { continue };
+        match key {
+            "exists" => r.exists = value == "1",
+            "cancelled" => r.cancelled = value == "1",
+            "preempted" => r.preempted = value == "1",
+            "exit" => r.exit_code = value.trim().parse().ok(),
+            "alive" => r.alive = value.trim().parse().unwrap_or(0),
+            _ => {
+                if let Some(rank) = key.strip_prefix("rank.").and_then(|n| n.parse().ok())
+                    && let Ok(code) = value.trim().parse()
+                {
+                    r.rank_exits.push((rank, code));
+                }
+            }
+        }
+    }
+    r
+}
+
+/// The job's status from a [`Report`] (the same rules as the local backend's).
+pub(crate) fn status_from(report: &Report, processes: u32, location: &str) -> JobStatus {
+    let alive = report.alive > 0;
+    let ranks = (0..processes.max(1))
+        .map(|i| {
+            let code = report.rank_exits.iter().find(|(r, _)| *r == i).map(|(_, c)| *c);
+            let state = match code {
+                Some(0) => JobState::Completed,
+                Some(_) if report.cancelled => JobState::Cancelled,
+                Some(_) => JobState::Failed,
+                None if alive => JobState::Running,
+                None if report.cancelled => JobState::Cancelled,
+                None => JobState::Unknown,
+            };
+            RankStatus { rank: i, state, exit_code: code, location: Some(location.to_owned()) }
+        })
+        .collect();
+    let (state, exit_code, message) = match report.exit_code {
+        _ if report.cancelled && !alive => {
+            (JobState::Cancelled, report.exit_code, Some("cancelled by the user".into()))
+        }
+        Some(0) => (JobState::Completed, Some(0), None),
+        Some(c) if report.preempted => {
+            (JobState::Preempted, Some(c), Some(format!("stopped by a signal (exit code {c})")))
+        }
+        Some(c) => (JobState::Failed, Some(c), Some(format!("exited with code {c}"))),
+        None if alive => (JobState::Running, None, None),
+        None => (
+            JobState::Unknown,
+            None,
+            Some("no process of the run is alive and it left no exit code (was the machine restarted?)".into()),
+        ),
+    };
+    JobStatus { state, exit_code, message, ranks }
+}
+
+/// Parses the `left=` line of [`CANCEL`] into PIDs.
+pub(crate) fn parse_left(text: &str) -> Vec<u32> {
+    text.lines()
+        .find_map(|l| l.strip_prefix("left="))
+        .map(|pids| pids.split_whitespace().filter_map(|p| p.parse().ok()).collect())
+        .unwrap_or_default()
+}
+
+/// Names of the files the supervisor writes, checked against the literals in the scripts.
+const _: () = {
+    assert!(matches!(files::EXIT_CODE.as_bytes(), b"exit_code"));
+    assert!(matches!(files::CANCELLED.as_bytes(), b"cancelled"));
+    assert!(matches!(files::SUPERVISOR_PID.as_bytes(), b"supervisor.pid"));
+};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scripts_are_valid_shell() {
+        for (name, script, shell) in [
+            ("ship", SHIP, "sh"),
+            ("launch", LAUNCH, "bash"),
+            ("status", STATUS, "sh"),
+            ("cancel", CANCEL, "sh"),
+            ("cat", CAT_LOG, "sh"),
+            ("follow", FOLLOW_LOG, "sh"),
+        ] {
+            let out = std::process::Command::new(shell).arg("-n").arg("-c").arg(script).output().unwrap();
+            assert!(out.status.success(), "{name}: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        assert!(SHIP.contains(SHIP_SENTINEL));
+        assert!(SHIP.contains(&format!("exit {SHIP_EXISTS}")));
+    }
+
+    #[test]
+    fn reports_become_statuses() {
+        let check = |text: &str| {
+            let s = status_from(&parse_report(text), 1, "gpu1");
+            (s.state, s.exit_code)
+        };
+        assert_eq!(check("exists=1\nalive=3\n"), (JobState::Running, None));
+        assert_eq!(check("exists=1\nexit=0\nrank.0=0\nalive=0\n"), (JobState::Completed, Some(0)));
+        assert_eq!(check("exists=1\nexit=7\nrank.0=7\nalive=0\n"), (JobState::Failed, Some(7)));
+        assert_eq!(check("exists=1\nexit=143\npreempted=1\nalive=0\n"), (JobState::Preempted, Some(143)));
+        assert_eq!(check("exists=1\ncancelled=1\nalive=0\n"), (JobState::Cancelled, None));
+        // Cancelling but a process is still alive: not cancelled yet.
+        assert_eq!(check("exists=1\ncancelled=1\nalive=1\n"), (JobState::Running, None));
+        assert_eq!(check("exists=1\nalive=0\n"), (JobState::Unknown, None));
+        assert_eq!(check("garbage\nexit=x\n").0, JobState::Unknown);
+        let s = status_from(&parse_report("exists=1\nrank.1=3\nrank.0=0\nalive=1"), 2, "h");
+        assert_eq!(s.ranks.iter().map(|r| r.state).collect::<Vec<_>>(), [JobState::Completed, JobState::Failed]);
+    }
+
+    #[test]
+    fn left_pids() {
+        assert_eq!(parse_left("left=\n"), Vec::<u32>::new());
+        assert_eq!(parse_left("noise\nleft=12 13 \n"), [12, 13]);
+        assert_eq!(parse_left(""), Vec::<u32>::new());
+    }
+}

@@ -1,0 +1,574 @@
+//! The SSH transport of the plain and Slurm backends: one multiplexed `openssh` session per host
+//! (a ControlMaster), made on first use and reused by every command until it breaks.
+//!
+//! - [`SshOptions`]: destination (an `~/.ssh/config` alias or `user@host`), user, port, key, an
+//!   ssh config file, the known-hosts policy, the connect timeout, retries and the per-host
+//!   limit on concurrent commands. `BatchMode=yes` is always on (no prompts).
+//! - [`SshHost`]: runs [`RemoteCommand`]s (argv, each word quoted once) and returns their
+//!   [`Output`]; streams bytes into a command's stdin from a blocking writer
+//!   ([`SshHost::run_with_writer`], used to ship a tar with no temp file on either side); streams a
+//!   command's stdout as lines ([`SshHost::lines`], used by `logs -f`).
+//!
+//! Connection failures that look transient (refused, reset, timed out, closed by the remote)
+//! are retried with exponential backoff. A command whose connection broke under it is run again
+//! on a fresh connection only when it is marked [`RemoteCommand::retry_safe`].
+
+mod command;
+mod stream;
+
+use std::fmt;
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use openssh::{ControlPersist, KnownHosts, Session, SessionBuilder, Stdio};
+use tokio::io::AsyncReadExt;
+use tokio::sync::{Mutex, Semaphore};
+use tokio_util::io::SyncIoBridge;
+
+pub use command::{Backoff, RemoteCommand, is_transient};
+pub use stream::RemoteLines;
+
+/// How the server's host key is checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum KnownHostsPolicy {
+    /// The key must be in a known-hosts file (`StrictHostKeyChecking=yes`).
+    #[default]
+    Strict,
+    /// Unknown hosts are added, changed keys refused (`accept-new`).
+    AcceptNew,
+    /// No check at all (`no`); for throw-away test servers only.
+    Off,
+}
+
+/// How commands reach the ControlMaster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Mux {
+    /// openssh speaks the multiplexing protocol itself (no `ssh` process per command).
+    #[default]
+    Native,
+    /// One `ssh -S <socket>` process per command.
+    Process,
+}
+
+/// Settings of one host's connection.
+#[derive(Debug, Clone)]
+pub struct SshOptions {
+    /// `~/.ssh/config` alias, `user@host` or `ssh://user@host:port`.
+    pub destination: String,
+    /// Login user (overrides the alias's `User`).
+    pub user: Option<String>,
+    /// Port (overrides the alias's `Port`).
+    pub port: Option<u16>,
+    /// The only key to offer (`IdentitiesOnly=yes`).
+    pub keyfile: Option<PathBuf>,
+    /// An ssh config file used instead of `~/.ssh/config` (`ssh -F`).
+    pub config_file: Option<PathBuf>,
+    /// Host key checking.
+    pub known_hosts: KnownHostsPolicy,
+    /// A known-hosts file used instead of `~/.ssh/known_hosts`.
+    pub known_hosts_file: Option<PathBuf>,
+    /// `ConnectTimeout` of each connection attempt.
+    pub connect_timeout: Duration,
+    /// `ServerAliveInterval`, so a dead server is noticed.
+    pub server_alive_interval: Option<Duration>,
+    /// Retries of transient connection failures.
+    pub backoff: Backoff,
+    /// Commands that may run at once over the connection (sshd's `MaxSessions` is 10 by default).
+    pub max_concurrent: usize,
+    /// Where the control socket goes (default: openssh's, under `~/.local/state`).
+    pub control_dir: Option<PathBuf>,
+    /// How long an idle master outlives its last command (`ControlPersist`), so a process that
+    /// dies without closing its session leaves no master behind for long; `None`: forever.
+    pub control_persist: Option<Duration>,
+    /// How commands reach the master.
+    pub mux: Mux,
+}
+
+impl SshOptions {
+    /// Defaults for `destination`: strict host keys, 15 s connect timeout, 5 attempts, 8
+    /// concurrent commands.
+    pub fn new(destination: impl Into<String>) -> Self {
+        SshOptions {
+            destination: destination.into(),
+            user: None,
+            port: None,
+            keyfile: None,
+            config_file: None,
+            known_hosts: KnownHostsPolicy::Strict,
+            known_hosts_file: None,
+            connect_timeout: Duration::from_secs(15),
+            server_alive_interval: Some(Duration::from_secs(30)),
+            backoff: Backoff::default(),
+            max_concurrent: 8,
+            control_dir: None,
+            control_persist: Some(Duration::from_secs(60)),
+            mux: Mux::Native,
+        }
+    }
+
+    fn builder(&self) -> SessionBuilder {
+        let mut b = SessionBuilder::default();
+        b.known_hosts_check(match self.known_hosts {
+            KnownHostsPolicy::Strict => KnownHosts::Strict,
+            KnownHostsPolicy::AcceptNew => KnownHosts::Add,
+            KnownHostsPolicy::Off => KnownHosts::Accept,
+        })
+        .connect_timeout(self.connect_timeout);
+        if let Some(d) = self.server_alive_interval {
+            b.server_alive_interval(d);
+        }
+        if let Some(user) = &self.user {
+            b.user(user.clone());
+        }
+        if let Some(port) = self.port {
+            b.port(port);
+        }
+        if let Some(key) = &self.keyfile {
+            b.keyfile(key);
+        }
+        if let Some(file) = &self.config_file {
+            b.config_file(file);
+        }
+        if let Some(file) = &self.known_hosts_file {
+            b.user_known_hosts_file(file);
+        }
+        if let Some(dir) = &self.control_dir {
+            b.control_directory(dir);
+        }
+        let idle = self.control_persist.and_then(|d| std::num::NonZeroUsize::new(d.as_secs().max(1) as usize));
+        b.control_persist(idle.map_or(ControlPersist::Forever, ControlPersist::IdleFor));
+        b
+    }
+}
+
+/// What a finished remote command left.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Output {
+    /// Exit code; `None` when the remote process was killed by a signal.
+    pub code: Option<i32>,
+    /// Its stdout.
+    pub stdout: Vec<u8>,
+    /// Its stderr.
+    pub stderr: Vec<u8>,
+}
+
+impl Output {
+    /// Exit code 0.
+    pub fn success(&self) -> bool {
+        self.code == Some(0)
+    }
+
+    /// Stdout as text (lossy).
+    pub fn stdout_text(&self) -> String {
+        String::from_utf8_lossy(&self.stdout).into_owned()
+    }
+
+    /// Stderr as text (lossy), trimmed.
+    pub fn stderr_text(&self) -> String {
+        String::from_utf8_lossy(&self.stderr).trim().to_owned()
+    }
+}
+
+/// Failures of the transport. Each names the host and, for commands, the command.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SshError {
+    /// No connection could be made.
+    #[error("failed to connect to `{host}` ({attempts} attempt(s))")]
+    Connect {
+        /// Destination.
+        host: String,
+        /// Attempts made.
+        attempts: u32,
+        /// The last attempt's error.
+        #[source]
+        source: openssh::Error,
+    },
+    /// The connection broke while the command ran (or it could not be started on it).
+    #[error("connection to `{host}` broke while running {command}")]
+    Disconnected {
+        /// Destination.
+        host: String,
+        /// The command.
+        command: String,
+        /// What openssh reported.
+        #[source]
+        source: Option<openssh::Error>,
+    },
+    /// The command ran and exited non-zero (or was killed).
+    #[error("{command} failed on `{host}` with {}: {stderr}", code.map_or("a signal".to_owned(), |c| format!("exit code {c}")))]
+    Failed {
+        /// Destination.
+        host: String,
+        /// The command.
+        command: String,
+        /// Exit code, `None` for a signal.
+        code: Option<i32>,
+        /// Its stderr (the end of it, trimmed).
+        stderr: String,
+    },
+    /// The command did not finish in time.
+    #[error("{command} on `{host}` did not finish within {after:?}")]
+    Timeout {
+        /// Destination.
+        host: String,
+        /// The command.
+        command: String,
+        /// The timeout.
+        after: Duration,
+    },
+    /// Running the command failed for another reason (openssh, or local IO of its pipes).
+    #[error("failed to run {command} on `{host}`")]
+    Run {
+        /// Destination.
+        host: String,
+        /// The command.
+        command: String,
+        /// The cause.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+impl SshError {
+    /// Whether the error came from the connection rather than from the remote command.
+    pub fn is_connection(&self) -> bool {
+        matches!(self, SshError::Connect { .. } | SshError::Disconnected { .. })
+    }
+}
+
+impl From<SshError> for theseus_core::Error {
+    fn from(e: SshError) -> Self {
+        let backend = match &e {
+            SshError::Connect { host, .. }
+            | SshError::Disconnected { host, .. }
+            | SshError::Failed { host, .. }
+            | SshError::Timeout { host, .. }
+            | SshError::Run { host, .. } => format!("ssh({host})"),
+        };
+        theseus_core::Error::Backend { backend, message: "remote operation failed".into(), source: Some(Box::new(e)) }
+    }
+}
+
+/// One host: a lazily made, shared ControlMaster connection plus a limit on concurrent commands.
+pub struct SshHost {
+    options: SshOptions,
+    session: Mutex<Option<Arc<Session>>>,
+    permits: Arc<Semaphore>,
+    connect_attempts: AtomicU32,
+}
+
+impl fmt::Debug for SshHost {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SshHost").field("destination", &self.options.destination).finish_non_exhaustive()
+    }
+}
+
+impl fmt::Display for SshHost {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.options.destination)
+    }
+}
+
+/// Longest stderr kept in an error.
+const STDERR_KEEP: usize = 4000;
+
+impl SshHost {
+    /// A host; nothing is contacted until the first command.
+    pub fn new(options: SshOptions) -> Self {
+        let permits = Arc::new(Semaphore::new(options.max_concurrent.max(1)));
+        SshHost { options, session: Mutex::new(None), permits, connect_attempts: AtomicU32::new(0) }
+    }
+
+    /// The options.
+    pub fn options(&self) -> &SshOptions {
+        &self.options
+    }
+
+    /// Connection attempts made so far (successful or not), for diagnostics and tests.
+    pub fn connect_attempts(&self) -> u32 {
+        self.connect_attempts.load(Ordering::Relaxed)
+    }
+
+    /// Connects now (otherwise the first command does).
+    pub async fn connect(&self) -> Result<(), SshError> {
+        self.session().await.map(drop)
+    }
+
+    /// Closes the connection (the next command opens a new one).
+    pub async fn close(&self) {
+        let session = self.session.lock().await.take();
+        if let Some(session) = session.and_then(|s| Arc::try_unwrap(s).ok()) {
+            let _ = session.close().await;
+        }
+    }
+
+    /// Runs `cmd` and captures its output, whatever its exit code.
+    pub async fn output(&self, cmd: &RemoteCommand) -> Result<Output, SshError> {
+        let _permit = self.permits.acquire().await.expect("the semaphore is never closed");
+        let mut retried = false;
+        loop {
+            let session = self.session().await?;
+            let mut command = remote(&session, cmd);
+            let run = command.stdin(Stdio::null()).output();
+            let res = match cmd.get_timeout() {
+                Some(after) => tokio::time::timeout(after, run).await.map_err(|_| self.timeout(cmd, after))?,
+                None => run.await,
+            };
+            let err = match res {
+                // With process-mux, 255 is also what a broken connection looks like.
+                Ok(out) if out.status.code() != Some(255) || session.check().await.is_ok() => {
+                    return Ok(Output { code: out.status.code(), stdout: out.stdout, stderr: out.stderr });
+                }
+                Ok(_) => None,
+                Err(e) => Some(e),
+            };
+            if session.check().await.is_ok() {
+                // The connection is fine: the remote process was killed or could not start.
+                return match err {
+                    Some(openssh::Error::RemoteProcessTerminated) => {
+                        Ok(Output { code: None, stdout: Vec::new(), stderr: Vec::new() })
+                    }
+                    // openssh turns exit code 127 into an error (dropping the output).
+                    Some(openssh::Error::Remote(e)) if e.kind() == std::io::ErrorKind::NotFound => {
+                        Ok(Output { code: Some(127), stdout: Vec::new(), stderr: b"command not found".to_vec() })
+                    }
+                    Some(e) => Err(self.run_error(cmd, e)),
+                    None => Ok(Output { code: Some(255), stdout: Vec::new(), stderr: Vec::new() }),
+                };
+            }
+            self.forget(&session).await;
+            if cmd.is_retry_safe() && !retried {
+                tracing::debug!(host = %self, command = %cmd.describe(), "connection broke; running the command again");
+                retried = true;
+                continue;
+            }
+            return Err(SshError::Disconnected { host: self.to_string(), command: cmd.describe(), source: err });
+        }
+    }
+
+    /// Runs `cmd` and fails unless it exits 0.
+    pub async fn run(&self, cmd: &RemoteCommand) -> Result<Output, SshError> {
+        let out = self.output(cmd).await?;
+        if out.success() { Ok(out) } else { Err(self.failed(cmd, &out)) }
+    }
+
+    /// Runs `cmd` with its stdin fed by `produce`, which runs on a blocking thread and writes
+    /// into the remote process as it goes (nothing is buffered whole or written to a file).
+    /// `progress` is called with the bytes sent so far. Not retried: the caller decides whether
+    /// a second attempt is safe. Fails unless the command exits 0.
+    pub async fn run_with_writer<F>(
+        &self,
+        cmd: &RemoteCommand,
+        produce: F,
+        progress: Option<Arc<dyn Fn(u64) + Send + Sync>>,
+    ) -> Result<Output, SshError>
+    where
+        F: FnOnce(&mut dyn Write) -> std::io::Result<()> + Send + 'static,
+    {
+        let _permit = self.permits.acquire().await.expect("the semaphore is never closed");
+        let session = self.session().await?;
+        let mut child = remote(&session, cmd)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .await
+            .map_err(|e| self.run_error(cmd, e))?;
+        let stdin = child.stdin().take().expect("stdin is piped");
+        let stdout = child.stdout().take().expect("stdout is piped");
+        let stderr = child.stderr().take().expect("stderr is piped");
+        let out_task = tokio::spawn(read_all(stdout));
+        let err_task = tokio::spawn(read_all(stderr));
+        let bridge = SyncIoBridge::new(stdin);
+        let writer = tokio::task::spawn_blocking(move || -> std::io::Result<()> {
+            let mut counting = Counting { inner: bridge, sent: 0, progress };
+            produce(&mut counting)?;
+            counting.flush()?;
+            counting.inner.shutdown()
+        });
+        let wrote = writer.await.unwrap_or_else(|e| Err(std::io::Error::other(e.to_string())));
+        let status = child.wait().await;
+        let stdout = out_task.await.unwrap_or_default();
+        let stderr = err_task.await.unwrap_or_default();
+        let code = match status {
+            Ok(status) => status.code(),
+            Err(openssh::Error::Remote(e)) if e.kind() == std::io::ErrorKind::NotFound => Some(127),
+            Err(e) => {
+                if session.check().await.is_err() {
+                    self.forget(&session).await;
+                    return Err(SshError::Disconnected {
+                        host: self.to_string(),
+                        command: cmd.describe(),
+                        source: Some(e),
+                    });
+                }
+                None
+            }
+        };
+        let out = Output { code, stdout, stderr };
+        if !out.success() {
+            if session.check().await.is_err() {
+                self.forget(&session).await;
+                return Err(SshError::Disconnected { host: self.to_string(), command: cmd.describe(), source: None });
+            }
+            return Err(self.failed(cmd, &out));
+        }
+        wrote.map_err(|e| self.run_error(cmd, e))?;
+        Ok(out)
+    }
+
+    /// Runs `cmd` and streams its stdout as lines (without the newline; invalid UTF-8 is
+    /// replaced). The stream ends when the command exits 0 and yields an error otherwise;
+    /// dropping it closes the channel. It holds one of the host's command slots while open.
+    pub async fn lines(&self, cmd: &RemoteCommand) -> Result<RemoteLines, SshError> {
+        let permit = self.permits.clone().acquire_owned().await.expect("the semaphore is never closed");
+        let session = self.session().await?;
+        let mut child = remote(&session, cmd)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .await
+            .map_err(|e| self.run_error(cmd, e))?;
+        Ok(RemoteLines::new(child_parts(&mut child), child, permit, self.to_string(), cmd.describe()))
+    }
+
+    async fn session(&self) -> Result<Arc<Session>, SshError> {
+        let mut guard = self.session.lock().await;
+        if let Some(session) = guard.as_ref() {
+            // A master that died while idle is replaced before a command is started on it (a
+            // cheap check over the local control socket), so only commands already running
+            // when a connection breaks see the break.
+            if session.check().await.is_ok() {
+                return Ok(session.clone());
+            }
+            tracing::debug!(host = %self, "the ssh master is gone; reconnecting");
+            *guard = None;
+        }
+        let session = Arc::new(self.connect_with_retries().await?);
+        *guard = Some(session.clone());
+        Ok(session)
+    }
+
+    /// Drops the cached session if it is still `dead` (another task may have replaced it).
+    async fn forget(&self, dead: &Arc<Session>) {
+        let mut guard = self.session.lock().await;
+        if guard.as_ref().is_some_and(|s| Arc::ptr_eq(s, dead)) {
+            *guard = None;
+        }
+    }
+
+    async fn connect_with_retries(&self) -> Result<Session, SshError> {
+        let builder = self.options.builder();
+        let backoff = self.options.backoff;
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            self.connect_attempts.fetch_add(1, Ordering::Relaxed);
+            let res = match self.options.mux {
+                Mux::Native => builder.connect_mux(&self.options.destination).await,
+                Mux::Process => builder.connect(&self.options.destination).await,
+            };
+            let err = match res {
+                Ok(session) => return Ok(session),
+                Err(e) => e,
+            };
+            let transient = transient_connect_error(&err);
+            if !transient || attempt >= backoff.attempts.max(1) {
+                return Err(SshError::Connect { host: self.to_string(), attempts: attempt, source: err });
+            }
+            let delay = backoff.delay(attempt);
+            tracing::debug!(host = %self, attempt, ?delay, error = %error_chain(&err), "ssh connect failed; retrying");
+            tokio::time::sleep(delay).await;
+        }
+    }
+
+    fn failed(&self, cmd: &RemoteCommand, out: &Output) -> SshError {
+        let stderr = out.stderr_text();
+        let start = stderr.len().saturating_sub(STDERR_KEEP);
+        let start = (start..=stderr.len()).find(|i| stderr.is_char_boundary(*i)).unwrap_or(0);
+        SshError::Failed {
+            host: self.to_string(),
+            command: cmd.describe(),
+            code: out.code,
+            stderr: stderr[start..].to_owned(),
+        }
+    }
+
+    fn timeout(&self, cmd: &RemoteCommand, after: Duration) -> SshError {
+        SshError::Timeout { host: self.to_string(), command: cmd.describe(), after }
+    }
+
+    fn run_error(&self, cmd: &RemoteCommand, e: impl std::error::Error + Send + Sync + 'static) -> SshError {
+        SshError::Run { host: self.to_string(), command: cmd.describe(), source: Box::new(e) }
+    }
+}
+
+/// The openssh command for `cmd`: every word quoted once, passed raw.
+fn remote(session: &Arc<Session>, cmd: &RemoteCommand) -> openssh::OwningCommand<Arc<Session>> {
+    let argv = cmd.argv();
+    let mut command = session.clone().arc_raw_command(theseus_core::shell::quote(&argv[0]).as_ref());
+    for word in &argv[1..] {
+        command.raw_arg(theseus_core::shell::quote(word).as_ref());
+    }
+    command
+}
+
+fn child_parts(child: &mut openssh::Child<Arc<Session>>) -> (openssh::ChildStdout, openssh::ChildStderr) {
+    (child.stdout().take().expect("stdout is piped"), child.stderr().take().expect("stderr is piped"))
+}
+
+async fn read_all<R: tokio::io::AsyncRead + Unpin>(mut r: R) -> Vec<u8> {
+    let mut buf = Vec::new();
+    let _ = r.read_to_end(&mut buf).await;
+    buf
+}
+
+/// Whether a failed connection attempt may succeed when tried again.
+fn transient_connect_error(err: &openssh::Error) -> bool {
+    let kind = match err {
+        openssh::Error::Connect(io) => io.kind(),
+        // Cannot create the control dir or run `ssh`: trying again will not help.
+        openssh::Error::Master(_) | openssh::Error::Ssh(_) => return false,
+        _ => std::io::ErrorKind::Other,
+    };
+    is_transient(kind, &error_chain(err))
+}
+
+/// An error and its causes on one line.
+pub(crate) fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(e) = source {
+        text.push_str(": ");
+        text.push_str(&e.to_string());
+        source = e.source();
+    }
+    text
+}
+
+/// Counts bytes written through it and reports them.
+struct Counting<W> {
+    inner: W,
+    sent: u64,
+    progress: Option<Arc<dyn Fn(u64) + Send + Sync>>,
+}
+
+impl<W: Write> Write for Counting<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.sent += n as u64;
+        if let Some(p) = &self.progress {
+            p(self.sent);
+        }
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
