@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use anyhow::{anyhow, Result};
+use anyhow::{Result, anyhow};
 use theseus_backend_slurm::plain::PlainBackend;
 use theseus_backend_slurm::slurm::SlurmBackend;
 use theseus_backend_volcano::VolcanoBackend;

@@ -121,7 +121,9 @@ impl SlurmBackend {
             return Err(Error::backend(self, format!("handle of a {} job given to the slurm backend", handle.kind)));
         }
         if !is_job_id(&handle.id) {
-            return Err(Error::NotFound { what: format!("slurm job `{}` on `{}` (not a job id)", handle.id, self.name) });
+            return Err(Error::NotFound {
+                what: format!("slurm job `{}` on `{}` (not a job id)", handle.id, self.name),
+            });
         }
         serde_json::from_value(handle.data.clone())
             .map_err(|e| Error::backend(self, format!("malformed slurm job handle: {e}")))
@@ -299,13 +301,8 @@ impl Backend for SlurmBackend {
 
         options.note(&format!("shipping code to {}", self.host.ssh));
         ship::ship(&self.ssh, self, &self.name, job, &work_dir, extra, options).await?;
-        let data = SlurmHandleData {
-            run_id: job.identity.run_id.clone(),
-            work_dir,
-            run_dir,
-            log_file,
-            nodes: job.plan.nodes,
-        };
+        let data =
+            SlurmHandleData { run_id: job.identity.run_id.clone(), work_dir, run_dir, log_file, nodes: job.plan.nodes };
         options.note("submitting with sbatch");
         let id = match self.sbatch(job, &data).await {
             Ok(id) => id,

@@ -22,13 +22,19 @@ cd -- "$work"
 exec sbatch --parsable "$script"
 "#;
 
-/// `RUN_DIR`: what the run left in its status dir: `exists=0|1`, `cancelled=1`, then
-/// `metadata:` followed by rank 0's `metadata.json`.
+/// `RUN_DIR`: what the run left in its status dir: `exists=0|1`, `cancelled=1`, then for each
+/// rank's metadata file (`metadata.json`, `metadata.rank-N.json`) a `--- FILE` line and its
+/// content.
 pub(crate) const RUN_STATE: &str = r#"run_dir=$1
 if [ ! -d "$run_dir" ]; then echo "exists=0"; exit 0; fi
 echo "exists=1"
 [ -e "$run_dir/cancelled" ] && echo "cancelled=1"
-if [ -r "$run_dir/metadata.json" ]; then echo "metadata:"; cat -- "$run_dir/metadata.json"; fi
+for f in "$run_dir"/metadata.json "$run_dir"/metadata.rank-*.json; do
+  [ -r "$f" ] || continue
+  echo "--- ${f##*/}"
+  cat -- "$f"
+  echo
+done
 exit 0
 "#;
 
@@ -83,24 +89,50 @@ while :; do
 done
 "#;
 
-/// What [`RUN_STATE`] printed.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub(crate) struct RunState {
-    pub(crate) exists: bool,
-    pub(crate) cancelled: bool,
-    /// Rank 0's `status` (`running`, `completed`, `failed`, `preempted`).
-    pub(crate) status: Option<String>,
-    /// Rank 0's exit code.
+/// One rank's `metadata.json`, as the bootstrap last wrote it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RankRecord {
+    pub(crate) rank: u32,
+    /// `running`, `completed`, `failed` or `preempted`.
+    pub(crate) status: String,
     pub(crate) exit_code: Option<i32>,
 }
 
-/// Reads [`RUN_STATE`] output; a malformed `metadata.json` counts as absent.
+/// What [`RUN_STATE`] printed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct RunState {
+    pub(crate) exists: bool,
+    pub(crate) cancelled: bool,
+    /// Ranks that wrote metadata, by rank.
+    pub(crate) ranks: Vec<RankRecord>,
+}
+
+impl RunState {
+    /// The rank record of `rank`.
+    pub(crate) fn rank(&self, rank: u32) -> Option<&RankRecord> {
+        self.ranks.iter().find(|r| r.rank == rank)
+    }
+
+    /// The job's exit code by the ranks' records: the first rank that failed by itself (not
+    /// one stopped by a signal because another failed), else the first non-zero code, else 0
+    /// when every rank completed.
+    pub(crate) fn exit_code(&self) -> Option<i32> {
+        let nonzero = |r: &&RankRecord| r.exit_code.is_some_and(|c| c != 0);
+        self.ranks
+            .iter()
+            .filter(nonzero)
+            .find(|r| r.status == "failed")
+            .or_else(|| self.ranks.iter().find(nonzero))
+            .and_then(|r| r.exit_code)
+            .or_else(|| (!self.ranks.is_empty() && self.ranks.iter().all(|r| r.status == "completed")).then_some(0))
+    }
+}
+
+/// Reads [`RUN_STATE`] output; a malformed metadata file counts as absent.
 pub(crate) fn parse_run_state(text: &str) -> RunState {
     let mut r = RunState::default();
-    let (head, metadata) = match text.split_once("metadata:\n") {
-        Some((h, m)) => (h, Some(m)),
-        None => (text, None),
-    };
+    let mut blocks = text.split("\n--- ");
+    let head = blocks.next().unwrap_or("");
     for line in head.lines() {
         match line.trim() {
             "exists=1" => r.exists = true,
@@ -108,10 +140,17 @@ pub(crate) fn parse_run_state(text: &str) -> RunState {
             _ => {}
         }
     }
-    if let Some(json) = metadata.and_then(|m| serde_json::from_str::<serde_json::Value>(m).ok()) {
-        r.status = json.get("status").and_then(|s| s.as_str()).map(str::to_owned);
-        r.exit_code = json.get("exit_code").and_then(serde_json::Value::as_i64).and_then(|c| i32::try_from(c).ok());
+    for block in blocks {
+        let json = block.split_once('\n').map_or("", |(_, rest)| rest);
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(json) else { continue };
+        let rank = v.get("rank").and_then(serde_json::Value::as_u64).and_then(|n| u32::try_from(n).ok());
+        let status = v.get("status").and_then(|s| s.as_str());
+        if let (Some(rank), Some(status)) = (rank, status) {
+            let exit_code = v.get("exit_code").and_then(serde_json::Value::as_i64).and_then(|c| i32::try_from(c).ok());
+            r.ranks.push(RankRecord { rank, status: status.to_owned(), exit_code });
+        }
     }
+    r.ranks.sort_by_key(|x| x.rank);
     r
 }
 
@@ -166,17 +205,23 @@ mod tests {
     #[test]
     fn run_states() {
         assert_eq!(parse_run_state("exists=0\n"), RunState::default());
+        let text = "exists=1\ncancelled=1\n--- metadata.json\n{\n  \"rank\": 0,\n  \"status\": \"preempted\",\n  \
+                    \"exit_code\": 143\n}\n\n--- metadata.rank-1.json\n{\"rank\": 1, \"status\": \"failed\", \"exit_code\": 3}\n\n";
+        let r = parse_run_state(text);
+        assert!(r.exists && r.cancelled);
+        assert_eq!(r.ranks.len(), 2);
+        // The rank that failed by itself, not the one stopped because of it.
+        assert_eq!(r.exit_code(), Some(3));
         let r = parse_run_state(
-            "exists=1\ncancelled=1\nmetadata:\n{\n  \"rank\": 0,\n  \"status\": \"failed\",\n  \"exit_code\": 7\n}\n",
+            "exists=1\n--- metadata.json\n{\"rank\": 0, \"status\": \"running\", \"exit_code\": null}\n",
         );
-        assert_eq!(
-            r,
-            RunState { exists: true, cancelled: true, status: Some("failed".into()), exit_code: Some(7) }
+        assert_eq!((r.rank(0).unwrap().status.as_str(), r.exit_code()), ("running", None));
+        let r = parse_run_state(
+            "exists=1\n--- metadata.json\n{\"rank\": 0, \"status\": \"completed\", \"exit_code\": 0}\n",
         );
-        let r = parse_run_state("exists=1\nmetadata:\n{\"status\": \"running\", \"exit_code\": null}\n");
-        assert_eq!((r.status.as_deref(), r.exit_code), (Some("running"), None));
+        assert_eq!(r.exit_code(), Some(0));
         // A half-written file is ignored, not an error.
-        assert_eq!(parse_run_state("exists=1\nmetadata:\n{\"status\": ").status, None);
+        assert!(parse_run_state("exists=1\n--- metadata.json\n{\"status\": ").ranks.is_empty());
     }
 
     #[test]

@@ -86,11 +86,21 @@ pub(super) async fn status(backend: &SlurmBackend, job_id: &str, data: &SlurmHan
     };
     if let Some(job) = job {
         let mut status = job.to_status();
-        if status.state.is_terminal() && status.exit_code.is_none() {
-            // The text form has no exit code: the bootstrap's record has it.
-            status.exit_code = run_state(backend, data).await?.exit_code;
+        let run = if status.state.is_terminal() { Some(run_state(backend, data).await?) } else { None };
+        if let Some(run) = &run
+            && status.state == JobState::Failed
+            && let Some(code) = run.exit_code()
+        {
+            // srun exits with the highest code of its tasks, which is often a rank stopped
+            // because another failed: the bootstrap's records say which rank failed first.
+            status.exit_code = Some(code);
+        } else if let Some(run) = &run
+            && status.exit_code.is_none()
+        {
+            // The text form has no exit code.
+            status.exit_code = run.exit_code();
         }
-        status.ranks = ranks(&job, status.state, data.nodes);
+        status.ranks = ranks(&job, status.state, data.nodes, run.as_ref());
         return Ok(status);
     }
     let run = run_state(backend, data).await?;
@@ -99,28 +109,59 @@ pub(super) async fn status(backend: &SlurmBackend, job_id: &str, data: &SlurmHan
             what: format!("slurm job `{job_id}` (neither Slurm nor the run dir `{}` knows it)", data.run_dir),
         });
     }
-    Ok(from_run_dir(&run))
+    let mut status = from_run_dir(&run);
+    status.ranks = (0..data.nodes.max(1))
+        .map(|i| RankStatus {
+            rank: i,
+            state: rank_state(run.rank(i), status.state),
+            exit_code: run.rank(i).and_then(|r| r.exit_code),
+            location: None,
+        })
+        .collect();
+    Ok(status)
 }
 
-/// Per-node ranks: rank `i` runs on the `i`-th node of the allocation (one task per node).
-fn ranks(job: &SlurmJob, state: JobState, nodes: u32) -> Vec<RankStatus> {
+/// Per-node ranks: rank `i` runs on the `i`-th node of the allocation (one task per node);
+/// finished ranks take their state and code from their metadata.
+fn ranks(job: &SlurmJob, state: JobState, nodes: u32, run: Option<&RunState>) -> Vec<RankStatus> {
     let names = job.nodes.as_deref().and_then(|n| nodelist::expand(n).ok()).unwrap_or_default();
     (0..nodes.max(1))
-        .map(|i| RankStatus { rank: i, state, exit_code: None, location: names.get(i as usize).cloned() })
+        .map(|i| {
+            let record = run.and_then(|r| r.rank(i));
+            RankStatus {
+                rank: i,
+                state: rank_state(record, state),
+                exit_code: record.and_then(|r| r.exit_code),
+                location: names.get(i as usize).cloned(),
+            }
+        })
         .collect()
+}
+
+/// A rank's state from its record, else the job's.
+fn rank_state(record: Option<&scripts::RankRecord>, job: JobState) -> JobState {
+    match record.map(|r| r.status.as_str()) {
+        _ if job == JobState::Cancelled => JobState::Cancelled,
+        Some("completed") => JobState::Completed,
+        Some("failed") => JobState::Failed,
+        Some("preempted") => JobState::Preempted,
+        _ => job,
+    }
 }
 
 /// The status of a job Slurm no longer knows, from what the run left behind.
 fn from_run_dir(run: &RunState) -> JobStatus {
     let note = "Slurm no longer lists the job";
-    let (state, exit_code, message) = match (run.status.as_deref(), run.exit_code) {
+    let rank0 = run.rank(0).map(|r| r.status.as_str());
+    let code = run.exit_code();
+    let (state, exit_code, message) = match (rank0, code) {
         (_, code) if run.cancelled => (JobState::Cancelled, code, format!("cancelled by the user ({note})")),
-        (Some("completed"), _) => (JobState::Completed, Some(0), format!("completed ({note})")),
+        (_, Some(0)) => (JobState::Completed, Some(0), format!("completed ({note})")),
+        (_, Some(code)) if run.ranks.iter().any(|r| r.status == "failed") => {
+            (JobState::Failed, Some(code), format!("exited with code {code} ({note}; from the ranks' metadata.json)"))
+        }
         (Some("preempted"), code) => {
             (JobState::Preempted, code, format!("stopped by a signal ({note}; from the run's metadata.json)"))
-        }
-        (Some("failed"), Some(code)) => {
-            (JobState::Failed, Some(code), format!("exited with code {code} ({note}; from the run's metadata.json)"))
         }
         (Some(other), code) => (
             JobState::Unknown,
@@ -137,7 +178,10 @@ mod tests {
     use super::*;
 
     fn run(status: Option<&str>, code: Option<i32>, cancelled: bool) -> RunState {
-        RunState { exists: true, cancelled, status: status.map(str::to_owned), exit_code: code }
+        let ranks = status
+            .map(|s| vec![scripts::RankRecord { rank: 0, status: s.to_owned(), exit_code: code }])
+            .unwrap_or_default();
+        RunState { exists: true, cancelled, ranks }
     }
 
     #[test]
@@ -157,7 +201,7 @@ mod tests {
     #[test]
     fn ranks_follow_the_node_list() {
         let job = SlurmJob::new("5", "RUNNING", None, None, Some("node[1-2]"));
-        let r = ranks(&job, JobState::Running, 2);
+        let r = ranks(&job, JobState::Running, 2, None);
         assert_eq!(r.iter().map(|r| r.location.clone().unwrap()).collect::<Vec<_>>(), ["node1", "node2"]);
     }
 }

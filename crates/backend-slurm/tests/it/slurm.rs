@@ -176,14 +176,8 @@ fn prepare(
         env.iter().map(|(n, v)| EnvVar { name: n.to_string(), value: v.to_string(), secret: false }).collect();
     let experiment = Experiment { entrypoint: Entrypoint::Words(words.clone()), distributed, ..Experiment::default() };
     let layout = b.layout(&identity, plan).unwrap();
-    let input = BootstrapInput::for_layout(
-        identity.clone(),
-        &layout,
-        env.clone(),
-        words,
-        distributed,
-        serde_json::json!({}),
-    );
+    let input =
+        BootstrapInput::for_layout(identity.clone(), &layout, env.clone(), words, distributed, serde_json::json!({}));
     let bootstrap = bootstrap::render(&input).unwrap();
     (PreparedJob { identity, experiment, env, plan: plan.clone(), snapshot, bootstrap }, dir)
 }
@@ -232,7 +226,8 @@ async fn availability_from_live_sinfo_picks_the_partition_and_node_count() {
     names.sort();
     assert_eq!(names, ["cpu", "gpu"]);
     for p in &slurm.partitions {
-        let nodes: Vec<_> = p.nodes.iter().map(|n| (n.name.as_str(), n.gpu_type.as_deref(), n.total, n.usable)).collect();
+        let nodes: Vec<_> =
+            p.nodes.iter().map(|n| (n.name.as_str(), n.gpu_type.as_deref(), n.total, n.usable)).collect();
         assert_eq!(nodes, [("node1", Some("h100"), 4, true), ("node2", Some("h100"), 4, true)], "{}", p.name);
         assert!(p.nodes.iter().all(|n| n.free <= 4));
     }
@@ -280,11 +275,8 @@ async fn one_and_two_node_jobs_run_on_their_nodes() {
         assert_eq!((status.state, status.exit_code), (JobState::Completed, Some(0)), "{status:?}");
         assert_eq!(status.ranks.len(), n, "{status:?}");
         let lines = logs(&b, h).await;
-        let mut hello: Vec<_> = lines
-            .iter()
-            .filter(|l| l.text.starts_with("hello from"))
-            .map(|l| (l.rank, l.text.clone()))
-            .collect();
+        let mut hello: Vec<_> =
+            lines.iter().filter(|l| l.text.starts_with("hello from")).map(|l| (l.rank, l.text.clone())).collect();
         hello.sort();
         let expected: Vec<_> = (0..n)
             .map(|r| {
@@ -314,20 +306,22 @@ async fn a_two_node_jax_job_sees_both_processes() {
     let (b, _) = backend(lab, "jax", host());
     let started = Instant::now();
     let two = plan("cpu", 2, 0);
-    let env = [
-        ("THESEUS_PYTHON", lab.remote_python.as_str()),
-        ("JAX_PLATFORMS", "cpu"),
-        ("THESEUS_JAX_INIT_TIMEOUT", "90"),
-    ];
+    let env =
+        [("THESEUS_PYTHON", lab.remote_python.as_str()), ("JAX_PLATFORMS", "cpu"), ("THESEUS_JAX_INIT_TIMEOUT", "90")];
     let (job, _d) = prepare(&b, &two, "jax", &[("j.py", JAX_PY)], &["python", "j.py"], &env, Distributed::Jax);
     let h = b.submit(&job, &SubmitOptions::default()).await.unwrap();
     // Follow the log to its end: it ends when the job does.
     let stream = b.logs(&h, &LogOptions { follow: true, rank: None }).await.unwrap();
-    let lines: Vec<LogLine> =
-        tokio::time::timeout(TIMEOUT, stream.collect::<Vec<_>>()).await.unwrap().into_iter().map(|l| l.unwrap()).collect();
+    let lines: Vec<LogLine> = tokio::time::timeout(TIMEOUT, stream.collect::<Vec<_>>())
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|l| l.unwrap())
+        .collect();
     let status = b.status(&h).await.unwrap();
     assert_eq!((status.state, status.exit_code), (JobState::Completed, Some(0)), "{status:?}\n{lines:#?}");
-    let mut jax: Vec<_> = lines.iter().filter(|l| l.text.starts_with("jax ")).map(|l| (l.rank, l.text.clone())).collect();
+    let mut jax: Vec<_> =
+        lines.iter().filter(|l| l.text.starts_with("jax ")).map(|l| (l.rank, l.text.clone())).collect();
     jax.sort();
     assert_eq!(
         jax,
@@ -402,4 +396,31 @@ async fn cancel_of_a_running_two_node_job_leaves_no_process() {
     assert_eq!(status.state, JobState::Cancelled, "{status:?}");
     assert_eq!(probe.alive(&h).await.unwrap(), 0, "no process of the job is left");
     assert_eq!(b.status(&h).await.unwrap().state, JobState::Cancelled);
+}
+
+const FAIL_PY: &str = r#"
+import os, sys, time
+if os.environ["RANK"] == "1":
+    print("rank 1 fails", flush=True)
+    sys.exit(3)
+time.sleep(120)
+"#;
+
+/// One failing rank stops the whole job (`srun --kill-on-bad-exit=1`) and its exit code is
+/// the job's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_rank_fails_the_two_node_job_with_its_exit_code() {
+    let lab = require_slurm!();
+    let (b, _) = backend(lab, "fail", host());
+    let two = plan("cpu", 2, 0);
+    let (job, _d) = prepare(&b, &two, "fail", &[("f.py", FAIL_PY)], &["python", "f.py"], &[], Distributed::None);
+    let t0 = Instant::now();
+    let h = b.submit(&job, &SubmitOptions::default()).await.unwrap();
+    let status = wait_terminal(&b, &h).await;
+    eprintln!("failing 2-node job ended in {:?}: {status:?}", t0.elapsed());
+    assert_eq!((status.state, status.exit_code), (JobState::Failed, Some(3)), "{status:?}");
+    assert!(t0.elapsed() < Duration::from_secs(100), "rank 0 was stopped, not left sleeping");
+    let lines = logs(&b, &h).await;
+    assert!(lines.iter().any(|l| l.rank == Some(1) && l.text == "rank 1 fails"), "{lines:?}");
+    assert_eq!(MarkerProbe.alive(&h).await.unwrap(), 0);
 }
