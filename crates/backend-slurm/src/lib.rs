@@ -3,6 +3,8 @@
 //! - [`ssh`]: the SSH transport (one multiplexed `openssh` session per host, argv commands,
 //!   retries, a per-host command limit, stdin and stdout streaming);
 //! - [`plain`]: the `Backend` of `type: plain` hosts, over [`ssh`];
+//! - [`slurm`]: the `Backend` of `type: slurm` hosts, over [`ssh`], [`sbatch`] and [`parse`];
+//! - [`ship`] (internal): shipping a run's code, shared by both backends;
 //! - [`nodelist`]: expands Slurm host lists (`node[01-03],gpu5`);
 //! - [`parse`]: parsers for `sinfo`, `squeue`, `sacct` and `nvidia-smi` output, each with the
 //!   exact command the backend will run as a constant;
@@ -12,4 +14,6 @@ pub mod nodelist;
 pub mod parse;
 pub mod plain;
 pub mod sbatch;
+mod ship;
+pub mod slurm;
 pub mod ssh;

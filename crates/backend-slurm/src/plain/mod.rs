@@ -15,7 +15,6 @@
 mod scripts;
 
 use std::fmt;
-use std::io::Write;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -34,6 +33,7 @@ use theseus_core::solver::{ChipRequest, Plan, Request};
 use theseus_core::{Error, Result};
 
 use crate::parse::nvidia_smi::{self, APPS_QUERY_COMMAND, GPU_QUERY_COMMAND};
+use crate::ship::{self, ExtraFile};
 use crate::ssh::{RemoteCommand, SshError, SshHost, SshOptions};
 
 /// Knobs of the backend (defaults suit real machines; tests shorten them).
@@ -163,9 +163,7 @@ impl PlainBackend {
         Ok(scripts::parse_report(&out.stdout_text()))
     }
 
-    /// Ships the snapshot and the bootstrap into `<work_dir>.partial` and renames it into place.
-    /// A broken connection gets one more attempt on a fresh connection (the script starts by
-    /// removing any `.partial` left behind).
+    /// Ships the snapshot and the bootstrap (see [`crate::ship`]).
     async fn ship(
         &self,
         job: &PreparedJob,
@@ -173,38 +171,7 @@ impl PlainBackend {
         extra: Vec<ExtraFile>,
         options: &SubmitOptions,
     ) -> Result<()> {
-        let token = format!("{}-{}", job.identity.run_id, std::process::id());
-        let total = job.snapshot.estimated_tar_bytes();
-        let progress: Option<Arc<dyn Fn(u64) + Send + Sync>> =
-            options.progress.clone().map(|p| Arc::new(move |sent: u64| p(sent, Some(total))) as _);
-        let cmd = RemoteCommand::script(scripts::SHIP, [work_dir.to_owned(), token.clone()])
-            .label("the code upload (tar -x into the .partial dir)");
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            let snapshot = job.snapshot.clone();
-            let mut files = extra.clone();
-            files.push(ExtraFile {
-                path: scripts::SHIP_SENTINEL.into(),
-                contents: token.clone().into_bytes(),
-                mode: 0o644,
-            });
-            let produce = move |out: &mut dyn Write| -> std::io::Result<()> {
-                snapshot.write_tar(&mut *out, &mut |_| {}).map_err(std::io::Error::other)?;
-                write_files(out, &files)
-            };
-            match self.ssh.run_with_writer(&cmd, produce, progress.clone()).await {
-                Ok(_) => return Ok(()),
-                Err(SshError::Failed { code: Some(scripts::SHIP_EXISTS), .. }) => {
-                    return Err(Error::AlreadyExists { what: format!("run dir `{work_dir}` on `{}`", self.name) });
-                }
-                Err(e @ SshError::Disconnected { .. }) if attempt < 2 => {
-                    options.note("the connection broke while shipping the code; trying again");
-                    tracing::warn!(backend = %self, error = %e, "shipping failed; retrying");
-                }
-                Err(e) => return Err(self.ssh_error(&format!("ship the code to `{work_dir}`"), e)),
-            }
-        }
+        ship::ship(&self.ssh, self, &self.name, job, work_dir, extra, options).await
     }
 
     /// Starts the supervisor; returns its PID.
@@ -337,16 +304,7 @@ impl Backend for PlainBackend {
             log_file: &log_file,
             processes,
         });
-        let mut extra: Vec<ExtraFile> = job
-            .bootstrap
-            .files
-            .iter()
-            .map(|f| ExtraFile {
-                path: f.path.clone(),
-                contents: f.contents.clone().into_bytes(),
-                mode: if f.executable { 0o755 } else { 0o644 },
-            })
-            .collect();
+        let mut extra = ExtraFile::bootstrap(job);
         extra.push(ExtraFile { path: supervisor_rel, contents: script.into_bytes(), mode: 0o755 });
 
         options.note(&format!("shipping code to {}", self.host.ssh));
@@ -432,29 +390,6 @@ impl Backend for PlainBackend {
     }
 }
 
-/// A file appended to the shipped archive after the snapshot.
-#[derive(Debug, Clone)]
-struct ExtraFile {
-    path: String,
-    contents: Vec<u8>,
-    mode: u32,
-}
-
-/// Writes `files` as a second tar archive (the remote `tar -i` reads past the first one's end).
-fn write_files(out: &mut dyn Write, files: &[ExtraFile]) -> std::io::Result<()> {
-    let mut builder = tar::Builder::new(out);
-    let mtime = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    for file in files {
-        let mut header = tar::Header::new_gnu();
-        header.set_size(file.contents.len() as u64);
-        header.set_mode(file.mode);
-        header.set_mtime(mtime);
-        header.set_entry_type(tar::EntryType::Regular);
-        builder.append_data(&mut header, &file.path, file.contents.as_slice())?;
-    }
-    builder.finish()
-}
-
 /// Splits the supervisor's `[rank-N] ` prefix off a line.
 fn parse_line(line: &str) -> LogLine {
     if let Some((n, text)) = line.strip_prefix("[rank-").and_then(|rest| rest.split_once("] "))
@@ -468,20 +403,6 @@ fn parse_line(line: &str) -> LogLine {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn extra_files_follow_a_finished_archive() {
-        let mut buf = Vec::new();
-        write_files(
-            &mut buf,
-            &[ExtraFile { path: ".theseus/a.sh".into(), contents: b"echo hi\n".to_vec(), mode: 0o755 }],
-        )
-        .unwrap();
-        let mut archive = tar::Archive::new(buf.as_slice());
-        let entries: Vec<_> =
-            archive.entries().unwrap().map(|e| e.unwrap().path().unwrap().display().to_string()).collect();
-        assert_eq!(entries, [".theseus/a.sh"]);
-    }
 
     #[test]
     fn rank_prefixes() {

@@ -26,31 +26,6 @@ job_pids() {
     };
 }
 
-/// Exit code of [`SHIP`] when the work dir exists already.
-pub(crate) const SHIP_EXISTS: i32 = 17;
-
-/// Name of the last entry of the shipped archive; its content is the token that proves the
-/// whole archive arrived.
-pub(crate) const SHIP_SENTINEL: &str = ".theseus/ship-complete";
-
-/// `WORK_DIR TOKEN`, archive on stdin: unpacks into `WORK_DIR.partial` and renames it into
-/// place only when the sentinel with `TOKEN` arrived, so a cut-off transfer is never used.
-/// `-i` reads the snapshot and the bootstrap archives sent back to back.
-pub(crate) const SHIP: &str = r#"set -e
-dest=$1; token=$2; partial="$1.partial"
-if [ -e "$dest" ]; then echo "run dir $dest already exists" >&2; exit 17; fi
-rm -rf -- "$partial"
-mkdir -p -- "$partial"
-tar -x -i -m -f - -C "$partial"
-if [ "$(cat -- "$partial/.theseus/ship-complete" 2>/dev/null)" != "$token" ]; then
-  rm -rf -- "$partial"
-  echo "the code archive arrived incomplete" >&2
-  exit 3
-fi
-rm -f -- "$partial/.theseus/ship-complete"
-mv -T -- "$partial" "$dest"
-"#;
-
 /// `RUN_DIR LOG_FILE SUPERVISOR WORK_DIR RUN_ID` (bash), secrets on stdin as NUL-terminated
 /// `NAME=VALUE` records: starts the supervisor detached in its own session, with the run's
 /// marker and the secrets in its environment only, and prints its PID (= its process group).
@@ -238,7 +213,6 @@ mod tests {
     #[test]
     fn scripts_are_valid_shell() {
         for (name, script, shell) in [
-            ("ship", SHIP, "sh"),
             ("launch", LAUNCH, "bash"),
             ("status", STATUS, "sh"),
             ("cancel", CANCEL, "sh"),
@@ -248,8 +222,6 @@ mod tests {
             let out = std::process::Command::new(shell).arg("-n").arg("-c").arg(script).output().unwrap();
             assert!(out.status.success(), "{name}: {}", String::from_utf8_lossy(&out.stderr));
         }
-        assert!(SHIP.contains(SHIP_SENTINEL));
-        assert!(SHIP.contains(&format!("exit {SHIP_EXISTS}")));
     }
 
     #[test]

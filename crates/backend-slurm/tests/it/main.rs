@@ -1,6 +1,9 @@
 //! Integration tests of the SSH transport and the plain backend against a real sshd on
-//! 127.0.0.1 (see [`support`]).
+//! 127.0.0.1 (see [`support`]), of the Slurm backend against the Slurm lab ([`slurm`]), and of
+//! the parsers against recorded Slurm output ([`recorded`]).
 
 mod plain;
+mod recorded;
+mod slurm;
 mod support;
 mod transport;

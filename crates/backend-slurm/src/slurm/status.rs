@@ -1,0 +1,207 @@
+//! A Slurm job's status from what is still known about it, in order: `squeue` (JSON, or the
+//! text form on Slurms without JSON support), `sacct` (when the cluster keeps accounting), and
+//! what the run left in its status dir (the bootstrap's `metadata.json`, the `cancelled` mark).
+//!
+//! Slurm 22.05 ignores `--jobs` with `--json` and lists every job: the parser picks ours by id.
+//! The text form exits 1 (`Invalid job id specified`) for jobs it no longer knows; `sacct`
+//! without accounting exits 1 (`Slurm accounting storage is disabled`).
+
+use theseus_core::backend::{JobState, JobStatus, RankStatus};
+use theseus_core::{Error, Result};
+
+use super::scripts::{self, RunState};
+use super::{SlurmBackend, SlurmHandleData};
+use crate::nodelist;
+use crate::parse::sacct::{self, SACCT_COMMAND};
+use crate::parse::squeue::{self, SQUEUE_JSON_COMMAND, SQUEUE_TEXT_COMMAND};
+use crate::parse::{ParseError, SlurmJob};
+use crate::ssh::RemoteCommand;
+
+/// `command` (a constant of [`crate::parse`]) with `job_id` appended as one more word.
+fn command(backend: &SlurmBackend, line: &str, job_id: &str) -> RemoteCommand {
+    let argv = theseus_core::shell::split(line).expect("the parse module's commands are valid words");
+    RemoteCommand::new(argv[0].clone())
+        .args(argv[1..].iter().cloned())
+        .arg(job_id)
+        .retry_safe()
+        .timeout(backend.settings.command_timeout)
+}
+
+fn parse_error(backend: &SlurmBackend, e: ParseError) -> Error {
+    Error::Backend { backend: backend.to_string(), message: e.to_string(), source: Some(Box::new(e)) }
+}
+
+/// What `squeue` says about the job; `None` when it no longer lists it.
+async fn from_squeue(backend: &SlurmBackend, job_id: &str) -> Result<Option<SlurmJob>> {
+    let ssh = &backend.ssh;
+    let json = ssh
+        .output(&command(backend, SQUEUE_JSON_COMMAND, job_id))
+        .await
+        .map_err(|e| backend.ssh_error("ask squeue about the job", e))?;
+    if json.success() {
+        return squeue::parse_json(&json.stdout_text(), job_id).map_err(|e| parse_error(backend, e));
+    }
+    // No JSON support (built without it, or older than 21.08): the text form.
+    let text = ssh
+        .output(&command(backend, SQUEUE_TEXT_COMMAND, job_id))
+        .await
+        .map_err(|e| backend.ssh_error("ask squeue about the job", e))?;
+    if text.success() {
+        return squeue::parse_text(&text.stdout_text(), job_id).map_err(|e| parse_error(backend, e));
+    }
+    let stderr = text.stderr_text();
+    if stderr.contains("Invalid job id") {
+        return Ok(None);
+    }
+    Err(Error::backend(backend, format!("squeue failed: {}", stderr.trim())))
+}
+
+/// What `sacct` says; `None` without accounting or when it does not know the job.
+async fn from_sacct(backend: &SlurmBackend, job_id: &str) -> Result<Option<SlurmJob>> {
+    let out = backend
+        .ssh
+        .output(&command(backend, SACCT_COMMAND, job_id))
+        .await
+        .map_err(|e| backend.ssh_error("ask sacct about the job", e))?;
+    if !out.success() {
+        tracing::debug!(backend = %backend, stderr = %out.stderr_text().trim(), "sacct failed; not using it");
+        return Ok(None);
+    }
+    sacct::parse(&out.stdout_text(), job_id).map_err(|e| parse_error(backend, e))
+}
+
+async fn run_state(backend: &SlurmBackend, data: &SlurmHandleData) -> Result<RunState> {
+    let cmd = RemoteCommand::script(scripts::RUN_STATE, [data.run_dir.clone()])
+        .retry_safe()
+        .timeout(backend.settings.command_timeout);
+    let out = backend.ssh.run(&cmd).await.map_err(|e| backend.ssh_error("read the run's status dir", e))?;
+    Ok(scripts::parse_run_state(&out.stdout_text()))
+}
+
+/// The job's status.
+pub(super) async fn status(backend: &SlurmBackend, job_id: &str, data: &SlurmHandleData) -> Result<JobStatus> {
+    let job = match from_squeue(backend, job_id).await? {
+        Some(job) => Some(job),
+        None => from_sacct(backend, job_id).await?,
+    };
+    if let Some(job) = job {
+        let mut status = job.to_status();
+        let run = if status.state.is_terminal() { Some(run_state(backend, data).await?) } else { None };
+        if let Some(run) = &run
+            && status.state == JobState::Failed
+            && let Some(code) = run.exit_code()
+        {
+            // srun exits with the highest code of its tasks, which is often a rank stopped
+            // because another failed: the bootstrap's records say which rank failed first.
+            status.exit_code = Some(code);
+        } else if let Some(run) = &run
+            && status.exit_code.is_none()
+        {
+            // The text form has no exit code.
+            status.exit_code = run.exit_code();
+        }
+        status.ranks = ranks(&job, status.state, data.nodes, run.as_ref());
+        return Ok(status);
+    }
+    let run = run_state(backend, data).await?;
+    if !run.exists {
+        return Err(Error::NotFound {
+            what: format!("slurm job `{job_id}` (neither Slurm nor the run dir `{}` knows it)", data.run_dir),
+        });
+    }
+    let mut status = from_run_dir(&run);
+    status.ranks = (0..data.nodes.max(1))
+        .map(|i| RankStatus {
+            rank: i,
+            state: rank_state(run.rank(i), status.state),
+            exit_code: run.rank(i).and_then(|r| r.exit_code),
+            location: None,
+        })
+        .collect();
+    Ok(status)
+}
+
+/// Per-node ranks: rank `i` runs on the `i`-th node of the allocation (one task per node);
+/// finished ranks take their state and code from their metadata.
+fn ranks(job: &SlurmJob, state: JobState, nodes: u32, run: Option<&RunState>) -> Vec<RankStatus> {
+    let names = job.nodes.as_deref().and_then(|n| nodelist::expand(n).ok()).unwrap_or_default();
+    (0..nodes.max(1))
+        .map(|i| {
+            let record = run.and_then(|r| r.rank(i));
+            RankStatus {
+                rank: i,
+                state: rank_state(record, state),
+                exit_code: record.and_then(|r| r.exit_code),
+                location: names.get(i as usize).cloned(),
+            }
+        })
+        .collect()
+}
+
+/// A rank's state from its record, else the job's.
+fn rank_state(record: Option<&scripts::RankRecord>, job: JobState) -> JobState {
+    match record.map(|r| r.status.as_str()) {
+        _ if job == JobState::Cancelled => JobState::Cancelled,
+        Some("completed") => JobState::Completed,
+        Some("failed") => JobState::Failed,
+        Some("preempted") => JobState::Preempted,
+        _ => job,
+    }
+}
+
+/// The status of a job Slurm no longer knows, from what the run left behind.
+fn from_run_dir(run: &RunState) -> JobStatus {
+    let note = "Slurm no longer lists the job";
+    let rank0 = run.rank(0).map(|r| r.status.as_str());
+    let code = run.exit_code();
+    let (state, exit_code, message) = match (rank0, code) {
+        (_, code) if run.cancelled => (JobState::Cancelled, code, format!("cancelled by the user ({note})")),
+        (_, Some(0)) => (JobState::Completed, Some(0), format!("completed ({note})")),
+        (_, Some(code)) if run.ranks.iter().any(|r| r.status == "failed") => {
+            (JobState::Failed, Some(code), format!("exited with code {code} ({note}; from the ranks' metadata.json)"))
+        }
+        (Some("preempted"), code) => {
+            (JobState::Preempted, code, format!("stopped by a signal ({note}; from the run's metadata.json)"))
+        }
+        (Some(other), code) => (
+            JobState::Unknown,
+            code,
+            format!("{note} and the run's last recorded status is `{other}` (was it killed before it could finish?)"),
+        ),
+        (None, _) => (JobState::Unknown, None, format!("{note} and the run never started (no metadata.json)")),
+    };
+    JobStatus { state, exit_code, message: Some(message), ranks: Vec::new() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(status: Option<&str>, code: Option<i32>, cancelled: bool) -> RunState {
+        let ranks = status
+            .map(|s| vec![scripts::RankRecord { rank: 0, status: s.to_owned(), exit_code: code }])
+            .unwrap_or_default();
+        RunState { exists: true, cancelled, ranks }
+    }
+
+    #[test]
+    fn statuses_from_the_run_dir() {
+        let s = |r: RunState| {
+            let s = from_run_dir(&r);
+            (s.state, s.exit_code)
+        };
+        assert_eq!(s(run(Some("completed"), Some(0), false)), (JobState::Completed, Some(0)));
+        assert_eq!(s(run(Some("failed"), Some(7), false)), (JobState::Failed, Some(7)));
+        assert_eq!(s(run(Some("preempted"), Some(143), false)), (JobState::Preempted, Some(143)));
+        assert_eq!(s(run(Some("preempted"), Some(143), true)), (JobState::Cancelled, Some(143)));
+        assert_eq!(s(run(Some("running"), None, false)), (JobState::Unknown, None));
+        assert_eq!(s(run(None, None, false)), (JobState::Unknown, None));
+    }
+
+    #[test]
+    fn ranks_follow_the_node_list() {
+        let job = SlurmJob::new("5", "RUNNING", None, None, Some("node[1-2]"));
+        let r = ranks(&job, JobState::Running, 2, None);
+        assert_eq!(r.iter().map(|r| r.location.clone().unwrap()).collect::<Vec<_>>(), ["node1", "node2"]);
+    }
+}
