@@ -87,9 +87,16 @@ impl Lab {
     }
 
     /// A fresh dir for a test's files (visible to the remote side: the lab is on this machine).
+    /// The remote user (the lab's `theseus-test`) may differ from the user running the tests
+    /// (root in CI), so the dir is writable by everyone.
     pub(crate) fn scratch(&self, name: &str) -> PathBuf {
-        let dir = self.dir.join("scratch").join(format!("{name}-{}", theseus_core::job::new_run_id()));
+        use std::os::unix::fs::PermissionsExt as _;
+        let parent = self.dir.join("scratch");
+        let dir = parent.join(format!("{name}-{}", theseus_core::job::new_run_id()));
         std::fs::create_dir_all(&dir).unwrap();
+        for d in [&parent, &dir] {
+            std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o777)).unwrap();
+        }
         dir
     }
 }
