@@ -12,6 +12,7 @@
 
 pub mod nodelist;
 pub mod parse;
+mod paths;
 pub mod plain;
 pub mod sbatch;
 mod ship;

@@ -33,6 +33,7 @@ use theseus_core::solver::{ChipRequest, Plan, Request};
 use theseus_core::{Error, Result};
 
 use crate::parse::nvidia_smi::{self, APPS_QUERY_COMMAND, GPU_QUERY_COMMAND};
+use crate::paths::{RemoteDirs, coordinator_port};
 use crate::ship::{self, ExtraFile};
 use crate::ssh::{RemoteCommand, SshError, SshHost, SshOptions};
 
@@ -117,34 +118,18 @@ impl PlainBackend {
             .map_err(|e| Error::backend(self, format!("malformed plain job handle: {e}")))
     }
 
-    /// A cluster path as an absolute path on the host.
-    fn remote_path(&self, path: &str) -> Result<String> {
-        if let Some(rest) = path.strip_prefix('~') {
-            let home = self.settings.remote_home.as_deref().ok_or_else(|| {
-                Error::InvalidConfig(format!(
-                    "cluster `{}`: path `{path}` starts with `~`, but the home dir on plain host `{}` is not known; \
-                     use an absolute path",
-                    self.host.cluster, self.name
-                ))
-            })?;
-            return Ok(join(home, rest));
+    fn dirs(&self) -> RemoteDirs<'_> {
+        RemoteDirs {
+            kind: "plain",
+            host: &self.name,
+            cluster_name: &self.host.cluster,
+            cluster: &self.cluster,
+            home: self.settings.remote_home.as_deref(),
         }
-        if !path.starts_with('/') {
-            return Err(Error::InvalidConfig(format!(
-                "cluster `{}`: path `{path}` must be absolute for plain host `{}`",
-                self.host.cluster, self.name
-            )));
-        }
-        Ok(path.to_owned())
     }
 
     fn paths(&self, identity: &JobIdentity) -> Result<(String, String, String)> {
-        let rel = identity.run_path();
-        Ok((
-            join(&self.remote_path(&self.cluster.work)?, &rel),
-            join(&self.remote_path(&self.cluster.status_dir())?, &rel),
-            join(&self.remote_path(&self.cluster.log_dir())?, &format!("{rel}.log")),
-        ))
+        self.dirs().run_paths(identity)
     }
 
     fn ssh_error(&self, action: &str, e: SshError) -> Error {
@@ -228,23 +213,13 @@ impl Backend for PlainBackend {
     }
 
     fn layout(&self, identity: &JobIdentity, plan: &Plan) -> Result<RunLayout> {
-        let (work_dir, run_dir, log_file) = self.paths(identity)?;
         let launch = if plan.processes() > 1 {
-            // Ranks on one machine talk over loopback; the port is derived from the run id so
-            // layout stays pure (no remote port probing).
-            let sum: u32 = identity.run_id.bytes().map(u32::from).sum();
-            Launch::Local { coordinator_port: 20000 + (sum % 20000) as u16 }
+            // Ranks on one machine talk over loopback.
+            Launch::Local { coordinator_port: coordinator_port(&identity.run_id) }
         } else {
             Launch::Single
         };
-        Ok(RunLayout {
-            work_dir,
-            run_dir,
-            log_file,
-            root_dir: self.remote_path(&self.cluster.root)?,
-            uv_cache_dir: self.cluster.uv_dir.as_deref().map(|d| self.remote_path(d)).transpose()?,
-            launch,
-        })
+        self.dirs().layout(identity, launch)
     }
 
     async fn availability(&self, request: &Request) -> Result<Availability> {

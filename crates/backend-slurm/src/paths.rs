@@ -1,0 +1,74 @@
+//! Cluster paths on a remote host, shared by the plain and Slurm backends: `~` is resolved
+//! against a known home dir, everything else must be absolute (the remote side never expands).
+
+use theseus_core::backend::RunLayout;
+use theseus_core::bootstrap::Launch;
+use theseus_core::config::{ClusterConfig, join};
+use theseus_core::job::JobIdentity;
+use theseus_core::{Error, Result};
+
+/// Where a backend's cluster paths live on its host.
+pub(crate) struct RemoteDirs<'a> {
+    /// `plain` or `slurm`, for messages.
+    pub(crate) kind: &'static str,
+    /// The host's name in the config.
+    pub(crate) host: &'a str,
+    /// The name of the host's cluster.
+    pub(crate) cluster_name: &'a str,
+    /// The cluster's paths.
+    pub(crate) cluster: &'a ClusterConfig,
+    /// The remote home dir, when known.
+    pub(crate) home: Option<&'a str>,
+}
+
+impl RemoteDirs<'_> {
+    /// A cluster path as an absolute path on the host.
+    pub(crate) fn resolve(&self, path: &str) -> Result<String> {
+        let (kind, host, cluster) = (self.kind, self.host, self.cluster_name);
+        if let Some(rest) = path.strip_prefix('~') {
+            let home = self.home.ok_or_else(|| {
+                Error::InvalidConfig(format!(
+                    "cluster `{cluster}`: path `{path}` starts with `~`, but the home dir on {kind} host `{host}` is not \
+                     known; use an absolute path"
+                ))
+            })?;
+            return Ok(join(home, rest));
+        }
+        if !path.starts_with('/') {
+            return Err(Error::InvalidConfig(format!(
+                "cluster `{cluster}`: path `{path}` must be absolute for {kind} host `{host}`"
+            )));
+        }
+        Ok(path.to_owned())
+    }
+
+    /// The run's work dir, status dir and log file.
+    pub(crate) fn run_paths(&self, identity: &JobIdentity) -> Result<(String, String, String)> {
+        let rel = identity.run_path();
+        Ok((
+            join(&self.resolve(&self.cluster.work)?, &rel),
+            join(&self.resolve(&self.cluster.status_dir())?, &rel),
+            join(&self.resolve(&self.cluster.log_dir())?, &format!("{rel}.log")),
+        ))
+    }
+
+    /// The run's layout with `launch` as its rank wiring.
+    pub(crate) fn layout(&self, identity: &JobIdentity, launch: Launch) -> Result<RunLayout> {
+        let (work_dir, run_dir, log_file) = self.run_paths(identity)?;
+        Ok(RunLayout {
+            work_dir,
+            run_dir,
+            log_file,
+            root_dir: self.resolve(&self.cluster.root)?,
+            uv_cache_dir: self.cluster.uv_dir.as_deref().map(|d| self.resolve(d)).transpose()?,
+            launch,
+        })
+    }
+}
+
+/// A coordinator port derived from the run id, so that `layout` stays pure (no remote probing):
+/// in 20000..40000, the same for every rank of a run.
+pub(crate) fn coordinator_port(run_id: &str) -> u16 {
+    let sum: u32 = run_id.bytes().map(u32::from).sum();
+    20000 + (sum % 20000) as u16
+}
