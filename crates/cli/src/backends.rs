@@ -6,6 +6,7 @@ use std::sync::Arc;
 use anyhow::{Result, anyhow};
 use theseus_backend_slurm::plain::PlainBackend;
 use theseus_backend_slurm::slurm::SlurmBackend;
+use theseus_backend_slurm::ssh::{SshHost, SshOptions};
 use theseus_backend_volcano::VolcanoBackend;
 use theseus_core::backend::DynBackend;
 use theseus_core::config::{DispatchConfig, HostConfig, LoadedConfig};
@@ -21,9 +22,31 @@ pub(crate) fn for_host(config: &DispatchConfig, name: &str, home: &Path) -> Resu
     Ok(match host {
         HostConfig::Local(local) => Arc::new(LocalBackend::new(name, local.clone(), cluster.clone(), home)),
         HostConfig::Volcano(volcano) => Arc::new(VolcanoBackend::new(name, volcano.clone(), cluster.clone())),
-        HostConfig::Plain(plain) => Arc::new(PlainBackend::new(name, plain.clone(), cluster.clone())),
-        HostConfig::Slurm(slurm) => Arc::new(SlurmBackend::new(name, slurm.clone(), cluster.clone())),
+        HostConfig::Plain(plain) => Arc::new(PlainBackend::with_ssh(
+            name,
+            plain.clone(),
+            cluster.clone(),
+            ssh_host(&plain.ssh),
+            theseus_backend_slurm::plain::Settings::default(),
+        )),
+        HostConfig::Slurm(slurm) => Arc::new(SlurmBackend::with_ssh(
+            name,
+            slurm.clone(),
+            cluster.clone(),
+            ssh_host(&slurm.ssh),
+            theseus_backend_slurm::slurm::Settings::default(),
+        )),
     })
+}
+
+/// The SSH connection to `destination` (an `~/.ssh/config` alias or `user@host`). With
+/// `THESEUS_SSH_CONFIG=FILE`, ssh reads FILE instead of `~/.ssh/config` (as `ssh -F FILE`).
+fn ssh_host(destination: &str) -> Arc<SshHost> {
+    let mut options = SshOptions::new(destination);
+    if let Some(file) = std::env::var_os("THESEUS_SSH_CONFIG").filter(|f| !f.is_empty()) {
+        options.config_file = Some(file.into());
+    }
+    Arc::new(SshHost::new(options))
 }
 
 /// Checks the config keys that only a backend understands (e.g. Kubernetes quantities of volcano

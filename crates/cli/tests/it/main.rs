@@ -3,6 +3,7 @@
 
 mod cli;
 mod jax;
+mod slurm;
 mod volcano;
 
 use std::path::{Path, PathBuf};

@@ -1,0 +1,99 @@
+//! The `theseus` binary against the real 2-node Slurm lab (`cargo xtask lab`): `plan` picks the
+//! partition and node count from live `sinfo`, and a 2-node job runs to completion with its
+//! output followed. ssh reads a config file of the test's own through `THESEUS_SSH_CONFIG`.
+
+use std::path::Path;
+
+use crate::{TestContext, text};
+
+/// The lab's login node, or `None` (with a loud NOT RUN line; a failure under
+/// `THESEUSTEST_REQUIRE_ALL=1`) when the lab is not up.
+fn lab(test: &str) -> Option<(String, String, String, String, String)> {
+    let get = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    match (
+        get("THESEUSTEST_SLURM_SSH_PORT"),
+        get("THESEUSTEST_SLURM_SSH_USER"),
+        get("THESEUSTEST_SSH_KEY"),
+        get("THESEUSTEST_SSH_KNOWN_HOSTS"),
+        get("THESEUSTEST_SLURM_SHARED"),
+    ) {
+        (Some(port), Some(user), Some(key), Some(known), Some(shared)) => Some((port, user, key, known, shared)),
+        _ => {
+            let msg = format!("{test}: NOT RUN: the Slurm lab is not up (`cargo xtask lab up`; `cargo xtask test` starts it)");
+            if std::env::var("THESEUSTEST_REQUIRE_ALL").is_ok_and(|v| v == "1") {
+                panic!("{msg}");
+            }
+            eprintln!("\n!!!!!!!! {msg} !!!!!!!!\n");
+            None
+        }
+    }
+}
+
+fn write_configs(ctx: &TestContext, port: &str, user: &str, key: &str, known: &str, shared: &str) -> String {
+    let ssh_config = ctx.home().join("lab_ssh_config");
+    std::fs::write(
+        &ssh_config,
+        format!(
+            "Host lab-login\n  HostName 127.0.0.1\n  Port {port}\n  User {user}\n  IdentityFile {key}\n  IdentitiesOnly yes\n  \
+             UserKnownHostsFile {known}\n  StrictHostKeyChecking yes\n"
+        ),
+    )
+    .unwrap();
+    let base = format!("{shared}/cli-{}-{}", std::process::id(), theseus_core_free_suffix(ctx.home()));
+    std::fs::write(
+        ctx.home().join(".theseus.yaml"),
+        format!(
+            "clusters:\n  lab:\n    root: {base}\n    work: {base}/work\n    log: {base}/logs\n    status: {base}/status\n\
+             hosts:\n  slurm:\n    type: slurm\n    cluster: lab\n    ssh: lab-login\n    partitions: [gpu]\n\
+             \x20   cpu_partitions: [cpu]\n    mem: 300M\n    time: \"10\"\ngres_mapping:\n  h100: h100\n"
+        ),
+    )
+    .unwrap();
+    ssh_config.display().to_string()
+}
+
+/// A suffix that differs between tests of one process.
+fn theseus_core_free_suffix(home: &Path) -> String {
+    home.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+}
+
+#[test]
+fn plan_reads_live_sinfo_and_a_two_node_job_runs_through_the_binary() {
+    let Some((port, user, key, known, shared)) = lab("slurm plan and submit") else { return };
+    let ctx = TestContext::new();
+    let ssh_config = write_configs(&ctx, &port, &user, &key, &known, &shared);
+    let code = tempfile::tempdir().unwrap();
+    std::fs::write(
+        code.path().join("job.py"),
+        "import os\nprint('task', os.environ.get('SLURM_PROCID'), 'of', os.environ.get('SLURM_NTASKS'), flush=True)\n",
+    )
+    .unwrap();
+    std::fs::write(code.path().join("exp.yaml"), "entrypoint: python3 job.py\n").unwrap();
+    let exp = code.path().join("exp.yaml").display().to_string();
+
+    let plan = ctx
+        .cmd()
+        .env("THESEUS_SSH_CONFIG", &ssh_config)
+        .args(["plan", "p", &exp, "--host", "slurm", "--chip", "h100", "-n", "8", "--output", "json"])
+        .output()
+        .unwrap();
+    assert!(plan.status.success(), "{}", text(&plan.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&plan.stdout).unwrap();
+    assert_eq!(v["plan"]["partition"], "gpu", "{v}");
+    assert_eq!((v["plan"]["nodes"].as_u64(), v["plan"]["chips_per_node"].as_u64()), (Some(2), Some(4)), "{v}");
+
+    let out = ctx
+        .cmd()
+        .env("THESEUS_SSH_CONFIG", &ssh_config)
+        .args(["submit", "pair", &exp, "--code", code.path().to_str().unwrap(), "--host", "slurm", "--chip", "h100"])
+        .args(["-n", "8", "--follow"])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(stdout.contains("task 0 of 2") && stdout.contains("task 1 of 2"), "{stdout}");
+    assert!(stderr.contains("completed (exit code 0)"), "{stderr}");
+    let status = ctx.cmd().env("THESEUS_SSH_CONFIG", &ssh_config).args(["status", "pair", "--output", "json"]).output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap_or_default();
+    assert_eq!(v["status"]["state"], "completed", "{v} {}", text(&status.stderr));
+}
