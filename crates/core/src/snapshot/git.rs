@@ -40,6 +40,19 @@ pub(super) fn toplevel(dir: &Path) -> Option<PathBuf> {
     }
 }
 
+/// Whether git ignores `dir` (e.g. a scratch dir under an ignored `target/`): such a dir is not
+/// part of its repository and is shipped as a plain directory.
+pub(super) fn is_ignored(dir: &Path) -> bool {
+    Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(["check-ignore", "-q", "."])
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
 /// Runs `git -C <top> <args>` and returns its stdout.
 pub(super) fn run(top: &Path, args: &[&str]) -> Result<Vec<u8>> {
     let command = format!("git {}", args.join(" "));

@@ -97,7 +97,8 @@ pub struct ManifestEntry {
 }
 
 impl Snapshot {
-    /// Lists the files of `dir` (or of the git repository containing it).
+    /// Lists the files of `dir` (or of the git repository containing it, unless git ignores
+    /// `dir`, which then ships as a plain directory).
     pub fn collect(dir: &Path, mode: SnapshotMode) -> Result<Snapshot> {
         let meta = std::fs::metadata(dir).map_err(|e| Error::io("read", dir, e))?;
         if !meta.is_dir() {
@@ -106,7 +107,7 @@ impl Snapshot {
                 dir.display()
             )));
         }
-        match git::toplevel(dir) {
+        match git::toplevel(dir).filter(|_| !git::is_ignored(dir)) {
             Some(top) => match mode {
                 SnapshotMode::Dirty => collect_worktree(top),
                 SnapshotMode::Clean => collect_commit(top),

@@ -169,6 +169,18 @@ fn a_subdirectory_ships_the_whole_repo() {
 }
 
 #[test]
+fn a_directory_git_ignores_ships_as_itself_not_as_the_repo() {
+    let tmp = repo();
+    // Like a scratch dir under an ignored `target/`: its files are not the repository's.
+    write(tmp.path(), ".gitignore", "*.log\nscratch/\n");
+    write(tmp.path(), "scratch/code/train.py", "print('hi')\n");
+    let snapshot = Snapshot::collect(&tmp.path().join("scratch/code"), SnapshotMode::Dirty).unwrap();
+    assert_eq!(snapshot.root.canonicalize().unwrap(), tmp.path().join("scratch/code").canonicalize().unwrap());
+    let paths: Vec<_> = snapshot.files.iter().map(|f| f.path.as_str()).collect();
+    assert_eq!(paths, vec!["train.py"]);
+}
+
+#[test]
 fn a_plain_directory_honors_gitignore() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
