@@ -2,7 +2,6 @@
 //! [`crate::client::retry`]) and each failure mapped to a [`VolcanoError`] that names the verb,
 //! the resource and the namespace. Also the minimal Volcano `PodGroup` and `Queue` types.
 
-use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::future::Future;
 use std::pin::Pin;
@@ -13,120 +12,21 @@ use k8s_openapi::api::core::v1::{Event, Node, Pod, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, DeleteParams, ListParams, LogParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Client, CustomResource, Resource, ResourceExt};
+use kube::{Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use theseus_core::config::VolcanoHost;
 
 use crate::client::{self, RetryPolicy, Transient, retry_counted, transport_detail};
 use crate::error::VolcanoError;
 use crate::render::LABEL_RUN_ID;
+pub use crate::types::{PodGroup, PodGroupCondition, PodGroupSpec, PodGroupStatus, Queue, QueueSpec, QueueStatus};
 use crate::types::Job;
 
 /// Pod annotation naming the pod's PodGroup.
 pub const GROUP_NAME_ANNOTATION: &str = "scheduling.k8s.io/group-name";
 /// Pod label naming the pod's Volcano job.
 pub const JOB_NAME_LABEL: &str = "volcano.sh/job-name";
-
-/// A Volcano PodGroup (`scheduling.volcano.sh/v1beta1`), the part theseus reads.
-#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
-#[kube(
-    group = "scheduling.volcano.sh",
-    version = "v1beta1",
-    kind = "PodGroup",
-    plural = "podgroups",
-    namespaced,
-    status = "PodGroupStatus",
-    schema = "disabled"
-)]
-#[serde(rename_all = "camelCase")]
-pub struct PodGroupSpec {
-    /// Pods that must be scheduled together.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub min_member: Option<i32>,
-    /// Queue of the group.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub queue: Option<String>,
-}
-
-/// `status` of a [`PodGroup`].
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
-#[serde(rename_all = "camelCase")]
-pub struct PodGroupStatus {
-    /// `Pending`, `Inqueue`, `Running`, `Unknown`, `Completed`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub phase: Option<String>,
-    /// Conditions; `Unschedulable` carries the shortage in its message.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub conditions: Vec<PodGroupCondition>,
-    /// Pods running.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub running: Option<i32>,
-}
-
-/// One condition of a [`PodGroupStatus`].
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
-#[serde(rename_all = "camelCase")]
-pub struct PodGroupCondition {
-    /// `Unschedulable`, `Scheduled`, ...
-    #[serde(rename = "type", default)]
-    pub type_: String,
-    /// `True`, `False`, `Unknown`.
-    #[serde(default)]
-    pub status: String,
-    /// Machine-readable reason.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
-    /// Human-readable message.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub message: Option<String>,
-}
-
-/// A Volcano Queue (`scheduling.volcano.sh/v1beta1`, cluster-scoped), the part theseus reads.
-/// Quantities stay text; [`crate::availability`] parses them.
-#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
-#[kube(
-    group = "scheduling.volcano.sh",
-    version = "v1beta1",
-    kind = "Queue",
-    plural = "queues",
-    status = "QueueStatus",
-    schema = "disabled"
-)]
-#[serde(rename_all = "camelCase")]
-pub struct QueueSpec {
-    /// Hard cap per resource.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty", deserialize_with = "quantities")]
-    pub capability: BTreeMap<String, String>,
-    /// Share weight.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub weight: Option<i32>,
-}
-
-/// `status` of a [`Queue`].
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
-#[serde(rename_all = "camelCase")]
-pub struct QueueStatus {
-    /// `Open`, `Closed`, `Closing`, `Unknown`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub state: Option<String>,
-    /// Resources in use.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty", deserialize_with = "quantities")]
-    pub allocated: BTreeMap<String, String>,
-}
-
-/// Quantities as text, accepting bare JSON numbers too.
-fn quantities<'de, D: serde::Deserializer<'de>>(d: D) -> Result<BTreeMap<String, String>, D::Error> {
-    let raw: Option<BTreeMap<String, serde_json::Value>> = Option::deserialize(d)?;
-    Ok(raw
-        .unwrap_or_default()
-        .into_iter()
-        .map(|(k, v)| match v {
-            serde_json::Value::String(s) => (k, s),
-            other => (k, other.to_string()),
-        })
-        .collect())
-}
 
 /// What to read of a pod's log.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -1,5 +1,6 @@
-//! A hand-written typed Volcano `Job` (`batch.volcano.sh/v1alpha1`), the part of the CRD theseus
-//! uses. The pod template is k8s-openapi's `PodTemplateSpec`; the vendored CRD's schema test keeps
+//! Hand-written typed Volcano resources, the parts theseus uses: the `Job`
+//! (`batch.volcano.sh/v1alpha1`), and the `PodGroup` and `Queue` (`scheduling.volcano.sh/v1beta1`).
+//! The job's pod template is k8s-openapi's `PodTemplateSpec`; the vendored CRD's schema test keeps
 //! these types honest. Every `Option` is skipped when `None`, so no `null` reaches the apiserver.
 
 use std::collections::BTreeMap;
@@ -131,6 +132,106 @@ pub struct JobState {
 
 /// Volcano phases after which a job does not change any more.
 pub const TERMINAL_PHASES: &[&str] = &["Completed", "Failed", "Aborted", "Terminated"];
+
+/// A Volcano PodGroup (`scheduling.volcano.sh/v1beta1`), the part theseus reads.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[kube(
+    group = "scheduling.volcano.sh",
+    version = "v1beta1",
+    kind = "PodGroup",
+    plural = "podgroups",
+    namespaced,
+    status = "PodGroupStatus",
+    schema = "disabled"
+)]
+#[serde(rename_all = "camelCase")]
+pub struct PodGroupSpec {
+    /// Pods that must be scheduled together.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_member: Option<i32>,
+    /// Queue of the group.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<String>,
+}
+
+/// `status` of a [`PodGroup`].
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct PodGroupStatus {
+    /// `Pending`, `Inqueue`, `Running`, `Unknown`, `Completed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
+    /// Conditions; `Unschedulable` carries the shortage in its message.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<PodGroupCondition>,
+    /// Pods running.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub running: Option<i32>,
+}
+
+/// One condition of a [`PodGroupStatus`].
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct PodGroupCondition {
+    /// `Unschedulable`, `Scheduled`, ...
+    #[serde(rename = "type", default)]
+    pub type_: String,
+    /// `True`, `False`, `Unknown`.
+    #[serde(default)]
+    pub status: String,
+    /// Machine-readable reason.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Human-readable message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// A Volcano Queue (`scheduling.volcano.sh/v1beta1`, cluster-scoped), the part theseus reads.
+/// Quantities stay text; [`crate::availability`] parses them.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[kube(
+    group = "scheduling.volcano.sh",
+    version = "v1beta1",
+    kind = "Queue",
+    plural = "queues",
+    status = "QueueStatus",
+    schema = "disabled"
+)]
+#[serde(rename_all = "camelCase")]
+pub struct QueueSpec {
+    /// Hard cap per resource.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty", deserialize_with = "quantities")]
+    pub capability: BTreeMap<String, String>,
+    /// Share weight.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight: Option<i32>,
+}
+
+/// `status` of a [`Queue`].
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct QueueStatus {
+    /// `Open`, `Closed`, `Closing`, `Unknown`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<String>,
+    /// Resources in use.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty", deserialize_with = "quantities")]
+    pub allocated: BTreeMap<String, String>,
+}
+
+/// Quantities as text, accepting bare JSON numbers too.
+fn quantities<'de, D: serde::Deserializer<'de>>(d: D) -> Result<BTreeMap<String, String>, D::Error> {
+    let raw: Option<BTreeMap<String, serde_json::Value>> = Option::deserialize(d)?;
+    Ok(raw
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(k, v)| match v {
+            serde_json::Value::String(s) => (k, s),
+            other => (k, other.to_string()),
+        })
+        .collect())
+}
 
 #[cfg(test)]
 mod tests {
