@@ -16,6 +16,7 @@ pub mod helper;
 mod logs;
 pub mod quantity;
 pub mod render;
+pub mod retry;
 pub mod ship;
 pub mod status;
 mod submit;
