@@ -12,7 +12,11 @@
 //!   (`test` runs it after the workspace tests); `e2e` does the same on a kind cluster with
 //!   Volcano (`--dry-run` prints the steps, `--keep` keeps the cluster).
 //! - `sim`: starts the Kubernetes + Volcano simulator and keeps it up for `kubectl --server`.
+//! - `bench [--runs N] [--release] [--output json] [--strict]`: wall times of the real binary
+//!   (plan, local submit, status, submit and shipping against the simulator) against goals;
+//!   not part of `test`.
 
+mod bench;
 mod e2e;
 mod lab;
 mod python;
@@ -31,6 +35,7 @@ fn main() -> Result<()> {
         Some("lab") => lab::run(&root, &args[1..]),
         Some("tidy") => tidy::check(&root),
         Some("e2e") => e2e::run(&root, &args[1..]),
+        Some("bench") => bench::run(&root, &args[1..]),
         Some("sim") => e2e::sim_command(&root, &args[1..]),
         Some("setup-python") => {
             println!("{}", python::ensure_venv(&root)?.display());
@@ -38,7 +43,7 @@ fn main() -> Result<()> {
         }
         _ => {
             eprintln!(
-                "usage: cargo xtask <test [cargo test args...]|lab up|down|status|env|smoke|tidy|setup-python|e2e [--sim] [--dry-run] [--keep]|sim [--port P]>"
+                "usage: cargo xtask <test [cargo test args...]|lab up|down|status|env|smoke|tidy|setup-python|e2e [--sim] [--dry-run] [--keep]|sim [--port P]|bench [--runs N] [--release] [--output json] [--strict]>"
             );
             std::process::exit(2);
         }

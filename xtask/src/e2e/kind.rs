@@ -71,7 +71,7 @@ pub(crate) fn e2e(root: &Path, flags: &Flags) -> Result<()> {
         return Ok(());
     }
     let started = Instant::now();
-    let bin = build_binaries(root, false)?;
+    let bin = build_binaries(root, false, false)?;
     for dir in [&home.join(".kube"), &pvc] {
         std::fs::create_dir_all(dir)?;
     }

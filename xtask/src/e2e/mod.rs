@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
-pub(crate) use sim::serve as sim_command;
+pub(crate) use sim::{serve as sim_command, start_world as start_sim_world};
 
 /// Host of the dispatch config every scenario but the unpullable-helper one uses.
 const HOST: &str = "e2e";
@@ -205,20 +205,23 @@ pub(crate) fn wait_for<T>(
 }
 
 /// Builds the `theseus` binary (and the simulator's, with `sim`) and returns the target dir's
-/// `debug` directory.
-pub(crate) fn build_binaries(root: &Path, with_sim: bool) -> Result<PathBuf> {
+/// `debug` directory (`release` with `release`).
+pub(crate) fn build_binaries(root: &Path, with_sim: bool, release: bool) -> Result<PathBuf> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut cmd = Command::new(cargo);
     cmd.current_dir(root).args(["build", "--bins", "-p", "theseus-cli"]);
     if with_sim {
         cmd.args(["-p", "theseus-kube-sim"]);
     }
+    if release {
+        cmd.arg("--release");
+    }
     eprintln!("e2e: building {}", if with_sim { "theseus and theseus-kube-sim" } else { "theseus" });
     let status = cmd.status().context("cannot run cargo build")?;
     if !status.success() {
         bail!("cargo build failed ({status})");
     }
-    Ok(crate::target_dir(root).join("debug"))
+    Ok(crate::target_dir(root).join(if release { "release" } else { "debug" }))
 }
 
 /// A fresh scratch dir under the target dir (kept after a failure for a look).

@@ -15,15 +15,33 @@ use super::{Flags, Target, UNPULLABLE_IMAGE, World, api::Api, build_binaries, sc
 /// `cargo xtask e2e --sim`.
 pub(crate) fn e2e(root: &Path, flags: &Flags) -> Result<()> {
     let started = Instant::now();
-    let python = crate::python::ensure_venv(root)?;
-    let bin = build_binaries(root, true)?;
+    let bin = build_binaries(root, true, false)?;
     let scratch = scratch_dir(root, "sim")?;
+    let (mut sim, world) = start_world(root, &bin, &scratch)?;
+    eprintln!("e2e: simulator at {}, scratch dir {}", sim.url, scratch.display());
+    let result = scenarios::run_all(&world, &flags.only);
+    sim.stop();
+    if result.is_ok() && !flags.keep {
+        let _ = std::fs::remove_dir_all(&scratch);
+    } else {
+        eprintln!("e2e: kept {} (HOME, PVC, simulator root with pod logs)", scratch.display());
+    }
+    eprintln!("e2e --sim: {:.1}s including the build", started.elapsed().as_secs_f64());
+    result
+}
+
+/// Starts the simulator (2 nodes x 4 GPUs, the broken host's helper image unpullable) with its
+/// root under `scratch`, and makes the world around it: a temp `HOME` with a kubeconfig and the
+/// dispatch config, the PVC dir, and a code dir with the scenarios' job files.
+/// `bin` is the dir holding `theseus` and `theseus-kube-sim`. Also used by `cargo xtask bench`.
+pub(crate) fn start_world(root: &Path, bin: &Path, scratch: &Path) -> Result<(SimProcess, World)> {
+    let python = crate::python::ensure_venv(root)?;
     let (home, pvc, code) = (scratch.join("home"), scratch.join("pvc"), scratch.join("code"));
     for dir in [&home.join(".kube"), &pvc] {
         std::fs::create_dir_all(dir)?;
     }
     World::write_code(&code)?;
-    let mut sim = SimProcess::start(
+    let sim = SimProcess::start(
         &bin.join("theseus-kube-sim"),
         &["--nodes", "2", "--gpus-per-node", "4", "--unpullable-image", UNPULLABLE_IMAGE],
         &scratch.join("sim"),
@@ -47,23 +65,14 @@ pub(crate) fn e2e(root: &Path, flags: &Flags) -> Result<()> {
         namespace: target.namespace.clone(),
         kubectl_server: Some(sim.url.clone()),
     };
-    eprintln!("e2e: simulator at {}, scratch dir {}", sim.url, scratch.display());
-    let result = scenarios::run_all(&world, &flags.only);
-    sim.stop();
-    if result.is_ok() && !flags.keep {
-        let _ = std::fs::remove_dir_all(&scratch);
-    } else {
-        eprintln!("e2e: kept {} (HOME, PVC, simulator root with pod logs)", scratch.display());
-    }
-    eprintln!("e2e --sim: {:.1}s including the build", started.elapsed().as_secs_f64());
-    result
+    Ok((sim, world))
 }
 
 /// `cargo xtask sim [simulator args...]`: becomes the simulator (exec), so Ctrl-C and SIGTERM
 /// reach it directly. Writes a kubeconfig under the target dir unless `--kubeconfig-out` is given.
 pub(crate) fn serve(root: &Path, args: &[String]) -> Result<()> {
     use std::os::unix::process::CommandExt as _;
-    let bin = build_binaries(root, true)?;
+    let bin = build_binaries(root, true, false)?;
     let mut cmd = Command::new(bin.join("theseus-kube-sim"));
     cmd.args(args);
     if !args.iter().any(|a| a == "--kubeconfig-out") {
@@ -76,9 +85,9 @@ pub(crate) fn serve(root: &Path, args: &[String]) -> Result<()> {
 }
 
 /// A simulator child process, stopped on drop.
-struct SimProcess {
+pub(crate) struct SimProcess {
     child: Option<Child>,
-    url: String,
+    pub(crate) url: String,
 }
 
 impl SimProcess {
@@ -108,7 +117,7 @@ impl SimProcess {
     }
 
     /// SIGTERM (so it stops its pods), then wait.
-    fn stop(&mut self) {
+    pub(crate) fn stop(&mut self) {
         let Some(mut child) = self.child.take() else { return };
         let pid = child.id().to_string();
         let termed = Command::new("kill").args(["-TERM", &pid]).status().is_ok_and(|s| s.success());

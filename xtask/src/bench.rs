@@ -1,0 +1,355 @@
+//! `cargo xtask bench [--runs N] [--release] [--output text|json] [--strict] [--keep]`: wall
+//! times of the real `theseus` binary, each measured `--runs` times (default 5) and reported as
+//! min / median / max against a goal. Timing goals live here, never in timed tests.
+//!
+//! - `plan` of `examples/hello/experiment.yaml` with no config file;
+//! - `submit --follow` of the same example on the built-in `local` host: wall time to the end,
+//!   and time to the first line on stdout (the job's launcher prints it);
+//! - `status` of that completed run;
+//! - against the simulator (the `e2e --sim` world, [`crate::e2e::start_sim_world`]): `submit`
+//!   of a 1-pod CPU job without `--follow` (helper start, ship, gang create), and the same
+//!   submit with a code dir of 50 MiB of incompressible files, as MiB/s from its wall time.
+//!
+//! The verdict compares the median with the goal; a miss prints `SLOW` and fails the command
+//! only with `--strict`. Binaries are the debug build (the one e2e uses) unless `--release`.
+//! Every process it starts is waited for (the simulator stopped by PID with SIGTERM, which
+//! stops its pods), and the scratch dir under the target dir is removed unless `--keep`.
+
+use std::io::{BufRead as _, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail, ensure};
+use serde_json::json;
+
+use crate::e2e::{World, build_binaries, scratch_dir, start_sim_world, text};
+
+/// Size of each generated file and how many the shipping benchmark submits (50 MiB).
+const SHIP_FILE_BYTES: usize = 1 << 20;
+const SHIP_FILES: usize = 50;
+/// Shipping goals in MiB/s, from the wall time of the whole submit. The debug goal sits just
+/// under what the debug build measured on a 2-core VM (9.2-9.8 MiB/s), so it catches
+/// regressions; the release goal is the target, not yet measured.
+const SHIP_GOAL_DEBUG: f64 = 8.0;
+const SHIP_GOAL_RELEASE: f64 = 20.0;
+/// A `submit --follow` that takes longer than this is killed and the bench fails.
+const FOLLOW_TIMEOUT: Duration = Duration::from_secs(120);
+
+const USAGE: &str = "usage: cargo xtask bench [--runs N] [--release] [--output text|json] [--strict] [--keep]";
+
+struct Options {
+    runs: usize,
+    release: bool,
+    json: bool,
+    strict: bool,
+    keep: bool,
+}
+
+/// What a measurement must stay below (times) or above (rates).
+#[derive(Clone, Copy)]
+enum Goal {
+    Below(f64),
+    Above(f64),
+}
+
+struct Measure {
+    name: &'static str,
+    unit: &'static str,
+    values: Vec<f64>,
+    goal: Goal,
+}
+
+impl Measure {
+    fn new(name: &'static str, unit: &'static str, goal: Goal) -> Measure {
+        Measure { name, unit, values: Vec::new(), goal }
+    }
+
+    /// Min, median, max.
+    fn stats(&self) -> (f64, f64, f64) {
+        let mut v = self.values.clone();
+        v.sort_by(f64::total_cmp);
+        let n = v.len();
+        let median = if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 };
+        (v[0], median, v[n - 1])
+    }
+
+    fn ok(&self) -> bool {
+        let (_, median, _) = self.stats();
+        match self.goal {
+            Goal::Below(g) => median < g,
+            Goal::Above(g) => median > g,
+        }
+    }
+
+    fn goal_text(&self) -> String {
+        match self.goal {
+            Goal::Below(g) => format!("< {g} {}", self.unit),
+            Goal::Above(g) => format!("> {g} {}", self.unit),
+        }
+    }
+}
+
+/// `cargo xtask bench ...`.
+pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
+    let opts = parse(args)?;
+    let python = crate::python::ensure_venv(root)?;
+    let bin = build_binaries(root, true, opts.release)?;
+    let profile = if opts.release { "release" } else { "debug" };
+    let scratch = scratch_dir(root, "bench")?;
+    eprintln!(
+        "bench: {profile} binaries in {}, {} runs each, scratch dir {}",
+        bin.display(),
+        opts.runs,
+        scratch.display()
+    );
+    let result = measure_all(root, &bin, &python, &scratch, opts.runs, opts.release);
+    if result.is_ok() && !opts.keep {
+        let _ = std::fs::remove_dir_all(&scratch);
+    } else {
+        eprintln!("bench: kept {}", scratch.display());
+    }
+    let measures = result?;
+    let slow: Vec<&str> = measures.iter().filter(|m| !m.ok()).map(|m| m.name).collect();
+    if opts.json {
+        let results: Vec<_> = measures
+            .iter()
+            .map(|m| {
+                let (min, median, max) = m.stats();
+                let (op, goal) = match m.goal {
+                    Goal::Below(g) => ("<", g),
+                    Goal::Above(g) => (">", g),
+                };
+                json!({"name": m.name, "unit": m.unit, "values": m.values, "min": min, "median": median, "max": max,
+                       "goal": {"op": op, "value": goal}, "ok": m.ok()})
+            })
+            .collect();
+        let doc = json!({"profile": profile, "runs": opts.runs, "results": results});
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+    } else {
+        print_table(profile, opts.runs, &measures);
+    }
+    if opts.strict && !slow.is_empty() {
+        bail!("bench: goals missed (--strict): {}", slow.join(", "));
+    }
+    Ok(())
+}
+
+fn parse(args: &[String]) -> Result<Options> {
+    let mut opts = Options { runs: 5, release: false, json: false, strict: false, keep: false };
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        let (flag, inline) = match arg.split_once('=') {
+            Some((f, v)) => (f, Some(v.to_owned())),
+            None => (arg.as_str(), None),
+        };
+        let mut value = || {
+            inline.clone().or_else(|| args.next().cloned()).with_context(|| format!("{flag} needs a value\n{USAGE}"))
+        };
+        match flag {
+            "--runs" => {
+                let v = value()?;
+                opts.runs = v.parse().with_context(|| format!("bad --runs `{v}`"))?;
+                ensure!(opts.runs > 0, "--runs must be at least 1");
+            }
+            "--output" => match value()?.as_str() {
+                "json" => opts.json = true,
+                "text" => opts.json = false,
+                other => bail!("bad --output `{other}`\n{USAGE}"),
+            },
+            "--release" => opts.release = true,
+            "--strict" => opts.strict = true,
+            "--keep" => opts.keep = true,
+            _ => bail!("unknown argument `{arg}`\n{USAGE}"),
+        }
+    }
+    Ok(opts)
+}
+
+fn print_table(profile: &str, runs: usize, measures: &[Measure]) {
+    println!("theseus benchmarks ({profile} build, {runs} runs each; verdict on the median)");
+    println!("{:<50} {:>8} {:>8} {:>8}  {:<13} VERDICT", "BENCHMARK", "MIN", "MEDIAN", "MAX", "GOAL");
+    for m in measures {
+        let (min, median, max) = m.stats();
+        let f = |v: f64| if m.unit == "s" { format!("{v:.3}") } else { format!("{v:.1}") };
+        let name = format!("{} ({})", m.name, m.unit);
+        let verdict = if m.ok() { "ok" } else { "SLOW" };
+        println!("{name:<50} {:>8} {:>8} {:>8}  {:<13} {verdict}", f(min), f(median), f(max), m.goal_text());
+    }
+}
+
+fn measure_all(
+    root: &Path,
+    bin: &Path,
+    python: &Path,
+    scratch: &Path,
+    runs: usize,
+    release: bool,
+) -> Result<Vec<Measure>> {
+    let mut measures = local(root, bin, python, scratch, runs)?;
+    measures.extend(sim(root, bin, scratch, runs, release)?);
+    Ok(measures)
+}
+
+/// A `theseus` command in a temp `HOME` without a config file, run from the repository root.
+fn local_cmd(bin: &Path, home: &Path, python: &Path, root: &Path, args: &[&str]) -> Command {
+    let mut cmd = Command::new(bin.join("theseus"));
+    cmd.env_clear()
+        .env("HOME", home)
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("LANG", "C.UTF-8")
+        .env("NO_COLOR", "1")
+        .env("THESEUS_PYTHON", python)
+        .current_dir(root)
+        .args(args)
+        .stdin(Stdio::null());
+    cmd
+}
+
+/// Runs `cmd` to the end, fails unless it exits 0, returns its wall time in seconds.
+fn timed(mut cmd: Command, what: &str) -> Result<f64> {
+    let started = Instant::now();
+    let out = cmd.output().with_context(|| format!("cannot run {what}"))?;
+    let secs = started.elapsed().as_secs_f64();
+    ensure!(out.status.success(), "{what} failed ({}):\n{}{}", out.status, text(&out.stdout), text(&out.stderr));
+    Ok(secs)
+}
+
+/// `plan`, `submit --follow` and `status` on the built-in local host.
+fn local(root: &Path, bin: &Path, python: &Path, scratch: &Path, runs: usize) -> Result<Vec<Measure>> {
+    let home = scratch.join("local-home");
+    std::fs::create_dir_all(&home)?;
+    let experiment = "examples/hello/experiment.yaml";
+    let cmd = |args: &[&str]| local_cmd(bin, &home, python, root, args);
+
+    let mut plan = Measure::new("plan, default config", "s", Goal::Below(0.3));
+    for _ in 0..runs {
+        plan.values.push(timed(cmd(&["plan", "bench-plan", experiment]), "theseus plan")?);
+    }
+    eprintln!("bench: plan done");
+
+    let mut follow = Measure::new("submit --follow hello, local: to the end", "s", Goal::Below(3.0));
+    let mut first = Measure::new("submit --follow hello, local: 1st stdout line", "s", Goal::Below(1.5));
+    for i in 0..runs {
+        let (total, first_line) =
+            follow_run(cmd(&["submit", &format!("bench-local-{i}"), experiment, "--follow"]), scratch)?;
+        follow.values.push(total);
+        first.values.push(first_line);
+    }
+    eprintln!("bench: local submit --follow done");
+
+    let mut status = Measure::new("status of a completed run, local", "s", Goal::Below(0.5));
+    for _ in 0..runs {
+        status.values.push(timed(cmd(&["status", "bench-local-0"]), "theseus status")?);
+    }
+    eprintln!("bench: status done");
+    Ok(vec![plan, follow, first, status])
+}
+
+/// Runs a `submit --follow`, returning (wall time to the end, time to the first stdout line).
+/// Killed by PID after [`FOLLOW_TIMEOUT`].
+fn follow_run(mut cmd: Command, scratch: &Path) -> Result<(f64, f64)> {
+    let stderr_path = scratch.join("follow.stderr");
+    cmd.stdout(Stdio::piped()).stderr(std::fs::File::create(&stderr_path)?);
+    let started = Instant::now();
+    let mut child: Child = cmd.spawn().context("cannot run theseus submit --follow")?;
+    let pid = child.id();
+    let (done, cancelled) = mpsc::channel::<()>();
+    let watchdog = std::thread::spawn(move || {
+        if cancelled.recv_timeout(FOLLOW_TIMEOUT) == Err(mpsc::RecvTimeoutError::Timeout) {
+            let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+        }
+    });
+    let mut first_line = None;
+    let mut stdout = String::new();
+    for line in BufReader::new(child.stdout.take().context("no stdout")?).lines() {
+        first_line.get_or_insert_with(|| started.elapsed().as_secs_f64());
+        stdout.push_str(&line?);
+        stdout.push('\n');
+    }
+    let status = child.wait()?;
+    let total = started.elapsed().as_secs_f64();
+    let _ = done.send(());
+    let _ = watchdog.join();
+    let stderr = std::fs::read_to_string(&stderr_path).unwrap_or_default();
+    ensure!(status.success(), "theseus submit --follow failed ({status}):\n{stdout}{stderr}");
+    let first_line =
+        first_line.with_context(|| format!("theseus submit --follow printed nothing on stdout:\n{stderr}"))?;
+    Ok((total, first_line))
+}
+
+/// `submit` without `--follow` against the simulator: a small code dir, then 50 MiB.
+fn sim(root: &Path, bin: &Path, scratch: &Path, runs: usize, release: bool) -> Result<Vec<Measure>> {
+    let (mut simulator, world) = start_sim_world(root, bin, &scratch.join("sim"))?;
+    eprintln!("bench: simulator at {}", simulator.url);
+    let result = sim_measures(&world, scratch, runs, release);
+    simulator.stop();
+    result
+}
+
+fn sim_measures(world: &World, scratch: &Path, runs: usize, release: bool) -> Result<Vec<Measure>> {
+    let submit_args = |name: &str, code: &str| -> Vec<String> {
+        format!("submit {name} hello.yaml --code {code} --host e2e --chip cpu --cpu 100m --mem 128Mi")
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect()
+    };
+    let mut small = Measure::new("submit 1-pod CPU job, sim (no --follow)", "s", Goal::Below(5.0));
+    for i in 0..runs {
+        let args = submit_args(&format!("bench-sim-{i}"), ".");
+        small.values.push(timed(world.theseus_cmd(&strs(&args)), "theseus submit (sim)")?);
+    }
+    eprintln!("bench: sim submit done");
+
+    let big = scratch.join("big-code");
+    let bytes = write_big_code(&world.code, &big)?;
+    let mib = bytes as f64 / f64::from(1 << 20);
+    let goal = if release { SHIP_GOAL_RELEASE } else { SHIP_GOAL_DEBUG };
+    let mut ship = Measure::new("submit 50 MiB incompressible code, sim", "MiB/s", Goal::Above(goal));
+    for i in 0..runs {
+        let args = submit_args(&format!("bench-ship-{i}"), &big.display().to_string());
+        let secs = timed(world.theseus_cmd(&strs(&args)), "theseus submit of 50 MiB (sim)")?;
+        ship.values.push(mib / secs);
+    }
+    eprintln!("bench: sim shipping done");
+    Ok(vec![small, ship])
+}
+
+fn strs(args: &[String]) -> Vec<&str> {
+    args.iter().map(String::as_str).collect()
+}
+
+/// The job files of `code` plus [`SHIP_FILES`] files of pseudo-random (incompressible) bytes;
+/// returns the total size.
+fn write_big_code(code: &Path, big: &Path) -> Result<u64> {
+    std::fs::create_dir_all(big)?;
+    for name in ["hello.py", "hello.yaml"] {
+        std::fs::copy(code.join(name), big.join(name)).with_context(|| format!("cannot copy {name}"))?;
+    }
+    let mut state: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut buf = vec![0u8; SHIP_FILE_BYTES];
+    for i in 0..SHIP_FILES {
+        for chunk in buf.chunks_mut(8) {
+            // xorshift64: fast, and gzip/zstd find nothing to squeeze.
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            chunk.copy_from_slice(&state.to_le_bytes()[..chunk.len()]);
+        }
+        let path: PathBuf = big.join(format!("data/blob-{i:02}.bin"));
+        std::fs::create_dir_all(path.parent().expect("has a parent"))?;
+        std::fs::write(&path, &buf).with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    walk_size(big)
+}
+
+fn walk_size(dir: &Path) -> Result<u64> {
+    let mut total = 0;
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let meta = entry.metadata()?;
+        total += if meta.is_dir() { walk_size(&entry.path())? } else { meta.len() };
+    }
+    Ok(total)
+}
