@@ -10,6 +10,7 @@
 //!   exact command the backend will run as a constant;
 //! - [`sbatch`]: typed `#SBATCH` directives and the rendered batch script.
 
+mod logs;
 pub mod nodelist;
 pub mod parse;
 mod paths;

@@ -19,7 +19,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use theseus_core::availability::Availability;
 use theseus_core::backend::{
@@ -33,6 +32,7 @@ use theseus_core::solver::{ChipRequest, Plan, Request};
 use theseus_core::{Error, Result};
 
 use crate::parse::nvidia_smi::{self, APPS_QUERY_COMMAND, GPU_QUERY_COMMAND};
+use crate::logs::log_stream;
 use crate::paths::{RemoteDirs, coordinator_port};
 use crate::ship::{self, ExtraFile};
 use crate::ssh::{RemoteCommand, SshError, SshHost, SshOptions};
@@ -324,20 +324,7 @@ impl Backend for PlainBackend {
             .lines(&cmd)
             .await
             .map_err(|e| self.ssh_error(&format!("read the log of run `{}`", handle.id), e))?;
-        let rank = options.rank;
-        let backend = self.to_string();
-        let stream = lines
-            .map(move |line| match line {
-                Ok(text) => Ok(parse_line(&text)),
-                Err(e) => {
-                    Err(Error::Backend { backend: backend.clone(), message: e.to_string(), source: Some(Box::new(e)) })
-                }
-            })
-            .filter(move |line| {
-                let keep = !matches!((rank, line), (Some(want), Ok(LogLine { rank: Some(r), .. })) if *r != want);
-                futures::future::ready(keep)
-            });
-        Ok(stream.boxed())
+        Ok(log_stream(lines, self.to_string(), options.rank, parse_line))
     }
 
     async fn cancel(&self, handle: &JobHandle) -> Result<JobStatus> {

@@ -21,11 +21,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use theseus_core::availability::Availability;
 use theseus_core::backend::{
-    Backend, DryRunDocument, JobHandle, JobStatus, LogLine, LogOptions, LogStream, PreparedJob, RunLayout,
+    Backend, DryRunDocument, JobHandle, JobStatus, LogOptions, LogStream, PreparedJob, RunLayout,
     SubmitOptions,
 };
 use theseus_core::bootstrap::{BOOTSTRAP_DIR, Launch};
@@ -36,6 +35,7 @@ use theseus_core::{Error, Result};
 
 use crate::parse::sinfo::{self, SINFO_COMMAND};
 use crate::sbatch::{self, Directives, SbatchPaths};
+use crate::logs::log_stream;
 use crate::paths::{RemoteDirs, coordinator_port};
 use crate::ship::{self, ExtraFile};
 use crate::ssh::{RemoteCommand, SshError, SshHost, SshOptions};
@@ -312,20 +312,7 @@ impl Backend for SlurmBackend {
             .lines(&cmd)
             .await
             .map_err(|e| self.ssh_error(&format!("read the log of slurm job `{}`", handle.id), e))?;
-        let rank = options.rank;
-        let backend = self.to_string();
-        let stream = lines
-            .map(move |line| match line {
-                Ok(text) => Ok(scripts::parse_line(&text)),
-                Err(e) => {
-                    Err(Error::Backend { backend: backend.clone(), message: e.to_string(), source: Some(Box::new(e)) })
-                }
-            })
-            .filter(move |line| {
-                let keep = !matches!((rank, line), (Some(want), Ok(LogLine { rank: Some(r), .. })) if *r != want);
-                futures::future::ready(keep)
-            });
-        Ok(stream.boxed())
+        Ok(log_stream(lines, self.to_string(), options.rank, scripts::parse_line))
     }
 
     async fn cancel(&self, handle: &JobHandle) -> Result<JobStatus> {
