@@ -79,7 +79,7 @@ pub fn summarize(observed: &Observed<'_>) -> JobStatus {
         JobState::Cancelled | JobState::Preempted => {
             Some(format!("vcjob phase {phase}{}", job_message.map(|m| format!(": {m}")).unwrap_or_default()))
         }
-        JobState::Completed | JobState::Unknown => job_message.map(str::to_owned),
+        JobState::Completed | JobState::Unknown | JobState::Submitting => job_message.map(str::to_owned),
     };
     JobStatus { state, exit_code, message, ranks }
 }

@@ -55,6 +55,15 @@ pub trait Backend: Debug + Display + Send + Sync + 'static {
     /// Stops every process of the job and confirms none is left.
     async fn cancel(&self, handle: &JobHandle) -> Result<JobStatus>;
 
+    /// The handle that `submit` will return for `job`, when the backend can tell it before
+    /// anything is created (e.g. a deterministic object name), so that the CLI can record the run
+    /// in the ledger as [`JobState::Submitting`] first. `status` and `cancel` must accept it even
+    /// when `submit` never finished (the client was killed). Pure: no IO. The default is `None`.
+    fn planned_handle(&self, job: &PreparedJob) -> Option<JobHandle> {
+        let _ = job;
+        None
+    }
+
     /// The documents a `--dry-run` of `job` shows for this backend (manifests, batch scripts),
     /// rendered without contacting anything. The default has none.
     fn dry_run(&self, job: &PreparedJob) -> Result<Vec<DryRunDocument>> {
@@ -206,6 +215,9 @@ pub struct JobHandle {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum JobState {
+    /// Recorded by the client before the backend was asked to create anything; settled by a
+    /// later `status` or `list` (the client may have died in the middle of `submit`).
+    Submitting,
     /// Accepted, waiting for resources.
     Pending,
     /// Running.
@@ -231,6 +243,7 @@ impl JobState {
     /// Lowercase name, as shown to users and stored in the ledger.
     pub fn as_str(self) -> &'static str {
         match self {
+            JobState::Submitting => "submitting",
             JobState::Pending => "pending",
             JobState::Running => "running",
             JobState::Completed => "completed",
@@ -244,6 +257,7 @@ impl JobState {
     /// Parses [`JobState::as_str`].
     pub fn parse(s: &str) -> Option<JobState> {
         Some(match s {
+            "submitting" => JobState::Submitting,
             "pending" => JobState::Pending,
             "running" => JobState::Running,
             "completed" => JobState::Completed,
