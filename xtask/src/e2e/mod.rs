@@ -30,24 +30,9 @@ const UNPULLABLE_IMAGE: &str = "registry.invalid/theseus-e2e/no-such-helper:0";
 /// Value of the secret variable jobs get; must never show up in any output.
 const SECRET_VALUE: &str = "e2e-s3cr3t-value";
 
-/// `cargo xtask e2e [--sim] [--dry-run] [--keep] [--only N,..]`.
+/// `cargo xtask e2e [--sim] [--dry-run] [--keep] [--only=N,..] [--require-kubectl]`.
 pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
-    let mut flags = Flags::default();
-    for arg in args {
-        match arg.as_str() {
-            "--sim" => flags.sim = true,
-            "--dry-run" => flags.dry_run = true,
-            "--keep" => flags.keep = true,
-            other if other.starts_with("--only=") => {
-                for n in other["--only=".len()..].split(',') {
-                    flags.only.push(n.parse().with_context(|| format!("bad scenario number `{n}` in {other}"))?);
-                }
-            }
-            other => {
-                bail!("unknown argument `{other}`\nusage: cargo xtask e2e [--sim] [--dry-run] [--keep] [--only=1,2]")
-            }
-        }
-    }
+    let flags = parse(args)?;
     if flags.sim {
         if flags.dry_run {
             bail!("--dry-run is for the real cluster; `cargo xtask e2e --sim` is harmless to run");
@@ -58,12 +43,38 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
     }
 }
 
+fn parse(args: &[String]) -> Result<Flags> {
+    let mut flags = Flags::default();
+    for arg in args {
+        match arg.as_str() {
+            "--sim" => flags.sim = true,
+            "--dry-run" => flags.dry_run = true,
+            "--keep" => flags.keep = true,
+            "--require-kubectl" => flags.require_kubectl = true,
+            other if other.starts_with("--only=") => {
+                for n in other["--only=".len()..].split(',') {
+                    flags.only.push(n.parse().with_context(|| format!("bad scenario number `{n}` in {other}"))?);
+                }
+            }
+            other => {
+                bail!(
+                    "unknown argument `{other}`\nusage: cargo xtask e2e [--sim] [--dry-run] [--keep] [--only=1,2] [--require-kubectl]"
+                )
+            }
+        }
+    }
+    Ok(flags)
+}
+
 #[derive(Debug, Default)]
 pub(crate) struct Flags {
     sim: bool,
     dry_run: bool,
     keep: bool,
     only: Vec<u32>,
+    /// With `--sim`: the kubectl check fails instead of NOT RUN when kubectl is missing
+    /// (`cargo xtask test` passes it).
+    require_kubectl: bool,
 }
 
 /// What differs between the targets in the dispatch config.
@@ -192,13 +203,28 @@ pub(crate) fn wait_for<T>(
     every: Duration,
     mut check: impl FnMut() -> Result<Option<T>>,
 ) -> Result<T> {
+    wait_seen(what, timeout, every, || Ok(check()?.ok_or_else(String::new)))
+}
+
+/// Polls `check` every `every` until it returns `Ok(value)`; `Err(seen)` means not yet, with
+/// what it saw. After `timeout` (checked at least once) fails naming `what` and the last `seen`.
+pub(crate) fn wait_seen<T>(
+    what: &str,
+    timeout: Duration,
+    every: Duration,
+    mut check: impl FnMut() -> Result<std::result::Result<T, String>>,
+) -> Result<T> {
     let deadline = Instant::now() + timeout;
     loop {
-        if let Some(value) = check()? {
-            return Ok(value);
-        }
-        if Instant::now() > deadline {
-            bail!("timed out after {timeout:?} waiting for {what}");
+        let seen = match check()? {
+            Ok(value) => return Ok(value),
+            Err(seen) => seen,
+        };
+        if Instant::now() >= deadline {
+            if seen.is_empty() {
+                bail!("timed out after {timeout:?} waiting for {what}");
+            }
+            bail!("timed out after {timeout:?} waiting for {what}; last seen: {seen}");
         }
         std::thread::sleep(every);
     }
@@ -230,4 +256,37 @@ pub(crate) fn scratch_dir(root: &Path, kind: &str) -> Result<PathBuf> {
     let dir = crate::target_dir(root).join(format!("xtask-e2e/{kind}-{stamp}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
     Ok(dir)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_wait_that_times_out_says_what_it_saw_last() {
+        let mut n = 0;
+        let err = wait_seen("the helper pods to go", Duration::ZERO, Duration::ZERO, || {
+            n += 1;
+            Ok(Err::<(), _>(format!("pod theseus-ship-x Running, deleting (look {n})")))
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("waiting for the helper pods to go"), "{err}");
+        assert!(err.contains("last seen: pod theseus-ship-x Running, deleting (look 1)"), "{err}");
+        let mut calls = 0;
+        let got = wait_seen("x", Duration::from_secs(3600), Duration::ZERO, || {
+            calls += 1;
+            Ok(if calls < 3 { Err("not yet".to_owned()) } else { Ok(calls) })
+        })
+        .unwrap();
+        assert_eq!(got, 3);
+    }
+
+    #[test]
+    fn flags_parse_require_kubectl() {
+        assert!(parse(&["--sim".into(), "--require-kubectl".into()]).unwrap().require_kubectl);
+        assert!(!parse(&["--sim".into()]).unwrap().require_kubectl);
+        assert_eq!(parse(&["--only=2,5".into()]).unwrap().only, vec![2, 5]);
+        assert!(parse(&["--bogus".into()]).is_err());
+    }
 }

@@ -19,7 +19,7 @@ pub(crate) fn e2e(root: &Path, flags: &Flags) -> Result<()> {
     let scratch = scratch_dir(root, "sim")?;
     let (mut sim, world) = start_world(root, &bin, &scratch)?;
     eprintln!("e2e: simulator at {}, scratch dir {}", sim.url, scratch.display());
-    let result = scenarios::run_all(&world, &flags.only);
+    let result = scenarios::run_all(&world, &flags.only, flags.require_kubectl);
     sim.stop();
     if result.is_ok() && !flags.keep {
         let _ = std::fs::remove_dir_all(&scratch);
