@@ -1,8 +1,9 @@
 //! Developer tasks, run as `cargo xtask <task>` (alias in `.cargo/config.toml`).
 //!
 //! - `test`: the whole test suite, as CI runs it. Prepares what the tests need (a Python venv
-//!   with JAX from PyPI), runs `cargo test --workspace` with every optional test required, then
-//!   `e2e --sim`. It also starts the SSH/Slurm lab (`ci/lab/`) before the tests and stops it
+//!   with JAX from PyPI), runs `cargo test --workspace` (xtask's own tests included: `--workspace`
+//!   overrides `default-members`) with every optional test required, then `e2e --sim
+//!   --require-kubectl` (kubectl installed with apt-get first when it is missing and we are root). It also starts the SSH/Slurm lab (`ci/lab/`) before the tests and stops it
 //!   afterwards, unless it was already running. A lab that cannot start fails the run; with
 //!   `THESEUSTEST_REQUIRE_ALL=0` it is skipped instead (and the live tests say they did not run).
 //! - `lab up|down|status|env|smoke`: the SSH/Slurm test lab on its own (see `ci/lab/README.md`).
@@ -43,7 +44,7 @@ fn main() -> Result<()> {
         }
         _ => {
             eprintln!(
-                "usage: cargo xtask <test [cargo test args...]|lab up|down|status|env|smoke|tidy|setup-python|e2e [--sim] [--dry-run] [--keep]|sim [--port P]|bench [--runs N] [--release] [--output json] [--strict]>"
+                "usage: cargo xtask <test [cargo test args...]|lab up|down|status|env|smoke|tidy|setup-python|e2e [--sim] [--dry-run] [--keep] [--only=N,..] [--require-kubectl]|sim [--port P]|bench [--runs N] [--release] [--output json] [--strict]>"
             );
             std::process::exit(2);
         }
@@ -98,6 +99,12 @@ fn test(root: &Path, extra: &[String]) -> Result<()> {
         bail!("tests failed ({status})");
     }
     stopped.context("cannot stop the test lab")?;
-    eprintln!("xtask: running the end-to-end scenarios against the simulator (cargo xtask e2e --sim)");
-    e2e::run(root, &["--sim".to_owned()])
+    let mut e2e_args = vec!["--sim".to_owned()];
+    if require_all {
+        // CI runs the kubectl check of `e2e --sim` too: installed here when missing (root).
+        e2e::kubectl::ensure(e2e::kubectl::is_root())?;
+        e2e_args.push("--require-kubectl".to_owned());
+    }
+    eprintln!("xtask: running the end-to-end scenarios against the simulator (cargo xtask e2e {})", e2e_args.join(" "));
+    e2e::run(root, &e2e_args)
 }

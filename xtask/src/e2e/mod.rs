@@ -10,6 +10,7 @@
 
 mod api;
 mod kind;
+pub(crate) mod kubectl;
 mod scenarios;
 mod sim;
 
