@@ -79,7 +79,8 @@ fn a_failed_setup_exports_diagnostics_then_deletes_the_cluster() {
     assert!(!out.status.success(), "{stderr}");
     assert!(stderr.contains("context deadline exceeded") && stderr.contains("pull rate limit"), "{stderr}");
     let calls = calls(&stubs.log);
-    let create = position(&calls, "kind create cluster --name theseus-e2e --image kindest/node:v1.35.0@sha256:").unwrap();
+    let create =
+        position(&calls, "kind create cluster --name theseus-e2e --image kindest/node:v1.35.0@sha256:").unwrap();
     let helm = position(&calls, "helm install volcano volcano --repo").unwrap();
     let export = position(&calls, "kind export logs").unwrap();
     let describe = position(&calls, "kubectl --kubeconfig").filter(|&i| calls[i].contains(" describe vcjobs")).unwrap();

@@ -128,15 +128,21 @@ fn commands(n: u32) -> Vec<Vec<String>> {
             args("logs e2e-jax   # both ranks: process_count=2 allgather=[1, 11]"),
         ],
         2 => {
-            vec![too_big_submit(), args("status e2e-too-big   # pending, with the reason"), args("cancel e2e-too-big")]
+            vec![
+                too_big_submit(),
+                args("status e2e-too-big --output json   # until pending with a reason naming what is missing (120 s)"),
+                args("cancel e2e-too-big"),
+            ]
         }
-        3 => vec![broken_submit()],
+        3 => vec![broken_submit(), args("...   # fails naming the image; then no helper vcjob left (120 s)")],
         4 => vec![
             parallel_submit(0),
             args(&format!("...   # e2e-par-0 .. e2e-par-{} at once", PARALLEL - 1)),
             args("list --output json --limit 100   # until every run is completed"),
         ],
-        _ => vec![args("gc --older-than 0s --dry-run   # prints 0; plus API lists of helpers and Secrets")],
+        _ => vec![args(
+            "gc --older-than 0s --dry-run   # prints 0; before it, helper jobs and pods must be gone (120 s) and no Secret orphaned",
+        )],
     }
 }
 
