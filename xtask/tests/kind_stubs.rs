@@ -49,7 +49,8 @@ fn stubs(name: &str) -> Stubs {
 
 fn xtask(stubs: &Stubs, helm: &str) -> Child {
     let bin = stubs.dir.join("bin");
-    Command::new(env!("CARGO_BIN_EXE_xtask"))
+    // Its own process group, so that a test can signal the group as a terminal's Ctrl-C does.
+    std::os::unix::process::CommandExt::process_group(&mut Command::new(env!("CARGO_BIN_EXE_xtask")), 0)
         .args(["e2e"])
         .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
         .env("CARGO", bin.join("cargo"))
@@ -95,7 +96,18 @@ fn a_failed_setup_exports_diagnostics_then_deletes_the_cluster() {
 
 #[test]
 fn sigint_during_helm_install_stops_it_deletes_the_cluster_and_exits_130() {
-    let stubs = stubs("sigint");
+    interrupted_during_helm("sigint", false);
+}
+
+/// A terminal's Ctrl-C signals the whole foreground group: helm dies of it too, and the main
+/// flow must leave the teardown to the signal thread (no diagnostics, exit 130).
+#[test]
+fn ctrl_c_to_the_whole_group_during_helm_install_is_the_same() {
+    interrupted_during_helm("group", true);
+}
+
+fn interrupted_during_helm(name: &str, group: bool) {
+    let stubs = stubs(name);
     let mut child = xtask(&stubs, "hang");
     let pid_file = PathBuf::from(format!("{}.helm-pid", stubs.log.display()));
     let deadline = Instant::now() + Duration::from_secs(120);
@@ -106,7 +118,11 @@ fn sigint_during_helm_install_stops_it_deletes_the_cluster_and_exits_130() {
     }
     let helm_pid: i32 = std::fs::read_to_string(&pid_file).unwrap().trim().parse().unwrap();
     let pid = rustix::process::Pid::from_raw(i32::try_from(child.id()).unwrap()).unwrap();
-    rustix::process::kill_process(pid, rustix::process::Signal::INT).unwrap();
+    if group {
+        rustix::process::kill_process_group(pid, rustix::process::Signal::INT).unwrap();
+    } else {
+        rustix::process::kill_process(pid, rustix::process::Signal::INT).unwrap();
+    }
     let out = child.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(130), "{stderr}");

@@ -96,7 +96,12 @@ pub(crate) fn e2e(root: &Path, flags: &Flags) -> Result<()> {
     if let Err(e) = &result {
         eprintln!("e2e: FAILED: {e:#}");
     }
-    teardown::finish(&mut runner, &shared, result.is_err());
+    if !teardown::finish(&mut runner, &shared, result.is_err()) {
+        // A signal's teardown runs in its thread, which exits the process when done.
+        loop {
+            std::thread::park();
+        }
+    }
     eprintln!("e2e (kind): {:.1}s; scratch dir {}", started.elapsed().as_secs_f64(), scratch.display());
     result
 }

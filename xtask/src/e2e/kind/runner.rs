@@ -97,6 +97,11 @@ pub(crate) trait Runner {
     /// Runs `argv` to its end; `Err` only when it cannot be started.
     fn run(&mut self, argv: &[String], stdin: Option<&str>) -> Result<Output>;
     fn sleep(&mut self, duration: Duration);
+    /// Whether the last command was ended by SIGINT or SIGTERM (a Ctrl-C in the terminal
+    /// reaches the command and us at once).
+    fn last_interrupted(&self) -> bool {
+        false
+    }
 }
 
 /// Real processes; their output is copied to stderr as it comes and kept for the checks.
@@ -104,6 +109,8 @@ pub(crate) trait Runner {
 pub(crate) struct Processes {
     /// PID of the command running now, so that a signal can stop it (see `teardown`).
     pub(crate) current: Arc<Mutex<Option<u32>>>,
+    /// The signal that ended the last command, if one did.
+    last_signal: Option<i32>,
 }
 
 impl Runner for Processes {
@@ -126,12 +133,17 @@ impl Runner for Processes {
         let status = child.wait();
         *self.current.lock().unwrap_or_else(|e| e.into_inner()) = None;
         let status = status?;
+        self.last_signal = std::os::unix::process::ExitStatusExt::signal(&status);
         let collect = |h: Option<std::thread::JoinHandle<String>>| h.and_then(|h| h.join().ok()).unwrap_or_default();
         Ok(Output { success: status.success(), code: status.code(), stdout: collect(out), stderr: collect(err) })
     }
 
     fn sleep(&mut self, duration: Duration) {
         std::thread::sleep(duration);
+    }
+
+    fn last_interrupted(&self) -> bool {
+        matches!(self.last_signal, Some(2 | 15))
     }
 }
 
@@ -283,6 +295,8 @@ pub(crate) struct Fake {
     pub(crate) ran: Vec<String>,
     pub(crate) stdins: Vec<Option<String>>,
     pub(crate) slept: Vec<Duration>,
+    /// What `last_interrupted` says.
+    pub(crate) interrupted: bool,
 }
 
 #[cfg(test)]
@@ -327,6 +341,10 @@ impl Runner for Fake {
 
     fn sleep(&mut self, duration: Duration) {
         self.slept.push(duration);
+    }
+
+    fn last_interrupted(&self) -> bool {
+        self.interrupted
     }
 }
 

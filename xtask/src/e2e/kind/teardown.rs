@@ -127,18 +127,33 @@ pub(crate) fn run(runner: &mut dyn Runner, teardown: &Teardown, steps: &[Step]) 
     }
 }
 
-/// The end of the main flow: claims the teardown and runs it. When a signal claimed it first,
-/// waits for the signal thread, which exits the process.
-pub(crate) fn finish(runner: &mut dyn Runner, shared: &Mutex<Teardown>, failed: bool) {
+/// How long the main flow leaves the teardown to the signal thread when its command died of
+/// SIGINT or SIGTERM (a Ctrl-C reaches both at once), as attempts 50 ms apart.
+const SIGNAL_GRACE_ATTEMPTS: u32 = 40;
+
+/// The end of the main flow: claims the teardown and runs it. When a signal claimed it first
+/// (or is about to: the failed command died of one), leaves it to the signal thread, which
+/// exits the process, and returns `false`: the caller then waits for that exit.
+pub(crate) fn finish(runner: &mut dyn Runner, shared: &Mutex<Teardown>, failed: bool) -> bool {
+    let lock = || shared.lock().unwrap_or_else(|e| e.into_inner());
+    if failed && runner.last_interrupted() {
+        for _ in 0..SIGNAL_GRACE_ATTEMPTS {
+            if lock().claimed {
+                break;
+            }
+            runner.sleep(std::time::Duration::from_millis(50));
+        }
+    }
     let claimed = {
-        let mut t = shared.lock().unwrap_or_else(|e| e.into_inner());
+        let mut t = lock();
         t.claim(failed).map(|steps| (steps, t.clone()))
     };
     match claimed {
-        Some((steps, state)) => run(runner, &state, &steps),
-        None => loop {
-            std::thread::park();
-        },
+        Some((steps, state)) => {
+            run(runner, &state, &steps);
+            true
+        }
+        None => false,
     }
 }
 
@@ -248,6 +263,29 @@ mod tests {
         assert!(t.claim(false).is_some_and(|s| s.len() == 1));
         assert!(t.claim(true).is_none(), "the signal thread and the main flow never both tear down");
         assert_eq!((exit_code(2), exit_code(15)), (130, 143));
+    }
+
+    #[test]
+    fn a_command_killed_by_ctrl_c_leaves_the_teardown_to_the_signal_thread() {
+        // The signal thread has claimed it: the main flow runs nothing (no diagnostics).
+        let shared = Mutex::new(teardown(false, None));
+        let _ = shared.lock().unwrap().claim(false);
+        let mut fake = Fake::default();
+        fake.interrupted = true;
+        assert!(!finish(&mut fake, &shared, true));
+        assert!(fake.ran.is_empty(), "{:#?}", fake.ran);
+        // Nobody claims it within the grace: the main flow tears down itself, bounded.
+        let shared = Mutex::new(teardown(false, None));
+        let mut fake = Fake::default();
+        fake.interrupted = true;
+        assert!(finish(&mut fake, &shared, true));
+        assert_eq!(fake.slept.len(), SIGNAL_GRACE_ATTEMPTS as usize);
+        assert!(fake.position("kind delete cluster").is_some());
+        // A plain failure does not wait.
+        let shared = Mutex::new(teardown(false, None));
+        let mut fake = Fake::default();
+        assert!(finish(&mut fake, &shared, true));
+        assert!(fake.slept.is_empty() && fake.position("kind export logs").is_some());
     }
 
     fn tempdir() -> PathBuf {
