@@ -12,7 +12,8 @@
 //!   webhook manager patches the webhooks' `caBundle` only after it starts
 //!   (`cmd/webhook-manager/app/util.go`, `addCaCertForWebhook`). So `helm install --wait` can
 //!   return before a Queue can be created: the setup retries a server-side dry-run create of the
-//!   Queue until the webhooks answer, then applies it.
+//!   Queue until the webhooks answer (they declare `sideEffects: NoneOnDryRun`, so the API server
+//!   calls them for dry runs), then applies it.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
