@@ -219,7 +219,7 @@ impl Plan {
             argv.push(image);
             steps.push(
                 Step::new(format!("pull {image} on the host unless it is there"), &argv)
-                    .unless(&["docker", "image", "inspect", image]),
+                    .unless(&["docker", "image", "inspect", "--format", "{{.Id}}", image]),
             );
         }
         let mut save = vec!["docker", "save"];
@@ -304,8 +304,9 @@ mod tests {
         let lines = lines(&plan(Some("linux/amd64")).setup_steps());
         assert!(!lines.iter().any(|l| l.contains("load docker-image")), "{lines:#?}");
         for image in VOLCANO_IMAGES.iter().chain([&HELPER_IMAGE]) {
-            let pull =
-                format!("docker image inspect {image} >/dev/null 2>&1 || docker pull --platform linux/amd64 {image}");
+            let pull = format!(
+                "docker image inspect --format '{{{{.Id}}}}' {image} >/dev/null 2>&1 || docker pull --platform linux/amd64 {image}"
+            );
             assert!(lines.contains(&pull), "no `{pull}` in {lines:#?}");
         }
         let save = "docker save --platform linux/amd64 -o /s/images/theseus-e2e-jax_local.tar theseus-e2e-jax:local";
