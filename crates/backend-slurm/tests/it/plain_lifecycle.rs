@@ -1,0 +1,182 @@
+//! The plain backend's lifecycle guarantees over a real sshd: one live job per (project, group,
+//! name) on a host even when submits race, `--replace` races included, and a cancel that also
+//! stops children which shed the run's marker variable (`env -i`).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use theseus_backend_slurm::plain::PlainBackend;
+use theseus_backend_slurm::ssh::SshHost;
+use theseus_core::Error;
+use theseus_core::backend::{Backend, JobHandle, JobState, PreparedJob, SubmitOptions};
+use theseus_core::bootstrap::{self, BootstrapInput};
+use theseus_core::config::{ClusterConfig, PlainHost};
+use theseus_core::job::{Distributed, Entrypoint, Experiment, JobIdentity};
+use theseus_core::local::process::job_processes;
+use theseus_core::snapshot::{Snapshot, SnapshotMode};
+
+use crate::plain::{plan, quick};
+use crate::require_lab;
+use crate::support::{ALIAS, Lab};
+
+/// `n` backends of one host (one cluster root), each with its own SSH connection, like `n`
+/// separate `theseus` processes.
+fn backends(lab: &Lab, name: &str, n: usize) -> Vec<Arc<PlainBackend>> {
+    let root = lab.scratch(name);
+    let cluster = ClusterConfig {
+        root: root.join("root").display().to_string(),
+        work: root.join("work").display().to_string(),
+        ..ClusterConfig::default()
+    };
+    let host = PlainHost { ssh: ALIAS.into(), cluster: "lab".into(), ..PlainHost::default() };
+    (0..n)
+        .map(|i| {
+            let ssh = Arc::new(SshHost::new(lab.options(&format!("{name}-{i}"))));
+            Arc::new(PlainBackend::with_ssh("lab", host.clone(), cluster.clone(), ssh, quick()))
+        })
+        .collect()
+}
+
+/// A job named `name` (project `lifecycle`) running `words`, with a run id of its own.
+fn prepare(b: &PlainBackend, name: &str, words: &[&str]) -> (PreparedJob, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("README"), "lifecycle test\n").unwrap();
+    let snapshot = Snapshot::collect(dir.path(), SnapshotMode::Dirty).unwrap();
+    let identity = JobIdentity::new(name, Some("lifecycle"), None);
+    let words: Vec<String> = words.iter().map(|w| w.to_string()).collect();
+    let experiment = Experiment { entrypoint: Entrypoint::Words(words.clone()), ..Experiment::default() };
+    let plan = plan();
+    let layout = b.layout(&identity, &plan).unwrap();
+    let input =
+        BootstrapInput::for_layout(identity.clone(), &layout, vec![], words, Distributed::None, serde_json::json!({}));
+    let bootstrap = bootstrap::render(&input).unwrap();
+    (PreparedJob { identity, experiment, env: vec![], plan, snapshot, bootstrap }, dir)
+}
+
+/// Runs (by run id) that still have a live process carrying their marker.
+fn live_runs(jobs: &[PreparedJob]) -> Vec<String> {
+    jobs.iter().map(|j| j.identity.run_id.clone()).filter(|id| !job_processes(id).is_empty()).collect()
+}
+
+/// Best-effort cleanup: cancels every handle.
+async fn cancel_all(b: &PlainBackend, handles: &[JobHandle]) {
+    for h in handles {
+        let _ = b.cancel(h).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_submits_of_one_name_leave_exactly_one_live_run() {
+    let lab = require_lab!();
+    const N: usize = 4;
+    let bs = backends(lab, "race", N);
+    let jobs: Vec<_> = bs.iter().map(|b| prepare(b, "race", &["sleep", "600"])).collect();
+    let results = futures::future::join_all(
+        bs.iter().zip(&jobs).map(|(b, (job, _))| async move { b.submit(job, &SubmitOptions::default()).await }),
+    )
+    .await;
+    let prepared: Vec<PreparedJob> = jobs.iter().map(|(j, _)| j.clone()).collect();
+    let handles: Vec<JobHandle> = results.iter().filter_map(|r| r.as_ref().ok().cloned()).collect();
+    let live = live_runs(&prepared);
+    cancel_all(&bs[0], &handles).await;
+
+    assert_eq!(handles.len(), 1, "exactly one submit wins: {results:?}");
+    assert_eq!(live, [handles[0].id.clone()], "exactly the winner is live");
+    for ((result, (job, _)), b) in results.iter().zip(&jobs).zip(&bs) {
+        let Err(err) = result else { continue };
+        let text = err.to_string();
+        assert!(matches!(err, Error::AlreadyExists { .. }), "{err:?}");
+        assert!(text.contains(&handles[0].id) && text.contains("--replace") && text.contains("`race`"), "{text}");
+        let layout = b.layout(&job.identity, &plan()).unwrap();
+        assert!(!std::path::Path::new(&layout.work_dir).exists(), "the loser shipped nothing: {text}");
+    }
+    // Once the run is over, the name is free again.
+    let (again, _d) = prepare(&bs[0], "race", &["true"]);
+    let h = bs[0].submit(&again, &SubmitOptions::default()).await.expect("the name is free after cancel");
+    wait_terminal(&bs[0], &h).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_replacements_leave_exactly_one_live_run() {
+    let lab = require_lab!();
+    const N: usize = 3;
+    let bs = backends(lab, "replace-race", N);
+    for round in 0..2 {
+        let (first, _d) = prepare(&bs[0], "rep", &["sleep", "600"]);
+        let h0 = bs[0].submit(&first, &SubmitOptions::default()).await.unwrap_or_else(|e| panic!("round {round}: {e}"));
+        let jobs: Vec<_> = bs.iter().map(|b| prepare(b, "rep", &["sleep", "600"])).collect();
+        let replace = SubmitOptions { replace: true, ..SubmitOptions::default() };
+        let results = futures::future::join_all(
+            bs.iter().zip(&jobs).map(|(b, (job, _))| {
+                let replace = replace.clone();
+                async move { b.submit(job, &replace).await }
+            }),
+        )
+        .await;
+        let mut all = vec![first.clone()];
+        all.extend(jobs.iter().map(|(j, _)| j.clone()));
+        let mut handles: Vec<JobHandle> = results.iter().filter_map(|r| r.as_ref().ok().cloned()).collect();
+        let live = live_runs(&all);
+        handles.push(h0.clone());
+        cancel_all(&bs[0], &handles).await;
+        assert!(handles.len() >= 2, "round {round}: at least one replacement succeeds: {results:?}");
+        assert_eq!(live.len(), 1, "round {round}: exactly one live run, not {live:?}: {results:?}");
+        assert_ne!(live[0], h0.id, "round {round}: the replaced run was stopped");
+        let replaced = bs[0].status(&h0).await.unwrap();
+        assert_eq!(replaced.state, JobState::Cancelled, "round {round}: {replaced:?}");
+    }
+}
+
+/// PIDs of live processes whose command line is exactly `words`.
+fn processes_running(words: &[&str]) -> Vec<i32> {
+    let want: Vec<u8> = words.iter().flat_map(|w| w.bytes().chain([0])).collect();
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else { continue };
+        if std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c == want) {
+            let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            if state.rsplit_once(") ").is_some_and(|(_, rest)| !rest.starts_with('Z')) {
+                pids.push(pid);
+            }
+        }
+    }
+    pids
+}
+
+/// A child started with `env -i` has no marker variable; cancel must stop it anyway.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_stops_children_that_shed_the_marker() {
+    let lab = require_lab!();
+    let bs = backends(lab, "env-i", 1);
+    let b = &bs[0];
+    // Numbers no other test uses, so the processes can be told apart in /proc.
+    let (shed, kept) = (["sleep", "41731"], ["sleep", "41832"]);
+    let (job, _d) = prepare(b, "env-i", &["sh", "-c", "env -i sleep 41731 & sleep 41832"]);
+    let h = b.submit(&job, &SubmitOptions::default()).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while processes_running(&shed).is_empty() || processes_running(&kept).is_empty() {
+        assert!(Instant::now() < deadline, "the job's two sleeps never started: {:?}", b.status(&h).await);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let result = b.cancel(&h).await;
+    let (left_shed, left_kept) = (processes_running(&shed), processes_running(&kept));
+    // Clean up after a failure: these are this test's own processes, stopped by PID.
+    for pid in left_shed.iter().chain(&left_kept) {
+        let _ = std::process::Command::new("kill").arg("-KILL").arg(pid.to_string()).status();
+    }
+    let status = result.expect("cancel");
+    assert_eq!(status.state, JobState::Cancelled, "{status:?}");
+    assert_eq!((left_shed, left_kept), (vec![], vec![]), "no process of the run is left after cancel");
+}
+
+async fn wait_terminal(b: &PlainBackend, h: &JobHandle) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let status = b.status(h).await.unwrap();
+        if status.state.is_terminal() {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{status:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
