@@ -6,5 +6,6 @@ mod plain;
 mod plain_lifecycle;
 mod recorded;
 mod slurm;
+mod slurm_lifecycle;
 mod support;
 mod transport;
