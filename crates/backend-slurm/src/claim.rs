@@ -19,7 +19,15 @@
 //! the check and the record happen under one lock, so two submits cannot both see a free name.
 //! `flock` works on local file systems and on NFSv4 (where Linux maps it to a POSIX lock).
 
-use theseus_core::Error;
+use std::fmt::Display;
+use std::future::Future;
+use std::time::Duration;
+
+use theseus_core::backend::SubmitOptions;
+use theseus_core::job::JobIdentity;
+use theseus_core::{Error, Result};
+
+use crate::ssh::{RemoteCommand, SshHost};
 
 /// Exit code of the start scripts when the run no longer owns its name.
 pub(crate) const REPLACED: i32 = 75;
@@ -83,6 +91,70 @@ flock -w 120 9 || exit 5
 [ "$(cat -- "$dir/.live" 2>/dev/null || true)" = "$2" ] && rm -f -- "$dir/.live"
 exit 0
 "#;
+
+/// Where and how a backend claims a name.
+pub(crate) struct ClaimSpec<'a> {
+    /// The backend, for errors.
+    pub(crate) backend: &'a (dyn Display + Sync),
+    /// The host's name in the config, for messages.
+    pub(crate) host: &'a str,
+    /// The connection.
+    pub(crate) ssh: &'a SshHost,
+    /// The backend's claim script (a `live` function followed by [`claim_body!`]).
+    pub(crate) script: &'static str,
+    /// The dir of the job's name on the host.
+    pub(crate) dir: &'a str,
+    /// [`ClaimSpec::script`]'s stale limit.
+    pub(crate) stale: Duration,
+    /// Timeout of a short remote command (the lock wait is added).
+    pub(crate) timeout: Duration,
+}
+
+/// Claims `identity`'s name before anything is shipped. When a live run holds it: without
+/// `options.replace`, fails with [`already_running`]; with it, `stop(run, slurm_job)` stops
+/// that run (confirmed) and the claim is tried again, also when another replacing submit took
+/// the name meanwhile (which then loses it, see [`start_check!`]).
+pub(crate) async fn take<F, Fut>(spec: &ClaimSpec<'_>, identity: &JobIdentity, options: &SubmitOptions, stop: F) -> Result<()>
+where
+    F: Fn(String, Option<String>) -> Fut,
+    Fut: Future<Output = Result<()>>,
+{
+    const ATTEMPTS: usize = 5;
+    let name = &identity.name;
+    let stale = spec.stale.as_secs().max(1).to_string();
+    let cmd = RemoteCommand::script(spec.script, [spec.dir.to_owned(), identity.run_id.clone(), stale])
+        .label(format!("the claim of job name `{name}` (flock {}/.lock)", spec.dir))
+        .timeout(spec.timeout + Duration::from_secs(LOCK_WAIT_SECONDS.into()));
+    for _ in 0..ATTEMPTS {
+        let out = spec.ssh.run(&cmd).await.map_err(|e| Error::Backend {
+            backend: spec.backend.to_string(),
+            message: format!("failed to claim job name `{name}`"),
+            source: Some(Box::new(e)),
+        })?;
+        let (run, job, submitting) = match parse_claim(&out.stdout_text()) {
+            Some(Claim::Claimed) => return Ok(()),
+            Some(Claim::Held { run, job, submitting }) => (run, job, submitting),
+            None => {
+                return Err(Error::backend(
+                    spec.backend,
+                    format!("the claim of job name `{name}` printed nothing usable: `{}`", out.stdout_text().trim()),
+                ));
+            }
+        };
+        if !options.replace {
+            return Err(already_running(name, &run, spec.host, submitting));
+        }
+        options.note(&format!("stopping run {run} of job `{name}` (--replace)"));
+        match stop(run, job).await {
+            Ok(()) | Err(Error::NotFound { .. }) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Err(Error::backend(
+        spec.backend,
+        format!("could not take job name `{name}` after {ATTEMPTS} attempts: other submits with --replace keep taking it"),
+    ))
+}
 
 /// What the claim printed.
 #[derive(Debug, Clone, PartialEq, Eq)]

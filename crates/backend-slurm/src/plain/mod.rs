@@ -37,7 +37,7 @@ use theseus_core::local::supervisor;
 use theseus_core::solver::{ChipRequest, Plan, Request};
 use theseus_core::{Error, Result};
 
-use crate::claim::{self, Claim};
+use crate::claim;
 use crate::parse::nvidia_smi::{self, APPS_QUERY_COMMAND, GPU_QUERY_COMMAND};
 use crate::logs::log_stream;
 use crate::paths::{RemoteDirs, coordinator_port};
@@ -249,46 +249,20 @@ impl PlainBackend {
     /// Claims the job's name on the host before anything is shipped; with `options.replace`,
     /// stops the live run that holds it first (and whoever took it over meanwhile).
     async fn claim(&self, job: &PreparedJob, run_dir: &str, options: &SubmitOptions) -> Result<()> {
-        let identity = &job.identity;
-        let dir = self.name_dir(identity, run_dir)?;
-        let stale = self.settings.claim_stale.as_secs().max(1).to_string();
-        let cmd = RemoteCommand::script(scripts::CLAIM, [dir.to_owned(), identity.run_id.clone(), stale])
-            .label(format!("the claim of job name `{}` (flock {dir}/.lock)", identity.name))
-            .timeout(self.settings.command_timeout + Duration::from_secs(claim::LOCK_WAIT_SECONDS.into()));
-        const ATTEMPTS: usize = 5;
-        for _ in 0..ATTEMPTS {
-            let out = self
-                .ssh
-                .run(&cmd)
-                .await
-                .map_err(|e| self.ssh_error(&format!("claim job name `{}`", identity.name), e))?;
-            let (run, submitting) = match claim::parse_claim(&out.stdout_text()) {
-                Some(Claim::Claimed) => return Ok(()),
-                Some(Claim::Held { run, submitting, .. }) => (run, submitting),
-                None => {
-                    return Err(Error::backend(
-                        self,
-                        format!("the claim of job name `{}` printed nothing usable: `{}`", identity.name, out.stdout_text().trim()),
-                    ));
-                }
-            };
-            if !options.replace {
-                return Err(claim::already_running(&identity.name, &run, &self.name, submitting));
-            }
-            options.note(&format!("stopping run {run} of job `{}` (--replace)", identity.name));
-            let old = JobIdentity { run_id: run.clone(), ..identity.clone() };
-            match self.cancel(&self.handle_for(&old, 1)?).await {
-                Ok(_) | Err(Error::NotFound { .. }) => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Err(Error::backend(
-            self,
-            format!(
-                "could not take job name `{}` after {ATTEMPTS} attempts: other submits with --replace keep taking it",
-                identity.name
-            ),
-        ))
+        let spec = claim::ClaimSpec {
+            backend: self,
+            host: &self.name,
+            ssh: &self.ssh,
+            script: scripts::CLAIM,
+            dir: self.name_dir(&job.identity, run_dir)?,
+            stale: self.settings.claim_stale,
+            timeout: self.settings.command_timeout,
+        };
+        claim::take(&spec, &job.identity, options, |run, _| async move {
+            let old = JobIdentity { run_id: run, ..job.identity.clone() };
+            self.cancel(&self.handle_for(&old, 1)?).await.map(drop)
+        })
+        .await
     }
 }
 
