@@ -77,7 +77,8 @@ macro_rules! start_check {
 exec 9>>"$namedir/.lock"
 flock -w 120 9 || { echo "waited 120 s for the lock $namedir/.lock" >&2; exit 5; }
 owner=$(cat -- "$namedir/.live" 2>/dev/null || true)
-if [ "$owner" != "$me" ] || [ -e "$run_dir/cancelled" ]; then echo "held=$owner" >&2; exit 75; fi
+if [ -e "$run_dir/cancelled" ]; then echo "cancelled=1" >&2; exit 75; fi
+if [ "$owner" != "$me" ]; then echo "held=$owner" >&2; exit 75; fi
 "#
     };
 }
@@ -210,9 +211,16 @@ pub(crate) fn already_running(name: &str, run: &str, host: &str, submitting: boo
     }
 }
 
-/// The error of a submit whose run lost its name while its code was shipped.
-pub(crate) fn replaced(name: &str, run: &str, by: Option<&str>, host: &str) -> Error {
-    let by = by.map_or_else(|| "another run".to_owned(), |b| format!("run {b}"));
+/// The error of a submit whose start script exited [`REPLACED`] (stderr `stderr`): the run was
+/// cancelled while its code was shipped, or another run took its name.
+pub(crate) fn lost(backend: &dyn Display, name: &str, run: &str, host: &str, stderr: &str) -> Error {
+    if stderr.lines().any(|l| l.trim() == "cancelled=1") {
+        return Error::backend(
+            backend,
+            format!("run {run} of job `{name}` was cancelled on host `{host}` while it was being submitted; nothing was started"),
+        );
+    }
+    let by = parse_held(stderr).map_or_else(|| "another run".to_owned(), |b| format!("run {b}"));
     Error::AlreadyExists {
         what: format!(
             "job `{name}` was taken over by {by} on host `{host}` while run {run} was being submitted, so run {run} \

@@ -172,8 +172,9 @@ impl PlainBackend {
         ship::ship(&self.ssh, self, &self.name, job, work_dir, extra, options).await
     }
 
-    /// Starts the supervisor; returns its PID.
-    async fn launch(&self, job: &PreparedJob, data: &PlainHandleData, supervisor_path: &str) -> Result<u32> {
+    /// Starts the supervisor; returns its PID, or (inner error) why the run may no longer start:
+    /// it lost its name or was cancelled while its code was shipped.
+    async fn launch(&self, job: &PreparedJob, data: &PlainHandleData, supervisor_path: &str) -> Result<Result<u32>> {
         let mut secrets = Vec::new();
         for var in job.env.iter().filter(|v| v.secret) {
             if !theseus_core::shell::is_env_name(&var.name) || var.value.contains('\0') {
@@ -198,12 +199,12 @@ impl PlainBackend {
         let out = match self.ssh.run_with_writer(&cmd, move |w| w.write_all(&secrets), None).await {
             Ok(out) => out,
             Err(SshError::Failed { code: Some(claim::REPLACED), stderr, .. }) => {
-                let by = claim::parse_held(&stderr);
-                return Err(claim::replaced(&job.identity.name, &job.identity.run_id, by.as_deref(), &self.name));
+                let (name, run) = (&job.identity.name, &job.identity.run_id);
+                return Ok(Err(claim::lost(self, name, run, &self.name, &stderr)));
             }
             Err(e) => return Err(self.ssh_error(&format!("start run `{}`", job.identity.run_id), e)),
         };
-        out.stdout_text().trim().parse().map_err(|_| {
+        out.stdout_text().trim().parse().map(Ok).map_err(|_| {
             Error::backend(self, format!("the launch printed no supervisor pid: `{}`", out.stdout_text().trim()))
         })
     }
@@ -361,15 +362,15 @@ impl Backend for PlainBackend {
             return Err(e);
         }
         match self.launch(job, &data, &supervisor_path).await {
-            Ok(pgid) => data.pgid = pgid,
+            Ok(Ok(pgid)) => data.pgid = pgid,
+            Ok(Err(lost)) => {
+                // Cancelled or taken over: the run dir keeps saying so; only its code goes.
+                let rm = RemoteCommand::new("rm").args(["-rf", "--", &data.work_dir]);
+                let _ = self.ssh.output(&rm).await;
+                return Err(lost);
+            }
             Err(e) => {
-                if !matches!(e, Error::AlreadyExists { .. }) {
-                    self.discard(&job.identity, &data).await;
-                } else {
-                    // Taken over: the run is cancelled (by whoever took the name); only its code goes.
-                    let rm = RemoteCommand::new("rm").args(["-rf", "--", &data.work_dir]);
-                    let _ = self.ssh.output(&rm).await;
-                }
+                self.discard(&job.identity, &data).await;
                 return Err(e);
             }
         }

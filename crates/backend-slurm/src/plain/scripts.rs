@@ -123,7 +123,7 @@ echo "alive=$(job_pids "$2" "$run_dir" | wc -l)"
 "#
 );
 
-/// `RUN_DIR RUN_ID GRACE_SECONDS`: marks the run cancelled, sends TERM to every process of the
+/// `RUN_DIR RUN_ID GRACE_SECONDS`: marks the run cancelled (under its name's lock), sends TERM to every process of the
 /// run (its session and its marker, see `job_pids`), KILL after the grace (again until none is
 /// left, for children forked in between), and prints `left=<pids>` (empty when none).
 pub(crate) const CANCEL: &str = concat!(
@@ -131,7 +131,12 @@ pub(crate) const CANCEL: &str = concat!(
     r#"
 run_dir=$1; run=$2; grace=$3
 if [ ! -d "$run_dir" ]; then echo "run dir $run_dir not found" >&2; exit 4; fi
+# Marked under the name's lock (see crate::claim): a launch either finished before (its
+# supervisor runs and is found below) or sees the mark and starts nothing.
+exec 9>>"${run_dir%/*}/.lock"
+flock -w 120 9 || { echo "waited 120 s for the lock ${run_dir%/*}/.lock" >&2; exit 5; }
 date -u +%Y-%m-%dT%H:%M:%SZ > "$run_dir/cancelled"
+exec 9>&-
 signal() {
   pids=$(job_pids "$run" "$run_dir")
   if [ -n "$pids" ]; then kill "-$1" $pids 2>/dev/null || true; fi

@@ -256,8 +256,9 @@ impl SlurmBackend {
         Ok(sbatch::render_job(&directives, &bootstrap, port))
     }
 
-    /// Runs `sbatch` on the shipped batch script; returns the job id.
-    async fn sbatch(&self, job: &PreparedJob, data: &SlurmHandleData) -> Result<String> {
+    /// Runs `sbatch` on the shipped batch script; returns the job id, or (inner error) why the
+    /// run may no longer start: it lost its name or was cancelled while its code was shipped.
+    async fn sbatch(&self, job: &PreparedJob, data: &SlurmHandleData) -> Result<Result<String>> {
         let mut secrets = Vec::new();
         for var in job.env.iter().filter(|v| v.secret) {
             if !theseus_core::shell::is_env_name(&var.name) || var.value.contains('\0') {
@@ -283,8 +284,7 @@ impl SlurmBackend {
         let out = match self.ssh.run_with_writer(&cmd, move |w| w.write_all(&secrets), None).await {
             Ok(out) => out,
             Err(SshError::Failed { code: Some(claim::REPLACED), stderr, .. }) => {
-                let by = claim::parse_held(&stderr);
-                return Err(claim::replaced(&job.identity.name, &data.run_id, by.as_deref(), &self.name));
+                return Ok(Err(claim::lost(self, &job.identity.name, &data.run_id, &self.name, &stderr)));
             }
             Err(SshError::Failed { stderr, code, .. }) => {
                 // Slurm's own words: `sbatch: error: Batch job submission failed: ...`.
@@ -306,7 +306,7 @@ impl SlurmBackend {
         if !is_job_id(&id) {
             return Err(Error::backend(self, format!("sbatch printed no job id: `{}`", text.trim())));
         }
-        Ok(id)
+        Ok(Ok(id))
     }
 
     /// Best-effort removal of a run that failed to start: its code and status dirs, and its
@@ -376,12 +376,12 @@ impl Backend for SlurmBackend {
         }
         options.note("submitting with sbatch");
         let id = match self.sbatch(job, &data).await {
-            Ok(id) => id,
-            Err(e @ Error::AlreadyExists { .. }) => {
-                // Taken over while shipping: the run stays cancelled (by whoever took the name).
+            Ok(Ok(id)) => id,
+            Ok(Err(lost)) => {
+                // Cancelled or taken over: the run dir keeps saying so; only its code goes.
                 let rm = RemoteCommand::new("rm").args(["-rf", "--", &data.work_dir]);
                 let _ = self.ssh.output(&rm).await;
-                return Err(e);
+                return Err(lost);
             }
             Err(e) => {
                 self.discard(&data).await;

@@ -180,3 +180,90 @@ async fn wait_terminal(b: &PlainBackend, h: &JobHandle) {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// Holds a submit in the middle of shipping: `paused` once 1 MiB went out, then waits for `go`.
+pub(crate) struct Pause {
+    pub(crate) paused: Arc<std::sync::atomic::AtomicBool>,
+    pub(crate) go: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Pause {
+    pub(crate) fn new() -> Pause {
+        Pause { paused: Arc::default(), go: Arc::default() }
+    }
+
+    /// Submit options whose progress callback (on the blocking writer thread) pauses.
+    pub(crate) fn options(&self) -> SubmitOptions {
+        use std::sync::atomic::Ordering;
+        let (paused, go) = (self.paused.clone(), self.go.clone());
+        SubmitOptions {
+            progress: Some(Arc::new(move |sent, _| {
+                if sent > 1 << 20 && !paused.swap(true, Ordering::SeqCst) {
+                    let deadline = Instant::now() + Duration::from_secs(120);
+                    while !go.load(Ordering::SeqCst) && Instant::now() < deadline {
+                        std::thread::sleep(Duration::from_millis(20));
+                    }
+                }
+            })),
+            ..SubmitOptions::default()
+        }
+    }
+
+    pub(crate) async fn wait_paused(&self) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !self.paused.load(std::sync::atomic::Ordering::SeqCst) {
+            assert!(Instant::now() < deadline, "the submit never got to shipping");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    pub(crate) fn resume(&self) {
+        self.go.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// Adds 4 MiB to the job's code, so that shipping reports progress before it ends.
+pub(crate) fn make_big(job: &mut PreparedJob, dir: &std::path::Path) {
+    let block: Vec<u8> = (0..1u32 << 20).map(|i| (i % 251) as u8).collect();
+    std::fs::write(dir.join("big.bin"), block.repeat(4)).unwrap();
+    job.snapshot = Snapshot::collect(dir, SnapshotMode::Dirty).unwrap();
+}
+
+/// The handle known before `submit` (recorded by the CLI as `submitting`) reads and cancels the
+/// run while it is being submitted, and after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_planned_handle_reads_and_cancels_the_run_before_and_after_it_starts() {
+    let lab = require_lab!();
+    let b = backends(lab, "planned", 1).remove(0);
+    let (mut job, dir) = prepare(&b, "planned", &["sleep", "600"]);
+    make_big(&mut job, dir.path());
+    let planned = b.planned_handle(&job).expect("a plain host knows the handle before submit");
+    assert_eq!(planned.id, job.identity.run_id);
+    assert!(matches!(b.status(&planned).await, Err(Error::NotFound { .. })), "nothing exists before submit");
+
+    // The client is stuck in the middle of shipping (or was killed there).
+    let pause = Pause::new();
+    let submit = {
+        let (b, job, options) = (b.clone(), job.clone(), pause.options());
+        tokio::spawn(async move { b.submit(&job, &options).await })
+    };
+    pause.wait_paused().await;
+    let during = b.status(&planned).await.unwrap();
+    assert_eq!(during.state, JobState::Submitting, "{during:?}");
+    let cancelled = b.cancel(&planned).await.unwrap();
+    assert_eq!(cancelled.state, JobState::Cancelled, "{cancelled:?}");
+    pause.resume();
+    let err = submit.await.unwrap().expect_err("a run cancelled while being submitted never starts");
+    assert!(err.to_string().contains("was cancelled"), "{err}");
+    assert!(job_processes(&job.identity.run_id).is_empty(), "nothing of it runs");
+    assert_eq!(b.status(&planned).await.unwrap().state, JobState::Cancelled);
+
+    // The name is free again; a run that did start is read and cancelled through its planned handle.
+    let (job2, _d2) = prepare(&b, "planned", &["sleep", "600"]);
+    let planned2 = b.planned_handle(&job2).unwrap();
+    let h2 = b.submit(&job2, &SubmitOptions::default()).await.unwrap();
+    assert_eq!((h2.id.as_str(), &h2.data["run_dir"]), (planned2.id.as_str(), &planned2.data["run_dir"]));
+    assert_eq!(b.status(&planned2).await.unwrap().state, JobState::Running);
+    assert_eq!(b.cancel(&planned2).await.unwrap().state, JobState::Cancelled);
+    assert!(job_processes(&job2.identity.run_id).is_empty());
+}

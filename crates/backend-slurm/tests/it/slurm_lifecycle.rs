@@ -199,3 +199,42 @@ async fn a_step_still_running_after_scancel_is_reported_not_hidden() {
     let again = b.cancel(&h).await.expect("a cancel after Slurm finished the job succeeds");
     assert_eq!(again.state, JobState::Cancelled);
 }
+
+/// The handle known before `submit` has no Slurm job id yet: it reads and cancels the run while
+/// it is being submitted (then no Slurm job ever appears), and finds the job through the run dir
+/// once there is one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_planned_handle_reads_and_cancels_the_run_before_and_after_sbatch() {
+    let Some(lab) = lab() else { return };
+    let root = lab.shared.join(format!("it-planned-{}", theseus_core::job::new_run_id()));
+    let (b, ssh) = backend_at(lab, "planned", host(), &root, settings());
+    let name = unique("planned");
+    let (mut job, dir) = sleeper(&b, &name);
+    crate::plain_lifecycle::make_big(&mut job, dir.path());
+    let planned = b.planned_handle(&job).expect("a Slurm host can name the run before sbatch");
+    assert!(matches!(b.status(&planned).await, Err(Error::NotFound { .. })), "nothing exists before submit");
+
+    let pause = crate::plain_lifecycle::Pause::new();
+    let submit = {
+        let (b, job, options) = (b.clone(), job.clone(), pause.options());
+        tokio::spawn(async move { b.submit(&job, &options).await })
+    };
+    pause.wait_paused().await;
+    let during = b.status(&planned).await.unwrap();
+    assert_eq!(during.state, JobState::Submitting, "{during:?}");
+    assert_eq!(b.cancel(&planned).await.unwrap().state, JobState::Cancelled);
+    pause.resume();
+    let err = submit.await.unwrap().expect_err("a run cancelled while being submitted is never submitted");
+    assert!(err.to_string().contains("was cancelled"), "{err}");
+    assert_eq!(live_jobs(&ssh, &name).await, Vec::<String>::new(), "no Slurm job of that name");
+    assert_eq!(b.status(&planned).await.unwrap().state, JobState::Cancelled);
+
+    let (job2, _d2) = sleeper(&b, &name);
+    let planned2 = b.planned_handle(&job2).unwrap();
+    let h2 = b.submit(&job2, &SubmitOptions::default()).await.unwrap();
+    let through_planned = b.status(&planned2).await.unwrap();
+    assert!(matches!(through_planned.state, JobState::Pending | JobState::Running), "{through_planned:?}");
+    assert_eq!(b.cancel(&planned2).await.unwrap().state, JobState::Cancelled);
+    assert_eq!(b.status(&h2).await.unwrap().state, JobState::Cancelled);
+    assert_eq!(steps(&ssh, &h2.id).await, Vec::<String>::new());
+}
