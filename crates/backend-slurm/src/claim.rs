@@ -115,7 +115,12 @@ pub(crate) struct ClaimSpec<'a> {
 /// `options.replace`, fails with [`already_running`]; with it, `stop(run, slurm_job)` stops
 /// that run (confirmed) and the claim is tried again, also when another replacing submit took
 /// the name meanwhile (which then loses it, see [`start_check!`]).
-pub(crate) async fn take<F, Fut>(spec: &ClaimSpec<'_>, identity: &JobIdentity, options: &SubmitOptions, stop: F) -> Result<()>
+pub(crate) async fn take<F, Fut>(
+    spec: &ClaimSpec<'_>,
+    identity: &JobIdentity,
+    options: &SubmitOptions,
+    stop: F,
+) -> Result<()>
 where
     F: Fn(String, Option<String>) -> Fut,
     Fut: Future<Output = Result<()>>,
@@ -153,7 +158,9 @@ where
     }
     Err(Error::backend(
         spec.backend,
-        format!("could not take job name `{name}` after {ATTEMPTS} attempts: other submits with --replace keep taking it"),
+        format!(
+            "could not take job name `{name}` after {ATTEMPTS} attempts: other submits with --replace keep taking it"
+        ),
     ))
 }
 
@@ -217,7 +224,9 @@ pub(crate) fn lost(backend: &dyn Display, name: &str, run: &str, host: &str, std
     if stderr.lines().any(|l| l.trim() == "cancelled=1") {
         return Error::backend(
             backend,
-            format!("run {run} of job `{name}` was cancelled on host `{host}` while it was being submitted; nothing was started"),
+            format!(
+                "run {run} of job `{name}` was cancelled on host `{host}` while it was being submitted; nothing was started"
+            ),
         );
     }
     let by = parse_held(stderr).map_or_else(|| "another run".to_owned(), |b| format!("run {b}"));

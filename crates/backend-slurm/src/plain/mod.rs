@@ -38,8 +38,8 @@ use theseus_core::solver::{ChipRequest, Plan, Request};
 use theseus_core::{Error, Result};
 
 use crate::claim;
-use crate::parse::nvidia_smi::{self, APPS_QUERY_COMMAND, GPU_QUERY_COMMAND};
 use crate::logs::log_stream;
+use crate::parse::nvidia_smi::{self, APPS_QUERY_COMMAND, GPU_QUERY_COMMAND};
 use crate::paths::{RemoteDirs, coordinator_port};
 use crate::ship::{self, ExtraFile};
 use crate::ssh::{RemoteCommand, SshError, SshHost, SshOptions};

@@ -231,7 +231,10 @@ pub(crate) fn parse_report(text: &str) -> Report {
 /// `stale_after` seconds, then `failed` (its submit stopped before starting it).
 pub(crate) fn status_from(report: &Report, processes: u32, location: &str, stale_after: u64) -> JobStatus {
     let alive = report.alive > 0;
-    if !alive && !report.started && !report.cancelled && report.exit_code.is_none()
+    if !alive
+        && !report.started
+        && !report.cancelled
+        && report.exit_code.is_none()
         && let Some(age) = report.claimed_age
     {
         let (state, message) = if age < stale_after {

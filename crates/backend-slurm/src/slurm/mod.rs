@@ -33,8 +33,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use theseus_core::availability::Availability;
 use theseus_core::backend::{
-    Backend, DryRunDocument, JobHandle, JobStatus, LogOptions, LogStream, PreparedJob, RunLayout,
-    SubmitOptions,
+    Backend, DryRunDocument, JobHandle, JobStatus, LogOptions, LogStream, PreparedJob, RunLayout, SubmitOptions,
 };
 use theseus_core::bootstrap::{BOOTSTRAP_DIR, Launch};
 use theseus_core::config::{ClusterConfig, HostKind, SlurmHost, join};
@@ -43,10 +42,10 @@ use theseus_core::solver::{Plan, Request};
 use theseus_core::{Error, Result};
 
 use crate::claim;
-use crate::parse::sinfo::{self, SINFO_COMMAND};
-use crate::sbatch::{self, Directives, SbatchPaths};
 use crate::logs::log_stream;
+use crate::parse::sinfo::{self, SINFO_COMMAND};
 use crate::paths::{RemoteDirs, coordinator_port};
+use crate::sbatch::{self, Directives, SbatchPaths};
 use crate::ship::{self, ExtraFile};
 use crate::ssh::{RemoteCommand, SshError, SshHost, SshOptions};
 
@@ -213,10 +212,10 @@ impl SlurmBackend {
 
     /// The steps Slurm still lists for job `id`: `(step, nodes)`.
     async fn steps(&self, id: &str) -> Result<Vec<(String, String)>> {
-        let cmd = RemoteCommand::script(scripts::STEPS, [id.to_owned()])
-            .retry_safe()
-            .timeout(self.settings.command_timeout);
-        let out = self.ssh.run(&cmd).await.map_err(|e| self.ssh_error(&format!("list the steps of slurm job `{id}`"), e))?;
+        let cmd =
+            RemoteCommand::script(scripts::STEPS, [id.to_owned()]).retry_safe().timeout(self.settings.command_timeout);
+        let out =
+            self.ssh.run(&cmd).await.map_err(|e| self.ssh_error(&format!("list the steps of slurm job `{id}`"), e))?;
         Ok(scripts::parse_steps(&out.stdout_text()))
     }
 
@@ -399,11 +398,9 @@ impl Backend for SlurmBackend {
     async fn status(&self, handle: &JobHandle) -> Result<JobStatus> {
         match self.resolve(handle).await? {
             (data, Some(id), _) => status::status(self, &id, &data).await,
-            (data, None, run) => Ok(status::unsubmitted(
-                &run.unwrap_or_default(),
-                self.settings.claim_stale.as_secs(),
-                data.nodes,
-            )),
+            (data, None, run) => {
+                Ok(status::unsubmitted(&run.unwrap_or_default(), self.settings.claim_stale.as_secs(), data.nodes))
+            }
         }
     }
 
@@ -443,8 +440,11 @@ impl Backend for SlurmBackend {
                 let cmd = RemoteCommand::script(scripts::CANCEL_UNSUBMITTED, [dir.to_owned(), data.run_dir.clone()])
                     .label(format!("the cancel of run `{}` before sbatch", data.run_id))
                     .timeout(self.settings.command_timeout + Duration::from_secs(claim::LOCK_WAIT_SECONDS.into()));
-                let out =
-                    self.ssh.run(&cmd).await.map_err(|e| self.ssh_error(&format!("cancel run `{}`", data.run_id), e))?;
+                let out = self
+                    .ssh
+                    .run(&cmd)
+                    .await
+                    .map_err(|e| self.ssh_error(&format!("cancel run `{}`", data.run_id), e))?;
                 match scripts::parse_job_line(&out.stdout_text()).filter(|j| is_job_id(j)) {
                     Some(id) => id,
                     None => return self.status(handle).await,

@@ -106,12 +106,10 @@ async fn concurrent_replacements_leave_exactly_one_live_run() {
         let h0 = bs[0].submit(&first, &SubmitOptions::default()).await.unwrap_or_else(|e| panic!("round {round}: {e}"));
         let jobs: Vec<_> = bs.iter().map(|b| prepare(b, "rep", &["sleep", "600"])).collect();
         let replace = SubmitOptions { replace: true, ..SubmitOptions::default() };
-        let results = futures::future::join_all(
-            bs.iter().zip(&jobs).map(|(b, (job, _))| {
-                let replace = replace.clone();
-                async move { b.submit(job, &replace).await }
-            }),
-        )
+        let results = futures::future::join_all(bs.iter().zip(&jobs).map(|(b, (job, _))| {
+            let replace = replace.clone();
+            async move { b.submit(job, &replace).await }
+        }))
         .await;
         let mut all = vec![first.clone()];
         all.extend(jobs.iter().map(|(j, _)| j.clone()));
