@@ -128,14 +128,17 @@ exec cat -- "$1"
 /// reports the job finished (a final state, or the job is no longer known). The end is decided
 /// *before* each read, so everything written before the job ended is sent; Slurm leaves the
 /// `COMPLETING` state only once every step's output is written.
-pub(crate) const FOLLOW_LOG: &str = r#"log=$1; job=$2; off=0; k=0
+pub(crate) const FOLLOW_LOG: &str = concat!(
+    r#"log=$1; job=$2; off=0; k=0
 finished() {
   out=$(squeue --noheader --states=all --format=%T --jobs "$job" 2>&1) && rc=0 || rc=$?
   if [ "$rc" -ne 0 ]; then
     case "$out" in *"Invalid job id"*) return 0 ;; *) return 1 ;; esac
   fi
   case "$out" in
-    ""|PENDING|RUNNING|COMPLETING|CONFIGURING|SUSPENDED|REQUEUED|REQUEUE_HOLD|REQUEUE_FED|RESV_DEL_HOLD|RESIZING|SIGNALING|STAGE_OUT|STOPPED) return 1 ;;
+    ""|"#,
+    live_states!(),
+    r#") return 1 ;;
     *) return 0 ;;
   esac
 }
@@ -151,7 +154,8 @@ while :; do
   [ "$over" = 1 ] && exit 0
   sleep 0.2
 done
-"#;
+"#,
+);
 
 /// One rank's `metadata.json`, as the bootstrap last wrote it.
 #[derive(Debug, Clone, PartialEq, Eq)]
