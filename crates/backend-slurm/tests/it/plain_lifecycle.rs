@@ -141,30 +141,35 @@ fn processes_running(words: &[&str]) -> Vec<i32> {
     pids
 }
 
-/// A child started with `env -i` has no marker variable; cancel must stop it anyway.
+/// A child started with `env -i` has no marker variable, one started with `setsid` is in another
+/// session; cancel must stop both.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_stops_children_that_shed_the_marker() {
     let lab = require_lab!();
     let bs = backends(lab, "env-i", 1);
     let b = &bs[0];
     // Numbers no other test uses, so the processes can be told apart in /proc.
-    let (shed, kept) = (["sleep", "41731"], ["sleep", "41832"]);
-    let (job, _d) = prepare(b, "env-i", &["sh", "-c", "env -i sleep 41731 & sleep 41832"]);
+    let (shed, kept, left) = (["sleep", "41731"], ["sleep", "41832"], ["sleep", "41933"]);
+    let (job, _d) = prepare(b, "env-i", &["sh", "-c", "env -i sleep 41731 & setsid sleep 41933 & sleep 41832"]);
     let h = b.submit(&job, &SubmitOptions::default()).await.unwrap();
     let deadline = Instant::now() + Duration::from_secs(60);
-    while processes_running(&shed).is_empty() || processes_running(&kept).is_empty() {
-        assert!(Instant::now() < deadline, "the job's two sleeps never started: {:?}", b.status(&h).await);
+    while [&shed, &kept, &left].iter().any(|w| processes_running(&w[..]).is_empty()) {
+        assert!(Instant::now() < deadline, "the job's three sleeps never started: {:?}", b.status(&h).await);
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let result = b.cancel(&h).await;
-    let (left_shed, left_kept) = (processes_running(&shed), processes_running(&kept));
+    let after = [processes_running(&shed), processes_running(&kept), processes_running(&left)];
     // Clean up after a failure: these are this test's own processes, stopped by PID.
-    for pid in left_shed.iter().chain(&left_kept) {
+    for pid in after.iter().flatten() {
         let _ = std::process::Command::new("kill").arg("-KILL").arg(pid.to_string()).status();
     }
     let status = result.expect("cancel");
     assert_eq!(status.state, JobState::Cancelled, "{status:?}");
-    assert_eq!((left_shed, left_kept), (vec![], vec![]), "no process of the run is left after cancel");
+    assert_eq!(
+        after,
+        [Vec::<i32>::new(), vec![], vec![]],
+        "no process of the run is left after cancel (env -i, plain, setsid)"
+    );
 }
 
 async fn wait_terminal(b: &PlainBackend, h: &JobHandle) {
