@@ -48,7 +48,7 @@ fresh() {
   case $t in ''|*[!0-9]*) return 1 ;; esac
   [ $(( $(date +%s) - t )) -lt "$stale" ]
 }
-mkdir -p -- "$dir/$me"
+mkdir -p -- "$dir"
 exec 9>>"$dir/.lock"
 flock -w 120 9 || { echo "waited 120 s for the lock $dir/.lock" >&2; exit 5; }
 cur=$(cat -- "$dir/.live" 2>/dev/null || true)
@@ -58,6 +58,7 @@ if [ -n "$cur" ] && [ "$cur" != "$me" ] && live "$cur"; then
   [ -e "$dir/$cur/supervisor.pid" ] || [ -e "$dir/$cur/slurm_job" ] || echo "submitting=1"
   exit 0
 fi
+mkdir -p -- "$dir/$me"
 date +%s > "$dir/$me/claimed"
 printf '%s\n' "$me" > "$dir/.live.$me"
 mv -f -- "$dir/.live.$me" "$dir/.live"

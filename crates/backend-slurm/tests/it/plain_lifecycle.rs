@@ -89,6 +89,7 @@ async fn concurrent_submits_of_one_name_leave_exactly_one_live_run() {
         assert!(text.contains(&handles[0].id) && text.contains("--replace") && text.contains("`race`"), "{text}");
         let layout = b.layout(&job.identity, &plan()).unwrap();
         assert!(!std::path::Path::new(&layout.work_dir).exists(), "the loser shipped nothing: {text}");
+        assert!(!std::path::Path::new(&layout.run_dir).exists(), "the loser left no run dir: {text}");
     }
     // Once the run is over, the name is free again.
     let (again, _d) = prepare(&bs[0], "race", &["true"]);
