@@ -16,7 +16,7 @@
 //! in a file or on a command line.
 //!
 //! One live job per (project, group, name): `submit` claims the name on the host before shipping
-//! anything, and starts the supervisor only while it still owns it ([`crate::claim`]).
+//! anything, and starts the supervisor only while it still owns it (`crate::claim`).
 
 mod scripts;
 

@@ -14,7 +14,7 @@
 //! command line. Every process of the job carries the run's marker variable.
 //!
 //! One live job per (project, group, name): `submit` claims the name on the cluster's shared
-//! status dir before shipping, and runs `sbatch` only while it still owns it ([`crate::claim`]);
+//! status dir before shipping, and runs `sbatch` only while it still owns it (`crate::claim`);
 //! the job id is recorded in the run dir, so a [`Backend::planned_handle`] (which has no job id
 //! yet) finds its job there. `cancel` is confirmed by what Slurm knows, not by looking for
 //! processes (the login node cannot see the compute nodes): the job is in a final state and Slurm
