@@ -9,7 +9,8 @@
 # always bind 0.0.0.0. Each node advertises gpu:h100:4 backed by placeholder device nodes.
 # Partitions: gpu (default) and cpu, both over the two nodes. The login node is an sshd inside
 # the namespace on its 127.0.0.1:22, bridged by socat to 127.0.0.1:PORT on the host; sshd's
-# SetEnv gives every session SLURM_CONF. No accounting (slurmdbd): `sacct` fails, on purpose.
+# SetEnv gives every session SLURM_CONF. The login sshd also has a PID namespace (and /proc) of
+# its own, so what runs on the login node cannot see the jobs' processes on the nodes. No accounting (slurmdbd): `sacct` fails, on purpose.
 #
 # Environment: THESEUS_LAB_DIR (see lib.sh), THESEUS_LAB_SLURM_SSH_PORT (default: a free port),
 # THESEUS_LAB_USER. `start` and `env` print KEY=VALUE lines on stdout. Root tests can use the
@@ -173,7 +174,12 @@ start_login_node() {
   write_sshd_config "$d/sshd_config" "$d" 22 "SLURM_CONF=$CONF"
   echo "[127.0.0.1]:$port $(cut -d' ' -f1,2 "$d/host_ed25519.pub")" > "$d/known_hosts.line"
   write_known_hosts
-  spawn "$d/sshd.pidfile" "$d/sshd_config" "$d/sshd.log" "${NS[@]}" /usr/sbin/sshd -D -e -f "$d/sshd_config"
+  # The login node must not see the nodes' processes, as on a real cluster where they are other
+  # machines: its sshd runs in a PID namespace of its own with its own /proc (the Slurm clients
+  # still reach slurmctld through the network namespace and munged through its socket).
+  # `--kill-child` takes the namespace down with the recorded `unshare` process.
+  spawn "$d/sshd.pidfile" "$d/sshd_config" "$d/sshd.log" "${NS[@]}" \
+    unshare --pid --fork --mount-proc --kill-child /usr/sbin/sshd -D -e -f "$d/sshd_config"
   # One socat per connection: the listener on the host forks, and each child enters the
   # namespace and connects to the login sshd there.
   spawn "$d/socat.pidfile" "TCP4-LISTEN:$port," "$d/socat.log" socat \

@@ -5,11 +5,13 @@
 //! - [`plain`]: the `Backend` of `type: plain` hosts, over [`ssh`];
 //! - [`slurm`]: the `Backend` of `type: slurm` hosts, over [`ssh`], [`sbatch`] and [`parse`];
 //! - [`ship`] (internal): shipping a run's code, shared by both backends;
+//! - `claim` (internal): one live job per name on a host, shared by both backends;
 //! - [`nodelist`]: expands Slurm host lists (`node[01-03],gpu5`);
 //! - [`parse`]: parsers for `sinfo`, `squeue`, `sacct` and `nvidia-smi` output, each with the
 //!   exact command the backend will run as a constant;
 //! - [`sbatch`]: typed `#SBATCH` directives and the rendered batch script.
 
+mod claim;
 mod logs;
 pub mod nodelist;
 pub mod parse;

@@ -160,9 +160,8 @@ fn node_state(state: &str) -> Option<(bool, bool)> {
     let base = state.trim_end_matches(['*', '~', '#', '$', '@', '%', '!', '^', '-', '+']);
     let flags = &state[base.len()..];
     let base_usable = match base {
-        "idle" | "mix" | "mixed" | "alloc" | "allocated" | "comp" | "completing" | "planned" | "boot" | "pow_up" => {
-            true
-        }
+        "idle" | "mix" | "mixed" | "alloc" | "allocated" | "comp" | "completing" | "planned" | "plnd" | "boot"
+        | "pow_up" => true,
         "down" | "drain" | "drained" | "drng" | "draining" | "fail" | "failg" | "failing" | "maint" | "resv"
         | "reserved" | "unk" | "unknown" | "inval" | "npc" | "futr" | "future" | "pow_dn" | "blocked" | "reboot"
         | "reboot^" => false,
@@ -259,6 +258,9 @@ mod tests {
             ("drain*", Some((false, false))),
             ("idle%", Some((false, false))),
             ("MIXED", Some((true, true))),
+            // Slurm 22.05's compact name of PLANNED (an idle node the backfill scheduler holds
+            // for a pending job), seen on the lab while a job waited.
+            ("plnd", Some((true, true))),
             ("weird", None),
         ] {
             assert_eq!(node_state(state), want, "{state}");

@@ -7,10 +7,16 @@
 //! - log: `<log>/<run path>.log`.
 //!
 //! The run is started by core's local supervisor script ([`theseus_core::local::supervisor`]),
-//! detached with `setsid nohup`; its PID is the run's process group. Every process of the run
-//! carries the local backend's marker variable, which is how `status` counts live processes and
-//! `cancel` confirms that none is left. Secrets travel on the launch command's stdin into the
-//! supervisor's environment: never in a file or on a command line.
+//! detached with `setsid nohup`; its PID is the run's session and process group, recorded with
+//! its start time in the run dir (`session`). The run's processes are the members of that
+//! session and every process carrying the local backend's marker variable: the union is how
+//! `status` counts live processes and `cancel` stops them and confirms that none is left (a child
+//! that clears its environment stays in the session; one that starts its own session keeps the
+//! marker). Secrets travel on the launch command's stdin into the supervisor's environment: never
+//! in a file or on a command line.
+//!
+//! One live job per (project, group, name): `submit` claims the name on the host before shipping
+//! anything, and starts the supervisor only while it still owns it (`crate::claim`).
 
 mod scripts;
 
@@ -31,8 +37,9 @@ use theseus_core::local::supervisor;
 use theseus_core::solver::{ChipRequest, Plan, Request};
 use theseus_core::{Error, Result};
 
-use crate::parse::nvidia_smi::{self, APPS_QUERY_COMMAND, GPU_QUERY_COMMAND};
+use crate::claim;
 use crate::logs::log_stream;
+use crate::parse::nvidia_smi::{self, APPS_QUERY_COMMAND, GPU_QUERY_COMMAND};
 use crate::paths::{RemoteDirs, coordinator_port};
 use crate::ship::{self, ExtraFile};
 use crate::ssh::{RemoteCommand, SshError, SshHost, SshOptions};
@@ -48,6 +55,9 @@ pub struct Settings {
     pub command_timeout: Duration,
     /// The `nvidia-smi` program on the host (a name looked up on the remote `PATH`, or a path).
     pub nvidia_smi: String,
+    /// How long a run that claimed its name but has not started yet keeps the name (its submit
+    /// may still be shipping code); after that the claim is stale and the name free.
+    pub claim_stale: Duration,
 }
 
 impl Default for Settings {
@@ -57,6 +67,7 @@ impl Default for Settings {
             remote_home: None,
             command_timeout: Duration::from_secs(60),
             nvidia_smi: "nvidia-smi".into(),
+            claim_stale: Duration::from_secs(30 * 60),
         }
     }
 }
@@ -72,7 +83,9 @@ pub struct PlainHandleData {
     pub log_file: String,
     /// Number of ranks.
     pub processes: u32,
-    /// The supervisor's PID, which is also its session and process group id.
+    /// The supervisor's PID, which is also its session and process group id; 0 in a
+    /// [`Backend::planned_handle`] (status and cancel read the session from the run dir).
+    #[serde(default)]
     pub pgid: u32,
 }
 
@@ -159,8 +172,9 @@ impl PlainBackend {
         ship::ship(&self.ssh, self, &self.name, job, work_dir, extra, options).await
     }
 
-    /// Starts the supervisor; returns its PID.
-    async fn launch(&self, job: &PreparedJob, data: &PlainHandleData, supervisor_path: &str) -> Result<u32> {
+    /// Starts the supervisor; returns its PID, or (inner error) why the run may no longer start:
+    /// it lost its name or was cancelled while its code was shipped.
+    async fn launch(&self, job: &PreparedJob, data: &PlainHandleData, supervisor_path: &str) -> Result<Result<u32>> {
         let mut secrets = Vec::new();
         for var in job.env.iter().filter(|v| v.secret) {
             if !theseus_core::shell::is_env_name(&var.name) || var.value.contains('\0') {
@@ -179,24 +193,77 @@ impl PlainBackend {
                 supervisor_path.to_owned(),
                 data.work_dir.clone(),
                 job.identity.run_id.clone(),
+                self.name_dir(&job.identity, &data.run_dir)?.to_owned(),
             ])
             .label("the job's launch (setsid nohup supervise.sh)");
-        let out = self
-            .ssh
-            .run_with_writer(&cmd, move |w| w.write_all(&secrets), None)
-            .await
-            .map_err(|e| self.ssh_error(&format!("start run `{}`", job.identity.run_id), e))?;
-        out.stdout_text().trim().parse().map_err(|_| {
+        let out = match self.ssh.run_with_writer(&cmd, move |w| w.write_all(&secrets), None).await {
+            Ok(out) => out,
+            Err(SshError::Failed { code: Some(claim::REPLACED), stderr, .. }) => {
+                let (name, run) = (&job.identity.name, &job.identity.run_id);
+                return Ok(Err(claim::lost(self, name, run, &self.name, &stderr)));
+            }
+            Err(e) => return Err(self.ssh_error(&format!("start run `{}`", job.identity.run_id), e)),
+        };
+        out.stdout_text().trim().parse().map(Ok).map_err(|_| {
             Error::backend(self, format!("the launch printed no supervisor pid: `{}`", out.stdout_text().trim()))
         })
     }
 
-    /// Best-effort removal of a run that failed to start: its processes, code and status dirs.
-    async fn discard(&self, run_id: &str, data: &PlainHandleData) {
+    /// Best-effort removal of a run that failed to start: its processes, code and status dirs,
+    /// and its claim of the name.
+    async fn discard(&self, identity: &JobIdentity, data: &PlainHandleData) {
+        let run_id = &identity.run_id;
         let stop = RemoteCommand::script(scripts::CANCEL, [data.run_dir.clone(), run_id.to_owned(), "1".to_owned()]);
         let _ = self.ssh.output(&stop).await;
+        self.release(identity, &data.run_dir).await;
         let rm = RemoteCommand::new("rm").args(["-rf", "--", &data.work_dir, &data.run_dir]);
         let _ = self.ssh.output(&rm).await;
+    }
+
+    /// Best-effort: gives the job's name back when the run still holds it.
+    async fn release(&self, identity: &JobIdentity, run_dir: &str) {
+        if let Ok(dir) = self.name_dir(identity, run_dir) {
+            let release = RemoteCommand::script(claim::RELEASE, [dir.to_owned(), identity.run_id.clone()]);
+            let _ = self.ssh.output(&release).await;
+        }
+    }
+
+    /// The dir of the job's name on the host (the parent of its runs' status dirs).
+    fn name_dir<'a>(&self, identity: &JobIdentity, run_dir: &'a str) -> Result<&'a str> {
+        claim::name_dir(run_dir, &identity.run_id).ok_or_else(|| {
+            Error::backend(self, format!("run dir `{run_dir}` does not end in the run id `{}`", identity.run_id))
+        })
+    }
+
+    /// The handle of run `identity` before it starts (pgid unknown).
+    fn handle_for(&self, identity: &JobIdentity, processes: u32) -> Result<JobHandle> {
+        let (work_dir, run_dir, log_file) = self.paths(identity)?;
+        let data = PlainHandleData { work_dir, run_dir, log_file, processes, pgid: 0 };
+        Ok(JobHandle {
+            kind: HostKind::Plain,
+            host: self.name.clone(),
+            id: identity.run_id.clone(),
+            data: serde_json::to_value(&data).expect("handle data serializes"),
+        })
+    }
+
+    /// Claims the job's name on the host before anything is shipped; with `options.replace`,
+    /// stops the live run that holds it first (and whoever took it over meanwhile).
+    async fn claim(&self, job: &PreparedJob, run_dir: &str, options: &SubmitOptions) -> Result<()> {
+        let spec = claim::ClaimSpec {
+            backend: self,
+            host: &self.name,
+            ssh: &self.ssh,
+            script: scripts::CLAIM,
+            dir: self.name_dir(&job.identity, run_dir)?,
+            stale: self.settings.claim_stale,
+            timeout: self.settings.command_timeout,
+        };
+        claim::take(&spec, &job.identity, options, |run, _| async move {
+            let old = JobIdentity { run_id: run, ..job.identity.clone() };
+            self.cancel(&self.handle_for(&old, 1)?).await.map(drop)
+        })
+        .await
     }
 }
 
@@ -282,13 +349,28 @@ impl Backend for PlainBackend {
         let mut extra = ExtraFile::bootstrap(job);
         extra.push(ExtraFile { path: supervisor_rel, contents: script.into_bytes(), mode: 0o755 });
 
-        options.note(&format!("shipping code to {}", self.host.ssh));
-        self.ship(job, &work_dir, extra, options).await?;
+        self.claim(job, &run_dir, options).await?;
         let mut data = PlainHandleData { work_dir, run_dir, log_file, processes, pgid: 0 };
+        options.note(&format!("shipping code to {}", self.host.ssh));
+        if let Err(e) = self.ship(job, &data.work_dir, extra, options).await {
+            if matches!(e, Error::AlreadyExists { .. }) {
+                // The work dir is another submit's of this very run id: leave it, give the name back.
+                self.release(&job.identity, &data.run_dir).await;
+            } else {
+                self.discard(&job.identity, &data).await;
+            }
+            return Err(e);
+        }
         match self.launch(job, &data, &supervisor_path).await {
-            Ok(pgid) => data.pgid = pgid,
+            Ok(Ok(pgid)) => data.pgid = pgid,
+            Ok(Err(lost)) => {
+                // Cancelled or taken over: the run dir keeps saying so; only its code goes.
+                let rm = RemoteCommand::new("rm").args(["-rf", "--", &data.work_dir]);
+                let _ = self.ssh.output(&rm).await;
+                return Err(lost);
+            }
             Err(e) => {
-                self.discard(&job.identity.run_id, &data).await;
+                self.discard(&job.identity, &data).await;
                 return Err(e);
             }
         }
@@ -308,7 +390,7 @@ impl Backend for PlainBackend {
                 what: format!("run dir `{}` of run `{}` on `{}`", data.run_dir, handle.id, self.name),
             });
         }
-        Ok(scripts::status_from(&report, data.processes, &self.host.ssh))
+        Ok(scripts::status_from(&report, data.processes, &self.host.ssh, self.settings.claim_stale.as_secs()))
     }
 
     async fn logs(&self, handle: &JobHandle, options: &LogOptions) -> Result<LogStream> {
@@ -325,6 +407,10 @@ impl Backend for PlainBackend {
             .await
             .map_err(|e| self.ssh_error(&format!("read the log of run `{}`", handle.id), e))?;
         Ok(log_stream(lines, self.to_string(), options.rank, parse_line))
+    }
+
+    fn planned_handle(&self, job: &PreparedJob) -> Option<JobHandle> {
+        self.handle_for(&job.identity, job.plan.processes().max(1)).ok()
     }
 
     async fn cancel(&self, handle: &JobHandle) -> Result<JobStatus> {

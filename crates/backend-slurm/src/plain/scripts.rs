@@ -2,23 +2,49 @@
 //!
 //! Every script is a constant run as `sh -c SCRIPT sh ARGS...` (or `bash -c` where bash is
 //! needed): values arrive as positional parameters, never as shell text. The processes of a run
-//! are found like the local backend finds them: by the marker variable
-//! [`MARKER_VAR`](theseus_core::local::process::MARKER_VAR) in `/proc/<pid>/environ`.
+//! are those of the supervisor's session and those carrying the local backend's marker variable
+//! [`MARKER_VAR`](theseus_core::local::process::MARKER_VAR) in `/proc/<pid>/environ` (see
+//! `job_pids`).
 
 use theseus_core::backend::{JobState, JobStatus, RankStatus};
 use theseus_core::local::supervisor::files;
 
-/// Shell function `job_pids RUN_ID`: live (non-zombie) PIDs whose environment carries the
-/// run's marker, one per line.
+/// Shell function `job_pids RUN_ID RUN_DIR`: live (non-zombie) PIDs of the run, one per line:
+/// every process whose environment carries the run's marker, and every process of the
+/// supervisor's session (recorded as `SID STARTTIME` in `RUN_DIR/session` at launch). The union
+/// catches children that cleared their environment (`env -i`) and children that left the session
+/// (`setsid`); only a child doing both escapes, which takes a cgroup to catch. The session counts
+/// only while its leader is gone or still the process that was recorded (same start time): a
+/// session id cannot be reused while any member lives, so its members are the run's.
 macro_rules! job_pids_fn {
     () => {
         r#"
+run_sid() {
+  read -r sid start < "$1/session" 2>/dev/null || return 0
+  case $sid in ''|*[!0-9]*) return 0 ;; esac
+  if [ -r "/proc/$sid/stat" ]; then
+    line=; read -r line < "/proc/$sid/stat" 2>/dev/null || true
+    set -f; set -- ${line##*) }; set +f
+    [ -n "$line" ] && [ "${20}" != "$start" ] && return 0
+  fi
+  echo "$sid"
+}
 job_pids() {
-  for f in $(grep -lzxF -- "THESEUS_LOCAL_RUN=$1" /proc/[0-9]*/environ 2>/dev/null); do
-    p=${f#/proc/}; p=${p%/environ}
+  sid=$(run_sid "$2")
+  {
+    grep -lzxF -- "THESEUS_LOCAL_RUN=$1" /proc/[0-9]*/environ 2>/dev/null | sed 's|^/proc/||; s|/environ$||'
+    if [ -n "$sid" ]; then
+      for f in /proc/[0-9]*/stat; do
+        line=; read -r line < "$f" 2>/dev/null || continue
+        set -f; set -- ${line##*) }; set +f
+        [ "$4" = "$sid" ] && { p=${f#/proc/}; echo "${p%/stat}"; }
+      done
+    fi
+  } | sort -un | while read -r p; do
     [ "$p" = "$$" ] && continue
-    s=$(sed -n 's/.*) \(.\).*/\1/p' "/proc/$p/stat" 2>/dev/null)
-    [ -n "$s" ] && [ "$s" != Z ] && echo "$p"
+    line=; read -r line < "/proc/$p/stat" 2>/dev/null || continue
+    set -f; set -- ${line##*) }; set +f
+    [ "$1" != Z ] && echo "$p"
   done
   return 0
 }
@@ -26,24 +52,54 @@ job_pids() {
     };
 }
 
-/// `RUN_DIR LOG_FILE SUPERVISOR WORK_DIR RUN_ID` (bash), secrets on stdin as NUL-terminated
-/// `NAME=VALUE` records: starts the supervisor detached in its own session, with the run's
-/// marker and the secrets in its environment only, and prints its PID (= its process group).
-pub(crate) const LAUNCH: &str = r#"set -e
-run_dir=$1; log=$2; sup=$3; work=$4
+/// `RUN_DIR LOG_FILE SUPERVISOR WORK_DIR RUN_ID NAME_DIR` (bash), secrets on stdin as
+/// NUL-terminated `NAME=VALUE` records: under the name's lock, and only while the run still owns
+/// its name ([`crate::claim`]), starts the supervisor detached in its own session, with the run's
+/// marker and the secrets in its environment only; records the session (`SID STARTTIME`) and
+/// prints the supervisor's PID (= its session and process group id).
+pub(crate) const LAUNCH: &str = concat!(
+    r#"set -e
+run_dir=$1; log=$2; sup=$3; work=$4; me=$5; namedir=$6
 mkdir -p -- "$run_dir" "$(dirname -- "$log")"
+"#,
+    crate::claim::start_check!(),
+    r#"
 while IFS= read -r -d '' kv; do export "$kv"; done
 export THESEUS_LOCAL_RUN="$5"
 cd -- "$work"
-setsid nohup bash -- "$sup" > /dev/null 2>&1 < /dev/null &
+setsid nohup bash -- "$sup" > /dev/null 2>&1 < /dev/null 9>&- &
 i=0
 while [ ! -s "$run_dir/supervisor.pid" ]; do
   i=$((i + 1))
   if [ "$i" -gt 200 ]; then echo "the supervisor did not start within 20 s" >&2; exit 1; fi
   sleep 0.1
 done
-cat -- "$run_dir/supervisor.pid"
-"#;
+pid=$(cat -- "$run_dir/supervisor.pid")
+line=$(cat -- "/proc/$pid/stat" 2>/dev/null || true)
+set -f; set -- ${line##*) }; set +f
+echo "$pid ${20:--}" > "$run_dir/session"
+echo "$pid"
+"#
+);
+
+/// `NAME_DIR RUN_ID STALE_SECONDS`: the claim of the job's name ([`crate::claim`]); a run is
+/// live while a process of it is, or while it is claimed, not started, not cancelled and its
+/// claim is fresh.
+pub(crate) const CLAIM: &str = concat!(
+    job_pids_fn!(),
+    r#"
+live() {
+  d="$dir/$1"
+  [ -d "$d" ] || return 1
+  [ -e "$d/exit_code" ] && return 1
+  [ -n "$(job_pids "$1" "$d")" ] && return 0
+  [ -e "$d/supervisor.pid" ] && return 1
+  [ -e "$d/cancelled" ] && return 1
+  fresh "$d"
+}
+"#,
+    crate::claim::claim_body!()
+);
 
 /// `RUN_DIR RUN_ID PROCESSES`: prints `key=value` lines read by [`parse_report`].
 pub(crate) const STATUS: &str = concat!(
@@ -54,41 +110,50 @@ if [ ! -d "$run_dir" ]; then echo "exists=0"; exit 0; fi
 echo "exists=1"
 [ -e "$run_dir/cancelled" ] && echo "cancelled=1"
 [ -r "$run_dir/exit_code" ] && echo "exit=$(cat -- "$run_dir/exit_code")"
+[ -e "$run_dir/supervisor.pid" ] && echo "started=1"
+t=$(cat -- "$run_dir/claimed" 2>/dev/null || true)
+case $t in ''|*[!0-9]*) ;; *) echo "claimed_age=$(( $(date +%s) - t ))" ;; esac
 i=0
 while [ "$i" -lt "$n" ]; do
   [ -r "$run_dir/rank-$i.exit" ] && echo "rank.$i=$(cat -- "$run_dir/rank-$i.exit")"
   i=$((i + 1))
 done
 grep -q '"preempted"' "$run_dir/metadata.json" 2>/dev/null && echo "preempted=1"
-echo "alive=$(job_pids "$2" | wc -l)"
+echo "alive=$(job_pids "$2" "$run_dir" | wc -l)"
 "#
 );
 
-/// `RUN_DIR RUN_ID GRACE_SECONDS`: marks the run cancelled, sends TERM to its process group and
-/// every marked process, KILL after the grace, and prints `left=<pids>` (empty when none).
-/// The group is signalled only while its leader still carries the run's marker.
+/// `RUN_DIR RUN_ID GRACE_SECONDS`: marks the run cancelled (under its name's lock), sends TERM to every process of the
+/// run (its session and its marker, see `job_pids`), KILL after the grace (again until none is
+/// left, for children forked in between), and prints `left=<pids>` (empty when none).
 pub(crate) const CANCEL: &str = concat!(
     job_pids_fn!(),
     r#"
 run_dir=$1; run=$2; grace=$3
 if [ ! -d "$run_dir" ]; then echo "run dir $run_dir not found" >&2; exit 4; fi
+# Marked under the name's lock (see crate::claim): a launch either finished before (its
+# supervisor runs and is found below) or sees the mark and starts nothing.
+exec 9>>"${run_dir%/*}/.lock"
+flock -w 120 9 || { echo "waited 120 s for the lock ${run_dir%/*}/.lock" >&2; exit 5; }
 date -u +%Y-%m-%dT%H:%M:%SZ > "$run_dir/cancelled"
-pg=$(cat -- "$run_dir/supervisor.pid" 2>/dev/null || true)
-ours() { [ -n "$pg" ] && grep -qzxF -- "THESEUS_LOCAL_RUN=$run" "/proc/$pg/environ" 2>/dev/null; }
+exec 9>&-
 signal() {
-  if ours; then kill "-$1" -- "-$pg" 2>/dev/null || true; fi
-  pids=$(job_pids "$run")
+  pids=$(job_pids "$run" "$run_dir")
   if [ -n "$pids" ]; then kill "-$1" $pids 2>/dev/null || true; fi
 }
 wait_gone() {
   i=0
-  while [ -n "$(job_pids "$run")" ] && [ "$i" -lt "$1" ]; do sleep 0.1; i=$((i + 1)); done
+  while [ -n "$(job_pids "$run" "$run_dir")" ] && [ "$i" -lt "$1" ]; do sleep 0.1; i=$((i + 1)); done
 }
 signal TERM
 wait_gone $((grace * 10))
-signal KILL
-wait_gone 50
-echo "left=$(job_pids "$run" | tr '\n' ' ')"
+i=0
+while [ -n "$(job_pids "$run" "$run_dir")" ] && [ "$i" -lt 50 ]; do
+  signal KILL
+  sleep 0.1
+  i=$((i + 1))
+done
+echo "left=$(job_pids "$run" "$run_dir" | tr '\n' ' ')"
 "#
 );
 
@@ -107,7 +172,7 @@ log=$1; run_dir=$2; off=0; k=0
 while :; do
   over=0
   if [ -e "$run_dir/exit_code" ]; then over=1
-  elif [ $((k % 5)) -eq 0 ] && [ -z "$(job_pids "$3")" ]; then over=1
+  elif [ $((k % 5)) -eq 0 ] && [ -z "$(job_pids "$3" "$run_dir")" ]; then over=1
   fi
   k=$((k + 1))
   size=$(stat -c %s -- "$log" 2>/dev/null || echo 0)
@@ -130,6 +195,10 @@ pub(crate) struct Report {
     pub(crate) rank_exits: Vec<(u32, i32)>,
     pub(crate) preempted: bool,
     pub(crate) alive: usize,
+    /// The supervisor was started (`supervisor.pid` exists).
+    pub(crate) started: bool,
+    /// Seconds since the run claimed its name, when it did.
+    pub(crate) claimed_age: Option<u64>,
 }
 
 /// Reads the output of [`STATUS`]; unknown or malformed lines are ignored.
@@ -143,6 +212,8 @@ pub(crate) fn parse_report(text: &str) -> Report {
             "preempted" => r.preempted = value == "1",
             "exit" => r.exit_code = value.trim().parse().ok(),
             "alive" => r.alive = value.trim().parse().unwrap_or(0),
+            "started" => r.started = value == "1",
+            "claimed_age" => r.claimed_age = value.trim().parse().ok(),
             _ => {
                 if let Some(rank) = key.strip_prefix("rank.").and_then(|n| n.parse().ok())
                     && let Ok(code) = value.trim().parse()
@@ -155,9 +226,30 @@ pub(crate) fn parse_report(text: &str) -> Report {
     r
 }
 
-/// The job's status from a [`Report`] (the same rules as the local backend's).
-pub(crate) fn status_from(report: &Report, processes: u32, location: &str) -> JobStatus {
+/// The job's status from a [`Report`] (the same rules as the local backend's). A run that
+/// claimed its name but was never started is `submitting` while its claim is younger than
+/// `stale_after` seconds, then `failed` (its submit stopped before starting it).
+pub(crate) fn status_from(report: &Report, processes: u32, location: &str, stale_after: u64) -> JobStatus {
     let alive = report.alive > 0;
+    if !alive
+        && !report.started
+        && !report.cancelled
+        && report.exit_code.is_none()
+        && let Some(age) = report.claimed_age
+    {
+        let (state, message) = if age < stale_after {
+            (JobState::Submitting, format!("being submitted: its code is being shipped (claimed {age} s ago)"))
+        } else {
+            (
+                JobState::Failed,
+                format!("never started: its submit stopped {age} s ago before starting it (was the client killed?)"),
+            )
+        };
+        let ranks = (0..processes.max(1))
+            .map(|i| RankStatus { rank: i, state, exit_code: None, location: Some(location.to_owned()) })
+            .collect();
+        return JobStatus { state, exit_code: None, message: Some(message), ranks };
+    }
     let ranks = (0..processes.max(1))
         .map(|i| {
             let code = report.rank_exits.iter().find(|(r, _)| *r == i).map(|(_, c)| *c);
@@ -214,6 +306,7 @@ mod tests {
     fn scripts_are_valid_shell() {
         for (name, script, shell) in [
             ("launch", LAUNCH, "bash"),
+            ("claim", CLAIM, "sh"),
             ("status", STATUS, "sh"),
             ("cancel", CANCEL, "sh"),
             ("cat", CAT_LOG, "sh"),
@@ -227,7 +320,7 @@ mod tests {
     #[test]
     fn reports_become_statuses() {
         let check = |text: &str| {
-            let s = status_from(&parse_report(text), 1, "gpu1");
+            let s = status_from(&parse_report(text), 1, "gpu1", 600);
             (s.state, s.exit_code)
         };
         assert_eq!(check("exists=1\nalive=3\n"), (JobState::Running, None));
@@ -239,7 +332,12 @@ mod tests {
         assert_eq!(check("exists=1\ncancelled=1\nalive=1\n"), (JobState::Running, None));
         assert_eq!(check("exists=1\nalive=0\n"), (JobState::Unknown, None));
         assert_eq!(check("garbage\nexit=x\n").0, JobState::Unknown);
-        let s = status_from(&parse_report("exists=1\nrank.1=3\nrank.0=0\nalive=1"), 2, "h");
+        // Claimed, not started: submitting while fresh, then failed.
+        assert_eq!(check("exists=1\nclaimed_age=5\nalive=0\n"), (JobState::Submitting, None));
+        assert_eq!(check("exists=1\nclaimed_age=601\nalive=0\n"), (JobState::Failed, None));
+        assert_eq!(check("exists=1\nclaimed_age=5\nstarted=1\nalive=0\n"), (JobState::Unknown, None));
+        assert_eq!(check("exists=1\nclaimed_age=5\ncancelled=1\nalive=0\n"), (JobState::Cancelled, None));
+        let s = status_from(&parse_report("exists=1\nrank.1=3\nrank.0=0\nalive=1"), 2, "h", 600);
         assert_eq!(s.ranks.iter().map(|r| r.state).collect::<Vec<_>>(), [JobState::Completed, JobState::Failed]);
     }
 

@@ -12,9 +12,18 @@
 //! in its status dir. Secrets travel on the submit command's stdin into `sbatch`'s
 //! environment, which Slurm hands to the job (`--export=ALL`): never in a file or on a
 //! command line. Every process of the job carries the run's marker variable.
+//!
+//! One live job per (project, group, name): `submit` claims the name on the cluster's shared
+//! status dir before shipping, and runs `sbatch` only while it still owns it (`crate::claim`);
+//! the job id is recorded in the run dir, so a [`Backend::planned_handle`] (which has no job id
+//! yet) finds its job there. `cancel` is confirmed by what Slurm knows, not by looking for
+//! processes (the login node cannot see the compute nodes): the job is in a final state and Slurm
+//! lists none of its steps, else it fails naming the steps left and their nodes.
 
 mod scripts;
 mod status;
+
+use scripts::RunState;
 
 use std::fmt;
 use std::sync::Arc;
@@ -24,8 +33,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use theseus_core::availability::Availability;
 use theseus_core::backend::{
-    Backend, DryRunDocument, JobHandle, JobStatus, LogOptions, LogStream, PreparedJob, RunLayout,
-    SubmitOptions,
+    Backend, DryRunDocument, JobHandle, JobStatus, LogOptions, LogStream, PreparedJob, RunLayout, SubmitOptions,
 };
 use theseus_core::bootstrap::{BOOTSTRAP_DIR, Launch};
 use theseus_core::config::{ClusterConfig, HostKind, SlurmHost, join};
@@ -33,10 +41,11 @@ use theseus_core::job::JobIdentity;
 use theseus_core::solver::{Plan, Request};
 use theseus_core::{Error, Result};
 
-use crate::parse::sinfo::{self, SINFO_COMMAND};
-use crate::sbatch::{self, Directives, SbatchPaths};
+use crate::claim;
 use crate::logs::log_stream;
+use crate::parse::sinfo::{self, SINFO_COMMAND};
 use crate::paths::{RemoteDirs, coordinator_port};
+use crate::sbatch::{self, Directives, SbatchPaths};
 use crate::ship::{self, ExtraFile};
 use crate::ssh::{RemoteCommand, SshError, SshHost, SshOptions};
 
@@ -55,6 +64,9 @@ pub struct Settings {
     pub cancel_timeout: Duration,
     /// Pause between two polls of `cancel`.
     pub poll_interval: Duration,
+    /// How long a run that claimed its name but has not reached `sbatch` keeps the name (its
+    /// submit may still be shipping code); after that the claim is stale and the name free.
+    pub claim_stale: Duration,
 }
 
 impl Default for Settings {
@@ -64,6 +76,7 @@ impl Default for Settings {
             command_timeout: Duration::from_secs(60),
             cancel_timeout: Duration::from_secs(120),
             poll_interval: Duration::from_millis(500),
+            claim_stale: Duration::from_secs(30 * 60),
         }
     }
 }
@@ -121,13 +134,89 @@ impl SlurmBackend {
         if handle.kind != HostKind::Slurm {
             return Err(Error::backend(self, format!("handle of a {} job given to the slurm backend", handle.kind)));
         }
-        if !is_job_id(&handle.id) {
+        let data: SlurmHandleData = serde_json::from_value(handle.data.clone())
+            .map_err(|e| Error::backend(self, format!("malformed slurm job handle: {e}")))?;
+        // A planned handle carries the run id until the job id is known.
+        if !is_job_id(&handle.id) && handle.id != data.run_id {
             return Err(Error::NotFound {
                 what: format!("slurm job `{}` on `{}` (not a job id)", handle.id, self.name),
             });
         }
-        serde_json::from_value(handle.data.clone())
-            .map_err(|e| Error::backend(self, format!("malformed slurm job handle: {e}")))
+        Ok(data)
+    }
+
+    /// The handle's data and its Slurm job id: the handle's own, or for a planned handle the one
+    /// its submit recorded in the run dir (`None` while there is none; then also the run dir's
+    /// state).
+    async fn resolve(&self, handle: &JobHandle) -> Result<(SlurmHandleData, Option<String>, Option<RunState>)> {
+        let data = self.data(handle)?;
+        if is_job_id(&handle.id) {
+            return Ok((data, Some(handle.id.clone()), None));
+        }
+        let run = status::run_state(self, &data).await?;
+        if !run.exists {
+            return Err(Error::NotFound {
+                what: format!("run `{}` on `{}` (no run dir `{}`)", data.run_id, self.name, data.run_dir),
+            });
+        }
+        match run.job.clone().filter(|j| is_job_id(j)) {
+            Some(job) => Ok((data, Some(job), None)),
+            None => Ok((data, None, Some(run))),
+        }
+    }
+
+    /// The dir of the job's name on the cluster (the parent of its runs' status dirs).
+    fn name_dir<'a>(&self, run_id: &str, run_dir: &'a str) -> Result<&'a str> {
+        claim::name_dir(run_dir, run_id)
+            .ok_or_else(|| Error::backend(self, format!("run dir `{run_dir}` does not end in the run id `{run_id}`")))
+    }
+
+    /// The handle of run `identity`: with its Slurm job id when known, else planned (the run id).
+    fn handle_for(&self, identity: &JobIdentity, job: Option<String>, nodes: u32) -> Result<JobHandle> {
+        let (work_dir, run_dir, log_file) = self.paths(identity)?;
+        let data = SlurmHandleData { run_id: identity.run_id.clone(), work_dir, run_dir, log_file, nodes };
+        Ok(JobHandle {
+            kind: HostKind::Slurm,
+            host: self.name.clone(),
+            id: job.unwrap_or_else(|| identity.run_id.clone()),
+            data: serde_json::to_value(&data).expect("handle data serializes"),
+        })
+    }
+
+    /// Claims the job's name before anything is shipped ([`claim::take`]); `--replace` cancels
+    /// the holder (its Slurm job, or its submit when it has none yet), confirmed.
+    async fn claim(&self, job: &PreparedJob, run_dir: &str, options: &SubmitOptions) -> Result<()> {
+        let spec = claim::ClaimSpec {
+            backend: self,
+            host: &self.name,
+            ssh: &self.ssh,
+            script: scripts::CLAIM,
+            dir: self.name_dir(&job.identity.run_id, run_dir)?,
+            stale: self.settings.claim_stale,
+            timeout: self.settings.command_timeout,
+        };
+        claim::take(&spec, &job.identity, options, |run, slurm_job| async move {
+            let old = JobIdentity { run_id: run, ..job.identity.clone() };
+            self.cancel(&self.handle_for(&old, slurm_job, 1)?).await.map(drop)
+        })
+        .await
+    }
+
+    /// Best-effort: gives the job's name back when the run still holds it.
+    async fn release(&self, data: &SlurmHandleData) {
+        if let Ok(dir) = self.name_dir(&data.run_id, &data.run_dir) {
+            let release = RemoteCommand::script(claim::RELEASE, [dir.to_owned(), data.run_id.clone()]);
+            let _ = self.ssh.output(&release).await;
+        }
+    }
+
+    /// The steps Slurm still lists for job `id`: `(step, nodes)`.
+    async fn steps(&self, id: &str) -> Result<Vec<(String, String)>> {
+        let cmd =
+            RemoteCommand::script(scripts::STEPS, [id.to_owned()]).retry_safe().timeout(self.settings.command_timeout);
+        let out =
+            self.ssh.run(&cmd).await.map_err(|e| self.ssh_error(&format!("list the steps of slurm job `{id}`"), e))?;
+        Ok(scripts::parse_steps(&out.stdout_text()))
     }
 
     fn dirs(&self) -> RemoteDirs<'_> {
@@ -166,8 +255,9 @@ impl SlurmBackend {
         Ok(sbatch::render_job(&directives, &bootstrap, port))
     }
 
-    /// Runs `sbatch` on the shipped batch script; returns the job id.
-    async fn sbatch(&self, job: &PreparedJob, data: &SlurmHandleData) -> Result<String> {
+    /// Runs `sbatch` on the shipped batch script; returns the job id, or (inner error) why the
+    /// run may no longer start: it lost its name or was cancelled while its code was shipped.
+    async fn sbatch(&self, job: &PreparedJob, data: &SlurmHandleData) -> Result<Result<String>> {
         let mut secrets = Vec::new();
         for var in job.env.iter().filter(|v| v.secret) {
             if !theseus_core::shell::is_env_name(&var.name) || var.value.contains('\0') {
@@ -186,11 +276,15 @@ impl SlurmBackend {
                 data.run_dir.clone(),
                 data.log_file.clone(),
                 data.run_id.clone(),
+                self.name_dir(&data.run_id, &data.run_dir)?.to_owned(),
             ])
             .label("sbatch")
-            .timeout(self.settings.command_timeout);
+            .timeout(self.settings.command_timeout + Duration::from_secs(claim::LOCK_WAIT_SECONDS.into()));
         let out = match self.ssh.run_with_writer(&cmd, move |w| w.write_all(&secrets), None).await {
             Ok(out) => out,
+            Err(SshError::Failed { code: Some(claim::REPLACED), stderr, .. }) => {
+                return Ok(Err(claim::lost(self, &job.identity.name, &data.run_id, &self.name, &stderr)));
+            }
             Err(SshError::Failed { stderr, code, .. }) => {
                 // Slurm's own words: `sbatch: error: Batch job submission failed: ...`.
                 let said = stderr.trim();
@@ -211,23 +305,15 @@ impl SlurmBackend {
         if !is_job_id(&id) {
             return Err(Error::backend(self, format!("sbatch printed no job id: `{}`", text.trim())));
         }
-        Ok(id)
+        Ok(Ok(id))
     }
 
-    /// Best-effort removal of a run that failed to start: its code and status dirs.
+    /// Best-effort removal of a run that failed to start: its code and status dirs, and its
+    /// claim of the name.
     async fn discard(&self, data: &SlurmHandleData) {
+        self.release(data).await;
         let rm = RemoteCommand::new("rm").args(["-rf", "--", &data.work_dir, &data.run_dir]);
         let _ = self.ssh.output(&rm).await;
-    }
-
-    /// Live processes of the run on the login node (the only machine this backend can look
-    /// at; on a cluster whose nodes are other machines this finds nothing).
-    async fn left(&self, data: &SlurmHandleData) -> Result<Vec<u32>> {
-        let cmd = RemoteCommand::script(scripts::LEFT, [data.run_id.clone()])
-            .retry_safe()
-            .timeout(self.settings.command_timeout);
-        let out = self.ssh.run(&cmd).await.map_err(|e| self.ssh_error("look for the run's processes", e))?;
-        Ok(scripts::parse_left(&out.stdout_text()))
     }
 }
 
@@ -274,13 +360,28 @@ impl Backend for SlurmBackend {
         extra.push(ExtraFile { path: BATCH_SCRIPT.into(), contents: script.into_bytes(), mode: 0o644 });
         debug_assert!(BATCH_SCRIPT.starts_with(BOOTSTRAP_DIR));
 
-        options.note(&format!("shipping code to {}", self.host.ssh));
-        ship::ship(&self.ssh, self, &self.name, job, &work_dir, extra, options).await?;
+        self.claim(job, &run_dir, options).await?;
         let data =
             SlurmHandleData { run_id: job.identity.run_id.clone(), work_dir, run_dir, log_file, nodes: job.plan.nodes };
+        options.note(&format!("shipping code to {}", self.host.ssh));
+        if let Err(e) = ship::ship(&self.ssh, self, &self.name, job, &data.work_dir, extra, options).await {
+            if matches!(e, Error::AlreadyExists { .. }) {
+                // The work dir is another submit's of this very run id: leave it, give the name back.
+                self.release(&data).await;
+            } else {
+                self.discard(&data).await;
+            }
+            return Err(e);
+        }
         options.note("submitting with sbatch");
         let id = match self.sbatch(job, &data).await {
-            Ok(id) => id,
+            Ok(Ok(id)) => id,
+            Ok(Err(lost)) => {
+                // Cancelled or taken over: the run dir keeps saying so; only its code goes.
+                let rm = RemoteCommand::new("rm").args(["-rf", "--", &data.work_dir]);
+                let _ = self.ssh.output(&rm).await;
+                return Err(lost);
+            }
             Err(e) => {
                 self.discard(&data).await;
                 return Err(e);
@@ -295,12 +396,22 @@ impl Backend for SlurmBackend {
     }
 
     async fn status(&self, handle: &JobHandle) -> Result<JobStatus> {
-        let data = self.data(handle)?;
-        status::status(self, &handle.id, &data).await
+        match self.resolve(handle).await? {
+            (data, Some(id), _) => status::status(self, &id, &data).await,
+            (data, None, run) => {
+                Ok(status::unsubmitted(&run.unwrap_or_default(), self.settings.claim_stale.as_secs(), data.nodes))
+            }
+        }
     }
 
     async fn logs(&self, handle: &JobHandle, options: &LogOptions) -> Result<LogStream> {
-        let data = self.data(handle)?;
+        let (data, id, _) = self.resolve(handle).await?;
+        let Some(id) = id else {
+            return Err(Error::NotFound {
+                what: format!("the log of run `{}` on `{}` (it has no Slurm job yet)", data.run_id, self.name),
+            });
+        };
+        let handle = &JobHandle { id, ..handle.clone() };
         let cmd = if options.follow {
             RemoteCommand::script(scripts::FOLLOW_LOG, [data.log_file.clone(), handle.id.clone()])
                 .label(format!("log follow of `{}`", data.log_file))
@@ -315,44 +426,62 @@ impl Backend for SlurmBackend {
         Ok(log_stream(lines, self.to_string(), options.rank, scripts::parse_line))
     }
 
+    fn planned_handle(&self, job: &PreparedJob) -> Option<JobHandle> {
+        self.handle_for(&job.identity, None, job.plan.nodes).ok()
+    }
+
     async fn cancel(&self, handle: &JobHandle) -> Result<JobStatus> {
-        let data = self.data(handle)?;
-        let before = self.status(handle).await?;
-        if before.state.is_terminal() {
-            return Ok(before);
-        }
-        let cmd = RemoteCommand::script(scripts::CANCEL, [data.run_dir.clone(), handle.id.clone()])
-            .label(format!("scancel {}", handle.id))
-            .retry_safe()
-            .timeout(self.settings.command_timeout);
-        self.ssh.run(&cmd).await.map_err(|e| self.ssh_error(&format!("cancel slurm job `{}`", handle.id), e))?;
-        // Slurm keeps the job COMPLETING until every process of it is gone.
-        let deadline = tokio::time::Instant::now() + self.settings.cancel_timeout;
-        let status = loop {
-            let status = self.status(handle).await?;
-            if status.state.is_terminal() {
-                break status;
+        let (data, id, _) = self.resolve(handle).await?;
+        let id = match id {
+            Some(id) => id,
+            None => {
+                // No Slurm job yet: stop its submit (under the name's lock), unless it just got one.
+                let dir = self.name_dir(&data.run_id, &data.run_dir)?;
+                let cmd = RemoteCommand::script(scripts::CANCEL_UNSUBMITTED, [dir.to_owned(), data.run_dir.clone()])
+                    .label(format!("the cancel of run `{}` before sbatch", data.run_id))
+                    .timeout(self.settings.command_timeout + Duration::from_secs(claim::LOCK_WAIT_SECONDS.into()));
+                let out = self
+                    .ssh
+                    .run(&cmd)
+                    .await
+                    .map_err(|e| self.ssh_error(&format!("cancel run `{}`", data.run_id), e))?;
+                match scripts::parse_job_line(&out.stdout_text()).filter(|j| is_job_id(j)) {
+                    Some(id) => id,
+                    None => return self.status(handle).await,
+                }
             }
-            if tokio::time::Instant::now() >= deadline {
-                return Err(Error::backend(
-                    self,
-                    format!(
-                        "slurm job `{}` is still {} {:?} after scancel",
-                        handle.id, status.state, self.settings.cancel_timeout
-                    ),
-                ));
-            }
-            tokio::time::sleep(self.settings.poll_interval).await;
         };
+        let before = status::status(self, &id, &data).await?;
+        if !before.state.is_terminal() {
+            let cmd = RemoteCommand::script(scripts::CANCEL, [data.run_dir.clone(), id.clone()])
+                .label(format!("scancel {id}"))
+                .retry_safe()
+                .timeout(self.settings.command_timeout);
+            self.ssh.run(&cmd).await.map_err(|e| self.ssh_error(&format!("cancel slurm job `{id}`"), e))?;
+        }
+        // Confirmed by Slurm: the job is in a final state (it stays COMPLETING until every
+        // process of it has ended on every node) and Slurm lists none of its steps.
+        let deadline = tokio::time::Instant::now() + self.settings.cancel_timeout;
         loop {
-            let left = self.left(&data).await?;
-            if left.is_empty() {
+            let status = status::status(self, &id, &data).await?;
+            let steps = self.steps(&id).await?;
+            if status.state.is_terminal() && steps.is_empty() {
                 return Ok(status);
             }
             if tokio::time::Instant::now() >= deadline {
+                let left = if steps.is_empty() {
+                    "no step is listed".to_owned()
+                } else {
+                    let list: Vec<String> = steps.iter().map(|(s, n)| format!("step {s} on {n}")).collect();
+                    format!("Slurm still lists {}", list.join(", "))
+                };
                 return Err(Error::backend(
                     self,
-                    format!("processes {left:?} of slurm job `{}` are still alive after it left the queue", handle.id),
+                    format!(
+                        "slurm job `{id}` is still {} {:?} after scancel: {left} (processes that ignore SIGTERM are \
+                         killed after Slurm's KillWait; a step that never ends drains its node)",
+                        status.state, self.settings.cancel_timeout
+                    ),
                 ));
             }
             tokio::time::sleep(self.settings.poll_interval).await;

@@ -4,31 +4,81 @@
 //! Every script is a constant run as `sh -c SCRIPT sh ARGS...` (`bash -c` where bash is
 //! needed): values arrive as positional parameters, never as shell text. Every process of a
 //! run carries the marker variable [`MARKER_VAR`](theseus_core::local::process::MARKER_VAR)
-//! (exported before `sbatch`, which passes the environment on to the job); [`LEFT`] finds them
-//! in `/proc` of the machine it runs on.
+//! (exported before `sbatch`, which passes the environment on to the job), but nothing here
+//! looks for processes: the login node cannot see the compute nodes, so whether a job still
+//! runs is what Slurm says (its job state and its steps, [`STEPS`]).
 
 use theseus_core::backend::LogLine;
 
-/// `WORK_DIR SCRIPT RUN_DIR LOG_FILE RUN_ID` (bash), secrets on stdin as NUL-terminated
+/// Slurm states of a job that is not over (`squeue --format=%T`), as one `case` pattern.
+macro_rules! live_states {
+    () => {
+        "PENDING|RUNNING|COMPLETING|CONFIGURING|SUSPENDED|REQUEUED|REQUEUE_HOLD|REQUEUE_FED|RESV_DEL_HOLD|RESIZING|SIGNALING|STAGE_OUT|STOPPED"
+    };
+}
+
+/// `WORK_DIR SCRIPT RUN_DIR LOG_FILE RUN_ID NAME_DIR` (bash), secrets on stdin as NUL-terminated
 /// `NAME=VALUE` records: creates the run and log dirs (Slurm does not create the output
-/// file's dir), exports the secrets and the run's marker, and submits the batch script from
-/// the work dir. Prints `sbatch --parsable` output (`JOBID[;CLUSTER]`).
-pub(crate) const SUBMIT: &str = r#"set -e
-work=$1; script=$2; run_dir=$3; log=$4
+/// file's dir); under the name's lock, and only while the run still owns its name
+/// ([`crate::claim`]), exports the secrets and the run's marker, submits the batch script from
+/// the work dir and records the job id in `RUN_DIR/slurm_job`. Prints `sbatch --parsable`
+/// output (`JOBID[;CLUSTER]`).
+pub(crate) const SUBMIT: &str = concat!(
+    r#"set -e
+work=$1; script=$2; run_dir=$3; log=$4; me=$5; namedir=$6
 mkdir -p -- "$run_dir" "$(dirname -- "$log")"
+"#,
+    crate::claim::start_check!(),
+    r#"
 while IFS= read -r -d '' kv; do export "$kv"; done
 export THESEUS_LOCAL_RUN="$5"
 cd -- "$work"
-exec sbatch --parsable "$script"
-"#;
+out=$(sbatch --parsable "$script" 9>&-)
+last=${out##*$'\n'}
+printf '%s\n' "${last%%;*}" > "$run_dir/slurm_job"
+printf '%s\n' "$out"
+"#
+);
 
-/// `RUN_DIR`: what the run left in its status dir: `exists=0|1`, `cancelled=1`, then for each
-/// rank's metadata file (`metadata.json`, `metadata.rank-N.json`) a `--- FILE` line and its
-/// content.
+/// `NAME_DIR RUN_ID STALE_SECONDS`: the claim of the job's name ([`crate::claim`]); a run is
+/// live while Slurm lists its job in a state that is not over, or while it is claimed, not yet
+/// submitted, not cancelled and its claim is fresh.
+pub(crate) const CLAIM: &str = concat!(
+    r#"
+live() {
+  d="$dir/$1"
+  [ -d "$d" ] || return 1
+  if [ -s "$d/slurm_job" ]; then
+    j=$(cat -- "$d/slurm_job")
+    if ! out=$(squeue --noheader --states=all --format=%T --jobs "$j" 2>&1); then
+      case "$out" in *"Invalid job id"*) return 1 ;; esac
+      echo "squeue failed: $out" >&2
+      exit 5
+    fi
+    case "$out" in
+      ""|"#,
+    live_states!(),
+    r#") return 0 ;;
+      *) return 1 ;;
+    esac
+  fi
+  [ -e "$d/cancelled" ] && return 1
+  fresh "$d"
+}
+"#,
+    crate::claim::claim_body!()
+);
+
+/// `RUN_DIR`: what the run left in its status dir: `exists=0|1`, `cancelled=1`, `job=ID` (once
+/// submitted), `claimed_age=SECONDS`, then for each rank's metadata file (`metadata.json`,
+/// `metadata.rank-N.json`) a `--- FILE` line and its content.
 pub(crate) const RUN_STATE: &str = r#"run_dir=$1
 if [ ! -d "$run_dir" ]; then echo "exists=0"; exit 0; fi
 echo "exists=1"
 [ -e "$run_dir/cancelled" ] && echo "cancelled=1"
+[ -s "$run_dir/slurm_job" ] && echo "job=$(cat -- "$run_dir/slurm_job")"
+t=$(cat -- "$run_dir/claimed" 2>/dev/null || true)
+case $t in ''|*[!0-9]*) ;; *) echo "claimed_age=$(( $(date +%s) - t ))" ;; esac
 for f in "$run_dir"/metadata.json "$run_dir"/metadata.rank-*.json; do
   [ -r "$f" ] || continue
   echo "--- ${f##*/}"
@@ -44,15 +94,29 @@ pub(crate) const CANCEL: &str = r#"set -e
 exec scancel "$2"
 "#;
 
-/// `RUN_ID`: prints `left=<pids>`, the live processes carrying the run's marker.
-pub(crate) const LEFT: &str = r#"pids=""
-for f in $(grep -lzxF -- "THESEUS_LOCAL_RUN=$1" /proc/[0-9]*/environ 2>/dev/null); do
-  p=${f#/proc/}; p=${p%/environ}
-  [ "$p" = "$$" ] && continue
-  s=$(sed -n 's/.*) \(.\).*/\1/p' "/proc/$p/stat" 2>/dev/null)
-  [ -n "$s" ] && [ "$s" != Z ] && pids="$pids $p"
-done
-echo "left=$pids"
+/// `NAME_DIR RUN_DIR`: cancels a run that has no Slurm job yet, under the name's lock so that
+/// its submit cannot pass `sbatch` meanwhile: prints `job=ID` when it was submitted after all
+/// (then it must be `scancel`ed), else marks it cancelled (its submit then never starts it) and
+/// prints `cancelled=1`.
+pub(crate) const CANCEL_UNSUBMITTED: &str = r#"namedir=$1; run_dir=$2
+[ -d "$run_dir" ] || { echo "run dir $run_dir not found" >&2; exit 4; }
+exec 9>>"$namedir/.lock"
+flock -w 120 9 || { echo "waited 120 s for the lock $namedir/.lock" >&2; exit 5; }
+if [ -s "$run_dir/slurm_job" ]; then echo "job=$(cat -- "$run_dir/slurm_job")"; exit 0; fi
+date -u +%Y-%m-%dT%H:%M:%SZ > "$run_dir/cancelled"
+echo "cancelled=1"
+"#;
+
+/// `JOB_ID`: the steps Slurm still lists for the job, `STEP NODES` per line (nothing once the
+/// job and all its processes are gone, on every node). Slurm keeps a step until slurmstepd
+/// reports all its processes ended, and the job `COMPLETING` until every step did.
+pub(crate) const STEPS: &str = r#"out=$(squeue --steps --noheader --format='%i %N' --jobs "$1" 2>&1) && rc=0 || rc=$?
+if [ "$rc" -ne 0 ]; then
+  case "$out" in *"Invalid job id"*) exit 0 ;; esac
+  echo "squeue --steps failed: $out" >&2
+  exit "$rc"
+fi
+printf '%s\n' "$out"
 "#;
 
 /// `LOG_FILE`: the log so far (nothing when it does not exist yet).
@@ -64,14 +128,17 @@ exec cat -- "$1"
 /// reports the job finished (a final state, or the job is no longer known). The end is decided
 /// *before* each read, so everything written before the job ended is sent; Slurm leaves the
 /// `COMPLETING` state only once every step's output is written.
-pub(crate) const FOLLOW_LOG: &str = r#"log=$1; job=$2; off=0; k=0
+pub(crate) const FOLLOW_LOG: &str = concat!(
+    r#"log=$1; job=$2; off=0; k=0
 finished() {
   out=$(squeue --noheader --states=all --format=%T --jobs "$job" 2>&1) && rc=0 || rc=$?
   if [ "$rc" -ne 0 ]; then
     case "$out" in *"Invalid job id"*) return 0 ;; *) return 1 ;; esac
   fi
   case "$out" in
-    ""|PENDING|RUNNING|COMPLETING|CONFIGURING|SUSPENDED|REQUEUED|REQUEUE_HOLD|REQUEUE_FED|RESV_DEL_HOLD|RESIZING|SIGNALING|STAGE_OUT|STOPPED) return 1 ;;
+    ""|"#,
+    live_states!(),
+    r#") return 1 ;;
     *) return 0 ;;
   esac
 }
@@ -87,7 +154,8 @@ while :; do
   [ "$over" = 1 ] && exit 0
   sleep 0.2
 done
-"#;
+"#,
+);
 
 /// One rank's `metadata.json`, as the bootstrap last wrote it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -103,6 +171,10 @@ pub(crate) struct RankRecord {
 pub(crate) struct RunState {
     pub(crate) exists: bool,
     pub(crate) cancelled: bool,
+    /// The Slurm job id, once submitted.
+    pub(crate) job: Option<String>,
+    /// Seconds since the run claimed its name, when it did.
+    pub(crate) claimed_age: Option<u64>,
     /// Ranks that wrote metadata, by rank.
     pub(crate) ranks: Vec<RankRecord>,
 }
@@ -134,9 +206,11 @@ pub(crate) fn parse_run_state(text: &str) -> RunState {
     let mut blocks = text.split("\n--- ");
     let head = blocks.next().unwrap_or("");
     for line in head.lines() {
-        match line.trim() {
-            "exists=1" => r.exists = true,
-            "cancelled=1" => r.cancelled = true,
+        match line.trim().split_once('=') {
+            Some(("exists", "1")) => r.exists = true,
+            Some(("cancelled", "1")) => r.cancelled = true,
+            Some(("job", id)) if !id.is_empty() => r.job = Some(id.to_owned()),
+            Some(("claimed_age", age)) => r.claimed_age = age.parse().ok(),
             _ => {}
         }
     }
@@ -154,12 +228,20 @@ pub(crate) fn parse_run_state(text: &str) -> RunState {
     r
 }
 
-/// Parses the `left=` line of [`LEFT`] into PIDs.
-pub(crate) fn parse_left(text: &str) -> Vec<u32> {
+/// A step [`STEPS`] listed: `(step id, nodes)`.
+pub(crate) fn parse_steps(text: &str) -> Vec<(String, String)> {
     text.lines()
-        .find_map(|l| l.strip_prefix("left="))
-        .map(|pids| pids.split_whitespace().filter_map(|p| p.parse().ok()).collect())
-        .unwrap_or_default()
+        .filter_map(|l| {
+            let mut words = l.split_whitespace();
+            let step = words.next()?;
+            Some((step.to_owned(), words.next().unwrap_or("").to_owned()))
+        })
+        .collect()
+}
+
+/// The `job=` line of [`CANCEL_UNSUBMITTED`].
+pub(crate) fn parse_job_line(text: &str) -> Option<String> {
+    text.lines().find_map(|l| l.trim().strip_prefix("job=")).filter(|v| !v.is_empty()).map(str::to_owned)
 }
 
 /// Splits `srun --label`'s `<rank>: ` prefix (space-padded for wide jobs) off a line.
@@ -193,7 +275,9 @@ mod tests {
             ("submit", SUBMIT, "bash"),
             ("run state", RUN_STATE, "sh"),
             ("cancel", CANCEL, "sh"),
-            ("left", LEFT, "sh"),
+            ("claim", CLAIM, "sh"),
+            ("cancel unsubmitted", CANCEL_UNSUBMITTED, "sh"),
+            ("steps", STEPS, "sh"),
             ("cat", CAT_LOG, "sh"),
             ("follow", FOLLOW_LOG, "sh"),
         ] {
@@ -237,8 +321,15 @@ mod tests {
     }
 
     #[test]
-    fn left_pids() {
-        assert_eq!(parse_left("left=\n"), Vec::<u32>::new());
-        assert_eq!(parse_left("left= 12 13\n"), [12, 13]);
+    fn steps_and_job_lines() {
+        assert_eq!(
+            parse_steps("4.0 node[1-2]\n4.batch node1\n\n"),
+            [("4.0".to_owned(), "node[1-2]".to_owned()), ("4.batch".to_owned(), "node1".to_owned())]
+        );
+        assert!(parse_steps("\n").is_empty());
+        assert_eq!(parse_job_line("job=12\n").as_deref(), Some("12"));
+        assert_eq!(parse_job_line("cancelled=1\n"), None);
+        let r = parse_run_state("exists=1\njob=12\nclaimed_age=7\n");
+        assert_eq!((r.job.as_deref(), r.claimed_age), (Some("12"), Some(7)));
     }
 }

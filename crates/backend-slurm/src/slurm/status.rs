@@ -70,7 +70,7 @@ async fn from_sacct(backend: &SlurmBackend, job_id: &str) -> Result<Option<Slurm
     sacct::parse(&out.stdout_text(), job_id).map_err(|e| parse_error(backend, e))
 }
 
-async fn run_state(backend: &SlurmBackend, data: &SlurmHandleData) -> Result<RunState> {
+pub(super) async fn run_state(backend: &SlurmBackend, data: &SlurmHandleData) -> Result<RunState> {
     let cmd = RemoteCommand::script(scripts::RUN_STATE, [data.run_dir.clone()])
         .retry_safe()
         .timeout(backend.settings.command_timeout);
@@ -119,6 +119,24 @@ pub(super) async fn status(backend: &SlurmBackend, job_id: &str, data: &SlurmHan
         })
         .collect();
     Ok(status)
+}
+
+/// The status of a run that has no Slurm job yet: cancelled, still being submitted (a fresh
+/// claim), or never submitted (its submit stopped `stale_after` seconds or more ago).
+pub(super) fn unsubmitted(run: &RunState, stale_after: u64, nodes: u32) -> JobStatus {
+    let (state, message) = match run.claimed_age {
+        _ if run.cancelled => (JobState::Cancelled, "cancelled before it was submitted to Slurm".to_owned()),
+        Some(age) if age < stale_after => {
+            (JobState::Submitting, format!("being submitted: its code is being shipped (claimed {age} s ago)"))
+        }
+        Some(age) => (
+            JobState::Failed,
+            format!("never submitted to Slurm: its submit stopped {age} s ago before sbatch (was the client killed?)"),
+        ),
+        None => (JobState::Unknown, "the run dir has no Slurm job id and no claim".to_owned()),
+    };
+    let ranks = (0..nodes.max(1)).map(|i| RankStatus { rank: i, state, exit_code: None, location: None }).collect();
+    JobStatus { state, exit_code: None, message: Some(message), ranks }
 }
 
 /// Per-node ranks: rank `i` runs on the `i`-th node of the allocation (one task per node);
@@ -181,7 +199,7 @@ mod tests {
         let ranks = status
             .map(|s| vec![scripts::RankRecord { rank: 0, status: s.to_owned(), exit_code: code }])
             .unwrap_or_default();
-        RunState { exists: true, cancelled, ranks }
+        RunState { exists: true, cancelled, ranks, ..RunState::default() }
     }
 
     #[test]
@@ -196,6 +214,17 @@ mod tests {
         assert_eq!(s(run(Some("preempted"), Some(143), true)), (JobState::Cancelled, Some(143)));
         assert_eq!(s(run(Some("running"), None, false)), (JobState::Unknown, None));
         assert_eq!(s(run(None, None, false)), (JobState::Unknown, None));
+    }
+
+    #[test]
+    fn runs_without_a_slurm_job() {
+        let s = |cancelled, claimed_age| {
+            unsubmitted(&RunState { exists: true, cancelled, claimed_age, ..RunState::default() }, 600, 1).state
+        };
+        assert_eq!(s(false, Some(5)), JobState::Submitting);
+        assert_eq!(s(false, Some(601)), JobState::Failed);
+        assert_eq!(s(true, Some(5)), JobState::Cancelled);
+        assert_eq!(s(false, None), JobState::Unknown);
     }
 
     #[test]

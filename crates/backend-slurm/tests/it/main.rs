@@ -3,7 +3,9 @@
 //! the parsers against recorded Slurm output ([`recorded`]).
 
 mod plain;
+mod plain_lifecycle;
 mod recorded;
 mod slurm;
+mod slurm_lifecycle;
 mod support;
 mod transport;

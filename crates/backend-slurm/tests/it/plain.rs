@@ -31,7 +31,7 @@ impl ProcessProbe for LocalProcProbe {
     }
 }
 
-fn plan() -> Plan {
+pub(crate) fn plan() -> Plan {
     Plan {
         host: "lab".into(),
         kind: HostKind::Plain,
@@ -49,13 +49,13 @@ fn plan() -> Plan {
     }
 }
 
-struct Setup {
-    backend: Arc<PlainBackend>,
-    ssh: Arc<SshHost>,
-    root: std::path::PathBuf,
+pub(crate) struct Setup {
+    pub(crate) backend: Arc<PlainBackend>,
+    pub(crate) ssh: Arc<SshHost>,
+    pub(crate) root: std::path::PathBuf,
 }
 
-fn setup(lab: &Lab, name: &str, settings: Settings) -> Setup {
+pub(crate) fn setup(lab: &Lab, name: &str, settings: Settings) -> Setup {
     let root = lab.scratch(name);
     let cluster = ClusterConfig {
         root: root.join("root").display().to_string(),
@@ -68,11 +68,11 @@ fn setup(lab: &Lab, name: &str, settings: Settings) -> Setup {
     Setup { backend, ssh, root }
 }
 
-fn quick() -> Settings {
+pub(crate) fn quick() -> Settings {
     Settings { cancel_grace: Duration::from_secs(3), ..Settings::default() }
 }
 
-fn harness(s: &Setup) -> Harness {
+pub(crate) fn harness(s: &Setup) -> Harness {
     Harness {
         backend: s.backend.clone(),
         plan: plan(),
@@ -268,7 +268,7 @@ fn partials(dir: &Path) -> Vec<String> {
     found
 }
 
-fn error_chain(err: &dyn std::error::Error) -> String {
+pub(crate) fn error_chain(err: &dyn std::error::Error) -> String {
     let mut text = err.to_string();
     let mut source = err.source();
     while let Some(e) = source {
