@@ -25,15 +25,18 @@ pub fn parse(text: &str) -> Result<Duration, String> {
     if text.starts_with('-') {
         return Err("a duration cannot be negative".into());
     }
+    if number.is_empty() {
+        return Err(FORMS.into());
+    }
     let seconds_per_unit: f64 = match unit.trim() {
         "" | "s" => 1.0,
         "m" => 60.0,
         "h" => 3600.0,
         "d" => 86_400.0,
-        _ => return Err(FORMS.into()),
+        other => return Err(format!("unknown unit {other:?}; {FORMS}")),
     };
     // Only digits with at most one `.` reach the float parser: no `inf`, `nan`, `1e30` or signs.
-    if number.is_empty() || number == "." || number.matches('.').count() > 1 {
+    if number == "." || number.matches('.').count() > 1 {
         return Err(FORMS.into());
     }
     let value: f64 = number.parse().map_err(|_| FORMS.to_owned())?;

@@ -36,11 +36,11 @@ fn a_project_or_group_that_leaves_the_work_dir_is_refused() {
     assert!(!ctx.home().join(".local/share/theseus").exists(), "nothing was written");
 
     for args in [
-        ["submit", "-rf", "examples/hello/experiment.yaml", "-g", "y"],
-        ["submit", "t", "examples/hello/experiment.yaml", "-g", "a b"],
-        ["submit", "..", "examples/hello/experiment.yaml", "-g", "y"],
+        &["submit", "-g", "y", "--", "-rf", "examples/hello/experiment.yaml"][..],
+        &["submit", "t", "examples/hello/experiment.yaml", "-g", "a b"][..],
+        &["submit", "..", "examples/hello/experiment.yaml", "-g", "y"][..],
     ] {
-        let out = ctx.run(&args);
+        let out = ctx.run(args);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {}", text(&out.stderr));
         assert!(text(&out.stderr).contains("names may use letters, digits"), "{args:?}: {}", text(&out.stderr));
     }
@@ -81,7 +81,7 @@ fn a_local_cpu_request_beyond_the_machine_is_refused_unless_oversubscribed() {
 fn durations_that_cannot_be_are_clear_errors() {
     let ctx = TestContext::new();
     for bad in ["inf", "NaN", "-1", "1e30"] {
-        let out = ctx.run(&["plan", "p", "examples/hello/experiment.yaml", "--probe-timeout", bad]);
+        let out = ctx.run(&["plan", "p", "examples/hello/experiment.yaml", &format!("--probe-timeout={bad}")]);
         let stderr = text(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "--probe-timeout {bad}: {stderr}");
         assert!(!stderr.contains("panicked"), "{stderr}");
