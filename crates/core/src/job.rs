@@ -83,8 +83,9 @@ impl Experiment {
     /// Strict: unknown keys, a missing or empty `entrypoint`, unknown chips, negative counts,
     /// invalid env names, `secret_env` names that are not keys of `env` and unknown
     /// `distributed` values are errors. `request.chip` is canonicalized (`H100` → `h100`).
+    /// Only a regular file of at most [`crate::files::CONFIG_LIMIT`] bytes is read.
     pub fn load(path: &Path) -> Result<Experiment> {
-        let text = std::fs::read_to_string(path).map_err(|e| Error::io("read", path, e))?;
+        let text = crate::files::read_bounded(path, crate::files::CONFIG_LIMIT, "experiment file")?;
         Experiment::from_yaml(&text, &path.display().to_string())
     }
 

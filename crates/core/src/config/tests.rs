@@ -684,3 +684,40 @@ fn tilde_expansion_and_display() {
     );
     assert_eq!(display_path(Path::new("/home/me/x"), None), "/home/me/x");
 }
+
+
+#[test]
+fn a_broken_file_shows_where_not_what() {
+    Jail::expect_with(|jail| {
+        let setup = Setup::new(jail, Some("clusters:\n  c: {root: /r, work: /w, wandb: SECRETTOKEN123, x: [}\n"), None);
+        let error = setup.error();
+        assert!(error.starts_with("~/.theseus.yaml: invalid YAML: line 2 column "), "{error}");
+        assert!(!error.contains("SECRETTOKEN123"), "{error}");
+        Ok(())
+    });
+    assert_eq!(
+        load::redact_quoted("invalid type: string \"hunter22\", expected ',' or '}' near `tok`"),
+        "invalid type: string \"…\", expected ',' or '}' near \"…\""
+    );
+    assert_eq!(load::yaml_message("error: line 4 column 36: bad\n --> <input>:4:36\n4 | token: x"), "line 4 column 36: bad");
+}
+
+#[test]
+fn dispatch_config_files_must_be_small_regular_files() {
+    Jail::expect_with(|jail| {
+        let mut setup = Setup::new(jail, None, None);
+        let fifo = setup.root.join("fifo.yaml");
+        rustix::fs::mknodat(rustix::fs::CWD, &fifo, rustix::fs::FileType::Fifo, rustix::fs::Mode::from_raw_mode(0o600), 0)
+            .unwrap();
+        setup.sources.explicit_file = Some(fifo);
+        let error = setup.error();
+        assert!(error.contains("fifo.yaml: not a regular file (a FIFO)"), "{error}");
+
+        let big = setup.root.join("big.yaml");
+        std::fs::write(&big, vec![b'#'; (crate::files::CONFIG_LIMIT + 1) as usize]).unwrap();
+        setup.sources.explicit_file = Some(big);
+        let error = setup.error();
+        assert!(error.contains("big.yaml: larger than the limit of 4 MiB"), "{error}");
+        Ok(())
+    });
+}
