@@ -721,3 +721,24 @@ fn dispatch_config_files_must_be_small_regular_files() {
         Ok(())
     });
 }
+
+#[test]
+fn cluster_paths_are_absolute_and_normalised() {
+    Jail::expect_with(|jail| {
+        for (cluster, want) in [
+            ("{root: '', work: /w}", "~/.theseus.yaml: clusters.c.root: \"\": empty path"),
+            ("{root: /r, work: relative/dir}", "~/.theseus.yaml: clusters.c.work: \"relative/dir\": not an absolute path"),
+            ("{root: /r, work: /w, status: /r/../etc}", "~/.theseus.yaml: clusters.c.status: \"/r/../etc\": not normalised"),
+            ("{root: /r, work: /w, uv_dir: ./uv}", "~/.theseus.yaml: clusters.c.uv_dir: \"./uv\": not an absolute path"),
+        ] {
+            let setup = Setup::new(jail, Some(&format!("clusters:\n  c: {cluster}\n")), None);
+            let error = setup.error();
+            assert!(error.starts_with(want), "{cluster}: {error}");
+        }
+        let setup = Setup::new(jail, None, None).set("clusters.local.work", "w");
+        assert!(setup.error().starts_with("--set: clusters.local.work: \"w\": not an absolute path"), "{}", setup.error());
+        let setup = Setup::new(jail, Some("clusters:\n  c: {root: ~/r, work: /w/x/, log: ~}\n"), None);
+        setup.load();
+        Ok(())
+    });
+}

@@ -209,6 +209,7 @@ pub(crate) fn check_layer(
                 for (name, cluster) in as_map(value, key)? {
                     let path = format!("clusters.{name}");
                     let mut cluster = as_map(cluster, &path)?.clone();
+                    check_cluster_paths(&cluster, &path)?;
                     for required in ["root", "work"] {
                         cluster
                             .entry(required)
@@ -251,6 +252,21 @@ pub(crate) fn check_layer(
                 }
             }
             _ => return Err(unknown_key(key, key, TOP_KEYS)),
+        }
+    }
+    Ok(())
+}
+
+/// Keys of a cluster that are paths on the cluster's machines.
+pub(crate) const CLUSTER_PATH_KEYS: &[&str] =
+    &["root", "work", "log", "data", "checkpoints", "results", "status", "share", "cache_dir", "uv_dir"];
+
+/// Checks the path keys a layer sets on one cluster: absolute (or `~/…`) and normalised.
+fn check_cluster_paths(cluster: &Map<String, Value>, path: &str) -> Result<(), KeyError> {
+    for key in CLUSTER_PATH_KEYS {
+        if let Some(Value::String(value)) = cluster.get(*key) {
+            crate::paths::check_cluster_path(value)
+                .map_err(|m| KeyError::new(format!("{path}.{key}"), format!("{value:?}: {m}")))?;
         }
     }
     Ok(())
