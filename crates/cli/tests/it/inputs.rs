@@ -212,3 +212,30 @@ fn cluster_paths_must_be_absolute_and_normalised() {
         assert!(stderr.contains(&format!("~/.theseus.yaml: {key}: ")), "{cluster}: {stderr}");
     }
 }
+
+#[test]
+fn invalid_kubernetes_names_and_ssh_destinations_fail_config_check() {
+    let ctx = TestContext::new();
+    let volcano = "clusters:\n  c: {root: /r, work: /w}\nhosts:\n  k:\n    type: volcano\n    cluster: c\n    image: img\n    pvc_name: p\n";
+    for (extra, key) in [
+        ("    queue: a b\n", "hosts.k.queue"),
+        ("    queue: Team\n", "hosts.k.queue"),
+        ("    priority_class: 'high prio'\n", "hosts.k.priority_class"),
+        ("    node_selector: {'bad key': x}\n", "hosts.k.node_selector"),
+        ("    labels: {team: 'a b'}\n", "hosts.k.labels.team"),
+    ] {
+        std::fs::write(ctx.home().join(".theseus.yaml"), format!("{volcano}{extra}")).unwrap();
+        let out = ctx.run(&["config", "check"]);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{extra}: {stderr}");
+        assert!(stderr.contains(&format!("~/.theseus.yaml: {key}")), "{extra}: {stderr}");
+    }
+    for kind in ["plain", "slurm"] {
+        let config = format!("clusters:\n  c: {{root: /r, work: /w}}\nhosts:\n  h: {{type: {kind}, ssh: '-oProxyCommand=touch /tmp/x', cluster: c}}\n");
+        std::fs::write(ctx.home().join(".theseus.yaml"), config).unwrap();
+        let out = ctx.run(&["config", "check"]);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{kind}: {stderr}");
+        assert!(stderr.contains("~/.theseus.yaml: hosts.h.ssh: ") && stderr.contains("starts with `-`"), "{kind}: {stderr}");
+    }
+}

@@ -742,3 +742,22 @@ fn cluster_paths_are_absolute_and_normalised() {
         Ok(())
     });
 }
+
+#[test]
+fn ssh_destinations_cannot_be_options() {
+    Jail::expect_with(|jail| {
+        for (ssh, want) in [
+            ("'-oProxyCommand=touch /tmp/x'", "starts with `-`"),
+            ("'a b'", "whitespace"),
+            ("''", "empty ssh destination"),
+        ] {
+            for kind in ["plain", "slurm"] {
+                let config = format!("clusters:\n  c: {{root: /r, work: /w}}\nhosts:\n  h: {{type: {kind}, ssh: {ssh}, cluster: c}}\n");
+                let error = Setup::new(jail, Some(&config), None).error();
+                assert!(error.starts_with("~/.theseus.yaml: hosts.h.ssh: ") && error.contains(want), "{kind} {ssh}: {error}");
+            }
+        }
+        Setup::new(jail, Some("clusters:\n  c: {root: /r, work: /w}\nhosts:\n  h: {ssh: 'u@box-1.lab:2222', cluster: c}\n"), None).load();
+        Ok(())
+    });
+}

@@ -85,6 +85,9 @@ pub fn validate(config: &mut DispatchConfig, provenance: &[Provenance]) -> Resul
                 ));
             }
         }
+        if let HostConfig::Plain(PlainHost { ssh, .. }) | HostConfig::Slurm(SlurmHost { ssh, .. }) = host {
+            check_ssh_destination(ssh).map_err(|m| fail(&format!("{prefix}.ssh"), m))?;
+        }
         match host {
             HostConfig::Plain(PlainHost { chips, .. })
             | HostConfig::Volcano(VolcanoHost { chips, .. })
@@ -134,9 +137,27 @@ pub fn validate(config: &mut DispatchConfig, provenance: &[Provenance]) -> Resul
     Ok(())
 }
 
+/// Checks an `ssh:` destination (an `~/.ssh/config` alias or `[user@]host[:port]`): not empty,
+/// no whitespace or control characters, and not starting with `-`, which ssh would read as an
+/// option (`-oProxyCommand=...` runs a command).
+pub fn check_ssh_destination(destination: &str) -> std::result::Result<(), String> {
+    if destination.trim().is_empty() {
+        return Err("empty ssh destination; give an ~/.ssh/config alias or user@host".into());
+    }
+    if destination.starts_with('-') {
+        return Err(format!(
+            "{destination:?} starts with `-`, which ssh would read as an option; give an ~/.ssh/config alias or user@host"
+        ));
+    }
+    if destination.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(format!("{destination:?} contains whitespace or a control character; give an ~/.ssh/config alias or user@host"));
+    }
+    Ok(())
+}
+
 /// The source of the value at `path`: the entry for `path` itself, for a key under it, or for
 /// the closest enclosing key.
-pub(crate) fn source_of(provenance: &[Provenance], path: &str) -> String {
+pub fn source_of(provenance: &[Provenance], path: &str) -> String {
     let under = format!("{path}.");
     if let Some(p) = provenance
         .iter()
