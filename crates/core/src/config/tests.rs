@@ -761,3 +761,14 @@ fn ssh_destinations_cannot_be_options() {
         Ok(())
     });
 }
+
+#[test]
+fn counts_are_bounded() {
+    Jail::expect_with(|jail| {
+        let error = Setup::new(jail, Some("hosts:\n  local: {type: local, processes: 4294967295}\n"), None).error();
+        assert_eq!(error, "~/.theseus.yaml: hosts.local.processes: invalid count 4294967295: at most 65536");
+        let error = Setup::new(jail, Some("hosts:\n  local: {type: local, chips: {h100: 100000}}\n"), None).error();
+        assert_eq!(error, "~/.theseus.yaml: hosts.local.chips.h100: invalid count 100000: at most 65536");
+        Ok(())
+    });
+}

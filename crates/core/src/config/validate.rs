@@ -16,6 +16,7 @@ use super::{
     SlurmHost, VolcanoHost,
 };
 use crate::chips;
+use crate::solver::MAX_COUNT;
 use crate::{Error, Result};
 
 /// Top-level keys of a config file.
@@ -83,6 +84,21 @@ pub fn validate(config: &mut DispatchConfig, provenance: &[Provenance]) -> Resul
                     &format!("{prefix}.env.{key}"),
                     format!("invalid environment variable name {key:?}"),
                 ));
+            }
+        }
+        let counts: Vec<(&str, Option<u32>)> = match &*host {
+            HostConfig::Local(h) => vec![("processes", h.processes)],
+            HostConfig::Slurm(h) => vec![("gpus_per_node", h.gpus_per_node)],
+            HostConfig::Volcano(h) => vec![
+                ("gpus_per_node", Some(h.gpus_per_node)),
+                ("num_nodes", Some(h.num_nodes)),
+                ("rdma_per_node", Some(h.rdma_per_node)),
+            ],
+            HostConfig::Plain(_) => vec![],
+        };
+        for (key, count) in counts {
+            if let Some(n) = count.filter(|n| *n > MAX_COUNT) {
+                return Err(fail(&format!("{prefix}.{key}"), format!("invalid count {n}: at most {MAX_COUNT}")));
             }
         }
         if let HostConfig::Plain(PlainHost { ssh, .. }) | HostConfig::Slurm(SlurmHost { ssh, .. }) = host {
@@ -350,9 +366,9 @@ fn check_chip_counts(value: &Value, path: &str) -> Result<(), KeyError> {
         let key = format!("{path}.{chip}");
         chips::parse(chip).map_err(|e| KeyError::new(&key, e.to_string()))?;
         match count {
-            Value::Number(n) if n.as_u64().is_some_and(|c| c <= u64::from(u32::MAX)) => {}
+            Value::Number(n) if n.as_u64().is_some_and(|c| c <= u64::from(MAX_COUNT)) => {}
             Value::Number(n) if n.as_u64().is_some() => {
-                return Err(KeyError::new(key, format!("invalid count {n}: too large")));
+                return Err(KeyError::new(key, format!("invalid count {n}: at most {MAX_COUNT}")));
             }
             Value::Number(n) if n.as_i64().is_some_and(|c| c < 0) => {
                 return Err(KeyError::new(
