@@ -59,7 +59,12 @@ fn init_tracing(global: &args::GlobalArgs) {
 fn quiet_on_closed_stdout() {
     let default = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
-        let message = info.payload_as_str().unwrap_or_default();
+        let payload = info.payload();
+        let message = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or_default();
         if message.starts_with("failed printing to stdout") && message.contains("Broken pipe") {
             std::process::exit(0);
         }

@@ -81,9 +81,9 @@ fn kind(file_type: &std::fs::FileType) -> &'static str {
 
 /// `4 MiB` style sizes for limits.
 fn human(bytes: u64) -> String {
-    if bytes % (1 << 20) == 0 {
+    if bytes.is_multiple_of(1 << 20) {
         format!("{} MiB", bytes >> 20)
-    } else if bytes % (1 << 10) == 0 {
+    } else if bytes.is_multiple_of(1 << 10) {
         format!("{} KiB", bytes >> 10)
     } else {
         format!("{bytes} bytes")
