@@ -39,26 +39,24 @@ pub fn read_bounded(path: &Path, limit: u64, what: &str) -> Result<String> {
             kind(&meta.file_type())
         )));
     }
-    let too_big = || {
-        Error::InvalidConfig(format!(
-            "{what} {}: larger than the limit of {}",
-            path.display(),
-            human(limit)
-        ))
-    };
+    let too_big =
+        || Error::InvalidConfig(format!("{what} {}: larger than the limit of {}", path.display(), human(limit)));
     if meta.len() > limit {
         return Err(too_big());
     }
     let mut bytes = Vec::with_capacity(meta.len() as usize);
-    file.take(limit + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| Error::io("read", path, e))?;
+    file.take(limit + 1).read_to_end(&mut bytes).map_err(|e| Error::io("read", path, e))?;
     // The file may have grown since `fstat`.
     if bytes.len() as u64 > limit {
         return Err(too_big());
     }
-    String::from_utf8(bytes)
-        .map_err(|e| Error::InvalidConfig(format!("{what} {}: not UTF-8 text (at byte {})", path.display(), e.utf8_error().valid_up_to())))
+    String::from_utf8(bytes).map_err(|e| {
+        Error::InvalidConfig(format!(
+            "{what} {}: not UTF-8 text (at byte {})",
+            path.display(),
+            e.utf8_error().valid_up_to()
+        ))
+    })
 }
 
 /// A file type for messages.
@@ -105,12 +103,21 @@ mod tests {
     #[test]
     fn refuses_devices_fifos_dirs_and_large_files() {
         let err = read_bounded(Path::new("/dev/zero"), CONFIG_LIMIT, "experiment file").unwrap_err().to_string();
-        assert!(err.contains("/dev/zero") && err.contains("not a regular file") && err.contains("character device"), "{err}");
+        assert!(
+            err.contains("/dev/zero") && err.contains("not a regular file") && err.contains("character device"),
+            "{err}"
+        );
 
         let dir = tempfile::tempdir().unwrap();
         let fifo = dir.path().join("fifo");
-        rustix::fs::mknodat(rustix::fs::CWD, &fifo, rustix::fs::FileType::Fifo, rustix::fs::Mode::from_raw_mode(0o600), 0)
-            .unwrap();
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &fifo,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
         // Nobody writes to it: a blocking open would hang this test.
         let err = read_bounded(&fifo, CONFIG_LIMIT, "dispatch config file").unwrap_err().to_string();
         assert!(err.contains("a FIFO"), "{err}");

@@ -100,8 +100,9 @@ mod tests {
         assert_eq!(check_under("/w/", "/w//p/./g"), Ok(()));
         assert_eq!(check_under("/w", "/w"), Ok(()));
         assert_eq!(check_under("/", "/anything"), Ok(()));
-        let err = check_under("/home/u/.local/share/theseus/work", "/home/u/.local/share/theseus/work/../../../../tmp/x")
-            .unwrap_err();
+        let err =
+            check_under("/home/u/.local/share/theseus/work", "/home/u/.local/share/theseus/work/../../../../tmp/x")
+                .unwrap_err();
         assert!(err.contains("`..`") && err.contains("/tmp/x"), "{err}");
         assert!(check_under("/w", "/w2/x").unwrap_err().contains("leaves the root"));
         assert!(check_under("/w/a", "/w").unwrap_err().contains("leaves the root"));

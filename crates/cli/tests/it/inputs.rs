@@ -6,7 +6,7 @@ use std::io::Write as _;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::{text, TestContext};
+use crate::{TestContext, text};
 
 /// Runs `cmd`, killing it when it has not ended within `limit` (a hang is a failure, not a
 /// stuck test run).
@@ -58,7 +58,8 @@ fn a_local_cpu_request_beyond_the_machine_is_refused_unless_oversubscribed() {
     assert!(stderr.contains(&format!("this machine has {cpus} CPU")), "{stderr}");
     assert!(stderr.contains("--oversubscribe"), "the opt-in is named: {stderr}");
 
-    let out = ctx.run(&["plan", "p", "examples/hello/experiment.yaml", "--chip", "cpu", "-n", &many, "--oversubscribe"]);
+    let out =
+        ctx.run(&["plan", "p", "examples/hello/experiment.yaml", "--chip", "cpu", "-n", &many, "--oversubscribe"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(text(&out.stdout).contains(&format!("runs {many} processes here")), "{}", text(&out.stdout));
 
@@ -231,11 +232,16 @@ fn invalid_kubernetes_names_and_ssh_destinations_fail_config_check() {
         assert!(stderr.contains(&format!("~/.theseus.yaml: {key}")), "{extra}: {stderr}");
     }
     for kind in ["plain", "slurm"] {
-        let config = format!("clusters:\n  c: {{root: /r, work: /w}}\nhosts:\n  h: {{type: {kind}, ssh: '-oProxyCommand=touch /tmp/x', cluster: c}}\n");
+        let config = format!(
+            "clusters:\n  c: {{root: /r, work: /w}}\nhosts:\n  h: {{type: {kind}, ssh: '-oProxyCommand=touch /tmp/x', cluster: c}}\n"
+        );
         std::fs::write(ctx.home().join(".theseus.yaml"), config).unwrap();
         let out = ctx.run(&["config", "check"]);
         let stderr = text(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{kind}: {stderr}");
-        assert!(stderr.contains("~/.theseus.yaml: hosts.h.ssh: ") && stderr.contains("starts with `-`"), "{kind}: {stderr}");
+        assert!(
+            stderr.contains("~/.theseus.yaml: hosts.h.ssh: ") && stderr.contains("starts with `-`"),
+            "{kind}: {stderr}"
+        );
     }
 }
