@@ -42,14 +42,25 @@ impl RemoteDirs<'_> {
         Ok(path.to_owned())
     }
 
-    /// The run's work dir, status dir and log file.
+    /// The run's work dir, status dir and log file, each checked to lie under its cluster dir
+    /// (`work`, `status`, `log`).
     pub(crate) fn run_paths(&self, identity: &JobIdentity) -> Result<(String, String, String)> {
         let rel = identity.run_path();
         Ok((
-            join(&self.resolve(&self.cluster.work)?, &rel),
-            join(&self.resolve(&self.cluster.status_dir())?, &rel),
-            join(&self.resolve(&self.cluster.log_dir())?, &format!("{rel}.log")),
+            self.under(&self.cluster.work, &rel)?,
+            self.under(&self.cluster.status_dir(), &rel)?,
+            self.under(&self.cluster.log_dir(), &format!("{rel}.log"))?,
         ))
+    }
+
+    /// `base` resolved, joined with `rel`, and checked to stay under `base`.
+    fn under(&self, base: &str, rel: &str) -> Result<String> {
+        let base = self.resolve(base)?;
+        let path = join(&base, rel);
+        theseus_core::paths::check_under(&base, &path).map_err(|m| {
+            Error::InvalidConfig(format!("{} host `{}`: refusing a run path: {m}", self.kind, self.host))
+        })?;
+        Ok(path)
     }
 
     /// The run's layout with `launch` as its rank wiring.
@@ -71,4 +82,21 @@ impl RemoteDirs<'_> {
 pub(crate) fn coordinator_port(run_id: &str) -> u16 {
     let sum: u32 = run_id.bytes().map(u32::from).sum();
     20000 + (sum % 20000) as u16
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_paths_stay_under_the_cluster_dirs() {
+        let cluster = ClusterConfig { root: "/r".into(), work: "~/w".into(), ..ClusterConfig::default() };
+        let dirs = RemoteDirs { kind: "slurm", host: "s", cluster_name: "c", cluster: &cluster, home: Some("/home/u") };
+        let (work, run, log) = dirs.run_paths(&JobIdentity::new("n", Some("p"), None)).unwrap();
+        assert!(work.starts_with("/home/u/w/p/default/n/") && run.starts_with("/r/status/p/") && log.starts_with("/home/u/w/logs/p/"));
+
+        let escaping = JobIdentity::new("n", Some("../../../../tmp/x"), Some("y"));
+        let err = dirs.run_paths(&escaping).unwrap_err().to_string();
+        assert!(err.contains("slurm host `s`") && err.contains("not under `/home/u/w`"), "{err}");
+    }
 }

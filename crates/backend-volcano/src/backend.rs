@@ -136,23 +136,33 @@ impl VolcanoBackend {
         }
     }
 
-    /// Paths of a run on the PVC.
-    pub fn run_layout(&self, identity: &JobIdentity) -> RunLayout {
+    /// Paths of a run on the PVC, each checked to lie under its cluster dir (`work`, `status`,
+    /// `log`).
+    ///
+    /// # Errors
+    /// When a path would leave its dir (a name that slipped past the name rule).
+    pub fn run_layout(&self, identity: &JobIdentity) -> theseus_core::Result<RunLayout> {
         let rel = identity.run_path();
         let cluster = &self.cluster_config;
-        RunLayout {
-            work_dir: join(&cluster.work, &rel),
-            run_dir: join(&cluster.status_dir(), &rel),
-            log_file: join(&cluster.log_dir(), &format!("{rel}.log")),
+        let under = |base: &str, rel: &str| -> theseus_core::Result<String> {
+            let path = join(base, rel);
+            theseus_core::paths::check_under(base, &path)
+                .map_err(|m| theseus_core::Error::backend(self, format!("refusing a run path: {m}")))?;
+            Ok(path)
+        };
+        Ok(RunLayout {
+            work_dir: under(&cluster.work, &rel)?,
+            run_dir: under(&cluster.status_dir(), &rel)?,
+            log_file: under(&cluster.log_dir(), &format!("{rel}.log"))?,
             root_dir: cluster.root.clone(),
             uv_cache_dir: cluster.uv_dir.clone(),
             launch: Launch::Volcano { coordinator_port: self.host.coordinator_port },
-        }
+        })
     }
 
     /// The gang job (and Secret) of a prepared job, rendered without the cluster.
     pub fn render(&self, job: &PreparedJob) -> theseus_core::Result<crate::render::RenderedJob> {
-        let layout = self.run_layout(&job.identity);
+        let layout = self.run_layout(&job.identity)?;
         let inputs = JobInputs {
             identity: &job.identity,
             plan: &job.plan,
@@ -246,7 +256,7 @@ impl Backend for VolcanoBackend {
     }
 
     fn layout(&self, identity: &JobIdentity, _plan: &Plan) -> theseus_core::Result<RunLayout> {
-        Ok(self.run_layout(identity))
+        self.run_layout(identity)
     }
 
     async fn availability(&self, request: &Request) -> theseus_core::Result<Availability> {
@@ -257,7 +267,7 @@ impl Backend for VolcanoBackend {
     async fn submit(&self, job: &PreparedJob, options: &SubmitOptions) -> theseus_core::Result<JobHandle> {
         // Render everything before touching the cluster: a bad config writes nothing.
         let rendered = self.render(job)?;
-        let layout = self.run_layout(&job.identity);
+        let layout = self.run_layout(&job.identity)?;
         let helper = render_helper(&self.host, &job.identity, &layout.work_dir)?;
         let cluster = self.cluster().await.map_err(|e| self.err(e))?;
         crate::submit::submit(self, cluster, job, &layout, helper, rendered, options).await.map_err(|e| self.err(e))
@@ -318,7 +328,7 @@ impl Backend for VolcanoBackend {
 
     fn dry_run(&self, job: &PreparedJob) -> theseus_core::Result<Vec<DryRunDocument>> {
         let rendered = self.render(job)?;
-        let layout = self.run_layout(&job.identity);
+        let layout = self.run_layout(&job.identity)?;
         let helper = render_helper(&self.host, &job.identity, &layout.work_dir)?;
         let yaml = |title: &str, value: &dyn erased::Yaml| -> theseus_core::Result<DryRunDocument> {
             Ok(DryRunDocument { title: title.to_owned(), text: value.yaml().map_err(|e| theseus_core::Error::backend(self, e))? })
@@ -353,5 +363,24 @@ impl VolcanoBackend {
     pub async fn gc(&self, older_than: Duration, dry_run: bool) -> Result<Vec<String>, VolcanoError> {
         let cluster = self.cluster().await?;
         crate::submit::gc(cluster, older_than, dry_run).await
+    }
+}
+
+#[cfg(test)]
+mod layout_tests {
+    use super::*;
+
+    #[test]
+    fn run_paths_stay_under_the_cluster_dirs() {
+        let host: VolcanoHost =
+            serde_json::from_value(serde_json::json!({"cluster": "k", "image": "i", "pvc_name": "p"})).unwrap();
+        let cluster = ClusterConfig { root: "/workspace".into(), work: "/workspace/work".into(), ..ClusterConfig::default() };
+        let backend = VolcanoBackend::new("k", host, cluster);
+        let ok = backend.run_layout(&JobIdentity::new("n", Some("p"), None)).unwrap();
+        assert!(ok.work_dir.starts_with("/workspace/work/p/default/n/"), "{}", ok.work_dir);
+
+        let escaping = JobIdentity::new("n", Some("../../../../tmp/x"), Some("y"));
+        let err = backend.run_layout(&escaping).unwrap_err().to_string();
+        assert!(err.contains("not under `/workspace/work`"), "{err}");
     }
 }

@@ -9,7 +9,9 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::config::{KubeConfigOptions, Kubeconfig, KubeconfigError};
+use theseus_core::config::load::yaml_message;
+use theseus_core::files::KUBECONFIG_LIMIT;
 use theseus_core::config::{VolcanoHost, expand_tilde};
 
 use crate::error::VolcanoError;
@@ -216,11 +218,59 @@ impl std::fmt::Debug for Connection {
     }
 }
 
+/// Reads one kubeconfig file: a regular file of at most [`KUBECONFIG_LIMIT`] bytes, parsed
+/// without ever quoting its text in an error (it holds tokens and keys), with relative file
+/// references resolved against the file's dir as kubectl does.
 fn read(path: &Path, context: Option<&str>) -> Result<Kubeconfig, VolcanoError> {
-    Kubeconfig::read_from(path).map_err(|e| {
-        let fix = if path.exists() { "fix the file's YAML" } else { "check the path, or set `kubeconfig` on the host" };
-        config_error(&path.display().to_string(), context.map(str::to_owned), &e.to_string(), fix)
-    })
+    let shown = path.display().to_string();
+    let fail = |problem: &str, fix: &str| config_error(&shown, context.map(str::to_owned), problem, fix);
+    if !path.exists() {
+        return Err(fail("no such file", "check the path, or set `kubeconfig` on the host"));
+    }
+    let text = theseus_core::files::read_bounded(path, KUBECONFIG_LIMIT, "kubeconfig").map_err(|e| {
+        let message = e.to_string();
+        let problem = message.strip_prefix(&format!("kubeconfig {shown}: ")).unwrap_or(&message);
+        fail(problem, "give the path of a kubeconfig file")
+    })?;
+    let mut kubeconfig = Kubeconfig::from_yaml(&text).map_err(|e| match e {
+        KubeconfigError::Parse(inner) => {
+            fail(&format!("invalid YAML: {}", yaml_message(&inner.to_string())), "fix the file's YAML")
+        }
+        other => fail(&yaml_message(&other.to_string()), "fix the file's YAML"),
+    })?;
+    if let Some(dir) = path.parent() {
+        resolve_relative_paths(&mut kubeconfig, dir);
+    }
+    Ok(kubeconfig)
+}
+
+/// Makes the file references of a kubeconfig (certificate authority, client certificate and
+/// key, token file, and an exec plugin command that is a path) absolute against `dir`, the
+/// kubeconfig's own dir: the rule of client-go (`ResolveLocalPaths` in
+/// `tools/clientcmd/loader.go`); bare exec commands stay `PATH` lookups.
+fn resolve_relative_paths(kubeconfig: &mut Kubeconfig, dir: &Path) {
+    let absolute = |file: &mut Option<String>| {
+        if let Some(f) = file.as_mut()
+            && !f.is_empty()
+            && Path::new(f.as_str()).is_relative()
+            && let Some(joined) = dir.join(f.as_str()).to_str()
+        {
+            *f = joined.to_owned();
+        }
+    };
+    for cluster in kubeconfig.clusters.iter_mut().filter_map(|c| c.cluster.as_mut()) {
+        absolute(&mut cluster.certificate_authority);
+    }
+    for user in kubeconfig.auth_infos.iter_mut().filter_map(|u| u.auth_info.as_mut()) {
+        absolute(&mut user.client_certificate);
+        absolute(&mut user.client_key);
+        absolute(&mut user.token_file);
+        if let Some(exec) = user.exec.as_mut()
+            && exec.command.as_deref().is_some_and(|c| c.contains('/'))
+        {
+            absolute(&mut exec.command);
+        }
+    }
 }
 
 async fn from_kubeconfig(
@@ -347,6 +397,50 @@ mod tests {
         assert_eq!(ok.server, "http://127.0.0.1:1/");
         let ok = connect_with(&source, Some("b")).await.unwrap();
         assert_eq!(ok.context.as_deref(), Some("b"));
+    }
+
+    #[tokio::test]
+    async fn a_broken_kubeconfig_is_located_never_quoted() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config");
+        std::fs::write(&path, "apiVersion: v1\nusers:\n- name: u\n  user: {token: SECRETTOKEN123, x: [}\n").unwrap();
+        let text = connect_with(&KubeconfigSource::Host(path.clone()), None).await.unwrap_err().to_string();
+        assert!(text.starts_with(&format!("kubeconfig {}: invalid YAML: line 4 column ", path.display())), "{text}");
+        assert!(!text.contains("SECRETTOKEN123"), "{text}");
+
+        std::fs::write(&path, "apiVersion: v1\nusers: SECRETTOKEN123\n").unwrap();
+        let text = connect_with(&KubeconfigSource::Host(path.clone()), None).await.unwrap_err().to_string();
+        assert!(!text.contains("SECRETTOKEN123"), "{text}");
+    }
+
+    #[tokio::test]
+    async fn only_small_regular_files_are_read() {
+        let text = connect_with(&KubeconfigSource::Env(vec![PathBuf::from("/dev/zero")]), None).await.unwrap_err().to_string();
+        assert!(text.contains("/dev/zero") && text.contains("not a regular file (a character device)"), "{text}");
+        let dir = tempfile::tempdir().unwrap();
+        let big = dir.path().join("big");
+        std::fs::write(&big, vec![b'#'; (KUBECONFIG_LIMIT + 1) as usize]).unwrap();
+        let text = connect_with(&KubeconfigSource::Host(big), None).await.unwrap_err().to_string();
+        assert!(text.contains("larger than the limit of 16 MiB"), "{text}");
+    }
+
+    #[test]
+    fn relative_file_references_resolve_against_the_kubeconfig_dir() {
+        let mut kubeconfig = Kubeconfig::from_yaml(
+            "clusters:\n- name: c\n  cluster: {server: 'https://x', certificate-authority: ca.crt}\nusers:\n- name: u\n  \
+             user: {client-certificate: /abs/c.crt, client-key: keys/k.pem, exec: {command: aws, apiVersion: v1}}\n- name: v\n  \
+             user: {exec: {command: ./bin/auth, apiVersion: v1}}\n",
+        )
+        .unwrap();
+        resolve_relative_paths(&mut kubeconfig, Path::new("/home/u/.kube"));
+        let cluster = kubeconfig.clusters[0].cluster.as_ref().unwrap();
+        assert_eq!(cluster.certificate_authority.as_deref(), Some("/home/u/.kube/ca.crt"));
+        let user = kubeconfig.auth_infos[0].auth_info.as_ref().unwrap();
+        assert_eq!(user.client_certificate.as_deref(), Some("/abs/c.crt"));
+        assert_eq!(user.client_key.as_deref(), Some("/home/u/.kube/keys/k.pem"));
+        assert_eq!(user.exec.as_ref().unwrap().command.as_deref(), Some("aws"));
+        let user = kubeconfig.auth_infos[1].auth_info.as_ref().unwrap();
+        assert_eq!(user.exec.as_ref().unwrap().command.as_deref(), Some("/home/u/.kube/./bin/auth"));
     }
 
     #[tokio::test]

@@ -35,6 +35,16 @@ pub(crate) fn check_host(host: &VolcanoHost) -> Result<(), String> {
     if !is_dns_label(&host.namespace) {
         return Err(format!("namespace: {:?} is not a valid namespace name", host.namespace));
     }
+    // A Queue is a custom resource: the apiserver checks its name as a DNS-1123 subdomain
+    // (apiextensions-apiserver, `customResourceStrategy.Validate` with `NameIsDNSSubdomain`).
+    // Empty means Volcano's `default` queue.
+    if !host.queue.is_empty() && !is_dns_subdomain(&host.queue) {
+        return Err(format!(
+            "queue: {:?} is not a valid queue name (lowercase letters, digits, `-` and `.`, starting and ending \
+             with a letter or digit)",
+            host.queue
+        ));
+    }
     if !is_label_key(&host.gpu_resource_key) {
         return Err(format!("gpu_resource_key: {:?} is not a valid resource name", host.gpu_resource_key));
     }
@@ -165,6 +175,33 @@ mod tests {
         assert!(!is_label_value(&"a".repeat(64)));
         assert!(is_dns_label("ml-team") && !is_dns_label("ML") && !is_dns_label("a.b") && !is_dns_label(""));
         assert!(is_dns_subdomain("ghcr.io-creds") && !is_dns_subdomain("a..b") && !is_dns_subdomain("-a"));
+    }
+
+    #[test]
+    fn object_names_are_checked_with_their_key() {
+        let host = |extra: serde_json::Value| -> VolcanoHost {
+            let mut body = serde_json::json!({"cluster": "c", "image": "i", "pvc_name": "p"});
+            body.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+            serde_json::from_value(body).unwrap()
+        };
+        assert_eq!(check_host(&host(serde_json::json!({"queue": "ml-team.a"}))), Ok(()));
+        assert_eq!(check_host(&host(serde_json::json!({"queue": ""}))), Ok(()));
+        for (extra, key) in [
+            (serde_json::json!({"queue": "a b"}), "queue:"),
+            (serde_json::json!({"queue": "Team"}), "queue:"),
+            (serde_json::json!({"queue": "-q"}), "queue:"),
+            (serde_json::json!({"priority_class": "high prio"}), "priority_class:"),
+            (serde_json::json!({"service_account": "sa/x"}), "service_account:"),
+            (serde_json::json!({"pvc_name": "P"}), "pvc_name:"),
+            (serde_json::json!({"namespace": "a.b"}), "namespace:"),
+            (serde_json::json!({"labels": {"team": "a b"}}), "labels.team:"),
+            (serde_json::json!({"labels": {"a b": "x"}}), "labels:"),
+            (serde_json::json!({"node_selector": {"bad key": "x"}}), "node_selector:"),
+            (serde_json::json!({"node_selector": {"k": "-x"}}), "node_selector.k:"),
+        ] {
+            let err = check_host(&host(extra.clone())).unwrap_err();
+            assert!(err.starts_with(key), "{extra}: {err}");
+        }
     }
 
     #[test]

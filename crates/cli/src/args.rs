@@ -1,6 +1,7 @@
 //! Command-line arguments (clap). Raw values only; `commands::*` resolve them.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
@@ -75,7 +76,8 @@ pub(crate) enum Command {
 /// Everything that decides where a job goes and what it runs (shared by submit and plan).
 #[derive(Debug, Args)]
 pub(crate) struct JobArgs {
-    /// Job name.
+    /// Job name (letters, digits, `.`, `_`, `-`; it becomes a directory name).
+    #[arg(value_parser = name_arg)]
     pub(crate) name: String,
     /// Experiment file (YAML: entrypoint, request, env, distributed, uv_groups, config).
     pub(crate) experiment: PathBuf,
@@ -97,11 +99,11 @@ pub(crate) struct JobArgs {
     /// Only this host.
     #[arg(long)]
     pub(crate) host: Option<String>,
-    /// Project (default `general`).
-    #[arg(short = 'p', long)]
+    /// Project (default `general`; letters, digits, `.`, `_`, `-`).
+    #[arg(short = 'p', long, value_parser = name_arg)]
     pub(crate) project: Option<String>,
-    /// Group (default `default`).
-    #[arg(short = 'g', long)]
+    /// Group (default `default`; letters, digits, `.`, `_`, `-`).
+    #[arg(short = 'g', long, value_parser = name_arg)]
     pub(crate) group: Option<String>,
     /// Extra environment variable for the job (highest precedence).
     #[arg(long = "env", value_name = "KEY=VALUE")]
@@ -112,9 +114,14 @@ pub(crate) struct JobArgs {
     /// Do not ask hosts for free capacity; trust the config.
     #[arg(long)]
     pub(crate) no_check: bool,
-    /// Seconds each host may take to report its free capacity.
-    #[arg(long, default_value_t = 20.0, value_name = "SECS")]
-    pub(crate) probe_timeout: f64,
+    /// How long each host may take to report its free capacity (seconds, or e.g. `30s`, `2m`).
+    #[arg(long, default_value = "20", value_name = "DURATION", value_parser = duration_arg)]
+    pub(crate) probe_timeout: Duration,
+    /// Allow more local CPU processes than this machine has CPUs (e.g. to try a multi-process
+    /// job on a small machine). Without it, such a request is refused. A local host's
+    /// `oversubscribe: true` config key does the same.
+    #[arg(long)]
+    pub(crate) oversubscribe: bool,
     /// Container image of the job's pods (Volcano hosts), instead of the host's `image`.
     #[arg(long, value_name = "IMAGE")]
     pub(crate) volcano_image: Option<String>,
@@ -205,4 +212,17 @@ pub(crate) enum ConfigCommand {
     Show,
     /// Validate the config; exit non-zero on errors.
     Check,
+}
+
+/// Clap parser of job, project and group names: the core's one name rule.
+fn name_arg(text: &str) -> Result<String, String> {
+    match theseus_core::job::name_problem(text) {
+        None => Ok(text.to_owned()),
+        Some(problem) => Err(problem),
+    }
+}
+
+/// Clap parser of durations: the core's one duration parser.
+fn duration_arg(text: &str) -> Result<Duration, String> {
+    theseus_core::duration::parse(text)
 }

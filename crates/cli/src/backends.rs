@@ -57,7 +57,7 @@ pub(crate) fn check(loaded: &LoadedConfig) -> Result<Vec<String>> {
         let HostConfig::Volcano(volcano) = host else { continue };
         if let Err(message) = theseus_backend_volcano::validate_host(name, volcano) {
             let key = message.split(':').next().unwrap_or_default();
-            let source = source_of(loaded, key).unwrap_or("config");
+            let source = theseus_core::config::validate::source_of(&loaded.provenance, key);
             anyhow::bail!("{source}: {message}");
         }
         if let Some(cluster) = loaded.config.clusters.get(&volcano.cluster)
@@ -70,15 +70,4 @@ pub(crate) fn check(loaded: &LoadedConfig) -> Result<Vec<String>> {
         }
     }
     Ok(warnings)
-}
-
-/// The layer that set `key` (or the closest parent key that was set).
-fn source_of<'a>(loaded: &'a LoadedConfig, key: &str) -> Option<&'a str> {
-    let mut key = key;
-    loop {
-        if let Some(p) = loaded.provenance.iter().rev().find(|p| p.key == key) {
-            return Some(&p.source);
-        }
-        key = &key[..key.rfind('.')?];
-    }
 }

@@ -14,6 +14,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
+    quiet_on_closed_stdout();
     let cli = args::Cli::parse();
     init_tracing(&cli.global);
     let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
@@ -48,4 +49,25 @@ fn init_tracing(global: &args::GlobalArgs) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).init();
+}
+
+/// A closed stdout (`theseus list | head -1`) ends the program quietly with exit code 0, as
+/// ripgrep does: the reader has all it wanted. Rust ignores SIGPIPE (so that a closed socket or
+/// child pipe is an error, not death), so `print!` to a closed stdout panics with `BrokenPipe`;
+/// that one panic, on any thread, exits 0 here. Other broken pipes (an SSH channel, a child's
+/// stdin) stay errors. Commands write stdout only through `print!`/`println!`.
+fn quiet_on_closed_stdout() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let payload = info.payload();
+        let message = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or_default();
+        if message.starts_with("failed printing to stdout") && message.contains("Broken pipe") {
+            std::process::exit(0);
+        }
+        default(info);
+    }));
 }

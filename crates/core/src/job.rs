@@ -83,8 +83,9 @@ impl Experiment {
     /// Strict: unknown keys, a missing or empty `entrypoint`, unknown chips, negative counts,
     /// invalid env names, `secret_env` names that are not keys of `env` and unknown
     /// `distributed` values are errors. `request.chip` is canonicalized (`H100` → `h100`).
+    /// Only a regular file of at most [`crate::files::CONFIG_LIMIT`] bytes is read.
     pub fn load(path: &Path) -> Result<Experiment> {
-        let text = std::fs::read_to_string(path).map_err(|e| Error::io("read", path, e))?;
+        let text = crate::files::read_bounded(path, crate::files::CONFIG_LIMIT, "experiment file")?;
         Experiment::from_yaml(&text, &path.display().to_string())
     }
 
@@ -226,6 +227,17 @@ impl JobIdentity {
         }
     }
 
+    /// Checks name, project, group and run id with [`validate_name`].
+    ///
+    /// # Errors
+    /// The first part that breaks the rule.
+    pub fn validate(&self) -> Result<()> {
+        validate_name("job name", &self.name)?;
+        validate_name("project", &self.project)?;
+        validate_name("group", &self.group)?;
+        validate_name("run id", &self.run_id)
+    }
+
     /// `<project>/<group>/<name>/<run-id>`: the relative dir of this run under a cluster's
     /// `work`, `log` or `status` dir.
     pub fn run_path(&self) -> String {
@@ -326,19 +338,46 @@ fn apply_override(config: &mut serde_json::Value, item: &str) -> std::result::Re
     Ok(())
 }
 
-/// Checks that a job or project name is usable: not empty, no `/`, no control characters.
+/// The longest job, project or group name: 100 characters.
+pub const MAX_NAME_LEN: usize = 100;
+
+/// Checks a job, project or group name against the one rule for names that become path parts
+/// on every backend (local dirs, cluster dirs, the Volcano PVC): 1 to [`MAX_NAME_LEN`] of
+/// `[A-Za-z0-9._-]`, not starting with `-` or `.`. `what` names it in the error, e.g.
+/// `job name` or `--project`.
+///
+/// # Errors
+/// [`Error::InvalidConfig`] saying which character (or why) and what is allowed.
 pub fn validate_name(what: &str, name: &str) -> Result<()> {
-    if name.is_empty()
-        || name.contains('/')
-        || name.chars().any(char::is_control)
-        || name == "."
-        || name == ".."
-    {
-        return Err(crate::Error::InvalidConfig(format!(
-            "{what} {name:?} is not usable: it must be non-empty, without `/` or control characters"
-        )));
+    match name_problem(name) {
+        None => Ok(()),
+        Some(problem) => Err(Error::InvalidConfig(format!("{what} {name:?}: {problem}"))),
     }
-    Ok(())
+}
+
+/// What is wrong with a name under the rule of [`validate_name`], if anything.
+pub fn name_problem(name: &str) -> Option<String> {
+    const ALLOWED: &str = "names may use letters, digits, `.`, `_` and `-`";
+    if name.is_empty() {
+        return Some("a name cannot be empty".into());
+    }
+    if let Some(c) = name.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))) {
+        let which = if c == '/' {
+            "`/` is not allowed (a name is one directory level)".to_owned()
+        } else if c.is_control() {
+            format!("a control character (U+{:04X}) is not allowed", u32::from(c))
+        } else {
+            format!("the character {c:?} (U+{:04X}) is not allowed", u32::from(c))
+        };
+        return Some(format!("{which}; {ALLOWED}"));
+    }
+    if let Some(first @ ('-' | '.')) = name.chars().next() {
+        return Some(format!("a name cannot start with `{first}`; {ALLOWED}"));
+    }
+    if name.len() > MAX_NAME_LEN {
+        return Some(format!("{} characters, more than the limit of {MAX_NAME_LEN}", name.len()));
+    }
+    None
 }
 
 #[cfg(test)]

@@ -11,6 +11,8 @@
 //! - [`bootstrap`]: the rendered bash bootstrap and Python launcher each process runs.
 //! - [`local`]: the local backend (runs jobs on this machine).
 //! - [`ledger`]: the SQLite record of every submission.
+//! - [`duration`], [`files`], [`paths`]: the one duration parser, bounded reading of user files,
+//!   and the checks that cluster paths are normalised and stay under their root.
 //! - `testing` (feature `testing`): the conformance suite every backend passes.
 //!
 //! Pure logic (config validation, solving, rendering) does no IO; backends and the ledger do.
@@ -20,10 +22,13 @@ pub mod backend;
 pub mod bootstrap;
 pub mod chips;
 pub mod config;
+pub mod duration;
 mod error;
+pub mod files;
 pub mod job;
 pub mod ledger;
 pub mod local;
+pub mod paths;
 pub mod shell;
 pub mod snapshot;
 pub mod solver;

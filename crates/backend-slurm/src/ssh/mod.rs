@@ -391,6 +391,17 @@ impl SshHost {
     }
 
     async fn connect_with_retries(&self) -> Result<Session, SshError> {
+        // openssh puts the destination last on the master's argv with no `--` before it (its
+        // `SessionBuilder::launch_master`), so ssh would parse `-oProxyCommand=...` as an
+        // option. Such a destination never reaches ssh (config validation refuses it too).
+        if self.options.destination.starts_with('-') {
+            let why = "the destination starts with `-`, which ssh would read as an option";
+            return Err(SshError::Connect {
+                host: self.to_string(),
+                attempts: 0,
+                source: openssh::Error::Connect(std::io::Error::new(std::io::ErrorKind::InvalidInput, why)),
+            });
+        }
         let builder = self.options.builder();
         let backoff = self.options.backoff;
         let mut attempt = 0;
@@ -498,5 +509,21 @@ impl<W: Write> Write for Counting<W> {
 
     fn flush(&mut self) -> std::io::Result<()> {
         self.inner.flush()
+    }
+}
+
+#[cfg(test)]
+mod destination_tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_destination_that_ssh_would_read_as_an_option_is_never_passed_to_ssh() {
+        let dir = tempfile::tempdir().unwrap();
+        let marker = dir.path().join("ran");
+        let host = SshHost::new(SshOptions::new(format!("-oProxyCommand=touch {}", marker.display())));
+        let err = host.connect().await.unwrap_err();
+        assert!(matches!(err, SshError::Connect { attempts: 0, .. }), "{err:?}");
+        assert!(error_chain(&err).contains("starts with `-`"), "{}", error_chain(&err));
+        assert!(!marker.exists());
     }
 }

@@ -197,7 +197,7 @@ async fn submit_ships_the_code_deletes_the_helper_and_starts_the_gang() {
     assert!(notes.iter().any(|n| n.contains("waiting for helper pod")), "notes: {notes:?}");
 
     // The code and the bootstrap are on the PVC, byte for byte.
-    let work = PathBuf::from(&world.backend().run_layout(&job.identity).work_dir);
+    let work = PathBuf::from(&world.backend().run_layout(&job.identity).unwrap().work_dir);
     assert_eq!(std::fs::read(work.join("job.py")).unwrap(), std::fs::read(code.path().join("job.py")).unwrap());
     for file in &job.bootstrap.files {
         assert_eq!(std::fs::read_to_string(work.join(&file.path)).unwrap(), file.contents, "{}", file.path);

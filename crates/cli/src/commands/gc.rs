@@ -58,22 +58,9 @@ pub(crate) async fn run(ctx: &Context, args: GcArgs) -> Result<ExitCode> {
     Ok(if failed { ExitCode::from(2) } else { ExitCode::SUCCESS })
 }
 
-/// `90s`, `30m`, `2h`, `1d`, or plain seconds.
+/// `90s`, `30m`, `2h`, `1d`, or plain seconds: the core's one duration parser.
 fn parse_age(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let (number, unit) = match text.find(|c: char| !c.is_ascii_digit()) {
-        Some(i) => text.split_at(i),
-        None => (text, "s"),
-    };
-    let n: u64 = number.parse().map_err(|_| "expected a number with a unit, e.g. 30m or 2h".to_owned())?;
-    let seconds = match unit {
-        "s" => 1,
-        "m" => 60,
-        "h" => 3600,
-        "d" => 86_400,
-        other => return Err(format!("unknown unit {other:?}; use s, m, h or d")),
-    };
-    Ok(Duration::from_secs(n * seconds))
+    theseus_core::duration::parse(text)
 }
 
 #[cfg(test)]

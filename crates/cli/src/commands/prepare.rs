@@ -30,6 +30,13 @@ pub(crate) struct Solved {
 pub(crate) async fn solve(ctx: &Context, args: &JobArgs, probe: bool) -> Result<Solved> {
     let mut loaded = ctx.config()?;
     apply_resource_flags(&mut loaded, args)?;
+    if args.oversubscribe {
+        for host in loaded.config.hosts.values_mut() {
+            if let HostConfig::Local(local) = host {
+                local.oversubscribe = true;
+            }
+        }
+    }
     theseus_core::job::validate_name("job name", &args.name)?;
     let mut experiment = Experiment::load(&args.experiment)?;
     experiment.apply_overrides(&args.overrides)?;
@@ -42,16 +49,24 @@ pub(crate) async fn solve(ctx: &Context, args: &JobArgs, probe: bool) -> Result<
         .map(|(name, _)| name.to_owned())
         .filter(|name| args.host.as_ref().is_none_or(|h| h == name))
         .collect();
-    let availability: BTreeMap<String, Availability> = if args.no_check || !probe {
+    let mut availability: BTreeMap<String, Availability> = if args.no_check || !probe {
         BTreeMap::new()
     } else {
         let mut backends = Vec::new();
         for name in &candidates {
             backends.push((name.clone(), ctx.backend(&loaded, name)?));
         }
-        let timeout = Duration::from_secs_f64(args.probe_timeout.max(0.1));
+        let timeout = args.probe_timeout.max(Duration::from_millis(100));
         availability::gather(&backends, &request, timeout).await
     };
+    // Counting this machine's CPUs asks no host: the local CPU rule needs it in a dry run and
+    // with --no-check too.
+    for name in &candidates {
+        if matches!(loaded.config.hosts.get(name), Some(HostConfig::Local(_))) && !availability.contains_key(name) {
+            let measured = ctx.backend(&loaded, name)?.availability(&request).await?;
+            availability.insert(name.clone(), measured);
+        }
+    }
     let plan = match solver::solve(&loaded.config, &request, &availability) {
         Ok(plan) => plan,
         Err(e) => {

@@ -80,7 +80,7 @@ pub fn load(sources: &ConfigSources) -> Result<LoadedConfig> {
     let mut files = Vec::new();
 
     let user = match &sources.explicit_file {
-        Some(path) if !path.is_file() => {
+        Some(path) if !path.exists() => {
             return Err(Error::InvalidConfig(format!(
                 "dispatch config file {} does not exist",
                 display_path(path, home)
@@ -95,7 +95,7 @@ pub fn load(sources: &ConfigSources) -> Result<LoadedConfig> {
         .and_then(|start| find_project_file(start, home, user.as_deref()));
     for path in user.into_iter().chain(project) {
         let source = display_path(&path, home);
-        let text = std::fs::read_to_string(&path).map_err(|e| Error::io("read", &path, e))?;
+        let text = crate::files::read_bounded(&path, crate::files::CONFIG_LIMIT, "dispatch config file")?;
         let value = parse_yaml(&text)
             .map_err(|m| Error::InvalidConfig(format!("{source}: invalid YAML: {m}")))?;
         let value = match value {
@@ -235,15 +235,40 @@ pub(crate) fn parse_yaml(text: &str) -> std::result::Result<Value, String> {
 }
 
 /// The first line of a serde-saphyr error (it already has line and column), without its
-/// `error: ` prefix and hints meant for programmers.
-pub(crate) fn yaml_message(raw: &str) -> String {
+/// `error: ` prefix, hints meant for programmers, the source snippet that follows it, and any
+/// quoted text of the file (see [`redact_quoted`]): config, experiment and kubeconfig files may
+/// hold secrets, so a parse error shows where, never what.
+pub fn yaml_message(raw: &str) -> String {
     let first = raw.lines().next().unwrap_or(raw).trim();
     let first = first.strip_prefix("error: ").unwrap_or(first);
-    first
-        .split(", set DuplicateKeyPolicy")
-        .next()
-        .unwrap_or(first)
-        .to_owned()
+    let first = first.split(", set DuplicateKeyPolicy").next().unwrap_or(first);
+    redact_quoted(first)
+}
+
+/// Replaces quoted fragments (`"…"`, `'…'`, `` `…` ``) longer than two characters with `"…"`:
+/// they are text of the file (a value, a key), while the parser's own quotes name single
+/// characters (`expected ',' or '}'`), which stay.
+pub fn redact_quoted(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find(['"', '\'', '`']) {
+        let quote = rest[start..].chars().next().unwrap_or('"');
+        let after = &rest[start + 1..];
+        match after.find(quote) {
+            Some(len) => {
+                out.push_str(&rest[..start]);
+                if after[..len].chars().count() > 2 {
+                    out.push_str("\"…\"");
+                } else {
+                    out.push_str(&rest[start..start + len + 2]);
+                }
+                rest = &after[len + 1..];
+            }
+            None => break,
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 fn strip_nulls(value: &mut Value) {

@@ -515,6 +515,10 @@ pub struct LocalHost {
     /// Port of the JAX coordinator on 127.0.0.1 (default: a free port chosen at submit).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub coordinator_port: Option<u16>,
+    /// Allow CPU jobs with more processes than this machine has CPUs (default false: such a
+    /// request is refused; `--oversubscribe` sets this for one command).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub oversubscribe: bool,
     /// `uv sync --group` names.
     #[serde(default)]
     pub uv_groups: Vec<String>,
@@ -530,6 +534,7 @@ impl Default for LocalHost {
             chips: BTreeMap::new(),
             processes: None,
             coordinator_port: None,
+            oversubscribe: false,
             uv_groups: Vec::new(),
             env: BTreeMap::new(),
         }

@@ -684,3 +684,91 @@ fn tilde_expansion_and_display() {
     );
     assert_eq!(display_path(Path::new("/home/me/x"), None), "/home/me/x");
 }
+
+
+#[test]
+fn a_broken_file_shows_where_not_what() {
+    Jail::expect_with(|jail| {
+        let setup = Setup::new(jail, Some("clusters:\n  c: {root: /r, work: /w, wandb: SECRETTOKEN123, x: [}\n"), None);
+        let error = setup.error();
+        assert!(error.starts_with("~/.theseus.yaml: invalid YAML: line 2 column "), "{error}");
+        assert!(!error.contains("SECRETTOKEN123"), "{error}");
+        Ok(())
+    });
+    assert_eq!(
+        load::redact_quoted("invalid type: string \"hunter22\", expected ',' or '}' near `tok`"),
+        "invalid type: string \"…\", expected ',' or '}' near \"…\""
+    );
+    assert_eq!(load::yaml_message("error: line 4 column 36: bad\n --> <input>:4:36\n4 | token: x"), "line 4 column 36: bad");
+}
+
+#[test]
+fn dispatch_config_files_must_be_small_regular_files() {
+    Jail::expect_with(|jail| {
+        let mut setup = Setup::new(jail, None, None);
+        let fifo = setup.root.join("fifo.yaml");
+        rustix::fs::mknodat(rustix::fs::CWD, &fifo, rustix::fs::FileType::Fifo, rustix::fs::Mode::from_raw_mode(0o600), 0)
+            .unwrap();
+        setup.sources.explicit_file = Some(fifo);
+        let error = setup.error();
+        assert!(error.contains("fifo.yaml: not a regular file (a FIFO)"), "{error}");
+
+        let big = setup.root.join("big.yaml");
+        std::fs::write(&big, vec![b'#'; (crate::files::CONFIG_LIMIT + 1) as usize]).unwrap();
+        setup.sources.explicit_file = Some(big);
+        let error = setup.error();
+        assert!(error.contains("big.yaml: larger than the limit of 4 MiB"), "{error}");
+        Ok(())
+    });
+}
+
+#[test]
+fn cluster_paths_are_absolute_and_normalised() {
+    Jail::expect_with(|jail| {
+        for (cluster, want) in [
+            ("{root: '', work: /w}", "~/.theseus.yaml: clusters.c.root: \"\": empty path"),
+            ("{root: /r, work: relative/dir}", "~/.theseus.yaml: clusters.c.work: \"relative/dir\": not an absolute path"),
+            ("{root: /r, work: /w, status: /r/../etc}", "~/.theseus.yaml: clusters.c.status: \"/r/../etc\": not normalised"),
+            ("{root: /r, work: /w, uv_dir: ./uv}", "~/.theseus.yaml: clusters.c.uv_dir: \"./uv\": not an absolute path"),
+        ] {
+            let setup = Setup::new(jail, Some(&format!("clusters:\n  c: {cluster}\n")), None);
+            let error = setup.error();
+            assert!(error.starts_with(want), "{cluster}: {error}");
+        }
+        let setup = Setup::new(jail, None, None).set("clusters.local.work", "w");
+        assert!(setup.error().starts_with("--set: clusters.local.work: \"w\": not an absolute path"), "{}", setup.error());
+        let setup = Setup::new(jail, Some("clusters:\n  c: {root: ~/r, work: /w/x/, log: ~}\n"), None);
+        setup.load();
+        Ok(())
+    });
+}
+
+#[test]
+fn ssh_destinations_cannot_be_options() {
+    Jail::expect_with(|jail| {
+        for (ssh, want) in [
+            ("'-oProxyCommand=touch /tmp/x'", "starts with `-`"),
+            ("'a b'", "whitespace"),
+            ("''", "empty ssh destination"),
+        ] {
+            for kind in ["plain", "slurm"] {
+                let config = format!("clusters:\n  c: {{root: /r, work: /w}}\nhosts:\n  h: {{type: {kind}, ssh: {ssh}, cluster: c}}\n");
+                let error = Setup::new(jail, Some(&config), None).error();
+                assert!(error.starts_with("~/.theseus.yaml: hosts.h.ssh: ") && error.contains(want), "{kind} {ssh}: {error}");
+            }
+        }
+        Setup::new(jail, Some("clusters:\n  c: {root: /r, work: /w}\nhosts:\n  h: {ssh: 'u@box-1.lab:2222', cluster: c}\n"), None).load();
+        Ok(())
+    });
+}
+
+#[test]
+fn counts_are_bounded() {
+    Jail::expect_with(|jail| {
+        let error = Setup::new(jail, Some("hosts:\n  local: {type: local, processes: 4294967295}\n"), None).error();
+        assert_eq!(error, "~/.theseus.yaml: hosts.local.processes: invalid count 4294967295: at most 65536");
+        let error = Setup::new(jail, Some("hosts:\n  local: {type: local, chips: {h100: 100000}}\n"), None).error();
+        assert_eq!(error, "~/.theseus.yaml: hosts.local.chips.h100: invalid count 100000: at most 65536");
+        Ok(())
+    });
+}

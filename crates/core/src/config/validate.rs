@@ -16,6 +16,7 @@ use super::{
     SlurmHost, VolcanoHost,
 };
 use crate::chips;
+use crate::solver::MAX_COUNT;
 use crate::{Error, Result};
 
 /// Top-level keys of a config file.
@@ -85,6 +86,24 @@ pub fn validate(config: &mut DispatchConfig, provenance: &[Provenance]) -> Resul
                 ));
             }
         }
+        let counts: Vec<(&str, Option<u32>)> = match &*host {
+            HostConfig::Local(h) => vec![("processes", h.processes)],
+            HostConfig::Slurm(h) => vec![("gpus_per_node", h.gpus_per_node)],
+            HostConfig::Volcano(h) => vec![
+                ("gpus_per_node", Some(h.gpus_per_node)),
+                ("num_nodes", Some(h.num_nodes)),
+                ("rdma_per_node", Some(h.rdma_per_node)),
+            ],
+            HostConfig::Plain(_) => vec![],
+        };
+        for (key, count) in counts {
+            if let Some(n) = count.filter(|n| *n > MAX_COUNT) {
+                return Err(fail(&format!("{prefix}.{key}"), format!("invalid count {n}: at most {MAX_COUNT}")));
+            }
+        }
+        if let HostConfig::Plain(PlainHost { ssh, .. }) | HostConfig::Slurm(SlurmHost { ssh, .. }) = host {
+            check_ssh_destination(ssh).map_err(|m| fail(&format!("{prefix}.ssh"), m))?;
+        }
         match host {
             HostConfig::Plain(PlainHost { chips, .. })
             | HostConfig::Volcano(VolcanoHost { chips, .. })
@@ -134,9 +153,27 @@ pub fn validate(config: &mut DispatchConfig, provenance: &[Provenance]) -> Resul
     Ok(())
 }
 
+/// Checks an `ssh:` destination (an `~/.ssh/config` alias or `[user@]host[:port]`): not empty,
+/// no whitespace or control characters, and not starting with `-`, which ssh would read as an
+/// option (`-oProxyCommand=...` runs a command).
+pub fn check_ssh_destination(destination: &str) -> std::result::Result<(), String> {
+    if destination.trim().is_empty() {
+        return Err("empty ssh destination; give an ~/.ssh/config alias or user@host".into());
+    }
+    if destination.starts_with('-') {
+        return Err(format!(
+            "{destination:?} starts with `-`, which ssh would read as an option; give an ~/.ssh/config alias or user@host"
+        ));
+    }
+    if destination.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(format!("{destination:?} contains whitespace or a control character; give an ~/.ssh/config alias or user@host"));
+    }
+    Ok(())
+}
+
 /// The source of the value at `path`: the entry for `path` itself, for a key under it, or for
 /// the closest enclosing key.
-pub(crate) fn source_of(provenance: &[Provenance], path: &str) -> String {
+pub fn source_of(provenance: &[Provenance], path: &str) -> String {
     let under = format!("{path}.");
     if let Some(p) = provenance
         .iter()
@@ -209,6 +246,7 @@ pub(crate) fn check_layer(
                 for (name, cluster) in as_map(value, key)? {
                     let path = format!("clusters.{name}");
                     let mut cluster = as_map(cluster, &path)?.clone();
+                    check_cluster_paths(&cluster, &path)?;
                     for required in ["root", "work"] {
                         cluster
                             .entry(required)
@@ -251,6 +289,21 @@ pub(crate) fn check_layer(
                 }
             }
             _ => return Err(unknown_key(key, key, TOP_KEYS)),
+        }
+    }
+    Ok(())
+}
+
+/// Keys of a cluster that are paths on the cluster's machines.
+pub(crate) const CLUSTER_PATH_KEYS: &[&str] =
+    &["root", "work", "log", "data", "checkpoints", "results", "status", "share", "cache_dir", "uv_dir"];
+
+/// Checks the path keys a layer sets on one cluster: absolute (or `~/…`) and normalised.
+fn check_cluster_paths(cluster: &Map<String, Value>, path: &str) -> Result<(), KeyError> {
+    for key in CLUSTER_PATH_KEYS {
+        if let Some(Value::String(value)) = cluster.get(*key) {
+            crate::paths::check_cluster_path(value)
+                .map_err(|m| KeyError::new(format!("{path}.{key}"), format!("{value:?}: {m}")))?;
         }
     }
     Ok(())
@@ -313,9 +366,9 @@ fn check_chip_counts(value: &Value, path: &str) -> Result<(), KeyError> {
         let key = format!("{path}.{chip}");
         chips::parse(chip).map_err(|e| KeyError::new(&key, e.to_string()))?;
         match count {
-            Value::Number(n) if n.as_u64().is_some_and(|c| c <= u64::from(u32::MAX)) => {}
+            Value::Number(n) if n.as_u64().is_some_and(|c| c <= u64::from(MAX_COUNT)) => {}
             Value::Number(n) if n.as_u64().is_some() => {
-                return Err(KeyError::new(key, format!("invalid count {n}: too large")));
+                return Err(KeyError::new(key, format!("invalid count {n}: at most {MAX_COUNT}")));
             }
             Value::Number(n) if n.as_i64().is_some_and(|c| c < 0) => {
                 return Err(KeyError::new(

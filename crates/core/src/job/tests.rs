@@ -276,3 +276,32 @@ fn k8s_name_is_valid_and_idempotent() {
         assert_eq!(k8s_name(&name), name, "{input:?}");
     }
 }
+
+#[test]
+fn names_follow_one_rule() {
+    for good in ["hello", "run.1", "My_Job-2", "a", &"x".repeat(MAX_NAME_LEN)] {
+        assert_eq!(name_problem(good), None, "{good:?}");
+    }
+    let problem = |name: &str| name_problem(name).unwrap_or_else(|| panic!("{name:?} was accepted"));
+    assert!(problem("").contains("empty"));
+    assert!(problem("..").contains("start with `.`"));
+    assert!(problem(".hidden").contains("start with `.`"));
+    assert!(problem("-rf").contains("start with `-`"));
+    assert!(problem("../../../../tmp/x").contains("`/` is not allowed"));
+    assert!(problem("a b").contains("' ' (U+0020)"));
+    assert!(problem("tab\there").contains("control character (U+0009)"));
+    assert!(problem("née").contains("'é' (U+00E9)"));
+    assert!(problem(&"x".repeat(MAX_NAME_LEN + 1)).contains("limit of 100"));
+    let err = validate_name("project", "../x").unwrap_err().to_string();
+    assert!(err.starts_with("project \"../x\": "), "{err}");
+}
+
+#[test]
+fn an_identity_with_a_path_in_a_name_is_refused() {
+    let mut identity = JobIdentity::new("n", Some("../../../../tmp/x"), Some("y"));
+    assert!(identity.validate().unwrap_err().to_string().contains("project"));
+    identity.project = "p".into();
+    assert_eq!(identity.validate().ok(), Some(()));
+    identity.run_id = "../r".into();
+    assert!(identity.validate().unwrap_err().to_string().contains("run id"));
+}

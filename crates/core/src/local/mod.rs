@@ -102,7 +102,7 @@ impl Backend for LocalBackend {
     }
 
     fn layout(&self, identity: &JobIdentity, plan: &Plan) -> Result<RunLayout> {
-        let (work, run, log) = self.paths(identity);
+        let (work, run, log) = self.paths(identity)?;
         let launch = if plan.processes() > 1 {
             let port = match self.host.coordinator_port {
                 Some(p) => p,
@@ -135,7 +135,7 @@ impl Backend for LocalBackend {
 
     async fn submit(&self, job: &PreparedJob, options: &SubmitOptions) -> Result<JobHandle> {
         let processes = job.plan.processes().max(1);
-        let (work_dir, run_dir, log_file) = self.paths(&job.identity);
+        let (work_dir, run_dir, log_file) = self.paths(&job.identity)?;
         if work_dir.exists() || run_dir.exists() {
             return Err(Error::AlreadyExists { what: format!("run dir `{}`", work_dir.display()) });
         }
@@ -190,14 +190,21 @@ impl Backend for LocalBackend {
 }
 
 impl LocalBackend {
-    /// Work dir, run dir and log file of a run.
-    fn paths(&self, identity: &JobIdentity) -> (PathBuf, PathBuf, PathBuf) {
+    /// Work dir, run dir and log file of a run, each checked to lie under its configured dir
+    /// (`work`, `status`, `log`): a name that slipped past the name rule cannot leave them.
+    fn paths(&self, identity: &JobIdentity) -> Result<(PathBuf, PathBuf, PathBuf)> {
         let rel = identity.run_path();
-        (
-            self.expand(&self.cluster.work).join(&rel),
-            self.expand(&self.cluster.status_dir()).join(&rel),
-            self.expand(&self.cluster.log_dir()).join(format!("{rel}.log")),
-        )
+        let under = |base: PathBuf, rel: &str| -> Result<PathBuf> {
+            let path = base.join(rel);
+            crate::paths::check_under(&path_str(&base)?, &path_str(&path)?)
+                .map_err(|m| Error::backend(self, format!("refusing a run path of `{}`: {m}", identity.name)))?;
+            Ok(path)
+        };
+        Ok((
+            under(self.expand(&self.cluster.work), &rel)?,
+            under(self.expand(&self.cluster.status_dir()), &rel)?,
+            under(self.expand(&self.cluster.log_dir()), &format!("{rel}.log"))?,
+        ))
     }
 
     async fn start(&self, job: &PreparedJob, work_dir: &Path, run_dir: &Path, log_file: &Path, processes: u32) -> Result<u32> {
@@ -340,3 +347,5 @@ pub(crate) fn read_status(run_id: &str, data: &LocalHandleData) -> JobStatus {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod path_tests;

@@ -12,8 +12,9 @@ use crate::chips::{self, Chip};
 use crate::config::{LocalHost, PlainHost};
 
 /// Rules for a `local` host: CPU jobs run `processes` processes (the request's count when it
-/// asks for more than one, else the host's `processes`); GPU jobs run `processes` processes
-/// sharing the requested GPUs.
+/// asks for more than one, else the host's `processes`), at most one per CPU of the machine (as
+/// measured) unless the host has `oversubscribe`; GPU jobs run `processes` processes sharing
+/// the requested GPUs.
 pub(super) fn local(host: &LocalHost, want: &Want, avail: &Availability) -> Outcome {
     match *want {
         Want::Cpu { processes } => {
@@ -22,6 +23,20 @@ pub(super) fn local(host: &LocalHost, want: &Want, avail: &Availability) -> Outc
             } else {
                 host.processes.unwrap_or(1).max(1)
             };
+            if let Availability::Free { chips: cpus, .. } = avail
+                && processes > *cpus
+                && !host.oversubscribe
+            {
+                return Outcome::Pass {
+                    reason: format!(
+                        "needs {processes} processes, this machine has {cpus} CPU{} (pass \
+                         --oversubscribe, or set `oversubscribe: true` on the host, to run more \
+                         processes than CPUs)",
+                        if *cpus == 1 { "" } else { "s" }
+                    ),
+                    free: Some(*cpus),
+                };
+            }
             Outcome::Fits {
                 layout: Layout::cpu(1, processes),
                 reason: format!("runs {processes} process{} here", plural_es(processes)),

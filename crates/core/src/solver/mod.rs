@@ -31,6 +31,11 @@ mod volcano;
 
 pub use render::{describe_plan, render_table};
 
+/// The most chips (or CPU processes) a request may ask for, and the most a config may give a
+/// host: every count is checked against it before any arithmetic, so that no product or sum of
+/// counts can overflow.
+pub const MAX_COUNT: u32 = 65_536;
+
 /// What the user asked for.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Request {
@@ -107,7 +112,7 @@ pub struct Plan {
 impl Plan {
     /// Processes of the whole job.
     pub fn processes(&self) -> u32 {
-        self.nodes * self.processes_per_node
+        self.nodes.saturating_mul(self.processes_per_node)
     }
 }
 
@@ -290,6 +295,12 @@ enum Want {
 
 impl Want {
     fn of(request: &Request) -> Result<Want, String> {
+        if request.count > MAX_COUNT {
+            return Err(format!(
+                "a request can be for at most {MAX_COUNT} chips or processes; asked for {}",
+                request.count
+            ));
+        }
         let gpu = |chip: Option<&'static Chip>| {
             if request.count == 0 {
                 Err(format!(
@@ -339,7 +350,7 @@ impl Layout {
     }
 
     fn total_chips(&self) -> u32 {
-        self.nodes * self.chips_per_node
+        self.nodes.saturating_mul(self.chips_per_node)
     }
 }
 

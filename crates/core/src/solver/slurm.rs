@@ -332,6 +332,6 @@ fn partition_fit<'a>(
             .filter(|n| capacity(n) >= chips_per_node)
             .count(),
         max_free: eligible.iter().map(|n| free(n)).max().unwrap_or(0),
-        free_sum: eligible.iter().map(|n| free(n)).sum(),
+        free_sum: eligible.iter().fold(0u32, |sum, n| sum.saturating_add(free(n))),
     })
 }

@@ -845,3 +845,57 @@ fn plan_fields_and_rendering() {
     );
     assert_eq!(render_table(&[]), "HOST  TYPE  VERDICT  REASON\n");
 }
+
+#[test]
+fn local_cpu_requests_beyond_the_machine_need_oversubscribe() {
+    let local = "hosts: {laptop: {type: local}}";
+    check(
+        local,
+        req("cpu 3"),
+        vec![("laptop", free(2, "CPU cores on this machine"))],
+        "
+        error: cannot satisfy cpu-only (3 processes): no host has cpu-only (3 processes); largest fit: laptop with 2 free
+        - laptop Passed: needs 3 processes, this machine has 2 CPUs (pass --oversubscribe, or set `oversubscribe: true` on the host, to run more processes than CPUs)
+    ",
+    );
+    check(
+        local,
+        req("cpu 2"),
+        vec![("laptop", free(2, "CPU cores on this machine"))],
+        "
+        plan: laptop (local): cpu-only, 1 node x 2 processes
+        - laptop Chosen: runs 2 processes here
+    ",
+    );
+    check(
+        "hosts: {laptop: {type: local, oversubscribe: true}}",
+        req("cpu 3"),
+        vec![("laptop", free(2, "CPU cores on this machine"))],
+        "
+        plan: laptop (local): cpu-only, 1 node x 3 processes
+        - laptop Chosen: runs 3 processes here
+    ",
+    );
+}
+
+#[test]
+fn counts_beyond_the_limit_are_refused_before_any_arithmetic() {
+    for spec in ["cpu 4294967295", "4294967295 h100", "65537 any"] {
+        let config = "hosts: {laptop: {type: local, oversubscribe: true}, k8s: {type: volcano, cluster: c, chips: {h100: 8}}}";
+        let config: DispatchConfig = serde_saphyr::from_str(config).unwrap();
+        let err = solve(&config, &req(spec), &BTreeMap::new()).unwrap_err();
+        assert!(err.summary.contains("at most 65536"), "{spec}: {err}");
+        assert!(err.considered.is_empty(), "{spec}: no host was looked at");
+    }
+    // The largest allowed count spreads over nodes without overflow.
+    check(
+        "hosts: {k8s: {type: volcano, cluster: c, chips: {h100: 3}}}",
+        req("65536 h100"),
+        vec![],
+        "
+        plan: k8s (volcano): 21846 nodes x 3 h100 = 65538 chips, 1 process per node
+        note: rounded up to 65538 chips on 21846 nodes (3 per node)
+        - k8s Chosen: 21846 pods x 3 h100 = 65538, queue not checked
+    ",
+    );
+}
