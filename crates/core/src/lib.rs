@@ -11,6 +11,7 @@
 //! - [`bootstrap`]: the rendered bash bootstrap and Python launcher each process runs.
 //! - [`local`]: the local backend (runs jobs on this machine).
 //! - [`ledger`]: the SQLite record of every submission.
+//! - [`interrupt`]: the program's SIGINT/SIGTERM, seen by operations that must clean up.
 //! - `testing` (feature `testing`): the conformance suite every backend passes.
 //!
 //! Pure logic (config validation, solving, rendering) does no IO; backends and the ledger do.
@@ -21,6 +22,7 @@ pub mod bootstrap;
 pub mod chips;
 pub mod config;
 mod error;
+pub mod interrupt;
 pub mod job;
 pub mod ledger;
 pub mod local;
