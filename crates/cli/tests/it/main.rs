@@ -3,6 +3,7 @@
 
 mod cli;
 mod jax;
+mod lifecycle;
 mod slurm;
 mod volcano;
 

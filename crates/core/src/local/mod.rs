@@ -170,18 +170,17 @@ impl Backend for LocalBackend {
         if work_dir.exists() || run_dir.exists() {
             return Err(Error::AlreadyExists { what: format!("run dir `{}`", work_dir.display()) });
         }
-        let shipped = tokio::select! {
-            shipped = ship(job, &work_dir, options) => shipped,
-            signal = crate::interrupt::wait() => Err(Error::backend(
+        // `ship` stops at the next block it writes when the program is interrupted, and removes
+        // its partial copy on every error.
+        let shipped = ship(job, &work_dir, options).await;
+        if let Some(signal) = crate::interrupt::triggered() {
+            let _ = tokio::fs::remove_dir_all(&work_dir).await;
+            return Err(Error::backend(
                 self,
-                format!("interrupted ({}) while shipping the code; the partial copy was removed", signal.name()),
-            )),
-        };
-        if let Err(e) = shipped {
-            // `ship` removes its partial dir when it fails; a dropped `ship` (interrupt) cannot.
-            let _ = tokio::fs::remove_dir_all(work_dir.with_extension("partial")).await;
-            return Err(e);
+                format!("interrupted ({}) while shipping the code; nothing was started and the copy was removed", signal.name()),
+            ));
         }
+        shipped?;
 
         let res = self.start(job, &work_dir, &run_dir, &log_file, processes).await;
         match res {
@@ -375,7 +374,7 @@ async fn ship(job: &PreparedJob, work_dir: &Path, options: &SubmitOptions) -> Re
                 p(done, Some(total));
             }
         };
-        let written = snapshot.write_tar(writer, &mut report);
+        let written = snapshot.write_tar(StopOnInterrupt(writer), &mut report);
         let unpacked = unpacker.join().map_err(|_| Error::backend("local", "tar unpack thread panicked"))?;
         written?;
         unpacked.map_err(|e| Error::io("unpack code into", &dest, e))?;
@@ -402,6 +401,22 @@ async fn ship(job: &PreparedJob, work_dir: &Path, options: &SubmitOptions) -> Re
     }
     tokio::fs::rename(&partial, work_dir).await.map_err(|e| Error::io("rename into place", work_dir, e))?;
     Ok(())
+}
+
+/// A writer that fails once the program is interrupted, so that a long copy stops at once.
+struct StopOnInterrupt<W>(W);
+
+impl<W: std::io::Write> std::io::Write for StopOnInterrupt<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if let Some(signal) = crate::interrupt::triggered() {
+            return Err(std::io::Error::other(format!("interrupted ({})", signal.name())));
+        }
+        self.0.write(buf)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.flush()
+    }
 }
 
 fn read_code(path: &Path) -> Option<i32> {
