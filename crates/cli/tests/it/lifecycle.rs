@@ -400,3 +400,25 @@ fn signals_while_following_detach_with_one_line_and_leave_the_job_running() {
         assert_eq!(state_of(&ctx, &run_id), "cancelled");
     }
 }
+
+#[test]
+fn sigterm_during_submit_follow_to_a_volcano_host_ends_with_143() {
+    let ctx = TestContext::new();
+    let world = crate::volcano::SimWorld::start(&ctx);
+    let _cleanup = CancelOnDrop(&ctx, &["vc-term"]);
+    let (exp, code) = (world.exp("sleep.yaml"), world.code().to_owned());
+    let mut child = Running::spawn({
+        let mut cmd = ctx.cmd();
+        cmd.args(["submit", "vc-term", &exp, "--code", &code, "--host", "k8s", "--chip", "h100", "-n", "4", "--follow"]);
+        cmd
+    });
+    // Shipping is over and the job runs: the follow loop is what must hear the signal.
+    child.wait_for_stdout("rank 0", Duration::from_secs(120));
+    child.signal("-TERM");
+    let status = child.wait(Duration::from_secs(60));
+    let stderr = child.stderr();
+    assert_eq!(status.code(), Some(143), "{stderr}");
+    assert!(one_line(&stderr, "interrupted (SIGTERM)"), "{stderr}");
+    drop(_cleanup);
+    drop(world);
+}
