@@ -9,7 +9,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::{text, TestContext};
+use crate::{TestContext, text};
 
 /// A code dir with a job that prints `tick N` every 0.2 s for ten minutes.
 struct Ticker {
@@ -111,7 +111,11 @@ impl Running {
             }
             if Instant::now() > deadline {
                 self.kill();
-                panic!("theseus did not end within {within:?}:\nstdout:\n{}\nstderr:\n{}", self.stdout(), self.stderr());
+                panic!(
+                    "theseus did not end within {within:?}:\nstdout:\n{}\nstderr:\n{}",
+                    self.stdout(),
+                    self.stderr()
+                );
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -163,7 +167,10 @@ fn ledger(ctx: &TestContext) -> Vec<serde_json::Value> {
 }
 
 fn record<'a>(records: &'a [serde_json::Value], run_id: &str) -> &'a serde_json::Value {
-    records.iter().find(|r| r["identity"]["run_id"] == run_id).unwrap_or_else(|| panic!("run {run_id} not in {records:?}"))
+    records
+        .iter()
+        .find(|r| r["identity"]["run_id"] == run_id)
+        .unwrap_or_else(|| panic!("run {run_id} not in {records:?}"))
 }
 
 /// Cancels every live run of `names` in this HOME (the test's own jobs).
@@ -229,11 +236,15 @@ fn concurrent_submits_of_one_name_through_the_binary_leave_one_live_job() {
         // Rounds 0, 2, 4 start from nothing live; rounds 1, 3, 5 replace what the round before left.
         let replace = round % 2 == 1;
         let extra: &[&str] = if replace { &["--replace"] } else { &[] };
-        let children: Vec<_> = (0..3).map(|_| Running::spawn({
-            let mut cmd = ctx.cmd();
-            cmd.args(job.submit_args(&exp, "race", extra));
-            cmd
-        })).collect();
+        let children: Vec<_> = (0..3)
+            .map(|_| {
+                Running::spawn({
+                    let mut cmd = ctx.cmd();
+                    cmd.args(job.submit_args(&exp, "race", extra));
+                    cmd
+                })
+            })
+            .collect();
         let mut ok = 0;
         for mut child in children {
             let status = child.wait(Duration::from_secs(120));
@@ -376,11 +387,12 @@ fn signals_while_following_detach_with_one_line_and_leave_the_job_running() {
         let stderr = child.stderr();
         assert_eq!(status.code(), Some(code), "{stderr}");
         assert!(one_line(&stderr, &format!("interrupted ({name})")), "{stderr}");
-        assert!(stderr.contains(&format!("theseus logs -f")), "says how to follow again: {stderr}");
-        let run_id = ledger(&ctx).iter().find(|r| r["identity"]["name"] == job_name.as_str()).unwrap()["identity"]["run_id"]
-            .as_str()
-            .unwrap()
-            .to_owned();
+        assert!(stderr.contains("theseus logs -f"), "says how to follow again: {stderr}");
+        let run_id =
+            ledger(&ctx).iter().find(|r| r["identity"]["name"] == job_name.as_str()).unwrap()["identity"]["run_id"]
+                .as_str()
+                .unwrap()
+                .to_owned();
         assert_eq!(state_of(&ctx, &run_id), "running", "following stopped, the job did not");
 
         // `logs -f` of the same run: the same rule.
@@ -409,7 +421,9 @@ fn sigterm_during_submit_follow_to_a_volcano_host_ends_with_143() {
     let (exp, code) = (world.exp("sleep.yaml"), world.code().to_owned());
     let mut child = Running::spawn({
         let mut cmd = ctx.cmd();
-        cmd.args(["submit", "vc-term", &exp, "--code", &code, "--host", "k8s", "--chip", "h100", "-n", "4", "--follow"]);
+        cmd.args([
+            "submit", "vc-term", &exp, "--code", &code, "--host", "k8s", "--chip", "h100", "-n", "4", "--follow",
+        ]);
         cmd
     });
     // Shipping is over and the job runs: the follow loop is what must hear the signal.

@@ -16,7 +16,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::time::Duration;
 
-use rustix::process::{kill_process, Pid, Signal};
+use rustix::process::{Pid, Signal, kill_process};
 use serde::{Deserialize, Serialize};
 
 /// Environment variable that marks the processes of a local run.
