@@ -225,7 +225,11 @@ fn ctrl_c_while_waiting_for_the_helper_deletes_it() {
     assert_eq!(text(&gc.stdout).trim(), "0", "no helper is left: {}", text(&gc.stderr));
     let list = ctx.run(&["list", "--output", "json"]);
     let records: serde_json::Value = serde_json::from_slice(&list.stdout).unwrap();
-    assert_eq!(records.as_array().map(Vec::len), Some(0), "nothing entered the ledger: {records}");
+    // The run was recorded before anything was created, and settled as interrupted.
+    let records = records.as_array().unwrap();
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(records[0]["state"], "cancelled", "{records:?}");
+    assert!(records[0]["message"].as_str().unwrap().contains("interrupted (SIGINT) during submit"), "{records:?}");
 }
 
 #[test]
