@@ -293,3 +293,19 @@ async fn concurrent_submits_of_one_name_leave_one_live_run() {
         process::stop_run(id, None, Duration::from_secs(2)).await;
     }
 }
+
+/// The handle planned before `submit` finds the run as well as the one `submit` returns, and
+/// before the run exists, `status` of it says "not found" (a client killed in the middle).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_planned_handle_finds_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = harness(dir.path(), 1);
+    let (job, _code) = prepare_words(&h, "planned", &["echo", "hi"]).await;
+    let planned = h.backend.planned_handle(&job).expect("the local backend plans its handles");
+    assert!(matches!(h.backend.status(&planned).await, Err(Error::NotFound { .. })));
+    let handle = h.backend.submit(&job, &SubmitOptions::default()).await.unwrap();
+    assert_eq!((&planned.id, &planned.host, planned.kind), (&handle.id, &handle.host, handle.kind));
+    let by_plan = testing::wait_terminal(&h, &planned).await;
+    assert_eq!(by_plan.state, JobState::Completed, "{by_plan:?}");
+    assert_eq!(h.backend.status(&handle).await.unwrap(), by_plan);
+}
