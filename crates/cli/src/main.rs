@@ -31,6 +31,11 @@ fn main() -> ExitCode {
     // Work a signal cut short (a blocking copy) is not waited for.
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
     match result {
+        // The command finished its work before it looked at the signal again.
+        Ok(_) if let Some(signal) = theseus_core::interrupt::triggered() => {
+            eprintln!("theseus: interrupted ({}); it came after the command had done its work", signal.name());
+            ExitCode::from(signal.exit_code())
+        }
         Ok(code) => code,
         Err(ref err) if let Some(interrupted) = err.downcast_ref::<signals::Interrupted>() => {
             eprintln!("theseus: {interrupted}");

@@ -215,6 +215,17 @@ pub(crate) async fn follow_to_end(
 pub(crate) async fn cancel(ctx: &Context, args: TargetArgs) -> Result<ExitCode> {
     let ledger = ctx.ledger()?;
     let (record, backend) = find(ctx, &ledger, &args.job)?;
+    if record.state == JobState::Submitting && ledger.submit_in_progress(&record.identity.run_id) {
+        return Err(anyhow!(
+            "run {} is being submitted right now; cancel it once its submit has returned",
+            record.identity.run_id
+        ));
+    }
+    if is_placeholder(&record.handle) {
+        let status = refresh(&ledger, &record, &backend).await?;
+        print_status(ctx, &record, &status)?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let status = backend.cancel(&record.handle).await?;
     save(&ledger, &record.identity.run_id, &status)?;
     print_status(ctx, &record, &status)?;
