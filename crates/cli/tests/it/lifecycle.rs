@@ -436,3 +436,60 @@ fn sigterm_during_submit_follow_to_a_volcano_host_ends_with_143() {
     drop(_cleanup);
     drop(world);
 }
+
+#[test]
+fn a_run_its_backend_no_longer_has_is_never_shown_live() {
+    let ctx = TestContext::new();
+    let job = Ticker::new();
+    let exp = job.exp();
+    let _cleanup = CancelOnDrop(&ctx, &["vanished"]);
+    let out = ctx.cmd().args(job.submit_args(&exp, "vanished", &[])).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let run_id = text(&out.stdout).trim().to_owned();
+    // Someone else removes the run behind the ledger's back (here: its processes and run dir).
+    let cancel = ctx.run(&["cancel", &run_id]);
+    assert!(cancel.status.success(), "{}", text(&cancel.stderr));
+    let state_dir = ctx.home().join("state/theseus");
+    theseus_core::ledger::Ledger::open(&state_dir)
+        .unwrap()
+        .update_state(&run_id, theseus_core::backend::JobState::Running, None, None)
+        .unwrap();
+    let run_dir = ctx.home().join(".local/share/theseus/status/general/default/vanished").join(&run_id);
+    std::fs::remove_dir_all(&run_dir).unwrap();
+
+    let list = ctx.run(&["list", "--output", "json"]);
+    let records: Vec<serde_json::Value> = serde_json::from_slice(&list.stdout).unwrap();
+    let rec = record(&records, &run_id);
+    assert_eq!(rec["state"], "unknown", "{rec}");
+    assert!(rec["message"].as_str().unwrap().contains("no longer exists"), "{rec}");
+    let status = ctx.run(&["status", &run_id]);
+    assert!(status.status.success(), "{}", text(&status.stderr));
+    assert!(text(&status.stdout).contains("unknown"), "{}", text(&status.stdout));
+}
+
+#[test]
+fn replace_on_a_volcano_host_marks_the_replaced_run() {
+    let ctx = TestContext::new();
+    let world = crate::volcano::SimWorld::start(&ctx);
+    let _cleanup = CancelOnDrop(&ctx, &["vc-rep"]);
+    let (exp, code) = (world.exp("sleep.yaml"), world.code().to_owned());
+    let submit = |extra: &[&str]| {
+        let mut args = vec!["submit", "vc-rep", &exp, "--code", &code, "--host", "k8s", "--chip", "h100", "-n", "4"];
+        args.extend_from_slice(extra);
+        let out = ctx.cmd().args(&args).output().unwrap();
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        text(&out.stdout).trim().to_owned()
+    };
+    let a = submit(&[]);
+    let b = submit(&["--replace"]);
+    let list = ctx.run(&["list", "--output", "json"]);
+    let records: Vec<serde_json::Value> = serde_json::from_slice(&list.stdout).unwrap();
+    let old = record(&records, &a);
+    assert_eq!(old["state"], "cancelled", "{old}");
+    assert_eq!(old["message"], format!("replaced by run {b}"), "{old}");
+    let status = ctx.run(&["status", &a]);
+    assert!(status.status.success(), "status of the replaced run: {}", text(&status.stderr));
+    assert!(text(&status.stdout).contains("cancelled"), "{}", text(&status.stdout));
+    drop(_cleanup);
+    drop(world);
+}
