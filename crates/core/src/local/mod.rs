@@ -320,7 +320,11 @@ impl LocalBackend {
             if process::Session::read(run_dir).is_some() {
                 break Ok(());
             }
-            if let Ok(Some(status)) = child.try_wait() {
+            // `setsid` forks (and its parent exits 0) when started as a process group leader:
+            // only a failure means the supervisor will never write its session.
+            if let Ok(Some(status)) = child.try_wait()
+                && !status.success()
+            {
                 // It may have recorded itself and finished between the two checks.
                 if process::Session::read(run_dir).is_some() {
                     break Ok(());
