@@ -109,6 +109,11 @@ async fn refresh(ledger: &Ledger, record: &Record, backend: &Arc<DynBackend>) ->
         }
         Err(e) => return Err(e.into()),
     };
+    let mut status = status;
+    if record.state.is_terminal() && status.state == record.state && record.message.is_some() {
+        // The ledger's reason ("replaced by run R") says more than the backend's ("cancelled").
+        status.message = record.message.clone();
+    }
     save(ledger, run_id, &status)?;
     Ok(status)
 }

@@ -220,7 +220,8 @@ fn a_live_name_is_refused_and_replace_marks_the_replaced_run() {
     assert_eq!(old["message"], format!("replaced by run {b}"), "{old}");
     let status = ctx.run(&["status", &a]);
     assert!(status.status.success(), "{}", text(&status.stderr));
-    assert!(text(&status.stdout).contains("cancelled"), "{}", text(&status.stdout));
+    let shown = text(&status.stdout);
+    assert!(shown.contains("cancelled") && shown.contains(&format!("replaced by run {b}")), "{shown}");
     cancel_all(&ctx, &["held"]);
     assert!(live_runs(&ids).is_empty());
 }
