@@ -334,29 +334,32 @@ fn a_client_killed_during_submit_leaves_an_honest_record() {
 }
 
 #[test]
-fn sigterm_during_shipping_cleans_up_and_exits_143() {
+fn signals_during_shipping_clean_up_and_exit_143_or_130() {
     let ctx = TestContext::new();
     let job = big_ticker();
     let exp = job.exp();
-    let _cleanup = CancelOnDrop(&ctx, &["shipping"]);
-    let mut child = Running::spawn({
-        let mut cmd = ctx.cmd();
-        cmd.args(job.submit_args(&exp, "shipping", &[]));
-        cmd
-    });
-    let run_id = wait_submitting(&ctx, &mut child, "shipping");
-    child.signal("-TERM");
-    let status = child.wait(Duration::from_secs(60));
-    let stderr = child.stderr();
-    assert_eq!(status.code(), Some(143), "{stderr}");
-    assert_eq!(stderr.lines().filter(|l| l.contains("interrupted (SIGTERM)")).count(), 1, "one line: {stderr}");
-    let work = work_dir_of(&ctx, "shipping", &run_id);
-    assert!(!work.exists() || live_runs(&[run_id.clone()].into()).is_empty(), "nothing of the run is left running");
-    assert!(!work.with_extension("partial").exists(), "no partial copy is left");
-    let records = ledger(&ctx);
-    let rec = record(&records, &run_id);
-    assert_eq!(rec["state"], "cancelled", "{rec}");
-    assert!(rec["message"].as_str().unwrap().contains("interrupted (SIGTERM) during submit"), "{rec}");
+    let _cleanup = CancelOnDrop(&ctx, &["shipping-term", "shipping-int"]);
+    for (signal, code, name) in [("-TERM", 143, "SIGTERM"), ("-INT", 130, "SIGINT")] {
+        let job_name = format!("shipping-{}", signal[1..].to_lowercase());
+        let mut child = Running::spawn({
+            let mut cmd = ctx.cmd();
+            cmd.args(job.submit_args(&exp, &job_name, &[]));
+            cmd
+        });
+        let run_id = wait_submitting(&ctx, &mut child, &job_name);
+        child.signal(signal);
+        let status = child.wait(Duration::from_secs(60));
+        let stderr = child.stderr();
+        assert_eq!(status.code(), Some(code), "{stderr}");
+        assert!(one_line(&stderr, &format!("interrupted ({name})")), "one line: {stderr}");
+        let work = work_dir_of(&ctx, &job_name, &run_id);
+        assert!(!work.exists() || live_runs(&[run_id.clone()].into()).is_empty(), "nothing of the run is left running");
+        assert!(!work.with_extension("partial").exists(), "no partial copy is left");
+        let records = ledger(&ctx);
+        let rec = record(&records, &run_id);
+        assert_eq!(rec["state"], "cancelled", "{rec}");
+        assert!(rec["message"].as_str().unwrap().contains(&format!("interrupted ({name}) during submit")), "{rec}");
+    }
 }
 
 fn one_line(stderr: &str, needle: &str) -> bool {
