@@ -210,13 +210,9 @@ pub(crate) fn name_dir<'a>(run_dir: &'a str, run_id: &str) -> Option<&'a str> {
 
 /// The error of a submit whose name is held by live run `run` on `host`.
 pub(crate) fn already_running(name: &str, run: &str, host: &str, submitting: bool) -> Error {
-    let how = if submitting { "being submitted" } else { "running" };
-    Error::AlreadyExists {
-        what: format!(
-            "job `{name}` is already {how} as run {run} on host `{host}`; pass --replace to stop it, or pick \
-             another name. A live run of that name"
-        ),
-    }
+    // Worded like the local backend's; the CLI adds how to replace it.
+    let how = if submitting { " (being submitted right now)" } else { "" };
+    Error::AlreadyExists { what: format!("live run `{run}` of job `{name}` on host `{host}`{how}") }
 }
 
 /// The error of a submit whose start script exited [`REPLACED`] (stderr `stderr`): the run was
@@ -233,8 +229,8 @@ pub(crate) fn lost(backend: &dyn Display, name: &str, run: &str, host: &str, std
     let by = parse_held(stderr).map_or_else(|| "another run".to_owned(), |b| format!("run {b}"));
     Error::AlreadyExists {
         what: format!(
-            "job `{name}` was taken over by {by} on host `{host}` while run {run} was being submitted, so run {run} \
-             was not started. A newer run of that name"
+            "{by} of job `{name}` on host `{host}`, which took the name while run {run} was being submitted \
+             (run {run} was not started)"
         ),
     }
 }
@@ -281,9 +277,10 @@ mod tests {
     }
 
     #[test]
-    fn the_message_names_the_live_run_and_the_way_out() {
+    fn the_message_names_the_live_run() {
         let text = already_running("train", "20261124-1-abc", "gpu1", false).to_string();
-        assert!(text.starts_with("job `train` is already running as run 20261124-1-abc on host `gpu1`"), "{text}");
-        assert!(text.contains("pass --replace to stop it, or pick another name"), "{text}");
+        assert_eq!(text, "live run `20261124-1-abc` of job `train` on host `gpu1` already exists");
+        let text = already_running("train", "r2", "gpu1", true).to_string();
+        assert!(text.contains("(being submitted right now)"), "{text}");
     }
 }

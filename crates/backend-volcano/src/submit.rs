@@ -38,7 +38,7 @@ pub(crate) async fn submit(
     let mut guard = HelperGuard { cluster: cluster.clone(), name: helper_name.clone(), armed: true };
     let shipped = tokio::select! {
         result = ship_through_helper(backend, cluster, &helper, job, layout, options) => result,
-        () = interrupted() => Err(VolcanoError::Interrupted),
+        _ = theseus_core::interrupt::wait() => Err(VolcanoError::Interrupted),
     };
     // The helper goes on every path; a failure to delete it is reported, never hidden.
     let cleanup = cluster.delete_job(&helper_name).await;
@@ -335,28 +335,5 @@ impl Drop for HelperGuard {
                 }
             });
         }
-    }
-}
-
-/// Resolves on Ctrl-C or SIGTERM.
-async fn interrupted() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = term.recv() => {}
-                }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
     }
 }

@@ -8,6 +8,7 @@ mod backends;
 mod commands;
 mod context;
 mod progress;
+mod signals;
 
 use std::process::ExitCode;
 
@@ -24,8 +25,28 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match runtime.block_on(commands::run(cli)) {
+    let result = runtime.block_on(async {
+        signals::install().map_err(|e| anyhow::anyhow!("cannot listen for SIGINT and SIGTERM: {e}"))?;
+        commands::run(cli).await
+    });
+    // Work a signal cut short (a blocking copy) is not waited for.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    match result {
+        // The command finished its work before it looked at the signal again.
+        Ok(_) if let Some(signal) = theseus_core::interrupt::triggered() => {
+            eprintln!("theseus: interrupted ({}); it came after the command had done its work", signal.name());
+            ExitCode::from(signal.exit_code())
+        }
         Ok(code) => code,
+        Err(ref err) if let Some(interrupted) = err.downcast_ref::<signals::Interrupted>() => {
+            eprintln!("theseus: {interrupted}");
+            ExitCode::from(interrupted.signal.exit_code())
+        }
+        // A command that failed because of the signal (a backend's interrupted step).
+        Err(err) if let Some(signal) = theseus_core::interrupt::triggered() => {
+            eprintln!("theseus: interrupted ({}); {err}", signal.name());
+            ExitCode::from(signal.exit_code())
+        }
         Err(err) => {
             eprintln!("error: {err}");
             for cause in err.chain().skip(1) {

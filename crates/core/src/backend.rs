@@ -26,6 +26,17 @@ use crate::Result;
 /// - `submit` ships the job's code, writes its bootstrap and starts it; it returns a
 ///   [`JobHandle`] that can be stored and used later by another process. When `submit` fails,
 ///   nothing of the job is left running or half-written where a later run would use it.
+/// - One name, one live job: `submit` makes a second live job of one (project, group, name)
+///   impossible on its host, checked before anything is shipped (a lock, an atomic rename or a
+///   deterministic object that the server refuses to create twice; never a look followed by a
+///   create). It returns [`crate::Error::AlreadyExists`] naming the live run, e.g. ``live run
+///   `R` of job `x` on host `h` `` (the caller adds how to replace it), unless
+///   [`SubmitOptions::replace`], in which case it stops the live run first and confirms it gone.
+///   Two concurrent replacers still leave exactly one live job. The CLI marks the replaced run in
+///   the ledger by asking `status` of its older runs of the name.
+/// - Interrupts: backends install no signal handler. A long step of `submit` that creates
+///   something (shipping, a helper) selects on [`crate::interrupt::wait`], takes back what it
+///   created (bounded) and returns an error; the CLI reports the signal and exits 130/143.
 /// - `status`, `logs` and `cancel` work from a stored handle alone.
 /// - `cancel` returns once no process of the job is left (or fails saying what is left).
 ///
@@ -155,7 +166,8 @@ impl EnvVar {
 /// Per-call options of [`Backend::submit`].
 #[derive(Clone, Default)]
 pub struct SubmitOptions {
-    /// Replace an existing job of the same name (backends with job names only).
+    /// Stop a live job of the same project, group and name before starting this one (see the
+    /// trait's contract); without it, such a job makes `submit` fail with `AlreadyExists`.
     pub replace: bool,
     /// Called with the bytes of code shipped so far.
     pub progress: Option<ProgressFn>,

@@ -3,6 +3,11 @@
 //!
 //! Several `theseus` commands may use the ledger at once: the database runs in WAL mode with a
 //! busy timeout, and every write is one short transaction.
+//!
+//! A run is recorded before its backend creates anything ([`Ledger::begin_submit`], state
+//! `submitting`), and settled when `submit` returns. While a client submits, it holds a lock on
+//! `<state dir>/submitting/<run id>.lock`; a `submitting` record whose lock nobody holds belongs
+//! to a client that stopped in the middle ([`Ledger::submit_in_progress`]).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -43,6 +48,35 @@ pub struct Record {
 pub struct Ledger {
     conn: Connection,
     path: PathBuf,
+    state_dir: PathBuf,
+}
+
+/// Held by the client that submits a run (see [`Ledger::begin_submit`]); dropping it says that
+/// this client no longer works on the run.
+#[derive(Debug)]
+pub struct SubmitGuard {
+    _file: std::fs::File,
+    path: PathBuf,
+}
+
+impl Drop for SubmitGuard {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Marks a handle that the CLI made up because the backend could not tell its handle before
+/// `submit` (see [`Ledger::begin_submit`]); backends cannot look such a handle up.
+pub const PLACEHOLDER_KEY: &str = "theseus_placeholder";
+
+/// A handle for a run whose backend gives no planned handle: kind, host and run id only.
+pub fn placeholder_handle(kind: crate::config::HostKind, host: &str, run_id: &str) -> JobHandle {
+    JobHandle { kind, host: host.to_owned(), id: run_id.to_owned(), data: serde_json::json!({ PLACEHOLDER_KEY: true }) }
+}
+
+/// Whether `handle` was made by [`placeholder_handle`].
+pub fn is_placeholder(handle: &JobHandle) -> bool {
+    handle.data.get(PLACEHOLDER_KEY).is_some_and(|v| v == true)
 }
 
 /// The default state dir: `$XDG_STATE_HOME/theseus`, else `~/.local/state/theseus`.
@@ -87,7 +121,70 @@ impl Ledger {
             CREATE INDEX IF NOT EXISTS runs_by_name ON runs(name, submitted_at);",
         )
         .map_err(ledger_err(format!("cannot create tables in `{}`", path.display())))?;
-        Ok(Ledger { conn, path })
+        Ok(Ledger { conn, path, state_dir: state_dir.to_owned() })
+    }
+
+    fn submit_lock_path(&self, run_id: &str) -> PathBuf {
+        self.state_dir.join("submitting").join(format!("{run_id}.lock"))
+    }
+
+    /// Records a run in state `submitting` before its backend creates anything, and holds the
+    /// lock that tells other clients this one is still submitting it, until the guard is dropped.
+    pub fn begin_submit(&self, record: &Record) -> Result<SubmitGuard> {
+        let path = self.submit_lock_path(&record.identity.run_id);
+        let dir = path.parent().expect("lock paths have a parent");
+        std::fs::create_dir_all(dir).map_err(|e| Error::io("create", dir, e))?;
+        let file = std::fs::File::create(&path).map_err(|e| Error::io("create", &path, e))?;
+        file.lock().map_err(|e| Error::io("lock", &path, e))?;
+        let guard = SubmitGuard { _file: file, path };
+        let record = Record { state: JobState::Submitting, ..record.clone() };
+        self.insert(&record)?;
+        Ok(guard)
+    }
+
+    /// Whether a live client still holds the submit lock of `run_id`.
+    pub fn submit_in_progress(&self, run_id: &str) -> bool {
+        let Ok(file) = std::fs::File::open(self.submit_lock_path(run_id)) else { return false };
+        matches!(file.try_lock_shared(), Err(std::fs::TryLockError::WouldBlock))
+    }
+
+    /// Stores the handle `submit` returned and the run's state.
+    pub fn settle(&self, run_id: &str, handle: &JobHandle, state: JobState, message: Option<&str>) -> Result<()> {
+        let handle = serde_json::to_string(handle).expect("handles serialize");
+        self.conn
+            .execute(
+                "UPDATE runs SET handle = ?2, state = ?3, message = ?4, updated_at = ?5 WHERE run_id = ?1",
+                params![run_id, handle, state.as_str(), message, now_rfc3339()],
+            )
+            .map_err(ledger_err(format!("cannot update run `{run_id}`")))?;
+        Ok(())
+    }
+
+    /// Forgets a run (a submit that created nothing and never owned the name).
+    pub fn delete(&self, run_id: &str) -> Result<()> {
+        self.conn
+            .execute("DELETE FROM runs WHERE run_id = ?1", [run_id])
+            .map_err(ledger_err(format!("cannot delete run `{run_id}`")))?;
+        Ok(())
+    }
+
+    /// Runs of the same project, group and name on `host`, other than `identity`'s own, whose
+    /// last known state is not terminal.
+    pub fn live_of_name(&self, identity: &JobIdentity, host: &str) -> Result<Vec<Record>> {
+        let mut stmt = self
+            .conn
+            .prepare(&format!(
+                "{SELECT} WHERE project = ?1 AND grp = ?2 AND name = ?3 AND host = ?4 AND run_id != ?5 ORDER BY submitted_at, rowid"
+            ))
+            .map_err(ledger_err("cannot read runs"))?;
+        let rows = stmt
+            .query_map(
+                params![identity.project, identity.group, identity.name, host, identity.run_id],
+                row_to_record,
+            )
+            .map_err(ledger_err("cannot read runs"))?;
+        let records = rows.collect::<Result<Vec<_>, _>>().map_err(ledger_err("cannot read runs"))?;
+        Ok(records.into_iter().filter(|r| !r.state.is_terminal()).collect())
     }
 
     /// Path of the database file.
@@ -224,6 +321,32 @@ mod tests {
         let ids: Vec<_> = ledger.list(10).unwrap().into_iter().map(|r| r.identity.run_id).collect();
         assert_eq!(ids, ["r3", "r2", "r1"]);
         assert!(ledger.insert(&record("a", "r1", "2026-01-04T00:00:00Z")).is_err(), "run ids are unique");
+    }
+
+    #[test]
+    fn a_submitting_record_knows_whether_its_client_still_works_on_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let ledger = Ledger::open(dir.path()).unwrap();
+        let guard = ledger.begin_submit(&record("a", "r1", "2026-01-01T00:00:00Z")).unwrap();
+        let r1 = ledger.find("r1").unwrap().unwrap();
+        assert_eq!(r1.state, JobState::Submitting);
+        assert!(ledger.submit_in_progress("r1"), "the guard holds the lock");
+        assert!(Ledger::open(dir.path()).unwrap().submit_in_progress("r1"), "seen from another connection");
+        drop(guard);
+        assert!(!ledger.submit_in_progress("r1"), "a dropped guard (or a dead client) holds nothing");
+        let handle = placeholder_handle(HostKind::Local, "local", "r1");
+        assert!(is_placeholder(&handle));
+        ledger.settle("r1", &handle, JobState::Pending, None).unwrap();
+        let r1 = ledger.find("r1").unwrap().unwrap();
+        assert_eq!((r1.state, is_placeholder(&r1.handle)), (JobState::Pending, true));
+        ledger.insert(&record("a", "r2", "2026-01-02T00:00:00Z")).unwrap();
+        ledger.insert(&record("b", "r3", "2026-01-02T00:00:00Z")).unwrap();
+        ledger.update_state("r2", JobState::Completed, Some(0), None).unwrap();
+        let mine = JobIdentity { name: "a".into(), project: "general".into(), group: "default".into(), run_id: "r9".into() };
+        let live: Vec<_> = ledger.live_of_name(&mine, "local").unwrap().into_iter().map(|r| r.identity.run_id).collect();
+        assert_eq!(live, ["r1"], "same name, not terminal");
+        ledger.delete("r1").unwrap();
+        assert!(ledger.find("r1").unwrap().is_none());
     }
 
     #[test]

@@ -13,6 +13,7 @@
 //! - [`ledger`]: the SQLite record of every submission.
 //! - [`duration`], [`files`], [`paths`]: the one duration parser, bounded reading of user files,
 //!   and the checks that cluster paths are normalised and stay under their root.
+//! - [`interrupt`]: the program's SIGINT/SIGTERM, seen by operations that must clean up.
 //! - `testing` (feature `testing`): the conformance suite every backend passes.
 //!
 //! Pure logic (config validation, solving, rendering) does no IO; backends and the ledger do.
@@ -25,6 +26,7 @@ pub mod config;
 pub mod duration;
 mod error;
 pub mod files;
+pub mod interrupt;
 pub mod job;
 pub mod ledger;
 pub mod local;

@@ -86,7 +86,7 @@ async fn concurrent_submits_of_one_name_leave_exactly_one_live_run() {
         let Err(err) = result else { continue };
         let text = err.to_string();
         assert!(matches!(err, Error::AlreadyExists { .. }), "{err:?}");
-        assert!(text.contains(&handles[0].id) && text.contains("--replace") && text.contains("`race`"), "{text}");
+        assert!(text.contains(&handles[0].id) && text.contains("already exists") && text.contains("`race`"), "{text}");
         let layout = b.layout(&job.identity, &plan()).unwrap();
         assert!(!std::path::Path::new(&layout.work_dir).exists(), "the loser shipped nothing: {text}");
         assert!(!std::path::Path::new(&layout.run_dir).exists(), "the loser left no run dir: {text}");

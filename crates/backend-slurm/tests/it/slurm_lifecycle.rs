@@ -92,7 +92,7 @@ async fn concurrent_submits_of_one_name_leave_exactly_one_live_slurm_job() {
         let Err(err) = result else { continue };
         let text = err.to_string();
         assert!(matches!(err, Error::AlreadyExists { .. }), "{err:?}");
-        assert!(text.contains(&winner.run_id) && text.contains("--replace"), "{text}");
+        assert!(text.contains(&winner.run_id) && text.contains("already exists"), "{text}");
         let layout = b.layout(&job.identity, &plan("cpu", 1, 0)).unwrap();
         assert!(!std::path::Path::new(&layout.work_dir).exists(), "the loser shipped nothing: {text}");
     }

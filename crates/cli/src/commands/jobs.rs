@@ -1,25 +1,41 @@
 //! `theseus status|logs|cancel|list`: jobs found in the ledger by name or run id.
 
+use std::collections::HashMap;
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{anyhow, Result};
 use futures::StreamExt;
 use serde_json::json;
 use theseus_core::backend::{DynBackend, JobHandle, JobState, JobStatus, LogOptions};
-use theseus_core::config::HostKind;
-use theseus_core::ledger::{Ledger, Record};
+use theseus_core::config::{HostKind, LoadedConfig};
+use theseus_core::interrupt;
+use theseus_core::ledger::{is_placeholder, Ledger, Record};
 
 use crate::args::{ListArgs, LogsArgs, OutputFormat, TargetArgs};
 use crate::context::Context;
+use crate::signals::Interrupted;
+
+/// How long `status` and `list` wait for a backend's answer about one run.
+pub(crate) const STATUS_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What a run's state says when its client stopped in the middle of `submit`.
+const STOPPED_DURING_SUBMIT: &str = "the client stopped during submit (interrupted)";
 
 fn find(ctx: &Context, ledger: &Ledger, job: &str) -> Result<(Record, Arc<DynBackend>)> {
     let record = ledger
         .find(job)?
         .ok_or_else(|| anyhow!("no job or run `{job}` in the ledger (`theseus list` shows what is there)"))?;
     let loaded = ctx.config()?;
+    let backend = backend_for(ctx, &loaded, &record)?;
+    Ok((record, backend))
+}
+
+/// The backend that ran `record`.
+fn backend_for(ctx: &Context, loaded: &LoadedConfig, record: &Record) -> Result<Arc<DynBackend>> {
     let backend = if loaded.config.hosts.contains_key(&record.host) {
-        ctx.backend(&loaded, &record.host)?
+        ctx.backend(loaded, &record.host)?
     } else if record.handle.kind == HostKind::Local {
         // The host left the config; a local handle carries every path it needs.
         Arc::new(theseus_core::local::LocalBackend::new(
@@ -31,7 +47,75 @@ fn find(ctx: &Context, ledger: &Ledger, job: &str) -> Result<(Record, Arc<DynBac
     } else {
         return Err(anyhow!("host `{}` of run `{}` is no longer in the config", record.host, record.identity.run_id));
     };
-    Ok((record, backend))
+    Ok(backend)
+}
+
+fn status_of(state: JobState, message: String) -> JobStatus {
+    JobStatus { state, exit_code: None, message: Some(message), ranks: Vec::new() }
+}
+
+/// The state of a run now: asks its backend (within [`STATUS_TIMEOUT`]), settles a record left
+/// `submitting` by a client that stopped, and stores what it learned in the ledger.
+async fn refresh(ledger: &Ledger, record: &Record, backend: &Arc<DynBackend>) -> Result<JobStatus> {
+    let run_id = &record.identity.run_id;
+    if record.state == JobState::Submitting {
+        if ledger.submit_in_progress(run_id) {
+            return Ok(status_of(JobState::Submitting, "another theseus is submitting it right now".into()));
+        }
+        if is_placeholder(&record.handle) {
+            let status = status_of(
+                JobState::Unknown,
+                format!(
+                    "{STOPPED_DURING_SUBMIT}; host `{}` cannot look the run up from what was recorded before submit",
+                    record.host
+                ),
+            );
+            save(ledger, run_id, &status)?;
+            return Ok(status);
+        }
+    }
+    let answer = tokio::time::timeout(STATUS_TIMEOUT, backend.status(&record.handle))
+        .await
+        .map_err(|_| anyhow!("host `{}` did not answer within {}s about run {run_id}", record.host, STATUS_TIMEOUT.as_secs()))?;
+    let status = match answer {
+        Ok(status) => status,
+        // Backends that delete finished, cancelled or replaced jobs (Volcano) cannot report them
+        // any more: the ledger's last known state is the answer, and says so.
+        Err(theseus_core::Error::NotFound { what }) => {
+            let status = match record.state {
+                state if state.is_terminal() => JobStatus {
+                    state,
+                    exit_code: record.exit_code,
+                    message: Some(format!("last known state; {what} no longer exists")),
+                    ranks: Vec::new(),
+                },
+                JobState::Submitting => status_of(
+                    JobState::Unknown,
+                    format!("{STOPPED_DURING_SUBMIT}; host `{}` has no such run ({what} not found)", record.host),
+                ),
+                JobState::Unknown => status_of(
+                    JobState::Unknown,
+                    record.message.clone().unwrap_or_else(|| format!("{what} no longer exists")),
+                ),
+                _ => status_of(
+                    JobState::Unknown,
+                    format!("{what} no longer exists on host `{}` (replaced, deleted or cleaned up)", record.host),
+                ),
+            };
+            if !record.state.is_terminal() {
+                save(ledger, run_id, &status)?;
+            }
+            return Ok(status);
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let mut status = status;
+    if record.state.is_terminal() && status.state == record.state && record.message.is_some() {
+        // The ledger's reason ("replaced by run R") says more than the backend's ("cancelled").
+        status.message = record.message.clone();
+    }
+    save(ledger, run_id, &status)?;
+    Ok(status)
 }
 
 fn save(ledger: &Ledger, run_id: &str, status: &JobStatus) -> Result<()> {
@@ -60,23 +144,7 @@ fn print_status(ctx: &Context, record: &Record, status: &JobStatus) -> Result<()
 pub(crate) async fn status(ctx: &Context, args: TargetArgs) -> Result<ExitCode> {
     let ledger = ctx.ledger()?;
     let (record, backend) = find(ctx, &ledger, &args.job)?;
-    let status = match backend.status(&record.handle).await {
-        Ok(status) => status,
-        // Backends that delete finished or cancelled jobs (Volcano) cannot report them any more:
-        // the ledger's last known state is the answer, and says so.
-        Err(theseus_core::Error::NotFound { what }) if record.state.is_terminal() => {
-            let status = JobStatus {
-                state: record.state,
-                exit_code: record.exit_code,
-                message: Some(format!("last known state; {what} no longer exists")),
-                ranks: Vec::new(),
-            };
-            print_status(ctx, &record, &status)?;
-            return Ok(ExitCode::SUCCESS);
-        }
-        Err(e) => return Err(e.into()),
-    };
-    save(&ledger, &record.identity.run_id, &status)?;
+    let status = refresh(&ledger, &record, &backend).await?;
     print_status(ctx, &record, &status)?;
     Ok(ExitCode::SUCCESS)
 }
@@ -102,8 +170,10 @@ fn print_line(line: &theseus_core::backend::LogLine) {
     }
 }
 
-/// Streams a job's output until it ends (or Ctrl-C), stores the final state and returns the
-/// exit code: 0 when completed, the job's exit code (else 1) otherwise.
+/// Streams a job's output until it ends, stores the final state and returns the exit code: 0
+/// when completed, the job's exit code (else 1) otherwise. A signal (SIGINT, SIGTERM) stops
+/// following and leaves the job running, as `kubectl logs -f` and `docker logs -f` do: the
+/// program ends with [`Interrupted`], which says how to follow again or stop the job.
 pub(crate) async fn follow_to_end(
     ctx: &Context,
     backend: &Arc<DynBackend>,
@@ -112,19 +182,27 @@ pub(crate) async fn follow_to_end(
     run_id: &str,
     rank: Option<u32>,
 ) -> Result<ExitCode> {
-    let mut stream = backend.logs(handle, &LogOptions { follow: true, rank }).await?;
-    let interrupted = loop {
+    let detached = |signal| Interrupted {
+        signal,
+        what: format!(
+            "stopped following run {run_id}, which keeps running (`theseus logs -f {run_id}` follows it again, `theseus cancel {run_id}` stops it)"
+        ),
+    };
+    let options = LogOptions { follow: true, rank };
+    let mut stream = tokio::select! {
+        biased;
+        signal = interrupt::wait() => return Err(detached(signal).into()),
+        stream = backend.logs(handle, &options) => stream?,
+    };
+    loop {
         tokio::select! {
+            biased;
+            signal = interrupt::wait() => return Err(detached(signal).into()),
             line = stream.next() => match line {
                 Some(line) => print_line(&line?),
-                None => break false,
+                None => break,
             },
-            _ = tokio::signal::ctrl_c() => break true,
         }
-    };
-    if interrupted {
-        ctx.info(format!("theseus: stopped following; the job keeps running (`theseus cancel {run_id}` stops it)"));
-        return Ok(ExitCode::from(130));
     }
     let status = backend.status(handle).await?;
     save(ledger, run_id, &status)?;
@@ -142,6 +220,17 @@ pub(crate) async fn follow_to_end(
 pub(crate) async fn cancel(ctx: &Context, args: TargetArgs) -> Result<ExitCode> {
     let ledger = ctx.ledger()?;
     let (record, backend) = find(ctx, &ledger, &args.job)?;
+    if record.state == JobState::Submitting && ledger.submit_in_progress(&record.identity.run_id) {
+        return Err(anyhow!(
+            "run {} is being submitted right now; cancel it once its submit has returned",
+            record.identity.run_id
+        ));
+    }
+    if is_placeholder(&record.handle) {
+        let status = refresh(&ledger, &record, &backend).await?;
+        print_status(ctx, &record, &status)?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let status = backend.cancel(&record.handle).await?;
     save(&ledger, &record.identity.run_id, &status)?;
     print_status(ctx, &record, &status)?;
@@ -152,19 +241,7 @@ pub(crate) async fn list(ctx: &Context, args: ListArgs) -> Result<ExitCode> {
     let ledger = ctx.ledger()?;
     let mut records = ledger.list(args.limit)?;
     if !args.no_refresh {
-        let loaded = ctx.config().ok();
-        for record in records.iter_mut().filter(|r| !r.state.is_terminal()) {
-            let Some(loaded) = &loaded else { break };
-            if !loaded.config.hosts.contains_key(&record.host) {
-                continue;
-            }
-            let Ok(backend) = ctx.backend(loaded, &record.host) else { continue };
-            if let Ok(status) = backend.status(&record.handle).await {
-                save(&ledger, &record.identity.run_id, &status)?;
-                record.state = status.state;
-                record.exit_code = status.exit_code;
-            }
-        }
+        refresh_live(ctx, &ledger, &mut records).await;
     }
     if ctx.output == OutputFormat::Json {
         super::print_json(&records)?;
@@ -175,8 +252,44 @@ pub(crate) async fn list(ctx: &Context, args: ListArgs) -> Result<ExitCode> {
         let exit = r.exit_code.map(|c| c.to_string()).unwrap_or_else(|| "-".into());
         println!(
             "{:<24} {:<20} {:<12} {:<10} {:<10} {}",
-            r.identity.run_id, r.identity.name, r.host, r.state, exit, r.submitted_at
+            r.identity.run_id, r.identity.name, r.host, r.state.as_str(), exit, r.submitted_at
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Asks the backends about every row that is not terminal, all at once, each within
+/// [`STATUS_TIMEOUT`]: a row is never shown live when its backend no longer has the run. Rows
+/// whose backend cannot be asked (or does not answer in time) keep their last known state.
+async fn refresh_live(ctx: &Context, ledger: &Ledger, records: &mut [Record]) {
+    if records.iter().all(|r| r.state.is_terminal()) {
+        return;
+    }
+    let Ok(loaded) = ctx.config() else { return };
+    let mut backends: HashMap<String, Arc<DynBackend>> = HashMap::new();
+    let mut asks = Vec::new();
+    for (i, record) in records.iter().enumerate().filter(|(_, r)| !r.state.is_terminal()) {
+        let backend = match backends.get(&record.host) {
+            Some(b) => b.clone(),
+            None => match backend_for(ctx, &loaded, record) {
+                Ok(b) => {
+                    backends.insert(record.host.clone(), b.clone());
+                    b
+                }
+                Err(_) => continue,
+            },
+        };
+        asks.push(async move { (i, refresh(ledger, record, &backend).await) });
+    }
+    for (i, answer) in futures::future::join_all(asks).await {
+        match answer {
+            Ok(status) => {
+                let record = &mut records[i];
+                record.state = status.state;
+                record.exit_code = status.exit_code;
+                record.message = status.message;
+            }
+            Err(e) => tracing::debug!("list: {e:#}"),
+        }
+    }
 }

@@ -14,20 +14,32 @@ use anyhow::Result;
 
 use crate::args::{Cli, Command};
 use crate::context::Context;
+use crate::signals;
 
 /// Runs the parsed command line.
 pub(crate) async fn run(cli: Cli) -> Result<ExitCode> {
     let ctx = Context::new(&cli.global)?;
     match cli.command {
+        // These handle a signal in each of their phases (see `crate::signals`).
         Command::Submit(args) => submit::run(&ctx, args).await,
-        Command::Plan(args) => plan::run(&ctx, args).await,
-        Command::Status(args) => jobs::status(&ctx, args).await,
-        Command::Logs(args) => jobs::logs(&ctx, args).await,
-        Command::Cancel(args) => jobs::cancel(&ctx, args).await,
-        Command::List(args) => jobs::list(&ctx, args).await,
-        Command::Config(cmd) => config::run(&ctx, cmd),
-        Command::Chips => chips::run(&ctx),
-        Command::Gc(args) => gc::run(&ctx, args).await,
+        Command::Logs(args) if args.follow => jobs::logs(&ctx, args).await,
+        // The others create nothing that a signal would have to take back.
+        command => {
+            signals::or_interrupted(async {
+                match command {
+                    Command::Submit(_) => unreachable!("handled above"),
+                    Command::Plan(args) => plan::run(&ctx, args).await,
+                    Command::Status(args) => jobs::status(&ctx, args).await,
+                    Command::Logs(args) => jobs::logs(&ctx, args).await,
+                    Command::Cancel(args) => jobs::cancel(&ctx, args).await,
+                    Command::List(args) => jobs::list(&ctx, args).await,
+                    Command::Config(cmd) => config::run(&ctx, cmd),
+                    Command::Chips => chips::run(&ctx),
+                    Command::Gc(args) => gc::run(&ctx, args).await,
+                }
+            })
+            .await
+        }
     }
 }
 

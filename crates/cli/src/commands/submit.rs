@@ -1,22 +1,76 @@
-//! `theseus submit`: solve, snapshot the code, render the bootstrap, start the job, record it in
-//! the ledger, and with `--follow` stream its output to the end.
+//! `theseus submit`: solve, snapshot the code, render the bootstrap, record the run in the
+//! ledger (`submitting`), start the job, settle the record, and with `--follow` stream its output
+//! to the end.
 
 use std::process::ExitCode;
 
-use anyhow::{Context as _, Result};
+use std::sync::Arc;
+
+use anyhow::{bail, Context as _, Result};
 use serde_json::json;
-use theseus_core::backend::{DryRunDocument, JobState, PreparedJob, SubmitOptions};
+use theseus_core::backend::{DryRunDocument, DynBackend, JobHandle, JobState, PreparedJob, RunLayout, SubmitOptions};
 use theseus_core::bootstrap::{self, BootstrapInput};
+use theseus_core::interrupt;
 use theseus_core::job::JobIdentity;
-use theseus_core::ledger::{now_rfc3339, Record};
+use theseus_core::ledger::{now_rfc3339, placeholder_handle, Ledger, Record};
 use theseus_core::snapshot::{Snapshot, SnapshotMode};
 use theseus_core::solver::render;
 
 use crate::args::{OutputFormat, SubmitArgs};
 use crate::context::Context;
 use crate::progress;
+use crate::signals::{self, Interrupted};
+
+use super::prepare::Solved;
 
 pub(crate) async fn run(ctx: &Context, args: SubmitArgs) -> Result<ExitCode> {
+    // Nothing is created before the backend's `submit`: a signal until then just stops.
+    let (solved, job, layout) = signals::or_interrupted(prepare(ctx, &args)).await?;
+    let plan = &solved.plan;
+    let identity = job.identity.clone();
+    if args.dry_run {
+        let documents = solved.backend.dry_run(&job)?;
+        return dry_run(ctx, &job, &layout, &documents);
+    }
+    ctx.info(format!(
+        "theseus: shipping {} files ({}) to {}",
+        job.snapshot.file_count(),
+        progress::human(job.snapshot.total_bytes()),
+        solved.backend
+    ));
+    let quiet = ctx.quiet;
+    let options = SubmitOptions {
+        replace: args.replace,
+        progress: Some(progress::bytes("theseus: shipped", quiet)),
+        status: Some(std::sync::Arc::new(move |note: &str| {
+            if !quiet {
+                eprintln!("theseus: {note}");
+            }
+        })),
+    };
+    let ledger = ctx.ledger()?;
+    let handle = submit_recorded(&ledger, &solved.backend, &job, &options).await?;
+    if args.replace {
+        mark_replaced(ctx, &ledger, &solved.backend, &identity, &plan.host).await?;
+    }
+    ctx.info(format!(
+        "theseus: submitted {} (run {}) to {}; log: {}",
+        identity.name, identity.run_id, plan.host, layout.log_file
+    ));
+    if ctx.output == OutputFormat::Json && !args.follow {
+        super::print_json(&json!({"name": identity.name, "run_id": identity.run_id, "host": plan.host, "handle": handle, "log_file": layout.log_file}))?;
+    } else if !args.follow {
+        println!("{}", identity.run_id);
+    }
+    if !args.follow {
+        ctx.info(format!("theseus: follow with `theseus logs -f {}`", identity.run_id));
+        return Ok(ExitCode::SUCCESS);
+    }
+    super::jobs::follow_to_end(ctx, &solved.backend, &ledger, &handle, &identity.run_id, None).await
+}
+
+/// Solves, snapshots the code and renders the bootstrap: the job as the backend gets it.
+async fn prepare(ctx: &Context, args: &SubmitArgs) -> Result<(Solved, PreparedJob, RunLayout)> {
     // A dry run asks no host for capacity: it must work without any cluster or credentials.
     let solved = super::prepare::solve(ctx, &args.job, !args.dry_run).await?;
     let plan = &solved.plan;
@@ -50,63 +104,114 @@ pub(crate) async fn run(ctx: &Context, args: SubmitArgs) -> Result<ExitCode> {
     );
     input.uv_groups = uv_groups;
     let bootstrap = bootstrap::render(&input)
-    .with_context(|| format!("cannot render the bootstrap for {}", args.job.experiment.display()))?;
-
+        .with_context(|| format!("cannot render the bootstrap for {}", args.job.experiment.display()))?;
     let job = PreparedJob {
-        identity: identity.clone(),
+        identity,
         experiment: solved.experiment.clone(),
         env,
         plan: plan.clone(),
         snapshot,
         bootstrap,
     };
-    if args.dry_run {
-        let documents = solved.backend.dry_run(&job)?;
-        return dry_run(ctx, &job, &layout, &documents);
-    }
-    ctx.info(format!(
-        "theseus: shipping {} files ({}) to {}",
-        job.snapshot.file_count(),
-        progress::human(job.snapshot.total_bytes()),
-        solved.backend
-    ));
-    let quiet = ctx.quiet;
-    let options = SubmitOptions {
-        replace: args.replace,
-        progress: Some(progress::bytes("theseus: shipped", quiet)),
-        status: Some(std::sync::Arc::new(move |note: &str| {
-            if !quiet {
-                eprintln!("theseus: {note}");
-            }
-        })),
-    };
-    let handle = solved.backend.submit(&job, &options).await?;
-    let ledger = ctx.ledger()?;
+    Ok((solved, job, layout))
+}
+
+/// Records the run as `submitting` (with the backend's planned handle, else a placeholder),
+/// calls the backend's `submit` and settles the record with what it returned. A signal during
+/// `submit` leaves nothing: the backend takes back its partial work, and a job it started anyway
+/// is cancelled.
+async fn submit_recorded(
+    ledger: &Ledger,
+    backend: &Arc<DynBackend>,
+    job: &PreparedJob,
+    options: &SubmitOptions,
+) -> Result<JobHandle> {
+    let identity = &job.identity;
+    let host = job.plan.host.clone();
+    let planned = backend
+        .planned_handle(job)
+        .unwrap_or_else(|| placeholder_handle(backend.kind(), &host, &identity.run_id));
     let now = now_rfc3339();
-    ledger.insert(&Record {
+    let guard = ledger.begin_submit(&Record {
         identity: identity.clone(),
-        host: plan.host.clone(),
-        handle: handle.clone(),
+        host: host.clone(),
+        handle: planned.clone(),
         submitted_at: now.clone(),
         updated_at: now,
-        state: JobState::Pending,
+        state: JobState::Submitting,
         exit_code: None,
         message: None,
     })?;
-    ctx.info(format!(
-        "theseus: submitted {} (run {}) to {}; log: {}",
-        identity.name, identity.run_id, plan.host, layout.log_file
-    ));
-    if ctx.output == OutputFormat::Json && !args.follow {
-        super::print_json(&json!({"name": identity.name, "run_id": identity.run_id, "host": plan.host, "handle": handle, "log_file": layout.log_file}))?;
-    } else if !args.follow {
-        println!("{}", identity.run_id);
+    let result = backend.submit(job, options).await;
+    let run_id = &identity.run_id;
+    if let Some(signal) = interrupt::triggered() {
+        let (handle, what) = match result {
+            Ok(handle) => {
+                // Started before the backend saw the signal: the user never got the run id.
+                let cancelled = tokio::time::timeout(signals::CLEANUP_BOUND, backend.cancel(&handle)).await;
+                let what = match cancelled {
+                    Ok(Ok(_)) => format!("run {run_id} had started and was cancelled"),
+                    Ok(Err(e)) => format!("run {run_id} had started and could not be cancelled: {e}"),
+                    Err(_) => format!("run {run_id} had started and its cancel did not finish in time"),
+                };
+                (handle, what)
+            }
+            Err(e) => (planned, format!("run {run_id} was not started ({e})")),
+        };
+        let message = format!("interrupted ({}) during submit; {what}", signal.name());
+        ledger.settle(run_id, &handle, JobState::Cancelled, Some(&message))?;
+        drop(guard);
+        return Err(Interrupted { signal, what }.into());
     }
-    if !args.follow {
-        ctx.info(format!("theseus: follow with `theseus logs -f {}`", identity.run_id));
-        return Ok(ExitCode::SUCCESS);
+    let handle = match result {
+        Ok(handle) => handle,
+        Err(e @ theseus_core::Error::AlreadyExists { .. }) => {
+            // Nothing was created and the name belongs to the live run: this run never was.
+            ledger.delete(run_id)?;
+            drop(guard);
+            bail!("{e}; pass --replace to stop it and submit, or pick another name");
+        }
+        Err(e) => {
+            ledger.settle(run_id, &planned, JobState::Failed, Some(&format!("submit failed: {e}")))?;
+            drop(guard);
+            return Err(e.into());
+        }
+    };
+    ledger.settle(run_id, &handle, JobState::Pending, None)?;
+    drop(guard);
+    Ok(handle)
+}
+
+/// After a `--replace`: older runs of the name on this host that the ledger still shows as live
+/// and that the backend now reports gone or cancelled are marked as replaced.
+async fn mark_replaced(
+    ctx: &Context,
+    ledger: &Ledger,
+    backend: &Arc<DynBackend>,
+    identity: &JobIdentity,
+    host: &str,
+) -> Result<()> {
+    for old in ledger.live_of_name(identity, host)? {
+        if old.state == JobState::Submitting && ledger.submit_in_progress(&old.identity.run_id) {
+            continue;
+        }
+        let replaced = format!("replaced by run {}", identity.run_id);
+        let status = tokio::time::timeout(super::jobs::STATUS_TIMEOUT, backend.status(&old.handle)).await;
+        match status {
+            Ok(Err(theseus_core::Error::NotFound { .. })) => {
+                ledger.update_state(&old.identity.run_id, JobState::Cancelled, None, Some(&replaced))?;
+            }
+            Ok(Ok(status)) if matches!(status.state, JobState::Cancelled | JobState::Unknown) => {
+                ledger.update_state(&old.identity.run_id, JobState::Cancelled, status.exit_code, Some(&replaced))?;
+            }
+            Ok(Ok(status)) => {
+                ledger.update_state(&old.identity.run_id, status.state, status.exit_code, status.message.as_deref())?;
+            }
+            Ok(Err(e)) => ctx.info(format!("theseus: warning: cannot tell whether run {} was replaced: {e}", old.identity.run_id)),
+            Err(_) => ctx.info(format!("theseus: warning: status of run {} did not answer in time", old.identity.run_id)),
+        }
     }
-    super::jobs::follow_to_end(ctx, &solved.backend, &ledger, &handle, &identity.run_id, None).await
+    Ok(())
 }
 
 fn dry_run(

@@ -4,6 +4,7 @@
 mod cli;
 mod inputs;
 mod jax;
+mod lifecycle;
 mod slurm;
 mod volcano;
 

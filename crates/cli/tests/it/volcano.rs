@@ -8,7 +8,7 @@ use theseus_kube_sim::{NodeConfig, Sim, SimConfig};
 
 use crate::{TestContext, text};
 
-struct SimWorld {
+pub(crate) struct SimWorld {
     // Held for their lifetime only. Field order matters: the simulator stops before the
     // runtime that drives it.
     sim: Sim,
@@ -18,7 +18,7 @@ struct SimWorld {
 }
 
 impl SimWorld {
-    fn start(ctx: &TestContext) -> SimWorld {
+    pub(crate) fn start(ctx: &TestContext) -> SimWorld {
         let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
         let config = SimConfig {
             nodes: (0..2).map(|i| NodeConfig::new(&format!("gpu-node-{i}"), 4)).collect(),
@@ -41,11 +41,11 @@ impl SimWorld {
         SimWorld { sim, _runtime: runtime, _pvc: pvc, code }
     }
 
-    fn code(&self) -> &str {
+    pub(crate) fn code(&self) -> &str {
         self.code.path().to_str().unwrap()
     }
 
-    fn exp(&self, name: &str) -> String {
+    pub(crate) fn exp(&self, name: &str) -> String {
         self.code.path().join(name).display().to_string()
     }
 }
@@ -225,7 +225,11 @@ fn ctrl_c_while_waiting_for_the_helper_deletes_it() {
     assert_eq!(text(&gc.stdout).trim(), "0", "no helper is left: {}", text(&gc.stderr));
     let list = ctx.run(&["list", "--output", "json"]);
     let records: serde_json::Value = serde_json::from_slice(&list.stdout).unwrap();
-    assert_eq!(records.as_array().map(Vec::len), Some(0), "nothing entered the ledger: {records}");
+    // The run was recorded before anything was created, and settled as interrupted.
+    let records = records.as_array().unwrap();
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(records[0]["state"], "cancelled", "{records:?}");
+    assert!(records[0]["message"].as_str().unwrap().contains("interrupted (SIGINT) during submit"), "{records:?}");
 }
 
 #[test]

@@ -7,10 +7,12 @@ use futures::StreamExt;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 use super::{read_status, LocalHandleData};
-use crate::backend::{LogLine, LogOptions, LogStream};
+use crate::backend::{JobState, LogLine, LogOptions, LogStream};
 use crate::{Error, Result};
 
 const POLL: Duration = Duration::from_millis(200);
+/// Delay before a second look at an `Unknown` state.
+const RECHECK: Duration = Duration::from_millis(500);
 
 struct Tail {
     run_id: String,
@@ -66,7 +68,7 @@ async fn next_line(tail: &mut Tail) -> Result<Option<String>> {
             match tokio::fs::File::open(&tail.data.log_file).await {
                 Ok(f) => tail.reader = Some(BufReader::new(f)),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                    if !tail.options.follow || terminal(tail) {
+                    if !tail.options.follow || terminal(tail).await {
                         return Ok(None);
                     }
                     tokio::time::sleep(POLL).await;
@@ -97,7 +99,7 @@ async fn next_line(tail: &mut Tail) -> Result<Option<String>> {
             }
             return Ok(Some(std::mem::take(&mut tail.partial)));
         }
-        if terminal(tail) {
+        if terminal(tail).await {
             // One more pass reads what was written between the last read and the exit.
             tail.draining = true;
             continue;
@@ -106,7 +108,15 @@ async fn next_line(tail: &mut Tail) -> Result<Option<String>> {
     }
 }
 
-fn terminal(tail: &Tail) -> bool {
+/// Whether the run has ended. `Unknown` (no process found and no exit code) is taken for the end
+/// only when a second look, a moment later, still finds neither: a single look can fall between
+/// two steps of a process (an `exec`, a rename) under load.
+async fn terminal(tail: &Tail) -> bool {
     let state = read_status(&tail.run_id, &tail.data).state;
-    state.is_terminal() || state == crate::backend::JobState::Unknown
+    if state != JobState::Unknown {
+        return state.is_terminal();
+    }
+    tokio::time::sleep(RECHECK).await;
+    let state = read_status(&tail.run_id, &tail.data).state;
+    state.is_terminal() || state == JobState::Unknown
 }

@@ -9,7 +9,13 @@
 //!
 //! A supervisor script (see [`supervisor`]) becomes a session leader with `setsid`, starts N
 //! ranks of the bootstrap wired as one JAX job on 127.0.0.1, and records exit codes.
+//!
+//! One name, one live job: `submit` holds a claim on `<status>/<project>/<group>/<name>` (see
+//! [`claim`]) while it looks for a live run of the name, ships and starts; a live run makes it
+//! fail with [`Error::AlreadyExists`] before anything is shipped, unless `replace`, which stops
+//! the live run (and confirms that none of its processes is left) first.
 
+pub mod claim;
 pub mod logs;
 pub mod process;
 pub mod supervisor;
@@ -54,7 +60,10 @@ pub struct LocalHandleData {
     pub log_file: PathBuf,
     /// Number of ranks.
     pub processes: u32,
-    /// PID of the supervisor (also its session and process group id).
+    /// PID of the supervisor (also its session and process group id); 0 in a handle made by
+    /// [`Backend::planned_handle`] before the supervisor started. `supervisor.json` in the run
+    /// dir is what `status` and `cancel` use.
+    #[serde(default)]
     pub supervisor_pid: u32,
 }
 
@@ -136,28 +145,60 @@ impl Backend for LocalBackend {
     async fn submit(&self, job: &PreparedJob, options: &SubmitOptions) -> Result<JobHandle> {
         let processes = job.plan.processes().max(1);
         let (work_dir, run_dir, log_file) = self.paths(&job.identity)?;
+        let name_dir = run_dir.parent().ok_or_else(|| Error::InvalidConfig("run dir has no parent".into()))?;
+        // One name, one live job: claimed and checked before anything is shipped.
+        let _claim = match claim::NameClaim::try_acquire(name_dir, &job.identity.run_id)? {
+            Ok(claim) => claim,
+            Err(claim::Busy::Held { run_id }) => {
+                return Err(Error::AlreadyExists {
+                    what: format!(
+                        "live run `{run_id}` of job `{}` on host `{}` (being submitted right now)",
+                        job.identity.name, self.name
+                    ),
+                });
+            }
+        };
+        for live in self.live_runs(name_dir, &job.identity) {
+            if !options.replace {
+                return Err(Error::AlreadyExists {
+                    what: format!("live run `{}` of job `{}` on host `{}`", live.run_id, job.identity.name, self.name),
+                });
+            }
+            options.note(&format!("--replace: stopping run {} of job {}", live.run_id, job.identity.name));
+            self.stop(&live.run_id, &live.run_dir).await?;
+        }
         if work_dir.exists() || run_dir.exists() {
             return Err(Error::AlreadyExists { what: format!("run dir `{}`", work_dir.display()) });
         }
-        ship(job, &work_dir, options).await?;
+        // `ship` stops at the next block it writes when the program is interrupted, and removes
+        // its partial copy on every error.
+        let shipped = ship(job, &work_dir, options).await;
+        if let Some(signal) = crate::interrupt::triggered() {
+            let _ = tokio::fs::remove_dir_all(&work_dir).await;
+            return Err(Error::backend(
+                self,
+                format!("interrupted ({}) while shipping the code; nothing was started and the copy was removed", signal.name()),
+            ));
+        }
+        shipped?;
 
         let res = self.start(job, &work_dir, &run_dir, &log_file, processes).await;
         match res {
-            Ok(pid) => Ok(JobHandle {
-                kind: HostKind::Local,
-                host: self.name.clone(),
-                id: job.identity.run_id.clone(),
-                data: serde_json::to_value(LocalHandleData { work_dir, run_dir, log_file, processes, supervisor_pid: pid })
-                    .expect("handle data serializes"),
-            }),
+            Ok(pid) => Ok(self.handle(job, LocalHandleData { work_dir, run_dir, log_file, processes, supervisor_pid: pid })),
             Err(e) => {
                 // Nothing half-done is left behind: no process, no run dir.
-                process::stop_run(&job.identity.run_id, Duration::from_secs(2)).await;
+                process::stop_run(&job.identity.run_id, process::Session::read(&run_dir).as_ref(), Duration::from_secs(2)).await;
                 let _ = tokio::fs::remove_dir_all(&work_dir).await;
                 let _ = tokio::fs::remove_dir_all(&run_dir).await;
                 Err(e)
             }
         }
+    }
+
+    fn planned_handle(&self, job: &PreparedJob) -> Option<JobHandle> {
+        let (work_dir, run_dir, log_file) = self.paths(&job.identity).ok()?;
+        let processes = job.plan.processes().max(1);
+        Some(self.handle(job, LocalHandleData { work_dir, run_dir, log_file, processes, supervisor_pid: 0 }))
     }
 
     async fn status(&self, handle: &JobHandle) -> Result<JobStatus> {
@@ -179,17 +220,58 @@ impl Backend for LocalBackend {
         if before.state.is_terminal() {
             return Ok(before);
         }
-        let marker = data.run_dir.join(files::CANCELLED);
-        std::fs::write(&marker, ledger_now()).map_err(|e| Error::io("write", &marker, e))?;
-        let left = process::stop_run(&handle.id, Duration::from_secs(5)).await;
-        if !left.is_empty() {
-            return Err(Error::backend(self, format!("processes {left:?} of run `{}` are still alive after SIGKILL", handle.id)));
-        }
+        self.stop(&handle.id, &data.run_dir).await?;
         Ok(read_status(&handle.id, &data))
     }
 }
 
+/// A run of a job name whose processes are alive.
+struct LiveRun {
+    run_id: String,
+    run_dir: PathBuf,
+}
+
 impl LocalBackend {
+    fn handle(&self, job: &PreparedJob, data: LocalHandleData) -> JobHandle {
+        JobHandle {
+            kind: HostKind::Local,
+            host: self.name.clone(),
+            id: job.identity.run_id.clone(),
+            data: serde_json::to_value(data).expect("handle data serializes"),
+        }
+    }
+
+    /// Marks a run cancelled and stops all its processes; fails naming what is left.
+    async fn stop(&self, run_id: &str, run_dir: &Path) -> Result<()> {
+        let marker = run_dir.join(files::CANCELLED);
+        std::fs::write(&marker, ledger_now()).map_err(|e| Error::io("write", &marker, e))?;
+        let session = process::Session::read(run_dir);
+        let left = process::stop_run(run_id, session.as_ref(), Duration::from_secs(5)).await;
+        if !left.is_empty() {
+            return Err(Error::backend(self, format!("processes {left:?} of run `{run_id}` are still alive after SIGKILL")));
+        }
+        Ok(())
+    }
+
+    /// Runs of `identity`'s name (other than its own run) that have a live process.
+    fn live_runs(&self, name_dir: &Path, identity: &JobIdentity) -> Vec<LiveRun> {
+        let Ok(entries) = std::fs::read_dir(name_dir) else { return Vec::new() };
+        let table = process::ProcTable::scan();
+        let mut live = Vec::new();
+        for entry in entries.flatten() {
+            let Some(run_id) = entry.file_name().to_str().map(str::to_owned) else { continue };
+            if run_id.starts_with('.') || run_id == identity.run_id || !entry.path().is_dir() {
+                continue;
+            }
+            let run_dir = entry.path();
+            if !table.of_run(&run_id, process::Session::read(&run_dir).as_ref()).is_empty() {
+                live.push(LiveRun { run_id, run_dir });
+            }
+        }
+        live.sort_by(|a, b| a.run_id.cmp(&b.run_id));
+        live
+    }
+
     /// Work dir, run dir and log file of a run, each checked to lie under its configured dir
     /// (`work`, `status`, `log`): a name that slipped past the name rule cannot leave them.
     fn paths(&self, identity: &JobIdentity) -> Result<(PathBuf, PathBuf, PathBuf)> {
@@ -235,16 +317,44 @@ impl LocalBackend {
         for var in job.env.iter().filter(|v| v.secret) {
             cmd.env(&var.name, &var.value);
         }
-        let child = cmd.spawn().map_err(|e| Error::Command { command: "setsid bash supervise.sh".into(), message: e.to_string() })?;
+        let mut child =
+            cmd.spawn().map_err(|e| Error::Command { command: "setsid bash supervise.sh".into(), message: e.to_string() })?;
         let pid = child.id().unwrap_or(0);
+        // Wait until the supervisor has recorded its session: from then on, `status` finds the
+        // run's processes without depending on the environment of a process in `exec`.
+        let deadline = tokio::time::Instant::now() + SUPERVISOR_START;
+        let started = loop {
+            if process::Session::read(run_dir).is_some() {
+                break Ok(());
+            }
+            // `setsid` forks (and its parent exits 0) when started as a process group leader:
+            // only a failure means the supervisor will never write its session.
+            if let Ok(Some(status)) = child.try_wait()
+                && !status.success()
+            {
+                // It may have recorded itself and finished between the two checks.
+                if process::Session::read(run_dir).is_some() {
+                    break Ok(());
+                }
+                break Err(format!("the supervisor exited ({status}) before it started any rank"));
+            }
+            if tokio::time::Instant::now() >= deadline {
+                break Err(format!("the supervisor did not start within {SUPERVISOR_START:?}"));
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
         // The supervisor is reaped by a detached task; the job does not depend on this process.
         tokio::spawn(async move {
             let mut child = child;
             let _ = child.wait().await;
         });
+        started.map_err(|message| Error::Command { command: format!("setsid bash {}", script_path.display()), message })?;
         Ok(pid)
     }
 }
+
+/// How long `submit` waits for the supervisor to record its session.
+const SUPERVISOR_START: Duration = Duration::from_secs(20);
 
 fn ledger_now() -> String {
     crate::ledger::now_rfc3339()
@@ -275,7 +385,7 @@ async fn ship(job: &PreparedJob, work_dir: &Path, options: &SubmitOptions) -> Re
                 p(done, Some(total));
             }
         };
-        let written = snapshot.write_tar(writer, &mut report);
+        let written = snapshot.write_tar(StopOnInterrupt(writer), &mut report);
         let unpacked = unpacker.join().map_err(|_| Error::backend("local", "tar unpack thread panicked"))?;
         written?;
         unpacked.map_err(|e| Error::io("unpack code into", &dest, e))?;
@@ -304,6 +414,22 @@ async fn ship(job: &PreparedJob, work_dir: &Path, options: &SubmitOptions) -> Re
     Ok(())
 }
 
+/// A writer that fails once the program is interrupted, so that a long copy stops at once.
+struct StopOnInterrupt<W>(W);
+
+impl<W: std::io::Write> std::io::Write for StopOnInterrupt<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if let Some(signal) = crate::interrupt::triggered() {
+            return Err(std::io::Error::other(format!("interrupted ({})", signal.name())));
+        }
+        self.0.write(buf)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.flush()
+    }
+}
+
 fn read_code(path: &Path) -> Option<i32> {
     std::fs::read_to_string(path).ok()?.trim().parse().ok()
 }
@@ -311,7 +437,8 @@ fn read_code(path: &Path) -> Option<i32> {
 /// The status of a local run from its files and live processes.
 pub(crate) fn read_status(run_id: &str, data: &LocalHandleData) -> JobStatus {
     let cancelled = data.run_dir.join(files::CANCELLED).exists();
-    let alive = !process::job_processes(run_id).is_empty();
+    let session = process::Session::read(&data.run_dir);
+    let alive = !process::run_processes(run_id, session.as_ref()).is_empty();
     let ranks: Vec<RankStatus> = (0..data.processes)
         .map(|i| {
             let code = read_code(&data.run_dir.join(files::rank_exit(i)));

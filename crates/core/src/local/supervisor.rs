@@ -3,6 +3,12 @@
 //!
 //! Every value is shell-quoted; the script is the session leader of the run, so closing the
 //! terminal that submitted the job does not stop it.
+//!
+//! Before it starts any rank, the supervisor records who it is, each file written to a
+//! temporary name and renamed: `supervisor.json` (`{"pid", "sid", "pgid", "start_time"}`, read
+//! from `/proc/$$/stat`; see [`crate::local::process::Session`]), then `supervisor.pid`. A run's
+//! processes are those in that session plus those carrying the marker variable, so a child that
+//! sheds its environment (`env -i`) or leaves the session (`setsid`) is still found.
 
 use crate::shell::quote;
 
@@ -12,8 +18,11 @@ pub mod files {
     pub const EXIT_CODE: &str = "exit_code";
     /// Written by `cancel` before it stops the processes.
     pub const CANCELLED: &str = "cancelled";
-    /// The supervisor's PID.
+    /// The supervisor's PID, written after [`SUPERVISOR_JSON`].
     pub const SUPERVISOR_PID: &str = "supervisor.pid";
+    /// The supervisor's PID, session id, process group id and start time, as JSON
+    /// ([`crate::local::process::Session`]); written before any rank starts.
+    pub const SUPERVISOR_JSON: &str = "supervisor.json";
     /// Exit code of rank `i`.
     pub fn rank_exit(i: u32) -> String {
         format!("rank-{i}.exit")
@@ -51,7 +60,16 @@ pub fn render(input: &SupervisorInput<'_>) -> String {
 set -u
 trap '' HUP
 run_dir={run_dir}
-echo "$$" > "$run_dir/{pid_file}"
+# Who this supervisor is: session and process group (fields 6 and 5 of /proc/$$/stat) and start
+# time (field 22), so that the run's processes can be found even without the marker variable.
+stat=$(cat "/proc/$$/stat" 2>/dev/null || true)
+set -f
+set -- ${{stat##*) }}
+set +f
+printf '{{"pid":%s,"sid":%s,"pgid":%s,"start_time":%s}}\n' "$$" "${{4:-$$}}" "${{3:-$$}}" "${{20:-0}}" > "$run_dir/{json_file}.tmp"
+mv -f "$run_dir/{json_file}.tmp" "$run_dir/{json_file}"
+echo "$$" > "$run_dir/{pid_file}.tmp" && mv -f "$run_dir/{pid_file}.tmp" "$run_dir/{pid_file}"
+set --
 n={n}
 for ((i = 0; i < n; i++)); do
   (
@@ -69,6 +87,7 @@ echo "$code" > "$run_dir/{exit}.tmp" && mv "$run_dir/{exit}.tmp" "$run_dir/{exit
 exit "$code"
 "#,
         pid_file = files::SUPERVISOR_PID,
+        json_file = files::SUPERVISOR_JSON,
         exit = files::EXIT_CODE,
     )
 }
@@ -88,5 +107,33 @@ mod tests {
         assert!(script.contains(r"'/tmp/it'\''s here/$(x)/b.sh'"));
         let out = std::process::Command::new("bash").arg("-n").arg("-c").arg(&script).output().unwrap();
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+
+    #[test]
+    fn records_its_session_before_any_rank_starts() {
+        let dir = tempfile::tempdir().unwrap();
+        let boot = dir.path().join("boot.sh");
+        std::fs::write(&boot, "test -s \"$RUN_DIR/supervisor.json\" && echo recorded-first\n").unwrap();
+        let run_dir = dir.path().join("run");
+        std::fs::create_dir(&run_dir).unwrap();
+        let log = dir.path().join("log");
+        let script = render(&SupervisorInput {
+            bootstrap: boot.to_str().unwrap(),
+            run_dir: run_dir.to_str().unwrap(),
+            log_file: log.to_str().unwrap(),
+            processes: 1,
+        });
+        let out = std::process::Command::new("setsid")
+            .args(["--wait", "bash", "-c", &script])
+            .env("RUN_DIR", &run_dir)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(std::fs::read_to_string(&log).unwrap(), "recorded-first\n");
+        let session: crate::local::process::Session =
+            serde_json::from_slice(&std::fs::read(run_dir.join(files::SUPERVISOR_JSON)).unwrap()).unwrap();
+        let pid: i32 = std::fs::read_to_string(run_dir.join(files::SUPERVISOR_PID)).unwrap().trim().parse().unwrap();
+        assert_eq!((session.pid, session.sid, session.pgid), (pid, pid, pid), "{session:?}");
+        assert!(session.start_time > 0, "{session:?}");
     }
 }
