@@ -20,10 +20,13 @@ mod discovery;
 mod events;
 pub mod exec;
 mod faults;
+mod jobpods;
 mod logs;
+mod procs;
 mod quantity;
 mod runtime;
 mod sched;
+mod scheduler;
 mod selector;
 mod server;
 mod status;
@@ -94,6 +97,9 @@ pub struct SimConfig {
     pub unpullable_images: HashSet<String>,
     /// Initial admission delay for every job (see [`Faults::delay_scheduling`]).
     pub scheduling_delay: Option<Duration>,
+    /// PersistentVolumeClaims that do not exist: pods mounting one stay Pending, unschedulable
+    /// with `persistentvolumeclaim "<name>" not found`. Every other claim exists (as a host dir).
+    pub missing_pvcs: HashSet<String>,
 }
 
 impl Default for SimConfig {
@@ -110,6 +116,7 @@ impl Default for SimConfig {
             host_env_passthrough: vec!["PATH".into(), "LANG".into()],
             unpullable_images: HashSet::new(),
             scheduling_delay: None,
+            missing_pvcs: HashSet::new(),
         }
     }
 }
