@@ -386,9 +386,17 @@ fn execute(shared: &Arc<Shared>, job: &Value, tasks: &[Task], pods: &[Value], me
                 true
             });
         }
-        // Aborted, Completed, Failed, Terminated: finishedState/abortedState kill what still
-        // runs on the next event; nothing runs any more here.
-        _ => {}
+        // Aborted, Completed, Failed, Terminated: finishedState/abortedState run killJob on the
+        // job's next event, which deletes the PodGroup. A group that has not started (one that
+        // a restart re-created just before the job failed) raises such an event when the
+        // scheduler enqueues it; nothing else runs any more.
+        _ => {
+            let ns = str_at(job, "/metadata/namespace");
+            let group = shared.store.get(known::podgroups(), ns, &podgroup_name(job));
+            if group.is_ok_and(|g| matches!(str_at(&g, "/status/phase"), "" | "Pending" | "Inqueue")) {
+                let _ = shared.store.delete(known::podgroups(), ns, &podgroup_name(job), Propagation::Background);
+            }
+        }
     }
 }
 

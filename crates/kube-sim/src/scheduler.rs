@@ -97,13 +97,15 @@ fn add(into: &mut Resources, from: &Resources) {
 }
 
 /// What enqueued groups still need beyond what their bound pods hold (`GetInqueueResource`),
-/// in total and per queue.
+/// in total and per queue. Only `Inqueue` groups count: a `Running` one counts only while its
+/// allocated pods reach `minMember`, and then it holds what it needs already (the overcommit
+/// and proportion plugins' `OnSessionOpen`).
 fn inqueue_resources(store: &Store, except: &str) -> (Resources, HashMap<String, Resources>) {
     let (groups, _) = store.list(known::podgroups(), None, &Selectors::default());
     let mut total = Resources::new();
     let mut per_queue: HashMap<String, Resources> = HashMap::new();
     for g in groups.iter().filter(|g| str_at(g, "/metadata/uid") != except) {
-        if !matches!(str_at(g, "/status/phase"), "Inqueue" | "Running") {
+        if str_at(g, "/status/phase") != "Inqueue" {
             continue;
         }
         let mut need = sched::from_quantities(g.pointer("/spec/minResources"));
@@ -267,8 +269,10 @@ fn allocate(shared: &Arc<Shared>, group: &Value) {
                 obj["spec"]["nodeName"] = json!(node);
             });
         }
-        let running = pods.iter().filter(|p| matches!(str_at(p, "/status/phase"), "Running" | "Succeeded")).count();
-        let phase = if running >= min_member.max(1) { "Running" } else { "Inqueue" };
+        // jobStatus in pkg/scheduler/framework/session.go: Running once the allocated (bound)
+        // and succeeded pods reach minMember.
+        let allocated = ready + placed.len();
+        let phase = if allocated >= min_member.max(1) { "Running" } else { "Inqueue" };
         set_condition(store, ns, name, phase, None);
         return;
     }
