@@ -350,6 +350,10 @@ impl Backend for VolcanoBackend {
         })
     }
 
+    fn start_timeout(&self) -> Option<Duration> {
+        (self.host.start_timeout_seconds > 0).then(|| Duration::from_secs(self.host.start_timeout_seconds))
+    }
+
     fn dry_run(&self, job: &PreparedJob) -> theseus_core::Result<Vec<DryRunDocument>> {
         let rendered = self.render(job)?;
         let layout = self.run_layout(&job.identity);

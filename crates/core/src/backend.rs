@@ -5,6 +5,7 @@
 
 use std::fmt::{Debug, Display};
 use std::pin::Pin;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::Stream;
@@ -69,6 +70,12 @@ pub trait Backend: Debug + Display + Send + Sync + 'static {
     fn dry_run(&self, job: &PreparedJob) -> Result<Vec<DryRunDocument>> {
         let _ = job;
         Ok(Vec::new())
+    }
+
+    /// How long following a job (`submit --follow`, `logs -f`) waits for it to start before
+    /// cancelling it with the reason `status` gives; `None` waits forever (the default).
+    fn start_timeout(&self) -> Option<Duration> {
+        None
     }
 }
 

@@ -13,6 +13,8 @@ use theseus_core::ledger::{Ledger, Record};
 use crate::args::{ListArgs, LogsArgs, OutputFormat, TargetArgs};
 use crate::context::Context;
 
+use super::start::{StartProgress, StartStep};
+
 fn find(ctx: &Context, ledger: &Ledger, job: &str) -> Result<(Record, Arc<DynBackend>)> {
     let record = ledger
         .find(job)?
@@ -113,12 +115,33 @@ pub(crate) async fn follow_to_end(
     rank: Option<u32>,
 ) -> Result<ExitCode> {
     let mut stream = backend.logs(handle, &LogOptions { follow: true, rank }).await?;
+    // Until the job starts, its status says why it waits (see `start.rs`).
+    let mut start = StartProgress::new(backend.start_timeout());
+    let began = std::time::Instant::now();
+    let mut look = tokio::time::interval(std::time::Duration::from_secs(2));
     let interrupted = loop {
         tokio::select! {
             line = stream.next() => match line {
-                Some(line) => print_line(&line?),
+                Some(line) => {
+                    start.mark_started();
+                    print_line(&line?);
+                }
                 None => break false,
             },
+            _ = look.tick(), if !start.started() => {
+                let status = match backend.status(handle).await {
+                    Ok(status) => status,
+                    Err(e) => {
+                        tracing::debug!("status while waiting for {run_id} to start: {e}");
+                        continue;
+                    }
+                };
+                match start.observe(&status, began.elapsed()) {
+                    StartStep::Say(reason) => ctx.info(format!("theseus: not started yet: {reason}")),
+                    StartStep::TimedOut(reason) => return give_up_start(ctx, backend, ledger, handle, run_id, &start, &reason).await,
+                    StartStep::Nothing | StartStep::Started => {}
+                }
+            }
             _ = tokio::signal::ctrl_c() => break true,
         }
     };
@@ -137,6 +160,31 @@ pub(crate) async fn follow_to_end(
         JobState::Completed => ExitCode::SUCCESS,
         _ => ExitCode::from(status.exit_code.filter(|c| (1..=255).contains(c)).unwrap_or(1) as u8),
     })
+}
+
+/// A followed job that did not start within its backend's start timeout: cancelled (nothing of
+/// it is left), recorded with the reason, exit 1.
+async fn give_up_start(
+    ctx: &Context,
+    backend: &Arc<DynBackend>,
+    ledger: &Ledger,
+    handle: &JobHandle,
+    run_id: &str,
+    start: &StartProgress,
+    reason: &str,
+) -> Result<ExitCode> {
+    let secs = start.timeout().map(|t| t.as_secs()).unwrap_or_default();
+    ctx.info(format!("theseus: run {run_id} did not start within {secs} s: {reason}"));
+    ctx.info(format!("theseus: cancelling run {run_id}"));
+    let cancelled = backend.cancel(handle).await?;
+    let status = JobStatus {
+        state: JobState::Cancelled,
+        exit_code: None,
+        message: Some(format!("did not start within {secs} s: {reason}")),
+        ranks: cancelled.ranks,
+    };
+    save(ledger, run_id, &status)?;
+    Ok(ExitCode::from(1))
 }
 
 pub(crate) async fn cancel(ctx: &Context, args: TargetArgs) -> Result<ExitCode> {

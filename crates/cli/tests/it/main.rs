@@ -5,6 +5,7 @@ mod cli;
 mod jax;
 mod slurm;
 mod volcano;
+mod volcano_start;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -261,3 +261,51 @@ async fn deleting_a_pod_stops_its_process_group() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn a_container_that_keeps_failing_under_its_restart_policy_crash_loops() {
+    let ctx = start(SimConfig::default()).await;
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), "default");
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "crash"},
+        "spec": {"restartPolicy": "OnFailure", "containers": [{"name": "main", "image": "busybox", "command": ["sh", "-c", "exit 2"]}]},
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    let status = eventually("CrashLoopBackOff", 20, || async {
+        let status = pods.get("crash").await.ok()?.status?;
+        let waiting = status.container_statuses.as_ref()?.first()?.state.clone()?.waiting?;
+        (waiting.reason.as_deref() == Some("CrashLoopBackOff")).then_some(status)
+    })
+    .await;
+    let container = &status.container_statuses.unwrap()[0];
+    let message = container.state.clone().unwrap().waiting.unwrap().message.unwrap();
+    assert!(message.starts_with("back-off 10s restarting failed container=main pod=crash_default("), "{message}");
+    assert_eq!(container.last_state.clone().unwrap().terminated.unwrap().exit_code, 2);
+    assert_eq!(status.phase.as_deref(), Some("Running"), "a restarting pod is not Failed");
+}
+
+#[tokio::test]
+async fn a_missing_pvc_leaves_the_gang_unschedulable_with_the_scheduler_wording() {
+    let config = SimConfig { missing_pvcs: ["gone".to_owned()].into(), ..SimConfig::default() };
+    let ctx = start(config).await;
+    let jobs = vcjobs(&ctx.client, "default");
+    let mut job = vcjob("nopvc", 1, 1, "img", &["true"]);
+    let spec = &mut job.data["spec"]["tasks"][0]["template"]["spec"];
+    spec["volumes"] = json!([{"name": "ws", "persistentVolumeClaim": {"claimName": "gone"}}]);
+    spec["containers"][0]["volumeMounts"] = json!([{"name": "ws", "mountPath": "/tmp/theseus-sim-never"}]);
+    jobs.create(&PostParams::default(), &job).await.unwrap();
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), "default");
+    let condition = eventually("PodScheduled=False", 20, || async {
+        let conds = pods.get("nopvc-worker-0").await.ok()?.status?.conditions?;
+        conds.into_iter().find(|c| c.type_ == "PodScheduled" && c.status == "False")
+    })
+    .await;
+    assert_eq!(condition.reason.as_deref(), Some("Unschedulable"));
+    assert_eq!(condition.message.as_deref(), Some("persistentvolumeclaim \"gone\" not found"));
+    let events = events_about(&ctx, "nopvc-worker-0").await;
+    assert!(
+        events.iter().any(|(t, r, m)| t == "Warning" && r == "FailedScheduling" && m == "persistentvolumeclaim \"gone\" not found"),
+        "{events:?}"
+    );
+}
