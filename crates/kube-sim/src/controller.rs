@@ -130,8 +130,7 @@ fn detect_events(memo: &mut JobMemo, tasks: &[Task], pods: &[Value], version: u6
         let phase = str_at(pod, "/status/phase");
         let task = str_at(pod, "/metadata/annotations/volcano.sh~1task-spec").to_owned();
         let before = memo.pods.get(uid).map(|(_, _, p)| p.as_str()).unwrap_or("");
-        if memo.killed.contains(uid) || !current_version(pod) || pod.pointer("/metadata/deletionTimestamp").is_some()
-        {
+        if memo.killed.contains(uid) || !current_version(pod) || pod.pointer("/metadata/deletionTimestamp").is_some() {
             continue;
         }
         match phase {
@@ -443,7 +442,8 @@ fn sync(shared: &Arc<Shared>, job: &Value, tasks: &[Task], pods: &[Value], updat
     }
     ensure_job_objects(shared, job, tasks);
     let old = Status::of(job);
-    let mut status = Status { phase: old.phase, retry_count: old.retry_count, version: old.version, ..Status::default() };
+    let mut status =
+        Status { phase: old.phase, retry_count: old.retry_count, version: old.version, ..Status::default() };
     for task in tasks {
         for i in 0..task.replicas {
             let name = format!("{}-{}-{i}", str_at(job, "/metadata/name"), task.name);
@@ -507,7 +507,8 @@ fn kill(
 /// The job's pods: labelled with its name and controlled by its uid.
 fn job_pods(store: &Store, job: &Value) -> Vec<Value> {
     let uid = str_at(job, "/metadata/uid");
-    let labels = LabelSelector::parse(&format!("volcano.sh/job-name={}", str_at(job, "/metadata/name"))).unwrap_or_default();
+    let labels =
+        LabelSelector::parse(&format!("volcano.sh/job-name={}", str_at(job, "/metadata/name"))).unwrap_or_default();
     let ns = str_at(job, "/metadata/namespace");
     let (pods, _) = store.list(known::pods(), Some(ns), &Selectors { labels, ..Selectors::default() });
     pods.into_iter()

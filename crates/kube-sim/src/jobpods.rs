@@ -106,7 +106,14 @@ pub(crate) fn ensure_job_objects(shared: &Shared, job: &Value, tasks: &[Task]) {
 
 /// Creates replica `index` of `task` (unbound: the gang scheduler binds it). Returns whether
 /// the pod exists now.
-pub(crate) fn create_pod(shared: &Shared, job: &Value, tasks: &[Task], task: &Task, index: usize, version: u64) -> bool {
+pub(crate) fn create_pod(
+    shared: &Shared,
+    job: &Value,
+    tasks: &[Task],
+    task: &Task,
+    index: usize,
+    version: u64,
+) -> bool {
     let store = &shared.store;
     let ns = str_at(job, "/metadata/namespace");
     let name = str_at(job, "/metadata/name");
@@ -152,8 +159,9 @@ pub(crate) fn create_pod(shared: &Shared, job: &Value, tasks: &[Task], task: &Ta
             spec["subdomain"] = json!(name);
         }
         for t in tasks {
-            extra_env
-                .push(json!({"name": format!("VC_{}_HOSTS", env_key(&t.name)), "value": hosts_of(shared, name, t).join(",")}));
+            extra_env.push(
+                json!({"name": format!("VC_{}_HOSTS", env_key(&t.name)), "value": hosts_of(shared, name, t).join(",")}),
+            );
             extra_env.push(json!({"name": format!("VC_{}_NUM", env_key(&t.name)), "value": t.replicas.to_string()}));
         }
         let volume = json!({"name": format!("{name}-svc"), "configMap": {"name": format!("{name}-svc")}});

@@ -63,7 +63,8 @@ impl Scheduler {
                 continue;
             }
             // Re-read: an earlier group of this session may have changed what is free.
-            let Ok(group) = store.get(known::podgroups(), str_at(group, "/metadata/namespace"), str_at(group, "/metadata/name"))
+            let Ok(group) =
+                store.get(known::podgroups(), str_at(group, "/metadata/namespace"), str_at(group, "/metadata/name"))
             else {
                 continue;
             };
@@ -286,7 +287,13 @@ fn allocate(shared: &Arc<Shared>, group: &Value) {
         histogram.join(", ")
     );
     let unready = min_member.saturating_sub(ready);
-    set_condition(store, ns, name, "Inqueue", Some(&format!("{unready}/{} tasks in gang unschedulable: {fit}", pods.len())));
+    set_condition(
+        store,
+        ns,
+        name,
+        "Inqueue",
+        Some(&format!("{unready}/{} tasks in gang unschedulable: {fit}", pods.len())),
+    );
     events::emit(
         store,
         group,

@@ -86,9 +86,13 @@ mod tests {
         let pull = status(JobState::Pending, "pod j-worker-0 cannot start: ImagePullBackOff");
         assert_eq!(p.observe(&pull, Duration::ZERO), StartStep::Say(pull.message.clone().unwrap()));
         assert_eq!(p.observe(&pull, Duration::from_secs(2)), StartStep::Nothing);
-        let queue = status(JobState::Pending, "waiting for queue q: queue resource quota insufficient: insufficient cpu");
+        let queue =
+            status(JobState::Pending, "waiting for queue q: queue resource quota insufficient: insufficient cpu");
         assert_eq!(p.observe(&queue, Duration::from_secs(4)), StartStep::Say(queue.message.clone().unwrap()));
-        assert_eq!(p.observe(&status(JobState::Running, "1/1 pods running"), Duration::from_secs(6)), StartStep::Started);
+        assert_eq!(
+            p.observe(&status(JobState::Running, "1/1 pods running"), Duration::from_secs(6)),
+            StartStep::Started
+        );
         assert!(p.started());
         assert_eq!(p.observe(&pull, Duration::from_secs(8)), StartStep::Nothing);
     }
@@ -108,6 +112,9 @@ mod tests {
     #[test]
     fn a_job_that_already_ended_counts_as_started() {
         let mut p = StartProgress::new(Some(Duration::from_secs(1)));
-        assert_eq!(p.observe(&status(JobState::Failed, "rank 0 exited with code 1"), Duration::from_secs(5)), StartStep::Started);
+        assert_eq!(
+            p.observe(&status(JobState::Failed, "rank 0 exited with code 1"), Duration::from_secs(5)),
+            StartStep::Started
+        );
     }
 }

@@ -26,11 +26,23 @@ fn follow_says_why_the_image_cannot_be_pulled_and_gives_up_after_the_start_timeo
     world.sim.faults().make_image_unpullable("theseus-test:local");
     set_start_timeout(&ctx, 5);
     let out = ctx.run(&[
-        "submit", "pull", &world.exp("exp.yaml"), "--code", world.code(), "--host", "k8s", "--chip", "h100", "-n", "4", "--follow",
+        "submit",
+        "pull",
+        &world.exp("exp.yaml"),
+        "--code",
+        world.code(),
+        "--host",
+        "k8s",
+        "--chip",
+        "h100",
+        "-n",
+        "4",
+        "--follow",
     ]);
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
-    let said: Vec<&str> = stderr.lines().filter(|l| l.contains("not started yet") && l.contains("ImagePullBackOff")).collect();
+    let said: Vec<&str> =
+        stderr.lines().filter(|l| l.contains("not started yet") && l.contains("ImagePullBackOff")).collect();
     assert_eq!(said.len(), 1, "the reason once, as soon as it shows:\n{stderr}");
     assert!(said[0].contains("cannot start: ImagePullBackOff"), "{stderr}");
     assert!(stderr.contains("did not start within 5 s: pod "), "{stderr}");
@@ -44,8 +56,19 @@ fn follow_says_why_volcano_does_not_enqueue_the_gang() {
     let world = SimWorld::start(&ctx);
     set_start_timeout(&ctx, 5);
     let out = ctx.run(&[
-        "submit", "huge", &world.exp("exp.yaml"), "--code", world.code(), "--host", "k8s", "--chip", "h100", "-n", "16",
-        "--no-check", "--follow",
+        "submit",
+        "huge",
+        &world.exp("exp.yaml"),
+        "--code",
+        world.code(),
+        "--host",
+        "k8s",
+        "--chip",
+        "h100",
+        "-n",
+        "16",
+        "--no-check",
+        "--follow",
     ]);
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");

@@ -85,8 +85,10 @@ async fn pod_failed_terminate_job_ends_the_job_at_once_and_keeps_the_failed_pod(
     assert_eq!(code, 3);
     // killJob deletes the PodGroup, which frees the gang's place in its queue.
     let pgs = Api::<DynamicObject>::namespaced_with(ctx.client.clone(), "default", &podgroup_resource());
-    eventually("the podgroup to be deleted", 20, || async { pgs.get(&format!("term-{uid}")).await.is_err().then_some(()) })
-        .await;
+    eventually("the podgroup to be deleted", 20, || async {
+        pgs.get(&format!("term-{uid}")).await.is_err().then_some(())
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -131,7 +133,8 @@ async fn pod_failed_restart_job_restarts_until_max_retry_as_volcano_counts() {
 /// Deletes pod `name` and returns the exit code its container reported last (from the watch's
 /// DELETED event): 137 means SIGKILL after the grace period.
 async fn delete_and_get_exit_code(pods: &Api<Pod>, name: &str) -> i32 {
-    let mut stream = pods.watch(&WatchParams::default().fields(&format!("metadata.name={name}")), "0").await.unwrap().boxed();
+    let mut stream =
+        pods.watch(&WatchParams::default().fields(&format!("metadata.name={name}")), "0").await.unwrap().boxed();
     pods.delete(name, &DeleteParams::default()).await.unwrap();
     while let Some(event) = stream.try_next().await.unwrap() {
         if let WatchEvent::Deleted(pod) = event {
@@ -173,7 +176,11 @@ async fn pid_1_without_a_sigterm_handler_waits_for_sigkill_and_a_trap_exits_at_o
         })
         .await;
     }
-    assert_eq!(delete_and_get_exit_code(&pods, "stubborn").await, 137, "SIGTERM ignored, SIGKILL after the grace period");
+    assert_eq!(
+        delete_and_get_exit_code(&pods, "stubborn").await,
+        137,
+        "SIGTERM ignored, SIGKILL after the grace period"
+    );
     assert_eq!(delete_and_get_exit_code(&pods, "trapped").await, 0, "the trap ran on SIGTERM");
     assert!(pods.list(&ListParams::default()).await.unwrap().items.is_empty());
 }

@@ -56,8 +56,10 @@ async fn gang_job_runs_to_completion_with_volcano_env_and_logs() {
     nodes.sort();
     assert_eq!(nodes, ["n0", "n1"], "4 GPUs each: one pod per node");
 
-    let pg = podgroup_of(&ctx, "train").await;
-    assert_eq!(pg.data["spec"]["minMember"], 2);
+    // CompleteJob ends the job through killJob, which deletes the PodGroup.
+    let pgs = Api::<DynamicObject>::namespaced_with(ctx.client.clone(), "default", &podgroup_resource());
+    let uid = done.metadata.uid.as_deref().unwrap();
+    assert!(pgs.get(&format!("train-{uid}")).await.is_err(), "the PodGroup is deleted with the job's end");
     let cm = Api::<ConfigMap>::namespaced(ctx.client.clone(), "default").get("train-svc").await.unwrap();
     assert_eq!(cm.data.unwrap()["worker.host"], "127.0.0.1\n127.0.0.1");
     let svc = Api::<Service>::namespaced(ctx.client.clone(), "default").get("train").await.unwrap();
@@ -66,7 +68,6 @@ async fn gang_job_runs_to_completion_with_volcano_env_and_logs() {
     // Deleting the job collects its pods, podgroup, configmap and service.
     jobs.delete("train", &DeleteParams::background()).await.unwrap();
     assert!(pods.list(&ListParams::default()).await.unwrap().items.is_empty());
-    let pgs = Api::<DynamicObject>::namespaced_with(ctx.client.clone(), "default", &podgroup_resource());
     assert!(pgs.list(&ListParams::default()).await.unwrap().items.is_empty());
 }
 
@@ -103,10 +104,15 @@ async fn job_larger_than_the_cluster_is_not_enqueued_and_says_why_in_normal_even
         events.into_iter().find(|(_, _, m)| m.starts_with("resource in cluster is overused"))
     })
     .await;
-    assert_eq!(overused, ("Normal".into(), "Unschedulable".into(), "resource in cluster is overused: overused nvidia.com/gpu".into()));
+    assert_eq!(
+        overused,
+        ("Normal".into(), "Unschedulable".into(), "resource in cluster is overused: overused nvidia.com/gpu".into())
+    );
     let events = events_about(&ctx, &pg_name).await;
     assert!(
-        events.iter().any(|(t, r, m)| t == "Warning" && r == "Unschedulable" && m.starts_with("0/0 tasks in gang unschedulable")),
+        events.iter().any(|(t, r, m)| t == "Warning"
+            && r == "Unschedulable"
+            && m.starts_with("0/0 tasks in gang unschedulable")),
         "{events:?}"
     );
     let pg = podgroup_of(&ctx, "big").await;
@@ -135,6 +141,8 @@ async fn enqueued_gang_that_cannot_be_placed_gets_the_unschedulable_condition() 
     assert!(message.starts_with("1/1 tasks in gang unschedulable: pod group is not ready"), "{message}");
     assert!(message.contains("0/2 nodes are unavailable: 2 Insufficient nvidia.com/gpu."), "{message}");
     assert_eq!(pg.data["status"]["phase"], "Inqueue");
+    assert_eq!(pg.data["spec"]["minMember"], 1);
+    assert_eq!(pg.data["spec"]["minResources"]["nvidia.com/gpu"], "5");
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), "default");
     let pod = eventually("the unplaced pod", 20, || async { pods.get("wide-worker-0").await.ok() }).await;
     assert!(pod.spec.unwrap().node_name.is_none());
@@ -161,7 +169,14 @@ async fn queue_capability_caps_admission() {
         events.into_iter().find(|(_, _, m)| m.starts_with("queue resource quota insufficient"))
     })
     .await;
-    assert_eq!(held, ("Normal".into(), "Unschedulable".into(), "queue resource quota insufficient: insufficient nvidia.com/gpu".into()));
+    assert_eq!(
+        held,
+        (
+            "Normal".into(),
+            "Unschedulable".into(),
+            "queue resource quota insufficient: insufficient nvidia.com/gpu".into()
+        )
+    );
     assert_eq!(phase(&jobs.get("capped").await.unwrap()), "Pending");
 
     // A job that fits runs, and the default queue reports what it holds.
@@ -305,7 +320,9 @@ async fn a_missing_pvc_leaves_the_gang_unschedulable_with_the_scheduler_wording(
     assert_eq!(condition.message.as_deref(), Some("persistentvolumeclaim \"gone\" not found"));
     let events = events_about(&ctx, "nopvc-worker-0").await;
     assert!(
-        events.iter().any(|(t, r, m)| t == "Warning" && r == "FailedScheduling" && m == "persistentvolumeclaim \"gone\" not found"),
+        events.iter().any(|(t, r, m)| t == "Warning"
+            && r == "FailedScheduling"
+            && m == "persistentvolumeclaim \"gone\" not found"),
         "{events:?}"
     );
 }
