@@ -184,3 +184,32 @@ async fn pid_1_without_a_sigterm_handler_waits_for_sigkill_and_a_trap_exits_at_o
     assert_eq!(delete_and_get_exit_code(&pods, "trapped").await, 0, "the trap ran on SIGTERM");
     assert!(pods.list(&ListParams::default()).await.unwrap().items.is_empty());
 }
+
+#[tokio::test]
+async fn a_delete_with_grace_period_zero_kills_at_once() {
+    let config = SimConfig { max_grace_period: std::time::Duration::from_secs(600), ..SimConfig::default() };
+    let ctx = start(config).await;
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), "default");
+    pods.create(&PostParams::default(), &plain_pod("now", "echo up; sleep 1000", 600)).await.unwrap();
+    eventually("its shell to be up", 20, || async {
+        pods.logs("now", &Default::default()).await.ok().filter(|l| l.contains("up")).map(|_| ())
+    })
+    .await;
+    let mut stream =
+        pods.watch(&WatchParams::default().fields("metadata.name=now"), "0").await.unwrap().boxed();
+    pods.delete("now", &DeleteParams { grace_period_seconds: Some(0), ..DeleteParams::default() }).await.unwrap();
+    // Without the delete's grace period the pod would wait 600 s for SIGKILL.
+    let deleted = tokio::time::timeout(std::time::Duration::from_secs(60), async {
+        while let Some(event) = stream.try_next().await.unwrap() {
+            if let WatchEvent::Deleted(pod) = event {
+                return pod;
+            }
+        }
+        panic!("the watch ended before the pod was deleted");
+    })
+    .await
+    .expect("the pod is deleted without waiting for its own grace period");
+    assert_eq!(deleted.metadata.deletion_grace_period_seconds, Some(0));
+    let state = deleted.status.unwrap().container_statuses.unwrap()[0].state.clone().unwrap();
+    assert_eq!(state.terminated.unwrap().exit_code, 137);
+}
