@@ -140,15 +140,17 @@ fn detect_events(memo: &mut JobMemo, tasks: &[Task], pods: &[Value], version: u6
                 let code = pod.pointer("/status/containerStatuses/0/state/terminated/exitCode").and_then(Value::as_i64);
                 fired.push(Fired { event: "PodFailed", task, exit_code: Some(code.unwrap_or(0)) });
             }
-            "Succeeded" if before != "Succeeded" && task_completed(tasks, pods, &task) => {
-                if memo.tasks_fired.insert((task.clone(), "TaskCompleted")) {
-                    fired.push(Fired { event: "TaskCompleted", task, exit_code: None });
-                }
+            "Succeeded"
+                if before != "Succeeded"
+                    && task_completed(tasks, pods, &task)
+                    && memo.tasks_fired.insert((task.clone(), "TaskCompleted")) =>
+            {
+                fired.push(Fired { event: "TaskCompleted", task, exit_code: None });
             }
-            "Running" | "Pending" if task_failed(tasks, pods, &task) => {
-                if memo.tasks_fired.insert((task.clone(), "TaskFailed")) {
-                    fired.push(Fired { event: "TaskFailed", task, exit_code: None });
-                }
+            "Running" | "Pending"
+                if task_failed(tasks, pods, &task) && memo.tasks_fired.insert((task.clone(), "TaskFailed")) =>
+            {
+                fired.push(Fired { event: "TaskFailed", task, exit_code: None });
             }
             _ => {}
         }

@@ -280,7 +280,7 @@ fn allocate(shared: &Arc<Shared>, group: &Value) {
     // gang OnSessionClose and RecordJobStatusEvent.
     let pending = unbound.len();
     let (first_pod, first_error) = failures.iter().next().map(|(p, e)| (p.clone(), e.clone())).unwrap_or_default();
-    let mut histogram = vec![format!("{pending} Pending"), format!("{min_member} minAvailable")];
+    let mut histogram = [format!("{pending} Pending"), format!("{min_member} minAvailable")];
     histogram.sort();
     let fit = format!(
         "pod group is not ready, {}; Pending: {pending} Unschedulable. Origin reason is {first_pod}: {first_error}",
