@@ -72,8 +72,8 @@ pub trait Backend: Debug + Display + Send + Sync + 'static {
         Ok(Vec::new())
     }
 
-    /// How long following a job (`submit --follow`, `logs -f`) waits for it to start before
-    /// cancelling it with the reason `status` gives; `None` waits forever (the default).
+    /// How long `submit --follow` waits for a job to start before cancelling it with the reason
+    /// `status` gives; `None` waits forever (the default).
     fn start_timeout(&self) -> Option<Duration> {
         None
     }

@@ -87,7 +87,9 @@ pub(crate) async fn logs(ctx: &Context, args: LogsArgs) -> Result<ExitCode> {
     let ledger = ctx.ledger()?;
     let (record, backend) = find(ctx, &ledger, &args.job)?;
     if args.follow {
-        return follow_to_end(ctx, &backend, &ledger, &record.handle, &record.identity.run_id, args.rank).await;
+        // Following an existing run says why it has not started but never cancels it.
+        let run = (&record.handle, record.identity.run_id.as_str());
+        return follow(ctx, &backend, &ledger, run, args.rank, None).await;
     }
     let mut stream = backend.logs(&record.handle, &LogOptions { follow: false, rank: args.rank }).await?;
     while let Some(line) = stream.next().await {
@@ -105,7 +107,8 @@ fn print_line(line: &theseus_core::backend::LogLine) {
 }
 
 /// Streams a job's output until it ends (or Ctrl-C), stores the final state and returns the
-/// exit code: 0 when completed, the job's exit code (else 1) otherwise.
+/// exit code: 0 when completed, the job's exit code (else 1) otherwise. A job that does not
+/// start within its backend's start timeout is cancelled (`submit --follow`).
 pub(crate) async fn follow_to_end(
     ctx: &Context,
     backend: &Arc<DynBackend>,
@@ -114,9 +117,21 @@ pub(crate) async fn follow_to_end(
     run_id: &str,
     rank: Option<u32>,
 ) -> Result<ExitCode> {
+    follow(ctx, backend, ledger, (handle, run_id), rank, backend.start_timeout()).await
+}
+
+/// [`follow_to_end`], cancelling the job when it has not started after `start_timeout`.
+async fn follow(
+    ctx: &Context,
+    backend: &Arc<DynBackend>,
+    ledger: &Ledger,
+    (handle, run_id): (&JobHandle, &str),
+    rank: Option<u32>,
+    start_timeout: Option<std::time::Duration>,
+) -> Result<ExitCode> {
     let mut stream = backend.logs(handle, &LogOptions { follow: true, rank }).await?;
     // Until the job starts, its status says why it waits (see `start.rs`).
-    let mut start = StartProgress::new(backend.start_timeout());
+    let mut start = StartProgress::new(start_timeout);
     let began = std::time::Instant::now();
     let mut look = tokio::time::interval(std::time::Duration::from_secs(2));
     let interrupted = loop {

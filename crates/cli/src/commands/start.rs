@@ -2,8 +2,8 @@
 //! give up. A pod that cannot start (image pull, `CrashLoopBackOff`, a missing Secret or PVC)
 //! or a gang that is not admitted never produces a log line, so the follow loop asks the
 //! backend's `status` while the job is pending and prints its reason; after the backend's start
-//! timeout ([`theseus_core::backend::Backend::start_timeout`]) it cancels the job with that
-//! reason. This is the decision logic only (no clock, no IO): the loop in `jobs.rs` feeds it.
+//! timeout ([`theseus_core::backend::Backend::start_timeout`]) `submit --follow` cancels the job
+//! with that reason. This is the decision logic only (no clock, no IO): the loop in `jobs.rs` feeds it.
 
 use std::time::Duration;
 

@@ -480,8 +480,8 @@ pub struct VolcanoHost {
     /// `max_retry`) instead of ending it at once (`PodFailed -> TerminateJob`, the default).
     #[serde(default)]
     pub restart_on_failure: bool,
-    /// Seconds `submit --follow` and `logs -f` wait for the job to start (a pod that cannot start
-    /// or a gang that is not admitted) before cancelling it with the reason; 0 waits forever.
+    /// Seconds `submit --follow` waits for the job to start (a pod that cannot start or a gang
+    /// that is not admitted) before cancelling it with the reason; 0 waits forever.
     #[serde(default = "defaults::start_timeout_seconds")]
     pub start_timeout_seconds: u64,
 }
