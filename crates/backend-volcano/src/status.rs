@@ -26,6 +26,7 @@ pub struct Observed<'a> {
 
 /// Waiting reasons of a container that will not go away by waiting.
 const STUCK_WAITING: &[&str] = &[
+    "CrashLoopBackOff",
     "ImagePullBackOff",
     "ErrImagePull",
     "InvalidImageName",
@@ -75,7 +76,7 @@ pub fn summarize(observed: &Observed<'_>) -> JobStatus {
             (None, None) => format!("vcjob phase {phase}"),
         }),
         JobState::Running => {
-            let running = ranks.iter().filter(|r| r.state == JobState::Running).count();
+            let running = pods.iter().filter(|p| pod_state(p) == JobState::Running && stuck_container(p).is_none()).count();
             Some(match first_failure {
                 // A failed rank while the vcjob still runs: with `PodFailed -> TerminateJob`
                 // Volcano is ending it; without such a policy it runs on until every pod ends.
@@ -85,7 +86,16 @@ pub fn summarize(observed: &Observed<'_>) -> JobStatus {
                     r.exit_code.unwrap_or(-1),
                     ranks.len()
                 ),
-                None => format!("{running}/{} pods running (vcjob phase {phase}{after})", ranks.len()),
+                // A pod restarting in place (`CrashLoopBackOff`) is Running to Volcano.
+                None => match pods.iter().find_map(|p| stuck_container(p).map(|s| (p, s))) {
+                    Some((pod, (reason, message))) => format!(
+                        "pod {} cannot start: {reason}{}; {running}/{} pods running (vcjob phase {phase})",
+                        pod.metadata.name.as_deref().unwrap_or("?"),
+                        message.map(|m| format!(": {}", one_line(&m))).unwrap_or_default(),
+                        ranks.len()
+                    ),
+                    None => format!("{running}/{} pods running (vcjob phase {phase}{after})", ranks.len()),
+                },
             })
         }
         JobState::Cancelled | JobState::Preempted => {

@@ -187,3 +187,24 @@ fn a_job_terminated_by_its_pod_failed_policy_is_failed_with_the_rank_and_code() 
     assert_eq!(status.message.as_deref(), Some("rank 1 exited with code 3 (vcjob phase Terminated)"));
     assert_eq!(job_state("Terminating", "", &[]), JobState::Running, "pods are still being stopped");
 }
+
+#[test]
+fn a_crash_looping_pod_is_named_although_volcano_counts_it_running() {
+    let job = job(Some("Running"), "");
+    let waiting = json!({"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 10s restarting failed container=main pod=p-g-run-1-worker-1_ml(u)"}});
+    let pods = [pod(0, "Running", json!({"running": {}})), pod(1, "Running", waiting.clone())];
+    let status = summarize(&observed(&job, &pods, &[], &[]));
+    assert_eq!(status.state, JobState::Running);
+    assert_eq!(
+        status.message.as_deref(),
+        Some("pod p-g-run-1-worker-1 cannot start: CrashLoopBackOff: back-off 10s restarting failed container=main pod=p-g-run-1-worker-1_ml(u); 1/2 pods running (vcjob phase Running)")
+    );
+    let pending = job_with_pods_pending(waiting);
+    assert!(pending.starts_with("pod p-g-run-1-worker-0 cannot start: CrashLoopBackOff"), "{pending}");
+}
+
+fn job_with_pods_pending(state: serde_json::Value) -> String {
+    let job = job(Some("Pending"), "");
+    let pods = [pod(0, "Running", state)];
+    pending_reason(&observed(&job, &pods, &[], &[]))
+}
