@@ -13,7 +13,8 @@
 //! ```
 //!
 //! Divergences from a real cluster are listed on [`SimConfig`] and in the module docs of
-//! `runtime` (where pod files live) and `controller` (what the Volcano controller does).
+//! `runtime` (where pod files live), `procs` (signals and restarts), `controller` (what the
+//! Volcano job controller does) and `scheduler` (what a Volcano scheduler session does).
 
 mod controller;
 mod discovery;
