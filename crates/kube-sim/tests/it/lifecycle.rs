@@ -213,3 +213,23 @@ async fn a_delete_with_grace_period_zero_kills_at_once() {
     let state = deleted.status.unwrap().container_statuses.unwrap()[0].state.clone().unwrap();
     assert_eq!(state.terminated.unwrap().exit_code, 137);
 }
+
+#[tokio::test]
+async fn task_failed_fires_when_restarts_in_place_reach_the_task_max_retry() {
+    let ctx = start(SimConfig::default()).await;
+    let jobs = vcjobs(&ctx.client, "default");
+    let mut job = vcjob("flaky", 1, 1, "img", &["sh", "-c", "exit 4"]);
+    let task = &mut job.data["spec"]["tasks"][0];
+    task["maxRetry"] = json!(1);
+    task["template"]["spec"]["restartPolicy"] = json!("OnFailure");
+    task["policies"] = json!([{"event": "TaskFailed", "action": "TerminateJob"}]);
+    jobs.create(&PostParams::default(), &job).await.unwrap();
+    // The kubelet restarts the container after its first 10 s back-off; that restart reaches
+    // maxRetry 1 (TaskFailed in pkg/controllers/cache/cache.go).
+    let done = eventually("Terminated by TaskFailed", 40, || async {
+        let job = jobs.get("flaky").await.ok()?;
+        (phase(&job) == "Terminated").then_some(job)
+    })
+    .await;
+    assert!(conditions(&done).contains(&"Terminating".to_owned()));
+}
