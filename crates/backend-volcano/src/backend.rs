@@ -101,6 +101,7 @@ impl VolcanoBackend {
         settings.render.max_retry = i32::try_from(host.max_retry).unwrap_or(i32::MAX);
         settings.render.ttl_seconds_after_finished =
             host.ttl_seconds_after_finished.map(|t| i32::try_from(t).unwrap_or(i32::MAX));
+        settings.render.restart_on_failure = host.restart_on_failure;
         VolcanoBackend { name: name.to_owned(), host, cluster_config: cluster, settings, connection: OnceCell::new() }
     }
 
@@ -197,34 +198,56 @@ impl VolcanoBackend {
         let pending = job.status.as_ref().and_then(|s| s.state.as_ref()).and_then(|s| s.phase.as_deref()).is_none_or(|p| p == "Pending" || p == "Inqueue");
         let mut observation = Observation::default();
         if pending {
-            if let Some((phase, conditions)) = group_info(cluster, &job).await {
+            let group = podgroup_of(cluster, &job).await;
+            let group_name = group.as_ref().map(|(name, _, _)| name.clone());
+            if let Some((_, phase, conditions)) = group {
                 observation.group_phase = phase;
                 observation.conditions = conditions;
             }
-            observation.events = events_of(cluster, &job, &pods).await;
+            observation.events = events_about(cluster, &job, group_name.as_deref(), &pods).await;
         }
         Ok(Some((job, pods, observation)))
     }
 }
 
-/// The phase and conditions of a job's PodGroup, when it can be read.
-pub(crate) async fn group_info(cluster: &Cluster, job: &Job) -> Option<(Option<String>, Vec<GroupCondition>)> {
+/// The name, phase and conditions of a job's PodGroup, when it can be read. Volcano's job
+/// controller names it `<job>-<uid>` (`generateRelatedPodGroupName` in
+/// pkg/controllers/job/job_controller_actions.go); before Volcano 1.5 it had the job's name.
+pub(crate) async fn podgroup_of(cluster: &Cluster, job: &Job) -> Option<(String, Option<String>, Vec<GroupCondition>)> {
     let name = job.metadata.name.as_deref()?;
-    match cluster.get_podgroup(name).await {
-        Ok(group) => group.and_then(|g| g.status).map(|s| (s.phase, s.conditions)),
-        Err(e) => {
-            tracing::debug!("cannot read the PodGroup of {name}: {e}");
-            None
+    let mut candidates: Vec<String> = job.metadata.uid.iter().map(|uid| format!("{name}-{uid}")).collect();
+    candidates.push(name.to_owned());
+    for candidate in candidates {
+        match cluster.get_podgroup(&candidate).await {
+            Ok(Some(group)) => {
+                let found = group.metadata.name.clone().unwrap_or(candidate);
+                let status = group.status.unwrap_or_default();
+                return Some((found, status.phase, status.conditions));
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::debug!("cannot read the PodGroup of {name}: {e}");
+                return None;
+            }
         }
     }
+    None
 }
 
-/// Events about a job and its pods (best effort: events are advisory, RBAC may hide them).
-pub(crate) async fn events_of(cluster: &Cluster, job: &Job, pods: &[Pod]) -> Vec<k8s_openapi::api::core::v1::Event> {
+/// Events about a job, its PodGroup (`group`) and its pods (best effort: events are advisory,
+/// RBAC may hide them).
+pub(crate) async fn events_about(
+    cluster: &Cluster,
+    job: &Job,
+    group: Option<&str>,
+    pods: &[Pod],
+) -> Vec<k8s_openapi::api::core::v1::Event> {
     let mut targets: Vec<(&str, String)> = Vec::new();
     if let Some(name) = &job.metadata.name {
         targets.push(("Job", name.clone()));
-        targets.push(("PodGroup", name.clone()));
+    }
+    if let Some(group) = group {
+        targets.push(("PodGroup", group.to_owned()));
     }
     for pod in pods {
         if let Some(name) = &pod.metadata.name {
@@ -239,6 +262,17 @@ pub(crate) async fn events_of(cluster: &Cluster, job: &Job, pods: &[Pod]) -> Vec
         }
     }
     events
+}
+
+/// The phase and conditions of a job's PodGroup ([`podgroup_of`]).
+pub(crate) async fn group_info(cluster: &Cluster, job: &Job) -> Option<(Option<String>, Vec<GroupCondition>)> {
+    podgroup_of(cluster, job).await.map(|(_, phase, conditions)| (phase, conditions))
+}
+
+/// Events about a job, its PodGroup and its pods ([`events_about`]).
+pub(crate) async fn events_of(cluster: &Cluster, job: &Job, pods: &[Pod]) -> Vec<k8s_openapi::api::core::v1::Event> {
+    let group = podgroup_of(cluster, job).await.map(|(name, _, _)| name);
+    events_about(cluster, job, group.as_deref(), pods).await
 }
 
 /// The PodGroup and events part of an observation.
@@ -324,6 +358,10 @@ impl Backend for VolcanoBackend {
             message: Some(format!("vcjob `{}` deleted; its {gone} pods are gone", data.job)),
             ranks: prior.ranks.into_iter().map(|mut r| { if !r.state.is_terminal() { r.state = JobState::Cancelled; } r }).collect(),
         })
+    }
+
+    fn start_timeout(&self) -> Option<Duration> {
+        (self.host.start_timeout_seconds > 0).then(|| Duration::from_secs(self.host.start_timeout_seconds))
     }
 
     fn dry_run(&self, job: &PreparedJob) -> theseus_core::Result<Vec<DryRunDocument>> {

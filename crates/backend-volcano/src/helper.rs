@@ -34,7 +34,7 @@ pub fn render_helper(host: &VolcanoHost, identity: &JobIdentity, work_dir: &str)
         helper_resources(host.helper_resources.as_ref()).map_err(|m| RenderError(format!("helper_resources.{m}")))?;
     let mut labels = run_labels(host, identity);
     labels.insert(LABEL_ROLE.into(), "helper".into());
-    let script = format!("mkdir -p {dir} && echo ready && sleep {HELPER_SLEEP_SECONDS}", dir = quote(work_dir));
+    let script = helper_script(work_dir);
     let container = Container {
         name: HELPER_TASK.into(),
         image: Some(host.helper_image.clone()),
@@ -69,6 +69,20 @@ pub fn render_helper(host: &VolcanoHost, identity: &JobIdentity, work_dir: &str)
         },
         status: None,
     })
+}
+
+/// The helper's script (busybox `sh`): make the work dir, say `ready`, then wait. It runs as
+/// PID 1 of its container, and PID 1 gets no signal it has no handler for (pid_namespaces(7)):
+/// a plain `sleep` would ignore the kubelet's SIGTERM and hold every deletion for the whole
+/// grace period. So it traps TERM, and sleeps in the background while `wait`ing, because the
+/// shell runs a trap only between commands and `wait` returns as soon as a trapped signal
+/// arrives. Deleting the helper's vcjob cannot shorten the grace period instead: the garbage
+/// collector deletes its pod with the pod's own `terminationGracePeriodSeconds`.
+pub fn helper_script(work_dir: &str) -> String {
+    format!(
+        "trap 'kill $! 2> /dev/null; exit 0' TERM; mkdir -p {dir} || exit 1; echo ready; sleep {HELPER_SLEEP_SECONDS} & wait",
+        dir = quote(work_dir)
+    )
 }
 
 /// The helper's resources from `requests.cpu: "1"` style keys (split on the first dot); the

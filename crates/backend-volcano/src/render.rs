@@ -41,16 +41,44 @@ pub const REDACTED: &str = "<redacted>";
 /// Per-submit knobs of the gang job.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RenderOptions {
-    /// `spec.maxRetry`: restarts of the whole job (after an eviction) before it fails.
+    /// `spec.maxRetry`: how many times the whole job may be restarted (after an eviction, or a
+    /// failure with `restart_on_failure`) before it fails.
     pub max_retry: i32,
     /// `spec.ttlSecondsAfterFinished`.
     pub ttl_seconds_after_finished: Option<i32>,
+    /// A failed rank restarts the job (`PodFailed -> RestartJob`) instead of ending it
+    /// (`PodFailed -> TerminateJob`).
+    pub restart_on_failure: bool,
 }
 
 impl Default for RenderOptions {
     fn default() -> Self {
-        RenderOptions { max_retry: 3, ttl_seconds_after_finished: None }
+        RenderOptions { max_retry: 3, ttl_seconds_after_finished: None, restart_on_failure: false }
     }
+}
+
+/// The job's lifecycle policies (`spec.policies`), as Volcano 1.15's job controller applies
+/// them (`applyPolicies` in pkg/controllers/job/job_controller_util.go, the states in
+/// pkg/controllers/job/state/):
+///
+/// - `PodEvicted -> RestartJob`: an evicted (deleted) pod restarts the whole gang, at most
+///   `maxRetry` times; Volcano counts a retry when it kills the job and fails it once
+///   `retryCount >= maxRetry`.
+/// - `PodFailed -> TerminateJob`: one rank exiting non-zero ends the job at once: Volcano deletes
+///   the other pods (keeping the failed and succeeded ones, so their logs stay readable), deletes
+///   the PodGroup and ends in `Terminated`, which its garbage collector treats as finished
+///   (`ttlSecondsAfterFinished`). `AbortJob` would end in `Aborted`, which is resumable and
+///   never collected; `CompleteJob` would report success. Without a `PodFailed` policy the job
+///   would stay `Running` until every other rank ended, and JAX ranks wait for the failed one
+///   until their coordinator times out, holding every GPU. With `restart_on_failure` it is
+///   `PodFailed -> RestartJob` instead.
+/// - `TaskFailed` is not rendered: Volcano raises it from container restarts
+///   (`TaskFailed` in pkg/controllers/cache/cache.go), and these pods never restart in place
+///   (`restartPolicy: Never`).
+/// - On the task, `TaskCompleted -> CompleteJob`.
+pub fn job_policies(options: &RenderOptions) -> Vec<LifecyclePolicy> {
+    let on_failure = if options.restart_on_failure { "RestartJob" } else { "TerminateJob" };
+    vec![policy("PodEvicted", "RestartJob"), policy("PodFailed", on_failure)]
 }
 
 /// What the gang job is rendered from: a prepared job's parts plus the backend's layout.
@@ -215,7 +243,7 @@ pub fn render_job(host: &VolcanoHost, inputs: &JobInputs<'_>) -> Result<Rendered
             max_retry: Some(inputs.options.max_retry),
             ttl_seconds_after_finished: inputs.options.ttl_seconds_after_finished,
             plugins: ["env", "svc", "ssh"].into_iter().map(|p| (p.to_owned(), Vec::new())).collect(),
-            policies: vec![policy("PodEvicted", "RestartJob")],
+            policies: job_policies(inputs.options),
             tasks: vec![TaskSpec {
                 name: Some(TASK_NAME.into()),
                 replicas: Some(nodes),

@@ -26,6 +26,7 @@ pub struct Observed<'a> {
 
 /// Waiting reasons of a container that will not go away by waiting.
 const STUCK_WAITING: &[&str] = &[
+    "CrashLoopBackOff",
     "ImagePullBackOff",
     "ErrImagePull",
     "InvalidImageName",
@@ -54,7 +55,9 @@ pub fn summarize(observed: &Observed<'_>) -> JobStatus {
     let reason = state_info.and_then(|s| s.reason.as_deref()).unwrap_or("");
     let job_message = state_info.and_then(|s| s.message.as_deref()).filter(|m| !m.is_empty());
     let state = job_state(phase, reason, &pods);
-    let first_failure = ranks.iter().find(|r| r.exit_code.is_some_and(|c| c != 0));
+    let first_failure = ranks.iter().find(|r| r.state == JobState::Failed || r.exit_code.is_some_and(|c| c != 0));
+    let retries = observed.job.status.as_ref().and_then(|s| s.retry_count).filter(|r| *r > 0);
+    let after = retries.map(|r| format!(" after {r} restart{}", if r == 1 { "" } else { "s" })).unwrap_or_default();
     let exit_code = match state {
         JobState::Completed => Some(0),
         JobState::Failed | JobState::Cancelled | JobState::Preempted => first_failure.and_then(|r| r.exit_code),
@@ -64,7 +67,7 @@ pub fn summarize(observed: &Observed<'_>) -> JobStatus {
         JobState::Pending => Some(pending_reason(observed)),
         JobState::Failed => Some(match (first_failure, job_message) {
             (Some(r), _) => format!(
-                "rank {} exited with code {} (vcjob phase {phase}{})",
+                "rank {} exited with code {} (vcjob phase {phase}{after}{})",
                 r.rank,
                 r.exit_code.unwrap_or(-1),
                 job_message.map(|m| format!(": {m}")).unwrap_or_default()
@@ -73,8 +76,27 @@ pub fn summarize(observed: &Observed<'_>) -> JobStatus {
             (None, None) => format!("vcjob phase {phase}"),
         }),
         JobState::Running => {
-            let running = ranks.iter().filter(|r| r.state == JobState::Running).count();
-            Some(format!("{running}/{} pods running (vcjob phase {phase})", ranks.len()))
+            let running = pods.iter().filter(|p| pod_state(p) == JobState::Running && stuck_container(p).is_none()).count();
+            Some(match first_failure {
+                // A failed rank while the vcjob still runs: with `PodFailed -> TerminateJob`
+                // Volcano is ending it; without such a policy it runs on until every pod ends.
+                Some(r) => format!(
+                    "rank {} failed with exit code {}; {running}/{} pods still running (vcjob phase {phase})",
+                    r.rank,
+                    r.exit_code.unwrap_or(-1),
+                    ranks.len()
+                ),
+                // A pod restarting in place (`CrashLoopBackOff`) is Running to Volcano.
+                None => match pods.iter().find_map(|p| stuck_container(p).map(|s| (p, s))) {
+                    Some((pod, (reason, message))) => format!(
+                        "pod {} cannot start: {reason}{}; {running}/{} pods running (vcjob phase {phase})",
+                        pod.metadata.name.as_deref().unwrap_or("?"),
+                        message.map(|m| format!(": {}", one_line(&m))).unwrap_or_default(),
+                        ranks.len()
+                    ),
+                    None => format!("{running}/{} pods running (vcjob phase {phase}{after})", ranks.len()),
+                },
+            })
         }
         JobState::Cancelled | JobState::Preempted => {
             Some(format!("vcjob phase {phase}{}", job_message.map(|m| format!(": {m}")).unwrap_or_default()))
@@ -84,17 +106,26 @@ pub fn summarize(observed: &Observed<'_>) -> JobStatus {
     JobStatus { state, exit_code, message, ranks }
 }
 
-/// Maps a vcjob phase (and reason) to theseus's states.
+/// Maps a vcjob phase (and reason) to theseus's states. `Terminated` and `Aborted` come from
+/// lifecycle policies (theseus renders `PodFailed -> TerminateJob`; `cancel` deletes the vcjob):
+/// with a failed pod they are `Failed`, with an evicted one `Preempted`, else `Cancelled`.
+/// `Terminating` and `Aborting` still hold pods, so they are `Running`.
 pub fn job_state(phase: &str, reason: &str, pods: &[&Pod]) -> JobState {
     match phase {
         "Pending" | "Inqueue" => JobState::Pending,
-        "Running" | "Restarting" | "Completing" => JobState::Running,
+        "Running" | "Restarting" | "Completing" | "Aborting" | "Terminating" => JobState::Running,
         "Completed" => JobState::Completed,
         "Failed" => JobState::Failed,
-        "Aborting" | "Aborted" | "Terminating" | "Terminated" => {
+        "Aborted" | "Terminated" => {
             let evicted = |text: &str| text.contains("Evict") || text.contains("Preempt");
             let pod_evicted = pods.iter().any(|p| p.status.as_ref().and_then(|s| s.reason.as_deref()).is_some_and(evicted));
-            if evicted(reason) || pod_evicted { JobState::Preempted } else { JobState::Cancelled }
+            if evicted(reason) || pod_evicted {
+                JobState::Preempted
+            } else if pods.iter().any(|p| pod_state(p) == JobState::Failed) {
+                JobState::Failed
+            } else {
+                JobState::Cancelled
+            }
         }
         _ => JobState::Unknown,
     }
@@ -166,19 +197,36 @@ pub fn pending_reason(observed: &Observed<'_>) -> String {
             return format!("waiting for resources: {}", one_line(message));
         }
     }
-    // 4. The newest warning event.
+    // 4. The enqueue action's verdict: a PodGroup that is not enqueued has no condition and no
+    //    pods; the overcommit and proportion plugins say why in `Normal` `Unschedulable` events
+    //    on it (`resource in cluster is overused: ...`, `queue resource quota insufficient: ...`),
+    //    the scheduler cache adds a `Warning` one that only counts tasks. Both types are read;
+    //    the newest `Normal` one names the resource.
+    if observed.group_phase.is_none_or(|p| p == "Pending") {
+        let enqueue = observed
+            .events
+            .iter()
+            .filter(|e| e.involved_object.kind.as_deref() == Some("PodGroup"))
+            .filter(|e| e.reason.as_deref() == Some("Unschedulable") && e.type_.as_deref() == Some("Normal"))
+            .max_by_key(|e| event_time(e));
+        if let Some(event) = enqueue {
+            let queue = observed.job.spec.queue.as_deref().filter(|q| !q.is_empty()).unwrap_or("default");
+            return format!("waiting for queue {queue}: {}", one_line(event.message.as_deref().unwrap_or("")));
+        }
+    }
+    // 5. The newest warning event.
     let warning = observed
         .events
         .iter()
         .filter(|e| e.type_.as_deref() == Some("Warning"))
-        .max_by_key(|e| e.last_timestamp.as_ref().map(|t| t.0).or(e.event_time.as_ref().map(|t| t.0)));
+        .max_by_key(|e| event_time(e));
     if let Some(event) = warning {
         let what = event.involved_object.name.as_deref().unwrap_or("?");
         let reason = event.reason.as_deref().unwrap_or("Warning");
         let message = event.message.as_deref().unwrap_or("");
         return format!("waiting: {reason} on {what}: {}", one_line(message));
     }
-    // 5. Nothing known yet.
+    // 6. Nothing known yet.
     let group = observed.group_phase.map(|p| format!(", PodGroup {p}")).unwrap_or_default();
     let running = pods.iter().filter(|p| pod_state(p) == JobState::Running).count();
     let wanted = observed.job.spec.min_available.unwrap_or(0);
@@ -201,6 +249,11 @@ pub fn stuck_container(pod: &Pod) -> Option<(String, Option<String>)> {
         }
     }
     None
+}
+
+/// When an event last happened (`lastTimestamp`, else `eventTime`), for picking the newest.
+fn event_time(event: &Event) -> Option<k8s_openapi::jiff::Timestamp> {
+    event.last_timestamp.as_ref().map(|t| t.0).or(event.event_time.as_ref().map(|t| t.0))
 }
 
 fn one_line(text: &str) -> String {

@@ -86,6 +86,11 @@ pub(crate) fn check_host(host: &VolcanoHost) -> Result<(), String> {
     for (i, toleration) in host.tolerations.iter().enumerate() {
         check_toleration(toleration).map_err(|m| format!("tolerations[{i}].{m}"))?;
     }
+    if host.restart_on_failure && host.max_retry == 0 {
+        return Err("restart_on_failure: needs max_retry of at least 1 (with 0 a failed rank fails the job, \
+                    which is what restart_on_failure: false does)"
+            .into());
+    }
     Ok(())
 }
 

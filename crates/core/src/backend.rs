@@ -5,6 +5,7 @@
 
 use std::fmt::{Debug, Display};
 use std::pin::Pin;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::Stream;
@@ -80,6 +81,12 @@ pub trait Backend: Debug + Display + Send + Sync + 'static {
     fn dry_run(&self, job: &PreparedJob) -> Result<Vec<DryRunDocument>> {
         let _ = job;
         Ok(Vec::new())
+    }
+
+    /// How long `submit --follow` waits for a job to start before cancelling it with the reason
+    /// `status` gives; `None` waits forever (the default).
+    fn start_timeout(&self) -> Option<Duration> {
+        None
     }
 }
 

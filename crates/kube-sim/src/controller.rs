@@ -1,50 +1,50 @@
-//! The Volcano controller and gang scheduler, level-triggered: after every store change it
-//! reconciles every `batch.volcano.sh/v1alpha1` Job (PodGroup, gang admission against the
-//! nodes and the queue's `spec.capability`, pods, svc/env plugins, phases and policies), queue
-//! usage, and then the pod runtime.
+//! The Volcano job controller, level-triggered: after every store change it turns what changed
+//! about each job's pods into Volcano's events (`PodFailed`, `PodEvicted`, `TaskCompleted`,
+//! `TaskFailed`, as `updatePod`/`deletePod` in pkg/controllers/job/job_controller_handler.go
+//! raise them), picks the action of the first matching policy (`applyPolicies` in
+//! job_controller_util.go; no match: `SyncJob`), and runs it in the job's state
+//! (pkg/controllers/job/state/*.go) with `syncJob`/`killJob` semantics
+//! (job_controller_actions.go). Then the scheduler session runs (`scheduler.rs`), queue usage is
+//! updated, and the pod runtime reconciles.
 //!
-//! Divergences: the PodGroup is named after the job (not `<job>-<uid>`); a gang is admitted only
-//! when every replica fits; deleted pods keep a `deletionTimestamp` until their processes are gone;
-//! a pod failure with no matching policy fails the job (`AbortJob`-like, phase `Failed`).
+//! Divergences: events are derived by comparing passes, not from an informer; the job
+//! `version` is bumped only by kills that an action starts (Volcano bumps it on every kill, even
+//! the repeated ones of a `Terminating` job); `minSuccess`, `dependsOn`, partitions, delayed
+//! actions (`timeout`) and `RestartTask`/`RestartPod` are not modelled.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
 use crate::Shared;
 use crate::discovery::known;
 use crate::events;
-use crate::sched::{self, Cluster, Resources};
+use crate::jobpods::{Task, create_pod, ensure_job_objects, podgroup_name, str_at, tasks_of};
+use crate::sched::{self, Resources};
+use crate::scheduler::Scheduler;
 use crate::selector::{LabelSelector, Selectors};
-use crate::store::Store;
+use crate::store::{Propagation, Store};
 use crate::util;
 
-/// What the controller remembers about one job (by uid) between passes.
+/// What the controller remembers about one job (by uid) between passes: the pods it has seen
+/// (uid to name, task and phase), the pods it deleted itself (out of sync: their deletion is
+/// no eviction), and the tasks whose `TaskFailed`/`TaskCompleted` fired.
 #[derive(Default)]
 struct JobMemo {
-    first_seen: Option<Instant>,
-    admitted: bool,
-    created: BTreeSet<String>,
-    handled_failures: HashSet<String>,
-    completed_tasks: HashSet<String>,
-}
-
-/// One task of a job spec.
-struct Task {
-    name: String,
-    replicas: usize,
-    template: Value,
-    policies: Vec<Value>,
+    pods: HashMap<String, (String, String, String)>,
+    killed: HashSet<String>,
+    tasks_fired: HashSet<(String, &'static str)>,
 }
 
 /// Runs until aborted.
 pub(crate) async fn run(shared: Arc<Shared>) {
     let changed = shared.store.changed();
     let mut memos: HashMap<String, JobMemo> = HashMap::new();
+    let mut scheduler = Scheduler::default();
     loop {
-        reconcile_all(&shared, &mut memos);
+        reconcile_all(&shared, &mut memos, &mut scheduler);
         // The tick covers time-based work (scheduling delays); changes wake us at once.
         tokio::select! {
             _ = changed.notified() => {}
@@ -53,7 +53,7 @@ pub(crate) async fn run(shared: Arc<Shared>) {
     }
 }
 
-fn reconcile_all(shared: &Arc<Shared>, memos: &mut HashMap<String, JobMemo>) {
+fn reconcile_all(shared: &Arc<Shared>, memos: &mut HashMap<String, JobMemo>, scheduler: &mut Scheduler) {
     let store = &shared.store;
     let (jobs, _) = store.list(known::jobs(), None, &Selectors::default());
     let uids: HashSet<String> = jobs.iter().map(|j| str_at(j, "/metadata/uid").to_owned()).collect();
@@ -62,163 +62,456 @@ fn reconcile_all(shared: &Arc<Shared>, memos: &mut HashMap<String, JobMemo>) {
         let memo = memos.entry(str_at(job, "/metadata/uid").to_owned()).or_default();
         reconcile_job(shared, job, memo);
     }
+    scheduler.session(shared);
     update_queues(store);
     shared.runtime.reconcile(shared);
 }
 
-fn str_at<'a>(v: &'a Value, pointer: &str) -> &'a str {
-    v.pointer(pointer).and_then(Value::as_str).unwrap_or("")
-}
-
-fn tasks_of(job: &Value) -> Vec<Task> {
-    job.pointer("/spec/tasks")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .enumerate()
-        .map(|(i, t)| Task {
-            name: t.get("name").and_then(Value::as_str).map(str::to_owned).unwrap_or_else(|| format!("default{i}")),
-            replicas: t.get("replicas").and_then(Value::as_u64).unwrap_or(1) as usize,
-            template: t.get("template").cloned().unwrap_or(json!({})),
-            policies: t.get("policies").and_then(Value::as_array).cloned().unwrap_or_default(),
-        })
-        .collect()
-}
-
-fn is_terminal(phase: &str) -> bool {
-    matches!(phase, "Completed" | "Aborted" | "Terminated" | "Failed")
-}
-
-fn owner_ref(job: &Value) -> Value {
-    json!({
-        "apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "name": job["metadata"]["name"],
-        "uid": job["metadata"]["uid"], "controller": true, "blockOwnerDeletion": true,
-    })
+/// A Volcano bus event about one task, with the exit code of `PodFailed`.
+struct Fired {
+    event: &'static str,
+    task: String,
+    exit_code: Option<i64>,
 }
 
 fn reconcile_job(shared: &Arc<Shared>, job: &Value, memo: &mut JobMemo) {
     let store = &shared.store;
-    let ns = str_at(job, "/metadata/namespace");
-    let name = str_at(job, "/metadata/name");
-    let uid = str_at(job, "/metadata/uid");
-    let phase = str_at(job, "/status/state/phase");
-    let tasks = tasks_of(job);
-    let total: usize = tasks.iter().map(|t| t.replicas).sum();
-    let min_available = job.pointer("/spec/minAvailable").and_then(Value::as_u64).map_or(total, |m| m as usize);
-    let queue = job.pointer("/spec/queue").and_then(Value::as_str).unwrap_or("default").to_owned();
-    ensure_podgroup(store, job, min_available, &queue);
-    if is_terminal(phase) {
+    if job.pointer("/metadata/deletionTimestamp").is_some() {
         return;
     }
-    if !memo.admitted {
-        let first_seen = *memo.first_seen.get_or_insert_with(Instant::now);
-        if let Some(delay) = shared.faults.scheduling_delay()
-            && first_seen.elapsed() < delay
-        {
-            set_job_status(store, job, "Pending", "", "", &[], None);
-            return;
+    let mut job = job.clone();
+    if str_at(&job, "/status/state/phase").is_empty() {
+        // initJobStatus: a new job is Pending.
+        match write_status(store, &job, |s| {
+            s.phase = "Pending".into();
+            true
+        }) {
+            Some(updated) => job = updated,
+            None => return,
         }
-        match admit(shared, job, &tasks, &queue) {
-            Ok(placements) => {
-                create_job_objects(shared, job, &tasks, &queue, &placements, memo);
-                memo.admitted = true;
-                set_podgroup(store, ns, name, "Inqueue", None);
+    }
+    let tasks = tasks_of(&job);
+    let version = job.pointer("/status/version").and_then(Value::as_u64).unwrap_or(0);
+    let pods = job_pods(store, &job);
+    let fired = detect_events(memo, &tasks, &pods, version);
+    let action = fired
+        .iter()
+        .map(|f| apply_policies(&job, &tasks, f))
+        .find(|a| a != "SyncJob")
+        .unwrap_or_else(|| "SyncJob".to_owned());
+    if action != "SyncJob" {
+        // recordJobEvent in processNextReq.
+        events::emit(
+            store,
+            &job,
+            "Normal",
+            "ExecuteAction",
+            &format!("Start to execute action {action} "),
+            "vc-controller-manager",
+        );
+    }
+    execute(shared, &job, &tasks, &pods, memo, &action);
+}
+
+/// Compares the job's pods with the last pass and returns the events Volcano's pod handlers
+/// would raise. Pods of an older job version (killed by a restart) raise none.
+fn detect_events(memo: &mut JobMemo, tasks: &[Task], pods: &[Value], version: u64) -> Vec<Fired> {
+    let mut fired = Vec::new();
+    let current: HashMap<String, &Value> = pods.iter().map(|p| (str_at(p, "/metadata/uid").to_owned(), p)).collect();
+    let current_version =
+        |p: &Value| str_at(p, "/metadata/annotations/volcano.sh~1job-version").parse::<u64>().unwrap_or(0) >= version;
+    // deletePod: a pod that went away without the controller deleting it was evicted.
+    for (uid, (_, task, _)) in &memo.pods {
+        if !current.contains_key(uid) && !memo.killed.contains(uid) {
+            fired.push(Fired { event: "PodEvicted", task: task.clone(), exit_code: None });
+        }
+    }
+    for (uid, pod) in &current {
+        let phase = str_at(pod, "/status/phase");
+        let task = str_at(pod, "/metadata/annotations/volcano.sh~1task-spec").to_owned();
+        let before = memo.pods.get(uid).map(|(_, _, p)| p.as_str()).unwrap_or("");
+        if memo.killed.contains(uid) || !current_version(pod) || pod.pointer("/metadata/deletionTimestamp").is_some() {
+            continue;
+        }
+        match phase {
+            "Failed" if before != "Failed" => {
+                // Only the first container's exit code is looked at ("only one container pod is
+                // supported by volcano").
+                let code = pod.pointer("/status/containerStatuses/0/state/terminated/exitCode").and_then(Value::as_i64);
+                fired.push(Fired { event: "PodFailed", task, exit_code: Some(code.unwrap_or(0)) });
             }
-            Err(message) => {
-                set_podgroup(store, ns, name, "Pending", Some(&message));
-                if let Ok(pg) = store.get(known::podgroups(), ns, name) {
-                    events::emit(store, &pg, "Warning", "Unschedulable", &message, "volcano");
-                }
-                set_job_status(store, job, "Pending", "Unschedulable", &message, &[], None);
-                return;
+            "Succeeded"
+                if before != "Succeeded"
+                    && task_completed(tasks, pods, &task)
+                    && memo.tasks_fired.insert((task.clone(), "TaskCompleted")) =>
+            {
+                fired.push(Fired { event: "TaskCompleted", task, exit_code: None });
             }
-        }
-    }
-    let pods = job_pods(store, ns, name, uid);
-    let mut fired: Vec<(&'static str, String, Option<i64>)> = Vec::new();
-    for missing in memo.created.iter().filter(|n| !pods.iter().any(|p| str_at(p, "/metadata/name") == n.as_str())) {
-        fired.push(("PodEvicted", task_of_pod_name(name, missing, &tasks), None));
-    }
-    for pod in pods.iter().filter(|p| str_at(p, "/status/phase") == "Failed") {
-        if memo.handled_failures.insert(str_at(pod, "/metadata/uid").to_owned()) {
-            let code = pod.pointer("/status/containerStatuses/0/state/terminated/exitCode").and_then(Value::as_i64);
-            fired.push(("PodFailed", str_at(pod, "/metadata/labels/volcano.sh~1task-spec").to_owned(), code));
-        }
-    }
-    for task in &tasks {
-        let done = pods
-            .iter()
-            .filter(|p| {
-                str_at(p, "/metadata/labels/volcano.sh~1task-spec") == task.name
-                    && str_at(p, "/status/phase") == "Succeeded"
-            })
-            .count();
-        if task.replicas > 0 && done == task.replicas && memo.completed_tasks.insert(task.name.clone()) {
-            fired.push(("TaskCompleted", task.name.clone(), None));
-        }
-    }
-    for (event, task_name, code) in &fired {
-        let task_policies = tasks.iter().find(|t| t.name == *task_name).map(|t| t.policies.as_slice()).unwrap_or(&[]);
-        let job_policies = job.pointer("/spec/policies").and_then(Value::as_array).cloned().unwrap_or_default();
-        let action = find_action(task_policies, event, *code).or_else(|| find_action(&job_policies, event, *code));
-        let message = format!("{event} of task {task_name}");
-        match (action.as_deref(), *event) {
-            (Some("CompleteJob"), _) => return finish(store, job, &pods, "Completed", event, &message),
-            (Some("AbortJob"), _) => return finish(store, job, &pods, "Aborted", event, &message),
-            (Some("TerminateJob"), _) => return finish(store, job, &pods, "Terminated", event, &message),
-            (Some("RestartJob"), _) => return restart(store, job, &pods, memo, event),
-            (_, "PodFailed") => return finish(store, job, &pods, "Failed", event, &message),
+            "Running" | "Pending"
+                if task_failed(tasks, pods, &task) && memo.tasks_fired.insert((task.clone(), "TaskFailed")) =>
+            {
+                fired.push(Fired { event: "TaskFailed", task, exit_code: None });
+            }
             _ => {}
         }
     }
-    // An evicted pod with no policy is recreated, as Volcano's SyncJob does.
-    let evicted = fired.iter().any(|(e, _, _)| *e == "PodEvicted");
-    if evicted {
-        let placements = memo.created.iter().map(|n| (n.clone(), String::new())).collect::<Vec<_>>();
-        create_pods(shared, job, &tasks, &queue, &placements, memo);
-    }
-    let pods = job_pods(store, ns, name, uid);
-    let count = |phase: &str| pods.iter().filter(|p| str_at(p, "/status/phase") == phase).count();
-    let (running, succeeded, failed) = (count("Running"), count("Succeeded"), count("Failed"));
-    let finished = succeeded + failed;
-    let new_phase = if !pods.is_empty() && finished == pods.len() && pods.len() >= total {
-        if succeeded >= min_available { "Completed" } else { "Failed" }
-    } else if running + succeeded >= min_available && running > 0 {
-        "Running"
-    } else {
-        "Pending"
-    };
-    if new_phase == "Completed" || new_phase == "Failed" {
-        return finish(store, job, &pods, new_phase, "PodsFinished", "all pods finished");
-    }
-    set_podgroup(store, ns, name, if new_phase == "Running" { "Running" } else { "Inqueue" }, None);
-    set_job_status(store, job, new_phase, "", "", &pods, None);
-}
-
-fn task_of_pod_name(job: &str, pod: &str, tasks: &[Task]) -> String {
-    tasks
+    memo.pods = current
         .iter()
-        .find(|t| pod.strip_prefix(&format!("{job}-{}-", t.name)).is_some_and(|i| i.parse::<usize>().is_ok()))
-        .map(|t| t.name.clone())
-        .unwrap_or_default()
+        .map(|(uid, p)| {
+            let entry = (
+                str_at(p, "/metadata/name").to_owned(),
+                str_at(p, "/metadata/annotations/volcano.sh~1task-spec").to_owned(),
+                str_at(p, "/status/phase").to_owned(),
+            );
+            (uid.clone(), entry)
+        })
+        .collect();
+    memo.killed.retain(|uid| current.contains_key(uid));
+    fired
 }
 
-/// The action of the first policy matching `event` (or `exitCode`).
-fn find_action(policies: &[Value], event: &str, code: Option<i64>) -> Option<String> {
-    policies.iter().find_map(|p| {
+fn task_pods<'a>(pods: &'a [Value], task: &'a str) -> impl Iterator<Item = &'a Value> {
+    pods.iter().filter(move |p| str_at(p, "/metadata/annotations/volcano.sh~1task-spec") == task)
+}
+
+/// `TaskCompleted` in pkg/controllers/cache/cache.go: every replica of the task succeeded.
+fn task_completed(tasks: &[Task], pods: &[Value], task: &str) -> bool {
+    let replicas = tasks.iter().find(|t| t.name == task).map_or(0, |t| t.replicas);
+    replicas > 0 && task_pods(pods, task).filter(|p| str_at(p, "/status/phase") == "Succeeded").count() >= replicas
+}
+
+/// `TaskFailed` in pkg/controllers/cache/cache.go: the container restarts of the task's
+/// Running and Pending pods reach the task's `maxRetry` (0 means 3, -1 no limit).
+fn task_failed(tasks: &[Task], pods: &[Value], task: &str) -> bool {
+    let Some(spec) = tasks.iter().find(|t| t.name == task) else { return false };
+    if spec.replicas == 0 || spec.max_retry == -1 {
+        return false;
+    }
+    let max_retry = if spec.max_retry == 0 { 3 } else { spec.max_retry };
+    let restarts: i64 = task_pods(pods, task)
+        .filter(|p| matches!(str_at(p, "/status/phase"), "Running" | "Pending"))
+        .flat_map(|p| {
+            ["initContainerStatuses", "containerStatuses"]
+                .into_iter()
+                .flat_map(move |f| p["status"][f].as_array().cloned().unwrap_or_default())
+        })
+        .map(|c| c["restartCount"].as_i64().unwrap_or(0))
+        .sum();
+    restarts >= max_retry
+}
+
+/// `applyPolicies`: the task's policies first, then the job's; an event list or an exit code
+/// matches; no match is `SyncJob`.
+fn apply_policies(job: &Value, tasks: &[Task], fired: &Fired) -> String {
+    let matches = |p: &Value| -> Option<String> {
         let action = p.get("action").and_then(Value::as_str)?.to_owned();
-        if let Some(want) = p.get("exitCode").and_then(Value::as_i64) {
-            return (event == "PodFailed" && code == Some(want)).then_some(action);
-        }
         let mut events: Vec<&str> =
             p.get("events").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str).collect();
         events.extend(p.get("event").and_then(Value::as_str));
-        events.iter().any(|e| *e == event || *e == "*" || *e == "Any").then_some(action)
-    })
+        if events.iter().any(|e| *e == fired.event || *e == "*") {
+            return Some(action);
+        }
+        let code = p.get("exitCode").and_then(Value::as_i64)?;
+        (fired.exit_code == Some(code)).then_some(action)
+    };
+    let task_policies = tasks.iter().find(|t| t.name == fired.task).map(|t| t.policies.as_slice()).unwrap_or(&[]);
+    let job_policies = job.pointer("/spec/policies").and_then(Value::as_array).cloned().unwrap_or_default();
+    task_policies.iter().chain(job_policies.iter()).find_map(matches).unwrap_or_else(|| "SyncJob".to_owned())
 }
 
-fn job_pods(store: &Store, ns: &str, job: &str, uid: &str) -> Vec<Value> {
-    let labels = LabelSelector::parse(&format!("volcano.sh/job-name={job}")).unwrap_or_default();
+/// The status fields the state functions read and write (`batch.JobStatus`).
+#[derive(Debug, Clone, Default)]
+struct Status {
+    phase: String,
+    pending: u64,
+    running: u64,
+    succeeded: u64,
+    failed: u64,
+    terminating: u64,
+    unknown: u64,
+    retry_count: u64,
+    version: u64,
+    task_counts: serde_json::Map<String, Value>,
+}
+
+impl Status {
+    fn of(job: &Value) -> Status {
+        let n = |f: &str| job["status"][f].as_u64().unwrap_or(0);
+        Status {
+            phase: str_at(job, "/status/state/phase").to_owned(),
+            pending: n("pending"),
+            running: n("running"),
+            succeeded: n("succeeded"),
+            failed: n("failed"),
+            terminating: n("terminating"),
+            unknown: n("unknown"),
+            retry_count: n("retryCount"),
+            version: n("version"),
+            task_counts: job["status"]["taskStatusCount"].as_object().cloned().unwrap_or_default(),
+        }
+    }
+
+    fn count(&mut self, pod: &Value) {
+        let phase = str_at(pod, "/status/phase");
+        match phase {
+            "Pending" => self.pending += 1,
+            "Running" => self.running += 1,
+            "Succeeded" => self.succeeded += 1,
+            "Failed" => self.failed += 1,
+            _ => self.unknown += 1,
+        }
+        let task = str_at(pod, "/metadata/annotations/volcano.sh~1task-spec").to_owned();
+        let entry = self.task_counts.entry(task).or_insert_with(|| json!({"phase": {}}));
+        let key = if phase.is_empty() { "Unknown" } else { phase };
+        let n = entry["phase"][key].as_u64().unwrap_or(0);
+        entry["phase"][key] = json!(n + 1);
+    }
+
+    fn clear_counts(&mut self) {
+        (self.pending, self.running, self.succeeded, self.failed, self.terminating, self.unknown) = (0, 0, 0, 0, 0, 0);
+        self.task_counts.clear();
+    }
+}
+
+/// Updates the job's status with `update` (which says whether the phase transition is new,
+/// as an `UpdateStatusFn` does); a changed phase gets a condition. Returns the stored job.
+fn write_status(store: &Store, job: &Value, update: impl FnOnce(&mut Status) -> bool) -> Option<Value> {
+    write_status_from(store, job, Status::of(job), update)
+}
+
+fn write_status_from(
+    store: &Store,
+    job: &Value,
+    mut status: Status,
+    update: impl FnOnce(&mut Status) -> bool,
+) -> Option<Value> {
+    let uid = str_at(job, "/metadata/uid").to_owned();
+    let min_available = job.pointer("/spec/minAvailable").and_then(Value::as_u64).unwrap_or(0);
+    let transition = update(&mut status);
+    store
+        .update(known::jobs(), str_at(job, "/metadata/namespace"), str_at(job, "/metadata/name"), |obj| {
+            if str_at(obj, "/metadata/uid") != uid {
+                return;
+            }
+            let old_phase = str_at(obj, "/status/state/phase").to_owned();
+            let s = &mut obj["status"];
+            if transition && (old_phase != status.phase || s["state"]["lastTransitionTime"].is_null()) {
+                let now = util::now_rfc3339();
+                s["state"] = json!({"phase": status.phase, "lastTransitionTime": now});
+                if !s["conditions"].is_array() {
+                    s["conditions"] = json!([]);
+                }
+                if let Some(conds) = s["conditions"].as_array_mut() {
+                    conds.push(json!({"status": status.phase, "lastTransitionTime": now}));
+                }
+            }
+            s["minAvailable"] = json!(min_available);
+            for (k, v) in [
+                ("pending", status.pending),
+                ("running", status.running),
+                ("succeeded", status.succeeded),
+                ("failed", status.failed),
+                ("terminating", status.terminating),
+                ("unknown", status.unknown),
+                ("retryCount", status.retry_count),
+                ("version", status.version),
+            ] {
+                s[k] = json!(v);
+            }
+            s["taskStatusCount"] = Value::Object(status.task_counts.clone());
+        })
+        .ok()
+}
+
+/// Runs `action` in the job's state (`NewState(...).Execute(action)`).
+fn execute(shared: &Arc<Shared>, job: &Value, tasks: &[Task], pods: &[Value], memo: &mut JobMemo, action: &str) {
+    let min_available = job.pointer("/spec/minAvailable").and_then(Value::as_u64).unwrap_or(0);
+    let replicas: u64 = tasks.iter().map(|t| t.replicas as u64).sum();
+    let kill_to = |phase: &'static str| {
+        move |s: &mut Status| {
+            s.phase = phase.into();
+            true
+        }
+    };
+    match str_at(job, "/status/state/phase") {
+        state @ ("Pending" | "Running") => match action {
+            "RestartJob" => kill(shared, job, pods, memo, false, true, |s| {
+                s.retry_count += 1;
+                s.phase = "Restarting".into();
+                true
+            }),
+            "AbortJob" => kill(shared, job, pods, memo, true, true, kill_to("Aborting")),
+            "TerminateJob" => kill(shared, job, pods, memo, true, true, kill_to("Terminating")),
+            "CompleteJob" => kill(shared, job, pods, memo, true, true, kill_to("Completing")),
+            _ if state == "Pending" => sync(shared, job, tasks, pods, |s| {
+                // pendingState: running once minAvailable pods have started.
+                if min_available <= s.running + s.succeeded + s.failed {
+                    s.phase = "Running".into();
+                    return true;
+                }
+                false
+            }),
+            _ => sync(shared, job, tasks, pods, |s| running_update(job, tasks, replicas, min_available, s)),
+        },
+        "Restarting" => {
+            let max_retry = job.pointer("/spec/maxRetry").and_then(Value::as_u64).unwrap_or(3);
+            // restartingState.restartingUpdateStatus
+            let update = move |s: &mut Status| {
+                if s.retry_count >= max_retry {
+                    s.phase = "Failed".into();
+                    return true;
+                }
+                if replicas.saturating_sub(s.terminating) >= min_available {
+                    s.phase = "Pending".into();
+                    return true;
+                }
+                false
+            };
+            if action == "SyncJob" {
+                sync(shared, job, tasks, pods, update);
+            } else {
+                kill(shared, job, pods, memo, false, false, update);
+            }
+        }
+        state @ ("Aborting" | "Terminating" | "Completing") => {
+            let done = match state {
+                "Aborting" => "Aborted",
+                "Terminating" => "Terminated",
+                _ => "Completed",
+            };
+            kill(shared, job, pods, memo, true, false, move |s| {
+                if s.terminating != 0 || s.pending != 0 || s.running != 0 {
+                    return false;
+                }
+                s.phase = done.into();
+                true
+            });
+        }
+        // Aborted, Completed, Failed, Terminated: finishedState/abortedState run killJob on the
+        // job's next event, which deletes the PodGroup. A group that has not started (one that
+        // a restart re-created just before the job failed) raises such an event when the
+        // scheduler enqueues it; nothing else runs any more.
+        _ => {
+            let ns = str_at(job, "/metadata/namespace");
+            let group = shared.store.get(known::podgroups(), ns, &podgroup_name(job));
+            if group.is_ok_and(|g| matches!(str_at(&g, "/status/phase"), "" | "Pending" | "Inqueue")) {
+                let _ = shared.store.delete(known::podgroups(), ns, &podgroup_name(job), Propagation::Background);
+            }
+        }
+    }
+}
+
+/// runningState's `SyncJob` update.
+fn running_update(job: &Value, tasks: &[Task], replicas: u64, min_available: u64, s: &mut Status) -> bool {
+    if replicas == 0 {
+        return false;
+    }
+    let total_task_min: u64 = tasks.iter().map(|t| t.min_available.unwrap_or(t.replicas) as u64).sum();
+    if s.succeeded + s.failed == replicas {
+        if min_available >= total_task_min {
+            for task in tasks {
+                let Some(task_min) = task.min_available else { continue };
+                if let Some(counts) = s.task_counts.get(&task.name) {
+                    let ok = counts["phase"]["Succeeded"].as_u64().unwrap_or(0);
+                    if ok < task_min as u64 {
+                        s.phase = "Failed".into();
+                        return true;
+                    }
+                }
+            }
+        }
+        s.phase = if s.succeeded >= min_available { "Completed" } else { "Failed" }.into();
+        return true;
+    }
+    if s.pending > replicas.saturating_sub(min_available) {
+        s.phase = "Pending".into();
+        return true;
+    }
+    let _ = job;
+    false
+}
+
+/// `syncJob`: makes sure the PodGroup exists; once the scheduler has enqueued it (phase past
+/// Pending), creates the missing pods and counts them; then applies `update`.
+fn sync(shared: &Arc<Shared>, job: &Value, tasks: &[Task], pods: &[Value], update: impl FnOnce(&mut Status) -> bool) {
+    let store = &shared.store;
+    let ns = str_at(job, "/metadata/namespace");
+    let pg = ensure_podgroup(store, job, tasks);
+    let enqueued = pg.as_ref().is_some_and(|pg| !matches!(str_at(pg, "/status/phase"), "" | "Pending"));
+    if !enqueued {
+        write_status(store, job, update);
+        return;
+    }
+    ensure_job_objects(shared, job, tasks);
+    let old = Status::of(job);
+    let mut status =
+        Status { phase: old.phase, retry_count: old.retry_count, version: old.version, ..Status::default() };
+    for task in tasks {
+        for i in 0..task.replicas {
+            let name = format!("{}-{}-{i}", str_at(job, "/metadata/name"), task.name);
+            match pods.iter().find(|p| str_at(p, "/metadata/name") == name) {
+                Some(pod) if pod.pointer("/metadata/deletionTimestamp").is_some() => status.terminating += 1,
+                Some(pod) => status.count(pod),
+                None => {
+                    if create_pod(shared, job, tasks, task, i, status.version) {
+                        status.count(&json!({"status": {"phase": "Pending"}, "metadata": {"annotations": {"volcano.sh/task-spec": task.name}}}));
+                    }
+                }
+            }
+        }
+    }
+    let _ = ns;
+    write_status_from(store, job, status, update);
+}
+
+/// `killJob`: deletes the pods not retained (with `soft`, Succeeded and Failed pods stay; on the
+/// last retry they always stay), counts what is terminating, applies `update` and deletes the
+/// PodGroup. `bump` bumps the job version (a kill an action starts).
+fn kill(
+    shared: &Arc<Shared>,
+    job: &Value,
+    pods: &[Value],
+    memo: &mut JobMemo,
+    soft: bool,
+    bump: bool,
+    update: impl FnOnce(&mut Status) -> bool,
+) {
+    let store = &shared.store;
+    let ns = str_at(job, "/metadata/namespace");
+    let mut status = Status::of(job);
+    status.clear_counts();
+    if bump {
+        status.version += 1;
+        memo.tasks_fired.clear();
+    }
+    let max_retry = job.pointer("/spec/maxRetry").and_then(Value::as_u64).unwrap_or(3);
+    let last_retry = status.retry_count + 1 >= max_retry;
+    for pod in pods {
+        if pod.pointer("/metadata/deletionTimestamp").is_some() {
+            status.terminating += 1;
+            continue;
+        }
+        let finished = matches!(str_at(pod, "/status/phase"), "Succeeded" | "Failed");
+        if (soft || last_retry) && finished {
+            continue;
+        }
+        memo.killed.insert(str_at(pod, "/metadata/uid").to_owned());
+        if store.delete(known::pods(), ns, str_at(pod, "/metadata/name"), Propagation::Background).is_ok() {
+            status.terminating += 1;
+        }
+    }
+    write_status_from(store, job, status, update);
+    for name in [podgroup_name(job), str_at(job, "/metadata/name").to_owned()] {
+        let _ = store.delete(known::podgroups(), ns, &name, Propagation::Background);
+    }
+}
+
+/// The job's pods: labelled with its name and controlled by its uid.
+fn job_pods(store: &Store, job: &Value) -> Vec<Value> {
+    let uid = str_at(job, "/metadata/uid");
+    let labels =
+        LabelSelector::parse(&format!("volcano.sh/job-name={}", str_at(job, "/metadata/name"))).unwrap_or_default();
+    let ns = str_at(job, "/metadata/namespace");
     let (pods, _) = store.list(known::pods(), Some(ns), &Selectors { labels, ..Selectors::default() });
     pods.into_iter()
         .filter(|p| {
@@ -229,192 +522,49 @@ fn job_pods(store: &Store, ns: &str, job: &str, uid: &str) -> Vec<Value> {
         .collect()
 }
 
-/// Moves the job to a terminal phase and deletes its pods that have not finished (finished
-/// pods stay, so their logs can be read).
-fn finish(store: &Store, job: &Value, pods: &[Value], phase: &str, reason: &str, message: &str) {
+/// `createOrUpdatePodGroup`: the `<job>-<uid>` PodGroup with `minMember`, the queue and the
+/// minimal resources of `minAvailable` pods. Returns the PodGroup.
+fn ensure_podgroup(store: &Store, job: &Value, tasks: &[Task]) -> Option<Value> {
     let ns = str_at(job, "/metadata/namespace");
-    for pod in pods.iter().filter(|p| sched::holds_resources(p)) {
-        let _ = store.delete(known::pods(), ns, str_at(pod, "/metadata/name"), crate::store::Propagation::Background);
+    let name = podgroup_name(job);
+    if let Ok(pg) = store.get(known::podgroups(), ns, &name) {
+        return Some(pg);
     }
-    let remaining = job_pods(store, ns, str_at(job, "/metadata/name"), str_at(job, "/metadata/uid"));
-    set_job_status(store, job, phase, reason, message, &remaining, None);
-    let pg_phase = if phase == "Completed" { "Completed" } else { "Unknown" };
-    set_podgroup(store, ns, str_at(job, "/metadata/name"), pg_phase, None);
-}
-
-fn restart(store: &Store, job: &Value, pods: &[Value], memo: &mut JobMemo, event: &str) {
-    let ns = str_at(job, "/metadata/namespace");
-    let retries = job.pointer("/status/retryCount").and_then(Value::as_u64).unwrap_or(0) + 1;
-    let max_retry = job.pointer("/spec/maxRetry").and_then(Value::as_u64).unwrap_or(3);
-    if retries > max_retry {
-        return finish(store, job, pods, "Failed", "MaxRetryReached", &format!("job restarted {max_retry} times"));
-    }
-    for pod in pods {
-        let _ = store.delete(known::pods(), ns, str_at(pod, "/metadata/name"), crate::store::Propagation::Background);
-    }
-    *memo = JobMemo::default();
-    set_job_status(store, job, "Restarting", event, &format!("restarting after {event}"), &[], Some(retries));
-}
-
-fn set_job_status(
-    store: &Store,
-    job: &Value,
-    phase: &str,
-    reason: &str,
-    message: &str,
-    pods: &[Value],
-    retries: Option<u64>,
-) {
-    let ns = str_at(job, "/metadata/namespace");
-    let name = str_at(job, "/metadata/name");
-    let uid = str_at(job, "/metadata/uid").to_owned();
-    let count = |phase: &str| pods.iter().filter(|p| str_at(p, "/status/phase") == phase).count();
-    let mut task_counts = serde_json::Map::new();
-    for pod in pods {
-        let task = str_at(pod, "/metadata/labels/volcano.sh~1task-spec").to_owned();
-        let entry = task_counts.entry(task).or_insert_with(|| json!({"phase": {}}));
-        let p = str_at(pod, "/status/phase").to_owned();
-        let n = entry["phase"][&p].as_u64().unwrap_or(0);
-        entry["phase"][&p] = json!(n + 1);
-    }
-    let total: u64 = tasks_of(job).iter().map(|t| t.replicas as u64).sum();
-    let min_available = job.pointer("/spec/minAvailable").and_then(Value::as_u64).unwrap_or(total);
-    let _ = store.update(known::jobs(), ns, name, |obj| {
-        if str_at(obj, "/metadata/uid") != uid {
-            return;
-        }
-        let old_phase = str_at(obj, "/status/state/phase").to_owned();
-        let status = &mut obj["status"];
-        let now = util::now_rfc3339();
-        let mut state = json!({"phase": phase});
-        if !reason.is_empty() {
-            state["reason"] = json!(reason);
-        }
-        if !message.is_empty() {
-            state["message"] = json!(message);
-        }
-        let keep_time = old_phase == phase
-            && status["state"]["reason"] == state["reason"]
-            && status["state"]["message"] == state["message"];
-        state["lastTransitionTime"] =
-            if keep_time { status["state"]["lastTransitionTime"].clone() } else { json!(now) };
-        status["state"] = state;
-        if old_phase != phase {
-            if !status["conditions"].is_array() {
-                status["conditions"] = json!([]);
-            }
-            if let Some(conds) = status["conditions"].as_array_mut() {
-                conds.push(json!({"status": phase, "lastTransitionTime": now}));
-            }
-        }
-        status["minAvailable"] = json!(min_available);
-        status["pending"] = json!(count("Pending"));
-        status["running"] = json!(count("Running"));
-        status["succeeded"] = json!(count("Succeeded"));
-        status["failed"] = json!(count("Failed"));
-        status["unknown"] = json!(0);
-        status["terminating"] = json!(0);
-        status["taskStatusCount"] = Value::Object(task_counts);
-        if let Some(r) = retries {
-            status["retryCount"] = json!(r);
-        } else if status["retryCount"].is_null() {
-            status["retryCount"] = json!(0);
-        }
-    });
-}
-
-fn ensure_podgroup(store: &Store, job: &Value, min_member: usize, queue: &str) {
-    let ns = str_at(job, "/metadata/namespace");
-    let name = str_at(job, "/metadata/name");
-    if store.get(known::podgroups(), ns, name).is_ok() {
-        return;
-    }
-    let min_resources: Resources = tasks_of(job).iter().fold(Resources::new(), |mut acc, t| {
+    let replicas: usize = tasks.iter().map(|t| t.replicas).sum();
+    let min_member = job.pointer("/spec/minAvailable").and_then(Value::as_u64).map_or(replicas, |m| m as usize);
+    // CalcPGMinResources: the requests of the first `minMember` pods, tasks in spec order.
+    let mut left = min_member;
+    let mut min_resources = Resources::new();
+    for t in tasks {
+        let n = left.min(t.replicas);
         for (k, v) in sched::pod_requests(&t.template["spec"]) {
-            *acc.entry(k).or_default() += v * t.replicas as i128;
+            *min_resources.entry(k).or_default() += v * n as i128;
         }
-        acc
-    });
+        left -= n;
+    }
+    let queue = job.pointer("/spec/queue").and_then(Value::as_str).unwrap_or("default");
     let pg = json!({
         "metadata": {
-            "name": name, "namespace": ns, "ownerReferences": [owner_ref(job)],
-            "annotations": {"scheduling.k8s.io/group-name": name},
+            "name": name, "namespace": ns, "ownerReferences": [crate::jobpods::owner_ref(job)],
+            "labels": job["metadata"]["labels"], "annotations": job["metadata"]["annotations"],
         },
         "spec": {"minMember": min_member, "queue": queue, "minResources": sched::to_quantities(&min_resources)},
         "status": {"phase": "Pending"},
     });
-    if let Err(err) = store.create(known::podgroups(), ns, pg) {
-        tracing::debug!(%err, "podgroup not created");
-    }
-}
-
-fn set_podgroup(store: &Store, ns: &str, name: &str, phase: &str, unschedulable: Option<&str>) {
-    let _ = store.update(known::podgroups(), ns, name, |pg| {
-        pg["status"]["phase"] = json!(phase);
-        let now = util::now_rfc3339();
-        let cond = match unschedulable {
-            Some(message) => {
-                json!({"type": "Unschedulable", "status": "True", "reason": "NotEnoughResources", "message": message})
-            }
-            None => json!({"type": "Scheduled", "status": "True", "reason": "tasks in gang are ready to be scheduled"}),
-        };
-        let same = pg
-            .pointer("/status/conditions/0")
-            .is_some_and(|c| c["type"] == cond["type"] && c["message"] == cond["message"]);
-        if !same {
-            let mut cond = cond;
-            cond["lastTransitionTime"] = json!(now);
-            cond["transitionID"] = json!(util::new_uid());
-            pg["status"]["conditions"] = json!([cond]);
-        }
-    });
-}
-
-/// Gang admission: every replica must fit on the nodes and within the queue's capability.
-/// Returns (pod name, node) placements.
-fn admit(shared: &Shared, job: &Value, tasks: &[Task], queue: &str) -> Result<Vec<(String, String)>, String> {
-    let store = &shared.store;
-    let name = str_at(job, "/metadata/name");
-    let q = store.get(known::queues(), "", queue).map_err(|_| format!("queue \"{queue}\" not found"))?;
-    let state = str_at(&q, "/status/state");
-    if !state.is_empty() && state != "Open" {
-        return Err(format!("queue \"{queue}\" is {state}"));
-    }
-    let mut job_total = Resources::new();
-    let mut cluster = Cluster::from_store(store);
-    let mut placements = Vec::new();
-    for task in tasks {
-        let req = sched::pod_requests(&task.template["spec"]);
-        for i in 0..task.replicas {
-            let node = cluster.place(&req)?;
-            placements.push((format!("{name}-{}-{i}", task.name), node));
-            for (k, v) in &req {
-                *job_total.entry(k.clone()).or_default() += v;
-            }
+    match store.create(known::podgroups(), ns, pg) {
+        Ok(pg) => Some(pg),
+        Err(err) => {
+            tracing::debug!(%err, "podgroup not created");
+            store.get(known::podgroups(), ns, &name).ok()
         }
     }
-    let capability = sched::from_quantities(q.pointer("/spec/capability"));
-    let used = queue_usage(store).remove(queue).unwrap_or_default();
-    for (res, cap) in &capability {
-        let want = job_total.get(res).copied().unwrap_or(0);
-        let have = used.get(res).copied().unwrap_or(0);
-        if want > 0 && have + want > *cap {
-            return Err(format!(
-                "queue \"{queue}\" resource quota insufficient: {res} requested {}, allocated {}, capability {}",
-                crate::quantity::format_milli(want),
-                crate::quantity::format_milli(have),
-                crate::quantity::format_milli(*cap)
-            ));
-        }
-    }
-    Ok(placements)
 }
 
 /// Resources held by pods, per queue (`volcano.sh/queue-name` label).
-fn queue_usage(store: &Store) -> HashMap<String, Resources> {
+pub(crate) fn queue_usage(store: &Store) -> HashMap<String, Resources> {
     let (pods, _) = store.list(known::pods(), None, &Selectors::default());
     let mut usage: HashMap<String, Resources> = HashMap::new();
-    for pod in pods.iter().filter(|p| sched::holds_resources(p)) {
+    for pod in pods.iter().filter(|p| sched::holds_resources(p) && !str_at(p, "/spec/nodeName").is_empty()) {
         let queue = str_at(pod, "/metadata/labels/volcano.sh~1queue-name");
         if queue.is_empty() {
             continue;
@@ -439,158 +589,5 @@ fn update_queues(store: &Store) {
                 obj["status"]["state"] = json!("Open");
             }
         });
-    }
-}
-
-fn plugins(job: &Value) -> HashSet<String> {
-    let mut set: HashSet<String> =
-        job.pointer("/spec/plugins").and_then(Value::as_object).into_iter().flatten().map(|(k, _)| k.clone()).collect();
-    if ["pytorch", "mpi", "tensorflow", "ray"].iter().any(|p| set.contains(*p)) {
-        set.insert("svc".into());
-    }
-    set
-}
-
-fn env_key(task: &str) -> String {
-    task.to_uppercase().replace('-', "_")
-}
-
-fn hosts_of(shared: &Shared, job: &str, task: &Task) -> Vec<String> {
-    (0..task.replicas)
-        .map(|i| {
-            if shared.config.host_aliases_to_loopback {
-                "127.0.0.1".to_owned()
-            } else {
-                format!("{job}-{}-{i}.{job}", task.name)
-            }
-        })
-        .collect()
-}
-
-fn create_job_objects(
-    shared: &Shared,
-    job: &Value,
-    tasks: &[Task],
-    queue: &str,
-    placements: &[(String, String)],
-    memo: &mut JobMemo,
-) {
-    let store = &shared.store;
-    let ns = str_at(job, "/metadata/namespace");
-    let name = str_at(job, "/metadata/name");
-    if plugins(job).contains("svc") {
-        let mut data = serde_json::Map::new();
-        for t in tasks {
-            let hosts = hosts_of(shared, name, t);
-            data.insert(format!("{}.host", t.name), json!(hosts.join("\n")));
-            data.insert(format!("VC_{}_HOSTS", env_key(&t.name)), json!(hosts.join(",")));
-            data.insert(format!("VC_{}_NUM", env_key(&t.name)), json!(t.replicas.to_string()));
-        }
-        let cm =
-            json!({"metadata": {"name": format!("{name}-svc"), "ownerReferences": [owner_ref(job)]}, "data": data});
-        let _ = store.create(known::configmaps(), ns, cm);
-        let svc = json!({
-            "metadata": {"name": name, "ownerReferences": [owner_ref(job)]},
-            "spec": {"clusterIP": "None", "selector": {"volcano.sh/job-name": name}, "ports": [{"name": "placeholder-volcano", "port": 1, "protocol": "TCP"}]},
-        });
-        let _ = store.create(known::services(), ns, svc);
-    }
-    create_pods(shared, job, tasks, queue, placements, memo);
-}
-
-/// Creates the pods named in `placements` that do not exist (an empty node leaves binding to
-/// the runtime's default scheduler).
-fn create_pods(
-    shared: &Shared,
-    job: &Value,
-    tasks: &[Task],
-    queue: &str,
-    placements: &[(String, String)],
-    memo: &mut JobMemo,
-) {
-    let store = &shared.store;
-    let ns = str_at(job, "/metadata/namespace");
-    let name = str_at(job, "/metadata/name");
-    let plugins = plugins(job);
-    let mut svc_env = Vec::new();
-    for t in tasks {
-        svc_env.push(
-            json!({"name": format!("VC_{}_HOSTS", env_key(&t.name)), "value": hosts_of(shared, name, t).join(",")}),
-        );
-        svc_env.push(json!({"name": format!("VC_{}_NUM", env_key(&t.name)), "value": t.replicas.to_string()}));
-    }
-    for task in tasks {
-        for i in 0..task.replicas {
-            let pod_name = format!("{name}-{}-{i}", task.name);
-            let Some((_, node)) = placements.iter().find(|(p, _)| *p == pod_name) else { continue };
-            let mut pod = json!({"metadata": task.template.get("metadata").cloned().unwrap_or(json!({})), "spec": task.template.get("spec").cloned().unwrap_or(json!({}))});
-            let meta = &mut pod["metadata"];
-            meta["name"] = json!(pod_name);
-            meta["namespace"] = json!(ns);
-            for (k, v) in [
-                ("volcano.sh/job-name", name.to_owned()),
-                ("volcano.sh/task-spec", task.name.clone()),
-                ("volcano.sh/task-index", i.to_string()),
-                ("volcano.sh/queue-name", queue.to_owned()),
-                ("volcano.sh/job-namespace", ns.to_owned()),
-            ] {
-                meta["labels"][k] = json!(v);
-            }
-            meta["annotations"]["scheduling.k8s.io/group-name"] = json!(name);
-            meta["annotations"]["volcano.sh/job-name"] = json!(name);
-            meta["annotations"]["volcano.sh/task-spec"] = json!(task.name);
-            meta["ownerReferences"] = json!([owner_ref(job)]);
-            let spec = &mut pod["spec"];
-            if !node.is_empty() {
-                spec["nodeName"] = json!(node);
-            }
-            if spec["schedulerName"].is_null() {
-                spec["schedulerName"] = json!("volcano");
-            }
-            let mut extra_env = Vec::new();
-            if plugins.contains("env") {
-                extra_env.push(json!({"name": "VK_TASK_INDEX", "value": i.to_string()}));
-                extra_env.push(json!({"name": "VC_TASK_INDEX", "value": i.to_string()}));
-            }
-            if plugins.contains("svc") {
-                if spec["hostname"].is_null() {
-                    spec["hostname"] = json!(pod_name);
-                }
-                if spec["subdomain"].is_null() {
-                    spec["subdomain"] = json!(name);
-                }
-                extra_env.extend(svc_env.iter().cloned());
-                let volume = json!({"name": format!("{name}-svc"), "configMap": {"name": format!("{name}-svc")}});
-                match spec["volumes"].as_array_mut() {
-                    Some(v) => v.push(volume),
-                    None => spec["volumes"] = json!([volume]),
-                }
-            }
-            for field in ["containers", "initContainers"] {
-                for c in spec[field].as_array_mut().into_iter().flatten() {
-                    match c["env"].as_array_mut() {
-                        Some(env) => env.extend(extra_env.iter().cloned()),
-                        None => c["env"] = json!(extra_env),
-                    }
-                    if plugins.contains("svc") {
-                        let mount = json!({"name": format!("{name}-svc"), "mountPath": "/etc/volcano"});
-                        match c["volumeMounts"].as_array_mut() {
-                            Some(m) => m.push(mount),
-                            None => c["volumeMounts"] = json!([mount]),
-                        }
-                    }
-                }
-            }
-            pod["status"] = json!({"phase": "Pending"});
-            match store.create(known::pods(), ns, pod) {
-                Ok(_) => {
-                    memo.created.insert(pod_name);
-                }
-                Err(err) if err.code == 409 => {
-                    memo.created.insert(pod_name);
-                }
-                Err(err) => tracing::warn!(%err, pod = %pod_name, "could not create a job pod"),
-            }
-        }
     }
 }

@@ -13,17 +13,21 @@
 //! ```
 //!
 //! Divergences from a real cluster are listed on [`SimConfig`] and in the module docs of
-//! `runtime` (where pod files live) and `controller` (what the Volcano controller does).
+//! `runtime` (where pod files live), `procs` (signals and restarts), `controller` (what the
+//! Volcano job controller does) and `scheduler` (what a Volcano scheduler session does).
 
 mod controller;
 mod discovery;
 mod events;
 pub mod exec;
 mod faults;
+mod jobpods;
 mod logs;
+mod procs;
 mod quantity;
 mod runtime;
 mod sched;
+mod scheduler;
 mod selector;
 mod server;
 mod status;
@@ -94,6 +98,9 @@ pub struct SimConfig {
     pub unpullable_images: HashSet<String>,
     /// Initial admission delay for every job (see [`Faults::delay_scheduling`]).
     pub scheduling_delay: Option<Duration>,
+    /// PersistentVolumeClaims that do not exist: pods mounting one stay Pending, unschedulable
+    /// with `persistentvolumeclaim "<name>" not found`. Every other claim exists (as a host dir).
+    pub missing_pvcs: HashSet<String>,
 }
 
 impl Default for SimConfig {
@@ -110,6 +117,7 @@ impl Default for SimConfig {
             host_env_passthrough: vec!["PATH".into(), "LANG".into()],
             unpullable_images: HashSet::new(),
             scheduling_delay: None,
+            missing_pvcs: HashSet::new(),
         }
     }
 }

@@ -20,6 +20,7 @@ use tokio::sync::oneshot;
 use crate::Shared;
 use crate::discovery::known;
 use crate::events;
+use crate::procs;
 use crate::sched::Cluster;
 use crate::selector::Selectors;
 use crate::server::ExecContext;
@@ -30,12 +31,15 @@ use crate::util;
 /// One started container.
 struct ContainerProc {
     name: String,
+    argv: Vec<String>,
     log: PathBuf,
     cwd: PathBuf,
     env: Vec<(String, String)>,
     /// Process group id (= the leader's pid) while the leader runs.
     pgid: Option<i32>,
     stop: Option<oneshot::Sender<Duration>>,
+    /// Restarts so far (`restartCount`).
+    restarts: u32,
 }
 
 /// One pod the runtime has started.
@@ -43,6 +47,10 @@ struct PodProc {
     namespace: String,
     name: String,
     grace: Duration,
+    /// `restartPolicy`: `Never`, `OnFailure` or `Always`.
+    restart_policy: String,
+    /// Set once the pod is being deleted: exited containers are not restarted.
+    stopping: bool,
     containers: Vec<ContainerProc>,
 }
 
@@ -125,15 +133,26 @@ impl Runtime {
             .filter(|p| p.pointer("/metadata/deletionTimestamp").is_none())
             .filter_map(|p| p.pointer("/metadata/uid").and_then(Value::as_str))
             .collect();
+        // The grace period of a deletion: the delete's `gracePeriodSeconds` (stored as
+        // `deletionGracePeriodSeconds`), else the pod's `terminationGracePeriodSeconds`.
+        let deletion_grace: HashMap<&str, Duration> = pods
+            .iter()
+            .filter_map(|p| {
+                let secs = p.pointer("/metadata/deletionGracePeriodSeconds").and_then(Value::as_u64)?;
+                Some((p.pointer("/metadata/uid").and_then(Value::as_str)?, Duration::from_secs(secs)))
+            })
+            .collect();
         {
             let mut procs = self.lock();
             for (uid, pod) in procs.iter_mut() {
                 if live.contains(uid.as_str()) {
                     continue;
                 }
+                let grace = deletion_grace.get(uid.as_str()).map_or(pod.grace, |g| (*g).min(shared.config.max_grace_period));
+                pod.stopping = true;
                 for c in &mut pod.containers {
                     if let Some(stop) = c.stop.take() {
-                        let _ = stop.send(pod.grace);
+                        let _ = stop.send(grace);
                     }
                 }
             }
@@ -150,6 +169,10 @@ impl Runtime {
             }
             let mut pod = pod.clone();
             if pod.pointer("/spec/nodeName").and_then(Value::as_str).is_none() {
+                if pod.pointer("/spec/schedulerName").and_then(Value::as_str) == Some("volcano") {
+                    // The Volcano scheduler binds it (scheduler.rs).
+                    continue;
+                }
                 let cluster = cluster.get_or_insert_with(|| Cluster::from_store(store));
                 match bind(store, cluster, &pod) {
                     Some(bound) => pod = bound,
@@ -203,7 +226,7 @@ impl Runtime {
         for (c, p) in containers.iter().zip(prepared) {
             let cname = c.get("name").and_then(Value::as_str).unwrap_or("").to_owned();
             let image = c.get("image").and_then(Value::as_str).unwrap_or("").to_owned();
-            let spawned = spawn(&p);
+            let spawned = procs::spawn(&p.argv, &p.env, &p.cwd, &p.log);
             let (stop_tx, stop_rx) = oneshot::channel();
             let (state, pgid) = match &spawned {
                 Ok(child) => (json!({"running": {"startedAt": now}}), child.id().and_then(|id| i32::try_from(id).ok())),
@@ -214,11 +237,24 @@ impl Runtime {
                 "containerID": format!("sim://{}", pgid.unwrap_or(0)),
                 "ready": spawned.is_ok(), "started": spawned.is_ok(), "restartCount": 0, "state": state,
             }));
-            procs.push(ContainerProc { name: cname, log: p.log, cwd: p.cwd, env: p.env, pgid, stop: Some(stop_tx) });
+            procs.push(ContainerProc {
+                name: cname,
+                argv: p.argv,
+                log: p.log,
+                cwd: p.cwd,
+                env: p.env,
+                pgid,
+                stop: Some(stop_tx),
+                restarts: 0,
+            });
             children.push((spawned.ok(), stop_rx));
         }
-        self.lock()
-            .insert(uid.to_owned(), PodProc { namespace: ns.clone(), name: name.clone(), grace, containers: procs });
+        let restart_policy =
+            pod.pointer("/spec/restartPolicy").and_then(Value::as_str).unwrap_or("Always").to_owned();
+        self.lock().insert(
+            uid.to_owned(),
+            PodProc { namespace: ns.clone(), name: name.clone(), grace, restart_policy, stopping: false, containers: procs },
+        );
         let all_started = children.iter().all(|(c, _)| c.is_some());
         let children_started = children.iter().any(|(c, _)| c.is_some());
         let _ = store.update(known::pods(), &ns, &name, |obj| {
@@ -239,7 +275,7 @@ impl Runtime {
             ]);
             status["containerStatuses"] = json!(statuses);
             if children_started {
-                obj["metadata"]["finalizers"] = json!([PROCESS_FINALIZER]);
+                add_finalizer(obj);
             }
         });
         for (idx, (child, stop_rx)) in children.into_iter().enumerate() {
@@ -247,26 +283,47 @@ impl Runtime {
             let shared = shared.clone();
             let (ns, name, uid) = (ns.clone(), name.clone(), uid.to_owned());
             tokio::spawn(async move {
-                let code = supervise(child, stop_rx).await;
-                shared.runtime.exited(&shared.store, &ns, &name, &uid, idx, code);
+                let (mut child, mut stop_rx) = (child, stop_rx);
+                loop {
+                    let code = procs::supervise(child, stop_rx).await;
+                    let Some(backoff) = shared.runtime.exited(&shared.store, &ns, &name, &uid, idx, code) else { break };
+                    tokio::time::sleep(backoff).await;
+                    match shared.runtime.respawn(&shared.store, &ns, &name, &uid, idx) {
+                        Some(next) => (child, stop_rx) = next,
+                        None => break,
+                    }
+                }
             });
         }
     }
 
-    /// Records a container's exit in the pod status and forgets its process group.
-    fn exited(&self, store: &Store, ns: &str, name: &str, uid: &str, idx: usize, code: i32) {
+    /// Records a container's exit in the pod status and forgets its process group. Returns the
+    /// back-off after which it restarts, when the pod's `restartPolicy` restarts it (the
+    /// kubelet's `CrashLoopBackOff`: 10 s doubling up to 5 min, `backOffPeriod` and
+    /// `MaxContainerBackOff` in pkg/kubelet/kubelet.go).
+    fn exited(&self, store: &Store, ns: &str, name: &str, uid: &str, idx: usize, code: i32) -> Option<Duration> {
         let mut all_exited = true;
+        let mut backoff = None;
         if let Some(pod) = self.lock().get_mut(uid) {
+            let restarts = match pod.restart_policy.as_str() {
+                "Always" => !pod.stopping,
+                "OnFailure" => !pod.stopping && code != 0,
+                _ => false,
+            };
             if let Some(c) = pod.containers.get_mut(idx) {
                 c.pgid = None;
+                if restarts {
+                    backoff = Some(procs::backoff(c.restarts));
+                }
             }
-            all_exited = pod.containers.iter().all(|c| c.pgid.is_none());
+            all_exited = backoff.is_none() && pod.containers.iter().all(|c| c.pgid.is_none());
         }
         let now = util::now_rfc3339();
         let _ = store.update(known::pods(), ns, name, |obj| {
             if obj.pointer("/metadata/uid").and_then(Value::as_str) != Some(uid) {
                 return;
             }
+            let pod_ref = format!("{name}_{ns}({uid})");
             let Some(cs) = obj.pointer_mut(&format!("/status/containerStatuses/{idx}")) else { return };
             let started = cs.pointer("/state/running/startedAt").cloned().unwrap_or(json!(now));
             let reason = if code == 0 { "Completed" } else { "Error" };
@@ -274,6 +331,14 @@ impl Runtime {
             cs["state"]["terminated"]["startedAt"] = started;
             cs["ready"] = json!(false);
             cs["started"] = json!(false);
+            if let Some(wait) = backoff {
+                // kuberuntime's "back-off %s restarting failed container=%s pod=%s".
+                let container = cs["name"].as_str().unwrap_or("").to_owned();
+                cs["lastState"] = cs["state"].take();
+                let message = format!("back-off {}s restarting failed container={container} pod={pod_ref}", wait.as_secs());
+                cs["state"] = json!({"waiting": {"reason": "CrashLoopBackOff", "message": message}});
+                return;
+            }
             let codes: Vec<Option<i64>> = obj
                 .pointer("/status/containerStatuses")
                 .and_then(Value::as_array)
@@ -293,11 +358,78 @@ impl Runtime {
                     }
                 }
             }
-            if all_exited && let Some(m) = obj["metadata"].as_object_mut() {
+            if all_exited {
                 // Nothing left to stop: a pending deletion may complete.
-                m.remove("finalizers");
+                remove_finalizer(obj);
             }
         });
+        backoff
+    }
+
+    /// Starts container `idx` of a pod again after its back-off, unless the pod is being
+    /// deleted (then its deletion may complete).
+    fn respawn(
+        &self,
+        store: &Store,
+        ns: &str,
+        name: &str,
+        uid: &str,
+        idx: usize,
+    ) -> Option<(tokio::process::Child, oneshot::Receiver<Duration>)> {
+        let mut pods = self.lock();
+        let started = pods.get_mut(uid).filter(|p| !p.stopping).and_then(|pod| {
+            let c = pod.containers.get_mut(idx)?;
+            let child = procs::spawn(&c.argv, &c.env, &c.cwd, &c.log).ok()?;
+            let (tx, rx) = oneshot::channel();
+            c.pgid = child.id().and_then(|id| i32::try_from(id).ok());
+            c.stop = Some(tx);
+            c.restarts += 1;
+            Some((child, rx, c.restarts))
+        });
+        drop(pods);
+        let now = util::now_rfc3339();
+        let _ = store.update(known::pods(), ns, name, |obj| {
+            if obj.pointer("/metadata/uid").and_then(Value::as_str) != Some(uid) {
+                return;
+            }
+            match &started {
+                Some((_, _, restarts)) => {
+                    if let Some(cs) = obj.pointer_mut(&format!("/status/containerStatuses/{idx}")) {
+                        cs["state"] = json!({"running": {"startedAt": now}});
+                        cs["restartCount"] = json!(restarts);
+                        cs["ready"] = json!(true);
+                        cs["started"] = json!(true);
+                    }
+                }
+                None => remove_finalizer(obj),
+            }
+        });
+        started.map(|(child, rx, _)| (child, rx))
+    }
+}
+
+fn add_finalizer(obj: &mut Value) {
+    let finalizers = &mut obj["metadata"]["finalizers"];
+    if !finalizers.is_array() {
+        *finalizers = json!([]);
+    }
+    if let Some(list) = finalizers.as_array_mut()
+        && !list.iter().any(|f| f == PROCESS_FINALIZER)
+    {
+        list.push(json!(PROCESS_FINALIZER));
+    }
+}
+
+fn remove_finalizer(obj: &mut Value) {
+    let empty = match obj["metadata"]["finalizers"].as_array_mut() {
+        Some(list) => {
+            list.retain(|f| f != PROCESS_FINALIZER);
+            list.is_empty()
+        }
+        None => false,
+    };
+    if empty && let Some(m) = obj["metadata"].as_object_mut() {
+        m.remove("finalizers");
     }
 }
 
@@ -311,63 +443,6 @@ struct Prepared {
     env: Vec<(String, String)>,
     cwd: PathBuf,
     log: PathBuf,
-}
-
-/// Waits for the leader to exit or for a stop request; returns the exit code (128 + signal
-/// for a signal death, as container runtimes report it). The process group gets SIGKILL at the
-/// end, as when a container's init process dies.
-async fn supervise(mut child: tokio::process::Child, stop: oneshot::Receiver<Duration>) -> i32 {
-    let pgid = child.id().and_then(|id| i32::try_from(id).ok()).and_then(Pid::from_raw);
-    let signal_group = |sig: Signal| {
-        if let Some(pgid) = pgid {
-            let _ = kill_process_group(pgid, sig);
-        }
-    };
-    let status = tokio::select! {
-        status = child.wait() => status,
-        grace = stop => {
-            signal_group(Signal::TERM);
-            let grace = grace.unwrap_or(Duration::ZERO);
-            match tokio::time::timeout(grace, child.wait()).await {
-                Ok(status) => status,
-                Err(_) => {
-                    signal_group(Signal::KILL);
-                    child.wait().await
-                }
-            }
-        }
-    };
-    signal_group(Signal::KILL);
-    match status {
-        Ok(status) => {
-            use std::os::unix::process::ExitStatusExt;
-            status.code().or_else(|| status.signal().map(|s| 128 + s)).unwrap_or(1)
-        }
-        Err(_) => 1,
-    }
-}
-
-fn spawn(p: &Prepared) -> Result<tokio::process::Child, String> {
-    let (program, args) = p
-        .argv
-        .split_first()
-        .ok_or_else(|| "the simulator runs containers without their image, so `command` is required".to_owned())?;
-    if let Some(dir) = p.log.parent() {
-        std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
-    }
-    let out = std::fs::File::create(&p.log).map_err(|e| format!("creating {}: {e}", p.log.display()))?;
-    let err = out.try_clone().map_err(|e| format!("opening {}: {e}", p.log.display()))?;
-    let mut cmd = tokio::process::Command::new(program);
-    cmd.args(args)
-        .env_clear()
-        .envs(p.env.iter().map(|(k, v)| (k, v)))
-        .current_dir(&p.cwd)
-        .stdin(std::process::Stdio::null())
-        .stdout(out)
-        .stderr(err)
-        .process_group(0)
-        .kill_on_drop(true);
-    cmd.spawn().map_err(|e| format!("starting `{program}`: {e}"))
 }
 
 fn terminated(code: i32, reason: &str, message: Option<String>, now: &str) -> Value {

@@ -81,6 +81,28 @@ impl Cluster {
         cluster
     }
 
+    /// The nodes' allocatable resources, summed.
+    pub(crate) fn allocatable(&self) -> Resources {
+        let mut total = Resources::new();
+        for (_, alloc, _) in &self.nodes {
+            for (k, v) in alloc {
+                *total.entry(k.clone()).or_default() += v;
+            }
+        }
+        total
+    }
+
+    /// What bound pods use, summed over the nodes.
+    pub(crate) fn used(&self) -> Resources {
+        let mut total = Resources::new();
+        for (_, _, used) in &self.nodes {
+            for (k, v) in used {
+                *total.entry(k.clone()).or_default() += v;
+            }
+        }
+        total
+    }
+
     fn reserve(&mut self, node: &str, req: &Resources) {
         if let Some((_, _, used)) = self.nodes.iter_mut().find(|(n, _, _)| n == node) {
             for (k, v) in req {

@@ -107,6 +107,15 @@ async fn route(shared: &Arc<Shared>, req: Request<Incoming>) -> Result<Response<
                 Method::DELETE if part == Part::Main => {
                     let body = read_body(req).await?;
                     let propagation = propagation(&query, &body)?;
+                    if res.plural == "pods"
+                        && let Some(grace) = grace_period(&query, &body)
+                    {
+                        // DeleteOptions.gracePeriodSeconds overrides the pod's own grace period;
+                        // the runtime reads it from `deletionGracePeriodSeconds`.
+                        let _ = shared.store.update(res, &ns, name, |pod| {
+                            pod["metadata"]["deletionGracePeriodSeconds"] = json!(grace);
+                        });
+                    }
                     Ok(json_response(StatusCode::OK, &shared.store.delete(res, &ns, name, propagation)?))
                 }
                 _ => Err(ApiError::method_not_allowed(format!("{} is not supported on {}", verb, res.plural))),
@@ -281,6 +290,12 @@ fn propagation(query: &[(String, String)], body: &[u8]) -> Result<Propagation> {
         Some("Orphan") => Ok(Propagation::Orphan),
         Some(other) => Err(ApiError::bad_request(format!("invalid propagationPolicy `{other}`"))),
     }
+}
+
+/// `gracePeriodSeconds` of a delete, from the query or the `DeleteOptions` body.
+fn grace_period(query: &[(String, String)], body: &[u8]) -> Option<u64> {
+    let from_query = query.iter().find(|(k, _)| k == "gracePeriodSeconds").and_then(|(_, v)| v.parse().ok());
+    from_query.or_else(|| serde_json::from_slice::<Value>(body).ok()?.get("gracePeriodSeconds")?.as_u64())
 }
 
 fn list_json(res: &ResourceInfo, items: Vec<Value>, rv: u64) -> Value {

@@ -135,3 +135,76 @@ fn pending_reason_falls_back_to_warning_events_then_counts() {
         "waiting for Volcano to admit the gang of 2 pods (no pods yet, PodGroup Pending)"
     );
 }
+
+fn event(kind: &str, type_: &str, reason: &str, message: &str, at: &str) -> Event {
+    serde_json::from_value(json!({
+        "metadata": {"name": format!("e-{at}")},
+        "involvedObject": {"kind": kind, "name": "p-g-run-1-0f8e"},
+        "type": type_, "reason": reason, "message": message, "lastTimestamp": at
+    }))
+    .unwrap()
+}
+
+#[test]
+fn pending_reason_reads_the_enqueue_events_of_both_types() {
+    // What Volcano 1.15 leaves for a job its enqueue action rejects: no pods, no condition, a
+    // Normal event of the overcommit plugin and the scheduler cache's Warning one.
+    let job = job(Some("Pending"), "");
+    let events = [
+        event("PodGroup", "Normal", "Unschedulable", "resource in cluster is overused: overused nvidia.com/gpu", "2026-11-21T10:00:00Z"),
+        event("PodGroup", "Warning", "Unschedulable", "0/0 tasks in gang unschedulable: pod group is not ready, 2 minAvailable", "2026-11-21T10:00:01Z"),
+    ];
+    assert_eq!(
+        pending_reason(&observed(&job, &[], &[], &events)),
+        "waiting for queue default: resource in cluster is overused: overused nvidia.com/gpu"
+    );
+    let quota = [event("PodGroup", "Normal", "Unschedulable", "queue resource quota insufficient: insufficient nvidia.com/gpu", "2026-11-21T10:00:00Z")];
+    assert!(pending_reason(&observed(&job, &[], &[], &quota)).ends_with("queue resource quota insufficient: insufficient nvidia.com/gpu"));
+}
+
+#[test]
+fn a_failed_rank_is_reported_while_the_vcjob_still_runs() {
+    let job = job(Some("Running"), "");
+    let pods = [
+        pod(0, "Running", json!({"running": {}})),
+        pod(1, "Failed", json!({"terminated": {"exitCode": 3}})),
+    ];
+    let status = summarize(&observed(&job, &pods, &[], &[]));
+    assert_eq!(status.state, JobState::Running);
+    assert_eq!(
+        status.message.as_deref(),
+        Some("rank 1 failed with exit code 3; 1/2 pods still running (vcjob phase Running)")
+    );
+    assert_eq!(status.ranks[1].exit_code, Some(3));
+}
+
+#[test]
+fn a_job_terminated_by_its_pod_failed_policy_is_failed_with_the_rank_and_code() {
+    let job = job(Some("Terminated"), "");
+    let pods = [pod(1, "Failed", json!({"terminated": {"exitCode": 3}}))];
+    let status = summarize(&observed(&job, &pods, &[], &[]));
+    assert_eq!((status.state, status.exit_code), (JobState::Failed, Some(3)));
+    assert_eq!(status.message.as_deref(), Some("rank 1 exited with code 3 (vcjob phase Terminated)"));
+    assert_eq!(job_state("Terminating", "", &[]), JobState::Running, "pods are still being stopped");
+}
+
+#[test]
+fn a_crash_looping_pod_is_named_although_volcano_counts_it_running() {
+    let job = job(Some("Running"), "");
+    let waiting = json!({"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 10s restarting failed container=main pod=p-g-run-1-worker-1_ml(u)"}});
+    let pods = [pod(0, "Running", json!({"running": {}})), pod(1, "Running", waiting.clone())];
+    let status = summarize(&observed(&job, &pods, &[], &[]));
+    assert_eq!(status.state, JobState::Running);
+    assert_eq!(
+        status.message.as_deref(),
+        Some("pod p-g-run-1-worker-1 cannot start: CrashLoopBackOff: back-off 10s restarting failed container=main pod=p-g-run-1-worker-1_ml(u); 1/2 pods running (vcjob phase Running)")
+    );
+    let pending = job_with_pods_pending(waiting);
+    assert!(pending.starts_with("pod p-g-run-1-worker-0 cannot start: CrashLoopBackOff"), "{pending}");
+}
+
+fn job_with_pods_pending(state: serde_json::Value) -> String {
+    let job = job(Some("Pending"), "");
+    let pods = [pod(0, "Running", state)];
+    pending_reason(&observed(&job, &pods, &[], &[]))
+}

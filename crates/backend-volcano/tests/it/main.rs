@@ -4,6 +4,7 @@
 
 mod contract;
 mod fixtures;
+mod lifecycle;
 mod flow;
 mod props;
 mod render;

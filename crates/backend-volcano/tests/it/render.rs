@@ -13,7 +13,7 @@ use crate::schema::{assert_valid, errors};
 
 fn render(plan: &Plan) -> (Value, Option<Value>) {
     let (identity, layout, env) = (identity(), layout(), env());
-    let options = RenderOptions { max_retry: 2, ttl_seconds_after_finished: Some(600) };
+    let options = RenderOptions { max_retry: 2, ttl_seconds_after_finished: Some(600), ..RenderOptions::default() };
     let inputs = JobInputs {
         identity: &identity,
         plan,
@@ -45,7 +45,12 @@ fn gpu_job_is_schema_valid_and_sized_by_the_plan() {
     assert_eq!(spec["maxRetry"], 2);
     assert_eq!(spec["ttlSecondsAfterFinished"], 600);
     assert_eq!(spec["plugins"], json!({"env": [], "ssh": [], "svc": []}));
-    assert_eq!(spec["policies"], json!([{"event": "PodEvicted", "action": "RestartJob"}]));
+    // One failed rank ends the whole job at once (Terminated: pods freed, failed pod kept);
+    // evictions restart it up to maxRetry.
+    assert_eq!(
+        spec["policies"],
+        json!([{"event": "PodEvicted", "action": "RestartJob"}, {"event": "PodFailed", "action": "TerminateJob"}])
+    );
     assert_eq!(spec["tasks"][0]["policies"], json!([{"event": "TaskCompleted", "action": "CompleteJob"}]));
     let pod = &spec["tasks"][0]["template"]["spec"];
     assert_eq!(pod["schedulerName"], "volcano");
@@ -159,6 +164,22 @@ fn hostile_values_stay_literal() {
 }
 
 #[test]
+fn restart_on_failure_restarts_the_job_when_a_rank_fails() {
+    let (identity, layout, env) = (identity(), layout(), env());
+    let options = RenderOptions { restart_on_failure: true, ..RenderOptions::default() };
+    let plan = gpu_plan(2, 4);
+    let inputs =
+        JobInputs { identity: &identity, plan: &plan, env: &env, layout: &layout, bootstrap_entry: "b.sh", options: &options };
+    let job = serde_json::to_value(render_job(&host(), &inputs).unwrap().job).unwrap();
+    assert_valid(&job);
+    assert_eq!(
+        job["spec"]["policies"],
+        json!([{"event": "PodEvicted", "action": "RestartJob"}, {"event": "PodFailed", "action": "RestartJob"}])
+    );
+    assert_eq!(job["spec"]["maxRetry"], 3);
+}
+
+#[test]
 fn pod_script_parses_and_quotes_paths() {
     let (job, _) = render(&gpu_plan(2, 4));
     let args = container(&job)["args"].as_array().unwrap();
@@ -233,7 +254,10 @@ fn helper_job_is_schema_valid() {
     assert_eq!(c["image"], "busybox:1.36");
     assert_eq!(c["command"][0], "sh");
     let script = c["command"][2].as_str().unwrap();
-    assert!(script.starts_with("mkdir -p /workspace/work/scaling-laws/"), "{script}");
+    assert!(script.starts_with("trap 'kill $! 2> /dev/null; exit 0' TERM; mkdir -p /workspace/work/scaling-laws/"), "{script}");
+    assert!(script.ends_with("& wait"), "the sleep is backgrounded and waited, so the trap runs: {script}");
+    let out = std::process::Command::new("sh").args(["-n", "-c", script]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(c["resources"], json!({"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"memory": "512Mi"}}));
     assert_eq!(c["volumeMounts"][0]["mountPath"], "/workspace");
 }
@@ -266,6 +290,10 @@ fn host_validation_names_the_key() {
     check(&|h| h.cpu_cpu = Some("eight".into()), "hosts.k8s.cpu_cpu: invalid quantity \"eight\"");
     check(&|h| h.shm_size = Some("1 Gi".into()), "hosts.k8s.shm_size: invalid quantity \"1 Gi\"");
     check(&|h| h.image.clear(), "hosts.k8s.image: a volcano host needs a container image");
+    check(
+        &|h| (h.restart_on_failure, h.max_retry) = (true, 0),
+        "hosts.k8s.restart_on_failure: needs max_retry of at least 1 (with 0 a failed rank fails the job, which is what restart_on_failure: false does)",
+    );
     check(&|h| h.pvc_name.clear(), "hosts.k8s.pvc_name: a volcano host needs a PVC for code and logs");
     check(
         &|h| h.helper_resources = Some([("cpu".to_string(), "1".to_string())].into()),

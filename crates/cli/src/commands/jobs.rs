@@ -23,6 +23,8 @@ pub(crate) const STATUS_TIMEOUT: Duration = Duration::from_secs(10);
 /// What a run's state says when its client stopped in the middle of `submit`.
 const STOPPED_DURING_SUBMIT: &str = "the client stopped during submit (interrupted)";
 
+use super::start::{StartProgress, StartStep};
+
 fn find(ctx: &Context, ledger: &Ledger, job: &str) -> Result<(Record, Arc<DynBackend>)> {
     let record = ledger
         .find(job)?
@@ -153,7 +155,9 @@ pub(crate) async fn logs(ctx: &Context, args: LogsArgs) -> Result<ExitCode> {
     let ledger = ctx.ledger()?;
     let (record, backend) = find(ctx, &ledger, &args.job)?;
     if args.follow {
-        return follow_to_end(ctx, &backend, &ledger, &record.handle, &record.identity.run_id, args.rank).await;
+        // Following an existing run says why it has not started but never cancels it.
+        let run = (&record.handle, record.identity.run_id.as_str());
+        return follow(ctx, &backend, &ledger, run, args.rank, None).await;
     }
     let mut stream = backend.logs(&record.handle, &LogOptions { follow: false, rank: args.rank }).await?;
     while let Some(line) = stream.next().await {
@@ -173,7 +177,8 @@ fn print_line(line: &theseus_core::backend::LogLine) {
 /// Streams a job's output until it ends, stores the final state and returns the exit code: 0
 /// when completed, the job's exit code (else 1) otherwise. A signal (SIGINT, SIGTERM) stops
 /// following and leaves the job running, as `kubectl logs -f` and `docker logs -f` do: the
-/// program ends with [`Interrupted`], which says how to follow again or stop the job.
+/// program ends with [`Interrupted`], which says how to follow again or stop the job. A job that
+/// does not start within its backend's start timeout is cancelled (`submit --follow`).
 pub(crate) async fn follow_to_end(
     ctx: &Context,
     backend: &Arc<DynBackend>,
@@ -181,6 +186,18 @@ pub(crate) async fn follow_to_end(
     handle: &JobHandle,
     run_id: &str,
     rank: Option<u32>,
+) -> Result<ExitCode> {
+    follow(ctx, backend, ledger, (handle, run_id), rank, backend.start_timeout()).await
+}
+
+/// [`follow_to_end`], cancelling the job when it has not started after `start_timeout`.
+async fn follow(
+    ctx: &Context,
+    backend: &Arc<DynBackend>,
+    ledger: &Ledger,
+    (handle, run_id): (&JobHandle, &str),
+    rank: Option<u32>,
+    start_timeout: Option<std::time::Duration>,
 ) -> Result<ExitCode> {
     let detached = |signal| Interrupted {
         signal,
@@ -194,14 +211,35 @@ pub(crate) async fn follow_to_end(
         signal = interrupt::wait() => return Err(detached(signal).into()),
         stream = backend.logs(handle, &options) => stream?,
     };
+    // Until the job starts, its status says why it waits (see `start.rs`).
+    let mut start = StartProgress::new(start_timeout);
+    let began = std::time::Instant::now();
+    let mut look = tokio::time::interval(std::time::Duration::from_secs(2));
     loop {
         tokio::select! {
             biased;
             signal = interrupt::wait() => return Err(detached(signal).into()),
             line = stream.next() => match line {
-                Some(line) => print_line(&line?),
+                Some(line) => {
+                    start.mark_started();
+                    print_line(&line?);
+                }
                 None => break,
             },
+            _ = look.tick(), if !start.started() => {
+                let status = match backend.status(handle).await {
+                    Ok(status) => status,
+                    Err(e) => {
+                        tracing::debug!("status while waiting for {run_id} to start: {e}");
+                        continue;
+                    }
+                };
+                match start.observe(&status, began.elapsed()) {
+                    StartStep::Say(reason) => ctx.info(format!("theseus: not started yet: {reason}")),
+                    StartStep::TimedOut(reason) => return give_up_start(ctx, backend, ledger, handle, run_id, &start, &reason).await,
+                    StartStep::Nothing | StartStep::Started => {}
+                }
+            }
         }
     }
     let status = backend.status(handle).await?;
@@ -215,6 +253,31 @@ pub(crate) async fn follow_to_end(
         JobState::Completed => ExitCode::SUCCESS,
         _ => ExitCode::from(status.exit_code.filter(|c| (1..=255).contains(c)).unwrap_or(1) as u8),
     })
+}
+
+/// A followed job that did not start within its backend's start timeout: cancelled (nothing of
+/// it is left), recorded with the reason, exit 1.
+async fn give_up_start(
+    ctx: &Context,
+    backend: &Arc<DynBackend>,
+    ledger: &Ledger,
+    handle: &JobHandle,
+    run_id: &str,
+    start: &StartProgress,
+    reason: &str,
+) -> Result<ExitCode> {
+    let secs = start.timeout().map(|t| t.as_secs()).unwrap_or_default();
+    ctx.info(format!("theseus: run {run_id} did not start within {secs} s: {reason}"));
+    ctx.info(format!("theseus: cancelling run {run_id}"));
+    let cancelled = backend.cancel(handle).await?;
+    let status = JobStatus {
+        state: JobState::Cancelled,
+        exit_code: None,
+        message: Some(format!("did not start within {secs} s: {reason}")),
+        ranks: cancelled.ranks,
+    };
+    save(ledger, run_id, &status)?;
+    Ok(ExitCode::from(1))
 }
 
 pub(crate) async fn cancel(ctx: &Context, args: TargetArgs) -> Result<ExitCode> {

@@ -6,6 +6,7 @@ mod gc;
 mod jobs;
 mod plan;
 mod prepare;
+mod start;
 mod submit;
 
 use std::process::ExitCode;

@@ -7,6 +7,7 @@ mod jax;
 mod lifecycle;
 mod slurm;
 mod volcano;
+mod volcano_start;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

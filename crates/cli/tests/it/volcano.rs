@@ -11,7 +11,7 @@ use crate::{TestContext, text};
 pub(crate) struct SimWorld {
     // Held for their lifetime only. Field order matters: the simulator stops before the
     // runtime that drives it.
-    sim: Sim,
+    pub(crate) sim: Sim,
     _runtime: tokio::runtime::Runtime,
     _pvc: tempfile::TempDir,
     code: tempfile::TempDir,

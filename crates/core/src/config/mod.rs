@@ -476,6 +476,14 @@ pub struct VolcanoHost {
     /// `spec.ttlSecondsAfterFinished`: how long Volcano keeps a finished job (unset: kept).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ttl_seconds_after_finished: Option<u32>,
+    /// A failed rank restarts the whole job (`PodFailed -> RestartJob`, counted against
+    /// `max_retry`) instead of ending it at once (`PodFailed -> TerminateJob`, the default).
+    #[serde(default)]
+    pub restart_on_failure: bool,
+    /// Seconds `submit --follow` waits for the job to start (a pod that cannot start or a gang
+    /// that is not admitted) before cancelling it with the reason; 0 waits forever.
+    #[serde(default = "defaults::start_timeout_seconds")]
+    pub start_timeout_seconds: u64,
 }
 
 /// A Kubernetes toleration.
@@ -570,6 +578,10 @@ pub mod defaults {
     /// `max_retry` of a volcano host.
     pub fn max_retry() -> u32 {
         3
+    }
+    /// `start_timeout_seconds` of a volcano host: 10 minutes.
+    pub fn start_timeout_seconds() -> u64 {
+        600
     }
 
     /// `coordinator_port` of a volcano host.

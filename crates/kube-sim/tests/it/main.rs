@@ -2,6 +2,7 @@
 
 mod exec;
 mod faults;
+mod lifecycle;
 mod objects;
 mod support;
 mod volcano;

@@ -5,7 +5,8 @@ use std::future::Future;
 use std::time::{Duration, Instant};
 
 use kube::Client;
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
+use k8s_openapi::api::core::v1::Event;
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
 use serde_json::{Value, json};
 use theseus_kube_sim::{Sim, SimConfig};
 
@@ -95,4 +96,32 @@ pub(crate) fn api_code(err: &kube::Error) -> Option<u16> {
         kube::Error::Api(status) => Some(status.code),
         _ => None,
     }
+}
+
+/// Waits until job `name` is in phase `want`.
+pub(crate) async fn wait_phase(api: &Api<DynamicObject>, name: &str, want: &str) -> DynamicObject {
+    eventually(&format!("job {name} {want}"), 20, || async {
+        let job = api.get(name).await.ok()?;
+        (phase(&job) == want).then_some(job)
+    })
+    .await
+}
+
+/// The PodGroup of a job, named `<job>-<uid>` as Volcano's job controller names it
+/// (`generateRelatedPodGroupName` in pkg/controllers/job/job_controller_actions.go).
+pub(crate) async fn podgroup_of(ctx: &Ctx, job: &str) -> DynamicObject {
+    let uid = vcjobs(&ctx.client, "default").get(job).await.unwrap().metadata.uid.unwrap();
+    let pgs = Api::<DynamicObject>::namespaced_with(ctx.client.clone(), "default", &podgroup_resource());
+    eventually("the job's podgroup", 20, || async { pgs.get(&format!("{job}-{uid}")).await.ok() }).await
+}
+
+/// Events about the object named `name`, as (type, reason, message).
+pub(crate) async fn events_about(ctx: &Ctx, name: &str) -> Vec<(String, String, String)> {
+    let events: Api<Event> = Api::namespaced(ctx.client.clone(), "default");
+    let listed = events.list(&ListParams::default().fields(&format!("involvedObject.name={name}"))).await.unwrap();
+    listed
+        .items
+        .into_iter()
+        .map(|e| (e.type_.unwrap_or_default(), e.reason.unwrap_or_default(), e.message.unwrap_or_default()))
+        .collect()
 }

@@ -7,18 +7,12 @@ use kube::api::{Api, DeleteParams, DynamicObject, ListParams, LogParams, PostPar
 use serde_json::{Value, json};
 use theseus_kube_sim::{NodeConfig, SimConfig};
 
-use crate::support::{eventually, phase, podgroup_resource, queue_resource, start, vcjob, vcjobs};
+use crate::support::{
+    events_about, eventually, phase, podgroup_of, podgroup_resource, queue_resource, start, vcjob, vcjobs, wait_phase,
+};
 
 fn two_nodes() -> SimConfig {
     SimConfig { nodes: vec![NodeConfig::new("n0", 4), NodeConfig::new("n1", 4)], ..SimConfig::default() }
-}
-
-async fn wait_phase(api: &Api<DynamicObject>, name: &str, want: &str) -> DynamicObject {
-    eventually(&format!("job {name} {want}"), 20, || async {
-        let job = api.get(name).await.ok()?;
-        (phase(&job) == want).then_some(job)
-    })
-    .await
 }
 
 #[tokio::test]
@@ -28,7 +22,9 @@ async fn gang_job_runs_to_completion_with_volcano_env_and_logs() {
     let script = "echo $VC_TASK_INDEX $VC_WORKER_HOSTS $VC_WORKER_NUM; grep -c . etc/volcano/worker.host";
     jobs.create(&PostParams::default(), &vcjob("train", 2, 4, "img", &["sh", "-c", script])).await.unwrap();
     let done = wait_phase(&jobs, "train", "Completed").await;
-    assert_eq!(done.data["status"]["succeeded"], 2);
+    // TaskCompleted -> CompleteJob ends the job through killJob, which counts only what it
+    // deletes (job_controller_actions.go): the succeeded pods are retained, not counted.
+    assert_eq!(done.data["status"]["succeeded"], 0);
 
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), "default");
     let listed = pods.list(&ListParams::default().labels("volcano.sh/job-name=train")).await.unwrap();
@@ -39,7 +35,8 @@ async fn gang_job_runs_to_completion_with_volcano_env_and_logs() {
         let labels = meta.labels.as_ref().unwrap();
         assert_eq!(labels["volcano.sh/task-spec"], "worker");
         assert_eq!(labels["volcano.sh/job-namespace"], "default");
-        assert_eq!(meta.annotations.as_ref().unwrap()["scheduling.k8s.io/group-name"], "train");
+        let uid = done.metadata.uid.as_deref().unwrap();
+        assert_eq!(meta.annotations.as_ref().unwrap()["scheduling.k8s.io/group-name"], format!("train-{uid}"));
         assert_eq!(meta.owner_references.as_ref().unwrap()[0].kind, "Job");
         let spec = pod.spec.as_ref().unwrap();
         assert_eq!(spec.subdomain.as_deref(), Some("train"));
@@ -59,11 +56,10 @@ async fn gang_job_runs_to_completion_with_volcano_env_and_logs() {
     nodes.sort();
     assert_eq!(nodes, ["n0", "n1"], "4 GPUs each: one pod per node");
 
-    let pg = Api::<DynamicObject>::namespaced_with(ctx.client.clone(), "default", &podgroup_resource())
-        .get("train")
-        .await
-        .unwrap();
-    assert_eq!(pg.data["spec"]["minMember"], 2);
+    // CompleteJob ends the job through killJob, which deletes the PodGroup.
+    let pgs = Api::<DynamicObject>::namespaced_with(ctx.client.clone(), "default", &podgroup_resource());
+    let uid = done.metadata.uid.as_deref().unwrap();
+    assert!(pgs.get(&format!("train-{uid}")).await.is_err(), "the PodGroup is deleted with the job's end");
     let cm = Api::<ConfigMap>::namespaced(ctx.client.clone(), "default").get("train-svc").await.unwrap();
     assert_eq!(cm.data.unwrap()["worker.host"], "127.0.0.1\n127.0.0.1");
     let svc = Api::<Service>::namespaced(ctx.client.clone(), "default").get("train").await.unwrap();
@@ -72,7 +68,6 @@ async fn gang_job_runs_to_completion_with_volcano_env_and_logs() {
     // Deleting the job collects its pods, podgroup, configmap and service.
     jobs.delete("train", &DeleteParams::background()).await.unwrap();
     assert!(pods.list(&ListParams::default()).await.unwrap().items.is_empty());
-    let pgs = Api::<DynamicObject>::namespaced_with(ctx.client.clone(), "default", &podgroup_resource());
     assert!(pgs.list(&ListParams::default()).await.unwrap().items.is_empty());
 }
 
@@ -98,28 +93,60 @@ async fn followed_logs_stream_until_the_pod_ends() {
 }
 
 #[tokio::test]
-async fn oversized_gang_stays_pending_with_the_scheduler_message() {
+async fn job_larger_than_the_cluster_is_not_enqueued_and_says_why_in_normal_events() {
     let ctx = start(two_nodes()).await;
     let jobs = vcjobs(&ctx.client, "default");
     jobs.create(&PostParams::default(), &vcjob("big", 2, 8, "img", &["true"])).await.unwrap();
-    let pgs = Api::<DynamicObject>::namespaced_with(ctx.client.clone(), "default", &podgroup_resource());
+    let pg = podgroup_of(&ctx, "big").await;
+    let pg_name = pg.metadata.name.clone().unwrap();
+    let overused = eventually("the overcommit plugin's event", 20, || async {
+        let events = events_about(&ctx, &pg_name).await;
+        events.into_iter().find(|(_, _, m)| m.starts_with("resource in cluster is overused"))
+    })
+    .await;
+    assert_eq!(
+        overused,
+        ("Normal".into(), "Unschedulable".into(), "resource in cluster is overused: overused nvidia.com/gpu".into())
+    );
+    let events = events_about(&ctx, &pg_name).await;
+    assert!(
+        events.iter().any(|(t, r, m)| t == "Warning"
+            && r == "Unschedulable"
+            && m.starts_with("0/0 tasks in gang unschedulable")),
+        "{events:?}"
+    );
+    let pg = podgroup_of(&ctx, "big").await;
+    assert_eq!(pg.data["status"]["phase"], "Pending");
+    assert!(pg.data.pointer("/status/conditions").and_then(Value::as_array).is_none_or(Vec::is_empty), "{pg:?}");
+    assert_eq!(phase(&jobs.get("big").await.unwrap()), "Pending");
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), "default");
+    assert!(pods.list(&ListParams::default()).await.unwrap().items.is_empty(), "no pods for a job not enqueued");
+}
+
+#[tokio::test]
+async fn enqueued_gang_that_cannot_be_placed_gets_the_unschedulable_condition() {
+    // 5 GPUs fit the cluster's 8 (and its overcommitted 9.6) but no node of 4.
+    let ctx = start(two_nodes()).await;
+    let jobs = vcjobs(&ctx.client, "default");
+    jobs.create(&PostParams::default(), &vcjob("wide", 1, 5, "img", &["true"])).await.unwrap();
     let pg = eventually("an unschedulable podgroup", 20, || async {
-        let pg = pgs.get("big").await.ok()?;
+        let pg = podgroup_of(&ctx, "wide").await;
         (pg.data["status"]["conditions"][0]["type"] == "Unschedulable").then_some(pg)
     })
     .await;
     let cond = &pg.data["status"]["conditions"][0];
     assert_eq!(cond["status"], "True");
     assert_eq!(cond["reason"], "NotEnoughResources");
-    assert_eq!(cond["message"], "0/2 nodes are unavailable: 2 Insufficient nvidia.com/gpu.");
-    assert_eq!(pg.data["status"]["phase"], "Pending");
-    assert_eq!(phase(&jobs.get("big").await.unwrap()), "Pending");
+    let message = cond["message"].as_str().unwrap();
+    assert!(message.starts_with("1/1 tasks in gang unschedulable: pod group is not ready"), "{message}");
+    assert!(message.contains("0/2 nodes are unavailable: 2 Insufficient nvidia.com/gpu."), "{message}");
+    assert_eq!(pg.data["status"]["phase"], "Inqueue");
+    assert_eq!(pg.data["spec"]["minMember"], 1);
+    assert_eq!(pg.data["spec"]["minResources"]["nvidia.com/gpu"], "5");
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), "default");
-    assert!(pods.list(&ListParams::default()).await.unwrap().items.is_empty(), "all or nothing");
-    let events: Api<Event> = Api::namespaced(ctx.client.clone(), "default");
-    let events = events.list(&ListParams::default().fields("involvedObject.name=big")).await.unwrap();
-    let warning = events.items.iter().find(|e| e.reason.as_deref() == Some("Unschedulable")).expect("a warning event");
-    assert_eq!(warning.type_.as_deref(), Some("Warning"));
+    let pod = eventually("the unplaced pod", 20, || async { pods.get("wide-worker-0").await.ok() }).await;
+    assert!(pod.spec.unwrap().node_name.is_none());
+    assert_eq!(pod.metadata.annotations.unwrap()["scheduling.k8s.io/group-name"], pg.metadata.name.unwrap());
 }
 
 #[tokio::test]
@@ -136,13 +163,21 @@ async fn queue_capability_caps_admission() {
     let mut job = vcjob("capped", 1, 4, "img", &["sleep", "30"]);
     job.data["spec"]["queue"] = json!("small");
     jobs.create(&PostParams::default(), &job).await.unwrap();
-    let held = eventually("the job to be held by its queue", 20, || async {
-        let job = jobs.get("capped").await.ok()?;
-        let msg = job.data.pointer("/status/state/message").and_then(Value::as_str)?.to_owned();
-        msg.contains("quota").then_some(msg)
+    let pg_name = podgroup_of(&ctx, "capped").await.metadata.name.unwrap();
+    let held = eventually("the proportion plugin's event", 20, || async {
+        let events = events_about(&ctx, &pg_name).await;
+        events.into_iter().find(|(_, _, m)| m.starts_with("queue resource quota insufficient"))
     })
     .await;
-    assert!(held.contains("nvidia.com/gpu") && held.contains("capability 2"), "{held}");
+    assert_eq!(
+        held,
+        (
+            "Normal".into(),
+            "Unschedulable".into(),
+            "queue resource quota insufficient: insufficient nvidia.com/gpu".into()
+        )
+    );
+    assert_eq!(phase(&jobs.get("capped").await.unwrap()), "Pending");
 
     // A job that fits runs, and the default queue reports what it holds.
     jobs.create(&PostParams::default(), &vcjob("fits", 1, 3, "img", &["sleep", "30"])).await.unwrap();
@@ -207,27 +242,6 @@ async fn secret_env_waits_for_the_secret() {
 }
 
 #[tokio::test]
-async fn failing_pod_fails_the_job_and_restart_policy_retries() {
-    let ctx = start(SimConfig::default()).await;
-    let jobs = vcjobs(&ctx.client, "default");
-    jobs.create(&PostParams::default(), &vcjob("bad", 1, 1, "img", &["sh", "-c", "exit 3"])).await.unwrap();
-    let failed = wait_phase(&jobs, "bad", "Failed").await;
-    assert_eq!(failed.data["status"]["failed"], 1);
-    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), "default");
-    let pod = pods.get("bad-worker-0").await.unwrap();
-    let code = pod.status.unwrap().container_statuses.unwrap()[0].state.clone().unwrap().terminated.unwrap().exit_code;
-    assert_eq!(code, 3);
-
-    let mut retry = vcjob("retry", 1, 1, "img", &["sh", "-c", "exit 1"]);
-    retry.data["spec"]["maxRetry"] = json!(2);
-    retry.data["spec"]["policies"] = json!([{"event": "PodFailed", "action": "RestartJob"}]);
-    jobs.create(&PostParams::default(), &retry).await.unwrap();
-    let failed = wait_phase(&jobs, "retry", "Failed").await;
-    assert_eq!(failed.data["status"]["retryCount"], 2);
-    assert_eq!(failed.data["status"]["state"]["reason"], "MaxRetryReached");
-}
-
-#[tokio::test]
 async fn deleting_a_pod_stops_its_process_group() {
     let pvc_dir = tempfile::tempdir().unwrap();
     let config = SimConfig { max_grace_period: std::time::Duration::from_secs(2), ..SimConfig::default() };
@@ -261,4 +275,54 @@ async fn deleting_a_pod_stops_its_process_group() {
         status.is_none_or(|s| s.split_whitespace().nth(2) == Some("Z")).then_some(())
     })
     .await;
+}
+
+#[tokio::test]
+async fn a_container_that_keeps_failing_under_its_restart_policy_crash_loops() {
+    let ctx = start(SimConfig::default()).await;
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), "default");
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "crash"},
+        "spec": {"restartPolicy": "OnFailure", "containers": [{"name": "main", "image": "busybox", "command": ["sh", "-c", "exit 2"]}]},
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    let status = eventually("CrashLoopBackOff", 20, || async {
+        let status = pods.get("crash").await.ok()?.status?;
+        let waiting = status.container_statuses.as_ref()?.first()?.state.clone()?.waiting?;
+        (waiting.reason.as_deref() == Some("CrashLoopBackOff")).then_some(status)
+    })
+    .await;
+    let container = &status.container_statuses.unwrap()[0];
+    let message = container.state.clone().unwrap().waiting.unwrap().message.unwrap();
+    assert!(message.starts_with("back-off 10s restarting failed container=main pod=crash_default("), "{message}");
+    assert_eq!(container.last_state.clone().unwrap().terminated.unwrap().exit_code, 2);
+    assert_eq!(status.phase.as_deref(), Some("Running"), "a restarting pod is not Failed");
+}
+
+#[tokio::test]
+async fn a_missing_pvc_leaves_the_gang_unschedulable_with_the_scheduler_wording() {
+    let config = SimConfig { missing_pvcs: ["gone".to_owned()].into(), ..SimConfig::default() };
+    let ctx = start(config).await;
+    let jobs = vcjobs(&ctx.client, "default");
+    let mut job = vcjob("nopvc", 1, 1, "img", &["true"]);
+    let spec = &mut job.data["spec"]["tasks"][0]["template"]["spec"];
+    spec["volumes"] = json!([{"name": "ws", "persistentVolumeClaim": {"claimName": "gone"}}]);
+    spec["containers"][0]["volumeMounts"] = json!([{"name": "ws", "mountPath": "/tmp/theseus-sim-never"}]);
+    jobs.create(&PostParams::default(), &job).await.unwrap();
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), "default");
+    let condition = eventually("PodScheduled=False", 20, || async {
+        let conds = pods.get("nopvc-worker-0").await.ok()?.status?.conditions?;
+        conds.into_iter().find(|c| c.type_ == "PodScheduled" && c.status == "False")
+    })
+    .await;
+    assert_eq!(condition.reason.as_deref(), Some("Unschedulable"));
+    assert_eq!(condition.message.as_deref(), Some("persistentvolumeclaim \"gone\" not found"));
+    let events = events_about(&ctx, "nopvc-worker-0").await;
+    assert!(
+        events.iter().any(|(t, r, m)| t == "Warning"
+            && r == "FailedScheduling"
+            && m == "persistentvolumeclaim \"gone\" not found"),
+        "{events:?}"
+    );
 }

@@ -90,10 +90,10 @@ fn host_breaks() -> Vec<Break> {
 
 fn breaks() -> impl Strategy<Value = Break> {
     let mut all = host_breaks();
-    all.push(Break::Options("max_retry", RenderOptions { max_retry: -1, ttl_seconds_after_finished: None }));
+    all.push(Break::Options("max_retry", RenderOptions { max_retry: -1, ..RenderOptions::default() }));
     all.push(Break::Options(
         "ttl_seconds_after_finished",
-        RenderOptions { max_retry: 3, ttl_seconds_after_finished: Some(-60) },
+        RenderOptions { ttl_seconds_after_finished: Some(-60), ..RenderOptions::default() },
     ));
     proptest::sample::select(all)
 }

@@ -58,7 +58,7 @@ fn one_node_gpu_job() {
 
 #[test]
 fn four_node_rdma_job() {
-    let options = RenderOptions { max_retry: 5, ttl_seconds_after_finished: Some(3600) };
+    let options = RenderOptions { max_retry: 5, ttl_seconds_after_finished: Some(3600), ..RenderOptions::default() };
     let rendered = render(&host(), &gpu_plan(4, 8), &options);
     settings().bind(|| insta::assert_yaml_snapshot!("four_node_rdma_job", rendered.job));
 }

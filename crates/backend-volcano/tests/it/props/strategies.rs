@@ -206,8 +206,13 @@ pub(crate) fn run_layout() -> impl Strategy<Value = RunLayout> {
 
 /// Render options in the CRD's ranges.
 pub(crate) fn options() -> impl Strategy<Value = RenderOptions> {
-    (0i32..20, option::of(0i32..1_000_000))
-        .prop_map(|(max_retry, ttl_seconds_after_finished)| RenderOptions { max_retry, ttl_seconds_after_finished })
+    (0i32..20, option::of(0i32..1_000_000), proptest::bool::ANY).prop_map(
+        |(max_retry, ttl_seconds_after_finished, restart_on_failure)| RenderOptions {
+            max_retry,
+            ttl_seconds_after_finished,
+            restart_on_failure,
+        },
+    )
 }
 
 /// A whole valid case.

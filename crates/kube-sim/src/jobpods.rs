@@ -1,0 +1,197 @@
+//! The pods of a Volcano job and what the job plugins add to them: names `J-T-i`, labels and
+//! annotations (`createJobPod` in pkg/controllers/job/job_controller_util.go), the `env` plugin's
+//! `VK_TASK_INDEX`/`VC_TASK_INDEX`, and the `svc` plugin's hosts ConfigMap, headless Service,
+//! `VC_<TASK>_HOSTS`/`VC_<TASK>_NUM` and `/etc/volcano` mount (pkg/controllers/job/plugins).
+
+use std::collections::HashSet;
+
+use serde_json::{Value, json};
+
+use crate::Shared;
+use crate::discovery::known;
+
+/// One task of a job spec.
+pub(crate) struct Task {
+    pub(crate) name: String,
+    pub(crate) replicas: usize,
+    pub(crate) min_available: Option<usize>,
+    pub(crate) max_retry: i64,
+    pub(crate) template: Value,
+    pub(crate) policies: Vec<Value>,
+}
+
+pub(crate) fn str_at<'a>(v: &'a Value, pointer: &str) -> &'a str {
+    v.pointer(pointer).and_then(Value::as_str).unwrap_or("")
+}
+
+pub(crate) fn tasks_of(job: &Value) -> Vec<Task> {
+    job.pointer("/spec/tasks")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+        .map(|(i, t)| Task {
+            name: t.get("name").and_then(Value::as_str).map(str::to_owned).unwrap_or_else(|| format!("default{i}")),
+            replicas: t.get("replicas").and_then(Value::as_u64).unwrap_or(1) as usize,
+            min_available: t.get("minAvailable").and_then(Value::as_u64).map(|m| m as usize),
+            max_retry: t.get("maxRetry").and_then(Value::as_i64).unwrap_or(0),
+            template: t.get("template").cloned().unwrap_or(json!({})),
+            policies: t.get("policies").and_then(Value::as_array).cloned().unwrap_or_default(),
+        })
+        .collect()
+}
+
+/// The controller reference a job sets on what it creates.
+pub(crate) fn owner_ref(job: &Value) -> Value {
+    json!({
+        "apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "name": job["metadata"]["name"],
+        "uid": job["metadata"]["uid"], "controller": true, "blockOwnerDeletion": true,
+    })
+}
+
+/// The PodGroup's name: `<job>-<uid>` (`generateRelatedPodGroupName` in
+/// pkg/controllers/job/job_controller_actions.go; before Volcano 1.5 it was the job's name).
+pub(crate) fn podgroup_name(job: &Value) -> String {
+    format!("{}-{}", str_at(job, "/metadata/name"), str_at(job, "/metadata/uid"))
+}
+
+fn plugins(job: &Value) -> HashSet<String> {
+    let mut set: HashSet<String> =
+        job.pointer("/spec/plugins").and_then(Value::as_object).into_iter().flatten().map(|(k, _)| k.clone()).collect();
+    if ["pytorch", "mpi", "tensorflow", "ray"].iter().any(|p| set.contains(*p)) {
+        set.insert("svc".into());
+    }
+    set
+}
+
+fn env_key(task: &str) -> String {
+    task.to_uppercase().replace('-', "_")
+}
+
+fn hosts_of(shared: &Shared, job: &str, task: &Task) -> Vec<String> {
+    (0..task.replicas)
+        .map(|i| {
+            if shared.config.host_aliases_to_loopback {
+                "127.0.0.1".to_owned()
+            } else {
+                format!("{job}-{}-{i}.{job}", task.name)
+            }
+        })
+        .collect()
+}
+
+/// The svc plugin's ConfigMap and headless Service (its `OnJobAdd`); existing ones are kept.
+pub(crate) fn ensure_job_objects(shared: &Shared, job: &Value, tasks: &[Task]) {
+    let store = &shared.store;
+    let ns = str_at(job, "/metadata/namespace");
+    let name = str_at(job, "/metadata/name");
+    if !plugins(job).contains("svc") {
+        return;
+    }
+    let mut data = serde_json::Map::new();
+    for t in tasks {
+        let hosts = hosts_of(shared, name, t);
+        data.insert(format!("{}.host", t.name), json!(hosts.join("\n")));
+        data.insert(format!("VC_{}_HOSTS", env_key(&t.name)), json!(hosts.join(",")));
+        data.insert(format!("VC_{}_NUM", env_key(&t.name)), json!(t.replicas.to_string()));
+    }
+    let cm = json!({"metadata": {"name": format!("{name}-svc"), "ownerReferences": [owner_ref(job)]}, "data": data});
+    let _ = store.create(known::configmaps(), ns, cm);
+    let svc = json!({
+        "metadata": {"name": name, "ownerReferences": [owner_ref(job)]},
+        "spec": {"clusterIP": "None", "selector": {"volcano.sh/job-name": name}, "ports": [{"name": "placeholder-volcano", "port": 1, "protocol": "TCP"}]},
+    });
+    let _ = store.create(known::services(), ns, svc);
+}
+
+/// Creates replica `index` of `task` (unbound: the gang scheduler binds it). Returns whether
+/// the pod exists now.
+pub(crate) fn create_pod(
+    shared: &Shared,
+    job: &Value,
+    tasks: &[Task],
+    task: &Task,
+    index: usize,
+    version: u64,
+) -> bool {
+    let store = &shared.store;
+    let ns = str_at(job, "/metadata/namespace");
+    let name = str_at(job, "/metadata/name");
+    let queue = job.pointer("/spec/queue").and_then(Value::as_str).unwrap_or("default");
+    let plugins = plugins(job);
+    let pod_name = format!("{name}-{}-{index}", task.name);
+    let mut pod = json!({"metadata": task.template.get("metadata").cloned().unwrap_or(json!({})), "spec": task.template.get("spec").cloned().unwrap_or(json!({}))});
+    let meta = &mut pod["metadata"];
+    meta["name"] = json!(pod_name);
+    meta["namespace"] = json!(ns);
+    for (k, v) in [
+        ("volcano.sh/job-name", name.to_owned()),
+        ("volcano.sh/task-spec", task.name.clone()),
+        ("volcano.sh/task-index", index.to_string()),
+        ("volcano.sh/queue-name", queue.to_owned()),
+        ("volcano.sh/job-namespace", ns.to_owned()),
+    ] {
+        meta["labels"][k] = json!(v);
+    }
+    meta["annotations"]["scheduling.k8s.io/group-name"] = json!(podgroup_name(job));
+    meta["annotations"]["volcano.sh/job-name"] = json!(name);
+    meta["annotations"]["volcano.sh/task-spec"] = json!(task.name);
+    meta["annotations"]["volcano.sh/task-index"] = json!(index.to_string());
+    meta["annotations"]["volcano.sh/queue-name"] = json!(queue);
+    meta["annotations"]["volcano.sh/job-version"] = json!(version.to_string());
+    meta["annotations"]["volcano.sh/job-retry-count"] =
+        json!(job.pointer("/status/retryCount").and_then(Value::as_u64).unwrap_or(0).to_string());
+    meta["ownerReferences"] = json!([owner_ref(job)]);
+    let spec = &mut pod["spec"];
+    if spec["schedulerName"].is_null() {
+        spec["schedulerName"] = job.pointer("/spec/schedulerName").cloned().unwrap_or(json!("volcano"));
+    }
+    let mut extra_env = Vec::new();
+    if plugins.contains("env") {
+        extra_env.push(json!({"name": "VK_TASK_INDEX", "value": index.to_string()}));
+        extra_env.push(json!({"name": "VC_TASK_INDEX", "value": index.to_string()}));
+    }
+    if plugins.contains("svc") {
+        if spec["hostname"].is_null() {
+            spec["hostname"] = json!(pod_name);
+        }
+        if spec["subdomain"].is_null() {
+            spec["subdomain"] = json!(name);
+        }
+        for t in tasks {
+            extra_env.push(
+                json!({"name": format!("VC_{}_HOSTS", env_key(&t.name)), "value": hosts_of(shared, name, t).join(",")}),
+            );
+            extra_env.push(json!({"name": format!("VC_{}_NUM", env_key(&t.name)), "value": t.replicas.to_string()}));
+        }
+        let volume = json!({"name": format!("{name}-svc"), "configMap": {"name": format!("{name}-svc")}});
+        match spec["volumes"].as_array_mut() {
+            Some(v) => v.push(volume),
+            None => spec["volumes"] = json!([volume]),
+        }
+    }
+    for field in ["containers", "initContainers"] {
+        for c in spec[field].as_array_mut().into_iter().flatten() {
+            match c["env"].as_array_mut() {
+                Some(env) => env.extend(extra_env.iter().cloned()),
+                None => c["env"] = json!(extra_env),
+            }
+            if plugins.contains("svc") {
+                let mount = json!({"name": format!("{name}-svc"), "mountPath": "/etc/volcano"});
+                match c["volumeMounts"].as_array_mut() {
+                    Some(m) => m.push(mount),
+                    None => c["volumeMounts"] = json!([mount]),
+                }
+            }
+        }
+    }
+    pod["status"] = json!({"phase": "Pending"});
+    match store.create(known::pods(), ns, pod) {
+        Ok(_) => true,
+        Err(err) if err.code == 409 => true,
+        Err(err) => {
+            tracing::warn!(%err, pod = %pod_name, "could not create a job pod");
+            false
+        }
+    }
+}

@@ -1,0 +1,115 @@
+//! A container's main process as the kubelet and the container runtime treat it: started in
+//! its own process group with its output in a log file, stopped with PID 1 semantics, restarted
+//! with the kubelet's back-off.
+//!
+//! PID 1 semantics: the simulator's processes are not PID 1 of a namespace, so it emulates
+//! what the kernel does for one (pid_namespaces(7)): a signal from outside the namespace whose
+//! disposition is the default is not delivered to the namespace's init. On a stop, the runtime
+//! sends SIGTERM to the main process only (containerd signals the init process, not the group),
+//! and only when the process has a handler for it (`SigCgt` in `/proc/<pid>/status`); without
+//! one the signal is ignored, as on a real node. After the grace period, SIGKILL goes to the
+//! whole group (the kubelet kills every process of the container).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rustix::process::{Pid, Signal, kill_process, kill_process_group};
+use tokio::sync::oneshot;
+
+/// The kubelet's crash-loop back-off after `restarts` restarts: 10 s, doubling, at most 5 min.
+pub(crate) fn backoff(restarts: u32) -> Duration {
+    Duration::from_secs(10u64.saturating_mul(1u64 << restarts.min(5)).min(300))
+}
+
+/// Starts `argv` with exactly `env`, in `cwd`, stdout and stderr to `log` (appended: restarts
+/// keep the earlier output), in a new process group.
+pub(crate) fn spawn(
+    argv: &[String],
+    env: &[(String, String)],
+    cwd: &Path,
+    log: &PathBuf,
+) -> Result<tokio::process::Child, String> {
+    let (program, args) = argv
+        .split_first()
+        .ok_or_else(|| "the simulator runs containers without their image, so `command` is required".to_owned())?;
+    if let Some(dir) = log.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    }
+    let out = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .map_err(|e| format!("creating {}: {e}", log.display()))?;
+    let err = out.try_clone().map_err(|e| format!("opening {}: {e}", log.display()))?;
+    let mut cmd = tokio::process::Command::new(program);
+    cmd.args(args)
+        .env_clear()
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .current_dir(cwd)
+        .stdin(std::process::Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        .process_group(0)
+        .kill_on_drop(true);
+    cmd.spawn().map_err(|e| format!("starting `{program}`: {e}"))
+}
+
+/// Whether process `pid` has a handler for `signal` (its bit in `SigCgt`).
+fn catches(pid: u32, signal: i32) -> bool {
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else { return false };
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigCgt:"))
+        .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+        .is_some_and(|mask| mask & (1 << (signal - 1)) != 0)
+}
+
+/// Waits for the main process to exit or for a stop request (carrying the grace period);
+/// returns the exit code (128 + signal for a signal death, as container runtimes report it).
+/// The process group gets SIGKILL at the end, as when a container's init process dies.
+pub(crate) async fn supervise(mut child: tokio::process::Child, stop: oneshot::Receiver<Duration>) -> i32 {
+    let pid = child.id();
+    let pgid = pid.and_then(|id| i32::try_from(id).ok()).and_then(Pid::from_raw);
+    let signal_group = |sig: Signal| {
+        if let Some(pgid) = pgid {
+            let _ = kill_process_group(pgid, sig);
+        }
+    };
+    let status = tokio::select! {
+        status = child.wait() => status,
+        grace = stop => {
+            if let (Some(id), Some(leader)) = (pid, pgid)
+                && catches(id, Signal::TERM.as_raw())
+            {
+                let _ = kill_process(leader, Signal::TERM);
+            }
+            let grace = grace.unwrap_or(Duration::ZERO);
+            match tokio::time::timeout(grace, child.wait()).await {
+                Ok(status) => status,
+                Err(_) => {
+                    signal_group(Signal::KILL);
+                    child.wait().await
+                }
+            }
+        }
+    };
+    signal_group(Signal::KILL);
+    match status {
+        Ok(status) => {
+            use std::os::unix::process::ExitStatusExt;
+            status.code().or_else(|| status.signal().map(|s| 128 + s)).unwrap_or(1)
+        }
+        Err(_) => 1,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_up_to_five_minutes() {
+        let secs: Vec<u64> = (0..7).map(|r| backoff(r).as_secs()).collect();
+        assert_eq!(secs, [10, 20, 40, 80, 160, 300, 300]);
+    }
+}
