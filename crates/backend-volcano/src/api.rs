@@ -8,9 +8,10 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use futures::{Stream, StreamExt, TryStreamExt};
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Event, Node, Pod, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::api::{Api, DeleteParams, ListParams, LogParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, LogParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
@@ -303,6 +304,69 @@ impl Cluster {
         self.delete(&self.secrets(), name).await
     }
 
+    /// Name claims (`coordination.k8s.io/v1` Leases) of the namespace.
+    pub fn leases(&self) -> Api<Lease> {
+        Api::namespaced(self.client.clone(), &self.namespace)
+    }
+
+    /// Creates the lease; 409 is [`VolcanoError::AlreadyExists`] (no adoption: a claim is
+    /// judged by its holder, see [`crate::claim`]).
+    ///
+    /// # Errors
+    /// The mapped errors.
+    pub async fn create_lease(&self, lease: &Lease) -> Result<Lease, VolcanoError> {
+        let api = self.leases();
+        let params = PostParams::default();
+        self.call(self.target::<Lease>("create", Some(&lease.name_any())), || api.create(&params, lease)).await
+    }
+
+    /// The lease, `None` when it does not exist.
+    ///
+    /// # Errors
+    /// The mapped errors.
+    pub async fn get_lease(&self, name: &str) -> Result<Option<Lease>, VolcanoError> {
+        let api = self.leases();
+        self.call(self.target::<Lease>("get", Some(name)), || api.get_opt(name)).await
+    }
+
+    /// Replaces the lease (`PUT`); its `metadata.resourceVersion` is the precondition, so a
+    /// lease changed since it was read gives [`VolcanoError::Conflict`].
+    ///
+    /// # Errors
+    /// [`VolcanoError::Conflict`], [`VolcanoError::NotFound`] and the mapped errors.
+    pub async fn replace_lease(&self, lease: &Lease) -> Result<Lease, VolcanoError> {
+        let api = self.leases();
+        let name = lease.name_any();
+        let params = PostParams::default();
+        self.call(self.target::<Lease>("update", Some(&name)), || api.replace(&name, &params, lease)).await
+    }
+
+    /// Deletes the lease only if its `resourceVersion` is still `resource_version`; `false`
+    /// when it was gone or had changed (someone else holds it now).
+    ///
+    /// # Errors
+    /// The mapped errors.
+    pub async fn delete_lease_if(&self, name: &str, resource_version: &str) -> Result<bool, VolcanoError> {
+        let api = self.leases();
+        let params = DeleteParams {
+            preconditions: Some(Preconditions { resource_version: Some(resource_version.to_owned()), uid: None }),
+            ..DeleteParams::background()
+        };
+        match self.call(self.target::<Lease>("delete", Some(name)), || api.delete(name, &params)).await {
+            Ok(_) => Ok(true),
+            Err(VolcanoError::NotFound { .. } | VolcanoError::Conflict { .. }) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Leases matching `label_selector`.
+    ///
+    /// # Errors
+    /// The mapped errors.
+    pub async fn list_leases(&self, label_selector: &str) -> Result<Vec<Lease>, VolcanoError> {
+        self.list(&self.leases(), &labels(label_selector)).await
+    }
+
     /// Deletes a pod; `false` when it was already gone.
     ///
     /// # Errors
@@ -531,6 +595,12 @@ impl Cluster {
             409 if status.reason == "AlreadyExists" || target.verb == "create" => {
                 VolcanoError::AlreadyExists { kind: target.resource.clone(), name, namespace: target.namespace.clone() }
             }
+            409 => VolcanoError::Conflict {
+                verb: target.verb.into(),
+                resource: target.resource.clone(),
+                name,
+                namespace: target.namespace.clone(),
+            },
             code => VolcanoError::Api {
                 verb: target.verb.into(),
                 resource: target.resource.clone(),

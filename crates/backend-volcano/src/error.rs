@@ -62,6 +62,47 @@ pub enum VolcanoError {
         namespace: Option<String>,
     },
 
+    /// 409 on update or delete: the object changed since it was read (its `resourceVersion` or
+    /// `uid` precondition failed).
+    #[error("cannot {verb} {resource} {name:?}{}: it was changed by someone else meanwhile", scope(namespace))]
+    Conflict {
+        /// `update`, `patch`, `delete`.
+        verb: String,
+        /// Resource, e.g. `leases.coordination.k8s.io`.
+        resource: String,
+        /// Object name.
+        name: String,
+        /// `None` for cluster-scoped resources.
+        namespace: Option<String>,
+    },
+
+    /// Another run of the same project, group and name is live (or being submitted).
+    #[error(
+        "job `{name}` already has a live run in namespace {namespace:?}: {what}; pass --replace to delete it and submit, or pick another name"
+    )]
+    AlreadyRunning {
+        /// The job's name.
+        name: String,
+        /// The namespace.
+        namespace: String,
+        /// The live run, e.g. `vcjob x (run r)` or `run r, being submitted (claim lease c)`.
+        what: String,
+    },
+
+    /// A concurrent `--replace` took the job's name while this submit was under way; what this
+    /// submit created was deleted again.
+    #[error(
+        "job `{name}` in namespace {namespace:?} was taken over by run {by} (a concurrent `--replace`) while this submit was under way; nothing of this run was left running"
+    )]
+    Replaced {
+        /// The job's name.
+        name: String,
+        /// The namespace.
+        namespace: String,
+        /// The run id that holds the name now.
+        by: String,
+    },
+
     /// 404 where the object must exist.
     #[error("{resource} {name:?} not found{}", scope(namespace))]
     NotFound {
@@ -187,7 +228,7 @@ impl VolcanoError {
             VolcanoError::Unauthorized { .. } => Some(401),
             VolcanoError::Forbidden { .. } => Some(403),
             VolcanoError::NotFound { .. } | VolcanoError::QueueNotFound { .. } => Some(404),
-            VolcanoError::AlreadyExists { .. } => Some(409),
+            VolcanoError::AlreadyExists { .. } | VolcanoError::Conflict { .. } => Some(409),
             VolcanoError::Api { code, .. } => Some(*code),
             _ => None,
         }

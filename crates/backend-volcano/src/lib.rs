@@ -10,6 +10,7 @@
 pub mod api;
 pub mod availability;
 mod backend;
+pub mod claim;
 pub mod client;
 pub mod error;
 pub mod helper;

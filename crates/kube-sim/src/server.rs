@@ -17,7 +17,7 @@ use crate::Shared;
 use crate::discovery::{self, ResourceInfo};
 use crate::selector::{FieldSelector, LabelSelector, Selectors};
 use crate::status::{ApiError, Result};
-use crate::store::{Part, Propagation};
+use crate::store::{Part, Preconditions, Propagation};
 use crate::watch::{self, WatchOptions};
 
 /// Every response body the simulator sends.
@@ -107,7 +107,8 @@ async fn route(shared: &Arc<Shared>, req: Request<Incoming>) -> Result<Response<
                 Method::DELETE if part == Part::Main => {
                     let body = read_body(req).await?;
                     let propagation = propagation(&query, &body)?;
-                    Ok(json_response(StatusCode::OK, &shared.store.delete(res, &ns, name, propagation)?))
+                    let pre = preconditions(&body);
+                    Ok(json_response(StatusCode::OK, &shared.store.delete_if(res, &ns, name, propagation, &pre)?))
                 }
                 _ => Err(ApiError::method_not_allowed(format!("{} is not supported on {}", verb, res.plural))),
             }
@@ -281,6 +282,13 @@ fn propagation(query: &[(String, String)], body: &[u8]) -> Result<Propagation> {
         Some("Orphan") => Ok(Propagation::Orphan),
         Some(other) => Err(ApiError::bad_request(format!("invalid propagationPolicy `{other}`"))),
     }
+}
+
+/// `preconditions` of a DeleteOptions body.
+fn preconditions(body: &[u8]) -> Preconditions {
+    let value = serde_json::from_slice::<Value>(body).unwrap_or(Value::Null);
+    let get = |key: &str| value.pointer(&format!("/preconditions/{key}")).and_then(Value::as_str).map(str::to_owned);
+    Preconditions { uid: get("uid"), resource_version: get("resourceVersion") }
 }
 
 fn list_json(res: &ResourceInfo, items: Vec<Value>, rv: u64) -> Value {

@@ -5,6 +5,7 @@
 mod contract;
 mod fixtures;
 mod flow;
+mod lifecycle;
 mod props;
 mod render;
 mod schema;

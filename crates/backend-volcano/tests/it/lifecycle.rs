@@ -1,0 +1,116 @@
+//! Lifecycle races against the cluster simulator: one name has at most one live vcjob, whatever
+//! the number of concurrent submits (with and without `--replace`); a refused submit ships
+//! nothing; a run recorded from its planned handle can be looked at and cancelled.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use theseus_backend_volcano::HandleData;
+use theseus_core::backend::{JobHandle, SubmitOptions};
+use theseus_core::testing::{self, Harness, ProcessProbe};
+
+use crate::flow::{World, plan};
+
+struct NoProbe;
+
+#[async_trait::async_trait]
+impl ProcessProbe for NoProbe {
+    async fn alive(&self, _handle: &JobHandle) -> theseus_core::Result<usize> {
+        Ok(0)
+    }
+}
+
+fn harness(world: &World) -> Harness {
+    Harness { backend: Arc::new(world.backend()), plan: plan(1, 0), probe: Arc::new(NoProbe), timeout: Duration::from_secs(60) }
+}
+
+/// Gang vcjobs of `name` that are not terminal.
+async fn live_jobs(world: &World, name: &str) -> Vec<String> {
+    let jobs = world.connection().list_jobs(&format!("theseus.dev/name={name},!theseus.dev/role")).await.unwrap();
+    jobs.into_iter()
+        .filter(|j| {
+            let phase = j.status.as_ref().and_then(|s| s.state.as_ref()).and_then(|s| s.phase.clone());
+            !phase.is_some_and(|p| ["Completed", "Failed", "Terminated", "Aborted"].contains(&p.as_str()))
+        })
+        .filter(|j| j.metadata.deletion_timestamp.is_none())
+        .filter_map(|j| j.metadata.name)
+        .collect()
+}
+
+/// How many vcjobs (helpers and gang jobs) were created so far, from the simulator's request log.
+fn job_creations(world: &World) -> usize {
+    world.sim.requests().iter().filter(|(m, p)| m == "POST" && p.contains("/apis/batch.volcano.sh/v1alpha1/namespaces/default/jobs")).count()
+}
+
+/// Submits `copies` runs of `name` at once; returns the results.
+async fn race(h: &Harness, name: &str, copies: usize, replace: bool) -> Vec<theseus_core::Result<JobHandle>> {
+    let mut jobs = Vec::new();
+    for _ in 0..copies {
+        jobs.push(testing::prepare(h, name, &["sleep"], vec![], serde_json::json!({})).await.unwrap());
+    }
+    let options = SubmitOptions { replace, ..SubmitOptions::default() };
+    let futures = jobs.iter().map(|(job, _)| h.backend.submit(job, &options));
+    futures::future::join_all(futures).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_submits_of_one_name_leave_one_live_job_and_the_loser_ships_nothing() {
+    let world = World::start(1).await;
+    let h = harness(&world);
+    for round in 0..10 {
+        let name = format!("race{round}");
+        let before = job_creations(&world);
+        let results = race(&h, &name, 2, false).await;
+        let won: Vec<&JobHandle> = results.iter().filter_map(|r| r.as_ref().ok()).collect();
+        let lost: Vec<String> = results.iter().filter_map(|r| r.as_ref().err()).map(ToString::to_string).collect();
+        assert_eq!(won.len(), 1, "round {round}: exactly one submit wins: {lost:?}");
+        assert_eq!(lost.len(), 1, "round {round}");
+        let message = &lost[0];
+        assert!(message.contains("already") && message.contains("--replace"), "round {round}: {message}");
+        assert_eq!(message.matches("already").count(), 1, "round {round}: one clean message: {message}");
+        assert_eq!(live_jobs(&world, &name).await, vec![won[0].id.clone()], "round {round}");
+        assert_eq!(job_creations(&world) - before, 2, "round {round}: one helper and one gang job, the loser created none");
+        h.backend.cancel(won[0]).await.expect("cancel");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_replacements_leave_exactly_one_live_job() {
+    let world = World::start(1).await;
+    let h = harness(&world);
+    for round in 0..4 {
+        let name = format!("rep{round}");
+        let first = race(&h, &name, 1, false).await.remove(0).expect("the first run starts");
+        let results = race(&h, &name, 3, true).await;
+        let won: Vec<&JobHandle> = results.iter().filter_map(|r| r.as_ref().ok()).collect();
+        assert!(!won.is_empty(), "round {round}: some replacement succeeds: {results:?}");
+        let live = live_jobs(&world, &name).await;
+        assert_eq!(live.len(), 1, "round {round}: one live job of {name}: {live:?}");
+        assert!(live[0] != first.id, "round {round}: the replaced run is gone");
+        assert!(won.iter().any(|w| w.id == live[0]), "round {round}: the live job is one a replacer reported");
+        for handle in won {
+            let _ = h.backend.cancel(handle).await;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_planned_handle_works_before_and_after_submit() {
+    let world = World::start(1).await;
+    let h = harness(&world);
+    let (job, _code) = testing::prepare(&h, "planned", &["sleep"], vec![], serde_json::json!({})).await.unwrap();
+    let planned = h.backend.planned_handle(&job).expect("volcano knows its handle before submit");
+    // Nothing exists yet: status says so without failing on the handle; cancel finds nothing.
+    let before = h.backend.status(&planned).await;
+    assert!(matches!(before, Err(theseus_core::Error::NotFound { .. })), "{before:?}");
+    let handle = h.backend.submit(&job, &SubmitOptions::default()).await.expect("submit");
+    assert_eq!(planned.id, handle.id);
+    let (p, s): (HandleData, HandleData) =
+        (serde_json::from_value(planned.data.clone()).unwrap(), serde_json::from_value(handle.data.clone()).unwrap());
+    assert_eq!((p.job, p.run_id, p.secret, p.log_file), (s.job, s.run_id, s.secret, s.log_file));
+    let status = h.backend.status(&planned).await.expect("status from the planned handle");
+    assert!(!status.state.is_terminal(), "{status:?}");
+    let cancelled = h.backend.cancel(&planned).await.expect("cancel from the planned handle");
+    assert_eq!(cancelled.state, theseus_core::backend::JobState::Cancelled);
+    assert!(live_jobs(&world, "planned").await.is_empty());
+}
