@@ -430,13 +430,13 @@ impl VolcanoBackend {
         Ok(found)
     }
 
-    /// Deletes helpers (and Secrets no job owns) of theseus older than `older_than` that crashed
-    /// clients left behind; with `dry_run`, only lists them. Returns `kind/name` of each.
+    /// Deletes what crashed clients left behind (see `gc.rs`: helpers, Secrets of runs without a
+    /// job, stale name claims) older than `older_than`; with `dry_run`, only lists them. Returns `kind/name` of each.
     ///
     /// # Errors
     /// [`VolcanoError`] when the cluster cannot be reached or refuses a call.
     pub async fn gc(&self, older_than: Duration, dry_run: bool) -> Result<Vec<String>, VolcanoError> {
         let cluster = self.cluster().await?;
-        crate::submit::gc(cluster, older_than, dry_run).await
+        crate::gc::gc(cluster, older_than, dry_run).await
     }
 }

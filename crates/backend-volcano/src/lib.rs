@@ -13,6 +13,7 @@ mod backend;
 pub mod claim;
 pub mod client;
 pub mod error;
+mod gc;
 pub mod helper;
 mod logs;
 pub mod quantity;

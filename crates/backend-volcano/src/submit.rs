@@ -1,6 +1,6 @@
 //! The submit flow: check for a live run of the same job, start the helper, wait for its pod,
 //! ship the code, delete the helper on every path, then create the Secret and the gang job (and
-//! take both back if either fails). Also `delete_and_confirm` (cancel, `--replace`) and `gc`.
+//! take both back if either fails). Also `delete_and_confirm` (cancel, `--replace`).
 
 use std::time::Duration;
 
@@ -15,7 +15,7 @@ use crate::backend::{HandleData, VolcanoBackend};
 use crate::error::VolcanoError;
 use crate::helper::HELPER_TASK;
 use crate::claim::{self, Claim};
-use crate::render::{LABEL_ROLE, RenderedJob, owner_reference};
+use crate::render::{RenderedJob, owner_reference};
 use crate::ship::{ExtraFile, ShipTarget, ship_snapshot};
 use crate::status::{Observed, pending_reason, stuck_container};
 use crate::types::Job;
@@ -297,36 +297,6 @@ pub(crate) async fn delete_and_confirm(cluster: &Cluster, name: &str, timeout: D
         .await
         .map_err(|_| VolcanoError::Timeout { what: format!("the pods of vcjob {name} to go away"), after: timeout })??;
     Ok(had)
-}
-
-/// Helpers (and orphaned Secrets) of theseus older than `older_than`: deleted, names returned.
-pub(crate) async fn gc(cluster: &Cluster, older_than: Duration, dry_run: bool) -> Result<Vec<String>, VolcanoError> {
-    let now = std::time::SystemTime::now();
-    let old = |meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
-        meta.creation_timestamp.as_ref().is_some_and(|t| {
-            let created = std::time::UNIX_EPOCH + Duration::from_secs(t.0.as_second().max(0) as u64);
-            now.duration_since(created).is_ok_and(|age| age >= older_than)
-        })
-    };
-    let mut removed = Vec::new();
-    for helper in cluster.list_jobs(&format!("{LABEL_ROLE}=helper")).await? {
-        if old(&helper.metadata) && let Some(name) = helper.metadata.name.clone() {
-            if !dry_run {
-                cluster.delete_job(&name).await?;
-            }
-            removed.push(format!("vcjob/{name}"));
-        }
-    }
-    for secret in cluster.list_secrets(crate::render::LABEL_RUN_ID).await? {
-        let owned = secret.metadata.owner_references.as_ref().is_some_and(|o| !o.is_empty());
-        if !owned && old(&secret.metadata) && let Some(name) = secret.metadata.name.clone() {
-            if !dry_run {
-                cluster.delete_secret(&name).await?;
-            }
-            removed.push(format!("secret/{name}"));
-        }
-    }
-    Ok(removed)
 }
 
 /// Deletes the helper if the submit future is dropped before it could (e.g. the caller gave up).

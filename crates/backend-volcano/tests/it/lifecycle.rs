@@ -114,3 +114,61 @@ async fn a_planned_handle_works_before_and_after_submit() {
     assert_eq!(cancelled.state, theseus_core::backend::JobState::Cancelled);
     assert!(live_jobs(&world, "planned").await.is_empty());
 }
+
+/// A Lease claim of `name` held by a run that never made a job, last renewed an hour ago.
+fn stale_claim(name: &str) -> k8s_openapi::api::coordination::v1::Lease {
+    let mut identity = theseus_core::job::JobIdentity::new(name, Some("conformance"), None);
+    identity.run_id = "20200101-000000-dead00".into();
+    let hour_ago = k8s_openapi::jiff::Timestamp::now() - k8s_openapi::jiff::SignedDuration::from_secs(3600);
+    theseus_backend_volcano::claim::render_claim(&identity, "never-created", hour_ago)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gc_deletes_real_leftovers_and_leaves_a_live_jobs_objects_alone() {
+    let world = World::start(1).await;
+    let h = harness(&world);
+    let c = world.connection();
+    let backend = world.backend();
+
+    // A live job with a Secret whose owner was never set (the client died in between) and a claim.
+    let secret = theseus_core::backend::EnvVar { name: "HF_TOKEN".into(), value: "t".into(), secret: true };
+    let (job, _code) = testing::prepare(&h, "live", &["sleep"], vec![secret], serde_json::json!({})).await.unwrap();
+    let handle = h.backend.submit(&job, &SubmitOptions::default()).await.expect("submit");
+    let data: HandleData = serde_json::from_value(handle.data.clone()).unwrap();
+    let live_secret = data.secret.clone().expect("a Secret");
+    let patch = serde_json::json!({"metadata": {"ownerReferences": null}});
+    c.secrets()
+        .patch(&live_secret, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch))
+        .await
+        .expect("drop the owner");
+
+    // Leftovers: a helper of a dead client, a Secret whose run has no job, a stale claim.
+    let (dead, _dead_code) = testing::prepare(&h, "dead", &["ok"], vec![], serde_json::json!({})).await.unwrap();
+    let layout = backend.run_layout(&dead.identity);
+    let helper = theseus_backend_volcano::render_helper(backend.host(), &dead.identity, &layout.work_dir).unwrap();
+    c.create_job(&helper).await.expect("helper");
+    let orphan_env = [theseus_core::backend::EnvVar { name: "K".into(), value: "v".into(), secret: true }];
+    let labels = theseus_backend_volcano::render::run_labels(backend.host(), &dead.identity);
+    let orphan = theseus_backend_volcano::render_secret("dead-job", "default", &labels, &orphan_env).unwrap();
+    c.create_secret(&orphan).await.expect("orphan secret");
+    c.create_lease(&stale_claim("stale")).await.expect("stale claim");
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+
+    let mut removed = backend.gc(Duration::from_secs(1), false).await.expect("gc");
+    removed.sort();
+    let helper_name = helper.metadata.name.clone().unwrap();
+    let orphan_name = orphan.metadata.name.clone().unwrap();
+    let stale_name = stale_claim("stale").metadata.name.unwrap();
+    assert!(removed.contains(&format!("vcjob/{helper_name}")), "{removed:?}");
+    assert!(removed.contains(&format!("secret/{orphan_name}")), "{removed:?}");
+    assert!(removed.contains(&format!("lease/{stale_name}")), "{removed:?}");
+    assert_eq!(removed.len(), 3, "nothing else: {removed:?}");
+    assert!(c.get_job(&helper_name).await.unwrap().is_none());
+    assert!(c.get_lease(&stale_name).await.unwrap().is_none());
+
+    // The live job's Secret and claim are still there, and the job runs on.
+    assert!(c.secrets().get_opt(&live_secret).await.unwrap().is_some(), "the live job's Secret was kept");
+    assert!(c.get_lease(data.claim.as_deref().unwrap()).await.unwrap().is_some(), "the live job's claim was kept");
+    assert!(!h.backend.status(&handle).await.unwrap().state.is_terminal());
+    h.backend.cancel(&handle).await.expect("cancel");
+}
