@@ -383,6 +383,15 @@ impl Cluster {
         self.list(&self.secrets(), &labels(label_selector)).await
     }
 
+    /// The pod, `None` when it does not exist.
+    ///
+    /// # Errors
+    /// The mapped errors.
+    pub async fn get_pod(&self, name: &str) -> Result<Option<Pod>, VolcanoError> {
+        let api = self.pods();
+        self.call(self.target::<Pod>("get", Some(name)), || api.get_opt(name)).await
+    }
+
     /// Pods of the namespace matching `label_selector`.
     ///
     /// # Errors

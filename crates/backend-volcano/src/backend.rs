@@ -39,6 +39,8 @@ pub struct Settings {
     /// How often a submit renews its name claim while it ships (the claim lapses after
     /// `claim::LEASE_DURATION` without renewal).
     pub claim_renew_interval: Duration,
+    /// How long `logs -f` keeps reconnecting to an API server that does not answer.
+    pub log_reconnect_for: Duration,
     /// Gang job knobs (`maxRetry`, `ttlSecondsAfterFinished`).
     pub render: RenderOptions,
 }
@@ -51,6 +53,7 @@ impl Default for Settings {
             delete_timeout: Duration::from_secs(180),
             poll_interval: Duration::from_secs(2),
             claim_renew_interval: Duration::from_secs(15),
+            log_reconnect_for: Duration::from_secs(600),
             render: RenderOptions::default(),
         }
     }
@@ -333,7 +336,12 @@ impl Backend for VolcanoBackend {
         if cluster.get_job(&data.job).await.map_err(|e| self.err(e))?.is_none() {
             return Err(theseus_core::Error::NotFound { what: format!("vcjob `{}` in namespace `{}`", data.job, data.namespace) });
         }
-        Ok(crate::logs::stream(cluster, data, options.clone(), self.settings.poll_interval, self.to_string()))
+        let follow = crate::logs::FollowSettings {
+            poll: self.settings.poll_interval,
+            reconnect_for: self.settings.log_reconnect_for,
+            drain_for: self.settings.delete_timeout,
+        };
+        Ok(crate::logs::stream(cluster, data, options.clone(), follow, self.to_string()))
     }
 
     async fn cancel(&self, handle: &JobHandle) -> theseus_core::Result<JobStatus> {

@@ -1,7 +1,6 @@
 //! The HTTP router: discovery, the REST verbs on every served resource, watches, `pods/log`,
 //! and the `pods/exec` hand-off point ([`serve_exec`]).
 
-use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,8 +25,16 @@ pub(crate) type Body = BoxBody<Bytes, std::io::Error>;
 /// Longest watch the simulator keeps open, whatever `timeoutSeconds` says.
 const MAX_WATCH: Duration = Duration::from_secs(1800);
 
-/// Serves one request; never fails at the HTTP level (errors are Status bodies).
-pub(crate) async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
+/// Serves one request; fails at the HTTP level (the connection is closed without an answer)
+/// only during an [`crate::Outage::Refuse`]; errors of the API are Status bodies.
+pub(crate) async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<Body>, std::io::Error> {
+    match shared.faults.current_outage() {
+        Some(crate::Outage::Refuse) => {
+            return Err(std::io::Error::new(std::io::ErrorKind::ConnectionReset, "simulated API outage"));
+        }
+        Some(crate::Outage::Hang) => shared.faults.hang_while_out().await,
+        None => {}
+    }
     let path_and_query = req.uri().path_and_query().map(|p| p.as_str().to_owned()).unwrap_or_default();
     shared.faults.record(req.method().as_str(), &path_and_query);
     Ok(match route(&shared, req).await {

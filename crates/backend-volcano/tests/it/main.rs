@@ -5,6 +5,7 @@
 mod contract;
 mod fixtures;
 mod flow;
+mod follow;
 mod lifecycle;
 mod props;
 mod render;
