@@ -123,7 +123,11 @@ impl Cluster {
     /// [`VolcanoError::Config`] when the kubeconfig cannot be used.
     pub async fn connect(host: &VolcanoHost) -> Result<Cluster, VolcanoError> {
         let conn = client::connect(host).await?;
-        Ok(Cluster::from_client(conn.client, &host.namespace).with_server(conn.server).with_context(conn.context))
+        let retry = RetryPolicy { deadline: client::api_timeout(host)?, ..RetryPolicy::default() };
+        Ok(Cluster::from_client(conn.client, &host.namespace)
+            .with_server(conn.server)
+            .with_context(conn.context)
+            .with_retry(retry))
     }
 
     /// Wraps an existing client. Build it with `default_retry = false` (as [`client::client_for_url`]
@@ -550,8 +554,10 @@ impl Cluster {
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, kube::Error>>,
     {
-        let timeout = self.retry.request_timeout;
-        let (res, attempts) = retry_counted(&self.retry, &target.describe(), || {
+        let deadline = self.retry.deadline;
+        let timeout = self.retry.request_timeout.min(deadline);
+        let described = target.describe();
+        let attempts = retry_counted(&self.retry, &described, || {
             let attempt = op();
             async move {
                 match tokio::time::timeout(timeout, attempt).await {
@@ -559,8 +565,11 @@ impl Cluster {
                     Err(_) => Err(CallError::TimedOut(timeout)),
                 }
             }
-        })
-        .await;
+        });
+        // The whole call, retries included, ends at the deadline.
+        let Ok((res, attempts)) = tokio::time::timeout(deadline, attempts).await else {
+            return Err(self.no_answer(&target, deadline));
+        };
         res.map_err(|e| self.map_error(e, &target, attempts))
     }
 
@@ -568,7 +577,8 @@ impl Cluster {
         let err = match err {
             CallError::Kube(e) => e,
             CallError::TimedOut(after) => {
-                return self.transport(target, attempts, format!("no response within {}s", after.as_secs_f64()), None);
+                let _ = attempts;
+                return self.no_answer(target, after);
             }
         };
         let status = match err {
@@ -617,6 +627,15 @@ impl Cluster {
                 code,
                 message: status.message,
             },
+        }
+    }
+
+    fn no_answer(&self, target: &Target, after: Duration) -> VolcanoError {
+        VolcanoError::NoAnswer {
+            verb: target.verb.into(),
+            resource: target.resource.clone(),
+            server: self.server.clone(),
+            after,
         }
     }
 

@@ -32,6 +32,9 @@ pub struct Settings {
     pub helper_start_timeout: Duration,
     /// How long shipping may take once the helper runs.
     pub ship_timeout: Duration,
+    /// How long shipping may go without progress (no byte accepted, no answer from the exec)
+    /// before it is given up.
+    pub ship_idle_timeout: Duration,
     /// How long deletions (`--replace`, `cancel`) may take to be confirmed.
     pub delete_timeout: Duration,
     /// How often `logs -f` and `cancel` look at the job's pods.
@@ -50,6 +53,7 @@ impl Default for Settings {
         Settings {
             helper_start_timeout: Duration::from_secs(300),
             ship_timeout: Duration::from_secs(3600),
+            ship_idle_timeout: Duration::from_secs(300),
             delete_timeout: Duration::from_secs(180),
             poll_interval: Duration::from_secs(2),
             claim_renew_interval: Duration::from_secs(15),

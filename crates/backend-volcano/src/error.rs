@@ -160,6 +160,22 @@ pub enum VolcanoError {
         source: Option<Box<kube::Error>>,
     },
 
+    /// The apiserver accepted the call (or the connection) but did not answer in time.
+    #[error(
+        "the API server {server} did not answer ({verb} {resource}) within {}s; check that it is up and reachable, or raise the host's `api_timeout`",
+        after.as_secs_f64()
+    )]
+    NoAnswer {
+        /// The verb.
+        verb: String,
+        /// The resource.
+        resource: String,
+        /// The apiserver URL.
+        server: String,
+        /// How long the call waited (the host's `api_timeout`, or one attempt's timeout).
+        after: Duration,
+    },
+
     /// A wait ran out of time.
     #[error("timed out after {}s waiting for {what}", after.as_secs_f64())]
     Timeout {
@@ -217,7 +233,7 @@ impl VolcanoError {
     pub fn is_transient(&self) -> bool {
         match self {
             VolcanoError::Api { code, .. } => is_transient_code(*code),
-            VolcanoError::Transport { .. } => true,
+            VolcanoError::Transport { .. } | VolcanoError::NoAnswer { .. } => true,
             _ => false,
         }
     }

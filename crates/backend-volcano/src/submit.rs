@@ -2,12 +2,14 @@
 //! ship the code, delete the helper on every path, then create the Secret and the gang job (and
 //! take both back if either fails). Also `delete_and_confirm` (cancel, `--replace`).
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::{WatchStreamExt as _, watcher};
-use theseus_core::backend::{JobHandle, PreparedJob, RunLayout, SubmitOptions};
+use theseus_core::backend::{JobHandle, PreparedJob, ProgressFn, RunLayout, SubmitOptions};
 use theseus_core::config::HostKind;
 
 use crate::api::Cluster;
@@ -144,12 +146,38 @@ async fn ship_through_helper(
         container: Some(HELPER_TASK.to_owned()),
         dest: layout.work_dir.clone(),
     };
-    let report = tokio::time::timeout(
-        backend.settings.ship_timeout,
-        ship_snapshot(&target, &job.snapshot, &extra, options.progress.clone()),
-    )
-    .await
-    .map_err(|_| VolcanoError::Timeout { what: "shipping the code".into(), after: backend.settings.ship_timeout })??;
+    // Two deadlines: the whole shipping, and a watchdog on progress (bytes accepted by the
+    // exec stream), so a stalled exec fails in minutes rather than after the whole budget.
+    let started = tokio::time::Instant::now();
+    let last_progress = Arc::new(AtomicU64::new(0));
+    let progress: ProgressFn = {
+        let (last, forward) = (last_progress.clone(), options.progress.clone());
+        Arc::new(move |sent, total| {
+            last.store(u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX), Ordering::Relaxed);
+            if let Some(forward) = &forward {
+                forward(sent, total);
+            }
+        })
+    };
+    let idle = backend.settings.ship_idle_timeout;
+    let watchdog = async {
+        loop {
+            tokio::time::sleep(idle.min(Duration::from_secs(1))).await;
+            let since = started.elapsed().saturating_sub(Duration::from_millis(last_progress.load(Ordering::Relaxed)));
+            if since >= idle {
+                return VolcanoError::Timeout {
+                    what: format!("shipping the code through pod {}: no progress (the exec stream stalled)", target.pod),
+                    after: idle,
+                };
+            }
+        }
+    };
+    let shipping = tokio::time::timeout(backend.settings.ship_timeout, ship_snapshot(&target, &job.snapshot, &extra, Some(progress)));
+    let report = tokio::select! {
+        result = shipping => result
+            .map_err(|_| VolcanoError::Timeout { what: "shipping the code".into(), after: backend.settings.ship_timeout })??,
+        stalled = watchdog => return Err(stalled),
+    };
     tracing::info!("shipped {} bytes (sha256 {})", report.bytes, report.sha256);
     Ok(())
 }

@@ -76,6 +76,9 @@ pub(crate) fn check_host(host: &VolcanoHost) -> Result<(), String> {
     for (i, toleration) in host.tolerations.iter().enumerate() {
         check_toleration(toleration).map_err(|m| format!("tolerations[{i}].{m}"))?;
     }
+    if let Some(text) = &host.api_timeout {
+        crate::client::parse_api_timeout(text).map_err(|e| format!("api_timeout: {e}"))?;
+    }
     Ok(())
 }
 

@@ -34,6 +34,7 @@ pub enum Outage {
 #[derive(Debug, Default)]
 struct State {
     rules: Vec<FailRule>,
+    hang_rules: Vec<FailRule>,
     outage: Option<(Outage, Option<Instant>)>,
     log_cut_after: Option<Duration>,
     unpullable_images: HashSet<String>,
@@ -77,6 +78,30 @@ impl Faults {
             code,
             retry_after,
         });
+    }
+
+    /// Leaves the next `count` requests with `verb` on `resource` (as for
+    /// [`Faults::fail_requests`]) unanswered forever, e.g. an exec whose upgrade never completes.
+    pub fn hang_requests(&self, verb: &str, resource: &str, count: usize) {
+        self.lock().hang_rules.push(FailRule {
+            verb: verb.to_owned(),
+            resource: resource.to_owned(),
+            remaining: count,
+            code: 0,
+            retry_after: None,
+        });
+    }
+
+    /// Whether this request is to hang (a matching rule is used up by it).
+    pub(crate) fn hangs(&self, verb: &str, resource: &str) -> bool {
+        let mut state = self.lock();
+        let Some(rule) = state.hang_rules.iter_mut().find(|r| {
+            r.remaining > 0 && (r.verb == verb || r.verb == "*") && (r.resource == resource || r.resource == "*")
+        }) else {
+            return false;
+        };
+        rule.remaining -= 1;
+        true
     }
 
     /// Makes `pods/exec` offer only `v4.channel.k8s.io` (clusters before Kubernetes 1.30), or

@@ -81,6 +81,9 @@ async fn route(shared: &Arc<Shared>, req: Request<Incoming>) -> Result<Response<
         Some(sub) => format!("{}/{sub}", target.res.plural),
         None => target.res.plural.to_owned(),
     };
+    if shared.faults.hangs(verb, &fault_resource) {
+        std::future::pending::<()>().await;
+    }
     if let Some(err) = shared.faults.check(verb, &fault_resource) {
         return Err(err);
     }

@@ -172,3 +172,29 @@ async fn gc_deletes_real_leftovers_and_leaves_a_live_jobs_objects_alone() {
     assert!(!h.backend.status(&handle).await.unwrap().state.is_terminal());
     h.backend.cancel(&handle).await.expect("cancel");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exec_that_never_answers_fails_the_submit_after_the_idle_deadline_and_leaves_nothing() {
+    let world = World::start(1).await;
+    let settings = theseus_backend_volcano::Settings {
+        helper_start_timeout: Duration::from_secs(20),
+        ship_timeout: Duration::from_secs(3600),
+        ship_idle_timeout: Duration::from_secs(2),
+        delete_timeout: Duration::from_secs(30),
+        poll_interval: Duration::from_millis(200),
+        ..theseus_backend_volcano::Settings::default()
+    };
+    let backend = world.backend().with_settings(settings);
+    let h = Harness { backend: Arc::new(backend), plan: plan(1, 0), probe: Arc::new(NoProbe), timeout: Duration::from_secs(60) };
+    let (job, _code) = testing::prepare(&h, "stuck-exec", &["ok"], vec![], serde_json::json!({})).await.unwrap();
+    world.sim.faults().hang_requests("create", "pods/exec", 1);
+    let options = SubmitOptions::default();
+    let submit = h.backend.submit(&job, &options);
+    let err = tokio::time::timeout(Duration::from_secs(60), submit).await.expect("the submit ends").expect_err("exec hangs");
+    let text = err.to_string();
+    assert!(text.contains("no progress") && text.contains("shipping"), "{text}");
+    let c = world.connection();
+    assert!(c.list_jobs("theseus.dev/name=stuck-exec").await.unwrap().is_empty(), "no helper and no gang job left");
+    let claims = c.list_leases("theseus.dev/name=stuck-exec").await.unwrap();
+    assert!(claims.is_empty(), "the claim was given back: {claims:?}");
+}

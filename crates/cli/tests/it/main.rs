@@ -5,6 +5,7 @@ mod cli;
 mod jax;
 mod slurm;
 mod volcano;
+mod volcano_faults;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

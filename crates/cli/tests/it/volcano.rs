@@ -8,17 +8,17 @@ use theseus_kube_sim::{NodeConfig, Sim, SimConfig};
 
 use crate::{TestContext, text};
 
-struct SimWorld {
+pub(crate) struct SimWorld {
     // Held for their lifetime only. Field order matters: the simulator stops before the
     // runtime that drives it.
-    sim: Sim,
+    pub(crate) sim: Sim,
     _runtime: tokio::runtime::Runtime,
     _pvc: tempfile::TempDir,
     code: tempfile::TempDir,
 }
 
 impl SimWorld {
-    fn start(ctx: &TestContext) -> SimWorld {
+    pub(crate) fn start(ctx: &TestContext) -> SimWorld {
         let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
         let config = SimConfig {
             nodes: (0..2).map(|i| NodeConfig::new(&format!("gpu-node-{i}"), 4)).collect(),
@@ -41,11 +41,11 @@ impl SimWorld {
         SimWorld { sim, _runtime: runtime, _pvc: pvc, code }
     }
 
-    fn code(&self) -> &str {
+    pub(crate) fn code(&self) -> &str {
         self.code.path().to_str().unwrap()
     }
 
-    fn exp(&self, name: &str) -> String {
+    pub(crate) fn exp(&self, name: &str) -> String {
         self.code.path().join(name).display().to_string()
     }
 }

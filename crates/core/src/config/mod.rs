@@ -476,6 +476,10 @@ pub struct VolcanoHost {
     /// `spec.ttlSecondsAfterFinished`: how long Volcano keeps a finished job (unset: kept).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ttl_seconds_after_finished: Option<u32>,
+    /// How long one call to the API server may take, retries included (e.g. `30s`, `2m`;
+    /// default 30s). `status`, `plan`, `cancel` and `submit` give up after it, naming the server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_timeout: Option<String>,
 }
 
 /// A Kubernetes toleration.
