@@ -343,8 +343,8 @@ pub(crate) async fn submitting(cluster: &Cluster, name: &str, run_id: &str, job:
     Ok(holder(&lease) == Some(run_id) && for_job && !bound && fresh(&lease, Timestamp::now()))
 }
 
-/// Claims older than `older_than` whose holder has no live gang job and that were not renewed
-/// in time: `(name, resourceVersion)`.
+/// Claims that `old` accepts, whose holder has no live gang job and that were not renewed in
+/// time, and that are not bound to a job that still exists: `(name, resourceVersion)`.
 pub(crate) async fn stale_claims(cluster: &Cluster, old: impl Fn(&ObjectMeta) -> bool) -> Result<Vec<(String, String)>, VolcanoError> {
     let mut stale = Vec::new();
     for lease in cluster.list_leases(&format!("{LABEL_ROLE}={ROLE_CLAIM}")).await? {
@@ -352,7 +352,13 @@ pub(crate) async fn stale_claims(cluster: &Cluster, old: impl Fn(&ObjectMeta) ->
             continue;
         }
         let Some(run) = holder(&lease) else { continue };
-        if judge(&lease, &jobs_of_run(cluster, run).await?, Timestamp::now()) == Holding::Stale
+        let jobs = jobs_of_run(cluster, run).await?;
+        // A claim bound to a job that still exists goes with that job: not a leftover.
+        let bound = lease.metadata.owner_references.as_ref().is_some_and(|o| !o.is_empty());
+        if bound && !jobs.is_empty() {
+            continue;
+        }
+        if judge(&lease, &jobs, Timestamp::now()) == Holding::Stale
             && let (Some(name), Some(rv)) = (lease.metadata.name.clone(), lease.metadata.resource_version.clone())
         {
             stale.push((name, rv));

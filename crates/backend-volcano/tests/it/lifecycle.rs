@@ -78,7 +78,7 @@ async fn concurrent_submits_of_one_name_leave_one_live_job_and_the_loser_ships_n
 async fn concurrent_replacements_leave_exactly_one_live_job() {
     let world = World::start(1).await;
     let h = harness(&world);
-    for round in 0..4 {
+    for round in 0..8 {
         let name = format!("rep{round}");
         let first = race(&h, &name, 1, false).await.remove(0).expect("the first run starts");
         let results = race(&h, &name, 3, true).await;
@@ -88,6 +88,10 @@ async fn concurrent_replacements_leave_exactly_one_live_job() {
         assert_eq!(live.len(), 1, "round {round}: one live job of {name}: {live:?}");
         assert!(live[0] != first.id, "round {round}: the replaced run is gone");
         assert!(won.iter().any(|w| w.id == live[0]), "round {round}: the live job is one a replacer reported");
+        for lost in results.iter().filter_map(|r| r.as_ref().err()).map(ToString::to_string) {
+            assert!(lost.contains("taken over by run") || lost.contains("kept changing its claim"), "round {round}: {lost}");
+            assert!(!lost.contains("already exists"), "round {round}: one clean message: {lost}");
+        }
         for handle in won {
             let _ = h.backend.cancel(handle).await;
         }
