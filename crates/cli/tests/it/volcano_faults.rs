@@ -84,3 +84,30 @@ fn a_hung_api_server_ends_status_cancel_submit_and_plan_with_one_clear_line() {
     assert!(text(&list.stdout).contains("hung"), "{}", text(&list.stdout));
     world.sim.faults().end_outage();
 }
+
+#[test]
+fn two_concurrent_submits_of_one_name_leave_one_live_job_and_one_clean_message() {
+    let ctx = TestContext::new();
+    let world = SimWorld::start(&ctx);
+    for round in 0..3 {
+        let name = format!("race{round}");
+        let spawn = || {
+            let mut cmd = ctx.cmd();
+            cmd.args(["submit", &name, &world.exp("sleep.yaml"), "--code", world.code(), "--host", "k8s", "--chip", "cpu"]);
+            cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap()
+        };
+        let (a, b) = (spawn(), spawn());
+        let outs = [a.wait_with_output().unwrap(), b.wait_with_output().unwrap()];
+        let won: Vec<&Output> = outs.iter().filter(|o| o.status.success()).collect();
+        let lost: Vec<&Output> = outs.iter().filter(|o| !o.status.success()).collect();
+        assert_eq!((won.len(), lost.len()), (1, 1), "round {round}: {:?}", outs.iter().map(|o| text(&o.stderr)).collect::<Vec<_>>());
+        let stderr = text(&lost[0].stderr);
+        let errors: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error")).collect();
+        assert_eq!(errors.len(), 1, "round {round}: {stderr}");
+        assert!(errors[0].contains("already has a live run") && errors[0].contains("--replace"), "round {round}: {stderr}");
+        assert_eq!(errors[0].matches("already").count(), 1, "round {round}: {stderr}");
+        assert!(!stderr.contains("starting helper") && !stderr.contains("waiting for helper"), "round {round}: the loser shipped: {stderr}");
+        let cancel = ctx.run(&["cancel", &name]);
+        assert!(cancel.status.success(), "{}", text(&cancel.stderr));
+    }
+}
