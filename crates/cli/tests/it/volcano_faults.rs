@@ -111,3 +111,42 @@ fn two_concurrent_submits_of_one_name_leave_one_live_job_and_one_clean_message()
         assert!(cancel.status.success(), "{}", text(&cancel.stderr));
     }
 }
+
+#[test]
+fn submit_follow_survives_reset_log_streams_and_an_api_outage_and_says_it_reconnects() {
+    let ctx = TestContext::new();
+    let world = SimWorld::start(&ctx);
+    let code = std::path::Path::new(world.code());
+    std::fs::write(code.join("count.py"), "import time\nfor i in range(40):\n    print('tick', i, flush=True)\n    time.sleep(0.2)\n").unwrap();
+    std::fs::write(code.join("count.yaml"), "entrypoint: python count.py\n").unwrap();
+    let faults = world.sim.faults();
+    faults.cut_log_streams_after(Some(Duration::from_millis(900)));
+    let mut cmd = ctx.cmd();
+    cmd.args(["submit", "ticks", &world.exp("count.yaml"), "--code", world.code(), "--host", "k8s", "--chip", "cpu", "--follow"]);
+    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    // An outage of a few seconds once the job ticks (the job itself runs on).
+    let stdout_pipe = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        use std::io::BufRead as _;
+        let mut seen = Vec::new();
+        for line in std::io::BufReader::new(stdout_pipe).lines() {
+            let line = line.unwrap();
+            if line.ends_with("] tick 3") {
+                faults.outage(Outage::Refuse, Some(Duration::from_secs(4)));
+            }
+            seen.push(line);
+        }
+        seen.join("\n")
+    });
+    let mut out = child.wait_with_output().unwrap();
+    out.stdout = reader.join().unwrap().into_bytes();
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    let ticks: Vec<&str> = stdout.lines().filter(|l| l.contains("] tick ")).collect();
+    let expected: Vec<String> = (0..40).map(|i| format!("[worker-0] tick {i}")).collect();
+    assert_eq!(ticks, expected, "every line once, in order:\n{stdout}");
+    assert!(stderr.contains("completed (exit code 0)"), "{stderr}");
+    let lost: Vec<&str> = stderr.lines().filter(|l| l.contains("lost contact")).collect();
+    assert!(!lost.is_empty() && lost.iter().all(|l| l.contains(&world.sim.url()) && l.contains("reconnecting")), "{stderr}");
+    assert!(!stderr.contains('\x1b'), "{stderr:?}");
+}
