@@ -191,3 +191,28 @@ fn seconds(flag: &str, value: &str) -> Result<Duration, String> {
 fn number<T: std::str::FromStr>(flag: &str, value: &str) -> Result<T, String> {
     value.parse().map_err(|_| format!("`{flag}` needs a number, not `{value}`"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(list: &[&str]) -> Result<Option<Args>, String> {
+        parse(list.iter().map(|s| (*s).to_owned()))
+    }
+
+    #[test]
+    fn fault_flags_parse() {
+        let a = args(&["--cut-log-streams-after", "1.5", "--outage-after", "10", "--outage-for", "60", "--outage-kind", "refuse"])
+            .unwrap()
+            .unwrap();
+        assert_eq!(a.faults.cut_logs_after, Some(Duration::from_millis(1500)));
+        assert_eq!(a.faults.outage_after, Some(Duration::from_secs(10)));
+        assert_eq!(a.faults.outage_for, Some(Duration::from_secs(60)));
+        assert_eq!(a.faults.outage_kind, Some(Outage::Refuse));
+        let hang = args(&["--hang"]).unwrap().unwrap();
+        assert_eq!((hang.faults.outage_after, hang.faults.outage_kind), (Some(Duration::ZERO), Some(Outage::Hang)));
+        for bad in [&["--outage-kind", "melt"][..], &["--outage-for", "inf"], &["--cut-log-streams-after", "-1"]] {
+            assert!(args(bad).is_err(), "{bad:?}");
+        }
+    }
+}
