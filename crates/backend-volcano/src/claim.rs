@@ -309,7 +309,10 @@ impl Claim {
         VolcanoError::Replaced {
             name,
             namespace: self.namespace.clone(),
-            by: now_held.and_then(holder).unwrap_or("none (the claim was deleted)").to_owned(),
+            by: match now_held.and_then(holder) {
+                Some(run) => format!("taken over by run {run}, a concurrent `--replace`"),
+                None => "its claim was deleted, e.g. by `theseus cancel` of this run".to_owned(),
+            },
         }
     }
 }

@@ -92,14 +92,14 @@ pub enum VolcanoError {
     /// A concurrent `--replace` took the job's name while this submit was under way; what this
     /// submit created was deleted again.
     #[error(
-        "job `{name}` in namespace {namespace:?} was taken over by run {by} (a concurrent `--replace`) while this submit was under way; nothing of this run was left running"
+        "job `{name}` in namespace {namespace:?}: this submit lost its name claim while it was under way ({by}); nothing of this run was left running"
     )]
     Replaced {
         /// The job's name.
         name: String,
         /// The namespace.
         namespace: String,
-        /// The run id that holds the name now.
+        /// What happened, e.g. `taken over by run R, a concurrent --replace`.
         by: String,
     },
 

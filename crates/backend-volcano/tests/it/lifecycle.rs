@@ -202,3 +202,33 @@ async fn an_exec_that_never_answers_fails_the_submit_after_the_idle_deadline_and
     let claims = c.list_leases("theseus.dev/name=stuck-exec").await.unwrap();
     assert!(claims.is_empty(), "the claim was given back: {claims:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_planned_handle_shows_and_cancels_a_submit_that_has_not_finished() {
+    let world = World::start(1).await;
+    world.sim.faults().delay_scheduling(Some(Duration::from_secs(120)));
+    let h = Arc::new(harness(&world));
+    let (job, _code) = testing::prepare(&h, "unfinished", &["sleep"], vec![], serde_json::json!({})).await.unwrap();
+    let planned = h.backend.planned_handle(&job).expect("planned handle");
+    let submitting = {
+        let (h, job) = (h.clone(), job.clone());
+        tokio::spawn(async move { h.backend.submit(&job, &SubmitOptions::default()).await })
+    };
+    // The submit waits for its helper (scheduling is held back): the run is being submitted.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        match h.backend.status(&planned).await {
+            Ok(s) if s.state == theseus_core::backend::JobState::Submitting => break,
+            other => assert!(tokio::time::Instant::now() < deadline, "never submitting: {other:?}"),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let cancelled = h.backend.cancel(&planned).await.expect("cancel of an unfinished submit");
+    assert_eq!(cancelled.state, theseus_core::backend::JobState::Cancelled, "{cancelled:?}");
+    let outcome = tokio::time::timeout(Duration::from_secs(60), submitting).await.expect("the submit ends").unwrap();
+    assert!(outcome.is_err(), "the cancelled submit does not create its job: {outcome:?}");
+    let c = world.connection();
+    assert!(c.list_jobs("theseus.dev/name=unfinished").await.unwrap().is_empty(), "no helper and no gang job");
+    assert!(c.list_leases("theseus.dev/name=unfinished").await.unwrap().is_empty(), "no claim");
+    assert!(matches!(h.backend.status(&planned).await, Err(theseus_core::Error::NotFound { .. })));
+}
