@@ -7,9 +7,12 @@
 //! its container runs the log is opened again and the lines already delivered are skipped (by
 //! count: the kubelet serves a container's log from its first line, so the n-th line is the same
 //! line on every read; a line without its newline yet is held back until it is complete). When
-//! the container has ended, one last plain read delivers what the broken stream had not. An API
-//! server that does not answer is retried for [`FollowSettings::reconnect_for`], with one warning
-//! when contact is lost and one note when it is back.
+//! the container has ended, one last plain read delivers what the broken stream had not. A stream
+//! can also go silent without breaking (a dropped connection nobody was told about): every reader
+//! reopens its stream when contact with the API server comes back, and finishes with a plain read
+//! once the job is terminal, so a silent stream is never waited on. An API server that does not
+//! answer is retried for [`FollowSettings::reconnect_for`], with one warning when contact is lost
+//! and one when it is back.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -18,7 +21,7 @@ use std::time::Duration;
 use futures::AsyncBufReadExt as _;
 use k8s_openapi::api::core::v1::Pod;
 use theseus_core::backend::{LogLine, LogOptions, LogStream};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
@@ -125,6 +128,15 @@ fn transient(e: &VolcanoError) -> bool {
     e.is_transient() || matches!(e, VolcanoError::Timeout { .. })
 }
 
+/// What the follow loop tells the pods' readers: reopen your stream (contact with the API
+/// server came back, so open streams may be dead without knowing it), or finish (the job is
+/// terminal: read what is left with a plain read and stop).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Nudge {
+    reconnects: u64,
+    terminal: bool,
+}
+
 /// Contact with the API server, shared by the follow loop and every pod's reader: one warning
 /// when it is lost, one note when it is back, and an error once it has been lost too long.
 #[derive(Debug)]
@@ -132,6 +144,7 @@ struct Contact {
     server: String,
     limit: Duration,
     lost_since: Mutex<Option<Instant>>,
+    nudges: watch::Sender<Nudge>,
 }
 
 impl Contact {
@@ -139,6 +152,7 @@ impl Contact {
         let mut lost = self.lost_since.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(since) = lost.take() {
             tracing::warn!("reconnected to the API server {} after {}s; following the logs again", self.server, since.elapsed().as_secs());
+            self.nudges.send_modify(|n| n.reconnects += 1);
         }
     }
 
@@ -166,7 +180,12 @@ impl Contact {
 }
 
 async fn follow(cluster: &Cluster, data: &HandleData, rank: Option<u32>, settings: FollowSettings, tx: &Sender) -> Result<(), String> {
-    let contact = Arc::new(Contact { server: cluster.server().to_owned(), limit: settings.reconnect_for, lost_since: Mutex::new(None) });
+    let contact = Arc::new(Contact {
+        server: cluster.server().to_owned(),
+        limit: settings.reconnect_for,
+        lost_since: Mutex::new(None),
+        nudges: watch::channel(Nudge::default()).0,
+    });
     let mut seen: HashSet<String> = HashSet::new();
     let mut streams: JoinSet<Result<(), String>> = JoinSet::new();
     let mut terminal = false;
@@ -216,6 +235,9 @@ async fn follow(cluster: &Cluster, data: &HandleData, rank: Option<u32>, setting
         }
         tokio::time::sleep(settings.poll).await;
     }
+    // The job is terminal: every reader finishes with a plain read of what is left (a stream
+    // that went silent without breaking would otherwise be waited on).
+    contact.nudges.send_modify(|n| n.terminal = true);
     let drain = async {
         while let Some(done) = streams.join_next().await {
             if let Ok(Err(e)) = done {
@@ -316,13 +338,23 @@ async fn follow_pod(cluster: &Cluster, pod: Pod, tx: &Sender, contact: &Contact,
     let mut cursor = Cursor::default();
     let mut restarts_seen = restarts(&pod);
     let mut last = ended(&pod);
+    let mut nudges = contact.nudges.subscribe();
     loop {
+        last |= nudges.borrow_and_update().terminal;
         match cluster.log_stream(&name, &log_options(!last)).await {
             Ok(reader) => {
                 contact.ok();
-                match cursor.read(reader, &source, tx, last).await {
+                let end = if last {
+                    cursor.read(reader, &source, tx, true).await
+                } else {
+                    tokio::select! {
+                        end = cursor.read(reader, &source, tx, false) => end,
+                        _ = nudges.changed() => ReadEnd::Broken("reopening after a reconnect or the job's end".into()),
+                    }
+                };
+                match end {
                     ReadEnd::Closed => return Ok(()),
-                    ReadEnd::Broken(e) => tracing::debug!("the log stream of pod {name} broke: {e}; opening it again"),
+                    ReadEnd::Broken(e) => tracing::debug!("the log stream of pod {name} ended: {e}; opening it again"),
                     ReadEnd::Eof => {}
                 }
                 if last {
@@ -346,7 +378,7 @@ async fn follow_pod(cluster: &Cluster, pod: Pod, tx: &Sender, contact: &Contact,
                     restarts_seen = restarted;
                     cursor.delivered = 0;
                 }
-                last = ended(&now);
+                last = ended(&now) || nudges.borrow().terminal;
                 if !last {
                     tokio::time::sleep(poll.min(Duration::from_millis(500))).await;
                 }

@@ -49,6 +49,7 @@ pub struct Faults {
     state: Arc<Mutex<State>>,
     drop_watches: Arc<watch::Sender<u64>>,
     cut_logs: Arc<watch::Sender<u64>>,
+    stall_logs: Arc<watch::Sender<u64>>,
 }
 
 impl Faults {
@@ -58,6 +59,7 @@ impl Faults {
             state: Arc::new(Mutex::new(state)),
             drop_watches: Arc::new(watch::channel(0).0),
             cut_logs: Arc::new(watch::channel(0).0),
+            stall_logs: Arc::new(watch::channel(0).0),
         }
     }
 
@@ -130,13 +132,25 @@ impl Faults {
         self.lock().log_cut_after = after;
     }
 
+    /// Makes every open followed log stream go silent for good: the connection stays open but
+    /// nothing more is sent (a connection a NAT or proxy dropped without telling either end).
+    pub fn stall_log_streams(&self) {
+        self.stall_logs.send_modify(|n| *n += 1);
+    }
+
     /// Starts an API outage of kind `kind` for `duration` (`None`: until [`Faults::end_outage`]).
-    /// Open watches and log streams are cut at once; new connections and requests are refused
-    /// or left unanswered until it ends.
+    /// With [`Outage::Refuse`] open watches and log streams are reset at once; with
+    /// [`Outage::Hang`] open log streams go silent for good. New connections and requests are
+    /// refused or left unanswered until it ends.
     pub fn outage(&self, kind: Outage, duration: Option<Duration>) {
         self.lock().outage = Some((kind, duration.map(|d| Instant::now() + d)));
-        self.drop_watches();
-        self.cut_log_streams();
+        match kind {
+            Outage::Refuse => {
+                self.drop_watches();
+                self.cut_log_streams();
+            }
+            Outage::Hang => self.stall_log_streams(),
+        }
     }
 
     /// Ends an outage.
@@ -164,8 +178,8 @@ impl Faults {
         }
     }
 
-    pub(crate) fn log_cuts(&self) -> (watch::Receiver<u64>, Option<Duration>) {
-        (self.cut_logs.subscribe(), self.lock().log_cut_after)
+    pub(crate) fn log_cuts(&self) -> (watch::Receiver<u64>, watch::Receiver<u64>, Option<Duration>) {
+        (self.cut_logs.subscribe(), self.stall_logs.subscribe(), self.lock().log_cut_after)
     }
 
     /// Makes pods using `image` stay Pending in `ImagePullBackOff`.

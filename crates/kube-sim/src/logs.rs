@@ -78,8 +78,9 @@ pub(crate) async fn serve(
     let (tx, rx) = mpsc::channel::<std::io::Result<Bytes>>(16);
     let shared = shared.clone();
     let (ns, name) = (ns.to_owned(), name.to_owned());
-    let (mut cuts, cut_after) = shared.faults.log_cuts();
+    let (mut cuts, mut stalls, cut_after) = shared.faults.log_cuts();
     cuts.borrow_and_update();
+    stalls.borrow_and_update();
     let cut_at = cut_after.map(|d| tokio::time::Instant::now() + d);
     tokio::spawn(async move {
         let Ok(mut file) = tokio::fs::File::open(&path).await else { return };
@@ -125,6 +126,11 @@ pub(crate) async fn serve(
                 }
                 () = cut => {
                     let _ = tx.send(Err(reset())).await;
+                    return;
+                }
+                _ = stalls.changed() => {
+                    // Silent for good: hold the connection open until the client gives up.
+                    tx.closed().await;
                     return;
                 }
             }

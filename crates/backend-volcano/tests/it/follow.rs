@@ -87,3 +87,20 @@ async fn follow_rides_out_an_api_outage() {
     assert_eq!(lines, expected(40), "every line once, in order");
     assert!(h.backend.status(&handle).await.unwrap().state.is_terminal(), "the follow ended with the job");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn follow_reads_to_the_end_when_a_stream_went_silent() {
+    let world = World::start(1).await;
+    let h = harness(&world);
+    let (job, _code) = testing::prepare(&h, "silent", &["count", "30"], vec![], serde_json::json!({})).await.unwrap();
+    let handle = h.backend.submit(&job, &SubmitOptions::default()).await.expect("submit");
+    let faults = world.sim.faults();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        faults.stall_log_streams();
+    });
+    let (lines, error) = follow(&h, &handle).await;
+    assert_eq!(error, None);
+    let lines: Vec<String> = lines.into_iter().filter(|l| l.starts_with("conformance: line")).collect();
+    assert_eq!(lines, expected(30), "the silent stream's lines are read once the job has ended");
+}
