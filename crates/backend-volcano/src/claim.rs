@@ -212,7 +212,9 @@ async fn clear_others(
         Ok(jobs) => jobs
             .into_iter()
             .filter(|j| j.metadata.labels.as_ref().and_then(|l| l.get(LABEL_RUN_ID)) != Some(&ours))
-            .filter(|j| matches!(judge(&claim.lease, std::slice::from_ref(j), Timestamp::now()), Holding::Running { .. }))
+            .filter(|j| {
+                matches!(judge(&claim.lease, std::slice::from_ref(j), Timestamp::now()), Holding::Running { .. })
+            })
             .collect(),
         Err(e) => {
             release(cluster, &claim).await;
@@ -327,7 +329,12 @@ pub(crate) async fn release(cluster: &Cluster, claim: &Claim) {
 
 /// Gives the claim `name` back if run `run_id` holds it for vcjob `job` (cancel). `true` when
 /// one was deleted.
-pub(crate) async fn release_if_held(cluster: &Cluster, name: &str, run_id: &str, job: &str) -> Result<bool, VolcanoError> {
+pub(crate) async fn release_if_held(
+    cluster: &Cluster,
+    name: &str,
+    run_id: &str,
+    job: &str,
+) -> Result<bool, VolcanoError> {
     let Some(lease) = cluster.get_lease(name).await? else { return Ok(false) };
     let for_job = lease.metadata.annotations.as_ref().and_then(|a| a.get(ANNOTATION_JOB)).is_some_and(|j| j == job);
     if holder(&lease) != Some(run_id) || !for_job {
@@ -348,7 +355,10 @@ pub(crate) async fn submitting(cluster: &Cluster, name: &str, run_id: &str, job:
 
 /// Claims that `old` accepts, whose holder has no live gang job and that were not renewed in
 /// time, and that are not bound to a job that still exists: `(name, resourceVersion)`.
-pub(crate) async fn stale_claims(cluster: &Cluster, old: impl Fn(&ObjectMeta) -> bool) -> Result<Vec<(String, String)>, VolcanoError> {
+pub(crate) async fn stale_claims(
+    cluster: &Cluster,
+    old: impl Fn(&ObjectMeta) -> bool,
+) -> Result<Vec<(String, String)>, VolcanoError> {
     let mut stale = Vec::new();
     for lease in cluster.list_leases(&format!("{LABEL_ROLE}={ROLE_CLAIM}")).await? {
         if !old(&lease.metadata) {
@@ -388,7 +398,10 @@ mod tests {
         assert_ne!(a, b);
         assert_ne!(a, c);
         for n in [&a, &b, &c] {
-            assert!(n.len() <= 63 && n.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-'), "{n}");
+            assert!(
+                n.len() <= 63 && n.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-'),
+                "{n}"
+            );
         }
         let long = claim_name(&identity(&"p".repeat(200), "g", "n"));
         assert!(long.len() <= 63, "{long}");

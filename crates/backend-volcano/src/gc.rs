@@ -51,7 +51,8 @@ pub(crate) async fn gc(cluster: &Cluster, older_than: Duration, dry_run: bool) -
         }
     }
     for pod in cluster.list_pods(&format!("{LABEL_ROLE}=helper")).await? {
-        let owner_gone = pod.metadata.labels.as_ref().and_then(|l| l.get(JOB_NAME_LABEL)).is_none_or(|j| !job_names.contains(j));
+        let owner_gone =
+            pod.metadata.labels.as_ref().and_then(|l| l.get(JOB_NAME_LABEL)).is_none_or(|j| !job_names.contains(j));
         if owner_gone
             && pod.metadata.deletion_timestamp.is_none()
             && old(&pod.metadata)

@@ -46,7 +46,13 @@ pub(crate) struct FollowSettings {
 }
 
 /// The log stream of a job.
-pub(crate) fn stream(cluster: Cluster, data: HandleData, options: LogOptions, settings: FollowSettings, backend: String) -> LogStream {
+pub(crate) fn stream(
+    cluster: Cluster,
+    data: HandleData,
+    options: LogOptions,
+    settings: FollowSettings,
+    backend: String,
+) -> LogStream {
     let (tx, rx) = mpsc::channel(256);
     tokio::spawn(async move {
         let result = if options.follow {
@@ -75,10 +81,9 @@ fn wanted(pod: &Pod, rank: Option<u32>) -> bool {
 
 /// True once the pod's container has started (running or terminated): its log can be read.
 fn started(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.container_statuses.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.state.as_ref().is_some_and(|s| s.running.is_some() || s.terminated.is_some())))
+    pod.status.as_ref().and_then(|s| s.container_statuses.as_ref()).is_some_and(|cs| {
+        cs.iter().any(|c| c.state.as_ref().is_some_and(|s| s.running.is_some() || s.terminated.is_some()))
+    })
 }
 
 /// True when the pod's container will write no more: terminated (and not restarting), or the
@@ -95,11 +100,15 @@ fn ended(pod: &Pod) -> bool {
 }
 
 fn restarts(pod: &Pod) -> i32 {
-    pod.status.as_ref().and_then(|s| s.container_statuses.as_ref()).map_or(0, |cs| cs.iter().map(|c| c.restart_count).sum())
+    pod.status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .map_or(0, |cs| cs.iter().map(|c| c.restart_count).sum())
 }
 
 fn label(pod: &Pod) -> String {
-    let task = pod.metadata.labels.as_ref().and_then(|l| l.get("volcano.sh/task-spec")).map_or(TASK_NAME, String::as_str);
+    let task =
+        pod.metadata.labels.as_ref().and_then(|l| l.get("volcano.sh/task-spec")).map_or(TASK_NAME, String::as_str);
     pod_label(pod, task)
 }
 
@@ -151,7 +160,11 @@ impl Contact {
     fn ok(&self) {
         let mut lost = self.lost_since.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(since) = lost.take() {
-            tracing::warn!("reconnected to the API server {} after {}s; following the logs again", self.server, since.elapsed().as_secs());
+            tracing::warn!(
+                "reconnected to the API server {} after {}s; following the logs again",
+                self.server,
+                since.elapsed().as_secs()
+            );
             self.nudges.send_modify(|n| n.reconnects += 1);
         }
     }
@@ -179,7 +192,13 @@ impl Contact {
     }
 }
 
-async fn follow(cluster: &Cluster, data: &HandleData, rank: Option<u32>, settings: FollowSettings, tx: &Sender) -> Result<(), String> {
+async fn follow(
+    cluster: &Cluster,
+    data: &HandleData,
+    rank: Option<u32>,
+    settings: FollowSettings,
+    tx: &Sender,
+) -> Result<(), String> {
     let contact = Arc::new(Contact {
         server: cluster.server().to_owned(),
         limit: settings.reconnect_for,
@@ -223,7 +242,11 @@ async fn follow(cluster: &Cluster, data: &HandleData, rank: Option<u32>, setting
             Ok(job) => {
                 contact.ok();
                 terminal = job.as_ref().is_none_or(|j| {
-                    j.status.as_ref().and_then(|s| s.state.as_ref()).and_then(|s| s.phase.as_deref()).is_some_and(|p| TERMINAL_PHASES.contains(&p))
+                    j.status
+                        .as_ref()
+                        .and_then(|s| s.state.as_ref())
+                        .and_then(|s| s.phase.as_deref())
+                        .is_some_and(|p| TERMINAL_PHASES.contains(&p))
                 });
                 if terminal {
                     // One more look at the pods (above) before waiting for the readers.
@@ -249,7 +272,11 @@ async fn follow(cluster: &Cluster, data: &HandleData, rank: Option<u32>, setting
     match tokio::time::timeout(settings.drain_for, drain).await {
         Ok(result) => result,
         Err(_) => {
-            tracing::warn!("the logs of some pods of vcjob {} did not end within {}s of the job; stopped reading them", data.job, settings.drain_for.as_secs());
+            tracing::warn!(
+                "the logs of some pods of vcjob {} did not end within {}s of the job; stopped reading them",
+                data.job,
+                settings.drain_for.as_secs()
+            );
             Ok(())
         }
     }
@@ -314,7 +341,12 @@ impl Cursor {
                 Ok(_) => ReadEnd::Eof,
                 Err(e) => ReadEnd::Broken(e.to_string()),
             };
-            if last && matches!(end, ReadEnd::Eof) && !buf.is_empty() && !buf.ends_with(b"\n") && index >= self.delivered {
+            if last
+                && matches!(end, ReadEnd::Eof)
+                && !buf.is_empty()
+                && !buf.ends_with(b"\n")
+                && index >= self.delivered
+            {
                 if !self.send(&buf, source, tx).await {
                     return ReadEnd::Closed;
                 }
@@ -421,7 +453,11 @@ mod tests {
         assert_eq!(read(&mut cursor, "a\nb\npar", false).await, ["a", "b"]);
         assert_eq!(read(&mut cursor, "a\nb\npartial\nc\n", false).await, ["partial", "c"]);
         assert_eq!(read(&mut cursor, "a\nb\npartial\nc\n", false).await, Vec::<String>::new());
-        assert_eq!(read(&mut cursor, "a\nb\npartial\nc\nend", true).await, ["end"], "the last read sends a partial line");
+        assert_eq!(
+            read(&mut cursor, "a\nb\npartial\nc\nend", true).await,
+            ["end"],
+            "the last read sends a partial line"
+        );
         assert_eq!(cursor.delivered, 5);
     }
 }

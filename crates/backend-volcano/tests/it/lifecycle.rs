@@ -21,7 +21,12 @@ impl ProcessProbe for NoProbe {
 }
 
 fn harness(world: &World) -> Harness {
-    Harness { backend: Arc::new(world.backend()), plan: plan(1, 0), probe: Arc::new(NoProbe), timeout: Duration::from_secs(60) }
+    Harness {
+        backend: Arc::new(world.backend()),
+        plan: plan(1, 0),
+        probe: Arc::new(NoProbe),
+        timeout: Duration::from_secs(60),
+    }
 }
 
 /// Gang vcjobs of `name` that are not terminal.
@@ -39,7 +44,12 @@ async fn live_jobs(world: &World, name: &str) -> Vec<String> {
 
 /// How many vcjobs (helpers and gang jobs) were created so far, from the simulator's request log.
 fn job_creations(world: &World) -> usize {
-    world.sim.requests().iter().filter(|(m, p)| m == "POST" && p.contains("/apis/batch.volcano.sh/v1alpha1/namespaces/default/jobs")).count()
+    world
+        .sim
+        .requests()
+        .iter()
+        .filter(|(m, p)| m == "POST" && p.contains("/apis/batch.volcano.sh/v1alpha1/namespaces/default/jobs"))
+        .count()
 }
 
 /// Submits `copies` runs of `name` at once; returns the results.
@@ -69,7 +79,11 @@ async fn concurrent_submits_of_one_name_leave_one_live_job_and_the_loser_ships_n
         assert!(message.contains("already") && message.contains("--replace"), "round {round}: {message}");
         assert_eq!(message.matches("already").count(), 1, "round {round}: one clean message: {message}");
         assert_eq!(live_jobs(&world, &name).await, vec![won[0].id.clone()], "round {round}");
-        assert_eq!(job_creations(&world) - before, 2, "round {round}: one helper and one gang job, the loser created none");
+        assert_eq!(
+            job_creations(&world) - before,
+            2,
+            "round {round}: one helper and one gang job, the loser created none"
+        );
         h.backend.cancel(won[0]).await.expect("cancel");
     }
 }
@@ -89,7 +103,10 @@ async fn concurrent_replacements_leave_exactly_one_live_job() {
         assert!(live[0] != first.id, "round {round}: the replaced run is gone");
         assert!(won.iter().any(|w| w.id == live[0]), "round {round}: the live job is one a replacer reported");
         for lost in results.iter().filter_map(|r| r.as_ref().err()).map(ToString::to_string) {
-            assert!(lost.contains("taken over by run") || lost.contains("kept changing its claim"), "round {round}: {lost}");
+            assert!(
+                lost.contains("taken over by run") || lost.contains("kept changing its claim"),
+                "round {round}: {lost}"
+            );
             assert!(!lost.contains("already exists"), "round {round}: one clean message: {lost}");
         }
         for handle in won {
@@ -189,12 +206,18 @@ async fn an_exec_that_never_answers_fails_the_submit_after_the_idle_deadline_and
         ..theseus_backend_volcano::Settings::default()
     };
     let backend = world.backend().with_settings(settings);
-    let h = Harness { backend: Arc::new(backend), plan: plan(1, 0), probe: Arc::new(NoProbe), timeout: Duration::from_secs(60) };
+    let h = Harness {
+        backend: Arc::new(backend),
+        plan: plan(1, 0),
+        probe: Arc::new(NoProbe),
+        timeout: Duration::from_secs(60),
+    };
     let (job, _code) = testing::prepare(&h, "stuck-exec", &["ok"], vec![], serde_json::json!({})).await.unwrap();
     world.sim.faults().hang_requests("create", "pods/exec", 1);
     let options = SubmitOptions::default();
     let submit = h.backend.submit(&job, &options);
-    let err = tokio::time::timeout(Duration::from_secs(60), submit).await.expect("the submit ends").expect_err("exec hangs");
+    let err =
+        tokio::time::timeout(Duration::from_secs(60), submit).await.expect("the submit ends").expect_err("exec hangs");
     let text = err.to_string();
     assert!(text.contains("no progress") && text.contains("shipping"), "{text}");
     let c = world.connection();

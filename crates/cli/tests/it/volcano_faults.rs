@@ -55,7 +55,17 @@ fn a_hung_api_server_ends_status_cancel_submit_and_plan_with_one_clear_line() {
     let ctx = TestContext::new();
     let world = SimWorld::start(&ctx);
     set_api_timeout(&ctx, "3s");
-    let out = ctx.run(&["submit", "hung", &world.exp("sleep.yaml"), "--code", world.code(), "--host", "k8s", "--chip", "cpu"]);
+    let out = ctx.run(&[
+        "submit",
+        "hung",
+        &world.exp("sleep.yaml"),
+        "--code",
+        world.code(),
+        "--host",
+        "k8s",
+        "--chip",
+        "cpu",
+    ]);
     assert!(out.status.success(), "{}", text(&out.stderr));
 
     world.sim.faults().outage(Outage::Hang, None);
@@ -68,7 +78,8 @@ fn a_hung_api_server_ends_status_cancel_submit_and_plan_with_one_clear_line() {
     };
     assert_one_clear_line("status", &run(&["status", "hung"]), &server);
     assert_one_clear_line("cancel", &run(&["cancel", "hung"]), &server);
-    let submit = run(&["submit", "other", &world.exp("exp.yaml"), "--code", world.code(), "--host", "k8s", "--chip", "cpu"]);
+    let submit =
+        run(&["submit", "other", &world.exp("exp.yaml"), "--code", world.code(), "--host", "k8s", "--chip", "cpu"]);
     assert_one_clear_line("submit", &submit, &server);
     let plan = run(&["plan", "p", &world.exp("exp.yaml"), "--host", "k8s", "--chip", "h100", "-n", "4"]);
     // A host that does not answer is planned with unknown capacity (the scheduler queues the
@@ -93,20 +104,41 @@ fn two_concurrent_submits_of_one_name_leave_one_live_job_and_one_clean_message()
         let name = format!("race{round}");
         let spawn = || {
             let mut cmd = ctx.cmd();
-            cmd.args(["submit", &name, &world.exp("sleep.yaml"), "--code", world.code(), "--host", "k8s", "--chip", "cpu"]);
+            cmd.args([
+                "submit",
+                &name,
+                &world.exp("sleep.yaml"),
+                "--code",
+                world.code(),
+                "--host",
+                "k8s",
+                "--chip",
+                "cpu",
+            ]);
             cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap()
         };
         let (a, b) = (spawn(), spawn());
         let outs = [a.wait_with_output().unwrap(), b.wait_with_output().unwrap()];
         let won: Vec<&Output> = outs.iter().filter(|o| o.status.success()).collect();
         let lost: Vec<&Output> = outs.iter().filter(|o| !o.status.success()).collect();
-        assert_eq!((won.len(), lost.len()), (1, 1), "round {round}: {:?}", outs.iter().map(|o| text(&o.stderr)).collect::<Vec<_>>());
+        assert_eq!(
+            (won.len(), lost.len()),
+            (1, 1),
+            "round {round}: {:?}",
+            outs.iter().map(|o| text(&o.stderr)).collect::<Vec<_>>()
+        );
         let stderr = text(&lost[0].stderr);
         let errors: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error")).collect();
         assert_eq!(errors.len(), 1, "round {round}: {stderr}");
-        assert!(errors[0].contains("already has a live run") && errors[0].contains("--replace"), "round {round}: {stderr}");
+        assert!(
+            errors[0].contains("already has a live run") && errors[0].contains("--replace"),
+            "round {round}: {stderr}"
+        );
         assert_eq!(errors[0].matches("already").count(), 1, "round {round}: {stderr}");
-        assert!(!stderr.contains("starting helper") && !stderr.contains("waiting for helper"), "round {round}: the loser shipped: {stderr}");
+        assert!(
+            !stderr.contains("starting helper") && !stderr.contains("waiting for helper"),
+            "round {round}: the loser shipped: {stderr}"
+        );
         let cancel = ctx.run(&["cancel", &name]);
         assert!(cancel.status.success(), "{}", text(&cancel.stderr));
     }
@@ -117,12 +149,27 @@ fn submit_follow_survives_reset_log_streams_and_an_api_outage_and_says_it_reconn
     let ctx = TestContext::new();
     let world = SimWorld::start(&ctx);
     let code = std::path::Path::new(world.code());
-    std::fs::write(code.join("count.py"), "import time\nfor i in range(40):\n    print('tick', i, flush=True)\n    time.sleep(0.2)\n").unwrap();
+    std::fs::write(
+        code.join("count.py"),
+        "import time\nfor i in range(40):\n    print('tick', i, flush=True)\n    time.sleep(0.2)\n",
+    )
+    .unwrap();
     std::fs::write(code.join("count.yaml"), "entrypoint: python count.py\n").unwrap();
     let faults = world.sim.faults();
     faults.cut_log_streams_after(Some(Duration::from_millis(900)));
     let mut cmd = ctx.cmd();
-    cmd.args(["submit", "ticks", &world.exp("count.yaml"), "--code", world.code(), "--host", "k8s", "--chip", "cpu", "--follow"]);
+    cmd.args([
+        "submit",
+        "ticks",
+        &world.exp("count.yaml"),
+        "--code",
+        world.code(),
+        "--host",
+        "k8s",
+        "--chip",
+        "cpu",
+        "--follow",
+    ]);
     let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     // An outage of a few seconds once the job ticks (the job itself runs on).
     let stdout_pipe = child.stdout.take().unwrap();
@@ -147,6 +194,9 @@ fn submit_follow_survives_reset_log_streams_and_an_api_outage_and_says_it_reconn
     assert_eq!(ticks, expected, "every line once, in order:\n{stdout}");
     assert!(stderr.contains("completed (exit code 0)"), "{stderr}");
     let lost: Vec<&str> = stderr.lines().filter(|l| l.contains("lost contact")).collect();
-    assert!(!lost.is_empty() && lost.iter().all(|l| l.contains(&world.sim.url()) && l.contains("reconnecting")), "{stderr}");
+    assert!(
+        !lost.is_empty() && lost.iter().all(|l| l.contains(&world.sim.url()) && l.contains("reconnecting")),
+        "{stderr}"
+    );
     assert!(!stderr.contains('\x1b'), "{stderr:?}");
 }
