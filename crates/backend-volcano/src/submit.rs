@@ -1,6 +1,8 @@
-//! The submit flow: check for a live run of the same job, start the helper, wait for its pod,
-//! ship the code, delete the helper on every path, then create the Secret and the gang job (and
-//! take both back if either fails). Also `delete_and_confirm` (cancel, `--replace`).
+//! The submit flow: claim the job's name (`claim.rs`; refused while another run of it is live,
+//! unless `--replace`), start the helper, wait for its pod, ship the code while renewing the
+//! claim, delete the helper on every path, then create the Secret and the gang job (taking both
+//! back if either fails) and bind the claim to the job. Also `delete_and_confirm` (cancel,
+//! `--replace`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -15,8 +17,8 @@ use theseus_core::config::HostKind;
 use crate::api::Cluster;
 use crate::backend::{HandleData, VolcanoBackend};
 use crate::error::VolcanoError;
-use crate::helper::HELPER_TASK;
 use crate::claim::{self, Claim};
+use crate::helper::HELPER_TASK;
 use crate::render::{RenderedJob, owner_reference};
 use crate::ship::{ExtraFile, ShipTarget, ship_snapshot};
 use crate::status::{Observed, pending_reason, stuck_container};
