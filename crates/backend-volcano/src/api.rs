@@ -8,9 +8,10 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use futures::{Stream, StreamExt, TryStreamExt};
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Event, Node, Pod, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::api::{Api, DeleteParams, ListParams, LogParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, LogParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
@@ -122,7 +123,11 @@ impl Cluster {
     /// [`VolcanoError::Config`] when the kubeconfig cannot be used.
     pub async fn connect(host: &VolcanoHost) -> Result<Cluster, VolcanoError> {
         let conn = client::connect(host).await?;
-        Ok(Cluster::from_client(conn.client, &host.namespace).with_server(conn.server).with_context(conn.context))
+        let retry = RetryPolicy { deadline: client::api_timeout(host)?, ..RetryPolicy::default() };
+        Ok(Cluster::from_client(conn.client, &host.namespace)
+            .with_server(conn.server)
+            .with_context(conn.context)
+            .with_retry(retry))
     }
 
     /// Wraps an existing client. Build it with `default_retry = false` (as [`client::client_for_url`]
@@ -303,6 +308,69 @@ impl Cluster {
         self.delete(&self.secrets(), name).await
     }
 
+    /// Name claims (`coordination.k8s.io/v1` Leases) of the namespace.
+    pub fn leases(&self) -> Api<Lease> {
+        Api::namespaced(self.client.clone(), &self.namespace)
+    }
+
+    /// Creates the lease; 409 is [`VolcanoError::AlreadyExists`] (no adoption: a claim is
+    /// judged by its holder, see [`crate::claim`]).
+    ///
+    /// # Errors
+    /// The mapped errors.
+    pub async fn create_lease(&self, lease: &Lease) -> Result<Lease, VolcanoError> {
+        let api = self.leases();
+        let params = PostParams::default();
+        self.call(self.target::<Lease>("create", Some(&lease.name_any())), || api.create(&params, lease)).await
+    }
+
+    /// The lease, `None` when it does not exist.
+    ///
+    /// # Errors
+    /// The mapped errors.
+    pub async fn get_lease(&self, name: &str) -> Result<Option<Lease>, VolcanoError> {
+        let api = self.leases();
+        self.call(self.target::<Lease>("get", Some(name)), || api.get_opt(name)).await
+    }
+
+    /// Replaces the lease (`PUT`); its `metadata.resourceVersion` is the precondition, so a
+    /// lease changed since it was read gives [`VolcanoError::Conflict`].
+    ///
+    /// # Errors
+    /// [`VolcanoError::Conflict`], [`VolcanoError::NotFound`] and the mapped errors.
+    pub async fn replace_lease(&self, lease: &Lease) -> Result<Lease, VolcanoError> {
+        let api = self.leases();
+        let name = lease.name_any();
+        let params = PostParams::default();
+        self.call(self.target::<Lease>("update", Some(&name)), || api.replace(&name, &params, lease)).await
+    }
+
+    /// Deletes the lease only if its `resourceVersion` is still `resource_version`; `false`
+    /// when it was gone or had changed (someone else holds it now).
+    ///
+    /// # Errors
+    /// The mapped errors.
+    pub async fn delete_lease_if(&self, name: &str, resource_version: &str) -> Result<bool, VolcanoError> {
+        let api = self.leases();
+        let params = DeleteParams {
+            preconditions: Some(Preconditions { resource_version: Some(resource_version.to_owned()), uid: None }),
+            ..DeleteParams::background()
+        };
+        match self.call(self.target::<Lease>("delete", Some(name)), || api.delete(name, &params)).await {
+            Ok(_) => Ok(true),
+            Err(VolcanoError::NotFound { .. } | VolcanoError::Conflict { .. }) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Leases matching `label_selector`.
+    ///
+    /// # Errors
+    /// The mapped errors.
+    pub async fn list_leases(&self, label_selector: &str) -> Result<Vec<Lease>, VolcanoError> {
+        self.list(&self.leases(), &labels(label_selector)).await
+    }
+
     /// Deletes a pod; `false` when it was already gone.
     ///
     /// # Errors
@@ -317,6 +385,15 @@ impl Cluster {
     /// The mapped errors.
     pub async fn list_secrets(&self, label_selector: &str) -> Result<Vec<Secret>, VolcanoError> {
         self.list(&self.secrets(), &labels(label_selector)).await
+    }
+
+    /// The pod, `None` when it does not exist.
+    ///
+    /// # Errors
+    /// The mapped errors.
+    pub async fn get_pod(&self, name: &str) -> Result<Option<Pod>, VolcanoError> {
+        let api = self.pods();
+        self.call(self.target::<Pod>("get", Some(name)), || api.get_opt(name)).await
     }
 
     /// Pods of the namespace matching `label_selector`.
@@ -477,8 +554,10 @@ impl Cluster {
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, kube::Error>>,
     {
-        let timeout = self.retry.request_timeout;
-        let (res, attempts) = retry_counted(&self.retry, &target.describe(), || {
+        let deadline = self.retry.deadline;
+        let timeout = self.retry.request_timeout.min(deadline);
+        let described = target.describe();
+        let attempts = retry_counted(&self.retry, &described, || {
             let attempt = op();
             async move {
                 match tokio::time::timeout(timeout, attempt).await {
@@ -486,8 +565,11 @@ impl Cluster {
                     Err(_) => Err(CallError::TimedOut(timeout)),
                 }
             }
-        })
-        .await;
+        });
+        // The whole call, retries included, ends at the deadline.
+        let Ok((res, attempts)) = tokio::time::timeout(deadline, attempts).await else {
+            return Err(self.no_answer(&target, deadline));
+        };
         res.map_err(|e| self.map_error(e, &target, attempts))
     }
 
@@ -495,7 +577,8 @@ impl Cluster {
         let err = match err {
             CallError::Kube(e) => e,
             CallError::TimedOut(after) => {
-                return self.transport(target, attempts, format!("no response within {}s", after.as_secs_f64()), None);
+                let _ = attempts;
+                return self.no_answer(target, after);
             }
         };
         let status = match err {
@@ -531,6 +614,12 @@ impl Cluster {
             409 if status.reason == "AlreadyExists" || target.verb == "create" => {
                 VolcanoError::AlreadyExists { kind: target.resource.clone(), name, namespace: target.namespace.clone() }
             }
+            409 => VolcanoError::Conflict {
+                verb: target.verb.into(),
+                resource: target.resource.clone(),
+                name,
+                namespace: target.namespace.clone(),
+            },
             code => VolcanoError::Api {
                 verb: target.verb.into(),
                 resource: target.resource.clone(),
@@ -538,6 +627,15 @@ impl Cluster {
                 code,
                 message: status.message,
             },
+        }
+    }
+
+    fn no_answer(&self, target: &Target, after: Duration) -> VolcanoError {
+        VolcanoError::NoAnswer {
+            verb: target.verb.into(),
+            resource: target.resource.clone(),
+            server: self.server.clone(),
+            after,
         }
     }
 

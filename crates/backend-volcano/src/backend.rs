@@ -32,10 +32,18 @@ pub struct Settings {
     pub helper_start_timeout: Duration,
     /// How long shipping may take once the helper runs.
     pub ship_timeout: Duration,
+    /// How long shipping may go without progress (no byte accepted, no answer from the exec)
+    /// before it is given up.
+    pub ship_idle_timeout: Duration,
     /// How long deletions (`--replace`, `cancel`) may take to be confirmed.
     pub delete_timeout: Duration,
     /// How often `logs -f` and `cancel` look at the job's pods.
     pub poll_interval: Duration,
+    /// How often a submit renews its name claim while it ships (the claim lapses after
+    /// `claim::LEASE_DURATION` without renewal).
+    pub claim_renew_interval: Duration,
+    /// How long `logs -f` keeps reconnecting to an API server that does not answer.
+    pub log_reconnect_for: Duration,
     /// Gang job knobs (`maxRetry`, `ttlSecondsAfterFinished`).
     pub render: RenderOptions,
 }
@@ -45,8 +53,11 @@ impl Default for Settings {
         Settings {
             helper_start_timeout: Duration::from_secs(300),
             ship_timeout: Duration::from_secs(3600),
+            ship_idle_timeout: Duration::from_secs(300),
             delete_timeout: Duration::from_secs(180),
             poll_interval: Duration::from_secs(2),
+            claim_renew_interval: Duration::from_secs(15),
+            log_reconnect_for: Duration::from_secs(600),
             render: RenderOptions::default(),
         }
     }
@@ -71,6 +82,12 @@ pub struct HandleData {
     /// The run's log file on the PVC.
     #[serde(default)]
     pub log_file: Option<String>,
+    /// The run's name claim (a Lease, see `claim.rs`).
+    #[serde(default)]
+    pub claim: Option<String>,
+    /// The run's code-shipping helper vcjob (exists only while `submit` ships).
+    #[serde(default)]
+    pub helper: Option<String>,
 }
 
 /// The backend of one `type: volcano` host.
@@ -132,7 +149,10 @@ impl VolcanoBackend {
 
     pub(crate) fn err(&self, e: VolcanoError) -> theseus_core::Error {
         match e {
-            VolcanoError::AlreadyExists { .. } => theseus_core::Error::AlreadyExists { what: e.to_string() },
+            // core's message adds " already exists" itself.
+            VolcanoError::AlreadyExists { kind, name, namespace } => theseus_core::Error::AlreadyExists {
+                what: format!("{kind} {name:?}{}", namespace.map(|n| format!(" in namespace {n:?}")).unwrap_or_default()),
+            },
             other => theseus_core::Error::Backend { backend: self.to_string(), message: other.to_string(), source: None },
         }
     }
@@ -173,6 +193,21 @@ impl VolcanoBackend {
             options: &self.settings.render,
         };
         Ok(render_job(&self.host, &inputs)?)
+    }
+
+    /// The handle data of `job`'s run before anything exists (no uid): what `submit` returns
+    /// but the uid, and what [`Backend::planned_handle`] records. Pure.
+    pub(crate) fn planned_data(&self, job: &PreparedJob, rendered: &crate::render::RenderedJob) -> HandleData {
+        HandleData {
+            namespace: self.host.namespace.clone(),
+            job: rendered.job.metadata.name.clone().unwrap_or_default(),
+            run_id: Some(job.identity.run_id.clone()),
+            uid: None,
+            secret: rendered.secret.as_ref().and_then(|s| s.metadata.name.clone()),
+            log_file: self.run_layout(&job.identity).ok().map(|l| l.log_file),
+            claim: Some(crate::claim::claim_name(&job.identity)),
+            helper: Some(crate::helper::helper_name(&job.identity)),
+        }
     }
 
     /// Handle data of a handle of this backend.
@@ -307,9 +342,26 @@ impl Backend for VolcanoBackend {
         crate::submit::submit(self, cluster, job, &layout, helper, rendered, options).await.map_err(|e| self.err(e))
     }
 
+    fn planned_handle(&self, job: &PreparedJob) -> Option<JobHandle> {
+        let rendered = self.render(job).ok()?;
+        let data = self.planned_data(job, &rendered);
+        Some(JobHandle {
+            kind: HostKind::Volcano,
+            host: self.name.clone(),
+            id: data.job.clone(),
+            data: serde_json::to_value(data).ok()?,
+        })
+    }
+
     async fn status(&self, handle: &JobHandle) -> theseus_core::Result<JobStatus> {
         let data = self.handle_data(handle)?;
         match self.observe(&data).await.map_err(|e| self.err(e))? {
+            None if self.submitting(&data).await.map_err(|e| self.err(e))? => Ok(JobStatus {
+                state: JobState::Submitting,
+                exit_code: None,
+                message: Some(format!("run {} is being submitted (its code is being shipped)", data.run_id.clone().unwrap_or_default())),
+                ranks: vec![],
+            }),
             None => Err(theseus_core::Error::NotFound {
                 what: format!(
                     "vcjob `{}` in namespace `{}` (deleted, or removed by ttlSecondsAfterFinished)",
@@ -332,13 +384,27 @@ impl Backend for VolcanoBackend {
         if cluster.get_job(&data.job).await.map_err(|e| self.err(e))?.is_none() {
             return Err(theseus_core::Error::NotFound { what: format!("vcjob `{}` in namespace `{}`", data.job, data.namespace) });
         }
-        Ok(crate::logs::stream(cluster, data, options.clone(), self.settings.poll_interval, self.to_string()))
+        let follow = crate::logs::FollowSettings {
+            poll: self.settings.poll_interval,
+            reconnect_for: self.settings.log_reconnect_for,
+            drain_for: self.settings.delete_timeout,
+        };
+        Ok(crate::logs::stream(cluster, data, options.clone(), follow, self.to_string()))
     }
 
     async fn cancel(&self, handle: &JobHandle) -> theseus_core::Result<JobStatus> {
         let data = self.handle_data(handle)?;
         let before = self.observe(&data).await.map_err(|e| self.err(e))?;
         let Some((job, pods, _)) = before else {
+            // A run recorded before its submit finished: take back what that submit made.
+            if self.cancel_unfinished(&data).await.map_err(|e| self.err(e))? {
+                return Ok(JobStatus {
+                    state: JobState::Cancelled,
+                    exit_code: None,
+                    message: Some(format!("the submit of vcjob `{}` was stopped before the job was created", data.job)),
+                    ranks: vec![],
+                });
+            }
             return Err(theseus_core::Error::NotFound { what: format!("vcjob `{}` in namespace `{}`", data.job, data.namespace) });
         };
         let prior = summarize(&Observed { job: &job, pods: &pods, group_phase: None, group_conditions: &[], events: &[] });
@@ -348,6 +414,9 @@ impl Backend for VolcanoBackend {
             .map_err(|e| self.err(e))?;
         if let Some(secret) = &data.secret {
             cluster.delete_secret(secret).await.map_err(|e| self.err(e))?;
+        }
+        if let (Some(claim), Some(run)) = (&data.claim, &data.run_id) {
+            crate::claim::release_if_held(cluster, claim, run, &data.job).await.map_err(|e| self.err(e))?;
         }
         if prior.state.is_terminal() {
             return Ok(prior);
@@ -393,14 +462,42 @@ mod erased {
 }
 
 impl VolcanoBackend {
-    /// Deletes helpers (and Secrets no job owns) of theseus older than `older_than` that crashed
-    /// clients left behind; with `dry_run`, only lists them. Returns `kind/name` of each.
+    /// Whether the run of `data` (whose vcjob does not exist) is being submitted right now: its
+    /// claim is held by the run and renewed.
+    async fn submitting(&self, data: &HandleData) -> Result<bool, VolcanoError> {
+        let (Some(claim), Some(run)) = (&data.claim, &data.run_id) else { return Ok(false) };
+        let cluster = self.cluster().await?;
+        crate::claim::submitting(cluster, claim, run, &data.job).await
+    }
+
+    /// Cancel of a run whose vcjob does not exist: deletes its helper (confirmed), its Secret and
+    /// its claim. `true` when any of them existed.
+    async fn cancel_unfinished(&self, data: &HandleData) -> Result<bool, VolcanoError> {
+        let cluster = self.cluster().await?;
+        let mut found = false;
+        if let Some(helper) = &data.helper
+            && cluster.get_job(helper).await?.is_some()
+        {
+            crate::submit::delete_and_confirm(cluster, helper, self.settings.delete_timeout, self.settings.poll_interval).await?;
+            found = true;
+        }
+        if let Some(secret) = &data.secret {
+            found |= cluster.delete_secret(secret).await?;
+        }
+        if let (Some(claim), Some(run)) = (&data.claim, &data.run_id) {
+            found |= crate::claim::release_if_held(cluster, claim, run, &data.job).await?;
+        }
+        Ok(found)
+    }
+
+    /// Deletes what crashed clients left behind (see `gc.rs`: helpers, Secrets of runs without a
+    /// job, stale name claims) older than `older_than`; with `dry_run`, only lists them. Returns `kind/name` of each.
     ///
     /// # Errors
     /// [`VolcanoError`] when the cluster cannot be reached or refuses a call.
     pub async fn gc(&self, older_than: Duration, dry_run: bool) -> Result<Vec<String>, VolcanoError> {
         let cluster = self.cluster().await?;
-        crate::submit::gc(cluster, older_than, dry_run).await
+        crate::gc::gc(cluster, older_than, dry_run).await
     }
 }
 

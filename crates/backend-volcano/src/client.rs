@@ -21,6 +21,45 @@ pub use crate::retry::{RetryPolicy, Transient, retry, retry_counted, transport_d
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Time allowed for one non-streaming call (list, get, create, ...), per attempt.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+/// Time allowed for one call, every retry included, unless the host sets `api_timeout`.
+pub const DEFAULT_API_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Parses a host's `api_timeout`: `30s`, `2m`, `1500ms` or plain seconds, from 1s to 1h.
+///
+/// # Errors
+/// A message saying what is accepted.
+pub fn parse_api_timeout(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let value: f64 = number.parse().map_err(|_| format!("{text:?} is not a duration; write e.g. 30s or 2m"))?;
+    let seconds = match unit.trim() {
+        "" | "s" => value,
+        "ms" => value / 1000.0,
+        "m" => value * 60.0,
+        other => return Err(format!("{text:?}: unknown unit {other:?}; use ms, s or m")),
+    };
+    if !(1.0..=3600.0).contains(&seconds) {
+        return Err(format!("{text:?} is out of range; use 1s to 1h"));
+    }
+    Ok(Duration::from_secs_f64(seconds))
+}
+
+/// The per-call deadline of `host` (its `api_timeout`, else [`DEFAULT_API_TIMEOUT`]).
+///
+/// # Errors
+/// [`parse_api_timeout`]'s message, naming the key.
+pub fn api_timeout(host: &VolcanoHost) -> Result<Duration, VolcanoError> {
+    match &host.api_timeout {
+        None => Ok(DEFAULT_API_TIMEOUT),
+        Some(text) => parse_api_timeout(text).map_err(|e| VolcanoError::Config {
+            source_name: "the dispatch config".into(),
+            context: None,
+            problem: format!("api_timeout: {e}"),
+            fix: "fix the host's `api_timeout`".into(),
+        }),
+    }
+}
 
 /// Where a host's cluster credentials come from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -135,7 +174,8 @@ pub struct Connection {
 /// [`VolcanoError::Config`] naming the file, the context and the fix.
 pub async fn connect(host: &VolcanoHost) -> Result<Connection, VolcanoError> {
     let source = resolve_source(host, &ClientEnv::from_process())?;
-    connect_with(&source, host.context.as_deref()).await
+    let deadline = api_timeout(host)?;
+    connect_within(&source, host.context.as_deref(), deadline).await
 }
 
 /// Builds a client from `source`, selecting `context` (else the current context).
@@ -143,6 +183,14 @@ pub async fn connect(host: &VolcanoHost) -> Result<Connection, VolcanoError> {
 /// # Errors
 /// [`VolcanoError::Config`] naming the file, the context and the fix.
 pub async fn connect_with(source: &KubeconfigSource, context: Option<&str>) -> Result<Connection, VolcanoError> {
+    connect_within(source, context, DEFAULT_API_TIMEOUT).await
+}
+
+/// [`connect_with`], connecting within at most `deadline` (and [`CONNECT_TIMEOUT`]).
+///
+/// # Errors
+/// [`VolcanoError::Config`] naming the file, the context and the fix.
+pub async fn connect_within(source: &KubeconfigSource, context: Option<&str>, deadline: Duration) -> Result<Connection, VolcanoError> {
     let described = source.describe();
     let (mut config, context) = match source {
         KubeconfigSource::InCluster => {
@@ -179,7 +227,7 @@ pub async fn connect_with(source: &KubeconfigSource, context: Option<&str>) -> R
             from_kubeconfig(merged, &described, context).await?
         }
     };
-    config.connect_timeout = Some(CONNECT_TIMEOUT);
+    config.connect_timeout = Some(CONNECT_TIMEOUT.min(deadline));
     config.default_retry = false;
     let server = config.cluster_url.to_string();
     let client = kube::Client::try_from(config).map_err(|e| {
@@ -397,6 +445,21 @@ mod tests {
         assert_eq!(ok.server, "http://127.0.0.1:1/");
         let ok = connect_with(&source, Some("b")).await.unwrap();
         assert_eq!(ok.context.as_deref(), Some("b"));
+    }
+
+    #[test]
+    fn api_timeouts_parse_with_units_and_bounds() {
+        assert_eq!(parse_api_timeout("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_api_timeout("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_api_timeout("1500ms"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_api_timeout("45"), Ok(Duration::from_secs(45)));
+        for bad in ["0s", "inf", "NaN", "-5s", "1e30", "2h", "5 parsecs", ""] {
+            assert!(parse_api_timeout(bad).is_err(), "{bad}");
+        }
+        let mut h = host(None, None);
+        assert_eq!(api_timeout(&h).unwrap(), DEFAULT_API_TIMEOUT);
+        h.api_timeout = Some("soon".into());
+        assert!(api_timeout(&h).unwrap_err().to_string().contains("api_timeout"));
     }
 
     #[tokio::test]

@@ -62,6 +62,47 @@ pub enum VolcanoError {
         namespace: Option<String>,
     },
 
+    /// 409 on update or delete: the object changed since it was read (its `resourceVersion` or
+    /// `uid` precondition failed).
+    #[error("cannot {verb} {resource} {name:?}{}: it was changed by someone else meanwhile", scope(namespace))]
+    Conflict {
+        /// `update`, `patch`, `delete`.
+        verb: String,
+        /// Resource, e.g. `leases.coordination.k8s.io`.
+        resource: String,
+        /// Object name.
+        name: String,
+        /// `None` for cluster-scoped resources.
+        namespace: Option<String>,
+    },
+
+    /// Another run of the same project, group and name is live (or being submitted).
+    #[error(
+        "job `{name}` already has a live run in namespace {namespace:?}: {what}; pass --replace to delete it and submit, or pick another name"
+    )]
+    AlreadyRunning {
+        /// The job's name.
+        name: String,
+        /// The namespace.
+        namespace: String,
+        /// The live run, e.g. `vcjob x (run r)` or `run r, being submitted (claim lease c)`.
+        what: String,
+    },
+
+    /// A concurrent `--replace` took the job's name while this submit was under way; what this
+    /// submit created was deleted again.
+    #[error(
+        "job `{name}` in namespace {namespace:?}: this submit lost its name claim while it was under way ({by}); nothing of this run was left running"
+    )]
+    Replaced {
+        /// The job's name.
+        name: String,
+        /// The namespace.
+        namespace: String,
+        /// What happened, e.g. `taken over by run R, a concurrent --replace`.
+        by: String,
+    },
+
     /// 404 where the object must exist.
     #[error("{resource} {name:?} not found{}", scope(namespace))]
     NotFound {
@@ -117,6 +158,22 @@ pub enum VolcanoError {
         /// The last client error, if there was one.
         #[source]
         source: Option<Box<kube::Error>>,
+    },
+
+    /// The apiserver accepted the call (or the connection) but did not answer in time.
+    #[error(
+        "the API server {server} did not answer ({verb} {resource}) within {}s; check that it is up and reachable, or raise the host's `api_timeout`",
+        after.as_secs_f64()
+    )]
+    NoAnswer {
+        /// The verb.
+        verb: String,
+        /// The resource.
+        resource: String,
+        /// The apiserver URL.
+        server: String,
+        /// How long the call waited (the host's `api_timeout`, or one attempt's timeout).
+        after: Duration,
     },
 
     /// A wait ran out of time.
@@ -176,7 +233,7 @@ impl VolcanoError {
     pub fn is_transient(&self) -> bool {
         match self {
             VolcanoError::Api { code, .. } => is_transient_code(*code),
-            VolcanoError::Transport { .. } => true,
+            VolcanoError::Transport { .. } | VolcanoError::NoAnswer { .. } => true,
             _ => false,
         }
     }
@@ -187,7 +244,7 @@ impl VolcanoError {
             VolcanoError::Unauthorized { .. } => Some(401),
             VolcanoError::Forbidden { .. } => Some(403),
             VolcanoError::NotFound { .. } | VolcanoError::QueueNotFound { .. } => Some(404),
-            VolcanoError::AlreadyExists { .. } => Some(409),
+            VolcanoError::AlreadyExists { .. } | VolcanoError::Conflict { .. } => Some(409),
             VolcanoError::Api { code, .. } => Some(*code),
             _ => None,
         }

@@ -10,8 +10,10 @@
 pub mod api;
 pub mod availability;
 mod backend;
+pub mod claim;
 pub mod client;
 pub mod error;
+mod gc;
 pub mod helper;
 mod logs;
 pub mod quantity;

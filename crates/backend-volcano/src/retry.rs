@@ -6,7 +6,7 @@ use std::future::Future;
 use std::hash::{BuildHasher, Hasher};
 use std::time::Duration;
 
-use crate::client::REQUEST_TIMEOUT;
+use crate::client::{DEFAULT_API_TIMEOUT, REQUEST_TIMEOUT};
 use crate::error::{VolcanoError, is_transient_code};
 
 /// How calls are retried: exponential backoff with jitter, capped, for transient errors only.
@@ -20,6 +20,9 @@ pub struct RetryPolicy {
     pub max_attempts: u32,
     /// Time allowed for one attempt of a non-streaming call.
     pub request_timeout: Duration,
+    /// Time allowed for a whole call, every attempt and wait included (the host's
+    /// `api_timeout`): an API server that accepts connections and never answers costs this much.
+    pub deadline: Duration,
 }
 
 impl Default for RetryPolicy {
@@ -29,6 +32,7 @@ impl Default for RetryPolicy {
             cap: Duration::from_secs(5),
             max_attempts: 5,
             request_timeout: REQUEST_TIMEOUT,
+            deadline: DEFAULT_API_TIMEOUT,
         }
     }
 }

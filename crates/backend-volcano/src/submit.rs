@@ -1,24 +1,28 @@
-//! The submit flow: check for a live run of the same job, start the helper, wait for its pod,
-//! ship the code, delete the helper on every path, then create the Secret and the gang job (and
-//! take both back if either fails). Also `delete_and_confirm` (cancel, `--replace`) and `gc`.
+//! The submit flow: claim the job's name (`claim.rs`; refused while another run of it is live,
+//! unless `--replace`), start the helper, wait for its pod, ship the code while renewing the
+//! claim, delete the helper on every path, then create the Secret and the gang job (taking both
+//! back if either fails) and bind the claim to the job. Also `delete_and_confirm` (cancel,
+//! `--replace`).
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::{WatchStreamExt as _, watcher};
-use theseus_core::backend::{JobHandle, PreparedJob, RunLayout, SubmitOptions};
+use theseus_core::backend::{JobHandle, PreparedJob, ProgressFn, RunLayout, SubmitOptions};
 use theseus_core::config::HostKind;
-use theseus_core::job::JobIdentity;
 
 use crate::api::Cluster;
 use crate::backend::{HandleData, VolcanoBackend};
 use crate::error::VolcanoError;
+use crate::claim::{self, Claim};
 use crate::helper::HELPER_TASK;
-use crate::render::{LABEL_GROUP, LABEL_NAME, LABEL_PROJECT, LABEL_ROLE, RenderedJob, label_value, owner_reference};
+use crate::render::{RenderedJob, owner_reference};
 use crate::ship::{ExtraFile, ShipTarget, ship_snapshot};
 use crate::status::{Observed, pending_reason, stuck_container};
-use crate::types::{Job, TERMINAL_PHASES};
+use crate::types::Job;
 
 pub(crate) async fn submit(
     backend: &VolcanoBackend,
@@ -30,14 +34,40 @@ pub(crate) async fn submit(
     options: &SubmitOptions,
 ) -> Result<JobHandle, VolcanoError> {
     let settings = &backend.settings;
-    clear_live_runs(cluster, &job.identity, options, settings.delete_timeout, settings.poll_interval).await?;
+    let job_name = rendered.job.metadata.name.clone().unwrap_or_default();
+    // The name is claimed before anything of the run is created: a refused submit ships nothing.
+    let claim = claim::acquire(cluster, &job.identity, &job_name, options, settings.delete_timeout, settings.poll_interval).await?;
+    let mut claim = ClaimGuard { cluster: cluster.clone(), claim: Some(claim) };
+    let result = submit_claimed(backend, cluster, job, layout, helper, rendered, options, claim.held()).await;
+    match &result {
+        Ok(_) => claim.disarm(),
+        Err(VolcanoError::Replaced { .. }) => claim.disarm(),
+        Err(_) => claim.release().await,
+    }
+    result
+}
 
+/// The submit once the name is claimed: ship through the helper (renewing the claim), then
+/// create the gang job and bind the claim to it.
+#[allow(clippy::too_many_arguments)]
+async fn submit_claimed(
+    backend: &VolcanoBackend,
+    cluster: &Cluster,
+    job: &PreparedJob,
+    layout: &RunLayout,
+    helper: Job,
+    rendered: RenderedJob,
+    options: &SubmitOptions,
+    claim: &mut Claim,
+) -> Result<JobHandle, VolcanoError> {
+    let settings = &backend.settings;
     let helper_name = helper.metadata.name.clone().unwrap_or_default();
     options.note(&format!("starting helper {helper_name} in namespace {}", cluster.namespace()));
     cluster.create_job(&helper).await?;
     let mut guard = HelperGuard { cluster: cluster.clone(), name: helper_name.clone(), armed: true };
     let shipped = tokio::select! {
         result = ship_through_helper(backend, cluster, &helper, job, layout, options) => result,
+        lost = claim.keep(cluster, settings.claim_renew_interval) => Err(lost),
         _ = theseus_core::interrupt::wait() => Err(VolcanoError::Interrupted),
     };
     // The helper goes on every path; a failure to delete it is reported, never hidden.
@@ -48,9 +78,54 @@ pub(crate) async fn submit(
     }
     shipped?;
 
-    // Someone may have started the same job while we shipped.
-    clear_live_runs(cluster, &job.identity, options, settings.delete_timeout, settings.poll_interval).await?;
-    create_gang(&backend.name, &job.identity.run_id, cluster, rendered, layout, options).await
+    // A concurrent `--replace` may have taken the name while we shipped: create nothing then.
+    claim.renew(cluster).await?;
+    let planned = backend.planned_data(job, &rendered);
+    let handle = create_gang(&backend.name, cluster, rendered, planned.clone()).await?;
+    let data = HandleData { uid: serde_json::from_value::<HandleData>(handle.data.clone()).ok().and_then(|d| d.uid), ..planned };
+    if let Err(e) = claim.bind(cluster, &data.job, data.uid.as_deref().unwrap_or_default()).await {
+        // Lost the name after all (or cannot tell): take back what this run created.
+        let _ = cluster.delete_job(&data.job).await;
+        if let Some(s) = &data.secret {
+            let _ = cluster.delete_secret(s).await;
+        }
+        return Err(e);
+    }
+    options.note(&format!("created vcjob {} in namespace {}", data.job, cluster.namespace()));
+    Ok(handle)
+}
+
+/// Gives the claim back when the submit fails or its future is dropped (Ctrl-C, a caller
+/// that gave up), unless disarmed.
+struct ClaimGuard {
+    cluster: Cluster,
+    claim: Option<Claim>,
+}
+
+impl ClaimGuard {
+    fn held(&mut self) -> &mut Claim {
+        self.claim.as_mut().expect("the claim is held until disarmed")
+    }
+
+    fn disarm(&mut self) {
+        self.claim = None;
+    }
+
+    async fn release(&mut self) {
+        if let Some(claim) = self.claim.take() {
+            claim::release(&self.cluster, &claim).await;
+        }
+    }
+}
+
+impl Drop for ClaimGuard {
+    fn drop(&mut self) {
+        let Some(claim) = self.claim.take() else { return };
+        let cluster = self.cluster.clone();
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move { claim::release(&cluster, &claim).await });
+        }
+    }
 }
 
 /// Waits for the helper's pod and ships the code and bootstrap into it.
@@ -73,12 +148,38 @@ async fn ship_through_helper(
         container: Some(HELPER_TASK.to_owned()),
         dest: layout.work_dir.clone(),
     };
-    let report = tokio::time::timeout(
-        backend.settings.ship_timeout,
-        ship_snapshot(&target, &job.snapshot, &extra, options.progress.clone()),
-    )
-    .await
-    .map_err(|_| VolcanoError::Timeout { what: "shipping the code".into(), after: backend.settings.ship_timeout })??;
+    // Two deadlines: the whole shipping, and a watchdog on progress (bytes accepted by the
+    // exec stream), so a stalled exec fails in minutes rather than after the whole budget.
+    let started = tokio::time::Instant::now();
+    let last_progress = Arc::new(AtomicU64::new(0));
+    let progress: ProgressFn = {
+        let (last, forward) = (last_progress.clone(), options.progress.clone());
+        Arc::new(move |sent, total| {
+            last.store(u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX), Ordering::Relaxed);
+            if let Some(forward) = &forward {
+                forward(sent, total);
+            }
+        })
+    };
+    let idle = backend.settings.ship_idle_timeout;
+    let watchdog = async {
+        loop {
+            tokio::time::sleep(idle.min(Duration::from_secs(1))).await;
+            let since = started.elapsed().saturating_sub(Duration::from_millis(last_progress.load(Ordering::Relaxed)));
+            if since >= idle {
+                return VolcanoError::Timeout {
+                    what: format!("shipping the code through pod {}: no progress (the exec stream stalled)", target.pod),
+                    after: idle,
+                };
+            }
+        }
+    };
+    let shipping = tokio::time::timeout(backend.settings.ship_timeout, ship_snapshot(&target, &job.snapshot, &extra, Some(progress)));
+    let report = tokio::select! {
+        result = shipping => result
+            .map_err(|_| VolcanoError::Timeout { what: "shipping the code".into(), after: backend.settings.ship_timeout })??,
+        stalled = watchdog => return Err(stalled),
+    };
     tracing::info!("shipped {} bytes (sha256 {})", report.bytes, report.sha256);
     Ok(())
 }
@@ -164,11 +265,9 @@ fn judge_helper_pod(pod: &Pod) -> Option<Result<String, VolcanoError>> {
 }
 
 /// Creates the Secret (when there is one), the gang job, then makes the job own the Secret.
-/// On any failure, whatever was created is deleted again.
-async fn create_gang(
-    host: &str,
-    run_id: &str,
-    cluster: &Cluster, rendered: RenderedJob, layout: &RunLayout, options: &SubmitOptions) -> Result<JobHandle, VolcanoError> {
+/// On any failure, whatever was created is deleted again. `planned` is the run's handle data
+/// (see `VolcanoBackend::planned_data`); the job's uid is added.
+async fn create_gang(host: &str, cluster: &Cluster, rendered: RenderedJob, mut planned: HandleData) -> Result<JobHandle, VolcanoError> {
     let RenderedJob { job, secret } = rendered;
     let name = job.metadata.name.clone().unwrap_or_default();
     let secret_name = secret.as_ref().and_then(|s| s.metadata.name.clone());
@@ -192,67 +291,13 @@ async fn create_gang(
         let _ = cluster.delete_secret(s).await;
         return Err(e);
     }
-    options.note(&format!("created vcjob {name} in namespace {}", cluster.namespace()));
-    let data = HandleData {
-        namespace: cluster.namespace().to_owned(),
-        job: name.clone(),
-        run_id: Some(run_id.to_owned()),
-        uid,
-        secret: secret_name,
-        log_file: Some(layout.log_file.clone()),
-    };
+    planned.uid = uid;
     Ok(JobHandle {
         kind: HostKind::Volcano,
         host: host.to_owned(),
         id: name,
-        data: serde_json::to_value(data).unwrap_or_default(),
+        data: serde_json::to_value(planned).unwrap_or_default(),
     })
-}
-
-/// Live (non-terminal) gang jobs of the same project, group and name: an error that says how to
-/// replace them, or with `--replace`, deleted and confirmed gone.
-async fn clear_live_runs(
-    cluster: &Cluster,
-    identity: &JobIdentity,
-    options: &SubmitOptions,
-    timeout: Duration,
-    poll: Duration,
-) -> Result<(), VolcanoError> {
-    let selector = format!(
-        "{LABEL_PROJECT}={},{LABEL_GROUP}={},{LABEL_NAME}={},!{LABEL_ROLE}",
-        label_value(&identity.project),
-        label_value(&identity.group),
-        label_value(&identity.name)
-    );
-    let live: Vec<Job> = cluster
-        .list_jobs(&selector)
-        .await?
-        .into_iter()
-        .filter(|j| {
-            let phase = j.status.as_ref().and_then(|s| s.state.as_ref()).and_then(|s| s.phase.as_deref());
-            !phase.is_some_and(|p| TERMINAL_PHASES.contains(&p))
-        })
-        .collect();
-    if live.is_empty() {
-        return Ok(());
-    }
-    let names: Vec<String> = live.iter().filter_map(|j| j.metadata.name.clone()).collect();
-    if !options.replace {
-        return Err(VolcanoError::AlreadyExists {
-            kind: "vcjob".into(),
-            name: format!(
-                "{} (a live run of job `{}`; pass --replace to delete it and submit, or pick another name)",
-                names.join(", "),
-                identity.name
-            ),
-            namespace: Some(cluster.namespace().to_owned()),
-        });
-    }
-    for name in names {
-        options.note(&format!("--replace: deleting vcjob {name} and waiting until its pods are gone"));
-        delete_and_confirm(cluster, &name, timeout, poll).await?;
-    }
-    Ok(())
 }
 
 /// Deletes a vcjob and waits until it and its pods are gone. Returns how many pods it had.
@@ -282,36 +327,6 @@ pub(crate) async fn delete_and_confirm(cluster: &Cluster, name: &str, timeout: D
         .await
         .map_err(|_| VolcanoError::Timeout { what: format!("the pods of vcjob {name} to go away"), after: timeout })??;
     Ok(had)
-}
-
-/// Helpers (and orphaned Secrets) of theseus older than `older_than`: deleted, names returned.
-pub(crate) async fn gc(cluster: &Cluster, older_than: Duration, dry_run: bool) -> Result<Vec<String>, VolcanoError> {
-    let now = std::time::SystemTime::now();
-    let old = |meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
-        meta.creation_timestamp.as_ref().is_some_and(|t| {
-            let created = std::time::UNIX_EPOCH + Duration::from_secs(t.0.as_second().max(0) as u64);
-            now.duration_since(created).is_ok_and(|age| age >= older_than)
-        })
-    };
-    let mut removed = Vec::new();
-    for helper in cluster.list_jobs(&format!("{LABEL_ROLE}=helper")).await? {
-        if old(&helper.metadata) && let Some(name) = helper.metadata.name.clone() {
-            if !dry_run {
-                cluster.delete_job(&name).await?;
-            }
-            removed.push(format!("vcjob/{name}"));
-        }
-    }
-    for secret in cluster.list_secrets(crate::render::LABEL_RUN_ID).await? {
-        let owned = secret.metadata.owner_references.as_ref().is_some_and(|o| !o.is_empty());
-        if !owned && old(&secret.metadata) && let Some(name) = secret.metadata.name.clone() {
-            if !dry_run {
-                cluster.delete_secret(&name).await?;
-            }
-            removed.push(format!("secret/{name}"));
-        }
-    }
-    Ok(removed)
 }
 
 /// Deletes the helper if the submit future is dropped before it could (e.g. the caller gave up).

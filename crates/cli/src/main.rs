@@ -57,19 +57,31 @@ fn main() -> ExitCode {
     }
 }
 
+/// Log lines of theseus's own crates only, at `warn` (`-v`: theirs at debug and libraries' warnings,
+/// `-vv`: everything at debug; `RUST_LOG` overrides). No colour unless stderr is a terminal and
+/// `NO_COLOR` is unset (<https://no-color.org>).
 fn init_tracing(global: &args::GlobalArgs) {
+    const OURS: &[&str] = &["theseus", "theseus_cli", "theseus_core", "theseus_backend_volcano", "theseus_backend_slurm"];
+    let ours = |level: &str| OURS.iter().map(|c| format!("{c}={level}")).collect::<Vec<_>>().join(",");
     let default = if global.quiet {
-        "error"
+        format!("off,{}", ours("error"))
     } else {
         match global.verbose {
-            0 => "warn",
-            1 => "info,theseus=debug",
-            _ => "debug",
+            0 => format!("off,{}", ours("warn")),
+            1 => format!("warn,{}", ours("debug")),
+            _ => "debug".to_owned(),
         }
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).init();
+    let color = std::io::IsTerminal::is_terminal(&std::io::stderr()) && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .with_ansi(color)
+        .without_time()
+        .init();
 }
 
 /// A closed stdout (`theseus list | head -1`) ends the program quietly with exit code 0, as

@@ -81,6 +81,7 @@ pub(crate) static RESOURCES: &[ResourceInfo] = &[
         ["status"]
     ),
     res!("scheduling.volcano.sh", "v1beta1", "queues", "queue", "Queue", false, ["q", "queue-v1beta1"], ["status"]),
+    res!("coordination.k8s.io", "v1", "leases", "lease", "Lease", true, [], []),
 ];
 
 /// Well-known resources, for the controller and runtime.

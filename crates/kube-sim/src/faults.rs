@@ -1,11 +1,12 @@
-//! Fault injection at run time (failed requests, dropped watches, unpullable images, slow
-//! scheduling) and the request log tests assert on.
+//! Fault injection at run time (failed requests, dropped watches, cut log streams, API outages
+//! that refuse or hang, unpullable images, slow scheduling) and the request log tests assert on.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use tokio::sync::watch;
+use tokio::time::Instant;
 
 use crate::status::ApiError;
 
@@ -19,9 +20,23 @@ struct FailRule {
     retry_after: Option<u64>,
 }
 
+/// How the API server fails during an outage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outage {
+    /// Connections are closed at once, without an answer (a crashed or restarting apiserver,
+    /// a load balancer without backends).
+    Refuse,
+    /// Connections are accepted and requests read, but nothing is ever answered (a wedged
+    /// apiserver, a firewall that drops packets after the handshake).
+    Hang,
+}
+
 #[derive(Debug, Default)]
 struct State {
     rules: Vec<FailRule>,
+    hang_rules: Vec<FailRule>,
+    outage: Option<(Outage, Option<Instant>)>,
+    log_cut_after: Option<Duration>,
     unpullable_images: HashSet<String>,
     scheduling_delay: Option<Duration>,
     requests: Vec<(String, String)>,
@@ -33,12 +48,19 @@ struct State {
 pub struct Faults {
     state: Arc<Mutex<State>>,
     drop_watches: Arc<watch::Sender<u64>>,
+    cut_logs: Arc<watch::Sender<u64>>,
+    stall_logs: Arc<watch::Sender<u64>>,
 }
 
 impl Faults {
     pub(crate) fn new(unpullable_images: HashSet<String>, scheduling_delay: Option<Duration>) -> Self {
         let state = State { unpullable_images, scheduling_delay, ..State::default() };
-        Self { state: Arc::new(Mutex::new(state)), drop_watches: Arc::new(watch::channel(0).0) }
+        Self {
+            state: Arc::new(Mutex::new(state)),
+            drop_watches: Arc::new(watch::channel(0).0),
+            cut_logs: Arc::new(watch::channel(0).0),
+            stall_logs: Arc::new(watch::channel(0).0),
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -60,6 +82,30 @@ impl Faults {
         });
     }
 
+    /// Leaves the next `count` requests with `verb` on `resource` (as for
+    /// [`Faults::fail_requests`]) unanswered forever, e.g. an exec whose upgrade never completes.
+    pub fn hang_requests(&self, verb: &str, resource: &str, count: usize) {
+        self.lock().hang_rules.push(FailRule {
+            verb: verb.to_owned(),
+            resource: resource.to_owned(),
+            remaining: count,
+            code: 0,
+            retry_after: None,
+        });
+    }
+
+    /// Whether this request is to hang (a matching rule is used up by it).
+    pub(crate) fn hangs(&self, verb: &str, resource: &str) -> bool {
+        let mut state = self.lock();
+        let Some(rule) = state.hang_rules.iter_mut().find(|r| {
+            r.remaining > 0 && (r.verb == verb || r.verb == "*") && (r.resource == resource || r.resource == "*")
+        }) else {
+            return false;
+        };
+        rule.remaining -= 1;
+        true
+    }
+
     /// Makes `pods/exec` offer only `v4.channel.k8s.io` (clusters before Kubernetes 1.30), or
     /// both protocols again.
     pub fn exec_v4_only(&self, v4_only: bool) {
@@ -73,6 +119,67 @@ impl Faults {
     /// Ends every open watch stream now (clients see the stream close and must re-watch).
     pub fn drop_watches(&self) {
         self.drop_watches.send_modify(|n| *n += 1);
+    }
+
+    /// Resets every open followed log stream now (`pods/log?follow=true`): the client sees the
+    /// connection reset while the container still runs, and must open the log again.
+    pub fn cut_log_streams(&self) {
+        self.cut_logs.send_modify(|n| *n += 1);
+    }
+
+    /// Resets each followed log stream `after` it opened (`None`: never).
+    pub fn cut_log_streams_after(&self, after: Option<Duration>) {
+        self.lock().log_cut_after = after;
+    }
+
+    /// Makes every open followed log stream go silent for good: the connection stays open but
+    /// nothing more is sent (a connection a NAT or proxy dropped without telling either end).
+    pub fn stall_log_streams(&self) {
+        self.stall_logs.send_modify(|n| *n += 1);
+    }
+
+    /// Starts an API outage of kind `kind` for `duration` (`None`: until [`Faults::end_outage`]).
+    /// With [`Outage::Refuse`] open watches and log streams are reset at once; with
+    /// [`Outage::Hang`] open log streams go silent for good. New connections and requests are
+    /// refused or left unanswered until it ends.
+    pub fn outage(&self, kind: Outage, duration: Option<Duration>) {
+        self.lock().outage = Some((kind, duration.map(|d| Instant::now() + d)));
+        match kind {
+            Outage::Refuse => {
+                self.drop_watches();
+                self.cut_log_streams();
+            }
+            Outage::Hang => self.stall_log_streams(),
+        }
+    }
+
+    /// Ends an outage.
+    pub fn end_outage(&self) {
+        self.lock().outage = None;
+    }
+
+    /// The outage in effect now, if any.
+    pub fn current_outage(&self) -> Option<Outage> {
+        let mut state = self.lock();
+        match state.outage {
+            Some((_, Some(until))) if Instant::now() >= until => {
+                state.outage = None;
+                None
+            }
+            Some((kind, _)) => Some(kind),
+            None => None,
+        }
+    }
+
+    /// Waits while a [`Outage::Hang`] outage lasts (forever for an open-ended one).
+    pub(crate) async fn hang_while_out(&self) {
+        while self.current_outage() == Some(Outage::Hang) {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    pub(crate) fn log_cuts(&self) -> (watch::Receiver<u64>, watch::Receiver<u64>, Option<Duration>) {
+        (self.cut_logs.subscribe(), self.stall_logs.subscribe(), self.lock().log_cut_after)
     }
 
     /// Makes pods using `image` stay Pending in `ImagePullBackOff`.

@@ -46,7 +46,7 @@ use serde_json::json;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
-pub use faults::Faults;
+pub use faults::{Faults, Outage};
 pub use quantity::{QuantityError, format_milli, parse_milli};
 pub use server::ExecContext;
 pub use status::ApiError;
@@ -264,6 +264,21 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
     loop {
         let Ok((stream, _)) = listener.accept().await else { continue };
         let shared = shared.clone();
+        match shared.faults.current_outage() {
+            Some(Outage::Refuse) => {
+                drop(stream);
+                continue;
+            }
+            Some(Outage::Hang) => {
+                // Accepted, never answered: the connection is held open while the outage lasts.
+                connections.spawn(async move {
+                    shared.faults.hang_while_out().await;
+                    drop(stream);
+                });
+                continue;
+            }
+            None => {}
+        }
         connections.spawn(async move {
             let service = hyper::service::service_fn(move |req| server::handle(shared.clone(), req));
             let conn = hyper::server::conn::http1::Builder::new()

@@ -1,5 +1,6 @@
 //! `GET pods/{name}/log`: a container's output from its log file, optionally followed until the
-//! pod is terminal, with `tailLines`.
+//! pod is terminal, with `tailLines`. A followed stream can be reset by the faults
+//! ([`crate::Faults::cut_log_streams`]), as a proxy or an apiserver restart would.
 
 use std::io::SeekFrom;
 use std::sync::Arc;
@@ -13,7 +14,7 @@ use tokio::sync::mpsc;
 
 use crate::Shared;
 use crate::discovery::known;
-use crate::server::{Body, stream_body, text};
+use crate::server::{Body, text};
 use crate::status::{ApiError, Result};
 
 /// How often a followed log checks for new output.
@@ -74,9 +75,13 @@ pub(crate) async fn serve(
     if !truthy("follow") {
         return Ok(text(StatusCode::OK, Bytes::copy_from_slice(&content[start..])));
     }
-    let (tx, rx) = mpsc::channel(16);
+    let (tx, rx) = mpsc::channel::<std::io::Result<Bytes>>(16);
     let shared = shared.clone();
     let (ns, name) = (ns.to_owned(), name.to_owned());
+    let (mut cuts, mut stalls, cut_after) = shared.faults.log_cuts();
+    cuts.borrow_and_update();
+    stalls.borrow_and_update();
+    let cut_at = cut_after.map(|d| tokio::time::Instant::now() + d);
     tokio::spawn(async move {
         let Ok(mut file) = tokio::fs::File::open(&path).await else { return };
         if file.seek(SeekFrom::Start(start as u64)).await.is_err() {
@@ -97,7 +102,7 @@ pub(crate) async fn serve(
                 match file.read(&mut buf).await {
                     Ok(0) | Err(_) => break,
                     Ok(n) => {
-                        if tx.send(Bytes::copy_from_slice(&buf[..n])).await.is_err() {
+                        if tx.send(Ok(Bytes::copy_from_slice(&buf[..n]))).await.is_err() {
                             return;
                         }
                     }
@@ -106,15 +111,45 @@ pub(crate) async fn serve(
             if finished {
                 return;
             }
+            let cut = async {
+                match cut_at {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 _ = tokio::time::sleep(FOLLOW_POLL) => {}
                 _ = tx.closed() => return,
+                _ = cuts.changed() => {
+                    let _ = tx.send(Err(reset())).await;
+                    return;
+                }
+                () = cut => {
+                    let _ = tx.send(Err(reset())).await;
+                    return;
+                }
+                _ = stalls.changed() => {
+                    // Silent for good: hold the connection open until the client gives up.
+                    tx.closed().await;
+                    return;
+                }
             }
         }
     });
-    let mut resp = Response::new(stream_body(rx));
+    let mut resp = Response::new(result_body(rx));
     resp.headers_mut().insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("text/plain"));
     Ok(resp)
+}
+
+fn reset() -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::ConnectionReset, "log stream cut by a simulated fault")
+}
+
+/// A chunked body fed by a channel whose errors abort the response (the client sees the
+/// connection reset mid-body).
+fn result_body(mut rx: mpsc::Receiver<std::io::Result<Bytes>>) -> Body {
+    let stream = futures::stream::poll_fn(move |cx| rx.poll_recv(cx).map(|b| b.map(|b| b.map(hyper::body::Frame::data))));
+    http_body_util::BodyExt::boxed(http_body_util::StreamBody::new(stream))
 }
 
 fn container_finished(pod: &Value, container: &str) -> bool {

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use theseus_kube_sim::{NodeConfig, Sim, SimConfig};
+use theseus_kube_sim::{NodeConfig, Outage, Sim, SimConfig};
 
 const USAGE: &str = "\
 usage: theseus-kube-sim [options]
@@ -20,7 +20,13 @@ usage: theseus-kube-sim [options]
   --kubeconfig-out PATH    write a kubeconfig pointing at the simulator
   --unpullable-image IMG   pods with this image stay in ImagePullBackOff (repeatable)
   --pass-env VAR           host variable that pod processes see (repeatable; PATH and LANG always)
-  --scheduling-delay SECS  admit every job only this long after it is first seen";
+  --scheduling-delay SECS  admit every job only this long after it is first seen
+  --cut-log-streams-after SECS
+                           reset every followed pod log stream this long after it opens
+  --outage-after SECS      start an API outage this long after serving (default: none)
+  --outage-for SECS        how long the outage lasts (default: until stopped)
+  --outage-kind KIND       refuse (close connections) or hang (accept, never answer; default)
+  --hang                   hang from the start: accept connections and never answer";
 
 fn main() -> ExitCode {
     let config = match parse(std::env::args().skip(1)) {
@@ -53,6 +59,16 @@ fn main() -> ExitCode {
 struct Args {
     sim: SimConfig,
     kubeconfig_out: Option<PathBuf>,
+    faults: FaultArgs,
+}
+
+/// Faults asked for on the command line.
+#[derive(Debug, Default)]
+struct FaultArgs {
+    cut_logs_after: Option<Duration>,
+    outage_after: Option<Duration>,
+    outage_for: Option<Duration>,
+    outage_kind: Option<Outage>,
 }
 
 async fn serve(args: Args) -> Result<(), String> {
@@ -69,6 +85,17 @@ async fn serve(args: Args) -> Result<(), String> {
         sim.root().display()
     );
     println!("{url}");
+    let faults = sim.faults();
+    faults.cut_log_streams_after(args.faults.cut_logs_after);
+    if let Some(after) = args.faults.outage_after {
+        let kind = args.faults.outage_kind.unwrap_or(Outage::Hang);
+        let duration = args.faults.outage_for;
+        tokio::spawn(async move {
+            tokio::time::sleep(after).await;
+            eprintln!("theseus-kube-sim: API outage ({kind:?}) starts");
+            faults.outage(kind, duration);
+        });
+    }
     shutdown_signal().await;
     eprintln!("theseus-kube-sim: stopping");
     drop(sim);
@@ -114,6 +141,7 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Option<Args>, String>
     let mut sim = SimConfig::default();
     let (mut nodes, mut gpus) = (2u32, 4u32);
     let mut kubeconfig_out = None;
+    let mut faults = FaultArgs::default();
     while let Some(flag) = args.next() {
         if flag == "-h" || flag == "--help" {
             return Ok(None);
@@ -130,17 +158,61 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Option<Args>, String>
                 sim.unpullable_images.insert(value()?);
             }
             "--pass-env" => sim.host_env_passthrough.push(value()?),
-            "--scheduling-delay" => {
-                let secs: f64 = value()?.parse().map_err(|_| format!("`{flag}` needs seconds"))?;
-                sim.scheduling_delay = Some(Duration::from_secs_f64(secs.max(0.0)));
+            "--scheduling-delay" => sim.scheduling_delay = Some(seconds(&flag, &value()?)?),
+            "--cut-log-streams-after" => faults.cut_logs_after = Some(seconds(&flag, &value()?)?),
+            "--outage-after" => faults.outage_after = Some(seconds(&flag, &value()?)?),
+            "--outage-for" => faults.outage_for = Some(seconds(&flag, &value()?)?),
+            "--outage-kind" => {
+                faults.outage_kind = Some(match value()?.as_str() {
+                    "refuse" => Outage::Refuse,
+                    "hang" => Outage::Hang,
+                    other => return Err(format!("`{flag}` is refuse or hang, not `{other}`")),
+                });
+            }
+            "--hang" => {
+                faults.outage_after = Some(Duration::ZERO);
+                faults.outage_kind = Some(Outage::Hang);
             }
             other => return Err(format!("unknown argument `{other}`")),
         }
     }
     sim.nodes = (0..nodes).map(|i| NodeConfig::new(&format!("sim-node-{i}"), gpus)).collect();
-    Ok(Some(Args { sim, kubeconfig_out }))
+    Ok(Some(Args { sim, kubeconfig_out, faults }))
+}
+
+/// Seconds: finite, not negative, at most a day.
+fn seconds(flag: &str, value: &str) -> Result<Duration, String> {
+    match value.parse::<f64>() {
+        Ok(secs) if secs.is_finite() && (0.0..=86_400.0).contains(&secs) => Ok(Duration::from_secs_f64(secs)),
+        _ => Err(format!("`{flag}` needs seconds between 0 and 86400, not `{value}`")),
+    }
 }
 
 fn number<T: std::str::FromStr>(flag: &str, value: &str) -> Result<T, String> {
     value.parse().map_err(|_| format!("`{flag}` needs a number, not `{value}`"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(list: &[&str]) -> Result<Option<Args>, String> {
+        parse(list.iter().map(|s| (*s).to_owned()))
+    }
+
+    #[test]
+    fn fault_flags_parse() {
+        let a = args(&["--cut-log-streams-after", "1.5", "--outage-after", "10", "--outage-for", "60", "--outage-kind", "refuse"])
+            .unwrap()
+            .unwrap();
+        assert_eq!(a.faults.cut_logs_after, Some(Duration::from_millis(1500)));
+        assert_eq!(a.faults.outage_after, Some(Duration::from_secs(10)));
+        assert_eq!(a.faults.outage_for, Some(Duration::from_secs(60)));
+        assert_eq!(a.faults.outage_kind, Some(Outage::Refuse));
+        let hang = args(&["--hang"]).unwrap().unwrap();
+        assert_eq!((hang.faults.outage_after, hang.faults.outage_kind), (Some(Duration::ZERO), Some(Outage::Hang)));
+        for bad in [&["--outage-kind", "melt"][..], &["--outage-for", "inf"], &["--cut-log-streams-after", "-1"]] {
+            assert!(args(bad).is_err(), "{bad:?}");
+        }
+    }
 }

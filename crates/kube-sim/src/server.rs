@@ -1,7 +1,6 @@
 //! The HTTP router: discovery, the REST verbs on every served resource, watches, `pods/log`,
 //! and the `pods/exec` hand-off point ([`serve_exec`]).
 
-use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,7 +16,7 @@ use crate::Shared;
 use crate::discovery::{self, ResourceInfo};
 use crate::selector::{FieldSelector, LabelSelector, Selectors};
 use crate::status::{ApiError, Result};
-use crate::store::{Part, Propagation};
+use crate::store::{Part, Preconditions, Propagation};
 use crate::watch::{self, WatchOptions};
 
 /// Every response body the simulator sends.
@@ -26,8 +25,16 @@ pub(crate) type Body = BoxBody<Bytes, std::io::Error>;
 /// Longest watch the simulator keeps open, whatever `timeoutSeconds` says.
 const MAX_WATCH: Duration = Duration::from_secs(1800);
 
-/// Serves one request; never fails at the HTTP level (errors are Status bodies).
-pub(crate) async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
+/// Serves one request; fails at the HTTP level (the connection is closed without an answer)
+/// only during an [`crate::Outage::Refuse`]; errors of the API are Status bodies.
+pub(crate) async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<Body>, std::io::Error> {
+    match shared.faults.current_outage() {
+        Some(crate::Outage::Refuse) => {
+            return Err(std::io::Error::new(std::io::ErrorKind::ConnectionReset, "simulated API outage"));
+        }
+        Some(crate::Outage::Hang) => shared.faults.hang_while_out().await,
+        None => {}
+    }
     let path_and_query = req.uri().path_and_query().map(|p| p.as_str().to_owned()).unwrap_or_default();
     shared.faults.record(req.method().as_str(), &path_and_query);
     Ok(match route(&shared, req).await {
@@ -74,6 +81,9 @@ async fn route(shared: &Arc<Shared>, req: Request<Incoming>) -> Result<Response<
         Some(sub) => format!("{}/{sub}", target.res.plural),
         None => target.res.plural.to_owned(),
     };
+    if shared.faults.hangs(verb, &fault_resource) {
+        std::future::pending::<()>().await;
+    }
     if let Some(err) = shared.faults.check(verb, &fault_resource) {
         return Err(err);
     }
@@ -107,7 +117,11 @@ async fn route(shared: &Arc<Shared>, req: Request<Incoming>) -> Result<Response<
                 Method::DELETE if part == Part::Main => {
                     let body = read_body(req).await?;
                     let propagation = propagation(&query, &body)?;
+                    let pre = preconditions(&body);
+                    // A resourceVersion precondition must see the object as the client saw it, so
+                    // the grace period is recorded only for deletes without one.
                     if res.plural == "pods"
+                        && pre.resource_version.is_none()
                         && let Some(grace) = grace_period(&query, &body)
                     {
                         // DeleteOptions.gracePeriodSeconds overrides the pod's own grace period;
@@ -116,7 +130,7 @@ async fn route(shared: &Arc<Shared>, req: Request<Incoming>) -> Result<Response<
                             pod["metadata"]["deletionGracePeriodSeconds"] = json!(grace);
                         });
                     }
-                    Ok(json_response(StatusCode::OK, &shared.store.delete(res, &ns, name, propagation)?))
+                    Ok(json_response(StatusCode::OK, &shared.store.delete_if(res, &ns, name, propagation, &pre)?))
                 }
                 _ => Err(ApiError::method_not_allowed(format!("{} is not supported on {}", verb, res.plural))),
             }
@@ -296,6 +310,13 @@ fn propagation(query: &[(String, String)], body: &[u8]) -> Result<Propagation> {
 fn grace_period(query: &[(String, String)], body: &[u8]) -> Option<u64> {
     let from_query = query.iter().find(|(k, _)| k == "gracePeriodSeconds").and_then(|(_, v)| v.parse().ok());
     from_query.or_else(|| serde_json::from_slice::<Value>(body).ok()?.get("gracePeriodSeconds")?.as_u64())
+}
+
+/// `preconditions` of a DeleteOptions body.
+fn preconditions(body: &[u8]) -> Preconditions {
+    let value = serde_json::from_slice::<Value>(body).unwrap_or(Value::Null);
+    let get = |key: &str| value.pointer(&format!("/preconditions/{key}")).and_then(Value::as_str).map(str::to_owned);
+    Preconditions { uid: get("uid"), resource_version: get("resourceVersion") }
 }
 
 fn list_json(res: &ResourceInfo, items: Vec<Value>, rv: u64) -> Value {

@@ -77,6 +77,15 @@ pub(crate) struct Store {
     changed: Arc<Notify>,
 }
 
+/// `DeleteOptions.preconditions`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Preconditions {
+    /// The object's `metadata.uid` must be this.
+    pub(crate) uid: Option<String>,
+    /// The object's `metadata.resourceVersion` must be this.
+    pub(crate) resource_version: Option<String>,
+}
+
 /// What a watch needs to start: the backlog after its `resourceVersion` and a live feed.
 pub(crate) struct WatchStart {
     /// Events to replay first (already filtered by resource).
@@ -394,10 +403,32 @@ impl Store {
         name: &str,
         propagation: Propagation,
     ) -> Result<Value> {
+        self.delete_if(res, ns, name, propagation, &Preconditions::default())
+    }
+
+    /// [`Store::delete`] with `DeleteOptions.preconditions`: 409 Conflict when the object's
+    /// `uid` or `resourceVersion` differs (checked under the same lock as the delete, as the
+    /// apiserver checks them inside etcd's guaranteed update: `staging/src/k8s.io/apiserver/
+    /// pkg/registry/generic/registry/store.go`, `Store.Delete` and `checkPreconditions`).
+    pub(crate) fn delete_if(
+        &self,
+        res: &'static ResourceInfo,
+        ns: &str,
+        name: &str,
+        propagation: Propagation,
+        pre: &Preconditions,
+    ) -> Result<Value> {
         let ns = if res.namespaced { ns } else { "" };
         let mut inner = self.lock();
         let k = key(res, ns, name);
         let obj = inner.objects.get(&k).cloned().ok_or_else(|| ApiError::not_found(&res.qualified(), name))?;
+        for (field, wanted) in [("uid", &pre.uid), ("resourceVersion", &pre.resource_version)] {
+            if let Some(wanted) = wanted
+                && meta_str(&obj, field) != Some(wanted.as_str())
+            {
+                return Err(ApiError::conflict(&res.qualified(), name));
+            }
+        }
         if has_finalizers(&obj) {
             // Like the apiserver: an object with finalizers is only marked; whoever owns the
             // finalizer (the pod runtime) removes it once its work is done, and then it goes.

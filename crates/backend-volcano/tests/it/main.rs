@@ -2,10 +2,12 @@
 //! schema (with property-based variants and snapshots), wiremock contract tests of every API call,
 //! shipping over the exec protocol, and whole flows against the cluster simulator.
 
+mod claims;
 mod contract;
 mod fixtures;
-mod lifecycle;
 mod flow;
+mod follow;
+mod lifecycle;
 mod props;
 mod render;
 mod schema;

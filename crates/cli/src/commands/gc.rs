@@ -1,5 +1,6 @@
-//! `theseus gc`: deletes what crashed clients left on Volcano hosts (helper vcjobs, Secrets no job
-//! owns), found by theseus's labels and older than a threshold.
+//! `theseus gc`: deletes what crashed clients left on Volcano hosts (helper vcjobs and pods,
+//! Secrets of runs that have no vcjob, stale name claims), found by theseus's labels and older
+//! than a threshold.
 
 use std::process::ExitCode;
 use std::time::Duration;

@@ -8,6 +8,7 @@ mod lifecycle;
 mod slurm;
 mod volcano;
 mod volcano_start;
+mod volcano_faults;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

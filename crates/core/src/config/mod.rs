@@ -484,6 +484,10 @@ pub struct VolcanoHost {
     /// that is not admitted) before cancelling it with the reason; 0 waits forever.
     #[serde(default = "defaults::start_timeout_seconds")]
     pub start_timeout_seconds: u64,
+    /// How long one call to the API server may take, retries included (e.g. `30s`, `2m`;
+    /// default 30s). `status`, `plan`, `cancel` and `submit` give up after it, naming the server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_timeout: Option<String>,
 }
 
 /// A Kubernetes toleration.
