@@ -430,7 +430,12 @@ impl Backend for VolcanoBackend {
     }
 
     fn start_timeout(&self) -> Option<Duration> {
-        (self.host.start_timeout_seconds > 0).then(|| Duration::from_secs(self.host.start_timeout_seconds))
+        // Checked by `validate` when the host was loaded; 10 minutes when unset.
+        let timeout = match &self.host.start_timeout {
+            None => Duration::from_secs(600),
+            Some(text) => theseus_core::duration::parse(text).unwrap_or(Duration::from_secs(600)),
+        };
+        (!timeout.is_zero()).then_some(timeout)
     }
 
     fn dry_run(&self, job: &PreparedJob) -> theseus_core::Result<Vec<DryRunDocument>> {

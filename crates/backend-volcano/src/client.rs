@@ -30,19 +30,12 @@ pub const DEFAULT_API_TIMEOUT: Duration = Duration::from_secs(30);
 /// A message saying what is accepted.
 pub fn parse_api_timeout(text: &str) -> Result<Duration, String> {
     let text = text.trim();
-    let split = text.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let value: f64 = number.parse().map_err(|_| format!("{text:?} is not a duration; write e.g. 30s or 2m"))?;
-    let seconds = match unit.trim() {
-        "" | "s" => value,
-        "ms" => value / 1000.0,
-        "m" => value * 60.0,
-        other => return Err(format!("{text:?}: unknown unit {other:?}; use ms, s or m")),
-    };
-    if !(1.0..=3600.0).contains(&seconds) {
+    // The one duration parser of the project; the range is this key's own.
+    let duration = theseus_core::duration::parse(text).map_err(|e| format!("{text:?}: {e}"))?;
+    if !(Duration::from_secs(1)..=Duration::from_secs(3600)).contains(&duration) {
         return Err(format!("{text:?} is out of range; use 1s to 1h"));
     }
-    Ok(Duration::from_secs_f64(seconds))
+    Ok(duration)
 }
 
 /// The per-call deadline of `host` (its `api_timeout`, else [`DEFAULT_API_TIMEOUT`]).

@@ -91,6 +91,9 @@ pub(crate) fn check_host(host: &VolcanoHost) -> Result<(), String> {
                     which is what restart_on_failure: false does)"
             .into());
     }
+    if let Some(text) = &host.start_timeout {
+        theseus_core::duration::parse(text).map_err(|e| format!("start_timeout: {text:?}: {e}"))?;
+    }
     if let Some(text) = &host.api_timeout {
         crate::client::parse_api_timeout(text).map_err(|e| format!("api_timeout: {e}"))?;
     }

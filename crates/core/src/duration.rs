@@ -11,7 +11,7 @@ use std::time::Duration;
 pub const MAX: Duration = Duration::from_secs(366 * 86_400);
 
 /// What the accepted forms are, for error messages.
-const FORMS: &str = "expected seconds (e.g. `20` or `0.5`) or a number with a unit s, m, h or d (e.g. `30s`, `2h`)";
+const FORMS: &str = "expected seconds (e.g. `20` or `0.5`) or a number with a unit ms, s, m, h or d (e.g. `30s`, `2h`)";
 
 /// Parses a duration: seconds as a number, or a number followed by `s`, `m`, `h` or `d`.
 ///
@@ -30,6 +30,7 @@ pub fn parse(text: &str) -> Result<Duration, String> {
     }
     let seconds_per_unit: f64 = match unit.trim() {
         "" | "s" => 1.0,
+        "ms" => 0.001,
         "m" => 60.0,
         "h" => 3600.0,
         "d" => 86_400.0,
@@ -55,6 +56,7 @@ mod tests {
     fn accepts_seconds_and_units() {
         assert_eq!(parse("20"), Ok(Duration::from_secs(20)));
         assert_eq!(parse("0.5"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse("1500ms"), Ok(Duration::from_millis(1500)));
         assert_eq!(parse(" 90s "), Ok(Duration::from_secs(90)));
         assert_eq!(parse("30m"), Ok(Duration::from_secs(1800)));
         assert_eq!(parse("1.5h"), Ok(Duration::from_secs(5400)));

@@ -296,6 +296,10 @@ fn host_validation_names_the_key() {
     );
     check(&|h| h.pvc_name.clear(), "hosts.k8s.pvc_name: a volcano host needs a PVC for code and logs");
     check(
+        &|h| h.start_timeout = Some("inf".into()),
+        "hosts.k8s.start_timeout: \"inf\": expected seconds (e.g. `20` or `0.5`) or a number with a unit ms, s, m, h or d (e.g. `30s`, `2h`)",
+    );
+    check(
         &|h| h.helper_resources = Some([("cpu".to_string(), "1".to_string())].into()),
         "hosts.k8s.helper_resources.cpu: expected a key like \"requests.cpu\" or \"limits.memory\"",
     );

@@ -1,14 +1,14 @@
 //! `submit --follow` of a Volcano job that cannot start: the reason as soon as `status` has it,
-//! once per change, then the job cancelled after the host's `start_timeout_seconds`.
+//! once per change, then the job cancelled after the host's `start_timeout`.
 
 use crate::volcano::SimWorld;
 use crate::{TestContext, text};
 
-/// Sets `start_timeout_seconds` on the `k8s` host (the last key of the dispatch config).
+/// Sets `start_timeout` (in seconds) on the `k8s` host (the last key of the dispatch config).
 fn set_start_timeout(ctx: &TestContext, secs: u64) {
     let path = ctx.home().join(".theseus.yaml");
     let mut config = std::fs::read_to_string(&path).unwrap();
-    config.push_str(&format!("    start_timeout_seconds: {secs}\n"));
+    config.push_str(&format!("    start_timeout: {secs}s\n"));
     std::fs::write(path, config).unwrap();
 }
 

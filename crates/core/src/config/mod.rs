@@ -480,10 +480,11 @@ pub struct VolcanoHost {
     /// `max_retry`) instead of ending it at once (`PodFailed -> TerminateJob`, the default).
     #[serde(default)]
     pub restart_on_failure: bool,
-    /// Seconds `submit --follow` waits for the job to start (a pod that cannot start or a gang
-    /// that is not admitted) before cancelling it with the reason; 0 waits forever.
-    #[serde(default = "defaults::start_timeout_seconds")]
-    pub start_timeout_seconds: u64,
+    /// How long `submit --follow` waits for the job to start (a pod that cannot start or a gang
+    /// that is not admitted) before cancelling it with the reason (e.g. `10m`, `1h`; default
+    /// 10m; `0` waits forever). Parsed by [`crate::duration::parse`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_timeout: Option<String>,
     /// How long one call to the API server may take, retries included (e.g. `30s`, `2m`;
     /// default 30s). `status`, `plan`, `cancel` and `submit` give up after it, naming the server.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -582,10 +583,6 @@ pub mod defaults {
     /// `max_retry` of a volcano host.
     pub fn max_retry() -> u32 {
         3
-    }
-    /// `start_timeout_seconds` of a volcano host: 10 minutes.
-    pub fn start_timeout_seconds() -> u64 {
-        600
     }
 
     /// `coordinator_port` of a volcano host.
