@@ -33,7 +33,7 @@ pub(crate) async fn run(ctx: &Context, args: SubmitArgs) -> Result<ExitCode> {
         return dry_run(ctx, &job, &layout, &documents);
     }
     ctx.info(format!(
-        "theseus: shipping {} files ({}) to {}",
+        "theseus: submitting {} files ({}) to {}",
         job.snapshot.file_count(),
         progress::human(job.snapshot.total_bytes()),
         solved.backend

@@ -62,14 +62,23 @@ pub struct ProcTable {
 impl ProcTable {
     /// Reads `/proc` now.
     pub fn scan() -> ProcTable {
+        ProcTable::scan_uid(Some(rustix::process::getuid().as_raw()))
+    }
+
+    /// Like [`ProcTable::scan`] but over every user's processes: for looking, never for
+    /// stopping (a run on another account, e.g. a test's SSH user on this machine).
+    pub fn scan_any_user() -> ProcTable {
+        ProcTable::scan_uid(None)
+    }
+
+    fn scan_uid(uid: Option<u32>) -> ProcTable {
         let Ok(dir) = std::fs::read_dir("/proc") else { return ProcTable::default() };
         let me = std::process::id() as i32;
-        let uid = rustix::process::getuid().as_raw();
         let needle = format!("{MARKER_VAR}=");
         let mut procs = Vec::new();
         for entry in dir.flatten() {
             let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else { continue };
-            if pid == me || !entry.metadata().is_ok_and(|m| m.uid() == uid) {
+            if pid == me || !entry.metadata().is_ok_and(|m| uid.is_none_or(|uid| m.uid() == uid)) {
                 continue;
             }
             let Some((state, session, start_time)) = read_stat(pid) else { continue };
@@ -112,9 +121,10 @@ fn read_stat(pid: i32) -> Option<(char, i32, u64)> {
     Some((state, fields.get(3)?.parse().ok()?, fields.get(19)?.parse().ok()?))
 }
 
-/// PIDs of the live processes that carry run `run_id`'s marker (zombies excluded).
+/// PIDs of the live processes of any user that carry run `run_id`'s marker (zombies excluded):
+/// for looking (tests, probes), never for stopping, which only takes this user's processes.
 pub fn job_processes(run_id: &str) -> Vec<i32> {
-    ProcTable::scan().of_run(run_id, None)
+    ProcTable::scan_any_user().of_run(run_id, None)
 }
 
 /// PIDs of the live processes of a run: its marker, and its supervisor's session when known.
