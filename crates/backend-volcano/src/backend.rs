@@ -153,6 +153,11 @@ impl VolcanoBackend {
             VolcanoError::AlreadyExists { kind, name, namespace } => theseus_core::Error::AlreadyExists {
                 what: format!("{kind} {name:?}{}", namespace.map(|n| format!(" in namespace {n:?}")).unwrap_or_default()),
             },
+            // Worded like the other backends' (core adds " already exists", the CLI how to
+            // replace it), and typed so that the CLI forgets the refused run: nothing was created.
+            VolcanoError::AlreadyRunning { name, namespace, what } => theseus_core::Error::AlreadyExists {
+                what: format!("live run of job `{name}` in namespace {namespace:?}: {what}"),
+            },
             other => theseus_core::Error::Backend { backend: self.to_string(), message: other.to_string(), source: None },
         }
     }

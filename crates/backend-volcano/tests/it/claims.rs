@@ -76,7 +76,12 @@ async fn concurrent_submits_of_one_name_leave_one_live_job_and_the_loser_ships_n
         assert_eq!(won.len(), 1, "round {round}: exactly one submit wins: {lost:?}");
         assert_eq!(lost.len(), 1, "round {round}");
         let message = &lost[0];
-        assert!(message.contains("already") && message.contains("--replace"), "round {round}: {message}");
+        // The CLI adds how to replace it; the backend names the live run, typed as AlreadyExists.
+        assert!(
+            results.iter().any(|r| matches!(r, Err(theseus_core::Error::AlreadyExists { .. }))),
+            "round {round}: {message}"
+        );
+        assert!(message.contains("live run of job") && message.contains("already exists"), "round {round}: {message}");
         assert_eq!(message.matches("already").count(), 1, "round {round}: one clean message: {message}");
         assert_eq!(live_jobs(&world, &name).await, vec![won[0].id.clone()], "round {round}");
         assert_eq!(

@@ -131,7 +131,7 @@ fn two_concurrent_submits_of_one_name_leave_one_live_job_and_one_clean_message()
         let errors: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error")).collect();
         assert_eq!(errors.len(), 1, "round {round}: {stderr}");
         assert!(
-            errors[0].contains("already has a live run") && errors[0].contains("--replace"),
+            errors[0].contains("live run of job") && errors[0].contains("--replace"),
             "round {round}: {stderr}"
         );
         assert_eq!(errors[0].matches("already").count(), 1, "round {round}: {stderr}");
