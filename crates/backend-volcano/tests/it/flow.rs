@@ -270,7 +270,9 @@ async fn a_live_run_of_the_same_job_blocks_submit_unless_replace() {
     let (second, _c2) = testing::prepare(&h, "twice", &["ok"], vec![], serde_json::json!({})).await.unwrap();
     let err = h.backend.submit(&second, &SubmitOptions::default()).await.expect_err("a live run blocks");
     let text = err.to_string();
-    assert!(text.contains("--replace") && text.contains(&first_handle.id), "{text}");
+    // Typed so that the CLI adds how to replace it and forgets the refused run.
+    assert!(matches!(err, theseus_core::Error::AlreadyExists { .. }), "{err:?}");
+    assert!(text.contains("live run of job `twice`") && text.contains(&first_handle.id), "{text}");
     assert!(theseus_objects(&world).await.0.is_empty(), "the refused submit started no helper");
 
     let replaced = SubmitOptions { replace: true, ..SubmitOptions::default() };
