@@ -133,9 +133,18 @@ fn interrupted_during_helm(name: &str, group: bool) {
     assert!(helm < delete, "{calls:#?}");
     assert!(position(&calls, "kind export logs").is_none(), "an interrupt is no failure to diagnose: {calls:#?}");
     assert!(!calls.iter().any(|c| c.contains("--dry-run=server")), "the setup went on: {calls:#?}");
-    // The stub helm (`sleep`) got SIGTERM: it is gone or a zombie, not sleeping on.
-    let state = std::fs::read_to_string(format!("/proc/{helm_pid}/stat")).unwrap_or_default();
-    let state = state.rsplit(')').next().and_then(|rest| rest.split_whitespace().next()).unwrap_or("gone");
-    assert!(matches!(state, "gone" | "Z" | "X"), "the interrupted helm is still {state}");
+    // The stub helm (`sleep`) got the signal: within a few seconds it is gone or a zombie, not
+    // sleeping on for its ten minutes (it may still be on its way out when xtask has exited).
+    let state_of = || {
+        let stat = std::fs::read_to_string(format!("/proc/{helm_pid}/stat")).unwrap_or_default();
+        stat.rsplit(')').next().and_then(|rest| rest.split_whitespace().next()).unwrap_or("gone").to_owned()
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut state = state_of();
+    while !matches!(state.as_str(), "gone" | "Z" | "X") && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+        state = state_of();
+    }
+    assert!(matches!(state.as_str(), "gone" | "Z" | "X"), "the interrupted helm is still {state}");
     let _ = std::fs::remove_dir_all(&stubs.dir);
 }
