@@ -12,7 +12,10 @@ use futures::Stream;
 use serde::{Deserialize, Serialize};
 
 use crate::availability::Availability;
-use crate::bootstrap::{Launch, RenderedBootstrap};
+use crate::bootstrap::RenderedBootstrap;
+// Re-exported where they were first defined; they live below this module now.
+pub use crate::bootstrap::RunLayout;
+pub use crate::job::EnvVar;
 use crate::config::HostKind;
 use crate::job::{Experiment, JobIdentity};
 use crate::snapshot::Snapshot;
@@ -23,7 +26,7 @@ use crate::Result;
 ///
 /// # Contract
 /// - `availability` answers for one [`Request`] and may be slow; callers bound it with a timeout
-///   ([`crate::availability::gather`]).
+///   ([`crate::probe::gather`]).
 /// - `submit` ships the job's code, writes its bootstrap and starts it; it returns a
 ///   [`JobHandle`] that can be stored and used later by another process. When `submit` fails,
 ///   nothing of the job is left running or half-written where a later run would use it.
@@ -90,23 +93,6 @@ pub trait Backend: Debug + Display + Send + Sync + 'static {
     }
 }
 
-/// Paths of one run on the target and the rank wiring, as a backend lays them out.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct RunLayout {
-    /// Absolute work dir (the code) on the target.
-    pub work_dir: String,
-    /// Absolute status dir (`metadata.json`) on the target.
-    pub run_dir: String,
-    /// Absolute log file on the target.
-    pub log_file: String,
-    /// The cluster root on the target.
-    pub root_dir: String,
-    /// `UV_CACHE_DIR`, when the cluster sets one.
-    pub uv_cache_dir: Option<String>,
-    /// Rank wiring.
-    pub launch: Launch,
-}
-
 /// A backend behind a pointer.
 pub type DynBackend = dyn Backend;
 
@@ -150,24 +136,6 @@ pub struct PreparedJob {
     pub snapshot: Snapshot,
     /// The rendered bootstrap files.
     pub bootstrap: RenderedBootstrap,
-}
-
-/// One environment variable of a job.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct EnvVar {
-    /// Name.
-    pub name: String,
-    /// Value.
-    pub value: String,
-    /// A secret: never written in plain text to scripts, manifests, logs or dry-run output.
-    pub secret: bool,
-}
-
-impl EnvVar {
-    /// The value as it may be shown: secrets are redacted.
-    pub fn display_value(&self) -> &str {
-        if self.secret { "<redacted>" } else { &self.value }
-    }
 }
 
 /// Per-call options of [`Backend::submit`].

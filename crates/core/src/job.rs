@@ -380,5 +380,23 @@ pub fn name_problem(name: &str) -> Option<String> {
     None
 }
 
+/// One environment variable of a job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EnvVar {
+    /// Name.
+    pub name: String,
+    /// Value.
+    pub value: String,
+    /// A secret: never written in plain text to scripts, manifests, logs or dry-run output.
+    pub secret: bool,
+}
+
+impl EnvVar {
+    /// The value as it may be shown: secrets are redacted.
+    pub fn display_value(&self) -> &str {
+        if self.secret { "<redacted>" } else { &self.value }
+    }
+}
+
 #[cfg(test)]
 mod tests;

@@ -31,6 +31,7 @@ pub mod job;
 pub mod ledger;
 pub mod local;
 pub mod paths;
+pub mod probe;
 pub mod shell;
 pub mod snapshot;
 pub mod solver;

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context as _, Result};
-use theseus_core::availability::{self, Availability};
+use theseus_core::availability::Availability;
 use theseus_core::backend::{DynBackend, EnvVar};
 use theseus_core::chips::{self, ChipKind};
 use theseus_core::config::{HostConfig, LoadedConfig};
@@ -57,7 +57,7 @@ pub(crate) async fn solve(ctx: &Context, args: &JobArgs, probe: bool) -> Result<
             backends.push((name.clone(), ctx.backend(&loaded, name)?));
         }
         let timeout = args.probe_timeout.max(Duration::from_millis(100));
-        availability::gather(&backends, &request, timeout).await
+        theseus_core::probe::gather(&backends, &request, timeout).await
     };
     // Counting this machine's CPUs asks no host: the local CPU rule needs it in a dry run and
     // with --no-check too.

@@ -30,8 +30,7 @@
 
 use serde::Serialize;
 
-use crate::backend::EnvVar;
-use crate::job::{Distributed, JobIdentity};
+use crate::job::{Distributed, EnvVar, JobIdentity};
 use crate::{Error, Result};
 
 mod script;
@@ -66,6 +65,23 @@ pub enum Launch {
     },
 }
 
+/// Paths of one run on the target and the rank wiring, as a backend lays them out.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RunLayout {
+    /// Absolute work dir (the code) on the target.
+    pub work_dir: String,
+    /// Absolute status dir (`metadata.json`) on the target.
+    pub run_dir: String,
+    /// Absolute log file on the target.
+    pub log_file: String,
+    /// The cluster root on the target.
+    pub root_dir: String,
+    /// `UV_CACHE_DIR`, when the cluster sets one.
+    pub uv_cache_dir: Option<String>,
+    /// Rank wiring.
+    pub launch: Launch,
+}
+
 /// Everything the bootstrap is rendered from.
 #[derive(Debug, Clone)]
 pub struct BootstrapInput {
@@ -95,10 +111,10 @@ pub struct BootstrapInput {
 }
 
 impl BootstrapInput {
-    /// The input for a run laid out by a backend ([`crate::backend::Backend::layout`]).
+    /// The input for a run laid out by a backend (`Backend::layout`).
     pub fn for_layout(
         identity: JobIdentity,
-        layout: &crate::backend::RunLayout,
+        layout: &RunLayout,
         env: Vec<EnvVar>,
         entrypoint: Vec<String>,
         distributed: Distributed,

@@ -10,6 +10,11 @@ use std::collections::BTreeMap;
 use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
 
+/// The most chips (or CPU processes) a request may ask for, and the most a config may give a
+/// host: every count is checked against it before any arithmetic, so that no product or sum of
+/// counts can overflow.
+pub const MAX_COUNT: u32 = 65_536;
+
 pub mod load;
 pub mod validate;
 

@@ -16,7 +16,7 @@ use super::{
     SlurmHost, VolcanoHost,
 };
 use crate::chips;
-use crate::solver::MAX_COUNT;
+use super::MAX_COUNT;
 use crate::{Error, Result};
 
 /// Top-level keys of a config file.

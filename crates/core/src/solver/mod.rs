@@ -31,10 +31,7 @@ mod volcano;
 
 pub use render::{describe_plan, render_table};
 
-/// The most chips (or CPU processes) a request may ask for, and the most a config may give a
-/// host: every count is checked against it before any arithmetic, so that no product or sum of
-/// counts can overflow.
-pub const MAX_COUNT: u32 = 65_536;
+pub use crate::config::MAX_COUNT;
 
 /// What the user asked for.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
