@@ -9,6 +9,8 @@
 //! - [`job`]: experiment files, job identity, Kubernetes-safe names.
 //! - [`snapshot`]: streamed code snapshots of a git repository or a plain directory.
 //! - [`bootstrap`]: the rendered bash bootstrap and Python launcher each process runs.
+//! - [`store`]: the content-addressed object store runs' code dirs are made from, on every
+//!   backend.
 //! - [`local`]: the local backend (runs jobs on this machine).
 //! - [`ledger`]: the SQLite record of every submission.
 //! - [`duration`], [`files`], [`paths`]: the one duration parser, bounded reading of user files,
@@ -35,6 +37,7 @@ pub mod probe;
 pub mod shell;
 pub mod snapshot;
 pub mod solver;
+pub mod store;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 

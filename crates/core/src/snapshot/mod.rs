@@ -21,6 +21,10 @@ use sha2::{Digest, Sha256};
 
 use crate::{Error, Result};
 
+pub use digest::Sha256Digest;
+
+mod content;
+mod digest;
 mod git;
 #[cfg(test)]
 mod tests;
@@ -63,6 +67,10 @@ pub struct Snapshot {
     pub source: SnapshotSource,
     /// The files, sorted by path.
     pub files: Vec<SnapshotFile>,
+    /// A dir where [`Snapshot::digests`] remembers hashes of unchanged files between runs
+    /// (the CLI sets it to a dir of its state dir).
+    #[serde(skip)]
+    pub hash_cache: Option<PathBuf>,
 }
 
 /// One file of a [`Snapshot`].
@@ -247,7 +255,7 @@ fn collect_worktree(top: PathBuf) -> Result<Snapshot> {
             files.push(file);
         }
     }
-    Ok(Snapshot { root: top, source: SnapshotSource::GitWorktree, files })
+    Ok(Snapshot { root: top, source: SnapshotSource::GitWorktree, files, hash_cache: None })
 }
 
 /// Lists the files of `HEAD` of the repository at `top`.
@@ -282,7 +290,7 @@ fn collect_commit(top: PathBuf) -> Result<Snapshot> {
             symlink,
         });
     }
-    Ok(Snapshot { root: top, source: SnapshotSource::GitCommit { commit }, files })
+    Ok(Snapshot { root: top, source: SnapshotSource::GitCommit { commit }, files, hash_cache: None })
 }
 
 /// Lists a plain directory, honoring `.gitignore` files inside it.
@@ -317,7 +325,7 @@ fn collect_directory(dir: &Path) -> Result<Snapshot> {
         }
     }
     files.sort_by(|a, b| a.path.cmp(&b.path));
-    Ok(Snapshot { root, source: SnapshotSource::Directory, files })
+    Ok(Snapshot { root, source: SnapshotSource::Directory, files, hash_cache: None })
 }
 
 /// A [`SnapshotFile`] from the metadata of a file on disk; `None` for anything but regular files

@@ -1,0 +1,145 @@
+//! The two archives of the store protocol, written in constant memory: the missing objects
+//! (content read from the snapshot and hashed on the way, so that a file edited since it was
+//! hashed fails here, naming it), and the run dir as links into the store.
+
+use std::io::{self, Read, Write};
+
+use sha2::{Digest, Sha256};
+
+use super::plan::{ObjectKey, PlanEntry, StorePlan};
+use super::{Materialize, OBJECTS_DIR, SENTINEL};
+use crate::snapshot::Snapshot;
+use crate::{Error, Result};
+
+/// A per-run file written into the run dir after the snapshot (the bootstrap, a batch script).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExtraFile {
+    /// Path relative to the run dir.
+    pub path: String,
+    /// Content.
+    pub contents: Vec<u8>,
+    /// Mode (0644 or 0755).
+    pub mode: u32,
+}
+
+impl ExtraFile {
+    /// The rendered bootstrap files of a job.
+    pub fn bootstrap(bootstrap: &crate::bootstrap::RenderedBootstrap) -> Vec<ExtraFile> {
+        bootstrap
+            .files
+            .iter()
+            .map(|f| ExtraFile {
+                path: f.path.clone(),
+                contents: f.contents.clone().into_bytes(),
+                mode: if f.executable { 0o755 } else { 0o644 },
+            })
+            .collect()
+    }
+}
+
+fn header(kind: tar::EntryType, mode: u32, size: u64) -> tar::Header {
+    let mut header = tar::Header::new_gnu();
+    header.set_entry_type(kind);
+    header.set_mode(mode);
+    header.set_size(size);
+    header.set_mtime(0);
+    header.set_uid(0);
+    header.set_gid(0);
+    header
+}
+
+/// Writes the objects `keys` of `plan` as a tar (entries `ab/cdef…[.x]`, read-only modes,
+/// mtime 0), reading each from `snapshot`. A file whose size or content changed since it was
+/// hashed is an error naming it.
+pub fn write_objects(snapshot: &Snapshot, plan: &StorePlan, keys: &[ObjectKey], out: &mut dyn Write) -> Result<()> {
+    let mut by_file: Vec<(usize, ObjectKey)> =
+        keys.iter().filter_map(|k| plan.objects.get(k).map(|(i, _)| (*i, *k))).collect();
+    by_file.sort();
+    let indices: Vec<usize> = by_file.iter().map(|(i, _)| *i).collect();
+    let mut builder = tar::Builder::new(out);
+    let mut next = 0;
+    let tar_err = |e: io::Error| Error::io("write the object archive of", &snapshot.root, e);
+    snapshot.for_each_content(&indices, &mut |i, file, size, reader| {
+        let key = by_file[next].1;
+        debug_assert_eq!(by_file[next].0, i);
+        next += 1;
+        let changed = || {
+            Error::InvalidConfig(format!(
+                "`{}` changed while it was being shipped; submit again",
+                snapshot.root.join(&file.path).display()
+            ))
+        };
+        if size != file.size {
+            return Err(changed());
+        }
+        let mut hashing = HashingReader { inner: reader.take(size), hasher: Sha256::new(), read: 0 };
+        let mut header = header(tar::EntryType::Regular, key.mode(), size);
+        builder.append_data(&mut header, key.path(), &mut hashing).map_err(tar_err)?;
+        if hashing.read != size || <[u8; 32]>::from(hashing.hasher.finalize()) != key.sha256 {
+            return Err(changed());
+        }
+        Ok(())
+    })?;
+    builder.finish().map_err(tar_err)?;
+    Ok(())
+}
+
+/// Writes the run dir's archive for [`super::scripts::MATERIALIZE`]: entries relative to the
+/// work root `root`, under `<dest>.partial` (`dest` relative to `root`), then `extra`, then
+/// the token entry last.
+pub fn write_materialize(
+    plan: &StorePlan,
+    root: &str,
+    dest: &str,
+    mode: Materialize,
+    extra: &[ExtraFile],
+    token: &str,
+    out: &mut dyn Write,
+) -> io::Result<()> {
+    let partial = format!("{dest}.partial");
+    let copies = format!("{dest}.partial.copy");
+    let mut builder = tar::Builder::new(out);
+    for (path, entry) in &plan.files {
+        match entry {
+            PlanEntry::Object(key) => match mode {
+                Materialize::Link => {
+                    let mut h = header(tar::EntryType::Link, key.mode(), 0);
+                    builder.append_link(&mut h, format!("{partial}/{path}"), format!("{OBJECTS_DIR}/{key}"))?;
+                }
+                Materialize::Copy => {
+                    let mut h = header(tar::EntryType::Symlink, 0o777, 0);
+                    let target = format!("{}/{OBJECTS_DIR}/{key}", root.trim_end_matches('/'));
+                    builder.append_link(&mut h, format!("{copies}/{path}"), target)?;
+                }
+            },
+            PlanEntry::Symlink(target) => {
+                let mut h = header(tar::EntryType::Symlink, 0o777, 0);
+                builder.append_link(&mut h, format!("{partial}/{path}"), target)?;
+            }
+        }
+    }
+    let mtime = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let sentinel = ExtraFile { path: SENTINEL.into(), contents: token.as_bytes().to_vec(), mode: 0o644 };
+    for file in extra.iter().chain(std::iter::once(&sentinel)) {
+        let mut h = header(tar::EntryType::Regular, file.mode, file.contents.len() as u64);
+        h.set_mtime(mtime);
+        builder.append_data(&mut h, format!("{partial}/{}", file.path), file.contents.as_slice())?;
+    }
+    builder.finish()
+}
+
+/// Hashes and counts everything read through it.
+struct HashingReader<R> {
+    inner: R,
+    hasher: Sha256,
+    read: u64,
+}
+
+impl<R: Read> Read for HashingReader<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.hasher.update(&buf[..n]);
+        self.read += n as u64;
+        Ok(n)
+    }
+}

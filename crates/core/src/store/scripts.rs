@@ -1,0 +1,113 @@
+//! The store's scripts: POSIX `sh`, run as `sh -c SCRIPT theseus-store ARGS...`, with values
+//! only as positional arguments. They need `tar`, `sha256sum`, `find`, `xargs`, `mv`, `cp`,
+//! `chmod`, `mkdir`, `rm` and `cat`, all of which busybox has, and `LC_ALL=C` for messages.
+
+/// `OBJECTS`, keys on stdin (one per line): prints the keys the store lacks. Checks the tools
+/// first (exit [`super::EXIT_NO_TOOL`] naming the missing one), creates the store, and drops
+/// objects written since they were stored (their mtime is no longer 0), so that a tampered
+/// object is sent again rather than linked. `[ -f ]` is a builtin: no process per key.
+pub const MISSING: &str = r#"set -u
+export LC_ALL=C
+fail() { code=$1; shift; printf 'theseus-store: %s\n' "$*" >&2; exit "$code"; }
+objs=$1
+for tool in tar sha256sum find xargs mv cp chmod mkdir rm cat; do
+  command -v "$tool" >/dev/null 2>&1 || fail 40 "$tool"
+done
+mkdir -p -- "$objs" || fail 20 "cannot create the object store $objs"
+find "$objs" -type f -mtime -3650 -print | xargs rm -f -- || fail 20 "cannot check the object store $objs"
+while IFS= read -r key; do
+  [ -f "$objs/$key" ] || printf '%s\n' "$key"
+done
+"#;
+
+/// `OBJECTS INCOMING COUNT`, a tar of objects on stdin (entries `ab/cdef…[.x]`, read-only
+/// modes, mtime 0): extracts into the private dir `INCOMING` (on the store's filesystem),
+/// hashes every object against its name (exit [`super::EXIT_CORRUPT`] naming a mismatch),
+/// checks that `COUNT` objects arrived, then renames them into place, one `mv` per prefix dir.
+/// `INCOMING` is removed on every exit. Prints `stored N`.
+pub const UPLOAD: &str = r#"set -u
+export LC_ALL=C
+fail() { code=$1; shift; printf 'theseus-store: %s\n' "$*" >&2; exit "$code"; }
+objs=$1 tmp=$2 want=$3
+trap 'rm -rf -- "$tmp"' EXIT
+trap 'exit 129' HUP
+trap 'exit 130' INT
+trap 'exit 143' TERM
+mkdir -p -- "$tmp" "$objs" || fail 20 "cannot create $tmp"
+tar -x -f - -C "$tmp" || fail 12 "tar exited with status $?"
+cd -- "$tmp" || fail 20 "cannot enter $tmp"
+sums=$(find . -type f -print | xargs sha256sum) || fail 21 "cannot hash the received objects"
+n=0
+while read -r sum name; do
+  [ -n "$sum" ] || continue
+  name=${name#./}
+  key=${name%.x}
+  [ "$sum" = "${key%%/*}${key#*/}" ] || fail 41 "object $name arrived corrupt (its sha256 is $sum)"
+  n=$((n + 1))
+done <<EOF
+$sums
+EOF
+[ "$n" -eq "$want" ] || fail 12 "received $n of $want objects"
+for d in */; do
+  d=${d%/}
+  [ -d "$d" ] || continue
+  mkdir -p -- "$objs/$d" || fail 20 "cannot create $objs/$d"
+  mv -f -- "$d"/* "$objs/$d/" || fail 22 "cannot move objects into $objs/$d"
+done
+echo "stored $n"
+"#;
+
+/// `ROOT DEST TOKEN MODE`, a tar on stdin with entries relative to `ROOT`: builds the run dir
+/// `ROOT/DEST` under `DEST.partial`. In `link` mode the archive's hard-link entries link the
+/// store's objects in; in `copy` mode its symlinks under `DEST.partial.copy` point at them and
+/// `cp -R -L` makes private, writable copies. The run dir is renamed into place only when the
+/// token entry ([`super::SENTINEL`]) holds `TOKEN`; a missing object (a concurrent `gc`)
+/// exits [`super::EXIT_OBJECT_GONE`], an existing run dir [`super::EXIT_EXISTS`]; every
+/// failure removes what it made.
+pub const MATERIALIZE: &str = r#"set -u
+export LC_ALL=C
+fail() { code=$1; shift; printf 'theseus-store: %s\n' "$*" >&2; exit "$code"; }
+root=$1 dest=$2 token=$3 mode=$4
+partial="$dest.partial"
+cd -- "$root" || fail 20 "cannot enter $root"
+[ -e "$dest" ] && fail 17 "run dir $root/$dest already exists"
+clean() { rm -rf -- "$partial" "$partial.copy"; }
+trap 'clean; exit 129' HUP
+trap 'clean; exit 130' INT
+trap 'clean; exit 143' TERM
+clean
+mkdir -p -- "$partial" || fail 20 "cannot create $root/$partial"
+if ! err=$(tar -x -m -f - 2>&1 >/dev/null); then
+  clean
+  case $err in
+    *"No such file"*) fail 42 "an object of the store is gone: $err" ;;
+  esac
+  fail 12 "tar failed: $err"
+fi
+if [ "$mode" = copy ] && [ -d "$partial.copy" ]; then
+  cp -R -L -- "$partial.copy/." "$partial/" || { clean; fail 23 "cannot copy objects into $root/$partial"; }
+  chmod -R u+w -- "$partial" || { clean; fail 23 "cannot make $root/$partial writable"; }
+  rm -rf -- "$partial.copy"
+fi
+if [ "$(cat -- "$partial/.theseus/ship-complete" 2>/dev/null)" != "$token" ]; then
+  clean
+  fail 3 "the code archive arrived incomplete"
+fi
+rm -f -- "$partial/.theseus/ship-complete"
+[ -e "$dest" ] && { clean; fail 17 "run dir $root/$dest already exists"; }
+mv -- "$partial" "$dest" || { clean; fail 24 "cannot rename $root/$partial into place"; }
+"#;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scripts_are_valid_shell() {
+        for script in [MISSING, UPLOAD, MATERIALIZE] {
+            let out = std::process::Command::new("sh").arg("-n").arg("-c").arg(script).output().unwrap();
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        }
+        assert!(MATERIALIZE.contains(super::super::SENTINEL));
+    }
+}

@@ -1,0 +1,209 @@
+//! Shipping a snapshot through a [`Shell`]: hash, ask, send what is missing, materialise.
+
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use super::archive::{self, ExtraFile};
+use super::plan::StorePlan;
+use super::{
+    EXIT_CORRUPT, EXIT_EXISTS, EXIT_NO_TOOL, EXIT_OBJECT_GONE, Materialize, OBJECTS_DIR, ScriptCall, Shell,
+    ShellError, StdinFn, scripts,
+};
+use crate::backend::{ProgressFn, StatusFn};
+use crate::snapshot::Snapshot;
+use crate::{Error, Result};
+
+/// Where and how to ship one run's code.
+#[derive(Clone)]
+pub struct ShipRequest {
+    /// The code.
+    pub snapshot: Snapshot,
+    /// The cluster's work root on the machine (absolute): the store is `<root>/.theseus/objects`.
+    pub root: String,
+    /// The run's code dir (absolute, under `root`).
+    pub dest: String,
+    /// Links or copies.
+    pub mode: Materialize,
+    /// Per-run files (the bootstrap, a batch script), written after the snapshot.
+    pub extra: Vec<ExtraFile>,
+    /// Called with (bytes sent, bytes to send) while objects are uploaded.
+    pub progress: Option<ProgressFn>,
+    /// Called with one-line notes ("N of M files already there; sending X MiB").
+    pub status: Option<StatusFn>,
+}
+
+/// What a ship did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ShipReport {
+    /// Regular files of the snapshot.
+    pub files: usize,
+    /// Of those, the files whose object the store had already.
+    pub files_present: usize,
+    /// Objects sent.
+    pub objects_sent: usize,
+    /// Bytes of the objects sent (file contents, without archive overhead).
+    pub bytes_sent: u64,
+}
+
+/// Why a ship through the store failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The machine lacks a tool the protocol needs: ship the whole snapshot instead.
+    #[error("`{tool}` is not available on {machine}")]
+    NoTool {
+        /// The tool.
+        tool: String,
+        /// The machine.
+        machine: String,
+    },
+    /// Anything else, already worded for the user.
+    #[error(transparent)]
+    Failed(#[from] Error),
+}
+
+/// Ships `request.snapshot` into `request.dest` through the store next to it (see the module
+/// docs of [`super`]); the run dir appears whole or not at all.
+pub async fn ship(shell: &dyn Shell, request: ShipRequest) -> Result<ShipReport, StoreError> {
+    let rel = relative_dest(&request.root, &request.dest)?;
+    let root = request.root.trim_end_matches('/').to_owned();
+    let objects = format!("{root}/{OBJECTS_DIR}");
+    let snapshot = request.snapshot.clone();
+    let cache = snapshot.hash_cache.clone();
+    let digests = tokio::task::spawn_blocking(move || snapshot.digests(cache.as_deref()))
+        .await
+        .map_err(|e| Error::backend("store", format!("hashing task failed: {e}")))??;
+    let plan = Arc::new(StorePlan::new(&request.snapshot, &digests));
+    // A concurrent `gc` may take an object between the question and the links: once more.
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let report = ship_once(shell, &request, &plan, &objects, &root, &rel).await;
+        match report {
+            Err(StoreError::Failed(Error::Backend { message, .. })) if attempt < 2 && message.starts_with(GONE) => {
+                tracing::warn!("{message}; shipping again");
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Prefix of the message of a materialise that found an object gone.
+const GONE: &str = "an object of the store disappeared";
+
+async fn ship_once(
+    shell: &dyn Shell,
+    request: &ShipRequest,
+    plan: &Arc<StorePlan>,
+    objects: &str,
+    root: &str,
+    rel: &str,
+) -> Result<ShipReport, StoreError> {
+    let machine = shell.describe();
+    let failed = |what: &str, e: ShellError| match e {
+        ShellError::Exit { code: EXIT_NO_TOOL, stderr } => StoreError::NoTool {
+            tool: stderr.trim().trim_start_matches("theseus-store: ").to_owned(),
+            machine: machine.clone(),
+        },
+        ShellError::Exit { code: EXIT_OBJECT_GONE, stderr } => StoreError::Failed(Error::backend(
+            "store",
+            format!("{GONE} while {what} on {machine}: {}", stderr.trim()),
+        )),
+        ShellError::Exit { code: EXIT_EXISTS, .. } => {
+            StoreError::Failed(Error::AlreadyExists { what: format!("run dir `{}` on {machine}", request.dest) })
+        }
+        e => StoreError::Failed(Error::backend("store", format!("{what} on {machine} failed: {e}"))),
+    };
+
+    let query = plan.query().into_bytes();
+    let answer = shell
+        .run(ScriptCall {
+            script: scripts::MISSING,
+            args: vec![objects.to_owned()],
+            stdin: Some(Arc::new(move |w| w.write_all(&query))),
+            progress: None,
+            label: "the object store query",
+        })
+        .await
+        .map_err(|e| failed("asking which objects are missing", e))?;
+    let answer = String::from_utf8_lossy(&answer);
+    let missing = plan.missing(&answer).map_err(|e| {
+        StoreError::Failed(Error::backend("store", format!("the object store on {machine} answered nonsense: {e}")))
+    })?;
+    let bytes = plan.bytes_of(&missing);
+    let files = plan.regular_files();
+    let present = plan.files_present(&missing);
+    if let Some(status) = &request.status {
+        status(&format!("{present} of {files} files already there; sending {}", mib(bytes)));
+    }
+
+    if !missing.is_empty() {
+        let incoming = format!("{root}/.theseus/incoming/{}", upload_id());
+        let (snapshot, plan2, keys) = (request.snapshot.clone(), Arc::clone(plan), missing.clone());
+        let stdin: StdinFn = Arc::new(move |w| {
+            archive::write_objects(&snapshot, &plan2, &keys, w).map_err(std::io::Error::other)
+        });
+        let progress = request.progress.clone().map(|p| -> ProgressFn { Arc::new(move |sent, _| p(sent, Some(bytes))) });
+        let out = shell
+            .run(ScriptCall {
+                script: scripts::UPLOAD,
+                args: vec![objects.to_owned(), incoming, missing.len().to_string()],
+                stdin: Some(stdin),
+                progress,
+                label: "the upload of missing objects",
+            })
+            .await
+            .map_err(|e| match e {
+                ShellError::Exit { code: EXIT_CORRUPT, stderr } => StoreError::Failed(Error::backend(
+                    "store",
+                    format!("an object arrived corrupt on {machine}: {}", stderr.trim()),
+                )),
+                e => failed("uploading objects", e),
+            })?;
+        let stored = String::from_utf8_lossy(&out);
+        if stored.trim() != format!("stored {}", missing.len()) {
+            return Err(StoreError::Failed(Error::backend(
+                "store",
+                format!("the upload to {machine} ended without storing every object: `{}`", stored.trim()),
+            )));
+        }
+    }
+
+    let token = format!("{}-{}", upload_id(), std::process::id());
+    let (plan2, extra, mode, root2, rel2, token2) =
+        (Arc::clone(plan), request.extra.clone(), request.mode, root.to_owned(), rel.to_owned(), token.clone());
+    let stdin: StdinFn =
+        Arc::new(move |w| archive::write_materialize(&plan2, &root2, &rel2, mode, &extra, &token2, w));
+    shell
+        .run(ScriptCall {
+            script: scripts::MATERIALIZE,
+            args: vec![root.to_owned(), rel.to_owned(), token, mode.to_string()],
+            stdin: Some(stdin),
+            progress: None,
+            label: "the run dir's materialisation",
+        })
+        .await
+        .map_err(|e| failed("making the run dir", e))?;
+    Ok(ShipReport { files, files_present: present, objects_sent: missing.len(), bytes_sent: bytes })
+}
+
+/// `dest` relative to `root`; both absolute, `dest` strictly under `root`.
+fn relative_dest(root: &str, dest: &str) -> Result<String> {
+    crate::paths::check_under(root, dest).map_err(Error::InvalidConfig)?;
+    let rel = dest
+        .strip_prefix(root.trim_end_matches('/'))
+        .and_then(|r| r.strip_prefix('/'))
+        .filter(|r| !r.is_empty())
+        .ok_or_else(|| Error::InvalidConfig(format!("run dir `{dest}` is not under the work root `{root}`")))?;
+    Ok(rel.to_owned())
+}
+
+/// A random id for an upload's private dir and a run's token.
+fn upload_id() -> String {
+    format!("{:016x}", rand::random::<u64>())
+}
+
+/// `12.3 MiB`.
+pub(crate) fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / (1024.0 * 1024.0))
+}

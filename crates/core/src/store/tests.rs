@@ -1,0 +1,171 @@
+//! The store protocol end to end with real `sh`, `tar` and `sha256sum` on this machine.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+use super::*;
+use crate::snapshot::{Snapshot, SnapshotMode};
+
+fn write(path: &Path, content: &str, mode: u32) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, content).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+fn repo() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    write(&dir.path().join("train.py"), "print('hi')\n", 0o644);
+    write(&dir.path().join("run.sh"), "#!/bin/sh\necho run\n", 0o755);
+    write(&dir.path().join("pkg/a.py"), "A = 1\n", 0o644);
+    write(&dir.path().join("pkg/same.py"), "A = 1\n", 0o644);
+    std::os::unix::fs::symlink("pkg/a.py", dir.path().join("link.py")).unwrap();
+    dir
+}
+
+fn request(code: &Path, root: &Path, run: &str, mode: Materialize) -> ShipRequest {
+    ShipRequest {
+        snapshot: Snapshot::collect(code, SnapshotMode::Dirty).unwrap(),
+        root: root.to_str().unwrap().to_owned(),
+        dest: root.join("p/g/n").join(run).to_str().unwrap().to_owned(),
+        mode,
+        extra: vec![archive::ExtraFile { path: ".theseus/bootstrap.sh".into(), contents: b"echo\n".to_vec(), mode: 0o755 }],
+        progress: None,
+        status: None,
+    }
+}
+
+/// Every file of `code` is in `run` with the same bytes, mode bits and symlink targets.
+fn assert_same_tree(code: &Path, run: &Path) {
+    let snapshot = Snapshot::collect(code, SnapshotMode::Dirty).unwrap();
+    for file in &snapshot.files {
+        let (a, b) = (code.join(&file.path), run.join(&file.path));
+        let (ma, mb) = (std::fs::symlink_metadata(&a).unwrap(), std::fs::symlink_metadata(&b).unwrap());
+        assert_eq!(ma.file_type().is_symlink(), mb.file_type().is_symlink(), "{}", file.path);
+        if ma.file_type().is_symlink() {
+            assert_eq!(std::fs::read_link(&a).unwrap(), std::fs::read_link(&b).unwrap());
+            continue;
+        }
+        assert_eq!(std::fs::read(&a).unwrap(), std::fs::read(&b).unwrap(), "{}", file.path);
+        assert_eq!(ma.permissions().mode() & 0o111 != 0, mb.permissions().mode() & 0o111 != 0, "{}", file.path);
+    }
+    let shipped = walk(run).into_iter().filter(|p| !p.starts_with(".theseus/")).count();
+    assert_eq!(shipped, snapshot.files.len(), "no extra files in the run dir");
+}
+
+fn walk(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let entry = entry.unwrap();
+        let name = entry.file_name().into_string().unwrap();
+        if entry.file_type().unwrap().is_dir() {
+            out.extend(walk(&entry.path()).into_iter().map(|p| format!("{name}/{p}")));
+        } else {
+            out.push(name);
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn a_second_ship_sends_only_what_changed_and_links_the_rest() {
+    let code = repo();
+    let root = tempfile::tempdir().unwrap();
+    let first = ship(&LocalShell, request(code.path(), root.path(), "r1", Materialize::Link)).await.unwrap();
+    assert_eq!((first.files, first.files_present, first.objects_sent), (4, 0, 3), "same.py shares a.py's object");
+    assert_same_tree(code.path(), &root.path().join("p/g/n/r1"));
+    assert!(root.path().join("p/g/n/r1/.theseus/bootstrap.sh").exists());
+    assert!(!root.path().join("p/g/n/r1/.theseus/ship-complete").exists());
+
+    write(&code.path().join("train.py"), "print('changed')\n", 0o644);
+    let second = ship(&LocalShell, request(code.path(), root.path(), "r2", Materialize::Link)).await.unwrap();
+    assert_eq!((second.files_present, second.objects_sent), (3, 1));
+    assert_eq!(second.bytes_sent, "print('changed')\n".len() as u64);
+    assert_same_tree(code.path(), &root.path().join("p/g/n/r2"));
+    // The unchanged file is the same inode in both runs; the objects are read-only.
+    let ino = |p: &str| std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(root.path().join(p)).unwrap());
+    assert_eq!(ino("p/g/n/r1/pkg/a.py"), ino("p/g/n/r2/pkg/a.py"));
+    let mode = std::fs::metadata(root.path().join("p/g/n/r2/pkg/a.py")).unwrap().permissions().mode();
+    assert_eq!(mode & 0o222, 0, "objects are read-only");
+    assert_eq!(std::fs::read_to_string(root.path().join("p/g/n/r1/train.py")).unwrap(), "print('hi')\n");
+}
+
+#[tokio::test]
+async fn copy_mode_gives_each_run_private_writable_files() {
+    let code = repo();
+    let root = tempfile::tempdir().unwrap();
+    ship(&LocalShell, request(code.path(), root.path(), "r1", Materialize::Copy)).await.unwrap();
+    ship(&LocalShell, request(code.path(), root.path(), "r2", Materialize::Copy)).await.unwrap();
+    let run1 = root.path().join("p/g/n/r1");
+    assert_same_tree(code.path(), &run1);
+    assert!(!root.path().join("p/g/n/r1.partial.copy").exists());
+    std::fs::write(run1.join("pkg/a.py"), "edited in place\n").unwrap();
+    assert_eq!(std::fs::read_to_string(root.path().join("p/g/n/r2/pkg/a.py")).unwrap(), "A = 1\n");
+    assert_eq!(std::fs::read_to_string(code.path().join("pkg/a.py")).unwrap(), "A = 1\n");
+}
+
+#[tokio::test]
+async fn an_object_written_in_place_is_sent_again_not_linked() {
+    let code = repo();
+    let root = tempfile::tempdir().unwrap();
+    ship(&LocalShell, request(code.path(), root.path(), "r1", Materialize::Link)).await.unwrap();
+    // What a job running as root could do to a hard-linked file.
+    let victim = root.path().join("p/g/n/r1/pkg/a.py");
+    std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o644)).unwrap();
+    std::fs::write(&victim, "A = 2  # tampered\n").unwrap();
+    let second = ship(&LocalShell, request(code.path(), root.path(), "r2", Materialize::Link)).await.unwrap();
+    assert_eq!(second.objects_sent, 1, "the tampered object is replaced");
+    assert_eq!(std::fs::read_to_string(root.path().join("p/g/n/r2/pkg/a.py")).unwrap(), "A = 1\n");
+}
+
+#[tokio::test]
+async fn concurrent_ships_of_the_same_objects_both_succeed() {
+    let code = repo();
+    let root = tempfile::tempdir().unwrap();
+    let (a, b) = tokio::join!(
+        ship(&LocalShell, request(code.path(), root.path(), "r1", Materialize::Link)),
+        ship(&LocalShell, request(code.path(), root.path(), "r2", Materialize::Link)),
+    );
+    a.unwrap();
+    b.unwrap();
+    assert_same_tree(code.path(), &root.path().join("p/g/n/r1"));
+    assert_same_tree(code.path(), &root.path().join("p/g/n/r2"));
+    assert!(std::fs::read_dir(root.path().join(".theseus/incoming")).unwrap().next().is_none(), "no upload dir left");
+}
+
+#[tokio::test]
+async fn a_corrupt_object_is_refused_and_nothing_is_stored() {
+    let root = tempfile::tempdir().unwrap();
+    let objects = root.path().join(OBJECTS_DIR);
+    let key: ObjectKey = format!("ab/{}", "c".repeat(62)).parse().unwrap();
+    let stdin: StdinFn = std::sync::Arc::new(move |w| {
+        let mut builder = tar::Builder::new(w);
+        let mut header = tar::Header::new_gnu();
+        header.set_size(5);
+        header.set_mode(0o444);
+        builder.append_data(&mut header, key.path(), &b"wrong"[..])?;
+        builder.finish()
+    });
+    let err = LocalShell
+        .run(ScriptCall {
+            script: scripts::UPLOAD,
+            args: vec![objects.to_str().unwrap().into(), root.path().join("in/1").to_str().unwrap().into(), "1".into()],
+            stdin: Some(stdin),
+            progress: None,
+            label: "test",
+        })
+        .await
+        .unwrap_err();
+    assert!(matches!(&err, ShellError::Exit { code: EXIT_CORRUPT, stderr } if stderr.contains("arrived corrupt")), "{err}");
+    assert!(!objects.join(key.path()).exists());
+    assert!(!root.path().join("in/1").exists());
+}
+
+#[test]
+fn keys_round_trip_and_refuse_junk() {
+    let key = ObjectKey { sha256: [0xab; 32], executable: true };
+    assert_eq!(key.path().parse::<ObjectKey>().unwrap(), key);
+    assert!(key.path().ends_with(".x"));
+    for junk in ["", "ab", "../../etc/passwd", &format!("AB/{}", "C".repeat(62)), &format!("ab/{}", "c".repeat(61))] {
+        assert!(junk.parse::<ObjectKey>().is_err(), "{junk:?}");
+    }
+}
