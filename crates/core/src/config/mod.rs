@@ -125,6 +125,11 @@ pub struct ClusterConfig {
     /// Hugging Face token, exported as `HF_TOKEN` (a secret).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hf_token: Option<String>,
+    /// How run code dirs are made from the cluster's object store: `link` (default, hard
+    /// links to read-only objects) or `copy` (private writable copies, for filesystems without
+    /// hard links or jobs that write into their sources).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub materialize: Option<crate::store::Materialize>,
 }
 
 impl ClusterConfig {

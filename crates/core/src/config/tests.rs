@@ -772,3 +772,11 @@ fn counts_are_bounded() {
         Ok(())
     });
 }
+
+#[test]
+fn materialize_is_link_or_copy() {
+    let good: ClusterConfig = serde_saphyr::from_str("{root: /r, work: /w, materialize: copy}").unwrap();
+    assert_eq!(good.materialize, Some(crate::store::Materialize::Copy));
+    let bad = serde_saphyr::from_str::<ClusterConfig>("{root: /r, work: /w, materialize: hardlink}");
+    assert!(bad.unwrap_err().to_string().contains("hardlink"));
+}
