@@ -21,3 +21,4 @@ pub mod sbatch;
 mod ship;
 pub mod slurm;
 pub mod ssh;
+pub mod store_shell;

@@ -148,6 +148,8 @@ pub struct SubmitOptions {
     pub progress: Option<ProgressFn>,
     /// Called with a one-line note when a long step starts (e.g. "waiting for the helper pod").
     pub status: Option<StatusFn>,
+    /// Called once with what shipping the code did (files already on the cluster, bytes sent).
+    pub shipped: Option<ShippedFn>,
 }
 
 impl SubmitOptions {
@@ -157,7 +159,17 @@ impl SubmitOptions {
             status(text);
         }
     }
+
+    /// Reports a finished ship through [`SubmitOptions::shipped`], when set.
+    pub fn report_shipped(&self, report: &crate::store::ShipReport) {
+        if let Some(shipped) = &self.shipped {
+            shipped(report);
+        }
+    }
 }
+
+/// See [`SubmitOptions::shipped`].
+pub type ShippedFn = std::sync::Arc<dyn Fn(&crate::store::ShipReport) + Send + Sync>;
 
 /// See [`SubmitOptions::status`].
 pub type StatusFn = std::sync::Arc<dyn Fn(&str) + Send + Sync>;
@@ -168,6 +180,7 @@ impl Debug for SubmitOptions {
             .field("replace", &self.replace)
             .field("progress", &self.progress.is_some())
             .field("status", &self.status.is_some())
+            .field("shipped", &self.shipped.is_some())
             .finish()
     }
 }

@@ -47,6 +47,7 @@ pub(crate) async fn run(ctx: &Context, args: SubmitArgs) -> Result<ExitCode> {
                 eprintln!("theseus: {note}");
             }
         })),
+        shipped: None,
     };
     let ledger = ctx.ledger()?;
     let handle = submit_recorded(&ledger, &solved.backend, &job, &options).await?;
