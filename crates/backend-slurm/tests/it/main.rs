@@ -7,5 +7,6 @@ mod plain_lifecycle;
 mod recorded;
 mod slurm;
 mod slurm_lifecycle;
+mod store;
 mod support;
 mod transport;

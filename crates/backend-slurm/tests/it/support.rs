@@ -295,3 +295,92 @@ pub(crate) fn kill_masters(control_dir: &Path) -> usize {
     }
     pids.len()
 }
+
+/// A second sshd of ours on 127.0.0.1 for the lab's user and key, whose sessions get a `PATH`
+/// (sshd's `SetEnv`, as an admin who restricts the remote tools would set it) holding every
+/// program of `/usr/bin` but `without`. Stopped (by its PID) when dropped.
+pub(crate) struct RestrictedSshd {
+    child: std::process::Child,
+    port: u16,
+    known_hosts: PathBuf,
+}
+
+impl RestrictedSshd {
+    /// Starts it with its files under `dir`.
+    pub(crate) fn start(lab: &Lab, dir: &Path, without: &[&str]) -> RestrictedSshd {
+        let bin = dir.join("restricted-bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        set_mode(&bin, 0o755).unwrap();
+        for entry in std::fs::read_dir("/usr/bin").unwrap().flatten() {
+            let name = entry.file_name();
+            if !without.iter().any(|w| name == std::ffi::OsStr::new(w)) {
+                std::os::unix::fs::symlink(entry.path(), bin.join(&name)).unwrap();
+            }
+        }
+        let host_key = dir.join("restricted_host_key");
+        run(Command::new("ssh-keygen").args(["-q", "-t", "ed25519", "-N", ""]).arg("-f").arg(&host_key)).unwrap();
+        let authorized = dir.join("restricted_authorized_keys");
+        std::fs::copy(lab.key.with_extension("pub"), &authorized).unwrap();
+        set_mode(&authorized, 0o644).unwrap();
+        let port =
+            std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).unwrap();
+        let config = dir.join("restricted_sshd_config");
+        std::fs::write(
+            &config,
+            format!(
+                "Port {port}\nListenAddress 127.0.0.1\nHostKey {}\nPidFile {}\nAuthorizedKeysFile {}\n\
+                 AllowUsers {}\nPubkeyAuthentication yes\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n\
+                 UsePAM no\nStrictModes no\nPermitRootLogin prohibit-password\nMaxSessions 64\nSetEnv PATH={}\n",
+                host_key.display(),
+                dir.join("restricted_sshd.pid").display(),
+                authorized.display(),
+                lab.user,
+                bin.display()
+            ),
+        )
+        .unwrap();
+        let log = std::fs::File::create(dir.join("restricted_sshd.log")).unwrap();
+        let child = Command::new("/usr/sbin/sshd")
+            .arg("-D")
+            .arg("-e")
+            .arg("-f")
+            .arg(&config)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start the restricted sshd");
+        let pubkey = std::fs::read_to_string(host_key.with_extension("pub")).unwrap();
+        let key = pubkey.split_whitespace().take(2).collect::<Vec<_>>().join(" ");
+        let known_hosts = dir.join("restricted_known_hosts");
+        std::fs::write(&known_hosts, format!("[127.0.0.1]:{port} {key}\n")).unwrap();
+        let sshd = RestrictedSshd { child, port, known_hosts };
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "the restricted sshd did not listen");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        sshd
+    }
+
+    /// Options for it, with the lab's user and key, and a control dir of their own.
+    pub(crate) fn options(&self, lab: &Lab, name: &str) -> SshOptions {
+        let mut o = SshOptions::new("127.0.0.1");
+        o.user = Some(lab.user.clone());
+        o.port = Some(self.port);
+        o.keyfile = Some(lab.key.clone());
+        o.known_hosts = KnownHostsPolicy::Strict;
+        o.known_hosts_file = Some(self.known_hosts.clone());
+        o.control_dir = Some(lab.control_dir(name));
+        o.connect_timeout = Duration::from_secs(5);
+        o.backoff = Backoff { initial: Duration::from_millis(200), max: Duration::from_secs(2), attempts: 5 };
+        o
+    }
+}
+
+impl Drop for RestrictedSshd {
+    fn drop(&mut self) {
+        let _ = Command::new("kill").arg(self.child.id().to_string()).status();
+        let _ = self.child.wait();
+    }
+}
