@@ -24,13 +24,16 @@ done
 /// modes, mtime 0): extracts into the private dir `INCOMING` (on the store's filesystem),
 /// hashes every object against its name (exit [`super::EXIT_CORRUPT`] naming a mismatch),
 /// checks that `COUNT` objects arrived, then renames them into place, one `mv` per prefix dir.
-/// `INCOMING` is removed on every exit. Prints `stored N`.
+/// `INCOMING` is removed on every exit, also when a lost connection makes a write to stderr
+/// raise SIGPIPE (its default action would end `sh` without running the EXIT trap). Prints
+/// `stored N`.
 pub const UPLOAD: &str = r#"set -u
 export LC_ALL=C
 fail() { code=$1; shift; printf 'theseus-store: %s\n' "$*" >&2; exit "$code"; }
 objs=$1 tmp=$2 want=$3
 trap 'rm -rf -- "$tmp"' EXIT
 trap 'exit 129' HUP
+trap 'exit 141' PIPE
 trap 'exit 130' INT
 trap 'exit 143' TERM
 mkdir -p -- "$tmp" "$objs" || fail 20 "cannot create $tmp"
@@ -73,6 +76,7 @@ cd -- "$root" || fail 20 "cannot enter $root"
 [ -e "$dest" ] && fail 17 "run dir $root/$dest already exists"
 clean() { rm -rf -- "$partial" "$partial.copy"; }
 trap 'clean; exit 129' HUP
+trap 'clean; exit 141' PIPE
 trap 'clean; exit 130' INT
 trap 'clean; exit 143' TERM
 clean
