@@ -3,6 +3,7 @@
 //! once by the transport, and its stdin streamed from a blocking writer.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use async_trait::async_trait;
 use theseus_core::store::{ScriptCall, Shell, ShellError};
@@ -13,12 +14,19 @@ use crate::ssh::{RemoteCommand, SshError, SshHost};
 #[derive(Debug, Clone)]
 pub struct SshShell {
     ssh: Arc<SshHost>,
+    broke: Arc<AtomicBool>,
 }
 
 impl SshShell {
     /// A shell over `ssh`.
     pub fn new(ssh: Arc<SshHost>) -> Self {
-        SshShell { ssh }
+        SshShell { ssh, broke: Arc::default() }
+    }
+
+    /// Whether a script of this shell failed because the connection broke (the store protocol
+    /// is idempotent, so the caller may ship again on a fresh connection).
+    pub fn connection_broke(&self) -> bool {
+        self.broke.load(Ordering::SeqCst)
     }
 }
 
@@ -32,7 +40,8 @@ impl Shell for SshShell {
             .args(call.args.iter().cloned())
             .label(call.label);
         let produce = call.stdin.clone();
-        let progress = call.progress.clone().map(|p| -> Arc<dyn Fn(u64) + Send + Sync> { Arc::new(move |n| p(n, None)) });
+        let progress =
+            call.progress.clone().map(|p| -> Arc<dyn Fn(u64) + Send + Sync> { Arc::new(move |n| p(n, None)) });
         let out = self
             .ssh
             .run_with_writer(
@@ -47,7 +56,12 @@ impl Shell for SshShell {
         match out {
             Ok(out) => Ok(out.stdout),
             Err(SshError::Failed { code: Some(code), stderr, .. }) => Err(ShellError::Exit { code, stderr }),
-            Err(e) => Err(ShellError::Transport(Box::new(e))),
+            Err(e) => {
+                if matches!(e, SshError::Disconnected { .. }) {
+                    self.broke.store(true, Ordering::SeqCst);
+                }
+                Err(ShellError::Transport(Box::new(e)))
+            }
         }
     }
 

@@ -35,13 +35,14 @@ use theseus_core::config::{ClusterConfig, HostKind, PlainHost, join};
 use theseus_core::job::JobIdentity;
 use theseus_core::local::supervisor;
 use theseus_core::solver::{ChipRequest, Plan, Request};
+use theseus_core::store::ExtraFile;
 use theseus_core::{Error, Result};
 
 use crate::claim;
 use crate::logs::log_stream;
 use crate::parse::nvidia_smi::{self, APPS_QUERY_COMMAND, GPU_QUERY_COMMAND};
 use crate::paths::{RemoteDirs, coordinator_port};
-use crate::ship::{self, ExtraFile};
+use crate::ship::{self, Target};
 use crate::ssh::{RemoteCommand, SshError, SshHost, SshOptions};
 
 /// Knobs of the backend (defaults suit real machines; tests shorten them).
@@ -161,7 +162,7 @@ impl PlainBackend {
         Ok(scripts::parse_report(&out.stdout_text()))
     }
 
-    /// Ships the snapshot and the bootstrap (see [`crate::ship`]).
+    /// Ships the snapshot and the bootstrap through the cluster's store (see [`crate::ship`]).
     async fn ship(
         &self,
         job: &PreparedJob,
@@ -169,7 +170,9 @@ impl PlainBackend {
         extra: Vec<ExtraFile>,
         options: &SubmitOptions,
     ) -> Result<()> {
-        ship::ship(&self.ssh, self, &self.name, job, work_dir, extra, options).await
+        let root = self.dirs().resolve(&self.cluster.work)?;
+        let target = Target { root: &root, work_dir, mode: self.cluster.materialize.unwrap_or_default() };
+        ship::ship_run(&self.ssh, self, job, &target, extra, options).await
     }
 
     /// Starts the supervisor; returns its PID, or (inner error) why the run may no longer start:
@@ -216,7 +219,8 @@ impl PlainBackend {
         let stop = RemoteCommand::script(scripts::CANCEL, [data.run_dir.clone(), run_id.to_owned(), "1".to_owned()]);
         let _ = self.ssh.output(&stop).await;
         self.release(identity, &data.run_dir).await;
-        let rm = RemoteCommand::new("rm").args(["-rf", "--", &data.work_dir, &data.run_dir]);
+        let partial = format!("{}.partial", data.work_dir);
+        let rm = RemoteCommand::new("rm").args(["-rf", "--", &data.work_dir, &partial, &data.run_dir]);
         let _ = self.ssh.output(&rm).await;
     }
 
@@ -346,7 +350,7 @@ impl Backend for PlainBackend {
             log_file: &log_file,
             processes,
         });
-        let mut extra = ExtraFile::bootstrap(job);
+        let mut extra = ExtraFile::bootstrap(&job.bootstrap);
         extra.push(ExtraFile { path: supervisor_rel, contents: script.into_bytes(), mode: 0o755 });
 
         self.claim(job, &run_dir, options).await?;

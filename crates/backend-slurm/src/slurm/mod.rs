@@ -39,6 +39,7 @@ use theseus_core::bootstrap::{BOOTSTRAP_DIR, Launch};
 use theseus_core::config::{ClusterConfig, HostKind, SlurmHost, join};
 use theseus_core::job::JobIdentity;
 use theseus_core::solver::{Plan, Request};
+use theseus_core::store::ExtraFile;
 use theseus_core::{Error, Result};
 
 use crate::claim;
@@ -46,7 +47,7 @@ use crate::logs::log_stream;
 use crate::parse::sinfo::{self, SINFO_COMMAND};
 use crate::paths::{RemoteDirs, coordinator_port};
 use crate::sbatch::{self, Directives, SbatchPaths};
-use crate::ship::{self, ExtraFile};
+use crate::ship::{self, Target};
 use crate::ssh::{RemoteCommand, SshError, SshHost, SshOptions};
 
 /// The batch script, relative to the work dir.
@@ -312,7 +313,8 @@ impl SlurmBackend {
     /// claim of the name.
     async fn discard(&self, data: &SlurmHandleData) {
         self.release(data).await;
-        let rm = RemoteCommand::new("rm").args(["-rf", "--", &data.work_dir, &data.run_dir]);
+        let partial = format!("{}.partial", data.work_dir);
+        let rm = RemoteCommand::new("rm").args(["-rf", "--", &data.work_dir, &partial, &data.run_dir]);
         let _ = self.ssh.output(&rm).await;
     }
 }
@@ -356,7 +358,7 @@ impl Backend for SlurmBackend {
     async fn submit(&self, job: &PreparedJob, options: &SubmitOptions) -> Result<JobHandle> {
         let (work_dir, run_dir, log_file) = self.paths(&job.identity)?;
         let script = self.batch_script(job)?;
-        let mut extra = ExtraFile::bootstrap(job);
+        let mut extra = ExtraFile::bootstrap(&job.bootstrap);
         extra.push(ExtraFile { path: BATCH_SCRIPT.into(), contents: script.into_bytes(), mode: 0o644 });
         debug_assert!(BATCH_SCRIPT.starts_with(BOOTSTRAP_DIR));
 
@@ -364,7 +366,10 @@ impl Backend for SlurmBackend {
         let data =
             SlurmHandleData { run_id: job.identity.run_id.clone(), work_dir, run_dir, log_file, nodes: job.plan.nodes };
         options.note(&format!("shipping code to {}", self.host.ssh));
-        if let Err(e) = ship::ship(&self.ssh, self, &self.name, job, &data.work_dir, extra, options).await {
+        let root = self.dirs().resolve(&self.cluster.work)?;
+        let target =
+            Target { root: &root, work_dir: &data.work_dir, mode: self.cluster.materialize.unwrap_or_default() };
+        if let Err(e) = ship::ship_run(&self.ssh, self, job, &target, extra, options).await {
             if matches!(e, Error::AlreadyExists { .. }) {
                 // The work dir is another submit's of this very run id: leave it, give the name back.
                 self.release(&data).await;

@@ -71,7 +71,13 @@ pub(crate) fn code_tree() -> tempfile::TempDir {
 }
 
 /// A job named `name` (project `store-it`) of the code in `dir` running `words` on `b`.
-pub(crate) fn job_of(b: &dyn Backend, plan: &theseus_core::solver::Plan, name: &str, dir: &Path, words: &[&str]) -> PreparedJob {
+pub(crate) fn job_of(
+    b: &dyn Backend,
+    plan: &theseus_core::solver::Plan,
+    name: &str,
+    dir: &Path,
+    words: &[&str],
+) -> PreparedJob {
     let snapshot = Snapshot::collect(dir, SnapshotMode::Dirty).unwrap();
     let identity = JobIdentity::new(name, Some("store-it"), None);
     let words: Vec<String> = words.iter().map(|w| w.to_string()).collect();
@@ -105,7 +111,8 @@ pub(crate) fn assert_run_dir_is(code: &Path, run: &Path, extra: &[String]) {
     for file in &snapshot.files {
         let (a, b) = (code.join(&file.path), run.join(&file.path));
         let ma = std::fs::symlink_metadata(&a).unwrap();
-        let mb = std::fs::symlink_metadata(&b).unwrap_or_else(|e| panic!("{} missing from the run dir: {e}", file.path));
+        let mb =
+            std::fs::symlink_metadata(&b).unwrap_or_else(|e| panic!("{} missing from the run dir: {e}", file.path));
         assert_eq!(ma.file_type().is_symlink(), mb.file_type().is_symlink(), "{}: symlink or not", file.path);
         if ma.file_type().is_symlink() {
             assert_eq!(std::fs::read_link(&a).unwrap(), std::fs::read_link(&b).unwrap(), "{}", file.path);

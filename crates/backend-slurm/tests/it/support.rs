@@ -322,8 +322,7 @@ impl RestrictedSshd {
         let authorized = dir.join("restricted_authorized_keys");
         std::fs::copy(lab.key.with_extension("pub"), &authorized).unwrap();
         set_mode(&authorized, 0o644).unwrap();
-        let port =
-            std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).unwrap();
         let config = dir.join("restricted_sshd_config");
         std::fs::write(
             &config,
