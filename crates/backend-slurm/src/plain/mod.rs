@@ -20,8 +20,6 @@
 
 mod scripts;
 
-use std::fmt;
-use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -31,7 +29,7 @@ use theseus_core::backend::{
     Backend, JobHandle, JobStatus, LogLine, LogOptions, LogStream, PreparedJob, RunLayout, SubmitOptions,
 };
 use theseus_core::bootstrap::{BOOTSTRAP_DIR, Launch};
-use theseus_core::config::{ClusterConfig, HostKind, PlainHost, join};
+use theseus_core::config::{HostKind, PlainHost, join};
 use theseus_core::job::JobIdentity;
 use theseus_core::local::supervisor;
 use theseus_core::solver::{ChipRequest, Plan, Request};
@@ -39,11 +37,10 @@ use theseus_core::store::ExtraFile;
 use theseus_core::{Error, Result};
 
 use crate::claim;
-use crate::logs::log_stream;
 use crate::parse::nvidia_smi::{self, APPS_QUERY_COMMAND, GPU_QUERY_COMMAND};
-use crate::paths::{RemoteDirs, coordinator_port};
-use crate::ship::{self, Target};
-use crate::ssh::{RemoteCommand, SshError, SshHost, SshOptions};
+use crate::remote::{RemoteSettings, SshBackend};
+use crate::run_dir::{self, Start};
+use crate::ssh::{RemoteCommand, SshError};
 
 /// Knobs of the backend (defaults suit real machines; tests shorten them).
 #[derive(Debug, Clone)]
@@ -73,6 +70,12 @@ impl Default for Settings {
     }
 }
 
+impl RemoteSettings for Settings {
+    fn remote_home(&self) -> Option<&str> {
+        self.remote_home.as_deref()
+    }
+}
+
 /// What a plain [`JobHandle`] carries in `data`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PlainHandleData {
@@ -90,64 +93,16 @@ pub struct PlainHandleData {
     pub pgid: u32,
 }
 
-/// Runs jobs on a machine over SSH.
-#[derive(Debug)]
-pub struct PlainBackend {
-    name: String,
-    host: PlainHost,
-    cluster: ClusterConfig,
-    ssh: Arc<SshHost>,
-    settings: Settings,
-}
+/// Runs jobs on a machine over SSH ([`PlainBackend::new`], [`PlainBackend::with_ssh`]).
+pub type PlainBackend = SshBackend<PlainHost, Settings>;
 
 impl PlainBackend {
-    /// A backend for plain host `name`, connecting to `host.ssh` with default SSH options
-    /// (`~/.ssh/config`, strict host keys).
-    pub fn new(name: impl Into<String>, host: PlainHost, cluster: ClusterConfig) -> Self {
-        let ssh = SshHost::new(SshOptions::new(host.ssh.clone()));
-        Self::with_ssh(name, host, cluster, Arc::new(ssh), Settings::default())
-    }
-
-    /// A backend over an existing connection (shared with other backends of the same machine).
-    pub fn with_ssh(
-        name: impl Into<String>,
-        host: PlainHost,
-        cluster: ClusterConfig,
-        ssh: Arc<SshHost>,
-        settings: Settings,
-    ) -> Self {
-        PlainBackend { name: name.into(), host, cluster, ssh, settings }
-    }
-
-    /// The connection.
-    pub fn ssh(&self) -> &Arc<SshHost> {
-        &self.ssh
-    }
-
     fn data(&self, handle: &JobHandle) -> Result<PlainHandleData> {
         if handle.kind != HostKind::Plain {
             return Err(Error::backend(self, format!("handle of a {} job given to the plain backend", handle.kind)));
         }
         serde_json::from_value(handle.data.clone())
             .map_err(|e| Error::backend(self, format!("malformed plain job handle: {e}")))
-    }
-
-    fn dirs(&self) -> RemoteDirs<'_> {
-        RemoteDirs {
-            kind: "plain",
-            host: &self.name,
-            cluster_name: &self.host.cluster,
-            cluster: &self.cluster,
-            home: self.settings.remote_home.as_deref(),
-        }
-    }
-
-    fn paths(&self, identity: &JobIdentity) -> Result<(String, String, String)> {
-        self.dirs().run_paths(identity)
-    }
-
-    fn ssh_error(&self, action: &str, e: SshError) -> Error {
-        Error::Backend { backend: self.to_string(), message: format!("failed to {action}"), source: Some(Box::new(e)) }
     }
 
     async fn report(&self, run_id: &str, data: &PlainHandleData) -> Result<scripts::Report> {
@@ -162,43 +117,19 @@ impl PlainBackend {
         Ok(scripts::parse_report(&out.stdout_text()))
     }
 
-    /// Ships the snapshot and the bootstrap through the cluster's store (see [`crate::ship`]).
-    async fn ship(
-        &self,
-        job: &PreparedJob,
-        work_dir: &str,
-        extra: Vec<ExtraFile>,
-        options: &SubmitOptions,
-    ) -> Result<()> {
-        let root = self.dirs().resolve(&self.cluster.work)?;
-        let target = Target { root: &root, work_dir, mode: self.cluster.materialize.unwrap_or_default() };
-        ship::ship_run(&self.ssh, self, job, &target, extra, options).await
-    }
-
     /// Starts the supervisor; returns its PID, or (inner error) why the run may no longer start:
     /// it lost its name or was cancelled while its code was shipped.
     async fn launch(&self, job: &PreparedJob, data: &PlainHandleData, supervisor_path: &str) -> Result<Result<u32>> {
-        let mut secrets = Vec::new();
-        for var in job.env.iter().filter(|v| v.secret) {
-            if !theseus_core::shell::is_env_name(&var.name) || var.value.contains('\0') {
-                return Err(Error::InvalidConfig(format!("secret `{}` cannot be passed to a process", var.name)));
-            }
-            secrets.extend_from_slice(format!("{}={}", var.name, var.value).as_bytes());
-            secrets.push(0);
-        }
-        let cmd = RemoteCommand::new("bash")
-            .arg("-c")
-            .arg(scripts::LAUNCH)
-            .arg("bash")
-            .args([
-                data.run_dir.clone(),
-                data.log_file.clone(),
-                supervisor_path.to_owned(),
-                data.work_dir.clone(),
-                job.identity.run_id.clone(),
-                self.name_dir(&job.identity, &data.run_dir)?.to_owned(),
-            ])
-            .label("the job's launch (setsid nohup supervise.sh)");
+        let secrets = run_dir::secret_records(job)?;
+        let start = Start {
+            run_dir: &data.run_dir,
+            log_file: &data.log_file,
+            work_dir: &data.work_dir,
+            run_id: &job.identity.run_id,
+            name_dir: self.name_dir(&job.identity.run_id, &data.run_dir)?,
+            program: supervisor_path,
+        };
+        let cmd = start.command(scripts::LAUNCH).label("the job's launch (setsid nohup supervise.sh)");
         let out = match self.ssh.run_with_writer(&cmd, move |w| w.write_all(&secrets), None).await {
             Ok(out) => out,
             Err(SshError::Failed { code: Some(claim::REPLACED), stderr, .. }) => {
@@ -218,25 +149,8 @@ impl PlainBackend {
         let run_id = &identity.run_id;
         let stop = RemoteCommand::script(scripts::CANCEL, [data.run_dir.clone(), run_id.to_owned(), "1".to_owned()]);
         let _ = self.ssh.output(&stop).await;
-        self.release(identity, &data.run_dir).await;
-        let partial = format!("{}.partial", data.work_dir);
-        let rm = RemoteCommand::new("rm").args(["-rf", "--", &data.work_dir, &partial, &data.run_dir]);
-        let _ = self.ssh.output(&rm).await;
-    }
-
-    /// Best-effort: gives the job's name back when the run still holds it.
-    async fn release(&self, identity: &JobIdentity, run_dir: &str) {
-        if let Ok(dir) = self.name_dir(identity, run_dir) {
-            let release = RemoteCommand::script(claim::RELEASE, [dir.to_owned(), identity.run_id.clone()]);
-            let _ = self.ssh.output(&release).await;
-        }
-    }
-
-    /// The dir of the job's name on the host (the parent of its runs' status dirs).
-    fn name_dir<'a>(&self, identity: &JobIdentity, run_dir: &'a str) -> Result<&'a str> {
-        claim::name_dir(run_dir, &identity.run_id).ok_or_else(|| {
-            Error::backend(self, format!("run dir `{run_dir}` does not end in the run id `{}`", identity.run_id))
-        })
+        self.release(run_id, &data.run_dir).await;
+        self.remove(&data.work_dir, &[&data.run_dir]).await;
     }
 
     /// The handle of run `identity` before it starts (pgid unknown).
@@ -259,7 +173,7 @@ impl PlainBackend {
             host: &self.name,
             ssh: &self.ssh,
             script: scripts::CLAIM,
-            dir: self.name_dir(&job.identity, run_dir)?,
+            dir: self.name_dir(&job.identity.run_id, run_dir)?,
             stale: self.settings.claim_stale,
             timeout: self.settings.command_timeout,
         };
@@ -271,12 +185,6 @@ impl PlainBackend {
     }
 }
 
-impl fmt::Display for PlainBackend {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "plain({})", self.name)
-    }
-}
-
 #[async_trait]
 impl Backend for PlainBackend {
     fn kind(&self) -> HostKind {
@@ -284,13 +192,8 @@ impl Backend for PlainBackend {
     }
 
     fn layout(&self, identity: &JobIdentity, plan: &Plan) -> Result<RunLayout> {
-        let launch = if plan.processes() > 1 {
-            // Ranks on one machine talk over loopback.
-            Launch::Local { coordinator_port: coordinator_port(&identity.run_id) }
-        } else {
-            Launch::Single
-        };
-        self.dirs().layout(identity, launch)
+        // Ranks on one machine talk over loopback.
+        self.layout_with(identity, plan, |coordinator_port| Launch::Local { coordinator_port })
     }
 
     async fn availability(&self, request: &Request) -> Result<Availability> {
@@ -355,29 +258,10 @@ impl Backend for PlainBackend {
 
         self.claim(job, &run_dir, options).await?;
         let mut data = PlainHandleData { work_dir, run_dir, log_file, processes, pgid: 0 };
-        options.note(&format!("shipping code to {}", self.host.ssh));
-        if let Err(e) = self.ship(job, &data.work_dir, extra, options).await {
-            if matches!(e, Error::AlreadyExists { .. }) {
-                // The work dir is another submit's of this very run id: leave it, give the name back.
-                self.release(&job.identity, &data.run_dir).await;
-            } else {
-                self.discard(&job.identity, &data).await;
-            }
-            return Err(e);
-        }
-        match self.launch(job, &data, &supervisor_path).await {
-            Ok(Ok(pgid)) => data.pgid = pgid,
-            Ok(Err(lost)) => {
-                // Cancelled or taken over: the run dir keeps saying so; only its code goes.
-                let rm = RemoteCommand::new("rm").args(["-rf", "--", &data.work_dir]);
-                let _ = self.ssh.output(&rm).await;
-                return Err(lost);
-            }
-            Err(e) => {
-                self.discard(&job.identity, &data).await;
-                return Err(e);
-            }
-        }
+        let (start, discard) = (self.launch(job, &data, &supervisor_path), self.discard(&job.identity, &data));
+        let dirs = (data.work_dir.as_str(), data.run_dir.as_str());
+        let pgid = self.ship_and_start(job, dirs, extra, options, start, discard).await?;
+        data.pgid = pgid;
         Ok(JobHandle {
             kind: HostKind::Plain,
             host: self.name.clone(),
@@ -403,14 +287,9 @@ impl Backend for PlainBackend {
             RemoteCommand::script(scripts::FOLLOW_LOG, [data.log_file.clone(), data.run_dir.clone(), handle.id.clone()])
                 .label(format!("log follow of `{}`", data.log_file))
         } else {
-            RemoteCommand::script(scripts::CAT_LOG, [data.log_file.clone()]).label(format!("cat `{}`", data.log_file))
+            RemoteCommand::script(run_dir::CAT_LOG, [data.log_file.clone()]).label(format!("cat `{}`", data.log_file))
         };
-        let lines = self
-            .ssh
-            .lines(&cmd)
-            .await
-            .map_err(|e| self.ssh_error(&format!("read the log of run `{}`", handle.id), e))?;
-        Ok(log_stream(lines, self.to_string(), options.rank, parse_line))
+        self.read_log(&cmd, &format!("run `{}`", handle.id), options.rank, parse_line).await
     }
 
     fn planned_handle(&self, job: &PreparedJob) -> Option<JobHandle> {
@@ -461,21 +340,5 @@ mod tests {
         assert_eq!(parse_line("[rank-2] hi").rank, Some(2));
         assert_eq!(parse_line("[rank-2] hi").text, "hi");
         assert_eq!(parse_line("[rank-x] hi").rank, None);
-    }
-
-    #[test]
-    fn paths_must_be_absolute_or_have_a_home() {
-        let cluster = ClusterConfig { root: "/r".into(), work: "~/w".into(), ..ClusterConfig::default() };
-        let host = PlainHost { ssh: "box".into(), cluster: "c".into(), ..PlainHost::default() };
-        let b = PlainBackend::new("box", host.clone(), cluster.clone());
-        let id = JobIdentity::new("n", None, None);
-        assert!(matches!(b.paths(&id), Err(Error::InvalidConfig(_))));
-        let ssh = Arc::new(SshHost::new(SshOptions::new("box")));
-        let settings = Settings { remote_home: Some("/home/u".into()), ..Settings::default() };
-        let b = PlainBackend::with_ssh("box", host, cluster, ssh, settings);
-        let (work, run, log) = b.paths(&id).unwrap();
-        assert_eq!(work, format!("/home/u/w/{}", id.run_path()));
-        assert_eq!(run, format!("/r/status/{}", id.run_path()));
-        assert_eq!(log, format!("/home/u/w/logs/{}.log", id.run_path()));
     }
 }

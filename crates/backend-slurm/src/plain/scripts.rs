@@ -52,22 +52,14 @@ job_pids() {
     };
 }
 
-/// `RUN_DIR LOG_FILE SUPERVISOR WORK_DIR RUN_ID NAME_DIR` (bash), secrets on stdin as
-/// NUL-terminated `NAME=VALUE` records: under the name's lock, and only while the run still owns
-/// its name ([`crate::claim`]), starts the supervisor detached in its own session, with the run's
-/// marker and the secrets in its environment only; records the session (`SID STARTTIME`) and
-/// prints the supervisor's PID (= its session and process group id).
+/// [`crate::run_dir::start_prologue!`] with the supervisor as `PROGRAM` (bash): under the
+/// name's lock, and only while the run still owns its name ([`crate::claim`]), starts the
+/// supervisor detached in its own session, with the run's marker and the secrets in its
+/// environment only; records the session (`SID STARTTIME`) and prints the supervisor's PID (=
+/// its session and process group id).
 pub(crate) const LAUNCH: &str = concat!(
-    r#"set -e
-run_dir=$1; log=$2; sup=$3; work=$4; me=$5; namedir=$6
-mkdir -p -- "$run_dir" "$(dirname -- "$log")"
-"#,
-    crate::claim::start_check!(),
-    r#"
-while IFS= read -r -d '' kv; do export "$kv"; done
-export THESEUS_LOCAL_RUN="$5"
-cd -- "$work"
-setsid nohup bash -- "$sup" > /dev/null 2>&1 < /dev/null 9>&- &
+    crate::run_dir::start_prologue!(),
+    r#"setsid nohup bash -- "$prog" > /dev/null 2>&1 < /dev/null 9>&- &
 i=0
 while [ ! -s "$run_dir/supervisor.pid" ]; do
   i=$((i + 1))
@@ -157,33 +149,19 @@ echo "left=$(job_pids "$run" "$run_dir" | tr '\n' ' ')"
 "#
 );
 
-/// `LOG_FILE`: the log so far (nothing when it does not exist yet).
-pub(crate) const CAT_LOG: &str = r#"[ -e "$1" ] || exit 0
-exec cat -- "$1"
-"#;
-
 /// `LOG_FILE RUN_DIR RUN_ID`: the log from the start, then new bytes as they are written, until
-/// the run is over. The end is decided *before* each read, so everything written before the
-/// job ended is sent.
+/// the run is over: it left an exit code, or (looked at every fifth round) no process of it
+/// is left ([`crate::run_dir::follow_loop!`]).
 pub(crate) const FOLLOW_LOG: &str = concat!(
     job_pids_fn!(),
     r#"
-log=$1; run_dir=$2; off=0; k=0
-while :; do
-  over=0
-  if [ -e "$run_dir/exit_code" ]; then over=1
-  elif [ $((k % 5)) -eq 0 ] && [ -z "$(job_pids "$3" "$run_dir")" ]; then over=1
-  fi
-  k=$((k + 1))
-  size=$(stat -c %s -- "$log" 2>/dev/null || echo 0)
-  if [ "$size" -gt "$off" ]; then
-    tail -c +$((off + 1)) -- "$log" | head -c $((size - off))
-    off=$size
-  fi
-  [ "$over" = 1 ] && exit 0
-  sleep 0.2
-done
-"#
+log=$1; run_dir=$2; run=$3
+finished() {
+  [ -e "$run_dir/exit_code" ] && return 0
+  [ $(($1 % 5)) -eq 0 ] && [ -z "$(job_pids "$run" "$run_dir")" ]
+}
+"#,
+    crate::run_dir::follow_loop!()
 );
 
 /// What [`STATUS`] printed.
@@ -304,17 +282,13 @@ mod tests {
 
     #[test]
     fn scripts_are_valid_shell() {
-        for (name, script, shell) in [
+        crate::run_dir::assert_valid_shell(&[
             ("launch", LAUNCH, "bash"),
             ("claim", CLAIM, "sh"),
             ("status", STATUS, "sh"),
             ("cancel", CANCEL, "sh"),
-            ("cat", CAT_LOG, "sh"),
             ("follow", FOLLOW_LOG, "sh"),
-        ] {
-            let out = std::process::Command::new(shell).arg("-n").arg("-c").arg(script).output().unwrap();
-            assert!(out.status.success(), "{name}: {}", String::from_utf8_lossy(&out.stderr));
-        }
+        ]);
     }
 
     #[test]

@@ -25,8 +25,6 @@ mod status;
 
 use scripts::RunState;
 
-use std::fmt;
-use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -36,19 +34,18 @@ use theseus_core::backend::{
     Backend, DryRunDocument, JobHandle, JobStatus, LogOptions, LogStream, PreparedJob, RunLayout, SubmitOptions,
 };
 use theseus_core::bootstrap::{BOOTSTRAP_DIR, Launch};
-use theseus_core::config::{ClusterConfig, HostKind, SlurmHost, join};
+use theseus_core::config::{HostKind, SlurmHost, join};
 use theseus_core::job::JobIdentity;
 use theseus_core::solver::{Plan, Request};
 use theseus_core::store::ExtraFile;
 use theseus_core::{Error, Result};
 
 use crate::claim;
-use crate::logs::log_stream;
 use crate::parse::sinfo::{self, SINFO_COMMAND};
-use crate::paths::{RemoteDirs, coordinator_port};
+use crate::remote::{RemoteSettings, SshBackend};
+use crate::run_dir::{self, Start};
 use crate::sbatch::{self, Directives, SbatchPaths};
-use crate::ship::{self, Target};
-use crate::ssh::{RemoteCommand, SshError, SshHost, SshOptions};
+use crate::ssh::{RemoteCommand, SshError};
 
 /// The batch script, relative to the work dir.
 pub const BATCH_SCRIPT: &str = ".theseus/job.sbatch";
@@ -82,6 +79,12 @@ impl Default for Settings {
     }
 }
 
+impl RemoteSettings for Settings {
+    fn remote_home(&self) -> Option<&str> {
+        self.remote_home.as_deref()
+    }
+}
+
 /// What a Slurm [`JobHandle`] carries in `data`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SlurmHandleData {
@@ -97,40 +100,11 @@ pub struct SlurmHandleData {
     pub nodes: u32,
 }
 
-/// Runs jobs on a Slurm cluster through its login node.
-#[derive(Debug)]
-pub struct SlurmBackend {
-    name: String,
-    host: SlurmHost,
-    cluster: ClusterConfig,
-    ssh: Arc<SshHost>,
-    settings: Settings,
-}
+/// Runs jobs on a Slurm cluster through its login node ([`SlurmBackend::new`],
+/// [`SlurmBackend::with_ssh`]).
+pub type SlurmBackend = SshBackend<SlurmHost, Settings>;
 
 impl SlurmBackend {
-    /// A backend for Slurm host `name`, connecting to `host.ssh` with default SSH options
-    /// (`~/.ssh/config`, strict host keys).
-    pub fn new(name: impl Into<String>, host: SlurmHost, cluster: ClusterConfig) -> Self {
-        let ssh = SshHost::new(SshOptions::new(host.ssh.clone()));
-        Self::with_ssh(name, host, cluster, Arc::new(ssh), Settings::default())
-    }
-
-    /// A backend over an existing connection.
-    pub fn with_ssh(
-        name: impl Into<String>,
-        host: SlurmHost,
-        cluster: ClusterConfig,
-        ssh: Arc<SshHost>,
-        settings: Settings,
-    ) -> Self {
-        SlurmBackend { name: name.into(), host, cluster, ssh, settings }
-    }
-
-    /// The connection.
-    pub fn ssh(&self) -> &Arc<SshHost> {
-        &self.ssh
-    }
-
     fn data(&self, handle: &JobHandle) -> Result<SlurmHandleData> {
         if handle.kind != HostKind::Slurm {
             return Err(Error::backend(self, format!("handle of a {} job given to the slurm backend", handle.kind)));
@@ -166,12 +140,6 @@ impl SlurmBackend {
         }
     }
 
-    /// The dir of the job's name on the cluster (the parent of its runs' status dirs).
-    fn name_dir<'a>(&self, run_id: &str, run_dir: &'a str) -> Result<&'a str> {
-        claim::name_dir(run_dir, run_id)
-            .ok_or_else(|| Error::backend(self, format!("run dir `{run_dir}` does not end in the run id `{run_id}`")))
-    }
-
     /// The handle of run `identity`: with its Slurm job id when known, else planned (the run id).
     fn handle_for(&self, identity: &JobIdentity, job: Option<String>, nodes: u32) -> Result<JobHandle> {
         let (work_dir, run_dir, log_file) = self.paths(identity)?;
@@ -203,14 +171,6 @@ impl SlurmBackend {
         .await
     }
 
-    /// Best-effort: gives the job's name back when the run still holds it.
-    async fn release(&self, data: &SlurmHandleData) {
-        if let Ok(dir) = self.name_dir(&data.run_id, &data.run_dir) {
-            let release = RemoteCommand::script(claim::RELEASE, [dir.to_owned(), data.run_id.clone()]);
-            let _ = self.ssh.output(&release).await;
-        }
-    }
-
     /// The steps Slurm still lists for job `id`: `(step, nodes)`.
     async fn steps(&self, id: &str) -> Result<Vec<(String, String)>> {
         let cmd =
@@ -218,24 +178,6 @@ impl SlurmBackend {
         let out =
             self.ssh.run(&cmd).await.map_err(|e| self.ssh_error(&format!("list the steps of slurm job `{id}`"), e))?;
         Ok(scripts::parse_steps(&out.stdout_text()))
-    }
-
-    fn dirs(&self) -> RemoteDirs<'_> {
-        RemoteDirs {
-            kind: "slurm",
-            host: &self.name,
-            cluster_name: &self.host.cluster,
-            cluster: &self.cluster,
-            home: self.settings.remote_home.as_deref(),
-        }
-    }
-
-    fn paths(&self, identity: &JobIdentity) -> Result<(String, String, String)> {
-        self.dirs().run_paths(identity)
-    }
-
-    fn ssh_error(&self, action: &str, e: SshError) -> Error {
-        Error::Backend { backend: self.to_string(), message: format!("failed to {action}"), source: Some(Box::new(e)) }
     }
 
     /// The batch script of `job`.
@@ -259,26 +201,18 @@ impl SlurmBackend {
     /// Runs `sbatch` on the shipped batch script; returns the job id, or (inner error) why the
     /// run may no longer start: it lost its name or was cancelled while its code was shipped.
     async fn sbatch(&self, job: &PreparedJob, data: &SlurmHandleData) -> Result<Result<String>> {
-        let mut secrets = Vec::new();
-        for var in job.env.iter().filter(|v| v.secret) {
-            if !theseus_core::shell::is_env_name(&var.name) || var.value.contains('\0') {
-                return Err(Error::InvalidConfig(format!("secret `{}` cannot be passed to a process", var.name)));
-            }
-            secrets.extend_from_slice(format!("{}={}", var.name, var.value).as_bytes());
-            secrets.push(0);
-        }
-        let cmd = RemoteCommand::new("bash")
-            .arg("-c")
-            .arg(scripts::SUBMIT)
-            .arg("bash")
-            .args([
-                data.work_dir.clone(),
-                join(&data.work_dir, BATCH_SCRIPT),
-                data.run_dir.clone(),
-                data.log_file.clone(),
-                data.run_id.clone(),
-                self.name_dir(&data.run_id, &data.run_dir)?.to_owned(),
-            ])
+        let secrets = run_dir::secret_records(job)?;
+        let script = join(&data.work_dir, BATCH_SCRIPT);
+        let start = Start {
+            run_dir: &data.run_dir,
+            log_file: &data.log_file,
+            work_dir: &data.work_dir,
+            run_id: &data.run_id,
+            name_dir: self.name_dir(&data.run_id, &data.run_dir)?,
+            program: &script,
+        };
+        let cmd = start
+            .command(scripts::SUBMIT)
             .label("sbatch")
             .timeout(self.settings.command_timeout + Duration::from_secs(claim::LOCK_WAIT_SECONDS.into()));
         let out = match self.ssh.run_with_writer(&cmd, move |w| w.write_all(&secrets), None).await {
@@ -312,16 +246,8 @@ impl SlurmBackend {
     /// Best-effort removal of a run that failed to start: its code and status dirs, and its
     /// claim of the name.
     async fn discard(&self, data: &SlurmHandleData) {
-        self.release(data).await;
-        let partial = format!("{}.partial", data.work_dir);
-        let rm = RemoteCommand::new("rm").args(["-rf", "--", &data.work_dir, &partial, &data.run_dir]);
-        let _ = self.ssh.output(&rm).await;
-    }
-}
-
-impl fmt::Display for SlurmBackend {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "slurm({})", self.name)
+        self.release(&data.run_id, &data.run_dir).await;
+        self.remove(&data.work_dir, &[&data.run_dir]).await;
     }
 }
 
@@ -332,12 +258,7 @@ impl Backend for SlurmBackend {
     }
 
     fn layout(&self, identity: &JobIdentity, plan: &Plan) -> Result<RunLayout> {
-        let launch = if plan.processes() > 1 {
-            Launch::Slurm { coordinator_port: coordinator_port(&identity.run_id) }
-        } else {
-            Launch::Single
-        };
-        self.dirs().layout(identity, launch)
+        self.layout_with(identity, plan, |coordinator_port| Launch::Slurm { coordinator_port })
     }
 
     async fn availability(&self, _request: &Request) -> Result<Availability> {
@@ -365,33 +286,12 @@ impl Backend for SlurmBackend {
         self.claim(job, &run_dir, options).await?;
         let data =
             SlurmHandleData { run_id: job.identity.run_id.clone(), work_dir, run_dir, log_file, nodes: job.plan.nodes };
-        options.note(&format!("shipping code to {}", self.host.ssh));
-        let root = self.dirs().resolve(&self.cluster.work)?;
-        let target =
-            Target { root: &root, work_dir: &data.work_dir, mode: self.cluster.materialize.unwrap_or_default() };
-        if let Err(e) = ship::ship_run(&self.ssh, self, job, &target, extra, options).await {
-            if matches!(e, Error::AlreadyExists { .. }) {
-                // The work dir is another submit's of this very run id: leave it, give the name back.
-                self.release(&data).await;
-            } else {
-                self.discard(&data).await;
-            }
-            return Err(e);
-        }
-        options.note("submitting with sbatch");
-        let id = match self.sbatch(job, &data).await {
-            Ok(Ok(id)) => id,
-            Ok(Err(lost)) => {
-                // Cancelled or taken over: the run dir keeps saying so; only its code goes.
-                let rm = RemoteCommand::new("rm").args(["-rf", "--", &data.work_dir]);
-                let _ = self.ssh.output(&rm).await;
-                return Err(lost);
-            }
-            Err(e) => {
-                self.discard(&data).await;
-                return Err(e);
-            }
+        let start = async {
+            options.note("submitting with sbatch");
+            self.sbatch(job, &data).await
         };
+        let dirs = (data.work_dir.as_str(), data.run_dir.as_str());
+        let id = self.ship_and_start(job, dirs, extra, options, start, self.discard(&data)).await?;
         Ok(JobHandle {
             kind: HostKind::Slurm,
             host: self.name.clone(),
@@ -421,14 +321,9 @@ impl Backend for SlurmBackend {
             RemoteCommand::script(scripts::FOLLOW_LOG, [data.log_file.clone(), handle.id.clone()])
                 .label(format!("log follow of `{}`", data.log_file))
         } else {
-            RemoteCommand::script(scripts::CAT_LOG, [data.log_file.clone()]).label(format!("cat `{}`", data.log_file))
+            RemoteCommand::script(run_dir::CAT_LOG, [data.log_file.clone()]).label(format!("cat `{}`", data.log_file))
         };
-        let lines = self
-            .ssh
-            .lines(&cmd)
-            .await
-            .map_err(|e| self.ssh_error(&format!("read the log of slurm job `{}`", handle.id), e))?;
-        Ok(log_stream(lines, self.to_string(), options.rank, scripts::parse_line))
+        self.read_log(&cmd, &format!("slurm job `{}`", handle.id), options.rank, scripts::parse_line).await
     }
 
     fn planned_handle(&self, job: &PreparedJob) -> Option<JobHandle> {
@@ -526,21 +421,5 @@ mod tests {
         for bad in ["", "no-such-run", "42;x", "4 2", "_1", "1_"] {
             assert!(!is_job_id(bad), "{bad}");
         }
-    }
-
-    #[test]
-    fn paths_must_be_absolute_or_have_a_home() {
-        let cluster = ClusterConfig { root: "/r".into(), work: "~/w".into(), ..ClusterConfig::default() };
-        let host = SlurmHost { ssh: "login".into(), cluster: "c".into(), ..SlurmHost::default() };
-        let b = SlurmBackend::new("hpc", host.clone(), cluster.clone());
-        let id = JobIdentity::new("n", None, None);
-        assert!(matches!(b.paths(&id), Err(Error::InvalidConfig(_))));
-        let ssh = Arc::new(SshHost::new(SshOptions::new("login")));
-        let settings = Settings { remote_home: Some("/home/u".into()), ..Settings::default() };
-        let b = SlurmBackend::with_ssh("hpc", host, cluster, ssh, settings);
-        let (work, run, log) = b.paths(&id).unwrap();
-        assert_eq!(work, format!("/home/u/w/{}", id.run_path()));
-        assert_eq!(run, format!("/r/status/{}", id.run_path()));
-        assert_eq!(log, format!("/home/u/w/logs/{}.log", id.run_path()));
     }
 }

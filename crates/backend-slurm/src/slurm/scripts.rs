@@ -17,23 +17,13 @@ macro_rules! live_states {
     };
 }
 
-/// `WORK_DIR SCRIPT RUN_DIR LOG_FILE RUN_ID NAME_DIR` (bash), secrets on stdin as NUL-terminated
-/// `NAME=VALUE` records: creates the run and log dirs (Slurm does not create the output
-/// file's dir); under the name's lock, and only while the run still owns its name
-/// ([`crate::claim`]), exports the secrets and the run's marker, submits the batch script from
-/// the work dir and records the job id in `RUN_DIR/slurm_job`. Prints `sbatch --parsable`
-/// output (`JOBID[;CLUSTER]`).
+/// [`crate::run_dir::start_prologue!`] with the batch script as `PROGRAM` (bash): under the
+/// name's lock, and only while the run still owns its name ([`crate::claim`]), with the secrets
+/// and the run's marker exported, submits the batch script from the work dir and records the
+/// job id in `RUN_DIR/slurm_job`. Prints `sbatch --parsable` output (`JOBID[;CLUSTER]`).
 pub(crate) const SUBMIT: &str = concat!(
-    r#"set -e
-work=$1; script=$2; run_dir=$3; log=$4; me=$5; namedir=$6
-mkdir -p -- "$run_dir" "$(dirname -- "$log")"
-"#,
-    crate::claim::start_check!(),
-    r#"
-while IFS= read -r -d '' kv; do export "$kv"; done
-export THESEUS_LOCAL_RUN="$5"
-cd -- "$work"
-out=$(sbatch --parsable "$script" 9>&-)
+    crate::run_dir::start_prologue!(),
+    r#"out=$(sbatch --parsable "$prog" 9>&-)
 last=${out##*$'\n'}
 printf '%s\n' "${last%%;*}" > "$run_dir/slurm_job"
 printf '%s\n' "$out"
@@ -119,18 +109,14 @@ fi
 printf '%s\n' "$out"
 "#;
 
-/// `LOG_FILE`: the log so far (nothing when it does not exist yet).
-pub(crate) const CAT_LOG: &str = r#"[ -e "$1" ] || exit 0
-exec cat -- "$1"
-"#;
-
 /// `LOG_FILE JOB_ID`: the log from the start, then new bytes as they are written, until Slurm
-/// reports the job finished (a final state, or the job is no longer known). The end is decided
-/// *before* each read, so everything written before the job ended is sent; Slurm leaves the
-/// `COMPLETING` state only once every step's output is written.
+/// reports the job finished (a final state, or the job is no longer known), asked every fifth
+/// round ([`crate::run_dir::follow_loop!`]); Slurm leaves the `COMPLETING` state only once
+/// every step's output is written.
 pub(crate) const FOLLOW_LOG: &str = concat!(
-    r#"log=$1; job=$2; off=0; k=0
+    r#"log=$1; job=$2
 finished() {
+  [ $(($1 % 5)) -eq 0 ] || return 1
   out=$(squeue --noheader --states=all --format=%T --jobs "$job" 2>&1) && rc=0 || rc=$?
   if [ "$rc" -ne 0 ]; then
     case "$out" in *"Invalid job id"*) return 0 ;; *) return 1 ;; esac
@@ -142,19 +128,8 @@ finished() {
     *) return 0 ;;
   esac
 }
-while :; do
-  over=0
-  if [ $((k % 5)) -eq 0 ] && finished; then over=1; fi
-  k=$((k + 1))
-  size=$(stat -c %s -- "$log" 2>/dev/null || echo 0)
-  if [ "$size" -gt "$off" ]; then
-    tail -c +$((off + 1)) -- "$log" | head -c $((size - off))
-    off=$size
-  fi
-  [ "$over" = 1 ] && exit 0
-  sleep 0.2
-done
 "#,
+    crate::run_dir::follow_loop!()
 );
 
 /// One rank's `metadata.json`, as the bootstrap last wrote it.
@@ -271,19 +246,15 @@ mod tests {
 
     #[test]
     fn scripts_are_valid_shell() {
-        for (name, script, shell) in [
+        crate::run_dir::assert_valid_shell(&[
             ("submit", SUBMIT, "bash"),
             ("run state", RUN_STATE, "sh"),
             ("cancel", CANCEL, "sh"),
             ("claim", CLAIM, "sh"),
             ("cancel unsubmitted", CANCEL_UNSUBMITTED, "sh"),
             ("steps", STEPS, "sh"),
-            ("cat", CAT_LOG, "sh"),
             ("follow", FOLLOW_LOG, "sh"),
-        ] {
-            let out = std::process::Command::new(shell).arg("-n").arg("-c").arg(script).output().unwrap();
-            assert!(out.status.success(), "{name}: {}", String::from_utf8_lossy(&out.stderr));
-        }
+        ]);
     }
 
     #[test]

@@ -1,0 +1,237 @@
+//! [`SshBackend`]: what the plain and Slurm backends are made of, and the steps they share,
+//! written once: a host entry of the dispatch config reached over one SSH connection, its
+//! cluster's dirs, and a submit's middle (ship the claimed run's code, start it, and clean up
+//! when either fails).
+//!
+//! [`crate::plain::PlainBackend`] and [`crate::slurm::SlurmBackend`] are this type with their
+//! own host entry and settings; each adds its own `Backend` implementation.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+
+use theseus_core::backend::{LogLine, LogStream, PreparedJob, RunLayout, SubmitOptions};
+use theseus_core::bootstrap::Launch;
+use theseus_core::config::{ClusterConfig, PlainHost, SlurmHost};
+use theseus_core::job::JobIdentity;
+use theseus_core::solver::Plan;
+use theseus_core::store::ExtraFile;
+use theseus_core::{Error, Result};
+
+use crate::claim;
+use crate::logs::log_stream;
+use crate::paths::{RemoteDirs, coordinator_port};
+use crate::ship::{self, Target};
+use crate::ssh::{RemoteCommand, SshError, SshHost, SshOptions};
+
+/// A host entry of a backend reached over SSH.
+pub trait HostEntry: fmt::Debug + Send + Sync {
+    /// The host type, as the config spells it (`plain`, `slurm`).
+    const KIND: &'static str;
+    /// The SSH destination.
+    fn ssh(&self) -> &str;
+    /// The name of the host's cluster.
+    fn cluster(&self) -> &str;
+}
+
+impl HostEntry for PlainHost {
+    const KIND: &'static str = "plain";
+    fn ssh(&self) -> &str {
+        &self.ssh
+    }
+    fn cluster(&self) -> &str {
+        &self.cluster
+    }
+}
+
+impl HostEntry for SlurmHost {
+    const KIND: &'static str = "slurm";
+    fn ssh(&self) -> &str {
+        &self.ssh
+    }
+    fn cluster(&self) -> &str {
+        &self.cluster
+    }
+}
+
+/// The settings of a backend reached over SSH.
+pub trait RemoteSettings: fmt::Debug + Default + Send + Sync {
+    /// The remote home, to expand `~` in cluster paths.
+    fn remote_home(&self) -> Option<&str>;
+}
+
+/// A backend of host entries `H` with settings `S`, over one SSH connection.
+#[derive(Debug)]
+pub struct SshBackend<H, S> {
+    pub(crate) name: String,
+    pub(crate) host: H,
+    pub(crate) cluster: ClusterConfig,
+    pub(crate) ssh: Arc<SshHost>,
+    pub(crate) settings: S,
+}
+
+impl<H: HostEntry, S: RemoteSettings> SshBackend<H, S> {
+    /// A backend for host `name`, connecting to the host's `ssh` with default SSH options
+    /// (`~/.ssh/config`, strict host keys).
+    pub fn new(name: impl Into<String>, host: H, cluster: ClusterConfig) -> Self {
+        let ssh = SshHost::new(SshOptions::new(host.ssh()));
+        Self::with_ssh(name, host, cluster, Arc::new(ssh), S::default())
+    }
+
+    /// A backend over an existing connection (shared with other backends of the same machine).
+    pub fn with_ssh(name: impl Into<String>, host: H, cluster: ClusterConfig, ssh: Arc<SshHost>, settings: S) -> Self {
+        SshBackend { name: name.into(), host, cluster, ssh, settings }
+    }
+
+    /// The connection.
+    pub fn ssh(&self) -> &Arc<SshHost> {
+        &self.ssh
+    }
+
+    pub(crate) fn dirs(&self) -> RemoteDirs<'_> {
+        RemoteDirs {
+            kind: H::KIND,
+            host: &self.name,
+            cluster_name: self.host.cluster(),
+            cluster: &self.cluster,
+            home: self.settings.remote_home(),
+        }
+    }
+
+    /// The run's work dir, status dir and log file.
+    pub(crate) fn paths(&self, identity: &JobIdentity) -> Result<(String, String, String)> {
+        self.dirs().run_paths(identity)
+    }
+
+    /// The run's layout: `multi` wires the ranks of a plan with more than one process.
+    pub(crate) fn layout_with(
+        &self,
+        identity: &JobIdentity,
+        plan: &Plan,
+        multi: fn(u16) -> Launch,
+    ) -> Result<RunLayout> {
+        let launch = if plan.processes() > 1 { multi(coordinator_port(&identity.run_id)) } else { Launch::Single };
+        self.dirs().layout(identity, launch)
+    }
+
+    pub(crate) fn ssh_error(&self, action: &str, e: SshError) -> Error {
+        Error::Backend { backend: self.to_string(), message: format!("failed to {action}"), source: Some(Box::new(e)) }
+    }
+
+    /// The dir of the job's name on the host (the parent of its runs' status dirs).
+    pub(crate) fn name_dir<'a>(&self, run_id: &str, run_dir: &'a str) -> Result<&'a str> {
+        claim::name_dir(run_dir, run_id)
+            .ok_or_else(|| Error::backend(self, format!("run dir `{run_dir}` does not end in the run id `{run_id}`")))
+    }
+
+    /// Best-effort: gives the job's name back when run `run_id` still holds it.
+    pub(crate) async fn release(&self, run_id: &str, run_dir: &str) {
+        if let Ok(dir) = self.name_dir(run_id, run_dir) {
+            let release = RemoteCommand::script(claim::RELEASE, [dir.to_owned(), run_id.to_owned()]);
+            let _ = self.ssh.output(&release).await;
+        }
+    }
+
+    /// Best-effort removal of a run's code dir (with its `.partial`) and `others`.
+    pub(crate) async fn remove(&self, work_dir: &str, others: &[&str]) {
+        let partial = format!("{work_dir}.partial");
+        let rm = RemoteCommand::new("rm").args(["-rf", "--", work_dir, &partial]).args(others.iter().copied());
+        let _ = self.ssh.output(&rm).await;
+    }
+
+    /// Reads a log with `cmd`, each line parsed by `parse`; `what` names the run in errors.
+    pub(crate) async fn read_log(
+        &self,
+        cmd: &RemoteCommand,
+        what: &str,
+        rank: Option<u32>,
+        parse: fn(&str) -> LogLine,
+    ) -> Result<LogStream> {
+        let lines = self.ssh.lines(cmd).await.map_err(|e| self.ssh_error(&format!("read the log of {what}"), e))?;
+        Ok(log_stream(lines, self.to_string(), rank, parse))
+    }
+
+    /// The middle of a submit, once the run claimed its name: ships the code and `extra` into
+    /// `work_dir` through the cluster's store ([`crate::ship`]), then awaits `start`. When the
+    /// ship fails it gives the name back if the run dir is another submit's of this run id, and
+    /// otherwise awaits `discard`; when `start` says the run may no longer start (inner error:
+    /// it lost its name or was cancelled meanwhile) only its code goes; when `start` fails,
+    /// `discard`.
+    pub(crate) async fn ship_and_start<T>(
+        &self,
+        job: &PreparedJob,
+        (work_dir, run_dir): (&str, &str),
+        extra: Vec<ExtraFile>,
+        options: &SubmitOptions,
+        start: impl Future<Output = Result<Result<T>>>,
+        discard: impl Future<Output = ()>,
+    ) -> Result<T> {
+        options.note(&format!("shipping code to {}", self.host.ssh()));
+        let root = self.dirs().resolve(&self.cluster.work)?;
+        let target = Target { root: &root, work_dir, mode: self.cluster.materialize.unwrap_or_default() };
+        if let Err(e) = ship::ship_run(&self.ssh, self, job, &target, extra, options).await {
+            if matches!(e, Error::AlreadyExists { .. }) {
+                // The work dir is another submit's of this very run id: leave it, give the name back.
+                self.release(&job.identity.run_id, run_dir).await;
+            } else {
+                discard.await;
+            }
+            return Err(e);
+        }
+        match start.await {
+            Ok(Ok(started)) => Ok(started),
+            Ok(Err(lost)) => {
+                // Cancelled or taken over: the run dir keeps saying so; only its code goes.
+                self.remove(work_dir, &[]).await;
+                Err(lost)
+            }
+            Err(e) => {
+                discard.await;
+                Err(e)
+            }
+        }
+    }
+}
+
+impl<H: HostEntry, S> fmt::Display for SshBackend<H, S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}({})", H::KIND, self.name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn paths_must_be_absolute_or_have_a_home<H: HostEntry + Clone, S: RemoteSettings>(
+        host: H,
+        settings: S,
+        home: fn(&mut S),
+    ) {
+        let cluster = ClusterConfig { root: "/r".into(), work: "~/w".into(), ..ClusterConfig::default() };
+        let b = SshBackend::<H, S>::new("box", host.clone(), cluster.clone());
+        let id = JobIdentity::new("n", None, None);
+        assert!(matches!(b.paths(&id), Err(Error::InvalidConfig(_))));
+        let ssh = Arc::new(SshHost::new(SshOptions::new("box")));
+        let mut settings = settings;
+        home(&mut settings);
+        let b = SshBackend::with_ssh("box", host, cluster, ssh, settings);
+        let (work, run, log) = b.paths(&id).unwrap();
+        assert_eq!(work, format!("/home/u/w/{}", id.run_path()));
+        assert_eq!(run, format!("/r/status/{}", id.run_path()));
+        assert_eq!(log, format!("/home/u/w/logs/{}.log", id.run_path()));
+        assert_eq!(b.to_string(), format!("{}(box)", H::KIND));
+    }
+
+    #[test]
+    fn plain_and_slurm_paths_must_be_absolute_or_have_a_home() {
+        let plain = PlainHost { ssh: "box".into(), cluster: "c".into(), ..PlainHost::default() };
+        paths_must_be_absolute_or_have_a_home(plain, crate::plain::Settings::default(), |s| {
+            s.remote_home = Some("/home/u".into())
+        });
+        let slurm = SlurmHost { ssh: "login".into(), cluster: "c".into(), ..SlurmHost::default() };
+        paths_must_be_absolute_or_have_a_home(slurm, crate::slurm::Settings::default(), |s| {
+            s.remote_home = Some("/home/u".into())
+        });
+    }
+}
