@@ -9,10 +9,11 @@
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
-use theseus_core::backend::{LogLine, LogStream, PreparedJob, RunLayout, SubmitOptions};
+use theseus_core::backend::{JobHandle, LogLine, LogStream, PreparedJob, RunLayout, SubmitOptions};
 use theseus_core::bootstrap::Launch;
-use theseus_core::config::{ClusterConfig, PlainHost, SlurmHost};
+use theseus_core::config::{ClusterConfig, HostKind, PlainHost, SlurmHost};
 use theseus_core::job::JobIdentity;
 use theseus_core::solver::Plan;
 use theseus_core::store::ExtraFile;
@@ -28,6 +29,8 @@ use crate::ssh::{RemoteCommand, SshError, SshHost, SshOptions};
 pub trait HostEntry: fmt::Debug + Send + Sync {
     /// The host type, as the config spells it (`plain`, `slurm`).
     const KIND: &'static str;
+    /// The host type.
+    const HOST_KIND: HostKind;
     /// The SSH destination.
     fn ssh(&self) -> &str;
     /// The name of the host's cluster.
@@ -36,6 +39,7 @@ pub trait HostEntry: fmt::Debug + Send + Sync {
 
 impl HostEntry for PlainHost {
     const KIND: &'static str = "plain";
+    const HOST_KIND: HostKind = HostKind::Plain;
     fn ssh(&self) -> &str {
         &self.ssh
     }
@@ -46,6 +50,7 @@ impl HostEntry for PlainHost {
 
 impl HostEntry for SlurmHost {
     const KIND: &'static str = "slurm";
+    const HOST_KIND: HostKind = HostKind::Slurm;
     fn ssh(&self) -> &str {
         &self.ssh
     }
@@ -58,7 +63,30 @@ impl HostEntry for SlurmHost {
 pub trait RemoteSettings: fmt::Debug + Default + Send + Sync {
     /// The remote home, to expand `~` in cluster paths.
     fn remote_home(&self) -> Option<&str>;
+    /// Timeout of short remote commands.
+    fn command_timeout(&self) -> Duration;
+    /// How long a run that claimed its name but has not started keeps it.
+    fn claim_stale(&self) -> Duration;
 }
+
+/// Implements [`RemoteSettings`] for a settings struct with the fields `remote_home`,
+/// `command_timeout` and `claim_stale`.
+macro_rules! remote_settings {
+    ($settings:ty) => {
+        impl $crate::remote::RemoteSettings for $settings {
+            fn remote_home(&self) -> Option<&str> {
+                self.remote_home.as_deref()
+            }
+            fn command_timeout(&self) -> std::time::Duration {
+                self.command_timeout
+            }
+            fn claim_stale(&self) -> std::time::Duration {
+                self.claim_stale
+            }
+        }
+    };
+}
+pub(crate) use remote_settings;
 
 /// A backend of host entries `H` with settings `S`, over one SSH connection.
 #[derive(Debug)]
@@ -122,6 +150,53 @@ impl<H: HostEntry, S: RemoteSettings> SshBackend<H, S> {
     pub(crate) fn name_dir<'a>(&self, run_id: &str, run_dir: &'a str) -> Result<&'a str> {
         claim::name_dir(run_dir, run_id)
             .ok_or_else(|| Error::backend(self, format!("run dir `{run_dir}` does not end in the run id `{run_id}`")))
+    }
+
+    /// The data of a handle of this backend's kind.
+    pub(crate) fn handle_data<D: serde::de::DeserializeOwned>(&self, handle: &JobHandle) -> Result<D> {
+        let kind = H::KIND;
+        if handle.kind != H::HOST_KIND {
+            return Err(Error::backend(self, format!("handle of a {} job given to the {kind} backend", handle.kind)));
+        }
+        serde_json::from_value(handle.data.clone())
+            .map_err(|e| Error::backend(self, format!("malformed {kind} job handle: {e}")))
+    }
+
+    /// The handle of this host's run `id` carrying `data`.
+    pub(crate) fn handle(&self, id: String, data: &impl serde::Serialize) -> JobHandle {
+        JobHandle {
+            kind: H::HOST_KIND,
+            host: self.name.clone(),
+            id,
+            data: serde_json::to_value(data).expect("handle data serializes"),
+        }
+    }
+
+    /// Claims the job's name on the host with the backend's claim `script` before anything is
+    /// shipped ([`claim::take`]); with `options.replace`, `stop(run, slurm_job)` stops the live
+    /// run that holds it first (and whoever took it over meanwhile).
+    pub(crate) async fn claim_name<F, Fut>(
+        &self,
+        job: &PreparedJob,
+        run_dir: &str,
+        options: &SubmitOptions,
+        script: &'static str,
+        stop: F,
+    ) -> Result<()>
+    where
+        F: Fn(String, Option<String>) -> Fut,
+        Fut: Future<Output = Result<()>>,
+    {
+        let spec = claim::ClaimSpec {
+            backend: self,
+            host: &self.name,
+            ssh: &self.ssh,
+            script,
+            dir: self.name_dir(&job.identity.run_id, run_dir)?,
+            stale: self.settings.claim_stale(),
+            timeout: self.settings.command_timeout(),
+        };
+        claim::take(&spec, &job.identity, options, stop).await
     }
 
     /// Best-effort: gives the job's name back when run `run_id` still holds it.

@@ -103,7 +103,7 @@ pub(crate) use follow_loop;
 
 /// Checks that each `(name, script, shell)` parses (`shell -n`).
 #[cfg(test)]
-pub(crate) fn assert_valid_shell(scripts: &[(&str, &str, &str)]) {
+fn assert_valid_shell(scripts: &[(&str, &str, &str)]) {
     for (name, script, shell) in scripts {
         let out = std::process::Command::new(shell).arg("-n").arg("-c").arg(script).output().unwrap();
         assert!(out.status.success(), "{name}: {}", String::from_utf8_lossy(&out.stderr));
@@ -114,13 +114,27 @@ pub(crate) fn assert_valid_shell(scripts: &[(&str, &str, &str)]) {
 mod tests {
     use super::*;
 
+    /// Every remote script of both backends parses.
     #[test]
-    fn shared_scripts_are_valid_shell() {
+    fn scripts_are_valid_shell() {
+        use crate::{plain, slurm};
         const FOLLOW: &str = concat!("log=$1\nfinished() { return 0; }\n", follow_loop!());
         assert_valid_shell(&[
             ("prologue", start_prologue!(), "bash"),
             ("cat", CAT_LOG, "sh"),
-            ("follow", FOLLOW, "sh"),
+            ("follow loop", FOLLOW, "sh"),
+            ("plain launch", plain::scripts::LAUNCH, "bash"),
+            ("plain claim", plain::scripts::CLAIM, "sh"),
+            ("plain status", plain::scripts::STATUS, "sh"),
+            ("plain cancel", plain::scripts::CANCEL, "sh"),
+            ("plain follow", plain::scripts::FOLLOW_LOG, "sh"),
+            ("slurm submit", slurm::scripts::SUBMIT, "bash"),
+            ("slurm run state", slurm::scripts::RUN_STATE, "sh"),
+            ("slurm cancel", slurm::scripts::CANCEL, "sh"),
+            ("slurm claim", slurm::scripts::CLAIM, "sh"),
+            ("slurm cancel unsubmitted", slurm::scripts::CANCEL_UNSUBMITTED, "sh"),
+            ("slurm steps", slurm::scripts::STEPS, "sh"),
+            ("slurm follow", slurm::scripts::FOLLOW_LOG, "sh"),
         ]);
     }
 }

@@ -18,7 +18,7 @@
 //! One live job per (project, group, name): `submit` claims the name on the host before shipping
 //! anything, and starts the supervisor only while it still owns it (`crate::claim`).
 
-mod scripts;
+pub(crate) mod scripts;
 
 use std::time::Duration;
 
@@ -38,7 +38,7 @@ use theseus_core::{Error, Result};
 
 use crate::claim;
 use crate::parse::nvidia_smi::{self, APPS_QUERY_COMMAND, GPU_QUERY_COMMAND};
-use crate::remote::{RemoteSettings, SshBackend};
+use crate::remote::SshBackend;
 use crate::run_dir::{self, Start};
 use crate::ssh::{RemoteCommand, SshError};
 
@@ -70,11 +70,7 @@ impl Default for Settings {
     }
 }
 
-impl RemoteSettings for Settings {
-    fn remote_home(&self) -> Option<&str> {
-        self.remote_home.as_deref()
-    }
-}
+crate::remote::remote_settings!(Settings);
 
 /// What a plain [`JobHandle`] carries in `data`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -98,11 +94,7 @@ pub type PlainBackend = SshBackend<PlainHost, Settings>;
 
 impl PlainBackend {
     fn data(&self, handle: &JobHandle) -> Result<PlainHandleData> {
-        if handle.kind != HostKind::Plain {
-            return Err(Error::backend(self, format!("handle of a {} job given to the plain backend", handle.kind)));
-        }
-        serde_json::from_value(handle.data.clone())
-            .map_err(|e| Error::backend(self, format!("malformed plain job handle: {e}")))
+        self.handle_data(handle)
     }
 
     async fn report(&self, run_id: &str, data: &PlainHandleData) -> Result<scripts::Report> {
@@ -157,27 +149,13 @@ impl PlainBackend {
     fn handle_for(&self, identity: &JobIdentity, processes: u32) -> Result<JobHandle> {
         let (work_dir, run_dir, log_file) = self.paths(identity)?;
         let data = PlainHandleData { work_dir, run_dir, log_file, processes, pgid: 0 };
-        Ok(JobHandle {
-            kind: HostKind::Plain,
-            host: self.name.clone(),
-            id: identity.run_id.clone(),
-            data: serde_json::to_value(&data).expect("handle data serializes"),
-        })
+        Ok(self.handle(identity.run_id.clone(), &data))
     }
 
     /// Claims the job's name on the host before anything is shipped; with `options.replace`,
     /// stops the live run that holds it first (and whoever took it over meanwhile).
     async fn claim(&self, job: &PreparedJob, run_dir: &str, options: &SubmitOptions) -> Result<()> {
-        let spec = claim::ClaimSpec {
-            backend: self,
-            host: &self.name,
-            ssh: &self.ssh,
-            script: scripts::CLAIM,
-            dir: self.name_dir(&job.identity.run_id, run_dir)?,
-            stale: self.settings.claim_stale,
-            timeout: self.settings.command_timeout,
-        };
-        claim::take(&spec, &job.identity, options, |run, _| async move {
+        self.claim_name(job, run_dir, options, scripts::CLAIM, |run, _| async move {
             let old = JobIdentity { run_id: run, ..job.identity.clone() };
             self.cancel(&self.handle_for(&old, 1)?).await.map(drop)
         })
@@ -187,13 +165,13 @@ impl PlainBackend {
 
 #[async_trait]
 impl Backend for PlainBackend {
-    fn kind(&self) -> HostKind {
-        HostKind::Plain
-    }
-
     fn layout(&self, identity: &JobIdentity, plan: &Plan) -> Result<RunLayout> {
         // Ranks on one machine talk over loopback.
         self.layout_with(identity, plan, |coordinator_port| Launch::Local { coordinator_port })
+    }
+
+    fn kind(&self) -> HostKind {
+        HostKind::Plain
     }
 
     async fn availability(&self, request: &Request) -> Result<Availability> {
@@ -262,12 +240,7 @@ impl Backend for PlainBackend {
         let dirs = (data.work_dir.as_str(), data.run_dir.as_str());
         let pgid = self.ship_and_start(job, dirs, extra, options, start, discard).await?;
         data.pgid = pgid;
-        Ok(JobHandle {
-            kind: HostKind::Plain,
-            host: self.name.clone(),
-            id: job.identity.run_id.clone(),
-            data: serde_json::to_value(&data).expect("handle data serializes"),
-        })
+        Ok(self.handle(job.identity.run_id.clone(), &data))
     }
 
     async fn status(&self, handle: &JobHandle) -> Result<JobStatus> {

@@ -281,17 +281,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn scripts_are_valid_shell() {
-        crate::run_dir::assert_valid_shell(&[
-            ("launch", LAUNCH, "bash"),
-            ("claim", CLAIM, "sh"),
-            ("status", STATUS, "sh"),
-            ("cancel", CANCEL, "sh"),
-            ("follow", FOLLOW_LOG, "sh"),
-        ]);
-    }
-
-    #[test]
     fn reports_become_statuses() {
         let check = |text: &str| {
             let s = status_from(&parse_report(text), 1, "gpu1", 600);

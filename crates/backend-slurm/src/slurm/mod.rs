@@ -20,7 +20,7 @@
 //! processes (the login node cannot see the compute nodes): the job is in a final state and Slurm
 //! lists none of its steps, else it fails naming the steps left and their nodes.
 
-mod scripts;
+pub(crate) mod scripts;
 mod status;
 
 use scripts::RunState;
@@ -42,7 +42,7 @@ use theseus_core::{Error, Result};
 
 use crate::claim;
 use crate::parse::sinfo::{self, SINFO_COMMAND};
-use crate::remote::{RemoteSettings, SshBackend};
+use crate::remote::SshBackend;
 use crate::run_dir::{self, Start};
 use crate::sbatch::{self, Directives, SbatchPaths};
 use crate::ssh::{RemoteCommand, SshError};
@@ -79,11 +79,7 @@ impl Default for Settings {
     }
 }
 
-impl RemoteSettings for Settings {
-    fn remote_home(&self) -> Option<&str> {
-        self.remote_home.as_deref()
-    }
-}
+crate::remote::remote_settings!(Settings);
 
 /// What a Slurm [`JobHandle`] carries in `data`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -106,11 +102,7 @@ pub type SlurmBackend = SshBackend<SlurmHost, Settings>;
 
 impl SlurmBackend {
     fn data(&self, handle: &JobHandle) -> Result<SlurmHandleData> {
-        if handle.kind != HostKind::Slurm {
-            return Err(Error::backend(self, format!("handle of a {} job given to the slurm backend", handle.kind)));
-        }
-        let data: SlurmHandleData = serde_json::from_value(handle.data.clone())
-            .map_err(|e| Error::backend(self, format!("malformed slurm job handle: {e}")))?;
+        let data: SlurmHandleData = self.handle_data(handle)?;
         // A planned handle carries the run id until the job id is known.
         if !is_job_id(&handle.id) && handle.id != data.run_id {
             return Err(Error::NotFound {
@@ -144,27 +136,13 @@ impl SlurmBackend {
     fn handle_for(&self, identity: &JobIdentity, job: Option<String>, nodes: u32) -> Result<JobHandle> {
         let (work_dir, run_dir, log_file) = self.paths(identity)?;
         let data = SlurmHandleData { run_id: identity.run_id.clone(), work_dir, run_dir, log_file, nodes };
-        Ok(JobHandle {
-            kind: HostKind::Slurm,
-            host: self.name.clone(),
-            id: job.unwrap_or_else(|| identity.run_id.clone()),
-            data: serde_json::to_value(&data).expect("handle data serializes"),
-        })
+        Ok(self.handle(job.unwrap_or_else(|| identity.run_id.clone()), &data))
     }
 
     /// Claims the job's name before anything is shipped ([`claim::take`]); `--replace` cancels
     /// the holder (its Slurm job, or its submit when it has none yet), confirmed.
     async fn claim(&self, job: &PreparedJob, run_dir: &str, options: &SubmitOptions) -> Result<()> {
-        let spec = claim::ClaimSpec {
-            backend: self,
-            host: &self.name,
-            ssh: &self.ssh,
-            script: scripts::CLAIM,
-            dir: self.name_dir(&job.identity.run_id, run_dir)?,
-            stale: self.settings.claim_stale,
-            timeout: self.settings.command_timeout,
-        };
-        claim::take(&spec, &job.identity, options, |run, slurm_job| async move {
+        self.claim_name(job, run_dir, options, scripts::CLAIM, |run, slurm_job| async move {
             let old = JobIdentity { run_id: run, ..job.identity.clone() };
             self.cancel(&self.handle_for(&old, slurm_job, 1)?).await.map(drop)
         })
@@ -292,12 +270,7 @@ impl Backend for SlurmBackend {
         };
         let dirs = (data.work_dir.as_str(), data.run_dir.as_str());
         let id = self.ship_and_start(job, dirs, extra, options, start, self.discard(&data)).await?;
-        Ok(JobHandle {
-            kind: HostKind::Slurm,
-            host: self.name.clone(),
-            id,
-            data: serde_json::to_value(&data).expect("handle data serializes"),
-        })
+        Ok(self.handle(id, &data))
     }
 
     async fn status(&self, handle: &JobHandle) -> Result<JobStatus> {

@@ -245,19 +245,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn scripts_are_valid_shell() {
-        crate::run_dir::assert_valid_shell(&[
-            ("submit", SUBMIT, "bash"),
-            ("run state", RUN_STATE, "sh"),
-            ("cancel", CANCEL, "sh"),
-            ("claim", CLAIM, "sh"),
-            ("cancel unsubmitted", CANCEL_UNSUBMITTED, "sh"),
-            ("steps", STEPS, "sh"),
-            ("follow", FOLLOW_LOG, "sh"),
-        ]);
-    }
-
-    #[test]
     fn run_states() {
         assert_eq!(parse_run_state("exists=0\n"), RunState::default());
         let text = "exists=1\ncancelled=1\n--- metadata.json\n{\n  \"rank\": 0,\n  \"status\": \"preempted\",\n  \
