@@ -1,8 +1,9 @@
 //! The plain-SSH backend (`type: plain`): runs a job on one machine reached over SSH, detached
 //! from the connection, laid out like the local backend.
 //!
-//! - code: `<work>/<project>/<group>/<name>/<run-id>`, unpacked under a `.partial` name from a
-//!   tar streamed over SSH and renamed only once the archive's last entry (a token) arrived;
+//! - code: `<work>/<project>/<group>/<name>/<run-id>`, materialised from the cluster's
+//!   content-addressed store under `<work>/.theseus/objects` (only missing objects are sent)
+//!   under a `.partial` name and renamed once complete (`crate::ship`);
 //! - status: `<status>/<run path>` (`metadata.json`, `supervisor.pid`, exit codes);
 //! - log: `<log>/<run path>.log`.
 //!

@@ -1,9 +1,10 @@
 //! The Slurm backend (`type: slurm`): runs a job as one `sbatch` job on a Slurm cluster whose
 //! login node is reached over SSH.
 //!
-//! - code: shipped once per run to `<work>/<run path>` ([`crate::ship`]), with the bootstrap
-//!   and the batch script `.theseus/job.sbatch` ([`crate::sbatch::render_job`]: one task per
-//!   node, `srun --label`, the coordinator at the first node's `NodeAddr`);
+//! - code: shipped once per run to `<work>/<run path>` through the cluster's store
+//!   (`crate::ship`), with the bootstrap and the batch script `.theseus/job.sbatch`
+//!   ([`crate::sbatch::render_job`]: one task per node, `srun --label`, the coordinator at the
+//!   first node's `NodeAddr`);
 //! - status: `<status>/<run path>` (the bootstrap's `metadata.json`, a `cancelled` mark);
 //! - log: `<log>/<run path>.log`, Slurm's `--output` and `--error`.
 //!
