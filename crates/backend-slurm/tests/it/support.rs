@@ -167,17 +167,7 @@ fn own_sshd(dir: PathBuf) -> Result<Lab, String> {
     )
     .map_err(|e| e.to_string())?;
     run(Command::new(sshd).arg("-t").arg("-f").arg(&config))?;
-    let log = std::fs::File::create(dir.join("sshd.log")).map_err(|e| e.to_string())?;
-    let child = Command::new(sshd)
-        .arg("-D")
-        .arg("-e")
-        .arg("-f")
-        .arg(&config)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .map_err(|e| format!("start sshd: {e}"))?;
+    let child = spawn_sshd(&config, &dir.join("sshd.log"))?;
     // sshd outlives a test process that never drops statics: a watchdog stops this PID (and
     // only it) once the test process is gone, then removes the lab's dir.
     Command::new("sh")
@@ -206,6 +196,21 @@ fn own_sshd(dir: PathBuf) -> Result<Lab, String> {
     };
     write_client_config(&lab)?;
     Ok(lab)
+}
+
+/// `/usr/sbin/sshd -D -e -f CONFIG`, its log in `log`.
+fn spawn_sshd(config: &Path, log: &Path) -> Result<std::process::Child, String> {
+    let log = std::fs::File::create(log).map_err(|e| e.to_string())?;
+    Command::new("/usr/sbin/sshd")
+        .arg("-D")
+        .arg("-e")
+        .arg("-f")
+        .arg(config)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .map_err(|e| format!("start sshd: {e}"))
 }
 
 fn write_client_config(lab: &Lab) -> Result<(), String> {
@@ -338,17 +343,7 @@ impl RestrictedSshd {
             ),
         )
         .unwrap();
-        let log = std::fs::File::create(dir.join("restricted_sshd.log")).unwrap();
-        let child = Command::new("/usr/sbin/sshd")
-            .arg("-D")
-            .arg("-e")
-            .arg("-f")
-            .arg(&config)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("start the restricted sshd");
+        let child = spawn_sshd(&config, &dir.join("restricted_sshd.log")).unwrap();
         let pubkey = std::fs::read_to_string(host_key.with_extension("pub")).unwrap();
         let key = pubkey.split_whitespace().take(2).collect::<Vec<_>>().join(" ");
         let known_hosts = dir.join("restricted_known_hosts");
