@@ -242,9 +242,12 @@ impl<H: HostEntry, S: RemoteSettings> SshBackend<H, S> {
         discard: impl Future<Output = ()>,
     ) -> Result<T> {
         options.note(&format!("shipping code to {}", self.host.ssh()));
-        let root = self.dirs().resolve(&self.cluster.work)?;
-        let target = Target { root: &root, work_dir, mode: self.cluster.materialize.unwrap_or_default() };
-        if let Err(e) = ship::ship_run(&self.ssh, self, job, &target, extra, options).await {
+        let shipped = async {
+            let root = self.dirs().resolve(&self.cluster.work)?;
+            let target = Target { root: &root, work_dir, mode: self.cluster.materialize.unwrap_or_default() };
+            ship::ship_run(&self.ssh, self, job, &target, extra, options).await
+        };
+        if let Err(e) = shipped.await {
             if matches!(e, Error::AlreadyExists { .. }) {
                 // The work dir is another submit's of this very run id: leave it, give the name back.
                 self.release(&job.identity.run_id, run_dir).await;
