@@ -61,6 +61,23 @@ pub struct ReclaimTarget {
     pub skip: Vec<String>,
 }
 
+impl ReclaimTarget {
+    /// The target of a cluster's dirs, each made absolute by `resolve` (`~` expansion): the
+    /// work root, with its log, status and share dirs skipped when they lie under it.
+    pub fn of_cluster(
+        cluster: &crate::config::ClusterConfig,
+        resolve: impl Fn(&str) -> Result<String>,
+    ) -> Result<ReclaimTarget> {
+        let work = resolve(&cluster.work)?;
+        let log = resolve(&cluster.log_dir())?;
+        let skip = [log.clone(), resolve(&cluster.status_dir())?, resolve(&cluster.share_dir())?]
+            .into_iter()
+            .filter(|d| crate::paths::check_under(&work, d).is_ok())
+            .collect();
+        Ok(ReclaimTarget { work, log_dir: Some(log), skip })
+    }
+}
+
 /// The kind of a removed item.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
