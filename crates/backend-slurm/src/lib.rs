@@ -6,6 +6,7 @@
 //! - [`slurm`]: the `Backend` of `type: slurm` hosts, over [`ssh`], [`sbatch`] and [`parse`];
 //! - [`ship`] (internal): shipping a run's code, shared by both backends;
 //! - `claim` (internal): one live job per name on a host, shared by both backends;
+//! - `reclaim` (internal): `reclaim` and `usage` of both backends, through core's store scripts;
 //! - [`nodelist`]: expands Slurm host lists (`node[01-03],gpu5`);
 //! - [`parse`]: parsers for `sinfo`, `squeue`, `sacct` and `nvidia-smi` output, each with the
 //!   exact command the backend will run as a constant;
@@ -17,6 +18,7 @@ pub mod nodelist;
 pub mod parse;
 mod paths;
 pub mod plain;
+mod reclaim;
 pub mod sbatch;
 mod ship;
 pub mod slurm;
