@@ -6,7 +6,10 @@
 //! prints the run paths (`<project>/<group>/<name>/<run>`) of the live runs under the status dir:
 //! - plain ([`PLAIN_LIVE`]): a run with a process (one carrying its marker variable, or one in
 //!   the session recorded in its `session` file: the same two ways `job_pids` finds a run's
-//!   processes, here read once from `/proc` for all runs);
+//!   processes, here read once from `/proc` for all runs), and a run that started and has neither
+//!   an exit code nor a cancel mark. The last rule matters when several plain hosts share a work
+//!   root: this host cannot see another host's processes. Its price: a run whose machine died
+//!   under it keeps its code dir until `theseus cancel` marks it;
 //! - Slurm ([`SLURM_LIVE`]): a run whose `slurm_job` is one of the user's jobs `squeue` lists
 //!   (without `--states`, squeue lists only jobs that are not over); a failing `squeue` fails the
 //!   reclaim rather than taking every run for finished;
@@ -65,6 +68,7 @@ for rel in */*/*/*; do
   sid=; read -r sid rest < "$rel/session" 2>/dev/null || true
   if grep -qxF -- "$run" "$tmp/markers" \
     || { [ -n "$sid" ] && grep -qxF -- "$sid" "$tmp/sids"; } \
+    || { [ -e "$rel/supervisor.pid" ] && [ ! -e "$rel/exit_code" ] && [ ! -e "$rel/cancelled" ]; } \
     || unstarted "$rel" supervisor.pid; then
     printf '%s\n' "$rel"
   fi
@@ -149,15 +153,19 @@ mod tests {
     }
 
     /// The plain live script on this machine: a process carrying a run's marker makes it live,
-    /// a finished run is not, and a fresh unstarted claim is.
+    /// and so do a started run without an exit code and a fresh unstarted claim; a finished run
+    /// and a stale claim do not.
     #[test]
     fn the_plain_live_script_finds_runs_by_marker_and_by_fresh_claim() {
         let status = tempfile::tempdir().unwrap();
-        for run in ["running", "finished", "claimed", "stale"] {
+        for run in ["running", "finished", "claimed", "stale", "elsewhere"] {
             std::fs::create_dir_all(status.path().join("p/g/n").join(run)).unwrap();
         }
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
         std::fs::write(status.path().join("p/g/n/finished/supervisor.pid"), "1\n").unwrap();
+        std::fs::write(status.path().join("p/g/n/finished/exit_code"), "0\n").unwrap();
+        // Started, no exit code, no process here: running on another host of a shared root.
+        std::fs::write(status.path().join("p/g/n/elsewhere/supervisor.pid"), "1\n").unwrap();
         std::fs::write(status.path().join("p/g/n/claimed/claimed"), format!("{now}\n")).unwrap();
         std::fs::write(status.path().join("p/g/n/stale/claimed"), format!("{}\n", now - 7200)).unwrap();
         let mut child = std::process::Command::new("sleep")
@@ -174,6 +182,6 @@ mod tests {
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         let mut live = parse_live(&String::from_utf8_lossy(&out.stdout));
         live.sort();
-        assert_eq!(live, ["p/g/n/claimed", "p/g/n/running"]);
+        assert_eq!(live, ["p/g/n/claimed", "p/g/n/elsewhere", "p/g/n/running"]);
     }
 }
