@@ -88,3 +88,19 @@ fn gc_removes_a_finished_runs_code_dir_keeps_its_log_and_a_running_run_and_du_fo
     let table = text(&ctx.run(&["du"]).stdout);
     assert!(table.lines().any(|l| l.starts_with("local")), "{table}");
 }
+
+#[test]
+fn gc_and_du_say_volcano_stores_are_not_reclaimed_yet_and_still_clean_up_helpers() {
+    let ctx = TestContext::new();
+    let world = crate::volcano::SimWorld::start(&ctx);
+    let gc = ctx.run(&["gc", "--older-than", "0s", "--host", "k8s", "--output", "json"]);
+    let stderr = text(&gc.stderr);
+    assert!(gc.status.success(), "{stderr}");
+    assert!(stderr.contains("k8s: not yet for volcano hosts"), "a clear note, not a silent skip: {stderr}");
+    let report: serde_json::Value = serde_json::from_slice(&gc.stdout).unwrap();
+    assert_eq!(report[0]["deleted"], serde_json::json!([]), "the Kubernetes leftovers were looked for: {report}");
+    let du = ctx.run(&["du", "--host", "k8s"]);
+    assert!(du.status.success(), "{}", text(&du.stderr));
+    assert!(text(&du.stderr).contains("not yet for volcano hosts"), "{}", text(&du.stderr));
+    drop(world);
+}
