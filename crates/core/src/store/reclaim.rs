@@ -7,7 +7,8 @@
 //!   that is not live and whose code dir and log file (when the cluster keeps logs on the same
 //!   machine) were last modified before `older_than`; the run's log and status files stay;
 //! - `<run>.partial` and `<run>.partial.copy` dirs and `<work>/.theseus/incoming/*` upload dirs
-//!   in which nothing changed for [`LEFTOVER_GRACE`], so that a submit in flight is never hit;
+//!   in which nothing changed for [`LEFTOVER_GRACE`], so that a submit in flight is never hit
+//!   (nor the partial dir of a run given as live);
 //! - objects of `<work>/.theseus/objects` that no run dir links any more (link count 1) and whose
 //!   ctime (their last upload, link or unlink) was before `older_than` when the reclaim started.
 //!   The ctimes are read before any run dir goes, so the objects of the run dirs removed in the
@@ -223,7 +224,7 @@ trap 'exit 143' TERM
 cat > "$tmp/live" || fail 20 "cannot read the live runs"
 objs=.theseus/objects
 : > "$tmp/old"
-if [ -d "$objs" ] && [ ! -L "$objs" ]; then
+if [ -d "$objs" ] && [ ! -L "$objs" ] && [ ! -L .theseus ]; then
   find "$objs" -type f -exec stat -c '%Z %n' {} + | while read -r c n; do
     [ "$c" -le "$cut" ] && printf '%s\n' "$n"
   done > "$tmp/old"
@@ -243,6 +244,8 @@ for rel in */*/*/*; do
   skipped "$@" && continue
   case $rel in
     *.partial|*.partial.copy)
+      run=${rel%.copy}
+      grep -qxF -- "${run%.partial}" "$tmp/live" && continue
       m=$(newest "$rel")
       [ -n "$m" ] && [ "$m" -lt "$pcut" ] && remove partial "$rel" "$(bytes "$rel")"
       continue ;;
@@ -293,7 +296,7 @@ if ! [ -d "$work" ]; then
   exit 0
 fi
 cd -- "$work" || fail 20 "cannot enter $work"
-if [ -d "$objs" ] && [ ! -L "$objs" ]; then
+if [ -d "$objs" ] && [ ! -L "$objs" ] && [ ! -L .theseus ]; then
   echo "objects $(find "$objs" -type f -exec stat -c %s {} + | sum)"
   echo "unused $(find "$objs" -type f -links 1 -exec stat -c %s {} + | sum)"
 else

@@ -248,13 +248,16 @@ async fn leftovers_of_crashed_submits_go_after_the_grace_and_recent_ones_stay() 
     for shell in shells() {
         let tree = Tree::new().await;
         let work = tree.work();
-        for dir in ["p/g/n/crashed.partial", "p/g/n/crashed.partial.copy", "p/g/n/shipping.partial", ".theseus/incoming/0123abcd", ".theseus/incoming/4567ef01"] {
+        for dir in ["p/g/n/crashed.partial", "p/g/n/crashed.partial.copy", "p/g/n/shipping.partial", "p/g/n/slow.partial", ".theseus/incoming/0123abcd", ".theseus/incoming/4567ef01"] {
             write(&work.join(dir).join("lib/x.py"), "1234567890");
         }
+        // Unchanged for two hours, but its run is being submitted (live): it stays.
+        age(&work.join("p/g/n/slow.partial"));
         age(&work.join("p/g/n/crashed.partial"));
         age(&work.join("p/g/n/crashed.partial.copy"));
         age(&work.join(".theseus/incoming/0123abcd"));
-        let report = reclaim(shell.as_ref(), &tree.target(), &options(Duration::ZERO, &["old", "live"], false)).await.unwrap();
+        let report =
+            reclaim(shell.as_ref(), &tree.target(), &options(Duration::ZERO, &["old", "live", "slow"], false)).await.unwrap();
         let mut got: Vec<_> = report.items.iter().map(|i| (i.kind, i.path.clone(), i.bytes)).collect();
         got.sort();
         let path = |p: &str| work.join(p).to_str().unwrap().to_owned();
@@ -269,6 +272,7 @@ async fn leftovers_of_crashed_submits_go_after_the_grace_and_recent_ones_stay() 
             shell.describe()
         );
         assert!(work.join("p/g/n/shipping.partial/lib/x.py").exists());
+        assert!(work.join("p/g/n/slow.partial/lib/x.py").exists());
         assert!(work.join(".theseus/incoming/4567ef01/lib/x.py").exists());
         assert!(!work.join("p/g/n/crashed.partial").exists());
     }
