@@ -9,6 +9,7 @@
 //! - `ship` (internal): shipping a run's code through the cluster's store, shared by both
 //!   backends; `run_dir` (internal): the run-dir scripts both share;
 //! - `claim` (internal): one live job per name on a host, shared by both backends;
+//! - `reclaim` (internal): `reclaim` and `usage` of both backends, through core's store scripts;
 //! - [`nodelist`]: expands Slurm host lists (`node[01-03],gpu5`);
 //! - [`parse`]: parsers for `sinfo`, `squeue`, `sacct` and `nvidia-smi` output, each with the
 //!   exact command the backend will run as a constant;
@@ -20,6 +21,7 @@ pub mod nodelist;
 pub mod parse;
 mod paths;
 pub mod plain;
+mod reclaim;
 pub mod remote;
 mod run_dir;
 pub mod sbatch;

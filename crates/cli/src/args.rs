@@ -69,8 +69,11 @@ pub(crate) enum Command {
     Config(ConfigCommand),
     /// List the chips theseus knows.
     Chips,
-    /// Delete code-shipping helpers (and orphaned Secrets) that crashed clients left on Volcano hosts.
+    /// Free space: code dirs of finished runs, leftovers of crashed submits and unused objects
+    /// on every host (logs stay), and code-shipping helpers crashed clients left on Volcano hosts.
     Gc(GcArgs),
+    /// Show the space the code store and run code dirs use on each host's cluster.
+    Du(DuArgs),
 }
 
 /// Everything that decides where a job goes and what it runs (shared by submit and plan).
@@ -139,15 +142,26 @@ pub(crate) struct JobArgs {
 /// `theseus gc`.
 #[derive(Debug, Args)]
 pub(crate) struct GcArgs {
-    /// Only helpers older than this (e.g. `30m`, `2h`, `1d`); younger ones may still be shipping.
-    #[arg(long, default_value = "1h", value_name = "AGE")]
-    pub(crate) older_than: String,
-    /// Only this host (default: every volcano host).
+    /// Only what is older than this (e.g. `30m`, `2h`, `7d`): run code dirs and objects unchanged
+    /// for that long, Volcano helpers started that long ago. Default: 7d for run code dirs and
+    /// objects, 1h for Volcano helpers. Runs the ledger or their host says are live are never
+    /// touched, whatever their age.
+    #[arg(long, value_name = "AGE")]
+    pub(crate) older_than: Option<String>,
+    /// Only this host (default: every host of the config).
     #[arg(long)]
     pub(crate) host: Option<String>,
-    /// List what would be deleted; delete nothing.
+    /// List what would be removed, with sizes; remove nothing.
     #[arg(long)]
     pub(crate) dry_run: bool,
+}
+
+/// `theseus du`.
+#[derive(Debug, Args)]
+pub(crate) struct DuArgs {
+    /// Only this host (default: every host of the config).
+    #[arg(long)]
+    pub(crate) host: Option<String>,
 }
 
 /// `theseus submit`.

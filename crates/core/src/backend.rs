@@ -16,6 +16,7 @@ use crate::bootstrap::RenderedBootstrap;
 // Re-exported where they were first defined; they live below this module now.
 pub use crate::bootstrap::RunLayout;
 pub use crate::job::EnvVar;
+pub use crate::store::reclaim::{ReclaimKind, ReclaimOptions, ReclaimReport, ReclaimedItem, StoreUsage};
 use crate::config::HostKind;
 use crate::job::{Experiment, JobIdentity};
 use crate::snapshot::Snapshot;
@@ -90,6 +91,22 @@ pub trait Backend: Debug + Display + Send + Sync + 'static {
     /// `status` gives; `None` waits forever (the default).
     fn start_timeout(&self) -> Option<Duration> {
         None
+    }
+
+    /// Frees space on this host's cluster (see [`crate::store::reclaim`]): code dirs of runs
+    /// that are not live and older than [`ReclaimOptions::older_than`] (logs and status stay),
+    /// leftovers of crashed submits, and objects no run links. Never touches a run in
+    /// [`ReclaimOptions::live`] nor one the backend itself sees pending or running, which it
+    /// adds. The default is [`crate::Error::NotSupported`].
+    async fn reclaim(&self, options: &ReclaimOptions) -> Result<ReclaimReport> {
+        let _ = options;
+        Err(crate::Error::NotSupported { operation: "reclaim", backend: self.to_string() })
+    }
+
+    /// Space used on this host's cluster: its object store and run code dirs. The default is
+    /// [`crate::Error::NotSupported`].
+    async fn usage(&self) -> Result<StoreUsage> {
+        Err(crate::Error::NotSupported { operation: "usage", backend: self.to_string() })
     }
 }
 

@@ -175,6 +175,18 @@ impl Backend for PlainBackend {
         HostKind::Plain
     }
 
+    async fn reclaim(
+        &self,
+        options: &theseus_core::backend::ReclaimOptions,
+    ) -> Result<theseus_core::backend::ReclaimReport> {
+        let (stale, timeout) = (self.settings.claim_stale, self.settings.command_timeout);
+        crate::reclaim::reclaim(&self.ssh, &self.dirs(), crate::reclaim::PLAIN_LIVE, stale, timeout, options).await
+    }
+
+    async fn usage(&self) -> Result<theseus_core::backend::StoreUsage> {
+        crate::reclaim::usage(&self.ssh, &self.dirs()).await
+    }
+
     async fn availability(&self, request: &Request) -> Result<Availability> {
         let timeout = self.settings.command_timeout;
         if request.chip == ChipRequest::Cpu {

@@ -236,6 +236,18 @@ impl Backend for SlurmBackend {
         HostKind::Slurm
     }
 
+    async fn reclaim(
+        &self,
+        options: &theseus_core::backend::ReclaimOptions,
+    ) -> Result<theseus_core::backend::ReclaimReport> {
+        let (stale, timeout) = (self.settings.claim_stale, self.settings.command_timeout);
+        crate::reclaim::reclaim(&self.ssh, &self.dirs(), crate::reclaim::SLURM_LIVE, stale, timeout, options).await
+    }
+
+    async fn usage(&self) -> Result<theseus_core::backend::StoreUsage> {
+        crate::reclaim::usage(&self.ssh, &self.dirs()).await
+    }
+
     fn layout(&self, identity: &JobIdentity, plan: &Plan) -> Result<RunLayout> {
         self.layout_with(identity, plan, |coordinator_port| Launch::Slurm { coordinator_port })
     }

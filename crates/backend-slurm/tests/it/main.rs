@@ -4,6 +4,7 @@
 
 mod plain;
 mod plain_lifecycle;
+mod reclaim;
 mod recorded;
 mod slurm;
 mod slurm_lifecycle;

@@ -1,80 +1,178 @@
-//! `theseus gc`: deletes what crashed clients left on Volcano hosts (helper vcjobs and pods,
-//! Secrets of runs that have no vcjob, stale name claims), found by theseus's labels and older
-//! than a threshold.
+//! `theseus gc`: frees space on every host of the config (or `--host`).
+//!
+//! - Every backend's [`Backend::reclaim`]: code dirs of finished runs older than `--older-than`
+//!   (logs and status stay), `.partial` and upload dirs of crashed submits, and objects no run
+//!   links any more. Runs the ledger says are submitting, pending or running (after asking their
+//!   backends, as `list` does) are passed as live; each backend adds the runs it sees live.
+//! - Volcano hosts: also the Kubernetes leftovers of crashed clients (helper vcjobs and pods,
+//!   Secrets of runs that have no vcjob, stale name claims), found by theseus's labels.
+//!
+//! stderr says what was removed (or would be, with `--dry-run`) with sizes and the total freed;
+//! stdout carries the data: the number of items removed, or with `--output json` the whole
+//! report per host.
 
+use std::collections::BTreeSet;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::{Result, anyhow, bail};
-use serde_json::json;
+use anyhow::{Result, anyhow};
+use serde::Serialize;
 use theseus_backend_volcano::VolcanoBackend;
-use theseus_core::config::HostConfig;
+use theseus_core::Error;
+use theseus_core::backend::{Backend, JobState, ReclaimKind, ReclaimOptions, ReclaimReport};
+use theseus_core::config::{HostConfig, HostKind, LoadedConfig};
 
+use super::du::{hosts, human, not_yet};
 use crate::args::{GcArgs, OutputFormat};
 use crate::context::Context;
 
-pub(crate) async fn run(ctx: &Context, args: GcArgs) -> Result<ExitCode> {
-    let older_than = parse_age(&args.older_than).map_err(|e| anyhow!("--older-than {:?}: {e}", args.older_than))?;
-    let loaded = ctx.config()?;
-    let config = &loaded.config;
-    let hosts: Vec<(&String, &HostConfig)> = config
-        .hosts
-        .iter()
-        .filter(|(name, host)| matches!(host, HostConfig::Volcano(_)) && args.host.as_ref().is_none_or(|h| h == *name))
-        .collect();
-    if let Some(h) = &args.host
-        && hosts.is_empty()
-    {
-        bail!("--host {h}: no volcano host of that name in the config");
-    }
-    let mut report = Vec::new();
-    let mut failed = false;
-    for (name, host) in hosts {
-        let HostConfig::Volcano(volcano) = host else { continue };
-        let cluster = config
-            .clusters
-            .get(&volcano.cluster)
-            .ok_or_else(|| anyhow!("host `{name}` names unknown cluster `{}`", volcano.cluster))?;
-        let backend = VolcanoBackend::new(name, volcano.clone(), cluster.clone());
-        match backend.gc(older_than, args.dry_run).await {
-            Ok(removed) => {
-                for item in &removed {
-                    ctx.info(format!("theseus: {}{name}: {item}", if args.dry_run { "would delete on " } else { "deleted on " }));
-                }
-                report.push(json!({"host": name, "deleted": removed, "dry_run": args.dry_run}));
-            }
-            Err(e) => {
-                failed = true;
-                eprintln!("error: {name}: {e}");
-                report.push(json!({"host": name, "error": e.to_string()}));
-            }
-        }
-    }
-    if ctx.output == OutputFormat::Json {
-        super::print_json(&report)?;
-    } else {
-        let total: usize = report.iter().filter_map(|r| r["deleted"].as_array()).map(Vec::len).sum();
-        println!("{total}");
-    }
-    Ok(if failed { ExitCode::from(2) } else { ExitCode::SUCCESS })
+/// Default age of run code dirs and objects that `gc` removes.
+const STORE_AGE: Duration = Duration::from_secs(7 * 24 * 3600);
+/// Default age of Volcano helpers that `gc` deletes (younger ones may still be shipping).
+const HELPER_AGE: Duration = Duration::from_secs(3600);
+
+/// What `gc` did on one host.
+#[derive(Debug, Serialize)]
+struct HostGc {
+    host: String,
+    kind: HostKind,
+    cluster: String,
+    dry_run: bool,
+    /// The store and run dirs (absent when the backend cannot reclaim or failed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reclaim: Option<ReclaimReport>,
+    /// Kubernetes leftovers deleted (Volcano hosts).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    deleted: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    notes: Vec<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    errors: Vec<String>,
 }
 
-/// `90s`, `30m`, `2h`, `1d`, or plain seconds: the core's one duration parser.
-fn parse_age(text: &str) -> Result<Duration, String> {
-    theseus_core::duration::parse(text)
+pub(crate) async fn run(ctx: &Context, args: GcArgs) -> Result<ExitCode> {
+    let age = args
+        .older_than
+        .as_deref()
+        .map(|a| theseus_core::duration::parse(a).map_err(|e| anyhow!("--older-than {a:?}: {e}")))
+        .transpose()?;
+    let loaded = ctx.config()?;
+    let names = hosts(&loaded.config, args.host.as_deref())?;
+    let options = ReclaimOptions { older_than: age.unwrap_or(STORE_AGE), live: live_runs(ctx).await?, dry_run: args.dry_run };
+    let helper_age = age.unwrap_or(HELPER_AGE);
+    let results =
+        futures::future::join_all(names.iter().map(|name| host_gc(ctx, &loaded, name, &options, helper_age))).await;
+
+    let verb = if args.dry_run { "would remove" } else { "removed" };
+    let mut items = 0;
+    let mut freed = 0;
+    for r in &results {
+        for item in r.deleted.iter().flatten() {
+            ctx.info(format!("theseus: {}: {verb} {item}", r.host));
+        }
+        if let Some(report) = &r.reclaim {
+            describe(ctx, &r.host, verb, report);
+            items += report.items.len();
+            freed += report.freed_bytes;
+        }
+        items += r.deleted.as_ref().map_or(0, Vec::len);
+        for note in &r.notes {
+            ctx.info(format!("theseus: {}: {note}", r.host));
+        }
+        for error in &r.errors {
+            eprintln!("error: {}: {error}", r.host);
+        }
+    }
+    let freed_verb = if args.dry_run { "would free" } else { "freed" };
+    ctx.info(format!("theseus: {freed_verb} {} in total", human(freed)));
+    if ctx.output == OutputFormat::Json {
+        super::print_json(&results)?;
+    } else {
+        println!("{items}");
+    }
+    Ok(if results.iter().any(|r| !r.errors.is_empty()) { ExitCode::from(2) } else { ExitCode::SUCCESS })
+}
+
+/// Run paths of the ledger's runs that are submitting, pending or running, after asking their
+/// backends about every unfinished one (a row whose backend does not answer keeps its state).
+async fn live_runs(ctx: &Context) -> Result<BTreeSet<String>> {
+    let ledger = ctx.ledger()?;
+    let mut records = ledger.list(i64::MAX as usize)?;
+    super::jobs::refresh_live(ctx, &ledger, &mut records).await;
+    Ok(records
+        .iter()
+        .filter(|r| matches!(r.state, JobState::Submitting | JobState::Pending | JobState::Running))
+        .map(|r| r.identity.run_path())
+        .collect())
+}
+
+async fn host_gc(ctx: &Context, loaded: &LoadedConfig, name: &str, options: &ReclaimOptions, helper_age: Duration) -> HostGc {
+    let host = &loaded.config.hosts[name];
+    let mut out = HostGc {
+        host: name.to_owned(),
+        kind: host.kind(),
+        cluster: host.cluster().to_owned(),
+        dry_run: options.dry_run,
+        reclaim: None,
+        deleted: None,
+        notes: Vec::new(),
+        errors: Vec::new(),
+    };
+    let reclaimed = if let HostConfig::Volcano(volcano) = host {
+        let Some(cluster) = loaded.config.clusters.get(&volcano.cluster) else {
+            out.errors.push(format!("host `{name}` names unknown cluster `{}`", volcano.cluster));
+            return out;
+        };
+        let backend = VolcanoBackend::new(name, volcano.clone(), cluster.clone());
+        match backend.gc(helper_age, options.dry_run).await {
+            Ok(deleted) => out.deleted = Some(deleted),
+            Err(e) => out.errors.push(e.to_string()),
+        }
+        Backend::reclaim(&backend, options).await
+    } else {
+        match ctx.backend(loaded, name) {
+            Ok(backend) => backend.reclaim(options).await,
+            Err(e) => {
+                out.errors.push(format!("{e:#}"));
+                return out;
+            }
+        }
+    };
+    match reclaimed {
+        Ok(report) => {
+            out.errors.extend(report.failed.iter().map(|f| format!("could not remove {f}")));
+            out.reclaim = Some(report);
+        }
+        Err(Error::NotSupported { .. }) => out.notes.push(not_yet(host.kind(), "reclaimed")),
+        Err(e) => out.errors.push(e.to_string()),
+    }
+    out
+}
+
+/// One line per run code dir and leftover, one for all objects, one total for the host.
+fn describe(ctx: &Context, host: &str, verb: &str, report: &ReclaimReport) {
+    for item in report.items.iter().filter(|i| i.kind != ReclaimKind::Object) {
+        ctx.info(format!("theseus: {host}: {verb} {} {} ({})", item.kind.describe(), item.path, human(item.bytes)));
+    }
+    let (objects, bytes) = report.total(ReclaimKind::Object);
+    if objects > 0 {
+        ctx.info(format!("theseus: {host}: {verb} {objects} objects no run uses ({})", human(bytes)));
+    }
+    let freed = if report.dry_run { "would free" } else { "freed" };
+    ctx.info(format!("theseus: {host}: {freed} {}", human(report.freed_bytes)));
 }
 
 #[cfg(test)]
 mod tests {
-    use super::parse_age;
     use std::time::Duration;
 
     #[test]
     fn ages_parse_with_units() {
-        assert_eq!(parse_age("90"), Ok(Duration::from_secs(90)));
-        assert_eq!(parse_age("30m"), Ok(Duration::from_secs(1800)));
-        assert_eq!(parse_age("2h"), Ok(Duration::from_secs(7200)));
-        assert!(parse_age("2w").unwrap_err().contains("unknown unit"));
-        assert!(parse_age("h").is_err());
+        let parse = theseus_core::duration::parse;
+        assert_eq!(parse("90"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse("30m"), Ok(Duration::from_secs(1800)));
+        assert_eq!(parse("7d"), Ok(super::STORE_AGE));
+        assert!(parse("2w").unwrap_err().contains("unknown unit"));
+        assert!(parse("h").is_err());
     }
 }

@@ -324,7 +324,7 @@ pub(crate) async fn list(ctx: &Context, args: ListArgs) -> Result<ExitCode> {
 /// Asks the backends about every row that is not terminal, all at once, each within
 /// [`STATUS_TIMEOUT`]: a row is never shown live when its backend no longer has the run. Rows
 /// whose backend cannot be asked (or does not answer in time) keep their last known state.
-async fn refresh_live(ctx: &Context, ledger: &Ledger, records: &mut [Record]) {
+pub(crate) async fn refresh_live(ctx: &Context, ledger: &Ledger, records: &mut [Record]) {
     if records.iter().all(|r| r.state.is_terminal()) {
         return;
     }

@@ -2,6 +2,7 @@
 
 mod chips;
 mod config;
+mod du;
 mod gc;
 mod jobs;
 mod plan;
@@ -37,6 +38,7 @@ pub(crate) async fn run(cli: Cli) -> Result<ExitCode> {
                     Command::Config(cmd) => config::run(&ctx, cmd),
                     Command::Chips => chips::run(&ctx),
                     Command::Gc(args) => gc::run(&ctx, args).await,
+                    Command::Du(args) => du::run(&ctx, args).await,
                 }
             })
             .await

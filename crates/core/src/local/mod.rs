@@ -18,6 +18,7 @@
 pub mod claim;
 pub mod logs;
 pub mod process;
+mod reclaim;
 pub mod supervisor;
 
 use std::fmt;
@@ -222,6 +223,14 @@ impl Backend for LocalBackend {
         }
         self.stop(&handle.id, &data.run_dir).await?;
         Ok(read_status(&handle.id, &data))
+    }
+
+    async fn reclaim(&self, options: &crate::backend::ReclaimOptions) -> Result<crate::backend::ReclaimReport> {
+        reclaim::reclaim(self, options).await
+    }
+
+    async fn usage(&self) -> Result<crate::backend::StoreUsage> {
+        reclaim::usage(self).await
     }
 }
 

@@ -36,6 +36,7 @@ use serde::{Deserialize, Serialize};
 pub mod archive;
 mod local;
 pub mod plan;
+pub mod reclaim;
 pub mod scripts;
 mod ship;
 #[cfg(test)]
