@@ -91,7 +91,7 @@ pub(crate) fn render_unanswered(unanswered: &[(String, String)]) -> String {
 
 /// The hosts that did not answer and that the solver would have looked at before the one it
 /// chose: had they answered, the job might have gone there.
-pub(crate) fn unanswered_before_chosen<'a>(solved: &'a Solved) -> Vec<&'a (String, String)> {
+pub(crate) fn unanswered_before_chosen(solved: &Solved) -> Vec<&(String, String)> {
     let chosen = solved.plan.considered.iter().position(|c| c.host == solved.plan.host);
     solved
         .unanswered
