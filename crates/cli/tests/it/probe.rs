@@ -68,3 +68,32 @@ fn the_probe_timeout_flag_overrides_the_host_key() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(stdout.lines().any(|l| l == "unknown: silent: no answer within 2s (probe timeout)"), "{stdout}");
 }
+
+#[test]
+fn submit_says_on_stderr_which_host_before_its_choice_did_not_answer() {
+    let ctx = TestContext::new();
+    let refused = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    std::fs::write(ctx.home().join("ssh_config"), format!("Host refused-host\n  HostName 127.0.0.1\n  Port {refused}\n")).unwrap();
+    // `refused` ranks before the local host, whose one (configured, unprobed) GPU takes the job.
+    std::fs::write(
+        ctx.home().join(".theseus.yaml"),
+        "clusters:\n  c: {root: /r, work: /w}\nhosts:\n  refused: {ssh: refused-host, cluster: c, chips: {h100: 1}}\n  local: {type: local, chips: {h100: 1}}\n",
+    )
+    .unwrap();
+    let code = tempfile::tempdir().unwrap();
+    std::fs::write(code.path().join("job.py"), "print('ran')\n").unwrap();
+    std::fs::write(code.path().join("exp.yaml"), "entrypoint: python3 job.py\n").unwrap();
+    let exp = code.path().join("exp.yaml").display().to_string();
+    let out = ctx
+        .cmd()
+        .env("THESEUS_SSH_CONFIG", ctx.home().join("ssh_config"))
+        .args(["submit", "probe-note", &exp, "--code", code.path().to_str().unwrap(), "--chip", "h100", "-n", "1"])
+        .output()
+        .unwrap();
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let line = stderr.lines().find(|l| l.starts_with("theseus: host refused did not answer"));
+    let line = line.unwrap_or_else(|| panic!("{stderr}"));
+    assert!(line.to_lowercase().contains("connection refused") && line.ends_with("chose local without it"), "{line}");
+    assert!(text(&out.stdout).trim().len() > 5, "the run id is printed: {}", text(&out.stdout));
+}
