@@ -287,3 +287,25 @@ fn sim_measures(world: &World, repo: &Path, repo_bytes: u64, runs: usize, releas
     eprintln!("bench: 500 MiB first ship done");
     Ok(vec![sent, wall, rate, rss])
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bytes_sent_come_from_the_ship_object_when_the_binary_reports_it() {
+        let with = r#"{"name": "n", "run_id": "r", "ship": {"files": 3, "files_present": 2, "objects_sent": 1, "bytes_sent": 4096}}"#;
+        assert_eq!(shipped_bytes(with), Some(4096));
+        assert_eq!(shipped_bytes(r#"{"name": "n", "run_id": "r"}"#), None);
+        assert_eq!(shipped_bytes("run-id-as-text\n"), None);
+    }
+
+    #[test]
+    fn a_skipped_figure_says_why_and_is_no_miss() {
+        let m = Measure::skipped("x", "%", Goal::AtMost(1.0), NOT_REPORTED);
+        assert!(m.ok());
+        let doc = m.to_json();
+        assert_eq!(doc["skipped"], NOT_REPORTED);
+        assert!(doc.get("median").is_none(), "{doc}");
+    }
+}
