@@ -8,7 +8,19 @@
 //! - `status` of that completed run;
 //! - against the simulator (the `e2e --sim` world, [`crate::e2e::start_sim_world`]): `submit`
 //!   of a 1-pod CPU job without `--follow` (helper start, ship, gang create), and the same
-//!   submit with a code dir of 50 MiB of incompressible files, as MiB/s from its wall time.
+//!   submit with a code dir of 50 MiB of incompressible files, as MiB/s from its wall time;
+//! - code shipping ([`store`]), on a generated git repo of 10k files (~90 MiB): a re-ship after a
+//!   one-file edit (bytes sent, from `submit --output json`'s `ship` object, and wall time) on the
+//!   local host, over the lab's sshd (plain host; skipped without `THESEUSTEST_SSH_*`) and to the
+//!   simulator; the disk used by 20 local runs against one; the first ship of 500 MiB to the
+//!   simulator (MiB/s and the `theseus` process's peak RSS); a local first ship against
+//!   `git archive HEAD | tar -x` as a ratio;
+//! - probes ([`probes`]): `plan` over 50 hosts whose port refuses and over 5 that accept TCP and
+//!   never speak SSH.
+//!
+//! A figure that cannot be measured here (no lab, a field the binary does not report) is printed
+//! as skipped with the reason, never made up; it does not count as a miss. `--only GROUP,...`
+//! runs some groups: `local`, `sim`, `store`, `probes`.
 //!
 //! The verdict compares the median with the goal; a miss prints `SLOW` and fails the command
 //! only with `--strict`. Binaries are the debug build (the one e2e uses) unless `--release`.
@@ -26,6 +38,10 @@ use serde_json::json;
 
 use crate::e2e::{World, build_binaries, scratch_dir, start_sim_world, text};
 
+mod probes;
+mod repo;
+mod store;
+
 /// Size of each generated file and how many the shipping benchmark submits (50 MiB).
 const SHIP_FILE_BYTES: usize = 1 << 20;
 const SHIP_FILES: usize = 50;
@@ -37,7 +53,11 @@ const SHIP_GOAL_RELEASE: f64 = 20.0;
 /// A `submit --follow` that takes longer than this is killed and the bench fails.
 const FOLLOW_TIMEOUT: Duration = Duration::from_secs(120);
 
-const USAGE: &str = "usage: cargo xtask bench [--runs N] [--release] [--output text|json] [--strict] [--keep]";
+const USAGE: &str =
+    "usage: cargo xtask bench [--runs N] [--release] [--output text|json] [--strict] [--keep] [--only local,sim,store,probes]";
+
+/// The groups of figures `--only` can pick.
+const GROUPS: &[&str] = &["local", "sim", "store", "probes"];
 
 struct Options {
     runs: usize,
@@ -45,12 +65,20 @@ struct Options {
     json: bool,
     strict: bool,
     keep: bool,
+    only: Vec<String>,
 }
 
-/// What a measurement must stay below (times) or above (rates).
+impl Options {
+    fn wants(&self, group: &str) -> bool {
+        self.only.is_empty() || self.only.iter().any(|g| g == group)
+    }
+}
+
+/// What a measurement must stay below (times), at most (sizes, ratios) or above (rates).
 #[derive(Clone, Copy)]
 enum Goal {
     Below(f64),
+    AtMost(f64),
     Above(f64),
 }
 
@@ -59,11 +87,20 @@ struct Measure {
     unit: &'static str,
     values: Vec<f64>,
     goal: Goal,
+    /// Why the figure was not measured (then `values` is empty).
+    skipped: Option<String>,
+    /// What the figure was computed from (e.g. bytes sent of bytes in the repo).
+    note: Option<String>,
 }
 
 impl Measure {
     fn new(name: &'static str, unit: &'static str, goal: Goal) -> Measure {
-        Measure { name, unit, values: Vec::new(), goal }
+        Measure { name, unit, values: Vec::new(), goal, skipped: None, note: None }
+    }
+
+    /// A figure that could not be measured, with the reason.
+    fn skipped(name: &'static str, unit: &'static str, goal: Goal, why: impl Into<String>) -> Measure {
+        Measure { skipped: Some(why.into()), ..Measure::new(name, unit, goal) }
     }
 
     /// Min, median, max.
@@ -75,19 +112,48 @@ impl Measure {
         (v[0], median, v[n - 1])
     }
 
+    /// Whether the median meets the goal; a skipped figure is no miss.
     fn ok(&self) -> bool {
+        if self.values.is_empty() {
+            return true;
+        }
         let (_, median, _) = self.stats();
         match self.goal {
             Goal::Below(g) => median < g,
+            Goal::AtMost(g) => median <= g,
             Goal::Above(g) => median > g,
         }
     }
 
-    fn goal_text(&self) -> String {
+    fn goal_parts(&self) -> (&'static str, f64) {
         match self.goal {
-            Goal::Below(g) => format!("< {g} {}", self.unit),
-            Goal::Above(g) => format!("> {g} {}", self.unit),
+            Goal::Below(g) => ("<", g),
+            Goal::AtMost(g) => ("<=", g),
+            Goal::Above(g) => (">", g),
         }
+    }
+
+    fn goal_text(&self) -> String {
+        let (op, g) = self.goal_parts();
+        format!("{op} {g} {}", self.unit)
+    }
+
+    fn to_json(&self) -> serde_json::Value {
+        let (op, goal) = self.goal_parts();
+        let mut doc = json!({"name": self.name, "unit": self.unit, "values": self.values,
+                             "goal": {"op": op, "value": goal}, "ok": self.ok()});
+        if self.values.is_empty() {
+            doc["skipped"] = json!(self.skipped.as_deref().unwrap_or("not measured"));
+        } else {
+            let (min, median, max) = self.stats();
+            doc["min"] = json!(min);
+            doc["median"] = json!(median);
+            doc["max"] = json!(max);
+        }
+        if let Some(note) = &self.note {
+            doc["note"] = json!(note);
+        }
+        doc
     }
 }
 
@@ -104,7 +170,7 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
         opts.runs,
         scratch.display()
     );
-    let result = measure_all(root, &bin, &python, &scratch, opts.runs, opts.release);
+    let result = measure_all(root, &bin, &python, &scratch, &opts);
     if result.is_ok() && !opts.keep {
         let _ = std::fs::remove_dir_all(&scratch);
     } else {
@@ -113,18 +179,7 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
     let measures = result?;
     let slow: Vec<&str> = measures.iter().filter(|m| !m.ok()).map(|m| m.name).collect();
     if opts.json {
-        let results: Vec<_> = measures
-            .iter()
-            .map(|m| {
-                let (min, median, max) = m.stats();
-                let (op, goal) = match m.goal {
-                    Goal::Below(g) => ("<", g),
-                    Goal::Above(g) => (">", g),
-                };
-                json!({"name": m.name, "unit": m.unit, "values": m.values, "min": min, "median": median, "max": max,
-                       "goal": {"op": op, "value": goal}, "ok": m.ok()})
-            })
-            .collect();
+        let results: Vec<_> = measures.iter().map(Measure::to_json).collect();
         let doc = json!({"profile": profile, "runs": opts.runs, "results": results});
         println!("{}", serde_json::to_string_pretty(&doc)?);
     } else {
@@ -137,7 +192,7 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
 }
 
 fn parse(args: &[String]) -> Result<Options> {
-    let mut opts = Options { runs: 5, release: false, json: false, strict: false, keep: false };
+    let mut opts = Options { runs: 5, release: false, json: false, strict: false, keep: false, only: Vec::new() };
     let mut args = args.iter();
     while let Some(arg) = args.next() {
         let (flag, inline) = match arg.split_once('=') {
@@ -161,6 +216,12 @@ fn parse(args: &[String]) -> Result<Options> {
             "--release" => opts.release = true,
             "--strict" => opts.strict = true,
             "--keep" => opts.keep = true,
+            "--only" => {
+                for group in value()?.split(',').map(str::trim).filter(|g| !g.is_empty()) {
+                    ensure!(GROUPS.contains(&group), "bad --only group `{group}` (groups: {})\n{USAGE}", GROUPS.join(", "));
+                    opts.only.push(group.to_owned());
+                }
+            }
             _ => bail!("unknown argument `{arg}`\n{USAGE}"),
         }
     }
@@ -169,26 +230,39 @@ fn parse(args: &[String]) -> Result<Options> {
 
 fn print_table(profile: &str, runs: usize, measures: &[Measure]) {
     println!("theseus benchmarks ({profile} build, {runs} runs each; verdict on the median)");
-    println!("{:<50} {:>8} {:>8} {:>8}  {:<13} VERDICT", "BENCHMARK", "MIN", "MEDIAN", "MAX", "GOAL");
+    println!("{:<60} {:>8} {:>8} {:>8}  {:<13} VERDICT", "BENCHMARK", "MIN", "MEDIAN", "MAX", "GOAL");
     for m in measures {
-        let (min, median, max) = m.stats();
-        let f = |v: f64| if m.unit == "s" { format!("{v:.3}") } else { format!("{v:.1}") };
         let name = format!("{} ({})", m.name, m.unit);
+        if m.values.is_empty() {
+            let why = m.skipped.as_deref().unwrap_or("not measured");
+            println!("{name:<60} {:>8} {:>8} {:>8}  {:<13} skipped: {why}", "-", "-", "-", m.goal_text());
+            continue;
+        }
+        let (min, median, max) = m.stats();
+        let f = |v: f64| if m.unit == "s" || m.unit == "%" || m.unit == "x" { format!("{v:.3}") } else { format!("{v:.1}") };
         let verdict = if m.ok() { "ok" } else { "SLOW" };
-        println!("{name:<50} {:>8} {:>8} {:>8}  {:<13} {verdict}", f(min), f(median), f(max), m.goal_text());
+        println!("{name:<60} {:>8} {:>8} {:>8}  {:<13} {verdict}", f(min), f(median), f(max), m.goal_text());
+        if let Some(note) = &m.note {
+            println!("    {note}");
+        }
     }
 }
 
-fn measure_all(
-    root: &Path,
-    bin: &Path,
-    python: &Path,
-    scratch: &Path,
-    runs: usize,
-    release: bool,
-) -> Result<Vec<Measure>> {
-    let mut measures = local(root, bin, python, scratch, runs)?;
-    measures.extend(sim(root, bin, scratch, runs, release)?);
+fn measure_all(root: &Path, bin: &Path, python: &Path, scratch: &Path, opts: &Options) -> Result<Vec<Measure>> {
+    let (runs, release) = (opts.runs, opts.release);
+    let mut measures = Vec::new();
+    if opts.wants("local") {
+        measures.extend(local(root, bin, python, scratch, runs)?);
+    }
+    if opts.wants("sim") {
+        measures.extend(sim(root, bin, scratch, runs, release)?);
+    }
+    if opts.wants("probes") {
+        measures.extend(probes::measure(root, bin, python, scratch, runs)?);
+    }
+    if opts.wants("store") {
+        measures.extend(store::measure(root, bin, python, scratch, runs, release)?);
+    }
     Ok(measures)
 }
 
@@ -323,13 +397,19 @@ fn strs(args: &[String]) -> Vec<&str> {
 /// The job files of `code` plus [`SHIP_FILES`] files of pseudo-random (incompressible) bytes;
 /// returns the total size.
 fn write_big_code(code: &Path, big: &Path) -> Result<u64> {
+    write_random_code(code, big, SHIP_FILES)
+}
+
+/// The job files of `code` plus `files` files of 1 MiB of pseudo-random (incompressible) bytes;
+/// returns the total size.
+fn write_random_code(code: &Path, big: &Path, files: usize) -> Result<u64> {
     std::fs::create_dir_all(big)?;
     for name in ["hello.py", "hello.yaml"] {
         std::fs::copy(code.join(name), big.join(name)).with_context(|| format!("cannot copy {name}"))?;
     }
     let mut state: u64 = 0x9E37_79B9_7F4A_7C15;
     let mut buf = vec![0u8; SHIP_FILE_BYTES];
-    for i in 0..SHIP_FILES {
+    for i in 0..files {
         for chunk in buf.chunks_mut(8) {
             // xorshift64: fast, and gzip/zstd find nothing to squeeze.
             state ^= state << 13;
@@ -337,7 +417,7 @@ fn write_big_code(code: &Path, big: &Path) -> Result<u64> {
             state ^= state << 17;
             chunk.copy_from_slice(&state.to_le_bytes()[..chunk.len()]);
         }
-        let path: PathBuf = big.join(format!("data/blob-{i:02}.bin"));
+        let path: PathBuf = big.join(format!("data/blob-{i:03}.bin"));
         std::fs::create_dir_all(path.parent().expect("has a parent"))?;
         std::fs::write(&path, &buf).with_context(|| format!("cannot write {}", path.display()))?;
     }

@@ -105,7 +105,8 @@ pub fn node_free(nodes: &[Node], pods: &[Pod], key: &str) -> Result<NodeGpus, Vo
 ///
 /// CPU requests are not measured ([`Availability::NotChecked`]: the solver places CPU jobs on
 /// the config alone), nor is a host without a queue (as the config documents). A queue that is
-/// not `Open` has 0 free.
+/// not `Open` has 0 free. Each call is made once ([`crate::retry::RetryPolicy::for_probe`]):
+/// a refused connection fails the probe at once.
 ///
 /// # Errors
 /// [`VolcanoError::QueueNotFound`] when the queue does not exist, and the mapped call errors.
@@ -114,6 +115,8 @@ pub async fn probe(cluster: &Cluster, host: &VolcanoHost, request: &Request) -> 
     if matches!(request.chip, ChipRequest::Cpu) || host.queue.is_empty() {
         return Ok(Availability::NotChecked);
     }
+    // A probe answers within its budget or says "unknown": no backoff inside it.
+    let cluster = &cluster.clone().with_retry(cluster.retry_policy().for_probe());
     let name = host.queue.as_str();
     let key = host.gpu_resource_key.as_str();
     let queue = cluster.get_queue(name).await?.ok_or_else(|| VolcanoError::QueueNotFound {

@@ -43,6 +43,14 @@ impl RetryPolicy {
         RetryPolicy { base: Duration::from_millis(1), cap: Duration::from_millis(20), ..RetryPolicy::default() }
     }
 
+    /// The policy of an availability probe: one attempt, so that a refused connection or a
+    /// failed name lookup is answered at once (the caller's probe budget bounds the rest).
+    /// Submit, ship and every other call keep the full policy.
+    #[must_use]
+    pub fn for_probe(&self) -> RetryPolicy {
+        RetryPolicy { max_attempts: 1, ..self.clone() }
+    }
+
     /// The wait before attempt `attempt + 1` after attempt `attempt` (1-based) failed: the
     /// server's hint when it gave one, else `base * 2^(attempt-1)` with the upper half jittered;
     /// never more than `cap`.

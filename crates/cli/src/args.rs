@@ -117,9 +117,11 @@ pub(crate) struct JobArgs {
     /// Do not ask hosts for free capacity; trust the config.
     #[arg(long)]
     pub(crate) no_check: bool,
-    /// How long each host may take to report its free capacity (seconds, or e.g. `30s`, `2m`).
-    #[arg(long, default_value = "20", value_name = "DURATION", value_parser = duration_arg)]
-    pub(crate) probe_timeout: Duration,
+    /// How long each host may take to report its free capacity (seconds, or e.g. `30s`, `2m`);
+    /// a host that has not answered by then is "unknown". Overrides every host's
+    /// `probe_timeout` key; without either, 5 seconds.
+    #[arg(long, value_name = "DURATION", value_parser = duration_arg)]
+    pub(crate) probe_timeout: Option<Duration>,
     /// Allow more local CPU processes than this machine has CPUs (e.g. to try a multi-process
     /// job on a small machine). Without it, such a request is refused. A local host's
     /// `oversubscribe: true` config key does the same.

@@ -1,7 +1,13 @@
-//! Gathering availability from every candidate host at once, each probe bounded by a timeout.
+//! Gathering availability from every candidate host at once, each probe bounded by its host's
+//! own budget: a host answers within it or is "unknown", with the reason.
 //!
 //! It sits above the [`crate::backend::Backend`] trait it calls, so that the data it returns
 //! ([`crate::availability`]) stays below both the trait and the solver.
+//!
+//! The budget of a host ([`budget`]) is the `--probe-timeout` flag when given, else the host's
+//! `probe_timeout` key, else [`DEFAULT_TIMEOUT`] (the usual precedence: an explicit flag beats
+//! the config, which beats the built-in default). Backends do not retry inside a probe (a
+//! refused connection is an answer), so the budget is only ever spent on a host that is silent.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -9,32 +15,73 @@ use std::time::Duration;
 
 use crate::availability::Availability;
 use crate::backend::DynBackend;
+use crate::config::HostConfig;
 use crate::solver::Request;
 
+/// A host's probe budget when neither the flag nor its `probe_timeout` key sets one.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The shortest budget: below it a probe of a healthy host over SSH could not answer.
+pub const MIN_TIMEOUT: Duration = Duration::from_millis(100);
+
+/// One host to probe: its name, its backend and its budget.
+pub type Target = (String, Arc<DynBackend>, Duration);
+
+/// The budget of `host`: `flag` (`--probe-timeout`) when given, else the host's
+/// `probe_timeout`, else [`DEFAULT_TIMEOUT`]; never below [`MIN_TIMEOUT`].
+pub fn budget(flag: Option<Duration>, host: &HostConfig) -> Duration {
+    flag.or_else(|| host.probe_timeout()).unwrap_or(DEFAULT_TIMEOUT).max(MIN_TIMEOUT)
+}
+
 /// Asks every backend for its availability at the same time. A host that fails or does not
-/// answer within `timeout` is reported as [`Availability::Unknown`]; this never waits longer
-/// than `timeout` (plus scheduling noise) in total.
-pub async fn gather(
-    backends: &[(String, Arc<DynBackend>)],
-    request: &Request,
-    timeout: Duration,
-) -> BTreeMap<String, Availability> {
-    let probes = backends.iter().map(|(name, backend)| {
+/// answer within its own budget is reported as [`Availability::Unknown`] with the reason (the
+/// error and its causes, or `no answer within <budget>`); this never waits longer than the
+/// largest budget (plus scheduling noise) in total.
+pub async fn gather(targets: &[Target], request: &Request) -> BTreeMap<String, Availability> {
+    let probes = targets.iter().map(|(name, backend, timeout)| {
         let backend = Arc::clone(backend);
         let request = request.clone();
+        let timeout = *timeout;
         async move {
             let res = tokio::time::timeout(timeout, backend.availability(&request)).await;
             let availability = match res {
                 Ok(Ok(a)) => a,
-                Ok(Err(e)) => Availability::Unknown { reason: format!("probe failed: {e}") },
+                Ok(Err(e)) => Availability::Unknown { reason: format!("probe failed: {}", chain(&e)) },
                 Err(_) => Availability::Unknown {
-                    reason: format!("no answer within {}s", timeout.as_secs_f64()),
+                    reason: format!("no answer within {}s (probe timeout)", timeout.as_secs_f64()),
                 },
             };
             (name.clone(), availability)
         }
     });
     futures::future::join_all(probes).await.into_iter().collect()
+}
+
+/// The hosts of `availability` that did not answer, with their reasons, in name order.
+pub fn unanswered(availability: &BTreeMap<String, Availability>) -> Vec<(String, String)> {
+    availability
+        .iter()
+        .filter_map(|(name, a)| match a {
+            Availability::Unknown { reason } => Some((name.clone(), reason.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// An error and its causes on one line, each cause once (a message that already ends with its
+/// cause's text is not repeated).
+fn chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(e) = source {
+        let next = e.to_string();
+        if !text.ends_with(&next) {
+            text.push_str(": ");
+            text.push_str(&next);
+        }
+        source = e.source();
+    }
+    text
 }
 
 #[cfg(test)]
@@ -93,27 +140,64 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn slow_and_failing_hosts_become_unknown_without_blocking_the_others() {
-        let backends: Vec<(String, Arc<DynBackend>)> = vec![
-            ("fast".into(), Arc::new(Probe { delay: Duration::from_millis(10), free: Some(4) })),
-            ("hung".into(), Arc::new(Probe { delay: Duration::from_secs(3600), free: Some(8) })),
-            ("broken".into(), Arc::new(Probe { delay: Duration::from_millis(1), free: None })),
+        let budget = Duration::from_secs(5);
+        let backends: Vec<Target> = vec![
+            ("fast".into(), Arc::new(Probe { delay: Duration::from_millis(10), free: Some(4) }), budget),
+            ("hung".into(), Arc::new(Probe { delay: Duration::from_secs(3600), free: Some(8) }), budget),
+            ("broken".into(), Arc::new(Probe { delay: Duration::from_millis(1), free: None }), budget),
         ];
-        let request = Request {
+        let started = tokio::time::Instant::now();
+        let got = gather(&backends, &request()).await;
+        // All probes ran at once: the total is the timeout, not the sum of the delays.
+        assert!(started.elapsed() < Duration::from_secs(6), "{:?}", started.elapsed());
+        assert_eq!(got["fast"], Availability::Free { chips: 4, source: "test".into() });
+        assert_eq!(got["hung"], Availability::Unknown { reason: "no answer within 5s (probe timeout)".into() });
+        match &got["broken"] {
+            Availability::Unknown { reason } => assert!(reason.contains("connection refused"), "{reason}"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn request() -> Request {
+        Request {
             chip: ChipRequest::AnyGpu,
             count: 1,
             preferred_clusters: vec![],
             forbidden_clusters: vec![],
             host: None,
-        };
-        let started = tokio::time::Instant::now();
-        let got = gather(&backends, &request, Duration::from_secs(5)).await;
-        // All probes ran at once: the total is the timeout, not the sum of the delays.
-        assert!(started.elapsed() < Duration::from_secs(6), "{:?}", started.elapsed());
-        assert_eq!(got["fast"], Availability::Free { chips: 4, source: "test".into() });
-        assert_eq!(got["hung"], Availability::Unknown { reason: "no answer within 5s".into() });
-        match &got["broken"] {
-            Availability::Unknown { reason } => assert!(reason.contains("connection refused"), "{reason}"),
-            other => panic!("{other:?}"),
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn each_host_is_given_its_own_budget() {
+        let hung = || -> Arc<DynBackend> { Arc::new(Probe { delay: Duration::from_secs(3600), free: Some(8) }) };
+        let backends: Vec<Target> = vec![
+            ("short".into(), hung(), Duration::from_millis(1500)),
+            ("long".into(), hung(), Duration::from_secs(3)),
+        ];
+        let got = gather(&backends, &request()).await;
+        assert_eq!(got["short"], Availability::Unknown { reason: "no answer within 1.5s (probe timeout)".into() });
+        assert_eq!(got["long"], Availability::Unknown { reason: "no answer within 3s (probe timeout)".into() });
+        assert_eq!(
+            unanswered(&got),
+            [
+                ("long".to_owned(), "no answer within 3s (probe timeout)".to_owned()),
+                ("short".to_owned(), "no answer within 1.5s (probe timeout)".to_owned())
+            ]
+        );
+    }
+
+    #[test]
+    fn the_flag_beats_the_host_key_which_beats_the_default() {
+        use crate::config::PlainHost;
+        let plain = |key: Option<&str>| {
+            HostConfig::Plain(PlainHost { probe_timeout: key.map(str::to_owned), ..PlainHost::default() })
+        };
+        let flag = Some(Duration::from_secs(9));
+        assert_eq!(budget(flag, &plain(Some("2s"))), Duration::from_secs(9));
+        assert_eq!(budget(None, &plain(Some("2s"))), Duration::from_secs(2));
+        assert_eq!(budget(None, &plain(None)), DEFAULT_TIMEOUT);
+        assert_eq!(DEFAULT_TIMEOUT, Duration::from_secs(5));
+        assert_eq!(budget(Some(Duration::ZERO), &plain(None)), MIN_TIMEOUT);
     }
 }

@@ -190,13 +190,13 @@ impl Backend for PlainBackend {
     async fn availability(&self, request: &Request) -> Result<Availability> {
         let timeout = self.settings.command_timeout;
         if request.chip == ChipRequest::Cpu {
-            let out = self.ssh.run(&RemoteCommand::new("nproc").retry_safe().timeout(timeout)).await;
+            let out = self.ssh.run(&RemoteCommand::new("nproc").probe().timeout(timeout)).await;
             let out = out.map_err(|e| self.ssh_error("count CPU cores", e))?;
             let cpus = out.stdout_text().trim().parse().unwrap_or(1);
             return Ok(Availability::Free { chips: cpus, source: format!("CPU cores on {}", self.host.ssh) });
         }
         let smi = self.settings.nvidia_smi.clone();
-        let probe = RemoteCommand::script("command -v \"$1\" >/dev/null 2>&1", [smi.clone()]).retry_safe();
+        let probe = RemoteCommand::script("command -v \"$1\" >/dev/null 2>&1", [smi.clone()]).probe();
         let has_smi = self
             .ssh
             .output(&probe.timeout(timeout))
@@ -208,7 +208,7 @@ impl Backend for PlainBackend {
         }
         let query = |line: &str| {
             let argv = theseus_core::shell::split(line).expect("the nvidia-smi commands are valid words");
-            RemoteCommand::new(smi.clone()).args(argv[1..].iter().cloned()).retry_safe().timeout(timeout)
+            RemoteCommand::new(smi.clone()).args(argv[1..].iter().cloned()).probe().timeout(timeout)
         };
         let gpus = self
             .ssh

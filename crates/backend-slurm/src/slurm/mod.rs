@@ -256,7 +256,7 @@ impl Backend for SlurmBackend {
         let argv = theseus_core::shell::split(SINFO_COMMAND).expect("the sinfo command is valid words");
         let cmd = RemoteCommand::new(argv[0].clone())
             .args(argv[1..].iter().cloned())
-            .retry_safe()
+            .probe()
             .timeout(self.settings.command_timeout);
         let out = self.ssh.run(&cmd).await.map_err(|e| self.ssh_error("list nodes with sinfo", e))?;
         let avail = sinfo::parse(&out.stdout_text()).map_err(|e| Error::Backend {

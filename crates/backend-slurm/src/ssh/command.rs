@@ -15,6 +15,7 @@ use theseus_core::shell;
 pub struct RemoteCommand {
     argv: Vec<String>,
     retry_safe: bool,
+    probe: bool,
     timeout: Option<Duration>,
     label: Option<String>,
 }
@@ -22,7 +23,7 @@ pub struct RemoteCommand {
 impl RemoteCommand {
     /// `program` with no arguments yet.
     pub fn new(program: impl Into<String>) -> Self {
-        RemoteCommand { argv: vec![program.into()], retry_safe: false, timeout: None, label: None }
+        RemoteCommand { argv: vec![program.into()], retry_safe: false, probe: false, timeout: None, label: None }
     }
 
     /// `sh -c SCRIPT sh ARGS...`: a constant script whose values arrive as `"$1"`, `"$2"`, ...
@@ -57,6 +58,15 @@ impl RemoteCommand {
         self
     }
 
+    /// Marks the command as part of an availability probe, which answers within its budget or
+    /// says "unknown": a connection it has to open is tried once (a refused port or an unknown
+    /// name fails at once, with no backoff), and it is not run again when the connection breaks.
+    /// Submit, ship and every other command keep their retries.
+    pub fn probe(mut self) -> Self {
+        self.probe = true;
+        self
+    }
+
     /// Fails the command when it takes longer than `timeout` (the remote side is not killed
     /// beyond closing its channel).
     pub fn timeout(mut self, timeout: Duration) -> Self {
@@ -78,6 +88,11 @@ impl RemoteCommand {
     /// Whether [`RemoteCommand::retry_safe`] was set.
     pub fn is_retry_safe(&self) -> bool {
         self.retry_safe
+    }
+
+    /// Whether [`RemoteCommand::probe`] was set.
+    pub fn is_probe(&self) -> bool {
+        self.probe
     }
 
     /// The timeout, if any.
@@ -197,6 +212,7 @@ mod tests {
         assert_eq!(cmd.describe(), "sh -c `mkdir -p \"$1\"`");
         assert!(!cmd.is_retry_safe());
         assert!(cmd.clone().retry_safe().is_retry_safe());
+        assert!(!cmd.is_probe() && cmd.clone().probe().is_probe());
         assert_eq!(cmd.label("mkdir of the run dir").describe(), "mkdir of the run dir");
     }
 

@@ -10,8 +10,10 @@
 //!   command's stdout as lines ([`SshHost::lines`], used by `logs -f`).
 //!
 //! Connection failures that look transient (refused, reset, timed out, closed by the remote)
-//! are retried with exponential backoff. A command whose connection broke under it is run again
-//! on a fresh connection only when it is marked [`RemoteCommand::retry_safe`].
+//! are retried with exponential backoff, except for a [`RemoteCommand::probe`] (availability),
+//! which connects once so that a host that refuses costs one attempt, not the backoff. A command
+//! whose connection broke under it is run again on a fresh connection only when it is marked
+//! [`RemoteCommand::retry_safe`] (and is not a probe).
 
 mod command;
 mod error;
@@ -230,9 +232,10 @@ impl SshHost {
     /// Runs `cmd` and captures its output, whatever its exit code.
     pub async fn output(&self, cmd: &RemoteCommand) -> Result<Output, SshError> {
         let _permit = self.permits.acquire().await.expect("the semaphore is never closed");
-        let mut retried = false;
+        // A probe never runs twice: its budget is the caller's, not ours to spend on retries.
+        let mut retried = cmd.is_probe();
         loop {
-            let session = self.session().await?;
+            let session = self.session_for(cmd).await?;
             let mut command = remote(&session, cmd);
             let run = command.stdin(Stdio::null()).output();
             let res = match cmd.get_timeout() {
@@ -366,6 +369,17 @@ impl SshHost {
     }
 
     async fn session(&self) -> Result<Arc<Session>, SshError> {
+        self.session_with(self.options.backoff.attempts).await
+    }
+
+    /// The session for `cmd`: a probe makes at most one connection attempt.
+    async fn session_for(&self, cmd: &RemoteCommand) -> Result<Arc<Session>, SshError> {
+        let attempts = if cmd.is_probe() { 1 } else { self.options.backoff.attempts };
+        self.session_with(attempts).await
+    }
+
+    /// The cached session, or a new one made in at most `attempts` connection attempts.
+    async fn session_with(&self, attempts: u32) -> Result<Arc<Session>, SshError> {
         let mut guard = self.session.lock().await;
         if let Some(session) = guard.as_ref() {
             // A master that died while idle is replaced before a command is started on it (a
@@ -377,7 +391,7 @@ impl SshHost {
             tracing::debug!(host = %self, "the ssh master is gone; reconnecting");
             *guard = None;
         }
-        let session = Arc::new(self.connect_with_retries().await?);
+        let session = Arc::new(self.connect_with_retries(attempts).await?);
         *guard = Some(session.clone());
         Ok(session)
     }
@@ -390,7 +404,7 @@ impl SshHost {
         }
     }
 
-    async fn connect_with_retries(&self) -> Result<Session, SshError> {
+    async fn connect_with_retries(&self, max_attempts: u32) -> Result<Session, SshError> {
         // openssh puts the destination last on the master's argv with no `--` before it (its
         // `SessionBuilder::launch_master`), so ssh would parse `-oProxyCommand=...` as an
         // option. Such a destination never reaches ssh (config validation refuses it too).
@@ -417,7 +431,7 @@ impl SshHost {
                 Err(e) => e,
             };
             let transient = transient_connect_error(&err);
-            if !transient || attempt >= backoff.attempts.max(1) {
+            if !transient || attempt >= max_attempts.max(1) {
                 return Err(SshError::Connect { host: self.to_string(), attempts: attempt, source: err });
             }
             let delay = backoff.delay(attempt);

@@ -3,6 +3,7 @@
 //! the parsers against recorded Slurm output ([`recorded`]).
 
 mod plain;
+mod probe;
 mod plain_lifecycle;
 mod reclaim;
 mod recorded;

@@ -602,6 +602,22 @@ async fn refused_connections_say_so() {
 }
 
 #[tokio::test]
+async fn a_refused_api_server_fails_a_probe_after_one_attempt() {
+    // The same cluster's other calls retry (5 attempts, above); availability answers at once.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    drop(listener);
+    let cluster = Cluster::for_url(&url, "ml").unwrap().with_retry(RetryPolicy::fast());
+    let err = probe(&cluster, &crate::fixtures::host(), &gpu_request()).await.unwrap_err();
+    assert!(
+        matches!(&err, VolcanoError::Transport { detail, attempts: 1, .. } if detail == "connection refused"),
+        "{err:?}"
+    );
+    let err = cluster.get_queue("research").await.unwrap_err();
+    assert!(matches!(&err, VolcanoError::Transport { attempts: 5, .. }), "{err:?}");
+}
+
+#[tokio::test]
 async fn a_dropped_connection_then_a_working_server_succeeds() {
     // The first attempt hits a listener that closes at once; the retry reaches wiremock through a
     // tiny relay that forwards every later connection.

@@ -1,4 +1,5 @@
-//! `theseus plan`: where a job would go and why, without submitting.
+//! `theseus plan`: where a job would go and why, without submitting, and which hosts did not
+//! answer their availability probe (`unknown: HOST: REASON` lines; `unanswered` in JSON).
 
 use std::process::ExitCode;
 
@@ -11,7 +12,14 @@ use crate::context::Context;
 pub(crate) async fn run(ctx: &Context, args: JobArgs) -> Result<ExitCode> {
     let solved = super::prepare::solve(ctx, &args, true).await?;
     if ctx.output == OutputFormat::Json {
-        super::print_json(&serde_json::json!({"request": solved.request, "plan": solved.plan}))?;
+        let unanswered: Vec<_> = solved
+            .unanswered
+            .iter()
+            .map(|(host, reason)| serde_json::json!({"host": host, "reason": reason}))
+            .collect();
+        super::print_json(
+            &serde_json::json!({"request": solved.request, "plan": solved.plan, "unanswered": unanswered}),
+        )?;
         return Ok(ExitCode::SUCCESS);
     }
     print!("{}", render::render_table(&solved.plan.considered));
@@ -21,5 +29,6 @@ pub(crate) async fn run(ctx: &Context, args: JobArgs) -> Result<ExitCode> {
     for note in &solved.plan.notes {
         println!("note:    {note}");
     }
+    print!("{}", super::prepare::render_unanswered(&solved.unanswered));
     Ok(ExitCode::SUCCESS)
 }

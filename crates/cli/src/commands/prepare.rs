@@ -3,7 +3,6 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context as _, Result};
 use theseus_core::availability::Availability;
@@ -24,6 +23,8 @@ pub(crate) struct Solved {
     pub(crate) request: Request,
     pub(crate) plan: Plan,
     pub(crate) backend: Arc<DynBackend>,
+    /// Hosts that did not answer their availability probe, with the reason, by name.
+    pub(crate) unanswered: Vec<(String, String)>,
 }
 
 /// Loads everything and solves. On failure, prints what was considered to stderr.
@@ -52,13 +53,15 @@ pub(crate) async fn solve(ctx: &Context, args: &JobArgs, probe: bool) -> Result<
     let mut availability: BTreeMap<String, Availability> = if args.no_check || !probe {
         BTreeMap::new()
     } else {
-        let mut backends = Vec::new();
+        let mut targets = Vec::new();
         for name in &candidates {
-            backends.push((name.clone(), ctx.backend(&loaded, name)?));
+            // Each host's own budget: --probe-timeout, else its `probe_timeout`, else 5 s.
+            let budget = theseus_core::probe::budget(args.probe_timeout, &loaded.config.hosts[name]);
+            targets.push((name.clone(), ctx.backend(&loaded, name)?, budget));
         }
-        let timeout = args.probe_timeout.max(Duration::from_millis(100));
-        theseus_core::probe::gather(&backends, &request, timeout).await
+        theseus_core::probe::gather(&targets, &request).await
     };
+    let unanswered = theseus_core::probe::unanswered(&availability);
     // Counting this machine's CPUs asks no host: the local CPU rule needs it in a dry run and
     // with --no-check too.
     for name in &candidates {
@@ -73,11 +76,31 @@ pub(crate) async fn solve(ctx: &Context, args: &JobArgs, probe: bool) -> Result<
             if !e.considered.is_empty() {
                 eprint!("{}", render::render_table(&e.considered));
             }
+            eprint!("{}", render_unanswered(&unanswered));
             return Err(e.into());
         }
     };
     let backend = ctx.backend(&loaded, &plan.host)?;
-    Ok(Solved { loaded, experiment, request, plan, backend })
+    Ok(Solved { loaded, experiment, request, plan, backend, unanswered })
+}
+
+/// One line per host that did not answer its probe: `unknown: HOST: REASON`.
+pub(crate) fn render_unanswered(unanswered: &[(String, String)]) -> String {
+    unanswered.iter().map(|(host, reason)| format!("unknown: {host}: {reason}\n")).collect()
+}
+
+/// The hosts that did not answer and that the solver would have looked at before the one it
+/// chose: had they answered, the job might have gone there.
+pub(crate) fn unanswered_before_chosen(solved: &Solved) -> Vec<&(String, String)> {
+    let chosen = solved.plan.considered.iter().position(|c| c.host == solved.plan.host);
+    solved
+        .unanswered
+        .iter()
+        .filter(|(host, _)| {
+            let at = solved.plan.considered.iter().position(|c| &c.host == host);
+            matches!((at, chosen), (Some(at), Some(chosen)) if at < chosen)
+        })
+        .collect()
 }
 
 /// `--volcano-image`, `--volcano-namespace`, `--cpu` and `--mem` applied to every host they

@@ -82,6 +82,9 @@ async fn prepare(ctx: &Context, args: &SubmitArgs) -> Result<(Solved, PreparedJo
     for note in &plan.notes {
         ctx.info(format!("theseus: note: {note}"));
     }
+    for (host, reason) in super::prepare::unanswered_before_chosen(&solved) {
+        ctx.info(format!("theseus: host {host} did not answer ({reason}); chose {} without it", plan.host));
+    }
 
     let env = super::prepare::environment(&solved, &args.job)?;
     let identity = JobIdentity::new(&args.job.name, args.job.project.as_deref(), args.job.group.as_deref());

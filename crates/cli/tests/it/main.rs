@@ -6,6 +6,7 @@ mod gc;
 mod inputs;
 mod jax;
 mod lifecycle;
+mod probe;
 mod slurm;
 mod volcano;
 mod volcano_start;

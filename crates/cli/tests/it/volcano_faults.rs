@@ -87,9 +87,13 @@ fn a_hung_api_server_ends_status_cancel_submit_and_plan_with_one_clear_line() {
     let (stdout, stderr) = (text(&plan.stdout), text(&plan.stderr));
     assert!(plan.status.success(), "{stdout}{stderr}");
     assert!(!stderr.contains('\x1b') && !stderr.contains("ERROR"), "library log lines: {stderr}");
-    let notes: Vec<&str> = stdout.lines().filter(|l| l.contains("did not answer")).collect();
+    let notes: Vec<&str> = stdout.lines().filter(|l| l.starts_with("note:") && l.contains("did not answer")).collect();
     assert_eq!(notes.len(), 1, "{stdout}");
-    assert!(notes[0].starts_with("note:") && notes[0].contains(&server) && notes[0].contains("queues"), "{stdout}");
+    assert!(notes[0].contains(&server) && notes[0].contains("queues"), "{stdout}");
+    // And the host is listed among those that did not answer, once.
+    let unknown: Vec<&str> = stdout.lines().filter(|l| l.starts_with("unknown: k8s: ")).collect();
+    assert_eq!(unknown.len(), 1, "{stdout}");
+    assert!(unknown[0].contains(&server), "{stdout}");
     let list = run(&["list"]);
     assert!(list.status.success(), "list ends and shows what the ledger knows: {}", text(&list.stderr));
     assert!(text(&list.stdout).contains("hung"), "{}", text(&list.stdout));

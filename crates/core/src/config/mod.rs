@@ -166,6 +166,20 @@ impl ClusterConfig {
     }
 }
 
+/// A duration key's text: a string, or a number of seconds as YAML and env values give it
+/// (`probe_timeout: 5`), kept as text for [`crate::duration::parse`].
+fn duration_text<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<String>, D::Error> {
+    use serde::de::Error as _;
+    match Option::<serde_json::Value>::deserialize(deserializer)? {
+        None | Some(serde_json::Value::Null) => Ok(None),
+        Some(serde_json::Value::String(text)) => Ok(Some(text)),
+        Some(serde_json::Value::Number(n)) => Ok(Some(n.to_string())),
+        Some(other) => Err(D::Error::custom(format!(
+            "expected a duration such as `5s` or a number of seconds, found {other}"
+        ))),
+    }
+}
+
 /// Joins two remote path pieces with exactly one `/`.
 pub fn join(base: &str, rest: &str) -> String {
     format!("{}/{}", base.trim_end_matches('/'), rest.trim_start_matches('/'))
@@ -257,6 +271,18 @@ impl HostConfig {
         }
     }
 
+    /// The host's `probe_timeout`, when set (local hosts are not probed over a network).
+    /// Validated at load, so a value that does not parse is treated as unset.
+    pub fn probe_timeout(&self) -> Option<std::time::Duration> {
+        let text = match self {
+            HostConfig::Plain(h) => h.probe_timeout.as_deref(),
+            HostConfig::Slurm(h) => h.probe_timeout.as_deref(),
+            HostConfig::Volcano(h) => h.probe_timeout.as_deref(),
+            HostConfig::Local(_) => None,
+        };
+        text.and_then(|t| crate::duration::parse(t).ok())
+    }
+
     /// Host-level `uv sync --group` names.
     pub fn uv_groups(&self) -> &[String] {
         match self {
@@ -285,6 +311,11 @@ pub struct PlainHost {
     /// Environment for jobs on this host.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// How long this host's availability probe may take before the host counts as "unknown"
+    /// (e.g. `3s`, `500ms`; default 5s, see [`crate::probe::DEFAULT_TIMEOUT`]). `--probe-timeout`
+    /// overrides it. Parsed by [`crate::duration::parse`]; more than 0.
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "duration_text")]
+    pub probe_timeout: Option<String>,
 }
 
 /// `type: slurm`: a Slurm cluster reached over SSH to its login node.
@@ -337,6 +368,11 @@ pub struct SlurmHost {
     /// Environment for jobs on this host.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// How long this host's availability probe may take before the host counts as "unknown"
+    /// (e.g. `3s`, `500ms`; default 5s, see [`crate::probe::DEFAULT_TIMEOUT`]). `--probe-timeout`
+    /// overrides it. Parsed by [`crate::duration::parse`]; more than 0.
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "duration_text")]
+    pub probe_timeout: Option<String>,
 }
 
 /// A Slurm partition: a bare name or `{name, default, constraint}`.
@@ -499,6 +535,11 @@ pub struct VolcanoHost {
     /// default 30s). `status`, `plan`, `cancel` and `submit` give up after it, naming the server.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub api_timeout: Option<String>,
+    /// How long this host's availability probe may take before the host counts as "unknown"
+    /// (e.g. `3s`, `500ms`; default 5s, see [`crate::probe::DEFAULT_TIMEOUT`]). `--probe-timeout`
+    /// overrides it. Parsed by [`crate::duration::parse`]; more than 0.
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "duration_text")]
+    pub probe_timeout: Option<String>,
 }
 
 /// A Kubernetes toleration.

@@ -383,7 +383,7 @@ fn unknown_key_lists_expected_keys() {
         assert_eq!(
             setup.error(),
             format!(
-                "{}: hosts.box.sshh: unknown key \"sshh\" (expected one of: ssh, cluster, chips, uv_groups, env)",
+                "{}: hosts.box.sshh: unknown key \"sshh\" (expected one of: ssh, cluster, chips, uv_groups, env, probe_timeout)",
                 setup.project_file()
             )
         );
@@ -779,4 +779,33 @@ fn materialize_is_link_or_copy() {
     assert_eq!(good.materialize, Some(crate::store::Materialize::Copy));
     let bad = serde_saphyr::from_str::<ClusterConfig>("{root: /r, work: /w, materialize: hardlink}");
     assert!(bad.unwrap_err().to_string().contains("hardlink"));
+}
+
+#[test]
+fn probe_timeout_is_a_duration_per_remote_host() {
+    Jail::expect_with(|jail| {
+        let project = "hosts:\n  box: {ssh: b, cluster: local, probe_timeout: 2s}\n  k8s: {type: volcano, cluster: local, probe_timeout: 1.5}\n  hpc: {type: slurm, ssh: h, cluster: local}\n";
+        let setup = Setup::new(jail, None, Some(project));
+        let config = setup.load().config;
+        assert_eq!(config.hosts["box"].probe_timeout(), Some(std::time::Duration::from_secs(2)));
+        assert_eq!(config.hosts["k8s"].probe_timeout(), Some(std::time::Duration::from_millis(1500)));
+        assert_eq!(config.hosts["hpc"].probe_timeout(), None);
+        assert_eq!(config.hosts["local"].probe_timeout(), None);
+
+        let setup = Setup::new(jail, None, Some("hosts:\n  box: {ssh: b, cluster: local, probe_timeout: soon}\n"));
+        let error = setup.error();
+        assert!(
+            error.starts_with(&format!("{}: hosts.box.probe_timeout: \"soon\": ", setup.project_file())),
+            "{error}"
+        );
+        let setup = Setup::new(jail, None, Some("hosts:\n  box: {ssh: b, cluster: local, probe_timeout: 0}\n"));
+        let error = setup.error();
+        assert!(error.contains("hosts.box.probe_timeout: \"0\": ") && error.contains("more than 0"), "{error}");
+        let setup = Setup::new(jail, None, None).env("THESEUSCFG_HOSTS__HPC__TYPE", "slurm");
+        let setup = setup.env("THESEUSCFG_HOSTS__HPC__SSH", "h").env("THESEUSCFG_HOSTS__HPC__CLUSTER", "local");
+        let setup = setup.env("THESEUSCFG_HOSTS__HPC__PROBE_TIMEOUT", "-1");
+        let error = setup.error();
+        assert!(error.starts_with("env THESEUSCFG_HOSTS__HPC__PROBE_TIMEOUT: hosts.hpc.probe_timeout: "), "{error}");
+        Ok(())
+    });
 }

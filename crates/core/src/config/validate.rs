@@ -346,6 +346,9 @@ fn check_host_layer(
             }
         }
     }
+    if let Some(value) = host.get("probe_timeout") {
+        check_probe_timeout(value).map_err(|m| KeyError::new(format!("{path}.probe_timeout"), m))?;
+    }
     let mut body = host.clone();
     body.remove("type");
     let required: &[&str] = match kind {
@@ -358,6 +361,21 @@ fn check_host_layer(
             .or_insert_with(|| Value::String(String::new()));
     }
     host_from_body(kind, body, &path).map(|_| ())
+}
+
+/// Checks a `probe_timeout` value: a duration through [`crate::duration::parse`] (a number is
+/// seconds), more than 0.
+fn check_probe_timeout(value: &Value) -> std::result::Result<(), String> {
+    let text = match value {
+        Value::String(text) => text.clone(),
+        Value::Number(n) => n.to_string(),
+        other => return Err(format!("expected a duration such as `5s`, found {}", kind_of(other))),
+    };
+    match crate::duration::parse(&text) {
+        Ok(d) if d.is_zero() => Err(format!("{text:?}: a probe timeout must be more than 0 (e.g. `5s`)")),
+        Ok(_) => Ok(()),
+        Err(e) => Err(format!("{text:?}: {e}")),
+    }
 }
 
 /// Checks a `chips` map: known chip names and whole counts of 0 or more.
