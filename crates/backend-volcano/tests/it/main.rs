@@ -2,6 +2,7 @@
 //! schema (with property-based variants and snapshots), wiremock contract tests of every API call,
 //! shipping over the exec protocol, and whole flows against the cluster simulator.
 
+mod busybox;
 mod claims;
 mod contract;
 mod fixtures;
@@ -12,3 +13,4 @@ mod props;
 mod render;
 mod schema;
 mod ship;
+mod store_tree;
