@@ -20,18 +20,17 @@
 //! and `tar` exited 0. A dest without `.theseus/bootstrap.sh` is an incomplete ship and must not
 //! be run. An interrupted transfer extracts nothing (it may leave [`TEMP_ARCHIVE`] in dest).
 
-use std::io::{self, Write};
+use std::io;
 
-use futures::future;
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Status;
 use kube::Api;
-use kube::api::AttachParams;
 use sha2::{Digest, Sha256};
 use theseus_core::backend::ProgressFn;
 use theseus_core::bootstrap::RenderedFile;
 use theseus_core::snapshot::{Manifest, Snapshot};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::AsyncRead;
+
+use crate::exec::{self, Counted, ExecFailure, FRAME_BYTES, HashingSink, PumpError, exit_code};
 
 /// The script run in the pod as `sh -c SHIP_SCRIPT theseus-ship <dest> <length> <sha256>
 /// [<file>...]`. Values arrive only as positional arguments. Works with busybox and GNU tools.
@@ -67,8 +66,6 @@ sync || fail 14 "sync failed"
 /// Name of the temp archive in dest while it is being received.
 pub const TEMP_ARCHIVE: &str = ".theseus-ship.tar";
 
-/// Bytes per websocket frame (kube-rs `max_stdin_buf_size`) and per read of the archive.
-const FRAME_BYTES: usize = 256 * 1024;
 /// Output of the script kept for error messages; the rest is drained and dropped.
 const OUTPUT_CAP: usize = 64 * 1024;
 
@@ -313,43 +310,6 @@ pub async fn ship_snapshot(
     })
 }
 
-/// Length and sha256 of an archive.
-struct Counted {
-    len: u64,
-    sha256: [u8; 32],
-}
-
-impl Counted {
-    fn of(bytes: &[u8]) -> Counted {
-        Counted { len: bytes.len() as u64, sha256: Sha256::digest(bytes).into() }
-    }
-}
-
-/// A `Write` that only counts and hashes.
-#[derive(Default)]
-struct HashingSink {
-    len: u64,
-    hasher: Sha256,
-}
-
-impl HashingSink {
-    fn finish(self) -> Counted {
-        Counted { len: self.len, sha256: self.hasher.finalize().into() }
-    }
-}
-
-impl Write for HashingSink {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.hasher.update(buf);
-        self.len += buf.len() as u64;
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
 /// Progress over all archives of one ship.
 struct Progress {
     callback: Option<ProgressFn>,
@@ -414,71 +374,35 @@ async fn transfer<R: AsyncRead + Unpin>(
     progress: &mut Progress,
 ) -> Result<Vec<(u64, String)>, ShipError> {
     let pod = || target.pod.clone();
-    let mut ap = AttachParams::default()
-        .stdin(true)
-        .stdout(true)
-        .stderr(true)
-        .max_stdin_buf_size(FRAME_BYTES)
-        .max_stdout_buf_size(OUTPUT_CAP)
-        .max_stderr_buf_size(OUTPUT_CAP);
-    if let Some(container) = &target.container {
-        ap = ap.container(container.clone());
-    }
     let want = hex::encode(expected.sha256);
     let mut command = vec!["sh".to_owned(), "-c".into(), SHIP_SCRIPT.into(), "theseus-ship".into()];
     command.extend([target.dest.clone(), expected.len.to_string(), want.clone()]);
     command.extend(verify.iter().cloned());
-    let mut proc =
-        target.pods.exec(&target.pod, command, &ap).await.map_err(|source| ShipError::Exec { pod: pod(), source })?;
-    let missing = |what: &str| ShipError::Protocol { pod: pod(), detail: format!("kube-rs gave no {what}") };
-    let mut stdin = proc.stdin().ok_or_else(|| missing("stdin"))?;
-    let stdout = proc.stdout().ok_or_else(|| missing("stdout"))?;
-    let stderr = proc.stderr().ok_or_else(|| missing("stderr"))?;
-    let status = proc.take_status().ok_or_else(|| missing("status"))?;
-
-    let (mut out, mut err) = (Vec::new(), Vec::new());
-    let mut sent = 0u64;
-    let (pumped, status) = {
-        let session = async {
-            let mut status = std::pin::pin!(status);
-            let pump = pump(source, &mut stdin, expected, &mut sent, progress);
-            // stdin stays open (we hold it) until the status arrives: on v4 closing it would
-            // close the whole websocket.
-            tokio::select! {
-                pumped = pump => match pumped {
-                    Ok(()) => (Ok(()), status.await),
-                    Err(e) => (Err(e), None),
-                },
-                status = &mut status => (Ok(()), status),
-            }
-        };
-        let readers = future::join(read_capped(stdout, &mut out), read_capped(stderr, &mut err));
-        let (mut session, mut readers) = (std::pin::pin!(session), std::pin::pin!(readers));
-        tokio::select! {
-            done = &mut session => {
-                // kube-rs ends the output streams only after a clean session; don't wait forever.
-                let _ = tokio::time::timeout(std::time::Duration::from_secs(5), readers).await;
-                done
-            }
-            _ = &mut readers => session.await,
-        }
-    };
-    if let Err(pump_error) = pumped {
-        // Drop the connection before the pod can hold a complete archive.
-        proc.abort();
-        return Err(match pump_error {
-            PumpError::Changed => ShipError::Changed { source: None },
-            PumpError::Source(e) => ShipError::Io(e),
-        });
-    }
-    drop(stdin);
+    let progress = &*progress;
+    let report = |sent| progress.report(sent);
+    let done = exec::run(
+        &target.pods,
+        &target.pod,
+        target.container.as_deref(),
+        command,
+        Some((source, expected)),
+        OUTPUT_CAP,
+        &report,
+    )
+    .await
+    .map_err(|failure| match failure {
+        ExecFailure::Refused(source) => ShipError::Exec { pod: pod(), source },
+        ExecFailure::Missing(what) => ShipError::Protocol { pod: pod(), detail: format!("kube-rs gave no {what}") },
+        ExecFailure::Pump(PumpError::Changed) => ShipError::Changed { source: None },
+        ExecFailure::Pump(PumpError::Source(e)) => ShipError::Io(e),
+    })?;
+    let sent = done.sent;
     let interrupted = |source| ShipError::Interrupted { pod: pod(), sent, total: expected.len, source };
-    let Some(status) = status else {
-        let source = proc.join().await.err().map(|e| Box::new(e) as Box<dyn std::error::Error + Send + Sync>);
-        return Err(interrupted(source));
+    let Some(status) = done.status else {
+        return Err(interrupted(done.broken));
     };
-    let out = String::from_utf8_lossy(&out);
-    let stderr = String::from_utf8_lossy(&err).trim().to_owned();
+    let out = String::from_utf8_lossy(&done.stdout);
+    let stderr = String::from_utf8_lossy(&done.stderr).trim().to_owned();
     let received = out.lines().find_map(|l| l.strip_prefix("sha256 ")).map(str::to_owned);
     if status.status.as_deref() != Some("Success") {
         let exit_code = exit_code(&status);
@@ -522,112 +446,9 @@ async fn transfer<R: AsyncRead + Unpin>(
     Ok(checks)
 }
 
-/// Why [`pump`] stopped early.
-#[derive(Debug)]
-enum PumpError {
-    /// The source is not the counted archive (shorter, longer or different bytes).
-    Changed,
-    /// Reading the source failed.
-    Source(io::Error),
-}
-
-/// Copies exactly `expected.len` bytes from `source` to `sink`, holding back the last chunk
-/// until the source has ended and everything hashed to `expected.sha256`.
-///
-/// A failed write to `sink` (the connection is gone) is not an error here: it stops the copy
-/// and the missing status tells the caller what happened.
-async fn pump<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
-    mut source: R,
-    sink: &mut W,
-    expected: &Counted,
-    sent: &mut u64,
-    progress: &Progress,
-) -> Result<(), PumpError> {
-    let mut buf = vec![0u8; FRAME_BYTES];
-    let mut hasher = Sha256::new();
-    loop {
-        let n = source.read(&mut buf).await.map_err(PumpError::Source)?;
-        if n == 0 {
-            return Err(PumpError::Changed);
-        }
-        let remaining = expected.len - *sent;
-        let chunk = &buf[..n.min(usize::try_from(remaining).unwrap_or(usize::MAX))];
-        hasher.update(chunk);
-        let last = chunk.len() as u64 == remaining;
-        if last {
-            let mut probe = [0u8; 1];
-            let longer = n > chunk.len() || source.read(&mut probe).await.map_err(PumpError::Source)? > 0;
-            if longer || <[u8; 32]>::from(hasher.clone().finalize()) != expected.sha256 {
-                return Err(PumpError::Changed);
-            }
-        }
-        if sink.write_all(chunk).await.is_err() {
-            // The connection is gone; park until the caller sees the status (none) resolve.
-            return future::pending().await;
-        }
-        *sent += chunk.len() as u64;
-        progress.report(*sent);
-        if last {
-            let _ = sink.flush().await;
-            return Ok(());
-        }
-    }
-}
-
-/// Reads a stream to its end, keeping the first [`OUTPUT_CAP`] bytes.
-async fn read_capped(mut reader: impl AsyncRead + Unpin, keep: &mut Vec<u8>) {
-    let mut chunk = [0u8; 8192];
-    while let Ok(n @ 1..) = reader.read(&mut chunk).await {
-        let room = OUTPUT_CAP.saturating_sub(keep.len());
-        keep.extend_from_slice(&chunk[..n.min(room)]);
-    }
-}
-
-/// The exit code in a `NonZeroExitCode` status.
-fn exit_code(status: &Status) -> Option<i32> {
-    let causes = status.details.as_ref()?.causes.as_ref()?;
-    let cause = causes.iter().find(|c| c.reason.as_deref() == Some("ExitCode"))?;
-    cause.message.as_deref()?.trim().parse().ok()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    async fn run_pump(source: &[u8], expected: &[u8]) -> (Result<(), PumpError>, Vec<u8>) {
-        let mut sink = Vec::new();
-        let mut sent = 0;
-        let progress = Progress { callback: None, base: 0, total: expected.len() as u64 };
-        let res = pump(source, &mut sink, &Counted::of(expected), &mut sent, &progress).await;
-        assert_eq!(sent, sink.len() as u64);
-        (res, sink)
-    }
-
-    #[tokio::test]
-    async fn pump_copies_the_counted_archive() {
-        let data: Vec<u8> = (0..FRAME_BYTES * 3 + 17).map(|i| (i % 253) as u8).collect();
-        let (res, sink) = run_pump(&data, &data).await;
-        assert!(res.is_ok());
-        assert!(sink == data);
-    }
-
-    #[tokio::test]
-    async fn pump_never_sends_the_last_byte_of_a_changed_archive() {
-        let data: Vec<u8> = (0..FRAME_BYTES * 2 + 5).map(|i| (i % 253) as u8).collect();
-        let mut changed = data.clone();
-        changed[10] ^= 1;
-        let (res, sink) = run_pump(&changed, &data).await;
-        assert!(matches!(res, Err(PumpError::Changed)));
-        assert!(sink.len() < data.len());
-        let mut longer = data.clone();
-        longer.push(0);
-        let (res, sink) = run_pump(&longer, &data).await;
-        assert!(matches!(res, Err(PumpError::Changed)), "{res:?}");
-        assert!(sink.len() < data.len());
-        let (res, sink) = run_pump(&data[..data.len() - 1], &data).await;
-        assert!(matches!(res, Err(PumpError::Changed)));
-        assert!(sink.len() < data.len());
-    }
 
     #[test]
     fn extra_paths_must_stay_inside_dest() {

@@ -13,4 +13,5 @@ mod props;
 mod render;
 mod schema;
 mod ship;
+mod store_exec;
 mod store_tree;
