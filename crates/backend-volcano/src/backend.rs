@@ -158,6 +158,8 @@ impl VolcanoBackend {
             VolcanoError::AlreadyRunning { name, namespace, what } => theseus_core::Error::AlreadyExists {
                 what: format!("live run of job `{name}` in namespace {namespace:?}: {what}"),
             },
+            // The store's errors are typed and worded already (e.g. a run dir that exists).
+            VolcanoError::Store(e) => e,
             other => theseus_core::Error::Backend { backend: self.to_string(), message: other.to_string(), source: None },
         }
     }

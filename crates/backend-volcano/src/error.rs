@@ -212,6 +212,10 @@ pub enum VolcanoError {
     #[error(transparent)]
     Ship(#[from] crate::ship::ShipError),
 
+    /// Shipping through the code store on the PVC failed (already worded by the store).
+    #[error(transparent)]
+    Store(theseus_core::Error),
+
     /// The user interrupted (Ctrl-C, SIGTERM); what was created has been cleaned up.
     #[error("interrupted; the helper was deleted and no job was created")]
     Interrupted,

@@ -1,5 +1,5 @@
 //! Pure rendering of the code-shipping helper: a one-pod Volcano Job that mounts the PVC, creates
-//! the run's work dir and sleeps, so the IO code can `exec` a tar into it and then delete it.
+//! the run's parent dir and sleeps, so the IO code can `exec` a tar into it and then delete it.
 
 use std::collections::BTreeMap;
 
@@ -71,7 +71,9 @@ pub fn render_helper(host: &VolcanoHost, identity: &JobIdentity, work_dir: &str)
     })
 }
 
-/// The helper's script (busybox `sh`): make the work dir, say `ready`, then wait. It runs as
+/// The helper's script (busybox `sh`): make the run's parent dir (a failing mkdir, e.g. a
+/// read-only PVC, fails the pod at once; the run dir itself must not exist yet, since the store
+/// renames it into place whole), say `ready`, then wait. It runs as
 /// PID 1 of its container, and PID 1 gets no signal it has no handler for (pid_namespaces(7)):
 /// a plain `sleep` would ignore the kubelet's SIGTERM and hold every deletion for the whole
 /// grace period. So it traps TERM, and sleeps in the background while `wait`ing, because the
@@ -79,9 +81,10 @@ pub fn render_helper(host: &VolcanoHost, identity: &JobIdentity, work_dir: &str)
 /// arrives. Deleting the helper's vcjob cannot shorten the grace period instead: the garbage
 /// collector deletes its pod with the pod's own `terminationGracePeriodSeconds`.
 pub fn helper_script(work_dir: &str) -> String {
+    let parent = std::path::Path::new(work_dir).parent().and_then(|p| p.to_str()).filter(|p| !p.is_empty()).unwrap_or("/");
     format!(
         "trap 'kill $! 2> /dev/null; exit 0' TERM; mkdir -p {dir} || exit 1; echo ready; sleep {HELPER_SLEEP_SECONDS} & wait",
-        dir = quote(work_dir)
+        dir = quote(parent)
     )
 }
 

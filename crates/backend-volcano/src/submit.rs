@@ -4,6 +4,7 @@
 //! back if either fails) and bind the claim to the job. Also `delete_and_confirm` (cancel,
 //! `--replace`).
 
+use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -13,6 +14,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::{WatchStreamExt as _, watcher};
 use theseus_core::backend::{JobHandle, PreparedJob, ProgressFn, RunLayout, SubmitOptions};
 use theseus_core::config::HostKind;
+use theseus_core::store::{self, ShipRequest, Shell, StoreError};
 
 use crate::api::Cluster;
 use crate::backend::{HandleData, VolcanoBackend};
@@ -21,6 +23,7 @@ use crate::claim::{self, Claim};
 use crate::helper::HELPER_TASK;
 use crate::render::{RenderedJob, owner_reference};
 use crate::ship::{ExtraFile, ShipTarget, ship_snapshot};
+use crate::store_shell::{ActivityFn, ExecShell};
 use crate::status::{Observed, pending_reason, stuck_container};
 use crate::types::Job;
 
@@ -128,7 +131,9 @@ impl Drop for ClaimGuard {
     }
 }
 
-/// Waits for the helper's pod and ships the code and bootstrap into it.
+/// Waits for the helper's pod and ships the code and bootstrap into it: through the store on
+/// the PVC ([`theseus_core::store::ship`] over [`ExecShell`]), or the whole snapshot when the
+/// helper image lacks a tool the store needs.
 async fn ship_through_helper(
     backend: &VolcanoBackend,
     cluster: &Cluster,
@@ -141,21 +146,19 @@ async fn ship_through_helper(
     options.note(&format!("waiting for helper pod of {name} (image {})", backend.host.helper_image));
     let pod = wait_running(cluster, helper, backend.settings.helper_start_timeout).await?;
     options.note(&format!("shipping code to {} through pod {pod}", layout.work_dir));
-    let extra: Vec<ExtraFile> = job.bootstrap.files.iter().map(ExtraFile::from).collect();
-    let target = ShipTarget {
-        pods: cluster.pods(),
-        pod,
-        container: Some(HELPER_TASK.to_owned()),
-        dest: layout.work_dir.clone(),
-    };
-    // Two deadlines: the whole shipping, and a watchdog on progress (bytes accepted by the
-    // exec stream), so a stalled exec fails in minutes rather than after the whole budget.
+    // Two deadlines: the whole shipping, and a watchdog on progress (a call starting or ending,
+    // bytes accepted by the exec stream), so a stalled exec fails in minutes rather than after
+    // the whole budget.
     let started = tokio::time::Instant::now();
     let last_progress = Arc::new(AtomicU64::new(0));
+    let activity: ActivityFn = {
+        let last = last_progress.clone();
+        Arc::new(move || last.store(u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX), Ordering::Relaxed))
+    };
     let progress: ProgressFn = {
-        let (last, forward) = (last_progress.clone(), options.progress.clone());
+        let (activity, forward) = (activity.clone(), options.progress.clone());
         Arc::new(move |sent, total| {
-            last.store(u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX), Ordering::Relaxed);
+            activity();
             if let Some(forward) = &forward {
                 forward(sent, total);
             }
@@ -168,20 +171,57 @@ async fn ship_through_helper(
             let since = started.elapsed().saturating_sub(Duration::from_millis(last_progress.load(Ordering::Relaxed)));
             if since >= idle {
                 return VolcanoError::Timeout {
-                    what: format!("shipping the code through pod {}: no progress (the exec stream stalled)", target.pod),
+                    what: format!("shipping the code through pod {pod}: no progress (the exec stream stalled)"),
                     after: idle,
                 };
             }
         }
     };
-    let shipping = tokio::time::timeout(backend.settings.ship_timeout, ship_snapshot(&target, &job.snapshot, &extra, Some(progress)));
-    let report = tokio::select! {
-        result = shipping => result
-            .map_err(|_| VolcanoError::Timeout { what: "shipping the code".into(), after: backend.settings.ship_timeout })??,
-        stalled = watchdog => return Err(stalled),
+    let shell = ExecShell::new(cluster.pods(), &pod, Some(HELPER_TASK), &backend.cluster_config.work).with_activity(activity);
+    let request = ShipRequest {
+        snapshot: job.snapshot.clone(),
+        root: backend.cluster_config.work.clone(),
+        dest: layout.work_dir.clone(),
+        mode: backend.cluster_config.materialize.unwrap_or_default(),
+        extra: store::ExtraFile::bootstrap(&job.bootstrap),
+        progress: Some(progress.clone()),
+        status: options.status.clone(),
     };
-    tracing::info!("shipped {} bytes (sha256 {})", report.bytes, report.sha256);
-    Ok(())
+    let full = || async {
+        let extra: Vec<ExtraFile> = job.bootstrap.files.iter().map(ExtraFile::from).collect();
+        let target = ShipTarget { pods: cluster.pods(), pod: pod.clone(), container: Some(HELPER_TASK.to_owned()), dest: layout.work_dir.clone() };
+        let report = ship_snapshot(&target, &job.snapshot, &extra, Some(progress.clone())).await?;
+        tracing::info!("shipped {} bytes (sha256 {})", report.bytes, report.sha256);
+        Ok(())
+    };
+    let shipping = tokio::time::timeout(backend.settings.ship_timeout, ship_code(&shell, request, options, full));
+    tokio::select! {
+        result = shipping => result
+            .map_err(|_| VolcanoError::Timeout { what: "shipping the code".into(), after: backend.settings.ship_timeout })?,
+        stalled = watchdog => Err(stalled),
+    }
+}
+
+/// Ships through the store and reports it; when the machine lacks a tool the store needs,
+/// says so once and runs `full` (the whole snapshot) instead.
+async fn ship_code<F, Fut>(shell: &dyn Shell, request: ShipRequest, options: &SubmitOptions, full: F) -> Result<(), VolcanoError>
+where
+    F: FnOnce() -> Fut,
+    Fut: Future<Output = Result<(), VolcanoError>>,
+{
+    match store::ship(shell, request).await {
+        Ok(report) => {
+            options.report_shipped(&report);
+            Ok(())
+        }
+        Err(StoreError::NoTool { tool, machine }) => {
+            options.note(&format!(
+                "{machine} lacks `{tool}` for the code store: shipping the whole snapshot instead"
+            ));
+            full().await
+        }
+        Err(StoreError::Failed(e)) => Err(VolcanoError::Store(e)),
+    }
 }
 
 /// Watches the helper's pod until it runs. Fails early on a container that cannot start, and
@@ -350,5 +390,103 @@ impl Drop for HelperGuard {
                 }
             });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+    use std::sync::atomic::AtomicUsize;
+
+    use async_trait::async_trait;
+    use theseus_core::snapshot::{Snapshot, SnapshotMode};
+    use theseus_core::store::{Materialize, ScriptCall, ShellError};
+
+    use super::*;
+
+    /// Answers every call with the same exit.
+    struct Refusing {
+        code: i32,
+        stderr: &'static str,
+    }
+
+    #[async_trait]
+    impl Shell for Refusing {
+        async fn run(&self, _call: ScriptCall) -> Result<Vec<u8>, ShellError> {
+            Err(ShellError::Exit { code: self.code, stderr: self.stderr.into() })
+        }
+
+        fn describe(&self) -> String {
+            "pod `helper`".into()
+        }
+    }
+
+    fn request(code: &std::path::Path) -> ShipRequest {
+        std::fs::write(code.join("a.py"), "print(1)\n").unwrap();
+        ShipRequest {
+            snapshot: Snapshot::collect(code, SnapshotMode::Dirty).unwrap(),
+            root: "/pvc/work".into(),
+            dest: "/pvc/work/p/g/n/r".into(),
+            mode: Materialize::Link,
+            extra: vec![],
+            progress: None,
+            status: None,
+        }
+    }
+
+    fn recording() -> (SubmitOptions, Arc<Mutex<Vec<String>>>, Arc<AtomicUsize>) {
+        let notes = Arc::new(Mutex::new(Vec::new()));
+        let shipped = Arc::new(AtomicUsize::new(0));
+        let options = SubmitOptions {
+            status: Some({
+                let notes = notes.clone();
+                Arc::new(move |n: &str| notes.lock().unwrap().push(n.to_owned()))
+            }),
+            shipped: Some({
+                let shipped = shipped.clone();
+                Arc::new(move |_| {
+                    shipped.fetch_add(1, Ordering::SeqCst);
+                })
+            }),
+            ..SubmitOptions::default()
+        };
+        (options, notes, shipped)
+    }
+
+    #[tokio::test]
+    async fn a_helper_without_a_store_tool_falls_back_to_the_full_ship_and_says_so_once() {
+        let code = tempfile::tempdir().unwrap();
+        let (options, notes, shipped) = recording();
+        let full_runs = AtomicUsize::new(0);
+        let shell = Refusing { code: theseus_core::store::EXIT_NO_TOOL, stderr: "theseus-store: sha256sum\n" };
+        ship_code(&shell, request(code.path()), &options, || async {
+            full_runs.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        })
+        .await
+        .unwrap();
+        assert_eq!(full_runs.load(Ordering::SeqCst), 1);
+        let notes = notes.lock().unwrap().clone();
+        let said: Vec<_> = notes.iter().filter(|n| n.contains("lacks `sha256sum`")).collect();
+        assert_eq!(said.len(), 1, "{notes:?}");
+        assert!(said[0].contains("pod `helper`") && said[0].contains("whole snapshot"), "{said:?}");
+        assert_eq!(shipped.load(Ordering::SeqCst), 0, "no store report for a full ship");
+    }
+
+    #[tokio::test]
+    async fn any_other_store_failure_fails_the_submit_without_a_full_ship() {
+        let code = tempfile::tempdir().unwrap();
+        let (options, _, _) = recording();
+        let shell = Refusing { code: 20, stderr: "theseus-store: cannot create the object store /pvc/work/.theseus/objects\n" };
+        let full_runs = AtomicUsize::new(0);
+        let err = ship_code(&shell, request(code.path()), &options, || async {
+            full_runs.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        })
+        .await
+        .unwrap_err();
+        assert_eq!(full_runs.load(Ordering::SeqCst), 0);
+        assert!(matches!(&err, VolcanoError::Store(_)), "{err:?}");
+        assert!(err.to_string().contains("cannot create the object store"), "{err}");
     }
 }

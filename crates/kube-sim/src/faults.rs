@@ -41,6 +41,7 @@ struct State {
     scheduling_delay: Option<Duration>,
     requests: Vec<(String, String)>,
     v4_only: bool,
+    exec_stdin_cut: Option<u64>,
 }
 
 /// A handle on the simulator's faults; clones share state.
@@ -110,6 +111,19 @@ impl Faults {
     /// both protocols again.
     pub fn exec_v4_only(&self, v4_only: bool) {
         self.lock().v4_only = v4_only;
+    }
+
+    /// Resets every `pods/exec` connection once `bytes` of its stdin have arrived (`None`: never):
+    /// an upload cut mid-stream by an API server restart or a proxy. The command is killed (a
+    /// real container runtime may instead only close its stdin; either way it gets no more
+    /// input and its status never reaches the client). Sessions that send less stdin are not
+    /// affected.
+    pub fn cut_exec_stdin_after(&self, bytes: Option<u64>) {
+        self.lock().exec_stdin_cut = bytes;
+    }
+
+    pub(crate) fn exec_stdin_cut(&self) -> Option<u64> {
+        self.lock().exec_stdin_cut
     }
 
     pub(crate) fn exec_protocols(&self) -> crate::exec::Protocols {

@@ -197,7 +197,7 @@ async fn serve_exec(
         cwd: context.cwd,
         env: context.env,
         protocols: shared.faults.exec_protocols(),
-        drop_after_stdin_bytes: None,
+        drop_after_stdin_bytes: shared.faults.exec_stdin_cut(),
     };
     crate::exec::serve(req, target).await.map(|body| body.map_err(|never| match never {}).boxed())
 }

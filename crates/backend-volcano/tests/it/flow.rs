@@ -17,7 +17,7 @@ use theseus_kube_sim::{NodeConfig, Sim, SimConfig};
 
 /// Counts live processes carrying `THESEUS_RUN_ID=<run id>` (the bootstrap exports it, so the
 /// job's Python and its children have it).
-struct RunProbe;
+pub(crate) struct RunProbe;
 
 #[async_trait]
 impl ProcessProbe for RunProbe {

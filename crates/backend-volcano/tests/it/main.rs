@@ -14,4 +14,5 @@ mod render;
 mod schema;
 mod ship;
 mod store_exec;
+mod store_flow;
 mod store_tree;
