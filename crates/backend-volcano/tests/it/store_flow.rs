@@ -40,8 +40,10 @@ async fn job(h: &Harness, name: &str, big: usize) -> (PreparedJob, TempDir) {
     (job, code)
 }
 
+type Recorded<T> = Arc<Mutex<Vec<T>>>;
+
 /// Submit options that record the store's report and the notes.
-fn recording() -> (SubmitOptions, Arc<Mutex<Vec<ShipReport>>>, Arc<Mutex<Vec<String>>>) {
+fn recording() -> (SubmitOptions, Recorded<ShipReport>, Recorded<String>) {
     let reports = Arc::new(Mutex::new(Vec::new()));
     let notes = Arc::new(Mutex::new(Vec::new()));
     let options = SubmitOptions {
