@@ -42,7 +42,7 @@ async fn the_helper_exits_on_sigterm_instead_of_waiting_for_sigkill() {
         let listed = pods.list(&ListParams::default().labels("theseus.dev/role=helper")).await.unwrap();
         let ready = listed.items.into_iter().find(|p| {
             p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
-                && pvc.path().join("work/run").is_dir()
+                && pvc.path().join("work").is_dir()
         });
         if let Some(pod) = ready
             && pods.logs(pod.metadata.name.as_deref().unwrap(), &Default::default()).await.unwrap().contains("ready")
