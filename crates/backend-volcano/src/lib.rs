@@ -17,6 +17,7 @@ mod exec;
 mod gc;
 pub mod helper;
 mod logs;
+pub mod reclaim;
 pub mod quantity;
 pub mod render;
 pub mod retry;

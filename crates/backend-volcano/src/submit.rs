@@ -226,7 +226,7 @@ where
 
 /// Watches the helper's pod until it runs. Fails early on a container that cannot start, and
 /// on timeout quotes why the pod is pending.
-async fn wait_running(cluster: &Cluster, helper: &Job, timeout: Duration) -> Result<String, VolcanoError> {
+pub(crate) async fn wait_running(cluster: &Cluster, helper: &Job, timeout: Duration) -> Result<String, VolcanoError> {
     let name = helper.metadata.name.clone().unwrap_or_default();
     let selector = format!("volcano.sh/job-name={name}");
     let mut last: Option<Pod> = None;
@@ -370,10 +370,10 @@ pub(crate) async fn delete_and_confirm(cluster: &Cluster, name: &str, timeout: D
 }
 
 /// Deletes the helper if the submit future is dropped before it could (e.g. the caller gave up).
-struct HelperGuard {
-    cluster: Cluster,
-    name: String,
-    armed: bool,
+pub(crate) struct HelperGuard {
+    pub(crate) cluster: Cluster,
+    pub(crate) name: String,
+    pub(crate) armed: bool,
 }
 
 impl Drop for HelperGuard {

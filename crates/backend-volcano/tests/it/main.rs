@@ -15,4 +15,5 @@ mod schema;
 mod ship;
 mod store_exec;
 mod store_flow;
+mod store_reclaim;
 mod store_tree;
