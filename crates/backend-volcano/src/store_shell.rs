@@ -4,9 +4,11 @@
 //! `v4.channel.k8s.io` cannot close stdin, so no script may wait for stdin EOF. Each call with
 //! a stdin is run in two passes, as the full ship does ([`crate::ship`]): a counting pass gives
 //! the stdin's exact length and sha256, then `sh -c` [`EXEC_WRAPPER`] `theseus-exec LEN SHA256
-//! TMP -- SCRIPT ARGS...` stores exactly `LEN` bytes (`head -c`) in `TMP`, a file in the store's
-//! `incoming` area, checks length and sha256, opens it as stdin, removes it, and `exec`s
-//! `sh -c SCRIPT theseus-store ARGS...`. The last chunk of stdin is held back until the second
+//! TMP -- SCRIPT ARGS...` stores exactly `LEN` bytes (`head -c`) in a private dir `TMP` of the
+//! store's `incoming` area, checks length and sha256, opens the file as stdin, removes the dir
+//! (the open file lives on until the script ends), and `exec`s `sh -c SCRIPT theseus-store
+//! ARGS...`. A wrapper killed while it receives leaves `TMP` behind, which `reclaim` removes
+//! like any stale upload dir. The last chunk of stdin is held back until the second
 //! pass matched the first, so a stdin that changed in between never runs a script. A call
 //! without stdin runs the script directly with no stdin stream.
 
@@ -32,21 +34,22 @@ shift 5
 for tool in head wc sha256sum mkdir rm; do
   command -v "$tool" >/dev/null 2>&1 || fail 40 "$tool"
 done
-mkdir -p -- "${tmp%/*}" || fail 52 "cannot create ${tmp%/*}"
-trap 'rm -f -- "$tmp"' EXIT
+trap 'rm -rf -- "$tmp"' EXIT
 trap 'exit 129' HUP
+trap 'exit 141' PIPE
 trap 'exit 130' INT
 trap 'exit 143' TERM
-head -c "$len" > "$tmp" || fail 52 "cannot store the input in $tmp"
-got=$(wc -c < "$tmp") || fail 52 "cannot read $tmp"
+mkdir -p -- "$tmp" || fail 52 "cannot create $tmp"
+head -c "$len" > "$tmp/stdin" || fail 52 "cannot store the input in $tmp"
+got=$(wc -c < "$tmp/stdin") || fail 52 "cannot read $tmp/stdin"
 got=$((got + 0))
 [ "$got" -eq "$len" ] || fail 50 "received $got of $len bytes of input"
-sum=$(sha256sum < "$tmp") || fail 52 "cannot hash $tmp"
+sum=$(sha256sum < "$tmp/stdin") || fail 52 "cannot hash $tmp/stdin"
 sum=${sum%% *}
 [ "$sum" = "$want" ] || fail 51 "the input's sha256 is $sum, expected $want"
-exec < "$tmp"
-rm -f -- "$tmp"
-trap - EXIT HUP INT TERM
+exec < "$tmp/stdin"
+rm -rf -- "$tmp"
+trap - EXIT HUP PIPE INT TERM
 exec sh -c "$script" theseus-store "$@"
 "#;
 
@@ -149,7 +152,7 @@ impl ExecShell {
             .map_err(|e| self.transport(label, format!("the input task failed: {e}")))?
             .map_err(|e| ShellError::Transport(Box::new(e)))?
         };
-        let tmp = format!("{}/exec-{:016x}.stdin", self.incoming, rand::random::<u64>());
+        let tmp = format!("{}/exec-{:016x}", self.incoming, rand::random::<u64>());
         let mut command: Vec<String> = ["sh", "-c", EXEC_WRAPPER, "theseus-exec"].into_iter().map(str::to_owned).collect();
         command.extend([counted.len.to_string(), hex::encode(counted.sha256), tmp, "--".into(), call.script.into()]);
         command.extend(call.args.iter().cloned());

@@ -78,6 +78,10 @@ async fn an_upload_cut_mid_stream_leaves_no_bad_object_and_the_next_ship_succeed
         assert!(err.to_string().contains("broke"), "{protocols:?}: {err}");
         assert_eq!(objects_all_hash_to_their_names(root.path()), 0, "{protocols:?}: nothing stored");
         assert!(!root.path().join("p/g/n/r1").exists());
+        // What a killed wrapper leaves is a dir of the incoming area, which `reclaim` removes.
+        for entry in std::fs::read_dir(root.path().join(".theseus/incoming")).into_iter().flatten().flatten() {
+            assert!(entry.file_type().unwrap().is_dir(), "{protocols:?}: {:?} is not a dir", entry.path());
+        }
 
         let (_server, healthy) = shell(root.path(), ExecServerOptions { protocols, ..Default::default() }).await;
         let report = store::ship(&healthy, request(code.path(), root.path(), "r1")).await.unwrap();
