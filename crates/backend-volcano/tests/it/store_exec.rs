@@ -90,3 +90,32 @@ async fn an_upload_cut_mid_stream_leaves_no_bad_object_and_the_next_ship_succeed
         assert_eq!(objects_all_hash_to_their_names(root.path()), 6);
     }
 }
+
+/// A script's exit status and stderr come back as `ShellError::Exit`, with and without stdin;
+/// its stdout comes back whole; a stdin is given to it byte for byte, also when it is empty.
+#[tokio::test]
+async fn exit_statuses_stderr_and_stdin_reach_the_caller() {
+    use std::sync::Arc;
+    use theseus_core::store::{ScriptCall, Shell, ShellError};
+    for protocols in BOTH {
+        let root = tempfile::tempdir().unwrap();
+        let (_server, shell) = shell(root.path(), ExecServerOptions { protocols, ..Default::default() }).await;
+        let call = |script: &'static str, stdin: Option<Vec<u8>>| ScriptCall {
+            script,
+            args: vec!["one arg".into(), "it's".into()],
+            stdin: stdin.map(|bytes| -> theseus_core::store::StdinFn { Arc::new(move |w| w.write_all(&bytes)) }),
+            progress: None,
+            label: "a test script",
+        };
+        for stdin in [None, Some(b"input\n".to_vec())] {
+            let err = shell.run(call("echo \"bad: $2\" >&2; exit 7", stdin)).await.unwrap_err();
+            assert!(matches!(&err, ShellError::Exit { code: 7, stderr } if stderr == "bad: it's\n"), "{protocols:?}: {err}");
+        }
+        let big: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
+        let out = shell.run(call("cat; printf '%s|' \"$@\"", Some(big.clone()))).await.unwrap();
+        assert!(out.len() == big.len() + "one arg|it's|".len() && out.starts_with(&big), "{protocols:?}");
+        let out = shell.run(call("wc -c", Some(Vec::new()))).await.unwrap();
+        assert_eq!(String::from_utf8_lossy(&out).trim(), "0", "{protocols:?}");
+        assert_eq!(entries(&root.path().join(".theseus/incoming")), Vec::<String>::new(), "{protocols:?}");
+    }
+}
