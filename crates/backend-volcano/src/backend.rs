@@ -399,6 +399,17 @@ impl Backend for VolcanoBackend {
         Ok(crate::logs::stream(cluster, data, options.clone(), follow, self.to_string()))
     }
 
+    async fn reclaim(
+        &self,
+        options: &theseus_core::backend::ReclaimOptions,
+    ) -> theseus_core::Result<theseus_core::backend::ReclaimReport> {
+        self.reclaim_store(options).await
+    }
+
+    async fn usage(&self) -> theseus_core::Result<theseus_core::backend::StoreUsage> {
+        self.store_usage().await
+    }
+
     async fn cancel(&self, handle: &JobHandle) -> theseus_core::Result<JobStatus> {
         let data = self.handle_data(handle)?;
         let before = self.observe(&data).await.map_err(|e| self.err(e))?;

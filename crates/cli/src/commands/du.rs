@@ -103,7 +103,7 @@ pub(super) fn hosts(config: &DispatchConfig, only: Option<&str>) -> Result<Vec<S
     }
 }
 
-/// What a backend that cannot do it yet says (Volcano's PVC store is reclaimed by its own code).
+/// What a backend without `reclaim`/`usage` says (rather than being skipped in silence).
 pub(super) fn not_yet(kind: HostKind, what: &str) -> String {
     format!("not yet for {kind} hosts: the code store and run code dirs of its cluster are not {what} by this version")
 }

@@ -90,17 +90,31 @@ fn gc_removes_a_finished_runs_code_dir_keeps_its_log_and_a_running_run_and_du_fo
 }
 
 #[test]
-fn gc_and_du_say_volcano_stores_are_not_reclaimed_yet_and_still_clean_up_helpers() {
+fn gc_reclaims_a_finished_runs_code_dir_on_a_volcano_pvc_and_du_sees_it() {
     let ctx = TestContext::new();
     let world = crate::volcano::SimWorld::start(&ctx);
+    let out = ctx.run(&[
+        "submit", "once", &world.exp("exp.yaml"), "--code", world.code(), "--host", "k8s", "--chip", "cpu", "--follow",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let usage = |ctx: &TestContext| -> serde_json::Value {
+        let du = ctx.run(&["du", "--host", "k8s", "--output", "json"]);
+        assert!(du.status.success(), "{}", text(&du.stderr));
+        serde_json::from_slice::<serde_json::Value>(&du.stdout).unwrap()[0]["usage"].clone()
+    };
+    let before = usage(&ctx);
+    assert_eq!(before["run_dirs"], 1, "{before}");
+    assert!(before["objects"].as_u64().unwrap() >= 3, "the code went through the store: {before}");
+
     let gc = ctx.run(&["gc", "--older-than", "0s", "--host", "k8s", "--output", "json"]);
     let stderr = text(&gc.stderr);
     assert!(gc.status.success(), "{stderr}");
-    assert!(stderr.contains("k8s: not yet for volcano hosts"), "a clear note, not a silent skip: {stderr}");
+    assert!(!stderr.contains("not yet"), "{stderr}");
     let report: serde_json::Value = serde_json::from_slice(&gc.stdout).unwrap();
-    assert_eq!(report[0]["deleted"], serde_json::json!([]), "the Kubernetes leftovers were looked for: {report}");
-    let du = ctx.run(&["du", "--host", "k8s"]);
-    assert!(du.status.success(), "{}", text(&du.stderr));
-    assert!(text(&du.stderr).contains("not yet for volcano hosts"), "{}", text(&du.stderr));
+    assert_eq!(report[0]["deleted"], serde_json::json!([]), "no Kubernetes leftovers: {report}");
+    let items = report[0]["reclaim"]["items"].as_array().unwrap();
+    assert!(items.iter().any(|i| i["kind"] == "run_dir" && i["path"].as_str().unwrap().contains("/once/")), "{report}");
+    let after = usage(&ctx);
+    assert_eq!((after["run_dirs"].as_u64(), after["objects"].as_u64()), (Some(0), Some(0)), "{after}");
     drop(world);
 }

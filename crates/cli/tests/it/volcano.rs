@@ -112,9 +112,10 @@ fn plan_uses_live_capacity_and_a_two_node_job_runs_end_to_end() {
     let logs = text(&ctx.run(&["logs", "pair", "--rank", "1"]).stdout);
     assert!(logs.contains("[worker-1] rank 1 of 2") && !logs.contains("worker-0"), "{logs}");
 
-    let gc = ctx.run(&["gc", "--older-than", "0s"]);
+    let gc = ctx.run(&["gc", "--older-than", "0s", "--dry-run", "--output", "json"]);
     assert!(gc.status.success(), "{}", text(&gc.stderr));
-    assert_eq!(text(&gc.stdout).trim(), "0", "no helper was left behind");
+    let report: serde_json::Value = serde_json::from_slice(&gc.stdout).unwrap();
+    assert_eq!(report[0]["deleted"], serde_json::json!([]), "no helper was left behind: {report}");
     drop(world);
 }
 
