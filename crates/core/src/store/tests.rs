@@ -169,3 +169,28 @@ fn keys_round_trip_and_refuse_junk() {
         assert!(junk.parse::<ObjectKey>().is_err(), "{junk:?}");
     }
 }
+
+#[tokio::test]
+async fn awkward_names_and_long_paths_survive_the_scripts() {
+    let code = tempfile::tempdir().unwrap();
+    let long = format!("{}/{}.py", "d".repeat(90), "f".repeat(120));
+    for (path, mode) in [
+        ("with space.py", 0o644),
+        ("-leading-dash.sh", 0o755),
+        ("new\nline.txt", 0o644),
+        ("ünïcode/ファイル.py", 0o644),
+        ("quote'and\"dollar$HOME.txt", 0o644),
+        (long.as_str(), 0o644),
+        ("empty", 0o644),
+    ] {
+        write(&code.path().join(path), if path == "empty" { "" } else { path }, mode);
+    }
+    std::os::unix::fs::symlink(format!("../{}", "t".repeat(150)), code.path().join("long-link")).unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let root_path = root.path().join("work root with space");
+    let report = ship(&LocalShell, request(code.path(), &root_path, "r1", Materialize::Link)).await.unwrap();
+    assert_eq!(report.files, 7);
+    assert_same_tree(code.path(), &root_path.join("p/g/n/r1"));
+    ship(&LocalShell, request(code.path(), &root_path, "r2", Materialize::Copy)).await.unwrap();
+    assert_same_tree(code.path(), &root_path.join("p/g/n/r2"));
+}
