@@ -49,6 +49,16 @@ impl Snapshot {
 
     /// [`Snapshot::digests`], and how many files were hashed rather than taken from the cache.
     pub fn digests_with_stats(&self, cache: Option<&Path>) -> Result<(Vec<Sha256Digest>, DigestStats)> {
+        self.digests_through(cache, &|i, reader| {
+            hash_reader(reader).map_err(|e| Error::io("read", self.root.join(&self.files[i].path), e))
+        })
+    }
+
+    /// [`Snapshot::digests_with_stats`] where `hash` reads the content of each file the cache
+    /// does not know (index in [`Snapshot::files`], content) and returns its sha256: a caller
+    /// can store the content on the way (the local store does, to read each file once). It is
+    /// called from several threads at once.
+    pub fn digests_through(&self, cache: Option<&Path>, hash: &HashFn<'_>) -> Result<(Vec<Sha256Digest>, DigestStats)> {
         let mut out = vec![[0u8; 32]; self.files.len()];
         for (i, file) in self.files.iter().enumerate() {
             if let Some(target) = &file.symlink {
@@ -57,14 +67,22 @@ impl Snapshot {
         }
         let regular: Vec<usize> = (0..self.files.len()).filter(|&i| self.files[i].symlink.is_none()).collect();
         let stats = match &self.source {
-            SnapshotSource::GitCommit { commit } => self.commit_digests(commit, &regular, cache, &mut out)?,
-            SnapshotSource::GitWorktree | SnapshotSource::Directory => self.disk_digests(&regular, cache, &mut out)?,
+            SnapshotSource::GitCommit { commit } => self.commit_digests(commit, &regular, cache, hash, &mut out)?,
+            SnapshotSource::GitWorktree | SnapshotSource::Directory => {
+                self.disk_digests(&regular, cache, hash, &mut out)?
+            }
         };
         Ok((out, stats))
     }
 
     /// Files on disk: stat each (in parallel), hash those whose stat data the cache lacks.
-    fn disk_digests(&self, regular: &[usize], cache: Option<&Path>, out: &mut [Sha256Digest]) -> Result<DigestStats> {
+    fn disk_digests(
+        &self,
+        regular: &[usize],
+        cache: Option<&Path>,
+        hash: &HashFn<'_>,
+        out: &mut [Sha256Digest],
+    ) -> Result<DigestStats> {
         let start = SystemTime::now();
         let loaded = cache.map(|dir| HashCache::load(dir, &self.root, CacheKind::Stat));
         let results = parallel(regular, |i| -> Result<(StatKey, Sha256Digest, bool)> {
@@ -81,8 +99,8 @@ impl Snapshot {
             if let Some(digest) = loaded.as_ref().and_then(|c| c.get(&file.path, Some(&stat))) {
                 return Ok((stat, digest, false));
             }
-            let handle = std::fs::File::open(&full).map_err(|e| Error::io("read", &full, e))?;
-            let digest = hash_reader(handle).map_err(|e| Error::io("read", &full, e))?;
+            let mut handle = std::fs::File::open(&full).map_err(|e| Error::io("read", &full, e))?;
+            let digest = hash(i, &mut handle)?;
             Ok((stat, digest, true))
         })?;
         let mut stats = DigestStats::default();
@@ -115,6 +133,7 @@ impl Snapshot {
         commit: &str,
         regular: &[usize],
         cache: Option<&Path>,
+        hash: &HashFn<'_>,
         out: &mut [Sha256Digest],
     ) -> Result<DigestStats> {
         let ids = git::blob_ids(&self.root, commit)?;
@@ -145,9 +164,17 @@ impl Snapshot {
                 None => git::BlobReader::start(&self.root)?,
             };
             let digest = {
-                let (_, blob) = reader.open(oid)?;
-                hash_reader(blob)
-                    .map_err(|e| Error::Command { command: "git cat-file --batch".into(), message: e.to_string() })?
+                let (size, blob) = reader.open(oid)?;
+                let mut counted = CountingReader { inner: blob, read: 0 };
+                let digest = hash(i, &mut counted)?;
+                // The next blob starts after this one's last byte.
+                if counted.read != size {
+                    std::io::copy(&mut counted, &mut std::io::sink()).map_err(|e| Error::Command {
+                        command: "git cat-file --batch".into(),
+                        message: e.to_string(),
+                    })?;
+                }
+                digest
             };
             reader.finish_blob()?;
             readers.lock().expect("not poisoned").push(reader);
@@ -168,8 +195,25 @@ impl Snapshot {
     }
 }
 
+/// See [`Snapshot::digests_through`].
+pub type HashFn<'a> = dyn Fn(usize, &mut dyn Read) -> Result<Sha256Digest> + Sync + 'a;
+
+/// Counts what is read through it.
+struct CountingReader<R> {
+    inner: R,
+    read: u64,
+}
+
+impl<R: Read> Read for CountingReader<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.read += n as u64;
+        Ok(n)
+    }
+}
+
 /// The sha256 of everything `reader` yields.
-fn hash_reader(mut reader: impl Read) -> std::io::Result<Sha256Digest> {
+pub(crate) fn hash_reader(mut reader: impl Read) -> std::io::Result<Sha256Digest> {
     let mut hasher = Sha256::new();
     let mut buf = vec![0u8; 64 * 1024];
     loop {

@@ -22,7 +22,7 @@ use sha2::{Digest, Sha256};
 use crate::{Error, Result};
 
 pub use content::ContentVisitor;
-pub use digest::{DigestStats, Sha256Digest};
+pub use digest::{DigestStats, HashFn, Sha256Digest};
 
 mod content;
 mod digest;

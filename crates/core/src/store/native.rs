@@ -1,0 +1,310 @@
+//! [`ship_local`]: the store protocol done in-process on this machine, for the local backend.
+//!
+//! Same layout and guarantees as the scripts ([`super::scripts`]) driven through
+//! [`super::LocalShell`], without their cost (a process per prefix dir, `read` builtins that
+//! take a byte per system call, each file hashed three times):
+//!
+//! 1. hash: files the hash cache does not know are read once, into a private temp dir of the
+//!    store (`.theseus/incoming/<random>/`), hashed as they are written, made read-only with
+//!    mtime 0;
+//! 2. missing: an object counts as present when it exists with mtime 0 (one written in place
+//!    since is removed, as [`super::scripts::MISSING`] does); each missing object is renamed
+//!    into place from its temp file (or first copied there from the snapshot and checked
+//!    against its key, for a file whose hash came from the cache);
+//! 3. materialise: the run dir is built under `<dest>.partial` from hard links (or private,
+//!    writable copies) of the objects, symlinks and the per-run files, and renamed to `<dest>`
+//!    only when complete.
+//!
+//! Every step checks [`crate::interrupt`] between files and removes what it made when stopped
+//! or failing; a concurrent `gc` that takes an object before it is linked restarts the ship
+//! once.
+
+use std::collections::{BTreeMap, HashSet};
+use std::fs;
+use std::io::{self, Read, Write};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use sha2::{Digest, Sha256};
+
+use super::archive::ExtraFile;
+use super::plan::{ObjectKey, PlanEntry, StorePlan};
+use super::ship::{ShipReport, ShipRequest, mib};
+use super::{Materialize, OBJECTS_DIR};
+use crate::{Error, Result};
+
+/// An object modified within this long is one a job wrote in place (objects carry mtime 0);
+/// the same window as [`super::scripts::MISSING`]'s `find -mtime -3650`.
+const TAMPERED: Duration = Duration::from_secs(3650 * 24 * 3600);
+
+/// Ships `request` on this machine without any external tool (see the module docs).
+pub async fn ship_local(request: ShipRequest) -> Result<ShipReport> {
+    tokio::task::spawn_blocking(move || ship_blocking(&request))
+        .await
+        .map_err(|e| Error::backend("store", format!("shipping task failed: {e}")))?
+}
+
+fn ship_blocking(request: &ShipRequest) -> Result<ShipReport> {
+    crate::paths::check_under(&request.root, &request.dest).map_err(Error::InvalidConfig)?;
+    let root = Path::new(&request.root);
+    let objects = root.join(OBJECTS_DIR);
+    let incoming = root.join(".theseus/incoming").join(format!("{:016x}", rand::random::<u64>()));
+    fs::create_dir_all(&objects).map_err(|e| Error::io("create", &objects, e))?;
+    fs::create_dir_all(&incoming).map_err(|e| Error::io("create", &incoming, e))?;
+    let result = ship_with(request, &objects, &incoming);
+    let _ = fs::remove_dir_all(&incoming);
+    result
+}
+
+fn ship_with(request: &ShipRequest, objects: &Path, incoming: &Path) -> Result<ShipReport> {
+    let snapshot = &request.snapshot;
+    let staged: Mutex<BTreeMap<usize, PathBuf>> = Mutex::new(BTreeMap::new());
+    let (digests, _) = snapshot.digests_through(snapshot.hash_cache.as_deref(), &|i, reader| {
+        stop_if_interrupted()?;
+        let temp = staging_path(incoming, i)?;
+        let digest = stage(reader, &temp, snapshot.files[i].executable)
+            .map_err(|e| Error::io("copy into the object store", snapshot.root.join(&snapshot.files[i].path), e))?;
+        staged.lock().expect("not poisoned").insert(i, temp);
+        Ok(digest)
+    })?;
+    let plan = StorePlan::new(snapshot, &digests);
+    let mut staged_by_key = BTreeMap::new();
+    for (i, temp) in staged.into_inner().expect("not poisoned") {
+        if let PlanEntry::Object(key) = plan.files[i].1 {
+            staged_by_key.entry(key).or_insert(temp);
+        }
+    }
+    let mut first = true;
+    loop {
+        let missing = missing(&plan, objects)?;
+        let bytes = plan.bytes_of(&missing);
+        let (files, present) = (plan.regular_files(), plan.files_present(&missing));
+        if first && let Some(status) = &request.status {
+            status(&format!("{present} of {files} files already there; sending {}", mib(bytes)));
+        }
+        store_objects(request, &plan, &missing, &mut staged_by_key, objects, incoming, bytes)?;
+        match materialize(request, &plan, objects) {
+            Ok(()) => {
+                return Ok(ShipReport { files, files_present: present, objects_sent: missing.len(), bytes_sent: bytes });
+            }
+            Err(BuildError::Gone(path)) if first => {
+                tracing::warn!("object `{}` of the store disappeared (a concurrent gc?); shipping again", path.display());
+                first = false;
+            }
+            Err(BuildError::Gone(path)) => {
+                return Err(Error::backend("store", format!("object `{}` of the store disappeared twice", path.display())));
+            }
+            Err(BuildError::Failed(e)) => return Err(e),
+        }
+    }
+}
+
+/// The temp file of the content of file `i`: threads hash neighbouring files, and each group
+/// of them gets its own dir, so that they do not contend for one directory's lock.
+fn staging_path(incoming: &Path, i: usize) -> Result<PathBuf> {
+    let dir = incoming.join((i / 64).to_string());
+    if i % 64 == 0 || !dir.exists() {
+        match fs::create_dir(&dir) {
+            Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(Error::io("create", &dir, e)),
+            _ => {}
+        }
+    }
+    Ok(dir.join(i.to_string()))
+}
+
+/// Copies `reader` into a new file `temp`, hashing what is written; the file is made read-only
+/// (0444, or 0555 when `executable`) with mtime 0, as objects are.
+fn stage(reader: &mut dyn Read, temp: &Path, executable: bool) -> io::Result<[u8; 32]> {
+    let mut file = fs::File::create(temp)?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        if let Some(signal) = crate::interrupt::triggered() {
+            return Err(io::Error::other(format!("interrupted ({})", signal.name())));
+        }
+        let n = match reader.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        hasher.update(&buf[..n]);
+        file.write_all(&buf[..n])?;
+    }
+    file.set_permissions(fs::Permissions::from_mode(if executable { 0o555 } else { 0o444 }))?;
+    file.set_modified(UNIX_EPOCH)?;
+    Ok(hasher.finalize().into())
+}
+
+/// The objects of `plan` the store lacks; an object written in place since it was stored is
+/// removed and counts as missing.
+fn missing(plan: &StorePlan, objects: &Path) -> Result<Vec<ObjectKey>> {
+    let recent = SystemTime::now().checked_sub(TAMPERED).unwrap_or(UNIX_EPOCH);
+    let recent = recent.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
+    let mut missing = Vec::new();
+    for key in plan.objects.keys() {
+        let path = objects.join(key.path());
+        match fs::symlink_metadata(&path) {
+            Ok(meta) if meta.is_file() && meta.mtime() < recent => {}
+            Ok(_) => {
+                fs::remove_file(&path).map_err(|e| Error::io("remove the tampered object", &path, e))?;
+                missing.push(*key);
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => missing.push(*key),
+            Err(e) => return Err(Error::io("read", &path, e)),
+        }
+    }
+    Ok(missing)
+}
+
+/// Renames each of `keys` into the store: from its staged temp file, or after copying the
+/// snapshot's file into one and checking it against its key.
+fn store_objects(
+    request: &ShipRequest,
+    plan: &StorePlan,
+    keys: &[ObjectKey],
+    staged: &mut BTreeMap<ObjectKey, PathBuf>,
+    objects: &Path,
+    incoming: &Path,
+    total: u64,
+) -> Result<()> {
+    let snapshot = &request.snapshot;
+    let unstaged: Vec<usize> = keys.iter().filter(|k| !staged.contains_key(k)).map(|k| plan.objects[k].0).collect();
+    snapshot.for_each_content(&unstaged, &mut |i, file, _, reader| {
+        stop_if_interrupted()?;
+        let temp = staging_path(incoming, i)?;
+        let changed = || {
+            Error::InvalidConfig(format!(
+                "`{}` changed while it was being shipped; submit again",
+                snapshot.root.join(&file.path).display()
+            ))
+        };
+        let PlanEntry::Object(key) = plan.files[i].1 else { return Err(changed()) };
+        let digest = stage(reader, &temp, file.executable)
+            .map_err(|e| Error::io("copy into the object store", snapshot.root.join(&file.path), e))?;
+        if digest != key.sha256 {
+            return Err(changed());
+        }
+        staged.insert(key, temp);
+        Ok(())
+    })?;
+    let mut dirs = HashSet::new();
+    let mut sent = 0;
+    for key in keys {
+        stop_if_interrupted()?;
+        let dest = objects.join(key.path());
+        let dir = dest.parent().expect("an object has a prefix dir");
+        if dirs.insert(dir.to_owned()) {
+            fs::create_dir_all(dir).map_err(|e| Error::io("create", dir, e))?;
+        }
+        let temp = staged.remove(key).expect("every missing object was staged");
+        fs::rename(&temp, &dest).map_err(|e| Error::io("move into the object store", &dest, e))?;
+        sent += plan.objects[key].1;
+        if let Some(progress) = &request.progress {
+            progress(sent, Some(total));
+        }
+    }
+    Ok(())
+}
+
+/// Why a run dir could not be built.
+enum BuildError {
+    /// An object disappeared before it was linked (a concurrent `gc`): ship again.
+    Gone(PathBuf),
+    /// Anything else.
+    Failed(Error),
+}
+
+impl From<Error> for BuildError {
+    fn from(e: Error) -> Self {
+        BuildError::Failed(e)
+    }
+}
+
+/// Builds the run dir under `<dest>.partial` and renames it into place; on any failure
+/// nothing of it is left.
+fn materialize(request: &ShipRequest, plan: &StorePlan, objects: &Path) -> Result<(), BuildError> {
+    let dest = Path::new(&request.dest);
+    let partial = PathBuf::from(format!("{}.partial", request.dest));
+    let exists = || BuildError::Failed(Error::AlreadyExists { what: format!("run dir `{}` on this machine", request.dest) });
+    if dest.exists() {
+        return Err(exists());
+    }
+    let _ = fs::remove_dir_all(&partial);
+    let result = build(request.mode, plan, &request.extra, objects, &partial).and_then(|()| {
+        if dest.exists() {
+            return Err(exists());
+        }
+        fs::rename(&partial, dest).map_err(|e| BuildError::Failed(Error::io("rename into place", dest, e)))
+    });
+    if result.is_err() {
+        let _ = fs::remove_dir_all(&partial);
+    }
+    result
+}
+
+/// Writes every file of the run dir into `partial`.
+fn build(
+    mode: Materialize,
+    plan: &StorePlan,
+    extra: &[ExtraFile],
+    objects: &Path,
+    partial: &Path,
+) -> Result<(), BuildError> {
+    if let Some(parent) = partial.parent() {
+        fs::create_dir_all(parent).map_err(|e| Error::io("create", parent, e))?;
+    }
+    fs::create_dir(partial).map_err(|e| Error::io("create", partial, e))?;
+    let mut dirs: HashSet<PathBuf> = HashSet::from([partial.to_owned()]);
+    let mut parent_of = |path: &Path| -> Result<()> {
+        let dir = path.parent().expect("under the run dir");
+        if !dirs.contains(dir) {
+            fs::create_dir_all(dir).map_err(|e| Error::io("create", dir, e))?;
+            dirs.insert(dir.to_owned());
+        }
+        Ok(())
+    };
+    for (path, entry) in &plan.files {
+        stop_if_interrupted()?;
+        let to = partial.join(path);
+        parent_of(&to)?;
+        match entry {
+            PlanEntry::Object(key) => {
+                let object = objects.join(key.path());
+                let made = match mode {
+                    Materialize::Link => fs::hard_link(&object, &to),
+                    Materialize::Copy => fs::copy(&object, &to).and_then(|_| {
+                        fs::set_permissions(&to, fs::Permissions::from_mode(if key.executable { 0o755 } else { 0o644 }))
+                    }),
+                };
+                match made {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == io::ErrorKind::NotFound && !object.exists() => {
+                        return Err(BuildError::Gone(object));
+                    }
+                    Err(e) => return Err(Error::io(if mode == Materialize::Link { "link" } else { "copy" }, &to, e).into()),
+                }
+            }
+            PlanEntry::Symlink(target) => {
+                std::os::unix::fs::symlink(target, &to).map_err(|e| Error::io("create the symlink", &to, e))?;
+            }
+        }
+    }
+    for file in extra {
+        let to = partial.join(&file.path);
+        parent_of(&to)?;
+        fs::write(&to, &file.contents).map_err(|e| Error::io("write", &to, e))?;
+        fs::set_permissions(&to, fs::Permissions::from_mode(file.mode)).map_err(|e| Error::io("chmod", &to, e))?;
+    }
+    Ok(())
+}
+
+/// An error once the program was asked to stop.
+fn stop_if_interrupted() -> Result<()> {
+    match crate::interrupt::triggered() {
+        Some(signal) => Err(Error::backend("store", format!("interrupted ({})", signal.name()))),
+        None => Ok(()),
+    }
+}
