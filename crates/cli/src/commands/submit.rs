@@ -90,7 +90,8 @@ async fn prepare(ctx: &Context, args: &SubmitArgs) -> Result<(Solved, PreparedJo
         None => std::env::current_dir().context("cannot read the current directory")?,
     };
     let mode = if args.clean { SnapshotMode::Clean } else { SnapshotMode::Dirty };
-    let snapshot = Snapshot::collect(&code_dir, mode)?;
+    let mut snapshot = Snapshot::collect(&code_dir, mode)?;
+    snapshot.hash_cache = Some(ctx.hash_cache_dir());
     let layout = solved.backend.layout(&identity, plan)?;
     let host = &solved.loaded.config.hosts[&plan.host];
     let mut uv_groups: Vec<String> = host.uv_groups().to_vec();
