@@ -5,6 +5,7 @@ mod cli;
 mod inputs;
 mod jax;
 mod lifecycle;
+mod ship;
 mod slurm;
 mod volcano;
 mod volcano_start;

@@ -105,11 +105,9 @@ fn ship_with(request: &ShipRequest, objects: &Path, incoming: &Path) -> Result<S
 /// of them gets its own dir, so that they do not contend for one directory's lock.
 fn staging_path(incoming: &Path, i: usize) -> Result<PathBuf> {
     let dir = incoming.join((i / 64).to_string());
-    if i % 64 == 0 || !dir.exists() {
-        match fs::create_dir(&dir) {
-            Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(Error::io("create", &dir, e)),
-            _ => {}
-        }
+    match fs::create_dir(&dir) {
+        Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(Error::io("create", &dir, e)),
+        _ => {}
     }
     Ok(dir.join(i.to_string()))
 }
