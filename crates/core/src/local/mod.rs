@@ -1,8 +1,10 @@
 //! The local backend (`type: local`): runs a job on this machine, detached from the CLI.
 //!
 //! Layout of a run (paths from the host's cluster, `~` expanded):
-//! - code: `<work>/<project>/<group>/<name>/<run-id>`, written under a `.partial` name and
-//!   renamed when complete, so a half-shipped dir is never used;
+//! - code: `<work>/<project>/<group>/<name>/<run-id>`, hard links to (or, with
+//!   `materialize: copy`, copies of) the objects of the store `<work>/.theseus/objects`
+//!   ([`crate::store::ship_local`]), written under a `.partial` name and renamed when complete,
+//!   so a half-shipped dir is never used;
 //! - status: `<status>/<project>/<group>/<name>/<run-id>` (`metadata.json`, exit codes,
 //!   the supervisor script);
 //! - log: `<log>/<project>/<group>/<name>/<run-id>.log`.
