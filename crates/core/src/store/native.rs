@@ -61,9 +61,10 @@ fn ship_blocking(request: &ShipRequest) -> Result<ShipReport> {
 fn ship_with(request: &ShipRequest, objects: &Path, incoming: &Path) -> Result<ShipReport> {
     let snapshot = &request.snapshot;
     let staged: Mutex<BTreeMap<usize, PathBuf>> = Mutex::new(BTreeMap::new());
+    let staging_dirs = Mutex::new(HashSet::new());
     let (digests, _) = snapshot.digests_through(snapshot.hash_cache.as_deref(), &|i, reader| {
         stop_if_interrupted()?;
-        let temp = staging_path(incoming, i)?;
+        let temp = staging_path(incoming, i, &staging_dirs)?;
         let digest = stage(reader, &temp, snapshot.files[i].executable)
             .map_err(|e| Error::io("copy into the object store", snapshot.root.join(&snapshot.files[i].path), e))?;
         staged.lock().expect("not poisoned").insert(i, temp);
@@ -103,11 +104,16 @@ fn ship_with(request: &ShipRequest, objects: &Path, incoming: &Path) -> Result<S
 
 /// The temp file of the content of file `i`: threads hash neighbouring files, and each group
 /// of them gets its own dir, so that they do not contend for one directory's lock.
-fn staging_path(incoming: &Path, i: usize) -> Result<PathBuf> {
-    let dir = incoming.join((i / 64).to_string());
-    match fs::create_dir(&dir) {
-        Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(Error::io("create", &dir, e)),
-        _ => {}
+fn staging_path(incoming: &Path, i: usize, made: &Mutex<HashSet<usize>>) -> Result<PathBuf> {
+    let group = i / 64;
+    let dir = incoming.join(group.to_string());
+    // Held while the dir is made: no thread writes into it before it exists.
+    let mut made = made.lock().expect("not poisoned");
+    if made.insert(group) {
+        match fs::create_dir(&dir) {
+            Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(Error::io("create", &dir, e)),
+            _ => {}
+        }
     }
     Ok(dir.join(i.to_string()))
 }
@@ -170,9 +176,10 @@ fn store_objects(
 ) -> Result<()> {
     let snapshot = &request.snapshot;
     let unstaged: Vec<usize> = keys.iter().filter(|k| !staged.contains_key(k)).map(|k| plan.objects[k].0).collect();
+    let staging_dirs = Mutex::new(HashSet::new());
     snapshot.for_each_content(&unstaged, &mut |i, file, _, reader| {
         stop_if_interrupted()?;
-        let temp = staging_path(incoming, i)?;
+        let temp = staging_path(incoming, i, &staging_dirs)?;
         let changed = || {
             Error::InvalidConfig(format!(
                 "`{}` changed while it was being shipped; submit again",
