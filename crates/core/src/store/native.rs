@@ -25,6 +25,7 @@ use std::io::{self, Read, Write};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use sha2::{Digest, Sha256};
@@ -62,14 +63,30 @@ fn ship_with(request: &ShipRequest, objects: &Path, incoming: &Path) -> Result<S
     let snapshot = &request.snapshot;
     let staged: Mutex<BTreeMap<usize, PathBuf>> = Mutex::new(BTreeMap::new());
     let staging_dirs = Mutex::new(HashSet::new());
+    // Bytes copied while hashing, reported (total unknown yet) at most once a MiB.
+    let copied = AtomicU64::new(0);
     let (digests, _) = snapshot.digests_through(snapshot.hash_cache.as_deref(), &|i, reader| {
         stop_if_interrupted()?;
         let temp = staging_path(incoming, i, &staging_dirs)?;
         let digest = stage(reader, &temp, snapshot.files[i].executable)
             .map_err(|e| Error::io("copy into the object store", snapshot.root.join(&snapshot.files[i].path), e))?;
         staged.lock().expect("not poisoned").insert(i, temp);
+        let size = snapshot.files[i].size;
+        let before = copied.fetch_add(size, Ordering::Relaxed);
+        if let Some(progress) = &request.progress
+            && (before + size) >> 20 > before >> 20
+        {
+            progress(before + size, None);
+        }
         Ok(digest)
     })?;
+    let copied = copied.into_inner();
+    if let Some(progress) = &request.progress
+        && copied >= 1 << 20
+    {
+        // Closes the progress line: what was copied is known now.
+        progress(copied, Some(copied));
+    }
     let plan = StorePlan::new(snapshot, &digests);
     let mut staged_by_key = BTreeMap::new();
     for (i, temp) in staged.into_inner().expect("not poisoned") {
@@ -85,7 +102,7 @@ fn ship_with(request: &ShipRequest, objects: &Path, incoming: &Path) -> Result<S
         if first && let Some(status) = &request.status {
             status(&format!("{present} of {files} files already there; sending {}", mib(bytes)));
         }
-        store_objects(request, &plan, &missing, &mut staged_by_key, objects, incoming, bytes)?;
+        store_objects(request, &plan, &missing, &mut staged_by_key, objects, incoming)?;
         match materialize(request, &plan, objects) {
             Ok(()) => {
                 return Ok(ShipReport { files, files_present: present, objects_sent: missing.len(), bytes_sent: bytes });
@@ -172,11 +189,12 @@ fn store_objects(
     staged: &mut BTreeMap<ObjectKey, PathBuf>,
     objects: &Path,
     incoming: &Path,
-    total: u64,
 ) -> Result<()> {
     let snapshot = &request.snapshot;
     let unstaged: Vec<usize> = keys.iter().filter(|k| !staged.contains_key(k)).map(|k| plan.objects[k].0).collect();
+    let total: u64 = unstaged.iter().map(|&i| snapshot.files[i].size).sum();
     let staging_dirs = Mutex::new(HashSet::new());
+    let mut sent = 0;
     snapshot.for_each_content(&unstaged, &mut |i, file, _, reader| {
         stop_if_interrupted()?;
         let temp = staging_path(incoming, i, &staging_dirs)?;
@@ -193,10 +211,16 @@ fn store_objects(
             return Err(changed());
         }
         staged.insert(key, temp);
+        let before = sent;
+        sent += file.size;
+        if let Some(progress) = &request.progress
+            && (sent >> 20 > before >> 20 || sent == total)
+        {
+            progress(sent, Some(total));
+        }
         Ok(())
     })?;
     let mut dirs = HashSet::new();
-    let mut sent = 0;
     for key in keys {
         stop_if_interrupted()?;
         let dest = objects.join(key.path());
@@ -206,10 +230,6 @@ fn store_objects(
         }
         let temp = staged.remove(key).expect("every missing object was staged");
         fs::rename(&temp, &dest).map_err(|e| Error::io("move into the object store", &dest, e))?;
-        sent += plan.objects[key].1;
-        if let Some(progress) = &request.progress {
-            progress(sent, Some(total));
-        }
     }
     Ok(())
 }
