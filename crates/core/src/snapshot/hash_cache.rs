@@ -7,10 +7,13 @@
 //! (git's "racy clean" entries, `is_racy_timestamp`): an edit in the same timestamp tick could
 //! leave its stat data unchanged. Commit files are keyed by their git blob id.
 //!
-//! The file is `MAGIC VERSION KIND\n`, then one record per file (`name\0fields\0`), then the
-//! sha256 of everything before it. It is written to a temp name and renamed, holds only the
-//! files of the last snapshot of its root, and a file that is unreadable, of another version or
-//! whose checksum fails is ignored: the cache never makes a snapshot fail.
+//! The file is `MAGIC VERSION KIND\n`, then one binary record per file (name length as `u16`,
+//! the name, for the stat kind seven little-endian 64-bit stat fields, the 32-byte digest),
+//! then a 64-bit checksum of everything before it (a word-wise multiply-rotate hash: cheap even
+//! in debug builds, and any corrupted word changes it). It is written to a temp name and
+//! renamed, holds only the files of the last snapshot of its root, and a file that is
+//! unreadable, of another version, cut short or whose checksum fails is ignored: the cache never
+//! makes a snapshot fail.
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -24,7 +27,7 @@ use super::Sha256Digest;
 /// First word of a cache file.
 const MAGIC: &str = "theseus-hash-cache";
 /// Format version; a file of another version is ignored.
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 /// Cache files kept in the dir (one per root and kind); the least recently written go first.
 const MAX_FILES: usize = 64;
 
@@ -67,22 +70,27 @@ impl StatKey {
         }
     }
 
-    fn render(&self) -> String {
-        format!(
-            "{} {} {} {} {} {} {}",
-            self.size, self.mtime.0, self.mtime.1, self.ctime.0, self.ctime.1, self.ino, self.dev
-        )
+    /// The seven fields, in the file's order.
+    fn words(&self) -> [u64; 7] {
+        [
+            self.size,
+            self.mtime.0 as u64,
+            self.mtime.1 as u64,
+            self.ctime.0 as u64,
+            self.ctime.1 as u64,
+            self.ino,
+            self.dev,
+        ]
     }
 
-    fn parse(words: &[&str]) -> Option<StatKey> {
-        let [size, ms, mn, cs, cn, ino, dev] = words else { return None };
-        Some(StatKey {
-            size: size.parse().ok()?,
-            mtime: (ms.parse().ok()?, mn.parse().ok()?),
-            ctime: (cs.parse().ok()?, cn.parse().ok()?),
-            ino: ino.parse().ok()?,
-            dev: dev.parse().ok()?,
-        })
+    fn from_words(w: [u64; 7]) -> StatKey {
+        StatKey {
+            size: w[0],
+            mtime: (w[1] as i64, w[2] as i64),
+            ctime: (w[3] as i64, w[4] as i64),
+            ino: w[5],
+            dev: w[6],
+        }
     }
 }
 
@@ -129,21 +137,23 @@ impl HashCache {
         let dir = self.path.parent().expect("a cache file has a dir");
         std::fs::create_dir_all(dir)?;
         let mut body = format!("{MAGIC} {VERSION} {}\n", self.kind.name()).into_bytes();
+        body.reserve(entries.len() * (32 + 2 + 64 + 56));
         for (name, entry) in entries {
+            let Ok(len) = u16::try_from(name.len()) else { continue };
+            body.extend_from_slice(&len.to_le_bytes());
             body.extend_from_slice(name.as_bytes());
-            body.push(0);
             if let Some(stat) = &entry.stat {
-                body.extend_from_slice(stat.render().as_bytes());
-                body.push(b' ');
+                for word in stat.words() {
+                    body.extend_from_slice(&word.to_le_bytes());
+                }
             }
-            body.extend_from_slice(hex::encode(entry.digest).as_bytes());
-            body.push(0);
+            body.extend_from_slice(&entry.digest);
         }
-        let sum = Sha256::digest(&body);
+        let sum = checksum(&body);
+        let body = [body, sum.to_le_bytes().to_vec()].concat();
         let tmp = dir.join(format!(".tmp-{}-{:016x}", std::process::id(), rand::random::<u64>()));
         let written = std::fs::File::create(&tmp).and_then(|mut file| {
-            file.write_all(&body)?;
-            file.write_all(&sum)
+            file.write_all(&body)
         });
         if let Err(e) = written.and_then(|()| std::fs::rename(&tmp, &self.path)) {
             let _ = std::fs::remove_file(&tmp);
@@ -156,34 +166,53 @@ impl HashCache {
 
 /// The records of a cache file, or `None` when it is not one this version wrote whole.
 fn parse(bytes: &[u8], kind: CacheKind) -> Option<HashMap<String, CacheEntry>> {
-    let (body, sum) = bytes.split_at_checked(bytes.len().checked_sub(32)?)?;
-    if Sha256::digest(body).as_slice() != sum {
+    let (body, sum) = bytes.split_at_checked(bytes.len().checked_sub(8)?)?;
+    if checksum(body).to_le_bytes() != sum {
         return None;
     }
     let newline = body.iter().position(|&b| b == b'\n')?;
-    if std::str::from_utf8(&body[..newline]).ok()? != format!("{MAGIC} {VERSION} {}", kind.name()) {
+    if body[..newline] != *format!("{MAGIC} {VERSION} {}", kind.name()).as_bytes() {
         return None;
     }
-    let mut fields = body[newline + 1..].split(|&b| b == 0);
+    let mut rest = &body[newline + 1..];
+    let mut take = |n: usize| -> Option<&[u8]> {
+        let (head, tail) = rest.split_at_checked(n)?;
+        rest = tail;
+        Some(head)
+    };
     let mut entries = HashMap::new();
-    while let Some(name) = fields.next() {
-        if name.is_empty() {
-            break;
-        }
-        let name = std::str::from_utf8(name).ok()?.to_owned();
-        let rest = std::str::from_utf8(fields.next()?).ok()?;
-        let words: Vec<&str> = rest.split(' ').collect();
-        let (stat_words, hex_digest) = words.split_last().map(|(last, init)| (init, *last))?;
+    while let Some(len) = take(2) {
+        let len = u16::from_le_bytes(len.try_into().ok()?) as usize;
+        let name = std::str::from_utf8(take(len)?).ok()?.to_owned();
         let stat = match kind {
-            CacheKind::Stat => Some(StatKey::parse(stat_words)?),
-            CacheKind::Blob if stat_words.is_empty() => None,
-            CacheKind::Blob => return None,
+            CacheKind::Stat => {
+                let mut words = [0u64; 7];
+                for word in &mut words {
+                    *word = u64::from_le_bytes(take(8)?.try_into().ok()?);
+                }
+                Some(StatKey::from_words(words))
+            }
+            CacheKind::Blob => None,
         };
-        let mut digest = [0u8; 32];
-        hex::decode_to_slice(hex_digest, &mut digest).ok()?;
+        let digest: Sha256Digest = take(32)?.try_into().ok()?;
         entries.insert(name, CacheEntry { stat, digest });
     }
     Some(entries)
+}
+
+/// A 64-bit hash of `bytes`, a word at a time (FxHash's multiply-rotate step): fast in debug
+/// builds, and every step is a bijection of the running value, so a file that differs in any
+/// one word never matches.
+fn checksum(bytes: &[u8]) -> u64 {
+    const K: u64 = 0x51_7c_c1_b7_27_22_0a_95;
+    let mut hash = bytes.len() as u64;
+    let mut words = bytes.chunks_exact(8);
+    for word in &mut words {
+        hash = (hash.rotate_left(5) ^ u64::from_le_bytes(word.try_into().expect("8 bytes"))).wrapping_mul(K);
+    }
+    let mut last = [0u8; 8];
+    last[..words.remainder().len()].copy_from_slice(words.remainder());
+    (hash.rotate_left(5) ^ u64::from_le_bytes(last)).wrapping_mul(K)
 }
 
 /// Removes the oldest cache files beyond [`MAX_FILES`] and stray temp files.
@@ -228,7 +257,8 @@ mod tests {
         bytes[flipped] ^= 1;
         std::fs::write(&file, &bytes).unwrap();
         assert!(HashCache::load(dir.path(), root, CacheKind::Stat).entries.is_empty(), "corrupt: ignored");
-        std::fs::write(&file, b"theseus-hash-cache 999 stat\n").unwrap();
+        let foreign = b"theseus-hash-cache 999 stat\n".to_vec();
+        std::fs::write(&file, [foreign.clone(), checksum(&foreign).to_le_bytes().to_vec()].concat()).unwrap();
         assert!(HashCache::load(dir.path(), root, CacheKind::Stat).entries.is_empty(), "foreign: ignored");
     }
 }

@@ -19,7 +19,7 @@
 //! or failing; a concurrent `gc` that takes an object before it is linked restarts the ship
 //! once.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::fs;
 use std::io::{self, Read, Write};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -65,7 +65,8 @@ fn ship_with(request: &ShipRequest, objects: &Path, incoming: &Path) -> Result<S
     let staging_dirs = Mutex::new(HashSet::new());
     // Bytes copied while hashing, reported (total unknown yet) at most once a MiB.
     let copied = AtomicU64::new(0);
-    let (digests, _) = snapshot.digests_through(snapshot.hash_cache.as_deref(), &|i, reader| {
+    let started = std::time::Instant::now();
+    let (digests, hashed) = snapshot.digests_through(snapshot.hash_cache.as_deref(), &|i, reader| {
         stop_if_interrupted()?;
         let temp = staging_path(incoming, i, &staging_dirs)?;
         let digest = stage(reader, &temp, snapshot.files[i].executable)
@@ -80,6 +81,7 @@ fn ship_with(request: &ShipRequest, objects: &Path, incoming: &Path) -> Result<S
         }
         Ok(digest)
     })?;
+    tracing::debug!("hashed {} files ({} from the cache) in {:?}", hashed.hashed, hashed.cached, started.elapsed());
     let copied = copied.into_inner();
     if let Some(progress) = &request.progress
         && copied >= 1 << 20
@@ -103,7 +105,10 @@ fn ship_with(request: &ShipRequest, objects: &Path, incoming: &Path) -> Result<S
             status(&format!("{present} of {files} files already there; sending {}", mib(bytes)));
         }
         store_objects(request, &plan, &missing, &mut staged_by_key, objects, incoming)?;
-        match materialize(request, &plan, objects) {
+        tracing::debug!("stored {} missing objects; {:?} since the start", missing.len(), started.elapsed());
+        let built = materialize(request, &plan, objects);
+        tracing::debug!("made the run dir; {:?} since the start", started.elapsed());
+        match built {
             Ok(()) => {
                 return Ok(ShipReport { files, files_present: present, objects_sent: missing.len(), bytes_sent: bytes });
             }
@@ -166,7 +171,7 @@ fn missing(plan: &StorePlan, objects: &Path) -> Result<Vec<ObjectKey>> {
     let recent = recent.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
     let mut missing = Vec::new();
     for key in plan.objects.keys() {
-        let path = objects.join(key.path());
+        let path = object_path(objects, key);
         match fs::symlink_metadata(&path) {
             Ok(meta) if meta.is_file() && meta.mtime() < recent => {}
             Ok(_) => {
@@ -223,7 +228,7 @@ fn store_objects(
     let mut dirs = HashSet::new();
     for key in keys {
         stop_if_interrupted()?;
-        let dest = objects.join(key.path());
+        let dest = object_path(objects, key);
         let dir = dest.parent().expect("an object has a prefix dir");
         if dirs.insert(dir.to_owned()) {
             fs::create_dir_all(dir).map_err(|e| Error::io("create", dir, e))?;
@@ -270,7 +275,8 @@ fn materialize(request: &ShipRequest, plan: &StorePlan, objects: &Path) -> Resul
     result
 }
 
-/// Writes every file of the run dir into `partial`.
+/// Writes every file of the run dir into `partial`: its dirs first, then the files, each on
+/// up to `available_parallelism` threads (mkdir and link dominate a re-ship).
 fn build(
     mode: Materialize,
     plan: &StorePlan,
@@ -282,48 +288,109 @@ fn build(
         fs::create_dir_all(parent).map_err(|e| Error::io("create", parent, e))?;
     }
     fs::create_dir(partial).map_err(|e| Error::io("create", partial, e))?;
-    let mut dirs: HashSet<PathBuf> = HashSet::from([partial.to_owned()]);
-    let mut parent_of = |path: &Path| -> Result<()> {
-        let dir = path.parent().expect("under the run dir");
-        if !dirs.contains(dir) {
-            fs::create_dir_all(dir).map_err(|e| Error::io("create", dir, e))?;
-            dirs.insert(dir.to_owned());
-        }
-        Ok(())
-    };
-    for (path, entry) in &plan.files {
-        stop_if_interrupted()?;
-        let to = partial.join(path);
-        parent_of(&to)?;
-        match entry {
-            PlanEntry::Object(key) => {
-                let object = objects.join(key.path());
-                let made = match mode {
-                    Materialize::Link => fs::hard_link(&object, &to),
-                    Materialize::Copy => fs::copy(&object, &to).and_then(|_| {
-                        fs::set_permissions(&to, fs::Permissions::from_mode(if key.executable { 0o755 } else { 0o644 }))
-                    }),
-                };
-                match made {
-                    Ok(()) => {}
-                    Err(e) if e.kind() == io::ErrorKind::NotFound && !object.exists() => {
-                        return Err(BuildError::Gone(object));
-                    }
-                    Err(e) => return Err(Error::io(if mode == Materialize::Link { "link" } else { "copy" }, &to, e).into()),
-                }
+    // Every dir, a parent before its children (a prefix sorts first), grouped by top-level dir.
+    let mut dirs: BTreeSet<&str> = BTreeSet::new();
+    for path in plan.files.iter().map(|(p, _)| p.as_str()).chain(extra.iter().map(|f| f.path.as_str())) {
+        let mut rest = path;
+        while let Some((dir, _)) = rest.rsplit_once('/') {
+            if !dirs.insert(dir) {
+                break;
             }
-            PlanEntry::Symlink(target) => {
-                std::os::unix::fs::symlink(target, &to).map_err(|e| Error::io("create the symlink", &to, e))?;
-            }
+            rest = dir;
         }
     }
+    let mut groups: Vec<Vec<&str>> = Vec::new();
+    for dir in dirs {
+        let top = dir.split('/').next().unwrap_or(dir);
+        match groups.last_mut() {
+            Some(group) if group[0] == top => group.push(dir),
+            _ => groups.push(vec![dir]),
+        }
+    }
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(plan.files.len().div_ceil(256)).max(1);
+    on_threads(threads, |worker| {
+        for group in groups.iter().skip(worker).step_by(threads) {
+            for dir in group {
+                let dir = partial.join(dir);
+                fs::create_dir(&dir).map_err(|e| Error::io("create", &dir, e))?;
+            }
+        }
+        Ok(())
+    })?;
+    let per_thread = plan.files.len().div_ceil(threads).max(1);
+    on_threads(threads, |worker| {
+        for (path, entry) in plan.files.iter().skip(worker * per_thread).take(per_thread) {
+            stop_if_interrupted()?;
+            let to = partial.join(path);
+            match entry {
+                PlanEntry::Object(key) => {
+                    let object = object_path(objects, key);
+                    let made = match mode {
+                        Materialize::Link => fs::hard_link(&object, &to),
+                        Materialize::Copy => fs::copy(&object, &to).and_then(|_| {
+                            let mode = if key.executable { 0o755 } else { 0o644 };
+                            fs::set_permissions(&to, fs::Permissions::from_mode(mode))
+                        }),
+                    };
+                    match made {
+                        Ok(()) => {}
+                        Err(e) if e.kind() == io::ErrorKind::NotFound && !object.exists() => {
+                            return Err(BuildError::Gone(object));
+                        }
+                        Err(e) => {
+                            let what = if mode == Materialize::Link { "link" } else { "copy" };
+                            return Err(Error::io(what, &to, e).into());
+                        }
+                    }
+                }
+                PlanEntry::Symlink(target) => {
+                    std::os::unix::fs::symlink(target, &to).map_err(|e| Error::io("create the symlink", &to, e))?;
+                }
+            }
+        }
+        Ok(())
+    })?;
     for file in extra {
         let to = partial.join(&file.path);
-        parent_of(&to)?;
         fs::write(&to, &file.contents).map_err(|e| Error::io("write", &to, e))?;
         fs::set_permissions(&to, fs::Permissions::from_mode(file.mode)).map_err(|e| Error::io("chmod", &to, e))?;
     }
     Ok(())
+}
+
+/// Runs `work(0..threads)` on `threads` threads (the caller's alone for one); the first error
+/// of the lowest worker wins.
+fn on_threads(threads: usize, work: impl Fn(usize) -> Result<(), BuildError> + Sync) -> Result<(), BuildError> {
+    if threads <= 1 {
+        return work(0);
+    }
+    let results: Vec<Result<(), BuildError>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads).map(|worker| scope.spawn({
+            let work = &work;
+            move || work(worker)
+        })).collect();
+        handles.into_iter().map(|h| h.join().expect("a materialising thread panicked")).collect()
+    });
+    results.into_iter().collect()
+}
+
+/// `<objects>/ab/cdef…[.x]`, as [`ObjectKey::path`] writes it, without a formatter per call
+/// (10k of these per ship).
+fn object_path(objects: &Path, key: &ObjectKey) -> PathBuf {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut name = Vec::with_capacity(67);
+    for (i, byte) in key.sha256.iter().enumerate() {
+        if i == 1 {
+            name.push(b'/');
+        }
+        name.push(HEX[usize::from(byte >> 4)]);
+        name.push(HEX[usize::from(byte & 0xf)]);
+    }
+    if key.executable {
+        name.extend_from_slice(b".x");
+    }
+    let name = String::from_utf8(name).expect("hex is ASCII");
+    objects.join(name)
 }
 
 /// An error once the program was asked to stop.
