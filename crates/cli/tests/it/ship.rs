@@ -36,7 +36,11 @@ fn submit(ctx: &TestContext, code: &Path, name: &str, extra: &[&str]) -> (serde_
     let out = ctx.run(&args);
     let stderr = text(&out.stderr);
     assert!(out.status.success(), "{stderr}");
-    let json = if extra.contains(&"--follow") { serde_json::Value::Null } else { serde_json::from_slice(&out.stdout).unwrap() };
+    let json = if extra.contains(&"--follow") {
+        serde_json::Value::Null
+    } else {
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
     (json, stderr)
 }
 
@@ -96,7 +100,10 @@ fn a_run_dir_is_the_snapshot_and_a_one_line_edit_sends_one_object() {
     let (first, stderr) = submit(&ctx, code.path(), "ship-a", &[]);
     assert_exact_copy(code.path(), &work_dir(&first));
     // 6 regular files (exp.yaml included), 5 distinct contents.
-    assert_eq!(first["ship"], serde_json::json!({"files": 6, "files_present": 0, "objects_sent": 5, "bytes_sent": first["ship"]["bytes_sent"]}));
+    assert_eq!(
+        first["ship"],
+        serde_json::json!({"files": 6, "files_present": 0, "objects_sent": 5, "bytes_sent": first["ship"]["bytes_sent"]})
+    );
     assert!(stderr.contains("0 of 6 files already there; sending"), "{stderr}");
     assert!(stderr.contains("sent 5 objects"), "{stderr}");
     let objects = ctx.home().join(".local/share/theseus/work/.theseus/objects");
@@ -111,7 +118,11 @@ fn a_run_dir_is_the_snapshot_and_a_one_line_edit_sends_one_object() {
     assert!(stderr.contains("sent 1 object ("), "{stderr}");
     assert_exact_copy(code.path(), &work_dir(&second));
     let ino = |run: &Path, path: &str| std::fs::metadata(run.join(path)).unwrap().ino();
-    assert_eq!(ino(&work_dir(&first), "pkg/deep/model.py"), ino(&work_dir(&second), "pkg/deep/model.py"), "linked, not copied");
+    assert_eq!(
+        ino(&work_dir(&first), "pkg/deep/model.py"),
+        ino(&work_dir(&second), "pkg/deep/model.py"),
+        "linked, not copied"
+    );
     assert_eq!(std::fs::read_to_string(work_dir(&first).join("train.py")).unwrap(), "print('one')\nprint('two')\n");
 }
 
@@ -147,4 +158,3 @@ fn in_link_mode_an_object_a_job_wrote_in_place_is_not_linked_into_the_next_run()
     let mode = std::fs::metadata(work_dir(&next).join("data.txt")).unwrap().mode();
     assert_eq!(mode & 0o222, 0, "objects are read-only");
 }
-

@@ -113,7 +113,8 @@ impl Snapshot {
             } else {
                 stats.cached += 1;
             }
-            let mtime = UNIX_EPOCH + Duration::new(stat.mtime.0.max(0) as u64, stat.mtime.1.clamp(0, 999_999_999) as u32);
+            let mtime =
+                UNIX_EPOCH + Duration::new(stat.mtime.0.max(0) as u64, stat.mtime.1.clamp(0, 999_999_999) as u32);
             if mtime < settled {
                 keep.push((self.files[i].path.as_str(), CacheEntry { stat: Some(stat), digest }));
             }
@@ -143,9 +144,7 @@ impl Snapshot {
         let mut stats = DigestStats::default();
         for &i in regular {
             let path = &self.files[i].path;
-            let oid = ids
-                .get(path)
-                .ok_or_else(|| Error::NotFound { what: format!("`{path}` in commit {commit}") })?;
+            let oid = ids.get(path).ok_or_else(|| Error::NotFound { what: format!("`{path}` in commit {commit}") })?;
             match loaded.as_ref().and_then(|c| c.get(oid, None)) {
                 Some(digest) => {
                     out[i] = digest;

@@ -113,7 +113,8 @@ pub(super) struct HashCache {
 impl HashCache {
     /// The cache of `root` in `dir`; empty when there is none or it cannot be trusted.
     pub(super) fn load(dir: &Path, root: &Path, kind: CacheKind) -> HashCache {
-        let name = format!("{}-{}", kind.name(), hex::encode(&Sha256::digest(root.as_os_str().as_encoded_bytes())[..12]));
+        let name =
+            format!("{}-{}", kind.name(), hex::encode(&Sha256::digest(root.as_os_str().as_encoded_bytes())[..12]));
         let path = dir.join(name);
         let entries = std::fs::read(&path).ok().and_then(|bytes| parse(&bytes, kind)).unwrap_or_default();
         HashCache { path, kind, entries }
@@ -152,9 +153,7 @@ impl HashCache {
         let sum = checksum(&body);
         let body = [body, sum.to_le_bytes().to_vec()].concat();
         let tmp = dir.join(format!(".tmp-{}-{:016x}", std::process::id(), rand::random::<u64>()));
-        let written = std::fs::File::create(&tmp).and_then(|mut file| {
-            file.write_all(&body)
-        });
+        let written = std::fs::File::create(&tmp).and_then(|mut file| file.write_all(&body));
         if let Err(e) = written.and_then(|()| std::fs::rename(&tmp, &self.path)) {
             let _ = std::fs::remove_file(&tmp);
             return Err(e);

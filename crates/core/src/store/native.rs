@@ -110,14 +110,25 @@ fn ship_with(request: &ShipRequest, objects: &Path, incoming: &Path) -> Result<S
         tracing::debug!("made the run dir; {:?} since the start", started.elapsed());
         match built {
             Ok(()) => {
-                return Ok(ShipReport { files, files_present: present, objects_sent: missing.len(), bytes_sent: bytes });
+                return Ok(ShipReport {
+                    files,
+                    files_present: present,
+                    objects_sent: missing.len(),
+                    bytes_sent: bytes,
+                });
             }
             Err(BuildError::Gone(path)) if first => {
-                tracing::warn!("object `{}` of the store disappeared (a concurrent gc?); shipping again", path.display());
+                tracing::warn!(
+                    "object `{}` of the store disappeared (a concurrent gc?); shipping again",
+                    path.display()
+                );
                 first = false;
             }
             Err(BuildError::Gone(path)) => {
-                return Err(Error::backend("store", format!("object `{}` of the store disappeared twice", path.display())));
+                return Err(Error::backend(
+                    "store",
+                    format!("object `{}` of the store disappeared twice", path.display()),
+                ));
             }
             Err(BuildError::Failed(e)) => return Err(e),
         }
@@ -258,7 +269,8 @@ impl From<Error> for BuildError {
 fn materialize(request: &ShipRequest, plan: &StorePlan, objects: &Path) -> Result<(), BuildError> {
     let dest = Path::new(&request.dest);
     let partial = PathBuf::from(format!("{}.partial", request.dest));
-    let exists = || BuildError::Failed(Error::AlreadyExists { what: format!("run dir `{}` on this machine", request.dest) });
+    let exists =
+        || BuildError::Failed(Error::AlreadyExists { what: format!("run dir `{}` on this machine", request.dest) });
     if dest.exists() {
         return Err(exists());
     }
@@ -307,7 +319,8 @@ fn build(
             _ => groups.push(vec![dir]),
         }
     }
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(plan.files.len().div_ceil(256)).max(1);
+    let threads =
+        std::thread::available_parallelism().map_or(1, |n| n.get()).min(plan.files.len().div_ceil(256)).max(1);
     on_threads(threads, |worker| {
         for group in groups.iter().skip(worker).step_by(threads) {
             for dir in group {
@@ -365,10 +378,14 @@ fn on_threads(threads: usize, work: impl Fn(usize) -> Result<(), BuildError> + S
         return work(0);
     }
     let results: Vec<Result<(), BuildError>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..threads).map(|worker| scope.spawn({
-            let work = &work;
-            move || work(worker)
-        })).collect();
+        let handles: Vec<_> = (0..threads)
+            .map(|worker| {
+                scope.spawn({
+                    let work = &work;
+                    move || work(worker)
+                })
+            })
+            .collect();
         handles.into_iter().map(|h| h.join().expect("a materialising thread panicked")).collect()
     });
     results.into_iter().collect()

@@ -85,12 +85,14 @@ fn no_leftovers(root: &Path) {
 #[tokio::test]
 async fn a_second_local_ship_sends_only_what_changed_and_links_the_rest() {
     let (code, root, cache) = (repo(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let first = ship_local(request(code.path(), root.path(), "r1", Materialize::Link, Some(cache.path()))).await.unwrap();
+    let first =
+        ship_local(request(code.path(), root.path(), "r1", Materialize::Link, Some(cache.path()))).await.unwrap();
     assert_eq!((first.files, first.files_present, first.objects_sent), (5, 0, 4), "same.py shares a.py's object");
     assert_same_tree(code.path(), &root.path().join("p/g/n/r1"));
 
     write(&code.path().join("train.py"), "print('changed')\n", 0o644);
-    let second = ship_local(request(code.path(), root.path(), "r2", Materialize::Link, Some(cache.path()))).await.unwrap();
+    let second =
+        ship_local(request(code.path(), root.path(), "r2", Materialize::Link, Some(cache.path()))).await.unwrap();
     assert_eq!((second.files_present, second.objects_sent), (4, 1));
     assert_eq!(second.bytes_sent, "print('changed')\n".len() as u64);
     assert_same_tree(code.path(), &root.path().join("p/g/n/r2"));
@@ -144,7 +146,8 @@ async fn a_locally_tampered_object_is_sent_again_even_when_its_hash_is_cached() 
     let victim = root.path().join("p/g/n/r1/pkg/a.py");
     std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o644)).unwrap();
     std::fs::write(&victim, "A = 2  # tampered\n").unwrap();
-    let second = ship_local(request(code.path(), root.path(), "r2", Materialize::Link, Some(cache.path()))).await.unwrap();
+    let second =
+        ship_local(request(code.path(), root.path(), "r2", Materialize::Link, Some(cache.path()))).await.unwrap();
     assert_eq!(second.objects_sent, 1, "the tampered object is replaced");
     assert_eq!(std::fs::read_to_string(root.path().join("p/g/n/r2/pkg/a.py")).unwrap(), "A = 1\n");
     assert_eq!(std::fs::read_to_string(root.path().join("p/g/n/r2/pkg/same.py")).unwrap(), "A = 1\n");
