@@ -181,3 +181,39 @@ async fn an_existing_run_dir_or_a_vanished_file_fails_and_leaves_nothing() {
     assert!(!root.path().join("p/g/n/r2").exists());
     no_leftovers(root.path());
 }
+
+#[tokio::test]
+async fn a_clean_snapshot_ships_the_commits_files_through_the_cache() {
+    let (code, root, cache) = (repo(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let git = |args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .arg("-C")
+            .arg(code.path())
+            .args(["-c", "user.name=T", "-c", "user.email=t@example.com", "-c", "commit.gpgsign=false"])
+            .args(args)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    };
+    git(&["init", "-q"]);
+    git(&["add", "-A"]);
+    git(&["commit", "-q", "-m", "init"]);
+    // Not committed: a clean snapshot ships HEAD's content.
+    write(&code.path().join("train.py"), "print('uncommitted')\n", 0o644);
+    let clean = |run: &str| {
+        let mut snapshot = Snapshot::collect(code.path(), SnapshotMode::Clean).unwrap();
+        snapshot.hash_cache = Some(cache.path().to_owned());
+        ShipRequest { snapshot, ..request(code.path(), root.path(), run, Materialize::Link, None) }
+    };
+    let first = ship_local(clean("r1")).await.unwrap();
+    assert_eq!((first.files, first.objects_sent), (5, 4));
+    let run = root.path().join("p/g/n/r1");
+    assert_eq!(std::fs::read_to_string(run.join("train.py")).unwrap(), "print('hi')\n");
+    assert_eq!(std::fs::read_link(run.join("link.py")).unwrap(), Path::new("pkg/a.py"));
+    assert_eq!(std::fs::metadata(run.join("run.sh")).unwrap().mode() & 0o111, 0o111);
+    let second = ship_local(clean("r2")).await.unwrap();
+    assert_eq!((second.files_present, second.objects_sent), (5, 0));
+    no_leftovers(root.path());
+}
