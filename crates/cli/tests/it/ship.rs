@@ -108,6 +108,8 @@ fn a_run_dir_is_the_snapshot_and_a_one_line_edit_sends_one_object() {
     assert!(stderr.contains("sent 5 objects"), "{stderr}");
     let objects = ctx.home().join(".local/share/theseus/work/.theseus/objects");
     assert!(objects.is_dir(), "the store is under the work root");
+    let cache = ctx.home().join("state/theseus/hash-cache");
+    assert_eq!(std::fs::read_dir(&cache).map(Iterator::count).unwrap_or(0), 1, "one hash cache file in the state dir");
 
     std::fs::write(code.path().join("train.py"), "print('one')\nprint('TWO')\n").unwrap();
     let (second, stderr) = submit(&ctx, code.path(), "ship-b", &[]);
