@@ -56,6 +56,12 @@ impl Context {
         Ok(loaded)
     }
 
+    /// Where [`theseus_core::snapshot::Snapshot::digests`] remembers the hashes of unchanged
+    /// files between submits.
+    pub(crate) fn hash_cache_dir(&self) -> PathBuf {
+        self.state_dir.join("hash-cache")
+    }
+
     /// Opens the job ledger.
     pub(crate) fn ledger(&self) -> Result<Ledger> {
         Ledger::open(&self.state_dir).with_context(|| format!("cannot open the job ledger in `{}`", self.state_dir.display()))

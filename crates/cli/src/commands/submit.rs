@@ -4,7 +4,7 @@
 
 use std::process::ExitCode;
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use anyhow::{bail, Context as _, Result};
 use serde_json::json;
@@ -14,6 +14,7 @@ use theseus_core::interrupt;
 use theseus_core::job::JobIdentity;
 use theseus_core::ledger::{now_rfc3339, placeholder_handle, Ledger, Record};
 use theseus_core::snapshot::{Snapshot, SnapshotMode};
+use theseus_core::store::ShipReport;
 use theseus_core::solver::render;
 
 use crate::args::{OutputFormat, SubmitArgs};
@@ -39,6 +40,7 @@ pub(crate) async fn run(ctx: &Context, args: SubmitArgs) -> Result<ExitCode> {
         solved.backend
     ));
     let quiet = ctx.quiet;
+    let shipped: Arc<Mutex<Option<ShipReport>>> = Arc::default();
     let options = SubmitOptions {
         replace: args.replace,
         progress: Some(progress::bytes("theseus: shipped", quiet)),
@@ -47,7 +49,15 @@ pub(crate) async fn run(ctx: &Context, args: SubmitArgs) -> Result<ExitCode> {
                 eprintln!("theseus: {note}");
             }
         })),
-        shipped: None,
+        shipped: Some(Arc::new({
+            let shipped = shipped.clone();
+            move |report: &ShipReport| {
+                if !quiet {
+                    eprintln!("theseus: {}", describe_ship(report));
+                }
+                *shipped.lock().expect("not poisoned") = Some(report.clone());
+            }
+        })),
     };
     let ledger = ctx.ledger()?;
     let handle = submit_recorded(&ledger, &solved.backend, &job, &options).await?;
@@ -59,7 +69,8 @@ pub(crate) async fn run(ctx: &Context, args: SubmitArgs) -> Result<ExitCode> {
         identity.name, identity.run_id, plan.host, layout.log_file
     ));
     if ctx.output == OutputFormat::Json && !args.follow {
-        super::print_json(&json!({"name": identity.name, "run_id": identity.run_id, "host": plan.host, "handle": handle, "log_file": layout.log_file}))?;
+        let ship = shipped.lock().expect("not poisoned").clone();
+        super::print_json(&json!({"name": identity.name, "run_id": identity.run_id, "host": plan.host, "handle": handle, "log_file": layout.log_file, "ship": ship}))?;
     } else if !args.follow {
         println!("{}", identity.run_id);
     }
@@ -68,6 +79,19 @@ pub(crate) async fn run(ctx: &Context, args: SubmitArgs) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     super::jobs::follow_to_end(ctx, &solved.backend, &ledger, &handle, &identity.run_id, None).await
+}
+
+/// One line about a finished ship: "sent 1 object (15.8 KiB); 9999 of 10000 files were already
+/// there".
+fn describe_ship(report: &ShipReport) -> String {
+    let objects = if report.objects_sent == 1 { "object" } else { "objects" };
+    format!(
+        "sent {} {objects} ({}); {} of {} files were already there",
+        report.objects_sent,
+        progress::human(report.bytes_sent),
+        report.files_present,
+        report.files
+    )
 }
 
 /// Solves, snapshots the code and renders the bootstrap: the job as the backend gets it.
@@ -93,7 +117,8 @@ async fn prepare(ctx: &Context, args: &SubmitArgs) -> Result<(Solved, PreparedJo
         None => std::env::current_dir().context("cannot read the current directory")?,
     };
     let mode = if args.clean { SnapshotMode::Clean } else { SnapshotMode::Dirty };
-    let snapshot = Snapshot::collect(&code_dir, mode)?;
+    let mut snapshot = Snapshot::collect(&code_dir, mode)?;
+    snapshot.hash_cache = Some(ctx.hash_cache_dir());
     let layout = solved.backend.layout(&identity, plan)?;
     let host = &solved.loaded.config.hosts[&plan.host];
     let mut uv_groups: Vec<String> = host.uv_groups().to_vec();

@@ -7,6 +7,7 @@ mod inputs;
 mod jax;
 mod lifecycle;
 mod probe;
+mod ship;
 mod slurm;
 mod volcano;
 mod volcano_start;

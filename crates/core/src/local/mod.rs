@@ -1,8 +1,10 @@
 //! The local backend (`type: local`): runs a job on this machine, detached from the CLI.
 //!
 //! Layout of a run (paths from the host's cluster, `~` expanded):
-//! - code: `<work>/<project>/<group>/<name>/<run-id>`, written under a `.partial` name and
-//!   renamed when complete, so a half-shipped dir is never used;
+//! - code: `<work>/<project>/<group>/<name>/<run-id>`, hard links to (or, with
+//!   `materialize: copy`, copies of) the objects of the store `<work>/.theseus/objects`
+//!   ([`crate::store::ship_local`]), written under a `.partial` name and renamed when complete,
+//!   so a half-shipped dir is never used;
 //! - status: `<status>/<project>/<group>/<name>/<run-id>` (`metadata.json`, exit codes,
 //!   the supervisor script);
 //! - log: `<log>/<project>/<group>/<name>/<run-id>.log`.
@@ -19,6 +21,7 @@ pub mod claim;
 pub mod logs;
 pub mod process;
 mod reclaim;
+mod ship;
 pub mod supervisor;
 
 use std::fmt;
@@ -173,7 +176,9 @@ impl Backend for LocalBackend {
         }
         // `ship` stops at the next block it writes when the program is interrupted, and removes
         // its partial copy on every error.
-        let shipped = ship(job, &work_dir, options).await;
+        let root = self.expand(&self.cluster.work);
+        let mode = self.cluster.materialize.unwrap_or_default();
+        let shipped = ship::ship(job, &root, &work_dir, mode, options).await;
         if let Some(signal) = crate::interrupt::triggered() {
             let _ = tokio::fs::remove_dir_all(&work_dir).await;
             return Err(Error::backend(
@@ -367,76 +372,6 @@ const SUPERVISOR_START: Duration = Duration::from_secs(20);
 
 fn ledger_now() -> String {
     crate::ledger::now_rfc3339()
-}
-
-/// Unpacks the snapshot and writes the bootstrap into `<work_dir>.partial`, then renames it.
-async fn ship(job: &PreparedJob, work_dir: &Path, options: &SubmitOptions) -> Result<()> {
-    let parent = work_dir.parent().ok_or_else(|| Error::InvalidConfig("work dir has no parent".into()))?;
-    tokio::fs::create_dir_all(parent).await.map_err(|e| Error::io("create", parent, e))?;
-    let partial = work_dir.with_extension("partial");
-    let _ = tokio::fs::remove_dir_all(&partial).await;
-    tokio::fs::create_dir_all(&partial).await.map_err(|e| Error::io("create", &partial, e))?;
-
-    let snapshot = job.snapshot.clone();
-    let dest = partial.clone();
-    let progress = options.progress.clone();
-    let total = snapshot.estimated_tar_bytes();
-    let res = tokio::task::spawn_blocking(move || -> Result<()> {
-        let (reader, writer) = std::io::pipe().map_err(|e| Error::io("create a pipe for", &dest, e))?;
-        let unpack_dest = dest.clone();
-        let unpacker = std::thread::spawn(move || -> std::io::Result<()> {
-            let mut archive = tar::Archive::new(reader);
-            archive.set_preserve_permissions(true);
-            archive.unpack(&unpack_dest)
-        });
-        let mut report = |done: u64| {
-            if let Some(p) = &progress {
-                p(done, Some(total));
-            }
-        };
-        let written = snapshot.write_tar(StopOnInterrupt(writer), &mut report);
-        let unpacked = unpacker.join().map_err(|_| Error::backend("local", "tar unpack thread panicked"))?;
-        written?;
-        unpacked.map_err(|e| Error::io("unpack code into", &dest, e))?;
-        Ok(())
-    })
-    .await
-    .map_err(|e| Error::backend("local", format!("shipping task failed: {e}")))?;
-    if let Err(e) = res {
-        let _ = tokio::fs::remove_dir_all(&partial).await;
-        return Err(e);
-    }
-    for file in &job.bootstrap.files {
-        let path = partial.join(&file.path);
-        if let Some(dir) = path.parent() {
-            tokio::fs::create_dir_all(dir).await.map_err(|e| Error::io("create", dir, e))?;
-        }
-        tokio::fs::write(&path, &file.contents).await.map_err(|e| Error::io("write", &path, e))?;
-        if file.executable {
-            use std::os::unix::fs::PermissionsExt;
-            tokio::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))
-                .await
-                .map_err(|e| Error::io("chmod", &path, e))?;
-        }
-    }
-    tokio::fs::rename(&partial, work_dir).await.map_err(|e| Error::io("rename into place", work_dir, e))?;
-    Ok(())
-}
-
-/// A writer that fails once the program is interrupted, so that a long copy stops at once.
-struct StopOnInterrupt<W>(W);
-
-impl<W: std::io::Write> std::io::Write for StopOnInterrupt<W> {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        if let Some(signal) = crate::interrupt::triggered() {
-            return Err(std::io::Error::other(format!("interrupted ({})", signal.name())));
-        }
-        self.0.write(buf)
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        self.0.flush()
-    }
 }
 
 fn read_code(path: &Path) -> Option<i32> {

@@ -7,6 +7,9 @@ use std::io::Read;
 use super::{Snapshot, SnapshotFile, SnapshotSource, git};
 use crate::{Error, Result};
 
+/// What [`Snapshot::for_each_content`] calls: index, file, current size, content.
+pub type ContentVisitor<'a> = dyn FnMut(usize, &SnapshotFile, u64, &mut dyn Read) -> Result<()> + 'a;
+
 impl Snapshot {
     /// Calls `visit` with the index, the file, its current size and a reader of its content,
     /// for each regular file of `indices` (symlinks are skipped), in the order given.
@@ -15,7 +18,7 @@ impl Snapshot {
     pub fn for_each_content(
         &self,
         indices: &[usize],
-        visit: &mut dyn FnMut(usize, &SnapshotFile, u64, &mut dyn Read) -> Result<()>,
+        visit: &mut ContentVisitor<'_>,
     ) -> Result<()> {
         match &self.source {
             SnapshotSource::GitCommit { commit } => {

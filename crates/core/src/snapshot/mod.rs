@@ -21,11 +21,15 @@ use sha2::{Digest, Sha256};
 
 use crate::{Error, Result};
 
-pub use digest::Sha256Digest;
+pub use content::ContentVisitor;
+pub use digest::{DigestStats, HashFn, Sha256Digest};
 
 mod content;
 mod digest;
+#[cfg(test)]
+mod digest_tests;
 mod git;
+mod hash_cache;
 #[cfg(test)]
 mod tests;
 

@@ -24,7 +24,8 @@
 //! objects, so a tampered object is never linked into a later run.
 //!
 //! The pure parts (keys, which objects to send, the archives) live in [`plan`] and [`archive`];
-//! [`ship`] drives a [`Shell`]; [`LocalShell`] runs the scripts on this machine.
+//! [`ship`] drives a [`Shell`]; [`LocalShell`] runs the scripts on this machine, and
+//! [`ship_local`] does the same three steps in-process, for the local backend.
 
 use std::fmt;
 use std::io::{self, Write};
@@ -35,14 +36,18 @@ use serde::{Deserialize, Serialize};
 
 pub mod archive;
 mod local;
+mod native;
 pub mod plan;
 pub mod reclaim;
 pub mod scripts;
 mod ship;
 #[cfg(test)]
+mod native_tests;
+#[cfg(test)]
 mod tests;
 
 pub use local::LocalShell;
+pub use native::ship_local;
 pub use plan::{ObjectKey, StorePlan};
 pub use archive::ExtraFile;
 pub use ship::{ShipReport, ShipRequest, StoreError, ship};
