@@ -309,10 +309,13 @@ impl SshHost {
         let err_task = tokio::spawn(read_all(stderr));
         let bridge = SyncIoBridge::new(stdin);
         let writer = tokio::task::spawn_blocking(move || -> std::io::Result<()> {
-            let mut counting = Counting { inner: bridge, sent: 0, progress };
+            // Archives are written in small pieces (a 512-byte header per entry) and each write
+            // through the bridge is a trip through the runtime: batch them.
+            let buffered = std::io::BufWriter::with_capacity(WRITE_BUFFER, bridge);
+            let mut counting = Counting { inner: buffered, sent: 0, progress };
             produce(&mut counting)?;
             counting.flush()?;
-            counting.inner.shutdown()
+            counting.inner.into_inner().map_err(|e| e.into_error())?.shutdown()
         });
         let wrote = writer.await.unwrap_or_else(|e| Err(std::io::Error::other(e.to_string())));
         let status = child.wait().await;
@@ -505,6 +508,9 @@ pub(crate) fn error_chain(err: &dyn std::error::Error) -> String {
 }
 
 /// Counts bytes written through it and reports them.
+/// Bytes of stdin gathered before they are handed to the SSH channel.
+const WRITE_BUFFER: usize = 256 * 1024;
+
 struct Counting<W> {
     inner: W,
     sent: u64,

@@ -50,10 +50,11 @@ pub(crate) async fn solve(ctx: &Context, args: &JobArgs, probe: bool) -> Result<
         .map(|(name, _)| name.to_owned())
         .filter(|name| args.host.as_ref().is_none_or(|h| h == name))
         .collect();
+    // The probed backends are kept: the chosen one submits over the connection its probe made.
+    let mut targets = Vec::new();
     let mut availability: BTreeMap<String, Availability> = if args.no_check || !probe {
         BTreeMap::new()
     } else {
-        let mut targets = Vec::new();
         for name in &candidates {
             // Each host's own budget: --probe-timeout, else its `probe_timeout`, else 5 s.
             let budget = theseus_core::probe::budget(args.probe_timeout, &loaded.config.hosts[name]);
@@ -80,7 +81,10 @@ pub(crate) async fn solve(ctx: &Context, args: &JobArgs, probe: bool) -> Result<
             return Err(e.into());
         }
     };
-    let backend = ctx.backend(&loaded, &plan.host)?;
+    let backend = match targets.into_iter().find(|(name, _, _)| *name == plan.host) {
+        Some((_, backend, _)) => backend,
+        None => ctx.backend(&loaded, &plan.host)?,
+    };
     Ok(Solved { loaded, experiment, request, plan, backend, unanswered })
 }
 
