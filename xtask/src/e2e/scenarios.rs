@@ -374,6 +374,23 @@ fn run_dirs(status_dir: &Path, prefix: &str) -> Result<BTreeSet<String>> {
 
 fn nothing_left(world: &World) -> Result<()> {
     let ns = &world.namespace;
+    // theseus's own judgement first: no Kubernetes leftovers (finished runs' code dirs on the
+    // PVC are `gc`'s to reclaim, so they are not counted). Its dry run of the PVC store starts a
+    // helper pod of its own, which the checks below then see gone. Only the working host: the
+    // broken host's helper image cannot start, so its store cannot be reclaimed.
+    let gc = world.theseus_ok(&["gc", "--older-than", "0s", "--dry-run", "--host", HOST, "--output", "json"])?;
+    let report: Value = serde_json::from_str(&gc).with_context(|| format!("`theseus gc --output json` printed {gc}"))?;
+    let leftovers: Vec<&Value> = report
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|host| host["deleted"].as_array().into_iter().flatten())
+        .collect();
+    ensure!(leftovers.is_empty(), "`theseus gc` would delete Kubernetes leftovers: {leftovers:?}");
+    ensure!(
+        report.as_array().into_iter().flatten().any(|host| host["reclaim"]["items"].is_array()),
+        "`theseus gc` did not look at the PVC's code store: {report}"
+    );
     // A deleted helper pod stays (Terminating) for its grace period; wait for it to go, and on
     // timeout say which helper objects are left and in what state.
     wait_seen("helper jobs and pods to be gone", HELPER_GONE_TIMEOUT, Duration::from_millis(500), || {
@@ -404,16 +421,6 @@ fn nothing_left(world: &World) -> Result<()> {
         .filter_map(|s| s["metadata"]["name"].as_str().map(str::to_owned))
         .collect();
     ensure!(orphans.is_empty(), "Secrets of theseus without a live vcjob: {orphans:?}");
-    // Kubernetes leftovers only: finished runs' code dirs on the PVC are `gc`'s to reclaim.
-    let gc = world.theseus_ok(&["gc", "--older-than", "0s", "--dry-run", "--output", "json"])?;
-    let report: Value = serde_json::from_str(&gc).with_context(|| format!("`theseus gc --output json` printed {gc}"))?;
-    let leftovers: Vec<&Value> = report
-        .as_array()
-        .into_iter()
-        .flatten()
-        .flat_map(|host| host["deleted"].as_array().into_iter().flatten())
-        .collect();
-    ensure!(leftovers.is_empty(), "`theseus gc` would delete Kubernetes leftovers: {leftovers:?}");
     Ok(())
 }
 
