@@ -85,8 +85,10 @@ pub fn write_objects(snapshot: &Snapshot, plan: &StorePlan, keys: &[ObjectKey], 
 }
 
 /// Writes the run dir's archive for [`super::scripts::MATERIALIZE`]: entries relative to the
-/// work root `root`, under `<dest>.partial` (`dest` relative to `root`), then `extra`, then
-/// the token entry last.
+/// work root `root`, under `<dest>.partial` (`dest` relative to `root`), then `extra` (with
+/// modification time `mtime`, in seconds), then the token entry last. The same arguments give
+/// the same bytes: a transport may write the archive twice and compare.
+#[allow(clippy::too_many_arguments)]
 pub fn write_materialize(
     plan: &StorePlan,
     root: &str,
@@ -94,6 +96,7 @@ pub fn write_materialize(
     mode: Materialize,
     extra: &[ExtraFile],
     token: &str,
+    mtime: u64,
     out: &mut dyn Write,
 ) -> io::Result<()> {
     let partial = format!("{dest}.partial");
@@ -118,7 +121,6 @@ pub fn write_materialize(
             }
         }
     }
-    let mtime = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let sentinel = ExtraFile { path: SENTINEL.into(), contents: token.as_bytes().to_vec(), mode: 0o644 };
     for file in extra.iter().chain(std::iter::once(&sentinel)) {
         let mut h = header(tar::EntryType::Regular, file.mode, file.contents.len() as u64);

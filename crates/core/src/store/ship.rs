@@ -170,10 +170,13 @@ async fn ship_once(
     }
 
     let token = format!("{}-{}", upload_id(), std::process::id());
+    // Read once: the archive must be the same bytes each time the transport writes it (the
+    // exec shell writes it twice and refuses a second pass that differs).
+    let mtime = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let (plan2, extra, mode, root2, rel2, token2) =
         (Arc::clone(plan), request.extra.clone(), request.mode, root.to_owned(), rel.to_owned(), token.clone());
     let stdin: StdinFn =
-        Arc::new(move |w| archive::write_materialize(&plan2, &root2, &rel2, mode, &extra, &token2, w));
+        Arc::new(move |w| archive::write_materialize(&plan2, &root2, &rel2, mode, &extra, &token2, mtime, w));
     shell
         .run(ScriptCall {
             script: scripts::MATERIALIZE,

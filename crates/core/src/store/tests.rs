@@ -194,3 +194,23 @@ async fn awkward_names_and_long_paths_survive_the_scripts() {
     ship(&LocalShell, request(code.path(), &root_path, "r2", Materialize::Copy)).await.unwrap();
     assert_same_tree(code.path(), &root_path.join("p/g/n/r2"));
 }
+
+#[test]
+fn the_run_dir_archive_is_the_same_bytes_every_time_it_is_written() {
+    // A transport that cannot close stdin (kube exec v4) writes stdin twice and refuses a
+    // second pass that differs; a clock read inside the writer made that fail at second
+    // boundaries.
+    let code = repo();
+    let snapshot = Snapshot::collect(code.path(), SnapshotMode::Dirty).unwrap();
+    let plan = StorePlan::new(&snapshot, &snapshot.digests(None).unwrap());
+    let extra = [archive::ExtraFile { path: ".theseus/bootstrap.sh".into(), contents: b"echo\n".to_vec(), mode: 0o755 }];
+    let write = || {
+        let mut out = Vec::new();
+        archive::write_materialize(&plan, "/w", "p/g/n/r", Materialize::Link, &extra, "tok", 1_700_000_000, &mut out)
+            .unwrap();
+        out
+    };
+    let first = write();
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    assert_eq!(first, write());
+}
