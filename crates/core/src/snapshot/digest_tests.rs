@@ -1,12 +1,12 @@
 //! Tests of [`Snapshot::digests`] and its persistent hash cache.
 
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, SystemTime};
 
 use sha2::{Digest, Sha256};
 
 use super::hash_cache::{CacheKind, HashCache};
+use super::tests::git;
 use super::*;
 
 /// Files modified an hour ago: older than the racy window, so their hashes are cached.
@@ -143,21 +143,9 @@ fn a_corrupt_cache_is_ignored_and_the_cache_holds_only_the_snapshots_files() {
 #[test]
 fn a_commits_files_are_cached_by_blob_id() {
     let code = many_files(100);
-    let git = |args: &[&str]| {
-        let out = Command::new("git")
-            .arg("-C")
-            .arg(code.path())
-            .args(["-c", "user.name=T", "-c", "user.email=t@example.com", "-c", "commit.gpgsign=false"])
-            .args(args)
-            .env("GIT_CONFIG_NOSYSTEM", "1")
-            .env("GIT_CONFIG_GLOBAL", "/dev/null")
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    };
-    git(&["init", "-q"]);
-    git(&["add", "-A"]);
-    git(&["commit", "-q", "-m", "init"]);
+    git(code.path(), &["init", "-q"]);
+    git(code.path(), &["add", "-A"]);
+    git(code.path(), &["commit", "-q", "-m", "init"]);
     let cache = tempfile::tempdir().unwrap();
     let clean = Snapshot::collect(code.path(), SnapshotMode::Clean).unwrap();
     let (first, stats) = clean.digests_with_stats(Some(cache.path())).unwrap();
@@ -168,7 +156,7 @@ fn a_commits_files_are_cached_by_blob_id() {
 
     // A new commit changing one file: one blob is new.
     std::fs::write(code.path().join("d1/f1.txt"), "changed\n").unwrap();
-    git(&["commit", "-q", "-a", "-m", "edit"]);
+    git(code.path(), &["commit", "-q", "-a", "-m", "edit"]);
     let clean = Snapshot::collect(code.path(), SnapshotMode::Clean).unwrap();
     let (digests, stats) = clean.digests_with_stats(Some(cache.path())).unwrap();
     assert_eq!(stats, DigestStats { hashed: 1, cached: 99 });

@@ -31,7 +31,7 @@ mod digest_tests;
 mod git;
 mod hash_cache;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 /// Call `progress` at least every this many bytes of archive output.
 const PROGRESS_STEP: u64 = 1 << 20;

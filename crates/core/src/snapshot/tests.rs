@@ -10,8 +10,9 @@ use sha2::{Digest, Sha256};
 
 use super::*;
 
-/// Runs git in `dir` with a clean, fixed identity and no user config.
-fn git(dir: &Path, args: &[&str]) {
+/// Runs git in `dir` with a clean, fixed identity and no user config (also used by the store's
+/// tests).
+pub(crate) fn git(dir: &Path, args: &[&str]) {
     let out = Command::new("git")
         .arg("-C")
         .arg(dir)

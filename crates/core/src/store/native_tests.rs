@@ -3,15 +3,11 @@
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 
+use super::tests::write;
+use crate::snapshot::tests::git;
 use super::*;
 use crate::Error;
 use crate::snapshot::{Snapshot, SnapshotMode};
-
-fn write(path: &Path, content: &str, mode: u32) {
-    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-    std::fs::write(path, content).unwrap();
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
-}
 
 fn repo() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
@@ -185,21 +181,9 @@ async fn an_existing_run_dir_or_a_vanished_file_fails_and_leaves_nothing() {
 #[tokio::test]
 async fn a_clean_snapshot_ships_the_commits_files_through_the_cache() {
     let (code, root, cache) = (repo(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let git = |args: &[&str]| {
-        let out = std::process::Command::new("git")
-            .arg("-C")
-            .arg(code.path())
-            .args(["-c", "user.name=T", "-c", "user.email=t@example.com", "-c", "commit.gpgsign=false"])
-            .args(args)
-            .env("GIT_CONFIG_NOSYSTEM", "1")
-            .env("GIT_CONFIG_GLOBAL", "/dev/null")
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    };
-    git(&["init", "-q"]);
-    git(&["add", "-A"]);
-    git(&["commit", "-q", "-m", "init"]);
+    git(code.path(), &["init", "-q"]);
+    git(code.path(), &["add", "-A"]);
+    git(code.path(), &["commit", "-q", "-m", "init"]);
     // Not committed: a clean snapshot ships HEAD's content.
     write(&code.path().join("train.py"), "print('uncommitted')\n", 0o644);
     let clean = |run: &str| {

@@ -6,7 +6,8 @@ use std::path::Path;
 use super::*;
 use crate::snapshot::{Snapshot, SnapshotMode};
 
-fn write(path: &Path, content: &str, mode: u32) {
+/// Writes `content` to `path` (making its dirs) with `mode` (also used by `native_tests`).
+pub(super) fn write(path: &Path, content: &str, mode: u32) {
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
     std::fs::write(path, content).unwrap();
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
