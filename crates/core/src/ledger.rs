@@ -101,9 +101,22 @@ impl Ledger {
             .map_err(ledger_err(format!("cannot open `{}`", path.display())))?;
         conn.busy_timeout(Duration::from_secs(10)).map_err(ledger_err("cannot set busy timeout"))?;
         // WAL lets readers and one writer work at the same time; the pragma answers with a row.
-        let _mode: String = conn
-            .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
-            .map_err(ledger_err("cannot enable WAL"))?;
+        // Switching a new database to WAL needs an exclusive lock, and SQLite reports a client
+        // doing the same at that moment as "database is locked" at once, without the busy
+        // handler: retry for as long as the busy timeout would have waited.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            match conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get::<_, String>(0)) {
+                Ok(_) => break,
+                Err(rusqlite::Error::SqliteFailure(e, _))
+                    if matches!(e.code, rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+                        && std::time::Instant::now() < deadline =>
+                {
+                    std::thread::sleep(Duration::from_millis(5 + u64::from(rand::random::<u8>() % 20)));
+                }
+                Err(e) => return Err(ledger_err("cannot enable WAL")(e)),
+            }
+        }
         conn.execute_batch(
             "CREATE TABLE IF NOT EXISTS runs (
                 run_id       TEXT PRIMARY KEY,
@@ -290,6 +303,25 @@ pub fn now_rfc3339() -> String {
 mod tests {
     use super::*;
     use crate::config::HostKind;
+
+    #[test]
+    fn many_clients_opening_a_new_ledger_at_once_all_succeed() {
+        // Two first-ever submits at once: switching a new database to WAL needs its lock, and
+        // SQLite answers "database is locked" at once, without the busy handler.
+        for _ in 0..20 {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().to_owned();
+            let opened: Vec<_> = (0..8)
+                .map(|_| {
+                    let path = path.clone();
+                    std::thread::spawn(move || Ledger::open(&path).map(drop).map_err(|e| e.to_string()))
+                })
+                .collect();
+            for handle in opened {
+                handle.join().unwrap().unwrap();
+            }
+        }
+    }
 
     fn record(name: &str, run_id: &str, at: &str) -> Record {
         Record {
