@@ -2,30 +2,33 @@
 //!
 //! Same layout and guarantees as the scripts ([`super::scripts`]) driven through
 //! [`super::LocalShell`], without their cost (a process per prefix dir, `read` builtins that
-//! take a byte per system call, each file hashed three times):
+//! take a byte per system call, each file hashed three times). Each file the hash cache does
+//! not know is read once and written once:
 //!
-//! 1. hash: files the hash cache does not know are read once, into a private temp dir of the
-//!    store (`.theseus/incoming/<random>/`), hashed as they are written, made read-only with
-//!    mtime 0;
-//! 2. missing: an object counts as present when it exists with mtime 0 (one written in place
-//!    since is removed, as [`super::scripts::MISSING`] does); each missing object is renamed
-//!    into place from its temp file (or first copied there from the snapshot and checked
-//!    against its key, for a file whose hash came from the cache);
-//! 3. materialise: the run dir is built under `<dest>.partial` from hard links (or private,
-//!    writable copies) of the objects, symlinks and the per-run files, and renamed to `<dest>`
-//!    only when complete.
+//! 1. the run dir's dirs are made under `<dest>.partial`;
+//! 2. hash and publish (on several threads): each such file is copied straight to its place in
+//!    `<dest>.partial` (with `copy`, to a private temp file of the store instead), read-only
+//!    with mtime 0 as objects are, hashed on the way, then published into the store with
+//!    `link()`, which is atomic: a second ship of the same content, concurrent or not, finds
+//!    the name taken (`EEXIST`), and its own file is then swapped for a link to the object
+//!    already there, so that runs share one copy. An object with a recent mtime was written in
+//!    place by a job: it is removed and published again, as [`super::scripts::MISSING`] does;
+//! 3. files whose hash came from the cache are linked from the store (or copied from the
+//!    snapshot, checked against their key and published, when the store lacks them or an
+//!    object vanished under a concurrent `gc`);
+//! 4. with `copy`, each file is copied out of the store as a private, writable file; symlinks
+//!    and the per-run files are added, and `<dest>.partial` is renamed to `<dest>`.
 //!
 //! Every step checks [`crate::interrupt`] between files and removes what it made when stopped
-//! or failing; a concurrent `gc` that takes an object before it is linked restarts the ship
-//! once.
+//! or failing.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeSet, HashSet};
 use std::fs;
 use std::io::{self, Read, Write};
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use sha2::{Digest, Sha256};
@@ -34,6 +37,7 @@ use super::archive::ExtraFile;
 use super::plan::{ObjectKey, PlanEntry, StorePlan};
 use super::ship::{ShipReport, ShipRequest, mib};
 use super::{Materialize, OBJECTS_DIR};
+use crate::snapshot::Snapshot;
 use crate::{Error, Result};
 
 /// An object modified within this long is one a job wrote in place (objects carry mtime 0);
@@ -54,34 +58,66 @@ fn ship_blocking(request: &ShipRequest) -> Result<ShipReport> {
     let incoming = root.join(".theseus/incoming").join(format!("{:016x}", rand::random::<u64>()));
     fs::create_dir_all(&objects).map_err(|e| Error::io("create", &objects, e))?;
     fs::create_dir_all(&incoming).map_err(|e| Error::io("create", &incoming, e))?;
-    let result = ship_with(request, &objects, &incoming);
+    let result = ship_run_dir(request, &objects, &incoming);
     let _ = fs::remove_dir_all(&incoming);
     result
 }
 
-fn ship_with(request: &ShipRequest, objects: &Path, incoming: &Path) -> Result<ShipReport> {
+/// Builds the run dir under `<dest>.partial` and renames it into place; on any failure
+/// nothing of it is left.
+fn ship_run_dir(request: &ShipRequest, objects: &Path, incoming: &Path) -> Result<ShipReport> {
+    let dest = Path::new(&request.dest);
+    let partial = PathBuf::from(format!("{}.partial", request.dest));
+    let exists = || Error::AlreadyExists { what: format!("run dir `{}` on this machine", request.dest) };
+    if dest.exists() {
+        return Err(exists());
+    }
+    let _ = fs::remove_dir_all(&partial);
+    let result = ship_into(request, objects, incoming, &partial).and_then(|report| {
+        if dest.exists() {
+            return Err(exists());
+        }
+        fs::rename(&partial, dest).map_err(|e| Error::io("rename into place", dest, e))?;
+        Ok(report)
+    });
+    if result.is_err() {
+        let _ = fs::remove_dir_all(&partial);
+    }
+    result
+}
+
+fn ship_into(request: &ShipRequest, objects: &Path, incoming: &Path, partial: &Path) -> Result<ShipReport> {
     let snapshot = &request.snapshot;
-    let staged: Mutex<BTreeMap<usize, PathBuf>> = Mutex::new(BTreeMap::new());
-    let staging_dirs = Mutex::new(HashSet::new());
+    let started = std::time::Instant::now();
+    make_dirs(snapshot, &request.extra, partial)?;
+    let store = Store::new(objects, incoming, partial, request.mode);
+    let read: Vec<AtomicBool> = snapshot.files.iter().map(|_| AtomicBool::new(false)).collect();
     // Bytes copied while hashing, reported (total unknown yet) at most once a MiB.
     let copied = AtomicU64::new(0);
-    let started = std::time::Instant::now();
     let (digests, hashed) = snapshot.digests_through(snapshot.hash_cache.as_deref(), &|i, reader| {
         stop_if_interrupted()?;
-        let temp = staging_path(incoming, i, &staging_dirs)?;
-        let digest = stage(reader, &temp, snapshot.files[i].executable)
-            .map_err(|e| Error::io("copy into the object store", snapshot.root.join(&snapshot.files[i].path), e))?;
-        staged.lock().expect("not poisoned").insert(i, temp);
-        let size = snapshot.files[i].size;
+        let file = &snapshot.files[i];
+        let source = || snapshot.root.join(&file.path);
+        let target = store.target(i, &file.path)?;
+        let sha256 = write_new(reader, &target, file.executable)
+            .map_err(|e| Error::io("copy into the object store", source(), e))?;
+        store.publish(&target, &ObjectKey { sha256, executable: file.executable })?;
+        read[i].store(true, Ordering::Relaxed);
+        let size = file.size;
         let before = copied.fetch_add(size, Ordering::Relaxed);
         if let Some(progress) = &request.progress
             && (before + size) >> 20 > before >> 20
         {
             progress(before + size, None);
         }
-        Ok(digest)
+        Ok(sha256)
     })?;
-    tracing::debug!("hashed {} files ({} from the cache) in {:?}", hashed.hashed, hashed.cached, started.elapsed());
+    tracing::debug!(
+        "hashed and stored {} files ({} from the cache) in {:?}",
+        hashed.hashed,
+        hashed.cached,
+        started.elapsed()
+    );
     let copied = copied.into_inner();
     if let Some(progress) = &request.progress
         && copied >= 1 << 20
@@ -90,49 +126,230 @@ fn ship_with(request: &ShipRequest, objects: &Path, incoming: &Path) -> Result<S
         progress(copied, Some(copied));
     }
     let plan = StorePlan::new(snapshot, &digests);
-    let mut staged_by_key = BTreeMap::new();
-    for (i, temp) in staged.into_inner().expect("not poisoned") {
-        if let PlanEntry::Object(key) = plan.files[i].1 {
-            staged_by_key.entry(key).or_insert(temp);
+    let cached: Vec<usize> = (0..plan.files.len())
+        .filter(|&i| matches!(plan.files[i].1, PlanEntry::Object(_)) && !read[i].load(Ordering::Relaxed))
+        .collect();
+    let lacking = link_cached(&store, &plan, &cached)?;
+    store_lacking(request, &store, &plan, &lacking)?;
+    tracing::debug!("stored every object; {:?} since the start", started.elapsed());
+    let created: Vec<ObjectKey> = store.created.into_inner().expect("not poisoned").into_iter().collect();
+    let bytes = plan.bytes_of(&created);
+    let (files, present) = (plan.regular_files(), plan.files_present(&created));
+    if let Some(status) = &request.status {
+        status(&format!("{present} of {files} files already there; sending {}", mib(bytes)));
+    }
+    finish(request.mode, &plan, &request.extra, objects, partial)?;
+    tracing::debug!("made the run dir; {:?} since the start", started.elapsed());
+    Ok(ShipReport { files, files_present: present, objects_sent: created.len(), bytes_sent: bytes })
+}
+
+/// The object store of one ship, and where the ship writes the files it reads.
+struct Store<'a> {
+    objects: &'a Path,
+    incoming: &'a Path,
+    partial: &'a Path,
+    mode: Materialize,
+    /// Seconds since the epoch: an object modified since was written in place.
+    recent: i64,
+    /// Objects this ship published.
+    created: Mutex<BTreeSet<ObjectKey>>,
+    /// Groups of the incoming dir made so far.
+    staging_dirs: Mutex<HashSet<usize>>,
+    /// Numbers the temp names of links swapped into the run dir.
+    swaps: AtomicU64,
+}
+
+impl<'a> Store<'a> {
+    fn new(objects: &'a Path, incoming: &'a Path, partial: &'a Path, mode: Materialize) -> Store<'a> {
+        let recent = SystemTime::now().checked_sub(TAMPERED).unwrap_or(UNIX_EPOCH);
+        Store {
+            objects,
+            incoming,
+            partial,
+            mode,
+            recent: recent.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64),
+            created: Mutex::new(BTreeSet::new()),
+            staging_dirs: Mutex::new(HashSet::new()),
+            swaps: AtomicU64::new(0),
         }
     }
-    let mut first = true;
-    loop {
-        let missing = missing(&plan, objects)?;
-        let bytes = plan.bytes_of(&missing);
-        let (files, present) = (plan.regular_files(), plan.files_present(&missing));
-        if first && let Some(status) = &request.status {
-            status(&format!("{present} of {files} files already there; sending {}", mib(bytes)));
-        }
-        store_objects(request, &plan, &missing, &mut staged_by_key, objects, incoming)?;
-        tracing::debug!("stored {} missing objects; {:?} since the start", missing.len(), started.elapsed());
-        let built = materialize(request, &plan, objects);
-        tracing::debug!("made the run dir; {:?} since the start", started.elapsed());
-        match built {
-            Ok(()) => {
-                return Ok(ShipReport {
-                    files,
-                    files_present: present,
-                    objects_sent: missing.len(),
-                    bytes_sent: bytes,
-                });
-            }
-            Err(BuildError::Gone(path)) if first => {
-                tracing::warn!(
-                    "object `{}` of the store disappeared (a concurrent gc?); shipping again",
-                    path.display()
-                );
-                first = false;
-            }
-            Err(BuildError::Gone(path)) => {
-                return Err(Error::backend(
-                    "store",
-                    format!("object `{}` of the store disappeared twice", path.display()),
-                ));
-            }
-            Err(BuildError::Failed(e)) => return Err(e),
+
+    /// Where the content of file `i` (at `path` in the snapshot) is written: its place in the
+    /// run dir with `link`; with `copy`, a temp file of the store (the run dir gets a private,
+    /// writable copy later).
+    fn target(&self, i: usize, path: &str) -> Result<PathBuf> {
+        match self.mode {
+            Materialize::Link => Ok(self.partial.join(path)),
+            Materialize::Copy => staging_path(self.incoming, i, &self.staging_dirs),
         }
     }
+
+    /// Whether `object` is in the store and sound (not written in place since it was stored).
+    fn sound(&self, object: &Path) -> Result<bool> {
+        match fs::symlink_metadata(object) {
+            Ok(meta) => Ok(meta.is_file() && meta.mtime() < self.recent),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(Error::io("read", object, e)),
+        }
+    }
+
+    /// Publishes `file` (holding the content of `key`, read-only, mtime 0) as the object of
+    /// `key`. When a sound object is there already, the run dir's `file` becomes a link to it.
+    fn publish(&self, file: &Path, key: &ObjectKey) -> Result<()> {
+        let object = object_path(self.objects, key);
+        let failed = |e| Error::io("move into the object store", &object, e);
+        let linked = match fs::hard_link(file, &object) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                let dir = object.parent().expect("an object has a prefix dir");
+                fs::create_dir_all(dir).map_err(|e| Error::io("create", dir, e))?;
+                fs::hard_link(file, &object)
+            }
+            other => other,
+        };
+        match linked {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                if self.sound(&object)? {
+                    if self.mode == Materialize::Link {
+                        self.share(&object, file)?;
+                    }
+                    return Ok(());
+                }
+                // Written in place by a job: drop it and publish ours.
+                match fs::remove_file(&object) {
+                    Err(e) if e.kind() != io::ErrorKind::NotFound => {
+                        return Err(Error::io("remove the tampered object", &object, e));
+                    }
+                    _ => {}
+                }
+                match fs::hard_link(file, &object) {
+                    // A concurrent ship published it first: the same content, sound.
+                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists => return Ok(()),
+                    other => other.map_err(failed)?,
+                }
+            }
+            Err(e) => return Err(failed(e)),
+        }
+        self.created.lock().expect("not poisoned").insert(*key);
+        Ok(())
+    }
+
+    /// Replaces `file` of the run dir with a link to `object` (same content), atomically; when
+    /// the object vanished meanwhile (a concurrent `gc`), `file` stays as it is.
+    fn share(&self, object: &Path, file: &Path) -> Result<()> {
+        let temp = self.incoming.join(format!("swap-{}", self.swaps.fetch_add(1, Ordering::Relaxed)));
+        match fs::hard_link(object, &temp) {
+            Ok(()) => fs::rename(&temp, file).map_err(|e| Error::io("link from the object store", file, e)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(Error::io("link from the object store", file, e)),
+        }
+    }
+}
+
+/// Makes `partial` and every dir of the run dir in it, a parent before its children, on up
+/// to `available_parallelism` threads (grouped by top-level dir).
+fn make_dirs(snapshot: &Snapshot, extra: &[ExtraFile], partial: &Path) -> Result<()> {
+    if let Some(parent) = partial.parent() {
+        fs::create_dir_all(parent).map_err(|e| Error::io("create", parent, e))?;
+    }
+    fs::create_dir(partial).map_err(|e| Error::io("create", partial, e))?;
+    // Every dir, a parent before its children (a prefix sorts first).
+    let mut dirs: BTreeSet<&str> = BTreeSet::new();
+    for path in snapshot.files.iter().map(|f| f.path.as_str()).chain(extra.iter().map(|f| f.path.as_str())) {
+        let mut rest = path;
+        while let Some((dir, _)) = rest.rsplit_once('/') {
+            if !dirs.insert(dir) {
+                break;
+            }
+            rest = dir;
+        }
+    }
+    let mut groups: Vec<Vec<&str>> = Vec::new();
+    for dir in dirs {
+        let top = dir.split('/').next().unwrap_or(dir);
+        match groups.last_mut() {
+            Some(group) if group[0] == top => group.push(dir),
+            _ => groups.push(vec![dir]),
+        }
+    }
+    let threads = threads_for(snapshot.files.len());
+    on_threads(threads, |worker| {
+        for group in groups.iter().skip(worker).step_by(threads) {
+            for dir in group {
+                let dir = partial.join(dir);
+                fs::create_dir(&dir).map_err(|e| Error::io("create", &dir, e))?;
+            }
+        }
+        Ok(())
+    })
+}
+
+/// Links the files of `cached` (whose hashes came from the cache) from the store into the run
+/// dir (with `copy`, checks that their objects are there); returns those the store lacks (or
+/// whose objects vanished or were written in place).
+fn link_cached(store: &Store<'_>, plan: &StorePlan, cached: &[usize]) -> Result<Vec<usize>> {
+    let threads = threads_for(cached.len());
+    let per_thread = cached.len().div_ceil(threads).max(1);
+    let lacking = Mutex::new(Vec::new());
+    on_threads(threads, |worker| {
+        for &i in cached.iter().skip(worker * per_thread).take(per_thread) {
+            stop_if_interrupted()?;
+            let (path, PlanEntry::Object(key)) = &plan.files[i] else { continue };
+            let object = object_path(store.objects, key);
+            let present = store.sound(&object)?
+                && match store.mode {
+                    Materialize::Copy => true,
+                    Materialize::Link => {
+                        let to = store.partial.join(path);
+                        match fs::hard_link(&object, &to) {
+                            Ok(()) => true,
+                            Err(e) if e.kind() == io::ErrorKind::NotFound && !object.exists() => false,
+                            Err(e) => return Err(Error::io("link", &to, e)),
+                        }
+                    }
+                };
+            if !present {
+                lacking.lock().expect("not poisoned").push(i);
+            }
+        }
+        Ok(())
+    })?;
+    let mut lacking = lacking.into_inner().expect("not poisoned");
+    lacking.sort_unstable();
+    Ok(lacking)
+}
+
+/// Copies each of `lacking` from the snapshot to its target, checks it against its key, and
+/// publishes it.
+fn store_lacking(request: &ShipRequest, store: &Store<'_>, plan: &StorePlan, lacking: &[usize]) -> Result<()> {
+    let snapshot = &request.snapshot;
+    let total: u64 = lacking.iter().map(|&i| snapshot.files[i].size).sum();
+    let mut sent = 0;
+    snapshot.for_each_content(lacking, &mut |i, file, _, reader| {
+        stop_if_interrupted()?;
+        let changed = || {
+            Error::InvalidConfig(format!(
+                "`{}` changed while it was being shipped; submit again",
+                snapshot.root.join(&file.path).display()
+            ))
+        };
+        let PlanEntry::Object(key) = plan.files[i].1 else { return Err(changed()) };
+        let target = store.target(i, &file.path)?;
+        let digest = write_new(reader, &target, file.executable)
+            .map_err(|e| Error::io("copy into the object store", snapshot.root.join(&file.path), e))?;
+        if digest != key.sha256 {
+            return Err(changed());
+        }
+        store.publish(&target, &key)?;
+        let before = sent;
+        sent += file.size;
+        if let Some(progress) = &request.progress
+            && (sent >> 20 > before >> 20 || sent == total)
+        {
+            progress(sent, Some(total));
+        }
+        Ok(())
+    })
 }
 
 /// The temp file of the content of file `i`: threads hash neighbouring files, and each group
@@ -151,10 +368,11 @@ fn staging_path(incoming: &Path, i: usize, made: &Mutex<HashSet<usize>>) -> Resu
     Ok(dir.join(i.to_string()))
 }
 
-/// Copies `reader` into a new file `temp`, hashing what is written; the file is made read-only
-/// (0444, or 0555 when `executable`) with mtime 0, as objects are.
-fn stage(reader: &mut dyn Read, temp: &Path, executable: bool) -> io::Result<[u8; 32]> {
-    let mut file = fs::File::create(temp)?;
+/// Copies `reader` into a new file `path`, created read-only (0444, or 0555 when
+/// `executable`), as objects are, hashing what is written; its mtime is set to 0.
+fn write_new(reader: &mut dyn Read, path: &Path, executable: bool) -> io::Result<[u8; 32]> {
+    let mut file =
+        fs::OpenOptions::new().write(true).create_new(true).mode(if executable { 0o555 } else { 0o444 }).open(path)?;
     let mut hasher = Sha256::new();
     let mut buf = vec![0u8; 64 * 1024];
     loop {
@@ -170,192 +388,30 @@ fn stage(reader: &mut dyn Read, temp: &Path, executable: bool) -> io::Result<[u8
         hasher.update(&buf[..n]);
         file.write_all(&buf[..n])?;
     }
-    file.set_permissions(fs::Permissions::from_mode(if executable { 0o555 } else { 0o444 }))?;
     file.set_modified(UNIX_EPOCH)?;
     Ok(hasher.finalize().into())
 }
 
-/// The objects of `plan` the store lacks; an object written in place since it was stored is
-/// removed and counts as missing.
-fn missing(plan: &StorePlan, objects: &Path) -> Result<Vec<ObjectKey>> {
-    let recent = SystemTime::now().checked_sub(TAMPERED).unwrap_or(UNIX_EPOCH);
-    let recent = recent.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
-    let mut missing = Vec::new();
-    for key in plan.objects.keys() {
-        let path = object_path(objects, key);
-        match fs::symlink_metadata(&path) {
-            Ok(meta) if meta.is_file() && meta.mtime() < recent => {}
-            Ok(_) => {
-                fs::remove_file(&path).map_err(|e| Error::io("remove the tampered object", &path, e))?;
-                missing.push(*key);
-            }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => missing.push(*key),
-            Err(e) => return Err(Error::io("read", &path, e)),
-        }
-    }
-    Ok(missing)
-}
-
-/// Renames each of `keys` into the store: from its staged temp file, or after copying the
-/// snapshot's file into one and checking it against its key.
-fn store_objects(
-    request: &ShipRequest,
-    plan: &StorePlan,
-    keys: &[ObjectKey],
-    staged: &mut BTreeMap<ObjectKey, PathBuf>,
-    objects: &Path,
-    incoming: &Path,
-) -> Result<()> {
-    let snapshot = &request.snapshot;
-    let unstaged: Vec<usize> = keys.iter().filter(|k| !staged.contains_key(k)).map(|k| plan.objects[k].0).collect();
-    let total: u64 = unstaged.iter().map(|&i| snapshot.files[i].size).sum();
-    let staging_dirs = Mutex::new(HashSet::new());
-    let mut sent = 0;
-    snapshot.for_each_content(&unstaged, &mut |i, file, _, reader| {
-        stop_if_interrupted()?;
-        let temp = staging_path(incoming, i, &staging_dirs)?;
-        let changed = || {
-            Error::InvalidConfig(format!(
-                "`{}` changed while it was being shipped; submit again",
-                snapshot.root.join(&file.path).display()
-            ))
-        };
-        let PlanEntry::Object(key) = plan.files[i].1 else { return Err(changed()) };
-        let digest = stage(reader, &temp, file.executable)
-            .map_err(|e| Error::io("copy into the object store", snapshot.root.join(&file.path), e))?;
-        if digest != key.sha256 {
-            return Err(changed());
-        }
-        staged.insert(key, temp);
-        let before = sent;
-        sent += file.size;
-        if let Some(progress) = &request.progress
-            && (sent >> 20 > before >> 20 || sent == total)
-        {
-            progress(sent, Some(total));
-        }
-        Ok(())
-    })?;
-    let mut dirs = HashSet::new();
-    for key in keys {
-        stop_if_interrupted()?;
-        let dest = object_path(objects, key);
-        let dir = dest.parent().expect("an object has a prefix dir");
-        if dirs.insert(dir.to_owned()) {
-            fs::create_dir_all(dir).map_err(|e| Error::io("create", dir, e))?;
-        }
-        let temp = staged.remove(key).expect("every missing object was staged");
-        fs::rename(&temp, &dest).map_err(|e| Error::io("move into the object store", &dest, e))?;
-    }
-    Ok(())
-}
-
-/// Why a run dir could not be built.
-enum BuildError {
-    /// An object disappeared before it was linked (a concurrent `gc`): ship again.
-    Gone(PathBuf),
-    /// Anything else.
-    Failed(Error),
-}
-
-impl From<Error> for BuildError {
-    fn from(e: Error) -> Self {
-        BuildError::Failed(e)
-    }
-}
-
-/// Builds the run dir under `<dest>.partial` and renames it into place; on any failure
-/// nothing of it is left.
-fn materialize(request: &ShipRequest, plan: &StorePlan, objects: &Path) -> Result<(), BuildError> {
-    let dest = Path::new(&request.dest);
-    let partial = PathBuf::from(format!("{}.partial", request.dest));
-    let exists =
-        || BuildError::Failed(Error::AlreadyExists { what: format!("run dir `{}` on this machine", request.dest) });
-    if dest.exists() {
-        return Err(exists());
-    }
-    let _ = fs::remove_dir_all(&partial);
-    let result = build(request.mode, plan, &request.extra, objects, &partial).and_then(|()| {
-        if dest.exists() {
-            return Err(exists());
-        }
-        fs::rename(&partial, dest).map_err(|e| BuildError::Failed(Error::io("rename into place", dest, e)))
-    });
-    if result.is_err() {
-        let _ = fs::remove_dir_all(&partial);
-    }
-    result
-}
-
-/// Writes every file of the run dir into `partial`: its dirs first, then the files, each on
-/// up to `available_parallelism` threads (mkdir and link dominate a re-ship).
-fn build(
-    mode: Materialize,
-    plan: &StorePlan,
-    extra: &[ExtraFile],
-    objects: &Path,
-    partial: &Path,
-) -> Result<(), BuildError> {
-    if let Some(parent) = partial.parent() {
-        fs::create_dir_all(parent).map_err(|e| Error::io("create", parent, e))?;
-    }
-    fs::create_dir(partial).map_err(|e| Error::io("create", partial, e))?;
-    // Every dir, a parent before its children (a prefix sorts first), grouped by top-level dir.
-    let mut dirs: BTreeSet<&str> = BTreeSet::new();
-    for path in plan.files.iter().map(|(p, _)| p.as_str()).chain(extra.iter().map(|f| f.path.as_str())) {
-        let mut rest = path;
-        while let Some((dir, _)) = rest.rsplit_once('/') {
-            if !dirs.insert(dir) {
-                break;
-            }
-            rest = dir;
-        }
-    }
-    let mut groups: Vec<Vec<&str>> = Vec::new();
-    for dir in dirs {
-        let top = dir.split('/').next().unwrap_or(dir);
-        match groups.last_mut() {
-            Some(group) if group[0] == top => group.push(dir),
-            _ => groups.push(vec![dir]),
-        }
-    }
-    let threads =
-        std::thread::available_parallelism().map_or(1, |n| n.get()).min(plan.files.len().div_ceil(256)).max(1);
-    on_threads(threads, |worker| {
-        for group in groups.iter().skip(worker).step_by(threads) {
-            for dir in group {
-                let dir = partial.join(dir);
-                fs::create_dir(&dir).map_err(|e| Error::io("create", &dir, e))?;
-            }
-        }
-        Ok(())
-    })?;
+/// With `copy`, gives each regular file of the run dir a private, writable copy of its object;
+/// then adds the symlinks and the per-run files.
+fn finish(mode: Materialize, plan: &StorePlan, extra: &[ExtraFile], objects: &Path, partial: &Path) -> Result<()> {
+    let threads = threads_for(plan.files.len());
     let per_thread = plan.files.len().div_ceil(threads).max(1);
     on_threads(threads, |worker| {
         for (path, entry) in plan.files.iter().skip(worker * per_thread).take(per_thread) {
             stop_if_interrupted()?;
             let to = partial.join(path);
             match entry {
-                PlanEntry::Object(key) => {
+                PlanEntry::Object(key) if mode == Materialize::Copy => {
                     let object = object_path(objects, key);
-                    let made = match mode {
-                        Materialize::Link => fs::hard_link(&object, &to),
-                        Materialize::Copy => fs::copy(&object, &to).and_then(|_| {
+                    fs::copy(&object, &to)
+                        .and_then(|_| {
                             let mode = if key.executable { 0o755 } else { 0o644 };
                             fs::set_permissions(&to, fs::Permissions::from_mode(mode))
-                        }),
-                    };
-                    match made {
-                        Ok(()) => {}
-                        Err(e) if e.kind() == io::ErrorKind::NotFound && !object.exists() => {
-                            return Err(BuildError::Gone(object));
-                        }
-                        Err(e) => {
-                            let what = if mode == Materialize::Link { "link" } else { "copy" };
-                            return Err(Error::io(what, &to, e).into());
-                        }
-                    }
+                        })
+                        .map_err(|e| Error::io("copy", &to, e))?;
                 }
+                PlanEntry::Object(_) => {}
                 PlanEntry::Symlink(target) => {
                     std::os::unix::fs::symlink(target, &to).map_err(|e| Error::io("create the symlink", &to, e))?;
                 }
@@ -371,13 +427,18 @@ fn build(
     Ok(())
 }
 
+/// Threads for `items` files: `available_parallelism`, but one per 256 files at most.
+fn threads_for(items: usize) -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get()).min(items.div_ceil(256)).max(1)
+}
+
 /// Runs `work(0..threads)` on `threads` threads (the caller's alone for one); the first error
 /// of the lowest worker wins.
-fn on_threads(threads: usize, work: impl Fn(usize) -> Result<(), BuildError> + Sync) -> Result<(), BuildError> {
+fn on_threads(threads: usize, work: impl Fn(usize) -> Result<()> + Sync) -> Result<()> {
     if threads <= 1 {
         return work(0);
     }
-    let results: Vec<Result<(), BuildError>> = std::thread::scope(|scope| {
+    let results: Vec<Result<()>> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..threads)
             .map(|worker| {
                 scope.spawn({

@@ -201,3 +201,42 @@ async fn a_clean_snapshot_ships_the_commits_files_through_the_cache() {
     assert_eq!((second.files_present, second.objects_sent), (5, 0));
     no_leftovers(root.path());
 }
+
+#[tokio::test]
+async fn without_a_hash_cache_runs_still_share_the_stores_objects() {
+    let (code, root) = (repo(), tempfile::tempdir().unwrap());
+    let first = ship_local(request(code.path(), root.path(), "r1", Materialize::Link, None)).await.unwrap();
+    assert_eq!((first.files_present, first.objects_sent), (0, 4));
+    // Every file is read again (no cache): each is written, then swapped for the store's link.
+    let second = ship_local(request(code.path(), root.path(), "r2", Materialize::Link, None)).await.unwrap();
+    assert_eq!((second.files_present, second.objects_sent, second.bytes_sent), (5, 0, 0));
+    assert_same_tree(code.path(), &root.path().join("p/g/n/r2"));
+    let ino = |p: &str| std::fs::metadata(root.path().join(p)).unwrap().ino();
+    let shared = ino("p/g/n/r1/pkg/a.py");
+    assert_eq!(ino("p/g/n/r1/pkg/same.py"), shared, "one object for one content within a ship");
+    assert_eq!(ino("p/g/n/r2/pkg/a.py"), shared);
+    assert_eq!(ino("p/g/n/r2/pkg/same.py"), shared);
+    assert_eq!(ino("p/g/n/r2/run.sh"), ino("p/g/n/r1/run.sh"));
+    no_leftovers(root.path());
+}
+
+#[tokio::test]
+async fn an_object_written_in_place_is_published_again_by_a_ship_without_a_cache() {
+    let (code, root) = (repo(), tempfile::tempdir().unwrap());
+    ship_local(request(code.path(), root.path(), "r1", Materialize::Link, None)).await.unwrap();
+    let victim = root.path().join("p/g/n/r1/train.py");
+    std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o644)).unwrap();
+    std::fs::write(&victim, "print('tampered')\n").unwrap();
+    let second = ship_local(request(code.path(), root.path(), "r2", Materialize::Link, None)).await.unwrap();
+    assert_eq!((second.files_present, second.objects_sent), (4, 1));
+    let fresh = root.path().join("p/g/n/r2/train.py");
+    assert_eq!(std::fs::read_to_string(&fresh).unwrap(), "print('hi')\n");
+    let meta = std::fs::metadata(&fresh).unwrap();
+    assert_eq!((meta.mode() & 0o777, meta.mtime()), (0o444, 0), "the new object is read-only, mtime 0");
+    // Later ships link the sound object, not the tampered one.
+    let third = ship_local(request(code.path(), root.path(), "r3", Materialize::Link, None)).await.unwrap();
+    assert_eq!(third.objects_sent, 0);
+    let ino = |p: &Path| std::fs::metadata(p).unwrap().ino();
+    assert_eq!(ino(&root.path().join("p/g/n/r3/train.py")), ino(&fresh));
+    no_leftovers(root.path());
+}
