@@ -11,6 +11,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use theseus_core::availability::Availability;
 use theseus_core::backend::{JobHandle, LogLine, LogStream, PreparedJob, RunLayout, SubmitOptions};
 use theseus_core::bootstrap::Launch;
 use theseus_core::config::{ClusterConfig, HostKind, PlainHost, SlurmHost};
@@ -140,6 +141,18 @@ impl<H: HostEntry, S: RemoteSettings> SshBackend<H, S> {
     ) -> Result<RunLayout> {
         let launch = if plan.processes() > 1 { multi(coordinator_port(&identity.run_id)) } else { Launch::Single };
         self.dirs().layout(identity, launch)
+    }
+
+    /// Connects for a probe, in one attempt: `Some` when the host refused us for its host key
+    /// (unusable until the user acts, with the fix), an error for any other failure.
+    pub(crate) async fn probe_connect(&self) -> Result<Option<Availability>> {
+        match self.ssh.connect_once().await {
+            Ok(()) => Ok(None),
+            Err(e) => match crate::ssh::host_key_problem(&e) {
+                Some(reason) => Ok(Some(Availability::Unusable { reason })),
+                None => Err(self.ssh_error("connect", e)),
+            },
+        }
     }
 
     pub(crate) fn ssh_error(&self, action: &str, e: SshError) -> Error {

@@ -9,7 +9,7 @@ use theseus_backend_slurm::slurm::SlurmBackend;
 use theseus_backend_slurm::ssh::{SshHost, SshOptions};
 use theseus_backend_volcano::VolcanoBackend;
 use theseus_core::backend::DynBackend;
-use theseus_core::config::{DispatchConfig, HostConfig, LoadedConfig};
+use theseus_core::config::{DispatchConfig, HostConfig, LoadedConfig, SshSettings};
 use theseus_core::local::LocalBackend;
 
 /// The backend of host `name`.
@@ -26,23 +26,24 @@ pub(crate) fn for_host(config: &DispatchConfig, name: &str, home: &Path) -> Resu
             name,
             plain.clone(),
             cluster.clone(),
-            ssh_host(&plain.ssh),
+            ssh_host(&plain.ssh, &plain.connection),
             theseus_backend_slurm::plain::Settings::default(),
         )),
         HostConfig::Slurm(slurm) => Arc::new(SlurmBackend::with_ssh(
             name,
             slurm.clone(),
             cluster.clone(),
-            ssh_host(&slurm.ssh),
+            ssh_host(&slurm.ssh, &slurm.connection),
             theseus_backend_slurm::slurm::Settings::default(),
         )),
     })
 }
 
-/// The SSH connection to `destination` (an `~/.ssh/config` alias or `user@host`). With
+/// The SSH connection to `destination` (an `~/.ssh/config` alias or `user@host`), with the
+/// host's connection keys; what they leave unset, the user's ssh config decides. With
 /// `THESEUS_SSH_CONFIG=FILE`, ssh reads FILE instead of `~/.ssh/config` (as `ssh -F FILE`).
-fn ssh_host(destination: &str) -> Arc<SshHost> {
-    let mut options = SshOptions::new(destination);
+fn ssh_host(destination: &str, settings: &SshSettings) -> Arc<SshHost> {
+    let mut options = SshOptions::from_settings(destination, settings);
     if let Some(file) = std::env::var_os("THESEUS_SSH_CONFIG").filter(|f| !f.is_empty()) {
         options.config_file = Some(file.into());
     }

@@ -16,6 +16,12 @@ pub enum Availability {
         /// Why, in one sentence.
         reason: String,
     },
+    /// The host answered, and cannot take jobs until the user fixes something (its SSH host key
+    /// is not trusted, its queue does not exist): the solver passes it over with `reason`.
+    Unusable {
+        /// What is wrong and how to fix it, in one or two sentences.
+        reason: String,
+    },
     /// Free chips of the requested kind (GPUs on a machine, GPUs left in a queue; for CPU
     /// requests, free CPU cores).
     Free {

@@ -188,6 +188,9 @@ impl Backend for PlainBackend {
     }
 
     async fn availability(&self, request: &Request) -> Result<Availability> {
+        if let Some(unusable) = self.probe_connect().await? {
+            return Ok(unusable);
+        }
         let timeout = self.settings.command_timeout;
         if request.chip == ChipRequest::Cpu {
             let out = self.ssh.run(&RemoteCommand::new("nproc").probe().timeout(timeout)).await;

@@ -253,6 +253,9 @@ impl Backend for SlurmBackend {
     }
 
     async fn availability(&self, _request: &Request) -> Result<Availability> {
+        if let Some(unusable) = self.probe_connect().await? {
+            return Ok(unusable);
+        }
         let argv = theseus_core::shell::split(SINFO_COMMAND).expect("the sinfo command is valid words");
         let cmd = RemoteCommand::new(argv[0].clone())
             .args(argv[1..].iter().cloned())

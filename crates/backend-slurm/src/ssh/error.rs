@@ -82,3 +82,25 @@ impl From<SshError> for theseus_core::Error {
         theseus_core::Error::Backend { backend, message: "remote operation failed".into(), source: Some(Box::new(e)) }
     }
 }
+
+/// When `err` is a connection refused for the server's host key: what happened and how to fix
+/// it, in one sentence (the host cannot be used until the user acts; it is not "unknown").
+pub fn host_key_problem(err: &SshError) -> Option<String> {
+    let SshError::Connect { host, source, .. } = err else { return None };
+    let text = super::error_chain(source);
+    let changed = text.contains("REMOTE HOST IDENTIFICATION HAS CHANGED")
+        || (text.contains("Host key for") && text.contains("has changed"));
+    if changed {
+        return Some(format!(
+            "host key verification failed for `{host}`: its key differs from the one in known_hosts; \
+             if the change is expected, remove the old key with `ssh-keygen -R` and connect once with `ssh {host}`"
+        ));
+    }
+    let unknown = text.contains("Host key verification failed") || text.contains("host key is known");
+    unknown.then(|| {
+        format!(
+            "host key verification failed for `{host}`: no known_hosts file trusts its key; connect once with \
+             `ssh {host}` to record it, or set `known_hosts: accept-new` on the host"
+        )
+    })
+}

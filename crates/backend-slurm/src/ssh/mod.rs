@@ -17,136 +17,24 @@
 
 mod command;
 mod error;
+mod options;
 mod stream;
 
 use std::fmt;
 use std::io::Write;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use openssh::{ControlPersist, KnownHosts, Session, SessionBuilder, Stdio};
+use openssh::{Session, Stdio};
 use tokio::io::AsyncReadExt;
 use tokio::sync::{Mutex, Semaphore};
 use tokio_util::io::SyncIoBridge;
 
 pub use command::{Backoff, RemoteCommand, is_transient};
-pub use error::SshError;
+pub use error::{SshError, host_key_problem};
+pub use options::{KnownHostsPolicy, Mux, SshOptions};
 pub use stream::RemoteLines;
-
-/// How the server's host key is checked.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum KnownHostsPolicy {
-    /// The key must be in a known-hosts file (`StrictHostKeyChecking=yes`).
-    #[default]
-    Strict,
-    /// Unknown hosts are added, changed keys refused (`accept-new`).
-    AcceptNew,
-    /// No check at all (`no`); for throw-away test servers only.
-    Off,
-}
-
-/// How commands reach the ControlMaster.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Mux {
-    /// openssh speaks the multiplexing protocol itself (no `ssh` process per command).
-    #[default]
-    Native,
-    /// One `ssh -S <socket>` process per command.
-    Process,
-}
-
-/// Settings of one host's connection.
-#[derive(Debug, Clone)]
-pub struct SshOptions {
-    /// `~/.ssh/config` alias, `user@host` or `ssh://user@host:port`.
-    pub destination: String,
-    /// Login user (overrides the alias's `User`).
-    pub user: Option<String>,
-    /// Port (overrides the alias's `Port`).
-    pub port: Option<u16>,
-    /// The only key to offer (`IdentitiesOnly=yes`).
-    pub keyfile: Option<PathBuf>,
-    /// An ssh config file used instead of `~/.ssh/config` (`ssh -F`).
-    pub config_file: Option<PathBuf>,
-    /// Host key checking.
-    pub known_hosts: KnownHostsPolicy,
-    /// A known-hosts file used instead of `~/.ssh/known_hosts`.
-    pub known_hosts_file: Option<PathBuf>,
-    /// `ConnectTimeout` of each connection attempt.
-    pub connect_timeout: Duration,
-    /// `ServerAliveInterval`, so a dead server is noticed.
-    pub server_alive_interval: Option<Duration>,
-    /// Retries of transient connection failures.
-    pub backoff: Backoff,
-    /// Commands that may run at once over the connection (sshd's `MaxSessions` is 10 by default).
-    pub max_concurrent: usize,
-    /// Where the control socket goes (default: openssh's, under `~/.local/state`).
-    pub control_dir: Option<PathBuf>,
-    /// How long an idle master outlives its last command (`ControlPersist`), so a process that
-    /// dies without closing its session leaves no master behind for long; `None`: forever.
-    pub control_persist: Option<Duration>,
-    /// How commands reach the master.
-    pub mux: Mux,
-}
-
-impl SshOptions {
-    /// Defaults for `destination`: strict host keys, 15 s connect timeout, 5 attempts, 8
-    /// concurrent commands.
-    pub fn new(destination: impl Into<String>) -> Self {
-        SshOptions {
-            destination: destination.into(),
-            user: None,
-            port: None,
-            keyfile: None,
-            config_file: None,
-            known_hosts: KnownHostsPolicy::Strict,
-            known_hosts_file: None,
-            connect_timeout: Duration::from_secs(15),
-            server_alive_interval: Some(Duration::from_secs(30)),
-            backoff: Backoff::default(),
-            max_concurrent: 8,
-            control_dir: None,
-            control_persist: Some(Duration::from_secs(60)),
-            mux: Mux::Native,
-        }
-    }
-
-    fn builder(&self) -> SessionBuilder {
-        let mut b = SessionBuilder::default();
-        b.known_hosts_check(match self.known_hosts {
-            KnownHostsPolicy::Strict => KnownHosts::Strict,
-            KnownHostsPolicy::AcceptNew => KnownHosts::Add,
-            KnownHostsPolicy::Off => KnownHosts::Accept,
-        })
-        .connect_timeout(self.connect_timeout);
-        if let Some(d) = self.server_alive_interval {
-            b.server_alive_interval(d);
-        }
-        if let Some(user) = &self.user {
-            b.user(user.clone());
-        }
-        if let Some(port) = self.port {
-            b.port(port);
-        }
-        if let Some(key) = &self.keyfile {
-            b.keyfile(key);
-        }
-        if let Some(file) = &self.config_file {
-            b.config_file(file);
-        }
-        if let Some(file) = &self.known_hosts_file {
-            b.user_known_hosts_file(file);
-        }
-        if let Some(dir) = &self.control_dir {
-            b.control_directory(dir);
-        }
-        let idle = self.control_persist.and_then(|d| std::num::NonZeroUsize::new(d.as_secs().max(1) as usize));
-        b.control_persist(idle.map_or(ControlPersist::Forever, ControlPersist::IdleFor));
-        b
-    }
-}
 
 /// What a finished remote command left.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -219,6 +107,11 @@ impl SshHost {
     /// Connects now (otherwise the first command does).
     pub async fn connect(&self) -> Result<(), SshError> {
         self.session().await.map(drop)
+    }
+
+    /// Connects now in at most one attempt, as a probe does.
+    pub async fn connect_once(&self) -> Result<(), SshError> {
+        self.session_with(1).await.map(drop)
     }
 
     /// Closes the connection (the next command opens a new one).
@@ -419,7 +312,7 @@ impl SshHost {
                 source: openssh::Error::Connect(std::io::Error::new(std::io::ErrorKind::InvalidInput, why)),
             });
         }
-        let builder = self.options.builder();
+        let (builder, _private_config) = self.options.builder().await?;
         let backoff = self.options.backoff;
         let mut attempt = 0;
         loop {

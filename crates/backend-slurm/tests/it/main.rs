@@ -12,3 +12,4 @@ mod slurm_lifecycle;
 mod store;
 mod support;
 mod transport;
+mod user_config;

@@ -24,7 +24,7 @@ fn options(port: u16, control: &std::path::Path) -> SshOptions {
     o.port = Some(port);
     o.config_file = Some(control.join("empty_config"));
     std::fs::write(control.join("empty_config"), "").unwrap();
-    o.known_hosts = KnownHostsPolicy::Off;
+    o.known_hosts = Some(KnownHostsPolicy::Off);
     o.control_dir = Some(control.to_owned());
     o.backoff = Backoff { initial: Duration::from_millis(50), max: Duration::from_millis(100), attempts: 5 };
     o

@@ -124,11 +124,11 @@ pub(crate) fn backend_at(
     };
     let mut o = SshOptions::new(ALIAS);
     o.config_file = Some(lab.config.clone());
-    o.known_hosts = KnownHostsPolicy::Strict;
+    o.known_hosts = Some(KnownHostsPolicy::Strict);
     let ctl = lab.dir.join("ctl").join(name);
     std::fs::create_dir_all(&ctl).unwrap();
     o.control_dir = Some(ctl);
-    o.connect_timeout = Duration::from_secs(5);
+    o.connect_timeout = Some(Duration::from_secs(5));
     o.backoff = Backoff { initial: Duration::from_millis(200), max: Duration::from_secs(2), attempts: 5 };
     let ssh = Arc::new(SshHost::new(o));
     (Arc::new(SlurmBackend::with_ssh("lab", host, cluster, ssh.clone(), settings)), ssh)

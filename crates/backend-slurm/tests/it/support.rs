@@ -64,9 +64,9 @@ impl Lab {
     pub(crate) fn options(&self, name: &str) -> SshOptions {
         let mut o = SshOptions::new(ALIAS);
         o.config_file = Some(self.config.clone());
-        o.known_hosts = KnownHostsPolicy::Strict;
+        o.known_hosts = Some(KnownHostsPolicy::Strict);
         o.control_dir = Some(self.control_dir(name));
-        o.connect_timeout = Duration::from_secs(5);
+        o.connect_timeout = Some(Duration::from_secs(5));
         o.backoff = Backoff { initial: Duration::from_millis(200), max: Duration::from_secs(2), attempts: 5 };
         o
     }
@@ -363,10 +363,10 @@ impl RestrictedSshd {
         o.user = Some(lab.user.clone());
         o.port = Some(self.port);
         o.keyfile = Some(lab.key.clone());
-        o.known_hosts = KnownHostsPolicy::Strict;
+        o.known_hosts = Some(KnownHostsPolicy::Strict);
         o.known_hosts_file = Some(self.known_hosts.clone());
         o.control_dir = Some(lab.control_dir(name));
-        o.connect_timeout = Duration::from_secs(5);
+        o.connect_timeout = Some(Duration::from_secs(5));
         o.backoff = Backoff { initial: Duration::from_millis(200), max: Duration::from_secs(2), attempts: 5 };
         o
     }

@@ -176,10 +176,10 @@ async fn aliases_come_from_the_given_ssh_config() {
     options.port = Some(lab.port);
     options.keyfile = Some(lab.key.clone());
     options.known_hosts_file = Some(lab.dir.join("no_known_hosts"));
-    options.known_hosts = KnownHostsPolicy::Strict;
+    options.known_hosts = Some(KnownHostsPolicy::Strict);
     let err = SshHost::new(options.clone()).connect().await.unwrap_err();
     assert!(matches!(err, SshError::Connect { attempts: 1, .. }), "{err:?}");
-    options.known_hosts = KnownHostsPolicy::AcceptNew;
+    options.known_hosts = Some(KnownHostsPolicy::AcceptNew);
     SshHost::new(options).connect().await.unwrap();
 }
 

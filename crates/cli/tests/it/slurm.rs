@@ -97,3 +97,45 @@ fn plan_reads_live_sinfo_and_a_two_node_job_runs_through_the_binary() {
     let v: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap_or_default();
     assert_eq!(v["status"]["state"], "completed", "{v} {}", text(&status.stderr));
 }
+
+#[test]
+fn the_users_ssh_config_decides_host_keys_unless_the_theseus_config_says_so() {
+    let Some((port, user, key, _known, shared)) = lab("ssh config decides host keys") else { return };
+    let ctx = TestContext::new();
+    // The user's config trusts the login node without a known-hosts entry, as many lab
+    // configs do; `ssh lab-login` works with it.
+    let ssh_config = ctx.home().join("lenient_ssh_config");
+    std::fs::write(
+        &ssh_config,
+        format!(
+            "Host lab-login\n  HostName 127.0.0.1\n  Port {port}\n  User {user}\n  IdentityFile {key}\n  IdentitiesOnly yes\n  \
+             StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n  LogLevel ERROR\n"
+        ),
+    )
+    .unwrap();
+    let base = format!("{shared}/cli-keys-{}", std::process::id());
+    std::fs::write(
+        ctx.home().join(".theseus.yaml"),
+        format!(
+            "clusters:\n  lab: {{root: {base}, work: {base}/work}}\n\
+             hosts:\n  strict:\n    type: slurm\n    cluster: lab\n    ssh: lab-login\n    known_hosts: strict\n    partitions: [gpu]\n\
+             \x20 lenient:\n    type: slurm\n    cluster: lab\n    ssh: lab-login\n    partitions: [gpu]\n\
+             gres_mapping:\n  h100: h100\n"
+        ),
+    )
+    .unwrap();
+    let out = ctx
+        .cmd()
+        .env("THESEUS_SSH_CONFIG", &ssh_config)
+        .args(["plan", "p", "examples/hello/experiment.yaml", "--chip", "h100", "-n", "1"])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stdout}{stderr}");
+    let row = |host: &str| stdout.lines().find(|l| l.starts_with(&format!("{host} "))).unwrap_or_default().to_owned();
+    assert!(row("lenient").contains("chosen"), "the user's config lets it connect:\n{stdout}");
+    let strict = row("strict");
+    assert!(strict.contains("passed") && strict.contains("host key verification failed"), "{stdout}");
+    assert!(strict.contains("known_hosts: accept-new"), "the fix is named: {stdout}");
+    assert!(!stdout.contains("unknown: strict"), "a host key refusal is not `unknown`:\n{stdout}");
+}

@@ -16,8 +16,10 @@ use serde::{Deserialize, Serialize};
 pub const MAX_COUNT: u32 = 65_536;
 
 pub mod load;
+pub mod ssh;
 pub mod validate;
 
+pub use ssh::{KnownHosts, SshSettings};
 pub use load::{ConfigSources, ENV_PREFIX, LoadedConfig, Provenance, display_path, expand_tilde};
 
 #[cfg(test)]
@@ -283,6 +285,15 @@ impl HostConfig {
         text.and_then(|t| crate::duration::parse(t).ok())
     }
 
+    /// The connection keys of a plain or Slurm host; `None` for the others.
+    pub fn connection(&self) -> Option<&SshSettings> {
+        match self {
+            HostConfig::Plain(h) => Some(&h.connection),
+            HostConfig::Slurm(h) => Some(&h.connection),
+            HostConfig::Volcano(_) | HostConfig::Local(_) => None,
+        }
+    }
+
     /// Host-level `uv sync --group` names.
     pub fn uv_groups(&self) -> &[String] {
         match self {
@@ -300,6 +311,11 @@ impl HostConfig {
 pub struct PlainHost {
     /// SSH alias or `user@host`.
     pub ssh: String,
+    /// How to connect (`known_hosts`, `connect_timeout`, `max_sessions`, `identity_file`,
+    /// `port`, `user`, `proxy_jump`, `ssh_options`), written among the host's keys; unset keys
+    /// leave the decision to the user's ssh config. Read by [`validate::host_from_body`].
+    #[serde(flatten, skip_deserializing)]
+    pub connection: SshSettings,
     /// Cluster name.
     pub cluster: String,
     /// Chip name to GPU count on the machine. Empty: CPU-only.
@@ -324,6 +340,11 @@ pub struct PlainHost {
 pub struct SlurmHost {
     /// Login node alias.
     pub ssh: String,
+    /// How to connect (`known_hosts`, `connect_timeout`, `max_sessions`, `identity_file`,
+    /// `port`, `user`, `proxy_jump`, `ssh_options`), written among the host's keys; unset keys
+    /// leave the decision to the user's ssh config. Read by [`validate::host_from_body`].
+    #[serde(flatten, skip_deserializing)]
+    pub connection: SshSettings,
     /// Cluster name.
     pub cluster: String,
     /// GPU partitions; default ones are tried first.

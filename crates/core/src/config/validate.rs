@@ -426,10 +426,26 @@ pub(crate) fn host_from_body(
     body: Map<String, Value>,
     path: &str,
 ) -> Result<HostConfig, KeyError> {
+    let mut body = body;
+    let connection = match kind {
+        HostKind::Plain | HostKind::Slurm => super::ssh::take(&mut body, path)?,
+        HostKind::Volcano | HostKind::Local => Default::default(),
+    };
+    // The connection keys were taken out above: an unknown key lists them too.
+    let with_connection = |e: KeyError| match e.message.strip_suffix(')') {
+        Some(listed) if e.message.starts_with("unknown key") && listed.contains("(expected one of: ") => {
+            KeyError::new(e.path, format!("{listed}, {})", super::SshSettings::KEYS.join(", ")))
+        }
+        _ => e,
+    };
     let body = Value::Object(body);
     Ok(match kind {
-        HostKind::Plain => HostConfig::Plain(de_strict(body, path)?),
-        HostKind::Slurm => HostConfig::Slurm(de_strict::<SlurmHost>(body, path)?),
+        HostKind::Plain => {
+            HostConfig::Plain(PlainHost { connection, ..de_strict(body, path).map_err(with_connection)? })
+        }
+        HostKind::Slurm => {
+            HostConfig::Slurm(SlurmHost { connection, ..de_strict(body, path).map_err(with_connection)? })
+        }
         HostKind::Volcano => HostConfig::Volcano(de_strict(body, path)?),
         HostKind::Local => HostConfig::Local(de_strict(body, path)?),
     })

@@ -138,6 +138,7 @@ fn gpus(
         Availability::Unknown { reason } => {
             return Err(Outcome::pass(format!("availability unknown: {reason}")));
         }
+        Availability::Unusable { reason } => return Err(Outcome::pass(reason.clone())),
         Availability::Slurm(_) => {
             return Err(Outcome::pass(
                 "availability unknown: unexpected slurm report",

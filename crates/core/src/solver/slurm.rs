@@ -141,6 +141,7 @@ fn gpu(
             }
         }
         Availability::Unknown { reason } => unknown(host, &ask, &ordered, reason),
+        Availability::Unusable { reason } => Outcome::pass(reason.clone()),
         Availability::Free { .. } => unknown(host, &ask, &ordered, "unexpected free-chips report"),
     };
     ask.capped(outcome)

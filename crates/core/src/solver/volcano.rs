@@ -73,6 +73,7 @@ pub(super) fn solve(host: &VolcanoHost, want: &Want, avail: &Availability) -> Ou
             }
             format!("{chips} free ({source})")
         }
+        Availability::Unusable { reason } => return Outcome::pass(reason.clone()),
         Availability::Unknown { reason } => {
             notes.push(format!(
                 "queue availability unknown ({reason}); the scheduler will queue the job if needed"
