@@ -87,10 +87,11 @@ pub(crate) struct JobArgs {
     /// Overrides of the experiment's `config` section, as dotted KEY=VALUE.
     #[arg(value_name = "KEY=VALUE")]
     pub(crate) overrides: Vec<String>,
-    /// Chip to run on (`theseus chips` lists them; `cpu` for CPU only).
+    /// Chip to run on (`theseus chips` lists them; `cpu` for CPU only). `--chip cpu` without
+    /// `-n` runs one process (one pod on Volcano), whatever GPU count the experiment asks for.
     #[arg(long)]
     pub(crate) chip: Option<String>,
-    /// Number of chips (for CPU jobs: processes).
+    /// Number of chips; with `--chip cpu`, the number of processes (pods on Volcano).
     #[arg(short = 'n', long = "n-chips", alias = "n_chips", value_name = "N")]
     pub(crate) n_chips: Option<u32>,
     /// Only hosts of these clusters (comma separated).

@@ -52,9 +52,20 @@ fn main() -> ExitCode {
             for cause in err.chain().skip(1) {
                 eprintln!("  caused by: {cause}");
             }
+            for hint in hints(&err) {
+                eprintln!("hint: {hint}");
+            }
             ExitCode::from(2)
         }
     }
+}
+
+/// What to change so that the command works, from the errors of the chain that carry hints.
+fn hints(err: &anyhow::Error) -> Vec<String> {
+    err.chain()
+        .find_map(|e| e.downcast_ref::<theseus_core::solver::SolveError>())
+        .map(|e| e.hints.clone())
+        .unwrap_or_default()
 }
 
 /// Log lines of theseus's own crates only, at `warn` (`-v`: theirs at debug and libraries' warnings,

@@ -152,7 +152,13 @@ fn request(args: &JobArgs, experiment: &Experiment) -> Result<Request> {
         (None, Some(c)) => (Some(c.clone()), format!("{}: request.chip", args.experiment.display())),
         (None, None) => (None, String::new()),
     };
-    let count = args.n_chips.or(from_file.count).unwrap_or(1);
+    // `--chip cpu` without `-n` is one process: the experiment's count is of its own chip (GPUs),
+    // unless that chip is a CPU too.
+    let file_count = match (&args.chip, &from_file.chip) {
+        (Some(flag), file) if is_cpu(flag) && !file.as_deref().is_some_and(is_cpu) => None,
+        _ => from_file.count,
+    };
+    let count = args.n_chips.or(file_count).unwrap_or(1);
     let chip = match chip_name {
         None if count == 0 => ChipRequest::Cpu,
         None => ChipRequest::AnyGpu,
@@ -177,6 +183,11 @@ fn request(args: &JobArgs, experiment: &Experiment) -> Result<Request> {
         forbidden_clusters: args.exclude_cluster.iter().map(|s| s.trim().to_owned()).filter(|s| !s.is_empty()).collect(),
         host: args.host.clone(),
     })
+}
+
+/// Whether a chip name names the CPU (`cpu`, `CPU`).
+fn is_cpu(name: &str) -> bool {
+    chips::parse(name).is_ok_and(|c| c.kind == ChipKind::Cpu)
 }
 
 /// The job's environment, lowest precedence first: cluster (W&B, HF), host `env`, experiment

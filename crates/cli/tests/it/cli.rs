@@ -178,3 +178,46 @@ fn plan_explains_the_choice() {
     assert_eq!(gpu.status.code(), Some(2), "the plain host `box` cannot be reached: {}", text(&gpu.stdout));
     assert!(text(&gpu.stderr).contains("cannot satisfy 4 x h100"), "{}", text(&gpu.stderr));
 }
+
+#[test]
+fn a_gpu_job_on_a_machine_without_gpus_ends_with_a_hint_to_use_the_cpu() {
+    let ctx = TestContext::new();
+    let code = tempfile::tempdir().unwrap();
+    // No `request`: one GPU of any kind, which this machine (the built-in local host) lacks.
+    std::fs::write(code.path().join("exp.yaml"), "entrypoint: python3 -c 'print(1)'\n").unwrap();
+    let exp = code.path().join("exp.yaml").display().to_string();
+    let out = ctx.run(&["plan", "p", &exp]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    let lines: Vec<&str> = stderr.lines().collect();
+    let error = lines.iter().position(|l| l.starts_with("error: cannot satisfy 1 x any-gpu")).expect(&stderr);
+    assert_eq!(
+        lines[error + 1..].last().copied(),
+        Some("hint: this machine has no GPUs: add `--chip cpu` or `request: {chip: cpu}` to run on its CPUs"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn chip_cpu_without_n_is_one_process_whatever_gpu_count_the_experiment_asks_for() {
+    let ctx = TestContext::new();
+    let code = tempfile::tempdir().unwrap();
+    std::fs::write(code.path().join("exp.yaml"), "entrypoint: python3 -c 'print(1)'\nrequest: {chip: h100, count: 8}\n")
+        .unwrap();
+    let exp = code.path().join("exp.yaml").display().to_string();
+    let plan = |extra: &[&str]| {
+        let mut args = vec!["plan", "p", exp.as_str(), "--oversubscribe", "--output", "json"];
+        args.extend_from_slice(extra);
+        let out = ctx.run(&args);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        json["plan"]["processes_per_node"].as_u64().unwrap() * json["plan"]["nodes"].as_u64().unwrap()
+    };
+    assert_eq!(plan(&["--chip", "cpu"]), 1, "the experiment's 8 is a GPU count");
+    assert_eq!(plan(&["--chip", "cpu", "-n", "3"]), 3, "-n with --chip cpu is the process count");
+    std::fs::write(code.path().join("exp.yaml"), "entrypoint: python3 -c 'print(1)'\nrequest: {chip: cpu, count: 2}\n")
+        .unwrap();
+    assert_eq!(plan(&["--chip", "cpu"]), 2, "an experiment's own CPU count stays");
+    let help = text(&ctx.run(&["submit", "--help"]).stdout).split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(help.contains("`--chip cpu` without `-n` runs one process"), "{help}");
+}

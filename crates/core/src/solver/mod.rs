@@ -22,6 +22,7 @@ use crate::availability::Availability;
 use crate::chips::{Chip, ChipKind};
 use crate::config::{DispatchConfig, HostConfig, HostKind};
 
+mod hints;
 mod machine;
 pub mod render;
 mod slurm;
@@ -150,6 +151,8 @@ pub struct SolveError {
     pub summary: String,
     /// Every host looked at.
     pub considered: Vec<Consideration>,
+    /// What to change so that the request fits (`hint:` lines), most useful first.
+    pub hints: Vec<String>,
 }
 
 /// Picks a host for `request`. `availability` maps host names to what their backends measured;
@@ -167,6 +170,7 @@ pub fn solve(
         request: request.to_string(),
         summary,
         considered,
+        hints: Vec::new(),
     };
     let want = match Want::of(request) {
         Ok(want) => want,
@@ -268,12 +272,13 @@ pub fn solve(
     let looked_at = considered.iter().any(|c| c.verdict != Verdict::Filtered);
     let summary = if !looked_at {
         "every host was filtered out".to_owned()
-    } else if let Some((host, free)) = closest {
+    } else if let Some((host, free)) = &closest {
         format!("no host has {request}; largest fit: {host} with {free} free")
     } else {
         format!("no host can serve {request}")
     };
-    Err(fail(summary, considered))
+    let hints = hints::hints(config, request, &want, &considered, availability, closest.as_ref());
+    Err(SolveError { hints, ..fail(summary, considered) })
 }
 
 static NOT_CHECKED: Availability = Availability::NotChecked;

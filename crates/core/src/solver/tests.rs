@@ -35,6 +35,11 @@ fn show(res: &Result<Plan, SolveError>) -> String {
     for c in considered {
         out.push_str(&format!("- {} {:?}: {}\n", c.host, c.verdict, c.reason));
     }
+    if let Err(err) = res {
+        for hint in &err.hints {
+            out.push_str(&format!("hint: {hint}\n"));
+        }
+    }
     out
 }
 
@@ -221,6 +226,7 @@ fn order_first_fit_and_filters() {
         - c Filtered: cluster west is forbidden
         - a Filtered: cluster east is forbidden
         - b Filtered: cluster west is forbidden
+        hint: every host was filtered out by `--exclude-cluster`; loosen it (`theseus plan` shows each host)
     ",
     );
 }
@@ -236,6 +242,7 @@ fn errors_name_the_closest_host() {
         - c Passed: needs 16 h100, has 4
         - a Passed: needs 16 h100, has 2
         - b Passed: needs 16 h100, has 8
+        hint: largest fit is 8 x h100 on b: `-n 8` runs now
     ",
     );
     check(
@@ -429,6 +436,7 @@ fn local_and_plain_gpus() {
         - laptop Passed: needs 4 l40, 3 free (nvidia-smi)
         - l40-box Passed: needs 4 l40, 2 free (nvidia-smi)
         - a100-box Passed: no l40 in chips (a100-sxm4-80gb: 4)
+        hint: largest fit is 3 x l40 on laptop: `-n 3` runs now
     ",
     );
     // A host whose availability is unknown is not chosen.
@@ -444,6 +452,8 @@ fn local_and_plain_gpus() {
         - laptop Passed: availability unknown: no answer within 20s
         - l40-box Passed: availability unknown: ssh failed
         - a100-box Passed: no l40 in chips (a100-sxm4-80gb: 4)
+        hint: host laptop did not answer its probe, so it was not used (see `-v`)
+        hint: host l40-box did not answer its probe, so it was not used (see `-v`)
     ",
     );
 }
@@ -511,6 +521,7 @@ fn volcano_nodes_and_queue() {
         "
         error: cannot satisfy 1 x l40: no host can serve 1 x l40
         - k8s Passed: no l40 in chips (a100-sxm4-80gb: 4, h100: 8)
+        hint: no host has l40 GPUs; the config has a100-sxm4-80gb on k8s, h100 on k8s: ask for one of those with `--chip`
     ",
     );
     // The queue must hold the rounded-up total, not just the request.
@@ -521,6 +532,7 @@ fn volcano_nodes_and_queue() {
         "
         error: cannot satisfy 20 x h100: no host has 20 x h100; largest fit: k8s with 20 free
         - k8s Passed: needs 24 h100, 20 free (queue capability)
+        hint: largest fit is 20 x h100 on k8s: `-n 20` runs now
     ",
     );
     check(VOLCANO, req("8 h100"), vec![("k8s", unknown("kubectl failed"))], "
@@ -546,6 +558,7 @@ fn volcano_nodes_and_queue() {
         "
         error: cannot satisfy 1 x h100: no host can serve 1 x h100
         - k8s Passed: no h100 in chips (none)
+        hint: no host in the config has GPUs: add `--chip cpu` or `request: {chip: cpu}` to run on CPUs, or add a GPU host to ~/.theseus.yaml
     ",
     );
 }
@@ -605,6 +618,7 @@ fn slurm_partitions_and_nodes() {
         "
         error: cannot satisfy 24 x h100: no host has 24 x h100; largest fit: hpc with 5 free
         - hpc Passed: needs 3 nodes with 8 h100; partition big has 2
+        hint: largest fit is 5 x h100 on hpc: `-n 5` runs now
     ",
     );
     check(
@@ -705,6 +719,7 @@ fn slurm_caps_and_unchecked_availability() {
         "
         error: cannot satisfy 1 x a100-sxm4-80gb: no host can serve 1 x a100-sxm4-80gb
         - hpc Passed: chips allows no a100-sxm4-80gb
+        hint: no host has a100-sxm4-80gb GPUs; the config has h100 on hpc: ask for one of those with `--chip`
     ",
     );
     // Any GPU is capped by the largest entry.
@@ -856,6 +871,7 @@ fn local_cpu_requests_beyond_the_machine_need_oversubscribe() {
         "
         error: cannot satisfy cpu-only (3 processes): no host has cpu-only (3 processes); largest fit: laptop with 2 free
         - laptop Passed: needs 3 processes, this machine has 2 CPUs (pass --oversubscribe, or set `oversubscribe: true` on the host, to run more processes than CPUs)
+        hint: largest fit is 2 processes on laptop: `-n 2` runs now
     ",
     );
     check(
@@ -896,6 +912,30 @@ fn counts_beyond_the_limit_are_refused_before_any_arithmetic() {
         plan: k8s (volcano): 21846 nodes x 3 h100 = 65538 chips, 1 process per node
         note: rounded up to 65538 chips on 21846 nodes (3 per node)
         - k8s Chosen: 21846 pods x 3 h100 = 65538, queue not checked
+    ",
+    );
+}
+
+#[test]
+fn a_gpu_request_on_a_machine_without_gpus_hints_at_the_cpu() {
+    check(
+        "hosts:\n  laptop: {type: local}\n",
+        req("1 any"),
+        vec![],
+        "
+        error: cannot satisfy 1 x any-gpu: no host can serve 1 x any-gpu
+        - laptop Passed: no GPUs in chips
+        hint: this machine has no GPUs: add `--chip cpu` or `request: {chip: cpu}` to run on its CPUs
+    ",
+    );
+    // A host refused for its host key is passed over with its own reason, not a probe hint.
+    check(
+        "hosts:\n  box: {type: plain, ssh: b, cluster: c, chips: {h100: 8}}\n",
+        req("1 h100"),
+        vec![("box", Availability::Unusable { reason: "host key verification failed for `b`".into() })],
+        "
+        error: cannot satisfy 1 x h100: no host can serve 1 x h100
+        - box Passed: host key verification failed for `b`
     ",
     );
 }

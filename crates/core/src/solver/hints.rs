@@ -1,0 +1,121 @@
+//! `hint:` lines for a request no host can serve, built from what the solver looked at: what to
+//! change so that the next try works (uv's style). Pure: config, request, verdicts and
+//! availability in, sentences out.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::{Consideration, Request, Verdict, Want};
+use crate::availability::Availability;
+use crate::config::{DispatchConfig, HostConfig};
+
+/// Hints for a failed solve, most useful first. `closest` is the host that came closest and how
+/// many chips (or CPUs) it has free.
+pub(super) fn hints(
+    config: &DispatchConfig,
+    request: &Request,
+    want: &Want,
+    considered: &[Consideration],
+    availability: &BTreeMap<String, Availability>,
+    closest: Option<&(String, u32)>,
+) -> Vec<String> {
+    let mut hints = Vec::new();
+    let looked_at: Vec<(&Consideration, &HostConfig)> = considered
+        .iter()
+        .filter(|c| c.verdict != Verdict::Filtered)
+        .filter_map(|c| config.hosts.get(c.host.as_str()).map(|h| (c, h)))
+        .collect();
+    if looked_at.is_empty() && !considered.is_empty() {
+        hints.push(filtered_hint(request));
+    }
+    if let Want::Gpu { chip, .. } = want {
+        let with_gpus: Vec<&(&Consideration, &HostConfig)> = looked_at.iter().filter(|(_, h)| has_gpus(h)).collect();
+        if with_gpus.is_empty() && !looked_at.is_empty() {
+            let only_local = looked_at.iter().all(|(_, h)| matches!(h, HostConfig::Local(_)));
+            hints.push(if only_local {
+                "this machine has no GPUs: add `--chip cpu` or `request: {chip: cpu}` to run on its CPUs".to_owned()
+            } else {
+                "no host in the config has GPUs: add `--chip cpu` or `request: {chip: cpu}` to run on CPUs, \
+                 or add a GPU host to ~/.theseus.yaml"
+                    .to_owned()
+            });
+        } else if let Some(chip) = chip {
+            // A Slurm host without a `chips` map may have any GPU: then nothing can be said.
+            let all_listed = with_gpus
+                .iter()
+                .all(|(_, h)| !matches!(h, HostConfig::Slurm(s) if s.chips.as_ref().is_none_or(|c| c.is_empty())));
+            let offered = chips_offered(&with_gpus);
+            if all_listed && !offered.is_empty() && !offered.iter().any(|(name, _)| name == chip.name) {
+                let list: Vec<String> = offered.iter().map(|(name, host)| format!("{name} on {host}")).collect();
+                hints.push(format!(
+                    "no host has {} GPUs; the config has {}: ask for one of those with `--chip`",
+                    chip.name,
+                    list.join(", ")
+                ));
+            }
+        }
+    }
+    if let Some((host, free)) = closest
+        && *free > 0
+    {
+        let what = match want {
+            Want::Cpu { .. } => format!("{free} processes"),
+            Want::Gpu { chip: Some(chip), .. } => format!("{free} x {}", chip.name),
+            Want::Gpu { chip: None, .. } => format!("{free} x any-gpu"),
+        };
+        hints.push(format!("largest fit is {what} on {host}: `-n {free}` runs now"));
+    }
+    for (c, _) in &looked_at {
+        if let Some(Availability::Unknown { .. }) = availability.get(&c.host) {
+            hints.push(format!("host {} did not answer its probe, so it was not used (see `-v`)", c.host));
+        }
+    }
+    hints
+}
+
+/// Every host was filtered out before looking at its capacity.
+fn filtered_hint(request: &Request) -> String {
+    let mut flags = Vec::new();
+    if request.host.is_some() {
+        flags.push("`--host`");
+    }
+    if !request.preferred_clusters.is_empty() {
+        flags.push("`--cluster`");
+    }
+    if !request.forbidden_clusters.is_empty() {
+        flags.push("`--exclude-cluster`");
+    }
+    if flags.is_empty() {
+        "every host was filtered out; `theseus plan` shows each host with its reason".to_owned()
+    } else {
+        format!("every host was filtered out by {}; loosen it (`theseus plan` shows each host)", flags.join(" and "))
+    }
+}
+
+/// Whether a host can run GPU jobs at all (a `chips` map with a GPU; Slurm hosts have
+/// partitions of GPUs unless capped to none).
+fn has_gpus(host: &HostConfig) -> bool {
+    let gpus = |chips: &BTreeMap<String, u32>| chips.values().any(|&n| n > 0);
+    match host {
+        HostConfig::Local(h) => gpus(&h.chips),
+        HostConfig::Plain(h) => gpus(&h.chips),
+        HostConfig::Volcano(h) => gpus(&h.chips),
+        HostConfig::Slurm(h) => h.chips.as_ref().is_none_or(|c| c.is_empty() || gpus(c)),
+    }
+}
+
+/// The GPU chips configured on `hosts` (`(chip, host)`, sorted, hosts without a chips map left out).
+fn chips_offered(hosts: &[&(&Consideration, &HostConfig)]) -> BTreeSet<(String, String)> {
+    let mut offered = BTreeSet::new();
+    for (c, host) in hosts {
+        let chips = match host {
+            HostConfig::Local(h) => Some(&h.chips),
+            HostConfig::Plain(h) => Some(&h.chips),
+            HostConfig::Volcano(h) => Some(&h.chips),
+            HostConfig::Slurm(h) => h.chips.as_ref(),
+        };
+        for (name, _) in chips.into_iter().flatten().filter(|(_, n)| **n > 0) {
+            offered.insert((name.clone(), c.host.clone()));
+        }
+    }
+    offered
+}
