@@ -92,6 +92,27 @@ fn ledger_err(message: impl Into<String>) -> impl FnOnce(rusqlite::Error) -> Err
     move |e| Error::Ledger { message, source: Some(Box::new(e)) }
 }
 
+/// The error for a ledger file SQLite says is not a database or is corrupt: which file, and how
+/// to move it aside (a new, empty ledger is made at the next command). Other errors come back.
+fn damaged(path: &Path, e: rusqlite::Error) -> std::result::Result<Error, rusqlite::Error> {
+    match &e {
+        rusqlite::Error::SqliteFailure(f, _)
+            if matches!(f.code, rusqlite::ErrorCode::NotADatabase | rusqlite::ErrorCode::DatabaseCorrupt) =>
+        {
+            let shown = path.display();
+            Ok(Error::Ledger {
+                message: format!(
+                    "`{shown}` is not a readable job ledger (damaged, or not a theseus file); move it aside with \
+                     `mv {shown} {shown}.bad` and run the command again: theseus starts a new, empty ledger \
+                     (runs recorded only in the old file are no longer listed; their jobs are not touched)"
+                ),
+                source: Some(Box::new(e)),
+            })
+        }
+        _ => Err(e),
+    }
+}
+
 impl Ledger {
     /// Opens (creating if needed) the ledger in `state_dir`.
     pub fn open(state_dir: &Path) -> Result<Ledger> {
@@ -114,7 +135,7 @@ impl Ledger {
                 {
                     std::thread::sleep(Duration::from_millis(5 + u64::from(rand::random::<u8>() % 20)));
                 }
-                Err(e) => return Err(ledger_err("cannot enable WAL")(e)),
+                Err(e) => return Err(damaged(&path, e).unwrap_or_else(|e| ledger_err("cannot enable WAL")(e))),
             }
         }
         conn.execute_batch(
@@ -133,7 +154,10 @@ impl Ledger {
             );
             CREATE INDEX IF NOT EXISTS runs_by_name ON runs(name, submitted_at);",
         )
-        .map_err(ledger_err(format!("cannot create tables in `{}`", path.display())))?;
+        .map_err(|e| damaged(&path, e).unwrap_or_else(|e| ledger_err(format!("cannot create tables in `{}`", path.display()))(e)))?;
+        // A damaged file can open and still fail at its first read.
+        conn.query_row("SELECT count(*) FROM runs", [], |r| r.get::<_, i64>(0))
+            .map_err(|e| damaged(&path, e).unwrap_or_else(|e| ledger_err(format!("cannot read `{}`", path.display()))(e)))?;
         Ok(Ledger { conn, path, state_dir: state_dir.to_owned() })
     }
 

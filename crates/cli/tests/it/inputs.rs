@@ -245,3 +245,39 @@ fn invalid_kubernetes_names_and_ssh_destinations_fail_config_check() {
         );
     }
 }
+
+#[test]
+fn a_job_name_with_a_refused_character_names_it() {
+    let ctx = TestContext::new();
+    for (name, shown) in [("a:b", "':' (U+003A)"), ("ñame", "'ñ' (U+00F1)"), ("a b", "' ' (U+0020)")] {
+        let out = ctx.run(&["submit", name, "examples/hello/experiment.yaml"]);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{name}: {stderr}");
+        assert!(stderr.contains(shown) && stderr.contains("letters, digits"), "{name}: {stderr}");
+    }
+}
+
+#[test]
+fn a_damaged_ledger_names_its_file_and_the_mv_that_sets_it_aside() {
+    let ctx = TestContext::new();
+    let ledger = ctx.home().join("state/theseus/ledger.sqlite3");
+    std::fs::create_dir_all(ledger.parent().unwrap()).unwrap();
+    // Not a database at all, then a file with SQLite's magic and garbage after it.
+    for junk in [&b"this is not sqlite\n"[..], &[b"SQLite format 3\0".as_slice(), &[0xAB; 4096]].concat()] {
+        std::fs::write(&ledger, junk).unwrap();
+        for args in [&["list"][..], &["status", "some-run"][..]] {
+            let out = ctx.run(args);
+            let stderr = text(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+            let fix = format!("mv {} {}.bad", ledger.display(), ledger.display());
+            assert!(stderr.contains(&fix), "{args:?}: the file and the fix are named: {stderr}");
+        }
+    }
+    std::fs::rename(&ledger, ledger.with_extension("sqlite3.bad")).unwrap();
+    let submitted = ctx.run(&["submit", "after", "examples/hello/experiment.yaml", "--follow"]);
+    assert!(submitted.status.success(), "{}", text(&submitted.stderr));
+    let list = ctx.run(&["list"]);
+    assert!(list.status.success() && text(&list.stdout).contains("after"), "{}", text(&list.stderr));
+    let status = ctx.run(&["status", "after"]);
+    assert!(status.status.success() && text(&status.stdout).contains("completed"), "{}", text(&status.stdout));
+}
