@@ -204,3 +204,70 @@ fn submit_follow_survives_reset_log_streams_and_an_api_outage_and_says_it_reconn
     );
     assert!(!stderr.contains('\x1b'), "{stderr:?}");
 }
+
+/// A kubeconfig whose contexts point at `servers` (`name` → URL), and one volcano host per
+/// context in the theseus config, with a short API timeout and one attempt's worth of retries.
+fn unreachable_clusters(ctx: &TestContext, servers: &[(&str, String)]) {
+    let mut kubeconfig = String::from("apiVersion: v1\nkind: Config\nusers:\n- name: u\n  user: {token: not-a-secret}\nclusters:\n");
+    for (name, url) in servers {
+        kubeconfig.push_str(&format!("- name: {name}\n  cluster: {{server: \"{url}\"}}\n"));
+    }
+    kubeconfig.push_str("contexts:\n");
+    for (name, _) in servers {
+        kubeconfig.push_str(&format!("- name: {name}\n  context: {{cluster: {name}, user: u}}\n"));
+    }
+    kubeconfig.push_str(&format!("current-context: {}\n", servers[0].0));
+    std::fs::write(ctx.home().join("kubeconfig"), kubeconfig).unwrap();
+    let mut config = String::from("clusters:\n  k8s: {root: /mnt/pvc, work: /mnt/pvc/work}\nhosts:\n");
+    for (name, _) in servers {
+        config.push_str(&format!(
+            "  {name}:\n    type: volcano\n    cluster: k8s\n    namespace: ml\n    queue: q\n    image: img\n    pvc_name: shared\n    \
+             pvc_mount_path: /mnt/pvc\n    chips: {{h100: 8}}\n    kubeconfig: {}\n    context: {name}\n    api_timeout: 3s\n",
+            ctx.home().join("kubeconfig").display()
+        ));
+    }
+    std::fs::write(ctx.home().join(".theseus.yaml"), config).unwrap();
+}
+
+#[test]
+fn unreachable_refused_dns_and_non_tls_api_servers_end_with_one_plain_line() {
+    let ctx = TestContext::new();
+    let refused = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    // A server that speaks something other than TLS (as an ssh port would).
+    let garbage = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let garbage_port = garbage.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in garbage.incoming().flatten() {
+            let mut stream = stream;
+            let _ = std::io::Write::write_all(&mut stream, b"SSH-2.0-OpenSSH_9.2\r\n");
+        }
+    });
+    unreachable_clusters(
+        &ctx,
+        &[
+            ("refused", format!("https://127.0.0.1:{refused}")),
+            ("dns", "https://nonexistent.invalid:6443".to_owned()),
+            ("not-tls", format!("https://127.0.0.1:{garbage_port}")),
+        ],
+    );
+    for host in ["refused", "dns", "not-tls"] {
+        let mut cmd = ctx.cmd();
+        cmd.args(["submit", "x", "examples/hello/experiment.yaml", "--host", host, "--chip", "cpu", "--no-check"]);
+        let out = run_bounded(cmd, Duration::from_secs(90));
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{host}: {stderr}");
+        assert!(!stderr.contains('\x1b'), "{host}: colour codes on a non-terminal stderr: {stderr:?}");
+        assert!(!stderr.contains("ERROR") && !stderr.contains("DEBUG"), "{host}: library log lines: {stderr}");
+        let errors: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error")).collect();
+        assert_eq!(errors.len(), 1, "{host}: one error line: {stderr}");
+        assert!(errors[0].contains(&format!("volcano({host})")), "{host}: names the host: {stderr}");
+        assert!(!stderr.contains("not-a-secret"), "{host}: the token stays out: {stderr}");
+
+        // `-v` tells more (the library's own lines), still without colour off a terminal.
+        let mut cmd = ctx.cmd();
+        cmd.args(["-v", "submit", "x", "examples/hello/experiment.yaml", "--host", host, "--chip", "cpu", "--no-check"]);
+        let verbose = text(&run_bounded(cmd, Duration::from_secs(90)).stderr);
+        assert!(verbose.lines().count() > stderr.lines().count(), "{host}: -v says more:\n{verbose}");
+        assert!(!verbose.contains('\x1b'), "{host}: {verbose:?}");
+    }
+}
