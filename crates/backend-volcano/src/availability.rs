@@ -112,18 +112,22 @@ pub fn node_free(nodes: &[Node], pods: &[Pod], key: &str) -> Result<NodeGpus, Vo
 /// [`VolcanoError::QueueNotFound`] when the queue does not exist, and the mapped call errors.
 /// When the node fallback is refused by RBAC the answer is [`Availability::Unknown`] instead.
 pub async fn probe(cluster: &Cluster, host: &VolcanoHost, request: &Request) -> Result<Availability, VolcanoError> {
-    if matches!(request.chip, ChipRequest::Cpu) || host.queue.is_empty() {
+    if host.queue.is_empty() {
         return Ok(Availability::NotChecked);
     }
     // A probe answers within its budget or says "unknown": no backoff inside it.
     let cluster = &cluster.clone().with_retry(cluster.retry_policy().for_probe());
     let name = host.queue.as_str();
     let key = host.gpu_resource_key.as_str();
-    let queue = cluster.get_queue(name).await?.ok_or_else(|| VolcanoError::QueueNotFound {
-        queue: name.to_owned(),
-        cluster: host.cluster.clone(),
-        namespace: cluster.namespace().to_owned(),
-    })?;
+    // A queue that does not exist makes the host unusable (Volcano's webhook refuses its jobs),
+    // for CPU jobs too: the host is passed over with the fix, not chosen as "unknown".
+    let queue = match cluster.get_queue(name).await? {
+        Some(queue) => queue,
+        None => return Ok(Availability::Unusable { reason: missing_queue(cluster, host).to_string() }),
+    };
+    if matches!(request.chip, ChipRequest::Cpu) {
+        return Ok(Availability::NotChecked);
+    }
     let status = queue.status.unwrap_or_default();
     if let Some(state) = status.state.as_deref().filter(|s| *s != "Open") {
         return Ok(Availability::Free { chips: 0, source: format!("queue {name} is {state}") });
@@ -281,5 +285,32 @@ mod tests {
     fn overcommitted_nodes_have_none_free() {
         let got = node_free(&[node("a", "2", true, false)], &[pod("a", "Running", &["4"], None)], GPU).unwrap();
         assert_eq!(got.free(), 0);
+    }
+}
+
+/// The error of a host whose queue does not exist.
+pub(crate) fn missing_queue(cluster: &Cluster, host: &VolcanoHost) -> VolcanoError {
+    VolcanoError::QueueNotFound {
+        queue: host.queue.clone(),
+        cluster: host.cluster.clone(),
+        namespace: cluster.namespace().to_owned(),
+    }
+}
+
+/// Fails with [`VolcanoError::QueueNotFound`] when the host's queue does not exist, before a
+/// submit creates anything. A user who may not read queues (they are cluster-scoped) is not
+/// stopped here: Volcano's admission answers for the queue then.
+pub(crate) async fn require_queue(cluster: &Cluster, host: &VolcanoHost) -> Result<(), VolcanoError> {
+    if host.queue.is_empty() {
+        return Ok(());
+    }
+    match cluster.get_queue(&host.queue).await {
+        Ok(Some(_)) => Ok(()),
+        Ok(None) => Err(missing_queue(cluster, host)),
+        Err(VolcanoError::Forbidden { .. } | VolcanoError::Unauthorized { .. }) => {
+            tracing::debug!(queue = %host.queue, "cannot read the queue; leaving its check to Volcano");
+            Ok(())
+        }
+        Err(e) => Err(e),
     }
 }

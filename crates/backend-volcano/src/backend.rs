@@ -346,6 +346,7 @@ impl Backend for VolcanoBackend {
         let layout = self.run_layout(&job.identity)?;
         let helper = render_helper(&self.host, &job.identity, &layout.work_dir)?;
         let cluster = self.cluster().await.map_err(|e| self.err(e))?;
+        crate::availability::require_queue(cluster, &self.host).await.map_err(|e| self.err(e))?;
         crate::submit::submit(self, cluster, job, &layout, helper, rendered, options).await.map_err(|e| self.err(e))
     }
 
@@ -454,6 +455,12 @@ impl Backend for VolcanoBackend {
             Some(text) => theseus_core::duration::parse(text).unwrap_or(Duration::from_secs(600)),
         };
         (!timeout.is_zero()).then_some(timeout)
+    }
+
+    fn locate(&self, handle: &JobHandle) -> Vec<String> {
+        let Ok(data) = serde_json::from_value::<HandleData>(handle.data.clone()) else { return Vec::new() };
+        let (ns, job) = (theseus_core::shell::quote(&data.namespace), theseus_core::shell::quote(&data.job));
+        vec![format!("vcjob {} in namespace {}; look it up with `kubectl -n {ns} get vcjob {job}`", data.job, data.namespace)]
     }
 
     fn dry_run(&self, job: &PreparedJob) -> theseus_core::Result<Vec<DryRunDocument>> {

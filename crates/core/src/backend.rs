@@ -87,6 +87,14 @@ pub trait Backend: Debug + Display + Send + Sync + 'static {
         Ok(Vec::new())
     }
 
+    /// Where the job of `handle` lives in the backend's own tools, one line each (e.g. the vcjob
+    /// and its namespace with the `kubectl` command that shows it), printed after a submit. The
+    /// default has none.
+    fn locate(&self, handle: &JobHandle) -> Vec<String> {
+        let _ = handle;
+        Vec::new()
+    }
+
     /// How long `submit --follow` waits for a job to start before cancelling it with the reason
     /// `status` gives; `None` waits forever (the default).
     fn start_timeout(&self) -> Option<Duration> {

@@ -68,6 +68,9 @@ pub(crate) async fn run(ctx: &Context, args: SubmitArgs) -> Result<ExitCode> {
         "theseus: submitted {} (run {}) to {}; log: {}",
         identity.name, identity.run_id, plan.host, layout.log_file
     ));
+    for line in solved.backend.locate(&handle) {
+        ctx.info(format!("theseus: {line}"));
+    }
     if ctx.output == OutputFormat::Json && !args.follow {
         let ship = shipped.lock().expect("not poisoned").clone();
         super::print_json(&json!({"name": identity.name, "run_id": identity.run_id, "host": plan.host, "handle": handle, "log_file": layout.log_file, "ship": ship}))?;

@@ -246,3 +246,42 @@ fn a_cluster_mount_is_ignored_for_volcano_hosts_with_a_warning() {
     assert!(out.status.success(), "{stderr}");
     assert!(stderr.contains("clusters.sim.mount is ignored") && stderr.contains("k8s"), "{stderr}");
 }
+
+#[test]
+fn submit_names_the_vcjob_and_a_missing_queue_passes_the_host_over_and_creates_nothing() {
+    let ctx = TestContext::new();
+    let world = SimWorld::start(&ctx);
+    let out = ctx.run(&["submit", "where", &world.exp("exp.yaml"), "--code", world.code(), "--host", "k8s", "--chip", "cpu"]);
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let line = stderr.lines().find(|l| l.contains("kubectl -n")).unwrap_or_else(|| panic!("no kubectl line: {stderr}"));
+    assert!(line.contains("vcjob general-default-where-") && line.contains("in namespace default"), "{line}");
+    assert!(line.contains("`kubectl -n default get vcjob general-default-where-"), "{line}");
+
+    // The same host with a queue that does not exist: passed over in the plan, with the fix.
+    let config_path = ctx.home().join(".theseus.yaml");
+    let config = std::fs::read_to_string(&config_path).unwrap();
+    std::fs::write(&config_path, config.replace("queue: default", "queue: no-such-queue")).unwrap();
+    for chip in [&["--chip", "h100", "-n", "1"][..], &["--chip", "cpu"][..]] {
+        let exp = world.exp("exp.yaml");
+        let mut args = vec!["plan", "p", exp.as_str()];
+        args.extend_from_slice(chip);
+        let plan = ctx.run(&args);
+        let (stdout, stderr) = (text(&plan.stdout), text(&plan.stderr));
+        let row = stdout.lines().chain(stderr.lines()).find(|l| l.starts_with("k8s ")).unwrap_or_default().to_owned();
+        assert!(row.contains("passed") && row.contains("\"no-such-queue\" does not exist"), "{chip:?}: {stdout}{stderr}");
+        assert!(row.contains("kubectl get queues"), "{row}");
+        assert!(!stdout.contains("chosen:  k8s"), "{stdout}");
+    }
+    // `submit --host` to it (no probe with --no-check) fails before anything is created.
+    let before = world.sim.requests().len();
+    let submit = ctx.run(&[
+        "submit", "nowhere", &world.exp("exp.yaml"), "--code", world.code(), "--host", "k8s", "--chip", "cpu", "--no-check",
+    ]);
+    let stderr = text(&submit.stderr);
+    assert_eq!(submit.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("\"no-such-queue\" does not exist"), "{stderr}");
+    let writes: Vec<(String, String)> =
+        world.sim.requests()[before..].iter().filter(|(method, _)| method != "GET").cloned().collect();
+    assert!(writes.is_empty(), "nothing is created for a missing queue: {writes:?}");
+}

@@ -211,6 +211,8 @@ pub fn solve(
         }
         let avail = availability.get(name).unwrap_or(&NOT_CHECKED);
         let outcome = match host {
+            // Unusable until the user acts (a refused host key, a missing queue), for any request.
+            _ if let Availability::Unusable { reason } = avail => Outcome::pass(reason.clone()),
             HostConfig::Local(h) => machine::local(h, &want, avail),
             HostConfig::Plain(h) => machine::plain(h, &want, avail),
             HostConfig::Volcano(h) => volcano::solve(h, &want, avail),

@@ -938,4 +938,18 @@ fn a_gpu_request_on_a_machine_without_gpus_hints_at_the_cpu() {
         - box Passed: host key verification failed for `b`
     ",
     );
+    // CPU jobs too, although their availability is otherwise not consulted.
+    check(
+        "hosts:\n  box: {type: plain, ssh: b, cluster: c}\n  k8s: {type: volcano, cluster: c, namespace: ns, queue: q, image: img, pvc_name: pvc}\n",
+        req("cpu"),
+        vec![
+            ("box", Availability::Unusable { reason: "host key verification failed for `b`".into() }),
+            ("k8s", Availability::Unusable { reason: "queue q does not exist".into() }),
+        ],
+        "
+        error: cannot satisfy cpu-only (1 process): no host can serve cpu-only (1 process)
+        - box Passed: host key verification failed for `b`
+        - k8s Passed: queue q does not exist
+    ",
+    );
 }
