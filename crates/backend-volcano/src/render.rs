@@ -228,6 +228,11 @@ pub fn render_job(host: &VolcanoHost, inputs: &JobInputs<'_>) -> Result<Rendered
     };
     let mut pod = pod_spec(host, container, volumes);
     pod.affinity = affinity(&host.labels);
+    if host.host_network {
+        // The node's interfaces (RDMA/RoCE); cluster DNS still resolves Services.
+        pod.host_network = Some(true);
+        pod.dns_policy = Some("ClusterFirstWithHostNet".into());
+    }
 
     let job = Job {
         metadata: ObjectMeta {
@@ -239,6 +244,7 @@ pub fn render_job(host: &VolcanoHost, inputs: &JobInputs<'_>) -> Result<Rendered
         spec: JobSpec {
             scheduler_name: Some("volcano".into()),
             queue: Some(queue(host)),
+            priority_class_name: host.priority_class.clone(),
             min_available: Some(nodes),
             max_retry: Some(inputs.options.max_retry),
             ttl_seconds_after_finished: inputs.options.ttl_seconds_after_finished,

@@ -29,6 +29,9 @@ pub struct JobSpec {
     /// Volcano queue.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue: Option<String>,
+    /// Priority class of the job's PodGroup: Volcano orders and preempts gangs by it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority_class_name: Option<String>,
     /// Pods that must be schedulable together (the gang).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub min_available: Option<i32>,

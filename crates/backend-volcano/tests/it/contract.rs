@@ -408,19 +408,29 @@ async fn missing_queue_names_queue_cluster_and_namespace() {
         .respond_with(status(404, "NotFound", "queues.scheduling.volcano.sh \"research\" not found"))
         .mount(&server)
         .await;
-    let err = probe(&cluster(&server), &crate::fixtures::host(), &gpu_request()).await.unwrap_err();
-    let text = err.to_string();
-    assert!(text.contains("queue \"research\" does not exist on cluster \"k8s\""), "{text}");
-    assert!(text.contains("namespace \"ml\""), "{text}");
+    // Not "unknown": the host cannot take jobs until the config names a queue that exists.
+    let cpu = Request { chip: ChipRequest::Cpu, count: 1, ..gpu_request() };
+    for request in [gpu_request(), cpu] {
+        let got = probe(&cluster(&server), &crate::fixtures::host(), &request).await.unwrap();
+        let Availability::Unusable { reason } = got else { panic!("{got:?}") };
+        assert!(reason.contains("queue \"research\" does not exist on cluster \"k8s\""), "{reason}");
+        assert!(reason.contains("namespace \"ml\"") && reason.contains("kubectl get queues"), "{reason}");
+    }
 }
 
 #[tokio::test]
-async fn cpu_requests_are_not_measured() {
+async fn cpu_requests_check_only_that_the_queue_exists() {
     let server = MockServer::start().await;
+    Mock::given(method("GET"))
+        .and(path("/apis/scheduling.volcano.sh/v1beta1/queues/research"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(queue_json(json!({}), json!({}))))
+        .expect(1)
+        .mount(&server)
+        .await;
     let request = Request { chip: ChipRequest::Cpu, count: 1, ..gpu_request() };
     let got = probe(&cluster(&server), &crate::fixtures::host(), &request).await.unwrap();
     assert_eq!(got, Availability::NotChecked);
-    assert!(server.received_requests().await.unwrap().is_empty());
+    assert_eq!(server.received_requests().await.unwrap().len(), 1, "one GET of the queue, nothing else");
 }
 
 #[tokio::test]

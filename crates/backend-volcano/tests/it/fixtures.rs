@@ -29,6 +29,7 @@ pub(crate) fn host() -> VolcanoHost {
             {"key": "spot", "operator": "Equal", "value": "true", "effect": "NoExecute", "tolerationSeconds": 300}
         ],
         "rdma": true,
+        "host_network": true,
         "labels": {"team": "ml", "theseus.dev/owner": "alice"},
         "image_pull_secrets": ["ghcr"],
         "helper_resources": {"requests.cpu": "250m", "requests.memory": "256Mi", "limits.memory": "512Mi"}

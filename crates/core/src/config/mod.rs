@@ -491,9 +491,13 @@ pub struct VolcanoHost {
     /// Size of the memory-backed `/dev/shm`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shm_size: Option<String>,
-    /// `priorityClassName`.
+    /// `priorityClassName` of the job (its PodGroup's priority) and of its pods.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority_class: Option<String>,
+    /// Pods use the node's network (`hostNetwork`, with `dnsPolicy: ClusterFirstWithHostNet`),
+    /// for RDMA/RoCE setups; off by default.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub host_network: bool,
     /// `serviceAccountName`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service_account: Option<String>,

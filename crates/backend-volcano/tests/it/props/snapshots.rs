@@ -28,6 +28,7 @@ fn plain_host() -> VolcanoHost {
         node_selector: BTreeMap::new(),
         tolerations: Vec::new(),
         rdma: false,
+        host_network: false,
         labels: BTreeMap::new(),
         image_pull_secrets: Vec::new(),
         helper_resources: None,
