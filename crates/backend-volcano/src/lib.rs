@@ -38,4 +38,4 @@ pub use render::{
     JobInputs, RenderError, RenderOptions, RenderedJob, job_name, owner_reference, redacted, render_job, render_secret,
 };
 pub use types::{Job, JobSpec, JobStatus, LifecyclePolicy, TaskSpec};
-pub use validate::{is_label_key, is_label_value, validate_host};
+pub use validate::{check_cluster_paths, is_label_key, is_label_value, validate_host};

@@ -2,7 +2,7 @@
 //! Kubernetes quantities, helper resources, label and node-selector syntax and tolerations, so a
 //! host that passes renders manifests the apiserver accepts. Errors name the key.
 
-use theseus_core::config::{Toleration, VolcanoHost};
+use theseus_core::config::{ClusterConfig, Toleration, VolcanoHost};
 
 use crate::helper::helper_resources;
 use crate::quantity::Quantity;
@@ -13,6 +13,44 @@ use crate::quantity::Quantity;
 /// One message naming the key, e.g. `hosts.k8s.memory: invalid quantity "64Gx"`.
 pub fn validate_host(name: &str, host: &VolcanoHost) -> Result<(), String> {
     check_host(host).map_err(|m| format!("hosts.{name}.{m}"))
+}
+
+/// Checks that the paths of a volcano host's cluster lie on its PVC: the pods see the PVC at
+/// `pvc_mount_path` and nothing else, so code shipped or logs written elsewhere would not be
+/// found. `host_name` and `cluster_name` are the names in the config.
+///
+/// # Errors
+/// The offending key (`clusters.<cluster>.<key>`) and a message with the fix.
+pub fn check_cluster_paths(
+    host_name: &str,
+    host: &VolcanoHost,
+    cluster_name: &str,
+    cluster: &ClusterConfig,
+) -> Result<(), (String, String)> {
+    let mount = host.pvc_mount_path.trim_end_matches('/');
+    let mount = if mount.is_empty() { "/" } else { mount };
+    for (key, value) in [
+        ("root", Some(&cluster.root)),
+        ("work", Some(&cluster.work)),
+        ("log", cluster.log.as_ref()),
+        ("status", cluster.status.as_ref()),
+    ] {
+        let Some(path) = value else { continue };
+        let trimmed = path.trim_end_matches('/');
+        let under = mount == "/" && path.starts_with('/')
+            || trimmed == mount
+            || trimmed.strip_prefix(mount).is_some_and(|rest| rest.starts_with('/'));
+        if !under || path.split('/').any(|part| part == "..") {
+            return Err((
+                format!("clusters.{cluster_name}.{key}"),
+                format!(
+                    "`{path}` is not under `{mount}`, where volcano host `{host_name}` mounts its PVC \
+                     (hosts.{host_name}.pvc_mount_path): its pods would not find it; use a path under `{mount}`"
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// [`validate_host`] without the `hosts.<name>.` prefix.
@@ -173,6 +211,25 @@ pub fn is_label_key(key: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cluster_paths_must_lie_on_the_pvc() {
+        let host = VolcanoHost { pvc_mount_path: "/mnt/pvc/".into(), ..VolcanoHost::default() };
+        let cluster = |root: &str, work: &str| ClusterConfig { root: root.into(), work: work.into(), ..ClusterConfig::default() };
+        assert_eq!(check_cluster_paths("k8s", &host, "c", &cluster("/mnt/pvc", "/mnt/pvc/work")), Ok(()));
+        for (root, work, key) in [
+            ("/mnt/pvc", "/scratch/work", "clusters.c.work"),
+            ("/mnt/pvc2", "/mnt/pvc/work", "clusters.c.root"),
+            ("/mnt/pvc", "/mnt/pvc/../etc", "clusters.c.work"),
+            ("mnt/pvc", "/mnt/pvc/w", "clusters.c.root"),
+        ] {
+            let (got, message) = check_cluster_paths("k8s", &host, "c", &cluster(root, work)).unwrap_err();
+            assert_eq!(got, key, "{root} {work}");
+            assert!(message.contains("hosts.k8s.pvc_mount_path") && message.contains("under `/mnt/pvc`"), "{message}");
+        }
+        let logs_elsewhere = ClusterConfig { log: Some("/var/log/x".into()), ..cluster("/mnt/pvc", "/mnt/pvc/w") };
+        assert_eq!(check_cluster_paths("k8s", &host, "c", &logs_elsewhere).unwrap_err().0, "clusters.c.log");
+    }
 
     #[test]
     fn label_syntax() {

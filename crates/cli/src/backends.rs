@@ -62,6 +62,13 @@ pub(crate) fn check(loaded: &LoadedConfig) -> Result<Vec<String>> {
             anyhow::bail!("{source}: {message}");
         }
         if let Some(cluster) = loaded.config.clusters.get(&volcano.cluster)
+            && let Err((key, message)) =
+                theseus_backend_volcano::check_cluster_paths(name, volcano, &volcano.cluster, cluster)
+        {
+            let source = theseus_core::config::validate::source_of(&loaded.provenance, &key);
+            anyhow::bail!("{source}: {key}: {message}");
+        }
+        if let Some(cluster) = loaded.config.clusters.get(&volcano.cluster)
             && cluster.mount.is_some()
         {
             warnings.push(format!(

@@ -285,3 +285,24 @@ fn submit_names_the_vcjob_and_a_missing_queue_passes_the_host_over_and_creates_n
         world.sim.requests()[before..].iter().filter(|(method, _)| method != "GET").cloned().collect();
     assert!(writes.is_empty(), "nothing is created for a missing queue: {writes:?}");
 }
+
+#[test]
+fn config_check_refuses_cluster_paths_off_the_pvc_of_a_volcano_host() {
+    let ctx = TestContext::new();
+    std::fs::write(
+        ctx.home().join(".theseus.yaml"),
+        "clusters:\n  k8s: {root: /mnt/pvc, work: /scratch/work}\nhosts:\n  kube:\n    type: volcano\n    cluster: k8s\n    \
+         namespace: ml\n    queue: q\n    image: img\n    pvc_name: shared\n    pvc_mount_path: /mnt/pvc\n",
+    )
+    .unwrap();
+    for args in [&["config", "check"][..], &["submit", "x", "examples/hello/experiment.yaml", "--chip", "cpu"][..]] {
+        let out = ctx.run(args);
+        let stderr = text(&out.stderr);
+        assert!(!out.status.success(), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("~/.theseus.yaml: clusters.k8s.work: `/scratch/work` is not under `/mnt/pvc`"),
+            "{args:?}: names the file, the key and the mount: {stderr}"
+        );
+        assert!(stderr.contains("use a path under `/mnt/pvc`"), "{args:?}: the fix: {stderr}");
+    }
+}
