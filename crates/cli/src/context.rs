@@ -50,7 +50,7 @@ impl Context {
     /// Loads and validates the layered config.
     pub(crate) fn config(&self) -> Result<LoadedConfig> {
         let loaded = config::load::load(&self.sources)?;
-        for warning in backends::check(&loaded)? {
+        for warning in loaded.warnings.iter().cloned().chain(backends::check(&loaded)?) {
             self.info(format!("theseus: warning: {warning}"));
         }
         Ok(loaded)

@@ -35,15 +35,17 @@ pub(crate) fn run(ctx: &Context, cmd: ConfigCommand) -> Result<ExitCode> {
         },
         ConfigCommand::Show => {
             let loaded = ctx.config()?;
+            // Secrets (W&B keys, tokens, passwords) never leave in plain text.
+            let redacted = theseus_core::config::compat::redacted(&loaded.config);
             let shown = Shown {
-                config: &loaded.config,
+                config: &redacted,
                 files: loaded.files.iter().map(|f| f.display().to_string()).collect(),
                 sources: &loaded.provenance,
             };
             match ctx.output {
                 OutputFormat::Json => super::print_json(&shown)?,
                 OutputFormat::Yaml | OutputFormat::Text => {
-                    print!("{}", serde_saphyr::to_string(&loaded.config)?);
+                    print!("{}", serde_saphyr::to_string(&redacted)?);
                     println!();
                     println!("# where each value came from:");
                     let width = loaded.provenance.iter().map(|p| p.key.len()).max().unwrap_or(0);

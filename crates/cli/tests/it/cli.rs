@@ -221,3 +221,24 @@ fn chip_cpu_without_n_is_one_process_whatever_gpu_count_the_experiment_asks_for(
     let help = text(&ctx.run(&["submit", "--help"]).stdout).split_whitespace().collect::<Vec<_>>().join(" ");
     assert!(help.contains("`--chip cpu` without `-n` runs one process"), "{help}");
 }
+
+#[test]
+fn config_show_redacts_secrets_in_every_format() {
+    let ctx = TestContext::new();
+    std::fs::write(
+        ctx.home().join(".theseus.yaml"),
+        "clusters:\n  c:\n    root: /r\n    work: /w\n    wandb: wandb-key-s3cret\n    hf_token: hf_tok3n-s3cret\n    \
+         mount: \"redis://:redis-pa55word@redis.example.com:6379/0\"\n\
+         hosts:\n  box:\n    ssh: box\n    cluster: c\n    env: {MY_API_TOKEN: tok-s3cret, NCCL_DEBUG: WARN}\n",
+    )
+    .unwrap();
+    for format in ["text", "json", "yaml"] {
+        let out = ctx.run(&["config", "show", "--output", format]);
+        let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+        assert!(out.status.success(), "{format}: {stderr}");
+        for secret in ["wandb-key-s3cret", "hf_tok3n-s3cret", "redis-pa55word", "tok-s3cret"] {
+            assert!(!stdout.contains(secret) && !stderr.contains(secret), "{format}: {secret} shown:\n{stdout}");
+        }
+        assert!(stdout.contains("<redacted>") && stdout.contains("WARN"), "{format}: {stdout}");
+    }
+}

@@ -10,7 +10,7 @@
 //! hosts and clusters are put back in the order they first appeared (figment's maps are sorted),
 //! and the merged result is deserialized strictly and validated.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
 use figment::value::{Dict, Map as FigmentMap};
@@ -56,6 +56,9 @@ pub struct LoadedConfig {
     pub files: Vec<PathBuf>,
     /// Where each leaf value came from.
     pub provenance: Vec<Provenance>,
+    /// Things the user should know that do not stop a job: hosts of unsupported types set
+    /// aside, keys nothing reads (see [`super::compat`]).
+    pub warnings: Vec<String>,
 }
 
 /// Where one value of the merged config came from.
@@ -115,12 +118,27 @@ pub fn load(sources: &ConfigSources) -> Result<LoadedConfig> {
         });
         files.push(path);
     }
+    // Hosts and clusters the files name, so that env names can address `gpu-box` as `GPU_BOX`.
+    let mut named: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
+    for layer in &layers {
+        for table in ["hosts", "clusters"] {
+            if let Some(Value::Object(map)) = layer.value.get(table) {
+                named.entry(table).or_default().extend(map.keys().cloned());
+            }
+        }
+    }
     for (name, raw) in &sources.env {
         let Some(rest) = name.strip_prefix(ENV_PREFIX) else {
             continue;
         };
         let source = format!("env {name}");
-        let segments: Vec<String> = rest.split("__").map(str::to_owned).collect();
+        let mut segments: Vec<String> = rest.split("__").map(str::to_owned).collect();
+        if let [table, entry, ..] = segments.as_mut_slice()
+            && let Some(existing) = named.get(table.to_lowercase().as_str())
+        {
+            *entry = super::compat::env_table_name(entry, existing)
+                .map_err(|m| Error::InvalidConfig(format!("{source}: {m}")))?;
+        }
         let value = setting_layer(&segments, raw, true)
             .map_err(|m| Error::InvalidConfig(format!("{source}: {m}")))?;
         layers.push(Layer {
@@ -140,20 +158,30 @@ pub fn load(sources: &ConfigSources) -> Result<LoadedConfig> {
         });
     }
 
+    // Hosts of types theseus does not run (the original's `tpu`) are set aside with a warning.
+    let unsupported = super::compat::unsupported_hosts(layers.iter().map(|l| (l.source.as_str(), &l.value)));
+    for layer in &mut layers {
+        super::compat::remove_hosts(&mut layer.value, &unsupported);
+    }
+    let mut warnings = super::compat::unsupported_warnings(&unsupported);
+
     let mut types = HashMap::new();
     for layer in &layers {
         validate::check_layer(&layer.value, &mut types)
             .map_err(|e| layer_error(&layer.source, e))?;
     }
 
-    let merged = merge(&layers)?;
+    let mut merged = merge(&layers)?;
+    warnings.extend(super::compat::drop_priority_entries(&mut merged, &unsupported));
     let provenance = provenance(&layers, &merged);
     let mut config = build(&merged, &layers)?;
     validate::validate(&mut config, &provenance)?;
+    warnings.extend(super::compat::juicefs_warnings(&config, |key| validate::source_of(&provenance, key)));
     Ok(LoadedConfig {
         config,
         files,
         provenance,
+        warnings,
     })
 }
 

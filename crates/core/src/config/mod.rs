@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 /// counts can overflow.
 pub const MAX_COUNT: u32 = 65_536;
 
+pub mod compat;
 pub mod load;
 pub mod ssh;
 pub mod validate;

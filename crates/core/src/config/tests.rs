@@ -496,17 +496,73 @@ fn yaml_syntax_error_has_line_and_column() {
 }
 
 #[test]
-fn tpu_hosts_are_rejected() {
+fn tpu_hosts_are_set_aside_with_a_warning_and_so_are_priority_entries_naming_them() {
     Jail::expect_with(|jail| {
         let setup = Setup::new(
             jail,
-            Some("hosts:\n  pod: {type: tpu, cluster: local}\n"),
+            Some("priority: [pod, local]\nhosts:\n  pod: {type: tpu, cluster: local, zone: us-central2-b}\n"),
             None,
         );
+        let loaded = setup.load();
+        assert!(!loaded.config.hosts.contains_key("pod"));
+        assert_eq!(loaded.config.priority, ["local"]);
+        assert_eq!(
+            loaded.warnings,
+            [
+                "~/.theseus.yaml: hosts.pod: type `tpu` is not supported by theseus yet; the host is left out of solving",
+                "priority: `pod` is a `tpu` host, which theseus does not support yet; the entry is ignored",
+            ]
+        );
+        Ok(())
+    });
+}
+
+#[test]
+fn the_original_example_config_loads_with_warnings() {
+    Jail::expect_with(|jail| {
+        let text = include_str!("../../test_data/original-dispatch.yaml");
+        let setup = Setup::new(jail, Some(text), None);
+        let loaded = setup.load();
+        let hosts: Vec<&str> = loaded.config.hosts.keys().map(String::as_str).collect();
+        assert!(!hosts.contains(&"my-tpu-v4") && hosts.contains(&"gpu-cluster") && hosts.contains(&"hpc-login"), "{hosts:?}");
+        assert_eq!(loaded.warnings.len(), 2, "{:#?}", loaded.warnings);
+        assert!(loaded.warnings[0].contains("hosts.my-tpu-v4: type `tpu` is not supported"), "{:#?}", loaded.warnings);
+        let juicefs = &loaded.warnings[1];
+        assert!(juicefs.starts_with("~/.theseus.yaml: clusters.hpc: mount, cache_size, cache_dir, all_squash are ignored"), "{juicefs}");
+        assert!(juicefs.contains("nothing will be mounted at `/mnt/juicefs/theseus`"), "{juicefs}");
+        Ok(())
+    });
+}
+
+#[test]
+fn gres_mapping_values_are_bare_gres_types() {
+    Jail::expect_with(|jail| {
+        let setup = Setup::new(jail, Some("gres_mapping: {a100-sxm4-80gb: \"gpu:a100\"}\n"), None);
         assert_eq!(
             setup.error(),
-            "~/.theseus.yaml: hosts.pod.type: TPU hosts are not supported yet"
+            "~/.theseus.yaml: gres_mapping.a100-sxm4-80gb: `gpu:a100` includes the `gpu:` prefix; write the bare GRES \
+             type `a100` (theseus writes `gpu:a100:N`)"
         );
+        let setup = Setup::new(jail, Some("gres_mapping: {h100: \"h100 80gb\"}\n"), None);
+        assert!(setup.error().contains("is not a GRES type"), "{}", setup.error());
+        Ok(())
+    });
+}
+
+#[test]
+fn env_variables_address_hosts_whose_names_contain_hyphens() {
+    Jail::expect_with(|jail| {
+        let setup = Setup::new(
+            jail,
+            Some("clusters:\n  c: {root: /r, work: /w}\nhosts:\n  gpu-box: {ssh: g, cluster: c, chips: {h100: 8}}\n"),
+            None,
+        )
+        .env("THESEUSCFG_HOSTS__GPU_BOX__CHIPS__H100", "4");
+        let loaded = setup.load();
+        let HostConfig::Plain(host) = &loaded.config.hosts["gpu-box"] else { panic!() };
+        assert_eq!(host.chips["h100"], 4);
+        assert!(!loaded.config.hosts.contains_key("gpu_box"));
+        assert_eq!(source(&loaded, "hosts.gpu-box.chips.h100"), "env THESEUSCFG_HOSTS__GPU_BOX__CHIPS__H100");
         Ok(())
     });
 }

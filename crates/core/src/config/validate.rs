@@ -137,6 +137,9 @@ pub fn validate(config: &mut DispatchConfig, provenance: &[Provenance]) -> Resul
     }
     config.gres_mapping = canonical_chips(&config.gres_mapping, "gres_mapping")
         .map_err(|e| fail(&e.path, e.message))?;
+    for (chip, gres) in &config.gres_mapping {
+        check_gres_type(gres).map_err(|m| fail(&format!("gres_mapping.{chip}"), m))?;
+    }
     let known: Vec<&str> = config.hosts.keys().map(String::as_str).collect();
     for (i, name) in config.priority.iter().enumerate() {
         if !config.hosts.contains_key(name) {
@@ -401,6 +404,21 @@ fn check_chip_counts(value: &Value, path: &str) -> Result<(), KeyError> {
                 ));
             }
         }
+    }
+    Ok(())
+}
+
+/// A `gres_mapping` value: a bare GRES type (`a100`), which theseus writes as `gpu:TYPE:N`.
+fn check_gres_type(gres: &str) -> std::result::Result<(), String> {
+    if let Some(bare) = gres.strip_prefix("gpu:") {
+        return Err(format!(
+            "`{gres}` includes the `gpu:` prefix; write the bare GRES type `{bare}` (theseus writes `gpu:{bare}:N`)"
+        ));
+    }
+    if gres.is_empty() || !gres.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.')) {
+        return Err(format!(
+            "`{gres}` is not a GRES type (letters, digits, `_`, `-`, `.`; as in the `TYPE` of `gpu:TYPE:N` that `sinfo -o %G` shows)"
+        ));
     }
     Ok(())
 }
