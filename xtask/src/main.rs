@@ -8,6 +8,7 @@
 //!   `THESEUSTEST_REQUIRE_ALL=0` it is skipped instead (and the live tests say they did not run).
 //! - `lab up|down|status|env|smoke`: the SSH/Slurm test lab on its own (see `ci/lab/README.md`).
 //! - `tidy`: repository checks (every `.rs` file opens with a `//!` doc).
+//! - `man [--check]`: writes (or checks) the man pages in `docs/man/` from the CLI definition.
 //! - `setup-python`: only the venv step of `test`; prints the interpreter path.
 //! - `e2e --sim`: the real `theseus` binary through the Volcano scenarios against the simulator
 //!   (`test` runs it after the workspace tests); `e2e` does the same on a kind cluster with
@@ -20,6 +21,7 @@
 mod bench;
 mod e2e;
 mod lab;
+mod man;
 mod python;
 mod tidy;
 
@@ -35,6 +37,7 @@ fn main() -> Result<()> {
         Some("test") => test(&root, &args[1..]),
         Some("lab") => lab::run(&root, &args[1..]),
         Some("tidy") => tidy::check(&root),
+        Some("man") => man::run(&root, &args[1..]),
         Some("e2e") => e2e::run(&root, &args[1..]),
         Some("bench") => bench::run(&root, &args[1..]),
         Some("sim") => e2e::sim_command(&root, &args[1..]),
@@ -44,7 +47,7 @@ fn main() -> Result<()> {
         }
         _ => {
             eprintln!(
-                "usage: cargo xtask <test [cargo test args...]|lab up|down|status|env|smoke|tidy|setup-python|e2e [--sim] [--dry-run] [--keep] [--only=N,..] [--require-kubectl]|sim [--port P]|bench [--runs N] [--release] [--output json] [--strict]>"
+                "usage: cargo xtask <test [cargo test args...]|lab up|down|status|env|smoke|tidy|man [--check]|setup-python|e2e [--sim] [--dry-run] [--keep] [--only=N,..] [--require-kubectl]|sim [--port P]|bench [--runs N] [--release] [--output json] [--strict]>"
             );
             std::process::exit(2);
         }

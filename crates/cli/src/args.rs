@@ -74,6 +74,19 @@ pub(crate) enum Command {
     Gc(GcArgs),
     /// Show the space the code store and run code dirs use on each host's cluster.
     Du(DuArgs),
+    /// Print a shell completion script (e.g. `theseus completions bash > ~/.local/share/bash-completion/completions/theseus`).
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Write the man pages (theseus.1 and one per subcommand) into DIR (`cargo xtask man`).
+    #[command(hide = true)]
+    Man {
+        /// Where the pages go.
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+    },
 }
 
 /// Everything that decides where a job goes and what it runs (shared by submit and plan).

@@ -2,6 +2,7 @@
 
 mod chips;
 mod config;
+mod docs;
 mod du;
 mod gc;
 mod jobs;
@@ -20,6 +21,12 @@ use crate::signals;
 
 /// Runs the parsed command line.
 pub(crate) async fn run(cli: Cli) -> Result<ExitCode> {
+    // These read no config and touch no state.
+    match &cli.command {
+        Command::Completions { shell } => return docs::completions(*shell),
+        Command::Man { out } => return docs::man(out),
+        _ => {}
+    }
     let ctx = Context::new(&cli.global)?;
     match cli.command {
         // These handle a signal in each of their phases (see `crate::signals`).
@@ -39,6 +46,7 @@ pub(crate) async fn run(cli: Cli) -> Result<ExitCode> {
                     Command::Chips => chips::run(&ctx),
                     Command::Gc(args) => gc::run(&ctx, args).await,
                     Command::Du(args) => du::run(&ctx, args).await,
+                    Command::Completions { .. } | Command::Man { .. } => unreachable!("handled above"),
                 }
             })
             .await

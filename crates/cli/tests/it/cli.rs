@@ -242,3 +242,58 @@ fn config_show_redacts_secrets_in_every_format() {
         assert!(stdout.contains("<redacted>") && stdout.contains("WARN"), "{format}: {stdout}");
     }
 }
+
+/// The visible subcommands, from `theseus --help`.
+fn subcommands(ctx: &TestContext) -> Vec<String> {
+    let help = text(&ctx.run(&["--help"]).stdout);
+    help.lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        // Wrapped descriptions continue on deeper-indented lines.
+        .filter(|l| !l.starts_with("   "))
+        .filter_map(|l| l.split_whitespace().next().map(str::to_owned))
+        .filter(|c| c != "help")
+        .collect()
+}
+
+#[test]
+fn completions_for_every_shell_list_every_subcommand() {
+    let ctx = TestContext::new();
+    let commands = subcommands(&ctx);
+    assert!(commands.len() >= 10 && commands.iter().any(|c| c == "completions"), "{commands:?}");
+    for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
+        let out = ctx.run(&["completions", shell]);
+        assert!(out.status.success(), "{shell}: {}", text(&out.stderr));
+        let script = text(&out.stdout);
+        for command in &commands {
+            assert!(script.contains(command.as_str()), "{shell}: `{command}` missing");
+        }
+    }
+    let bad = ctx.run(&["completions", "tcsh"]);
+    assert_eq!(bad.status.code(), Some(2), "{}", text(&bad.stderr));
+}
+
+#[test]
+fn the_committed_man_pages_are_what_the_binary_writes() {
+    let ctx = TestContext::new();
+    let out_dir = ctx.home().join("man");
+    let out = ctx.run(&["man", "--out", out_dir.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let committed = crate::repo_root().join("docs/man");
+    let mut written: Vec<String> =
+        std::fs::read_dir(&out_dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    written.sort();
+    for command in subcommands(&ctx) {
+        assert!(written.contains(&format!("theseus-{command}.1")), "no page for `{command}`: {written:?}");
+    }
+    for name in &written {
+        let fresh = std::fs::read_to_string(out_dir.join(name)).unwrap();
+        let kept = std::fs::read_to_string(committed.join(name)).unwrap_or_default();
+        assert!(fresh == kept, "docs/man/{name} is out of date: run `cargo xtask man`");
+    }
+    let mut kept: Vec<String> =
+        std::fs::read_dir(&committed).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    kept.sort();
+    assert_eq!(kept, written, "docs/man holds pages the binary no longer writes: run `cargo xtask man`");
+}
