@@ -69,6 +69,13 @@ fn test(root: &Path, extra: &[String]) -> Result<()> {
     let python = python::ensure_venv(root)?;
     // CI requires every optional test; a developer without root can opt out explicitly.
     let require_all = std::env::var("THESEUSTEST_REQUIRE_ALL").map_or(true, |v| v != "0");
+    let managed = python::managed_python();
+    if managed.is_none() {
+        eprintln!(
+            "xtask: WARNING: no externally managed python3 with pip (Debian's python3 and python3-pip); \
+             the bootstrap's uv install test will not run"
+        );
+    }
     let was_running = lab::is_running(root);
     let lab = match lab::up(root) {
         Ok(lab) => Some(lab),
@@ -90,6 +97,7 @@ fn test(root: &Path, extra: &[String]) -> Result<()> {
         .args(["test", "--workspace", "--all-targets"])
         .args(extra)
         .env("THESEUSTEST_PYTHON", &python)
+        .env("THESEUSTEST_MANAGED_PYTHON", managed.as_deref().unwrap_or(Path::new("")))
         .env("THESEUSTEST_REQUIRE_ALL", if require_all { "1" } else { "0" });
     for (key, value) in lab.iter().flat_map(|lab| &lab.vars) {
         cmd.env(key, value);

@@ -36,6 +36,36 @@ pub(crate) fn ensure_venv(root: &Path) -> Result<PathBuf> {
     Ok(python)
 }
 
+/// Debian's own `python3`, which PEP 668 marks "externally managed" (an `EXTERNALLY-MANAGED`
+/// file in its stdlib dir), with pip: the Python of Debian- and Ubuntu-based images, on which
+/// the bootstrap must install uv without `pip install --user`. When it or its pip is missing
+/// and we are root, `apt-get install python3-pip` adds them.
+pub(crate) fn managed_python() -> Option<PathBuf> {
+    let python = PathBuf::from("/usr/bin/python3");
+    let check = |python: &Path| -> bool {
+        let probe = "import os, sys, sysconfig; \
+                     sys.exit(0 if os.path.exists(os.path.join(sysconfig.get_path('stdlib'), 'EXTERNALLY-MANAGED')) else 1)";
+        let quiet = |args: &[&str]| {
+            Command::new(python).args(args).output().is_ok_and(|o| o.status.success())
+        };
+        quiet(&["-c", probe]) && quiet(&["-m", "pip", "--version"])
+    };
+    if check(&python) {
+        return Some(python);
+    }
+    let root = Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout.starts_with(b"0\n"));
+    if !root {
+        return None;
+    }
+    eprintln!("xtask: installing Debian's python3-pip (an externally managed python3 for a bootstrap test)");
+    let installed = Command::new("apt-get")
+        .args(["install", "-y", "-qq", "python3-pip"])
+        .env("DEBIAN_FRONTEND", "noninteractive")
+        .status()
+        .is_ok_and(|s| s.success());
+    (installed && check(&python)).then_some(python)
+}
+
 fn find_python() -> Result<String> {
     for candidate in ["python3", "python"] {
         if Command::new(candidate).arg("--version").output().is_ok_and(|o| o.status.success()) {

@@ -2,7 +2,7 @@
 //! against a known home dir, everything else must be absolute (the remote side never expands).
 
 use theseus_core::backend::RunLayout;
-use theseus_core::bootstrap::Launch;
+use theseus_core::bootstrap::{DataDirs, Launch};
 use theseus_core::config::{ClusterConfig, join};
 use theseus_core::job::JobIdentity;
 use theseus_core::{Error, Result};
@@ -72,6 +72,11 @@ impl RemoteDirs<'_> {
             log_file,
             root_dir: self.resolve(&self.cluster.root)?,
             uv_cache_dir: self.cluster.uv_dir.as_deref().map(|d| self.resolve(d)).transpose()?,
+            data_dirs: DataDirs {
+                data: self.resolve(&self.cluster.data_dir())?,
+                checkpoints: self.resolve(&self.cluster.checkpoints_dir())?,
+                results: self.resolve(&self.cluster.results_dir())?,
+            },
             launch,
         })
     }

@@ -12,7 +12,7 @@ use theseus_core::backend::{
     Backend, DryRunDocument, JobHandle, JobState, JobStatus, LogOptions, LogStream, PreparedJob, RunLayout,
     SubmitOptions,
 };
-use theseus_core::bootstrap::Launch;
+use theseus_core::bootstrap::{DataDirs, Launch};
 use theseus_core::config::{ClusterConfig, HostKind, VolcanoHost, join};
 use theseus_core::job::JobIdentity;
 use theseus_core::solver::{Plan, Request};
@@ -184,6 +184,11 @@ impl VolcanoBackend {
             log_file: under(&cluster.log_dir(), &format!("{rel}.log"))?,
             root_dir: cluster.root.clone(),
             uv_cache_dir: cluster.uv_dir.clone(),
+            data_dirs: DataDirs {
+                data: cluster.data_dir(),
+                checkpoints: cluster.checkpoints_dir(),
+                results: cluster.results_dir(),
+            },
             launch: Launch::Volcano { coordinator_port: self.host.coordinator_port },
         })
     }

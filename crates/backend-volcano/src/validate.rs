@@ -214,7 +214,10 @@ mod tests {
 
     #[test]
     fn cluster_paths_must_lie_on_the_pvc() {
-        let host = VolcanoHost { pvc_mount_path: "/mnt/pvc/".into(), ..VolcanoHost::default() };
+        let host: VolcanoHost = serde_json::from_value(serde_json::json!({
+            "cluster": "c", "image": "i", "pvc_name": "p", "pvc_mount_path": "/mnt/pvc/"
+        }))
+        .unwrap();
         let cluster = |root: &str, work: &str| ClusterConfig { root: root.into(), work: work.into(), ..ClusterConfig::default() };
         assert_eq!(check_cluster_paths("k8s", &host, "c", &cluster("/mnt/pvc", "/mnt/pvc/work")), Ok(()));
         for (root, work, key) in [

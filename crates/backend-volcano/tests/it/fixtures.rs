@@ -75,6 +75,11 @@ pub(crate) fn layout() -> RunLayout {
         log_file: "/workspace/work/logs/it's a log/run.log".into(),
         root_dir: "/workspace".into(),
         uv_cache_dir: None,
+        data_dirs: theseus_core::bootstrap::DataDirs {
+            data: "/workspace/data".into(),
+            checkpoints: "/workspace/checkpoints".into(),
+            results: "/workspace/results".into(),
+        },
         launch: Launch::Volcano { coordinator_port: 1234 },
     }
 }

@@ -135,6 +135,12 @@ async fn prepare(ctx: &Context, args: &SubmitArgs) -> Result<(Solved, PreparedJo
         solved.experiment.config.clone(),
     );
     input.uv_groups = uv_groups;
+    input.hardware = Some(bootstrap::Hardware {
+        chip: plan.chip.map(|c| c.name.to_owned()),
+        count: plan.total_chips,
+        nodes: plan.nodes,
+        host: plan.host.clone(),
+    });
     let bootstrap = bootstrap::render(&input)
         .with_context(|| format!("cannot render the bootstrap for {}", args.job.experiment.display()))?;
     let job = PreparedJob {

@@ -6,6 +6,10 @@ theseus_is_uint() { [[ "$1" =~ ^[0-9]+$ ]]; }
 
 cd -- "$THESEUS_WORK_DIR"
 mkdir -p -- "$THESEUS_RUN_DIR"
+# The shared dirs exist before the job looks (a read-only data mount is fine: only said).
+for theseus_d in "$THESEUS_DATA_DIR" "$THESEUS_CHECKPOINTS_DIR" "$THESEUS_RESULTS_DIR"; do
+  [[ -d "$theseus_d" ]] || mkdir -p -- "$theseus_d" 2> /dev/null || theseus_log "note: cannot create $theseus_d"
+done
 
 # ---- rank wiring ----
 theseus_rank=0
@@ -107,6 +111,8 @@ theseus_hostname=${theseus_hostname//[[:cntrl:]]/}
 theseus_hostname=${theseus_hostname//\\/\\\\}
 theseus_hostname=${theseus_hostname//\"/\\\"}
 theseus_start_time=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+theseus_slurm_job_id=null
+if [[ "${SLURM_JOB_ID:-}" =~ ^[0-9]+$ ]]; then theseus_slurm_job_id="\"$SLURM_JOB_ID\""; fi
 theseus_now() { date -u +%Y-%m-%dT%H:%M:%SZ; }
 
 # theseus_write_metadata STATUS [EXIT_CODE]: rewrites the metadata file atomically.
@@ -116,25 +122,81 @@ theseus_write_metadata() {
     printf '{\n%s' "$theseus_identity_json"
     printf '  "rank": %d,\n  "num_processes": %d,\n' "$theseus_rank" "$theseus_count"
     printf '  "hostname": "%s",\n  "pid": %d,\n' "$theseus_hostname" "$$"
+    printf '  "slurm_job_id": %s,\n' "$theseus_slurm_job_id"
     printf '  "start_time": "%s",\n  "last_heartbeat": "%s",\n' "$theseus_start_time" "$(theseus_now)"
     printf '  "status": "%s",\n  "exit_code": %s\n}\n' "$status" "$code"
   } > "$tmp"
   mv -f -- "$tmp" "$theseus_metadata"
 }
 
-# ---- python ----
+# ---- setup: uv and the project's environment, once per run, then a start barrier ----
+# Rank 0 finds (or installs) uv and runs `uv sync` in the shared work dir; the other ranks
+# wait for its `done` (or `failed`) marker instead of syncing the same dir at once. Then every
+# rank says it is ready and waits for all the others, so that none enters
+# `jax.distributed.initialize` while another is still setting up (phase one of a two-phase start).
 theseus_py=("${THESEUS_PYTHON:-python3}")
-if [[ -f pyproject.toml ]]; then
-  if command -v uv > /dev/null 2>&1; then
-    theseus_uv=$(command -v uv)
-  elif [[ -x "$HOME/.local/bin/uv" ]]; then
-    theseus_uv="$HOME/.local/bin/uv"
-  else
-    theseus_log "uv is not installed; running: python3 -m pip install --user uv"
-    python3 -m pip install --user uv >&2
-    theseus_uv="$(python3 -m site --user-base)/bin/uv"
-    [[ -x "$theseus_uv" ]] || theseus_die "uv is still missing after pip install --user uv"
+theseus_uv=""
+theseus_last_error=""
+theseus_die() { theseus_last_error="$*"; theseus_log "error: $*"; exit 2; }
+theseus_setup_dir="$THESEUS_WORK_DIR/.theseus/start"
+theseus_setup_timeout=${THESEUS_SETUP_TIMEOUT_SECONDS:-1800}
+theseus_is_uint "$theseus_setup_timeout" || theseus_setup_timeout=1800
+# uv installed by theseus lives in a private dir (never the system or user site-packages,
+# which PEP 668 "externally managed" Pythons refuse): under the cluster's uv_dir, else the run.
+if [[ -n "${UV_CACHE_DIR:-}" ]]; then
+  theseus_uv_home="$UV_CACHE_DIR/theseus-uv"
+else
+  theseus_uv_home="$THESEUS_WORK_DIR/.theseus/uv"
+fi
+
+# theseus_find_uv: sets theseus_uv to a uv that is there, else returns 1.
+theseus_find_uv() {
+  local candidate
+  if candidate=$(command -v uv 2> /dev/null); then
+    theseus_uv=$candidate
+    return 0
   fi
+  for candidate in "$HOME/.local/bin/uv" "$theseus_uv_home/bin/uv"; do
+    if [[ -x "$candidate" ]]; then
+      theseus_uv=$candidate
+      return 0
+    fi
+  done
+  return 1
+}
+
+# theseus_install_uv: a private venv with uv in it, made under a temp name and moved to
+# $theseus_uv_home. Never `pip install --user` into the system Python: PEP 668 ("externally
+# managed", Debian and Ubuntu images) refuses it. Where python3 cannot make a venv (Debian
+# without python3-venv), `pip install --target` into the same private dir, which PEP 668 allows.
+theseus_install_uv() {
+  local tmp="$theseus_uv_home.tmp.$$.$RANDOM" how
+  mkdir -p -- "${theseus_uv_home%/*}"
+  if python3 -m venv -- "$tmp" > /dev/null 2>&1 && "$tmp/bin/python" -m pip --version > /dev/null 2>&1; then
+    how="a private venv"
+    theseus_log "uv is not installed; installing it into $how at $theseus_uv_home (pip install uv)"
+    "$tmp/bin/python" -m pip install --quiet --disable-pip-version-check uv >&2 || how=""
+  else
+    rm -rf -- "$tmp"
+    python3 -m pip --version > /dev/null 2>&1 \
+      || theseus_die "uv is not installed, and python3 can neither make a venv nor run pip to install it; add uv to the image or machine"
+    how="a private dir"
+    theseus_log "uv is not installed; installing it into $how at $theseus_uv_home (pip install --target)"
+    python3 -m pip install --quiet --disable-pip-version-check --no-warn-script-location --target "$tmp" uv >&2 || how=""
+  fi
+  if [[ -z "$how" || ! -x "$tmp/bin/uv" ]]; then
+    rm -rf -- "$tmp"
+    theseus_die "could not install uv with pip into $theseus_uv_home; add uv to the image or machine"
+  fi
+  # Another run may have installed it meanwhile: then that one stays and ours goes.
+  if [[ ! -e "$theseus_uv_home" ]]; then mv -- "$tmp" "$theseus_uv_home" 2> /dev/null || true; fi
+  rm -rf -- "$tmp"
+  [[ -x "$theseus_uv_home/bin/uv" ]] || theseus_die "uv is still missing at $theseus_uv_home/bin/uv after installing it"
+  theseus_uv="$theseus_uv_home/bin/uv"
+}
+
+theseus_sync() {
+  theseus_find_uv || theseus_install_uv
   if [[ -f uv.lock ]]; then
     theseus_log "uv sync --frozen${theseus_uv_groups[@]+$(printf ' %q' "${theseus_uv_groups[@]}")}"
     if ! "$theseus_uv" sync --frozen ${theseus_uv_groups[@]+"${theseus_uv_groups[@]}"} >&2; then
@@ -142,8 +204,83 @@ if [[ -f pyproject.toml ]]; then
     fi
   else
     theseus_log "uv sync${theseus_uv_groups[@]+$(printf ' %q' "${theseus_uv_groups[@]}")} (no uv.lock)"
-    "$theseus_uv" sync ${theseus_uv_groups[@]+"${theseus_uv_groups[@]}"} >&2
+    "$theseus_uv" sync ${theseus_uv_groups[@]+"${theseus_uv_groups[@]}"} >&2 || theseus_die "uv sync failed"
   fi
+}
+
+# theseus_write_marker NAME TEXT: a marker file of the start dir, written atomically.
+theseus_write_marker() {
+  printf '%s\n' "$2" > "$theseus_setup_dir/.$1.$BASHPID" && mv -f -- "$theseus_setup_dir/.$1.$BASHPID" "$theseus_setup_dir/$1"
+}
+
+# EXIT trap of rank 0 while it sets up: the others stop at once, told why.
+theseus_setup_failed() {
+  local rc=$?
+  theseus_write_marker "failed.$theseus_setup_token" \
+    "${theseus_last_error:-setup exited with $rc} (on ${HOSTNAME:-$(uname -n)})" 2> /dev/null || true
+}
+
+theseus_setup_token=""
+# Without a pyproject.toml there is nothing to set up, and so nothing to wait for.
+theseus_barrier=0
+if ((theseus_count > 1)) && [[ -f pyproject.toml ]]; then theseus_barrier=1; fi
+if ((theseus_barrier)); then
+  mkdir -p -- "$theseus_setup_dir"
+fi
+if ((theseus_rank == 0)); then
+  if ((theseus_barrier)); then
+    # A fresh token per start, so that markers of an earlier start of this run (a restarted
+    # job) are not taken for this one's: they go first, then the new token is published.
+    theseus_setup_token="$(date +%s)-$$-$RANDOM"
+    rm -f -- "$theseus_setup_dir"/epoch "$theseus_setup_dir"/done.* "$theseus_setup_dir"/failed.* \
+      "$theseus_setup_dir"/ready.*
+    theseus_write_marker epoch "$theseus_setup_token"
+    trap theseus_setup_failed EXIT
+  fi
+  if [[ -f pyproject.toml ]]; then theseus_sync; fi
+  if ((theseus_barrier)); then
+    trap - EXIT
+    theseus_write_marker "done.$theseus_setup_token" ok
+  fi
+fi
+if ((theseus_barrier)); then
+  theseus_deadline=$((SECONDS + theseus_setup_timeout))
+  theseus_waiting_for=""
+  while :; do
+    theseus_token=""
+    [[ -r "$theseus_setup_dir/epoch" ]] && theseus_token=$(< "$theseus_setup_dir/epoch")
+    if [[ -z "$theseus_token" ]]; then
+      theseus_waiting_for="rank 0 to start its setup"
+    elif [[ -f "$theseus_setup_dir/failed.$theseus_token" ]]; then
+      theseus_die "rank 0 failed to set up the job: $(head -c 2000 -- "$theseus_setup_dir/failed.$theseus_token")"
+    elif [[ ! -f "$theseus_setup_dir/done.$theseus_token" ]]; then
+      theseus_waiting_for="rank 0 to finish its setup (uv sync)"
+    else
+      if [[ "$theseus_token" != "$theseus_setup_token" ]]; then
+        # First time past rank 0's setup for this start: this rank's own part, then ready.
+        theseus_setup_token=$theseus_token
+        if [[ -f pyproject.toml && -z "$theseus_uv" ]]; then
+          theseus_find_uv || theseus_install_uv
+        fi
+      fi
+      [[ -f "$theseus_setup_dir/ready.$theseus_token.$theseus_rank" ]] \
+        || theseus_write_marker "ready.$theseus_token.$theseus_rank" ok
+      theseus_missing=()
+      for ((theseus_r = 0; theseus_r < theseus_count; theseus_r++)); do
+        [[ -f "$theseus_setup_dir/ready.$theseus_token.$theseus_r" ]] || theseus_missing+=("$theseus_r")
+      done
+      ((${#theseus_missing[@]} == 0)) && break
+      theseus_waiting_for="rank(s) ${theseus_missing[*]} to finish their setup"
+    fi
+    if ((SECONDS >= theseus_deadline)); then
+      theseus_die "waited ${theseus_setup_timeout}s for $theseus_waiting_for (THESEUS_SETUP_TIMEOUT_SECONDS); see that rank's log"
+    fi
+    sleep 0.2
+  done
+  theseus_log "every rank finished its setup"
+fi
+if [[ -f pyproject.toml ]]; then
+  [[ -n "$theseus_uv" ]] || theseus_find_uv || theseus_install_uv
   theseus_py=("$theseus_uv" run --no-sync python)
 fi
 

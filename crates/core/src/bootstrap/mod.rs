@@ -78,8 +78,35 @@ pub struct RunLayout {
     pub root_dir: String,
     /// `UV_CACHE_DIR`, when the cluster sets one.
     pub uv_cache_dir: Option<String>,
+    /// The cluster's data, checkpoints and results dirs on the target.
+    pub data_dirs: DataDirs,
     /// Rank wiring.
     pub launch: Launch,
+}
+
+/// The cluster's shared dirs a job reads and writes, as paths on the target; exported as
+/// `THESEUS_DATA_DIR`, `THESEUS_CHECKPOINTS_DIR` and `THESEUS_RESULTS_DIR`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct DataDirs {
+    /// Datasets (`data`, default `<root>/data`).
+    pub data: String,
+    /// Checkpoints (`checkpoints`, default `<root>/checkpoints`).
+    pub checkpoints: String,
+    /// Results (`results`, default `<root>/results`).
+    pub results: String,
+}
+
+/// What the job was given, recorded in `metadata.json` as `hardware`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Hardware {
+    /// The chip (`h100`), `None` for a CPU-only job.
+    pub chip: Option<String>,
+    /// Chips in total.
+    pub count: u32,
+    /// Machines (pods, Slurm nodes) the job spans.
+    pub nodes: u32,
+    /// The configured host the job runs on.
+    pub host: String,
 }
 
 /// Everything the bootstrap is rendered from.
@@ -95,6 +122,10 @@ pub struct BootstrapInput {
     pub root_dir: String,
     /// `UV_CACHE_DIR`, when the cluster sets one.
     pub uv_cache_dir: Option<String>,
+    /// The cluster's data, checkpoints and results dirs.
+    pub data_dirs: DataDirs,
+    /// The hardware of the plan, for `metadata.json` (`None`: not recorded).
+    pub hardware: Option<Hardware>,
     /// Environment. Secret values are not written into the script: the backend passes them
     /// to the process, and the script checks that they are set.
     pub env: Vec<EnvVar>,
@@ -126,6 +157,8 @@ impl BootstrapInput {
             run_dir: layout.run_dir.clone(),
             root_dir: layout.root_dir.clone(),
             uv_cache_dir: layout.uv_cache_dir.clone(),
+            data_dirs: layout.data_dirs.clone(),
+            hardware: None,
             env,
             uv_groups: Vec::new(),
             entrypoint,

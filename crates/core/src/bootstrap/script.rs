@@ -68,6 +68,9 @@ fn render_env(s: &mut String, input: &BootstrapInput) -> Result<()> {
     export(s, "THESEUS_WORK_DIR", work_dir);
     export(s, "THESEUS_RUN_DIR", trim_dir(&input.run_dir));
     export(s, "THESEUS_ROOT", &input.root_dir);
+    export(s, "THESEUS_DATA_DIR", trim_dir(&input.data_dirs.data));
+    export(s, "THESEUS_CHECKPOINTS_DIR", trim_dir(&input.data_dirs.checkpoints));
+    export(s, "THESEUS_RESULTS_DIR", trim_dir(&input.data_dirs.results));
     export(s, "THESEUS_CONFIG", &format!("{}/{BOOTSTRAP_DIR}/config.json", work_dir.trim_end_matches('/')));
     if let Some(uv_cache) = &input.uv_cache_dir {
         export(s, "UV_CACHE_DIR", uv_cache);
@@ -78,15 +81,30 @@ fn render_env(s: &mut String, input: &BootstrapInput) -> Result<()> {
     Ok(())
 }
 
-/// The identity fields of `metadata.json`, JSON-encoded here and shell-quoted.
+/// The fields of `metadata.json` known when rendering (identity, `job_key`, `hardware`, the
+/// job's `config`), JSON-encoded here and shell-quoted; the body adds what only the process
+/// knows (rank, host, pid, times, status, the Slurm job id).
 fn render_identity(s: &mut String, input: &BootstrapInput) -> Result<()> {
     let id = &input.identity;
+    let job_key = format!("{}/{}/{}/{}", id.project, id.group, id.name, id.run_id);
+    let hardware = input.hardware.as_ref().map(|h| {
+        serde_json::json!({
+            "chip": h.chip, "count": h.count, "total_chips": h.count, "nodes": h.nodes, "host": h.host,
+        })
+    });
+    let fields: [(&str, serde_json::Value); 7] = [
+        ("name", id.name.clone().into()),
+        ("project", id.project.clone().into()),
+        ("group", id.group.clone().into()),
+        ("run_id", id.run_id.clone().into()),
+        ("job_key", job_key.into()),
+        ("hardware", hardware.unwrap_or(serde_json::Value::Null)),
+        ("config", input.config.clone()),
+    ];
     let mut json = String::new();
-    for (key, value) in
-        [("name", &id.name), ("project", &id.project), ("group", &id.group), ("run_id", &id.run_id)]
-    {
-        let encoded = serde_json::to_string(value)
-            .map_err(|e| Error::InvalidConfig(format!("cannot encode the job's {key}: {e}")))?;
+    for (key, value) in fields {
+        let encoded = serde_json::to_string(&value)
+            .map_err(|e| Error::InvalidConfig(format!("cannot encode the job's {key} as JSON: {e}")))?;
         let _ = writeln!(json, "  \"{key}\": {encoded},");
     }
     let _ = writeln!(s, "theseus_identity_json={}", quote(&json));

@@ -146,6 +146,21 @@ impl ClusterConfig {
         self.share.clone().unwrap_or_else(|| join(&self.work, ".dispatch"))
     }
 
+    /// The data dir: `data`, else `<root>/data`.
+    pub fn data_dir(&self) -> String {
+        self.data.clone().unwrap_or_else(|| join(&self.root, "data"))
+    }
+
+    /// The checkpoints dir: `checkpoints`, else `<root>/checkpoints`.
+    pub fn checkpoints_dir(&self) -> String {
+        self.checkpoints.clone().unwrap_or_else(|| join(&self.root, "checkpoints"))
+    }
+
+    /// The results dir: `results`, else `<root>/results`.
+    pub fn results_dir(&self) -> String {
+        self.results.clone().unwrap_or_else(|| join(&self.root, "results"))
+    }
+
     /// The status dir: `status`, else `<root>/status`.
     pub fn status_dir(&self) -> String {
         self.status.clone().unwrap_or_else(|| join(&self.root, "status"))

@@ -36,7 +36,7 @@ use crate::backend::{
     Backend, JobHandle, JobState, JobStatus, LogOptions, LogStream, PreparedJob, RankStatus, RunLayout,
     SubmitOptions,
 };
-use crate::bootstrap::Launch;
+use crate::bootstrap::{DataDirs, Launch};
 use crate::config::{expand_tilde, ClusterConfig, HostKind, LocalHost};
 use crate::job::JobIdentity;
 use crate::solver::{ChipRequest, Plan, Request};
@@ -131,6 +131,11 @@ impl Backend for LocalBackend {
             log_file: path_str(&log)?,
             root_dir: path_str(&self.expand(&self.cluster.root))?,
             uv_cache_dir: self.cluster.uv_dir.as_deref().map(|d| path_str(&self.expand(d))).transpose()?,
+            data_dirs: DataDirs {
+                data: path_str(&self.expand(&self.cluster.data_dir()))?,
+                checkpoints: path_str(&self.expand(&self.cluster.checkpoints_dir()))?,
+                results: path_str(&self.expand(&self.cluster.results_dir()))?,
+            },
             launch,
         })
     }

@@ -10,6 +10,8 @@ use serde_json::{Value, json};
 
 use super::*;
 
+mod setup;
+
 /// Values that break naive quoting. `{tmp}` is replaced by the temp dir.
 const HOSTILE: &[&str] = &[
     "it's",
@@ -71,6 +73,11 @@ impl Harness {
         Harness { tmp, work, run }
     }
 
+    /// A path under the temp dir, as a string.
+    fn dir(&self, rel: &str) -> String {
+        format!("{}/{rel}", self.tmp.path().display())
+    }
+
     fn hostile(&self) -> Vec<String> {
         HOSTILE.iter().map(|v| v.replace("{tmp}", self.tmp.path().to_str().unwrap())).collect()
     }
@@ -87,6 +94,12 @@ impl Harness {
             run_dir: self.run.to_str().unwrap().to_owned(),
             root_dir: "/srv/theseus".into(),
             uv_cache_dir: None,
+            data_dirs: DataDirs {
+                data: self.dir("data"),
+                checkpoints: self.dir("shared/check points/"),
+                results: self.dir("results"),
+            },
+            hardware: None,
             env: Vec::new(),
             uv_groups: Vec::new(),
             entrypoint: entrypoint.iter().map(|w| w.to_string()).collect(),
@@ -103,6 +116,13 @@ impl Harness {
         input: &BootstrapInput,
         env: &[(&str, &str)],
     ) -> (RenderedBootstrap, std::process::Child) {
+        let rendered = self.install(input);
+        let child = self.start(&rendered, env);
+        (rendered, child)
+    }
+
+    /// Renders `input` into the work dir.
+    fn install(&self, input: &BootstrapInput) -> RenderedBootstrap {
         let rendered = render(input).unwrap();
         for file in &rendered.files {
             let path = self.work.join(&file.path);
@@ -111,6 +131,11 @@ impl Harness {
             let mode = if file.executable { 0o755 } else { 0o644 };
             std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
         }
+        rendered
+    }
+
+    /// Starts an installed bootstrap (one process of the job).
+    fn start(&self, rendered: &RenderedBootstrap, env: &[(&str, &str)]) -> std::process::Child {
         let mut cmd = Command::new("bash");
         cmd.arg(self.work.join(&rendered.entry))
             .current_dir(self.tmp.path())
@@ -128,7 +153,7 @@ impl Harness {
         for (k, v) in env {
             cmd.env(k, v);
         }
-        (rendered, cmd.spawn().unwrap())
+        cmd.spawn().unwrap()
     }
 
     fn run(&self, input: &BootstrapInput, env: &[(&str, &str)]) -> (RenderedBootstrap, Output) {
@@ -192,6 +217,10 @@ fn hostile_values_reach_a_python_job_byte_for_byte() {
     input.uv_cache_dir = Some(hostile[3].clone());
     input.env = hostile.iter().enumerate().map(|(i, v)| env_var(&format!("HOSTILE_{i}"), v, false)).collect();
     input.config = json!({"strings": hostile, "nested": {"it's": "$(x)", "n": 3}});
+    input.data_dirs.data = h.dir(&format!("data {}/", hostile[0]));
+    input.data_dirs.results = h.dir(&format!("results {}", hostile[1]));
+    input.hardware =
+        Some(Hardware { chip: Some("h100".into()), count: 16, nodes: 2, host: hostile[4].clone() });
     let (rendered, out) = h.run(&input, &[]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_parses(script(&rendered));
@@ -217,6 +246,12 @@ fn hostile_values_reach_a_python_job_byte_for_byte() {
     assert_eq!(env["THESEUS_WORK_DIR"], Value::from(input.work_dir.as_str()));
     assert_eq!(env["THESEUS_RUN_DIR"], Value::from(input.run_dir.as_str()));
     assert_eq!(env["THESEUS_RUN_ID"], "20260101-000000-abcdef");
+    assert_eq!(env["THESEUS_DATA_DIR"], Value::from(input.data_dirs.data.trim_end_matches('/')));
+    assert_eq!(env["THESEUS_CHECKPOINTS_DIR"], Value::from(input.data_dirs.checkpoints.trim_end_matches('/')));
+    assert_eq!(env["THESEUS_RESULTS_DIR"], Value::from(input.data_dirs.results.as_str()));
+    for dir in [&input.data_dirs.data, &input.data_dirs.checkpoints, &input.data_dirs.results] {
+        assert!(Path::new(dir).is_dir(), "{dir} was not created");
+    }
     assert_eq!(env["XLA_PYTHON_CLIENT_MEM_FRACTION"], "0.95");
     assert_eq!(dump["cwd"], Value::from(input.work_dir.as_str()));
     assert_eq!(dump["name"], "__main__");
@@ -235,8 +270,32 @@ fn hostile_values_reach_a_python_job_byte_for_byte() {
     assert_eq!((metadata["rank"].clone(), metadata["num_processes"].clone()), (json!(0), json!(1)));
     assert!(metadata["hostname"].as_str().is_some_and(|h| !h.is_empty()));
     assert!(metadata["pid"].as_u64().is_some());
+    let id = &input.identity;
+    assert_eq!(metadata["job_key"], Value::from(format!("{}/{}/{}/{}", id.project, id.group, id.name, id.run_id)));
+    assert_eq!(
+        metadata["hardware"],
+        json!({"chip": "h100", "count": 16, "total_chips": 16, "nodes": 2, "host": hostile[4]})
+    );
+    assert_eq!(metadata["config"], input.config);
+    assert_eq!(metadata["slurm_job_id"], Value::Null);
     h.assert_no_injection();
     assert!(!h.work.join("pwned-project").exists());
+}
+
+#[test]
+fn metadata_records_the_slurm_job_id_and_no_hardware_when_none_is_given() {
+    let h = Harness::new();
+    let input = h.input(&["python", "dump.py"]);
+    let (_, out) = h.run(&input, &[("SLURM_JOB_ID", "4242")]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let metadata = h.metadata("metadata.json");
+    assert_eq!(metadata["slurm_job_id"], "4242");
+    assert_eq!(metadata["hardware"], Value::Null);
+    assert_eq!(metadata["config"], json!({"lr": 0.001}));
+    // A value that is not a job id never reaches the JSON.
+    let (_, out) = h.run(&input, &[("SLURM_JOB_ID", "1\", \"x\": \"y")]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(h.metadata("metadata.json")["slurm_job_id"], Value::Null);
 }
 
 #[test]
