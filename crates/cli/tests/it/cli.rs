@@ -297,3 +297,35 @@ fn the_committed_man_pages_are_what_the_binary_writes() {
     kept.sort();
     assert_eq!(kept, written, "docs/man holds pages the binary no longer writes: run `cargo xtask man`");
 }
+
+#[test]
+fn the_job_sees_the_cluster_dirs_and_its_hardware_in_metadata() {
+    let ctx = TestContext::new();
+    let code = tempfile::tempdir().unwrap();
+    std::fs::write(
+        code.path().join("exp.yaml"),
+        "entrypoint: sh -c 'printf \"dirs %s|%s|%s\\n\" \"$THESEUS_DATA_DIR\" \"$THESEUS_CHECKPOINTS_DIR\" \
+         \"$THESEUS_RESULTS_DIR\"; tr -d \"\\n\" < \"$THESEUS_RUN_DIR/metadata.json\"; echo'\n\
+         request: {chip: cpu, count: 1}\nconfig: {lr: 0.5}\n",
+    )
+    .unwrap();
+    let exp = code.path().join("exp.yaml");
+    let out = ctx.run(&["submit", "meta", exp.to_str().unwrap(), "--code", code.path().to_str().unwrap(), "--follow"]);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    let dirs = stdout.lines().find_map(|l| l.strip_prefix("dirs ")).unwrap_or_else(|| panic!("{stdout}"));
+    let dirs: Vec<&str> = dirs.split('|').collect();
+    let root = ctx.home().join(".local/share/theseus");
+    for (dir, name) in dirs.iter().zip(["data", "checkpoints", "results"]) {
+        assert_eq!(*dir, root.join(name).to_str().unwrap(), "{stdout}");
+        assert!(std::path::Path::new(dir).is_dir(), "{dir} exists before the job looks");
+    }
+    let metadata: serde_json::Value =
+        serde_json::from_str(stdout.lines().find(|l| l.starts_with('{')).unwrap_or_else(|| panic!("{stdout}")))
+            .unwrap();
+    assert_eq!(metadata["hardware"], serde_json::json!({"chip": null, "count": 0, "total_chips": 0, "nodes": 1, "host": "local"}));
+    assert_eq!(metadata["config"], serde_json::json!({"lr": 0.5}));
+    let run_id = metadata["run_id"].as_str().unwrap();
+    assert_eq!(metadata["job_key"], format!("general/default/meta/{run_id}"));
+    assert_eq!(metadata["status"], "running");
+}

@@ -9,18 +9,30 @@
 //! 1. checks that every secret variable is set (secret values are never in the script) and
 //!    exports the job's other variables, then `THESEUS_RUN_ID`, `THESEUS_JOB_NAME`,
 //!    `THESEUS_PROJECT`, `THESEUS_GROUP`, `THESEUS_WORK_DIR`, `THESEUS_RUN_DIR`, `THESEUS_ROOT`,
+//!    `THESEUS_DATA_DIR`, `THESEUS_CHECKPOINTS_DIR`, `THESEUS_RESULTS_DIR` ([`DataDirs`]),
 //!    `THESEUS_CONFIG`, `UV_CACHE_DIR` (if given) and `XLA_PYTHON_CLIENT_MEM_FRACTION=0.95`
 //!    (only if unset);
-//! 2. `cd`s to the work dir and creates the run dir;
+//! 2. `cd`s to the work dir and creates the run dir and the data dirs (best effort);
 //! 3. finds its rank, the process count and the coordinator ([`Launch`]) and exports
 //!    `THESEUS_PROCESS_ID`, `THESEUS_NUM_PROCESSES`, `RANK`, `WORLD_SIZE`, `LOCAL_RANK` and, when
 //!    there is a coordinator, `JAX_COORDINATOR_ADDRESS`, `JAX_NUM_PROCESSES`, `JAX_PROCESS_ID`,
 //!    `MASTER_ADDR`, `MASTER_PORT` (`THESEUS_COORDINATOR_ADDRESS` overrides the coordinator);
-//! 4. with a `pyproject.toml`, runs `uv sync` (`--frozen` when `uv.lock` exists, failing rather
-//!    than re-locking), installing uv with pip if needed; the interpreter is then
-//!    `uv run --no-sync python`, else `$THESEUS_PYTHON` (default `python3`);
+//! 4. with a `pyproject.toml`, sets up once per start of the run: rank 0 runs `uv sync`
+//!    (`--frozen` when `uv.lock` exists, failing rather than re-locking), first installing uv
+//!    where it is missing into a private venv under `UV_CACHE_DIR` (else the work dir), never
+//!    `pip install --user` (PEP 668 refuses it on Debian-based images). With more than one
+//!    process this is phase one of a two-phase start: markers under
+//!    `<work>/.theseus/start/` (an `epoch` token per start, `done`/`failed` of rank 0, one
+//!    `ready` per rank) hold every rank until all are set up, so that none enters
+//!    `jax.distributed.initialize` while another still syncs; a failed rank 0 stops the others
+//!    with its reason, and `THESEUS_SETUP_TIMEOUT_SECONDS` (1800) bounds the wait, naming the
+//!    ranks waited for. The interpreter is then `uv run --no-sync python`, else
+//!    `$THESEUS_PYTHON` (default `python3`);
 //! 5. writes `$THESEUS_RUN_DIR/metadata.json` (rank 0; others `metadata.rank-<i>.json`)
-//!    atomically, rewritten every `THESEUS_HEARTBEAT_SECONDS` (30) while the job runs;
+//!    atomically, rewritten every `THESEUS_HEARTBEAT_SECONDS` (30) while the job runs: name,
+//!    project, group, run id, `job_key` (`project/group/name/run`), `hardware` ([`Hardware`]),
+//!    the job's `config`, rank, host, pid, `slurm_job_id` (from `SLURM_JOB_ID`), times, status
+//!    and exit code;
 //! 6. runs the entrypoint as a waited child (Python entrypoints through `launcher.py`, which
 //!    calls `jax.distributed.initialize` for `distributed: jax`), and exits with its exit code,
 //!    recording `completed` or `failed`; on SIGTERM/SIGINT/SIGHUP it sends TERM to the job,
