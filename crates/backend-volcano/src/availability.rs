@@ -203,6 +203,33 @@ fn count(value: f64) -> u32 {
     }
 }
 
+/// The error of a host whose queue does not exist.
+pub(crate) fn missing_queue(cluster: &Cluster, host: &VolcanoHost) -> VolcanoError {
+    VolcanoError::QueueNotFound {
+        queue: host.queue.clone(),
+        cluster: host.cluster.clone(),
+        namespace: cluster.namespace().to_owned(),
+    }
+}
+
+/// Fails with [`VolcanoError::QueueNotFound`] when the host's queue does not exist, before a
+/// submit creates anything. A user who may not read queues (they are cluster-scoped) is not
+/// stopped here: Volcano's admission answers for the queue then.
+pub(crate) async fn require_queue(cluster: &Cluster, host: &VolcanoHost) -> Result<(), VolcanoError> {
+    if host.queue.is_empty() {
+        return Ok(());
+    }
+    match cluster.get_queue(&host.queue).await {
+        Ok(Some(_)) => Ok(()),
+        Ok(None) => Err(missing_queue(cluster, host)),
+        Err(VolcanoError::Forbidden { .. } | VolcanoError::Unauthorized { .. }) => {
+            tracing::debug!(queue = %host.queue, "cannot read the queue; leaving its check to Volcano");
+            Ok(())
+        }
+        Err(e) => Err(e),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -285,32 +312,5 @@ mod tests {
     fn overcommitted_nodes_have_none_free() {
         let got = node_free(&[node("a", "2", true, false)], &[pod("a", "Running", &["4"], None)], GPU).unwrap();
         assert_eq!(got.free(), 0);
-    }
-}
-
-/// The error of a host whose queue does not exist.
-pub(crate) fn missing_queue(cluster: &Cluster, host: &VolcanoHost) -> VolcanoError {
-    VolcanoError::QueueNotFound {
-        queue: host.queue.clone(),
-        cluster: host.cluster.clone(),
-        namespace: cluster.namespace().to_owned(),
-    }
-}
-
-/// Fails with [`VolcanoError::QueueNotFound`] when the host's queue does not exist, before a
-/// submit creates anything. A user who may not read queues (they are cluster-scoped) is not
-/// stopped here: Volcano's admission answers for the queue then.
-pub(crate) async fn require_queue(cluster: &Cluster, host: &VolcanoHost) -> Result<(), VolcanoError> {
-    if host.queue.is_empty() {
-        return Ok(());
-    }
-    match cluster.get_queue(&host.queue).await {
-        Ok(Some(_)) => Ok(()),
-        Ok(None) => Err(missing_queue(cluster, host)),
-        Err(VolcanoError::Forbidden { .. } | VolcanoError::Unauthorized { .. }) => {
-            tracing::debug!(queue = %host.queue, "cannot read the queue; leaving its check to Volcano");
-            Ok(())
-        }
-        Err(e) => Err(e),
     }
 }

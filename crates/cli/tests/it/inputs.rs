@@ -166,7 +166,7 @@ fn parse_errors_of_secret_files_show_the_place_not_the_text() {
     )
     .unwrap();
     let config = format!(
-        "clusters:\n  c: {{root: /r, work: /w}}\nhosts:\n  k:\n    type: volcano\n    cluster: c\n    image: img\n    \
+        "clusters:\n  c: {{root: /workspace, work: /workspace/w}}\nhosts:\n  k:\n    type: volcano\n    cluster: c\n    image: img\n    \
          pvc_name: p\n    kubeconfig: {}\n    chips: {{h100: 8}}\n",
         kubeconfig.display()
     );
