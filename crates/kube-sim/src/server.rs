@@ -14,6 +14,8 @@ use tokio::sync::mpsc;
 
 use crate::Shared;
 use crate::discovery::{self, ResourceInfo};
+use crate::admission;
+use crate::schema::{self, FieldValidation};
 use crate::selector::{FieldSelector, LabelSelector, Selectors};
 use crate::status::{ApiError, Result};
 use crate::store::{Part, Preconditions, Propagation};
@@ -101,8 +103,14 @@ async fn route(shared: &Arc<Shared>, req: Request<Incoming>) -> Result<Response<
             match *req.method() {
                 Method::GET => Ok(json_response(StatusCode::OK, &shared.store.get(res, &ns, name)?)),
                 Method::PUT => {
-                    let body = read_json(req).await?;
-                    Ok(json_response(StatusCode::OK, &shared.store.replace(res, &ns, name, body, part)?))
+                    let mode = FieldValidation::from_query(&query)?;
+                    let mut body = read_json(req).await?;
+                    let warnings = schema::admit(res, &mut body, mode)?;
+                    if is_vcjob(res) && part == Part::Main {
+                        admission::validate_job_update(&shared.store.get(res, &ns, name)?, &body)?;
+                    }
+                    let stored = shared.store.replace(res, &ns, name, body, part)?;
+                    Ok(with_warnings(shared, json_response(StatusCode::OK, &stored), &warnings))
                 }
                 Method::PATCH => {
                     let content_type = header_str(&req, header::CONTENT_TYPE);
@@ -111,8 +119,20 @@ async fn route(shared: &Arc<Shared>, req: Request<Incoming>) -> Result<Response<
                     {
                         return Err(ApiError::unsupported_media_type(&content_type));
                     }
-                    let body = read_json(req).await?;
-                    Ok(json_response(StatusCode::OK, &shared.store.patch(res, &ns, name, &body, part)?))
+                    let mode = FieldValidation::from_query(&query)?;
+                    let mut body = read_json(req).await?;
+                    // The patched object is what is admitted (pruned, then validated); the patch
+                    // is then applied without the fields pruning removed.
+                    let current = shared.store.get(res, &ns, name)?;
+                    let mut merged = current.clone();
+                    crate::store::merge_patch(&mut merged, &body);
+                    let warnings = schema::admit(res, &mut merged, mode)?;
+                    if is_vcjob(res) && part == Part::Main {
+                        admission::validate_job_update(&current, &merged)?;
+                    }
+                    schema::prune_patch(res, &mut body);
+                    let stored = shared.store.patch(res, &ns, name, &body, part)?;
+                    Ok(with_warnings(shared, json_response(StatusCode::OK, &stored), &warnings))
                 }
                 Method::DELETE if part == Part::Main => {
                     let body = read_body(req).await?;
@@ -148,8 +168,19 @@ async fn route(shared: &Arc<Shared>, req: Request<Incoming>) -> Result<Response<
                     let ns = namespace.or((!res.namespaced).then_some("")).ok_or_else(|| {
                         ApiError::method_not_allowed(format!("create of {} needs a namespace", res.plural))
                     })?;
-                    let body = read_json(req).await?;
-                    Ok(json_response(StatusCode::CREATED, &shared.store.create(res, ns, body)?))
+                    let mode = FieldValidation::from_query(&query)?;
+                    let mut body = read_json(req).await?;
+                    let warnings = schema::admit(res, &mut body, mode)?;
+                    if is_vcjob(res) {
+                        admission::mutate_job(&mut body);
+                        admission::validate_job_create(&body, &shared.store)?;
+                    }
+                    if res.plural == "queues" && body.pointer("/status/state").is_none() {
+                        // The queue controller opens a new queue; in a real cluster a moment later.
+                        body["status"]["state"] = json!("Open");
+                    }
+                    let stored = shared.store.create(res, ns, body)?;
+                    Ok(with_warnings(shared, json_response(StatusCode::CREATED, &stored), &warnings))
                 }
                 Method::DELETE => {
                     let body = read_body(req).await?;
@@ -387,6 +418,24 @@ pub(crate) fn json_response(code: StatusCode, value: &Value) -> Response<Body> {
     *resp.status_mut() = code;
     resp.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static("application/json"));
     resp
+}
+
+/// Volcano's `batch.volcano.sh` Jobs, which its admission webhooks see.
+fn is_vcjob(res: &ResourceInfo) -> bool {
+    res.group == "batch.volcano.sh" && res.plural == "jobs"
+}
+
+/// Adds one `Warning: 299 - "TEXT"` header per warning, as the API server sends them
+/// (`apiserver/pkg/warning`, `apiserver/pkg/endpoints/filters/warning.go`).
+fn with_warnings(shared: &Shared, mut response: Response<Body>, warnings: &[String]) -> Response<Body> {
+    shared.warnings.lock().unwrap_or_else(|e| e.into_inner()).extend(warnings.iter().cloned());
+    for warning in warnings {
+        let quoted = warning.replace('\\', "\\\\").replace('"', "\\\"");
+        if let Ok(value) = header::HeaderValue::from_str(&format!("299 - \"{quoted}\"")) {
+            response.headers_mut().append(header::WARNING, value);
+        }
+    }
+    response
 }
 
 pub(crate) fn text(code: StatusCode, body: Bytes) -> Response<Body> {

@@ -16,11 +16,40 @@ pub struct ApiError {
     pub details: Option<(String, String)>,
     /// `Retry-After` seconds for 429 responses.
     pub retry_after: Option<u64>,
+    /// `details.group` and `details.causes` of a `422 Invalid` about a custom resource.
+    pub invalid: Option<Box<InvalidDetails>>,
+}
+
+/// The details of a `422 Invalid` (boxed: most errors have none).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InvalidDetails {
+    /// `details.group`.
+    pub group: String,
+    /// `details.causes`: one per field error.
+    pub causes: Vec<Cause>,
+}
+
+/// One `details.causes` entry (`metav1.StatusCause`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cause {
+    /// `FieldValueRequired`, `FieldValueInvalid`, ...
+    pub reason: &'static str,
+    /// The field error without its path.
+    pub message: String,
+    /// The field path (`spec.tasks[0].replicas`).
+    pub field: String,
 }
 
 impl ApiError {
     fn new(code: u16, reason: &'static str, message: impl Into<String>) -> Self {
-        Self { code, reason, message: message.into(), details: None, retry_after: None }
+        Self {
+            code,
+            reason,
+            message: message.into(),
+            details: None,
+            retry_after: None,
+            invalid: None,
+        }
     }
 
     /// 404 for one object: `pods "x" not found`.
@@ -66,6 +95,12 @@ impl ApiError {
         let mut e = Self::new(422, "Invalid", message);
         e.details = Some((name.to_owned(), resource.to_owned()));
         e
+    }
+
+    /// A validating admission webhook's denial: `400`, no reason, the webhook named
+    /// (`apiserver/pkg/admission/plugin/webhook/errors/statuserror.go`, `ToStatusErr`).
+    pub fn webhook_denied(webhook: &str, message: &str) -> Self {
+        Self::new(400, "", format!("admission webhook {webhook:?} denied the request: {message}"))
     }
 
     /// 405 for a verb the resource does not support.
@@ -118,6 +153,15 @@ impl ApiError {
         });
         if let Some((name, kind)) = &self.details {
             status["details"] = json!({ "name": name, "kind": kind });
+            if let Some(invalid) = &self.invalid {
+                status["details"]["group"] = json!(invalid.group);
+                let causes: Vec<Value> = invalid
+                    .causes
+                    .iter()
+                    .map(|c| json!({"reason": c.reason, "message": c.message, "field": c.field}))
+                    .collect();
+                status["details"]["causes"] = Value::Array(causes);
+            }
         }
         if let Some(secs) = self.retry_after {
             status["details"]["retryAfterSeconds"] = json!(secs);

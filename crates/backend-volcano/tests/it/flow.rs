@@ -93,6 +93,17 @@ impl World {
     }
 }
 
+/// Every object theseus sent drew no `Warning`: no field the CRDs do not know (the simulator
+/// prunes such fields as an API server does, so they would be lost silently on a real cluster).
+impl Drop for World {
+    fn drop(&mut self) {
+        let warnings = self.sim.warnings();
+        if !std::thread::panicking() {
+            assert!(warnings.is_empty(), "the simulator warned about what theseus sent: {warnings:?}");
+        }
+    }
+}
+
 pub(crate) fn plan(nodes: u32, gpus_per_node: u32) -> Plan {
     Plan {
         host: "sim".into(),

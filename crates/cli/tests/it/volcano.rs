@@ -17,6 +17,16 @@ pub(crate) struct SimWorld {
     code: tempfile::TempDir,
 }
 
+/// Every object the binary sent drew no `Warning` (no field the CRDs do not know).
+impl Drop for SimWorld {
+    fn drop(&mut self) {
+        let warnings = self.sim.warnings();
+        if !std::thread::panicking() {
+            assert!(warnings.is_empty(), "the simulator warned about what theseus sent: {warnings:?}");
+        }
+    }
+}
+
 impl SimWorld {
     pub(crate) fn start(ctx: &TestContext) -> SimWorld {
         let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();

@@ -169,3 +169,83 @@ async fn discovery_serves_core_and_volcano() {
     let alloc = node.status.unwrap().allocatable.unwrap();
     assert_eq!(alloc["nvidia.com/gpu"].0, "8");
 }
+
+/// `POST` of `body` to `path` with raw HTTP: status, `Warning` headers and the JSON body.
+async fn post_raw(url: &str, path: &str, body: &serde_json::Value) -> (u16, Vec<String>, serde_json::Value) {
+    let req = http::Request::post(format!("{url}{path}"))
+        .header("content-type", "application/json")
+        .body(body.to_string().into_bytes())
+        .unwrap();
+    let client = kube::Client::try_from(kube::Config::new(url.parse().unwrap())).unwrap();
+    let resp = client.send(req.map(kube::client::Body::from)).await.unwrap();
+    let status = resp.status().as_u16();
+    let warnings = resp
+        .headers()
+        .get_all("warning")
+        .iter()
+        .map(|v| v.to_str().unwrap().to_owned())
+        .collect();
+    let bytes = http_body_util::BodyExt::collect(resp.into_body()).await.unwrap().to_bytes();
+    (status, warnings, serde_json::from_slice(&bytes).unwrap())
+}
+
+#[tokio::test]
+async fn custom_resources_are_pruned_validated_and_defaulted_over_http() {
+    let ctx = start(SimConfig::default()).await;
+    let path = "/apis/batch.volcano.sh/v1alpha1/namespaces/default/jobs";
+    let mut job = serde_json::to_value(crate::support::vcjob("a", 1, 0, "busybox", &["true"])).unwrap();
+    job["spec"]["minAvaliable"] = json!(1);
+
+    let (code, warnings, stored) = post_raw(&ctx.sim.url(), path, &job).await;
+    assert_eq!(code, 201, "{stored}");
+    assert_eq!(warnings, [r#"299 - "unknown field \"spec.minAvaliable\"""#]);
+    assert!(stored["spec"].get("minAvaliable").is_none(), "pruned: {stored}");
+    assert_eq!(stored["spec"]["maxRetry"], 3, "defaulted: {stored}");
+    assert_eq!(ctx.sim.warnings(), [r#"unknown field "spec.minAvaliable""#]);
+
+    job["metadata"]["name"] = json!("b");
+    let strict = format!("{path}?fieldValidation=Strict");
+    let (code, _, status) = post_raw(&ctx.sim.url(), &strict, &job).await;
+    assert_eq!((code, status["reason"].as_str()), (400, Some("BadRequest")), "{status}");
+    assert!(status["message"].as_str().unwrap().ends_with(r#"strict decoding error: unknown field "spec.minAvaliable""#));
+
+    // Through kube-rs: a 422 with the field path, and nothing created.
+    let api = crate::support::vcjobs(&ctx.client, "default");
+    let mut bad = crate::support::vcjob("c", 1, 0, "busybox", &["true"]);
+    bad.data["spec"]["tasks"][0]["replicas"] = json!("one");
+    let err = api.create(&PostParams::default(), &bad).await.unwrap_err();
+    let kube::Error::Api(status) = &err else { panic!("expected an API error, got {err:?}") };
+    assert_eq!((status.code, status.reason.as_str()), (422, "Invalid"));
+    assert_eq!(
+        status.message,
+        "Job.batch.volcano.sh \"c\" is invalid: spec.tasks[0].replicas: Invalid value: \"string\": \
+         spec.tasks[0].replicas in body must be of type integer: \"string\""
+    );
+    assert_eq!(api_code(&api.get("c").await.unwrap_err()), Some(404));
+
+    // A merge patch is admitted as the object it makes.
+    let patch = json!({"spec": {"minAvailable": -1}});
+    let err = api.patch("a", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap_err();
+    assert_eq!(api_code(&err), Some(422));
+    let patch = json!({"spec": {"bogus": 1, "maxRetry": 5}});
+    let patched = api.patch("a", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    assert!(patched.data["spec"].get("bogus").is_none());
+    assert_eq!(patched.data["spec"]["maxRetry"], 5);
+    // Volcano's validating webhook: only sizes and retries may change.
+    let patch = json!({"spec": {"ttlSecondsAfterFinished": 60}});
+    let err = api.patch("a", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap_err();
+    let kube::Error::Api(status) = &err else { panic!("expected an API error, got {err:?}") };
+    assert_eq!(status.code, 400);
+    assert!(status.message.starts_with("admission webhook \"validatejob.volcano.sh\" denied the request: job updates may not change fields"), "{}", status.message);
+
+    // The queue must exist and be open.
+    let mut lost = crate::support::vcjob("d", 1, 0, "busybox", &["true"]);
+    lost.data["spec"]["queue"] = json!("nowhere");
+    let err = api.create(&PostParams::default(), &lost).await.unwrap_err();
+    let kube::Error::Api(status) = &err else { panic!("expected an API error, got {err:?}") };
+    assert_eq!(
+        status.message,
+        "admission webhook \"validatejob.volcano.sh\" denied the request: unable to find job queue: \
+         queues.scheduling.volcano.sh \"nowhere\" not found;"
+    );
+}
