@@ -125,12 +125,14 @@ pub async fn probe(cluster: &Cluster, host: &VolcanoHost, request: &Request) -> 
         Some(queue) => queue,
         None => return Ok(Availability::Unusable { reason: missing_queue(cluster, host).to_string() }),
     };
+    // So does a queue that is not Open (Closed, Closing): the webhook refuses its jobs too. A
+    // queue whose state is not set yet (the queue controller has not seen it) is not judged.
+    let status = queue.status.unwrap_or_default();
+    if let Some(err) = not_open(host, status.state.as_deref()) {
+        return Ok(Availability::Unusable { reason: err.to_string() });
+    }
     if matches!(request.chip, ChipRequest::Cpu) {
         return Ok(Availability::NotChecked);
-    }
-    let status = queue.status.unwrap_or_default();
-    if let Some(state) = status.state.as_deref().filter(|s| *s != "Open") {
-        return Ok(Availability::Free { chips: 0, source: format!("queue {name} is {state}") });
     }
     if let Some(chips) = queue_free(name, &queue.spec.capability, &status.allocated, key)? {
         return Ok(Availability::Free { chips, source: format!("queue {name} capability minus allocated") });
@@ -212,7 +214,14 @@ pub(crate) fn missing_queue(cluster: &Cluster, host: &VolcanoHost) -> VolcanoErr
     }
 }
 
-/// Fails with [`VolcanoError::QueueNotFound`] when the host's queue does not exist, before a
+/// [`VolcanoError::QueueNotOpen`] for a queue state other than `Open` (none yet: not judged).
+fn not_open(host: &VolcanoHost, state: Option<&str>) -> Option<VolcanoError> {
+    let state = state.filter(|s| !s.is_empty() && *s != "Open")?;
+    Some(VolcanoError::QueueNotOpen { queue: host.queue.clone(), state: state.to_owned(), cluster: host.cluster.clone() })
+}
+
+/// Fails with [`VolcanoError::QueueNotFound`] when the host's queue does not exist (or
+/// [`VolcanoError::QueueNotOpen`] when it is not `Open`), before a
 /// submit creates anything. A user who may not read queues (they are cluster-scoped) is not
 /// stopped here: Volcano's admission answers for the queue then.
 pub(crate) async fn require_queue(cluster: &Cluster, host: &VolcanoHost) -> Result<(), VolcanoError> {
@@ -220,7 +229,10 @@ pub(crate) async fn require_queue(cluster: &Cluster, host: &VolcanoHost) -> Resu
         return Ok(());
     }
     match cluster.get_queue(&host.queue).await {
-        Ok(Some(_)) => Ok(()),
+        Ok(Some(queue)) => match not_open(host, queue.status.and_then(|s| s.state).as_deref()) {
+            Some(err) => Err(err),
+            None => Ok(()),
+        },
         Ok(None) => Err(missing_queue(cluster, host)),
         Err(VolcanoError::Forbidden { .. } | VolcanoError::Unauthorized { .. }) => {
             tracing::debug!(queue = %host.queue, "cannot read the queue; leaving its check to Volcano");

@@ -127,6 +127,20 @@ pub enum VolcanoError {
         namespace: String,
     },
 
+    /// The host's Volcano queue exists but is not `Open`: Volcano's admission webhook refuses
+    /// every job sent to it.
+    #[error(
+        "volcano queue {queue:?} on cluster {cluster:?} is {state}: Volcano admits no job to a queue that is not Open; ask its admin to open it (`vcctl queue operate --name {queue} --action open`) or set another `queue` in the host config (`kubectl get queues` lists them)"
+    )]
+    QueueNotOpen {
+        /// Queue name.
+        queue: String,
+        /// Its `status.state` (`Closed`, `Closing`, ...).
+        state: String,
+        /// Theseus cluster name of the host.
+        cluster: String,
+    },
+
     /// Any other answer of the apiserver that is an error.
     #[error("{verb} {resource}{} failed: {code} {message}", scope(namespace))]
     Api {

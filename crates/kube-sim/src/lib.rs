@@ -22,8 +22,7 @@
 //! `runtime` (where pod files live), `procs` (signals and restarts), `controller` (what the
 //! Volcano job controller does), `scheduler` (what a Volcano scheduler session does), `schema`
 //! and `admission`. Not yet modelled: schema validation of core objects (Pod, Secret, Service,
-//! ConfigMap), immutable fields and `dryRun=All`, `/openapi/v3`, RBAC, and the controller's
-//! full phase machine (Restarting with `retryCount`, Aborting/Terminating).
+//! ConfigMap), immutable fields of core objects, `/openapi/v3`, and RBAC.
 
 mod admission;
 mod controller;
@@ -233,6 +232,21 @@ impl Sim {
     /// sends only what the schema knows.
     pub fn warnings(&self) -> Vec<String> {
         self.shared.warnings.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Creates the queue `name` (weight 1) or updates it, with `status.state` `state` (`Open`,
+    /// `Closed`, `Closing`): the end state of `vcctl queue create` or `vcctl queue operate
+    /// --action close|open`, which Volcano's queue controller reaches through a Command.
+    pub fn put_queue(&self, name: &str, state: &str) {
+        let queues = discovery::known::queues();
+        let created = self.shared.store.create(
+            queues,
+            "",
+            json!({"metadata": {"name": name}, "spec": {"weight": 1, "reclaimable": true}, "status": {"state": state}}),
+        );
+        if created.is_err() {
+            let _ = self.shared.store.update(queues, "", name, |q| q["status"]["state"] = json!(state));
+        }
     }
 
     /// Where pod sandboxes and logs live.

@@ -297,6 +297,38 @@ fn submit_names_the_vcjob_and_a_missing_queue_passes_the_host_over_and_creates_n
 }
 
 #[test]
+fn a_closed_queue_passes_the_host_over_and_submit_to_it_creates_nothing() {
+    let ctx = TestContext::new();
+    let world = SimWorld::start(&ctx);
+    world.sim.put_queue("default", "Closed");
+    for chip in [&["--chip", "h100", "-n", "1"][..], &["--chip", "cpu"][..]] {
+        let exp = world.exp("exp.yaml");
+        let mut args = vec!["plan", "p", exp.as_str()];
+        args.extend_from_slice(chip);
+        let plan = ctx.run(&args);
+        let (stdout, stderr) = (text(&plan.stdout), text(&plan.stderr));
+        let row = stdout.lines().chain(stderr.lines()).find(|l| l.starts_with("k8s ")).unwrap_or_default().to_owned();
+        assert!(row.contains("passed") && row.contains("\"default\" on cluster \"sim\" is Closed"), "{chip:?}: {stdout}{stderr}");
+        assert!(row.contains("--action open"), "{row}");
+    }
+    let before = world.sim.requests().len();
+    let submit = ctx.run(&[
+        "submit", "shut", &world.exp("exp.yaml"), "--code", world.code(), "--host", "k8s", "--chip", "cpu", "--no-check",
+    ]);
+    let stderr = text(&submit.stderr);
+    assert_eq!(submit.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("is Closed: Volcano admits no job to a queue that is not Open"), "{stderr}");
+    let writes: Vec<(String, String)> =
+        world.sim.requests()[before..].iter().filter(|(method, _)| method != "GET").cloned().collect();
+    assert!(writes.is_empty(), "nothing is created for a closed queue: {writes:?}");
+
+    // Opened again, the same submit goes through.
+    world.sim.put_queue("default", "Open");
+    let submit = ctx.run(&["submit", "shut", &world.exp("exp.yaml"), "--code", world.code(), "--host", "k8s", "--chip", "cpu"]);
+    assert!(submit.status.success(), "{}", text(&submit.stderr));
+}
+
+#[test]
 fn config_check_refuses_cluster_paths_off_the_pvc_of_a_volcano_host() {
     let ctx = TestContext::new();
     std::fs::write(
