@@ -355,7 +355,7 @@ fn follow_run(mut cmd: Command, scratch: &Path) -> Result<(f64, f64)> {
 
 /// `submit` without `--follow` against the simulator: a small code dir, then 50 MiB.
 fn sim(root: &Path, bin: &Path, scratch: &Path, runs: usize, release: bool) -> Result<Vec<Measure>> {
-    let (mut simulator, world) = start_sim_world(root, bin, &scratch.join("sim"))?;
+    let (mut simulator, world) = start_sim_world(root, bin, &scratch.join("sim"), crate::e2e::Rbac::Off)?;
     eprintln!("bench: simulator at {}", simulator.url);
     let result = sim_measures(&world, scratch, runs, release);
     simulator.stop();

@@ -234,7 +234,9 @@ pub(crate) async fn require_queue(cluster: &Cluster, host: &VolcanoHost) -> Resu
             None => Ok(()),
         },
         Ok(None) => Err(missing_queue(cluster, host)),
-        Err(VolcanoError::Forbidden { .. } | VolcanoError::Unauthorized { .. }) => {
+        // Not allowed to read queues (cluster-scoped, an optional ClusterRole): Volcano's
+        // admission checks the queue instead. Bad credentials are no such case.
+        Err(VolcanoError::Forbidden { .. }) => {
             tracing::debug!(queue = %host.queue, "cannot read the queue; leaving its check to Volcano");
             Ok(())
         }

@@ -34,6 +34,7 @@ mod jobpods;
 mod logs;
 mod procs;
 mod quantity;
+mod rbac;
 mod runtime;
 mod sched;
 mod schema;
@@ -57,6 +58,7 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
 pub use faults::{Faults, Outage};
+pub use rbac::Authz;
 pub use quantity::{QuantityError, format_milli, parse_milli};
 pub use server::ExecContext;
 pub use status::{ApiError, Cause, InvalidDetails};
@@ -111,6 +113,9 @@ pub struct SimConfig {
     /// PersistentVolumeClaims that do not exist: pods mounting one stay Pending, unschedulable
     /// with `persistentvolumeclaim "<name>" not found`. Every other claim exists (as a host dir).
     pub missing_pvcs: HashSet<String>,
+    /// Bearer tokens and RBAC (`--token-auth-file` and `--authorization-mode=RBAC`); `None`:
+    /// every request is allowed, as with an admin kubeconfig.
+    pub authz: Option<Authz>,
 }
 
 impl Default for SimConfig {
@@ -128,6 +133,7 @@ impl Default for SimConfig {
             unpullable_images: HashSet::new(),
             scheduling_delay: None,
             missing_pvcs: HashSet::new(),
+            authz: None,
         }
     }
 }

@@ -26,7 +26,11 @@ usage: theseus-kube-sim [options]
   --outage-after SECS      start an API outage this long after serving (default: none)
   --outage-for SECS        how long the outage lasts (default: until stopped)
   --outage-kind KIND       refuse (close connections) or hang (accept, never answer; default)
-  --hang                   hang from the start: accept connections and never answer";
+  --hang                   hang from the start: accept connections and never answer
+  --token-auth-file FILE   bearer tokens (`token,user,uid[,\"groups\"]` lines); with --rbac,
+                           every request needs one (401 without), group system:masters may do all
+  --rbac FILE              Role/ClusterRole/RoleBinding/ClusterRoleBinding YAML: what each user may do
+  --kubeconfig-token T     the token the --kubeconfig-out kubeconfig carries";
 
 fn main() -> ExitCode {
     let config = match parse(std::env::args().skip(1)) {
@@ -59,6 +63,7 @@ fn main() -> ExitCode {
 struct Args {
     sim: SimConfig,
     kubeconfig_out: Option<PathBuf>,
+    kubeconfig_token: Option<String>,
     faults: FaultArgs,
 }
 
@@ -75,7 +80,7 @@ async fn serve(args: Args) -> Result<(), String> {
     let sim = Sim::start(args.sim).await.map_err(|e| error_chain(&e))?;
     let url = sim.url();
     if let Some(path) = &args.kubeconfig_out {
-        std::fs::write(path, kubeconfig(&url))
+        std::fs::write(path, kubeconfig(&url, args.kubeconfig_token.as_deref()))
             .map_err(|e| format!("failed to write the kubeconfig `{}`: {e}", path.display()))?;
         eprintln!("theseus-kube-sim: wrote a kubeconfig: export KUBECONFIG={}", path.display());
     }
@@ -117,11 +122,13 @@ async fn shutdown_signal() {
     }
 }
 
-/// A kubeconfig with one cluster, one user without credentials and one current context.
-fn kubeconfig(server: &str) -> String {
+/// A kubeconfig with one cluster, one user (with `token`, else without credentials) and one
+/// current context.
+fn kubeconfig(server: &str, token: Option<&str>) -> String {
+    let user = token.map_or_else(|| "{}".to_owned(), |t| format!("{{token: {t:?}}}"));
     format!(
         "apiVersion: v1\nkind: Config\nclusters:\n- name: theseus-sim\n  cluster:\n    server: {server}\n\
-         users:\n- name: theseus-sim\n  user: {{}}\ncontexts:\n- name: theseus-sim\n  context:\n    \
+         users:\n- name: theseus-sim\n  user: {user}\ncontexts:\n- name: theseus-sim\n  context:\n    \
          cluster: theseus-sim\n    user: theseus-sim\n    namespace: default\ncurrent-context: theseus-sim\n"
     )
 }
@@ -141,6 +148,8 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Option<Args>, String>
     let mut sim = SimConfig::default();
     let (mut nodes, mut gpus) = (2u32, 4u32);
     let mut kubeconfig_out = None;
+    let mut kubeconfig_token = None;
+    let (mut token_file, mut rbac_file) = (None, None);
     let mut faults = FaultArgs::default();
     while let Some(flag) = args.next() {
         if flag == "-h" || flag == "--help" {
@@ -154,6 +163,9 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Option<Args>, String>
             "--gpu-resource" => sim.gpu_resource = value()?,
             "--root" => sim.root = Some(PathBuf::from(value()?)),
             "--kubeconfig-out" => kubeconfig_out = Some(PathBuf::from(value()?)),
+            "--kubeconfig-token" => kubeconfig_token = Some(value()?),
+            "--token-auth-file" => token_file = Some(PathBuf::from(value()?)),
+            "--rbac" => rbac_file = Some(PathBuf::from(value()?)),
             "--unpullable-image" => {
                 sim.unpullable_images.insert(value()?);
             }
@@ -177,7 +189,15 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Option<Args>, String>
         }
     }
     sim.nodes = (0..nodes).map(|i| NodeConfig::new(&format!("sim-node-{i}"), gpus)).collect();
-    Ok(Some(Args { sim, kubeconfig_out, faults }))
+    match (token_file, rbac_file) {
+        (None, None) => {}
+        (Some(tokens), Some(rbac)) => {
+            let read = |p: &PathBuf| std::fs::read_to_string(p).map_err(|e| format!("cannot read `{}`: {e}", p.display()));
+            sim.authz = Some(theseus_kube_sim::Authz::from_files(&read(&tokens)?, &read(&rbac)?)?);
+        }
+        _ => return Err("`--token-auth-file` and `--rbac` go together".into()),
+    }
+    Ok(Some(Args { sim, kubeconfig_out, kubeconfig_token, faults }))
 }
 
 /// Seconds: finite, not negative, at most a day.

@@ -57,6 +57,11 @@ async fn route(shared: &Arc<Shared>, req: Request<Incoming>) -> Result<Response<
     let path = req.uri().path().trim_end_matches('/').to_owned();
     let query = parse_query(req.uri().query().unwrap_or(""));
     let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    // With RBAC on, every request needs a known token; discovery is open to every user.
+    let who = match &shared.config.authz {
+        Some(authz) => Some((authz, authz.authenticate(&header_str(&req, header::AUTHORIZATION))?)),
+        None => None,
+    };
     if req.method() == Method::GET {
         let doc = match segments.as_slice() {
             ["version"] => Some(discovery::version()),
@@ -79,6 +84,18 @@ async fn route(shared: &Arc<Shared>, req: Request<Incoming>) -> Result<Response<
     };
     let target = parse_target(group, version, rest).ok_or_else(|| ApiError::no_route(&path))?;
     let verb = verb_of(req.method(), &target, &query);
+    if let Some((authz, (user, groups))) = &who {
+        let attrs = crate::rbac::Attributes {
+            verb: verb.to_owned(),
+            group: target.res.group.to_owned(),
+            resource: target.res.plural.to_owned(),
+            subresource: target.sub.clone(),
+            namespace: target.namespace.clone(),
+            name: target.name.clone(),
+            qualified: target.res.qualified(),
+        };
+        authz.authorize(user, groups, &attrs)?;
+    }
     let fault_resource = match &target.sub {
         Some(sub) => format!("{}/{sub}", target.res.plural),
         None => target.res.plural.to_owned(),

@@ -97,6 +97,18 @@ impl ApiError {
         e
     }
 
+    /// 401 for a request without a known bearer token.
+    pub fn unauthorized() -> Self {
+        Self::new(401, "Unauthorized", "Unauthorized")
+    }
+
+    /// 403 for a request RBAC does not allow; `message` is the whole sentence.
+    pub fn forbidden(resource: &str, name: &str, message: String) -> Self {
+        let mut e = Self::new(403, "Forbidden", message);
+        e.details = Some((name.to_owned(), resource.split('.').next().unwrap_or(resource).to_owned()));
+        e
+    }
+
     /// A validating admission webhook's denial: `400`, no reason, the webhook named
     /// (`apiserver/pkg/admission/plugin/webhook/errors/statuserror.go`, `ToStatusErr`).
     pub fn webhook_denied(webhook: &str, message: &str) -> Self {

@@ -258,7 +258,7 @@ fn sshd(bin: &Path, python: &Path, repo: &Path, repo_bytes: u64, runs: usize) ->
 /// The re-ship and the 500 MiB first ship against the simulator world of `e2e --sim`.
 fn sim(root: &Path, bin: &Path, scratch: &Path, repo: &Path, repo_bytes: u64, runs: usize, release: bool) -> Result<Vec<Measure>> {
     let dir = scratch.join("sim-store");
-    let (mut simulator, world) = start_sim_world(root, bin, &dir)?;
+    let (mut simulator, world) = start_sim_world(root, bin, &dir, crate::e2e::Rbac::Off)?;
     eprintln!("bench: simulator at {}", simulator.url);
     let result = sim_measures(&world, repo, repo_bytes, runs, release);
     simulator.stop();

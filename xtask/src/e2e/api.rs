@@ -12,8 +12,9 @@ use serde_json::Value;
 
 /// How the checks reach the API server.
 pub(crate) enum Api {
-    /// The simulator at `http://127.0.0.1:PORT`.
-    Sim { addr: String },
+    /// The simulator at `http://127.0.0.1:PORT`, with the bearer token of an admin when it
+    /// runs with RBAC.
+    Sim { addr: String, token: Option<String> },
     /// A real cluster, through `kubectl --kubeconfig`.
     Kubectl { kubeconfig: PathBuf },
 }
@@ -22,7 +23,7 @@ impl Api {
     /// `GET path` (with query), parsed as JSON.
     pub(crate) fn get(&self, path: &str) -> Result<Value> {
         let body = match self {
-            Api::Sim { addr } => http_get(addr, path)?,
+            Api::Sim { addr, token } => http_get(addr, path, token.as_deref())?,
             Api::Kubectl { kubeconfig } => {
                 let out = Command::new("kubectl")
                     .arg("--kubeconfig")
@@ -52,10 +53,11 @@ pub(crate) fn names(items: &[Value]) -> Vec<String> {
 }
 
 /// HTTP/1.1 GET over loopback; handles `Content-Length` and chunked bodies.
-fn http_get(addr: &str, path: &str) -> Result<Vec<u8>> {
+fn http_get(addr: &str, path: &str, token: Option<&str>) -> Result<Vec<u8>> {
     let mut stream = TcpStream::connect(addr).with_context(|| format!("cannot connect to {addr}"))?;
     stream.set_read_timeout(Some(Duration::from_secs(30)))?;
-    write!(stream, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nAccept: application/json\r\nConnection: close\r\n\r\n")?;
+    let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Accept: application/json\r\nConnection: close\r\n\r\n")?;
     let mut response = Vec::new();
     stream.read_to_end(&mut response).with_context(|| format!("GET {path}: reading the response"))?;
     let split = response.windows(4).position(|w| w == b"\r\n\r\n").context("no end of the response head")?;

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
-pub(crate) use sim::{serve as sim_command, start_world as start_sim_world};
+pub(crate) use sim::{Rbac, serve as sim_command, start_world as start_sim_world};
 
 /// Host of the dispatch config every scenario but the unpullable-helper one uses.
 const HOST: &str = "e2e";
@@ -129,6 +129,8 @@ pub(crate) struct World {
     pub(crate) namespace: String,
     /// `--server` for kubectl, when the target is the simulator.
     pub(crate) kubectl_server: Option<String>,
+    /// `--token` for kubectl, when the simulator runs with RBAC (an admin's).
+    pub(crate) kubectl_token: Option<String>,
 }
 
 impl World {

@@ -74,7 +74,8 @@ pub(crate) fn run_all(world: &World, only: &[u32], require_kubectl: bool) -> Res
     if let Some(server) = &world.kubectl_server {
         let t = Instant::now();
         let required = require_kubectl || std::env::var_os("THESEUSTEST_REQUIRE_ALL").is_some_and(|v| v == "1");
-        let (line, ok) = kubectl_verdict(kubectl_against_sim(server, only.is_empty() || only.contains(&1)), required);
+        let jax_ran = only.is_empty() || only.contains(&1);
+        let (line, ok) = kubectl_verdict(kubectl_against_sim(server, world.kubectl_token.as_deref(), jax_ran), required);
         eprintln!("e2e: [kubectl] {line} ({:.1}s)", t.elapsed().as_secs_f64());
         if !ok {
             failed.push(0);
@@ -441,10 +442,13 @@ fn describe_left(jobs: &[Value], pods: &[&Value]) -> String {
 
 /// `kubectl --server URL get vcjob,pods -A`, when kubectl is installed (`Ok(false)` if not).
 /// With `jax_ran`, the output must list scenario 1's job and pods.
-fn kubectl_against_sim(server: &str, jax_ran: bool) -> Result<bool> {
-    let out = match std::process::Command::new("kubectl")
-        .args(["--kubeconfig", "/dev/null", "--server", server, "get", "vcjob,pods", "-A"])
-        .output()
+fn kubectl_against_sim(server: &str, token: Option<&str>, jax_ran: bool) -> Result<bool> {
+    let mut cmd = std::process::Command::new("kubectl");
+    cmd.args(["--kubeconfig", "/dev/null", "--server", server]);
+    if let Some(token) = token {
+        cmd.args(["--token", token]);
+    }
+    let out = match cmd.args(["get", "vcjob,pods", "-A"]).output()
     {
         Ok(out) => out,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),

@@ -12,6 +12,7 @@ mod slurm;
 mod volcano;
 mod volcano_start;
 mod volcano_faults;
+mod volcano_rbac;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

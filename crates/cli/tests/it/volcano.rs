@@ -29,14 +29,22 @@ impl Drop for SimWorld {
 
 impl SimWorld {
     pub(crate) fn start(ctx: &TestContext) -> SimWorld {
+        SimWorld::start_with(ctx, None)
+    }
+
+    /// With `authz`, the simulator checks bearer tokens and RBAC, and the kubeconfig carries
+    /// the given token.
+    pub(crate) fn start_with(ctx: &TestContext, authz: Option<(theseus_kube_sim::Authz, &str)>) -> SimWorld {
         let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+        let token = authz.as_ref().map(|(_, token)| (*token).to_owned());
         let config = SimConfig {
             nodes: (0..2).map(|i| NodeConfig::new(&format!("gpu-node-{i}"), 4)).collect(),
+            authz: authz.map(|(authz, _)| authz),
             ..SimConfig::default()
         };
         let sim = runtime.block_on(Sim::start(config)).expect("simulator starts");
         let pvc = tempfile::tempdir().unwrap();
-        write_kubeconfig(ctx.home(), &sim.url());
+        write_kubeconfig(ctx.home(), &sim.url(), token.as_deref());
         write_dispatch_config(ctx.home(), pvc.path());
         let code = tempfile::tempdir().unwrap();
         std::fs::write(
@@ -60,14 +68,15 @@ impl SimWorld {
     }
 }
 
-fn write_kubeconfig(home: &Path, server: &str) {
+fn write_kubeconfig(home: &Path, server: &str, token: Option<&str>) {
     let dir = home.join(".kube");
     std::fs::create_dir_all(&dir).unwrap();
+    let user = token.map_or_else(|| "{}".to_owned(), |t| format!("{{token: {t}}}"));
     std::fs::write(
         dir.join("config"),
         format!(
             "apiVersion: v1\nkind: Config\nclusters:\n- name: sim\n  cluster:\n    server: {server}\n\
-             users:\n- name: sim\n  user: {{}}\ncontexts:\n- name: sim\n  context:\n    cluster: sim\n    user: sim\n\
+             users:\n- name: sim\n  user: {user}\ncontexts:\n- name: sim\n  context:\n    cluster: sim\n    user: sim\n\
              current-context: sim\n"
         ),
     )

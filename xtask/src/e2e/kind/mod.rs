@@ -89,6 +89,7 @@ pub(crate) fn e2e(root: &Path, flags: &Flags) -> Result<()> {
             api: Api::Kubectl { kubeconfig: plan.kubeconfig.clone() },
             namespace: NAMESPACE.into(),
             kubectl_server: None,
+            kubectl_token: None,
         };
         eprintln!("e2e: cluster ready after {:.1}s", started.elapsed().as_secs_f64());
         scenarios::run_all(&world, &flags.only, false)
