@@ -1,5 +1,6 @@
-//! Read-only access to the cluster under test for the checks the scenarios make: plain HTTP
-//! GETs to the simulator (no client library needed), or `kubectl get --raw` on a real cluster.
+//! Access to the cluster under test for the checks and set-ups the scenarios make (as an
+//! admin, never as theseus's user): plain HTTP to the simulator (no client library needed), or
+//! `kubectl` on a real cluster.
 
 use std::io::{Read as _, Write as _};
 use std::net::TcpStream;
@@ -23,7 +24,7 @@ impl Api {
     /// `GET path` (with query), parsed as JSON.
     pub(crate) fn get(&self, path: &str) -> Result<Value> {
         let body = match self {
-            Api::Sim { addr, token } => http_get(addr, path, token.as_deref())?,
+            Api::Sim { addr, token } => http(addr, "GET", path, token.as_deref(), None)?,
             Api::Kubectl { kubeconfig } => {
                 let out = Command::new("kubectl")
                     .arg("--kubeconfig")
@@ -40,6 +41,74 @@ impl Api {
         serde_json::from_slice(&body).with_context(|| format!("GET {path} did not return JSON"))
     }
 
+    /// Creates a Queue `name` (weight 1, no capability).
+    pub(crate) fn create_queue(&self, name: &str) -> Result<()> {
+        let path = "/apis/scheduling.volcano.sh/v1beta1/queues";
+        let body = serde_json::json!({
+            "apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
+            "metadata": {"name": name}, "spec": {"weight": 1, "reclaimable": true},
+        });
+        self.write("POST", path, Some(&body), &["create", "--raw", path, "-f", "-"])
+    }
+
+    /// Closes the Queue `name`. Volcano closes a queue when a `bus.volcano.sh` Command with
+    /// action `CloseQueue` targets it (what `vcctl queue operate --action close` creates); its
+    /// queue controller then sets `status.state` (`Closing`, then `Closed`). The simulator has
+    /// no Command controller: there the status is patched to the state the controller reaches.
+    pub(crate) fn close_queue(&self, name: &str) -> Result<()> {
+        match self {
+            Api::Sim { .. } => {
+                let path = format!("/apis/scheduling.volcano.sh/v1beta1/queues/{name}/status");
+                let body = serde_json::json!({"status": {"state": "Closed"}});
+                self.write("PATCH", &path, Some(&body), &[])
+            }
+            Api::Kubectl { .. } => {
+                let path = "/apis/bus.volcano.sh/v1alpha1/namespaces/default/commands";
+                let body = serde_json::json!({
+                    "apiVersion": "bus.volcano.sh/v1alpha1", "kind": "Command",
+                    "metadata": {"generateName": format!("{name}-close-")},
+                    "action": "CloseQueue",
+                    "target": {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue", "name": name, "uid": ""},
+                });
+                self.write("POST", path, Some(&body), &["create", "--raw", path, "-f", "-"])
+            }
+        }
+    }
+
+    /// Deletes the object at `path` (a pod, a queue).
+    pub(crate) fn delete(&self, path: &str) -> Result<()> {
+        self.write("DELETE", path, None, &["delete", "--raw", path])
+    }
+
+    /// A write: HTTP `method` to the simulator, or `kubectl ARGS` (the body on stdin).
+    fn write(&self, method: &str, path: &str, body: Option<&Value>, kubectl: &[&str]) -> Result<()> {
+        match self {
+            Api::Sim { addr, token } => {
+                http(addr, method, path, token.as_deref(), body.map(Value::to_string).as_deref())?;
+            }
+            Api::Kubectl { kubeconfig } => {
+                use std::io::Write as _;
+                let mut child = Command::new("kubectl")
+                    .arg("--kubeconfig")
+                    .arg(kubeconfig)
+                    .args(kubectl)
+                    .stdin(std::process::Stdio::piped())
+                    .stdout(std::process::Stdio::piped())
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .context("cannot run kubectl")?;
+                if let (Some(body), Some(mut stdin)) = (body, child.stdin.take()) {
+                    stdin.write_all(body.to_string().as_bytes())?;
+                }
+                let out = child.wait_with_output()?;
+                if !out.status.success() {
+                    bail!("kubectl {} failed: {}", kubectl.join(" "), String::from_utf8_lossy(&out.stderr).trim());
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// The `items` of a list at `path`.
     pub(crate) fn list(&self, path: &str) -> Result<Vec<Value>> {
         let list = self.get(path)?;
@@ -52,12 +121,20 @@ pub(crate) fn names(items: &[Value]) -> Vec<String> {
     items.iter().filter_map(|i| i["metadata"]["name"].as_str().map(str::to_owned)).collect()
 }
 
-/// HTTP/1.1 GET over loopback; handles `Content-Length` and chunked bodies.
-fn http_get(addr: &str, path: &str, token: Option<&str>) -> Result<Vec<u8>> {
+/// HTTP/1.1 over loopback (a JSON body, a merge patch for `PATCH`); handles `Content-Length`
+/// and chunked bodies; anything but 2xx is an error.
+fn http(addr: &str, method: &str, path: &str, token: Option<&str>, body: Option<&str>) -> Result<Vec<u8>> {
     let mut stream = TcpStream::connect(addr).with_context(|| format!("cannot connect to {addr}"))?;
     stream.set_read_timeout(Some(Duration::from_secs(30)))?;
     let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
-    write!(stream, "GET {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Accept: application/json\r\nConnection: close\r\n\r\n")?;
+    let content_type = if method == "PATCH" { "application/merge-patch+json" } else { "application/json" };
+    let body = body.unwrap_or("");
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Accept: application/json\r\nContent-Type: {content_type}\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )?;
     let mut response = Vec::new();
     stream.read_to_end(&mut response).with_context(|| format!("GET {path}: reading the response"))?;
     let split = response.windows(4).position(|w| w == b"\r\n\r\n").context("no end of the response head")?;
@@ -69,8 +146,8 @@ fn http_get(addr: &str, path: &str, token: Option<&str>) -> Result<Vec<u8>> {
         l.starts_with("transfer-encoding:") && l.contains("chunked")
     });
     let body = if chunked { dechunk(body)? } else { body.to_vec() };
-    if status != "200" {
-        bail!("GET {path}: HTTP {status}: {}", String::from_utf8_lossy(&body));
+    if !status.starts_with('2') {
+        bail!("{method} {path}: HTTP {status}: {}", String::from_utf8_lossy(&body));
     }
     Ok(body)
 }

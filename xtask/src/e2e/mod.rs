@@ -11,6 +11,7 @@
 mod api;
 mod kind;
 pub(crate) mod kubectl;
+mod refusals;
 mod scenarios;
 mod sim;
 
@@ -27,6 +28,12 @@ const HOST: &str = "e2e";
 /// Same cluster, but its helper image cannot be pulled.
 const BROKEN_HOST: &str = "e2e-broken-helper";
 /// An image no registry has (`.invalid` never resolves), made unpullable in the sim as well.
+/// A host whose queue does not exist (scenario 6).
+const NO_QUEUE_HOST: &str = "e2e-no-queue";
+/// A host whose queue scenario 7 creates and closes.
+const CLOSED_QUEUE_HOST: &str = "e2e-closed-queue";
+/// That queue.
+const CLOSED_QUEUE: &str = "e2e-closed";
 const UNPULLABLE_IMAGE: &str = "registry.invalid/theseus-e2e/no-such-helper:0";
 /// Value of the secret variable jobs get; must never show up in any output.
 const SECRET_VALUE: &str = "e2e-s3cr3t-value";
@@ -108,9 +115,13 @@ impl Target {
                 host.push_str(&format!("      {key}: {value}\n"));
             }
         }
+        let queue = format!("    queue: {}\n", self.queue);
+        let no_queue = host.replace(&queue, "    queue: e2e-no-such-queue\n");
+        let closed = host.replace(&queue, &format!("    queue: {CLOSED_QUEUE}\n"));
         format!(
             "# Written by `cargo xtask e2e`.\nclusters:\n  e2e:\n    root: {m}\n    work: {m}/work\n    log: {m}/logs\n\
-             \x20   status: {m}/status\nhosts:\n  {HOST}:\n{host}  {BROKEN_HOST}:\n{host}    helper_image: {UNPULLABLE_IMAGE}\n"
+             \x20   status: {m}/status\nhosts:\n  {HOST}:\n{host}  {BROKEN_HOST}:\n{host}    helper_image: {UNPULLABLE_IMAGE}\n\
+             \x20 {NO_QUEUE_HOST}:\n{no_queue}  {CLOSED_QUEUE_HOST}:\n{closed}"
         )
     }
 }
@@ -179,6 +190,7 @@ impl World {
                 "entrypoint: python allgather.py\ndistributed: jax\nenv:\n  JAX_PLATFORMS: cpu\nconfig:\n  multiplier: 10\n",
             ),
             ("hello.yaml", "entrypoint: python hello.py\n"),
+            ("sleep.yaml", "entrypoint: python -c \"import time; time.sleep(600)\"\n"),
         ];
         for (name, body) in files {
             std::fs::write(dir.join(name), body)

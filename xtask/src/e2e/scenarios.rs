@@ -1,11 +1,13 @@
-//! The five scenarios of the Volcano end-to-end test, each a sequence of real `theseus`
+//! The scenarios of the Volcano end-to-end test, each a sequence of real `theseus`
 //! commands plus checks through the cluster API and on the PVC:
 //!
 //! 1. a 2-node JAX job (2 pods x 4 GPUs, JAX on CPU) completes and both ranks log an allgather;
 //! 2. a job larger than the cluster stays pending, `status` says why, `cancel` removes it;
 //! 3. a submit whose helper image cannot be pulled fails clearly and leaves no helper;
 //! 4. 20 parallel submits all complete, with distinct job names and run dirs;
-//! 5. no helper job or pod and no orphaned Secret of theseus remains.
+//! 5. to 7. what a cluster refuses and how it recovers (`refusals.rs`): a queue that does not
+//!    exist, a Closed queue, an evicted pod that restarts the job;
+//! 8. no helper job or pod and no orphaned Secret of theseus remains.
 //!
 //! Then, against the simulator, `kubectl get vcjob,pods -A` (NOT RUN without kubectl, or a
 //! failure when it is required, as `cargo xtask test` requires it).
@@ -18,6 +20,7 @@ use anyhow::{Context, Result, bail, ensure};
 use serde_json::Value;
 
 use super::api::names;
+use super::refusals;
 use super::{BROKEN_HOST, HOST, World, text, wait_for, wait_seen};
 
 /// Number of parallel submits in scenario 4.
@@ -31,12 +34,15 @@ const HELPER_GONE_TIMEOUT: Duration = Duration::from_secs(120);
 type Scenario = fn(&World) -> Result<()>;
 
 /// Scenario number, title, body.
-const SCENARIOS: [(u32, &str, Scenario); 5] = [
+const SCENARIOS: [(u32, &str, Scenario); 8] = [
     (1, "2-node JAX job (2 pods x 4 GPUs) completes", two_node_jax),
     (2, "job larger than the cluster: pending with a reason, cancelled", too_big),
     (3, "unpullable helper image: clear error, no helper left", unpullable_helper),
     (4, "20 parallel submits complete with distinct names and run dirs", parallel_submits),
-    (5, "no helper job, pod or orphaned Secret of theseus remains", nothing_left),
+    (5, "queue that does not exist: passed over, submit refused before anything is created", refusals::missing_queue),
+    (6, "Closed queue: submit refused before anything is created", refusals::closed_queue),
+    (7, "evicted pod: the job restarts and status counts it, then cancel", refusals::evicted_pod_restarts),
+    (8, "no helper job, pod or orphaned Secret of theseus remains", nothing_left),
 ];
 
 /// The commands each scenario runs, for `--dry-run`.
@@ -61,12 +67,13 @@ pub(crate) fn run_all(world: &World, only: &[u32], require_kubectl: bool) -> Res
         if !only.is_empty() && !only.contains(&n) {
             continue;
         }
-        eprintln!("e2e: [{n}/5] {title} ...");
+        let total = SCENARIOS.len();
+        eprintln!("e2e: [{n}/{total}] {title} ...");
         let t = Instant::now();
         match scenario(world) {
-            Ok(()) => eprintln!("e2e: [{n}/5] PASS ({:.1}s) {title}", t.elapsed().as_secs_f64()),
+            Ok(()) => eprintln!("e2e: [{n}/{total}] PASS ({:.1}s) {title}", t.elapsed().as_secs_f64()),
             Err(e) => {
-                eprintln!("e2e: [{n}/5] FAIL ({:.1}s) {title}\n{e:#}", t.elapsed().as_secs_f64());
+                eprintln!("e2e: [{n}/{total}] FAIL ({:.1}s) {title}\n{e:#}", t.elapsed().as_secs_f64());
                 failed.push(n);
             }
         }
@@ -141,6 +148,7 @@ fn commands(n: u32) -> Vec<Vec<String>> {
             args(&format!("...   # e2e-par-0 .. e2e-par-{} at once", PARALLEL - 1)),
             args("list --output json --limit 100   # until every run is completed"),
         ],
+        5..=7 => refusals::commands(n).iter().map(|c| args(c)).collect(),
         _ => vec![args(
             "gc --older-than 0s --dry-run   # prints 0; before it, helper jobs and pods must be gone (120 s) and no Secret orphaned",
         )],
