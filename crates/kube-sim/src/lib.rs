@@ -21,8 +21,10 @@
 //! Divergences from a real cluster are listed on [`SimConfig`] and in the module docs of
 //! `runtime` (where pod files live), `procs` (signals and restarts), `controller` (what the
 //! Volcano job controller does), `scheduler` (what a Volcano scheduler session does), `schema`
-//! and `admission`. Not yet modelled: schema validation of core objects (Pod, Secret, Service,
-//! ConfigMap), immutable fields of core objects, `/openapi/v3`, and RBAC.
+//! and `admission`. With `SimConfig::authz` it authenticates bearer tokens and authorises by RBAC
+//! (`rbac`). `dryRun=All` runs every check and stores nothing; a custom resource's `status` is
+//! dropped on create. Not yet modelled: schema validation of core objects (Pod, Secret,
+//! Service, ConfigMap), immutable fields of core objects, and `/openapi/v3`.
 
 mod admission;
 mod controller;

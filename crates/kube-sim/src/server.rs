@@ -126,6 +126,9 @@ async fn route(shared: &Arc<Shared>, req: Request<Incoming>) -> Result<Response<
                     if is_vcjob(res) && part == Part::Main {
                         admission::validate_job_update(&shared.store.get(res, &ns, name)?, &body)?;
                     }
+                    if dry_run(&query)? {
+                        return Ok(with_warnings(shared, json_response(StatusCode::OK, &body), &warnings));
+                    }
                     let stored = shared.store.replace(res, &ns, name, body, part)?;
                     Ok(with_warnings(shared, json_response(StatusCode::OK, &stored), &warnings))
                 }
@@ -147,12 +150,22 @@ async fn route(shared: &Arc<Shared>, req: Request<Incoming>) -> Result<Response<
                     if is_vcjob(res) && part == Part::Main {
                         admission::validate_job_update(&current, &merged)?;
                     }
+                    if dry_run(&query)? {
+                        return Ok(with_warnings(shared, json_response(StatusCode::OK, &merged), &warnings));
+                    }
                     schema::prune_patch(res, &mut body);
                     let stored = shared.store.patch(res, &ns, name, &body, part)?;
                     Ok(with_warnings(shared, json_response(StatusCode::OK, &stored), &warnings))
                 }
                 Method::DELETE if part == Part::Main => {
                     let body = read_body(req).await?;
+                    // `dryRun` comes in the query or in the body's DeleteOptions.
+                    let in_body = serde_json::from_slice::<Value>(&body)
+                        .ok()
+                        .is_some_and(|o| o["dryRun"].as_array().is_some_and(|d| d.iter().any(|v| v == "All")));
+                    if dry_run(&query)? || in_body {
+                        return Ok(json_response(StatusCode::OK, &shared.store.get(res, &ns, name)?));
+                    }
                     let propagation = propagation(&query, &body)?;
                     let pre = preconditions(&body);
                     // A resourceVersion precondition must see the object as the client saw it, so
@@ -186,7 +199,14 @@ async fn route(shared: &Arc<Shared>, req: Request<Incoming>) -> Result<Response<
                         ApiError::method_not_allowed(format!("create of {} needs a namespace", res.plural))
                     })?;
                     let mode = FieldValidation::from_query(&query)?;
+                    let dry = dry_run(&query)?;
                     let mut body = read_json(req).await?;
+                    if schema::schema_of(res).is_some() && res.has_status() {
+                        // A custom resource's status is only written through `/status`: on
+                        // create it is dropped (apiextensions-apiserver
+                        // pkg/registry/customresource/strategy.go, `PrepareForCreate`).
+                        body.as_object_mut().map(|m| m.remove("status"));
+                    }
                     let warnings = schema::admit(res, &mut body, mode)?;
                     if is_vcjob(res) {
                         admission::mutate_job(&mut body);
@@ -196,7 +216,8 @@ async fn route(shared: &Arc<Shared>, req: Request<Incoming>) -> Result<Response<
                         // The queue controller opens a new queue; in a real cluster a moment later.
                         body["status"]["state"] = json!("Open");
                     }
-                    let stored = shared.store.create(res, ns, body)?;
+                    let stored =
+                        if dry { shared.store.create_dry_run(res, ns, body)? } else { shared.store.create(res, ns, body)? };
                     Ok(with_warnings(shared, json_response(StatusCode::CREATED, &stored), &warnings))
                 }
                 Method::DELETE => {
@@ -435,6 +456,20 @@ pub(crate) fn json_response(code: StatusCode, value: &Value) -> Response<Body> {
     *resp.status_mut() = code;
     resp.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static("application/json"));
     resp
+}
+
+/// `dryRun=All`: every check, nothing stored; any other value is refused as upstream
+/// (`apiserver/pkg/endpoints/handlers/rest.go` with `apimachinery` `ValidateDryRun`).
+fn dry_run(query: &[(String, String)]) -> Result<bool> {
+    let values: Vec<&str> = query.iter().filter(|(k, _)| k == "dryRun").map(|(_, v)| v.as_str()).collect();
+    match values.as_slice() {
+        [] => Ok(false),
+        ["All"] => Ok(true),
+        other => Err(ApiError::bad_request(format!(
+            "dryRun: Unsupported value: []string{{{}}}: supported values: \"All\"",
+            other.iter().map(|v| format!("{v:?}")).collect::<Vec<_>>().join(", ")
+        ))),
+    }
 }
 
 /// Volcano's `batch.volcano.sh` Jobs, which its admission webhooks see.

@@ -157,7 +157,17 @@ impl Store {
 
     /// Creates an object (`POST`). Fills in `name` from `generateName`, `uid`,
     /// `resourceVersion`, `creationTimestamp`, `namespace`, `kind` and `apiVersion`.
-    pub(crate) fn create(&self, res: &'static ResourceInfo, ns: &str, mut obj: Value) -> Result<Value> {
+    pub(crate) fn create(&self, res: &'static ResourceInfo, ns: &str, obj: Value) -> Result<Value> {
+        self.create_or_try(res, ns, obj, true)
+    }
+
+    /// `create` with `dryRun=All`: every check and default, nothing stored (no
+    /// `resourceVersion`, no watch event).
+    pub(crate) fn create_dry_run(&self, res: &'static ResourceInfo, ns: &str, obj: Value) -> Result<Value> {
+        self.create_or_try(res, ns, obj, false)
+    }
+
+    fn create_or_try(&self, res: &'static ResourceInfo, ns: &str, mut obj: Value, store: bool) -> Result<Value> {
         if !obj.is_object() {
             return Err(ApiError::bad_request("the body of the request must be a JSON object"));
         }
@@ -227,6 +237,9 @@ impl Store {
         }
         if res.kind == "Secret" {
             fold_string_data(&mut obj);
+        }
+        if !store {
+            return Ok(obj);
         }
         let obj = self.commit(&mut inner, ChangeKind::Added, res, None, obj);
         inner.objects.insert(k, obj.clone());

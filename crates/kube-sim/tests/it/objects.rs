@@ -249,3 +249,32 @@ async fn custom_resources_are_pruned_validated_and_defaulted_over_http() {
          queues.scheduling.volcano.sh \"nowhere\" not found;"
     );
 }
+
+#[tokio::test]
+async fn dry_run_checks_everything_and_stores_nothing() {
+    let ctx = start(SimConfig::default()).await;
+    let api = crate::support::vcjobs(&ctx.client, "default");
+    let dry = PostParams { dry_run: true, ..PostParams::default() };
+    let job = crate::support::vcjob("dry", 1, 0, "busybox", &["true"]);
+    let answered = api.create(&dry, &job).await.unwrap();
+    assert_eq!(answered.data["spec"]["maxRetry"], 3, "defaulted and admitted as a real create");
+    assert_eq!(api_code(&api.get("dry").await.unwrap_err()), Some(404), "nothing stored");
+    // A dry run is refused for what a real create is refused for.
+    let mut lost = job.clone();
+    lost.data["spec"]["queue"] = json!("nowhere");
+    assert_eq!(api_code(&api.create(&dry, &lost).await.unwrap_err()), Some(400));
+
+    api.create(&PostParams::default(), &job).await.unwrap();
+    let patch = json!({"spec": {"maxRetry": 7}});
+    let dry_patch = PatchParams { dry_run: true, ..PatchParams::default() };
+    let answered = api.patch("dry", &dry_patch, &Patch::Merge(&patch)).await.unwrap();
+    assert_eq!(answered.data["spec"]["maxRetry"], 7);
+    assert_eq!(api.get("dry").await.unwrap().data["spec"]["maxRetry"], 3, "the patch was not stored");
+    let dry_delete = DeleteParams { dry_run: true, ..DeleteParams::default() };
+    api.delete("dry", &dry_delete).await.unwrap();
+    api.get("dry").await.expect("still there after a dry-run delete");
+
+    let (code, _, status) = post_raw(&ctx.sim.url(), "/apis/batch.volcano.sh/v1alpha1/namespaces/default/jobs?dryRun=Some", &serde_json::to_value(&job).unwrap()).await;
+    assert_eq!(code, 400, "{status}");
+    assert_eq!(status["message"], "dryRun: Unsupported value: []string{\"Some\"}: supported values: \"All\"");
+}
