@@ -24,7 +24,8 @@
 //! and `admission`. With `SimConfig::authz` it authenticates bearer tokens and authorises by RBAC
 //! (`rbac`). `dryRun=All` runs every check and stores nothing; a custom resource's `status` is
 //! dropped on create. Not yet modelled: schema validation of core objects (Pod, Secret,
-//! Service, ConfigMap), immutable fields of core objects, and `/openapi/v3`.
+//! Service, ConfigMap) and their immutable fields. `/openapi/v3` (`openapi`) tells clients that
+//! the server validates fields, so `kubectl --validate=strict` leaves it to the simulator.
 
 mod admission;
 mod controller;
@@ -34,6 +35,7 @@ pub mod exec;
 mod faults;
 mod jobpods;
 mod logs;
+mod openapi;
 mod procs;
 mod quantity;
 mod rbac;

@@ -70,6 +70,8 @@ async fn route(shared: &Arc<Shared>, req: Request<Incoming>) -> Result<Response<
             ["apis"] => Some(discovery::group_list()),
             ["apis", group] => discovery::group(group),
             ["apis", group, version] => discovery::resource_list(group, version),
+            ["openapi", "v3"] => Some(crate::openapi::index()),
+            ["openapi", "v3", rest @ ..] => crate::openapi::document(&rest.join("/")),
             ["healthz" | "readyz" | "livez"] => return Ok(text(StatusCode::OK, "ok".into())),
             _ => None,
         };

@@ -82,7 +82,9 @@ pub(crate) fn run_all(world: &World, only: &[u32], require_kubectl: bool) -> Res
         let t = Instant::now();
         let required = require_kubectl || std::env::var_os("THESEUSTEST_REQUIRE_ALL").is_some_and(|v| v == "1");
         let jax_ran = only.is_empty() || only.contains(&1);
-        let (line, ok) = kubectl_verdict(kubectl_against_sim(server, world.kubectl_token.as_deref(), jax_ran), required);
+        let checked = kubectl_against_sim(server, world.kubectl_token.as_deref(), jax_ran)
+            .and_then(|found| if found { kubectl_validates_the_dry_run(world, server).map(|()| true) } else { Ok(false) });
+        let (line, ok) = kubectl_verdict(checked, required);
         eprintln!("e2e: [kubectl] {line} ({:.1}s)", t.elapsed().as_secs_f64());
         if !ok {
             failed.push(0);
@@ -100,7 +102,11 @@ pub(crate) fn run_all(world: &World, only: &[u32], require_kubectl: bool) -> Res
 /// (`Ok(false)`) is NOT RUN, or FAIL when `required`.
 fn kubectl_verdict(outcome: Result<bool>, required: bool) -> (String, bool) {
     match outcome {
-        Ok(true) => ("PASS kubectl get vcjob,pods -A".to_owned(), true),
+        Ok(true) => (
+            "PASS kubectl get vcjob,pods -A; kubectl apply --validate=strict --dry-run=server of theseus's --dry-run output"
+                .to_owned(),
+            true,
+        ),
         Ok(false) if required => (
             "FAIL: kubectl is not installed and is required here (`apt-get install kubectl`, or \
              `kubernetes-client` on Debian)"
@@ -446,6 +452,31 @@ fn describe_left(jobs: &[Value], pods: &[&Value]) -> String {
         left.push(format!("pod {} ({phase}{deleting})", pod["metadata"]["name"].as_str().unwrap_or("?")));
     }
     left.join(", ")
+}
+
+/// `theseus submit --dry-run` for the e2e host, fed to `kubectl apply --validate=strict
+/// --dry-run=server -f -`: kubectl finds in the simulator's `/openapi/v3` that the server
+/// validates fields, and the simulator checks every manifest as Volcano and the API server
+/// would (schema, unknown fields, admission), storing nothing.
+fn kubectl_validates_the_dry_run(world: &World, server: &str) -> Result<()> {
+    use std::io::Write as _;
+    let manifests = world.theseus_ok(&[
+        "submit", "e2e-manifests", "jax.yaml", "--code", ".", "--host", super::HOST, "--chip", "h100", "-n", "8",
+        "--secret-env", "E2E_TOKEN", "--dry-run",
+    ])?;
+    let mut child = std::process::Command::new("kubectl")
+        .args(["--kubeconfig", "/dev/null", "--server", server, "apply", "--validate=strict", "--dry-run=server", "-f", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .context("cannot run kubectl")?;
+    child.stdin.take().context("no stdin")?.write_all(manifests.as_bytes())?;
+    let out = child.wait_with_output()?;
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    ensure!(out.status.success(), "kubectl apply --validate=strict refused theseus's manifests:\n{stdout}{stderr}");
+    ensure!(stdout.matches("(server dry run)").count() >= 3, "helper job, Secret and job expected:\n{stdout}");
+    Ok(())
 }
 
 /// `kubectl --server URL get vcjob,pods -A`, when kubectl is installed (`Ok(false)` if not).

@@ -17,13 +17,14 @@ use super::{Flags, Target, UNPULLABLE_IMAGE, World, api::Api, build_binaries, sc
 /// for the checks.
 const TOKENS: &str = "t-researcher,researcher,1\nt-admin,admin,0,\"system:masters\"\n";
 
-/// kubectl sends no bearer token over plain HTTP, so its read-only check runs as the anonymous
-/// user, whom the harness (not theseus) lets read everything.
+/// kubectl sends no bearer token over plain HTTP, so its checks run as the anonymous user,
+/// whom the harness (not theseus) lets read everything and create (its `--dry-run=server`
+/// apply stores nothing).
 const ANONYMOUS_READER: &str = "
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRole
 metadata: {name: e2e-anonymous-reader}
-rules: [{apiGroups: ['*'], resources: ['*'], verbs: [get, list]}]
+rules: [{apiGroups: ['*'], resources: ['*'], verbs: [get, list, create]}]
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRoleBinding

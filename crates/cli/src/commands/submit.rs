@@ -287,11 +287,12 @@ fn dry_run(
     for v in &job.env {
         println!("# env {}={}", v.name, v.display_value());
     }
+    // The bootstrap files as comments, so that for a Volcano host stdout is one YAML stream:
+    // `theseus submit ... --dry-run | kubectl apply --dry-run=server -f -` checks the manifests.
     for file in &bootstrap.files {
-        println!("\n# ---- {} ----", file.path);
-        print!("{}", file.contents);
-        if !file.contents.ends_with('\n') {
-            println!();
+        println!("#\n# ---- {} ----", file.path);
+        for line in file.contents.lines() {
+            println!("#{}{line}", if line.is_empty() { "" } else { " " });
         }
     }
     for doc in documents {
