@@ -23,12 +23,13 @@
 //! Volcano job controller does), `scheduler` (what a Volcano scheduler session does), `schema`
 //! and `admission`. With `SimConfig::authz` it authenticates bearer tokens and authorises by RBAC
 //! (`rbac`). `dryRun=All` runs every check and stores nothing; a custom resource's `status` is
-//! dropped on create. Not yet modelled: schema validation of core objects (Pod, Secret,
-//! Service, ConfigMap) and their immutable fields. `/openapi/v3` (`openapi`) tells clients that
+//! dropped on create. The core objects theseus writes (Secrets, Leases, ConfigMaps) are decoded
+//! and validated as their types are (`core_objects`); Pods and Services are not. `/openapi/v3` (`openapi`) tells clients that
 //! the server validates fields, so `kubectl --validate=strict` leaves it to the simulator.
 
 mod admission;
 mod controller;
+mod core_objects;
 mod discovery;
 mod events;
 pub mod exec;

@@ -95,15 +95,7 @@ pub(crate) fn admit(res: &ResourceInfo, obj: &mut Value, mode: FieldValidation) 
     prune_root(obj, schema, &mut unknown, false);
     // Reported sorted, as `pruning.PruneWithOptions` returns them.
     unknown.sort();
-    if mode == FieldValidation::Strict && !unknown.is_empty() {
-        let list: Vec<String> = unknown.iter().map(|p| format!("unknown field {p:?}")).collect();
-        return Err(ApiError::bad_request(format!(
-            "{kind} in version {version:?} cannot be handled as a {kind}: strict decoding error: {}",
-            list.join(", "),
-            kind = res.kind,
-            version = res.version,
-        )));
-    }
+    let warnings = unknown_fields(res, &unknown, mode)?;
     apply_defaults(obj, schema);
     let errors = validate(obj, schema);
     if !errors.is_empty() {
@@ -118,10 +110,26 @@ pub(crate) fn admit(res: &ResourceInfo, obj: &mut Value, mode: FieldValidation) 
         }));
         return Err(err);
     }
-    Ok(match mode {
-        FieldValidation::Warn => unknown.iter().map(|p| format!("unknown field {p:?}")).collect(),
-        _ => Vec::new(),
-    })
+    Ok(warnings)
+}
+
+/// What the fields a decoder dropped become under `mode`: `Warning` texts, nothing, or (with
+/// `Strict`) the `400` strict decoding error.
+///
+/// # Errors
+/// The strict decoding error.
+pub(crate) fn unknown_fields(res: &ResourceInfo, unknown: &[String], mode: FieldValidation) -> Result<Vec<String>, ApiError> {
+    let list: Vec<String> = unknown.iter().map(|p| format!("unknown field {p:?}")).collect();
+    match mode {
+        FieldValidation::Strict if !list.is_empty() => Err(ApiError::bad_request(format!(
+            "{kind} in version {version:?} cannot be handled as a {kind}: strict decoding error: {}",
+            list.join(", "),
+            kind = res.kind,
+            version = res.version,
+        ))),
+        FieldValidation::Warn => Ok(list),
+        _ => Ok(Vec::new()),
+    }
 }
 
 /// Prunes a merge patch of `res` before it is applied, keeping its nulls (they delete): the

@@ -15,6 +15,7 @@ use tokio::sync::mpsc;
 use crate::Shared;
 use crate::discovery::{self, ResourceInfo};
 use crate::admission;
+use crate::core_objects;
 use crate::schema::{self, FieldValidation};
 use crate::selector::{FieldSelector, LabelSelector, Selectors};
 use crate::status::{ApiError, Result};
@@ -124,9 +125,12 @@ async fn route(shared: &Arc<Shared>, req: Request<Incoming>) -> Result<Response<
                 Method::PUT => {
                     let mode = FieldValidation::from_query(&query)?;
                     let mut body = read_json(req).await?;
-                    let warnings = schema::admit(res, &mut body, mode)?;
+                    let mut warnings = schema::admit(res, &mut body, mode)?;
+                    let current = shared.store.get(res, &ns, name)?;
+                    let unknown = core_objects::admit(res, &mut body, Some(&current))?;
+                    warnings.extend(schema::unknown_fields(res, &unknown, mode)?);
                     if is_vcjob(res) && part == Part::Main {
-                        admission::validate_job_update(&shared.store.get(res, &ns, name)?, &body)?;
+                        admission::validate_job_update(&current, &body)?;
                     }
                     if dry_run(&query)? {
                         return Ok(with_warnings(shared, json_response(StatusCode::OK, &body), &warnings));
@@ -148,7 +152,9 @@ async fn route(shared: &Arc<Shared>, req: Request<Incoming>) -> Result<Response<
                     let current = shared.store.get(res, &ns, name)?;
                     let mut merged = current.clone();
                     crate::store::merge_patch(&mut merged, &body);
-                    let warnings = schema::admit(res, &mut merged, mode)?;
+                    let mut warnings = schema::admit(res, &mut merged, mode)?;
+                    let unknown = core_objects::admit(res, &mut merged, Some(&current))?;
+                    warnings.extend(schema::unknown_fields(res, &unknown, mode)?);
                     if is_vcjob(res) && part == Part::Main {
                         admission::validate_job_update(&current, &merged)?;
                     }
@@ -209,7 +215,9 @@ async fn route(shared: &Arc<Shared>, req: Request<Incoming>) -> Result<Response<
                         // pkg/registry/customresource/strategy.go, `PrepareForCreate`).
                         body.as_object_mut().map(|m| m.remove("status"));
                     }
-                    let warnings = schema::admit(res, &mut body, mode)?;
+                    let mut warnings = schema::admit(res, &mut body, mode)?;
+                    let unknown = core_objects::admit(res, &mut body, None)?;
+                    warnings.extend(schema::unknown_fields(res, &unknown, mode)?);
                     if is_vcjob(res) {
                         admission::mutate_job(&mut body);
                         admission::validate_job_create(&body, &shared.store)?;
