@@ -63,6 +63,7 @@ fn reconcile_all(shared: &Arc<Shared>, memos: &mut HashMap<String, JobMemo>, sch
         reconcile_job(shared, job, memo);
     }
     scheduler.session(shared);
+    crate::queues::reconcile(store);
     update_queues(store);
     shared.runtime.reconcile(shared);
 }

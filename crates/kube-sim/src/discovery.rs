@@ -82,6 +82,7 @@ pub(crate) static RESOURCES: &[ResourceInfo] = &[
     ),
     res!("scheduling.volcano.sh", "v1beta1", "queues", "queue", "Queue", false, ["q", "queue-v1beta1"], ["status"]),
     res!("coordination.k8s.io", "v1", "leases", "lease", "Lease", true, [], []),
+    res!("bus.volcano.sh", "v1alpha1", "commands", "command", "Command", true, [], []),
 ];
 
 /// Well-known resources, for the controller and runtime.
@@ -126,6 +127,10 @@ pub(crate) mod known {
     /// Volcano queues.
     pub(crate) fn queues() -> &'static ResourceInfo {
         &RESOURCES[10]
+    }
+    /// Volcano bus commands (`vcctl` actions on jobs and queues).
+    pub(crate) fn commands() -> &'static ResourceInfo {
+        &RESOURCES[12]
     }
 }
 

@@ -23,7 +23,8 @@
 //! Volcano job controller does), `scheduler` (what a Volcano scheduler session does), `schema`
 //! and `admission`. With `SimConfig::authz` it authenticates bearer tokens and authorises by RBAC
 //! (`rbac`). `dryRun=All` runs every check and stores nothing; a custom resource's `status` is
-//! dropped on create. The core objects theseus writes (Secrets, Leases, ConfigMaps) are decoded
+//! dropped on create. Queues open and close through `bus.volcano.sh` Commands, as with
+//! `vcctl queue operate` (`queues`). The core objects theseus writes (Secrets, Leases, ConfigMaps) are decoded
 //! and validated as their types are (`core_objects`); Pods and Services are not. `/openapi/v3` (`openapi`) tells clients that
 //! the server validates fields, so `kubectl --validate=strict` leaves it to the simulator.
 
@@ -39,6 +40,7 @@ mod logs;
 mod openapi;
 mod procs;
 mod quantity;
+mod queues;
 mod rbac;
 mod runtime;
 mod sched;

@@ -51,28 +51,20 @@ impl Api {
         self.write("POST", path, Some(&body), &["create", "--raw", path, "-f", "-"])
     }
 
-    /// Closes the Queue `name`. Volcano closes a queue when a `bus.volcano.sh` Command with
-    /// action `CloseQueue` targets it (what `vcctl queue operate --action close` creates); its
-    /// queue controller then sets `status.state` (`Closing`, then `Closed`). The simulator has
-    /// no Command controller: there the status is patched to the state the controller reaches.
+    /// Closes the Queue `name` as Volcano closes one: a `bus.volcano.sh` Command with action
+    /// `CloseQueue` targeting it (what `vcctl queue operate --action close` creates); the queue
+    /// controller then sets `status.state` (`Closing` while PodGroups remain, then `Closed`).
     pub(crate) fn close_queue(&self, name: &str) -> Result<()> {
-        match self {
-            Api::Sim { .. } => {
-                let path = format!("/apis/scheduling.volcano.sh/v1beta1/queues/{name}/status");
-                let body = serde_json::json!({"status": {"state": "Closed"}});
-                self.write("PATCH", &path, Some(&body), &[])
-            }
-            Api::Kubectl { .. } => {
-                let path = "/apis/bus.volcano.sh/v1alpha1/namespaces/default/commands";
-                let body = serde_json::json!({
-                    "apiVersion": "bus.volcano.sh/v1alpha1", "kind": "Command",
-                    "metadata": {"generateName": format!("{name}-close-")},
-                    "action": "CloseQueue",
-                    "target": {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue", "name": name, "uid": ""},
-                });
-                self.write("POST", path, Some(&body), &["create", "--raw", path, "-f", "-"])
-            }
-        }
+        let queue = self.get(&format!("/apis/scheduling.volcano.sh/v1beta1/queues/{name}"))?;
+        let uid = queue["metadata"]["uid"].as_str().unwrap_or_default().to_owned();
+        let path = "/apis/bus.volcano.sh/v1alpha1/namespaces/default/commands";
+        let body = serde_json::json!({
+            "apiVersion": "bus.volcano.sh/v1alpha1", "kind": "Command",
+            "metadata": {"generateName": format!("{name}-close-")},
+            "action": "CloseQueue",
+            "target": {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue", "name": name, "uid": uid},
+        });
+        self.write("POST", path, Some(&body), &["create", "--raw", path, "-f", "-"])
     }
 
     /// Deletes the object at `path` (a pod, a queue).

@@ -326,3 +326,58 @@ async fn a_missing_pvc_leaves_the_gang_unschedulable_with_the_scheduler_wording(
         "{events:?}"
     );
 }
+
+/// `vcctl queue operate --action close|open` as the Command it creates.
+fn queue_command(queue: &str, action: &str) -> DynamicObject {
+    serde_json::from_value(json!({
+        "apiVersion": "bus.volcano.sh/v1alpha1", "kind": "Command",
+        "metadata": {"generateName": format!("{queue}-{}-", action.to_lowercase())},
+        "action": action,
+        "target": {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue", "name": queue, "uid": ""},
+    }))
+    .unwrap()
+}
+
+#[tokio::test]
+async fn commands_close_a_queue_through_closing_and_open_it_again() {
+    let ctx = start(two_nodes()).await;
+    let queues = Api::<DynamicObject>::all_with(ctx.client.clone(), &queue_resource());
+    let commands = Api::<DynamicObject>::namespaced_with(
+        ctx.client.clone(),
+        "default",
+        &kube::discovery::ApiResource::from_gvk_with_plural(
+            &kube::core::GroupVersionKind::gvk("bus.volcano.sh", "v1alpha1", "Command"),
+            "commands",
+        ),
+    );
+    let q: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue", "metadata": {"name": "team"}, "spec": {},
+    }))
+    .unwrap();
+    queues.create(&PostParams::default(), &q).await.unwrap();
+    let state = |name: &'static str| {
+        let queues = queues.clone();
+        async move { queues.get(name).await.unwrap().data["status"]["state"].as_str().unwrap_or("").to_owned() }
+    };
+    assert_eq!(state("team").await, "Open", "a new queue is opened");
+    let jobs = vcjobs(&ctx.client, "default");
+    let mut job = vcjob("inside", 1, 1, "img", &["sleep", "30"]);
+    job.data["spec"]["queue"] = json!("team");
+    jobs.create(&PostParams::default(), &job).await.unwrap();
+    wait_phase(&jobs, "inside", "Running").await;
+
+    // Closing while a PodGroup remains; no new job is admitted meanwhile.
+    commands.create(&PostParams::default(), &queue_command("team", "CloseQueue")).await.unwrap();
+    eventually("Closing", 20, || async { (state("team").await == "Closing").then_some(()) }).await;
+    let mut late = vcjob("late", 1, 1, "img", &["true"]);
+    late.data["spec"]["queue"] = json!("team");
+    let err = jobs.create(&PostParams::default(), &late).await.unwrap_err();
+    assert!(err.to_string().contains("queue `team` status is `Closing`"), "{err}");
+    assert!(commands.list(&ListParams::default()).await.unwrap().items.is_empty(), "a handled command is deleted");
+
+    jobs.delete("inside", &DeleteParams::background()).await.unwrap();
+    eventually("Closed", 30, || async { (state("team").await == "Closed").then_some(()) }).await;
+    commands.create(&PostParams::default(), &queue_command("team", "OpenQueue")).await.unwrap();
+    eventually("Open", 20, || async { (state("team").await == "Open").then_some(()) }).await;
+    jobs.create(&PostParams::default(), &late).await.unwrap();
+}
