@@ -205,14 +205,16 @@ impl Store {
                 name
             }
         };
-        if !valid_name(&name) {
+        if let Some(why) = name_error(res, &name) {
+            let kind = if res.group.is_empty() || res.group.ends_with(".k8s.io") {
+                res.kind.to_owned()
+            } else {
+                format!("{}.{}", res.kind, res.group)
+            };
             return Err(ApiError::invalid(
                 res.plural,
                 &name,
-                format!(
-                    "{} \"{name}\" is invalid: metadata.name: Invalid value: \"{name}\": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.'",
-                    res.kind
-                ),
+                format!("{kind} \"{name}\" is invalid: metadata.name: Invalid value: \"{name}\": {why}"),
             ));
         }
         let k = key(res, ns, &name);
@@ -582,10 +584,59 @@ fn fold_string_data(obj: &mut Value) {
     }
 }
 
-fn valid_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 253
-        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
-        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
-        && name.ends_with(|c: char| c.is_ascii_alphanumeric())
+/// What is wrong with `name` for `res`, as `apimachinery/pkg/util/validation` words it: Services
+/// are DNS-1035 labels (`ValidateServiceName`), Namespaces DNS-1123 labels
+/// (`ValidateNamespaceName`), everything else DNS-1123 subdomains (`NameIsDNSSubdomain`).
+fn name_error(res: &ResourceInfo, name: &str) -> Option<String> {
+    let label_chars = |s: &str| s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+    let alnum_end = |s: &str| s.ends_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit());
+    match res.kind {
+        "Service" => {
+            let ok = label_chars(name) && name.starts_with(|c: char| c.is_ascii_lowercase()) && alnum_end(name);
+            if name.len() > 63 {
+                Some("must be no more than 63 characters".into())
+            } else if !ok {
+                Some(
+                    "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic \
+                     character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', regex used for \
+                     validation is '[a-z]([-a-z0-9]*[a-z0-9])?')"
+                        .into(),
+                )
+            } else {
+                None
+            }
+        }
+        "Namespace" => {
+            let ok = label_chars(name) && name.starts_with(|c: char| c.is_ascii_alphanumeric()) && alnum_end(name);
+            if name.len() > 63 {
+                Some("must be no more than 63 characters".into())
+            } else if !ok {
+                Some(
+                    "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start \
+                     and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is \
+                     '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
+                        .into(),
+                )
+            } else {
+                None
+            }
+        }
+        _ => {
+            let ok = name.split('.').all(|part| {
+                !part.is_empty() && label_chars(part) && part.starts_with(|c: char| c.is_ascii_alphanumeric()) && alnum_end(part)
+            });
+            if name.len() > 253 {
+                Some("must be no more than 253 characters".into())
+            } else if !ok {
+                Some(
+                    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and \
+                     must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is \
+                     '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+                        .into(),
+                )
+            } else {
+                None
+            }
+        }
+    }
 }

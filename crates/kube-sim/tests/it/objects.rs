@@ -278,3 +278,28 @@ async fn dry_run_checks_everything_and_stores_nothing() {
     assert_eq!(code, 400, "{status}");
     assert_eq!(status["message"], "dryRun: Unsupported value: []string{\"Some\"}: supported values: \"All\"");
 }
+
+#[tokio::test]
+async fn names_follow_the_rule_of_their_kind() {
+    let ctx = start(SimConfig::default()).await;
+    let services: Api<Service> = Api::namespaced(ctx.client.clone(), "default");
+    let svc = |name: &str| -> Service { serde_json::from_value(json!({"metadata": {"name": name}, "spec": {}})).unwrap() };
+    // A Service name is a DNS-1035 label: no leading digit, no dots.
+    for bad in ["1abc", "a.b"] {
+        let err = services.create(&PostParams::default(), &svc(bad)).await.unwrap_err();
+        let kube::Error::Api(status) = &err else { panic!("{err:?}") };
+        assert_eq!(status.code, 422);
+        assert!(status.message.starts_with(&format!("Service \"{bad}\" is invalid: metadata.name: Invalid value: \"{bad}\": a DNS-1035 label")), "{}", status.message);
+    }
+    services.create(&PostParams::default(), &svc("abc-1")).await.unwrap();
+    // A ConfigMap's is a subdomain: dots allowed, not empty parts.
+    let cms: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), "default");
+    cms.create(&PostParams::default(), &cm("1.a-b", json!({}))).await.unwrap();
+    let err = cms.create(&PostParams::default(), &cm("a..b", json!({}))).await.unwrap_err();
+    assert_eq!(api_code(&err), Some(422));
+    // A custom resource's message names kind and group.
+    let jobs = crate::support::vcjobs(&ctx.client, "default");
+    let err = jobs.create(&PostParams::default(), &crate::support::vcjob("Bad_Name", 1, 0, "busybox", &["true"])).await.unwrap_err();
+    let kube::Error::Api(status) = &err else { panic!("{err:?}") };
+    assert!(status.message.starts_with("Job.batch.volcano.sh \"Bad_Name\" is invalid: metadata.name"), "{}", status.message);
+}
