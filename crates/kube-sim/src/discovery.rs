@@ -83,6 +83,7 @@ pub(crate) static RESOURCES: &[ResourceInfo] = &[
     res!("scheduling.volcano.sh", "v1beta1", "queues", "queue", "Queue", false, ["q", "queue-v1beta1"], ["status"]),
     res!("coordination.k8s.io", "v1", "leases", "lease", "Lease", true, [], []),
     res!("bus.volcano.sh", "v1alpha1", "commands", "command", "Command", true, [], []),
+    res!("networking.k8s.io", "v1", "networkpolicies", "networkpolicy", "NetworkPolicy", true, ["netpol"], []),
 ];
 
 /// Well-known resources, for the controller and runtime.
@@ -131,6 +132,10 @@ pub(crate) mod known {
     /// Volcano bus commands (`vcctl` actions on jobs and queues).
     pub(crate) fn commands() -> &'static ResourceInfo {
         &RESOURCES[12]
+    }
+    /// Network policies (the svc plugin's).
+    pub(crate) fn networkpolicies() -> &'static ResourceInfo {
+        &RESOURCES[13]
     }
 }
 

@@ -80,7 +80,8 @@ fn hosts_of(shared: &Shared, job: &str, task: &Task) -> Vec<String> {
         .collect()
 }
 
-/// The svc plugin's ConfigMap and headless Service (its `OnJobAdd`); existing ones are kept.
+/// The svc plugin's ConfigMap, headless Service and NetworkPolicy (its `OnJobAdd`); existing
+/// ones are kept.
 pub(crate) fn ensure_job_objects(shared: &Shared, job: &Value, tasks: &[Task]) {
     let store = &shared.store;
     let ns = str_at(job, "/metadata/namespace");
@@ -102,6 +103,24 @@ pub(crate) fn ensure_job_objects(shared: &Shared, job: &Value, tasks: &[Task]) {
         "spec": {"clusterIP": "None", "selector": {"volcano.sh/job-name": name}, "ports": [{"name": "placeholder-volcano", "port": 1, "protocol": "TCP"}]},
     });
     let _ = store.create(known::services(), ns, svc);
+    // Unless told not to, the svc plugin also lets only the job's own pods reach them
+    // (pkg/controllers/job/plugins/svc/svc.go, `createNetworkPolicyIfNotExist`).
+    let args: Vec<&str> = job
+        .pointer("/spec/plugins/svc")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    let disabled = args.iter().any(|a| matches!(*a, "--disable-network-policy" | "--disable-network-policy=true"));
+    if !disabled {
+        let selector = json!({"matchLabels": {"volcano.sh/job-name": name, "volcano.sh/job-namespace": ns}});
+        let policy = json!({
+            "metadata": {"name": name, "ownerReferences": [owner_ref(job)]},
+            "spec": {"podSelector": selector, "ingress": [{"from": [{"podSelector": selector}]}], "policyTypes": ["Ingress"]},
+        });
+        let _ = store.create(known::networkpolicies(), ns, policy);
+    }
 }
 
 /// Creates replica `index` of `task` (unbound: the gang scheduler binds it). Returns whether

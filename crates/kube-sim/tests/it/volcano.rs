@@ -64,6 +64,23 @@ async fn gang_job_runs_to_completion_with_volcano_env_and_logs() {
     assert_eq!(cm.data.unwrap()["worker.host"], "127.0.0.1\n127.0.0.1");
     let svc = Api::<Service>::namespaced(ctx.client.clone(), "default").get("train").await.unwrap();
     assert_eq!(svc.spec.unwrap().cluster_ip.as_deref(), Some("None"));
+    // The svc plugin's NetworkPolicy: only the job's pods reach its pods.
+    let policies = Api::<k8s_openapi::api::networking::v1::NetworkPolicy>::namespaced(ctx.client.clone(), "default");
+    let policy = policies.get("train").await.unwrap().spec.unwrap();
+    let labels = policy.pod_selector.and_then(|s| s.match_labels).unwrap();
+    assert_eq!(labels["volcano.sh/job-name"], "train");
+    assert_eq!(policy.policy_types.unwrap(), ["Ingress"]);
+
+    // `--disable-network-policy=true` (what theseus passes) creates none.
+    let mut open = vcjob("open", 1, 0, "img", &["true"]);
+    open.data["spec"]["plugins"]["svc"] = json!(["--disable-network-policy=true"]);
+    jobs.create(&PostParams::default(), &open).await.unwrap();
+    eventually("the open job's service", 20, || async {
+        Api::<Service>::namespaced(ctx.client.clone(), "default").get("open").await.ok()
+    })
+    .await;
+    assert!(policies.get("open").await.is_err(), "no NetworkPolicy with --disable-network-policy=true");
+    jobs.delete("open", &DeleteParams::background()).await.unwrap();
 
     // Deleting the job collects its pods, podgroup, configmap and service.
     jobs.delete("train", &DeleteParams::background()).await.unwrap();
