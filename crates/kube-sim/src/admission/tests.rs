@@ -137,6 +137,26 @@ fn the_validating_webhook_refuses_what_volcano_refuses() {
             "1 error occurred:\n\t* must not specify event and exitCode simultaneously".into(),
         ),
         (
+            "upstream (invalid-policy-action): an action users may not name",
+            set(job(), "/spec/policies", json!([{"event": "PodEvicted", "action": "someFakeAction"}])),
+            "1 error occurred:\n\t* spec.policies: Invalid value: \"someFakeAction\": invalid policy action".into(),
+        ),
+        (
+            "upstream (policy-noEvent-noExCode): neither event nor exit code",
+            set(job(), "/spec/policies", json!([{"action": "AbortJob"}])),
+            "1 error occurred:\n\t* either event and exitCode should be specified".into(),
+        ),
+        (
+            "upstream (job-policy-duplicated): one event in two policies",
+            set(job(), "/spec/policies", json!([{"event": "PodFailed", "action": "AbortJob"}, {"event": "PodFailed", "action": "RestartJob"}])),
+            "1 error occurred:\n\t* duplicate event PodFailed  across different policy".into(),
+        ),
+        (
+            "upstream (replica-lessThanZero): negative replicas",
+            set(set(job(), "/spec/tasks/0/replicas", json!(-1)), "/spec/tasks/0/minAvailable", json!(-1)),
+            "'replicas' < 0 in task: worker, job: train-20261125;".into(),
+        ),
+        (
             "upstream: exit code 0",
             set(job(), "/spec/policies", json!([{"exitCode": 0, "action": "AbortJob"}])),
             "1 error occurred:\n\t* 0 is not a valid error code".into(),
