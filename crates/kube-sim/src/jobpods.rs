@@ -1,7 +1,8 @@
 //! The pods of a Volcano job and what the job plugins add to them: names `J-T-i`, labels and
 //! annotations (`createJobPod` in pkg/controllers/job/job_controller_util.go), the `env` plugin's
-//! `VK_TASK_INDEX`/`VC_TASK_INDEX`, and the `svc` plugin's hosts ConfigMap, headless Service,
-//! `VC_<TASK>_HOSTS`/`VC_<TASK>_NUM` and `/etc/volcano` mount (pkg/controllers/job/plugins).
+//! `VK_TASK_INDEX`/`VC_TASK_INDEX`, the `svc` plugin's hosts ConfigMap, headless Service,
+//! NetworkPolicy, `VC_<TASK>_HOSTS`/`VC_<TASK>_NUM` and `/etc/volcano` mount, and the `ssh`
+//! plugin's key Secret and `/root/.ssh` mount (pkg/controllers/job/plugins).
 
 use std::collections::HashSet;
 
@@ -86,6 +87,9 @@ pub(crate) fn ensure_job_objects(shared: &Shared, job: &Value, tasks: &[Task]) {
     let store = &shared.store;
     let ns = str_at(job, "/metadata/namespace");
     let name = str_at(job, "/metadata/name");
+    if plugins(job).contains("ssh") {
+        ensure_ssh_secret(store, job, tasks);
+    }
     if !plugins(job).contains("svc") {
         return;
     }
@@ -121,6 +125,76 @@ pub(crate) fn ensure_job_objects(shared: &Shared, job: &Value, tasks: &[Task]) {
         });
         let _ = store.create(known::networkpolicies(), ns, policy);
     }
+}
+
+/// The ssh plugin's Secret `<job>-ssh` (its `OnJobAdd`, pkg/controllers/job/plugins/ssh/ssh.go):
+/// a fresh RSA key pair (made with `ssh-keygen`; upstream with Go's crypto) and an ssh config
+/// that names every pod (`generateSSHConfig`). Kept when it exists.
+fn ensure_ssh_secret(store: &crate::store::Store, job: &Value, tasks: &[Task]) {
+    let ns = str_at(job, "/metadata/namespace");
+    let name = str_at(job, "/metadata/name");
+    let secret_name = format!("{name}-ssh");
+    if store.get(known::secrets(), ns, &secret_name).is_ok() {
+        return;
+    }
+    let Some((private, public)) = rsa_key_pair() else {
+        tracing::warn!(job = %name, "ssh plugin: ssh-keygen failed; no key Secret");
+        return;
+    };
+    let mut config = String::from("StrictHostKeyChecking no\nUserKnownHostsFile /dev/null\n");
+    for t in tasks {
+        let hostname = t.template.pointer("/spec/hostname").and_then(Value::as_str).filter(|h| !h.is_empty());
+        let subdomain = t.template.pointer("/spec/subdomain").and_then(Value::as_str).filter(|s| !s.is_empty()).unwrap_or(name);
+        for i in 0..t.replicas {
+            let host = hostname.map_or_else(|| format!("{name}-{}-{i}", t.name), str::to_owned);
+            config.push_str(&format!("Host {host}\n  HostName {host}.{subdomain}\n"));
+            if hostname.is_some() {
+                break;
+            }
+        }
+    }
+    let b64 = |s: &str| json!(crate::util::base64_encode(s.as_bytes()));
+    let secret = json!({
+        "metadata": {"name": secret_name, "ownerReferences": [owner_ref(job)]},
+        "type": "Opaque",
+        "data": {"id_rsa": b64(&private), "id_rsa.pub": b64(&public), "config": b64(&config)},
+    });
+    let _ = store.create(known::secrets(), ns, secret);
+}
+
+/// A new 1024-bit RSA key pair (PEM private key, authorized-keys public line), as upstream's.
+fn rsa_key_pair() -> Option<(String, String)> {
+    let dir = std::env::temp_dir().join(format!("theseus-kube-sim-ssh-{}-{}", std::process::id(), crate::util::name_suffix()));
+    std::fs::create_dir_all(&dir).ok()?;
+    let key = dir.join("id_rsa");
+    let made = std::process::Command::new("ssh-keygen")
+        .args(["-q", "-t", "rsa", "-b", "1024", "-m", "PEM", "-N", "", "-f"])
+        .arg(&key)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .is_ok_and(|o| o.status.success());
+    let pair = made
+        .then(|| Some((std::fs::read_to_string(&key).ok()?, std::fs::read_to_string(key.with_extension("pub")).ok()?)))
+        .flatten();
+    let _ = std::fs::remove_dir_all(&dir);
+    pair
+}
+
+/// The ssh plugin's `--ssh-key-file-path` (default `/root/.ssh`).
+fn ssh_key_path(job: &Value) -> String {
+    let args: Vec<&str> =
+        job.pointer("/spec/plugins/ssh").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str).collect();
+    let mut path = "/root/.ssh".to_owned();
+    for (i, a) in args.iter().enumerate() {
+        if let Some(v) = a.strip_prefix("--ssh-key-file-path=") {
+            path = v.to_owned();
+        } else if *a == "--ssh-key-file-path"
+            && let Some(v) = args.get(i + 1)
+        {
+            path = (*v).to_owned();
+        }
+    }
+    path
 }
 
 /// Creates replica `index` of `task` (unbound: the gang scheduler binds it). Returns whether
@@ -187,6 +261,25 @@ pub(crate) fn create_pod(
         match spec["volumes"].as_array_mut() {
             Some(v) => v.push(volume),
             None => spec["volumes"] = json!([volume]),
+        }
+    }
+    if plugins.contains("ssh") {
+        // `mountRsaKey`: the Secret's keys under `.ssh/`, mounted with that subPath.
+        let secret = format!("{name}-ssh");
+        let item = |key: &str, file: &str| json!({"key": key, "path": format!(".ssh/{file}")});
+        let volume = json!({"name": secret, "secret": {"secretName": secret, "defaultMode": 384, "items": [
+            item("id_rsa", "id_rsa"), item("id_rsa.pub", "id_rsa.pub"), item("id_rsa.pub", "authorized_keys"), item("config", "config"),
+        ]}});
+        match spec["volumes"].as_array_mut() {
+            Some(v) => v.push(volume),
+            None => spec["volumes"] = json!([volume]),
+        }
+        let mount = json!({"name": secret, "mountPath": ssh_key_path(job), "subPath": ".ssh"});
+        for c in spec["containers"].as_array_mut().into_iter().flatten() {
+            match c["volumeMounts"].as_array_mut() {
+                Some(m) => m.push(mount.clone()),
+                None => c["volumeMounts"] = json!([mount]),
+            }
         }
     }
     for field in ["containers", "initContainers"] {

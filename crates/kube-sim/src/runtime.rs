@@ -594,8 +594,33 @@ fn mount_volumes(store: &Store, pod: &Value, c: &Value, sandbox: &Path) -> Resul
                     ));
                 }
             };
-            for (key, value) in data_of(&obj, is_secret) {
-                let path = dir.join(&key);
+            // `items` project keys to paths (a key may appear twice); a `subPath` mount shows
+            // one dir of the volume (kubelet's atomic writer and subpath handling).
+            let data = data_of(&obj, is_secret);
+            let files: Vec<(String, String)> = match spec.get("items").and_then(Value::as_array) {
+                Some(items) => items
+                    .iter()
+                    .filter_map(|item| {
+                        let key = item.get("key").and_then(Value::as_str)?;
+                        let path = item.get("path").and_then(Value::as_str)?;
+                        data.iter().find(|(k, _)| k == key).map(|(_, v)| (path.to_owned(), v.clone()))
+                    })
+                    .collect(),
+                None => data,
+            };
+            let sub = mount.get("subPath").and_then(Value::as_str).filter(|p| !p.is_empty());
+            for (rel, value) in files {
+                let rel = match sub {
+                    Some(sub) => match rel.strip_prefix(&format!("{}/", sub.trim_end_matches('/'))) {
+                        Some(inner) => inner.to_owned(),
+                        None => continue,
+                    },
+                    None => rel,
+                };
+                let path = dir.join(&rel);
+                if let Some(parent) = path.parent() {
+                    std::fs::create_dir_all(parent).map_err(|e| format!("creating {}: {e}", parent.display()))?;
+                }
                 std::fs::write(&path, value).map_err(|e| format!("writing {}: {e}", path.display()))?;
             }
         }

@@ -398,3 +398,39 @@ async fn commands_close_a_queue_through_closing_and_open_it_again() {
     eventually("Open", 20, || async { (state("team").await == "Open").then_some(()) }).await;
     jobs.create(&PostParams::default(), &late).await.unwrap();
 }
+
+#[tokio::test]
+async fn the_ssh_plugin_makes_a_key_secret_and_mounts_it() {
+    let ctx = start(two_nodes()).await;
+    let jobs = vcjobs(&ctx.client, "default");
+    let mut job = vcjob("mpi", 2, 0, "img", &["sleep", "30"]);
+    job.data["spec"]["plugins"] = json!({"ssh": [], "svc": ["--disable-network-policy=true"]});
+    jobs.create(&PostParams::default(), &job).await.unwrap();
+    let secrets = Api::<Secret>::namespaced(ctx.client.clone(), "default");
+    let secret = eventually("the ssh Secret", 20, || async { secrets.get("mpi-ssh").await.ok() }).await;
+    let data = secret.data.unwrap();
+    let text = |k: &str| String::from_utf8(data[k].0.clone()).unwrap();
+    assert!(text("id_rsa").starts_with("-----BEGIN RSA PRIVATE KEY-----"), "{}", text("id_rsa"));
+    assert!(text("id_rsa.pub").starts_with("ssh-rsa "));
+    assert_eq!(
+        text("config"),
+        "StrictHostKeyChecking no\nUserKnownHostsFile /dev/null\nHost mpi-worker-0\n  HostName mpi-worker-0.mpi\n\
+         Host mpi-worker-1\n  HostName mpi-worker-1.mpi\n"
+    );
+    let pods = Api::<Pod>::namespaced(ctx.client.clone(), "default");
+    let pod = eventually("a pod", 20, || async { pods.get("mpi-worker-0").await.ok() }).await;
+    let spec = pod.spec.unwrap();
+    let mount = spec.containers[0].volume_mounts.as_ref().unwrap().iter().find(|m| m.name == "mpi-ssh").cloned().unwrap();
+    assert_eq!((mount.mount_path.as_str(), mount.sub_path.as_deref()), ("/root/.ssh", Some(".ssh")));
+    let volume = spec.volumes.unwrap().into_iter().find(|v| v.name == "mpi-ssh").unwrap();
+    let items = volume.secret.unwrap().items.unwrap();
+    assert!(items.iter().any(|i| i.key == "id_rsa.pub" && i.path == ".ssh/authorized_keys"));
+    // The runtime projects the items and shows the subPath: `<sandbox>/root/.ssh/...`.
+    let root = ctx.sim.root().join("pods");
+    let authorized = eventually("the projected keys", 20, || async {
+        let sandbox = std::fs::read_dir(&root).ok()?.flatten().find(|e| e.file_name().to_string_lossy().starts_with("default_mpi-worker-0_"))?;
+        std::fs::read_to_string(sandbox.path().join("root/.ssh/authorized_keys")).ok()
+    })
+    .await;
+    assert_eq!(authorized, text("id_rsa.pub"));
+}
