@@ -10,12 +10,14 @@
 //! - Secrets: `pkg/apis/core/validation/validation.go` (`ValidateSecret`,
 //!   `ValidateSecretUpdate`: config keys, the 1 MiB total, `immutable`);
 //! - ConfigMaps: the same file (`ValidateConfigMap`, `ValidateConfigMapUpdate`);
-//! - Leases: `pkg/apis/coordination/validation/validation.go` (`ValidateLeaseSpec`).
+//! - Leases: `pkg/apis/coordination/validation/validation.go` (`ValidateLeaseSpec`);
+//! - Pods: only a client's update of `spec` is checked (`ValidatePodUpdate`).
 //!
 //! Still different: only these fields are typed (the rest of a core object is taken as it comes);
 //! the decode error names the first bad field only, as Go's decoder does, but its Go type names
-//! are ours for the few fields typed here; Pods, Services and the other core types are not
-//! checked (theseus does not write them; Volcano's controller does).
+//! are ours for the few fields typed here; Pods (beyond the update rule), Services and the
+//! other core types are not checked (theseus does not write them; Volcano's controller does);
+//! the Pod update error omits the diff newer API servers append.
 
 use serde_json::{Map, Value, json};
 
@@ -71,6 +73,43 @@ fn json_type(value: &Value) -> &'static str {
         Value::Array(_) => "array",
         Value::Object(_) => "object",
     }
+}
+
+/// A client's update of a Pod may change only what `ValidatePodUpdate` lets it
+/// (pkg/apis/core/validation/validation.go): images, `activeDeadlineSeconds`, added tolerations
+/// and `terminationGracePeriodSeconds`; everything else in `spec` is fixed once created.
+///
+/// # Errors
+/// `422 Invalid` with upstream's sentence.
+pub(crate) fn check_pod_update(old: &Value, new: &Value) -> Result<(), ApiError> {
+    let frozen = |pod: &Value| -> Value {
+        let mut spec = pod.get("spec").cloned().unwrap_or(Value::Null);
+        if let Some(m) = spec.as_object_mut() {
+            for key in ["activeDeadlineSeconds", "tolerations", "terminationGracePeriodSeconds"] {
+                m.remove(key);
+            }
+            for field in ["containers", "initContainers"] {
+                for c in m.get_mut(field).and_then(Value::as_array_mut).into_iter().flatten() {
+                    c.as_object_mut().map(|c| c.remove("image"));
+                }
+            }
+        }
+        spec
+    };
+    if frozen(old) == frozen(new) {
+        return Ok(());
+    }
+    let name = new.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
+    Err(ApiError::invalid(
+        "pods",
+        name,
+        format!(
+            "Pod {name:?} is invalid: spec: Forbidden: pod updates may not change fields other than \
+             `spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,\
+             `spec.tolerations` (only additions to existing tolerations),`spec.terminationGracePeriodSeconds` \
+             (allow it to be set to 1 if it was previously negative)"
+        ),
+    ))
 }
 
 /// Whether this module checks `res`.

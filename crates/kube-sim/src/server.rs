@@ -128,6 +128,9 @@ async fn route(shared: &Arc<Shared>, req: Request<Incoming>) -> Result<Response<
                     let mut warnings = schema::admit(res, &mut body, mode)?;
                     let current = shared.store.get(res, &ns, name)?;
                     let unknown = core_objects::admit(res, &mut body, Some(&current))?;
+                    if res.plural == "pods" && part == Part::Main {
+                        core_objects::check_pod_update(&current, &body)?;
+                    }
                     warnings.extend(schema::unknown_fields(res, &unknown, mode)?);
                     if is_vcjob(res) && part == Part::Main {
                         admission::validate_job_update(&current, &body)?;
@@ -154,6 +157,9 @@ async fn route(shared: &Arc<Shared>, req: Request<Incoming>) -> Result<Response<
                     crate::store::merge_patch(&mut merged, &body);
                     let mut warnings = schema::admit(res, &mut merged, mode)?;
                     let unknown = core_objects::admit(res, &mut merged, Some(&current))?;
+                    if res.plural == "pods" && part == Part::Main {
+                        core_objects::check_pod_update(&current, &merged)?;
+                    }
                     warnings.extend(schema::unknown_fields(res, &unknown, mode)?);
                     if is_vcjob(res) && part == Part::Main {
                         admission::validate_job_update(&current, &merged)?;

@@ -66,3 +66,17 @@ fn validation_refuses_what_upstream_refuses_with_422() {
         assert_eq!((err.code, err.reason, err.message.as_str()), (422, "Invalid", message));
     }
 }
+
+#[test]
+fn a_pods_spec_is_fixed_but_its_images_and_deadline() {
+    let pod = json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "a:1", "command": ["x"]}]}});
+    let mut newer = pod.clone();
+    newer["spec"]["containers"][0]["image"] = json!("a:2");
+    newer["spec"]["activeDeadlineSeconds"] = json!(60);
+    check_pod_update(&pod, &newer).unwrap();
+    let mut changed = pod.clone();
+    changed["spec"]["containers"][0]["command"] = json!(["y"]);
+    let err = check_pod_update(&pod, &changed).unwrap_err();
+    assert_eq!(err.code, 422);
+    assert!(err.message.starts_with("Pod \"p\" is invalid: spec: Forbidden: pod updates may not change fields other than"), "{}", err.message);
+}
