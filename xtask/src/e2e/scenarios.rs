@@ -51,7 +51,9 @@ pub(crate) fn describe() -> String {
     for (n, title, _) in SCENARIOS {
         out.push_str(&format!("# scenario {n}: {title}\n"));
         for line in commands(n) {
-            out.push_str(&format!("theseus {}\n", line.join(" ")));
+            // A step of the harness itself is a comment, not a theseus command.
+            let prefix = if line.first().is_some_and(|w| w.starts_with('#')) { "" } else { "theseus " };
+            out.push_str(&format!("{prefix}{}\n", line.join(" ")));
         }
     }
     out
