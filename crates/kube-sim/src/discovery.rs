@@ -52,7 +52,7 @@ macro_rules! res {
 
 /// Every resource the simulator serves.
 pub(crate) static RESOURCES: &[ResourceInfo] = &[
-    res!("", "v1", "pods", "pod", "Pod", true, ["po"], ["status", "log", "exec"]),
+    res!("", "v1", "pods", "pod", "Pod", true, ["po"], ["status", "log", "exec", "portforward"]),
     res!("", "v1", "secrets", "secret", "Secret", true, [], []),
     res!("", "v1", "configmaps", "configmap", "ConfigMap", true, ["cm"], []),
     res!("", "v1", "services", "service", "Service", true, ["svc"], ["status"]),

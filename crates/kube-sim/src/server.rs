@@ -113,6 +113,11 @@ async fn route(shared: &Arc<Shared>, req: Request<Incoming>) -> Result<Response<
     let ns = target.namespace.clone().unwrap_or_default();
     match (target.name.as_deref(), target.sub.as_deref()) {
         (Some(name), Some("exec")) if res.plural == "pods" => Ok(serve_exec(shared, req, &ns, name, &query).await),
+        (Some(name), Some("portforward")) if res.plural == "pods" => {
+            let ports = crate::portforward::ports(&query)?;
+            shared.store.get(res, &ns, name)?;
+            Ok(crate::portforward::serve(req, ports))
+        }
         (Some(name), Some("log")) if res.plural == "pods" => crate::logs::serve(shared, &ns, name, &query).await,
         (Some(name), sub) => {
             let part = match sub {
@@ -357,7 +362,7 @@ fn parse_target(group: &str, version: &str, rest: &[&str]) -> Option<Target> {
 fn verb_of(method: &Method, target: &Target, query: &[(String, String)]) -> &'static str {
     let watching = query.iter().any(|(k, v)| k == "watch" && (v == "true" || v == "1"));
     match (method.as_str(), target.name.is_some()) {
-        (_, true) if target.sub.as_deref() == Some("exec") => "create",
+        (_, true) if matches!(target.sub.as_deref(), Some("exec" | "portforward")) => "create",
         ("GET", true) => "get",
         ("GET", false) if watching => "watch",
         ("GET", false) => "list",

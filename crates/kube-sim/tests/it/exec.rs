@@ -201,3 +201,44 @@ async fn dropped_connection_kills_the_process_group() {
         assert!(!root.join("late-marker").exists(), "{protocols:?}: the process group survived");
     }
 }
+
+/// A free port on loopback (closed again; the pod's server takes it).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+#[tokio::test]
+async fn portforward_reaches_a_server_in_the_pod_and_reports_a_closed_port() {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let ctx = crate::support::start(theseus_kube_sim::SimConfig {
+        nodes: vec![theseus_kube_sim::NodeConfig::new("n", 0)],
+        ..theseus_kube_sim::SimConfig::default()
+    })
+    .await;
+    let port = free_port();
+    let jobs = crate::support::vcjobs(&ctx.client, "default");
+    let serve = format!("import http.server as h; h.HTTPServer(('127.0.0.1', {port}), h.SimpleHTTPRequestHandler).serve_forever()");
+    jobs.create(&kube::api::PostParams::default(), &crate::support::vcjob("web", 1, 0, "img", &["python3", "-c", &serve]))
+        .await
+        .unwrap();
+    crate::support::wait_phase(&jobs, "web", "Running").await;
+    let pods: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::namespaced(ctx.client.clone(), "default");
+    let answer = crate::support::eventually("an HTTP answer through the forward", 30, || async {
+        let mut forwarder = pods.portforward("web-worker-0", &[port]).await.ok()?;
+        let mut stream = forwarder.take_stream(port)?;
+        stream.write_all(b"GET / HTTP/1.0\r\n\r\n").await.ok()?;
+        let mut answer = Vec::new();
+        stream.read_to_end(&mut answer).await.ok()?;
+        let answer = String::from_utf8_lossy(&answer).into_owned();
+        answer.starts_with("HTTP/1.0 200").then_some(answer)
+    })
+    .await;
+    assert!(answer.contains("Directory listing"), "{answer}");
+
+    let closed = free_port();
+    let mut forwarder = pods.portforward("web-worker-0", &[closed]).await.unwrap();
+    let error = forwarder.take_error(closed).unwrap().await.unwrap();
+    assert!(error.contains(&format!("error forwarding port {closed} to pod")), "{error}");
+    let Err(err) = pods.portforward("nobody", &[port]).await else { panic!("a forward to a pod that does not exist") };
+    assert!(err.to_string().contains("404") || err.to_string().contains("not found"), "{err}");
+}
