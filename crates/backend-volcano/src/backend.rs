@@ -416,6 +416,42 @@ impl Backend for VolcanoBackend {
         self.store_usage().await
     }
 
+    /// Through the API server's `pods/portforward` to the rank's pod (one websocket per
+    /// connection, as `kubectl port-forward` opens one stream per connection).
+    async fn connect_port(
+        &self,
+        handle: &JobHandle,
+        rank: u32,
+        port: u16,
+    ) -> theseus_core::Result<theseus_core::backend::PortStream> {
+        let data = self.handle_data(handle)?;
+        let cluster = self.cluster().await.map_err(|e| self.err(e))?;
+        let selector = format!("volcano.sh/job-name={},volcano.sh/task-index={rank}", data.job);
+        let pods = cluster.list_pods(&selector).await.map_err(|e| self.err(e))?;
+        let running = pods.iter().find(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"));
+        let Some(pod) = running.and_then(|p| p.metadata.name.clone()) else {
+            return Err(theseus_core::Error::backend(
+                self,
+                format!("rank {rank} of vcjob `{}` has no running pod (see `theseus status {}`)", data.job, handle.id),
+            ));
+        };
+        let mut forwarder = cluster.pods().portforward(&pod, &[port]).await.map_err(|e| {
+            theseus_core::Error::backend(self, format!("cannot forward port {port} of pod `{pod}`: {e}"))
+        })?;
+        let stream = forwarder.take_stream(port).ok_or_else(|| {
+            theseus_core::Error::backend(self, format!("the port forward to pod `{pod}` gave no stream for port {port}"))
+        })?;
+        // The forwarder's task runs on by itself; errors of the pod side show as a closed stream.
+        if let Some(errors) = forwarder.take_error(port) {
+            tokio::spawn(async move {
+                if let Some(message) = errors.await {
+                    tracing::warn!(%message, "port forward");
+                }
+            });
+        }
+        Ok(Box::pin(stream))
+    }
+
     async fn cancel(&self, handle: &JobHandle) -> theseus_core::Result<JobStatus> {
         let data = self.handle_data(handle)?;
         let before = self.observe(&data).await.map_err(|e| self.err(e))?;

@@ -62,6 +62,9 @@ pub(crate) enum Command {
     Logs(LogsArgs),
     /// Stop a job and confirm none of its processes is left.
     Cancel(TargetArgs),
+    /// Forward a local port to a port of a running job (TensorBoard, Jupyter, a debugger), until
+    /// Ctrl-C. Prints the local address on stdout.
+    Forward(ForwardArgs),
     /// List submitted jobs, newest first.
     List(ListArgs),
     /// Show or check the dispatch config.
@@ -210,6 +213,19 @@ pub(crate) struct SubmitArgs {
 pub(crate) struct TargetArgs {
     /// Job name (its newest run) or run id.
     pub(crate) job: String,
+}
+
+/// `theseus forward`.
+#[derive(Debug, Args)]
+pub(crate) struct ForwardArgs {
+    /// Job name (its newest run) or run id.
+    pub(crate) job: String,
+    /// `REMOTE` (the same port locally, else the next free one) or `LOCAL:REMOTE` (`0:REMOTE`:
+    /// any free local port).
+    pub(crate) ports: String,
+    /// The rank whose port to reach.
+    #[arg(long, default_value_t = 0)]
+    pub(crate) rank: u32,
 }
 
 /// `theseus logs`.

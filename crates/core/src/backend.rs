@@ -116,7 +116,23 @@ pub trait Backend: Debug + Display + Send + Sync + 'static {
     async fn usage(&self) -> Result<StoreUsage> {
         Err(crate::Error::NotSupported { operation: "usage", backend: self.to_string() })
     }
+
+    /// Opens one connection to TCP `port` of rank `rank` of the job of `handle` (a tunnel's
+    /// worth: `theseus forward` calls it once per local connection). Optional: the default is
+    /// [`crate::Error::NotSupported`].
+    async fn connect_port(&self, handle: &JobHandle, rank: u32, port: u16) -> Result<PortStream> {
+        let _ = (handle, rank, port);
+        Err(crate::Error::NotSupported { operation: "forward", backend: self.to_string() })
+    }
 }
+
+/// A byte stream to a port of a job.
+pub type PortStream = Pin<Box<dyn PortIo>>;
+
+/// What a [`PortStream`] is: readable and writable, and movable between tasks.
+pub trait PortIo: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send {}
+
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send> PortIo for T {}
 
 /// A backend behind a pointer.
 pub type DynBackend = dyn Backend;

@@ -25,7 +25,7 @@ const STOPPED_DURING_SUBMIT: &str = "the client stopped during submit (interrupt
 
 use super::start::{StartProgress, StartStep};
 
-fn find(ctx: &Context, ledger: &Ledger, job: &str) -> Result<(Record, Arc<DynBackend>)> {
+pub(crate) fn find(ctx: &Context, ledger: &Ledger, job: &str) -> Result<(Record, Arc<DynBackend>)> {
     let record = ledger
         .find(job)?
         .ok_or_else(|| anyhow!("no job or run `{job}` in the ledger (`theseus list` shows what is there)"))?;

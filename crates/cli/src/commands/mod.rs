@@ -4,6 +4,7 @@ mod chips;
 mod config;
 mod docs;
 mod du;
+mod forward;
 mod gc;
 mod jobs;
 mod plan;
@@ -32,11 +33,12 @@ pub(crate) async fn run(cli: Cli) -> Result<ExitCode> {
         // These handle a signal in each of their phases (see `crate::signals`).
         Command::Submit(args) => submit::run(&ctx, args).await,
         Command::Logs(args) if args.follow => jobs::logs(&ctx, args).await,
+        Command::Forward(args) => forward::run(&ctx, args).await,
         // The others create nothing that a signal would have to take back.
         command => {
             signals::or_interrupted(async {
                 match command {
-                    Command::Submit(_) => unreachable!("handled above"),
+                    Command::Submit(_) | Command::Forward(_) => unreachable!("handled above"),
                     Command::Plan(args) => plan::run(&ctx, args).await,
                     Command::Status(args) => jobs::status(&ctx, args).await,
                     Command::Logs(args) => jobs::logs(&ctx, args).await,

@@ -242,6 +242,23 @@ impl Backend for LocalBackend {
     async fn usage(&self) -> Result<crate::backend::StoreUsage> {
         reclaim::usage(self).await
     }
+
+    /// Every rank runs on this machine: a port of the job is that port on 127.0.0.1.
+    async fn connect_port(&self, handle: &JobHandle, rank: u32, port: u16) -> Result<crate::backend::PortStream> {
+        let data = self.data(handle)?;
+        let status = read_status(&handle.id, &data);
+        if status.state.is_terminal() {
+            return Err(Error::backend(self, format!("run `{}` has ended ({})", handle.id, status.state.as_str())));
+        }
+        let _ = rank;
+        match tokio::net::TcpStream::connect(("127.0.0.1", port)).await {
+            Ok(stream) => Ok(Box::pin(stream)),
+            Err(e) => Err(Error::backend(
+                self,
+                format!("nothing answers on port {port} of run `{}` (127.0.0.1:{port}: {e}); is the job listening yet?", handle.id),
+            )),
+        }
+    }
 }
 
 /// A run of a job name whose processes are alive.

@@ -54,6 +54,7 @@ fn the_documented_role_allows_what_theseus_does_in_its_namespace() {
         ("watch", "", "pods", None),
         ("get", "", "pods/log", Some("p")),
         ("create", "", "pods/exec", Some("p")),
+        ("create", "", "pods/portforward", Some("p")),
         ("patch", "", "secrets", Some("s")),
         ("list", "", "events", None),
         ("update", "coordination.k8s.io", "leases", Some("l")),
@@ -83,8 +84,8 @@ fn anything_else_is_403_with_the_api_servers_sentence() {
         ),
         (
             "researcher",
-            attrs("create", "", "pods/portforward", Some("default"), Some("p")),
-            "pods \"p\" is forbidden: User \"researcher\" cannot create resource \"pods/portforward\" in API group \"\" \
+            attrs("create", "", "pods/attach", Some("default"), Some("p")),
+            "pods \"p\" is forbidden: User \"researcher\" cannot create resource \"pods/attach\" in API group \"\" \
              in the namespace \"default\"",
         ),
         (
