@@ -285,6 +285,32 @@ impl Backend for PlainBackend {
         self.handle_for(&job.identity, job.plan.processes().max(1)).ok()
     }
 
+    /// Every rank runs on the host: its port is `127.0.0.1:PORT` there, reached through a
+    /// forward of the host's ssh master onto a unix socket of this process (one per port,
+    /// reused by later connections).
+    async fn connect_port(&self, handle: &JobHandle, rank: u32, port: u16) -> Result<theseus_core::backend::PortStream> {
+        let _ = rank;
+        let status = self.status(handle).await?;
+        if status.state.is_terminal() {
+            return Err(Error::backend(self, format!("run `{}` has ended ({})", handle.id, status.state.as_str())));
+        }
+        let dir = std::env::temp_dir().join(format!("theseus-forward-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).map_err(|e| Error::io("create", &dir, e))?;
+        let socket = dir.join(format!("{}-{port}.sock", self.name));
+        if let Ok(stream) = tokio::net::UnixStream::connect(&socket).await {
+            return Ok(Box::pin(stream));
+        }
+        let _ = std::fs::remove_file(&socket);
+        self.ssh
+            .forward_unix(&socket, "127.0.0.1", port)
+            .await
+            .map_err(|e| self.ssh_error(&format!("forward port {port} of run `{}`", handle.id), e))?;
+        let stream = tokio::net::UnixStream::connect(&socket)
+            .await
+            .map_err(|e| Error::backend(self, format!("the forward of port {port} did not open ({}): {e}", socket.display())))?;
+        Ok(Box::pin(stream))
+    }
+
     async fn cancel(&self, handle: &JobHandle) -> Result<JobStatus> {
         let data = self.data(handle)?;
         let before = self.status(handle).await?;

@@ -114,6 +114,25 @@ impl SshHost {
         self.session_with(1).await.map(drop)
     }
 
+    /// Asks the master to listen on the unix socket `local` and forward every connection made
+    /// to it to `host:port` as the remote end sees it (`ssh -L local:host:port`, added to the
+    /// running master: the user's own multiplexed connection is not touched).
+    pub async fn forward_unix(&self, local: &std::path::Path, host: &str, port: u16) -> Result<(), SshError> {
+        let session = self.session().await?;
+        session
+            .request_port_forward(
+                openssh::ForwardType::Local,
+                openssh::Socket::UnixSocket { path: local.into() },
+                openssh::Socket::TcpSocket { host: host.into(), port },
+            )
+            .await
+            .map_err(|e| SshError::Run {
+                host: self.to_string(),
+                command: format!("a port forward to {host}:{port}"),
+                source: Box::new(e),
+            })
+    }
+
     /// Closes the connection (the next command opens a new one).
     pub async fn close(&self) {
         let session = self.session.lock().await.take();

@@ -117,3 +117,63 @@ fn forward_reaches_a_volcano_pod_through_the_api_server() {
     let cancel = ctx.run(&["cancel", "board"]);
     assert!(cancel.status.success(), "{}{}", text(&cancel.stdout), text(&cancel.stderr));
 }
+
+#[test]
+fn forward_reaches_a_job_on_a_plain_host_through_its_ssh_master() {
+    let get = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    let (Some(port), Some(user), Some(key), Some(known), Some(shared)) = (
+        get("THESEUSTEST_SSH_PORT"),
+        get("THESEUSTEST_SSH_USER"),
+        get("THESEUSTEST_SSH_KEY"),
+        get("THESEUSTEST_SSH_KNOWN_HOSTS"),
+        get("THESEUSTEST_SLURM_SHARED"),
+    ) else {
+        let msg = "forward over ssh: NOT RUN: the SSH lab is not up (`cargo xtask lab up`; `cargo xtask test` starts it)";
+        assert!(std::env::var("THESEUSTEST_REQUIRE_ALL").as_deref() != Ok("1"), "{msg}");
+        eprintln!("\n!!!!!!!! {msg} !!!!!!!!\n");
+        return;
+    };
+    let ctx = TestContext::new();
+    let ssh_config = ctx.home().join("lab_ssh_config");
+    std::fs::write(
+        &ssh_config,
+        format!(
+            "Host lab-box\n  HostName 127.0.0.1\n  Port {port}\n  User {user}\n  IdentityFile {key}\n  IdentitiesOnly yes\n  \
+             UserKnownHostsFile {known}\n  StrictHostKeyChecking yes\n"
+        ),
+    )
+    .unwrap();
+    // A dir the lab's user may write.
+    let base = format!("{shared}/forward-{}", std::process::id());
+    std::fs::write(
+        ctx.home().join(".theseus.yaml"),
+        format!("clusters:\n  lab: {{root: {base}, work: {base}/work}}\nhosts:\n  box: {{type: plain, ssh: lab-box, cluster: lab, chips: {{h100: 1}}}}\n"),
+    )
+    .unwrap();
+    let code = tempfile::tempdir().unwrap();
+    let remote = free_port();
+    let exp = serving(code.path(), remote);
+    let cmd = |args: &[&str]| {
+        let mut cmd = ctx.cmd();
+        cmd.env("THESEUS_SSH_CONFIG", &ssh_config).args(args);
+        cmd
+    };
+    let out = cmd(&["submit", "remote-web", &exp, "--code", code.path().to_str().unwrap(), "--host", "box"]).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    // The lab's sshd is this machine: wait until the job listens.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while std::net::TcpStream::connect(("127.0.0.1", remote)).is_err() {
+        assert!(Instant::now() < deadline, "the job's server never listened");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let (child, addr) = forward(|| cmd(&["forward", "remote-web", &format!("0:{remote}")]));
+    for _ in 0..3 {
+        // Several connections share the one ssh forward.
+        let answer = fetch(&addr).unwrap();
+        assert!(answer.contains("hello through the tunnel"), "{answer}");
+    }
+    let (code_, stderr) = stop(child);
+    assert_eq!(code_, Some(143), "{stderr}");
+    let cancel = cmd(&["cancel", "remote-web"]).output().unwrap();
+    assert!(cancel.status.success(), "{}", text(&cancel.stderr));
+}
