@@ -130,16 +130,8 @@ async fn route(shared: &Arc<Shared>, req: Request<Incoming>) -> Result<Response<
                 Method::PUT => {
                     let mode = FieldValidation::from_query(&query)?;
                     let mut body = read_json(req).await?;
-                    let mut warnings = schema::admit(res, &mut body, mode)?;
                     let current = shared.store.get(res, &ns, name)?;
-                    let unknown = core_objects::admit(res, &mut body, Some(&current))?;
-                    if res.plural == "pods" && part == Part::Main {
-                        core_objects::check_pod_update(&current, &body)?;
-                    }
-                    warnings.extend(schema::unknown_fields(res, &unknown, mode)?);
-                    if is_vcjob(res) && part == Part::Main {
-                        admission::validate_job_update(&current, &body)?;
-                    }
+                    let warnings = admit_update(res, &current, &mut body, part, mode)?;
                     if dry_run(&query)? {
                         return Ok(with_warnings(shared, json_response(StatusCode::OK, &body), &warnings));
                     }
@@ -160,15 +152,7 @@ async fn route(shared: &Arc<Shared>, req: Request<Incoming>) -> Result<Response<
                     let current = shared.store.get(res, &ns, name)?;
                     let mut merged = current.clone();
                     crate::store::merge_patch(&mut merged, &body);
-                    let mut warnings = schema::admit(res, &mut merged, mode)?;
-                    let unknown = core_objects::admit(res, &mut merged, Some(&current))?;
-                    if res.plural == "pods" && part == Part::Main {
-                        core_objects::check_pod_update(&current, &merged)?;
-                    }
-                    warnings.extend(schema::unknown_fields(res, &unknown, mode)?);
-                    if is_vcjob(res) && part == Part::Main {
-                        admission::validate_job_update(&current, &merged)?;
-                    }
+                    let warnings = admit_update(res, &current, &mut merged, part, mode)?;
                     if dry_run(&query)? {
                         return Ok(with_warnings(shared, json_response(StatusCode::OK, &merged), &warnings));
                     }
@@ -477,6 +461,28 @@ pub(crate) fn json_response(code: StatusCode, value: &Value) -> Response<Body> {
     *resp.status_mut() = code;
     resp.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static("application/json"));
     resp
+}
+
+/// Everything an update (`PUT`, or the object a `PATCH` makes) goes through before it is
+/// stored: the CRD schema, the core type's decoding and validation, the Pod update rule and
+/// Volcano's job webhook. Returns the `Warning` texts.
+fn admit_update(
+    res: &'static ResourceInfo,
+    current: &Value,
+    next: &mut Value,
+    part: Part,
+    mode: FieldValidation,
+) -> Result<Vec<String>> {
+    let mut warnings = schema::admit(res, next, mode)?;
+    let unknown = core_objects::admit(res, next, Some(current))?;
+    if res.plural == "pods" && part == Part::Main {
+        core_objects::check_pod_update(current, next)?;
+    }
+    warnings.extend(schema::unknown_fields(res, &unknown, mode)?);
+    if is_vcjob(res) && part == Part::Main {
+        admission::validate_job_update(current, next)?;
+    }
+    Ok(warnings)
 }
 
 /// `dryRun=All`: every check, nothing stored; any other value is refused as upstream
