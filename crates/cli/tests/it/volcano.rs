@@ -282,27 +282,38 @@ fn submit_names_the_vcjob_and_a_missing_queue_passes_the_host_over_and_creates_n
     let config = std::fs::read_to_string(&config_path).unwrap();
     std::fs::write(&config_path, config.replace("queue: default", "queue: no-such-queue")).unwrap();
     for chip in [&["--chip", "h100", "-n", "1"][..], &["--chip", "cpu"][..]] {
-        let exp = world.exp("exp.yaml");
-        let mut args = vec!["plan", "p", exp.as_str()];
-        args.extend_from_slice(chip);
-        let plan = ctx.run(&args);
-        let (stdout, stderr) = (text(&plan.stdout), text(&plan.stderr));
-        let row = stdout.lines().chain(stderr.lines()).find(|l| l.starts_with("k8s ")).unwrap_or_default().to_owned();
+        let (row, stdout, stderr) = plan_row(&ctx, &world, chip);
         assert!(row.contains("passed") && row.contains("\"no-such-queue\" does not exist"), "{chip:?}: {stdout}{stderr}");
         assert!(row.contains("kubectl get queues"), "{row}");
         assert!(!stdout.contains("chosen:  k8s"), "{stdout}");
     }
     // `submit --host` to it (no probe with --no-check) fails before anything is created.
+    let (code, stderr, writes) = refused_submit(&ctx, &world, "nowhere");
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("\"no-such-queue\" does not exist"), "{stderr}");
+    assert!(writes.is_empty(), "nothing is created for a missing queue: {writes:?}");
+}
+
+/// `plan` of exp.yaml with `chip`: the `k8s` row of the table, stdout and stderr.
+fn plan_row(ctx: &TestContext, world: &SimWorld, chip: &[&str]) -> (String, String, String) {
+    let exp = world.exp("exp.yaml");
+    let mut args = vec!["plan", "p", exp.as_str()];
+    args.extend_from_slice(chip);
+    let plan = ctx.run(&args);
+    let (stdout, stderr) = (text(&plan.stdout), text(&plan.stderr));
+    let row = stdout.lines().chain(stderr.lines()).find(|l| l.starts_with("k8s ")).unwrap_or_default().to_owned();
+    (row, stdout, stderr)
+}
+
+/// `submit NAME --host k8s --chip cpu --no-check`: its exit code, stderr, and every request
+/// other than a GET it made.
+fn refused_submit(ctx: &TestContext, world: &SimWorld, name: &str) -> (Option<i32>, String, Vec<(String, String)>) {
     let before = world.sim.requests().len();
     let submit = ctx.run(&[
-        "submit", "nowhere", &world.exp("exp.yaml"), "--code", world.code(), "--host", "k8s", "--chip", "cpu", "--no-check",
+        "submit", name, &world.exp("exp.yaml"), "--code", world.code(), "--host", "k8s", "--chip", "cpu", "--no-check",
     ]);
-    let stderr = text(&submit.stderr);
-    assert_eq!(submit.status.code(), Some(2), "{stderr}");
-    assert!(stderr.contains("\"no-such-queue\" does not exist"), "{stderr}");
-    let writes: Vec<(String, String)> =
-        world.sim.requests()[before..].iter().filter(|(method, _)| method != "GET").cloned().collect();
-    assert!(writes.is_empty(), "nothing is created for a missing queue: {writes:?}");
+    let writes = world.sim.requests()[before..].iter().filter(|(method, _)| method != "GET").cloned().collect();
+    (submit.status.code(), text(&submit.stderr), writes)
 }
 
 #[test]
@@ -311,24 +322,13 @@ fn a_closed_queue_passes_the_host_over_and_submit_to_it_creates_nothing() {
     let world = SimWorld::start(&ctx);
     world.sim.put_queue("default", "Closed");
     for chip in [&["--chip", "h100", "-n", "1"][..], &["--chip", "cpu"][..]] {
-        let exp = world.exp("exp.yaml");
-        let mut args = vec!["plan", "p", exp.as_str()];
-        args.extend_from_slice(chip);
-        let plan = ctx.run(&args);
-        let (stdout, stderr) = (text(&plan.stdout), text(&plan.stderr));
-        let row = stdout.lines().chain(stderr.lines()).find(|l| l.starts_with("k8s ")).unwrap_or_default().to_owned();
+        let (row, stdout, stderr) = plan_row(&ctx, &world, chip);
         assert!(row.contains("passed") && row.contains("\"default\" on cluster \"sim\" is Closed"), "{chip:?}: {stdout}{stderr}");
         assert!(row.contains("--action open"), "{row}");
     }
-    let before = world.sim.requests().len();
-    let submit = ctx.run(&[
-        "submit", "shut", &world.exp("exp.yaml"), "--code", world.code(), "--host", "k8s", "--chip", "cpu", "--no-check",
-    ]);
-    let stderr = text(&submit.stderr);
-    assert_eq!(submit.status.code(), Some(2), "{stderr}");
+    let (code, stderr, writes) = refused_submit(&ctx, &world, "shut");
+    assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("is Closed: Volcano admits no job to a queue that is not Open"), "{stderr}");
-    let writes: Vec<(String, String)> =
-        world.sim.requests()[before..].iter().filter(|(method, _)| method != "GET").cloned().collect();
     assert!(writes.is_empty(), "nothing is created for a closed queue: {writes:?}");
 
     // Opened again, the same submit goes through.
