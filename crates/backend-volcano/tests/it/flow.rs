@@ -78,7 +78,9 @@ impl World {
 
     pub(crate) fn backend(&self) -> VolcanoBackend {
         let settings = Settings {
-            helper_start_timeout: Duration::from_secs(20),
+            // Races start several helpers on a 1-node simulator: the losers' helpers hold the
+            // node's memory until they are deleted, so the winner's may wait that long.
+            helper_start_timeout: Duration::from_secs(60),
             ship_timeout: Duration::from_secs(120),
             delete_timeout: Duration::from_secs(30),
             poll_interval: Duration::from_millis(200),
