@@ -53,8 +53,7 @@ const SHIP_GOAL_RELEASE: f64 = 20.0;
 /// A `submit --follow` that takes longer than this is killed and the bench fails.
 const FOLLOW_TIMEOUT: Duration = Duration::from_secs(120);
 
-const USAGE: &str =
-    "usage: cargo xtask bench [--runs N] [--release] [--output text|json] [--strict] [--keep] [--only local,sim,store,probes]";
+const USAGE: &str = "usage: cargo xtask bench [--runs N] [--release] [--output text|json] [--strict] [--keep] [--only local,sim,store,probes]";
 
 /// The groups of figures `--only` can pick.
 const GROUPS: &[&str] = &["local", "sim", "store", "probes"];
@@ -218,7 +217,11 @@ fn parse(args: &[String]) -> Result<Options> {
             "--keep" => opts.keep = true,
             "--only" => {
                 for group in value()?.split(',').map(str::trim).filter(|g| !g.is_empty()) {
-                    ensure!(GROUPS.contains(&group), "bad --only group `{group}` (groups: {})\n{USAGE}", GROUPS.join(", "));
+                    ensure!(
+                        GROUPS.contains(&group),
+                        "bad --only group `{group}` (groups: {})\n{USAGE}",
+                        GROUPS.join(", ")
+                    );
                     opts.only.push(group.to_owned());
                 }
             }
@@ -239,7 +242,9 @@ fn print_table(profile: &str, runs: usize, measures: &[Measure]) {
             continue;
         }
         let (min, median, max) = m.stats();
-        let f = |v: f64| if m.unit == "s" || m.unit == "%" || m.unit == "x" { format!("{v:.3}") } else { format!("{v:.1}") };
+        let f = |v: f64| {
+            if m.unit == "s" || m.unit == "%" || m.unit == "x" { format!("{v:.3}") } else { format!("{v:.1}") }
+        };
         let verdict = if m.ok() { "ok" } else { "SLOW" };
         println!("{name:<60} {:>8} {:>8} {:>8}  {:<13} {verdict}", f(min), f(median), f(max), m.goal_text());
         if let Some(note) = &m.note {

@@ -28,11 +28,8 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
     let dir = root.join(MAN_DIR);
     let committed = if dir.exists() { pages(&dir)? } else { BTreeMap::new() };
     let _ = std::fs::remove_dir_all(&scratch);
-    let mut differ: Vec<String> = fresh
-        .iter()
-        .filter(|(name, text)| committed.get(*name) != Some(*text))
-        .map(|(name, _)| name.clone())
-        .collect();
+    let mut differ: Vec<String> =
+        fresh.iter().filter(|(name, text)| committed.get(*name) != Some(*text)).map(|(name, _)| name.clone()).collect();
     differ.extend(committed.keys().filter(|name| !fresh.contains_key(*name)).cloned());
     if check {
         if !differ.is_empty() {

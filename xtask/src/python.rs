@@ -45,9 +45,7 @@ pub(crate) fn managed_python() -> Option<PathBuf> {
     let check = |python: &Path| -> bool {
         let probe = "import os, sys, sysconfig; \
                      sys.exit(0 if os.path.exists(os.path.join(sysconfig.get_path('stdlib'), 'EXTERNALLY-MANAGED')) else 1)";
-        let quiet = |args: &[&str]| {
-            Command::new(python).args(args).output().is_ok_and(|o| o.status.success())
-        };
+        let quiet = |args: &[&str]| Command::new(python).args(args).output().is_ok_and(|o| o.status.success());
         quiet(&["-c", probe]) && quiet(&["-m", "pip", "--version"])
     };
     if check(&python) {

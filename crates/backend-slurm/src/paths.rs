@@ -98,7 +98,11 @@ mod tests {
         let cluster = ClusterConfig { root: "/r".into(), work: "~/w".into(), ..ClusterConfig::default() };
         let dirs = RemoteDirs { kind: "slurm", host: "s", cluster_name: "c", cluster: &cluster, home: Some("/home/u") };
         let (work, run, log) = dirs.run_paths(&JobIdentity::new("n", Some("p"), None)).unwrap();
-        assert!(work.starts_with("/home/u/w/p/default/n/") && run.starts_with("/r/status/p/") && log.starts_with("/home/u/w/logs/p/"));
+        assert!(
+            work.starts_with("/home/u/w/p/default/n/")
+                && run.starts_with("/r/status/p/")
+                && log.starts_with("/home/u/w/logs/p/")
+        );
 
         let escaping = JobIdentity::new("n", Some("../../../../tmp/x"), Some("y"));
         let err = dirs.run_paths(&escaping).unwrap_err().to_string();

@@ -14,15 +14,15 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, DeleteParams, ListParams, LogParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
-use serde::de::DeserializeOwned;
 use serde::Serialize;
+use serde::de::DeserializeOwned;
 use theseus_core::config::VolcanoHost;
 
 use crate::client::{self, RetryPolicy, Transient, retry_counted, transport_detail};
 use crate::error::VolcanoError;
 use crate::render::LABEL_RUN_ID;
-pub use crate::types::{PodGroup, PodGroupCondition, PodGroupSpec, PodGroupStatus, Queue, QueueSpec, QueueStatus};
 use crate::types::Job;
+pub use crate::types::{PodGroup, PodGroupCondition, PodGroupSpec, PodGroupStatus, Queue, QueueSpec, QueueStatus};
 
 /// Pod annotation naming the pod's PodGroup.
 pub const GROUP_NAME_ANNOTATION: &str = "scheduling.k8s.io/group-name";

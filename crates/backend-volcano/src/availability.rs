@@ -217,7 +217,11 @@ pub(crate) fn missing_queue(cluster: &Cluster, host: &VolcanoHost) -> VolcanoErr
 /// [`VolcanoError::QueueNotOpen`] for a queue state other than `Open` (none yet: not judged).
 fn not_open(host: &VolcanoHost, state: Option<&str>) -> Option<VolcanoError> {
     let state = state.filter(|s| !s.is_empty() && *s != "Open")?;
-    Some(VolcanoError::QueueNotOpen { queue: host.queue.clone(), state: state.to_owned(), cluster: host.cluster.clone() })
+    Some(VolcanoError::QueueNotOpen {
+        queue: host.queue.clone(),
+        state: state.to_owned(),
+        cluster: host.cluster.clone(),
+    })
 }
 
 /// Fails with [`VolcanoError::QueueNotFound`] when the host's queue does not exist (or

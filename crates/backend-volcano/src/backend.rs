@@ -151,7 +151,10 @@ impl VolcanoBackend {
         match e {
             // core's message adds " already exists" itself.
             VolcanoError::AlreadyExists { kind, name, namespace } => theseus_core::Error::AlreadyExists {
-                what: format!("{kind} {name:?}{}", namespace.map(|n| format!(" in namespace {n:?}")).unwrap_or_default()),
+                what: format!(
+                    "{kind} {name:?}{}",
+                    namespace.map(|n| format!(" in namespace {n:?}")).unwrap_or_default()
+                ),
             },
             // Worded like the other backends' (core adds " already exists", the CLI how to
             // replace it), and typed so that the CLI forgets the refused run: nothing was created.
@@ -160,7 +163,9 @@ impl VolcanoBackend {
             },
             // The store's errors are typed and worded already (e.g. a run dir that exists).
             VolcanoError::Store(e) => e,
-            other => theseus_core::Error::Backend { backend: self.to_string(), message: other.to_string(), source: None },
+            other => {
+                theseus_core::Error::Backend { backend: self.to_string(), message: other.to_string(), source: None }
+            }
         }
     }
 
@@ -225,7 +230,10 @@ impl VolcanoBackend {
     /// Handle data of a handle of this backend.
     pub(crate) fn handle_data(&self, handle: &JobHandle) -> theseus_core::Result<HandleData> {
         if handle.kind != HostKind::Volcano {
-            return Err(theseus_core::Error::backend(self, format!("handle of a {} job, not a volcano one", handle.kind)));
+            return Err(theseus_core::Error::backend(
+                self,
+                format!("handle of a {} job, not a volcano one", handle.kind),
+            ));
         }
         serde_json::from_value(handle.data.clone()).map_err(|e| {
             theseus_core::Error::backend(self, format!("job handle of `{}` is not a volcano handle: {e}", handle.id))
@@ -233,7 +241,10 @@ impl VolcanoBackend {
     }
 
     /// Everything observed about a job: the vcjob, its pods, and when pending, its PodGroup and events.
-    pub(crate) async fn observe(&self, data: &HandleData) -> Result<Option<(Job, Vec<Pod>, Observation)>, VolcanoError> {
+    pub(crate) async fn observe(
+        &self,
+        data: &HandleData,
+    ) -> Result<Option<(Job, Vec<Pod>, Observation)>, VolcanoError> {
         let cluster = self.cluster().await?;
         let Some(job) = cluster.get_job(&data.job).await? else { return Ok(None) };
         if let (Some(want), Some(have)) = (&data.uid, &job.metadata.uid)
@@ -242,7 +253,12 @@ impl VolcanoBackend {
             return Ok(None);
         }
         let pods = cluster.list_pods(&format!("volcano.sh/job-name={}", data.job)).await?;
-        let pending = job.status.as_ref().and_then(|s| s.state.as_ref()).and_then(|s| s.phase.as_deref()).is_none_or(|p| p == "Pending" || p == "Inqueue");
+        let pending = job
+            .status
+            .as_ref()
+            .and_then(|s| s.state.as_ref())
+            .and_then(|s| s.phase.as_deref())
+            .is_none_or(|p| p == "Pending" || p == "Inqueue");
         let mut observation = Observation::default();
         if pending {
             let group = podgroup_of(cluster, &job).await;
@@ -372,7 +388,10 @@ impl Backend for VolcanoBackend {
             None if self.submitting(&data).await.map_err(|e| self.err(e))? => Ok(JobStatus {
                 state: JobState::Submitting,
                 exit_code: None,
-                message: Some(format!("run {} is being submitted (its code is being shipped)", data.run_id.clone().unwrap_or_default())),
+                message: Some(format!(
+                    "run {} is being submitted (its code is being shipped)",
+                    data.run_id.clone().unwrap_or_default()
+                )),
                 ranks: vec![],
             }),
             None => Err(theseus_core::Error::NotFound {
@@ -395,7 +414,9 @@ impl Backend for VolcanoBackend {
         let data = self.handle_data(handle)?;
         let cluster = self.cluster().await.map_err(|e| self.err(e))?.clone();
         if cluster.get_job(&data.job).await.map_err(|e| self.err(e))?.is_none() {
-            return Err(theseus_core::Error::NotFound { what: format!("vcjob `{}` in namespace `{}`", data.job, data.namespace) });
+            return Err(theseus_core::Error::NotFound {
+                what: format!("vcjob `{}` in namespace `{}`", data.job, data.namespace),
+            });
         }
         let follow = crate::logs::FollowSettings {
             poll: self.settings.poll_interval,
@@ -439,7 +460,10 @@ impl Backend for VolcanoBackend {
             theseus_core::Error::backend(self, format!("cannot forward port {port} of pod `{pod}`: {e}"))
         })?;
         let stream = forwarder.take_stream(port).ok_or_else(|| {
-            theseus_core::Error::backend(self, format!("the port forward to pod `{pod}` gave no stream for port {port}"))
+            theseus_core::Error::backend(
+                self,
+                format!("the port forward to pod `{pod}` gave no stream for port {port}"),
+            )
         })?;
         // The forwarder's task runs on by itself; errors of the pod side show as a closed stream.
         if let Some(errors) = forwarder.take_error(port) {
@@ -465,13 +489,21 @@ impl Backend for VolcanoBackend {
                     ranks: vec![],
                 });
             }
-            return Err(theseus_core::Error::NotFound { what: format!("vcjob `{}` in namespace `{}`", data.job, data.namespace) });
+            return Err(theseus_core::Error::NotFound {
+                what: format!("vcjob `{}` in namespace `{}`", data.job, data.namespace),
+            });
         };
-        let prior = summarize(&Observed { job: &job, pods: &pods, group_phase: None, group_conditions: &[], events: &[] });
+        let prior =
+            summarize(&Observed { job: &job, pods: &pods, group_phase: None, group_conditions: &[], events: &[] });
         let cluster = self.cluster().await.map_err(|e| self.err(e))?;
-        let gone = crate::submit::delete_and_confirm(cluster, &data.job, self.settings.delete_timeout, self.settings.poll_interval)
-            .await
-            .map_err(|e| self.err(e))?;
+        let gone = crate::submit::delete_and_confirm(
+            cluster,
+            &data.job,
+            self.settings.delete_timeout,
+            self.settings.poll_interval,
+        )
+        .await
+        .map_err(|e| self.err(e))?;
         if let Some(secret) = &data.secret {
             cluster.delete_secret(secret).await.map_err(|e| self.err(e))?;
         }
@@ -485,7 +517,16 @@ impl Backend for VolcanoBackend {
             state: JobState::Cancelled,
             exit_code: None,
             message: Some(format!("vcjob `{}` deleted; its {gone} pods are gone", data.job)),
-            ranks: prior.ranks.into_iter().map(|mut r| { if !r.state.is_terminal() { r.state = JobState::Cancelled; } r }).collect(),
+            ranks: prior
+                .ranks
+                .into_iter()
+                .map(|mut r| {
+                    if !r.state.is_terminal() {
+                        r.state = JobState::Cancelled;
+                    }
+                    r
+                })
+                .collect(),
         })
     }
 
@@ -501,7 +542,10 @@ impl Backend for VolcanoBackend {
     fn locate(&self, handle: &JobHandle) -> Vec<String> {
         let Ok(data) = serde_json::from_value::<HandleData>(handle.data.clone()) else { return Vec::new() };
         let (ns, job) = (theseus_core::shell::quote(&data.namespace), theseus_core::shell::quote(&data.job));
-        vec![format!("vcjob {} in namespace {}; look it up with `kubectl -n {ns} get vcjob {job}`", data.job, data.namespace)]
+        vec![format!(
+            "vcjob {} in namespace {}; look it up with `kubectl -n {ns} get vcjob {job}`",
+            data.job, data.namespace
+        )]
     }
 
     fn dry_run(&self, job: &PreparedJob) -> theseus_core::Result<Vec<DryRunDocument>> {
@@ -509,7 +553,10 @@ impl Backend for VolcanoBackend {
         let layout = self.run_layout(&job.identity)?;
         let helper = render_helper(&self.host, &job.identity, &layout.work_dir)?;
         let yaml = |title: &str, value: &dyn erased::Yaml| -> theseus_core::Result<DryRunDocument> {
-            Ok(DryRunDocument { title: title.to_owned(), text: value.yaml().map_err(|e| theseus_core::Error::backend(self, e))? })
+            Ok(DryRunDocument {
+                title: title.to_owned(),
+                text: value.yaml().map_err(|e| theseus_core::Error::backend(self, e))?,
+            })
         };
         let mut docs = vec![yaml("helper job: ships the code to the PVC, deleted after shipping", &helper)?];
         if let Some(secret) = &rendered.secret {
@@ -549,7 +596,13 @@ impl VolcanoBackend {
         if let Some(helper) = &data.helper
             && cluster.get_job(helper).await?.is_some()
         {
-            crate::submit::delete_and_confirm(cluster, helper, self.settings.delete_timeout, self.settings.poll_interval).await?;
+            crate::submit::delete_and_confirm(
+                cluster,
+                helper,
+                self.settings.delete_timeout,
+                self.settings.poll_interval,
+            )
+            .await?;
             found = true;
         }
         if let Some(secret) = &data.secret {
@@ -580,7 +633,8 @@ mod layout_tests {
     fn run_paths_stay_under_the_cluster_dirs() {
         let host: VolcanoHost =
             serde_json::from_value(serde_json::json!({"cluster": "k", "image": "i", "pvc_name": "p"})).unwrap();
-        let cluster = ClusterConfig { root: "/workspace".into(), work: "/workspace/work".into(), ..ClusterConfig::default() };
+        let cluster =
+            ClusterConfig { root: "/workspace".into(), work: "/workspace/work".into(), ..ClusterConfig::default() };
         let backend = VolcanoBackend::new("k", host, cluster);
         let ok = backend.run_layout(&JobIdentity::new("n", Some("p"), None)).unwrap();
         assert!(ok.work_dir.starts_with("/workspace/work/p/default/n/"), "{}", ok.work_dir);

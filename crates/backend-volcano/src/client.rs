@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use kube::config::{KubeConfigOptions, Kubeconfig, KubeconfigError};
 use theseus_core::config::load::yaml_message;
-use theseus_core::files::KUBECONFIG_LIMIT;
 use theseus_core::config::{VolcanoHost, expand_tilde};
+use theseus_core::files::KUBECONFIG_LIMIT;
 
 use crate::error::VolcanoError;
 pub use crate::retry::{RetryPolicy, Transient, retry, retry_counted, transport_detail};
@@ -183,7 +183,11 @@ pub async fn connect_with(source: &KubeconfigSource, context: Option<&str>) -> R
 ///
 /// # Errors
 /// [`VolcanoError::Config`] naming the file, the context and the fix.
-pub async fn connect_within(source: &KubeconfigSource, context: Option<&str>, deadline: Duration) -> Result<Connection, VolcanoError> {
+pub async fn connect_within(
+    source: &KubeconfigSource,
+    context: Option<&str>,
+    deadline: Duration,
+) -> Result<Connection, VolcanoError> {
     let described = source.describe();
     let (mut config, context) = match source {
         KubeconfigSource::InCluster => {
@@ -471,7 +475,8 @@ mod tests {
 
     #[tokio::test]
     async fn only_small_regular_files_are_read() {
-        let text = connect_with(&KubeconfigSource::Env(vec![PathBuf::from("/dev/zero")]), None).await.unwrap_err().to_string();
+        let text =
+            connect_with(&KubeconfigSource::Env(vec![PathBuf::from("/dev/zero")]), None).await.unwrap_err().to_string();
         assert!(text.contains("/dev/zero") && text.contains("not a regular file (a character device)"), "{text}");
         let dir = tempfile::tempdir().unwrap();
         let big = dir.path().join("big");

@@ -81,7 +81,8 @@ pub fn render_helper(host: &VolcanoHost, identity: &JobIdentity, work_dir: &str)
 /// arrives. Deleting the helper's vcjob cannot shorten the grace period instead: the garbage
 /// collector deletes its pod with the pod's own `terminationGracePeriodSeconds`.
 pub fn helper_script(work_dir: &str) -> String {
-    let parent = std::path::Path::new(work_dir).parent().and_then(|p| p.to_str()).filter(|p| !p.is_empty()).unwrap_or("/");
+    let parent =
+        std::path::Path::new(work_dir).parent().and_then(|p| p.to_str()).filter(|p| !p.is_empty()).unwrap_or("/");
     format!(
         "trap 'kill $! 2> /dev/null; exit 0' TERM; mkdir -p {dir} || exit 1; echo ready; sleep {HELPER_SLEEP_SECONDS} & wait",
         dir = quote(parent)

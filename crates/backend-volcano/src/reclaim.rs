@@ -94,7 +94,8 @@ impl VolcanoBackend {
         let mut guard = HelperGuard { cluster: cluster.clone(), name: name.clone(), armed: true };
         let timeout = self.settings.ship_timeout;
         let run = async {
-            let pod = wait_running(cluster, &helper, self.settings.helper_start_timeout).await.map_err(|e| self.err(e))?;
+            let pod =
+                wait_running(cluster, &helper, self.settings.helper_start_timeout).await.map_err(|e| self.err(e))?;
             let shell = ExecShell::new(cluster.pods(), &pod, Some(HELPER_TASK), &root);
             tokio::time::timeout(timeout, work(shell)).await.map_err(|_| {
                 self.err(VolcanoError::Timeout { what: format!("the {purpose} script in pod {pod}"), after: timeout })
@@ -119,7 +120,8 @@ async fn live_run_ids(cluster: &Cluster) -> Result<BTreeSet<String>, VolcanoErro
     for job in cluster.list_jobs(LABEL_RUN_ID).await? {
         let labels = job.metadata.labels.clone().unwrap_or_default();
         let helper = labels.get(LABEL_ROLE).is_some_and(|r| r == "helper");
-        let phase = job.status.as_ref().and_then(|s| s.state.as_ref()).and_then(|s| s.phase.clone()).unwrap_or_default();
+        let phase =
+            job.status.as_ref().and_then(|s| s.state.as_ref()).and_then(|s| s.phase.clone()).unwrap_or_default();
         if (helper || !FINAL_PHASES.contains(&phase.as_str()))
             && let Some(run) = labels.get(LABEL_RUN_ID)
         {
@@ -138,7 +140,9 @@ async fn live_run_ids(cluster: &Cluster) -> Result<BTreeSet<String>, VolcanoErro
         }
     }
     // Run ids are `[0-9a-z-]`; anything else (a hand-made label) is not ours to glob for.
-    ids.retain(|id| !id.is_empty() && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.'));
+    ids.retain(|id| {
+        !id.is_empty() && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
+    });
     Ok(ids)
 }
 
@@ -152,7 +156,9 @@ async fn live_paths(shell: &ExecShell, work: &str, ids: &BTreeSet<String>) -> th
     let out = shell
         .run(ScriptCall { script: LIVE_PATHS, args, stdin: None, progress: None, label: "the live run dirs' listing" })
         .await
-        .map_err(|e| theseus_core::Error::backend("store", format!("listing live run dirs on {} failed: {e}", shell.describe())))?;
+        .map_err(|e| {
+            theseus_core::Error::backend("store", format!("listing live run dirs on {} failed: {e}", shell.describe()))
+        })?;
     Ok(String::from_utf8_lossy(&out).lines().filter(|l| !l.is_empty()).map(str::to_owned).collect())
 }
 
@@ -163,7 +169,9 @@ mod tests {
     #[test]
     fn the_live_paths_script_lists_existing_run_dirs_only() {
         let work = tempfile::tempdir().unwrap();
-        for d in ["p/g/n/20260101-000000-aaaaaa", "p/g/m/20260101-000000-bbbbbb", "p/g/n/20260101-000000-cccccc.partial"] {
+        for d in
+            ["p/g/n/20260101-000000-aaaaaa", "p/g/m/20260101-000000-bbbbbb", "p/g/n/20260101-000000-cccccc.partial"]
+        {
             std::fs::create_dir_all(work.path().join(d)).unwrap();
         }
         let out = std::process::Command::new("sh")

@@ -76,7 +76,8 @@ pub fn summarize(observed: &Observed<'_>) -> JobStatus {
             (None, None) => format!("vcjob phase {phase}"),
         }),
         JobState::Running => {
-            let running = pods.iter().filter(|p| pod_state(p) == JobState::Running && stuck_container(p).is_none()).count();
+            let running =
+                pods.iter().filter(|p| pod_state(p) == JobState::Running && stuck_container(p).is_none()).count();
             Some(match first_failure {
                 // A failed rank while the vcjob still runs: with `PodFailed -> TerminateJob`
                 // Volcano is ending it; without such a policy it runs on until every pod ends.
@@ -118,7 +119,8 @@ pub fn job_state(phase: &str, reason: &str, pods: &[&Pod]) -> JobState {
         "Failed" => JobState::Failed,
         "Aborted" | "Terminated" => {
             let evicted = |text: &str| text.contains("Evict") || text.contains("Preempt");
-            let pod_evicted = pods.iter().any(|p| p.status.as_ref().and_then(|s| s.reason.as_deref()).is_some_and(evicted));
+            let pod_evicted =
+                pods.iter().any(|p| p.status.as_ref().and_then(|s| s.reason.as_deref()).is_some_and(evicted));
             if evicted(reason) || pod_evicted {
                 JobState::Preempted
             } else if pods.iter().any(|p| pod_state(p) == JobState::Failed) {
@@ -190,9 +192,10 @@ pub fn pending_reason(observed: &Observed<'_>) -> String {
     }
     // 3. A pod the default scheduler could not place.
     for pod in &pods {
-        let condition = pod.status.as_ref().and_then(|s| s.conditions.as_ref()).and_then(|cs| {
-            cs.iter().find(|c| c.type_ == "PodScheduled" && c.status == "False" && c.message.is_some())
-        });
+        let condition =
+            pod.status.as_ref().and_then(|s| s.conditions.as_ref()).and_then(|cs| {
+                cs.iter().find(|c| c.type_ == "PodScheduled" && c.status == "False" && c.message.is_some())
+            });
         if let Some(message) = condition.and_then(|c| c.message.as_deref()) {
             return format!("waiting for resources: {}", one_line(message));
         }
@@ -215,11 +218,8 @@ pub fn pending_reason(observed: &Observed<'_>) -> String {
         }
     }
     // 5. The newest warning event.
-    let warning = observed
-        .events
-        .iter()
-        .filter(|e| e.type_.as_deref() == Some("Warning"))
-        .max_by_key(|e| event_time(e));
+    let warning =
+        observed.events.iter().filter(|e| e.type_.as_deref() == Some("Warning")).max_by_key(|e| event_time(e));
     if let Some(event) = warning {
         let what = event.involved_object.name.as_deref().unwrap_or("?");
         let reason = event.reason.as_deref().unwrap_or("Warning");

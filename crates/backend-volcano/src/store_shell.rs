@@ -125,7 +125,9 @@ impl Shell for ExecShell {
             None => {
                 let command = ["sh", "-c", call.script, "theseus-store"].into_iter().map(str::to_owned);
                 let command = command.chain(call.args.iter().cloned()).collect();
-                self.exec(label, command, None::<(tokio::io::Empty, _)>, None).await.map_err(|f| f.into_shell(self, label))
+                self.exec(label, command, None::<(tokio::io::Empty, _)>, None)
+                    .await
+                    .map_err(|f| f.into_shell(self, label))
             }
             Some(produce) => self.run_with_stdin(&call, produce).await,
         };
@@ -140,7 +142,11 @@ impl Shell for ExecShell {
 
 impl ExecShell {
     /// The two passes over stdin, then the wrapper (see the module docs).
-    async fn run_with_stdin(&self, call: &ScriptCall, produce: theseus_core::store::StdinFn) -> Result<Vec<u8>, ShellError> {
+    async fn run_with_stdin(
+        &self,
+        call: &ScriptCall,
+        produce: theseus_core::store::StdinFn,
+    ) -> Result<Vec<u8>, ShellError> {
         let label = call.label;
         let counted = {
             let produce = produce.clone();
@@ -153,7 +159,8 @@ impl ExecShell {
             .map_err(|e| ShellError::Transport(Box::new(e)))?
         };
         let tmp = format!("{}/exec-{:016x}", self.incoming, rand::random::<u64>());
-        let mut command: Vec<String> = ["sh", "-c", EXEC_WRAPPER, "theseus-exec"].into_iter().map(str::to_owned).collect();
+        let mut command: Vec<String> =
+            ["sh", "-c", EXEC_WRAPPER, "theseus-exec"].into_iter().map(str::to_owned).collect();
         command.extend([counted.len.to_string(), hex::encode(counted.sha256), tmp, "--".into(), call.script.into()]);
         command.extend(call.args.iter().cloned());
 
@@ -189,13 +196,18 @@ impl ExecShell {
             }
         };
         let shell = |e: ShellError| Failure::Shell(e);
-        let done = match exec::run(&self.pods, &self.pod, self.container.as_deref(), command, stdin, STDOUT_CAP, &on_sent).await {
-            Ok(done) => done,
-            Err(ExecFailure::Pump(PumpError::Changed)) => return Err(Failure::Changed),
-            Err(ExecFailure::Pump(PumpError::Source(e))) => return Err(shell(ShellError::Transport(Box::new(e)))),
-            Err(ExecFailure::Refused(e)) => return Err(shell(self.transport(label, format!("exec refused: {e}")))),
-            Err(ExecFailure::Missing(what)) => return Err(shell(self.transport(label, format!("kube-rs gave no {what}")))),
-        };
+        let done =
+            match exec::run(&self.pods, &self.pod, self.container.as_deref(), command, stdin, STDOUT_CAP, &on_sent)
+                .await
+            {
+                Ok(done) => done,
+                Err(ExecFailure::Pump(PumpError::Changed)) => return Err(Failure::Changed),
+                Err(ExecFailure::Pump(PumpError::Source(e))) => return Err(shell(ShellError::Transport(Box::new(e)))),
+                Err(ExecFailure::Refused(e)) => return Err(shell(self.transport(label, format!("exec refused: {e}")))),
+                Err(ExecFailure::Missing(what)) => {
+                    return Err(shell(self.transport(label, format!("kube-rs gave no {what}"))));
+                }
+            };
         let Some(status) = done.status else {
             let why = done.broken.map(|e| format!(": {e}")).unwrap_or_default();
             let message = format!("the exec connection broke after {} of {total} bytes of input{why}", done.sent);

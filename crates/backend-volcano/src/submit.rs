@@ -14,17 +14,17 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::{WatchStreamExt as _, watcher};
 use theseus_core::backend::{JobHandle, PreparedJob, ProgressFn, RunLayout, SubmitOptions};
 use theseus_core::config::HostKind;
-use theseus_core::store::{self, ShipRequest, Shell, StoreError};
+use theseus_core::store::{self, Shell, ShipRequest, StoreError};
 
 use crate::api::Cluster;
 use crate::backend::{HandleData, VolcanoBackend};
-use crate::error::VolcanoError;
 use crate::claim::{self, Claim};
+use crate::error::VolcanoError;
 use crate::helper::HELPER_TASK;
 use crate::render::{RenderedJob, owner_reference};
 use crate::ship::{ExtraFile, ShipTarget, ship_snapshot};
-use crate::store_shell::{ActivityFn, ExecShell};
 use crate::status::{Observed, pending_reason, stuck_container};
+use crate::store_shell::{ActivityFn, ExecShell};
 use crate::types::Job;
 
 pub(crate) async fn submit(
@@ -39,7 +39,9 @@ pub(crate) async fn submit(
     let settings = &backend.settings;
     let job_name = rendered.job.metadata.name.clone().unwrap_or_default();
     // The name is claimed before anything of the run is created: a refused submit ships nothing.
-    let claim = claim::acquire(cluster, &job.identity, &job_name, options, settings.delete_timeout, settings.poll_interval).await?;
+    let claim =
+        claim::acquire(cluster, &job.identity, &job_name, options, settings.delete_timeout, settings.poll_interval)
+            .await?;
     let mut claim = ClaimGuard { cluster: cluster.clone(), claim: Some(claim) };
     let result = submit_claimed(backend, cluster, job, layout, helper, rendered, options, claim.held()).await;
     match &result {
@@ -85,7 +87,10 @@ async fn submit_claimed(
     claim.renew(cluster).await?;
     let planned = backend.planned_data(job, &rendered);
     let handle = create_gang(&backend.name, cluster, rendered, planned.clone()).await?;
-    let data = HandleData { uid: serde_json::from_value::<HandleData>(handle.data.clone()).ok().and_then(|d| d.uid), ..planned };
+    let data = HandleData {
+        uid: serde_json::from_value::<HandleData>(handle.data.clone()).ok().and_then(|d| d.uid),
+        ..planned
+    };
     if let Err(e) = claim.bind(cluster, &data.job, data.uid.as_deref().unwrap_or_default()).await {
         // Lost the name after all (or cannot tell): take back what this run created.
         let _ = cluster.delete_job(&data.job).await;
@@ -153,7 +158,9 @@ async fn ship_through_helper(
     let last_progress = Arc::new(AtomicU64::new(0));
     let activity: ActivityFn = {
         let last = last_progress.clone();
-        Arc::new(move || last.store(u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX), Ordering::Relaxed))
+        Arc::new(move || {
+            last.store(u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX), Ordering::Relaxed)
+        })
     };
     let progress: ProgressFn = {
         let (activity, forward) = (activity.clone(), options.progress.clone());
@@ -177,7 +184,8 @@ async fn ship_through_helper(
             }
         }
     };
-    let shell = ExecShell::new(cluster.pods(), &pod, Some(HELPER_TASK), &backend.cluster_config.work).with_activity(activity);
+    let shell =
+        ExecShell::new(cluster.pods(), &pod, Some(HELPER_TASK), &backend.cluster_config.work).with_activity(activity);
     let request = ShipRequest {
         snapshot: job.snapshot.clone(),
         root: backend.cluster_config.work.clone(),
@@ -189,7 +197,12 @@ async fn ship_through_helper(
     };
     let full = || async {
         let extra: Vec<ExtraFile> = job.bootstrap.files.iter().map(ExtraFile::from).collect();
-        let target = ShipTarget { pods: cluster.pods(), pod: pod.clone(), container: Some(HELPER_TASK.to_owned()), dest: layout.work_dir.clone() };
+        let target = ShipTarget {
+            pods: cluster.pods(),
+            pod: pod.clone(),
+            container: Some(HELPER_TASK.to_owned()),
+            dest: layout.work_dir.clone(),
+        };
         let report = ship_snapshot(&target, &job.snapshot, &extra, Some(progress.clone())).await?;
         tracing::info!("shipped {} bytes (sha256 {})", report.bytes, report.sha256);
         Ok(())
@@ -204,7 +217,12 @@ async fn ship_through_helper(
 
 /// Ships through the store and reports it; when the machine lacks a tool the store needs,
 /// says so once and runs `full` (the whole snapshot) instead.
-async fn ship_code<F, Fut>(shell: &dyn Shell, request: ShipRequest, options: &SubmitOptions, full: F) -> Result<(), VolcanoError>
+async fn ship_code<F, Fut>(
+    shell: &dyn Shell,
+    request: ShipRequest,
+    options: &SubmitOptions,
+    full: F,
+) -> Result<(), VolcanoError>
 where
     F: FnOnce() -> Fut,
     Fut: Future<Output = Result<(), VolcanoError>>,
@@ -215,9 +233,7 @@ where
             Ok(())
         }
         Err(StoreError::NoTool { tool, machine }) => {
-            options.note(&format!(
-                "{machine} lacks `{tool}` for the code store: shipping the whole snapshot instead"
-            ));
+            options.note(&format!("{machine} lacks `{tool}` for the code store: shipping the whole snapshot instead"));
             full().await
         }
         Err(StoreError::Failed(e)) => Err(VolcanoError::Store(e)),
@@ -263,7 +279,13 @@ pub(crate) async fn wait_running(cluster: &Cluster, helper: &Job, timeout: Durat
             let pods: Vec<Pod> = last.into_iter().collect();
             let conditions = crate::backend::group_info(cluster, helper).await.map(|g| g.1).unwrap_or_default();
             let events = crate::backend::events_of(cluster, helper, &pods).await;
-            let why = pending_reason(&Observed { job: helper, pods: &pods, group_phase: None, group_conditions: &conditions, events: &events });
+            let why = pending_reason(&Observed {
+                job: helper,
+                pods: &pods,
+                group_phase: None,
+                group_conditions: &conditions,
+                events: &events,
+            });
             Err(VolcanoError::Timeout { what: format!("the helper pod of {name} to start ({why})"), after: timeout })
         }
     }
@@ -293,12 +315,19 @@ fn judge_helper_pod(pod: &Pod) -> Option<Result<String, VolcanoError>> {
     let status = pod.status.as_ref()?;
     match status.phase.as_deref() {
         Some("Running") => {
-            let running = status.container_statuses.iter().flatten().any(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()));
+            let running = status
+                .container_statuses
+                .iter()
+                .flatten()
+                .any(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()));
             running.then_some(Ok(name))
         }
         Some(phase @ ("Succeeded" | "Failed")) => Some(Err(VolcanoError::Pod {
             pod: name,
-            message: format!("ended ({phase}) before the code was shipped: {}", status.message.clone().unwrap_or_default()),
+            message: format!(
+                "ended ({phase}) before the code was shipped: {}",
+                status.message.clone().unwrap_or_default()
+            ),
         })),
         _ => None,
     }
@@ -307,7 +336,12 @@ fn judge_helper_pod(pod: &Pod) -> Option<Result<String, VolcanoError>> {
 /// Creates the Secret (when there is one), the gang job, then makes the job own the Secret.
 /// On any failure, whatever was created is deleted again. `planned` is the run's handle data
 /// (see `VolcanoBackend::planned_data`); the job's uid is added.
-async fn create_gang(host: &str, cluster: &Cluster, rendered: RenderedJob, mut planned: HandleData) -> Result<JobHandle, VolcanoError> {
+async fn create_gang(
+    host: &str,
+    cluster: &Cluster,
+    rendered: RenderedJob,
+    mut planned: HandleData,
+) -> Result<JobHandle, VolcanoError> {
     let RenderedJob { job, secret } = rendered;
     let name = job.metadata.name.clone().unwrap_or_default();
     let secret_name = secret.as_ref().and_then(|s| s.metadata.name.clone());
@@ -341,7 +375,12 @@ async fn create_gang(host: &str, cluster: &Cluster, rendered: RenderedJob, mut p
 }
 
 /// Deletes a vcjob and waits until it and its pods are gone. Returns how many pods it had.
-pub(crate) async fn delete_and_confirm(cluster: &Cluster, name: &str, timeout: Duration, poll: Duration) -> Result<usize, VolcanoError> {
+pub(crate) async fn delete_and_confirm(
+    cluster: &Cluster,
+    name: &str,
+    timeout: Duration,
+    poll: Duration,
+) -> Result<usize, VolcanoError> {
     let selector = format!("volcano.sh/job-name={name}");
     let had = cluster.list_pods(&selector).await?.len();
     cluster.delete_job(name).await?;
@@ -363,9 +402,10 @@ pub(crate) async fn delete_and_confirm(cluster: &Cluster, name: &str, timeout: D
             tokio::time::sleep(poll).await;
         }
     };
-    tokio::time::timeout(timeout, wait)
-        .await
-        .map_err(|_| VolcanoError::Timeout { what: format!("the pods of vcjob {name} to go away"), after: timeout })??;
+    tokio::time::timeout(timeout, wait).await.map_err(|_| VolcanoError::Timeout {
+        what: format!("the pods of vcjob {name} to go away"),
+        after: timeout,
+    })??;
     Ok(had)
 }
 
@@ -477,7 +517,8 @@ mod tests {
     async fn any_other_store_failure_fails_the_submit_without_a_full_ship() {
         let code = tempfile::tempdir().unwrap();
         let (options, _, _) = recording();
-        let shell = Refusing { code: 20, stderr: "theseus-store: cannot create the object store /pvc/work/.theseus/objects\n" };
+        let shell =
+            Refusing { code: 20, stderr: "theseus-store: cannot create the object store /pvc/work/.theseus/objects\n" };
         let full_runs = AtomicUsize::new(0);
         let err = ship_code(&shell, request(code.path()), &options, || async {
             full_runs.fetch_add(1, Ordering::SeqCst);

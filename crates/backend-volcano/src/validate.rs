@@ -218,7 +218,8 @@ mod tests {
             "cluster": "c", "image": "i", "pvc_name": "p", "pvc_mount_path": "/mnt/pvc/"
         }))
         .unwrap();
-        let cluster = |root: &str, work: &str| ClusterConfig { root: root.into(), work: work.into(), ..ClusterConfig::default() };
+        let cluster =
+            |root: &str, work: &str| ClusterConfig { root: root.into(), work: work.into(), ..ClusterConfig::default() };
         assert_eq!(check_cluster_paths("k8s", &host, "c", &cluster("/mnt/pvc", "/mnt/pvc/work")), Ok(()));
         for (root, work, key) in [
             ("/mnt/pvc", "/scratch/work", "clusters.c.work"),

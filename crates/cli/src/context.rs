@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use anyhow::{anyhow, Context as _, Result};
+use anyhow::{Context as _, Result, anyhow};
 use theseus_core::backend::DynBackend;
 use theseus_core::config::{self, ConfigSources, LoadedConfig};
 use theseus_core::ledger::{self, Ledger};
@@ -64,7 +64,8 @@ impl Context {
 
     /// Opens the job ledger.
     pub(crate) fn ledger(&self) -> Result<Ledger> {
-        Ledger::open(&self.state_dir).with_context(|| format!("cannot open the job ledger in `{}`", self.state_dir.display()))
+        Ledger::open(&self.state_dir)
+            .with_context(|| format!("cannot open the job ledger in `{}`", self.state_dir.display()))
     }
 
     /// The backend of a configured host.

@@ -72,7 +72,8 @@ fn hints(err: &anyhow::Error) -> Vec<String> {
 /// `-vv`: everything at debug; `RUST_LOG` overrides). No colour unless stderr is a terminal and
 /// `NO_COLOR` is unset (<https://no-color.org>).
 fn init_tracing(global: &args::GlobalArgs) {
-    const OURS: &[&str] = &["theseus", "theseus_cli", "theseus_core", "theseus_backend_volcano", "theseus_backend_slurm"];
+    const OURS: &[&str] =
+        &["theseus", "theseus_cli", "theseus_core", "theseus_backend_volcano", "theseus_backend_slurm"];
     let ours = |level: &str| OURS.iter().map(|c| format!("{c}={level}")).collect::<Vec<_>>().join(",");
     let default = if global.quiet {
         format!("off,{}", ours("error"))
@@ -85,7 +86,8 @@ fn init_tracing(global: &args::GlobalArgs) {
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let color = std::io::IsTerminal::is_terminal(&std::io::stderr()) && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+    let color = std::io::IsTerminal::is_terminal(&std::io::stderr())
+        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

@@ -2,8 +2,8 @@
 //! every 25 % otherwise).
 
 use std::io::{IsTerminal, Write};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use theseus_core::backend::ProgressFn;
 

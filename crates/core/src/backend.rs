@@ -14,14 +14,14 @@ use serde::{Deserialize, Serialize};
 use crate::availability::Availability;
 use crate::bootstrap::RenderedBootstrap;
 // Re-exported where they were first defined; they live below this module now.
+use crate::Result;
 pub use crate::bootstrap::RunLayout;
-pub use crate::job::EnvVar;
-pub use crate::store::reclaim::{ReclaimKind, ReclaimOptions, ReclaimReport, ReclaimedItem, StoreUsage};
 use crate::config::HostKind;
+pub use crate::job::EnvVar;
 use crate::job::{Experiment, JobIdentity};
 use crate::snapshot::Snapshot;
 use crate::solver::{Plan, Request};
-use crate::Result;
+pub use crate::store::reclaim::{ReclaimKind, ReclaimOptions, ReclaimReport, ReclaimedItem, StoreUsage};
 
 /// A backend: one configured host (a machine, a Slurm cluster, a Volcano queue, this machine).
 ///

@@ -52,8 +52,20 @@ pub static CATALOG: &[Chip] = &[
     // The original stores int(143.8 * 2^30).
     chip!("h200", "Nvidia H200", 154_404_074_291, Gpu, ["nvidia-h200", "h200-141gb", "h200-sxm"]),
     chip!("h100", "Nvidia H100", 80 * GIB, Gpu, ["nvidia-h100", "h100-80gb", "h100-sxm", "h100-sxm5", "h100-pcie"]),
-    chip!("a100-sxm4-80gb", "Nvidia A100 SXM4 80GB", 80 * GIB, Gpu, ["a100-80gb", "a100-sxm4", "a100_80gb", "nvidia-a100-sxm4-80gb"]),
-    chip!("a100-pcie-40gb", "Nvidia A100 PCIe 40GB", 40 * GIB, Gpu, ["a100-40gb", "a100-pcie", "a100_40gb", "nvidia-a100-pcie-40gb"]),
+    chip!(
+        "a100-sxm4-80gb",
+        "Nvidia A100 SXM4 80GB",
+        80 * GIB,
+        Gpu,
+        ["a100-80gb", "a100-sxm4", "a100_80gb", "nvidia-a100-sxm4-80gb"]
+    ),
+    chip!(
+        "a100-pcie-40gb",
+        "Nvidia A100 PCIe 40GB",
+        40 * GIB,
+        Gpu,
+        ["a100-40gb", "a100-pcie", "a100_40gb", "nvidia-a100-pcie-40gb"]
+    ),
     chip!("a6000", "Nvidia RTX A6000", 48 * GIB, Gpu, ["rtx-a6000", "rtxa6000"]),
     chip!("ada6000", "Nvidia RTX 6000 Ada", 48 * GIB, Gpu, ["rtx-6000-ada", "rtx6000-ada", "6000ada"]),
     chip!("l40", "Nvidia L40", 48 * GIB, Gpu, ["nvidia-l40"]),
@@ -87,9 +99,7 @@ fn suggestion_text(suggestion: &Option<&'static str>) -> String {
 /// Looks a chip up by name or alias, case-insensitively (`H100`, `h100-80gb` and `h100` are one chip).
 pub fn lookup(name: &str) -> Option<&'static Chip> {
     let wanted = normalize(name);
-    CATALOG
-        .iter()
-        .find(|c| normalize(c.name) == wanted || c.aliases.iter().any(|a| normalize(a) == wanted))
+    CATALOG.iter().find(|c| normalize(c.name) == wanted || c.aliases.iter().any(|a| normalize(a) == wanted))
 }
 
 /// Like [`lookup`], but an unknown name is an error with a "did you mean" suggestion.

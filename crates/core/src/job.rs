@@ -98,43 +98,25 @@ impl Experiment {
                 format!("{source}: {path}: {message}")
             })
         };
-        let value: serde_json::Value = serde_saphyr::from_str(text).map_err(|e| {
-            fail(
-                "",
-                &format!(
-                    "invalid YAML: {}",
-                    crate::config::load::yaml_message(&e.to_string())
-                ),
-            )
-        })?;
+        let value: serde_json::Value = serde_saphyr::from_str(text)
+            .map_err(|e| fail("", &format!("invalid YAML: {}", crate::config::load::yaml_message(&e.to_string()))))?;
         let map = match &value {
             serde_json::Value::Object(map) => map,
             serde_json::Value::Null => return Err(fail("", "missing required key \"entrypoint\"")),
             other => {
-                return Err(fail(
-                    "",
-                    &format!("expected a map, found {}", validate::kind_of(other)),
-                ));
+                return Err(fail("", &format!("expected a map, found {}", validate::kind_of(other))));
             }
         };
         match map.get("entrypoint") {
             Some(serde_json::Value::String(_)) | None => {}
-            Some(serde_json::Value::Array(words))
-                if words.iter().all(serde_json::Value::is_string) => {}
+            Some(serde_json::Value::Array(words)) if words.iter().all(serde_json::Value::is_string) => {}
             Some(_) => {
-                return Err(fail(
-                    "entrypoint",
-                    "expected a command line or a list of words",
-                ));
+                return Err(fail("entrypoint", "expected a command line or a list of words"));
             }
         }
         if let Some(serde_json::Value::Object(request)) = map.get("request") {
             for key in ["count", "min_chips"] {
-                if let Some(n) = request
-                    .get(key)
-                    .and_then(serde_json::Value::as_i64)
-                    .filter(|n| *n < 0)
-                {
+                if let Some(n) = request.get(key).and_then(serde_json::Value::as_i64).filter(|n| *n < 0) {
                     return Err(fail(
                         &format!("request.{key}"),
                         &format!("invalid count {n}: counts must be 0 or more"),
@@ -142,8 +124,7 @@ impl Experiment {
                 }
             }
         }
-        let mut experiment: Experiment =
-            validate::de_strict(value, "").map_err(|e| fail(&e.path, &e.message))?;
+        let mut experiment: Experiment = validate::de_strict(value, "").map_err(|e| fail(&e.path, &e.message))?;
         let empty = match &experiment.entrypoint {
             Entrypoint::Line(line) => line.trim().is_empty(),
             Entrypoint::Words(words) => words.is_empty() || words[0].is_empty(),
@@ -151,29 +132,18 @@ impl Experiment {
         if empty {
             return Err(fail("entrypoint", "the entrypoint is empty"));
         }
-        experiment
-            .entrypoint_words()
-            .map_err(|e| fail("", &e.to_string()))?;
+        experiment.entrypoint_words().map_err(|e| fail("", &e.to_string()))?;
         if let Some(chip) = experiment.request.as_mut().and_then(|r| r.chip.as_mut()) {
-            *chip = chips::parse(chip)
-                .map_err(|e| fail("request.chip", &e.to_string()))?
-                .name
-                .to_owned();
+            *chip = chips::parse(chip).map_err(|e| fail("request.chip", &e.to_string()))?.name.to_owned();
         }
         for key in experiment.env.keys() {
             if !crate::shell::is_env_name(key) {
-                return Err(fail(
-                    &format!("env.{key}"),
-                    &format!("invalid environment variable name {key:?}"),
-                ));
+                return Err(fail(&format!("env.{key}"), &format!("invalid environment variable name {key:?}")));
             }
         }
         for (i, name) in experiment.secret_env.iter().enumerate() {
             if !experiment.env.contains_key(name) {
-                return Err(fail(
-                    &format!("secret_env[{i}]"),
-                    &format!("{name:?} is not a key of `env`"),
-                ));
+                return Err(fail(&format!("secret_env[{i}]"), &format!("{name:?} is not a key of `env`")));
             }
         }
         Ok(experiment)
@@ -183,8 +153,9 @@ impl Experiment {
     pub fn entrypoint_words(&self) -> Result<Vec<String>> {
         match &self.entrypoint {
             Entrypoint::Words(w) => Ok(w.clone()),
-            Entrypoint::Line(l) => crate::shell::split(l)
-                .map_err(|e| crate::Error::InvalidConfig(format!("entrypoint: {e}"))),
+            Entrypoint::Line(l) => {
+                crate::shell::split(l).map_err(|e| crate::Error::InvalidConfig(format!("entrypoint: {e}")))
+            }
         }
     }
 
@@ -241,10 +212,7 @@ impl JobIdentity {
     /// `<project>/<group>/<name>/<run-id>`: the relative dir of this run under a cluster's
     /// `work`, `log` or `status` dir.
     pub fn run_path(&self) -> String {
-        format!(
-            "{}/{}/{}/{}",
-            self.project, self.group, self.name, self.run_id
-        )
+        format!("{}/{}/{}/{}", self.project, self.group, self.name, self.run_id)
     }
 }
 
@@ -253,9 +221,7 @@ impl JobIdentity {
 pub fn new_run_id() -> String {
     let now = time::OffsetDateTime::now_utc();
     let fmt = time::macros::format_description!("[year][month][day]-[hour][minute][second]");
-    let stamp = now
-        .format(&fmt)
-        .unwrap_or_else(|_| "00000000-000000".into());
+    let stamp = now.format(&fmt).unwrap_or_else(|_| "00000000-000000".into());
     format!("{stamp}-{:06x}", rand::random::<u32>() & 0xff_ffff)
 }
 
@@ -286,11 +252,7 @@ pub fn k8s_name(text: &str) -> String {
     let hash = &digest[..8];
     // Room for `-` and the hash; the sanitized text is ASCII, so byte slicing is safe.
     let base = out[..out.len().min(MAX - hash.len() - 1)].trim_end_matches('-');
-    if base.is_empty() {
-        format!("job-{hash}")
-    } else {
-        format!("{base}-{hash}")
-    }
+    if base.is_empty() { format!("job-{hash}") } else { format!("{base}-{hash}") }
 }
 
 /// Sets one `a.b.c=VALUE` override in `config`.
@@ -307,12 +269,8 @@ fn apply_override(config: &mut serde_json::Value, item: &str) -> std::result::Re
     let value = if raw.is_empty() {
         serde_json::Value::String(String::new())
     } else {
-        serde_saphyr::from_str::<serde_json::Value>(raw).map_err(|e| {
-            format!(
-                "invalid YAML value: {}",
-                crate::config::load::yaml_message(&e.to_string())
-            )
-        })?
+        serde_saphyr::from_str::<serde_json::Value>(raw)
+            .map_err(|e| format!("invalid YAML value: {}", crate::config::load::yaml_message(&e.to_string())))?
     };
     if config.is_null() {
         *config = serde_json::Value::Object(serde_json::Map::new());
@@ -320,20 +278,14 @@ fn apply_override(config: &mut serde_json::Value, item: &str) -> std::result::Re
     let mut current = config;
     for (i, segment) in segments.iter().enumerate() {
         let serde_json::Value::Object(map) = current else {
-            let parent = if i == 0 {
-                "config".to_owned()
-            } else {
-                format!("config.{}", segments[..i].join("."))
-            };
+            let parent = if i == 0 { "config".to_owned() } else { format!("config.{}", segments[..i].join(".")) };
             return Err(format!("{parent} is not a map"));
         };
         if i + 1 == segments.len() {
             map.insert((*segment).to_owned(), value);
             return Ok(());
         }
-        current = map
-            .entry((*segment).to_owned())
-            .or_insert_with(|| serde_json::Value::Object(serde_json::Map::new()));
+        current = map.entry((*segment).to_owned()).or_insert_with(|| serde_json::Value::Object(serde_json::Map::new()));
     }
     Ok(())
 }

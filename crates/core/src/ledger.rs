@@ -12,7 +12,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use rusqlite::{params, Connection, OptionalExtension};
+use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 
 use crate::backend::{JobHandle, JobState};
@@ -118,8 +118,7 @@ impl Ledger {
     pub fn open(state_dir: &Path) -> Result<Ledger> {
         std::fs::create_dir_all(state_dir).map_err(|e| Error::io("create", state_dir, e))?;
         let path = state_dir.join(LEDGER_FILE);
-        let conn = Connection::open(&path)
-            .map_err(ledger_err(format!("cannot open `{}`", path.display())))?;
+        let conn = Connection::open(&path).map_err(ledger_err(format!("cannot open `{}`", path.display())))?;
         conn.busy_timeout(Duration::from_secs(10)).map_err(ledger_err("cannot set busy timeout"))?;
         // WAL lets readers and one writer work at the same time; the pragma answers with a row.
         // Switching a new database to WAL needs an exclusive lock, and SQLite reports a client
@@ -154,10 +153,13 @@ impl Ledger {
             );
             CREATE INDEX IF NOT EXISTS runs_by_name ON runs(name, submitted_at);",
         )
-        .map_err(|e| damaged(&path, e).unwrap_or_else(|e| ledger_err(format!("cannot create tables in `{}`", path.display()))(e)))?;
+        .map_err(|e| {
+            damaged(&path, e).unwrap_or_else(|e| ledger_err(format!("cannot create tables in `{}`", path.display()))(e))
+        })?;
         // A damaged file can open and still fail at its first read.
-        conn.query_row("SELECT count(*) FROM runs", [], |r| r.get::<_, i64>(0))
-            .map_err(|e| damaged(&path, e).unwrap_or_else(|e| ledger_err(format!("cannot read `{}`", path.display()))(e)))?;
+        conn.query_row("SELECT count(*) FROM runs", [], |r| r.get::<_, i64>(0)).map_err(|e| {
+            damaged(&path, e).unwrap_or_else(|e| ledger_err(format!("cannot read `{}`", path.display()))(e))
+        })?;
         Ok(Ledger { conn, path, state_dir: state_dir.to_owned() })
     }
 
@@ -215,10 +217,7 @@ impl Ledger {
             ))
             .map_err(ledger_err("cannot read runs"))?;
         let rows = stmt
-            .query_map(
-                params![identity.project, identity.group, identity.name, host, identity.run_id],
-                row_to_record,
-            )
+            .query_map(params![identity.project, identity.group, identity.name, host, identity.run_id], row_to_record)
             .map_err(ledger_err("cannot read runs"))?;
         let records = rows.collect::<Result<Vec<_>, _>>().map_err(ledger_err("cannot read runs"))?;
         Ok(records.into_iter().filter(|r| !r.state.is_terminal()).collect())
@@ -255,7 +254,13 @@ impl Ledger {
     }
 
     /// Stores the latest known state of a run.
-    pub fn update_state(&self, run_id: &str, state: JobState, exit_code: Option<i32>, message: Option<&str>) -> Result<()> {
+    pub fn update_state(
+        &self,
+        run_id: &str,
+        state: JobState,
+        exit_code: Option<i32>,
+        message: Option<&str>,
+    ) -> Result<()> {
         self.conn
             .execute(
                 "UPDATE runs SET state = ?2, exit_code = ?3, message = ?4, updated_at = ?5 WHERE run_id = ?1",
@@ -291,14 +296,13 @@ impl Ledger {
             .conn
             .prepare(&format!("{SELECT} ORDER BY submitted_at DESC, rowid DESC LIMIT ?1"))
             .map_err(ledger_err("cannot read runs"))?;
-        let rows = stmt
-            .query_map([limit as i64], row_to_record)
-            .map_err(ledger_err("cannot read runs"))?;
+        let rows = stmt.query_map([limit as i64], row_to_record).map_err(ledger_err("cannot read runs"))?;
         rows.collect::<Result<Vec<_>, _>>().map_err(ledger_err("cannot read runs"))
     }
 }
 
-const SELECT: &str = "SELECT run_id, name, project, grp, host, handle, submitted_at, updated_at, state, exit_code, message FROM runs";
+const SELECT: &str =
+    "SELECT run_id, name, project, grp, host, handle, submitted_at, updated_at, state, exit_code, message FROM runs";
 
 fn row_to_record(row: &rusqlite::Row<'_>) -> rusqlite::Result<Record> {
     let handle: String = row.get(5)?;
@@ -306,9 +310,8 @@ fn row_to_record(row: &rusqlite::Row<'_>) -> rusqlite::Result<Record> {
     Ok(Record {
         identity: JobIdentity { run_id: row.get(0)?, name: row.get(1)?, project: row.get(2)?, group: row.get(3)? },
         host: row.get(4)?,
-        handle: serde_json::from_str(&handle).map_err(|e| {
-            rusqlite::Error::FromSqlConversionFailure(5, rusqlite::types::Type::Text, Box::new(e))
-        })?,
+        handle: serde_json::from_str(&handle)
+            .map_err(|e| rusqlite::Error::FromSqlConversionFailure(5, rusqlite::types::Type::Text, Box::new(e)))?,
         submitted_at: row.get(6)?,
         updated_at: row.get(7)?,
         state: JobState::parse(&state).unwrap_or(JobState::Unknown),
@@ -349,9 +352,19 @@ mod tests {
 
     fn record(name: &str, run_id: &str, at: &str) -> Record {
         Record {
-            identity: JobIdentity { name: name.into(), project: "general".into(), group: "default".into(), run_id: run_id.into() },
+            identity: JobIdentity {
+                name: name.into(),
+                project: "general".into(),
+                group: "default".into(),
+                run_id: run_id.into(),
+            },
             host: "local".into(),
-            handle: JobHandle { kind: HostKind::Local, host: "local".into(), id: run_id.into(), data: serde_json::json!({"x": 1}) },
+            handle: JobHandle {
+                kind: HostKind::Local,
+                host: "local".into(),
+                id: run_id.into(),
+                data: serde_json::json!({"x": 1}),
+            },
             submitted_at: at.into(),
             updated_at: at.into(),
             state: JobState::Running,
@@ -398,8 +411,10 @@ mod tests {
         ledger.insert(&record("a", "r2", "2026-01-02T00:00:00Z")).unwrap();
         ledger.insert(&record("b", "r3", "2026-01-02T00:00:00Z")).unwrap();
         ledger.update_state("r2", JobState::Completed, Some(0), None).unwrap();
-        let mine = JobIdentity { name: "a".into(), project: "general".into(), group: "default".into(), run_id: "r9".into() };
-        let live: Vec<_> = ledger.live_of_name(&mine, "local").unwrap().into_iter().map(|r| r.identity.run_id).collect();
+        let mine =
+            JobIdentity { name: "a".into(), project: "general".into(), group: "default".into(), run_id: "r9".into() };
+        let live: Vec<_> =
+            ledger.live_of_name(&mine, "local").unwrap().into_iter().map(|r| r.identity.run_id).collect();
         assert_eq!(live, ["r1"], "same name, not terminal");
         ledger.delete("r1").unwrap();
         assert!(ledger.find("r1").unwrap().is_none());

@@ -7,13 +7,8 @@ use std::borrow::Cow;
 /// in single quotes with embedded single quotes written as `'\''`. Newlines, `$`, backticks and
 /// unicode need nothing special inside single quotes.
 pub fn quote(s: &str) -> Cow<'_, str> {
-    let safe = !s.is_empty()
-        && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_./:=,+@%^".contains(&b));
-    if safe {
-        Cow::Borrowed(s)
-    } else {
-        Cow::Owned(format!("'{}'", s.replace('\'', r"'\''")))
-    }
+    let safe = !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_./:=,+@%^".contains(&b));
+    if safe { Cow::Borrowed(s) } else { Cow::Owned(format!("'{}'", s.replace('\'', r"'\''"))) }
 }
 
 /// Quotes every word and joins them with spaces.

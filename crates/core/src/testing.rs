@@ -12,12 +12,12 @@ use std::time::Duration;
 use async_trait::async_trait;
 use futures::StreamExt;
 
+use crate::Result;
 use crate::backend::{DynBackend, EnvVar, JobHandle, JobState, JobStatus, LogOptions, PreparedJob, SubmitOptions};
 use crate::bootstrap::{self, BootstrapInput};
 use crate::job::{Distributed, Entrypoint, Experiment, JobIdentity};
 use crate::snapshot::{Snapshot, SnapshotMode};
 use crate::solver::Plan;
-use crate::Result;
 
 /// The job every check runs. `python job.py MODE ...`.
 pub const JOB_PY: &str = r#"
@@ -156,7 +156,10 @@ pub async fn check_env_and_config_reach_the_job(h: &Harness) {
     let status = wait_terminal(h, &handle).await;
     assert_eq!(status.state, JobState::Completed, "{status:?}");
     let logs = all_logs(h, &handle, false).await;
-    let line = logs.iter().find_map(|l| l.strip_prefix("conformance-env: ")).unwrap_or_else(|| panic!("no env line in {logs:?}"));
+    let line = logs
+        .iter()
+        .find_map(|l| l.strip_prefix("conformance-env: "))
+        .unwrap_or_else(|| panic!("no env line in {logs:?}"));
     let seen: serde_json::Value = serde_json::from_str(line).unwrap();
     assert_eq!(seen["env"]["CONF_PLAIN"], hostile);
     assert_eq!(seen["env"]["CONF_SECRET"], "s3cr3t-$HOME");

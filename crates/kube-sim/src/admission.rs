@@ -182,7 +182,8 @@ pub(crate) fn validate_job_create(job: &Value, store: &Store) -> Result<(), ApiE
         Ok(q) => {
             let state = q.pointer("/status/state").and_then(Value::as_str).unwrap_or("");
             if state != "Open" {
-                msg += &format!(" can only submit job to queue with state `Open`, queue `{queue}` status is `{state}`;");
+                msg +=
+                    &format!(" can only submit job to queue with state `Open`, queue `{queue}` status is `{state}`;");
             }
         }
     }
@@ -312,7 +313,8 @@ fn validate_policies(policies: Option<&Value>, path: &str) -> Option<String> {
         return None;
     }
     // go-multierror's format, then the lists `validateJobCreate` appends.
-    let head = if errors.len() == 1 { "1 error occurred:".to_owned() } else { format!("{} errors occurred:", errors.len()) };
+    let head =
+        if errors.len() == 1 { "1 error occurred:".to_owned() } else { format!("{} errors occurred:", errors.len()) };
     let body: String = errors.iter().map(|e| format!("\n\t* {e}")).collect();
     let mut events: Vec<&str> = EVENTS.to_vec();
     events.sort_unstable();
@@ -472,7 +474,13 @@ fn is_env_var_name(name: &str) -> bool {
 fn is_dag(tasks: &[Value]) -> bool {
     let names: Vec<&str> = tasks.iter().map(|t| t["name"].as_str().unwrap_or("")).collect();
     let deps = |i: usize| -> Vec<&str> {
-        tasks[i].pointer("/dependsOn/name").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str).collect()
+        tasks[i]
+            .pointer("/dependsOn/name")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect()
     };
     let mut done: Vec<bool> = vec![false; tasks.len()];
     loop {

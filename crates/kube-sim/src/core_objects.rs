@@ -140,7 +140,15 @@ pub(crate) fn admit(res: &ResourceInfo, obj: &mut Value, old: Option<&Value>) ->
         if res.kind == "Lease"
             && let Some(spec) = map.get_mut("spec").and_then(Value::as_object_mut)
         {
-            let known = ["holderIdentity", "leaseDurationSeconds", "acquireTime", "renewTime", "leaseTransitions", "strategy", "preferredHolder"];
+            let known = [
+                "holderIdentity",
+                "leaseDurationSeconds",
+                "acquireTime",
+                "renewTime",
+                "leaseTransitions",
+                "strategy",
+                "preferredHolder",
+            ];
             let keys: Vec<String> = spec.keys().cloned().collect();
             for key in keys.into_iter().filter(|k| !known.contains(&k.as_str())) {
                 spec.remove(&key);
@@ -261,7 +269,9 @@ const CONFIG_KEY: &str = "a valid config key must consist of alphanumeric charac
 
 fn config_key_errors(field: &str, keys: &Map<String, Value>, errors: &mut Vec<String>) {
     for key in keys.keys() {
-        let ok = !key.is_empty() && key.len() <= 253 && key.bytes().all(|b| b.is_ascii_alphanumeric() || b"-._".contains(&b));
+        let ok = !key.is_empty()
+            && key.len() <= 253
+            && key.bytes().all(|b| b.is_ascii_alphanumeric() || b"-._".contains(&b));
         if !ok || key == "." || key == ".." || key.starts_with("..") {
             errors.push(format!("{field}[{key}]: Invalid value: {key:?}: {CONFIG_KEY}"));
         }
@@ -273,7 +283,8 @@ fn validate(res: &ResourceInfo, obj: &Value, old: Option<&Value>) -> Vec<String>
     let mut errors = Vec::new();
     match res.kind {
         "Secret" | "ConfigMap" => {
-            let (text_field, bytes_field) = if res.kind == "Secret" { ("stringData", "data") } else { ("data", "binaryData") };
+            let (text_field, bytes_field) =
+                if res.kind == "Secret" { ("stringData", "data") } else { ("data", "binaryData") };
             let mut total = 0;
             for field in [text_field, bytes_field] {
                 if let Some(map) = obj.get(field).and_then(Value::as_object) {
@@ -291,7 +302,9 @@ fn validate(res: &ResourceInfo, obj: &Value, old: Option<&Value>) -> Vec<String>
                 if was_immutable && obj.get("immutable") != Some(&json!(true)) {
                     errors.push("immutable: Forbidden: field is immutable when `immutable` is set".to_owned());
                 }
-                if was_immutable && (obj.get(bytes_field) != old.get(bytes_field) || obj.get(text_field) != old.get(text_field)) {
+                if was_immutable
+                    && (obj.get(bytes_field) != old.get(bytes_field) || obj.get(text_field) != old.get(text_field))
+                {
                     errors.push(format!("{bytes_field}: Forbidden: field is immutable when `immutable` is set"));
                 }
                 if res.kind == "Secret" && obj.get("type") != old.get("type") {

@@ -144,7 +144,8 @@ fn ensure_ssh_secret(store: &crate::store::Store, job: &Value, tasks: &[Task]) {
     let mut config = String::from("StrictHostKeyChecking no\nUserKnownHostsFile /dev/null\n");
     for t in tasks {
         let hostname = t.template.pointer("/spec/hostname").and_then(Value::as_str).filter(|h| !h.is_empty());
-        let subdomain = t.template.pointer("/spec/subdomain").and_then(Value::as_str).filter(|s| !s.is_empty()).unwrap_or(name);
+        let subdomain =
+            t.template.pointer("/spec/subdomain").and_then(Value::as_str).filter(|s| !s.is_empty()).unwrap_or(name);
         for i in 0..t.replicas {
             let host = hostname.map_or_else(|| format!("{name}-{}-{i}", t.name), str::to_owned);
             config.push_str(&format!("Host {host}\n  HostName {host}.{subdomain}\n"));
@@ -164,7 +165,11 @@ fn ensure_ssh_secret(store: &crate::store::Store, job: &Value, tasks: &[Task]) {
 
 /// A new 1024-bit RSA key pair (PEM private key, authorized-keys public line), as upstream's.
 fn rsa_key_pair() -> Option<(String, String)> {
-    let dir = std::env::temp_dir().join(format!("theseus-kube-sim-ssh-{}-{}", std::process::id(), crate::util::name_suffix()));
+    let dir = std::env::temp_dir().join(format!(
+        "theseus-kube-sim-ssh-{}-{}",
+        std::process::id(),
+        crate::util::name_suffix()
+    ));
     std::fs::create_dir_all(&dir).ok()?;
     let key = dir.join("id_rsa");
     let made = std::process::Command::new("ssh-keygen")
@@ -182,8 +187,13 @@ fn rsa_key_pair() -> Option<(String, String)> {
 
 /// The ssh plugin's `--ssh-key-file-path` (default `/root/.ssh`).
 fn ssh_key_path(job: &Value) -> String {
-    let args: Vec<&str> =
-        job.pointer("/spec/plugins/ssh").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str).collect();
+    let args: Vec<&str> = job
+        .pointer("/spec/plugins/ssh")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
     let mut path = "/root/.ssh".to_owned();
     for (i, a) in args.iter().enumerate() {
         if let Some(v) = a.strip_prefix("--ssh-key-file-path=") {

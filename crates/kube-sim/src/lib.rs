@@ -46,8 +46,8 @@ mod queues;
 mod rbac;
 mod runtime;
 mod sched;
-mod schema;
 mod scheduler;
+mod schema;
 mod selector;
 mod server;
 mod status;
@@ -67,8 +67,8 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
 pub use faults::{Faults, Outage};
-pub use rbac::Authz;
 pub use quantity::{QuantityError, format_milli, parse_milli};
+pub use rbac::Authz;
 pub use server::ExecContext;
 pub use status::{ApiError, Cause, InvalidDetails};
 

@@ -148,7 +148,8 @@ fn reset() -> std::io::Error {
 /// A chunked body fed by a channel whose errors abort the response (the client sees the
 /// connection reset mid-body).
 fn result_body(mut rx: mpsc::Receiver<std::io::Result<Bytes>>) -> Body {
-    let stream = futures::stream::poll_fn(move |cx| rx.poll_recv(cx).map(|b| b.map(|b| b.map(hyper::body::Frame::data))));
+    let stream =
+        futures::stream::poll_fn(move |cx| rx.poll_recv(cx).map(|b| b.map(|b| b.map(hyper::body::Frame::data))));
     http_body_util::BodyExt::boxed(http_body_util::StreamBody::new(stream))
 }
 

@@ -192,7 +192,8 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Option<Args>, String>
     match (token_file, rbac_file) {
         (None, None) => {}
         (Some(tokens), Some(rbac)) => {
-            let read = |p: &PathBuf| std::fs::read_to_string(p).map_err(|e| format!("cannot read `{}`: {e}", p.display()));
+            let read =
+                |p: &PathBuf| std::fs::read_to_string(p).map_err(|e| format!("cannot read `{}`: {e}", p.display()));
             sim.authz = Some(theseus_kube_sim::Authz::from_files(&read(&tokens)?, &read(&rbac)?)?);
         }
         _ => return Err("`--token-auth-file` and `--rbac` go together".into()),
@@ -222,9 +223,18 @@ mod tests {
 
     #[test]
     fn fault_flags_parse() {
-        let a = args(&["--cut-log-streams-after", "1.5", "--outage-after", "10", "--outage-for", "60", "--outage-kind", "refuse"])
-            .unwrap()
-            .unwrap();
+        let a = args(&[
+            "--cut-log-streams-after",
+            "1.5",
+            "--outage-after",
+            "10",
+            "--outage-for",
+            "60",
+            "--outage-kind",
+            "refuse",
+        ])
+        .unwrap()
+        .unwrap();
         assert_eq!(a.faults.cut_logs_after, Some(Duration::from_millis(1500)));
         assert_eq!(a.faults.outage_after, Some(Duration::from_secs(10)));
         assert_eq!(a.faults.outage_for, Some(Duration::from_secs(60)));

@@ -17,7 +17,8 @@ use crate::discovery::{RESOURCES, ResourceInfo};
 fn group_versions() -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     for r in RESOURCES {
-        let gv = if r.group.is_empty() { format!("api/{}", r.version) } else { format!("apis/{}/{}", r.group, r.version) };
+        let gv =
+            if r.group.is_empty() { format!("api/{}", r.version) } else { format!("apis/{}/{}", r.group, r.version) };
         if !out.contains(&gv) {
             out.push(gv);
         }
@@ -48,7 +49,11 @@ pub(crate) fn document(gv: &str) -> Option<Value> {
     let resources: Vec<&ResourceInfo> = RESOURCES
         .iter()
         .filter(|r| {
-            let own = if r.group.is_empty() { format!("api/{}", r.version) } else { format!("apis/{}/{}", r.group, r.version) };
+            let own = if r.group.is_empty() {
+                format!("api/{}", r.version)
+            } else {
+                format!("apis/{}/{}", r.group, r.version)
+            };
             own == gv
         })
         .collect();
@@ -77,8 +82,11 @@ pub(crate) fn document(gv: &str) -> Option<Value> {
             })
         };
         let base = format!("/{gv}");
-        let collection =
-            if r.namespaced { format!("{base}/namespaces/{{namespace}}/{}", r.plural) } else { format!("{base}/{}", r.plural) };
+        let collection = if r.namespaced {
+            format!("{base}/namespaces/{{namespace}}/{}", r.plural)
+        } else {
+            format!("{base}/{}", r.plural)
+        };
         paths.insert(collection.clone(), json!({"post": op("post")}));
         paths.insert(format!("{collection}/{{name}}"), json!({"put": op("put"), "patch": op("patch")}));
         let schema = crate::schema::schema_of(r).cloned().unwrap_or_else(|| json!({"type": "object"}));
@@ -120,6 +128,8 @@ mod tests {
         let schema = &doc["components"]["schemas"]["sh.volcano.batch.v1alpha1.Job"];
         assert!(schema["properties"]["spec"]["properties"]["tasks"].is_object(), "the CRD's schema");
         assert!(document("apis/nowhere/v1").is_none());
-        assert!(document("api/v1").unwrap()["paths"]["/api/v1/namespaces/{namespace}/secrets/{name}"]["patch"].is_object());
+        assert!(
+            document("api/v1").unwrap()["paths"]["/api/v1/namespaces/{namespace}/secrets/{name}"]["patch"].is_object()
+        );
     }
 }

@@ -140,7 +140,8 @@ where
                 // What the kubelet reports when nothing listens on the port.
                 let mut frame = vec![error];
                 frame.extend_from_slice(
-                    format!("error forwarding port {port} to pod: failed to connect to localhost:{port}: {e}").as_bytes(),
+                    format!("error forwarding port {port} to pod: failed to connect to localhost:{port}: {e}")
+                        .as_bytes(),
                 );
                 let _ = out_tx.send(frame).await;
                 to_pod.push(None);

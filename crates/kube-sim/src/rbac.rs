@@ -112,7 +112,8 @@ impl Authz {
                 continue;
             };
             for subject in doc["subjects"].as_array().into_iter().flatten() {
-                let key = format!("{}:{}", subject["kind"].as_str().unwrap_or(""), subject["name"].as_str().unwrap_or(""));
+                let key =
+                    format!("{}:{}", subject["kind"].as_str().unwrap_or(""), subject["name"].as_str().unwrap_or(""));
                 authz.grants.entry(key).or_default().push((namespace.clone(), rules.clone()));
             }
         }
@@ -204,8 +205,8 @@ fn allows(rule: &Rule, attrs: &Attributes) -> bool {
         }
         None => any(&rule.resources, &attrs.resource),
     };
-    let name_ok = rule.resource_names.is_empty()
-        || attrs.name.as_ref().is_some_and(|n| rule.resource_names.contains(n));
+    let name_ok =
+        rule.resource_names.is_empty() || attrs.name.as_ref().is_some_and(|n| rule.resource_names.contains(n));
     any(&rule.verbs, &attrs.verb) && any(&rule.api_groups, &attrs.group) && resource_ok && name_ok
 }
 

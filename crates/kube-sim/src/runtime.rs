@@ -148,7 +148,8 @@ impl Runtime {
                 if live.contains(uid.as_str()) {
                     continue;
                 }
-                let grace = deletion_grace.get(uid.as_str()).map_or(pod.grace, |g| (*g).min(shared.config.max_grace_period));
+                let grace =
+                    deletion_grace.get(uid.as_str()).map_or(pod.grace, |g| (*g).min(shared.config.max_grace_period));
                 pod.stopping = true;
                 for c in &mut pod.containers {
                     if let Some(stop) = c.stop.take() {
@@ -249,11 +250,17 @@ impl Runtime {
             });
             children.push((spawned.ok(), stop_rx));
         }
-        let restart_policy =
-            pod.pointer("/spec/restartPolicy").and_then(Value::as_str).unwrap_or("Always").to_owned();
+        let restart_policy = pod.pointer("/spec/restartPolicy").and_then(Value::as_str).unwrap_or("Always").to_owned();
         self.lock().insert(
             uid.to_owned(),
-            PodProc { namespace: ns.clone(), name: name.clone(), grace, restart_policy, stopping: false, containers: procs },
+            PodProc {
+                namespace: ns.clone(),
+                name: name.clone(),
+                grace,
+                restart_policy,
+                stopping: false,
+                containers: procs,
+            },
         );
         let all_started = children.iter().all(|(c, _)| c.is_some());
         let children_started = children.iter().any(|(c, _)| c.is_some());
@@ -286,7 +293,9 @@ impl Runtime {
                 let (mut child, mut stop_rx) = (child, stop_rx);
                 loop {
                     let code = procs::supervise(child, stop_rx).await;
-                    let Some(backoff) = shared.runtime.exited(&shared.store, &ns, &name, &uid, idx, code) else { break };
+                    let Some(backoff) = shared.runtime.exited(&shared.store, &ns, &name, &uid, idx, code) else {
+                        break;
+                    };
                     tokio::time::sleep(backoff).await;
                     match shared.runtime.respawn(&shared.store, &ns, &name, &uid, idx) {
                         Some(next) => (child, stop_rx) = next,
@@ -335,7 +344,8 @@ impl Runtime {
                 // kuberuntime's "back-off %s restarting failed container=%s pod=%s".
                 let container = cs["name"].as_str().unwrap_or("").to_owned();
                 cs["lastState"] = cs["state"].take();
-                let message = format!("back-off {}s restarting failed container={container} pod={pod_ref}", wait.as_secs());
+                let message =
+                    format!("back-off {}s restarting failed container={container} pod={pod_ref}", wait.as_secs());
                 cs["state"] = json!({"waiting": {"reason": "CrashLoopBackOff", "message": message}});
                 return;
             }

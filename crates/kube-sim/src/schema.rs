@@ -101,9 +101,9 @@ pub(crate) fn admit(res: &ResourceInfo, obj: &mut Value, mode: FieldValidation) 
     if !errors.is_empty() {
         let name = obj.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_owned();
         let messages: Vec<String> = errors.iter().map(FieldError::to_string).collect();
-        let joined =
-            if messages.len() == 1 { messages[0].clone() } else { format!("[{}]", messages.join(", ")) };
-        let mut err = ApiError::invalid(res.kind, &name, format!("{}.{} {name:?} is invalid: {joined}", res.kind, res.group));
+        let joined = if messages.len() == 1 { messages[0].clone() } else { format!("[{}]", messages.join(", ")) };
+        let mut err =
+            ApiError::invalid(res.kind, &name, format!("{}.{} {name:?} is invalid: {joined}", res.kind, res.group));
         err.invalid = Some(Box::new(InvalidDetails {
             group: res.group.to_owned(),
             causes: errors.iter().map(FieldError::cause).collect(),
@@ -118,7 +118,11 @@ pub(crate) fn admit(res: &ResourceInfo, obj: &mut Value, mode: FieldValidation) 
 ///
 /// # Errors
 /// The strict decoding error.
-pub(crate) fn unknown_fields(res: &ResourceInfo, unknown: &[String], mode: FieldValidation) -> Result<Vec<String>, ApiError> {
+pub(crate) fn unknown_fields(
+    res: &ResourceInfo,
+    unknown: &[String],
+    mode: FieldValidation,
+) -> Result<Vec<String>, ApiError> {
     let list: Vec<String> = unknown.iter().map(|p| format!("unknown field {p:?}")).collect();
     match mode {
         FieldValidation::Strict if !list.is_empty() => Err(ApiError::bad_request(format!(

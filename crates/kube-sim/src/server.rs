@@ -13,9 +13,9 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use crate::Shared;
-use crate::discovery::{self, ResourceInfo};
 use crate::admission;
 use crate::core_objects;
+use crate::discovery::{self, ResourceInfo};
 use crate::schema::{self, FieldValidation};
 use crate::selector::{FieldSelector, LabelSelector, Selectors};
 use crate::status::{ApiError, Result};
@@ -221,8 +221,11 @@ async fn route(shared: &Arc<Shared>, req: Request<Incoming>) -> Result<Response<
                         // The queue controller opens a new queue; in a real cluster a moment later.
                         body["status"]["state"] = json!("Open");
                     }
-                    let stored =
-                        if dry { shared.store.create_dry_run(res, ns, body)? } else { shared.store.create(res, ns, body)? };
+                    let stored = if dry {
+                        shared.store.create_dry_run(res, ns, body)?
+                    } else {
+                        shared.store.create(res, ns, body)?
+                    };
                     Ok(with_warnings(shared, json_response(StatusCode::CREATED, &stored), &warnings))
                 }
                 Method::DELETE => {

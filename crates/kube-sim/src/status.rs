@@ -42,14 +42,7 @@ pub struct Cause {
 
 impl ApiError {
     fn new(code: u16, reason: &'static str, message: impl Into<String>) -> Self {
-        Self {
-            code,
-            reason,
-            message: message.into(),
-            details: None,
-            retry_after: None,
-            invalid: None,
-        }
+        Self { code, reason, message: message.into(), details: None, retry_after: None, invalid: None }
     }
 
     /// 404 for one object: `pods "x" not found`.

@@ -244,7 +244,18 @@ impl Store {
             return Ok(obj);
         }
         let obj = self.commit(&mut inner, ChangeKind::Added, res, None, obj);
-        inner.objects.insert(k, obj.clone());
+        inner.objects.insert(k.clone(), obj.clone());
+        // The garbage collector deletes a new dependent whose owners are all gone: a controller
+        // that read its owner from a cache may create it just after the owner's deletion
+        // (`pkg/controller/garbagecollector/garbagecollector.go`, `attemptToDeleteItem` with
+        // `classifyReferences`: every reference dangling means delete). The real one does it a
+        // moment later; here it is at once, which no client can tell apart from a fast GC.
+        let owners: Vec<&str> = owner_uids(&obj).collect();
+        let dangling = !owners.is_empty()
+            && !inner.objects.values().filter_map(|v| meta_str(v, "uid")).any(|u| owners.contains(&u));
+        if dangling {
+            self.remove_locked(&mut inner, res, k, obj.clone(), Propagation::Background);
+        }
         Ok(obj)
     }
 
@@ -456,10 +467,22 @@ impl Store {
             inner.objects.insert(k, marked.clone());
             return Ok(marked);
         }
+        Ok(self.remove_locked(&mut inner, res, k, obj, propagation))
+    }
+
+    /// Removes an object without finalizers and cascades to its dependents (the lock held).
+    fn remove_locked(
+        &self,
+        inner: &mut Inner,
+        res: &'static ResourceInfo,
+        k: Key,
+        obj: Value,
+        propagation: Propagation,
+    ) -> Value {
         inner.objects.remove(&k);
         let mut deleted = obj.clone();
         deleted["metadata"]["deletionTimestamp"] = json!(util::now_rfc3339());
-        let deleted = self.commit(&mut inner, ChangeKind::Deleted, res, Some(obj.clone()), deleted);
+        let deleted = self.commit(inner, ChangeKind::Deleted, res, Some(obj.clone()), deleted);
         let mut owners: Vec<String> = meta_str(&obj, "uid").map(str::to_owned).into_iter().collect();
         let mut seen: HashSet<String> = owners.iter().cloned().collect();
         while let Some(owner_uid) = owners.pop() {
@@ -482,13 +505,13 @@ impl Store {
                     if let Some(refs) = next["metadata"]["ownerReferences"].as_array_mut() {
                         refs.retain(|r| r["uid"].as_str() != Some(owner_uid.as_str()));
                     }
-                    let next = self.commit(&mut inner, ChangeKind::Modified, dep_res, Some(dep), next);
+                    let next = self.commit(inner, ChangeKind::Modified, dep_res, Some(dep), next);
                     inner.objects.insert(dep_key, next);
                 } else if has_finalizers(&dep) {
                     if dep["metadata"].get("deletionTimestamp").is_none() {
                         let mut marked = dep.clone();
                         marked["metadata"]["deletionTimestamp"] = json!(util::now_rfc3339());
-                        let marked = self.commit(&mut inner, ChangeKind::Modified, dep_res, Some(dep), marked);
+                        let marked = self.commit(inner, ChangeKind::Modified, dep_res, Some(dep), marked);
                         inner.objects.insert(dep_key, marked);
                     }
                 } else {
@@ -500,11 +523,11 @@ impl Store {
                     }
                     let mut gone = dep.clone();
                     gone["metadata"]["deletionTimestamp"] = json!(util::now_rfc3339());
-                    self.commit(&mut inner, ChangeKind::Deleted, dep_res, Some(dep), gone);
+                    self.commit(inner, ChangeKind::Deleted, dep_res, Some(dep), gone);
                 }
             }
         }
-        Ok(deleted)
+        deleted
     }
 
     /// Starts a watch of one resource type from `from_rv` (`None` or 0: the current state is
@@ -623,7 +646,10 @@ fn name_error(res: &ResourceInfo, name: &str) -> Option<String> {
         }
         _ => {
             let ok = name.split('.').all(|part| {
-                !part.is_empty() && label_chars(part) && part.starts_with(|c: char| c.is_ascii_alphanumeric()) && alnum_end(part)
+                !part.is_empty()
+                    && label_chars(part)
+                    && part.starts_with(|c: char| c.is_ascii_alphanumeric())
+                    && alnum_end(part)
             });
             if name.len() > 253 {
                 Some("must be no more than 253 characters".into())

@@ -19,7 +19,8 @@ pub(super) fn measure(root: &Path, bin: &Path, python: &Path, _scratch: &Path, r
     // A port nobody listens on (bound, then closed), and listeners that never accept: the
     // kernel completes the handshake and the connection then stays silent.
     let refused = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-    let silent: Vec<TcpListener> = (0..SILENT_HOSTS).map(|_| TcpListener::bind("127.0.0.1:0")).collect::<Result<_, _>>()?;
+    let silent: Vec<TcpListener> =
+        (0..SILENT_HOSTS).map(|_| TcpListener::bind("127.0.0.1:0")).collect::<Result<_, _>>()?;
 
     let mut refused_plan = Measure::new("plan over 50 plain hosts whose port refuses", "s", Goal::AtMost(1.0));
     let home = TempDir::new("probes-refused", false)?;
@@ -60,7 +61,9 @@ fn plan(root: &Path, bin: &Path, python: &Path, home: &Path) -> std::process::Co
 /// plain host per alias.
 fn write_config(home: &Path, hosts: &[(String, u16)]) -> Result<()> {
     let mut ssh = String::new();
-    let mut dispatch = String::from("clusters:\n  bench: {root: /tmp/theseus-bench-unused, work: /tmp/theseus-bench-unused/work}\nhosts:\n");
+    let mut dispatch = String::from(
+        "clusters:\n  bench: {root: /tmp/theseus-bench-unused, work: /tmp/theseus-bench-unused/work}\nhosts:\n",
+    );
     for (name, port) in hosts {
         ssh.push_str(&format!("Host {name}\n  HostName 127.0.0.1\n  Port {port}\n"));
         dispatch.push_str(&format!("  {name}: {{type: plain, ssh: {name}, cluster: bench}}\n"));

@@ -94,7 +94,9 @@ fn reship(
     cmd: &dyn Fn(&str) -> Command,
 ) -> Result<(Measure, Measure)> {
     let (bytes_name, time_name) = match target {
-        "local" => ("re-ship after a one-file edit, local: bytes sent", "re-ship after a one-file edit, local: wall time"),
+        "local" => {
+            ("re-ship after a one-file edit, local: bytes sent", "re-ship after a one-file edit, local: wall time")
+        }
         "sshd" => ("re-ship after a one-file edit, sshd: bytes sent", "re-ship after a one-file edit, sshd: wall time"),
         _ => ("re-ship after a one-file edit, sim: bytes sent", "re-ship after a one-file edit, sim: wall time"),
     };
@@ -193,7 +195,13 @@ struct Lab {
 
 fn lab() -> Result<Lab, String> {
     let get = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty()).ok_or_else(|| k.to_owned());
-    let vars = ["THESEUSTEST_SSH_HOST", "THESEUSTEST_SSH_PORT", "THESEUSTEST_SSH_USER", "THESEUSTEST_SSH_KEY", "THESEUSTEST_SSH_KNOWN_HOSTS"];
+    let vars = [
+        "THESEUSTEST_SSH_HOST",
+        "THESEUSTEST_SSH_PORT",
+        "THESEUSTEST_SSH_USER",
+        "THESEUSTEST_SSH_KEY",
+        "THESEUSTEST_SSH_KNOWN_HOSTS",
+    ];
     let missing: Vec<String> = vars.iter().filter_map(|k| get(k).err()).collect();
     if !missing.is_empty() {
         return Err(format!("no lab sshd: {} not set (`cargo xtask lab up` starts the lab)", missing.join(", ")));
@@ -256,7 +264,15 @@ fn sshd(bin: &Path, python: &Path, repo: &Path, repo_bytes: u64, runs: usize) ->
 }
 
 /// The re-ship and the 500 MiB first ship against the simulator world of `e2e --sim`.
-fn sim(root: &Path, bin: &Path, scratch: &Path, repo: &Path, repo_bytes: u64, runs: usize, release: bool) -> Result<Vec<Measure>> {
+fn sim(
+    root: &Path,
+    bin: &Path,
+    scratch: &Path,
+    repo: &Path,
+    repo_bytes: u64,
+    runs: usize,
+    release: bool,
+) -> Result<Vec<Measure>> {
     let dir = scratch.join("sim-store");
     let (mut simulator, world) = start_sim_world(root, bin, &dir, crate::e2e::Rbac::Off)?;
     eprintln!("bench: simulator at {}", simulator.url);
@@ -287,7 +303,13 @@ fn sim_measures(world: &World, repo: &Path, repo_bytes: u64, runs: usize, releas
     if time.exists() {
         let rss_file = big.path().join("rss.kib");
         let mut cmd = Command::new(time);
-        cmd.env_clear().arg("-f").arg("%M").arg("-o").arg(&rss_file).arg(theseus.get_program()).args(theseus.get_args());
+        cmd.env_clear()
+            .arg("-f")
+            .arg("%M")
+            .arg("-o")
+            .arg(&rss_file)
+            .arg(theseus.get_program())
+            .args(theseus.get_args());
         for (key, value) in theseus.get_envs() {
             if let Some(value) = value {
                 cmd.env(key, value);
@@ -299,7 +321,14 @@ fn sim_measures(world: &World, repo: &Path, repo_bytes: u64, runs: usize, releas
         let secs = timed(cmd, "theseus submit of 500 MiB (sim)")?;
         rate.values.push(mib(bytes) / secs);
         let kib = std::fs::read_to_string(&rss_file)?;
-        let kib: f64 = kib.trim().lines().last().unwrap_or_default().trim().parse().with_context(|| format!("/usr/bin/time wrote {kib:?}"))?;
+        let kib: f64 = kib
+            .trim()
+            .lines()
+            .last()
+            .unwrap_or_default()
+            .trim()
+            .parse()
+            .with_context(|| format!("/usr/bin/time wrote {kib:?}"))?;
         rss.values.push(kib / 1024.0);
     } else {
         rate.values.push(mib(bytes) / timed(theseus, "theseus submit of 500 MiB (sim)")?);

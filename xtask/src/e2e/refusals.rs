@@ -18,12 +18,18 @@ use super::{CLOSED_QUEUE, CLOSED_QUEUE_HOST, HOST, NO_QUEUE_HOST, World, text, w
 pub(crate) fn commands(n: u32) -> Vec<String> {
     match n {
         5 => vec![
-            format!("plan e2e-lost hello.yaml --host {NO_QUEUE_HOST} --chip cpu   # passed over: the queue does not exist"),
-            format!("submit e2e-lost hello.yaml --code . --host {NO_QUEUE_HOST} --chip cpu --no-check   # fails; no vcjob"),
+            format!(
+                "plan e2e-lost hello.yaml --host {NO_QUEUE_HOST} --chip cpu   # passed over: the queue does not exist"
+            ),
+            format!(
+                "submit e2e-lost hello.yaml --code . --host {NO_QUEUE_HOST} --chip cpu --no-check   # fails; no vcjob"
+            ),
         ],
         6 => vec![
             format!("# the harness creates queue {CLOSED_QUEUE} and closes it (a CloseQueue Command)"),
-            format!("submit e2e-shut hello.yaml --code . --host {CLOSED_QUEUE_HOST} --chip cpu --no-check   # fails; no vcjob"),
+            format!(
+                "submit e2e-shut hello.yaml --code . --host {CLOSED_QUEUE_HOST} --chip cpu --no-check   # fails; no vcjob"
+            ),
         ],
         _ => vec![
             format!("submit e2e-evict sleep.yaml --code . --host {HOST} --chip cpu"),
@@ -43,7 +49,8 @@ fn vcjobs_named(world: &World, needle: &str) -> Result<Vec<String>> {
 /// when it may read queues, else Volcano's admission webhook's) and creates no vcjob.
 fn refused(world: &World, name: &str, host: &str, needles: &[&str]) -> Result<()> {
     let helpers_before = vcjobs_named(world, "theseus-ship-")?;
-    let out = world.theseus(&["submit", name, "hello.yaml", "--code", ".", "--host", host, "--chip", "cpu", "--no-check"])?;
+    let out =
+        world.theseus(&["submit", name, "hello.yaml", "--code", ".", "--host", host, "--chip", "cpu", "--no-check"])?;
     let stderr = text(&out.stderr);
     ensure!(out.status.code() == Some(2), "the submit should fail with exit code 2 ({}):\n{stderr}", out.status);
     ensure!(needles.iter().any(|n| stderr.contains(n)), "the error says none of {needles:?}:\n{stderr}");
@@ -71,12 +78,8 @@ pub(crate) fn closed_queue(world: &World) -> Result<()> {
         let queue = world.api.get(&format!("/apis/scheduling.volcano.sh/v1beta1/queues/{CLOSED_QUEUE}"))?;
         Ok((queue["status"]["state"] == "Closed").then_some(()))
     })?;
-    let result = refused(
-        world,
-        "e2e-shut",
-        CLOSED_QUEUE_HOST,
-        &["is Closed", "can only submit job to queue with state `Open`"],
-    );
+    let result =
+        refused(world, "e2e-shut", CLOSED_QUEUE_HOST, &["is Closed", "can only submit job to queue with state `Open`"]);
     world.api.delete(&format!("/apis/scheduling.volcano.sh/v1beta1/queues/{CLOSED_QUEUE}"))?;
     result
 }
@@ -107,16 +110,17 @@ pub(crate) fn evicted_pod_restarts(world: &World) -> Result<()> {
         Ok(running.first().cloned().ok_or_else(|| "no running pod yet".to_owned()))
     })?;
     world.api.delete(&format!("/api/v1/namespaces/{ns}/pods/{pod}"))?;
-    let message = wait_seen("status to show the restart", Duration::from_secs(180), Duration::from_millis(500), || {
-        let v = status(world, "e2e-evict")?;
-        let state = v["status"]["state"].as_str().unwrap_or("").to_owned();
-        let message = v["status"]["message"].as_str().unwrap_or("").to_owned();
-        Ok(if state == "running" && message.contains("after 1 restart") {
-            Ok(message)
-        } else {
-            Err(format!("{state}: `{message}`"))
-        })
-    })?;
+    let message =
+        wait_seen("status to show the restart", Duration::from_secs(180), Duration::from_millis(500), || {
+            let v = status(world, "e2e-evict")?;
+            let state = v["status"]["state"].as_str().unwrap_or("").to_owned();
+            let message = v["status"]["message"].as_str().unwrap_or("").to_owned();
+            Ok(if state == "running" && message.contains("after 1 restart") {
+                Ok(message)
+            } else {
+                Err(format!("{state}: `{message}`"))
+            })
+        })?;
     eprintln!("e2e:       after the eviction: {message}");
     let cancel = world.theseus_ok(&["cancel", "e2e-evict"])?;
     ensure!(cancel.contains("cancelled"), "cancel: {cancel}");

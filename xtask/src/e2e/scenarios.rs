@@ -84,8 +84,9 @@ pub(crate) fn run_all(world: &World, only: &[u32], require_kubectl: bool) -> Res
         let t = Instant::now();
         let required = require_kubectl || std::env::var_os("THESEUSTEST_REQUIRE_ALL").is_some_and(|v| v == "1");
         let jax_ran = only.is_empty() || only.contains(&1);
-        let checked = kubectl_against_sim(server, world.kubectl_token.as_deref(), jax_ran)
-            .and_then(|found| if found { kubectl_validates_the_dry_run(world, server).map(|()| true) } else { Ok(false) });
+        let checked = kubectl_against_sim(server, world.kubectl_token.as_deref(), jax_ran).and_then(|found| {
+            if found { kubectl_validates_the_dry_run(world, server).map(|()| true) } else { Ok(false) }
+        });
         let (line, ok) = kubectl_verdict(checked, required);
         eprintln!("e2e: [kubectl] {line} ({:.1}s)", t.elapsed().as_secs_f64());
         if !ok {
@@ -307,7 +308,10 @@ fn unpullable_helper(world: &World) -> Result<()> {
     for record in records.iter().filter(|r| r["identity"]["name"] == "e2e-broken") {
         ensure!(record["state"] == "failed", "a failed submit is shown as {}: {record}", record["state"]);
         let message = record["message"].as_str().unwrap_or_default();
-        ensure!(message.contains("ImagePullBackOff") || message.contains("ErrImagePull"), "its reason is lost: {record}");
+        ensure!(
+            message.contains("ImagePullBackOff") || message.contains("ErrImagePull"),
+            "its reason is lost: {record}"
+        );
     }
     Ok(())
 }
@@ -396,7 +400,8 @@ fn nothing_left(world: &World) -> Result<()> {
     // helper pod of its own, which the checks below then see gone. Only the working host: the
     // broken host's helper image cannot start, so its store cannot be reclaimed.
     let gc = world.theseus_ok(&["gc", "--older-than", "0s", "--dry-run", "--host", HOST, "--output", "json"])?;
-    let report: Value = serde_json::from_str(&gc).with_context(|| format!("`theseus gc --output json` printed {gc}"))?;
+    let report: Value =
+        serde_json::from_str(&gc).with_context(|| format!("`theseus gc --output json` printed {gc}"))?;
     let leftovers: Vec<&Value> = report
         .as_array()
         .into_iter()
@@ -463,11 +468,33 @@ fn describe_left(jobs: &[Value], pods: &[&Value]) -> String {
 fn kubectl_validates_the_dry_run(world: &World, server: &str) -> Result<()> {
     use std::io::Write as _;
     let manifests = world.theseus_ok(&[
-        "submit", "e2e-manifests", "jax.yaml", "--code", ".", "--host", super::HOST, "--chip", "h100", "-n", "8",
-        "--secret-env", "E2E_TOKEN", "--dry-run",
+        "submit",
+        "e2e-manifests",
+        "jax.yaml",
+        "--code",
+        ".",
+        "--host",
+        super::HOST,
+        "--chip",
+        "h100",
+        "-n",
+        "8",
+        "--secret-env",
+        "E2E_TOKEN",
+        "--dry-run",
     ])?;
     let mut child = std::process::Command::new("kubectl")
-        .args(["--kubeconfig", "/dev/null", "--server", server, "apply", "--validate=strict", "--dry-run=server", "-f", "-"])
+        .args([
+            "--kubeconfig",
+            "/dev/null",
+            "--server",
+            server,
+            "apply",
+            "--validate=strict",
+            "--dry-run=server",
+            "-f",
+            "-",
+        ])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -489,8 +516,7 @@ fn kubectl_against_sim(server: &str, token: Option<&str>, jax_ran: bool) -> Resu
     if let Some(token) = token {
         cmd.args(["--token", token]);
     }
-    let out = match cmd.args(["get", "vcjob,pods", "-A"]).output()
-    {
+    let out = match cmd.args(["get", "vcjob,pods", "-A"]).output() {
         Ok(out) => out,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
         Err(e) => return Err(e).context("cannot run kubectl"),

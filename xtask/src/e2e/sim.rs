@@ -113,7 +113,8 @@ pub(crate) fn start_world(root: &Path, bin: &Path, scratch: &Path, rbac: Rbac) -
         None => None,
     };
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let sim = SimProcess::start(&bin.join("theseus-kube-sim"), &args, &scratch.join("sim"), &home.join(".kube/config"))?;
+    let sim =
+        SimProcess::start(&bin.join("theseus-kube-sim"), &args, &scratch.join("sim"), &home.join(".kube/config"))?;
     let target = Target {
         namespace: "default".into(),
         queue: "default".into(),

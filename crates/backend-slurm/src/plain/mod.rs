@@ -288,7 +288,12 @@ impl Backend for PlainBackend {
     /// Every rank runs on the host: its port is `127.0.0.1:PORT` there, reached through a
     /// forward of the host's ssh master onto a unix socket of this process (one per port,
     /// reused by later connections).
-    async fn connect_port(&self, handle: &JobHandle, rank: u32, port: u16) -> Result<theseus_core::backend::PortStream> {
+    async fn connect_port(
+        &self,
+        handle: &JobHandle,
+        rank: u32,
+        port: u16,
+    ) -> Result<theseus_core::backend::PortStream> {
         let _ = rank;
         let status = self.status(handle).await?;
         if status.state.is_terminal() {
@@ -305,9 +310,9 @@ impl Backend for PlainBackend {
             .forward_unix(&socket, "127.0.0.1", port)
             .await
             .map_err(|e| self.ssh_error(&format!("forward port {port} of run `{}`", handle.id), e))?;
-        let stream = tokio::net::UnixStream::connect(&socket)
-            .await
-            .map_err(|e| Error::backend(self, format!("the forward of port {port} did not open ({}): {e}", socket.display())))?;
+        let stream = tokio::net::UnixStream::connect(&socket).await.map_err(|e| {
+            Error::backend(self, format!("the forward of port {port} did not open ({}): {e}", socket.display()))
+        })?;
         Ok(Box::pin(stream))
     }
 

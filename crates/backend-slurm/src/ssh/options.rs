@@ -166,7 +166,10 @@ impl SshOptions {
             None
         } else {
             let text = private_config(&self.extra_options, &self.user_config(), Path::new(SYSTEM_CONFIG));
-            Some(write_private_config(&text).map_err(|e| connect_error(format!("cannot write an ssh config file: {e}")))?)
+            Some(
+                write_private_config(&text)
+                    .map_err(|e| connect_error(format!("cannot write an ssh config file: {e}")))?,
+            )
         };
         let config_file = private.as_ref().map(|f| f.path().to_owned()).or_else(|| self.config_file.clone());
         let user = if self.needs_user_values() {

@@ -3,8 +3,8 @@
 //! the parsers against recorded Slurm output ([`recorded`]).
 
 mod plain;
-mod probe;
 mod plain_lifecycle;
+mod probe;
 mod reclaim;
 mod recorded;
 mod slurm;

@@ -29,7 +29,8 @@ async fn plain_reclaim_removes_a_finished_runs_code_and_keeps_a_running_one() {
     let lab = require_lab!();
     let s = crate::plain::setup(lab, "reclaim", crate::plain::quick());
     let h = crate::plain::harness(&s);
-    let (sleeper, _a) = testing::prepare(&h, "reclaim-running", &["sleep"], vec![], serde_json::json!({})).await.unwrap();
+    let (sleeper, _a) =
+        testing::prepare(&h, "reclaim-running", &["sleep"], vec![], serde_json::json!({})).await.unwrap();
     let (done, _b) = testing::prepare(&h, "reclaim-done", &["ok"], vec![], serde_json::json!({})).await.unwrap();
     let running = s.backend.submit(&sleeper, &SubmitOptions::default()).await.unwrap();
     let finished = s.backend.submit(&done, &SubmitOptions::default()).await.unwrap();
@@ -55,7 +56,8 @@ async fn slurm_reclaim_removes_a_finished_runs_code_and_keeps_a_queued_or_runnin
     let (b, _ssh) = crate::slurm::backend(lab, "reclaim", crate::slurm::host());
     let plan = crate::slurm::plan("cpu", 1, 0);
     let files = [("x", "")];
-    let (sleeper, _a) = crate::slurm::prepare(&b, &plan, "reclaim-running", &files, &["sleep", "600"], &[], Distributed::None);
+    let (sleeper, _a) =
+        crate::slurm::prepare(&b, &plan, "reclaim-running", &files, &["sleep", "600"], &[], Distributed::None);
     let (done, _b) = crate::slurm::prepare(&b, &plan, "reclaim-done", &files, &["true"], &[], Distributed::None);
     let running = b.submit(&sleeper, &SubmitOptions::default()).await.unwrap();
     let finished = b.submit(&done, &SubmitOptions::default()).await.unwrap();

@@ -108,10 +108,14 @@ async fn a_probe_refused_for_its_host_key_reports_the_host_unusable_with_the_fix
     options.known_hosts = Some(KnownHostsPolicy::Strict);
     let host = PlainHost { ssh: "lenient".into(), cluster: "lab".into(), ..PlainHost::default() };
     let cluster = ClusterConfig { root: "/r".into(), work: "/w".into(), ..ClusterConfig::default() };
-    let backend =
-        PlainBackend::with_ssh("box", host, cluster, Arc::new(SshHost::new(options)), Settings::default());
-    let request =
-        Request { chip: ChipRequest::Cpu, count: 1, preferred_clusters: vec![], forbidden_clusters: vec![], host: None };
+    let backend = PlainBackend::with_ssh("box", host, cluster, Arc::new(SshHost::new(options)), Settings::default());
+    let request = Request {
+        chip: ChipRequest::Cpu,
+        count: 1,
+        preferred_clusters: vec![],
+        forbidden_clusters: vec![],
+        host: None,
+    };
     match backend.availability(&request).await {
         Ok(Availability::Unusable { reason }) => {
             assert!(reason.contains("host key"), "{reason}");

@@ -38,10 +38,7 @@ fn observed<'a>(job: &'a Job, pods: &'a [Pod], conditions: &'a [GroupCondition],
 #[test]
 fn ranks_come_from_pod_names_and_sort() {
     let job = job(Some("Running"), "");
-    let pods = [
-        pod(1, "Running", json!({"running": {}})),
-        pod(0, "Running", json!({"running": {}})),
-    ];
+    let pods = [pod(1, "Running", json!({"running": {}})), pod(0, "Running", json!({"running": {}}))];
     let status = summarize(&observed(&job, &pods, &[], &[]));
     assert_eq!(status.state, JobState::Running);
     assert_eq!(status.ranks.iter().map(|r| r.rank).collect::<Vec<_>>(), vec![0, 1]);
@@ -111,7 +108,9 @@ fn pending_reason_quotes_the_unschedulable_condition() {
     assert_eq!(status.state, JobState::Pending);
     assert_eq!(
         status.message.as_deref(),
-        Some("waiting for resources: the scheduler cannot place the whole gang: 0/4 nodes are unavailable: 4 Insufficient nvidia.com/gpu.")
+        Some(
+            "waiting for resources: the scheduler cannot place the whole gang: 0/4 nodes are unavailable: 4 Insufficient nvidia.com/gpu."
+        )
     );
 }
 
@@ -151,24 +150,42 @@ fn pending_reason_reads_the_enqueue_events_of_both_types() {
     // Normal event of the overcommit plugin and the scheduler cache's Warning one.
     let job = job(Some("Pending"), "");
     let events = [
-        event("PodGroup", "Normal", "Unschedulable", "resource in cluster is overused: overused nvidia.com/gpu", "2026-11-21T10:00:00Z"),
-        event("PodGroup", "Warning", "Unschedulable", "0/0 tasks in gang unschedulable: pod group is not ready, 2 minAvailable", "2026-11-21T10:00:01Z"),
+        event(
+            "PodGroup",
+            "Normal",
+            "Unschedulable",
+            "resource in cluster is overused: overused nvidia.com/gpu",
+            "2026-11-21T10:00:00Z",
+        ),
+        event(
+            "PodGroup",
+            "Warning",
+            "Unschedulable",
+            "0/0 tasks in gang unschedulable: pod group is not ready, 2 minAvailable",
+            "2026-11-21T10:00:01Z",
+        ),
     ];
     assert_eq!(
         pending_reason(&observed(&job, &[], &[], &events)),
         "waiting for queue default: resource in cluster is overused: overused nvidia.com/gpu"
     );
-    let quota = [event("PodGroup", "Normal", "Unschedulable", "queue resource quota insufficient: insufficient nvidia.com/gpu", "2026-11-21T10:00:00Z")];
-    assert!(pending_reason(&observed(&job, &[], &[], &quota)).ends_with("queue resource quota insufficient: insufficient nvidia.com/gpu"));
+    let quota = [event(
+        "PodGroup",
+        "Normal",
+        "Unschedulable",
+        "queue resource quota insufficient: insufficient nvidia.com/gpu",
+        "2026-11-21T10:00:00Z",
+    )];
+    assert!(
+        pending_reason(&observed(&job, &[], &[], &quota))
+            .ends_with("queue resource quota insufficient: insufficient nvidia.com/gpu")
+    );
 }
 
 #[test]
 fn a_failed_rank_is_reported_while_the_vcjob_still_runs() {
     let job = job(Some("Running"), "");
-    let pods = [
-        pod(0, "Running", json!({"running": {}})),
-        pod(1, "Failed", json!({"terminated": {"exitCode": 3}})),
-    ];
+    let pods = [pod(0, "Running", json!({"running": {}})), pod(1, "Failed", json!({"terminated": {"exitCode": 3}}))];
     let status = summarize(&observed(&job, &pods, &[], &[]));
     assert_eq!(status.state, JobState::Running);
     assert_eq!(
@@ -197,7 +214,9 @@ fn a_crash_looping_pod_is_named_although_volcano_counts_it_running() {
     assert_eq!(status.state, JobState::Running);
     assert_eq!(
         status.message.as_deref(),
-        Some("pod p-g-run-1-worker-1 cannot start: CrashLoopBackOff: back-off 10s restarting failed container=main pod=p-g-run-1-worker-1_ml(u); 1/2 pods running (vcjob phase Running)")
+        Some(
+            "pod p-g-run-1-worker-1 cannot start: CrashLoopBackOff: back-off 10s restarting failed container=main pod=p-g-run-1-worker-1_ml(u); 1/2 pods running (vcjob phase Running)"
+        )
     );
     let pending = job_with_pods_pending(waiting);
     assert!(pending.starts_with("pod p-g-run-1-worker-0 cannot start: CrashLoopBackOff"), "{pending}");

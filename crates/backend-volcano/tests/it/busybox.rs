@@ -132,9 +132,13 @@ async fn the_store_protocol_runs_under_busybox_alone() {
         assert_run_dir_matches(code.path(), &root.path().join("proj/grp/name/r2"), mode);
         assert_eq!(std::fs::read(run1.join("bin/run")).unwrap(), b"#!/bin/sh\nexit 0\n", "{mode}: run 1 unchanged");
         objects_all_hash_to_their_names(root.path());
-        let left: Vec<_> = std::fs::read_dir(root.path().join("proj/grp/name")).unwrap().map(|e| e.unwrap().file_name()).collect();
+        let left: Vec<_> =
+            std::fs::read_dir(root.path().join("proj/grp/name")).unwrap().map(|e| e.unwrap().file_name()).collect();
         assert_eq!(left.len(), 2, "{mode}: only the two run dirs: {left:?}");
         let incoming = root.path().join(".theseus/incoming");
-        assert!(std::fs::read_dir(&incoming).map(|mut d| d.next().is_none()).unwrap_or(true), "{mode}: upload dir left");
+        assert!(
+            std::fs::read_dir(&incoming).map(|mut d| d.next().is_none()).unwrap_or(true),
+            "{mode}: upload dir left"
+        );
     }
 }

@@ -185,9 +185,10 @@ async fn submit_ships_the_code_deletes_the_helper_and_starts_the_gang() {
     let world = World::start(2).await;
     let h = harness(&world, plan(2, 4));
     let secret = EnvVar { name: "HF_TOKEN".into(), value: "hf_s3cr3t".into(), secret: true };
-    let (job, code) = testing::prepare(&h, "flow", &["env", "HF_TOKEN", "VC_TASK_INDEX"], vec![secret], serde_json::json!({}))
-        .await
-        .unwrap();
+    let (job, code) =
+        testing::prepare(&h, "flow", &["env", "HF_TOKEN", "VC_TASK_INDEX"], vec![secret], serde_json::json!({}))
+            .await
+            .unwrap();
     let notes = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
     let sent = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let options = SubmitOptions {
@@ -240,7 +241,8 @@ async fn submit_ships_the_code_deletes_the_helper_and_starts_the_gang() {
     assert_eq!(env_lines.len(), 2, "one env line per rank: {lines:?}");
     for line in env_lines {
         let source = line.source.clone().expect("lines carry their pod");
-        let seen: serde_json::Value = serde_json::from_str(line.text.strip_prefix("conformance-env: ").unwrap()).unwrap();
+        let seen: serde_json::Value =
+            serde_json::from_str(line.text.strip_prefix("conformance-env: ").unwrap()).unwrap();
         assert_eq!(seen["env"]["HF_TOKEN"], "hf_s3cr3t");
         assert_eq!(format!("worker-{}", seen["env"]["VC_TASK_INDEX"].as_str().unwrap()), source);
     }
@@ -350,7 +352,12 @@ async fn a_helper_that_never_starts_times_out_with_the_reason_and_is_deleted() {
         ..Settings::default()
     };
     let backend = world.backend().with_settings(settings);
-    let h = Harness { backend: Arc::new(backend), plan: plan(1, 0), probe: Arc::new(RunProbe), timeout: Duration::from_secs(30) };
+    let h = Harness {
+        backend: Arc::new(backend),
+        plan: plan(1, 0),
+        probe: Arc::new(RunProbe),
+        timeout: Duration::from_secs(30),
+    };
     let (job, _code) = testing::prepare(&h, "slow-helper", &["ok"], vec![], serde_json::json!({})).await.unwrap();
     let err = h.backend.submit(&job, &SubmitOptions::default()).await.expect_err("the helper cannot start in time");
     let text = err.to_string();

@@ -41,8 +41,7 @@ async fn the_helper_exits_on_sigterm_instead_of_waiting_for_sigkill() {
     let name = loop {
         let listed = pods.list(&ListParams::default().labels("theseus.dev/role=helper")).await.unwrap();
         let ready = listed.items.into_iter().find(|p| {
-            p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
-                && pvc.path().join("work").is_dir()
+            p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running") && pvc.path().join("work").is_dir()
         });
         if let Some(pod) = ready
             && pods.logs(pod.metadata.name.as_deref().unwrap(), &Default::default()).await.unwrap().contains("ready")
@@ -82,8 +81,14 @@ fn one_rank_fails(
     .unwrap();
     let snapshot = Snapshot::collect(dir.path(), SnapshotMode::Dirty).unwrap();
     let words = vec!["python".to_owned(), "job.py".to_owned()];
-    let input =
-        BootstrapInput::for_layout(identity.clone(), layout, Vec::new(), words.clone(), Distributed::None, serde_json::json!({}));
+    let input = BootstrapInput::for_layout(
+        identity.clone(),
+        layout,
+        Vec::new(),
+        words.clone(),
+        Distributed::None,
+        serde_json::json!({}),
+    );
     let bootstrap = theseus_core::bootstrap::render(&input).unwrap();
     let experiment = Experiment { entrypoint: Entrypoint::Words(words), ..Experiment::default() };
     (PreparedJob { identity, experiment, env: Vec::new(), plan: plan.clone(), snapshot, bootstrap }, dir)
@@ -111,6 +116,7 @@ async fn a_failed_rank_ends_the_gang_at_once_and_status_names_it() {
     assert_eq!((status.state, status.exit_code), (JobState::Failed, Some(3)), "{status:?}");
     assert_eq!(status.message.as_deref(), Some("rank 1 exited with code 3 (vcjob phase Terminated)"));
     let pods = world.connection().list_pods("volcano.sh/job-name").await.unwrap();
-    let left: Vec<_> = pods.iter().filter_map(|p| p.metadata.name.clone()).filter(|n| n.ends_with("worker-0")).collect();
+    let left: Vec<_> =
+        pods.iter().filter_map(|p| p.metadata.name.clone()).filter(|n| n.ends_with("worker-0")).collect();
     assert!(left.is_empty(), "the other rank is stopped: {left:?}");
 }

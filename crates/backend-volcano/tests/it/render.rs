@@ -168,8 +168,14 @@ fn restart_on_failure_restarts_the_job_when_a_rank_fails() {
     let (identity, layout, env) = (identity(), layout(), env());
     let options = RenderOptions { restart_on_failure: true, ..RenderOptions::default() };
     let plan = gpu_plan(2, 4);
-    let inputs =
-        JobInputs { identity: &identity, plan: &plan, env: &env, layout: &layout, bootstrap_entry: "b.sh", options: &options };
+    let inputs = JobInputs {
+        identity: &identity,
+        plan: &plan,
+        env: &env,
+        layout: &layout,
+        bootstrap_entry: "b.sh",
+        options: &options,
+    };
     let job = serde_json::to_value(render_job(&host(), &inputs).unwrap().job).unwrap();
     assert_valid(&job);
     assert_eq!(
@@ -254,7 +260,10 @@ fn helper_job_is_schema_valid() {
     assert_eq!(c["image"], "busybox:1.36");
     assert_eq!(c["command"][0], "sh");
     let script = c["command"][2].as_str().unwrap();
-    assert!(script.starts_with("trap 'kill $! 2> /dev/null; exit 0' TERM; mkdir -p /workspace/work/scaling-laws/"), "{script}");
+    assert!(
+        script.starts_with("trap 'kill $! 2> /dev/null; exit 0' TERM; mkdir -p /workspace/work/scaling-laws/"),
+        "{script}"
+    );
     assert!(script.ends_with("& wait"), "the sleep is backgrounded and waited, so the trap runs: {script}");
     let out = std::process::Command::new("sh").args(["-n", "-c", script]).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));

@@ -46,17 +46,26 @@ async fn the_store_ships_over_exec_on_both_protocols_with_gnu_and_busybox_tools(
         for (tools, env) in &envs {
             let case = format!("{protocols:?} {tools}");
             let root = tempfile::tempdir().unwrap();
-            let (_server, shell) = shell(root.path(), ExecServerOptions { protocols, env: env.clone(), ..Default::default() }).await;
+            let (_server, shell) =
+                shell(root.path(), ExecServerOptions { protocols, env: env.clone(), ..Default::default() }).await;
             let code = awkward_repo();
-            let first = store::ship(&shell, request(code.path(), root.path(), "r1")).await.unwrap_or_else(|e| panic!("{case}: {e}"));
+            let first = store::ship(&shell, request(code.path(), root.path(), "r1"))
+                .await
+                .unwrap_or_else(|e| panic!("{case}: {e}"));
             assert!(first.objects_sent > 0, "{case}");
             assert_run_dir_matches(code.path(), &root.path().join("p/g/n/r1"), Materialize::Link);
             write(&code.path().join("bin/run"), b"#!/bin/sh\nexit 3\n", 0o755);
-            let second = store::ship(&shell, request(code.path(), root.path(), "r2")).await.unwrap_or_else(|e| panic!("{case}: {e}"));
+            let second = store::ship(&shell, request(code.path(), root.path(), "r2"))
+                .await
+                .unwrap_or_else(|e| panic!("{case}: {e}"));
             assert_eq!((second.objects_sent, second.files_present), (1, second.files - 1), "{case}");
             assert_run_dir_matches(code.path(), &root.path().join("p/g/n/r2"), Materialize::Link);
             objects_all_hash_to_their_names(root.path());
-            assert_eq!(entries(&root.path().join(".theseus/incoming")), Vec::<String>::new(), "{case}: stdin files left");
+            assert_eq!(
+                entries(&root.path().join(".theseus/incoming")),
+                Vec::<String>::new(),
+                "{case}: stdin files left"
+            );
         }
     }
 }
@@ -109,7 +118,10 @@ async fn exit_statuses_stderr_and_stdin_reach_the_caller() {
         };
         for stdin in [None, Some(b"input\n".to_vec())] {
             let err = shell.run(call("echo \"bad: $2\" >&2; exit 7", stdin)).await.unwrap_err();
-            assert!(matches!(&err, ShellError::Exit { code: 7, stderr } if stderr == "bad: it's\n"), "{protocols:?}: {err}");
+            assert!(
+                matches!(&err, ShellError::Exit { code: 7, stderr } if stderr == "bad: it's\n"),
+                "{protocols:?}: {err}"
+            );
         }
         let big: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
         let out = shell.run(call("cat; printf '%s|' \"$@\"", Some(big.clone()))).await.unwrap();

@@ -42,16 +42,27 @@ async fn reclaim_removes_finished_runs_leftovers_and_their_objects_but_never_a_l
     world.host.cpu_cpu = Some("1".into());
     world.host.cpu_memory = Some("2Gi".into());
     let backend = Arc::new(world.backend());
-    let h = Harness { backend: backend.clone(), plan: plan(1, 0), probe: Arc::new(RunProbe), timeout: Duration::from_secs(60) };
+    let h = Harness {
+        backend: backend.clone(),
+        plan: plan(1, 0),
+        probe: Arc::new(RunProbe),
+        timeout: Duration::from_secs(60),
+    };
     let (a, code) = testing::prepare(&h, "done-a", &["ok"], vec![], serde_json::json!({})).await.unwrap();
     write(&code.path().join("only_a.py"), b"A = 1\n", 0o644);
     write(&code.path().join("shared.py"), b"S = 1\n", 0o644);
-    let a = theseus_core::backend::PreparedJob { snapshot: Snapshot::collect(code.path(), SnapshotMode::Dirty).unwrap(), ..a };
+    let a = theseus_core::backend::PreparedJob {
+        snapshot: Snapshot::collect(code.path(), SnapshotMode::Dirty).unwrap(),
+        ..a
+    };
     let handle_a = h.backend.submit(&a, &SubmitOptions::default()).await.unwrap();
     assert_eq!(testing::wait_terminal(&h, &handle_a).await.state, JobState::Completed);
     let (live, code_live) = testing::prepare(&h, "live", &["sleep"], vec![], serde_json::json!({})).await.unwrap();
     write(&code_live.path().join("shared.py"), b"S = 1\n", 0o644);
-    let live = theseus_core::backend::PreparedJob { snapshot: Snapshot::collect(code_live.path(), SnapshotMode::Dirty).unwrap(), ..live };
+    let live = theseus_core::backend::PreparedJob {
+        snapshot: Snapshot::collect(code_live.path(), SnapshotMode::Dirty).unwrap(),
+        ..live
+    };
     let handle_live = h.backend.submit(&live, &SubmitOptions::default()).await.unwrap();
 
     let work = Path::new(&world.cluster.work);
@@ -65,7 +76,8 @@ async fn reclaim_removes_finished_runs_leftovers_and_their_objects_but_never_a_l
     age(&upload);
 
     // A run the caller (the ledger) says is live stays, whatever the cluster says.
-    let ledger_live = ReclaimOptions { older_than: Duration::ZERO, live: [a.identity.run_path()].into(), dry_run: true };
+    let ledger_live =
+        ReclaimOptions { older_than: Duration::ZERO, live: [a.identity.run_path()].into(), dry_run: true };
     let dry = backend.reclaim_store(&ledger_live).await.expect("dry run");
     assert!(dry.items.iter().all(|i| i.kind != ReclaimKind::RunDir), "{dry:?}");
 

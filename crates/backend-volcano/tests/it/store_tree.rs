@@ -73,9 +73,10 @@ pub(crate) fn assert_run_dir_matches(code: &Path, run: &Path, mode: Materialize)
     let snapshot = Snapshot::collect(code, SnapshotMode::Dirty).unwrap();
     for file in &snapshot.files {
         let (a, b) = (code.join(&file.path), run.join(&file.path));
-        let (ma, mb) = (std::fs::symlink_metadata(&a).unwrap(), std::fs::symlink_metadata(&b).unwrap_or_else(|e| {
-            panic!("{}: {e}", b.display())
-        }));
+        let (ma, mb) = (
+            std::fs::symlink_metadata(&a).unwrap(),
+            std::fs::symlink_metadata(&b).unwrap_or_else(|e| panic!("{}: {e}", b.display())),
+        );
         assert_eq!(ma.file_type().is_symlink(), mb.file_type().is_symlink(), "{:?}", file.path);
         if ma.file_type().is_symlink() {
             assert_eq!(std::fs::read_link(&a).unwrap(), std::fs::read_link(&b).unwrap(), "{:?}", file.path);

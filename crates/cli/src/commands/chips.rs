@@ -17,7 +17,14 @@ pub(crate) fn run(ctx: &Context) -> Result<ExitCode> {
     for chip in CATALOG {
         let gib = chip.memory_bytes as f64 / (1u64 << 30) as f64;
         let kind = serde_json::to_value(chip.kind)?.as_str().unwrap_or_default().to_owned();
-        println!("{:<16} {:<24} {:>6.1} GiB  {:<5} {}", chip.name, chip.display_name, gib, kind, chip.aliases.join(", "));
+        println!(
+            "{:<16} {:<24} {:>6.1} GiB  {:<5} {}",
+            chip.name,
+            chip.display_name,
+            gib,
+            kind,
+            chip.aliases.join(", ")
+        );
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -71,7 +71,12 @@ pub(crate) async fn run(ctx: &Context, args: DuArgs) -> Result<ExitCode> {
         );
         for row in &rows {
             let Some(u) = &row.usage else {
-                println!("{:<16} {:<12} {}", row.host, row.cluster, if row.note.is_some() { "not measured" } else { "error" });
+                println!(
+                    "{:<16} {:<12} {}",
+                    row.host,
+                    row.cluster,
+                    if row.note.is_some() { "not measured" } else { "error" }
+                );
                 continue;
             };
             println!(

@@ -58,7 +58,8 @@ pub(crate) async fn run(ctx: &Context, args: GcArgs) -> Result<ExitCode> {
         .transpose()?;
     let loaded = ctx.config()?;
     let names = hosts(&loaded.config, args.host.as_deref())?;
-    let options = ReclaimOptions { older_than: age.unwrap_or(STORE_AGE), live: live_runs(ctx).await?, dry_run: args.dry_run };
+    let options =
+        ReclaimOptions { older_than: age.unwrap_or(STORE_AGE), live: live_runs(ctx).await?, dry_run: args.dry_run };
     let helper_age = age.unwrap_or(HELPER_AGE);
     let results =
         futures::future::join_all(names.iter().map(|name| host_gc(ctx, &loaded, name, &options, helper_age))).await;
@@ -106,7 +107,13 @@ async fn live_runs(ctx: &Context) -> Result<BTreeSet<String>> {
         .collect())
 }
 
-async fn host_gc(ctx: &Context, loaded: &LoadedConfig, name: &str, options: &ReclaimOptions, helper_age: Duration) -> HostGc {
+async fn host_gc(
+    ctx: &Context,
+    loaded: &LoadedConfig,
+    name: &str,
+    options: &ReclaimOptions,
+    helper_age: Duration,
+) -> HostGc {
     let host = &loaded.config.hosts[name];
     let mut out = HostGc {
         host: name.to_owned(),

@@ -5,13 +5,13 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{anyhow, Result};
+use anyhow::{Result, anyhow};
 use futures::StreamExt;
 use serde_json::json;
 use theseus_core::backend::{DynBackend, JobHandle, JobState, JobStatus, LogOptions};
 use theseus_core::config::{HostKind, LoadedConfig};
 use theseus_core::interrupt;
-use theseus_core::ledger::{is_placeholder, Ledger, Record};
+use theseus_core::ledger::{Ledger, Record, is_placeholder};
 
 use crate::args::{ListArgs, LogsArgs, OutputFormat, TargetArgs};
 use crate::context::Context;
@@ -76,9 +76,9 @@ async fn refresh(ledger: &Ledger, record: &Record, backend: &Arc<DynBackend>) ->
             return Ok(status);
         }
     }
-    let answer = tokio::time::timeout(STATUS_TIMEOUT, backend.status(&record.handle))
-        .await
-        .map_err(|_| anyhow!("host `{}` did not answer within {}s about run {run_id}", record.host, STATUS_TIMEOUT.as_secs()))?;
+    let answer = tokio::time::timeout(STATUS_TIMEOUT, backend.status(&record.handle)).await.map_err(|_| {
+        anyhow!("host `{}` did not answer within {}s about run {run_id}", record.host, STATUS_TIMEOUT.as_secs())
+    })?;
     let status = match answer {
         Ok(status) => status,
         // Backends that delete finished, cancelled or replaced jobs (Volcano) cannot report them
@@ -127,7 +127,9 @@ fn save(ledger: &Ledger, run_id: &str, status: &JobStatus) -> Result<()> {
 
 fn print_status(ctx: &Context, record: &Record, status: &JobStatus) -> Result<()> {
     if ctx.output == OutputFormat::Json {
-        return super::print_json(&json!({"name": record.identity.name, "run_id": record.identity.run_id, "host": record.host, "status": status}));
+        return super::print_json(
+            &json!({"name": record.identity.name, "run_id": record.identity.run_id, "host": record.host, "status": status}),
+        );
     }
     let code = status.exit_code.map(|c| format!(" (exit code {c})")).unwrap_or_default();
     println!("{} {} on {}: {}{}", record.identity.name, record.identity.run_id, record.host, status.state, code);
@@ -315,7 +317,12 @@ pub(crate) async fn list(ctx: &Context, args: ListArgs) -> Result<ExitCode> {
         let exit = r.exit_code.map(|c| c.to_string()).unwrap_or_else(|| "-".into());
         println!(
             "{:<24} {:<20} {:<12} {:<10} {:<10} {}",
-            r.identity.run_id, r.identity.name, r.host, r.state.as_str(), exit, r.submitted_at
+            r.identity.run_id,
+            r.identity.name,
+            r.host,
+            r.state.as_str(),
+            exit,
+            r.submitted_at
         );
     }
     Ok(ExitCode::SUCCESS)

@@ -4,14 +4,14 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use anyhow::{anyhow, bail, Context as _, Result};
+use anyhow::{Context as _, Result, anyhow, bail};
 use theseus_core::availability::Availability;
 use theseus_core::backend::{DynBackend, EnvVar};
 use theseus_core::chips::{self, ChipKind};
 use theseus_core::config::{HostConfig, LoadedConfig};
 use theseus_core::job::Experiment;
 use theseus_core::shell;
-use theseus_core::solver::{self, render, ChipRequest, Plan, Request};
+use theseus_core::solver::{self, ChipRequest, Plan, Request, render};
 
 use crate::args::JobArgs;
 use crate::context::Context;
@@ -127,9 +127,15 @@ fn apply_resource_flags(loaded: &mut LoadedConfig, args: &JobArgs) -> Result<()>
                     v.memory = Some(mem.clone());
                     v.cpu_memory = Some(mem.clone());
                 }
-                if args.volcano_image.is_some() || args.volcano_namespace.is_some() || args.cpu.is_some() || args.mem.is_some() {
+                if args.volcano_image.is_some()
+                    || args.volcano_namespace.is_some()
+                    || args.cpu.is_some()
+                    || args.mem.is_some()
+                {
                     theseus_backend_volcano::validate_host(name, v).map_err(|e| {
-                        anyhow!("{e} (after --volcano-image/--volcano-namespace/--cpu/--mem were applied; fix the flag)")
+                        anyhow!(
+                            "{e} (after --volcano-image/--volcano-namespace/--cpu/--mem were applied; fix the flag)"
+                        )
                     })?;
                 }
             }
@@ -180,7 +186,12 @@ fn request(args: &JobArgs, experiment: &Experiment) -> Result<Request> {
         chip,
         count,
         preferred_clusters: args.cluster.iter().map(|s| s.trim().to_owned()).filter(|s| !s.is_empty()).collect(),
-        forbidden_clusters: args.exclude_cluster.iter().map(|s| s.trim().to_owned()).filter(|s| !s.is_empty()).collect(),
+        forbidden_clusters: args
+            .exclude_cluster
+            .iter()
+            .map(|s| s.trim().to_owned())
+            .filter(|s| !s.is_empty())
+            .collect(),
         host: args.host.clone(),
     })
 }
@@ -217,9 +228,7 @@ pub(crate) fn environment(solved: &Solved, args: &JobArgs) -> Result<Vec<EnvVar>
         set(name, value.clone(), solved.experiment.secret_env.contains(name));
     }
     for pair in &args.env {
-        let (name, value) = pair
-            .split_once('=')
-            .ok_or_else(|| anyhow!("--env {pair:?}: expected KEY=VALUE"))?;
+        let (name, value) = pair.split_once('=').ok_or_else(|| anyhow!("--env {pair:?}: expected KEY=VALUE"))?;
         if !shell::is_env_name(name) {
             bail!("--env {pair:?}: `{name}` is not a valid environment variable name");
         }
@@ -230,8 +239,9 @@ pub(crate) fn environment(solved: &Solved, args: &JobArgs) -> Result<Vec<EnvVar>
             bail!("--secret-env {name:?}: not a valid environment variable name");
         }
         if !args.env.iter().any(|p| p.split_once('=').is_some_and(|(n, _)| n == name)) {
-            let value = std::env::var(name)
-                .with_context(|| format!("--secret-env {name}: no --env {name}=... and `{name}` is not set in this shell"))?;
+            let value = std::env::var(name).with_context(|| {
+                format!("--secret-env {name}: no --env {name}=... and `{name}` is not set in this shell")
+            })?;
             set(name, value, true);
         }
     }

@@ -6,16 +6,16 @@ use std::process::ExitCode;
 
 use std::sync::{Arc, Mutex};
 
-use anyhow::{bail, Context as _, Result};
+use anyhow::{Context as _, Result, bail};
 use serde_json::json;
 use theseus_core::backend::{DryRunDocument, DynBackend, JobHandle, JobState, PreparedJob, RunLayout, SubmitOptions};
 use theseus_core::bootstrap::{self, BootstrapInput};
 use theseus_core::interrupt;
 use theseus_core::job::JobIdentity;
-use theseus_core::ledger::{now_rfc3339, placeholder_handle, Ledger, Record};
+use theseus_core::ledger::{Ledger, Record, now_rfc3339, placeholder_handle};
 use theseus_core::snapshot::{Snapshot, SnapshotMode};
-use theseus_core::store::ShipReport;
 use theseus_core::solver::render;
+use theseus_core::store::ShipReport;
 
 use crate::args::{OutputFormat, SubmitArgs};
 use crate::context::Context;
@@ -73,7 +73,9 @@ pub(crate) async fn run(ctx: &Context, args: SubmitArgs) -> Result<ExitCode> {
     }
     if ctx.output == OutputFormat::Json && !args.follow {
         let ship = shipped.lock().expect("not poisoned").clone();
-        super::print_json(&json!({"name": identity.name, "run_id": identity.run_id, "host": plan.host, "handle": handle, "log_file": layout.log_file, "ship": ship}))?;
+        super::print_json(
+            &json!({"name": identity.name, "run_id": identity.run_id, "host": plan.host, "handle": handle, "log_file": layout.log_file, "ship": ship}),
+        )?;
     } else if !args.follow {
         println!("{}", identity.run_id);
     }
@@ -143,14 +145,8 @@ async fn prepare(ctx: &Context, args: &SubmitArgs) -> Result<(Solved, PreparedJo
     });
     let bootstrap = bootstrap::render(&input)
         .with_context(|| format!("cannot render the bootstrap for {}", args.job.experiment.display()))?;
-    let job = PreparedJob {
-        identity,
-        experiment: solved.experiment.clone(),
-        env,
-        plan: plan.clone(),
-        snapshot,
-        bootstrap,
-    };
+    let job =
+        PreparedJob { identity, experiment: solved.experiment.clone(), env, plan: plan.clone(), snapshot, bootstrap };
     Ok((solved, job, layout))
 }
 
@@ -166,9 +162,8 @@ async fn submit_recorded(
 ) -> Result<JobHandle> {
     let identity = &job.identity;
     let host = job.plan.host.clone();
-    let planned = backend
-        .planned_handle(job)
-        .unwrap_or_else(|| placeholder_handle(backend.kind(), &host, &identity.run_id));
+    let planned =
+        backend.planned_handle(job).unwrap_or_else(|| placeholder_handle(backend.kind(), &host, &identity.run_id));
     let now = now_rfc3339();
     let guard = ledger.begin_submit(&Record {
         identity: identity.clone(),
@@ -245,8 +240,12 @@ async fn mark_replaced(
             Ok(Ok(status)) => {
                 ledger.update_state(&old.identity.run_id, status.state, status.exit_code, status.message.as_deref())?;
             }
-            Ok(Err(e)) => ctx.info(format!("theseus: warning: cannot tell whether run {} was replaced: {e}", old.identity.run_id)),
-            Err(_) => ctx.info(format!("theseus: warning: status of run {} did not answer in time", old.identity.run_id)),
+            Ok(Err(e)) => {
+                ctx.info(format!("theseus: warning: cannot tell whether run {} was replaced: {e}", old.identity.run_id))
+            }
+            Err(_) => {
+                ctx.info(format!("theseus: warning: status of run {} did not answer in time", old.identity.run_id))
+            }
         }
     }
     Ok(())

@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::{text, TestContext};
+use crate::{TestContext, text};
 
 #[test]
 fn help_lists_every_command() {
@@ -69,8 +69,10 @@ fn a_failing_job_reports_its_exit_code() {
 fn cancel_stops_a_running_job() {
     let ctx = TestContext::new();
     let code = tempfile::tempdir().unwrap();
-    std::fs::write(code.path().join("wait.py"), "import time\nprint('waiting', flush=True)\ntime.sleep(600)\n").unwrap();
-    std::fs::write(code.path().join("exp.yaml"), "entrypoint: python wait.py\nrequest: {chip: cpu, count: 2}\n").unwrap();
+    std::fs::write(code.path().join("wait.py"), "import time\nprint('waiting', flush=True)\ntime.sleep(600)\n")
+        .unwrap();
+    std::fs::write(code.path().join("exp.yaml"), "entrypoint: python wait.py\nrequest: {chip: cpu, count: 2}\n")
+        .unwrap();
     let exp = code.path().join("exp.yaml");
     let out = ctx
         .cmd()
@@ -117,7 +119,16 @@ fn dry_run_touches_nothing_and_redacts_secrets() {
     let out = ctx
         .cmd()
         .env("MY_TOKEN", "tok-123-secret")
-        .args(["submit", "hello", "examples/hello/experiment.yaml", "--dry-run", "--secret-env", "MY_TOKEN", "--env", "PLAIN=visible"])
+        .args([
+            "submit",
+            "hello",
+            "examples/hello/experiment.yaml",
+            "--dry-run",
+            "--secret-env",
+            "MY_TOKEN",
+            "--env",
+            "PLAIN=visible",
+        ])
         .output()
         .unwrap();
     let stdout = text(&out.stdout);
@@ -202,8 +213,11 @@ fn a_gpu_job_on_a_machine_without_gpus_ends_with_a_hint_to_use_the_cpu() {
 fn chip_cpu_without_n_is_one_process_whatever_gpu_count_the_experiment_asks_for() {
     let ctx = TestContext::new();
     let code = tempfile::tempdir().unwrap();
-    std::fs::write(code.path().join("exp.yaml"), "entrypoint: python3 -c 'print(1)'\nrequest: {chip: h100, count: 8}\n")
-        .unwrap();
+    std::fs::write(
+        code.path().join("exp.yaml"),
+        "entrypoint: python3 -c 'print(1)'\nrequest: {chip: h100, count: 8}\n",
+    )
+    .unwrap();
     let exp = code.path().join("exp.yaml").display().to_string();
     let plan = |extra: &[&str]| {
         let mut args = vec!["plan", "p", exp.as_str(), "--oversubscribe", "--output", "json"];
@@ -323,7 +337,10 @@ fn the_job_sees_the_cluster_dirs_and_its_hardware_in_metadata() {
     let metadata: serde_json::Value =
         serde_json::from_str(stdout.lines().find(|l| l.starts_with('{')).unwrap_or_else(|| panic!("{stdout}")))
             .unwrap();
-    assert_eq!(metadata["hardware"], serde_json::json!({"chip": null, "count": 0, "total_chips": 0, "nodes": 1, "host": "local"}));
+    assert_eq!(
+        metadata["hardware"],
+        serde_json::json!({"chip": null, "count": 0, "total_chips": 0, "nodes": 1, "host": "local"})
+    );
     assert_eq!(metadata["config"], serde_json::json!({"lr": 0.5}));
     let run_id = metadata["run_id"].as_str().unwrap();
     assert_eq!(metadata["job_key"], format!("general/default/meta/{run_id}"));

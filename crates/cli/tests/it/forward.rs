@@ -16,7 +16,11 @@ fn free_port() -> u16 {
 /// An experiment whose job serves its working dir over HTTP on 127.0.0.1:`port`.
 fn serving(dir: &std::path::Path, port: u16) -> String {
     let exp = dir.join("serve.yaml");
-    std::fs::write(&exp, format!("entrypoint: python3 -m http.server {port} --bind 127.0.0.1\nrequest: {{chip: cpu}}\n")).unwrap();
+    std::fs::write(
+        &exp,
+        format!("entrypoint: python3 -m http.server {port} --bind 127.0.0.1\nrequest: {{chip: cpu}}\n"),
+    )
+    .unwrap();
     std::fs::write(dir.join("hello.txt"), "hello through the tunnel\n").unwrap();
     exp.display().to_string()
 }
@@ -79,7 +83,11 @@ fn forward_reaches_a_local_job_and_sigterm_closes_only_the_forward() {
     // Nothing listens any more: forward fails at once, saying so.
     let out = ctx.run(&["forward", "web", &format!("0:{port}")]);
     assert!(!out.status.success());
-    assert!(text(&out.stderr).contains("has ended") || text(&out.stderr).contains("nothing answers"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("has ended") || text(&out.stderr).contains("nothing answers"),
+        "{}",
+        text(&out.stderr)
+    );
 }
 
 #[test]
@@ -128,7 +136,8 @@ fn forward_reaches_a_job_on_a_plain_host_through_its_ssh_master() {
         get("THESEUSTEST_SSH_KNOWN_HOSTS"),
         get("THESEUSTEST_SLURM_SHARED"),
     ) else {
-        let msg = "forward over ssh: NOT RUN: the SSH lab is not up (`cargo xtask lab up`; `cargo xtask test` starts it)";
+        let msg =
+            "forward over ssh: NOT RUN: the SSH lab is not up (`cargo xtask lab up`; `cargo xtask test` starts it)";
         assert!(std::env::var("THESEUSTEST_REQUIRE_ALL").as_deref() != Ok("1"), "{msg}");
         eprintln!("\n!!!!!!!! {msg} !!!!!!!!\n");
         return;
@@ -158,7 +167,9 @@ fn forward_reaches_a_job_on_a_plain_host_through_its_ssh_master() {
         cmd.env("THESEUS_SSH_CONFIG", &ssh_config).args(args);
         cmd
     };
-    let out = cmd(&["submit", "remote-web", &exp, "--code", code.path().to_str().unwrap(), "--host", "box"]).output().unwrap();
+    let out = cmd(&["submit", "remote-web", &exp, "--code", code.path().to_str().unwrap(), "--host", "box"])
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));
     // The lab's sshd is this machine: wait until the job listens.
     let deadline = Instant::now() + Duration::from_secs(60);

@@ -53,14 +53,18 @@ fn gc_removes_a_finished_runs_code_dir_keeps_its_log_and_a_running_run_and_du_fo
     let ctx = TestContext::new();
     let code = tempfile::tempdir().unwrap();
     let done = submit(&ctx, "finished", "print('done', flush=True)\n", code.path(), true);
-    let running = submit(&ctx, "running", "import time\nprint('waiting', flush=True)\ntime.sleep(600)\n", code.path(), false);
+    let running =
+        submit(&ctx, "running", "import time\nprint('waiting', flush=True)\ntime.sleep(600)\n", code.path(), false);
     let _cancel = CancelOnDrop(&ctx, "running");
     let deadline = Instant::now() + Duration::from_secs(30);
     while !text(&ctx.run(&["logs", &running]).stdout).contains("waiting") {
         assert!(Instant::now() < deadline, "the running job never started");
         std::thread::sleep(Duration::from_millis(100));
     }
-    let (done_dir, running_dir) = (work(&ctx).join("general/default/finished").join(&done), work(&ctx).join("general/default/running").join(&running));
+    let (done_dir, running_dir) = (
+        work(&ctx).join("general/default/finished").join(&done),
+        work(&ctx).join("general/default/running").join(&running),
+    );
     let done_log = work(&ctx).join("logs/general/default/finished").join(format!("{done}.log"));
     assert!(done_dir.join("finished.py").exists() && running_dir.join("running.py").exists() && done_log.exists());
     assert_eq!(du(&ctx)["usage"]["run_dirs"], 2);
@@ -94,7 +98,16 @@ fn gc_reclaims_a_finished_runs_code_dir_on_a_volcano_pvc_and_du_sees_it() {
     let ctx = TestContext::new();
     let world = crate::volcano::SimWorld::start(&ctx);
     let out = ctx.run(&[
-        "submit", "once", &world.exp("exp.yaml"), "--code", world.code(), "--host", "k8s", "--chip", "cpu", "--follow",
+        "submit",
+        "once",
+        &world.exp("exp.yaml"),
+        "--code",
+        world.code(),
+        "--host",
+        "k8s",
+        "--chip",
+        "cpu",
+        "--follow",
     ]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let usage = |ctx: &TestContext| -> serde_json::Value {

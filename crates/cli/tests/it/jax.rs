@@ -1,6 +1,6 @@
 //! A two-process local job running real JAX on CPU, wired by theseus.
 
-use crate::{jax_python, text, TestContext};
+use crate::{TestContext, jax_python, text};
 
 #[test]
 fn two_local_processes_form_one_jax_job() {

@@ -11,9 +11,9 @@ mod probe;
 mod ship;
 mod slurm;
 mod volcano;
-mod volcano_start;
 mod volcano_faults;
 mod volcano_rbac;
+mod volcano_start;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -46,7 +46,10 @@ fn plan_names_the_hosts_that_did_not_answer_with_their_reasons() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     let unknown: Vec<&str> = stdout.lines().filter(|l| l.starts_with("unknown: ")).collect();
     assert_eq!(unknown.len(), 2, "one line per host that did not answer: {stdout}");
-    assert!(unknown[0].starts_with("unknown: refused: ") && unknown[0].to_lowercase().contains("connection refused"), "{stdout}");
+    assert!(
+        unknown[0].starts_with("unknown: refused: ") && unknown[0].to_lowercase().contains("connection refused"),
+        "{stdout}"
+    );
     // The host's own `probe_timeout` (1s), not the default.
     assert_eq!(unknown[1], "unknown: silent: no answer within 1s (probe timeout)", "{stdout}");
 
@@ -73,7 +76,11 @@ fn the_probe_timeout_flag_overrides_the_host_key() {
 fn submit_says_on_stderr_which_host_before_its_choice_did_not_answer() {
     let ctx = TestContext::new();
     let refused = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    std::fs::write(ctx.home().join("ssh_config"), format!("Host refused-host\n  HostName 127.0.0.1\n  Port {refused}\n")).unwrap();
+    std::fs::write(
+        ctx.home().join("ssh_config"),
+        format!("Host refused-host\n  HostName 127.0.0.1\n  Port {refused}\n"),
+    )
+    .unwrap();
     // `refused` ranks before the local host, whose one (configured, unprobed) GPU takes the job.
     std::fs::write(
         ctx.home().join(".theseus.yaml"),

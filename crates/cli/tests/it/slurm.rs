@@ -19,7 +19,9 @@ fn lab(test: &str) -> Option<(String, String, String, String, String)> {
     ) {
         (Some(port), Some(user), Some(key), Some(known), Some(shared)) => Some((port, user, key, known, shared)),
         _ => {
-            let msg = format!("{test}: NOT RUN: the Slurm lab is not up (`cargo xtask lab up`; `cargo xtask test` starts it)");
+            let msg = format!(
+                "{test}: NOT RUN: the Slurm lab is not up (`cargo xtask lab up`; `cargo xtask test` starts it)"
+            );
             if std::env::var("THESEUSTEST_REQUIRE_ALL").is_ok_and(|v| v == "1") {
                 panic!("{msg}");
             }
@@ -93,7 +95,8 @@ fn plan_reads_live_sinfo_and_a_two_node_job_runs_through_the_binary() {
     assert!(out.status.success(), "stdout:\n{stdout}\nstderr:\n{stderr}");
     assert!(stdout.contains("task 0 of 2") && stdout.contains("task 1 of 2"), "{stdout}");
     assert!(stderr.contains("completed (exit code 0)"), "{stderr}");
-    let status = ctx.cmd().env("THESEUS_SSH_CONFIG", &ssh_config).args(["status", "pair", "--output", "json"]).output().unwrap();
+    let status =
+        ctx.cmd().env("THESEUS_SSH_CONFIG", &ssh_config).args(["status", "pair", "--output", "json"]).output().unwrap();
     let v: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap_or_default();
     assert_eq!(v["status"]["state"], "completed", "{v} {}", text(&status.stderr));
 }

@@ -101,7 +101,19 @@ fn plan_uses_live_capacity_and_a_two_node_job_runs_end_to_end() {
     let ctx = TestContext::new();
     let world = SimWorld::start(&ctx);
 
-    let plan = ctx.run(&["plan", "p", &world.exp("exp.yaml"), "--host", "k8s", "--chip", "h100", "-n", "8", "--output", "json"]);
+    let plan = ctx.run(&[
+        "plan",
+        "p",
+        &world.exp("exp.yaml"),
+        "--host",
+        "k8s",
+        "--chip",
+        "h100",
+        "-n",
+        "8",
+        "--output",
+        "json",
+    ]);
     assert!(plan.status.success(), "{}", text(&plan.stderr));
     let plan: serde_json::Value = serde_json::from_slice(&plan.stdout).unwrap();
     assert_eq!(plan["plan"]["nodes"], 2, "{plan}");
@@ -110,7 +122,18 @@ fn plan_uses_live_capacity_and_a_two_node_job_runs_end_to_end() {
     assert!(!too_big.status.success(), "16 GPUs do not fit in 8");
 
     let out = ctx.run(&[
-        "submit", "pair", &world.exp("exp.yaml"), "--code", world.code(), "--host", "k8s", "--chip", "h100", "-n", "8", "--follow",
+        "submit",
+        "pair",
+        &world.exp("exp.yaml"),
+        "--code",
+        world.code(),
+        "--host",
+        "k8s",
+        "--chip",
+        "h100",
+        "-n",
+        "8",
+        "--follow",
     ]);
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert!(out.status.success(), "stdout:\n{stdout}\nstderr:\n{stderr}");
@@ -142,9 +165,29 @@ fn plan_uses_live_capacity_and_a_two_node_job_runs_end_to_end() {
 fn cancel_removes_a_running_job_and_status_remembers_it() {
     let ctx = TestContext::new();
     let world = SimWorld::start(&ctx);
-    let out = ctx.run(&["submit", "sleepy", &world.exp("sleep.yaml"), "--code", world.code(), "--host", "k8s", "--chip", "cpu"]);
+    let out = ctx.run(&[
+        "submit",
+        "sleepy",
+        &world.exp("sleep.yaml"),
+        "--code",
+        world.code(),
+        "--host",
+        "k8s",
+        "--chip",
+        "cpu",
+    ]);
     assert!(out.status.success(), "{}", text(&out.stderr));
-    let again = ctx.run(&["submit", "sleepy", &world.exp("sleep.yaml"), "--code", world.code(), "--host", "k8s", "--chip", "cpu"]);
+    let again = ctx.run(&[
+        "submit",
+        "sleepy",
+        &world.exp("sleep.yaml"),
+        "--code",
+        world.code(),
+        "--host",
+        "k8s",
+        "--chip",
+        "cpu",
+    ]);
     assert_eq!(again.status.code(), Some(2));
     assert!(text(&again.stderr).contains("--replace"), "{}", text(&again.stderr));
 
@@ -163,7 +206,11 @@ fn cancel_removes_a_running_job_and_status_remembers_it() {
     assert!(text(&cancel.stdout).contains("cancelled"), "{}", text(&cancel.stdout));
     let status = ctx.run(&["status", "sleepy"]);
     assert!(status.status.success(), "{}", text(&status.stderr));
-    assert!(text(&status.stdout).contains("cancelled") && text(&status.stdout).contains("no longer exists"), "{}", text(&status.stdout));
+    assert!(
+        text(&status.stdout).contains("cancelled") && text(&status.stdout).contains("no longer exists"),
+        "{}",
+        text(&status.stdout)
+    );
     drop(world);
 }
 
@@ -177,18 +224,37 @@ fn dry_run_prints_the_manifests_without_any_cluster() {
         .cmd()
         .env("MY_TOKEN", "tok-s3cr3t")
         .args([
-            "submit", "dry", "examples/hello/experiment.yaml", "--host", "k8s", "--chip", "h100", "-n", "4", "--dry-run",
-            "--secret-env", "MY_TOKEN", "--volcano-image", "repo/img:tag", "--cpu", "12", "--mem", "100Gi",
+            "submit",
+            "dry",
+            "examples/hello/experiment.yaml",
+            "--host",
+            "k8s",
+            "--chip",
+            "h100",
+            "-n",
+            "4",
+            "--dry-run",
+            "--secret-env",
+            "MY_TOKEN",
+            "--volcano-image",
+            "repo/img:tag",
+            "--cpu",
+            "12",
+            "--mem",
+            "100Gi",
         ])
         .output()
         .unwrap();
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert!(out.status.success(), "stdout:\n{stdout}\nstderr:\n{stderr}");
     assert!(!stdout.contains("tok-s3cr3t") && !stderr.contains("tok-s3cr3t"), "the secret leaked");
-    for needle in ["kind: Job", "schedulerName: volcano", "theseus-ship-", "kind: Secret", "<redacted>", "repo/img:tag", "100Gi"] {
+    for needle in
+        ["kind: Job", "schedulerName: volcano", "theseus-ship-", "kind: Secret", "<redacted>", "repo/img:tag", "100Gi"]
+    {
         assert!(stdout.contains(needle), "`{needle}` missing from:\n{stdout}");
     }
-    let bad = ctx.run(&["submit", "dry", "examples/hello/experiment.yaml", "--host", "k8s", "--dry-run", "--mem", "64Gx"]);
+    let bad =
+        ctx.run(&["submit", "dry", "examples/hello/experiment.yaml", "--host", "k8s", "--dry-run", "--mem", "64Gx"]);
     assert_eq!(bad.status.code(), Some(2));
     assert!(text(&bad.stderr).contains("memory") && text(&bad.stderr).contains("64Gx"), "{}", text(&bad.stderr));
 }
@@ -204,7 +270,10 @@ fn an_invalid_quantity_in_the_config_names_the_file_and_key() {
     let out = ctx.run(&["config", "check"]);
     assert_eq!(out.status.code(), Some(1), "config check exits 1 on an invalid config");
     let stderr = text(&out.stderr);
-    assert!(stderr.contains(".theseus.yaml") && stderr.contains("hosts.k8s.memory") && stderr.contains("64Gx"), "{stderr}");
+    assert!(
+        stderr.contains(".theseus.yaml") && stderr.contains("hosts.k8s.memory") && stderr.contains("64Gx"),
+        "{stderr}"
+    );
 }
 
 #[test]
@@ -215,7 +284,17 @@ fn ctrl_c_while_waiting_for_the_helper_deletes_it() {
     world.sim.faults().delay_scheduling(Some(std::time::Duration::from_secs(120)));
     let mut child = ctx
         .cmd()
-        .args(["submit", "interrupted", &world.exp("exp.yaml"), "--code", world.code(), "--host", "k8s", "--chip", "cpu"])
+        .args([
+            "submit",
+            "interrupted",
+            &world.exp("exp.yaml"),
+            "--code",
+            world.code(),
+            "--host",
+            "k8s",
+            "--chip",
+            "cpu",
+        ])
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
@@ -270,7 +349,8 @@ fn a_cluster_mount_is_ignored_for_volcano_hosts_with_a_warning() {
 fn submit_names_the_vcjob_and_a_missing_queue_passes_the_host_over_and_creates_nothing() {
     let ctx = TestContext::new();
     let world = SimWorld::start(&ctx);
-    let out = ctx.run(&["submit", "where", &world.exp("exp.yaml"), "--code", world.code(), "--host", "k8s", "--chip", "cpu"]);
+    let out =
+        ctx.run(&["submit", "where", &world.exp("exp.yaml"), "--code", world.code(), "--host", "k8s", "--chip", "cpu"]);
     let stderr = text(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     let line = stderr.lines().find(|l| l.contains("kubectl -n")).unwrap_or_else(|| panic!("no kubectl line: {stderr}"));
@@ -283,7 +363,10 @@ fn submit_names_the_vcjob_and_a_missing_queue_passes_the_host_over_and_creates_n
     std::fs::write(&config_path, config.replace("queue: default", "queue: no-such-queue")).unwrap();
     for chip in [&["--chip", "h100", "-n", "1"][..], &["--chip", "cpu"][..]] {
         let (row, stdout, stderr) = plan_row(&ctx, &world, chip);
-        assert!(row.contains("passed") && row.contains("\"no-such-queue\" does not exist"), "{chip:?}: {stdout}{stderr}");
+        assert!(
+            row.contains("passed") && row.contains("\"no-such-queue\" does not exist"),
+            "{chip:?}: {stdout}{stderr}"
+        );
         assert!(row.contains("kubectl get queues"), "{row}");
         assert!(!stdout.contains("chosen:  k8s"), "{stdout}");
     }
@@ -310,7 +393,16 @@ fn plan_row(ctx: &TestContext, world: &SimWorld, chip: &[&str]) -> (String, Stri
 fn refused_submit(ctx: &TestContext, world: &SimWorld, name: &str) -> (Option<i32>, String, Vec<(String, String)>) {
     let before = world.sim.requests().len();
     let submit = ctx.run(&[
-        "submit", name, &world.exp("exp.yaml"), "--code", world.code(), "--host", "k8s", "--chip", "cpu", "--no-check",
+        "submit",
+        name,
+        &world.exp("exp.yaml"),
+        "--code",
+        world.code(),
+        "--host",
+        "k8s",
+        "--chip",
+        "cpu",
+        "--no-check",
     ]);
     let writes = world.sim.requests()[before..].iter().filter(|(method, _)| method != "GET").cloned().collect();
     (submit.status.code(), text(&submit.stderr), writes)
@@ -323,7 +415,10 @@ fn a_closed_queue_passes_the_host_over_and_submit_to_it_creates_nothing() {
     world.sim.put_queue("default", "Closed");
     for chip in [&["--chip", "h100", "-n", "1"][..], &["--chip", "cpu"][..]] {
         let (row, stdout, stderr) = plan_row(&ctx, &world, chip);
-        assert!(row.contains("passed") && row.contains("\"default\" on cluster \"sim\" is Closed"), "{chip:?}: {stdout}{stderr}");
+        assert!(
+            row.contains("passed") && row.contains("\"default\" on cluster \"sim\" is Closed"),
+            "{chip:?}: {stdout}{stderr}"
+        );
         assert!(row.contains("--action open"), "{row}");
     }
     let (code, stderr, writes) = refused_submit(&ctx, &world, "shut");
@@ -333,7 +428,8 @@ fn a_closed_queue_passes_the_host_over_and_submit_to_it_creates_nothing() {
 
     // Opened again, the same submit goes through.
     world.sim.put_queue("default", "Open");
-    let submit = ctx.run(&["submit", "shut", &world.exp("exp.yaml"), "--code", world.code(), "--host", "k8s", "--chip", "cpu"]);
+    let submit =
+        ctx.run(&["submit", "shut", &world.exp("exp.yaml"), "--code", world.code(), "--host", "k8s", "--chip", "cpu"]);
     assert!(submit.status.success(), "{}", text(&submit.stderr));
 }
 

@@ -134,10 +134,7 @@ fn two_concurrent_submits_of_one_name_leave_one_live_job_and_one_clean_message()
         let stderr = text(&lost[0].stderr);
         let errors: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error")).collect();
         assert_eq!(errors.len(), 1, "round {round}: {stderr}");
-        assert!(
-            errors[0].contains("live run of job") && errors[0].contains("--replace"),
-            "round {round}: {stderr}"
-        );
+        assert!(errors[0].contains("live run of job") && errors[0].contains("--replace"), "round {round}: {stderr}");
         assert_eq!(errors[0].matches("already").count(), 1, "round {round}: {stderr}");
         assert!(
             !stderr.contains("starting helper") && !stderr.contains("waiting for helper"),
@@ -208,7 +205,8 @@ fn submit_follow_survives_reset_log_streams_and_an_api_outage_and_says_it_reconn
 /// A kubeconfig whose contexts point at `servers` (`name` → URL), and one volcano host per
 /// context in the theseus config, with a short API timeout and one attempt's worth of retries.
 fn unreachable_clusters(ctx: &TestContext, servers: &[(&str, String)]) {
-    let mut kubeconfig = String::from("apiVersion: v1\nkind: Config\nusers:\n- name: u\n  user: {token: not-a-secret}\nclusters:\n");
+    let mut kubeconfig =
+        String::from("apiVersion: v1\nkind: Config\nusers:\n- name: u\n  user: {token: not-a-secret}\nclusters:\n");
     for (name, url) in servers {
         kubeconfig.push_str(&format!("- name: {name}\n  cluster: {{server: \"{url}\"}}\n"));
     }
@@ -265,7 +263,17 @@ fn unreachable_refused_dns_and_non_tls_api_servers_end_with_one_plain_line() {
 
         // `-v` tells more (the library's own lines), still without colour off a terminal.
         let mut cmd = ctx.cmd();
-        cmd.args(["-v", "submit", "x", "examples/hello/experiment.yaml", "--host", host, "--chip", "cpu", "--no-check"]);
+        cmd.args([
+            "-v",
+            "submit",
+            "x",
+            "examples/hello/experiment.yaml",
+            "--host",
+            host,
+            "--chip",
+            "cpu",
+            "--no-check",
+        ]);
         let verbose = text(&run_bounded(cmd, Duration::from_secs(90)).stderr);
         assert!(verbose.lines().count() > stderr.lines().count(), "{host}: -v says more:\n{verbose}");
         assert!(!verbose.contains('\x1b'), "{host}: {verbose:?}");

@@ -28,17 +28,58 @@ fn every_command_works_with_the_least_privilege_role() {
     let ctx = TestContext::new();
     let authz = Authz::from_files(TOKENS, &documented()).unwrap();
     let world = SimWorld::start_with(&ctx, Some((authz, "t-researcher")));
-    let plan = ctx.run(&["plan", "p", &world.exp("exp.yaml"), "--host", "k8s", "--chip", "h100", "-n", "4", "--output", "json"]);
+    let plan = ctx.run(&[
+        "plan",
+        "p",
+        &world.exp("exp.yaml"),
+        "--host",
+        "k8s",
+        "--chip",
+        "h100",
+        "-n",
+        "4",
+        "--output",
+        "json",
+    ]);
     assert!(plan.status.success(), "{}", text(&plan.stderr));
     let plan: serde_json::Value = serde_json::from_slice(&plan.stdout).unwrap();
     let verdict = plan.to_string();
     assert!(verdict.contains("allocatable"), "live capacity was read: {verdict}");
 
-    let out = ctx.run(&["submit", "ok", &world.exp("exp.yaml"), "--code", world.code(), "--host", "k8s", "--chip", "h100", "-n", "4", "--follow"]);
+    let out = ctx.run(&[
+        "submit",
+        "ok",
+        &world.exp("exp.yaml"),
+        "--code",
+        world.code(),
+        "--host",
+        "k8s",
+        "--chip",
+        "h100",
+        "-n",
+        "4",
+        "--follow",
+    ]);
     assert!(out.status.success(), "stdout:\n{}\nstderr:\n{}", text(&out.stdout), text(&out.stderr));
-    let sleeper = ctx.run(&["submit", "sleeper", &world.exp("sleep.yaml"), "--code", world.code(), "--host", "k8s", "--chip", "cpu"]);
+    let sleeper = ctx.run(&[
+        "submit",
+        "sleeper",
+        &world.exp("sleep.yaml"),
+        "--code",
+        world.code(),
+        "--host",
+        "k8s",
+        "--chip",
+        "cpu",
+    ]);
     assert!(sleeper.status.success(), "{}", text(&sleeper.stderr));
-    for args in [&["status", "sleeper"][..], &["logs", "ok"][..], &["cancel", "sleeper"][..], &["list"][..], &["gc", "--dry-run"][..]] {
+    for args in [
+        &["status", "sleeper"][..],
+        &["logs", "ok"][..],
+        &["cancel", "sleeper"][..],
+        &["list"][..],
+        &["gc", "--dry-run"][..],
+    ] {
         let out = ctx.run(args);
         let stderr = text(&out.stderr);
         assert!(out.status.success(), "{args:?}: {stderr}");
@@ -57,7 +98,20 @@ fn without_the_cluster_role_capacity_is_unknown_naming_the_permission_and_submit
     assert!(row.contains("unknown"), "{row}");
     assert!(all.contains("queues") && all.contains("ClusterRole"), "the plan names the missing permission: {all}");
 
-    let out = ctx.run(&["submit", "blind", &world.exp("exp.yaml"), "--code", world.code(), "--host", "k8s", "--chip", "h100", "-n", "4", "--follow"]);
+    let out = ctx.run(&[
+        "submit",
+        "blind",
+        &world.exp("exp.yaml"),
+        "--code",
+        world.code(),
+        "--host",
+        "k8s",
+        "--chip",
+        "h100",
+        "-n",
+        "4",
+        "--follow",
+    ]);
     assert!(out.status.success(), "stdout:\n{}\nstderr:\n{}", text(&out.stdout), text(&out.stderr));
 }
 
@@ -66,7 +120,8 @@ fn a_kubeconfig_without_a_valid_token_is_one_clear_line() {
     let ctx = TestContext::new();
     let authz = Authz::from_files(TOKENS, &documented()).unwrap();
     let world = SimWorld::start_with(&ctx, Some((authz, "t-expired")));
-    let out = ctx.run(&["submit", "x", &world.exp("exp.yaml"), "--code", world.code(), "--host", "k8s", "--chip", "cpu"]);
+    let out =
+        ctx.run(&["submit", "x", &world.exp("exp.yaml"), "--code", world.code(), "--host", "k8s", "--chip", "cpu"]);
     let stderr = text(&out.stderr);
     assert!(!out.status.success(), "{stderr}");
     assert!(stderr.contains("401") || stderr.to_lowercase().contains("unauthorized"), "{stderr}");

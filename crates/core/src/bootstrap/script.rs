@@ -139,8 +139,7 @@ fn render_entrypoint(s: &mut String, input: &BootstrapInput) -> Result<()> {
     let _ = writeln!(s, "theseus_python_entry={}", u8::from(python));
     let _ = writeln!(s, "theseus_jax={}", u8::from(input.distributed == Distributed::Jax));
     let _ = writeln!(s, "theseus_args=({})", shell::join(args));
-    let groups: Vec<String> =
-        input.uv_groups.iter().flat_map(|g| ["--group".to_owned(), g.clone()]).collect();
+    let groups: Vec<String> = input.uv_groups.iter().flat_map(|g| ["--group".to_owned(), g.clone()]).collect();
     let _ = writeln!(s, "theseus_uv_groups=({})", shell::join(&groups));
     Ok(())
 }

@@ -15,7 +15,9 @@ use super::{ClusterConfig, DispatchConfig, HostConfig};
 const UNSUPPORTED_TYPES: &[&str] = &["tpu"];
 
 /// The names of the hosts some layer gives an unsupported `type` (`(layer source, layer)` in).
-pub(crate) fn unsupported_hosts<'a>(layers: impl IntoIterator<Item = (&'a str, &'a Map<String, Value>)>) -> BTreeMap<String, (String, String)> {
+pub(crate) fn unsupported_hosts<'a>(
+    layers: impl IntoIterator<Item = (&'a str, &'a Map<String, Value>)>,
+) -> BTreeMap<String, (String, String)> {
     let mut found = BTreeMap::new();
     for (source, layer) in layers {
         let Some(Value::Object(hosts)) = layer.get("hosts") else { continue };
@@ -43,7 +45,9 @@ pub(crate) fn unsupported_warnings(unsupported: &BTreeMap<String, (String, Strin
     unsupported
         .iter()
         .map(|(name, (source, kind))| {
-            format!("{source}: hosts.{name}: type `{kind}` is not supported by theseus yet; the host is left out of solving")
+            format!(
+                "{source}: hosts.{name}: type `{kind}` is not supported by theseus yet; the host is left out of solving"
+            )
         })
         .collect()
 }

@@ -75,11 +75,7 @@ pub struct Provenance {
 /// Layers, lowest first: built-in defaults, user file, project file, environment, CLI.
 pub fn load(sources: &ConfigSources) -> Result<LoadedConfig> {
     let home = sources.home.as_deref();
-    let mut layers = vec![Layer {
-        kind: LayerKind::Defaults,
-        source: DEFAULTS_SOURCE.into(),
-        value: defaults(),
-    }];
+    let mut layers = vec![Layer { kind: LayerKind::Defaults, source: DEFAULTS_SOURCE.into(), value: defaults() }];
     let mut files = Vec::new();
 
     let user = match &sources.explicit_file {
@@ -92,15 +88,11 @@ pub fn load(sources: &ConfigSources) -> Result<LoadedConfig> {
         Some(path) => Some(path.clone()),
         None => home.map(|h| h.join(FILE_NAME)).filter(|p| p.is_file()),
     };
-    let project = sources
-        .project_start
-        .as_deref()
-        .and_then(|start| find_project_file(start, home, user.as_deref()));
+    let project = sources.project_start.as_deref().and_then(|start| find_project_file(start, home, user.as_deref()));
     for path in user.into_iter().chain(project) {
         let source = display_path(&path, home);
         let text = crate::files::read_bounded(&path, crate::files::CONFIG_LIMIT, "dispatch config file")?;
-        let value = parse_yaml(&text)
-            .map_err(|m| Error::InvalidConfig(format!("{source}: invalid YAML: {m}")))?;
+        let value = parse_yaml(&text).map_err(|m| Error::InvalidConfig(format!("{source}: invalid YAML: {m}")))?;
         let value = match value {
             Value::Object(map) => map,
             Value::Null => Map::new(),
@@ -111,11 +103,7 @@ pub fn load(sources: &ConfigSources) -> Result<LoadedConfig> {
                 )));
             }
         };
-        layers.push(Layer {
-            kind: LayerKind::File,
-            source,
-            value,
-        });
+        layers.push(Layer { kind: LayerKind::File, source, value });
         files.push(path);
     }
     // Hosts and clusters the files name, so that env names can address `gpu-box` as `GPU_BOX`.
@@ -139,23 +127,14 @@ pub fn load(sources: &ConfigSources) -> Result<LoadedConfig> {
             *entry = super::compat::env_table_name(entry, existing)
                 .map_err(|m| Error::InvalidConfig(format!("{source}: {m}")))?;
         }
-        let value = setting_layer(&segments, raw, true)
-            .map_err(|m| Error::InvalidConfig(format!("{source}: {m}")))?;
-        layers.push(Layer {
-            kind: LayerKind::Override,
-            source,
-            value,
-        });
+        let value = setting_layer(&segments, raw, true).map_err(|m| Error::InvalidConfig(format!("{source}: {m}")))?;
+        layers.push(Layer { kind: LayerKind::Override, source, value });
     }
     for (key, raw) in &sources.cli {
         let segments: Vec<String> = key.split('.').map(str::to_owned).collect();
-        let value = setting_layer(&segments, raw, false)
-            .map_err(|m| Error::InvalidConfig(format!("--set {key}: {m}")))?;
-        layers.push(Layer {
-            kind: LayerKind::Override,
-            source: "--set".into(),
-            value,
-        });
+        let value =
+            setting_layer(&segments, raw, false).map_err(|m| Error::InvalidConfig(format!("--set {key}: {m}")))?;
+        layers.push(Layer { kind: LayerKind::Override, source: "--set".into(), value });
     }
 
     // Hosts of types theseus does not run (the original's `tpu`) are set aside with a warning.
@@ -167,8 +146,7 @@ pub fn load(sources: &ConfigSources) -> Result<LoadedConfig> {
 
     let mut types = HashMap::new();
     for layer in &layers {
-        validate::check_layer(&layer.value, &mut types)
-            .map_err(|e| layer_error(&layer.source, e))?;
+        validate::check_layer(&layer.value, &mut types).map_err(|e| layer_error(&layer.source, e))?;
     }
 
     let mut merged = merge(&layers)?;
@@ -177,12 +155,7 @@ pub fn load(sources: &ConfigSources) -> Result<LoadedConfig> {
     let mut config = build(&merged, &layers)?;
     validate::validate(&mut config, &provenance)?;
     warnings.extend(super::compat::juicefs_warnings(&config, |key| validate::source_of(&provenance, key)));
-    Ok(LoadedConfig {
-        config,
-        files,
-        provenance,
-        warnings,
-    })
+    Ok(LoadedConfig { config, files, provenance, warnings })
 }
 
 /// Expands a leading `~` (alone or followed by `/`) to `home`; other paths are returned as is.
@@ -238,13 +211,9 @@ fn defaults() -> Map<String, Value> {
 /// The nearest `.theseus.yaml` walking up from `start`, unless it is the user's own file.
 fn find_project_file(start: &Path, home: Option<&Path>, user: Option<&Path>) -> Option<PathBuf> {
     let start = std::path::absolute(start).ok()?;
-    let found = start
-        .ancestors()
-        .map(|dir| dir.join(FILE_NAME))
-        .find(|p| p.is_file())?;
+    let found = start.ancestors().map(|dir| dir.join(FILE_NAME)).find(|p| p.is_file())?;
     let same = |other: &Path| {
-        other == found
-            || matches!((found.canonicalize(), other.canonicalize()), (Ok(a), Ok(b)) if a == b)
+        other == found || matches!((found.canonicalize(), other.canonicalize()), (Ok(a), Ok(b)) if a == b)
     };
     let home_file = home.map(|h| h.join(FILE_NAME));
     if home_file.as_deref().is_some_and(same) || user.is_some_and(same) {
@@ -256,8 +225,7 @@ fn find_project_file(start: &Path, home: Option<&Path>, user: Option<&Path>) -> 
 /// Parses YAML text into JSON values (maps keep their order), with nulls in maps removed so that
 /// an empty `hosts:` does not erase a lower layer's hosts.
 pub(crate) fn parse_yaml(text: &str) -> std::result::Result<Value, String> {
-    let mut value: Value =
-        serde_saphyr::from_str(text).map_err(|e| yaml_message(&e.to_string()))?;
+    let mut value: Value = serde_saphyr::from_str(text).map_err(|e| yaml_message(&e.to_string()))?;
     strip_nulls(&mut value);
     Ok(value)
 }
@@ -312,11 +280,7 @@ fn strip_nulls(value: &mut Value) {
 
 /// A layer holding one setting: `segments` is the key path, `raw` a YAML value. Env keys are
 /// lowercased (except the names under an `env` table); a comma-separated `priority` is a list.
-fn setting_layer(
-    segments: &[String],
-    raw: &str,
-    lowercase: bool,
-) -> std::result::Result<Map<String, Value>, String> {
+fn setting_layer(segments: &[String], raw: &str, lowercase: bool) -> std::result::Result<Map<String, Value>, String> {
     if segments.iter().any(String::is_empty) {
         return Err("invalid key: empty key segment".into());
     }
@@ -324,11 +288,7 @@ fn setting_layer(
         .iter()
         .enumerate()
         .map(|(i, s)| {
-            if lowercase && (i == 0 || segments[i - 1].to_lowercase() != "env") {
-                s.to_lowercase()
-            } else {
-                s.clone()
-            }
+            if lowercase && (i == 0 || segments[i - 1].to_lowercase() != "env") { s.to_lowercase() } else { s.clone() }
         })
         .collect();
     let mut value = if raw.trim().is_empty() {
@@ -337,12 +297,7 @@ fn setting_layer(
         parse_yaml(raw).map_err(|m| format!("invalid YAML value: {m}"))?
     };
     if let (true, Value::String(list)) = (keys.len() == 1 && keys[0] == "priority", &value) {
-        value = Value::Array(
-            list.split(',')
-                .map(|s| Value::String(s.trim().to_owned()))
-                .filter(|v| v != "")
-                .collect(),
-        );
+        value = Value::Array(list.split(',').map(|s| Value::String(s.trim().to_owned())).filter(|v| v != "").collect());
     }
     for key in keys.iter().rev() {
         let mut map = Map::new();
@@ -366,25 +321,18 @@ impl Provider for LayerProvider<'_> {
     fn data(&self) -> std::result::Result<FigmentMap<Profile, Dict>, figment::Error> {
         match figment::value::Value::serialize(&self.0.value)? {
             figment::value::Value::Dict(_, dict) => Ok(Profile::Default.collect(dict)),
-            _ => Err(figment::Error::from(
-                "a config layer is not a map".to_owned(),
-            )),
+            _ => Err(figment::Error::from("a config layer is not a map".to_owned())),
         }
     }
 }
 
 /// Merges the layers with figment and restores the order of hosts and clusters.
 fn merge(layers: &[Layer]) -> Result<Map<String, Value>> {
-    let figment = layers
-        .iter()
-        .fold(Figment::new(), |f, layer| f.merge(LayerProvider(layer)));
-    let merged: Value = figment
-        .extract()
-        .map_err(|e| Error::InvalidConfig(format!("failed to merge the config: {e}")))?;
+    let figment = layers.iter().fold(Figment::new(), |f, layer| f.merge(LayerProvider(layer)));
+    let merged: Value =
+        figment.extract().map_err(|e| Error::InvalidConfig(format!("failed to merge the config: {e}")))?;
     let Value::Object(mut merged) = merged else {
-        return Err(Error::InvalidConfig(
-            "failed to merge the config: not a map".into(),
-        ));
+        return Err(Error::InvalidConfig("failed to merge the config: not a map".into()));
     };
     for table in ["clusters", "hosts"] {
         if let Some(Value::Object(entries)) = merged.get_mut(table) {
@@ -405,36 +353,19 @@ fn merge(layers: &[Layer]) -> Result<Map<String, Value>> {
 /// built-in entries last unless a file defines them.
 fn entry_order(layers: &[Layer], table: &str) -> Vec<String> {
     let names = |layer: &Layer| -> Vec<String> {
-        layer
-            .value
-            .get(table)
-            .and_then(Value::as_object)
-            .map(|m| m.keys().cloned().collect())
-            .unwrap_or_default()
+        layer.value.get(table).and_then(Value::as_object).map(|m| m.keys().cloned().collect()).unwrap_or_default()
     };
-    let builtin: Vec<String> = layers
-        .iter()
-        .filter(|l| l.kind == LayerKind::Defaults)
-        .flat_map(names)
-        .collect();
+    let builtin: Vec<String> = layers.iter().filter(|l| l.kind == LayerKind::Defaults).flat_map(names).collect();
     let mut order: Vec<String> = Vec::new();
     let push = |name: String, order: &mut Vec<String>| {
         if !order.contains(&name) {
             order.push(name);
         }
     };
-    for name in layers
-        .iter()
-        .filter(|l| l.kind == LayerKind::File)
-        .flat_map(names)
-    {
+    for name in layers.iter().filter(|l| l.kind == LayerKind::File).flat_map(names) {
         push(name, &mut order);
     }
-    for name in layers
-        .iter()
-        .filter(|l| l.kind == LayerKind::Override)
-        .flat_map(names)
-    {
+    for name in layers.iter().filter(|l| l.kind == LayerKind::Override).flat_map(names) {
         if !builtin.contains(&name) {
             push(name, &mut order);
         }
@@ -455,12 +386,7 @@ fn provenance(layers: &[Layer], merged: &Map<String, Value>) -> Vec<Provenance> 
     }
     leaves(merged)
         .into_iter()
-        .filter_map(|path| {
-            sources.get(&path).map(|s| Provenance {
-                key: path.join("."),
-                source: (*s).to_owned(),
-            })
-        })
+        .filter_map(|path| sources.get(&path).map(|s| Provenance { key: path.join("."), source: (*s).to_owned() }))
         .collect()
 }
 
@@ -498,11 +424,8 @@ fn layer_source(layers: &[Layer], path: &str, first: bool) -> String {
     };
     let mut path = path.to_owned();
     loop {
-        let found = if first {
-            layers.iter().find(|l| has(l, &path))
-        } else {
-            layers.iter().rev().find(|l| has(l, &path))
-        };
+        let found =
+            if first { layers.iter().find(|l| has(l, &path)) } else { layers.iter().rev().find(|l| has(l, &path)) };
         if let Some(layer) = found {
             return layer.source.clone();
         }
@@ -529,16 +452,11 @@ fn build(merged: &Map<String, Value>, layers: &[Layer]) -> Result<DispatchConfig
         match key.as_str() {
             "mount" => config.mount = Some(validate::de_strict(value.clone(), key).map_err(fail)?),
             "proxy" => config.proxy = Some(validate::de_strict(value.clone(), key).map_err(fail)?),
-            "priority" => {
-                config.priority = validate::de_strict(value.clone(), key).map_err(fail)?
-            }
-            "gres_mapping" => {
-                config.gres_mapping = validate::de_strict(value.clone(), key).map_err(fail)?
-            }
+            "priority" => config.priority = validate::de_strict(value.clone(), key).map_err(fail)?,
+            "gres_mapping" => config.gres_mapping = validate::de_strict(value.clone(), key).map_err(fail)?,
             "clusters" => {
                 for (name, cluster) in value.as_object().into_iter().flatten() {
-                    let parsed = validate::de_strict(cluster.clone(), &format!("clusters.{name}"))
-                        .map_err(fail)?;
+                    let parsed = validate::de_strict(cluster.clone(), &format!("clusters.{name}")).map_err(fail)?;
                     config.clusters.insert(name.clone(), parsed);
                 }
             }
@@ -548,18 +466,15 @@ fn build(merged: &Map<String, Value>, layers: &[Layer]) -> Result<DispatchConfig
                     let mut body = host.as_object().cloned().unwrap_or_default();
                     let kind = match body.remove("type") {
                         None => HostKind::Plain,
-                        Some(Value::String(t)) => validate::host_kind(&t)
-                            .map_err(|m| fail(KeyError::new(format!("{path}.type"), m)))?,
+                        Some(Value::String(t)) => {
+                            validate::host_kind(&t).map_err(|m| fail(KeyError::new(format!("{path}.type"), m)))?
+                        }
                         Some(other) => {
-                            let message =
-                                format!("expected a string, found {}", validate::kind_of(&other));
+                            let message = format!("expected a string, found {}", validate::kind_of(&other));
                             return Err(fail(KeyError::new(format!("{path}.type"), message)));
                         }
                     };
-                    config.hosts.insert(
-                        name.clone(),
-                        validate::host_from_body(kind, body, &path).map_err(fail)?,
-                    );
+                    config.hosts.insert(name.clone(), validate::host_from_body(kind, body, &path).map_err(fail)?);
                 }
             }
             _ => return Err(fail(validate::unknown_key(key, key, validate::TOP_KEYS))),

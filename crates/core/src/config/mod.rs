@@ -20,8 +20,8 @@ pub mod load;
 pub mod ssh;
 pub mod validate;
 
-pub use ssh::{KnownHosts, SshSettings};
 pub use load::{ConfigSources, ENV_PREFIX, LoadedConfig, Provenance, display_path, expand_tilde};
+pub use ssh::{KnownHosts, SshSettings};
 
 #[cfg(test)]
 mod tests;
@@ -192,9 +192,9 @@ fn duration_text<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Op
         None | Some(serde_json::Value::Null) => Ok(None),
         Some(serde_json::Value::String(text)) => Ok(Some(text)),
         Some(serde_json::Value::Number(n)) => Ok(Some(n.to_string())),
-        Some(other) => Err(D::Error::custom(format!(
-            "expected a duration such as `5s` or a number of seconds, found {other}"
-        ))),
+        Some(other) => {
+            Err(D::Error::custom(format!("expected a duration such as `5s` or a number of seconds, found {other}")))
+        }
     }
 }
 

@@ -104,11 +104,9 @@ fn check(settings: &SshSettings, path: &str) -> Result<(), KeyError> {
     if settings.port == Some(0) {
         return Err(KeyError::new(format!("{path}.port"), "must be 1 to 65535"));
     }
-    for (key, value) in [
-        ("identity_file", &settings.identity_file),
-        ("user", &settings.user),
-        ("proxy_jump", &settings.proxy_jump),
-    ] {
+    for (key, value) in
+        [("identity_file", &settings.identity_file), ("user", &settings.user), ("proxy_jump", &settings.proxy_jump)]
+    {
         if let Some(value) = value {
             check_value(value).map_err(|m| KeyError::new(format!("{path}.{key}"), m))?;
             if value.starts_with('-') {
@@ -178,7 +176,11 @@ mod tests {
             (r#"{"max_sessions": 0}"#, "hosts.box.max_sessions", "at least 1"),
             (r#"{"user": "-oProxyCommand=x"}"#, "hosts.box.user", "read as an option"),
             (r#"{"ssh_options": {"Proxy Command": "x"}}"#, "hosts.box.ssh_options.Proxy Command", "letters and digits"),
-            (r#"{"ssh_options": {"controlpath": "/tmp/x"}}"#, "hosts.box.ssh_options.controlpath", "`ControlPath` is set by theseus"),
+            (
+                r#"{"ssh_options": {"controlpath": "/tmp/x"}}"#,
+                "hosts.box.ssh_options.controlpath",
+                "`ControlPath` is set by theseus",
+            ),
             (r#"{"ssh_options": {"ProxyCommand": "a\nb"}}"#, "hosts.box.ssh_options.ProxyCommand", "control character"),
         ] {
             let err = settings(json).unwrap_err();

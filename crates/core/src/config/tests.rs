@@ -21,10 +21,7 @@ impl Setup {
         jail.create_dir("home").unwrap();
         jail.create_dir("proj/sub").unwrap();
         // Several setups may share one jail: a file not asked for must not linger.
-        for (path, text) in [
-            ("home/.theseus.yaml", user),
-            ("proj/.theseus.yaml", project),
-        ] {
+        for (path, text) in [("home/.theseus.yaml", user), ("proj/.theseus.yaml", project)] {
             match text {
                 Some(text) => drop(jail.create_file(path, text).unwrap()),
                 None => drop(std::fs::remove_file(root.join(path))),
@@ -109,10 +106,7 @@ fn default_config_needs_no_files() {
             ("hosts.local.cluster", "built-in defaults"),
             ("hosts.local.type", "built-in defaults"),
         ]
-        .map(|(key, source)| Provenance {
-            key: key.into(),
-            source: source.into()
-        })
+        .map(|(key, source)| Provenance { key: key.into(), source: source.into() })
     );
 }
 
@@ -130,9 +124,9 @@ fn default_config_with_home_but_no_files() {
 #[test]
 fn precedence_of_all_five_layers() {
     Jail::expect_with(|jail| {
-        let user = "hosts:\n  local:\n    processes: 1\n    coordinator_port: 1001\n    uv_groups: [u]\n    env: {A: u}\n";
-        let project =
-            "hosts:\n  local:\n    processes: 2\n    coordinator_port: 1002\n    uv_groups: [p]\n";
+        let user =
+            "hosts:\n  local:\n    processes: 1\n    coordinator_port: 1001\n    uv_groups: [u]\n    env: {A: u}\n";
+        let project = "hosts:\n  local:\n    processes: 2\n    coordinator_port: 1002\n    uv_groups: [p]\n";
         let setup = Setup::new(jail, Some(user), Some(project))
             .env("THESEUSCFG_HOSTS__LOCAL__PROCESSES", "3")
             .env("THESEUSCFG_HOSTS__LOCAL__COORDINATOR_PORT", "1003")
@@ -147,23 +141,11 @@ fn precedence_of_all_five_layers() {
         assert_eq!(host.cluster, "local");
 
         assert_eq!(source(&loaded, "hosts.local.processes"), "--set");
-        assert_eq!(
-            source(&loaded, "hosts.local.coordinator_port"),
-            "env THESEUSCFG_HOSTS__LOCAL__COORDINATOR_PORT"
-        );
-        assert_eq!(
-            source(&loaded, "hosts.local.uv_groups"),
-            setup.project_file()
-        );
+        assert_eq!(source(&loaded, "hosts.local.coordinator_port"), "env THESEUSCFG_HOSTS__LOCAL__COORDINATOR_PORT");
+        assert_eq!(source(&loaded, "hosts.local.uv_groups"), setup.project_file());
         assert_eq!(source(&loaded, "hosts.local.env.A"), "~/.theseus.yaml");
         assert_eq!(source(&loaded, "hosts.local.cluster"), "built-in defaults");
-        assert_eq!(
-            loaded.files,
-            [
-                setup.root.join("home/.theseus.yaml"),
-                setup.root.join("proj/.theseus.yaml")
-            ]
-        );
+        assert_eq!(loaded.files, [setup.root.join("home/.theseus.yaml"), setup.root.join("proj/.theseus.yaml")]);
         Ok(())
     });
 }
@@ -177,10 +159,7 @@ fn project_file_overrides_one_field_of_a_user_host() {
         let host = plain(&loaded.config, "box");
         assert_eq!(host.ssh, "u@box");
         assert_eq!(host.cluster, "local");
-        assert_eq!(
-            host.chips.into_iter().collect::<Vec<_>>(),
-            [("a6000".to_owned(), 2), ("h100".to_owned(), 8)]
-        );
+        assert_eq!(host.chips.into_iter().collect::<Vec<_>>(), [("a6000".to_owned(), 2), ("h100".to_owned(), 8)]);
         assert_eq!(host.env.len(), 2);
         Ok(())
     });
@@ -196,10 +175,7 @@ fn host_order_follows_first_appearance_with_builtin_local_last() {
             .set("hosts.clihost", "{ssh: c, cluster: local}")
             .set("hosts.local.processes", "2")
             .load();
-        assert_eq!(
-            host_names(&loaded.config),
-            ["zeta", "alpha", "mid", "envhost", "clihost", "local"]
-        );
+        assert_eq!(host_names(&loaded.config), ["zeta", "alpha", "mid", "envhost", "clihost", "local"]);
         Ok(())
     });
 }
@@ -241,15 +217,7 @@ hosts:
 ";
         let loaded = Setup::new(jail, Some(user), None).load();
         let kinds: Vec<HostKind> = loaded.config.hosts.values().map(HostConfig::kind).collect();
-        assert_eq!(
-            kinds,
-            [
-                HostKind::Plain,
-                HostKind::Slurm,
-                HostKind::Volcano,
-                HostKind::Local
-            ]
-        );
+        assert_eq!(kinds, [HostKind::Plain, HostKind::Slurm, HostKind::Volcano, HostKind::Local]);
         Ok(())
     });
 }
@@ -274,10 +242,7 @@ fn chip_aliases_are_canonicalized() {
         let user = "hosts:\n  box: {ssh: b, cluster: local, chips: {H100: 8}}\ngres_mapping: {H100-80GB: h100}\n";
         let loaded = Setup::new(jail, Some(user), None).load();
         assert_eq!(plain(&loaded.config, "box").chips.get("h100"), Some(&8));
-        assert_eq!(
-            loaded.config.gres_mapping.get("h100").map(String::as_str),
-            Some("h100")
-        );
+        assert_eq!(loaded.config.gres_mapping.get("h100").map(String::as_str), Some("h100"));
         Ok(())
     });
 }
@@ -294,16 +259,10 @@ fn env_values_are_yaml_and_priority_may_be_comma_separated() {
         assert_eq!(loaded.config.priority, ["b", "a"]);
         let a = plain(&loaded.config, "a");
         assert_eq!(a.chips.get("h100"), Some(&8));
-        assert_eq!(
-            a.env.get("MY_VAR").map(String::as_str),
-            Some("x"),
-            "names under env keep their case"
-        );
+        assert_eq!(a.env.get("MY_VAR").map(String::as_str), Some("x"), "names under env keep their case");
         assert_eq!(source(&loaded, "priority"), "env THESEUSCFG_PRIORITY");
 
-        let loaded = Setup::new(jail, Some(user), None)
-            .env("THESEUSCFG_PRIORITY", "b, a")
-            .load();
+        let loaded = Setup::new(jail, Some(user), None).env("THESEUSCFG_PRIORITY", "b, a").load();
         assert_eq!(loaded.config.priority, ["b", "a"]);
         Ok(())
     });
@@ -317,19 +276,9 @@ fn home_file_is_not_read_twice_and_the_walk_stops_at_the_first_file() {
         setup.sources.project_start = Some(setup.root.join("home/code/deep"));
         assert_eq!(setup.load().files, [setup.root.join("home/.theseus.yaml")]);
 
-        jail.create_file(
-            "home/code/.theseus.yaml",
-            "hosts:\n  b: {ssh: b, cluster: local}\n",
-        )
-        .unwrap();
+        jail.create_file("home/code/.theseus.yaml", "hosts:\n  b: {ssh: b, cluster: local}\n").unwrap();
         let loaded = setup.load();
-        assert_eq!(
-            loaded.files,
-            [
-                setup.root.join("home/.theseus.yaml"),
-                setup.root.join("home/code/.theseus.yaml")
-            ]
-        );
+        assert_eq!(loaded.files, [setup.root.join("home/.theseus.yaml"), setup.root.join("home/code/.theseus.yaml")]);
         assert_eq!(source(&loaded, "hosts.b.ssh"), "~/code/.theseus.yaml");
         Ok(())
     });
@@ -338,21 +287,13 @@ fn home_file_is_not_read_twice_and_the_walk_stops_at_the_first_file() {
 #[test]
 fn explicit_file_replaces_the_user_file() {
     Jail::expect_with(|jail| {
-        let mut setup = Setup::new(
-            jail,
-            Some("hosts:\n  home-host: {ssh: a, cluster: local}\n"),
-            None,
-        );
-        jail.create_file("x.yaml", "hosts:\n  x-host: {ssh: x, cluster: local}\n")
-            .unwrap();
+        let mut setup = Setup::new(jail, Some("hosts:\n  home-host: {ssh: a, cluster: local}\n"), None);
+        jail.create_file("x.yaml", "hosts:\n  x-host: {ssh: x, cluster: local}\n").unwrap();
         setup.sources.explicit_file = Some(setup.root.join("x.yaml"));
         assert_eq!(host_names(&setup.load().config), ["x-host", "local"]);
 
         setup.sources.explicit_file = Some(setup.root.join("home/missing.yaml"));
-        assert_eq!(
-            setup.error(),
-            "dispatch config file ~/missing.yaml does not exist"
-        );
+        assert_eq!(setup.error(), "dispatch config file ~/missing.yaml does not exist");
         Ok(())
     });
 }
@@ -375,11 +316,7 @@ fn unknown_chip_with_suggestion() {
 #[test]
 fn unknown_key_lists_expected_keys() {
     Jail::expect_with(|jail| {
-        let setup = Setup::new(
-            jail,
-            None,
-            Some("hosts:\n  box: {sshh: b, cluster: local}\n"),
-        );
+        let setup = Setup::new(jail, None, Some("hosts:\n  box: {sshh: b, cluster: local}\n"));
         assert_eq!(
             setup.error(),
             format!(
@@ -402,17 +339,10 @@ fn unknown_key_lists_expected_keys() {
 #[test]
 fn negative_chip_count() {
     Jail::expect_with(|jail| {
-        let setup = Setup::new(
-            jail,
-            None,
-            Some("hosts:\n  box: {ssh: b, cluster: local, chips: {h100: -1}}\n"),
-        );
+        let setup = Setup::new(jail, None, Some("hosts:\n  box: {ssh: b, cluster: local, chips: {h100: -1}}\n"));
         assert_eq!(
             setup.error(),
-            format!(
-                "{}: hosts.box.chips.h100: invalid count -1: counts must be 0 or more",
-                setup.project_file()
-            )
+            format!("{}: hosts.box.chips.h100: invalid count -1: counts must be 0 or more", setup.project_file())
         );
         let setup = Setup::new(jail, None, None).env("THESEUSCFG_HOSTS__LOCAL__CHIPS__H100", "-2");
         assert_eq!(
@@ -426,12 +356,8 @@ fn negative_chip_count() {
 #[test]
 fn unknown_priority_host_from_env() {
     Jail::expect_with(|jail| {
-        let setup = Setup::new(
-            jail,
-            Some("hosts:\n  gpu-box: {ssh: g, cluster: local}\n"),
-            None,
-        )
-        .env("THESEUSCFG_PRIORITY", "[local, gpu-bx]");
+        let setup = Setup::new(jail, Some("hosts:\n  gpu-box: {ssh: g, cluster: local}\n"), None)
+            .env("THESEUSCFG_PRIORITY", "[local, gpu-bx]");
         assert_eq!(
             setup.error(),
             "env THESEUSCFG_PRIORITY: priority[1]: unknown host \"gpu-bx\" (did you mean \"gpu-box\"?)"
@@ -461,16 +387,9 @@ fn unknown_cluster_lists_known_clusters() {
 #[test]
 fn unknown_cluster_set_by_a_later_layer_names_that_layer() {
     Jail::expect_with(|jail| {
-        let setup = Setup::new(
-            jail,
-            Some("hosts:\n  box: {ssh: b, cluster: local}\n"),
-            None,
-        )
-        .set("hosts.box.cluster", "locl");
-        assert_eq!(
-            setup.error(),
-            "--set: hosts.box.cluster: unknown cluster \"locl\" (did you mean \"local\"?)"
-        );
+        let setup =
+            Setup::new(jail, Some("hosts:\n  box: {ssh: b, cluster: local}\n"), None).set("hosts.box.cluster", "locl");
+        assert_eq!(setup.error(), "--set: hosts.box.cluster: unknown cluster \"locl\" (did you mean \"local\"?)");
         Ok(())
     });
 }
@@ -480,17 +399,11 @@ fn yaml_syntax_error_has_line_and_column() {
     Jail::expect_with(|jail| {
         let setup = Setup::new(jail, Some("hosts:\n  box: [1, 2\n  x: 3\n"), None);
         let error = setup.error();
-        assert!(
-            error.starts_with("~/.theseus.yaml: invalid YAML: line "),
-            "{error}"
-        );
+        assert!(error.starts_with("~/.theseus.yaml: invalid YAML: line "), "{error}");
         assert!(error.contains(" column "), "{error}");
 
         let setup = Setup::new(jail, Some("priority: [a]\npriority: [b]\n"), None);
-        assert_eq!(
-            setup.error(),
-            "~/.theseus.yaml: invalid YAML: line 2 column 1: duplicate mapping key: priority"
-        );
+        assert_eq!(setup.error(), "~/.theseus.yaml: invalid YAML: line 2 column 1: duplicate mapping key: priority");
         Ok(())
     });
 }
@@ -524,11 +437,17 @@ fn the_original_example_config_loads_with_warnings() {
         let setup = Setup::new(jail, Some(text), None);
         let loaded = setup.load();
         let hosts: Vec<&str> = loaded.config.hosts.keys().map(String::as_str).collect();
-        assert!(!hosts.contains(&"my-tpu-v4") && hosts.contains(&"gpu-cluster") && hosts.contains(&"hpc-login"), "{hosts:?}");
+        assert!(
+            !hosts.contains(&"my-tpu-v4") && hosts.contains(&"gpu-cluster") && hosts.contains(&"hpc-login"),
+            "{hosts:?}"
+        );
         assert_eq!(loaded.warnings.len(), 2, "{:#?}", loaded.warnings);
         assert!(loaded.warnings[0].contains("hosts.my-tpu-v4: type `tpu` is not supported"), "{:#?}", loaded.warnings);
         let juicefs = &loaded.warnings[1];
-        assert!(juicefs.starts_with("~/.theseus.yaml: clusters.hpc: mount, cache_size, cache_dir, all_squash are ignored"), "{juicefs}");
+        assert!(
+            juicefs.starts_with("~/.theseus.yaml: clusters.hpc: mount, cache_size, cache_dir, all_squash are ignored"),
+            "{juicefs}"
+        );
         assert!(juicefs.contains("nothing will be mounted at `/mnt/juicefs/theseus`"), "{juicefs}");
         Ok(())
     });
@@ -570,11 +489,7 @@ fn env_variables_address_hosts_whose_names_contain_hyphens() {
 #[test]
 fn unknown_host_type_lists_valid_types() {
     Jail::expect_with(|jail| {
-        let setup = Setup::new(
-            jail,
-            Some("hosts:\n  pod: {type: gpu, cluster: local}\n"),
-            None,
-        );
+        let setup = Setup::new(jail, Some("hosts:\n  pod: {type: gpu, cluster: local}\n"), None);
         assert_eq!(
             setup.error(),
             "~/.theseus.yaml: hosts.pod.type: unknown host type \"gpu\" (expected one of: plain, slurm, volcano, local)"
@@ -587,23 +502,10 @@ fn unknown_host_type_lists_valid_types() {
 fn missing_required_keys_name_the_defining_layer() {
     Jail::expect_with(|jail| {
         let setup = Setup::new(jail, None, Some("hosts:\n  box: {cluster: local}\n"));
-        assert_eq!(
-            setup.error(),
-            format!(
-                "{}: hosts.box: missing required key \"ssh\"",
-                setup.project_file()
-            )
-        );
+        assert_eq!(setup.error(), format!("{}: hosts.box: missing required key \"ssh\"", setup.project_file()));
 
-        let setup = Setup::new(
-            jail,
-            Some("clusters:\n  c: {work: /w}\n"),
-            Some("clusters:\n  c: {log: /l}\n"),
-        );
-        assert_eq!(
-            setup.error(),
-            "~/.theseus.yaml: clusters.c: missing required key \"root\""
-        );
+        let setup = Setup::new(jail, Some("clusters:\n  c: {work: /w}\n"), Some("clusters:\n  c: {log: /l}\n"));
+        assert_eq!(setup.error(), "~/.theseus.yaml: clusters.c: missing required key \"root\"");
         Ok(())
     });
 }
@@ -611,12 +513,8 @@ fn missing_required_keys_name_the_defining_layer() {
 #[test]
 fn mount_and_proxy_are_mutually_exclusive() {
     Jail::expect_with(|jail| {
-        let setup =
-            Setup::new(jail, Some("mount: /mnt/theseus\n"), None).set("proxy", "me@box:/srv");
-        assert_eq!(
-            setup.error(),
-            "--set: proxy: `mount` and `proxy` are mutually exclusive"
-        );
+        let setup = Setup::new(jail, Some("mount: /mnt/theseus\n"), None).set("proxy", "me@box:/srv");
+        assert_eq!(setup.error(), "--set: proxy: `mount` and `proxy` are mutually exclusive");
         Ok(())
     });
 }
@@ -625,10 +523,7 @@ fn mount_and_proxy_are_mutually_exclusive() {
 fn invalid_host_env_name() {
     Jail::expect_with(|jail| {
         let setup = Setup::new(jail, Some("hosts:\n  local: {env: {'1BAD': x}}\n"), None);
-        assert_eq!(
-            setup.error(),
-            "~/.theseus.yaml: hosts.local.env.1BAD: invalid environment variable name \"1BAD\""
-        );
+        assert_eq!(setup.error(), "~/.theseus.yaml: hosts.local.env.1BAD: invalid environment variable name \"1BAD\"");
         Ok(())
     });
 }
@@ -636,11 +531,7 @@ fn invalid_host_env_name() {
 #[test]
 fn two_spellings_of_one_chip() {
     Jail::expect_with(|jail| {
-        let setup = Setup::new(
-            jail,
-            Some("hosts:\n  local: {chips: {h100: 1, H100-80GB: 2}}\n"),
-            None,
-        );
+        let setup = Setup::new(jail, Some("hosts:\n  local: {chips: {h100: 1, H100-80GB: 2}}\n"), None);
         assert_eq!(
             setup.error(),
             "~/.theseus.yaml: hosts.local.chips.h100: \"H100-80GB\" and \"h100\" are the same chip (h100)"
@@ -654,10 +545,7 @@ fn gres_mapping_keys_are_chips() {
     Jail::expect_with(|jail| {
         let setup = Setup::new(jail, Some("gres_mapping: {a100x: a100}\n"), None);
         let error = setup.error();
-        assert!(
-            error.starts_with("~/.theseus.yaml: gres_mapping.a100x: unknown chip \"a100x\""),
-            "{error}"
-        );
+        assert!(error.starts_with("~/.theseus.yaml: gres_mapping.a100x: unknown chip \"a100x\""), "{error}");
         Ok(())
     });
 }
@@ -665,15 +553,9 @@ fn gres_mapping_keys_are_chips() {
 #[test]
 fn empty_slurm_partition_name() {
     Jail::expect_with(|jail| {
-        let setup = Setup::new(
-            jail,
-            Some("hosts:\n  cl: {type: slurm, ssh: l, cluster: local, partitions: ['']}\n"),
-            None,
-        );
-        assert_eq!(
-            setup.error(),
-            "~/.theseus.yaml: hosts.cl.partitions: partitions[0]: empty partition name"
-        );
+        let setup =
+            Setup::new(jail, Some("hosts:\n  cl: {type: slurm, ssh: l, cluster: local, partitions: ['']}\n"), None);
+        assert_eq!(setup.error(), "~/.theseus.yaml: hosts.cl.partitions: partitions[0]: empty partition name");
         Ok(())
     });
 }
@@ -682,45 +564,27 @@ fn empty_slurm_partition_name() {
 fn malformed_settings() {
     Jail::expect_with(|jail| {
         let setup = Setup::new(jail, None, None).set("hosts..ssh", "x");
-        assert_eq!(
-            setup.error(),
-            "--set hosts..ssh: invalid key: empty key segment"
-        );
+        assert_eq!(setup.error(), "--set hosts..ssh: invalid key: empty key segment");
         let setup = Setup::new(jail, None, None).set("hosts.local.processes", "[1");
         assert!(
-            setup
-                .error()
-                .starts_with("--set hosts.local.processes: invalid YAML value: line 1"),
+            setup.error().starts_with("--set hosts.local.processes: invalid YAML value: line 1"),
             "{}",
             setup.error()
         );
         let setup = Setup::new(jail, None, None).set("hosts.local.processes", "many");
-        assert_eq!(
-            setup.error(),
-            "--set: hosts.local.processes: invalid type: string \"many\", expected u32"
-        );
+        assert_eq!(setup.error(), "--set: hosts.local.processes: invalid type: string \"many\", expected u32");
         Ok(())
     });
 }
 
 #[test]
 fn host_config_deserializes_with_default_type() {
-    let host: HostConfig =
-        serde_json::from_value(serde_json::json!({"ssh": "a", "cluster": "c"})).unwrap();
+    let host: HostConfig = serde_json::from_value(serde_json::json!({"ssh": "a", "cluster": "c"})).unwrap();
     assert_eq!(host.kind(), HostKind::Plain);
-    let error =
-        serde_json::from_value::<HostConfig>(serde_json::json!({"type": "tpu", "cluster": "c"}))
-            .unwrap_err();
+    let error = serde_json::from_value::<HostConfig>(serde_json::json!({"type": "tpu", "cluster": "c"})).unwrap_err();
     assert_eq!(error.to_string(), "TPU hosts are not supported yet");
-    let error =
-        serde_json::from_value::<HostConfig>(serde_json::json!({"type": "local", "ssh": "x"}))
-            .unwrap_err();
-    assert!(
-        error
-            .to_string()
-            .starts_with("host.ssh: unknown key \"ssh\""),
-        "{error}"
-    );
+    let error = serde_json::from_value::<HostConfig>(serde_json::json!({"type": "local", "ssh": "x"})).unwrap_err();
+    assert!(error.to_string().starts_with("host.ssh: unknown key \"ssh\""), "{error}");
 }
 
 #[test]
@@ -730,17 +594,10 @@ fn tilde_expansion_and_display() {
     assert_eq!(expand_tilde("~/x/y", home), PathBuf::from("/home/me/x/y"));
     assert_eq!(expand_tilde("/abs/~", home), PathBuf::from("/abs/~"));
     assert_eq!(expand_tilde("~other/x", home), PathBuf::from("~other/x"));
-    assert_eq!(
-        display_path(Path::new("/home/me/.theseus.yaml"), Some(home)),
-        "~/.theseus.yaml"
-    );
-    assert_eq!(
-        display_path(Path::new("/srv/x.yaml"), Some(home)),
-        "/srv/x.yaml"
-    );
+    assert_eq!(display_path(Path::new("/home/me/.theseus.yaml"), Some(home)), "~/.theseus.yaml");
+    assert_eq!(display_path(Path::new("/srv/x.yaml"), Some(home)), "/srv/x.yaml");
     assert_eq!(display_path(Path::new("/home/me/x"), None), "/home/me/x");
 }
-
 
 #[test]
 fn a_broken_file_shows_where_not_what() {
@@ -755,7 +612,10 @@ fn a_broken_file_shows_where_not_what() {
         load::redact_quoted("invalid type: string \"hunter22\", expected ',' or '}' near `tok`"),
         "invalid type: string \"…\", expected ',' or '}' near \"…\""
     );
-    assert_eq!(load::yaml_message("error: line 4 column 36: bad\n --> <input>:4:36\n4 | token: x"), "line 4 column 36: bad");
+    assert_eq!(
+        load::yaml_message("error: line 4 column 36: bad\n --> <input>:4:36\n4 | token: x"),
+        "line 4 column 36: bad"
+    );
 }
 
 #[test]
@@ -763,8 +623,14 @@ fn dispatch_config_files_must_be_small_regular_files() {
     Jail::expect_with(|jail| {
         let mut setup = Setup::new(jail, None, None);
         let fifo = setup.root.join("fifo.yaml");
-        rustix::fs::mknodat(rustix::fs::CWD, &fifo, rustix::fs::FileType::Fifo, rustix::fs::Mode::from_raw_mode(0o600), 0)
-            .unwrap();
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &fifo,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
         setup.sources.explicit_file = Some(fifo);
         let error = setup.error();
         assert!(error.contains("fifo.yaml: not a regular file (a FIFO)"), "{error}");
@@ -783,16 +649,29 @@ fn cluster_paths_are_absolute_and_normalised() {
     Jail::expect_with(|jail| {
         for (cluster, want) in [
             ("{root: '', work: /w}", "~/.theseus.yaml: clusters.c.root: \"\": empty path"),
-            ("{root: /r, work: relative/dir}", "~/.theseus.yaml: clusters.c.work: \"relative/dir\": not an absolute path"),
-            ("{root: /r, work: /w, status: /r/../etc}", "~/.theseus.yaml: clusters.c.status: \"/r/../etc\": not normalised"),
-            ("{root: /r, work: /w, uv_dir: ./uv}", "~/.theseus.yaml: clusters.c.uv_dir: \"./uv\": not an absolute path"),
+            (
+                "{root: /r, work: relative/dir}",
+                "~/.theseus.yaml: clusters.c.work: \"relative/dir\": not an absolute path",
+            ),
+            (
+                "{root: /r, work: /w, status: /r/../etc}",
+                "~/.theseus.yaml: clusters.c.status: \"/r/../etc\": not normalised",
+            ),
+            (
+                "{root: /r, work: /w, uv_dir: ./uv}",
+                "~/.theseus.yaml: clusters.c.uv_dir: \"./uv\": not an absolute path",
+            ),
         ] {
             let setup = Setup::new(jail, Some(&format!("clusters:\n  c: {cluster}\n")), None);
             let error = setup.error();
             assert!(error.starts_with(want), "{cluster}: {error}");
         }
         let setup = Setup::new(jail, None, None).set("clusters.local.work", "w");
-        assert!(setup.error().starts_with("--set: clusters.local.work: \"w\": not an absolute path"), "{}", setup.error());
+        assert!(
+            setup.error().starts_with("--set: clusters.local.work: \"w\": not an absolute path"),
+            "{}",
+            setup.error()
+        );
         let setup = Setup::new(jail, Some("clusters:\n  c: {root: ~/r, work: /w/x/, log: ~}\n"), None);
         setup.load();
         Ok(())
@@ -808,12 +687,22 @@ fn ssh_destinations_cannot_be_options() {
             ("''", "empty ssh destination"),
         ] {
             for kind in ["plain", "slurm"] {
-                let config = format!("clusters:\n  c: {{root: /r, work: /w}}\nhosts:\n  h: {{type: {kind}, ssh: {ssh}, cluster: c}}\n");
+                let config = format!(
+                    "clusters:\n  c: {{root: /r, work: /w}}\nhosts:\n  h: {{type: {kind}, ssh: {ssh}, cluster: c}}\n"
+                );
                 let error = Setup::new(jail, Some(&config), None).error();
-                assert!(error.starts_with("~/.theseus.yaml: hosts.h.ssh: ") && error.contains(want), "{kind} {ssh}: {error}");
+                assert!(
+                    error.starts_with("~/.theseus.yaml: hosts.h.ssh: ") && error.contains(want),
+                    "{kind} {ssh}: {error}"
+                );
             }
         }
-        Setup::new(jail, Some("clusters:\n  c: {root: /r, work: /w}\nhosts:\n  h: {ssh: 'u@box-1.lab:2222', cluster: c}\n"), None).load();
+        Setup::new(
+            jail,
+            Some("clusters:\n  c: {root: /r, work: /w}\nhosts:\n  h: {ssh: 'u@box-1.lab:2222', cluster: c}\n"),
+            None,
+        )
+        .load();
         Ok(())
     });
 }

@@ -11,23 +11,15 @@ use std::collections::{BTreeMap, HashMap};
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
+use super::MAX_COUNT;
 use super::{
-    ClusterConfig, DispatchConfig, HostConfig, HostKind, LocalHost, PlainHost, Provenance,
-    SlurmHost, VolcanoHost,
+    ClusterConfig, DispatchConfig, HostConfig, HostKind, LocalHost, PlainHost, Provenance, SlurmHost, VolcanoHost,
 };
 use crate::chips;
-use super::MAX_COUNT;
 use crate::{Error, Result};
 
 /// Top-level keys of a config file.
-pub(crate) const TOP_KEYS: &[&str] = &[
-    "mount",
-    "proxy",
-    "clusters",
-    "hosts",
-    "priority",
-    "gres_mapping",
-];
+pub(crate) const TOP_KEYS: &[&str] = &["mount", "proxy", "clusters", "hosts", "priority", "gres_mapping"];
 
 /// Host types accepted in `type`.
 pub(crate) const HOST_TYPES: &[&str] = &["plain", "slurm", "volcano", "local"];
@@ -43,10 +35,7 @@ pub(crate) struct KeyError {
 
 impl KeyError {
     pub(crate) fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
-        KeyError {
-            path: path.into(),
-            message: message.into(),
-        }
+        KeyError { path: path.into(), message: message.into() }
     }
 }
 
@@ -55,35 +44,23 @@ impl KeyError {
 /// in `provenance` (`config` when it has no entry).
 pub fn validate(config: &mut DispatchConfig, provenance: &[Provenance]) -> Result<()> {
     let fail = |path: &str, message: String| {
-        Error::InvalidConfig(format!(
-            "{}: {path}: {message}",
-            source_of(provenance, path)
-        ))
+        Error::InvalidConfig(format!("{}: {path}: {message}", source_of(provenance, path)))
     };
 
     if config.mount.is_some() && config.proxy.is_some() {
-        return Err(fail(
-            "proxy",
-            "`mount` and `proxy` are mutually exclusive".into(),
-        ));
+        return Err(fail("proxy", "`mount` and `proxy` are mutually exclusive".into()));
     }
     for (name, host) in &mut config.hosts {
         let prefix = format!("hosts.{name}");
         let cluster = host.cluster().to_owned();
         if !config.clusters.contains_key(&cluster) {
             let known: Vec<&str> = config.clusters.keys().map(String::as_str).collect();
-            let message = format!(
-                "unknown cluster {cluster:?}{}",
-                suggestion(&cluster, &known, "clusters")
-            );
+            let message = format!("unknown cluster {cluster:?}{}", suggestion(&cluster, &known, "clusters"));
             return Err(fail(&format!("{prefix}.cluster"), message));
         }
         for key in host.env().keys() {
             if !crate::shell::is_env_name(key) {
-                return Err(fail(
-                    &format!("{prefix}.env.{key}"),
-                    format!("invalid environment variable name {key:?}"),
-                ));
+                return Err(fail(&format!("{prefix}.env.{key}"), format!("invalid environment variable name {key:?}")));
             }
         }
         let counts: Vec<(&str, Option<u32>)> = match &*host {
@@ -108,13 +85,12 @@ pub fn validate(config: &mut DispatchConfig, provenance: &[Provenance]) -> Resul
             HostConfig::Plain(PlainHost { chips, .. })
             | HostConfig::Volcano(VolcanoHost { chips, .. })
             | HostConfig::Local(LocalHost { chips, .. }) => {
-                *chips = canonical_chips(chips, &format!("{prefix}.chips"))
-                    .map_err(|e| fail(&e.path, e.message))?;
+                *chips = canonical_chips(chips, &format!("{prefix}.chips")).map_err(|e| fail(&e.path, e.message))?;
             }
             HostConfig::Slurm(slurm) => {
                 if let Some(chips) = &mut slurm.chips {
-                    *chips = canonical_chips(chips, &format!("{prefix}.chips"))
-                        .map_err(|e| fail(&e.path, e.message))?;
+                    *chips =
+                        canonical_chips(chips, &format!("{prefix}.chips")).map_err(|e| fail(&e.path, e.message))?;
                 }
                 for (i, p) in slurm.partitions.iter().enumerate() {
                     if p.name().trim().is_empty() {
@@ -135,22 +111,16 @@ pub fn validate(config: &mut DispatchConfig, provenance: &[Provenance]) -> Resul
             }
         }
     }
-    config.gres_mapping = canonical_chips(&config.gres_mapping, "gres_mapping")
-        .map_err(|e| fail(&e.path, e.message))?;
+    config.gres_mapping =
+        canonical_chips(&config.gres_mapping, "gres_mapping").map_err(|e| fail(&e.path, e.message))?;
     for (chip, gres) in &config.gres_mapping {
         check_gres_type(gres).map_err(|m| fail(&format!("gres_mapping.{chip}"), m))?;
     }
     let known: Vec<&str> = config.hosts.keys().map(String::as_str).collect();
     for (i, name) in config.priority.iter().enumerate() {
         if !config.hosts.contains_key(name) {
-            let message = format!(
-                "priority[{i}]: unknown host {name:?}{}",
-                suggestion(name, &known, "hosts")
-            );
-            return Err(Error::InvalidConfig(format!(
-                "{}: {message}",
-                source_of(provenance, "priority")
-            )));
+            let message = format!("priority[{i}]: unknown host {name:?}{}", suggestion(name, &known, "hosts"));
+            return Err(Error::InvalidConfig(format!("{}: {message}", source_of(provenance, "priority"))));
         }
     }
     Ok(())
@@ -169,7 +139,9 @@ pub fn check_ssh_destination(destination: &str) -> std::result::Result<(), Strin
         ));
     }
     if destination.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err(format!("{destination:?} contains whitespace or a control character; give an ~/.ssh/config alias or user@host"));
+        return Err(format!(
+            "{destination:?} contains whitespace or a control character; give an ~/.ssh/config alias or user@host"
+        ));
     }
     Ok(())
 }
@@ -178,18 +150,12 @@ pub fn check_ssh_destination(destination: &str) -> std::result::Result<(), Strin
 /// the closest enclosing key.
 pub fn source_of(provenance: &[Provenance], path: &str) -> String {
     let under = format!("{path}.");
-    if let Some(p) = provenance
-        .iter()
-        .rev()
-        .find(|p| p.key == path || p.key.starts_with(&under))
-    {
+    if let Some(p) = provenance.iter().rev().find(|p| p.key == path || p.key.starts_with(&under)) {
         return p.source.clone();
     }
     let mut best: Option<&Provenance> = None;
     for p in provenance {
-        if path.starts_with(&format!("{}.", p.key))
-            && best.is_none_or(|b| p.key.len() > b.key.len())
-        {
+        if path.starts_with(&format!("{}.", p.key)) && best.is_none_or(|b| p.key.len() > b.key.len()) {
             best = Some(p);
         }
     }
@@ -211,15 +177,11 @@ pub(crate) fn suggestion(name: &str, known: &[&str], what: &str) -> String {
 }
 
 /// Re-keys a chip map by catalog name; two spellings of one chip are an error.
-fn canonical_chips<V: Clone>(
-    map: &BTreeMap<String, V>,
-    path: &str,
-) -> Result<BTreeMap<String, V>, KeyError> {
+fn canonical_chips<V: Clone>(map: &BTreeMap<String, V>, path: &str) -> Result<BTreeMap<String, V>, KeyError> {
     let mut out = BTreeMap::new();
     let mut spelled: HashMap<&str, &str> = HashMap::new();
     for (key, value) in map {
-        let chip =
-            chips::parse(key).map_err(|e| KeyError::new(format!("{path}.{key}"), e.to_string()))?;
+        let chip = chips::parse(key).map_err(|e| KeyError::new(format!("{path}.{key}"), e.to_string()))?;
         if let Some(first) = spelled.insert(chip.name, key) {
             let message = format!("{first:?} and {key:?} are the same chip ({})", chip.name);
             return Err(KeyError::new(format!("{path}.{key}"), message));
@@ -231,18 +193,12 @@ fn canonical_chips<V: Clone>(
 
 /// Checks one layer on its own. `types` holds the host types set by the lower layers; the
 /// layer's own `type` settings are added to it.
-pub(crate) fn check_layer(
-    layer: &Map<String, Value>,
-    types: &mut HashMap<String, String>,
-) -> Result<(), KeyError> {
+pub(crate) fn check_layer(layer: &Map<String, Value>, types: &mut HashMap<String, String>) -> Result<(), KeyError> {
     for (key, value) in layer {
         match key.as_str() {
             "mount" | "proxy" => {
                 if !value.is_string() {
-                    return Err(KeyError::new(
-                        key,
-                        format!("expected a string, found {}", kind_of(value)),
-                    ));
+                    return Err(KeyError::new(key, format!("expected a string, found {}", kind_of(value))));
                 }
             }
             "clusters" => {
@@ -251,9 +207,7 @@ pub(crate) fn check_layer(
                     let mut cluster = as_map(cluster, &path)?.clone();
                     check_cluster_paths(&cluster, &path)?;
                     for required in ["root", "work"] {
-                        cluster
-                            .entry(required)
-                            .or_insert_with(|| Value::String(String::new()));
+                        cluster.entry(required).or_insert_with(|| Value::String(String::new()));
                     }
                     de_strict::<ClusterConfig>(Value::Object(cluster), &path)?;
                 }
@@ -264,17 +218,12 @@ pub(crate) fn check_layer(
                 }
             }
             "priority" => {
-                let list = value
-                    .as_array()
-                    .ok_or_else(|| KeyError::new(key, "expected a list of host names"))?;
+                let list = value.as_array().ok_or_else(|| KeyError::new(key, "expected a list of host names"))?;
                 for (i, item) in list.iter().enumerate() {
                     if !item.is_string() {
                         return Err(KeyError::new(
                             key,
-                            format!(
-                                "priority[{i}]: expected a host name, found {}",
-                                kind_of(item)
-                            ),
+                            format!("priority[{i}]: expected a host name, found {}", kind_of(item)),
                         ));
                     }
                 }
@@ -326,10 +275,7 @@ fn check_host_layer(
             kind
         }
         Some(other) => {
-            return Err(KeyError::new(
-                format!("{path}.type"),
-                format!("expected a string, found {}", kind_of(other)),
-            ));
+            return Err(KeyError::new(format!("{path}.type"), format!("expected a string, found {}", kind_of(other))));
         }
         None => types
             .get(name)
@@ -360,8 +306,7 @@ fn check_host_layer(
         HostKind::Local => &[],
     };
     for key in required {
-        body.entry(*key)
-            .or_insert_with(|| Value::String(String::new()));
+        body.entry(*key).or_insert_with(|| Value::String(String::new()));
     }
     host_from_body(kind, body, &path).map(|_| ())
 }
@@ -392,10 +337,7 @@ fn check_chip_counts(value: &Value, path: &str) -> Result<(), KeyError> {
                 return Err(KeyError::new(key, format!("invalid count {n}: at most {MAX_COUNT}")));
             }
             Value::Number(n) if n.as_i64().is_some_and(|c| c < 0) => {
-                return Err(KeyError::new(
-                    key,
-                    format!("invalid count {n}: counts must be 0 or more"),
-                ));
+                return Err(KeyError::new(key, format!("invalid count {n}: counts must be 0 or more")));
             }
             other => {
                 return Err(KeyError::new(
@@ -431,19 +373,12 @@ pub(crate) fn host_kind(t: &str) -> Result<HostKind, String> {
         "volcano" => Ok(HostKind::Volcano),
         "local" => Ok(HostKind::Local),
         "tpu" => Err("TPU hosts are not supported yet".into()),
-        other => Err(format!(
-            "unknown host type {other:?} (expected one of: {})",
-            HOST_TYPES.join(", ")
-        )),
+        other => Err(format!("unknown host type {other:?} (expected one of: {})", HOST_TYPES.join(", "))),
     }
 }
 
 /// Deserializes the settings of a host (without `type`) into its variant, strictly.
-pub(crate) fn host_from_body(
-    kind: HostKind,
-    body: Map<String, Value>,
-    path: &str,
-) -> Result<HostConfig, KeyError> {
+pub(crate) fn host_from_body(kind: HostKind, body: Map<String, Value>, path: &str) -> Result<HostConfig, KeyError> {
     let mut body = body;
     let connection = match kind {
         HostKind::Plain | HostKind::Slurm => super::ssh::take(&mut body, path)?,
@@ -489,14 +424,7 @@ pub(crate) fn de_strict<T: DeserializeOwned>(value: Value, prefix: &str) -> Resu
             }
             KeyError::new(path, message)
         } else if raw.starts_with("unknown variant") && !ticked.is_empty() {
-            KeyError::new(
-                path,
-                format!(
-                    "unknown value {:?} (expected one of: {})",
-                    ticked[0],
-                    ticked[1..].join(", ")
-                ),
-            )
+            KeyError::new(path, format!("unknown value {:?} (expected one of: {})", ticked[0], ticked[1..].join(", ")))
         } else if raw.starts_with("missing field") && !ticked.is_empty() {
             KeyError::new(path, format!("missing required key {:?}", ticked[0]))
         } else {
@@ -507,19 +435,11 @@ pub(crate) fn de_strict<T: DeserializeOwned>(value: Value, prefix: &str) -> Resu
 
 /// An "unknown key" error.
 pub(crate) fn unknown_key(path: &str, key: &str, expected: &[&str]) -> KeyError {
-    KeyError::new(
-        path,
-        format!(
-            "unknown key {key:?} (expected one of: {})",
-            expected.join(", ")
-        ),
-    )
+    KeyError::new(path, format!("unknown key {key:?} (expected one of: {})", expected.join(", ")))
 }
 
 fn as_map<'a>(value: &'a Value, path: &str) -> Result<&'a Map<String, Value>, KeyError> {
-    value
-        .as_object()
-        .ok_or_else(|| KeyError::new(path, format!("expected a map, found {}", kind_of(value))))
+    value.as_object().ok_or_else(|| KeyError::new(path, format!("expected a map, found {}", kind_of(value))))
 }
 
 /// A short description of a JSON value's type, for messages.

@@ -18,10 +18,7 @@ fn error(text: &str) -> String {
 #[test]
 fn minimal_experiment() {
     let e = parse("entrypoint: python train.py --lr 3e-4\n").unwrap();
-    assert_eq!(
-        e.entrypoint_words().unwrap(),
-        ["python", "train.py", "--lr", "3e-4"]
-    );
+    assert_eq!(e.entrypoint_words().unwrap(), ["python", "train.py", "--lr", "3e-4"]);
     assert_eq!(e.distributed, Distributed::None);
     assert_eq!(e.config, serde_json::Value::Null);
 }
@@ -39,11 +36,7 @@ config: {lr: 0.1, model: {layers: 2}}
 ";
     let e = parse(text).unwrap();
     let request = e.request.clone().unwrap();
-    assert_eq!(
-        request.chip.as_deref(),
-        Some("h100"),
-        "aliases become catalog names"
-    );
+    assert_eq!(request.chip.as_deref(), Some("h100"), "aliases become catalog names");
     assert_eq!(request.count, Some(2));
     assert_eq!(e.distributed, Distributed::Jax);
     assert_eq!(e.config, json!({"lr": 0.1, "model": {"layers": 2}}));
@@ -56,26 +49,13 @@ fn experiment_errors_name_the_file_and_key() {
         "exp.yaml: foo: unknown key \"foo\" (expected one of: entrypoint, request, env, secret_env, distributed, uv_groups, config)"
     );
     assert!(
-        error("entrypoint: x\nrequest: {chipp: h100}\n")
-            .starts_with("exp.yaml: request.chipp: unknown key \"chipp\"")
+        error("entrypoint: x\nrequest: {chipp: h100}\n").starts_with("exp.yaml: request.chipp: unknown key \"chipp\"")
     );
-    assert_eq!(
-        error("request: {count: 1}\n"),
-        "exp.yaml: missing required key \"entrypoint\""
-    );
+    assert_eq!(error("request: {count: 1}\n"), "exp.yaml: missing required key \"entrypoint\"");
     assert_eq!(error(""), "exp.yaml: missing required key \"entrypoint\"");
-    assert_eq!(
-        error("entrypoint: ''\n"),
-        "exp.yaml: entrypoint: the entrypoint is empty"
-    );
-    assert_eq!(
-        error("entrypoint: []\n"),
-        "exp.yaml: entrypoint: the entrypoint is empty"
-    );
-    assert_eq!(
-        error("entrypoint: {a: 1}\n"),
-        "exp.yaml: entrypoint: expected a command line or a list of words"
-    );
+    assert_eq!(error("entrypoint: ''\n"), "exp.yaml: entrypoint: the entrypoint is empty");
+    assert_eq!(error("entrypoint: []\n"), "exp.yaml: entrypoint: the entrypoint is empty");
+    assert_eq!(error("entrypoint: {a: 1}\n"), "exp.yaml: entrypoint: expected a command line or a list of words");
     assert_eq!(
         error("entrypoint: x\nrequest: {chip: h10}\n"),
         "exp.yaml: request.chip: unknown chip \"h10\" (did you mean \"h100\"?)"
@@ -106,26 +86,14 @@ fn load_reads_a_file_and_names_it() {
     let path = dir.path().join("exp.yaml");
     std::fs::write(&path, "entrypoint: run\nbogus: 1\n").unwrap();
     let message = Experiment::load(&path).unwrap_err().to_string();
-    assert!(
-        message.starts_with(&format!("{}: bogus: unknown key", path.display())),
-        "{message}"
-    );
+    assert!(message.starts_with(&format!("{}: bogus: unknown key", path.display())), "{message}");
     std::fs::write(&path, "entrypoint: run\n").unwrap();
-    assert_eq!(
-        Experiment::load(&path).unwrap().entrypoint,
-        Entrypoint::Line("run".into())
-    );
-    assert!(matches!(
-        Experiment::load(&dir.path().join("missing.yaml")),
-        Err(Error::Io { .. })
-    ));
+    assert_eq!(Experiment::load(&path).unwrap().entrypoint, Entrypoint::Line("run".into()));
+    assert!(matches!(Experiment::load(&dir.path().join("missing.yaml")), Err(Error::Io { .. })));
 }
 
 fn overridden(config: serde_json::Value, overrides: &[&str]) -> Result<serde_json::Value> {
-    let mut e = Experiment {
-        config,
-        ..Experiment::default()
-    };
+    let mut e = Experiment { config, ..Experiment::default() };
     let overrides: Vec<String> = overrides.iter().map(|s| (*s).to_owned()).collect();
     e.apply_overrides(&overrides)?;
     Ok(e.config)
@@ -135,15 +103,7 @@ fn overridden(config: serde_json::Value, overrides: &[&str]) -> Result<serde_jso
 fn overrides_parse_yaml_values_and_create_maps() {
     let config = overridden(
         json!({"lr": 0.1, "model": {"layers": 2}}),
-        &[
-            "model.layers=3",
-            "train.amp=true",
-            "train.steps=[1, 2]",
-            "name='007'",
-            "note=a=b",
-            "empty=",
-            "lr=1e-3",
-        ],
+        &["model.layers=3", "train.amp=true", "train.steps=[1, 2]", "name='007'", "note=a=b", "empty=", "lr=1e-3"],
     )
     .unwrap();
     assert_eq!(
@@ -157,52 +117,26 @@ fn overrides_parse_yaml_values_and_create_maps() {
             "empty": ""
         })
     );
-    assert_eq!(
-        overridden(serde_json::Value::Null, &["a.b.c=x"]).unwrap(),
-        json!({"a": {"b": {"c": "x"}}})
-    );
-    assert_eq!(
-        overridden(json!({"a": {"b": 1}}), &["a={x: 1}"]).unwrap(),
-        json!({"a": {"x": 1}})
-    );
+    assert_eq!(overridden(serde_json::Value::Null, &["a.b.c=x"]).unwrap(), json!({"a": {"b": {"c": "x"}}}));
+    assert_eq!(overridden(json!({"a": {"b": 1}}), &["a={x: 1}"]).unwrap(), json!({"a": {"x": 1}}));
 }
 
 #[test]
 fn override_errors_name_the_override() {
-    let err =
-        |config: serde_json::Value, o: &str| overridden(config, &[o]).unwrap_err().to_string();
-    assert_eq!(
-        err(json!({}), "novalue"),
-        "invalid override \"novalue\": expected KEY=VALUE"
-    );
+    let err = |config: serde_json::Value, o: &str| overridden(config, &[o]).unwrap_err().to_string();
+    assert_eq!(err(json!({}), "novalue"), "invalid override \"novalue\": expected KEY=VALUE");
     assert_eq!(err(json!({}), "=3"), "invalid override \"=3\": empty key");
-    assert_eq!(
-        err(json!({}), "a..b=3"),
-        "invalid override \"a..b=3\": empty segment in key \"a..b\""
-    );
-    assert_eq!(
-        err(json!({"a": {"b": 1}}), "a.b.c=2"),
-        "invalid override \"a.b.c=2\": config.a.b is not a map"
-    );
-    assert_eq!(
-        err(json!({"a": [1]}), "a.x=2"),
-        "invalid override \"a.x=2\": config.a is not a map"
-    );
-    assert_eq!(
-        err(json!([1]), "a=2"),
-        "invalid override \"a=2\": config is not a map"
-    );
-    assert!(
-        err(json!({}), "a=[1").starts_with("invalid override \"a=[1\": invalid YAML value: line 1")
-    );
+    assert_eq!(err(json!({}), "a..b=3"), "invalid override \"a..b=3\": empty segment in key \"a..b\"");
+    assert_eq!(err(json!({"a": {"b": 1}}), "a.b.c=2"), "invalid override \"a.b.c=2\": config.a.b is not a map");
+    assert_eq!(err(json!({"a": [1]}), "a.x=2"), "invalid override \"a.x=2\": config.a is not a map");
+    assert_eq!(err(json!([1]), "a=2"), "invalid override \"a=2\": config is not a map");
+    assert!(err(json!({}), "a=[1").starts_with("invalid override \"a=[1\": invalid YAML value: line 1"));
 }
 
 fn is_valid_k8s_name(name: &str) -> bool {
     let bytes = name.as_bytes();
     (1..=63).contains(&bytes.len())
-        && bytes
-            .iter()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
+        && bytes.iter().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
         && bytes[0].is_ascii_alphanumeric()
         && bytes[bytes.len() - 1].is_ascii_alphanumeric()
 }
@@ -229,11 +163,7 @@ fn k8s_name_changes_get_a_hash() {
         ("día", "d-a"),
     ];
     for (input, base) in cases {
-        assert_eq!(
-            k8s_name(input),
-            format!("{base}-{}", hash8(input)),
-            "{input}"
-        );
+        assert_eq!(k8s_name(input), format!("{base}-{}", hash8(input)), "{input}");
     }
     assert_eq!(k8s_name("日本語"), format!("job-{}", hash8("日本語")));
     assert_eq!(k8s_name("---"), format!("job-{}", hash8("---")));
@@ -250,27 +180,14 @@ fn k8s_name_shortens_long_names_and_keeps_them_distinct() {
     assert!(na.ends_with(&hash8(&a)));
     // A cut that ends in `-` drops it.
     let dashed = format!("{}-{}", "y".repeat(53), "z".repeat(20));
-    assert_eq!(
-        k8s_name(&dashed),
-        format!("{}-{}", "y".repeat(53), hash8(&dashed))
-    );
+    assert_eq!(k8s_name(&dashed), format!("{}-{}", "y".repeat(53), hash8(&dashed)));
 }
 
 #[test]
 fn k8s_name_is_valid_and_idempotent() {
     let long = "Ünïcödé ".repeat(20);
-    for input in [
-        "MyJob",
-        "a.b_c",
-        "--x--",
-        "日本語",
-        "",
-        "x",
-        "1-2-3",
-        "UPPER_CASE.name",
-        &long,
-        &"9".repeat(100),
-    ] {
+    for input in ["MyJob", "a.b_c", "--x--", "日本語", "", "x", "1-2-3", "UPPER_CASE.name", &long, &"9".repeat(100)]
+    {
         let name = k8s_name(input);
         assert!(is_valid_k8s_name(&name), "{input:?} -> {name:?}");
         assert_eq!(k8s_name(&name), name, "{input:?}");

@@ -6,7 +6,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
-use super::{read_status, LocalHandleData};
+use super::{LocalHandleData, read_status};
 use crate::backend::{JobState, LogLine, LogOptions, LogStream};
 use crate::{Error, Result};
 

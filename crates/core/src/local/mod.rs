@@ -33,11 +33,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::availability::Availability;
 use crate::backend::{
-    Backend, JobHandle, JobState, JobStatus, LogOptions, LogStream, PreparedJob, RankStatus, RunLayout,
-    SubmitOptions,
+    Backend, JobHandle, JobState, JobStatus, LogOptions, LogStream, PreparedJob, RankStatus, RunLayout, SubmitOptions,
 };
 use crate::bootstrap::{DataDirs, Launch};
-use crate::config::{expand_tilde, ClusterConfig, HostKind, LocalHost};
+use crate::config::{ClusterConfig, HostKind, LocalHost, expand_tilde};
 use crate::job::JobIdentity;
 use crate::solver::{ChipRequest, Plan, Request};
 use crate::{Error, Result};
@@ -188,17 +187,27 @@ impl Backend for LocalBackend {
             let _ = tokio::fs::remove_dir_all(&work_dir).await;
             return Err(Error::backend(
                 self,
-                format!("interrupted ({}) while shipping the code; nothing was started and the copy was removed", signal.name()),
+                format!(
+                    "interrupted ({}) while shipping the code; nothing was started and the copy was removed",
+                    signal.name()
+                ),
             ));
         }
         shipped?;
 
         let res = self.start(job, &work_dir, &run_dir, &log_file, processes).await;
         match res {
-            Ok(pid) => Ok(self.handle(job, LocalHandleData { work_dir, run_dir, log_file, processes, supervisor_pid: pid })),
+            Ok(pid) => {
+                Ok(self.handle(job, LocalHandleData { work_dir, run_dir, log_file, processes, supervisor_pid: pid }))
+            }
             Err(e) => {
                 // Nothing half-done is left behind: no process, no run dir.
-                process::stop_run(&job.identity.run_id, process::Session::read(&run_dir).as_ref(), Duration::from_secs(2)).await;
+                process::stop_run(
+                    &job.identity.run_id,
+                    process::Session::read(&run_dir).as_ref(),
+                    Duration::from_secs(2),
+                )
+                .await;
                 let _ = tokio::fs::remove_dir_all(&work_dir).await;
                 let _ = tokio::fs::remove_dir_all(&run_dir).await;
                 Err(e)
@@ -215,7 +224,9 @@ impl Backend for LocalBackend {
     async fn status(&self, handle: &JobHandle) -> Result<JobStatus> {
         let data = self.data(handle)?;
         if !data.run_dir.exists() {
-            return Err(Error::NotFound { what: format!("run dir `{}` of run `{}`", data.run_dir.display(), handle.id) });
+            return Err(Error::NotFound {
+                what: format!("run dir `{}` of run `{}`", data.run_dir.display(), handle.id),
+            });
         }
         Ok(read_status(&handle.id, &data))
     }
@@ -255,7 +266,10 @@ impl Backend for LocalBackend {
             Ok(stream) => Ok(Box::pin(stream)),
             Err(e) => Err(Error::backend(
                 self,
-                format!("nothing answers on port {port} of run `{}` (127.0.0.1:{port}: {e}); is the job listening yet?", handle.id),
+                format!(
+                    "nothing answers on port {port} of run `{}` (127.0.0.1:{port}: {e}); is the job listening yet?",
+                    handle.id
+                ),
             )),
         }
     }
@@ -284,7 +298,10 @@ impl LocalBackend {
         let session = process::Session::read(run_dir);
         let left = process::stop_run(run_id, session.as_ref(), Duration::from_secs(5)).await;
         if !left.is_empty() {
-            return Err(Error::backend(self, format!("processes {left:?} of run `{run_id}` are still alive after SIGKILL")));
+            return Err(Error::backend(
+                self,
+                format!("processes {left:?} of run `{run_id}` are still alive after SIGKILL"),
+            ));
         }
         Ok(())
     }
@@ -325,7 +342,14 @@ impl LocalBackend {
         ))
     }
 
-    async fn start(&self, job: &PreparedJob, work_dir: &Path, run_dir: &Path, log_file: &Path, processes: u32) -> Result<u32> {
+    async fn start(
+        &self,
+        job: &PreparedJob,
+        work_dir: &Path,
+        run_dir: &Path,
+        log_file: &Path,
+        processes: u32,
+    ) -> Result<u32> {
         tokio::fs::create_dir_all(run_dir).await.map_err(|e| Error::io("create", run_dir, e))?;
         if let Some(parent) = log_file.parent() {
             tokio::fs::create_dir_all(parent).await.map_err(|e| Error::io("create", parent, e))?;
@@ -353,8 +377,9 @@ impl LocalBackend {
         for var in job.env.iter().filter(|v| v.secret) {
             cmd.env(&var.name, &var.value);
         }
-        let mut child =
-            cmd.spawn().map_err(|e| Error::Command { command: "setsid bash supervise.sh".into(), message: e.to_string() })?;
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| Error::Command { command: "setsid bash supervise.sh".into(), message: e.to_string() })?;
         let pid = child.id().unwrap_or(0);
         // Wait until the supervisor has recorded its session: from then on, `status` finds the
         // run's processes without depending on the environment of a process in `exec`.
@@ -384,7 +409,8 @@ impl LocalBackend {
             let mut child = child;
             let _ = child.wait().await;
         });
-        started.map_err(|message| Error::Command { command: format!("setsid bash {}", script_path.display()), message })?;
+        started
+            .map_err(|message| Error::Command { command: format!("setsid bash {}", script_path.display()), message })?;
         Ok(pid)
     }
 }
@@ -439,6 +465,6 @@ pub(crate) fn read_status(run_id: &str, data: &LocalHandleData) -> JobStatus {
 }
 
 #[cfg(test)]
-mod tests;
-#[cfg(test)]
 mod path_tests;
+#[cfg(test)]
+mod tests;

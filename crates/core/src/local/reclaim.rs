@@ -12,10 +12,10 @@ use std::path::Path;
 use super::LocalBackend;
 use super::process::{ProcTable, Session};
 use super::supervisor::files;
+use crate::Result;
 use crate::backend::{ReclaimOptions, ReclaimReport, StoreUsage};
 use crate::store::LocalShell;
 use crate::store::reclaim::{self, ReclaimTarget};
-use crate::Result;
 
 impl LocalBackend {
     fn reclaim_target(&self) -> Result<ReclaimTarget> {
@@ -105,7 +105,11 @@ mod tests {
     }
 
     fn harness(root: &Path) -> Harness {
-        let cluster = ClusterConfig { root: root.join("root").display().to_string(), work: "~/work".into(), ..ClusterConfig::default() };
+        let cluster = ClusterConfig {
+            root: root.join("root").display().to_string(),
+            work: "~/work".into(),
+            ..ClusterConfig::default()
+        };
         let plan = Plan {
             host: "local".into(),
             kind: HostKind::Local,
@@ -133,7 +137,8 @@ mod tests {
     async fn a_run_this_machine_sees_running_is_kept_even_when_nobody_says_it_is_live() {
         let dir = tempfile::tempdir().unwrap();
         let h = harness(dir.path());
-        let (sleeper, _a) = testing::prepare(&h, "reclaim-sleeper", &["sleep"], vec![], serde_json::json!({})).await.unwrap();
+        let (sleeper, _a) =
+            testing::prepare(&h, "reclaim-sleeper", &["sleep"], vec![], serde_json::json!({})).await.unwrap();
         let (done, _b) = testing::prepare(&h, "reclaim-done", &["ok"], vec![], serde_json::json!({})).await.unwrap();
         let running = h.backend.submit(&sleeper, &SubmitOptions::default()).await.unwrap();
         let finished = h.backend.submit(&done, &SubmitOptions::default()).await.unwrap();
@@ -141,7 +146,8 @@ mod tests {
 
         let options = ReclaimOptions { older_than: Duration::ZERO, ..ReclaimOptions::default() };
         let report = h.backend.reclaim(&options).await.unwrap();
-        let runs: Vec<_> = report.items.iter().filter(|i| i.kind == ReclaimKind::RunDir).map(|i| i.path.clone()).collect();
+        let runs: Vec<_> =
+            report.items.iter().filter(|i| i.kind == ReclaimKind::RunDir).map(|i| i.path.clone()).collect();
         assert_eq!(runs, [work_dir(&finished).to_str().unwrap()], "{report:?}");
         assert!(work_dir(&running).join("job.py").exists(), "the running run's code stays");
         assert!(!work_dir(&finished).exists());

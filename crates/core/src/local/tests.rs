@@ -42,7 +42,12 @@ fn harness(root: &Path, processes: u32) -> Harness {
         ..ClusterConfig::default()
     };
     let backend = LocalBackend::new("local", LocalHost::default(), cluster, root);
-    Harness { backend: Arc::new(backend), plan: plan(processes), probe: Arc::new(LocalProbe), timeout: Duration::from_secs(60) }
+    Harness {
+        backend: Arc::new(backend),
+        plan: plan(processes),
+        probe: Arc::new(LocalProbe),
+        timeout: Duration::from_secs(60),
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -55,14 +60,21 @@ async fn local_backend_passes_the_conformance_suite() {
 async fn ranks_get_their_own_wiring_and_prefixed_logs() {
     let dir = tempfile::tempdir().unwrap();
     let h = harness(dir.path(), 3);
-    let (job, _code) = testing::prepare(&h, "ranks", &["env", "RANK", "WORLD_SIZE", "JAX_COORDINATOR_ADDRESS"], vec![], serde_json::json!({}))
-        .await
-        .unwrap();
+    let (job, _code) = testing::prepare(
+        &h,
+        "ranks",
+        &["env", "RANK", "WORLD_SIZE", "JAX_COORDINATOR_ADDRESS"],
+        vec![],
+        serde_json::json!({}),
+    )
+    .await
+    .unwrap();
     let handle = h.backend.submit(&job, &SubmitOptions::default()).await.unwrap();
     let status = testing::wait_terminal(&h, &handle).await;
     assert_eq!(status.state, JobState::Completed, "{status:?}");
     assert_eq!(status.ranks.len(), 3);
-    let lines: Vec<_> = futures::StreamExt::collect::<Vec<_>>(h.backend.logs(&handle, &LogOptions::default()).await.unwrap()).await;
+    let lines: Vec<_> =
+        futures::StreamExt::collect::<Vec<_>>(h.backend.logs(&handle, &LogOptions::default()).await.unwrap()).await;
     let mut seen = Vec::new();
     for line in lines {
         let line = line.unwrap();
@@ -76,7 +88,10 @@ async fn ranks_get_their_own_wiring_and_prefixed_logs() {
     }
     seen.sort();
     assert_eq!(seen, [0, 1, 2]);
-    let only_one = futures::StreamExt::collect::<Vec<_>>(h.backend.logs(&handle, &LogOptions { follow: false, rank: Some(1) }).await.unwrap()).await;
+    let only_one = futures::StreamExt::collect::<Vec<_>>(
+        h.backend.logs(&handle, &LogOptions { follow: false, rank: Some(1) }).await.unwrap(),
+    )
+    .await;
     assert!(only_one.iter().all(|l| l.as_ref().unwrap().rank == Some(1)));
 }
 
@@ -117,7 +132,11 @@ async fn a_failed_ship_leaves_no_run_dir() {
 }
 
 /// A job that runs `words` directly (no Python), from an empty code dir.
-async fn prepare_words(h: &Harness, name: &str, words: &[&str]) -> (PreparedJob, crate::testing::tempfile_dir::TempDir) {
+async fn prepare_words(
+    h: &Harness,
+    name: &str,
+    words: &[&str],
+) -> (PreparedJob, crate::testing::tempfile_dir::TempDir) {
     let (mut job, dir) = testing::prepare(h, name, &["ok"], vec![], serde_json::json!({})).await.unwrap();
     let words: Vec<String> = words.iter().map(|w| w.to_string()).collect();
     job.experiment.entrypoint = crate::job::Entrypoint::Words(words.clone());
@@ -142,10 +161,7 @@ impl CpuHogs {
         CpuHogs(
             (0..n)
                 .map(|_| {
-                    std::process::Command::new("yes")
-                        .stdout(std::process::Stdio::null())
-                        .spawn()
-                        .expect("start `yes`")
+                    std::process::Command::new("yes").stdout(std::process::Stdio::null()).spawn().expect("start `yes`")
                 })
                 .collect(),
         )

@@ -15,11 +15,7 @@ impl Snapshot {
     /// for each regular file of `indices` (symlinks are skipped), in the order given.
     /// Working-tree files are read as they are now; one that is no longer a regular file, or
     /// disappeared, is an error naming it.
-    pub fn for_each_content(
-        &self,
-        indices: &[usize],
-        visit: &mut ContentVisitor<'_>,
-    ) -> Result<()> {
+    pub fn for_each_content(&self, indices: &[usize], visit: &mut ContentVisitor<'_>) -> Result<()> {
         match &self.source {
             SnapshotSource::GitCommit { commit } => {
                 let ids = git::blob_ids(&self.root, commit)?;
@@ -29,9 +25,9 @@ impl Snapshot {
                     if file.symlink.is_some() {
                         continue;
                     }
-                    let oid = ids.get(&file.path).ok_or_else(|| Error::NotFound {
-                        what: format!("`{}` in commit {commit}", file.path),
-                    })?;
+                    let oid = ids
+                        .get(&file.path)
+                        .ok_or_else(|| Error::NotFound { what: format!("`{}` in commit {commit}", file.path) })?;
                     {
                         let (size, mut reader) = blobs.open(oid)?;
                         visit(i, file, size, &mut reader)?;

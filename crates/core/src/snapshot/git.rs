@@ -20,12 +20,8 @@ const MODE_GITLINK: &str = "160000";
 /// The top level of the git working tree containing `dir`, or `None` when `dir` is not inside
 /// one (or git is not installed).
 pub(super) fn toplevel(dir: &Path) -> Option<PathBuf> {
-    let out = Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(["rev-parse", "--show-toplevel"])
-        .stderr(Stdio::null())
-        .output();
+    let out =
+        Command::new("git").arg("-C").arg(dir).args(["rev-parse", "--show-toplevel"]).stderr(Stdio::null()).output();
     match out {
         Ok(out) if out.status.success() => {
             let text = String::from_utf8(out.stdout).ok()?;
@@ -74,8 +70,7 @@ pub(super) fn run(top: &Path, args: &[&str]) -> Result<Vec<u8>> {
 /// sorted and without duplicates (conflicted files are listed once per stage by git).
 pub(super) fn worktree_paths(top: &Path) -> Result<Vec<String>> {
     let out = run(top, &["ls-files", "-z", "--cached", "--others", "--exclude-standard"])?;
-    let mut paths =
-        out.split(|&b| b == 0).filter(|p| !p.is_empty()).map(utf8_path).collect::<Result<Vec<_>>>()?;
+    let mut paths = out.split(|&b| b == 0).filter(|p| !p.is_empty()).map(utf8_path).collect::<Result<Vec<_>>>()?;
     paths.sort();
     paths.dedup();
     Ok(paths)
@@ -187,10 +182,9 @@ impl BlobReader {
         let mut buf = Vec::new();
         {
             let (_, mut reader) = self.open(oid)?;
-            reader.read_to_end(&mut buf).map_err(|e| Error::Command {
-                command: "git cat-file --batch".into(),
-                message: e.to_string(),
-            })?;
+            reader
+                .read_to_end(&mut buf)
+                .map_err(|e| Error::Command { command: "git cat-file --batch".into(), message: e.to_string() })?;
         }
         self.finish_blob()?;
         Ok(buf)

@@ -114,10 +114,7 @@ impl Snapshot {
     pub fn collect(dir: &Path, mode: SnapshotMode) -> Result<Snapshot> {
         let meta = std::fs::metadata(dir).map_err(|e| Error::io("read", dir, e))?;
         if !meta.is_dir() {
-            return Err(Error::InvalidConfig(format!(
-                "cannot snapshot `{}`: not a directory",
-                dir.display()
-            )));
+            return Err(Error::InvalidConfig(format!("cannot snapshot `{}`: not a directory", dir.display())));
         }
         match git::toplevel(dir).filter(|_| !git::is_ignored(dir)) {
             Some(top) => match mode {
@@ -126,10 +123,7 @@ impl Snapshot {
             },
             None => {
                 if mode == SnapshotMode::Clean {
-                    tracing::warn!(
-                        "`{}` is not in a git repository; shipping the directory as it is",
-                        dir.display()
-                    );
+                    tracing::warn!("`{}` is not in a git repository; shipping the directory as it is", dir.display());
                 }
                 collect_directory(dir)
             }
@@ -176,9 +170,9 @@ impl Snapshot {
                 let ids = git::blob_ids(&self.root, commit)?;
                 let mut blobs = git::BlobReader::start(&self.root)?;
                 for file in &self.files {
-                    let oid = ids.get(&file.path).ok_or_else(|| Error::NotFound {
-                        what: format!("`{}` in commit {commit}", file.path),
-                    })?;
+                    let oid = ids
+                        .get(&file.path)
+                        .ok_or_else(|| Error::NotFound { what: format!("`{}` in commit {commit}", file.path) })?;
                     let entry = match &file.symlink {
                         Some(target) => append_symlink(&mut builder, &file.path, target).map_err(tar_err)?,
                         None => {
@@ -205,11 +199,7 @@ impl Snapshot {
     }
 
     /// Appends one file of the working tree as it is on disk now.
-    fn append_from_disk<W: Write>(
-        &self,
-        builder: &mut tar::Builder<W>,
-        file: &SnapshotFile,
-    ) -> Result<ManifestEntry> {
+    fn append_from_disk<W: Write>(&self, builder: &mut tar::Builder<W>, file: &SnapshotFile) -> Result<ManifestEntry> {
         let full = self.root.join(&file.path);
         let vanished = |e: io::Error| Error::io("read", &full, e);
         let meta = std::fs::symlink_metadata(&full).map_err(vanished)?;
@@ -217,23 +207,16 @@ impl Snapshot {
         if meta.file_type().is_symlink() {
             let target = std::fs::read_link(&full).map_err(vanished)?;
             let target = target.to_str().ok_or_else(|| {
-                Error::InvalidConfig(format!(
-                    "cannot ship symlink `{}`: its target is not UTF-8",
-                    full.display()
-                ))
+                Error::InvalidConfig(format!("cannot ship symlink `{}`: its target is not UTF-8", full.display()))
             })?;
             return append_symlink(builder, &file.path, target).map_err(write_err);
         }
         if !meta.is_file() {
-            return Err(Error::InvalidConfig(format!(
-                "cannot ship `{}`: not a regular file any more",
-                full.display()
-            )));
+            return Err(Error::InvalidConfig(format!("cannot ship `{}`: not a regular file any more", full.display())));
         }
         let handle = std::fs::File::open(&full).map_err(vanished)?;
         let executable = meta.permissions().mode() & 0o111 != 0;
-        append_file(builder, &file.path, meta.len(), executable, handle)
-            .map_err(|e| Error::io("archive", &full, e))
+        append_file(builder, &file.path, meta.len(), executable, handle).map_err(|e| Error::io("archive", &full, e))
     }
 }
 
@@ -287,12 +270,7 @@ fn collect_commit(top: PathBuf) -> Result<Snapshot> {
         } else {
             None
         };
-        files.push(SnapshotFile {
-            path: entry.path,
-            size: entry.size,
-            executable: entry.executable,
-            symlink,
-        });
+        files.push(SnapshotFile { path: entry.path, size: entry.size, executable: entry.executable, symlink });
     }
     Ok(Snapshot { root: top, source: SnapshotSource::GitCommit { commit }, files, hash_cache: None })
 }
@@ -309,8 +287,7 @@ fn collect_directory(dir: &Path) -> Result<Snapshot> {
         .build();
     let mut files = Vec::new();
     for entry in walker {
-        let entry =
-            entry.map_err(|e| Error::InvalidConfig(format!("cannot list `{}`: {e}", root.display())))?;
+        let entry = entry.map_err(|e| Error::InvalidConfig(format!("cannot list `{}`: {e}", root.display())))?;
         let Some(kind) = entry.file_type() else { continue };
         if kind.is_dir() {
             continue;
@@ -376,20 +353,14 @@ fn append_file<W: Write>(
     data: impl Read,
 ) -> io::Result<ManifestEntry> {
     let mut header = header(tar::EntryType::Regular, if executable { 0o755 } else { 0o644 }, size);
-    let mut reader = HashingReader {
-        inner: ExactReader { inner: data.take(size), remaining: size },
-        hasher: Sha256::new(),
-    };
+    let mut reader =
+        HashingReader { inner: ExactReader { inner: data.take(size), remaining: size }, hasher: Sha256::new() };
     builder.append_data(&mut header, path, &mut reader)?;
     Ok(ManifestEntry { path: path.to_owned(), size, sha256: hex::encode(reader.hasher.finalize()) })
 }
 
 /// Appends a symlink; the manifest hashes its target.
-fn append_symlink<W: Write>(
-    builder: &mut tar::Builder<W>,
-    path: &str,
-    target: &str,
-) -> io::Result<ManifestEntry> {
+fn append_symlink<W: Write>(builder: &mut tar::Builder<W>, path: &str, target: &str) -> io::Result<ManifestEntry> {
     let mut header = header(tar::EntryType::Symlink, 0o777, 0);
     builder.append_link(&mut header, path, target)?;
     Ok(ManifestEntry {

@@ -18,11 +18,7 @@ use crate::config::{LocalHost, PlainHost};
 pub(super) fn local(host: &LocalHost, want: &Want, avail: &Availability) -> Outcome {
     match *want {
         Want::Cpu { processes } => {
-            let processes = if processes > 1 {
-                processes
-            } else {
-                host.processes.unwrap_or(1).max(1)
-            };
+            let processes = if processes > 1 { processes } else { host.processes.unwrap_or(1).max(1) };
             if let Availability::Free { chips: cpus, .. } = avail
                 && processes > *cpus
                 && !host.oversubscribe
@@ -52,13 +48,8 @@ pub(super) fn local(host: &LocalHost, want: &Want, avail: &Availability) -> Outc
 /// Rules for a `plain` host: one process, CPU-only or on `count` GPUs of one type.
 pub(super) fn plain(host: &PlainHost, want: &Want, avail: &Availability) -> Outcome {
     match *want {
-        Want::Cpu { processes: 1 } => Outcome::Fits {
-            layout: Layout::cpu(1, 1),
-            reason: "runs one process".into(),
-        },
-        Want::Cpu { processes } => Outcome::pass(format!(
-            "plain hosts run one process; asked for {processes}"
-        )),
+        Want::Cpu { processes: 1 } => Outcome::Fits { layout: Layout::cpu(1, 1), reason: "runs one process".into() },
+        Want::Cpu { processes } => Outcome::pass(format!("plain hosts run one process; asked for {processes}")),
         Want::Gpu { chip, count } => match gpus(&host.chips, chip, count, avail) {
             Ok(fit) => fit.into_outcome(count, 1),
             Err(outcome) => outcome,
@@ -85,13 +76,7 @@ impl MachineFit {
             notes: self.notes,
             ..Layout::default()
         };
-        Outcome::Fits {
-            layout,
-            reason: format!(
-                "needs {count} {}, {} free ({})",
-                self.name, self.free, self.source
-            ),
-        }
+        Outcome::Fits { layout, reason: format!("needs {count} {}, {} free ({})", self.name, self.free, self.source) }
     }
 }
 
@@ -107,19 +92,13 @@ fn gpus(
         Some(c) => match chips_map.get(c.name) {
             Some(&n) if n > 0 => (c.name.to_owned(), n),
             _ => {
-                return Err(Outcome::pass(format!(
-                    "no {} in chips ({})",
-                    c.name,
-                    list_chips(chips_map)
-                )));
+                return Err(Outcome::pass(format!("no {} in chips ({})", c.name, list_chips(chips_map))));
             }
         },
         None => match largest_chip(chips_map) {
             Some((name, n)) => {
                 if chips_map.values().filter(|&&v| v > 0).count() > 1 {
-                    notes.push(format!(
-                        "any GPU: using {name}, the type with most GPUs ({n})"
-                    ));
+                    notes.push(format!("any GPU: using {name}, the type with most GPUs ({n})"));
                 }
                 (name.to_owned(), n)
             }
@@ -140,9 +119,7 @@ fn gpus(
         }
         Availability::Unusable { reason } => return Err(Outcome::pass(reason.clone())),
         Availability::Slurm(_) => {
-            return Err(Outcome::pass(
-                "availability unknown: unexpected slurm report",
-            ));
+            return Err(Outcome::pass("availability unknown: unexpected slurm report"));
         }
     };
     if free < count {
@@ -152,13 +129,7 @@ fn gpus(
         });
     }
     let chip = chip.or_else(|| chips::lookup(&name));
-    Ok(MachineFit {
-        chip,
-        name,
-        free,
-        source,
-        notes,
-    })
+    Ok(MachineFit { chip, name, free, source, notes })
 }
 
 fn plural_es(n: u32) -> &'static str {

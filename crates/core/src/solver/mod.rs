@@ -13,7 +13,6 @@
 //! The rules per host type live in `machine` (local and plain), `volcano` and `slurm`;
 //! [`render`] turns the result into text. CPU-only requests do not consult availability.
 
-
 use std::collections::BTreeMap;
 
 use serde::Serialize;
@@ -64,12 +63,9 @@ pub enum ChipRequest {
 impl std::fmt::Display for Request {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self.chip {
-            ChipRequest::Cpu => write!(
-                f,
-                "cpu-only ({} process{})",
-                self.count.max(1),
-                if self.count.max(1) == 1 { "" } else { "es" }
-            ),
+            ChipRequest::Cpu => {
+                write!(f, "cpu-only ({} process{})", self.count.max(1), if self.count.max(1) == 1 { "" } else { "es" })
+            }
             ChipRequest::AnyGpu => write!(f, "{} x any-gpu", self.count),
             ChipRequest::Chip(c) => write!(f, "{} x {}", self.count, c.name),
         }
@@ -194,12 +190,7 @@ pub fn solve(
 
     for (name, host) in config.ordered_hosts() {
         let mut record = |verdict: Verdict, reason: String| {
-            considered.push(Consideration {
-                host: name.to_owned(),
-                kind: host.kind(),
-                verdict,
-                reason,
-            });
+            considered.push(Consideration { host: name.to_owned(), kind: host.kind(), verdict, reason });
             considered.len() - 1
         };
         if let Some(reason) = filter_reason(request, name, host) {
@@ -223,11 +214,7 @@ pub fn solve(
                 record(Verdict::Chosen, reason);
                 chosen = Some((name.to_owned(), host, layout));
             }
-            Outcome::Queue {
-                layout,
-                free,
-                reason,
-            } => {
+            Outcome::Queue { layout, free, reason } => {
                 let idx = record(Verdict::Passed, reason);
                 note_closest(&mut closest, name, free);
                 candidates.push((idx, layout, free));
@@ -247,27 +234,15 @@ pub fn solve(
 
     // Fallback: the candidate with the most free GPUs; `max_by_key` keeps the last maximum, so
     // iterate in reverse to let the earlier host win ties.
-    let best = candidates
-        .iter()
-        .enumerate()
-        .rev()
-        .max_by_key(|(_, (_, _, free))| *free)
-        .map(|(pos, _)| pos);
+    let best = candidates.iter().enumerate().rev().max_by_key(|(_, (_, _, free))| *free).map(|(pos, _)| pos);
     if let Some(pos) = best {
         for (i, (idx, _, _)) in candidates.iter().enumerate() {
-            considered[*idx].verdict = if i == pos {
-                Verdict::Chosen
-            } else {
-                Verdict::Eligible
-            };
+            considered[*idx].verdict = if i == pos { Verdict::Chosen } else { Verdict::Eligible };
         }
         let (best_idx, mut layout, _) = candidates.swap_remove(pos);
         let name = considered[best_idx].host.clone();
         let host = &config.hosts[name.as_str()];
-        layout.notes.insert(
-            0,
-            format!("no host has {request} free now; sending to {name} where Slurm will queue it"),
-        );
+        layout.notes.insert(0, format!("no host has {request} free now; sending to {name} where Slurm will queue it"));
         return Ok(plan(name, host, layout, true, considered));
     }
 
@@ -288,13 +263,8 @@ static NOT_CHECKED: Availability = Availability::NotChecked;
 /// The request, normalized: CPU processes, or a GPU chip (any if `None`) and count.
 #[derive(Debug, Clone, Copy)]
 enum Want {
-    Cpu {
-        processes: u32,
-    },
-    Gpu {
-        chip: Option<&'static Chip>,
-        count: u32,
-    },
+    Cpu { processes: u32 },
+    Gpu { chip: Option<&'static Chip>, count: u32 },
 }
 
 impl Want {
@@ -307,24 +277,14 @@ impl Want {
         }
         let gpu = |chip: Option<&'static Chip>| {
             if request.count == 0 {
-                Err(format!(
-                    "a {} request needs at least one chip",
-                    chip.map_or("GPU", |c| c.name)
-                ))
+                Err(format!("a {} request needs at least one chip", chip.map_or("GPU", |c| c.name)))
             } else {
-                Ok(Want::Gpu {
-                    chip,
-                    count: request.count,
-                })
+                Ok(Want::Gpu { chip, count: request.count })
             }
         };
         match request.chip {
-            ChipRequest::Cpu => Ok(Want::Cpu {
-                processes: request.count.max(1),
-            }),
-            ChipRequest::Chip(c) if c.kind == ChipKind::Cpu => Ok(Want::Cpu {
-                processes: request.count.max(1),
-            }),
+            ChipRequest::Cpu => Ok(Want::Cpu { processes: request.count.max(1) }),
+            ChipRequest::Chip(c) if c.kind == ChipKind::Cpu => Ok(Want::Cpu { processes: request.count.max(1) }),
             ChipRequest::AnyGpu => gpu(None),
             ChipRequest::Chip(c) => gpu(Some(c)),
         }
@@ -346,11 +306,7 @@ struct Layout {
 impl Layout {
     /// A CPU-only layout.
     fn cpu(nodes: u32, processes_per_node: u32) -> Layout {
-        Layout {
-            nodes,
-            processes_per_node,
-            ..Layout::default()
-        }
+        Layout { nodes, processes_per_node, ..Layout::default() }
     }
 
     fn total_chips(&self) -> u32 {
@@ -364,21 +320,14 @@ enum Outcome {
     /// It fits now.
     Fits { layout: Layout, reason: String },
     /// It could hold the request but not now (Slurm only): a fallback candidate ranked by `free`.
-    Queue {
-        layout: Layout,
-        free: u32,
-        reason: String,
-    },
+    Queue { layout: Layout, free: u32, reason: String },
     /// It cannot serve the request; `free` is how many chips of the kind it has free, if known.
     Pass { reason: String, free: Option<u32> },
 }
 
 impl Outcome {
     fn pass(reason: impl Into<String>) -> Outcome {
-        Outcome::Pass {
-            reason: reason.into(),
-            free: None,
-        }
+        Outcome::Pass { reason: reason.into(), free: None }
     }
 }
 
@@ -390,8 +339,7 @@ fn spread(count: u32, per_node: u32) -> (u32, u32, Option<String>) {
     }
     let nodes = count.div_ceil(per_node);
     let total = nodes * per_node;
-    let note = (total > count)
-        .then(|| format!("rounded up to {total} chips on {nodes} nodes ({per_node} per node)"));
+    let note = (total > count).then(|| format!("rounded up to {total} chips on {nodes} nodes ({per_node} per node)"));
     (nodes, per_node, note)
 }
 
@@ -411,11 +359,7 @@ fn list_chips(chips: &BTreeMap<String, u32>) -> String {
     if chips.is_empty() {
         return "none".into();
     }
-    chips
-        .iter()
-        .map(|(k, v)| format!("{k}: {v}"))
-        .collect::<Vec<_>>()
-        .join(", ")
+    chips.iter().map(|(k, v)| format!("{k}: {v}")).collect::<Vec<_>>().join(", ")
 }
 
 fn filter_reason(request: &Request, name: &str, host: &HostConfig) -> Option<String> {
@@ -428,9 +372,7 @@ fn filter_reason(request: &Request, name: &str, host: &HostConfig) -> Option<Str
     if request.forbidden_clusters.iter().any(|c| c == cluster) {
         return Some(format!("cluster {cluster} is forbidden"));
     }
-    if !request.preferred_clusters.is_empty()
-        && !request.preferred_clusters.iter().any(|c| c == cluster)
-    {
+    if !request.preferred_clusters.is_empty() && !request.preferred_clusters.iter().any(|c| c == cluster) {
         return Some(format!(
             "cluster {cluster} not in preferred clusters ({})",
             request.preferred_clusters.join(", ")
@@ -450,12 +392,7 @@ fn unknown_host(config: &DispatchConfig, name: &str) -> String {
         Some((_, k)) => format!("unknown host {name} (did you mean {k}?)"),
         None => format!(
             "unknown host {name} (known hosts: {})",
-            config
-                .hosts
-                .keys()
-                .map(String::as_str)
-                .collect::<Vec<_>>()
-                .join(", ")
+            config.hosts.keys().map(String::as_str).collect::<Vec<_>>().join(", ")
         ),
     }
 }
@@ -466,13 +403,7 @@ fn note_closest(closest: &mut Option<(String, u32)>, host: &str, free: u32) {
     }
 }
 
-fn plan(
-    name: String,
-    host: &HostConfig,
-    layout: Layout,
-    queued: bool,
-    considered: Vec<Consideration>,
-) -> Plan {
+fn plan(name: String, host: &HostConfig, layout: Layout, queued: bool, considered: Vec<Consideration>) -> Plan {
     let total_chips = layout.total_chips();
     Plan {
         host: name,

@@ -8,14 +8,7 @@ pub fn render_table(considered: &[Consideration]) -> String {
     let header = ["HOST", "TYPE", "VERDICT", "REASON"];
     let rows: Vec<[String; 4]> = considered
         .iter()
-        .map(|c| {
-            [
-                c.host.clone(),
-                c.kind.to_string(),
-                verdict(c.verdict).to_owned(),
-                c.reason.clone(),
-            ]
-        })
+        .map(|c| [c.host.clone(), c.kind.to_string(), verdict(c.verdict).to_owned(), c.reason.clone()])
         .collect();
     let mut widths = header.map(str::len);
     for row in &rows {
@@ -46,10 +39,7 @@ pub fn describe_plan(plan: &Plan) -> String {
     let mut out = format!("{} ({}): ", plan.host, plan.kind);
     let nodes = count(plan.nodes, "node", "nodes");
     if plan.chips_per_node == 0 {
-        out.push_str(&format!(
-            "cpu-only, {nodes} x {}",
-            count(plan.processes_per_node, "process", "processes")
-        ));
+        out.push_str(&format!("cpu-only, {nodes} x {}", count(plan.processes_per_node, "process", "processes")));
     } else {
         let chip = plan.chip.map_or("gpu", |c| c.name);
         out.push_str(&format!(

@@ -14,12 +14,7 @@ use crate::chips::Chip;
 use crate::config::{DispatchConfig, SlurmHost};
 
 /// Applies the Slurm rules to one host.
-pub(super) fn solve(
-    config: &DispatchConfig,
-    host: &SlurmHost,
-    want: &Want,
-    avail: &Availability,
-) -> Outcome {
+pub(super) fn solve(config: &DispatchConfig, host: &SlurmHost, want: &Want, avail: &Availability) -> Outcome {
     match *want {
         Want::Cpu { processes } => cpu(host, processes),
         Want::Gpu { chip, count } => gpu(config, host, chip, count, avail),
@@ -27,21 +22,12 @@ pub(super) fn solve(
 }
 
 fn cpu(host: &SlurmHost, processes: u32) -> Outcome {
-    let partition = host
-        .cpu_partitions
-        .first()
-        .map(String::as_str)
-        .or_else(|| host.partitions.first().map(|p| p.name()));
+    let partition =
+        host.cpu_partitions.first().map(String::as_str).or_else(|| host.partitions.first().map(|p| p.name()));
     match partition {
         Some(p) => Outcome::Fits {
-            layout: Layout {
-                partition: Some(p.to_owned()),
-                ..Layout::cpu(processes, 1)
-            },
-            reason: format!(
-                "partition {p}, {processes} node{} x 1 task",
-                if processes == 1 { "" } else { "s" }
-            ),
+            layout: Layout { partition: Some(p.to_owned()), ..Layout::cpu(processes, 1) },
+            reason: format!("partition {p}, {processes} node{} x 1 task", if processes == 1 { "" } else { "s" }),
         },
         None => Outcome::pass("no cpu_partitions or partitions configured"),
     }
@@ -117,13 +103,7 @@ fn gpu(
         },
         None => None,
     };
-    let ask = Ask {
-        chip,
-        label,
-        count,
-        gres,
-        limit,
-    };
+    let ask = Ask { chip, label, count, gres, limit };
     let mut ordered: Vec<_> = host.partitions.iter().filter(|p| p.is_default()).collect();
     ordered.extend(host.partitions.iter().filter(|p| !p.is_default()));
     let ordered: Vec<&str> = ordered.into_iter().map(|p| p.name()).collect();
@@ -135,10 +115,7 @@ fn gpu(
                 return Outcome::pass("no partitions configured and availability not checked");
             };
             let layout = trusted_layout(host, &ask, first);
-            Outcome::Fits {
-                layout,
-                reason: format!("availability not checked; partition {first} from config"),
-            }
+            Outcome::Fits { layout, reason: format!("availability not checked; partition {first} from config") }
         }
         Availability::Unknown { reason } => unknown(host, &ask, &ordered, reason),
         Availability::Unusable { reason } => Outcome::pass(reason.clone()),
@@ -153,9 +130,7 @@ fn trusted_layout(host: &SlurmHost, ask: &Ask<'_>, partition: &str) -> Layout {
         Some(per_node) => ask.layout(partition, per_node),
         None => {
             let mut layout = ask.layout(partition, ask.count);
-            layout
-                .notes
-                .push("gpus_per_node unknown; asking for one node".into());
+            layout.notes.push("gpus_per_node unknown; asking for one node".into());
             layout
         }
     }
@@ -166,14 +141,8 @@ fn unknown(host: &SlurmHost, ask: &Ask<'_>, ordered: &[&str], reason: &str) -> O
         return Outcome::pass(format!("availability unknown: {reason}"));
     };
     let mut layout = trusted_layout(host, ask, first);
-    layout.notes.push(format!(
-        "availability unknown ({reason}); partition {first} from config"
-    ));
-    Outcome::Queue {
-        layout,
-        free: 0,
-        reason: format!("availability unknown: {reason}"),
-    }
+    layout.notes.push(format!("availability unknown ({reason}); partition {first} from config"));
+    Outcome::Queue { layout, free: 0, reason: format!("availability unknown: {reason}") }
 }
 
 /// How one partition can take the request.
@@ -192,57 +161,27 @@ struct PartitionFit<'a> {
     free_sum: u32,
 }
 
-fn from_report(
-    host: &SlurmHost,
-    ask: &Ask<'_>,
-    ordered: &[&str],
-    report: &SlurmAvailability,
-) -> Outcome {
+fn from_report(host: &SlurmHost, ask: &Ask<'_>, ordered: &[&str], report: &SlurmAvailability) -> Outcome {
     let names: Vec<&str> = if ordered.is_empty() {
         report.partitions.iter().map(|p| p.name.as_str()).collect()
     } else {
-        ordered
-            .iter()
-            .copied()
-            .filter(|n| report.partitions.iter().any(|p| p.name == *n))
-            .collect()
+        ordered.iter().copied().filter(|n| report.partitions.iter().any(|p| p.name == *n)).collect()
     };
     if names.is_empty() {
-        return Outcome::pass(format!(
-            "partitions {} not reported by sinfo",
-            ordered.join(", ")
-        ));
+        return Outcome::pass(format!("partitions {} not reported by sinfo", ordered.join(", ")));
     }
-    let fits: Vec<PartitionFit<'_>> = names
-        .iter()
-        .filter_map(|name| partition_fit(host, ask, report, name))
-        .collect();
-    let kind = ask
-        .gres
-        .as_deref()
-        .map_or_else(|| "GPU".to_owned(), |g| format!("gres {g}"));
+    let fits: Vec<PartitionFit<'_>> = names.iter().filter_map(|name| partition_fit(host, ask, report, name)).collect();
+    let kind = ask.gres.as_deref().map_or_else(|| "GPU".to_owned(), |g| format!("gres {g}"));
     if fits.is_empty() {
-        return Outcome::pass(format!(
-            "no usable {kind} nodes in partitions {}",
-            names.join(", ")
-        ));
+        return Outcome::pass(format!("no usable {kind} nodes in partitions {}", names.join(", ")));
     }
     if let Some(fit) = fits.iter().find(|f| f.ready >= f.nodes as usize) {
         let reason = if fit.nodes == 1 {
-            format!(
-                "partition {}: a node has {} {} free",
-                fit.name, fit.max_free, ask.label
-            )
+            format!("partition {}: a node has {} {} free", fit.name, fit.max_free, ask.label)
         } else {
-            format!(
-                "partition {}: {} nodes have {} {} free",
-                fit.name, fit.ready, fit.chips_per_node, ask.label
-            )
+            format!("partition {}: {} nodes have {} {} free", fit.name, fit.ready, fit.chips_per_node, ask.label)
         };
-        return Outcome::Fits {
-            layout: ask.layout(fit.name, fit.per_node),
-            reason,
-        };
+        return Outcome::Fits { layout: ask.layout(fit.name, fit.per_node), reason };
     }
     let free_sum = fits.iter().map(|f| f.free_sum).max().unwrap_or(0);
     let possible = fits.iter().filter(|f| f.holders >= f.nodes as usize);
@@ -264,11 +203,7 @@ fn from_report(
                     fit.nodes, fit.chips_per_node, ask.label, fit.ready, fit.name
                 )
             };
-            Outcome::Queue {
-                layout: ask.layout(fit.name, fit.per_node),
-                free: fit.free_sum,
-                reason,
-            }
+            Outcome::Queue { layout: ask.layout(fit.name, fit.per_node), free: fit.free_sum, reason }
         }
         None => {
             let fit = &fits[0];
@@ -281,10 +216,7 @@ fn from_report(
                 fit.name,
                 fit.holders
             );
-            Outcome::Pass {
-                reason,
-                free: Some(free_sum),
-            }
+            Outcome::Pass { reason, free: Some(free_sum) }
         }
     }
 }
@@ -301,20 +233,14 @@ fn partition_fit<'a>(
         .iter()
         // Nodes named in `exclude` (`#SBATCH --exclude`) can never run the job.
         .filter(|n| n.usable && n.total > 0 && !host.exclude.contains(&n.name))
-        .filter(|n| {
-            ask.gres
-                .as_deref()
-                .is_none_or(|g| n.gpu_type.as_deref() == Some(g))
-        })
+        .filter(|n| ask.gres.as_deref().is_none_or(|g| n.gpu_type.as_deref() == Some(g)))
         .collect();
     if eligible.is_empty() {
         return None;
     }
     let capacity = |n: &NodeAvailability| host.gpus_per_node.unwrap_or(n.total);
     let free = |n: &NodeAvailability| n.free.min(capacity(n));
-    let per_node = host
-        .gpus_per_node
-        .unwrap_or_else(|| eligible.iter().map(|n| n.total).max().unwrap_or(0));
+    let per_node = host.gpus_per_node.unwrap_or_else(|| eligible.iter().map(|n| n.total).max().unwrap_or(0));
     if per_node == 0 {
         return None;
     }
@@ -324,14 +250,8 @@ fn partition_fit<'a>(
         per_node,
         nodes,
         chips_per_node,
-        ready: eligible
-            .iter()
-            .filter(|n| free(n) >= chips_per_node)
-            .count(),
-        holders: eligible
-            .iter()
-            .filter(|n| capacity(n) >= chips_per_node)
-            .count(),
+        ready: eligible.iter().filter(|n| free(n) >= chips_per_node).count(),
+        holders: eligible.iter().filter(|n| capacity(n) >= chips_per_node).count(),
         max_free: eligible.iter().map(|n| free(n)).max().unwrap_or(0),
         free_sum: eligible.iter().fold(0u32, |sum, n| sum.saturating_add(free(n))),
     })

@@ -11,14 +11,9 @@ use crate::chips;
 /// with `expect`.
 fn check(yaml: &str, request: Request, avail: Vec<(&str, Availability)>, expect: &str) {
     let config: DispatchConfig = serde_saphyr::from_str(yaml).expect("test config parses");
-    let avail: BTreeMap<String, Availability> =
-        avail.into_iter().map(|(h, a)| (h.to_owned(), a)).collect();
+    let avail: BTreeMap<String, Availability> = avail.into_iter().map(|(h, a)| (h.to_owned(), a)).collect();
     let actual = show(&solve(&config, &request, &avail));
-    assert_eq!(
-        actual.trim(),
-        unindent(expect),
-        "\nrequest: {request}\nactual:\n{actual}"
-    );
+    assert_eq!(actual.trim(), unindent(expect), "\nrequest: {request}\nactual:\n{actual}");
 }
 
 fn show(res: &Result<Plan, SolveError>) -> String {
@@ -44,11 +39,7 @@ fn show(res: &Result<Plan, SolveError>) -> String {
 }
 
 fn unindent(s: &str) -> String {
-    s.trim()
-        .lines()
-        .map(str::trim)
-        .collect::<Vec<_>>()
-        .join("\n")
+    s.trim().lines().map(str::trim).collect::<Vec<_>>().join("\n")
 }
 
 /// `cpu`, `cpu 4`, `8 h100` or `8 any`.
@@ -58,68 +49,39 @@ fn req(spec: &str) -> Request {
         ["cpu"] => (ChipRequest::Cpu, 0),
         ["cpu", n] => (ChipRequest::Cpu, n.parse().unwrap()),
         [n, "any"] => (ChipRequest::AnyGpu, n.parse().unwrap()),
-        [n, chip] => (
-            ChipRequest::Chip(chips::lookup(chip).unwrap()),
-            n.parse().unwrap(),
-        ),
+        [n, chip] => (ChipRequest::Chip(chips::lookup(chip).unwrap()), n.parse().unwrap()),
         _ => panic!("bad request spec {spec}"),
     };
-    Request {
-        chip,
-        count,
-        preferred_clusters: vec![],
-        forbidden_clusters: vec![],
-        host: None,
-    }
+    Request { chip, count, preferred_clusters: vec![], forbidden_clusters: vec![], host: None }
 }
 
 fn on(host: &str, spec: &str) -> Request {
-    Request {
-        host: Some(host.into()),
-        ..req(spec)
-    }
+    Request { host: Some(host.into()), ..req(spec) }
 }
 
 fn free(chips: u32, source: &str) -> Availability {
-    Availability::Free {
-        chips,
-        source: source.into(),
-    }
+    Availability::Free { chips, source: source.into() }
 }
 
 fn unknown(reason: &str) -> Availability {
-    Availability::Unknown {
-        reason: reason.into(),
-    }
+    Availability::Unknown { reason: reason.into() }
 }
 
 /// A usable node: name, GRES type, total and free GPUs.
 fn node(name: &str, gpu_type: &str, total: u32, free: u32) -> NodeAvailability {
     let gpu_type = (!gpu_type.is_empty()).then(|| gpu_type.to_owned());
-    NodeAvailability {
-        name: name.into(),
-        gpu_type,
-        total,
-        free,
-        usable: true,
-    }
+    NodeAvailability { name: name.into(), gpu_type, total, free, usable: true }
 }
 
 fn drained(node: NodeAvailability) -> NodeAvailability {
-    NodeAvailability {
-        usable: false,
-        ..node
-    }
+    NodeAvailability { usable: false, ..node }
 }
 
 fn sinfo(partitions: Vec<(&str, Vec<NodeAvailability>)>) -> Availability {
     Availability::Slurm(SlurmAvailability {
         partitions: partitions
             .into_iter()
-            .map(|(name, nodes)| PartitionAvailability {
-                name: name.into(),
-                nodes,
-            })
+            .map(|(name, nodes)| PartitionAvailability { name: name.into(), nodes })
             .collect(),
     })
 }
@@ -166,10 +128,7 @@ fn order_first_fit_and_filters() {
         - a Chosen: needs 2 h100, 2 free (not checked; configured)
     ",
     );
-    let preferred = Request {
-        preferred_clusters: vec!["east".into()],
-        ..req("2 h100")
-    };
+    let preferred = Request { preferred_clusters: vec!["east".into()], ..req("2 h100") };
     check(
         ORDER,
         preferred,
@@ -181,10 +140,7 @@ fn order_first_fit_and_filters() {
         - b Filtered: cluster west not in preferred clusters (east)
     ",
     );
-    let forbidden = Request {
-        forbidden_clusters: vec!["west".into()],
-        ..req("1 h100")
-    };
+    let forbidden = Request { forbidden_clusters: vec!["west".into()], ..req("1 h100") };
     check(
         ORDER,
         forbidden,
@@ -213,10 +169,7 @@ fn order_first_fit_and_filters() {
         vec![],
         "error: cannot satisfy 1 x h100: unknown host zzz (known hosts: a, b, c)",
     );
-    let everything = Request {
-        forbidden_clusters: vec!["east".into(), "west".into()],
-        ..req("1 h100")
-    };
+    let everything = Request { forbidden_clusters: vec!["east".into(), "west".into()], ..req("1 h100") };
     check(
         ORDER,
         everything,
@@ -245,24 +198,14 @@ fn errors_name_the_closest_host() {
         hint: largest fit is 8 x h100 on b: `-n 8` runs now
     ",
     );
-    check(
-        "hosts: {}",
-        req("1 h100"),
-        vec![],
-        "error: cannot satisfy 1 x h100: no hosts configured",
-    );
+    check("hosts: {}", req("1 h100"), vec![], "error: cannot satisfy 1 x h100: no hosts configured");
     check(
         CPU,
         on("gpu-bx", "cpu"),
         vec![],
         "error: cannot satisfy cpu-only (1 process): unknown host gpu-bx (did you mean gpu-box?)",
     );
-    check(
-        ORDER,
-        req("0 h100"),
-        vec![],
-        "error: cannot satisfy 0 x h100: a h100 request needs at least one chip",
-    );
+    check(ORDER, req("0 h100"), vec![], "error: cannot satisfy 0 x h100: a h100 request needs at least one chip");
 }
 
 const CPU: &str = "
@@ -427,10 +370,7 @@ fn local_and_plain_gpus() {
     check(
         MACHINES,
         req("4 l40"),
-        vec![
-            ("laptop", free(3, "nvidia-smi")),
-            ("l40-box", free(2, "nvidia-smi")),
-        ],
+        vec![("laptop", free(3, "nvidia-smi")), ("l40-box", free(2, "nvidia-smi"))],
         "
         error: cannot satisfy 4 x l40: no host has 4 x l40; largest fit: laptop with 3 free
         - laptop Passed: needs 4 l40, 3 free (nvidia-smi)
@@ -443,10 +383,7 @@ fn local_and_plain_gpus() {
     check(
         MACHINES,
         req("1 l40"),
-        vec![
-            ("laptop", unknown("no answer within 20s")),
-            ("l40-box", unknown("ssh failed")),
-        ],
+        vec![("laptop", unknown("no answer within 20s")), ("l40-box", unknown("ssh failed"))],
         "
         error: cannot satisfy 1 x l40: no host can serve 1 x l40
         - laptop Passed: availability unknown: no answer within 20s
@@ -535,11 +472,16 @@ fn volcano_nodes_and_queue() {
         hint: largest fit is 20 x h100 on k8s: `-n 20` runs now
     ",
     );
-    check(VOLCANO, req("8 h100"), vec![("k8s", unknown("kubectl failed"))], "
+    check(
+        VOLCANO,
+        req("8 h100"),
+        vec![("k8s", unknown("kubectl failed"))],
+        "
         plan: k8s (volcano): 1 node x 8 h100 = 8 chips, 1 process per node
         note: queue availability unknown (kubectl failed); the scheduler will queue the job if needed
         - k8s Chosen: 1 pod x 8 h100 = 8, queue availability unknown
-    ");
+    ",
+    );
     let per_node_only = "hosts: {k8s: {type: volcano, cluster: c, gpus_per_node: 4}}";
     check(
         per_node_only,
@@ -576,40 +518,53 @@ hosts:
 fn hpc_report() -> Availability {
     sinfo(vec![
         ("small", vec![node("s1", "h100", 4, 4)]),
-        (
-            "big",
-            vec![
-                node("n1", "h100", 8, 3),
-                node("n2", "h100", 8, 2),
-                drained(node("n3", "h100", 8, 8)),
-            ],
-        ),
+        ("big", vec![node("n1", "h100", 8, 3), node("n2", "h100", 8, 2), drained(node("n3", "h100", 8, 8))]),
     ])
 }
 
 #[test]
 fn slurm_partitions_and_nodes() {
     // The default partition is tried first.
-    check(SLURM, req("2 h100"), vec![("hpc", hpc_report())], "
+    check(
+        SLURM,
+        req("2 h100"),
+        vec![("hpc", hpc_report())],
+        "
         plan: hpc (slurm): 1 node x 2 h100 = 2 chips, 1 process per node, partition big, gres gpu:h100:2
         - hpc Chosen: partition big: a node has 3 h100 free
-    ");
+    ",
+    );
     // 5 GPUs are free in `big` but on two nodes: a one-node job does not fit there now.
-    check(SLURM, req("4 h100"), vec![("hpc", hpc_report())], "
+    check(
+        SLURM,
+        req("4 h100"),
+        vec![("hpc", hpc_report())],
+        "
         plan: hpc (slurm): 1 node x 4 h100 = 4 chips, 1 process per node, partition small, gres gpu:h100:4
         - hpc Chosen: partition small: a node has 4 h100 free
-    ");
-    check(SLURM, req("5 h100"), vec![("hpc", hpc_report())], "
+    ",
+    );
+    check(
+        SLURM,
+        req("5 h100"),
+        vec![("hpc", hpc_report())],
+        "
         plan: hpc (slurm): 1 node x 5 h100 = 5 chips, 1 process per node, partition big, gres gpu:h100:5, queued
         note: no host has 5 x h100 free now; sending to hpc where Slurm will queue it
         - hpc Chosen: needs 5 h100 on one node, at most 3 free on a node now (partition big)
-    ");
+    ",
+    );
     // The drained node n3 has 8 free but does not count.
-    check(SLURM, req("8 h100"), vec![("hpc", hpc_report())], "
+    check(
+        SLURM,
+        req("8 h100"),
+        vec![("hpc", hpc_report())],
+        "
         plan: hpc (slurm): 1 node x 8 h100 = 8 chips, 1 process per node, partition big, gres gpu:h100:8, queued
         note: no host has 8 x h100 free now; sending to hpc where Slurm will queue it
         - hpc Chosen: needs 8 h100 on one node, at most 3 free on a node now (partition big)
-    ");
+    ",
+    );
     // Two usable 8-GPU nodes at most: 24 GPUs can never run here.
     check(
         SLURM,
@@ -641,10 +596,15 @@ fn slurm_partitions_and_nodes() {
     );
     // Nodes named in `exclude` do not count either.
     let excluded = SLURM.replace("cluster: c", "cluster: c\n    exclude: [n1]");
-    check(&excluded, req("2 h100"), vec![("hpc", hpc_report())], "
+    check(
+        &excluded,
+        req("2 h100"),
+        vec![("hpc", hpc_report())],
+        "
         plan: hpc (slurm): 1 node x 2 h100 = 2 chips, 1 process per node, partition big, gres gpu:h100:2
         - hpc Chosen: partition big: a node has 2 h100 free
-    ");
+    ",
+    );
     // Any GPU: no GRES type.
     check(
         SLURM,
@@ -664,39 +624,51 @@ hosts:
 ";
 
 fn span_report() -> Availability {
-    sinfo(vec![(
-        "gpu",
-        vec![
-            node("g1", "h100", 8, 8),
-            node("g2", "h100", 8, 8),
-            node("g3", "h100", 8, 0),
-        ],
-    )])
+    sinfo(vec![("gpu", vec![node("g1", "h100", 8, 8), node("g2", "h100", 8, 8), node("g3", "h100", 8, 0)])])
 }
 
 #[test]
 fn slurm_multi_node() {
-    check(SPAN, req("16 h100"), vec![("hpc", span_report())], "
+    check(
+        SPAN,
+        req("16 h100"),
+        vec![("hpc", span_report())],
+        "
         plan: hpc (slurm): 2 nodes x 8 h100 = 16 chips, 1 process per node, partition gpu, gres gpu:h100:8
         - hpc Chosen: partition gpu: 2 nodes have 8 h100 free
-    ");
-    check(SPAN, req("12 h100"), vec![("hpc", span_report())], "
+    ",
+    );
+    check(
+        SPAN,
+        req("12 h100"),
+        vec![("hpc", span_report())],
+        "
         plan: hpc (slurm): 2 nodes x 8 h100 = 16 chips, 1 process per node, partition gpu, gres gpu:h100:8
         note: rounded up to 16 chips on 2 nodes (8 per node)
         - hpc Chosen: partition gpu: 2 nodes have 8 h100 free
-    ");
-    check(SPAN, req("24 h100"), vec![("hpc", span_report())], "
+    ",
+    );
+    check(
+        SPAN,
+        req("24 h100"),
+        vec![("hpc", span_report())],
+        "
         plan: hpc (slurm): 3 nodes x 8 h100 = 24 chips, 1 process per node, partition gpu, gres gpu:h100:8, queued
         note: no host has 24 x h100 free now; sending to hpc where Slurm will queue it
         - hpc Chosen: needs 3 nodes with 8 h100 free, 2 now (partition gpu)
-    ");
+    ",
+    );
     // Without a configured partition list, every reported partition is used.
-    let no_partitions =
-        "gres_mapping: {h100: h100}\nhosts: {hpc: {type: slurm, ssh: h, cluster: c}}";
-    check(no_partitions, req("8 h100"), vec![("hpc", span_report())], "
+    let no_partitions = "gres_mapping: {h100: h100}\nhosts: {hpc: {type: slurm, ssh: h, cluster: c}}";
+    check(
+        no_partitions,
+        req("8 h100"),
+        vec![("hpc", span_report())],
+        "
         plan: hpc (slurm): 1 node x 8 h100 = 8 chips, 1 process per node, partition gpu, gres gpu:h100:8
         - hpc Chosen: partition gpu: a node has 8 h100 free
-    ");
+    ",
+    );
 }
 
 #[test]
@@ -751,16 +723,26 @@ fn slurm_caps_and_unchecked_availability() {
         - hpc Passed: needs 16 h100 on whole nodes; chips allows at most 12
     ",
     );
-    check(rounded, req("8 h100"), vec![], "
+    check(
+        rounded,
+        req("8 h100"),
+        vec![],
+        "
         plan: hpc (slurm): 1 node x 8 h100 = 8 chips, 1 process per node, partition gpu, gres gpu:h100:8
         - hpc Chosen: availability not checked; partition gpu from config
-    ");
+    ",
+    );
     // Not checked: trust the config, one node when gpus_per_node is unknown.
-    check(SLURM, req("16 h100"), vec![], "
+    check(
+        SLURM,
+        req("16 h100"),
+        vec![],
+        "
         plan: hpc (slurm): 1 node x 16 h100 = 16 chips, 1 process per node, partition big, gres gpu:h100:16
         note: gpus_per_node unknown; asking for one node
         - hpc Chosen: availability not checked; partition big from config
-    ");
+    ",
+    );
     let bare = "gres_mapping: {h100: h100}\nhosts: {hpc: {type: slurm, ssh: h, cluster: c}}";
     check(
         bare,
@@ -772,13 +754,18 @@ fn slurm_caps_and_unchecked_availability() {
     ",
     );
     // Unknown: still a fallback candidate on the configured partition.
-    check(SLURM, req("4 h100"), vec![("hpc", unknown("no answer within 20s"))], "
+    check(
+        SLURM,
+        req("4 h100"),
+        vec![("hpc", unknown("no answer within 20s"))],
+        "
         plan: hpc (slurm): 1 node x 4 h100 = 4 chips, 1 process per node, partition big, gres gpu:h100:4, queued
         note: no host has 4 x h100 free now; sending to hpc where Slurm will queue it
         note: gpus_per_node unknown; asking for one node
         note: availability unknown (no answer within 20s); partition big from config
         - hpc Chosen: availability unknown: no answer within 20s
-    ");
+    ",
+    );
 }
 
 const FALLBACK: &str = "
@@ -795,27 +782,42 @@ fn one_node(free: u32) -> Availability {
 
 #[test]
 fn slurm_fallback() {
-    check(FALLBACK, req("8 h100"), vec![("s1", one_node(2)), ("s2", one_node(5))], "
+    check(
+        FALLBACK,
+        req("8 h100"),
+        vec![("s1", one_node(2)), ("s2", one_node(5))],
+        "
         plan: s2 (slurm): 1 node x 8 h100 = 8 chips, 1 process per node, partition gpu, gres gpu:h100:8, queued
         note: no host has 8 x h100 free now; sending to s2 where Slurm will queue it
         - s1 Eligible: needs 8 h100 on one node, at most 2 free on a node now (partition gpu)
         - s2 Chosen: needs 8 h100 on one node, at most 5 free on a node now (partition gpu)
         - box Passed: needs 8 h100, has 2
-    ");
+    ",
+    );
     // Ties go to the earlier host.
-    check(FALLBACK, req("8 h100"), vec![("s1", one_node(3)), ("s2", one_node(3))], "
+    check(
+        FALLBACK,
+        req("8 h100"),
+        vec![("s1", one_node(3)), ("s2", one_node(3))],
+        "
         plan: s1 (slurm): 1 node x 8 h100 = 8 chips, 1 process per node, partition gpu, gres gpu:h100:8, queued
         note: no host has 8 x h100 free now; sending to s1 where Slurm will queue it
         - s1 Chosen: needs 8 h100 on one node, at most 3 free on a node now (partition gpu)
         - s2 Eligible: needs 8 h100 on one node, at most 3 free on a node now (partition gpu)
         - box Passed: needs 8 h100, has 2
-    ");
+    ",
+    );
     // A host that fits now beats any fallback.
-    check(FALLBACK, req("2 h100"), vec![("s1", one_node(1)), ("s2", one_node(5))], "
+    check(
+        FALLBACK,
+        req("2 h100"),
+        vec![("s1", one_node(1)), ("s2", one_node(5))],
+        "
         plan: s2 (slurm): 1 node x 2 h100 = 2 chips, 1 process per node, partition gpu, gres gpu:h100:2
         - s1 Passed: needs 2 h100 on one node, at most 1 free on a node now (partition gpu)
         - s2 Chosen: partition gpu: a node has 5 h100 free
-    ");
+    ",
+    );
 }
 
 #[test]
@@ -824,33 +826,16 @@ fn plan_fields_and_rendering() {
     let avail = BTreeMap::from([("hpc".to_owned(), span_report())]);
     let plan = solve(&config, &req("24 h100"), &avail).unwrap();
     assert_eq!(
-        (
-            plan.kind,
-            plan.cluster.as_str(),
-            plan.chip.map(|c| c.name),
-            plan.nodes,
-            plan.chips_per_node
-        ),
+        (plan.kind, plan.cluster.as_str(), plan.chip.map(|c| c.name), plan.nodes, plan.chips_per_node),
         (HostKind::Slurm, "c", Some("h100"), 3, 8)
     );
     assert_eq!(
-        (
-            plan.total_chips,
-            plan.processes(),
-            plan.partition.as_deref(),
-            plan.gres_type.as_deref(),
-            plan.queued
-        ),
+        (plan.total_chips, plan.processes(), plan.partition.as_deref(), plan.gres_type.as_deref(), plan.queued),
         (24, 3, Some("gpu"), Some("h100"), true)
     );
 
     let config: DispatchConfig = serde_saphyr::from_str(ORDER).unwrap();
-    let err = solve(
-        &config,
-        &req("8 h100"),
-        &BTreeMap::from([("b".to_owned(), free(0, "nvidia-smi"))]),
-    )
-    .unwrap_err();
+    let err = solve(&config, &req("8 h100"), &BTreeMap::from([("b".to_owned(), free(0, "nvidia-smi"))])).unwrap_err();
     assert_eq!(
         render_table(&err.considered),
         "HOST  TYPE   VERDICT  REASON\n\
@@ -897,7 +882,8 @@ fn local_cpu_requests_beyond_the_machine_need_oversubscribe() {
 #[test]
 fn counts_beyond_the_limit_are_refused_before_any_arithmetic() {
     for spec in ["cpu 4294967295", "4294967295 h100", "65537 any"] {
-        let config = "hosts: {laptop: {type: local, oversubscribe: true}, k8s: {type: volcano, cluster: c, chips: {h100: 8}}}";
+        let config =
+            "hosts: {laptop: {type: local, oversubscribe: true}, k8s: {type: volcano, cluster: c, chips: {h100: 8}}}";
         let config: DispatchConfig = serde_saphyr::from_str(config).unwrap();
         let err = solve(&config, &req(spec), &BTreeMap::new()).unwrap_err();
         assert!(err.summary.contains("at most 65536"), "{spec}: {err}");

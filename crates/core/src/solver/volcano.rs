@@ -16,10 +16,7 @@ pub(super) fn solve(host: &VolcanoHost, want: &Want, avail: &Availability) -> Ou
         Want::Cpu { processes } => {
             return Outcome::Fits {
                 layout: Layout::cpu(processes, 1),
-                reason: format!(
-                    "{processes} pod{} of one process",
-                    if processes == 1 { "" } else { "s" }
-                ),
+                reason: format!("{processes} pod{} of one process", if processes == 1 { "" } else { "s" }),
             };
         }
         Want::Gpu { chip, count } => (chip, count),
@@ -29,11 +26,7 @@ pub(super) fn solve(host: &VolcanoHost, want: &Want, avail: &Availability) -> Ou
         Some(c) => match host.chips.get(c.name) {
             Some(&n) => (Some(c), c.name.to_owned(), n),
             None => {
-                return Outcome::pass(format!(
-                    "no {} in chips ({})",
-                    c.name,
-                    list_chips(&host.chips)
-                ));
+                return Outcome::pass(format!("no {} in chips ({})", c.name, list_chips(&host.chips)));
             }
         },
         None => match largest_chip(&host.chips) {
@@ -46,15 +39,9 @@ pub(super) fn solve(host: &VolcanoHost, want: &Want, avail: &Availability) -> Ou
             None => (None, "GPU".to_owned(), 0),
         },
     };
-    let per_node = if from_chips > 0 {
-        from_chips
-    } else {
-        host.gpus_per_node
-    };
+    let per_node = if from_chips > 0 { from_chips } else { host.gpus_per_node };
     if per_node == 0 {
-        return Outcome::pass(format!(
-            "no GPUs per node for {label} (chips and gpus_per_node are empty)"
-        ));
+        return Outcome::pass(format!("no GPUs per node for {label} (chips and gpus_per_node are empty)"));
     }
     let (nodes, chips_per_node, rounding) = spread(count, per_node);
     if nodes == 1 && count < per_node {
@@ -75,27 +62,18 @@ pub(super) fn solve(host: &VolcanoHost, want: &Want, avail: &Availability) -> Ou
         }
         Availability::Unusable { reason } => return Outcome::pass(reason.clone()),
         Availability::Unknown { reason } => {
-            notes.push(format!(
-                "queue availability unknown ({reason}); the scheduler will queue the job if needed"
-            ));
+            notes.push(format!("queue availability unknown ({reason}); the scheduler will queue the job if needed"));
             "queue availability unknown".to_owned()
         }
         Availability::Slurm(_) => {
-            notes.push("queue availability unknown (unexpected slurm report); the scheduler will queue the job if needed".into());
+            notes.push(
+                "queue availability unknown (unexpected slurm report); the scheduler will queue the job if needed"
+                    .into(),
+            );
             "queue availability unknown".to_owned()
         }
     };
-    let layout = Layout {
-        chip,
-        nodes,
-        chips_per_node,
-        processes_per_node: 1,
-        notes,
-        ..Layout::default()
-    };
+    let layout = Layout { chip, nodes, chips_per_node, processes_per_node: 1, notes, ..Layout::default() };
     let pods = if nodes == 1 { "pod" } else { "pods" };
-    Outcome::Fits {
-        layout,
-        reason: format!("{nodes} {pods} x {chips_per_node} {label} = {total}, {availability}"),
-    }
+    Outcome::Fits { layout, reason: format!("{nodes} {pods} x {chips_per_node} {label} = {total}, {availability}") }
 }

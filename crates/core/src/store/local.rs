@@ -35,7 +35,12 @@ impl Shell for LocalShell {
                 let file = std::fs::File::from(stdin.into_owned_fd().map_err(transport)?);
                 let progress = call.progress;
                 Some(tokio::task::spawn_blocking(move || -> std::io::Result<()> {
-                    let mut out = Counting { inner: std::io::BufWriter::with_capacity(256 * 1024, file), sent: 0, reported: 0, progress };
+                    let mut out = Counting {
+                        inner: std::io::BufWriter::with_capacity(256 * 1024, file),
+                        sent: 0,
+                        reported: 0,
+                        progress,
+                    };
                     produce(&mut out)?;
                     std::io::Write::flush(&mut out)?;
                     if let Some(p) = &out.progress {

@@ -37,19 +37,19 @@ use serde::{Deserialize, Serialize};
 pub mod archive;
 mod local;
 mod native;
+#[cfg(test)]
+mod native_tests;
 pub mod plan;
 pub mod reclaim;
 pub mod scripts;
 mod ship;
 #[cfg(test)]
-mod native_tests;
-#[cfg(test)]
 mod tests;
 
+pub use archive::ExtraFile;
 pub use local::LocalShell;
 pub use native::ship_local;
 pub use plan::{ObjectKey, StorePlan};
-pub use archive::ExtraFile;
 pub use ship::{ShipReport, ShipRequest, StoreError, ship};
 
 /// The object store's dir, relative to a cluster's work root.

@@ -4,9 +4,9 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 
 use super::tests::write;
-use crate::snapshot::tests::git;
 use super::*;
 use crate::Error;
+use crate::snapshot::tests::git;
 use crate::snapshot::{Snapshot, SnapshotMode};
 
 fn repo() -> tempfile::TempDir {

@@ -353,8 +353,9 @@ pub async fn usage(shell: &dyn Shell, target: &ReclaimTarget) -> Result<StoreUsa
         .run(ScriptCall { script: USAGE, args, stdin: None, progress: None, label: "the usage script" })
         .await
         .map_err(|e| failed(shell, "measuring the store", e))?;
-    parse_usage(&String::from_utf8_lossy(&out))
-        .map_err(|m| Error::backend("store", format!("the usage script on {} answered nonsense: {m}", shell.describe())))
+    parse_usage(&String::from_utf8_lossy(&out)).map_err(|m| {
+        Error::backend("store", format!("the usage script on {} answered nonsense: {m}", shell.describe()))
+    })
 }
 
 fn failed(shell: &dyn Shell, what: &str, e: ShellError) -> Error {

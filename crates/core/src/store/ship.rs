@@ -7,8 +7,8 @@ use serde::Serialize;
 use super::archive::{self, ExtraFile};
 use super::plan::StorePlan;
 use super::{
-    EXIT_CORRUPT, EXIT_EXISTS, EXIT_NO_TOOL, EXIT_OBJECT_GONE, Materialize, OBJECTS_DIR, ScriptCall, Shell,
-    ShellError, StdinFn, scripts,
+    EXIT_CORRUPT, EXIT_EXISTS, EXIT_NO_TOOL, EXIT_OBJECT_GONE, Materialize, OBJECTS_DIR, ScriptCall, Shell, ShellError,
+    StdinFn, scripts,
 };
 use crate::backend::{ProgressFn, StatusFn};
 use crate::snapshot::Snapshot;
@@ -105,10 +105,9 @@ async fn ship_once(
             tool: stderr.trim().trim_start_matches("theseus-store: ").to_owned(),
             machine: machine.clone(),
         },
-        ShellError::Exit { code: EXIT_OBJECT_GONE, stderr } => StoreError::Failed(Error::backend(
-            "store",
-            format!("{GONE} while {what} on {machine}: {}", stderr.trim()),
-        )),
+        ShellError::Exit { code: EXIT_OBJECT_GONE, stderr } => {
+            StoreError::Failed(Error::backend("store", format!("{GONE} while {what} on {machine}: {}", stderr.trim())))
+        }
         ShellError::Exit { code: EXIT_EXISTS, .. } => {
             StoreError::Failed(Error::AlreadyExists { what: format!("run dir `{}` on {machine}", request.dest) })
         }
@@ -140,10 +139,10 @@ async fn ship_once(
     if !missing.is_empty() {
         let incoming = format!("{root}/.theseus/incoming/{}", upload_id());
         let (snapshot, plan2, keys) = (request.snapshot.clone(), Arc::clone(plan), missing.clone());
-        let stdin: StdinFn = Arc::new(move |w| {
-            archive::write_objects(&snapshot, &plan2, &keys, w).map_err(std::io::Error::other)
-        });
-        let progress = request.progress.clone().map(|p| -> ProgressFn { Arc::new(move |sent, _| p(sent, Some(bytes))) });
+        let stdin: StdinFn =
+            Arc::new(move |w| archive::write_objects(&snapshot, &plan2, &keys, w).map_err(std::io::Error::other));
+        let progress =
+            request.progress.clone().map(|p| -> ProgressFn { Arc::new(move |sent, _| p(sent, Some(bytes))) });
         let out = shell
             .run(ScriptCall {
                 script: scripts::UPLOAD,

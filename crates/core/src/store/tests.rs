@@ -29,7 +29,11 @@ fn request(code: &Path, root: &Path, run: &str, mode: Materialize) -> ShipReques
         root: root.to_str().unwrap().to_owned(),
         dest: root.join("p/g/n").join(run).to_str().unwrap().to_owned(),
         mode,
-        extra: vec![archive::ExtraFile { path: ".theseus/bootstrap.sh".into(), contents: b"echo\n".to_vec(), mode: 0o755 }],
+        extra: vec![archive::ExtraFile {
+            path: ".theseus/bootstrap.sh".into(),
+            contents: b"echo\n".to_vec(),
+            mode: 0o755,
+        }],
         progress: None,
         status: None,
     }
@@ -156,7 +160,10 @@ async fn a_corrupt_object_is_refused_and_nothing_is_stored() {
         })
         .await
         .unwrap_err();
-    assert!(matches!(&err, ShellError::Exit { code: EXIT_CORRUPT, stderr } if stderr.contains("arrived corrupt")), "{err}");
+    assert!(
+        matches!(&err, ShellError::Exit { code: EXIT_CORRUPT, stderr } if stderr.contains("arrived corrupt")),
+        "{err}"
+    );
     assert!(!objects.join(key.path()).exists());
     assert!(!root.path().join("in/1").exists());
 }
@@ -204,7 +211,8 @@ fn the_run_dir_archive_is_the_same_bytes_every_time_it_is_written() {
     let code = repo();
     let snapshot = Snapshot::collect(code.path(), SnapshotMode::Dirty).unwrap();
     let plan = StorePlan::new(&snapshot, &snapshot.digests(None).unwrap());
-    let extra = [archive::ExtraFile { path: ".theseus/bootstrap.sh".into(), contents: b"echo\n".to_vec(), mode: 0o755 }];
+    let extra =
+        [archive::ExtraFile { path: ".theseus/bootstrap.sh".into(), contents: b"echo\n".to_vec(), mode: 0o755 }];
     let write = || {
         let mut out = Vec::new();
         archive::write_materialize(&plan, "/w", "p/g/n/r", Materialize::Link, &extra, "tok", 1_700_000_000, &mut out)

@@ -64,7 +64,10 @@ fn the_mutating_webhook_fills_what_volcano_fills() {
     }});
     mutate_job(&mut job);
     let spec = &job["spec"];
-    assert_eq!((spec["queue"].as_str(), spec["schedulerName"].as_str(), spec["maxRetry"].as_i64()), (Some("default"), Some("volcano"), Some(3)));
+    assert_eq!(
+        (spec["queue"].as_str(), spec["schedulerName"].as_str(), spec["maxRetry"].as_i64()),
+        (Some("default"), Some("volcano"), Some(3))
+    );
     assert_eq!(spec["tasks"][0]["name"], "default0", "upstream: a task without a name is default<index>");
     assert_eq!(spec["tasks"][0]["minAvailable"], 3);
     assert_eq!(spec["tasks"][0]["maxRetry"], 3);
@@ -82,8 +85,16 @@ fn a_job_as_theseus_sends_it_is_admitted() {
 fn the_validating_webhook_refuses_what_volcano_refuses() {
     let prefix = "admission webhook \"validatejob.volcano.sh\" denied the request: ";
     let cases: Vec<(&str, Value, String)> = vec![
-        ("upstream: minAvailable < 0", set(job(), "/spec/minAvailable", json!(-1)), "job 'minAvailable' must be >= 0.".into()),
-        ("upstream: maxRetry < 0", set(job(), "/spec/maxRetry", json!(-1)), "'maxRetry' cannot be less than zero.".into()),
+        (
+            "upstream: minAvailable < 0",
+            set(job(), "/spec/minAvailable", json!(-1)),
+            "job 'minAvailable' must be >= 0.".into(),
+        ),
+        (
+            "upstream: maxRetry < 0",
+            set(job(), "/spec/maxRetry", json!(-1)),
+            "'maxRetry' cannot be less than zero.".into(),
+        ),
         (
             "upstream: ttl < 0",
             set(job(), "/spec/ttlSecondsAfterFinished", json!(-1)),
@@ -148,7 +159,11 @@ fn the_validating_webhook_refuses_what_volcano_refuses() {
         ),
         (
             "upstream (job-policy-duplicated): one event in two policies",
-            set(job(), "/spec/policies", json!([{"event": "PodFailed", "action": "AbortJob"}, {"event": "PodFailed", "action": "RestartJob"}])),
+            set(
+                job(),
+                "/spec/policies",
+                json!([{"event": "PodFailed", "action": "AbortJob"}, {"event": "PodFailed", "action": "RestartJob"}]),
+            ),
             "1 error occurred:\n\t* duplicate event PodFailed  across different policy".into(),
         ),
         (
@@ -163,7 +178,11 @@ fn the_validating_webhook_refuses_what_volcano_refuses() {
         ),
         (
             "upstream: * with other events",
-            set(job(), "/spec/policies", json!([{"event": "*", "action": "AbortJob"}, {"event": "PodFailed", "action": "RestartJob"}])),
+            set(
+                job(),
+                "/spec/policies",
+                json!([{"event": "*", "action": "AbortJob"}, {"event": "PodFailed", "action": "RestartJob"}]),
+            ),
             "1 error occurred:\n\t* if there's * here, no other policy should be here".into(),
         ),
         (
@@ -237,7 +256,10 @@ fn updates_may_change_only_sizes_and_retries() {
     validate_job_update(&old, &scaled).unwrap();
     let cases = [
         (set(old.clone(), "/spec/queue", json!("other")), "job updates may not change fields other than"),
-        (set(old.clone(), "/spec/minAvailable", json!(5)), "job 'minAvailable' must not be greater than total replicas"),
+        (
+            set(old.clone(), "/spec/minAvailable", json!(5)),
+            "job 'minAvailable' must not be greater than total replicas",
+        ),
         (set(old.clone(), "/spec/tasks/0/replicas", json!(-1)), "'replicas' must be >= 0 in task: worker"),
         (
             set(set(old.clone(), "/spec/tasks", json!([])), "/spec/minAvailable", json!(0)),

@@ -33,7 +33,8 @@ fn tokens_name_users_and_unknown_ones_are_401() {
     assert_eq!(authz.authenticate("Bearer t-other").unwrap().1, ["team-a", "team-b"]);
     assert_eq!(authz.authenticate("").unwrap().0, "system:anonymous", "no token: the anonymous user");
     let anonymous = ["system:unauthenticated".to_owned()];
-    let err = authz.authorize("system:anonymous", &anonymous, &attrs("list", "", "pods", Some("default"), None)).unwrap_err();
+    let err =
+        authz.authorize("system:anonymous", &anonymous, &attrs("list", "", "pods", Some("default"), None)).unwrap_err();
     assert_eq!(err.code, 403, "whom RBAC refuses");
     for bad in ["Bearer nope", "Basic dDpy"] {
         let err = authz.authenticate(bad).unwrap_err();

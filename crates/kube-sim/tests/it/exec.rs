@@ -217,10 +217,15 @@ async fn portforward_reaches_a_server_in_the_pod_and_reports_a_closed_port() {
     .await;
     let port = free_port();
     let jobs = crate::support::vcjobs(&ctx.client, "default");
-    let serve = format!("import http.server as h; h.HTTPServer(('127.0.0.1', {port}), h.SimpleHTTPRequestHandler).serve_forever()");
-    jobs.create(&kube::api::PostParams::default(), &crate::support::vcjob("web", 1, 0, "img", &["python3", "-c", &serve]))
-        .await
-        .unwrap();
+    let serve = format!(
+        "import http.server as h; h.HTTPServer(('127.0.0.1', {port}), h.SimpleHTTPRequestHandler).serve_forever()"
+    );
+    jobs.create(
+        &kube::api::PostParams::default(),
+        &crate::support::vcjob("web", 1, 0, "img", &["python3", "-c", &serve]),
+    )
+    .await
+    .unwrap();
     crate::support::wait_phase(&jobs, "web", "Running").await;
     let pods: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::namespaced(ctx.client.clone(), "default");
     let answer = crate::support::eventually("an HTTP answer through the forward", 30, || async {

@@ -195,8 +195,7 @@ async fn a_delete_with_grace_period_zero_kills_at_once() {
         pods.logs("now", &Default::default()).await.ok().filter(|l| l.contains("up")).map(|_| ())
     })
     .await;
-    let mut stream =
-        pods.watch(&WatchParams::default().fields("metadata.name=now"), "0").await.unwrap().boxed();
+    let mut stream = pods.watch(&WatchParams::default().fields("metadata.name=now"), "0").await.unwrap().boxed();
     pods.delete("now", &DeleteParams { grace_period_seconds: Some(0), ..DeleteParams::default() }).await.unwrap();
     // Without the delete's grace period the pod would wait 600 s for SIGKILL.
     let deleted = tokio::time::timeout(std::time::Duration::from_secs(60), async {

@@ -134,6 +134,27 @@ async fn status_subresource_and_garbage_collection() {
     svcs.delete("s", &DeleteParams::orphan()).await.unwrap();
     let kept = cms.get("kept").await.unwrap();
     assert!(kept.metadata.owner_references.unwrap_or_default().is_empty(), "orphaning removes the owner reference");
+
+    // A dependent created after its owner was deleted (a controller working from a stale read)
+    // is collected as well: every owner reference dangles.
+    let late =
+        cms.create(&PostParams::default(), &owned("late", owner.metadata.uid.as_deref().unwrap())).await.unwrap();
+    assert_eq!(late.metadata.name.as_deref(), Some("late"), "the create itself succeeds");
+    assert_eq!(api_code(&cms.get("late").await.unwrap_err()), Some(404), "the collector removed it");
+    // One live owner among dangling ones keeps it.
+    let live = svcs.create(&PostParams::default(), &svc).await.unwrap();
+    let mut both = owned("both", owner.metadata.uid.as_deref().unwrap());
+    both.metadata.owner_references.as_mut().unwrap().push(
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+            api_version: "v1".into(),
+            kind: "Service".into(),
+            name: "s".into(),
+            uid: live.metadata.uid.clone().unwrap(),
+            ..Default::default()
+        },
+    );
+    cms.create(&PostParams::default(), &both).await.unwrap();
+    assert!(cms.get("both").await.is_ok(), "a live owner keeps its dependent");
 }
 
 #[tokio::test]
@@ -179,12 +200,7 @@ async fn post_raw(url: &str, path: &str, body: &serde_json::Value) -> (u16, Vec<
     let client = kube::Client::try_from(kube::Config::new(url.parse().unwrap())).unwrap();
     let resp = client.send(req.map(kube::client::Body::from)).await.unwrap();
     let status = resp.status().as_u16();
-    let warnings = resp
-        .headers()
-        .get_all("warning")
-        .iter()
-        .map(|v| v.to_str().unwrap().to_owned())
-        .collect();
+    let warnings = resp.headers().get_all("warning").iter().map(|v| v.to_str().unwrap().to_owned()).collect();
     let bytes = http_body_util::BodyExt::collect(resp.into_body()).await.unwrap().to_bytes();
     (status, warnings, serde_json::from_slice(&bytes).unwrap())
 }
@@ -207,7 +223,9 @@ async fn custom_resources_are_pruned_validated_and_defaulted_over_http() {
     let strict = format!("{path}?fieldValidation=Strict");
     let (code, _, status) = post_raw(&ctx.sim.url(), &strict, &job).await;
     assert_eq!((code, status["reason"].as_str()), (400, Some("BadRequest")), "{status}");
-    assert!(status["message"].as_str().unwrap().ends_with(r#"strict decoding error: unknown field "spec.minAvaliable""#));
+    assert!(
+        status["message"].as_str().unwrap().ends_with(r#"strict decoding error: unknown field "spec.minAvaliable""#)
+    );
 
     // Through kube-rs: a 422 with the field path, and nothing created.
     let api = crate::support::vcjobs(&ctx.client, "default");
@@ -236,7 +254,13 @@ async fn custom_resources_are_pruned_validated_and_defaulted_over_http() {
     let err = api.patch("a", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap_err();
     let kube::Error::Api(status) = &err else { panic!("expected an API error, got {err:?}") };
     assert_eq!(status.code, 400);
-    assert!(status.message.starts_with("admission webhook \"validatejob.volcano.sh\" denied the request: job updates may not change fields"), "{}", status.message);
+    assert!(
+        status.message.starts_with(
+            "admission webhook \"validatejob.volcano.sh\" denied the request: job updates may not change fields"
+        ),
+        "{}",
+        status.message
+    );
 
     // The queue must exist and be open.
     let mut lost = crate::support::vcjob("d", 1, 0, "busybox", &["true"]);
@@ -274,7 +298,12 @@ async fn dry_run_checks_everything_and_stores_nothing() {
     api.delete("dry", &dry_delete).await.unwrap();
     api.get("dry").await.expect("still there after a dry-run delete");
 
-    let (code, _, status) = post_raw(&ctx.sim.url(), "/apis/batch.volcano.sh/v1alpha1/namespaces/default/jobs?dryRun=Some", &serde_json::to_value(&job).unwrap()).await;
+    let (code, _, status) = post_raw(
+        &ctx.sim.url(),
+        "/apis/batch.volcano.sh/v1alpha1/namespaces/default/jobs?dryRun=Some",
+        &serde_json::to_value(&job).unwrap(),
+    )
+    .await;
     assert_eq!(code, 400, "{status}");
     assert_eq!(status["message"], "dryRun: Unsupported value: []string{\"Some\"}: supported values: \"All\"");
 }
@@ -283,13 +312,20 @@ async fn dry_run_checks_everything_and_stores_nothing() {
 async fn names_follow_the_rule_of_their_kind() {
     let ctx = start(SimConfig::default()).await;
     let services: Api<Service> = Api::namespaced(ctx.client.clone(), "default");
-    let svc = |name: &str| -> Service { serde_json::from_value(json!({"metadata": {"name": name}, "spec": {}})).unwrap() };
+    let svc =
+        |name: &str| -> Service { serde_json::from_value(json!({"metadata": {"name": name}, "spec": {}})).unwrap() };
     // A Service name is a DNS-1035 label: no leading digit, no dots.
     for bad in ["1abc", "a.b"] {
         let err = services.create(&PostParams::default(), &svc(bad)).await.unwrap_err();
         let kube::Error::Api(status) = &err else { panic!("{err:?}") };
         assert_eq!(status.code, 422);
-        assert!(status.message.starts_with(&format!("Service \"{bad}\" is invalid: metadata.name: Invalid value: \"{bad}\": a DNS-1035 label")), "{}", status.message);
+        assert!(
+            status.message.starts_with(&format!(
+                "Service \"{bad}\" is invalid: metadata.name: Invalid value: \"{bad}\": a DNS-1035 label"
+            )),
+            "{}",
+            status.message
+        );
     }
     services.create(&PostParams::default(), &svc("abc-1")).await.unwrap();
     // A ConfigMap's is a subdomain: dots allowed, not empty parts.
@@ -299,7 +335,14 @@ async fn names_follow_the_rule_of_their_kind() {
     assert_eq!(api_code(&err), Some(422));
     // A custom resource's message names kind and group.
     let jobs = crate::support::vcjobs(&ctx.client, "default");
-    let err = jobs.create(&PostParams::default(), &crate::support::vcjob("Bad_Name", 1, 0, "busybox", &["true"])).await.unwrap_err();
+    let err = jobs
+        .create(&PostParams::default(), &crate::support::vcjob("Bad_Name", 1, 0, "busybox", &["true"]))
+        .await
+        .unwrap_err();
     let kube::Error::Api(status) = &err else { panic!("{err:?}") };
-    assert!(status.message.starts_with("Job.batch.volcano.sh \"Bad_Name\" is invalid: metadata.name"), "{}", status.message);
+    assert!(
+        status.message.starts_with("Job.batch.volcano.sh \"Bad_Name\" is invalid: metadata.name"),
+        "{}",
+        status.message
+    );
 }

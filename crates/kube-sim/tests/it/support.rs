@@ -4,8 +4,8 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use kube::Client;
 use k8s_openapi::api::core::v1::Event;
+use kube::Client;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
 use serde_json::{Value, json};
 use theseus_kube_sim::{Sim, SimConfig};

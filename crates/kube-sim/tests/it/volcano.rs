@@ -420,7 +420,8 @@ async fn the_ssh_plugin_makes_a_key_secret_and_mounts_it() {
     let pods = Api::<Pod>::namespaced(ctx.client.clone(), "default");
     let pod = eventually("a pod", 20, || async { pods.get("mpi-worker-0").await.ok() }).await;
     let spec = pod.spec.unwrap();
-    let mount = spec.containers[0].volume_mounts.as_ref().unwrap().iter().find(|m| m.name == "mpi-ssh").cloned().unwrap();
+    let mount =
+        spec.containers[0].volume_mounts.as_ref().unwrap().iter().find(|m| m.name == "mpi-ssh").cloned().unwrap();
     assert_eq!((mount.mount_path.as_str(), mount.sub_path.as_deref()), ("/root/.ssh", Some(".ssh")));
     let volume = spec.volumes.unwrap().into_iter().find(|v| v.name == "mpi-ssh").unwrap();
     let items = volume.secret.unwrap().items.unwrap();
@@ -428,7 +429,10 @@ async fn the_ssh_plugin_makes_a_key_secret_and_mounts_it() {
     // The runtime projects the items and shows the subPath: `<sandbox>/root/.ssh/...`.
     let root = ctx.sim.root().join("pods");
     let authorized = eventually("the projected keys", 20, || async {
-        let sandbox = std::fs::read_dir(&root).ok()?.flatten().find(|e| e.file_name().to_string_lossy().starts_with("default_mpi-worker-0_"))?;
+        let sandbox = std::fs::read_dir(&root)
+            .ok()?
+            .flatten()
+            .find(|e| e.file_name().to_string_lossy().starts_with("default_mpi-worker-0_"))?;
         std::fs::read_to_string(sandbox.path().join("root/.ssh/authorized_keys")).ok()
     })
     .await;

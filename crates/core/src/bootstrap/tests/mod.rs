@@ -111,11 +111,7 @@ impl Harness {
 
     /// Renders `input` into the work dir and starts it with bash from the temp dir, with a
     /// clean environment plus `env`.
-    fn spawn(
-        &self,
-        input: &BootstrapInput,
-        env: &[(&str, &str)],
-    ) -> (RenderedBootstrap, std::process::Child) {
+    fn spawn(&self, input: &BootstrapInput, env: &[(&str, &str)]) -> (RenderedBootstrap, std::process::Child) {
         let rendered = self.install(input);
         let child = self.start(&rendered, env);
         (rendered, child)
@@ -196,8 +192,7 @@ fn script(rendered: &RenderedBootstrap) -> &str {
 
 /// `bash -n` on a rendered script.
 fn assert_parses(script: &str) {
-    let mut child =
-        Command::new("bash").arg("-n").stdin(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut child = Command::new("bash").arg("-n").stdin(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     use std::io::Write;
     child.stdin.take().unwrap().write_all(script.as_bytes()).unwrap();
     let out = child.wait_with_output().unwrap();
@@ -219,8 +214,7 @@ fn hostile_values_reach_a_python_job_byte_for_byte() {
     input.config = json!({"strings": hostile, "nested": {"it's": "$(x)", "n": 3}});
     input.data_dirs.data = h.dir(&format!("data {}/", hostile[0]));
     input.data_dirs.results = h.dir(&format!("results {}", hostile[1]));
-    input.hardware =
-        Some(Hardware { chip: Some("h100".into()), count: 16, nodes: 2, host: hostile[4].clone() });
+    input.hardware = Some(Hardware { chip: Some("h100".into()), count: 16, nodes: 2, host: hostile[4].clone() });
     let (rendered, out) = h.run(&input, &[]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_parses(script(&rendered));
@@ -302,8 +296,7 @@ fn metadata_records_the_slurm_job_id_and_no_hardware_when_none_is_given() {
 fn hostile_args_reach_a_non_python_job_byte_for_byte() {
     let h = Harness::new();
     let hostile = h.hostile();
-    let mut input =
-        h.input(&["/bin/sh", "-c", r#"printf '%s\0' "$@" > "$THESEUS_RUN_DIR/argv"; exit 0"#, "sh"]);
+    let mut input = h.input(&["/bin/sh", "-c", r#"printf '%s\0' "$@" > "$THESEUS_RUN_DIR/argv"; exit 0"#, "sh"]);
     input.entrypoint.extend(hostile.iter().cloned());
     let (rendered, out) = h.run(&input, &[]);
     assert!(out.status.success(), "{}", stderr(&out));
@@ -340,11 +333,7 @@ fn every_rendered_script_parses() {
                 let paths: Vec<_> = rendered.files.iter().map(|f| (f.path.as_str(), f.executable)).collect();
                 assert_eq!(
                     paths,
-                    [
-                        (".theseus/bootstrap.sh", true),
-                        (".theseus/launcher.py", false),
-                        (".theseus/config.json", false)
-                    ]
+                    [(".theseus/bootstrap.sh", true), (".theseus/launcher.py", false), (".theseus/config.json", false)]
                 );
             }
         }
@@ -401,10 +390,7 @@ fn jax_needs_a_python_entrypoint() {
     let mut input = h.input(&["bash", "train.sh"]);
     input.distributed = Distributed::Jax;
     let err = render(&input).unwrap_err().to_string();
-    assert!(
-        err.contains("distributed: jax needs a python entrypoint") && err.contains("bash train.sh"),
-        "{err}"
-    );
+    assert!(err.contains("distributed: jax needs a python entrypoint") && err.contains("bash train.sh"), "{err}");
     input.entrypoint.clear();
     input.distributed = Distributed::None;
     assert!(render(&input).unwrap_err().to_string().contains("entrypoint is empty"));
@@ -427,7 +413,8 @@ fn jax_with_one_process_runs_without_initializing() {
 #[test]
 fn python_dash_c_runs_code() {
     let h = Harness::new();
-    let code = "import sys, os; open(os.environ['THESEUS_RUN_DIR'] + '/c.txt', 'w').write('|'.join(sys.argv)); sys.exit(4)";
+    let code =
+        "import sys, os; open(os.environ['THESEUS_RUN_DIR'] + '/c.txt', 'w').write('|'.join(sys.argv)); sys.exit(4)";
     let input = h.input(&["python", "-c", code, "a'b", ""]);
     let (_, out) = h.run(&input, &[]);
     assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
@@ -500,8 +487,7 @@ fn volcano_launch_reads_the_worker_hosts() {
     // From the host file when VC_WORKER_HOSTS is unset.
     let host_file = h.tmp.path().join("worker.host");
     std::fs::write(&host_file, "pod-a\npod-b\n").unwrap();
-    let (_, out) =
-        h.run(&input, &[("VC_TASK_INDEX", "1"), ("THESEUS_VOLCANO_HOST_FILE", host_file.to_str().unwrap())]);
+    let (_, out) = h.run(&input, &[("VC_TASK_INDEX", "1"), ("THESEUS_VOLCANO_HOST_FILE", host_file.to_str().unwrap())]);
     assert!(out.status.success(), "{}", stderr(&out));
     let env = &h.dump()["env"];
     assert_eq!(env["JAX_COORDINATOR_ADDRESS"], "pod-a:1234");
@@ -520,12 +506,7 @@ fn slurm_launch_uses_the_first_node() {
     input.launch = Launch::Slurm { coordinator_port: 2345 };
     let (_, out) = h.run(
         &input,
-        &[
-            ("SLURM_PROCID", "3"),
-            ("SLURM_NTASKS", "4"),
-            ("SLURM_LOCALID", "1"),
-            ("SLURM_JOB_NODELIST", "node1,node2"),
-        ],
+        &[("SLURM_PROCID", "3"), ("SLURM_NTASKS", "4"), ("SLURM_LOCALID", "1"), ("SLURM_JOB_NODELIST", "node1,node2")],
     );
     assert!(out.status.success(), "{}", stderr(&out));
     let env = &h.dump()["env"];
@@ -565,8 +546,7 @@ fn heartbeat_rewrites_metadata_while_running() {
     let h = Harness::new();
     let input = h.input(&["python", "dump.py"]);
     let started = Instant::now();
-    let (_, out) =
-        h.run(&input, &[("THESEUS_HEARTBEAT_SECONDS", "1"), ("DUMP_SLEEP", "2.5"), ("DUMP_METADATA", "1")]);
+    let (_, out) = h.run(&input, &[("THESEUS_HEARTBEAT_SECONDS", "1"), ("DUMP_SLEEP", "2.5"), ("DUMP_METADATA", "1")]);
     assert!(out.status.success(), "{}", stderr(&out));
     let seen = &h.dump()["metadata"];
     assert_eq!(seen["status"], "running");
@@ -600,8 +580,7 @@ fn sigterm_stops_the_job_and_records_preemption() {
     let metadata = h.metadata("metadata.json");
     assert_eq!(metadata["status"], "preempted");
     assert_eq!(metadata["exit_code"], 143);
-    let alive =
-        Command::new("kill").args(["-0", &job_pid.to_string()]).stderr(Stdio::null()).status().unwrap();
+    let alive = Command::new("kill").args(["-0", &job_pid.to_string()]).stderr(Stdio::null()).status().unwrap();
     assert!(!alive.success(), "the job process {job_pid} is still running");
 }
 
@@ -638,11 +617,7 @@ fn pyproject_runs_uv_sync_frozen_and_fails_loudly() {
     let (_, out) = h.run(&input, &[env[0], env[1], ("UV_SYNC_EXIT", "1")]);
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("uv sync --frozen failed"), "{}", stderr(&out));
-    assert_eq!(
-        std::fs::read_to_string(&log).unwrap(),
-        "sync --frozen --group gpu --group it's\n",
-        "no silent re-lock"
-    );
+    assert_eq!(std::fs::read_to_string(&log).unwrap(), "sync --frozen --group gpu --group it's\n", "no silent re-lock");
 
     std::fs::remove_file(&log).unwrap();
     std::fs::remove_file(h.work.join("uv.lock")).unwrap();

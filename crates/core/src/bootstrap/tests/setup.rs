@@ -96,7 +96,10 @@ fn one_rank_syncs_and_no_rank_starts_before_every_rank_is_set_up() {
         let sync_end = calls.iter().find(|(_, _, what)| what == "sync-end").unwrap().0;
         for rank in 0..2 {
             let started = s.started(rank).unwrap();
-            assert!(started >= sync_end, "rank {rank} started its job at {started}, before the sync ended at {sync_end}");
+            assert!(
+                started >= sync_end,
+                "rank {rank} started its job at {started}, before the sync ended at {sync_end}"
+            );
         }
     }
 }
@@ -178,7 +181,8 @@ fn uv_is_installed_privately_where_the_system_python_is_externally_managed() {
     assert!(!h.tmp.path().join(".local").exists(), "nothing went into the user's site-packages");
     let dump = h.dump();
     assert_eq!(dump["argv"][1], "a");
-    let prefix = Command::new(h.work.join(".venv/bin/python")).args(["-c", "import sys; print(sys.prefix)"]).output().unwrap();
+    let prefix =
+        Command::new(h.work.join(".venv/bin/python")).args(["-c", "import sys; print(sys.prefix)"]).output().unwrap();
     assert!(prefix.status.success(), "uv sync made no .venv in the work dir");
 
     // A second run of the same cluster finds the uv it installed.

@@ -113,7 +113,11 @@ impl Tree {
             root: self.work().to_str().unwrap().to_owned(),
             dest: self.work().join("p/g/n").join(run).to_str().unwrap().to_owned(),
             mode: Materialize::Link,
-            extra: vec![archive::ExtraFile { path: ".theseus/bootstrap.sh".into(), contents: b"echo hi\n".to_vec(), mode: 0o755 }],
+            extra: vec![archive::ExtraFile {
+                path: ".theseus/bootstrap.sh".into(),
+                contents: b"echo hi\n".to_vec(),
+                mode: 0o755,
+            }],
             progress: None,
             status: None,
         };
@@ -248,7 +252,14 @@ async fn leftovers_of_crashed_submits_go_after_the_grace_and_recent_ones_stay() 
     for shell in shells() {
         let tree = Tree::new().await;
         let work = tree.work();
-        for dir in ["p/g/n/crashed.partial", "p/g/n/crashed.partial.copy", "p/g/n/shipping.partial", "p/g/n/slow.partial", ".theseus/incoming/0123abcd", ".theseus/incoming/4567ef01"] {
+        for dir in [
+            "p/g/n/crashed.partial",
+            "p/g/n/crashed.partial.copy",
+            "p/g/n/shipping.partial",
+            "p/g/n/slow.partial",
+            ".theseus/incoming/0123abcd",
+            ".theseus/incoming/4567ef01",
+        ] {
             write(&work.join(dir).join("lib/x.py"), "1234567890");
         }
         // Unchanged for two hours, but its run is being submitted (live): it stays.
@@ -256,8 +267,9 @@ async fn leftovers_of_crashed_submits_go_after_the_grace_and_recent_ones_stay() 
         age(&work.join("p/g/n/crashed.partial"));
         age(&work.join("p/g/n/crashed.partial.copy"));
         age(&work.join(".theseus/incoming/0123abcd"));
-        let report =
-            reclaim(shell.as_ref(), &tree.target(), &options(Duration::ZERO, &["old", "live", "slow"], false)).await.unwrap();
+        let report = reclaim(shell.as_ref(), &tree.target(), &options(Duration::ZERO, &["old", "live", "slow"], false))
+            .await
+            .unwrap();
         let mut got: Vec<_> = report.items.iter().map(|i| (i.kind, i.path.clone(), i.bytes)).collect();
         got.sort();
         let path = |p: &str| work.join(p).to_str().unwrap().to_owned();
@@ -288,7 +300,11 @@ async fn a_dry_run_lists_with_sizes_and_removes_nothing() {
         let report = reclaim(shell.as_ref(), &tree.target(), &options(Duration::ZERO, &[], true)).await.unwrap();
         assert!(report.dry_run);
         let kinds: Vec<_> = report.items.iter().map(|i| i.kind).collect();
-        assert!(kinds.contains(&ReclaimKind::RunDir) && kinds.contains(&ReclaimKind::Partial), "{} {report:?}", shell.describe());
+        assert!(
+            kinds.contains(&ReclaimKind::RunDir) && kinds.contains(&ReclaimKind::Partial),
+            "{} {report:?}",
+            shell.describe()
+        );
         let run = report.items.iter().find(|i| i.kind == ReclaimKind::RunDir).unwrap();
         assert_eq!(run.bytes, "echo hi\n".len() as u64, "only the bootstrap is the run dir's own: {report:?}");
         assert_eq!(report.total(ReclaimKind::Partial), (1, 5));
@@ -321,14 +337,20 @@ async fn usage_counts_objects_once_and_what_only_run_dirs_hold() {
             "{}",
             shell.describe()
         );
-        let empty = usage(shell.as_ref(), &ReclaimTarget { work: "/nonexistent/theseus-test".into(), ..Default::default() }).await;
+        let empty =
+            usage(shell.as_ref(), &ReclaimTarget { work: "/nonexistent/theseus-test".into(), ..Default::default() })
+                .await;
         assert_eq!(empty.unwrap(), StoreUsage::default());
     }
 }
 
 #[test]
 fn output_is_parsed_and_a_cut_output_refused() {
-    let report = parse_reclaim("run\t10\tp/g/n/r\nobject\t5\t.theseus/objects/ab/cd\nfailed\tp/g/n/x\tPermission denied\nend\n", "/w").unwrap();
+    let report = parse_reclaim(
+        "run\t10\tp/g/n/r\nobject\t5\t.theseus/objects/ab/cd\nfailed\tp/g/n/x\tPermission denied\nend\n",
+        "/w",
+    )
+    .unwrap();
     assert_eq!(report.freed_bytes, 15);
     assert_eq!(report.items[0], ReclaimedItem { kind: ReclaimKind::RunDir, path: "/w/p/g/n/r".into(), bytes: 10 });
     assert_eq!(report.failed, ["/w/p/g/n/x: Permission denied"]);
