@@ -12,10 +12,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use theseus_core::availability::Availability;
-use theseus_core::backend::{JobHandle, LogLine, LogStream, PreparedJob, RunLayout, SubmitOptions};
+use theseus_core::backend::{JobHandle, LogLine, LogStream, PortStream, PreparedJob, RunLayout, SubmitOptions};
 use theseus_core::bootstrap::Launch;
 use theseus_core::config::{ClusterConfig, HostKind, PlainHost, SlurmHost};
 use theseus_core::job::JobIdentity;
+use theseus_core::session::{ShellProgram, ShellSession};
 use theseus_core::solver::Plan;
 use theseus_core::store::ExtraFile;
 use theseus_core::{Error, Result};
@@ -157,6 +158,44 @@ impl<H: HostEntry, S: RemoteSettings> SshBackend<H, S> {
 
     pub(crate) fn ssh_error(&self, action: &str, e: SshError) -> Error {
         Error::Backend { backend: self.to_string(), message: format!("failed to {action}"), source: Some(Box::new(e)) }
+    }
+
+    /// One connection to `target:port` as the host sees it, through a forward added to the
+    /// host's ssh master onto a unix socket of this process (one per target and port, made on
+    /// first use and shared by later connections; the user's own connection is not touched).
+    pub(crate) async fn open_forward(&self, target: &str, port: u16, what: &str) -> Result<PortStream> {
+        let dir = std::env::temp_dir().join(format!("theseus-forward-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).map_err(|e| Error::io("create", &dir, e))?;
+        // The target is a host or node name; keep the socket name to safe characters.
+        let safe: String =
+            target.chars().map(|c| if c.is_ascii_alphanumeric() || c == '.' || c == '-' { c } else { '_' }).collect();
+        let socket = dir.join(format!("{}-{safe}-{port}.sock", self.name));
+        if let Ok(stream) = tokio::net::UnixStream::connect(&socket).await {
+            return Ok(Box::pin(stream));
+        }
+        let _ = std::fs::remove_file(&socket);
+        self.ssh
+            .forward_unix(&socket, target, port)
+            .await
+            .map_err(|e| self.ssh_error(&format!("forward port {port} of {what}"), e))?;
+        let stream = tokio::net::UnixStream::connect(&socket).await.map_err(|e| {
+            Error::backend(self, format!("the forward of port {port} did not open ({}): {e}", socket.display()))
+        })?;
+        Ok(Box::pin(stream))
+    }
+
+    /// `theseus shell` over the host's master: `remote` (argv, quoted here once for the remote
+    /// shell) run by the user's `ssh`, with a terminal when asked.
+    pub(crate) async fn terminal(&self, remote: &[String], tty: bool) -> Result<ShellSession> {
+        let line = theseus_core::shell::join(remote);
+        let argv = self.ssh.terminal_argv(&line, tty).await.map_err(|e| self.ssh_error("open a shell", e))?;
+        let (program, args) = argv.split_first().expect("ssh argv has the program");
+        Ok(ShellSession::Program(ShellProgram {
+            program: program.clone(),
+            args: args.to_vec(),
+            env: Vec::new(),
+            cwd: None,
+        }))
     }
 
     /// The dir of the job's name on the host (the parent of its runs' status dirs).

@@ -88,6 +88,9 @@ pub struct HandleData {
     /// The run's code-shipping helper vcjob (exists only while `submit` ships).
     #[serde(default)]
     pub helper: Option<String>,
+    /// The run's code dir on the PVC, as the pods see it (`theseus shell` starts there).
+    #[serde(default)]
+    pub work_dir: Option<String>,
 }
 
 /// The backend of one `type: volcano` host.
@@ -224,7 +227,27 @@ impl VolcanoBackend {
             log_file: self.run_layout(&job.identity).ok().map(|l| l.log_file),
             claim: Some(crate::claim::claim_name(&job.identity)),
             helper: Some(crate::helper::helper_name(&job.identity)),
+            work_dir: self.run_layout(&job.identity).ok().map(|l| l.work_dir),
         }
+    }
+
+    /// The name of rank `rank`'s running pod.
+    async fn running_pod(
+        &self,
+        cluster: &Cluster,
+        data: &HandleData,
+        handle: &JobHandle,
+        rank: u32,
+    ) -> theseus_core::Result<String> {
+        let selector = format!("volcano.sh/job-name={},volcano.sh/task-index={rank}", data.job);
+        let pods = cluster.list_pods(&selector).await.map_err(|e| self.err(e))?;
+        let running = pods.iter().find(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"));
+        running.and_then(|p| p.metadata.name.clone()).ok_or_else(|| {
+            theseus_core::Error::backend(
+                self,
+                format!("rank {rank} of vcjob `{}` has no running pod (see `theseus status {}`)", data.job, handle.id),
+            )
+        })
     }
 
     /// Handle data of a handle of this backend.
@@ -447,15 +470,7 @@ impl Backend for VolcanoBackend {
     ) -> theseus_core::Result<theseus_core::backend::PortStream> {
         let data = self.handle_data(handle)?;
         let cluster = self.cluster().await.map_err(|e| self.err(e))?;
-        let selector = format!("volcano.sh/job-name={},volcano.sh/task-index={rank}", data.job);
-        let pods = cluster.list_pods(&selector).await.map_err(|e| self.err(e))?;
-        let running = pods.iter().find(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"));
-        let Some(pod) = running.and_then(|p| p.metadata.name.clone()) else {
-            return Err(theseus_core::Error::backend(
-                self,
-                format!("rank {rank} of vcjob `{}` has no running pod (see `theseus status {}`)", data.job, handle.id),
-            ));
-        };
+        let pod = self.running_pod(&cluster, &data, handle, rank).await?;
         let mut forwarder = cluster.pods().portforward(&pod, &[port]).await.map_err(|e| {
             theseus_core::Error::backend(self, format!("cannot forward port {port} of pod `{pod}`: {e}"))
         })?;
@@ -474,6 +489,22 @@ impl Backend for VolcanoBackend {
             });
         }
         Ok(Box::pin(stream))
+    }
+
+    /// An exec into the rank's running pod through the API server (`pods/exec`), with a TTY
+    /// whose size follows the user's terminal when asked.
+    async fn shell(
+        &self,
+        handle: &JobHandle,
+        request: &theseus_core::session::ShellRequest,
+    ) -> theseus_core::Result<theseus_core::session::ShellSession> {
+        let data = self.handle_data(handle)?;
+        let cluster = self.cluster().await.map_err(|e| self.err(e))?;
+        let pod = self.running_pod(&cluster, &data, handle, request.rank).await?;
+        let script = theseus_core::bootstrap::enter::script(data.work_dir.as_deref(), request.rank, &request.command);
+        crate::exec::attach(&cluster.pods(), &pod, vec!["sh".into(), "-c".into(), script], request.tty)
+            .await
+            .map_err(|e| theseus_core::Error::backend(self, format!("cannot exec into pod `{pod}`: {e}")))
     }
 
     async fn cancel(&self, handle: &JobHandle) -> theseus_core::Result<JobStatus> {

@@ -239,6 +239,59 @@ async fn read_capped(mut reader: impl AsyncRead + Unpin, keep: &mut Vec<u8>, cap
     }
 }
 
+/// Starts `command` in `pod` attached to the caller (`theseus shell`): stdin, stdout and,
+/// without a TTY, stderr as streams; with a TTY, a channel for the terminal's size (sent once
+/// at once). The exit future gives the command's exit code from the exec status.
+pub(crate) async fn attach(
+    pods: &Api<Pod>,
+    pod: &str,
+    command: Vec<String>,
+    tty: Option<theseus_core::session::TtySize>,
+) -> Result<theseus_core::session::ShellSession, kube::Error> {
+    use futures::SinkExt as _;
+    use theseus_core::session::{AttachedShell, ShellSession};
+    let ap = AttachParams::default().stdin(true).stdout(true).stderr(tty.is_none()).tty(tty.is_some());
+    let mut proc = pods.exec(pod, command, &ap).await?;
+    let missing = |what: &str| kube::Error::Service(format!("the exec gave no {what}").into());
+    let stdin = proc.stdin().ok_or_else(|| missing("stdin"))?;
+    let stdout = proc.stdout().ok_or_else(|| missing("stdout"))?;
+    let stderr = proc.stderr().map(|s| Box::pin(s) as std::pin::Pin<Box<dyn AsyncRead + Send>>);
+    let status = proc.take_status().ok_or_else(|| missing("status"))?;
+    let resize = match tty {
+        Some(size) => {
+            let mut sizes = proc.terminal_size().ok_or_else(|| missing("terminal size channel"))?;
+            let _ = sizes.send(kube::api::TerminalSize { width: size.cols, height: size.rows }).await;
+            let (tx, mut rx) = tokio::sync::mpsc::channel::<theseus_core::session::TtySize>(4);
+            tokio::spawn(async move {
+                while let Some(size) = rx.recv().await {
+                    if sizes.send(kube::api::TerminalSize { width: size.cols, height: size.rows }).await.is_err() {
+                        break;
+                    }
+                }
+            });
+            Some(tx)
+        }
+        None => None,
+    };
+    let exit = async move {
+        let status = status.await;
+        // The process (and its websocket) lives until the status is in.
+        drop(proc);
+        match status {
+            Some(s) if s.status.as_deref() == Some("Success") => Ok(0),
+            Some(s) => Ok(exit_code(&s).unwrap_or(1)),
+            None => Err(theseus_core::Error::InvalidConfig("the exec ended without a status (connection lost)".into())),
+        }
+    };
+    Ok(ShellSession::Attached(AttachedShell {
+        stdin: Box::pin(stdin),
+        stdout: Box::pin(stdout),
+        stderr,
+        resize,
+        exit: Box::pin(exit),
+    }))
+}
+
 /// The exit code in a `NonZeroExitCode` status.
 pub(crate) fn exit_code(status: &Status) -> Option<i32> {
     let causes = status.details.as_ref()?.causes.as_ref()?;

@@ -65,6 +65,9 @@ pub(crate) enum Command {
     /// Forward a local port to a port of a running job (TensorBoard, Jupyter, a debugger), until
     /// Ctrl-C. Prints the local address on stdout.
     Forward(ForwardArgs),
+    /// Run a command, or an interactive shell, in a running job's run dir and environment on
+    /// one of its ranks (`theseus shell NAME -- nvidia-smi`); exits with the command's code.
+    Shell(ShellArgs),
     /// List submitted jobs, newest first.
     List(ListArgs),
     /// Show or check the dispatch config.
@@ -226,6 +229,22 @@ pub(crate) struct ForwardArgs {
     /// The rank whose port to reach.
     #[arg(long, default_value_t = 0)]
     pub(crate) rank: u32,
+}
+
+/// `theseus shell`.
+#[derive(Debug, Args)]
+pub(crate) struct ShellArgs {
+    /// Job name (its newest run) or run id.
+    pub(crate) job: String,
+    /// The rank whose host, node or pod to enter.
+    #[arg(long, default_value_t = 0)]
+    pub(crate) rank: u32,
+    /// No terminal on the remote side, even when stdin is one.
+    #[arg(short = 'T', long)]
+    pub(crate) no_tty: bool,
+    /// The command and its arguments (after `--`); none: an interactive shell.
+    #[arg(last = true)]
+    pub(crate) command: Vec<String>,
 }
 
 /// `theseus logs`.

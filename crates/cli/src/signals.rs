@@ -29,6 +29,16 @@ impl std::fmt::Display for Interrupted {
 
 impl std::error::Error for Interrupted {}
 
+/// While set, SIGINT is left to the program `theseus shell` runs on the terminal (Ctrl-C
+/// belongs to the remote shell, and reaches this process too, being in the same foreground
+/// process group).
+static SIGINT_TO_CHILD: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Leaves SIGINT to a child on the terminal (see [`SIGINT_TO_CHILD`]).
+pub(crate) fn leave_sigint_to_child(on: bool) {
+    SIGINT_TO_CHILD.store(on, std::sync::atomic::Ordering::SeqCst);
+}
+
 /// Listens for SIGINT and SIGTERM for the rest of the program. Call once, inside the runtime.
 pub(crate) fn install() -> std::io::Result<()> {
     use tokio::signal::unix::{SignalKind, signal};
@@ -40,6 +50,9 @@ pub(crate) fn install() -> std::io::Result<()> {
                 _ = int.recv() => InterruptSignal::Int,
                 _ = term.recv() => InterruptSignal::Term,
             };
+            if received == InterruptSignal::Int && SIGINT_TO_CHILD.load(std::sync::atomic::Ordering::SeqCst) {
+                continue;
+            }
             if let Some(first) = interrupt::triggered() {
                 eprintln!("theseus: {} again; exiting without waiting for the cleanup", received.name());
                 std::process::exit(first.exit_code().into());

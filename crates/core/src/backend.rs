@@ -19,6 +19,7 @@ pub use crate::bootstrap::RunLayout;
 use crate::config::HostKind;
 pub use crate::job::EnvVar;
 use crate::job::{Experiment, JobIdentity};
+use crate::session::{ShellRequest, ShellSession};
 use crate::snapshot::Snapshot;
 use crate::solver::{Plan, Request};
 pub use crate::store::reclaim::{ReclaimKind, ReclaimOptions, ReclaimReport, ReclaimedItem, StoreUsage};
@@ -123,6 +124,15 @@ pub trait Backend: Debug + Display + Send + Sync + 'static {
     async fn connect_port(&self, handle: &JobHandle, rank: u32, port: u16) -> Result<PortStream> {
         let _ = (handle, rank, port);
         Err(crate::Error::NotSupported { operation: "forward", backend: self.to_string() })
+    }
+
+    /// Enters rank `request.rank` of the running job of `handle` for `theseus shell`: a
+    /// command, or an interactive shell, in the run's work dir with the job's variables
+    /// ([`crate::bootstrap::enter::script`]), on the rank's host, node or pod. Optional: the
+    /// default is [`crate::Error::NotSupported`].
+    async fn shell(&self, handle: &JobHandle, request: &ShellRequest) -> Result<ShellSession> {
+        let _ = (handle, request);
+        Err(crate::Error::NotSupported { operation: "shell", backend: self.to_string() })
     }
 }
 

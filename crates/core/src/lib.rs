@@ -34,6 +34,7 @@ pub mod ledger;
 pub mod local;
 pub mod paths;
 pub mod probe;
+pub mod session;
 pub mod shell;
 pub mod snapshot;
 pub mod solver;

@@ -28,7 +28,7 @@ use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpListener;
-use tokio::process::{ChildStdin, Command};
+use tokio::process::Command;
 use tokio::sync::mpsc;
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::Message;
@@ -40,7 +40,13 @@ const STDIN_CHANNEL: u8 = 0;
 const STDOUT_CHANNEL: u8 = 1;
 const STDERR_CHANNEL: u8 = 2;
 const STATUS_CHANNEL: u8 = 3;
+const RESIZE_CHANNEL: u8 = 4;
 const CLOSE_CHANNEL: u8 = 255;
+
+/// Where stdin frames go: a pipe to the process, or a terminal's master side.
+type StdinSink = Box<dyn AsyncWrite + Unpin + Send>;
+/// Where output frames come from.
+type OutputSource = Box<dyn AsyncRead + Unpin + Send>;
 const V4: &str = "v4.channel.k8s.io";
 const V5: &str = "v5.channel.k8s.io";
 /// Output is forwarded in frames of at most this many bytes.
@@ -219,11 +225,12 @@ struct ExecParams {
     stdin: bool,
     stdout: bool,
     stderr: bool,
+    tty: bool,
 }
 
 impl ExecParams {
     fn parse(query: &str) -> Result<ExecParams, String> {
-        let mut params = ExecParams { command: Vec::new(), stdin: false, stdout: false, stderr: false };
+        let mut params = ExecParams { command: Vec::new(), stdin: false, stdout: false, stderr: false, tty: false };
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
             let value = decode_component(value);
@@ -233,9 +240,15 @@ impl ExecParams {
                 "stdin" | "input" => params.stdin = flag,
                 "stdout" | "output" => params.stdout = flag,
                 "stderr" | "error" => params.stderr = flag,
-                "tty" if flag => return Err("tty is not supported by the simulator".into()),
+                "tty" => params.tty = flag,
                 _ => {}
             }
+        }
+        // A terminal merges stderr into stdout: the kubelet drops the stderr stream
+        // (`pkg/kubelet/cri/streaming/remotecommand/httpstream.go`, `createStreams`: "Access to
+        // exec with tty and stderr is not supported, bypassing stderr").
+        if params.tty {
+            params.stderr = false;
         }
         if params.command.is_empty() {
             return Err("you must specify at least 1 command".into());
@@ -324,16 +337,33 @@ where
     let (out_tx, out_rx) = mpsc::channel::<Message>(8);
     let mut writer = tokio::spawn(write_frames(sink, out_rx));
     let piped = |on: bool| if on { Stdio::piped() } else { Stdio::null() };
-    let mut cmd = Command::new(&params.command[0]);
-    cmd.args(&params.command[1..])
-        .current_dir(&target.cwd)
-        .envs(target.env.iter().map(|(k, v)| (k, v)))
-        .stdin(piped(params.stdin))
-        .stdout(piped(params.stdout))
-        .stderr(piped(params.stderr))
-        .process_group(0);
-    let mut child = match cmd.spawn() {
-        Ok(child) => child,
+    // With a TTY the process runs on a new terminal (80x24 until the client's first resize).
+    let terminal = if params.tty { Some(crate::pty::Pty::open(80, 24)) } else { None };
+    let spawned = match terminal {
+        Some(Ok((pty, slave))) => {
+            crate::pty::command(&params.command[0], &params.command[1..], &slave).and_then(|mut cmd| {
+                cmd.current_dir(&target.cwd).envs(target.env.iter().map(|(k, v)| (k, v)));
+                // The command (holding the slave's copies) goes with this scope: the master then
+                // reads EOF once the process and its children closed the terminal.
+                let child = cmd.spawn()?;
+                Ok((child, Some(pty)))
+            })
+        }
+        Some(Err(e)) => Err(e),
+        None => {
+            let mut cmd = Command::new(&params.command[0]);
+            cmd.args(&params.command[1..])
+                .current_dir(&target.cwd)
+                .envs(target.env.iter().map(|(k, v)| (k, v)))
+                .stdin(piped(params.stdin))
+                .stdout(piped(params.stdout))
+                .stderr(piped(params.stderr))
+                .process_group(0);
+            cmd.spawn().map(|child| (child, None))
+        }
+    };
+    let (mut child, pty) = match spawned {
+        Ok(spawned) => spawned,
         Err(e) => {
             let status = serde_json::json!({
                 "metadata": {}, "status": "Failure", "reason": "InternalError", "code": 500,
@@ -342,14 +372,29 @@ where
             let _ = out_tx.send(status_frame(&status)).await;
             drop(out_tx);
             let _ = writer.await;
-            let reader = tokio::spawn(read_frames(stream, None, protocol, None));
+            let reader = tokio::spawn(read_frames(stream, None, protocol, None, None));
             let _ = tokio::time::timeout(DRAIN_TIMEOUT, reader).await;
             return;
         }
     };
-    let mut reader = tokio::spawn(read_frames(stream, child.stdin.take(), protocol, target.drop_after_stdin_bytes));
-    let stdout = child.stdout.take();
-    let stderr = child.stderr.take();
+    let (stdin, stdout, stderr): (Option<StdinSink>, Option<OutputSource>, Option<OutputSource>) = match &pty {
+        Some(pty) => match pty.streams() {
+            Ok((reader, writer)) => {
+                (params.stdin.then(|| Box::new(writer) as StdinSink), Some(Box::new(reader) as OutputSource), None)
+            }
+            Err(e) => {
+                tracing::warn!("exec: cannot read the terminal: {e}");
+                (None, None, None)
+            }
+        },
+        None => (
+            child.stdin.take().map(|s| Box::new(s) as StdinSink),
+            child.stdout.take().map(|s| Box::new(s) as OutputSource),
+            child.stderr.take().map(|s| Box::new(s) as OutputSource),
+        ),
+    };
+    let pty = pty.map(std::sync::Arc::new);
+    let mut reader = tokio::spawn(read_frames(stream, stdin, protocol, target.drop_after_stdin_bytes, pty.clone()));
 
     let exit = {
         let out_tx = out_tx.clone();
@@ -469,9 +514,10 @@ async fn pump_output(pipe: Option<impl AsyncRead + Unpin>, channel: u8, frames: 
 /// time (that wait is the backpressure).
 async fn read_frames<S>(
     mut stream: SplitStream<WebSocketStream<S>>,
-    mut stdin: Option<ChildStdin>,
+    mut stdin: Option<StdinSink>,
     protocol: Protocol,
     drop_after: Option<u64>,
+    pty: Option<std::sync::Arc<crate::pty::Pty>>,
 ) -> ClientEnd
 where
     S: AsyncRead + AsyncWrite + Unpin,
@@ -509,7 +555,12 @@ where
                     let _ = pipe.shutdown().await;
                 }
             }
-            // Resize (4) and anything else: ignored.
+            Some(&RESIZE_CHANNEL) => {
+                if let (Some(pty), Some((cols, rows))) = (&pty, crate::pty::parse_resize(&data[1..])) {
+                    let _ = pty.resize(cols, rows);
+                }
+            }
+            // Anything else (a resize without a terminal): ignored.
             _ => {}
         }
     }
@@ -534,6 +585,7 @@ mod tests {
         assert_eq!(params.command, ["sh", "-c", "echo 'hi'"]);
         assert!(params.stdin && params.stdout && !params.stderr);
         assert!(ExecParams::parse("stdout=true").is_err());
-        assert!(ExecParams::parse("command=ls&tty=true").is_err());
+        let tty = ExecParams::parse("command=ls&tty=true&stderr=true").unwrap();
+        assert!(tty.tty && !tty.stderr, "a terminal has no separate stderr");
     }
 }

@@ -41,6 +41,7 @@ mod logs;
 mod openapi;
 mod portforward;
 mod procs;
+mod pty;
 mod quantity;
 mod queues;
 mod rbac;

@@ -299,21 +299,28 @@ impl Backend for PlainBackend {
         if status.state.is_terminal() {
             return Err(Error::backend(self, format!("run `{}` has ended ({})", handle.id, status.state.as_str())));
         }
-        let dir = std::env::temp_dir().join(format!("theseus-forward-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).map_err(|e| Error::io("create", &dir, e))?;
-        let socket = dir.join(format!("{}-{port}.sock", self.name));
-        if let Ok(stream) = tokio::net::UnixStream::connect(&socket).await {
-            return Ok(Box::pin(stream));
+        self.open_forward("127.0.0.1", port, &format!("run `{}`", handle.id)).await
+    }
+
+    /// `ssh -tt host sh -c SCRIPT` over the host's master: every rank runs on the host.
+    async fn shell(
+        &self,
+        handle: &JobHandle,
+        request: &theseus_core::session::ShellRequest,
+    ) -> Result<theseus_core::session::ShellSession> {
+        let data = self.data(handle)?;
+        let status = self.status(handle).await?;
+        if status.state.is_terminal() {
+            return Err(Error::backend(self, format!("run `{}` has ended ({})", handle.id, status.state.as_str())));
         }
-        let _ = std::fs::remove_file(&socket);
-        self.ssh
-            .forward_unix(&socket, "127.0.0.1", port)
-            .await
-            .map_err(|e| self.ssh_error(&format!("forward port {port} of run `{}`", handle.id), e))?;
-        let stream = tokio::net::UnixStream::connect(&socket).await.map_err(|e| {
-            Error::backend(self, format!("the forward of port {port} did not open ({}): {e}", socket.display()))
-        })?;
-        Ok(Box::pin(stream))
+        if request.rank >= data.processes.max(1) {
+            return Err(Error::backend(
+                self,
+                format!("run `{}` has {} rank(s); there is no rank {}", handle.id, data.processes.max(1), request.rank),
+            ));
+        }
+        let script = theseus_core::bootstrap::enter::script(Some(&data.work_dir), request.rank, &request.command);
+        self.terminal(&["sh".into(), "-c".into(), script], request.tty.is_some()).await
     }
 
     async fn cancel(&self, handle: &JobHandle) -> Result<JobStatus> {

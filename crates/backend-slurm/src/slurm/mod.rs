@@ -32,7 +32,8 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use theseus_core::availability::Availability;
 use theseus_core::backend::{
-    Backend, DryRunDocument, JobHandle, JobStatus, LogOptions, LogStream, PreparedJob, RunLayout, SubmitOptions,
+    Backend, DryRunDocument, JobHandle, JobState, JobStatus, LogOptions, LogStream, PreparedJob, RunLayout,
+    SubmitOptions,
 };
 use theseus_core::bootstrap::{BOOTSTRAP_DIR, Launch};
 use theseus_core::config::{HostKind, SlurmHost, join};
@@ -317,6 +318,74 @@ impl Backend for SlurmBackend {
 
     fn planned_handle(&self, job: &PreparedJob) -> Option<JobHandle> {
         self.handle_for(&job.identity, None, job.plan.nodes).ok()
+    }
+
+    /// Rank `rank` runs on the `rank`-th node of the allocation: its port is reached from the
+    /// login node at the node's `NodeAddr` (node names need not resolve there), through a
+    /// forward of the login node's ssh master.
+    async fn connect_port(
+        &self,
+        handle: &JobHandle,
+        rank: u32,
+        port: u16,
+    ) -> Result<theseus_core::backend::PortStream> {
+        let status = self.status(handle).await?;
+        if status.state != JobState::Running {
+            return Err(Error::backend(
+                self,
+                format!("slurm job `{}` is {}, not running: it has no port to reach", handle.id, status.state),
+            ));
+        }
+        let node = status.ranks.iter().find(|r| r.rank == rank).and_then(|r| r.location.clone()).ok_or_else(|| {
+            Error::backend(self, format!("slurm job `{}` has no rank {rank} on a known node", handle.id))
+        })?;
+        let cmd = RemoteCommand::script(scripts::NODE_ADDR, [node.clone()])
+            .retry_safe()
+            .timeout(self.settings.command_timeout)
+            .label(format!("scontrol show node {node}"));
+        let out = self
+            .ssh
+            .run(&cmd)
+            .await
+            .map_err(|e| self.ssh_error(&format!("look up the address of node `{node}`"), e))?;
+        let addr = out.stdout_text().trim().to_owned();
+        let addr = if addr.is_empty() { node.clone() } else { addr };
+        self.open_forward(&addr, port, &format!("slurm job `{}` (rank {rank} on `{node}`)", handle.id)).await
+    }
+
+    /// A step of the job's allocation on the rank's node, sharing its resources
+    /// (`srun --jobid J --overlap -w NODE -N1 -n1 [--pty] sh -c SCRIPT`), run from the login
+    /// node by the user's `ssh` over the master.
+    async fn shell(
+        &self,
+        handle: &JobHandle,
+        request: &theseus_core::session::ShellRequest,
+    ) -> Result<theseus_core::session::ShellSession> {
+        let (data, id, _) = self.resolve(handle).await?;
+        let status = self.status(handle).await?;
+        let (Some(id), JobState::Running) = (id, status.state) else {
+            return Err(Error::backend(
+                self,
+                format!("slurm job `{}` is {}, not running: there is nothing to enter", handle.id, status.state),
+            ));
+        };
+        let rank = request.rank;
+        let node = status
+            .ranks
+            .iter()
+            .find(|r| r.rank == rank)
+            .and_then(|r| r.location.clone())
+            .ok_or_else(|| Error::backend(self, format!("slurm job `{id}` has no rank {rank} on a known node")))?;
+        let script = theseus_core::bootstrap::enter::script(Some(&data.work_dir), rank, &request.command);
+        let mut argv: Vec<String> =
+            ["srun", "--jobid", &id, "--overlap", "--nodelist", &node, "--nodes=1", "--ntasks=1", "--quiet"]
+                .map(str::to_owned)
+                .into();
+        if request.tty.is_some() {
+            argv.push("--pty".into());
+        }
+        argv.extend(["sh".to_owned(), "-c".to_owned(), script]);
+        self.terminal(&argv, request.tty.is_some()).await
     }
 
     async fn cancel(&self, handle: &JobHandle) -> Result<JobStatus> {

@@ -109,6 +109,10 @@ fi
 printf '%s\n' "$out"
 "#;
 
+/// `NODE`: the node's `NodeAddr` as Slurm knows it (empty when `scontrol` does not say).
+pub(crate) const NODE_ADDR: &str = r#"scontrol show node "$1" -o 2>/dev/null | sed -n 's/.*NodeAddr=\([^ ]*\).*/\1/p' | head -n1
+"#;
+
 /// `LOG_FILE JOB_ID`: the log from the start, then new bytes as they are written, until Slurm
 /// reports the job finished (a final state, or the job is no longer known), asked every fifth
 /// round ([`crate::run_dir::follow_loop!`]); Slurm leaves the `COMPLETING` state only once

@@ -133,6 +133,38 @@ impl SshHost {
             })
     }
 
+    /// The `ssh` argv that runs `remote` (one shell command line, already quoted for the remote
+    /// shell) over this host's master connection, with a terminal when `tty` (`ssh -tt`): for
+    /// `theseus shell`, which runs it on the user's own terminal. The master is made first if
+    /// there is none; it must outlive the program.
+    pub async fn terminal_argv(&self, remote: &str, tty: bool) -> Result<Vec<String>, SshError> {
+        let session = self.session().await?;
+        let mut argv = vec!["ssh".to_owned()];
+        if let Some(file) = &self.options.config_file {
+            argv.extend(["-F".to_owned(), file.display().to_string()]);
+        }
+        argv.extend(
+            [
+                "-S",
+                &session.control_socket().display().to_string(),
+                "-o",
+                "ControlMaster=no",
+                "-o",
+                "BatchMode=yes",
+                // Quiet: no "Shared connection closed" line after the command.
+                "-o",
+                "LogLevel=ERROR",
+                if tty { "-tt" } else { "-T" },
+                // The destination only names the master's connection, which is already made.
+                "--",
+                &self.options.destination,
+                remote,
+            ]
+            .map(str::to_owned),
+        );
+        Ok(argv)
+    }
+
     /// Closes the connection (the next command opens a new one).
     pub async fn close(&self) {
         let session = self.session.lock().await.take();

@@ -9,6 +9,7 @@ mod gc;
 mod jobs;
 mod plan;
 mod prepare;
+mod shell;
 mod start;
 mod submit;
 
@@ -34,11 +35,12 @@ pub(crate) async fn run(cli: Cli) -> Result<ExitCode> {
         Command::Submit(args) => submit::run(&ctx, args).await,
         Command::Logs(args) if args.follow => jobs::logs(&ctx, args).await,
         Command::Forward(args) => forward::run(&ctx, args).await,
+        Command::Shell(args) => shell::run(&ctx, args).await,
         // The others create nothing that a signal would have to take back.
         command => {
             signals::or_interrupted(async {
                 match command {
-                    Command::Submit(_) | Command::Forward(_) => unreachable!("handled above"),
+                    Command::Submit(_) | Command::Forward(_) | Command::Shell(_) => unreachable!("handled above"),
                     Command::Plan(args) => plan::run(&ctx, args).await,
                     Command::Status(args) => jobs::status(&ctx, args).await,
                     Command::Logs(args) => jobs::logs(&ctx, args).await,

@@ -1,11 +1,13 @@
-//! `theseus forward` to a job that serves HTTP: on the local host (loopback) and on Volcano (the
-//! simulator's `pods/portforward`), through the real binary; SIGTERM closes the forward and
+//! `theseus forward` to a job that serves HTTP, through the real binary on all four backends: the
+//! local host (loopback), Volcano (the simulator's `pods/portforward`), a plain host and Slurm
+//! (over the lab's sshd, Slurm reaching the rank's node through the login node); SIGTERM closes the forward and
 //! leaves the job running.
 
 use std::io::{BufRead as _, BufReader, Read as _, Write as _};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::targets::{Kind, Target};
 use crate::volcano::SimWorld;
 use crate::{TestContext, text};
 
@@ -126,58 +128,27 @@ fn forward_reaches_a_volcano_pod_through_the_api_server() {
     assert!(cancel.status.success(), "{}{}", text(&cancel.stdout), text(&cancel.stderr));
 }
 
-#[test]
-fn forward_reaches_a_job_on_a_plain_host_through_its_ssh_master() {
-    let get = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-    let (Some(port), Some(user), Some(key), Some(known), Some(shared)) = (
-        get("THESEUSTEST_SSH_PORT"),
-        get("THESEUSTEST_SSH_USER"),
-        get("THESEUSTEST_SSH_KEY"),
-        get("THESEUSTEST_SSH_KNOWN_HOSTS"),
-        get("THESEUSTEST_SLURM_SHARED"),
-    ) else {
-        let msg =
-            "forward over ssh: NOT RUN: the SSH lab is not up (`cargo xtask lab up`; `cargo xtask test` starts it)";
-        assert!(std::env::var("THESEUSTEST_REQUIRE_ALL").as_deref() != Ok("1"), "{msg}");
-        eprintln!("\n!!!!!!!! {msg} !!!!!!!!\n");
-        return;
-    };
-    let ctx = TestContext::new();
-    let ssh_config = ctx.home().join("lab_ssh_config");
-    std::fs::write(
-        &ssh_config,
-        format!(
-            "Host lab-box\n  HostName 127.0.0.1\n  Port {port}\n  User {user}\n  IdentityFile {key}\n  IdentitiesOnly yes\n  \
-             UserKnownHostsFile {known}\n  StrictHostKeyChecking yes\n"
-        ),
-    )
-    .unwrap();
-    // A dir the lab's user may write.
-    let base = format!("{shared}/forward-{}", std::process::id());
-    std::fs::write(
-        ctx.home().join(".theseus.yaml"),
-        format!("clusters:\n  lab: {{root: {base}, work: {base}/work}}\nhosts:\n  box: {{type: plain, ssh: lab-box, cluster: lab, chips: {{h100: 1}}}}\n"),
-    )
-    .unwrap();
+/// A job on a plain host or on Slurm: the forward goes over the host's (login node's) ssh
+/// master, to 127.0.0.1 on a plain host and to the rank's node `NodeAddr` on Slurm.
+fn forward_over_ssh(kind: Kind) {
+    let Some(target) = Target::new(kind, "forward over ssh") else { return };
     let code = tempfile::tempdir().unwrap();
     let remote = free_port();
     let exp = serving(code.path(), remote);
-    let cmd = |args: &[&str]| {
-        let mut cmd = ctx.cmd();
-        cmd.env("THESEUS_SSH_CONFIG", &ssh_config).args(args);
-        cmd
-    };
-    let out = cmd(&["submit", "remote-web", &exp, "--code", code.path().to_str().unwrap(), "--host", "box"])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    // The lab's sshd is this machine: wait until the job listens.
+    target.submit("remote-web", &exp, code.path());
+    target.wait_running("remote-web");
+    let (child, addr) = forward(|| target.cmd(&["forward", "remote-web", &format!("0:{remote}")]));
+    // The Slurm lab's nodes live in a network namespace of their own (as a cluster's nodes are
+    // other machines): the only way to see the server is through the forward, which answers
+    // with a closed connection until it listens.
     let deadline = Instant::now() + Duration::from_secs(60);
-    while std::net::TcpStream::connect(("127.0.0.1", remote)).is_err() {
-        assert!(Instant::now() < deadline, "the job's server never listened");
-        std::thread::sleep(Duration::from_millis(200));
+    while !fetch(&addr).is_ok_and(|a| a.contains("hello through the tunnel")) {
+        if Instant::now() > deadline {
+            let logs = target.run(&["logs", "remote-web"]);
+            panic!("{kind:?}: the job's server never answered: {}{}", text(&logs.stdout), text(&logs.stderr));
+        }
+        std::thread::sleep(Duration::from_millis(300));
     }
-    let (child, addr) = forward(|| cmd(&["forward", "remote-web", &format!("0:{remote}")]));
     for _ in 0..3 {
         // Several connections share the one ssh forward.
         let answer = fetch(&addr).unwrap();
@@ -185,6 +156,16 @@ fn forward_reaches_a_job_on_a_plain_host_through_its_ssh_master() {
     }
     let (code_, stderr) = stop(child);
     assert_eq!(code_, Some(143), "{stderr}");
-    let cancel = cmd(&["cancel", "remote-web"]).output().unwrap();
+    let cancel = target.run(&["cancel", "remote-web"]);
     assert!(cancel.status.success(), "{}", text(&cancel.stderr));
+}
+
+#[test]
+fn forward_reaches_a_job_on_a_plain_host_through_its_ssh_master() {
+    forward_over_ssh(Kind::Plain);
+}
+
+#[test]
+fn forward_reaches_a_slurm_job_on_its_node_through_the_login_node() {
+    forward_over_ssh(Kind::Slurm);
 }

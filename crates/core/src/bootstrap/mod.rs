@@ -2,8 +2,9 @@
 //! rendered from typed data with every value shell-quoted (or JSON-encoded for Python).
 //!
 //! The files are placed in the run's work dir under [`BOOTSTRAP_DIR`]:
-//! `bootstrap.sh` (the entry), `launcher.py` and `config.json` (the experiment's `config`,
-//! read by the job from `THESEUS_CONFIG`).
+//! `bootstrap.sh` (the entry), `launcher.py`, `config.json` (the experiment's `config`,
+//! read by the job from `THESEUS_CONFIG`) and `env.sh` (the job's non-secret variables of
+//! step 1, which [`enter::script`] sources for `theseus shell`).
 //!
 //! At run time `bootstrap.sh`:
 //! 1. checks that every secret variable is set (secret values are never in the script) and
@@ -45,6 +46,7 @@ use serde::Serialize;
 use crate::job::{Distributed, EnvVar, JobIdentity};
 use crate::{Error, Result};
 
+pub mod enter;
 mod script;
 #[cfg(test)]
 mod tests;
@@ -227,6 +229,7 @@ pub fn render(input: &BootstrapInput) -> Result<RenderedBootstrap> {
             file("bootstrap.sh", script, true),
             file("launcher.py", LAUNCHER.to_owned(), false),
             file("config.json", config, false),
+            file("env.sh", script::render_env_file(input)?, false),
         ],
         entry: format!("{BOOTSTRAP_DIR}/bootstrap.sh"),
     })

@@ -273,6 +273,34 @@ impl Backend for LocalBackend {
             )),
         }
     }
+
+    /// A local `sh` in the run's code dir with the job's variables (no TTY to make: it runs on
+    /// the user's own terminal).
+    async fn shell(
+        &self,
+        handle: &JobHandle,
+        request: &crate::session::ShellRequest,
+    ) -> Result<crate::session::ShellSession> {
+        let data = self.data(handle)?;
+        let status = read_status(&handle.id, &data);
+        if status.state.is_terminal() {
+            return Err(Error::backend(self, format!("run `{}` has ended ({})", handle.id, status.state.as_str())));
+        }
+        if request.rank >= data.processes.max(1) {
+            return Err(Error::backend(
+                self,
+                format!("run `{}` has {} rank(s); there is no rank {}", handle.id, data.processes.max(1), request.rank),
+            ));
+        }
+        let work = data.work_dir.to_string_lossy();
+        let script = crate::bootstrap::enter::script(Some(&work), request.rank, &request.command);
+        Ok(crate::session::ShellSession::Program(crate::session::ShellProgram {
+            program: "sh".into(),
+            args: vec!["-c".into(), script],
+            env: vec![("THESEUS_LOCAL_RANK".into(), request.rank.to_string())],
+            cwd: None,
+        }))
+    }
 }
 
 /// A run of a job name whose processes are alive.

@@ -333,10 +333,34 @@ fn every_rendered_script_parses() {
                 let paths: Vec<_> = rendered.files.iter().map(|f| (f.path.as_str(), f.executable)).collect();
                 assert_eq!(
                     paths,
-                    [(".theseus/bootstrap.sh", true), (".theseus/launcher.py", false), (".theseus/config.json", false)]
+                    [
+                        (".theseus/bootstrap.sh", true),
+                        (".theseus/launcher.py", false),
+                        (".theseus/config.json", false),
+                        (".theseus/env.sh", false)
+                    ]
                 );
             }
         }
+    }
+}
+
+#[test]
+fn env_sh_gives_a_shell_the_jobs_variables_but_no_secret() {
+    let h = Harness::new();
+    for value in h.hostile() {
+        let mut input = h.input(&["python3", "main.py"]);
+        input.env = vec![env_var("A", &value, false), env_var("S", "hunter2-secret", true)];
+        let rendered = render(&input).unwrap();
+        let env = &rendered.files.iter().find(|f| f.path == ".theseus/env.sh").unwrap().contents;
+        assert!(!env.contains("hunter2") && !env.contains("theseus_require_secret"), "{env}");
+        let out = Command::new("sh")
+            .args(["-c", &format!("{env}\nprintf '%s|%s|%s' \"$A\" \"$THESEUS_RUN_ID\" \"${{S-unset}}\"")])
+            .env_remove("S")
+            .output()
+            .unwrap();
+        assert!(out.status.success() && out.stderr.is_empty(), "{}", stderr(&out));
+        assert_eq!(String::from_utf8(out.stdout).unwrap(), format!("{value}|{}|unset", input.identity.run_id));
     }
 }
 
