@@ -184,6 +184,29 @@ impl<H: HostEntry, S: RemoteSettings> SshBackend<H, S> {
         Ok(Box::pin(stream))
     }
 
+    /// `theseus sync` of the run whose code is in `work_dir`, through the host's store over
+    /// the master connection.
+    pub(crate) async fn sync_run(
+        &self,
+        work_dir: &str,
+        snapshot: &theseus_core::snapshot::Snapshot,
+        options: &theseus_core::backend::SyncOptions,
+    ) -> Result<theseus_core::backend::SyncReport> {
+        let request = theseus_core::store::sync::SyncRequest {
+            snapshot: snapshot.clone(),
+            root: self.dirs().resolve(&self.cluster.work)?,
+            dest: work_dir.to_owned(),
+            mode: self.cluster.materialize.unwrap_or_default(),
+            progress: options.progress.clone(),
+            status: options.status.clone(),
+        };
+        let shell = crate::store_shell::SshShell::new(Arc::clone(&self.ssh));
+        theseus_core::store::sync::sync(&shell, request).await.map_err(|e| match e {
+            theseus_core::store::StoreError::Failed(e) => e,
+            e => Error::backend(self, format!("{e}: `theseus sync` needs it (the store's tools)")),
+        })
+    }
+
     /// `theseus shell` over the host's master: `remote` (argv, quoted here once for the remote
     /// shell) run by the user's `ssh`, with a terminal when asked.
     pub(crate) async fn terminal(&self, remote: &[String], tty: bool) -> Result<ShellSession> {

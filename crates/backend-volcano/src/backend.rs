@@ -491,6 +491,53 @@ impl Backend for VolcanoBackend {
         Ok(Box::pin(stream))
     }
 
+    /// Through the store on the PVC, its scripts run by an exec into rank 0's running pod
+    /// (which mounts the PVC); when the job's image lacks a tool they need, in a helper pod
+    /// (said once).
+    async fn sync(
+        &self,
+        handle: &JobHandle,
+        snapshot: &theseus_core::snapshot::Snapshot,
+        options: &theseus_core::backend::SyncOptions,
+    ) -> theseus_core::Result<theseus_core::backend::SyncReport> {
+        use theseus_core::store::StoreError;
+        use theseus_core::store::sync::{SyncRequest, sync};
+        let data = self.handle_data(handle)?;
+        let Some(work_dir) = data.work_dir.clone() else {
+            return Err(theseus_core::Error::backend(
+                self,
+                format!("the handle of `{}` does not say where its code is (submitted by an older theseus)", handle.id),
+            ));
+        };
+        let cluster = self.cluster().await.map_err(|e| self.err(e))?;
+        let pod = self.running_pod(&cluster, &data, handle, 0).await?;
+        let request = SyncRequest {
+            snapshot: snapshot.clone(),
+            root: self.cluster_config.work.clone(),
+            dest: work_dir,
+            mode: self.cluster_config.materialize.unwrap_or_default(),
+            progress: options.progress.clone(),
+            status: options.status.clone(),
+        };
+        let shell = crate::store_shell::ExecShell::new(cluster.pods(), &pod, None, &self.cluster_config.work);
+        match sync(&shell, request.clone()).await {
+            Ok(report) => Ok(report),
+            Err(StoreError::NoTool { tool, machine }) => {
+                if let Some(status) = &options.status {
+                    status(&format!("{machine} has no `{tool}`: syncing through a helper pod instead"));
+                }
+                self.with_store_helper("sync", move |shell| async move {
+                    sync(&shell, request).await.map_err(|e| match e {
+                        StoreError::Failed(e) => e,
+                        e => theseus_core::Error::InvalidConfig(e.to_string()),
+                    })
+                })
+                .await
+            }
+            Err(StoreError::Failed(e)) => Err(e),
+        }
+    }
+
     /// An exec into the rank's running pod through the API server (`pods/exec`), with a TTY
     /// whose size follows the user's terminal when asked.
     async fn shell(

@@ -60,7 +60,7 @@ impl VolcanoBackend {
         let cluster = self.cluster().await.map_err(|e| self.err(e))?;
         let ids = live_run_ids(cluster).await.map_err(|e| self.err(e))?;
         let options = options.clone();
-        self.with_helper("reclaim", move |shell| async move {
+        self.with_store_helper("reclaim", move |shell| async move {
             let mut options = options;
             options.live.extend(live_paths(&shell, &target.work, &ids).await?);
             reclaim::reclaim(&shell, &target, &options).await
@@ -74,12 +74,12 @@ impl VolcanoBackend {
     /// When the cluster cannot be reached, the helper cannot start, or the script fails.
     pub async fn store_usage(&self) -> theseus_core::Result<StoreUsage> {
         let target = self.reclaim_target()?;
-        self.with_helper("usage", move |shell| async move { reclaim::usage(&shell, &target).await }).await
+        self.with_store_helper("usage", move |shell| async move { reclaim::usage(&shell, &target).await }).await
     }
 
     /// Starts a helper pod mounting the PVC, runs `work` with a shell in it, and deletes the
     /// helper on every path (an interrupt included).
-    async fn with_helper<T, F, Fut>(&self, purpose: &str, work: F) -> theseus_core::Result<T>
+    pub(crate) async fn with_store_helper<T, F, Fut>(&self, purpose: &str, work: F) -> theseus_core::Result<T>
     where
         F: FnOnce(ExecShell) -> Fut,
         Fut: Future<Output = theseus_core::Result<T>>,

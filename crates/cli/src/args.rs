@@ -68,6 +68,9 @@ pub(crate) enum Command {
     /// Run a command, or an interactive shell, in a running job's run dir and environment on
     /// one of its ranks (`theseus shell NAME -- nvidia-smi`); exits with the command's code.
     Shell(ShellArgs),
+    /// Push the local code into a running job's code dir: only changed files move, deleted
+    /// files are deleted; prints what changed. `--watch` keeps syncing on change.
+    Sync(SyncArgs),
     /// List submitted jobs, newest first.
     List(ListArgs),
     /// Show or check the dispatch config.
@@ -245,6 +248,22 @@ pub(crate) struct ShellArgs {
     /// The command and its arguments (after `--`); none: an interactive shell.
     #[arg(last = true)]
     pub(crate) command: Vec<String>,
+}
+
+/// `theseus sync`.
+#[derive(Debug, Args)]
+pub(crate) struct SyncArgs {
+    /// Job name (its newest run) or run id.
+    pub(crate) job: String,
+    /// Directory (or git repository) to sync from (default: the current directory).
+    #[arg(long, value_name = "DIR")]
+    pub(crate) code: Option<PathBuf>,
+    /// Sync the files of HEAD only (default: the working tree, as `submit` ships it).
+    #[arg(long)]
+    pub(crate) clean: bool,
+    /// Keep watching the local tree and sync after each burst of changes, until Ctrl-C.
+    #[arg(long)]
+    pub(crate) watch: bool,
 }
 
 /// `theseus logs`.

@@ -23,6 +23,7 @@ use crate::session::{ShellRequest, ShellSession};
 use crate::snapshot::Snapshot;
 use crate::solver::{Plan, Request};
 pub use crate::store::reclaim::{ReclaimKind, ReclaimOptions, ReclaimReport, ReclaimedItem, StoreUsage};
+pub use crate::store::sync::SyncReport;
 
 /// A backend: one configured host (a machine, a Slurm cluster, a Volcano queue, this machine).
 ///
@@ -133,6 +134,30 @@ pub trait Backend: Debug + Display + Send + Sync + 'static {
     async fn shell(&self, handle: &JobHandle, request: &ShellRequest) -> Result<ShellSession> {
         let _ = (handle, request);
         Err(crate::Error::NotSupported { operation: "shell", backend: self.to_string() })
+    }
+
+    /// Pushes `snapshot` (the local code now) into the running job's code dir through the
+    /// store ([`crate::store::sync`]): only changed files move, files the local tree no longer
+    /// has are deleted, files the job made stay. Optional: the default is
+    /// [`crate::Error::NotSupported`].
+    async fn sync(&self, handle: &JobHandle, snapshot: &Snapshot, options: &SyncOptions) -> Result<SyncReport> {
+        let _ = (handle, snapshot, options);
+        Err(crate::Error::NotSupported { operation: "sync", backend: self.to_string() })
+    }
+}
+
+/// Per-call options of [`Backend::sync`].
+#[derive(Clone, Default)]
+pub struct SyncOptions {
+    /// Called with the bytes of code sent so far.
+    pub progress: Option<ProgressFn>,
+    /// Called with one-line notes.
+    pub status: Option<StatusFn>,
+}
+
+impl Debug for SyncOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SyncOptions").finish_non_exhaustive()
     }
 }
 

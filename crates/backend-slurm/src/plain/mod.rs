@@ -302,6 +302,20 @@ impl Backend for PlainBackend {
         self.open_forward("127.0.0.1", port, &format!("run `{}`", handle.id)).await
     }
 
+    async fn sync(
+        &self,
+        handle: &JobHandle,
+        snapshot: &theseus_core::snapshot::Snapshot,
+        options: &theseus_core::backend::SyncOptions,
+    ) -> Result<theseus_core::backend::SyncReport> {
+        let data = self.data(handle)?;
+        let status = self.status(handle).await?;
+        if status.state.is_terminal() {
+            return Err(Error::backend(self, format!("run `{}` has ended ({})", handle.id, status.state.as_str())));
+        }
+        self.sync_run(&data.work_dir, snapshot, options).await
+    }
+
     /// `ssh -tt host sh -c SCRIPT` over the host's master: every rank runs on the host.
     async fn shell(
         &self,

@@ -353,6 +353,21 @@ impl Backend for SlurmBackend {
         self.open_forward(&addr, port, &format!("slurm job `{}` (rank {rank} on `{node}`)", handle.id)).await
     }
 
+    /// The code dir is on the cluster's shared filesystem: synced from the login node.
+    async fn sync(
+        &self,
+        handle: &JobHandle,
+        snapshot: &theseus_core::snapshot::Snapshot,
+        options: &theseus_core::backend::SyncOptions,
+    ) -> Result<theseus_core::backend::SyncReport> {
+        let (data, _, _) = self.resolve(handle).await?;
+        let status = self.status(handle).await?;
+        if status.state.is_terminal() {
+            return Err(Error::backend(self, format!("slurm job `{}` has ended ({})", handle.id, status.state)));
+        }
+        self.sync_run(&data.work_dir, snapshot, options).await
+    }
+
     /// A step of the job's allocation on the rank's node, sharing its resources
     /// (`srun --jobid J --overlap -w NODE -N1 -n1 [--pty] sh -c SCRIPT`), run from the login
     /// node by the user's `ssh` over the master.

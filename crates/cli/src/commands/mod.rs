@@ -12,6 +12,7 @@ mod prepare;
 mod shell;
 mod start;
 mod submit;
+mod sync;
 
 use std::process::ExitCode;
 
@@ -36,11 +37,14 @@ pub(crate) async fn run(cli: Cli) -> Result<ExitCode> {
         Command::Logs(args) if args.follow => jobs::logs(&ctx, args).await,
         Command::Forward(args) => forward::run(&ctx, args).await,
         Command::Shell(args) => shell::run(&ctx, args).await,
+        Command::Sync(args) => sync::run(&ctx, args).await,
         // The others create nothing that a signal would have to take back.
         command => {
             signals::or_interrupted(async {
                 match command {
-                    Command::Submit(_) | Command::Forward(_) | Command::Shell(_) => unreachable!("handled above"),
+                    Command::Submit(_) | Command::Forward(_) | Command::Shell(_) | Command::Sync(_) => {
+                        unreachable!("handled above")
+                    }
                     Command::Plan(args) => plan::run(&ctx, args).await,
                     Command::Status(args) => jobs::status(&ctx, args).await,
                     Command::Logs(args) => jobs::logs(&ctx, args).await,

@@ -11,6 +11,7 @@ mod probe;
 mod shell;
 mod ship;
 mod slurm;
+mod sync;
 mod targets;
 mod volcano;
 mod volcano_faults;

@@ -274,6 +274,32 @@ impl Backend for LocalBackend {
         }
     }
 
+    /// Through the store of this machine's work root, with the store scripts run by `sh`.
+    async fn sync(
+        &self,
+        handle: &JobHandle,
+        snapshot: &crate::snapshot::Snapshot,
+        options: &crate::backend::SyncOptions,
+    ) -> Result<crate::backend::SyncReport> {
+        let data = self.data(handle)?;
+        let status = read_status(&handle.id, &data);
+        if status.state.is_terminal() {
+            return Err(Error::backend(self, format!("run `{}` has ended ({})", handle.id, status.state.as_str())));
+        }
+        let request = crate::store::sync::SyncRequest {
+            snapshot: snapshot.clone(),
+            root: path_str(&self.expand(&self.cluster.work))?,
+            dest: path_str(&data.work_dir)?,
+            mode: self.cluster.materialize.unwrap_or_default(),
+            progress: options.progress.clone(),
+            status: options.status.clone(),
+        };
+        crate::store::sync::sync(&crate::store::LocalShell, request).await.map_err(|e| match e {
+            crate::store::StoreError::Failed(e) => e,
+            e => Error::backend(self, e.to_string()),
+        })
+    }
+
     /// A local `sh` in the run's code dir with the job's variables (no TTY to make: it runs on
     /// the user's own terminal).
     async fn shell(

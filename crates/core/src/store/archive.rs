@@ -37,7 +37,8 @@ impl ExtraFile {
     }
 }
 
-fn header(kind: tar::EntryType, mode: u32, size: u64) -> tar::Header {
+/// A tar header with fixed owner and mtime 0.
+pub(super) fn header(kind: tar::EntryType, mode: u32, size: u64) -> tar::Header {
     let mut header = tar::Header::new_gnu();
     header.set_entry_type(kind);
     header.set_mode(mode);

@@ -43,6 +43,7 @@ pub mod plan;
 pub mod reclaim;
 pub mod scripts;
 mod ship;
+pub mod sync;
 #[cfg(test)]
 mod tests;
 

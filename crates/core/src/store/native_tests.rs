@@ -35,11 +35,12 @@ fn request(code: &Path, root: &Path, run: &str, mode: Materialize, cache: Option
 }
 
 /// The run dir holds exactly the snapshot's files (bytes, executable bits, symlink targets)
-/// plus `.theseus/bootstrap.sh`.
+/// plus `.theseus/bootstrap.sh` and the code manifest.
 fn assert_same_tree(code: &Path, run: &Path) {
     let snapshot = Snapshot::collect(code, SnapshotMode::Dirty).unwrap();
     let mut expected: Vec<String> = snapshot.files.iter().map(|f| f.path.clone()).collect();
     expected.push(".theseus/bootstrap.sh".into());
+    expected.push(crate::store::sync::MANIFEST.into());
     expected.sort();
     let mut found = walk(run, "");
     found.sort();

@@ -142,6 +142,16 @@ impl StorePlan {
         self.files.iter().filter(|(_, e)| matches!(e, PlanEntry::Object(k) if !missing.contains(k))).count()
     }
 
+    /// The plan of only the files at `paths` (and their objects).
+    pub fn subset(&self, paths: &BTreeSet<&str>) -> StorePlan {
+        let files: Vec<(String, PlanEntry)> =
+            self.files.iter().filter(|(p, _)| paths.contains(p.as_str())).cloned().collect();
+        let keys: BTreeSet<ObjectKey> =
+            files.iter().filter_map(|(_, e)| if let PlanEntry::Object(k) = e { Some(*k) } else { None }).collect();
+        let objects = self.objects.iter().filter(|(k, _)| keys.contains(k)).map(|(k, v)| (*k, *v)).collect();
+        StorePlan { files, objects }
+    }
+
     /// Number of regular files.
     pub fn regular_files(&self) -> usize {
         self.files.iter().filter(|(_, e)| matches!(e, PlanEntry::Object(_))).count()

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use super::archive::{self, ExtraFile};
-use super::plan::StorePlan;
+use super::plan::{ObjectKey, StorePlan};
 use super::{
     EXIT_CORRUPT, EXIT_EXISTS, EXIT_NO_TOOL, EXIT_OBJECT_GONE, Materialize, OBJECTS_DIR, ScriptCall, Shell, ShellError,
     StdinFn, scripts,
@@ -74,6 +74,9 @@ pub async fn ship(shell: &dyn Shell, request: ShipRequest) -> Result<ShipReport,
         .await
         .map_err(|e| Error::backend("store", format!("hashing task failed: {e}")))??;
     let plan = Arc::new(StorePlan::new(&request.snapshot, &digests));
+    // The run dir says what code it holds, for a later `theseus sync`.
+    let mut request = request;
+    request.extra.push(super::sync::Manifest::of(&plan).file());
     // A concurrent `gc` may take an object between the question and the links: once more.
     let mut attempt = 0;
     loop {
@@ -114,60 +117,12 @@ async fn ship_once(
         e => StoreError::Failed(Error::backend("store", format!("{what} on {machine} failed: {e}"))),
     };
 
-    let query = plan.query().into_bytes();
-    let answer = shell
-        .run(ScriptCall {
-            script: scripts::MISSING,
-            args: vec![objects.to_owned()],
-            stdin: Some(Arc::new(move |w| w.write_all(&query))),
-            progress: None,
-            label: "the object store query",
-        })
-        .await
-        .map_err(|e| failed("asking which objects are missing", e))?;
-    let answer = String::from_utf8_lossy(&answer);
-    let missing = plan.missing(&answer).map_err(|e| {
-        StoreError::Failed(Error::backend("store", format!("the object store on {machine} answered nonsense: {e}")))
-    })?;
+    let missing =
+        send_missing(shell, &request.snapshot, plan, objects, root, request.progress.clone(), request.status.clone())
+            .await?;
     let bytes = plan.bytes_of(&missing);
     let files = plan.regular_files();
     let present = plan.files_present(&missing);
-    if let Some(status) = &request.status {
-        status(&format!("{present} of {files} files already there; sending {}", mib(bytes)));
-    }
-
-    if !missing.is_empty() {
-        let incoming = format!("{root}/.theseus/incoming/{}", upload_id());
-        let (snapshot, plan2, keys) = (request.snapshot.clone(), Arc::clone(plan), missing.clone());
-        let stdin: StdinFn =
-            Arc::new(move |w| archive::write_objects(&snapshot, &plan2, &keys, w).map_err(std::io::Error::other));
-        let progress =
-            request.progress.clone().map(|p| -> ProgressFn { Arc::new(move |sent, _| p(sent, Some(bytes))) });
-        let out = shell
-            .run(ScriptCall {
-                script: scripts::UPLOAD,
-                args: vec![objects.to_owned(), incoming, missing.len().to_string()],
-                stdin: Some(stdin),
-                progress,
-                label: "the upload of missing objects",
-            })
-            .await
-            .map_err(|e| match e {
-                ShellError::Exit { code: EXIT_CORRUPT, stderr } => StoreError::Failed(Error::backend(
-                    "store",
-                    format!("an object arrived corrupt on {machine}: {}", stderr.trim()),
-                )),
-                e => failed("uploading objects", e),
-            })?;
-        let stored = String::from_utf8_lossy(&out);
-        if stored.trim() != format!("stored {}", missing.len()) {
-            return Err(StoreError::Failed(Error::backend(
-                "store",
-                format!("the upload to {machine} ended without storing every object: `{}`", stored.trim()),
-            )));
-        }
-    }
-
     let token = format!("{}-{}", upload_id(), std::process::id());
     // Read once: the archive must be the same bytes each time the transport writes it (the
     // exec shell writes it twice and refuses a second pass that differs).
@@ -189,8 +144,82 @@ async fn ship_once(
     Ok(ShipReport { files, files_present: present, objects_sent: missing.len(), bytes_sent: bytes })
 }
 
+/// Steps 1 and 2 of the protocol for `plan`: asks the store at `objects` which objects it
+/// lacks and uploads them (reading them from `snapshot`); returns the keys sent. Reports
+/// "N of M files already there; sending X MiB" through `status`.
+pub(super) async fn send_missing(
+    shell: &dyn Shell,
+    snapshot: &Snapshot,
+    plan: &Arc<StorePlan>,
+    objects: &str,
+    root: &str,
+    progress: Option<ProgressFn>,
+    status: Option<StatusFn>,
+) -> Result<Vec<ObjectKey>, StoreError> {
+    let machine = shell.describe();
+    let failed = |what: &str, e: ShellError| match e {
+        ShellError::Exit { code: EXIT_NO_TOOL, stderr } => StoreError::NoTool {
+            tool: stderr.trim().trim_start_matches("theseus-store: ").to_owned(),
+            machine: machine.clone(),
+        },
+        e => StoreError::Failed(Error::backend("store", format!("{what} on {machine} failed: {e}"))),
+    };
+    let query = plan.query().into_bytes();
+    let answer = shell
+        .run(ScriptCall {
+            script: scripts::MISSING,
+            args: vec![objects.to_owned()],
+            stdin: Some(Arc::new(move |w| w.write_all(&query))),
+            progress: None,
+            label: "the object store query",
+        })
+        .await
+        .map_err(|e| failed("asking which objects are missing", e))?;
+    let answer = String::from_utf8_lossy(&answer);
+    let missing = plan.missing(&answer).map_err(|e| {
+        StoreError::Failed(Error::backend("store", format!("the object store on {machine} answered nonsense: {e}")))
+    })?;
+    let bytes = plan.bytes_of(&missing);
+    if let Some(status) = &status {
+        let (files, present) = (plan.regular_files(), plan.files_present(&missing));
+        status(&format!("{present} of {files} files already there; sending {}", mib(bytes)));
+    }
+    if missing.is_empty() {
+        return Ok(missing);
+    }
+    let incoming = format!("{root}/.theseus/incoming/{}", upload_id());
+    let (snapshot, plan2, keys) = (snapshot.clone(), Arc::clone(plan), missing.clone());
+    let stdin: StdinFn =
+        Arc::new(move |w| archive::write_objects(&snapshot, &plan2, &keys, w).map_err(std::io::Error::other));
+    let progress = progress.map(|p| -> ProgressFn { Arc::new(move |sent, _| p(sent, Some(bytes))) });
+    let out = shell
+        .run(ScriptCall {
+            script: scripts::UPLOAD,
+            args: vec![objects.to_owned(), incoming, missing.len().to_string()],
+            stdin: Some(stdin),
+            progress,
+            label: "the upload of missing objects",
+        })
+        .await
+        .map_err(|e| match e {
+            ShellError::Exit { code: EXIT_CORRUPT, stderr } => StoreError::Failed(Error::backend(
+                "store",
+                format!("an object arrived corrupt on {machine}: {}", stderr.trim()),
+            )),
+            e => failed("uploading objects", e),
+        })?;
+    let stored = String::from_utf8_lossy(&out);
+    if stored.trim() != format!("stored {}", missing.len()) {
+        return Err(StoreError::Failed(Error::backend(
+            "store",
+            format!("the upload to {machine} ended without storing every object: `{}`", stored.trim()),
+        )));
+    }
+    Ok(missing)
+}
+
 /// `dest` relative to `root`; both absolute, `dest` strictly under `root`.
-fn relative_dest(root: &str, dest: &str) -> Result<String> {
+pub(super) fn relative_dest(root: &str, dest: &str) -> Result<String> {
     crate::paths::check_under(root, dest).map_err(Error::InvalidConfig)?;
     let rel = dest
         .strip_prefix(root.trim_end_matches('/'))
@@ -201,7 +230,7 @@ fn relative_dest(root: &str, dest: &str) -> Result<String> {
 }
 
 /// A random id for an upload's private dir and a run's token.
-fn upload_id() -> String {
+pub(super) fn upload_id() -> String {
     format!("{:016x}", rand::random::<u64>())
 }
 

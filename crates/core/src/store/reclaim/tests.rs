@@ -306,7 +306,12 @@ async fn a_dry_run_lists_with_sizes_and_removes_nothing() {
             shell.describe()
         );
         let run = report.items.iter().find(|i| i.kind == ReclaimKind::RunDir).unwrap();
-        assert_eq!(run.bytes, "echo hi\n".len() as u64, "only the bootstrap is the run dir's own: {report:?}");
+        let manifest = manifest_bytes(&tree.run("old"));
+        assert_eq!(
+            run.bytes,
+            "echo hi\n".len() as u64 + manifest,
+            "only the bootstrap and the code manifest are the run dir's own: {report:?}"
+        );
         assert_eq!(report.total(ReclaimKind::Partial), (1, 5));
         assert_eq!(report.total(ReclaimKind::Object), (1, "print('v2')\n".len() as u64), "the unused object is listed");
         assert!(tree.run("old").join("train.py").exists() && tree.work().join("p/g/n/crashed.partial/a").exists());
@@ -330,7 +335,9 @@ async fn usage_counts_objects_once_and_what_only_run_dirs_hold() {
                 unused_objects: 0,
                 unused_object_bytes: 0,
                 run_dirs: 2,
-                run_dir_bytes: ("written by the job".len() + 2 * "echo hi\n".len()) as u64,
+                run_dir_bytes: ("written by the job".len() + 2 * "echo hi\n".len()) as u64
+                    + manifest_bytes(&tree.run("old"))
+                    + manifest_bytes(&tree.run("live")),
                 leftovers: 1,
                 leftover_bytes: 5,
             },
@@ -366,4 +373,9 @@ fn scripts_are_valid_shell() {
         let out = std::process::Command::new("sh").arg("-n").arg("-c").arg(script).output().unwrap();
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     }
+}
+
+/// Size of a run dir's code manifest (its own file, like the bootstrap).
+fn manifest_bytes(run: &std::path::Path) -> u64 {
+    std::fs::metadata(run.join(crate::store::sync::MANIFEST)).map_or(0, |m| m.len())
 }
