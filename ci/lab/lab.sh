@@ -45,7 +45,9 @@ ensure_remote_python() {
   log "creating $venv with $JAX_REQ (Debian python3, for the test user)"
   rm -rf "$venv"
   /usr/bin/python3 -m venv "$venv" || die "cannot create $venv with /usr/bin/python3 -m venv"
-  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "$JAX_REQ" >&2 \
+  # JAX_REQ is a space-separated list of pinned requirements (ours): split on purpose.
+  # shellcheck disable=SC2086
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check $JAX_REQ >&2 \
     || die "pip install $JAX_REQ into $venv failed"
   chmod -R a+rX "$venv"
   su -s /bin/sh "$LAB_USER" -c "$venv/bin/python -c 'import jax'" \

@@ -74,7 +74,9 @@ fn script(root: &Path, name: &str, arg: &str) -> Command {
         cmd.arg(arg);
     }
     // The scripts put the lab under <target>/lab (or a /var/tmp fallback) and pin the same JAX.
-    cmd.current_dir(root).env("CARGO_TARGET_DIR", target_dir(root)).env("THESEUS_LAB_JAX", crate::python::JAX);
+    cmd.current_dir(root)
+        .env("CARGO_TARGET_DIR", target_dir(root))
+        .env("THESEUS_LAB_JAX", crate::python::requirements());
     cmd
 }
 

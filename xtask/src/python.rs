@@ -1,5 +1,5 @@
-//! The Python environment the tests need: a venv with JAX (CPU) from PyPI, made once under the
-//! target dir and reused while its marker file says it is complete.
+//! The Python environment the tests need: a venv with JAX (CPU) and Jupyter Lab from PyPI, made once under the
+//! target dir and reused while its marker file names the same pins.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -9,16 +9,25 @@ use anyhow::{Context, Result, bail};
 /// JAX version the tests pin (CPU wheels from PyPI).
 pub(crate) const JAX: &str = "jax==0.10.2";
 
+/// Jupyter Lab for the `theseus repl` tests (a real server whose `/api/status` they fetch).
+pub(crate) const JUPYTER: &str = "jupyterlab==4.6.6";
+
+/// What the venvs hold: [`JAX`] and [`JUPYTER`], as pip arguments separated by spaces.
+pub(crate) fn requirements() -> String {
+    format!("{JAX} {JUPYTER}")
+}
+
 /// Creates (if needed) the venv and returns its python.
 pub(crate) fn ensure_venv(root: &Path) -> Result<PathBuf> {
     let venv = crate::target_dir(root).join("xtask-venv");
     let python = venv.join("bin/python");
     let marker = venv.join(".theseus-complete");
-    if marker.exists() && python.exists() {
+    // Rebuilt when the pins change (the marker holds the requirements it was made with).
+    if python.exists() && std::fs::read_to_string(&marker).is_ok_and(|m| m == requirements()) {
         return Ok(python);
     }
     let base = find_python()?;
-    eprintln!("xtask: creating a Python venv with {JAX} in {}", venv.display());
+    eprintln!("xtask: creating a Python venv with {} in {}", requirements(), venv.display());
     if venv.exists() {
         std::fs::remove_dir_all(&venv).with_context(|| format!("cannot remove stale {}", venv.display()))?;
     }
@@ -30,9 +39,9 @@ pub(crate) fn ensure_venv(root: &Path) -> Result<PathBuf> {
             .context("cannot create a venv; install python3-venv (Debian) and retry")?;
         run(Command::new(&base).args(["-m", "venv"]).arg(&venv))?;
     }
-    run(Command::new(&python).args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", JAX]))?;
+    run(Command::new(&python).args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", JAX, JUPYTER]))?;
     run(Command::new(&python).args(["-c", "import jax; print('xtask: jax', jax.__version__)"]))?;
-    std::fs::write(&marker, JAX)?;
+    std::fs::write(&marker, requirements())?;
     Ok(python)
 }
 

@@ -470,7 +470,7 @@ impl Backend for VolcanoBackend {
     ) -> theseus_core::Result<theseus_core::backend::PortStream> {
         let data = self.handle_data(handle)?;
         let cluster = self.cluster().await.map_err(|e| self.err(e))?;
-        let pod = self.running_pod(&cluster, &data, handle, rank).await?;
+        let pod = self.running_pod(cluster, &data, handle, rank).await?;
         let mut forwarder = cluster.pods().portforward(&pod, &[port]).await.map_err(|e| {
             theseus_core::Error::backend(self, format!("cannot forward port {port} of pod `{pod}`: {e}"))
         })?;
@@ -510,7 +510,7 @@ impl Backend for VolcanoBackend {
             ));
         };
         let cluster = self.cluster().await.map_err(|e| self.err(e))?;
-        let pod = self.running_pod(&cluster, &data, handle, 0).await?;
+        let pod = self.running_pod(cluster, &data, handle, 0).await?;
         let request = SyncRequest {
             snapshot: snapshot.clone(),
             root: self.cluster_config.work.clone(),
@@ -547,7 +547,7 @@ impl Backend for VolcanoBackend {
     ) -> theseus_core::Result<theseus_core::session::ShellSession> {
         let data = self.handle_data(handle)?;
         let cluster = self.cluster().await.map_err(|e| self.err(e))?;
-        let pod = self.running_pod(&cluster, &data, handle, request.rank).await?;
+        let pod = self.running_pod(cluster, &data, handle, request.rank).await?;
         let script = theseus_core::bootstrap::enter::script(data.work_dir.as_deref(), request.rank, &request.command);
         crate::exec::attach(&cluster.pods(), &pod, vec!["sh".into(), "-c".into(), script], request.tty)
             .await

@@ -71,6 +71,9 @@ pub(crate) enum Command {
     /// Push the local code into a running job's code dir: only changed files move, deleted
     /// files are deleted; prints what changed. `--watch` keeps syncing on change.
     Sync(SyncArgs),
+    /// Start Jupyter Lab on a solved host (like `submit`), open a tunnel to it and print its
+    /// local URL; Ctrl-C closes the tunnel and asks whether to stop the session.
+    Repl(ReplArgs),
     /// List submitted jobs, newest first.
     List(ListArgs),
     /// Show or check the dispatch config.
@@ -248,6 +251,60 @@ pub(crate) struct ShellArgs {
     /// The command and its arguments (after `--`); none: an interactive shell.
     #[arg(last = true)]
     pub(crate) command: Vec<String>,
+}
+
+/// `theseus repl`.
+#[derive(Debug, Args)]
+pub(crate) struct ReplArgs {
+    /// Experiment file for the session's environment (`env`, `uv_groups`, `request`); its
+    /// entrypoint is replaced by Jupyter Lab.
+    pub(crate) experiment: Option<PathBuf>,
+    /// Session name (default `repl-<chip>-<time>`).
+    #[arg(long, value_parser = name_arg)]
+    pub(crate) name: Option<String>,
+    /// Chip to run on (`cpu` for CPU only).
+    #[arg(long)]
+    pub(crate) chip: Option<String>,
+    /// Number of chips; with `--chip cpu`, the number of processes.
+    #[arg(short = 'n', long = "n-chips", alias = "n_chips", value_name = "N")]
+    pub(crate) n_chips: Option<u32>,
+    /// Only hosts of these clusters (comma separated).
+    #[arg(long, value_delimiter = ',')]
+    pub(crate) cluster: Vec<String>,
+    /// Never hosts of these clusters (comma separated).
+    #[arg(long, value_delimiter = ',')]
+    pub(crate) exclude_cluster: Vec<String>,
+    /// Only this host.
+    #[arg(long)]
+    pub(crate) host: Option<String>,
+    /// Project (default `repl`).
+    #[arg(short = 'p', long, value_parser = name_arg)]
+    pub(crate) project: Option<String>,
+    /// Extra environment variable for the session.
+    #[arg(long = "env", value_name = "KEY=VALUE")]
+    pub(crate) env: Vec<String>,
+    /// Local port of the tunnel (the next free one if taken; 0: any).
+    #[arg(long, default_value_t = 8888)]
+    pub(crate) port: u16,
+    /// How long to wait for Jupyter to print its URL (seconds, or e.g. `3m`).
+    #[arg(long, value_name = "DURATION", value_parser = duration_arg, default_value = "180")]
+    pub(crate) startup_timeout: Duration,
+    /// Print the URL and leave the session running without a tunnel (reattach with
+    /// `theseus forward`).
+    #[arg(long)]
+    pub(crate) detach: bool,
+    /// Keep syncing local edits into the session (as `theseus sync --watch`).
+    #[arg(long)]
+    pub(crate) sync: bool,
+    /// Directory (or git repository) to ship (default: the current directory).
+    #[arg(long, value_name = "DIR")]
+    pub(crate) code: Option<PathBuf>,
+    /// Ship the files of HEAD only.
+    #[arg(long)]
+    pub(crate) clean: bool,
+    /// Do not ask hosts for free capacity; trust the config.
+    #[arg(long)]
+    pub(crate) no_check: bool,
 }
 
 /// `theseus sync`.

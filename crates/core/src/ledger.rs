@@ -22,11 +22,38 @@ use crate::{Error, Result};
 /// File name of the ledger inside the state dir.
 pub const LEDGER_FILE: &str = "ledger.sqlite3";
 
+/// What a run is: a batch job, or an interactive session (`theseus repl`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunKind {
+    /// `theseus submit`.
+    #[default]
+    Job,
+    /// `theseus repl`: Jupyter Lab.
+    Repl,
+}
+
+impl RunKind {
+    /// Lowercase name, as stored and shown.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunKind::Job => "job",
+            RunKind::Repl => "repl",
+        }
+    }
+
+    fn parse(s: &str) -> RunKind {
+        if s == "repl" { RunKind::Repl } else { RunKind::Job }
+    }
+}
+
 /// One submission.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Record {
     /// Who the job is.
     pub identity: JobIdentity,
+    /// A job or an interactive session.
+    pub kind: RunKind,
     /// Host name.
     pub host: String,
     /// How to find the job again.
@@ -156,6 +183,17 @@ impl Ledger {
         .map_err(|e| {
             damaged(&path, e).unwrap_or_else(|e| ledger_err(format!("cannot create tables in `{}`", path.display()))(e))
         })?;
+        // Ledgers from before `kind` gain it (two clients may race to: the loser's duplicate
+        // column is fine).
+        let has_kind = conn.prepare("SELECT kind FROM runs LIMIT 0").is_ok();
+        if !has_kind
+            && let Err(e) = conn.execute_batch("ALTER TABLE runs ADD COLUMN kind TEXT NOT NULL DEFAULT 'job'")
+            && !e.to_string().contains("duplicate column")
+        {
+            return Err(
+                damaged(&path, e).unwrap_or_else(|e| ledger_err(format!("cannot upgrade `{}`", path.display()))(e))
+            );
+        }
         // A damaged file can open and still fail at its first read.
         conn.query_row("SELECT count(*) FROM runs", [], |r| r.get::<_, i64>(0)).map_err(|e| {
             damaged(&path, e).unwrap_or_else(|e| ledger_err(format!("cannot read `{}`", path.display()))(e))
@@ -233,8 +271,8 @@ impl Ledger {
         let handle = serde_json::to_string(&record.handle).expect("handles serialize");
         self.conn
             .execute(
-                "INSERT INTO runs (run_id, name, project, grp, host, handle, submitted_at, updated_at, state, exit_code, message)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+                "INSERT INTO runs (run_id, name, project, grp, host, handle, submitted_at, updated_at, state, exit_code, message, kind)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
                 params![
                     record.identity.run_id,
                     record.identity.name,
@@ -247,6 +285,7 @@ impl Ledger {
                     record.state.as_str(),
                     record.exit_code,
                     record.message,
+                    record.kind.as_str(),
                 ],
             )
             .map_err(ledger_err(format!("cannot record run `{}`", record.identity.run_id)))?;
@@ -301,14 +340,14 @@ impl Ledger {
     }
 }
 
-const SELECT: &str =
-    "SELECT run_id, name, project, grp, host, handle, submitted_at, updated_at, state, exit_code, message FROM runs";
+const SELECT: &str = "SELECT run_id, name, project, grp, host, handle, submitted_at, updated_at, state, exit_code, message, kind FROM runs";
 
 fn row_to_record(row: &rusqlite::Row<'_>) -> rusqlite::Result<Record> {
     let handle: String = row.get(5)?;
     let state: String = row.get(8)?;
     Ok(Record {
         identity: JobIdentity { run_id: row.get(0)?, name: row.get(1)?, project: row.get(2)?, group: row.get(3)? },
+        kind: RunKind::parse(&row.get::<_, String>(11)?),
         host: row.get(4)?,
         handle: serde_json::from_str(&handle)
             .map_err(|e| rusqlite::Error::FromSqlConversionFailure(5, rusqlite::types::Type::Text, Box::new(e)))?,
@@ -358,6 +397,7 @@ mod tests {
                 group: "default".into(),
                 run_id: run_id.into(),
             },
+            kind: RunKind::Job,
             host: "local".into(),
             handle: JobHandle {
                 kind: HostKind::Local,

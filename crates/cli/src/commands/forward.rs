@@ -5,7 +5,10 @@
 
 use std::process::ExitCode;
 
+use std::sync::Arc;
+
 use anyhow::{Context as _, Result, anyhow, bail};
+use theseus_core::backend::{DynBackend, JobHandle};
 use theseus_core::interrupt;
 use tokio::net::TcpListener;
 
@@ -14,7 +17,7 @@ use crate::context::Context;
 use crate::signals::Interrupted;
 
 /// `[LOCAL:]REMOTE` as (local port, remote port, whether the local port was asked for).
-fn parse_ports(spec: &str) -> Result<(u16, u16, bool)> {
+pub(crate) fn parse_ports(spec: &str) -> Result<(u16, u16, bool)> {
     let port = |p: &str, what: &str| -> Result<u16> {
         p.trim().parse::<u16>().map_err(|_| anyhow!("{what} port `{p}` in `{spec}` is not a port number (0-65535)"))
     };
@@ -44,42 +47,68 @@ pub(crate) async fn run(ctx: &Context, args: ForwardArgs) -> Result<ExitCode> {
     // One connection first, so that a job that does not listen (or a backend without tunnels)
     // fails here, with its reason, and not at the first local connection.
     drop(backend.connect_port(&record.handle, args.rank, remote).await?);
-    let listener = match TcpListener::bind(("127.0.0.1", local)).await {
-        Ok(listener) => listener,
-        Err(e) if !explicit && e.kind() == std::io::ErrorKind::AddrInUse => {
-            let listener = TcpListener::bind(("127.0.0.1", 0)).await.context("cannot listen on 127.0.0.1")?;
-            let port = listener.local_addr()?.port();
-            ctx.info(format!("theseus: local port {local} is taken; using {port}"));
-            listener
-        }
-        Err(e) => return Err(e).with_context(|| format!("cannot listen on 127.0.0.1:{local}")),
-    };
+    let listener = listen(ctx, local, explicit).await?;
     let addr = listener.local_addr()?;
     println!("{addr}");
     ctx.info(format!(
         "theseus: forwarding {addr} to port {remote} of rank {} of run {run_id} on {}; Ctrl-C stops",
         args.rank, record.host
     ));
-    loop {
-        tokio::select! {
-            signal = interrupt::wait() => {
-                return Err(Interrupted { signal, what: format!("the forward of {addr} is closed; the job keeps running") }.into());
-            }
-            accepted = listener.accept() => {
-                let (mut socket, _) = accepted.context("cannot accept a local connection")?;
-                let (backend, handle, rank) = (backend.clone(), record.handle.clone(), args.rank);
-                let quiet = ctx.quiet;
-                tokio::spawn(async move {
-                    match backend.connect_port(&handle, rank, remote).await {
-                        Ok(mut stream) => {
-                            let _ = tokio::io::copy_bidirectional(&mut socket, &mut stream).await;
-                        }
-                        Err(e) if !quiet => eprintln!("theseus: a connection was refused: {e}"),
-                        Err(_) => {}
-                    }
-                });
-            }
+    tokio::select! {
+        signal = interrupt::wait() => {
+            Err(Interrupted { signal, what: format!("the forward of {addr} is closed; the job keeps running") }.into())
         }
+        never = serve(ctx, listener, backend, record.handle.clone(), args.rank, remote) => match never {},
+    }
+}
+
+/// Listens on `127.0.0.1:local`; when that port is taken and was not asked for explicitly,
+/// on a free one instead, said on stderr.
+pub(crate) async fn listen(ctx: &Context, local: u16, explicit: bool) -> Result<TcpListener> {
+    match TcpListener::bind(("127.0.0.1", local)).await {
+        Ok(listener) => Ok(listener),
+        Err(e) if !explicit && e.kind() == std::io::ErrorKind::AddrInUse => {
+            let listener = TcpListener::bind(("127.0.0.1", 0)).await.context("cannot listen on 127.0.0.1")?;
+            let port = listener.local_addr()?.port();
+            ctx.info(format!("theseus: local port {local} is taken; using {port}"));
+            Ok(listener)
+        }
+        Err(e) => Err(e).with_context(|| format!("cannot listen on 127.0.0.1:{local}")),
+    }
+}
+
+/// Accepts local connections forever, each joined to a new backend connection to `remote` of
+/// rank `rank` of the job.
+pub(crate) async fn serve(
+    ctx: &Context,
+    listener: TcpListener,
+    backend: Arc<DynBackend>,
+    handle: JobHandle,
+    rank: u32,
+    remote: u16,
+) -> std::convert::Infallible {
+    let quiet = ctx.quiet;
+    loop {
+        let mut socket = match listener.accept().await {
+            Ok((socket, _)) => socket,
+            Err(e) => {
+                if !quiet {
+                    eprintln!("theseus: cannot accept a local connection: {e}");
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let (backend, handle) = (backend.clone(), handle.clone());
+        tokio::spawn(async move {
+            match backend.connect_port(&handle, rank, remote).await {
+                Ok(mut stream) => {
+                    let _ = tokio::io::copy_bidirectional(&mut socket, &mut stream).await;
+                }
+                Err(e) if !quiet => eprintln!("theseus: a connection was refused: {e}"),
+                Err(_) => {}
+            }
+        });
     }
 }
 

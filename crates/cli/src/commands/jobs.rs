@@ -312,13 +312,14 @@ pub(crate) async fn list(ctx: &Context, args: ListArgs) -> Result<ExitCode> {
         super::print_json(&records)?;
         return Ok(ExitCode::SUCCESS);
     }
-    println!("{:<24} {:<20} {:<12} {:<10} {:<10} SUBMITTED", "RUN ID", "NAME", "HOST", "STATE", "EXIT");
+    println!("{:<24} {:<20} {:<5} {:<12} {:<10} {:<10} SUBMITTED", "RUN ID", "NAME", "KIND", "HOST", "STATE", "EXIT");
     for r in &records {
         let exit = r.exit_code.map(|c| c.to_string()).unwrap_or_else(|| "-".into());
         println!(
-            "{:<24} {:<20} {:<12} {:<10} {:<10} {}",
+            "{:<24} {:<20} {:<5} {:<12} {:<10} {:<10} {}",
             r.identity.run_id,
             r.identity.name,
+            r.kind.as_str(),
             r.host,
             r.state.as_str(),
             exit,

@@ -9,6 +9,7 @@ mod gc;
 mod jobs;
 mod plan;
 mod prepare;
+mod repl;
 mod shell;
 mod start;
 mod submit;
@@ -38,11 +39,16 @@ pub(crate) async fn run(cli: Cli) -> Result<ExitCode> {
         Command::Forward(args) => forward::run(&ctx, args).await,
         Command::Shell(args) => shell::run(&ctx, args).await,
         Command::Sync(args) => sync::run(&ctx, args).await,
+        Command::Repl(args) => repl::run(&ctx, args).await,
         // The others create nothing that a signal would have to take back.
         command => {
             signals::or_interrupted(async {
                 match command {
-                    Command::Submit(_) | Command::Forward(_) | Command::Shell(_) | Command::Sync(_) => {
+                    Command::Submit(_)
+                    | Command::Forward(_)
+                    | Command::Shell(_)
+                    | Command::Sync(_)
+                    | Command::Repl(_) => {
                         unreachable!("handled above")
                     }
                     Command::Plan(args) => plan::run(&ctx, args).await,

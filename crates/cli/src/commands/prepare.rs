@@ -29,6 +29,16 @@ pub(crate) struct Solved {
 
 /// Loads everything and solves. On failure, prints what was considered to stderr.
 pub(crate) async fn solve(ctx: &Context, args: &JobArgs, probe: bool) -> Result<Solved> {
+    solve_with(ctx, args, None, probe).await
+}
+
+/// [`solve`] with the experiment given (`theseus repl`), else loaded from `args.experiment`.
+pub(crate) async fn solve_with(
+    ctx: &Context,
+    args: &JobArgs,
+    experiment: Option<Experiment>,
+    probe: bool,
+) -> Result<Solved> {
     let mut loaded = ctx.config()?;
     apply_resource_flags(&mut loaded, args)?;
     if args.oversubscribe {
@@ -39,7 +49,10 @@ pub(crate) async fn solve(ctx: &Context, args: &JobArgs, probe: bool) -> Result<
         }
     }
     theseus_core::job::validate_name("job name", &args.name)?;
-    let mut experiment = Experiment::load(&args.experiment)?;
+    let mut experiment = match experiment {
+        Some(experiment) => experiment,
+        None => Experiment::load(&args.experiment)?,
+    };
     experiment.apply_overrides(&args.overrides)?;
     let request = request(args, &experiment)?;
 

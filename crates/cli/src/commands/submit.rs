@@ -12,7 +12,7 @@ use theseus_core::backend::{DryRunDocument, DynBackend, JobHandle, JobState, Pre
 use theseus_core::bootstrap::{self, BootstrapInput};
 use theseus_core::interrupt;
 use theseus_core::job::JobIdentity;
-use theseus_core::ledger::{Ledger, Record, now_rfc3339, placeholder_handle};
+use theseus_core::ledger::{Ledger, Record, RunKind, now_rfc3339, placeholder_handle};
 use theseus_core::snapshot::{Snapshot, SnapshotMode};
 use theseus_core::solver::render;
 use theseus_core::store::ShipReport;
@@ -60,7 +60,7 @@ pub(crate) async fn run(ctx: &Context, args: SubmitArgs) -> Result<ExitCode> {
         })),
     };
     let ledger = ctx.ledger()?;
-    let handle = submit_recorded(&ledger, &solved.backend, &job, &options).await?;
+    let handle = submit_recorded(&ledger, &solved.backend, &job, &options, RunKind::Job).await?;
     if args.replace {
         mark_replaced(ctx, &ledger, &solved.backend, &identity, &plan.host).await?;
     }
@@ -102,7 +102,28 @@ fn describe_ship(report: &ShipReport) -> String {
 /// Solves, snapshots the code and renders the bootstrap: the job as the backend gets it.
 async fn prepare(ctx: &Context, args: &SubmitArgs) -> Result<(Solved, PreparedJob, RunLayout)> {
     // A dry run asks no host for capacity: it must work without any cluster or credentials.
-    let solved = super::prepare::solve(ctx, &args.job, !args.dry_run).await?;
+    let code = Code { dir: args.code.clone(), clean: args.clean };
+    prepare_job(ctx, &args.job, &code, None, !args.dry_run).await
+}
+
+/// Which local code a job ships.
+pub(crate) struct Code {
+    /// The dir (default: the current one).
+    pub(crate) dir: Option<std::path::PathBuf>,
+    /// HEAD's files only.
+    pub(crate) clean: bool,
+}
+
+/// [`prepare`] for any job: `experiment` given (`theseus repl`) or loaded from `job`.
+pub(crate) async fn prepare_job(
+    ctx: &Context,
+    job_args: &crate::args::JobArgs,
+    code: &Code,
+    experiment: Option<theseus_core::job::Experiment>,
+    probe: bool,
+) -> Result<(Solved, PreparedJob, RunLayout)> {
+    let args = SubmitLike { job: job_args, code: code.dir.clone(), clean: code.clean };
+    let solved = super::prepare::solve_with(ctx, args.job, experiment, probe).await?;
     let plan = &solved.plan;
     if !ctx.quiet {
         eprint!("{}", render::render_table(&plan.considered));
@@ -115,7 +136,7 @@ async fn prepare(ctx: &Context, args: &SubmitArgs) -> Result<(Solved, PreparedJo
         ctx.info(format!("theseus: host {host} did not answer ({reason}); chose {} without it", plan.host));
     }
 
-    let env = super::prepare::environment(&solved, &args.job)?;
+    let env = super::prepare::environment(&solved, args.job)?;
     let identity = JobIdentity::new(&args.job.name, args.job.project.as_deref(), args.job.group.as_deref());
     let code_dir = match &args.code {
         Some(d) => d.clone(),
@@ -150,15 +171,23 @@ async fn prepare(ctx: &Context, args: &SubmitArgs) -> Result<(Solved, PreparedJo
     Ok((solved, job, layout))
 }
 
+/// What [`prepare_job`] reads of a submit's arguments.
+struct SubmitLike<'a> {
+    job: &'a crate::args::JobArgs,
+    code: Option<std::path::PathBuf>,
+    clean: bool,
+}
+
 /// Records the run as `submitting` (with the backend's planned handle, else a placeholder),
 /// calls the backend's `submit` and settles the record with what it returned. A signal during
 /// `submit` leaves nothing: the backend takes back its partial work, and a job it started anyway
 /// is cancelled.
-async fn submit_recorded(
+pub(crate) async fn submit_recorded(
     ledger: &Ledger,
     backend: &Arc<DynBackend>,
     job: &PreparedJob,
     options: &SubmitOptions,
+    kind: RunKind,
 ) -> Result<JobHandle> {
     let identity = &job.identity;
     let host = job.plan.host.clone();
@@ -167,6 +196,7 @@ async fn submit_recorded(
     let now = now_rfc3339();
     let guard = ledger.begin_submit(&Record {
         identity: identity.clone(),
+        kind,
         host: host.clone(),
         handle: planned.clone(),
         submitted_at: now.clone(),

@@ -41,7 +41,12 @@ pub(crate) async fn run(ctx: &Context, args: SyncArgs) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     ctx.info(format!("theseus: watching {} for changes; Ctrl-C stops", code_dir.display()));
-    watch(ctx, &backend, &record.handle, &code_dir, mode).await
+    tokio::select! {
+        signal = theseus_core::interrupt::wait() => {
+            Err(Interrupted { signal, what: "stopped watching; the job keeps running".into() }.into())
+        }
+        () = watch_changes(ctx, &backend, &record.handle, &code_dir, mode) => unreachable!("the watch never ends"),
+    }
 }
 
 /// Syncs `code_dir` into the run once.
@@ -110,23 +115,19 @@ fn fingerprint(dir: &Path) -> Vec<(PathBuf, u64, i64, u64)> {
     out
 }
 
-/// Syncs again after each burst of changes (quiet for a second), until a signal.
-async fn watch(
+/// Syncs again after each burst of changes (quiet for a second), for ever; failures are said
+/// and the watch goes on.
+pub(crate) async fn watch_changes(
     ctx: &Context,
     backend: &Arc<DynBackend>,
     handle: &JobHandle,
     code_dir: &Path,
     mode: SnapshotMode,
-) -> Result<ExitCode> {
+) {
     let tick = Duration::from_secs(1);
     let mut seen = fingerprint(code_dir);
     loop {
-        tokio::select! {
-            signal = theseus_core::interrupt::wait() => {
-                return Err(Interrupted { signal, what: "stopped watching; the job keeps running".into() }.into());
-            }
-            () = tokio::time::sleep(tick) => {}
-        }
+        tokio::time::sleep(tick).await;
         let now = fingerprint(code_dir);
         if now == seen {
             continue;
@@ -144,7 +145,11 @@ async fn watch(
         seen = settled;
         match once(ctx, backend, handle, code_dir, mode).await {
             Ok(report) if report.diff.is_empty() => {}
-            Ok(report) => print(ctx, &report)?,
+            Ok(report) => {
+                if let Err(e) = print(ctx, &report) {
+                    ctx.info(format!("theseus: {e:#}"));
+                }
+            }
             Err(e) => ctx.info(format!("theseus: sync failed: {e:#}")),
         }
     }

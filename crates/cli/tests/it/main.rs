@@ -8,6 +8,7 @@ mod inputs;
 mod jax;
 mod lifecycle;
 mod probe;
+mod repl;
 mod shell;
 mod ship;
 mod slurm;

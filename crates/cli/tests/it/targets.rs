@@ -115,6 +115,24 @@ impl Target {
         out
     }
 
+    /// The Python with JAX and Jupyter Lab that this target's jobs can run: the test venv for
+    /// the local host and the simulator's pods (processes of this machine), the lab's venv
+    /// (readable by the lab's user) for the SSH labs. Panics when it is not set up.
+    pub(crate) fn python(&self) -> String {
+        let var = match self.kind {
+            Kind::Local | Kind::Volcano => "THESEUSTEST_PYTHON",
+            Kind::Plain | Kind::Slurm => "THESEUSTEST_REMOTE_PYTHON",
+        };
+        std::env::var(var).ok().filter(|v| !v.is_empty()).unwrap_or_else(|| {
+            panic!("{var} is not set: `cargo xtask test` (or `cargo xtask setup-python` and `lab up`) sets it")
+        })
+    }
+
+    /// The host this target's jobs go to (`--host`), if it names one.
+    pub(crate) fn host(&self) -> Option<&'static str> {
+        self.host
+    }
+
     /// The simulator, on [`Kind::Volcano`].
     pub(crate) fn sim(&self) -> Option<&theseus_kube_sim::Sim> {
         self.world.as_ref().map(|w| &w.sim)

@@ -1,0 +1,272 @@
+//! `theseus repl [EXPERIMENT] [--chip C] [-n N] [--host H] [--port 8888] [--detach] [--sync]`:
+//! a Jupyter Lab session, submitted like a job (solve, ship, the same bootstrap with the
+//! experiment's env and uv groups) with Jupyter as its entrypoint and recorded in the ledger as
+//! kind `repl`. It waits for Jupyter's URL in the log, failing at once with the log's last
+//! lines when the session ends first (or after `--startup-timeout`, cancelling it), then
+//! listens on `127.0.0.1:PORT` and forwards each connection to Jupyter through the backend's
+//! tunnel (`Backend::connect_port`; the local host needs none), printing the local URL on
+//! stdout. Ctrl-C closes the tunnel and asks (on a terminal) whether to stop the session.
+
+use std::io::IsTerminal as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result, anyhow};
+use futures::StreamExt as _;
+use theseus_core::backend::{DynBackend, JobHandle, JobState, LogOptions, SubmitOptions};
+use theseus_core::config::HostKind;
+use theseus_core::job::{Distributed, Entrypoint, Experiment};
+use theseus_core::ledger::{Ledger, RunKind};
+use theseus_core::session::{JupyterUrl, jupyter_entrypoint, jupyter_url};
+use theseus_core::snapshot::SnapshotMode;
+
+use crate::args::{JobArgs, ReplArgs};
+use crate::context::Context;
+use crate::signals::{self, Interrupted};
+
+/// Log lines shown when a session fails to start.
+const TAIL: usize = 20;
+
+pub(crate) async fn run(ctx: &Context, args: ReplArgs) -> Result<ExitCode> {
+    let job_args = job_args(&args);
+    let mut experiment = match &args.experiment {
+        Some(path) => Experiment::load(path)?,
+        None => Experiment::default(),
+    };
+    experiment.entrypoint = Entrypoint::Words(jupyter_entrypoint());
+    experiment.distributed = Distributed::None;
+    let code = super::submit::Code { dir: args.code.clone(), clean: args.clean };
+    let (solved, job, _layout) =
+        signals::or_interrupted(super::submit::prepare_job(ctx, &job_args, &code, Some(experiment), true)).await?;
+    let backend = solved.backend.clone();
+    let name = job.identity.name.clone();
+    let quiet = ctx.quiet;
+    let options = SubmitOptions {
+        replace: false,
+        progress: Some(crate::progress::bytes("theseus: shipped", quiet)),
+        status: Some(Arc::new(move |note: &str| {
+            if !quiet {
+                eprintln!("theseus: {note}");
+            }
+        })),
+        shipped: None,
+    };
+    let ledger = ctx.ledger()?;
+    let handle = super::submit::submit_recorded(&ledger, &backend, &job, &options, RunKind::Repl).await?;
+    ctx.info(format!(
+        "theseus: started session {name} (run {}) on {}; waiting for Jupyter Lab (up to {}s)",
+        job.identity.run_id,
+        solved.plan.host,
+        args.startup_timeout.as_secs()
+    ));
+    let url = tokio::select! {
+        url = wait_for_url(&backend, &handle, args.startup_timeout) => url,
+        signal = theseus_core::interrupt::wait() => {
+            let what = stop(&ledger, &backend, &handle, &job.identity.run_id, "interrupted while starting").await;
+            return Err(Interrupted { signal, what }.into());
+        }
+    };
+    let url = match url {
+        Ok(url) => url,
+        Err(e) => {
+            let what = stop(&ledger, &backend, &handle, &job.identity.run_id, "Jupyter did not start").await;
+            return Err(anyhow!("{e:#}\n{what}"));
+        }
+    };
+    if backend.kind() == HostKind::Local || args.detach {
+        let shown = if backend.kind() == HostKind::Local { url.local(url.port) } else { url.local(args.port) };
+        println!("{shown}");
+        if backend.kind() != HostKind::Local {
+            ctx.info(format!(
+                "theseus: session {name} runs on; open the URL after `theseus forward {name} {}:{}`; stop it with \
+                 `theseus cancel {name}`",
+                args.port, url.port
+            ));
+            return Ok(ExitCode::SUCCESS);
+        }
+        ctx.info(format!("theseus: session {name} runs on this machine; stop it with `theseus cancel {name}`"));
+        if args.detach {
+            return Ok(ExitCode::SUCCESS);
+        }
+        return attend(ctx, &ledger, &backend, &handle, &job.identity.run_id, &name, None, &args).await;
+    }
+    let listener = super::forward::listen(ctx, args.port, args.port == 0).await?;
+    let local = listener.local_addr()?.port();
+    println!("{}", url.local(local));
+    ctx.info(format!("theseus: tunnel 127.0.0.1:{local} -> port {} of session {name}; Ctrl-C closes it", url.port));
+    let tunnel = super::forward::serve(ctx, listener, backend.clone(), handle.clone(), 0, url.port);
+    attend(ctx, &ledger, &backend, &handle, &job.identity.run_id, &name, Some(Box::pin(tunnel)), &args).await
+}
+
+/// The submit arguments of a session.
+fn job_args(args: &ReplArgs) -> JobArgs {
+    let chip = args.chip.clone().unwrap_or_else(|| "any".into());
+    // `2026-11-25T05:00:00Z` -> `20261125-050000`.
+    let stamp: String = theseus_core::ledger::now_rfc3339()
+        .chars()
+        .filter_map(|c| match c {
+            'T' => Some('-'),
+            c if c.is_ascii_digit() => Some(c),
+            _ => None,
+        })
+        .collect();
+    JobArgs {
+        name: args.name.clone().unwrap_or_else(|| format!("repl-{chip}-{stamp}")),
+        experiment: args.experiment.clone().unwrap_or_else(|| PathBuf::from("(repl)")),
+        overrides: Vec::new(),
+        chip: args.chip.clone(),
+        n_chips: args.n_chips,
+        cluster: args.cluster.clone(),
+        exclude_cluster: args.exclude_cluster.clone(),
+        host: args.host.clone(),
+        project: Some(args.project.clone().unwrap_or_else(|| "repl".into())),
+        group: Some("interactive".into()),
+        env: args.env.clone(),
+        secret_env: Vec::new(),
+        no_check: args.no_check,
+        probe_timeout: None,
+        oversubscribe: false,
+        volcano_image: None,
+        volcano_namespace: None,
+        cpu: None,
+        mem: None,
+    }
+}
+
+/// Waits until Jupyter prints its URL; fails at once when the session ends first, and after
+/// `timeout`, with the state and the log's last lines.
+async fn wait_for_url(backend: &Arc<DynBackend>, handle: &JobHandle, timeout: Duration) -> Result<JupyterUrl> {
+    let deadline = Instant::now() + timeout;
+    let mut state = JobState::Submitting;
+    let mut message = None;
+    loop {
+        let lines = log_lines(backend, handle).await;
+        if let Some(url) = jupyter_url(lines.iter().map(String::as_str)) {
+            return Ok(url);
+        }
+        if let Ok(Ok(status)) = tokio::time::timeout(Duration::from_secs(15), backend.status(handle)).await {
+            (state, message) = (status.state, status.message);
+        }
+        let ended = state.is_terminal();
+        if ended || Instant::now() >= deadline {
+            // The last lines may have arrived with the end.
+            let lines = log_lines(backend, handle).await;
+            let why = if ended {
+                format!("the session ended ({state}) before Jupyter Lab started")
+            } else {
+                format!("Jupyter Lab printed no URL within {}s (the session is {state})", timeout.as_secs())
+            };
+            let message = message.map(|m| format!(": {m}")).unwrap_or_default();
+            let tail: Vec<&str> = lines.iter().rev().take(TAIL).rev().map(String::as_str).collect();
+            let shown =
+                if tail.is_empty() { "  (the log is empty)".to_owned() } else { format!("  {}", tail.join("\n  ")) };
+            return Err(anyhow!("{why}{message}; the log's last lines:\n{shown}"));
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// The session's log so far (nothing while there is none).
+async fn log_lines(backend: &Arc<DynBackend>, handle: &JobHandle) -> Vec<String> {
+    let read = async {
+        let Ok(mut stream) = backend.logs(handle, &LogOptions { follow: false, rank: None }).await else {
+            return Vec::new();
+        };
+        let mut lines = Vec::new();
+        while let Some(Ok(line)) = stream.next().await {
+            lines.push(line.text);
+        }
+        lines
+    };
+    tokio::time::timeout(Duration::from_secs(15), read).await.unwrap_or_default()
+}
+
+/// Cancels the session and records it; says what happened.
+async fn stop(ledger: &Ledger, backend: &Arc<DynBackend>, handle: &JobHandle, run_id: &str, why: &str) -> String {
+    match tokio::time::timeout(signals::CLEANUP_BOUND, backend.cancel(handle)).await {
+        Ok(Ok(status)) => {
+            let _ = ledger.update_state(run_id, status.state, status.exit_code, Some(why));
+            format!("the session (run {run_id}) was stopped")
+        }
+        Ok(Err(e)) => format!("the session (run {run_id}) could not be stopped: {e}; try `theseus cancel {run_id}`"),
+        Err(_) => format!("stopping the session (run {run_id}) did not finish in time; try `theseus cancel {run_id}`"),
+    }
+}
+
+/// Keeps the tunnel (if any) and `--sync` going until a signal or the session's end.
+#[allow(clippy::too_many_arguments)]
+async fn attend(
+    ctx: &Context,
+    ledger: &Ledger,
+    backend: &Arc<DynBackend>,
+    handle: &JobHandle,
+    run_id: &str,
+    name: &str,
+    tunnel: Option<std::pin::Pin<Box<dyn std::future::Future<Output = std::convert::Infallible> + Send + '_>>>,
+    args: &ReplArgs,
+) -> Result<ExitCode> {
+    let tunnel = async move {
+        match tunnel {
+            Some(tunnel) => match tunnel.await {},
+            None => std::future::pending::<()>().await,
+        }
+    };
+    let code_dir = match &args.code {
+        Some(d) => d.clone(),
+        None => std::env::current_dir().context("cannot read the current directory")?,
+    };
+    let mode = if args.clean { SnapshotMode::Clean } else { SnapshotMode::Dirty };
+    let syncing = async {
+        if args.sync {
+            ctx.info(format!("theseus: syncing edits of {} into the session", code_dir.display()));
+            super::sync::watch_changes(ctx, backend, handle, &code_dir, mode).await;
+        }
+        std::future::pending::<()>().await
+    };
+    let ended = async {
+        loop {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            if let Ok(Ok(status)) = tokio::time::timeout(Duration::from_secs(15), backend.status(handle)).await
+                && status.state.is_terminal()
+            {
+                let _ = ledger.update_state(run_id, status.state, status.exit_code, status.message.as_deref());
+                return status.state;
+            }
+        }
+    };
+    tokio::select! {
+        () = tunnel => unreachable!("the tunnel serves until dropped"),
+        () = syncing => unreachable!("the sync watch runs until dropped"),
+        state = ended => {
+            ctx.info(format!("theseus: session {name} ended ({state}); the tunnel is closed"));
+            Ok(if state == JobState::Completed || state == JobState::Cancelled { ExitCode::SUCCESS } else { ExitCode::from(1) })
+        }
+        signal = theseus_core::interrupt::wait() => {
+            let stop_it = signal == theseus_core::interrupt::InterruptSignal::Int && ask_to_stop(name).await;
+            let what = if stop_it {
+                stop(ledger, backend, handle, run_id, "stopped from `theseus repl`").await
+            } else {
+                format!("the tunnel is closed; session {name} keeps running (`theseus forward {name} PORT` reattaches, `theseus cancel {name}` stops it)")
+            };
+            Err(Interrupted { signal, what }.into())
+        }
+    }
+}
+
+/// On a terminal, asks whether to stop the session (default no).
+async fn ask_to_stop(name: &str) -> bool {
+    if !std::io::stdin().is_terminal() || !std::io::stderr().is_terminal() {
+        return false;
+    }
+    eprint!("\ntheseus: stop session {name}? [y/N] ");
+    let answer = tokio::task::spawn_blocking(|| {
+        let mut line = String::new();
+        std::io::stdin().read_line(&mut line).map(|_| line)
+    });
+    match tokio::time::timeout(Duration::from_secs(60), answer).await {
+        Ok(Ok(Ok(line))) => matches!(line.trim(), "y" | "Y" | "yes" | "Yes"),
+        _ => false,
+    }
+}
