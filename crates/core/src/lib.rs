@@ -25,6 +25,7 @@ pub mod backend;
 pub mod bootstrap;
 pub mod chips;
 pub mod config;
+pub mod dispatch;
 pub mod duration;
 mod error;
 pub mod files;

@@ -3,7 +3,9 @@
 //! backends run it against their real (or simulated) targets.
 //!
 //! Each check submits a small Python job (see [`JOB_PY`]) and asserts what a user relies on:
-//! completion, exit codes, logs, environment and config delivery, cancellation.
+//! completion, exit codes, logs, environment and config delivery, cancellation, and the
+//! optional interactive parts (a port through `connect_port`, a command through `shell`, a
+//! file through `sync`).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -37,6 +39,17 @@ elif mode == "sleep":
     child = subprocess.Popen(["sleep", "600"])
     print("conformance: started", child.pid, flush=True)
     child.wait()
+elif mode == "serve":
+    import socket
+    server = socket.socket()
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    server.bind(("127.0.0.1", int(sys.argv[2])))
+    server.listen(8)
+    print("conformance: serving", flush=True)
+    while True:
+        conn, _ = server.accept()
+        conn.sendall(b"conformance-port\n")
+        conn.close()
 elif mode == "env":
     names = sys.argv[2:]
     out = {"env": {n: os.environ.get(n) for n in names}, "config": json.load(open(os.environ["THESEUS_CONFIG"]))}
@@ -212,6 +225,115 @@ pub async fn check_unknown_job_is_an_error(h: &Harness) {
     assert!(h.backend.status(&bogus).await.is_err(), "status of an unknown job must fail");
 }
 
+/// Waits until the job of `stream` prints a line starting with `marker`.
+async fn wait_for_line(h: &Harness, handle: &JobHandle, marker: &str) {
+    let mut stream = h.backend.logs(handle, &LogOptions { follow: true, rank: None }).await.expect("logs open");
+    let seen = tokio::time::timeout(h.timeout, async {
+        while let Some(line) = stream.next().await {
+            if line.is_ok_and(|l| l.text.starts_with(marker)) {
+                return true;
+            }
+        }
+        false
+    })
+    .await
+    .unwrap_or(false);
+    assert!(seen, "the job never printed `{marker}`");
+}
+
+/// A running job is reachable: a port it listens on through `connect_port` (retried while the
+/// backend's tunnel learns of the listener), a command in its code dir with its variables and
+/// exit code through `shell`, and a file added locally through `sync`, which then is there for
+/// `shell` to read. Backends without these (their default `NotSupported`) fail the check.
+pub async fn check_interactive_parts(h: &Harness) {
+    use tokio::io::AsyncReadExt as _;
+    let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port();
+    let (job, dir) =
+        prepare(h, "conf-interactive", &["serve", &port.to_string()], vec![], serde_json::json!({})).await.unwrap();
+    let handle = h.backend.submit(&job, &SubmitOptions::default()).await.expect("submit");
+    wait_for_line(h, &handle, "conformance: serving").await;
+
+    // The port, through the backend's tunnel.
+    let deadline = tokio::time::Instant::now() + h.timeout;
+    let greeting = loop {
+        let answer = async {
+            let mut stream = h.backend.connect_port(&handle, 0, port).await?;
+            let mut got = Vec::new();
+            let _ = tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut got)).await;
+            Ok::<_, crate::Error>(String::from_utf8_lossy(&got).into_owned())
+        };
+        match answer.await {
+            Ok(text) if text.contains("conformance-port") => break text,
+            other => assert!(tokio::time::Instant::now() < deadline, "port {port} never answered: {other:?}"),
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(greeting, "conformance-port\n");
+
+    // A command, its output and exit code.
+    let command =
+        ["sh", "-c", "echo \"run=$THESEUS_RUN_ID rank=$RANK\"; ls job.py; exit 5"].map(str::to_owned).to_vec();
+    let (out, code) = run_shell(h, &handle, command.clone()).await;
+    assert_eq!(code, 5, "{out}");
+    assert!(out.contains(&format!("run={} rank=0", job.identity.run_id)) && out.contains("job.py"), "{out}");
+
+    // A file added locally arrives; nothing else moves.
+    std::fs::write(dir.path().join("added.txt"), "synced by the conformance suite\n").unwrap();
+    let snapshot = Snapshot::collect(dir.path(), SnapshotMode::Dirty).unwrap();
+    let report = h.backend.sync(&handle, &snapshot, &crate::backend::SyncOptions::default()).await.expect("sync");
+    assert_eq!(
+        (report.diff.added.as_slice(), report.diff.changed.len(), report.diff.deleted.len()),
+        (["added.txt".to_owned()].as_slice(), 0, 0)
+    );
+    let (out, code) = run_shell(h, &handle, ["cat", "added.txt"].map(str::to_owned).to_vec()).await;
+    assert_eq!((out.as_str(), code), ("synced by the conformance suite\n", 0));
+
+    h.backend.cancel(&handle).await.expect("cancel");
+    assert!(
+        h.backend.connect_port(&handle, 0, port).await.is_err() || !port_answers(h, &handle, port).await,
+        "no tunnel to a cancelled job"
+    );
+}
+
+/// Whether `port` of the job still greets.
+async fn port_answers(h: &Harness, handle: &JobHandle, port: u16) -> bool {
+    use tokio::io::AsyncReadExt as _;
+    let Ok(mut stream) = h.backend.connect_port(handle, 0, port).await else { return false };
+    let mut got = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut got)).await;
+    !got.is_empty()
+}
+
+/// Runs `command` through the backend's `shell` without a terminal; its stdout and exit code.
+async fn run_shell(h: &Harness, handle: &JobHandle, command: Vec<String>) -> (String, i32) {
+    use crate::session::{ShellRequest, ShellSession};
+    use tokio::io::AsyncReadExt as _;
+    let request = ShellRequest { rank: 0, command, tty: None };
+    match h.backend.shell(handle, &request).await.expect("shell") {
+        ShellSession::Program(p) => {
+            let mut cmd = tokio::process::Command::new(&p.program);
+            cmd.args(&p.args).envs(p.env.iter().map(|(k, v)| (k, v))).stdin(std::process::Stdio::null());
+            if let Some(dir) = &p.cwd {
+                cmd.current_dir(dir);
+            }
+            let out = tokio::time::timeout(h.timeout, cmd.output()).await.expect("in time").expect("runs");
+            (String::from_utf8_lossy(&out.stdout).into_owned(), out.status.code().unwrap_or(-1))
+        }
+        ShellSession::Attached(mut a) => {
+            drop(a.stdin);
+            let mut out = Vec::new();
+            let (read, code) = tokio::time::timeout(h.timeout, async {
+                let read = a.stdout.read_to_end(&mut out).await;
+                (read, a.exit.await)
+            })
+            .await
+            .expect("in time");
+            read.expect("stdout");
+            (String::from_utf8_lossy(&out).into_owned(), code.expect("an exit code"))
+        }
+    }
+}
+
 /// Runs every check in turn.
 pub async fn run_all(h: &Harness) {
     check_submit_runs_to_completion(h).await;
@@ -220,6 +342,7 @@ pub async fn run_all(h: &Harness) {
     check_env_and_config_reach_the_job(h).await;
     check_cancel_stops_all_processes(h).await;
     check_unknown_job_is_an_error(h).await;
+    check_interactive_parts(h).await;
 }
 
 /// A tiny temp dir (the suite is used from other crates' tests, without dev-dependencies).

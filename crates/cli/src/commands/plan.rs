@@ -10,7 +10,9 @@ use crate::args::{JobArgs, OutputFormat};
 use crate::context::Context;
 
 pub(crate) async fn run(ctx: &Context, args: JobArgs) -> Result<ExitCode> {
-    let solved = super::prepare::solve(ctx, &args, true).await?;
+    let (dispatcher, _) = super::prepare::dispatcher(ctx);
+    let code = super::prepare::Code { dir: None, clean: false };
+    let solved = super::prepare::solve(ctx, &dispatcher, &args, None, &code, true).await?;
     if ctx.output == OutputFormat::Json {
         let unanswered: Vec<_> = solved
             .unanswered

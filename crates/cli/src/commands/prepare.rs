@@ -1,42 +1,126 @@
-//! What `plan` and `submit` share: loading the experiment, building the request, asking hosts
-//! for free capacity and solving; and, for submit, the job's environment.
+//! What `plan`, `submit` and `repl` share: turning their arguments into a
+//! [`JobSpec`] for core's [`Dispatcher`], and showing the dispatcher's [`Event`]s on stderr.
+//! The flow itself (solve, prepare, submit with its ledger record) is core's
+//! ([`theseus_core::dispatch`]).
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 
-use anyhow::{Context as _, Result, anyhow, bail};
-use theseus_core::availability::Availability;
-use theseus_core::backend::{DynBackend, EnvVar};
-use theseus_core::chips::{self, ChipKind};
-use theseus_core::config::{HostConfig, LoadedConfig};
+use anyhow::{Result, anyhow};
+use theseus_core::config::{DispatchConfig, HostConfig, LoadedConfig};
+use theseus_core::dispatch::{BackendFactory, DispatchError, Dispatcher, Event, JobSpec, Solved};
 use theseus_core::job::Experiment;
-use theseus_core::shell;
-use theseus_core::solver::{self, ChipRequest, Plan, Request, render};
+use theseus_core::snapshot::SnapshotMode;
+use theseus_core::solver::render;
+use theseus_core::store::ShipReport;
 
 use crate::args::JobArgs;
 use crate::context::Context;
+use crate::signals::Interrupted;
 
-/// A solved job: config, experiment (overrides applied), request and plan.
-pub(crate) struct Solved {
-    pub(crate) loaded: LoadedConfig,
-    pub(crate) experiment: Experiment,
-    pub(crate) request: Request,
-    pub(crate) plan: Plan,
-    pub(crate) backend: Arc<DynBackend>,
-    /// Hosts that did not answer their availability probe, with the reason, by name.
-    pub(crate) unanswered: Vec<(String, String)>,
+/// Which local code a job ships.
+pub(crate) struct Code {
+    /// The dir (default: the current one).
+    pub(crate) dir: Option<PathBuf>,
+    /// HEAD's files only.
+    pub(crate) clean: bool,
 }
 
-/// Loads everything and solves. On failure, prints what was considered to stderr.
-pub(crate) async fn solve(ctx: &Context, args: &JobArgs, probe: bool) -> Result<Solved> {
-    solve_with(ctx, args, None, probe).await
+/// Makes backends with the CLI's factory ([`crate::backends`]).
+struct Factory {
+    home: PathBuf,
 }
 
-/// [`solve`] with the experiment given (`theseus repl`), else loaded from `args.experiment`.
-pub(crate) async fn solve_with(
+impl BackendFactory for Factory {
+    fn backend(
+        &self,
+        config: &DispatchConfig,
+        name: &str,
+    ) -> theseus_core::Result<Arc<theseus_core::backend::DynBackend>> {
+        crate::backends::for_host(config, name, &self.home)
+            .map_err(|e| theseus_core::Error::InvalidConfig(format!("{e:#}")))
+    }
+}
+
+/// Shows the dispatcher's events on stderr (unless `--quiet`) and keeps the ship report for
+/// JSON output.
+pub(crate) struct Reporter {
+    /// The last ship's report.
+    pub(crate) shipped: Arc<Mutex<Option<ShipReport>>>,
+}
+
+/// A dispatcher that shows its events on stderr.
+pub(crate) fn dispatcher(ctx: &Context) -> (Dispatcher, Reporter) {
+    let quiet = ctx.quiet;
+    let shipped: Arc<Mutex<Option<ShipReport>>> = Arc::default();
+    let progress = crate::progress::bytes("theseus: shipped", quiet);
+    let keep = shipped.clone();
+    let events = Arc::new(move |event: &Event<'_>| {
+        match event {
+            Event::Progress { done, total } => return progress(*done, *total),
+            Event::Shipped(report) => *keep.lock().expect("not poisoned") = Some((*report).clone()),
+            _ => {}
+        }
+        if quiet {
+            return;
+        }
+        match event {
+            Event::Considered(table) => eprint!("{}", render::render_table(table)),
+            Event::Chosen(plan) => {
+                eprintln!("theseus: chose {}", render::describe_plan(plan));
+                for note in &plan.notes {
+                    eprintln!("theseus: note: {note}");
+                }
+            }
+            Event::SkippedUnanswered { host, reason, chosen } => {
+                eprintln!("theseus: host {host} did not answer ({reason}); chose {chosen} without it")
+            }
+            Event::Unsolved { considered, unanswered } => {
+                if !considered.is_empty() {
+                    eprint!("{}", render::render_table(considered));
+                }
+                eprint!("{}", render_unanswered(unanswered));
+            }
+            Event::Step(note) => eprintln!("theseus: {note}"),
+            Event::Shipped(report) => eprintln!("theseus: {}", describe_ship(report)),
+            Event::Progress { .. } => {}
+        }
+    });
+    let factory = Arc::new(Factory { home: ctx.home.clone() });
+    (Dispatcher::new(factory, events), Reporter { shipped })
+}
+
+/// One line about a finished ship: "sent 1 object (15.8 KiB); 9999 of 10000 files were already
+/// there".
+fn describe_ship(report: &ShipReport) -> String {
+    let objects = if report.objects_sent == 1 { "object" } else { "objects" };
+    format!(
+        "sent {} {objects} ({}); {} of {} files were already there",
+        report.objects_sent,
+        crate::progress::human(report.bytes_sent),
+        report.files_present,
+        report.files
+    )
+}
+
+/// The CLI's error for a dispatch error: the solver's (with its hints), the signal's (exit
+/// 130/143), or the core error.
+pub(crate) fn lift(e: DispatchError) -> anyhow::Error {
+    match e {
+        DispatchError::Unsolvable(e) => e.into(),
+        DispatchError::Interrupted { signal, what } => Interrupted { signal, what }.into(),
+        DispatchError::Failed(e) => e.into(),
+    }
+}
+
+/// Loads the config (flags applied) and the experiment (`experiment` given, e.g. by `repl`,
+/// else `args.experiment` with `args.overrides`), and solves.
+pub(crate) async fn solve(
     ctx: &Context,
+    dispatcher: &Dispatcher,
     args: &JobArgs,
     experiment: Option<Experiment>,
+    code: &Code,
     probe: bool,
 ) -> Result<Solved> {
     let mut loaded = ctx.config()?;
@@ -54,70 +138,31 @@ pub(crate) async fn solve_with(
         None => Experiment::load(&args.experiment)?,
     };
     experiment.apply_overrides(&args.overrides)?;
-    let request = request(args, &experiment)?;
-
-    let candidates: Vec<String> = loaded
-        .config
-        .ordered_hosts()
-        .into_iter()
-        .map(|(name, _)| name.to_owned())
-        .filter(|name| args.host.as_ref().is_none_or(|h| h == name))
-        .collect();
-    // The probed backends are kept: the chosen one submits over the connection its probe made.
-    let mut targets = Vec::new();
-    let mut availability: BTreeMap<String, Availability> = if args.no_check || !probe {
-        BTreeMap::new()
-    } else {
-        for name in &candidates {
-            // Each host's own budget: --probe-timeout, else its `probe_timeout`, else 5 s.
-            let budget = theseus_core::probe::budget(args.probe_timeout, &loaded.config.hosts[name]);
-            targets.push((name.clone(), ctx.backend(&loaded, name)?, budget));
-        }
-        theseus_core::probe::gather(&targets, &request).await
+    let spec = JobSpec {
+        name: args.name.clone(),
+        project: args.project.clone(),
+        group: args.group.clone(),
+        experiment,
+        experiment_source: args.experiment.display().to_string(),
+        chip: args.chip.clone(),
+        n_chips: args.n_chips,
+        clusters: args.cluster.clone(),
+        exclude_clusters: args.exclude_cluster.clone(),
+        host: args.host.clone(),
+        env: args.env.clone(),
+        secret_env: args.secret_env.clone(),
+        probe: probe && !args.no_check,
+        probe_timeout: args.probe_timeout,
+        code: code.dir.clone(),
+        snapshot_mode: if code.clean { SnapshotMode::Clean } else { SnapshotMode::Dirty },
+        hash_cache: Some(ctx.hash_cache_dir()),
     };
-    let unanswered = theseus_core::probe::unanswered(&availability);
-    // Counting this machine's CPUs asks no host: the local CPU rule needs it in a dry run and
-    // with --no-check too.
-    for name in &candidates {
-        if matches!(loaded.config.hosts.get(name), Some(HostConfig::Local(_))) && !availability.contains_key(name) {
-            let measured = ctx.backend(&loaded, name)?.availability(&request).await?;
-            availability.insert(name.clone(), measured);
-        }
-    }
-    let plan = match solver::solve(&loaded.config, &request, &availability) {
-        Ok(plan) => plan,
-        Err(e) => {
-            if !e.considered.is_empty() {
-                eprint!("{}", render::render_table(&e.considered));
-            }
-            eprint!("{}", render_unanswered(&unanswered));
-            return Err(e.into());
-        }
-    };
-    let backend = match targets.into_iter().find(|(name, _, _)| *name == plan.host) {
-        Some((_, backend, _)) => backend,
-        None => ctx.backend(&loaded, &plan.host)?,
-    };
-    Ok(Solved { loaded, experiment, request, plan, backend, unanswered })
+    dispatcher.solve(loaded, spec).await.map_err(lift)
 }
 
 /// One line per host that did not answer its probe: `unknown: HOST: REASON`.
 pub(crate) fn render_unanswered(unanswered: &[(String, String)]) -> String {
     unanswered.iter().map(|(host, reason)| format!("unknown: {host}: {reason}\n")).collect()
-}
-
-/// The hosts that did not answer and that the solver would have looked at before the one it
-/// chose: had they answered, the job might have gone there.
-pub(crate) fn unanswered_before_chosen(solved: &Solved) -> Vec<&(String, String)> {
-    let chosen = solved.plan.considered.iter().position(|c| c.host == solved.plan.host);
-    solved
-        .unanswered
-        .iter()
-        .filter(|(host, _)| {
-            let at = solved.plan.considered.iter().position(|c| &c.host == host);
-            matches!((at, chosen), (Some(at), Some(chosen)) if at < chosen)
-        })
-        .collect()
 }
 
 /// `--volcano-image`, `--volcano-namespace`, `--cpu` and `--mem` applied to every host they
@@ -161,102 +206,4 @@ fn apply_resource_flags(loaded: &mut LoadedConfig, args: &JobArgs) -> Result<()>
         }
     }
     Ok(())
-}
-
-/// The hardware request from flags, else the experiment's `request`, else 1 GPU of any kind.
-fn request(args: &JobArgs, experiment: &Experiment) -> Result<Request> {
-    let from_file = experiment.request.clone().unwrap_or_default();
-    let (chip_name, chip_source) = match (&args.chip, &from_file.chip) {
-        (Some(c), _) => (Some(c.clone()), "--chip".to_owned()),
-        (None, Some(c)) => (Some(c.clone()), format!("{}: request.chip", args.experiment.display())),
-        (None, None) => (None, String::new()),
-    };
-    // `--chip cpu` without `-n` is one process: the experiment's count is of its own chip (GPUs),
-    // unless that chip is a CPU too.
-    let file_count = match (&args.chip, &from_file.chip) {
-        (Some(flag), file) if is_cpu(flag) && !file.as_deref().is_some_and(is_cpu) => None,
-        _ => from_file.count,
-    };
-    let count = args.n_chips.or(file_count).unwrap_or(1);
-    let chip = match chip_name {
-        None if count == 0 => ChipRequest::Cpu,
-        None => ChipRequest::AnyGpu,
-        Some(name) => {
-            let chip = chips::parse(&name).map_err(|e| anyhow!("{chip_source}: {e}"))?;
-            match chip.kind {
-                ChipKind::Cpu => ChipRequest::Cpu,
-                ChipKind::Tpu => bail!("{chip_source}: TPU chips are not supported yet (chip \"{}\")", chip.name),
-                ChipKind::Gpu if count == 0 => ChipRequest::Cpu,
-                ChipKind::Gpu => ChipRequest::Chip(chip),
-            }
-        }
-    };
-    let overlap: Vec<_> = args.cluster.iter().filter(|c| args.exclude_cluster.contains(c)).collect();
-    if !overlap.is_empty() {
-        bail!("--cluster and --exclude-cluster both name {overlap:?}");
-    }
-    Ok(Request {
-        chip,
-        count,
-        preferred_clusters: args.cluster.iter().map(|s| s.trim().to_owned()).filter(|s| !s.is_empty()).collect(),
-        forbidden_clusters: args
-            .exclude_cluster
-            .iter()
-            .map(|s| s.trim().to_owned())
-            .filter(|s| !s.is_empty())
-            .collect(),
-        host: args.host.clone(),
-    })
-}
-
-/// Whether a chip name names the CPU (`cpu`, `CPU`).
-fn is_cpu(name: &str) -> bool {
-    chips::parse(name).is_ok_and(|c| c.kind == ChipKind::Cpu)
-}
-
-/// The job's environment, lowest precedence first: cluster (W&B, HF), host `env`, experiment
-/// `env`, then `--env`. Secrets: the cluster's W&B key and HF token, the experiment's
-/// `secret_env`, and `--secret-env` (whose value comes from `--env` or this shell's environment).
-pub(crate) fn environment(solved: &Solved, args: &JobArgs) -> Result<Vec<EnvVar>> {
-    let config = &solved.loaded.config;
-    let host: &HostConfig = &config.hosts[&solved.plan.host];
-    let mut env: Vec<EnvVar> = Vec::new();
-    let mut set = |name: &str, value: String, secret: bool| {
-        if let Some(v) = env.iter_mut().find(|v| v.name == name) {
-            v.value = value;
-            v.secret |= secret;
-        } else {
-            env.push(EnvVar { name: name.to_owned(), value, secret });
-        }
-    };
-    if let Some(cluster) = config.cluster_of(host) {
-        for (name, value, secret) in cluster.derived_env() {
-            set(name, value, secret);
-        }
-    }
-    for (name, value) in host.env() {
-        set(name, value.clone(), false);
-    }
-    for (name, value) in &solved.experiment.env {
-        set(name, value.clone(), solved.experiment.secret_env.contains(name));
-    }
-    for pair in &args.env {
-        let (name, value) = pair.split_once('=').ok_or_else(|| anyhow!("--env {pair:?}: expected KEY=VALUE"))?;
-        if !shell::is_env_name(name) {
-            bail!("--env {pair:?}: `{name}` is not a valid environment variable name");
-        }
-        set(name, value.to_owned(), args.secret_env.iter().any(|s| s == name));
-    }
-    for name in &args.secret_env {
-        if !shell::is_env_name(name) {
-            bail!("--secret-env {name:?}: not a valid environment variable name");
-        }
-        if !args.env.iter().any(|p| p.split_once('=').is_some_and(|(n, _)| n == name)) {
-            let value = std::env::var(name).with_context(|| {
-                format!("--secret-env {name}: no --env {name}=... and `{name}` is not set in this shell")
-            })?;
-            set(name, value, true);
-        }
-    }
-    Ok(env)
 }

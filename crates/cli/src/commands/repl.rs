@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, anyhow};
 use futures::StreamExt as _;
-use theseus_core::backend::{DynBackend, JobHandle, JobState, LogOptions, SubmitOptions};
+use theseus_core::backend::{DynBackend, JobHandle, JobState, LogOptions};
 use theseus_core::config::HostKind;
 use theseus_core::job::{Distributed, Entrypoint, Experiment};
 use theseus_core::ledger::{Ledger, RunKind};
@@ -38,23 +38,13 @@ pub(crate) async fn run(ctx: &Context, args: ReplArgs) -> Result<ExitCode> {
     experiment.entrypoint = Entrypoint::Words(jupyter_entrypoint());
     experiment.distributed = Distributed::None;
     let code = super::submit::Code { dir: args.code.clone(), clean: args.clean };
-    let (solved, job, _layout) =
-        signals::or_interrupted(super::submit::prepare_job(ctx, &job_args, &code, Some(experiment), true)).await?;
+    let (dispatcher, _) = super::prepare::dispatcher(ctx);
+    let prepared = super::submit::prepare_job(ctx, &dispatcher, &job_args, &code, Some(experiment), true);
+    let (solved, job, _layout) = signals::or_interrupted(prepared).await?;
     let backend = solved.backend.clone();
     let name = job.identity.name.clone();
-    let quiet = ctx.quiet;
-    let options = SubmitOptions {
-        replace: false,
-        progress: Some(crate::progress::bytes("theseus: shipped", quiet)),
-        status: Some(Arc::new(move |note: &str| {
-            if !quiet {
-                eprintln!("theseus: {note}");
-            }
-        })),
-        shipped: None,
-    };
     let ledger = ctx.ledger()?;
-    let handle = super::submit::submit_recorded(&ledger, &backend, &job, &options, RunKind::Repl).await?;
+    let handle = super::submit::submit_recorded(&dispatcher, &ledger, &backend, &job, RunKind::Repl, false).await?;
     ctx.info(format!(
         "theseus: started session {name} (run {}) on {}; waiting for Jupyter Lab (up to {}s)",
         job.identity.run_id,

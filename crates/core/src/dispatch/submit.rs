@@ -1,0 +1,135 @@
+//! Preparing a solved job (environment, snapshot, bootstrap) and submitting it with its ledger
+//! record: `submitting` before the backend creates anything, settled with what it returned.
+
+use std::sync::Arc;
+
+use crate::backend::{DynBackend, JobHandle, JobState, PreparedJob, RunLayout, SubmitOptions};
+use crate::bootstrap::{self, BootstrapInput};
+use crate::job::JobIdentity;
+use crate::ledger::{Ledger, Record, RunKind, now_rfc3339, placeholder_handle};
+use crate::snapshot::Snapshot;
+use crate::{Error, Result};
+
+use super::{DispatchError, Dispatcher, Event, Solved};
+
+/// How long a job that started despite a signal may take to be cancelled.
+const CANCEL_BOUND: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// The environment, the snapshot and the rendered bootstrap of `solved`.
+pub(super) fn prepare(solved: &Solved) -> Result<(PreparedJob, RunLayout)> {
+    let (spec, plan) = (&solved.spec, &solved.plan);
+    let env = super::request::environment(solved)?;
+    let identity = JobIdentity::new(&spec.name, spec.project.as_deref(), spec.group.as_deref());
+    let code_dir = match &spec.code {
+        Some(d) => d.clone(),
+        None => std::env::current_dir().map_err(|e| Error::io("read", std::path::Path::new("."), e))?,
+    };
+    let mut snapshot = Snapshot::collect(&code_dir, spec.snapshot_mode)?;
+    snapshot.hash_cache = spec.hash_cache.clone();
+    let layout = solved.backend.layout(&identity, plan)?;
+    let host = &solved.loaded.config.hosts[&plan.host];
+    let mut uv_groups: Vec<String> = host.uv_groups().to_vec();
+    uv_groups.extend(spec.experiment.uv_groups.iter().cloned());
+    let mut input = BootstrapInput::for_layout(
+        identity.clone(),
+        &layout,
+        env.clone(),
+        spec.experiment.entrypoint_words()?,
+        spec.experiment.distributed,
+        spec.experiment.config.clone(),
+    );
+    input.uv_groups = uv_groups;
+    input.hardware = Some(bootstrap::Hardware {
+        chip: plan.chip.map(|c| c.name.to_owned()),
+        count: plan.total_chips,
+        nodes: plan.nodes,
+        host: plan.host.clone(),
+    });
+    let bootstrap = bootstrap::render(&input).map_err(|e| match e {
+        Error::InvalidConfig(m) => {
+            Error::InvalidConfig(format!("cannot render the bootstrap for {}: {m}", spec.experiment_source))
+        }
+        e => e,
+    })?;
+    let job =
+        PreparedJob { identity, experiment: spec.experiment.clone(), env, plan: plan.clone(), snapshot, bootstrap };
+    Ok((job, layout))
+}
+
+/// The backend's [`SubmitOptions`], reporting through the dispatcher's events.
+fn options(dispatcher: &Dispatcher, replace: bool) -> SubmitOptions {
+    let (progress, step, shipped) = (dispatcher.events.clone(), dispatcher.events.clone(), dispatcher.events.clone());
+    SubmitOptions {
+        replace,
+        progress: Some(Arc::new(move |done, total| progress(&Event::Progress { done, total }))),
+        status: Some(Arc::new(move |note: &str| step(&Event::Step(note)))),
+        shipped: Some(Arc::new(move |report| shipped(&Event::Shipped(report)))),
+    }
+}
+
+/// Records the run as `submitting` (with the backend's planned handle, else a placeholder),
+/// calls the backend's `submit` and settles the record with what it returned. A signal during
+/// `submit` leaves nothing: the backend takes back its partial work, and a job it started
+/// anyway is cancelled. A name that a live run holds deletes the record (this run never was).
+pub(super) async fn submit_recorded(
+    dispatcher: &Dispatcher,
+    ledger: &Ledger,
+    backend: &Arc<DynBackend>,
+    job: &PreparedJob,
+    kind: RunKind,
+    replace: bool,
+) -> std::result::Result<JobHandle, DispatchError> {
+    let identity = &job.identity;
+    let host = job.plan.host.clone();
+    let planned =
+        backend.planned_handle(job).unwrap_or_else(|| placeholder_handle(backend.kind(), &host, &identity.run_id));
+    let now = now_rfc3339();
+    let guard = ledger.begin_submit(&Record {
+        identity: identity.clone(),
+        kind,
+        host: host.clone(),
+        handle: planned.clone(),
+        submitted_at: now.clone(),
+        updated_at: now,
+        state: JobState::Submitting,
+        exit_code: None,
+        message: None,
+    })?;
+    let result = backend.submit(job, &options(dispatcher, replace)).await;
+    let run_id = &identity.run_id;
+    if let Some(signal) = crate::interrupt::triggered() {
+        let (handle, what) = match result {
+            Ok(handle) => {
+                // Started before the backend saw the signal: the user never got the run id.
+                let cancelled = tokio::time::timeout(CANCEL_BOUND, backend.cancel(&handle)).await;
+                let what = match cancelled {
+                    Ok(Ok(_)) => format!("run {run_id} had started and was cancelled"),
+                    Ok(Err(e)) => format!("run {run_id} had started and could not be cancelled: {e}"),
+                    Err(_) => format!("run {run_id} had started and its cancel did not finish in time"),
+                };
+                (handle, what)
+            }
+            Err(e) => (planned, format!("run {run_id} was not started ({e})")),
+        };
+        let message = format!("interrupted ({}) during submit; {what}", signal.name());
+        ledger.settle(run_id, &handle, JobState::Cancelled, Some(&message))?;
+        drop(guard);
+        return Err(DispatchError::Interrupted { signal, what });
+    }
+    let handle = match result {
+        Ok(handle) => handle,
+        Err(e @ Error::AlreadyExists { .. }) => {
+            ledger.delete(run_id)?;
+            drop(guard);
+            return Err(e.into());
+        }
+        Err(e) => {
+            ledger.settle(run_id, &planned, JobState::Failed, Some(&format!("submit failed: {e}")))?;
+            drop(guard);
+            return Err(e.into());
+        }
+    };
+    ledger.settle(run_id, &handle, JobState::Pending, None)?;
+    drop(guard);
+    Ok(handle)
+}
