@@ -51,8 +51,10 @@ mod scheduler;
 mod schema;
 mod selector;
 mod server;
+mod spdy;
 mod status;
 mod store;
+mod tunnel;
 mod util;
 mod watch;
 

@@ -5,9 +5,11 @@
 //! and data. Pods are local processes here, so a port of the pod is that port on 127.0.0.1;
 //! a port nobody listens on is reported on its error channel, as the kubelet does.
 //!
-//! Still different: one TCP connection per port per websocket, as the websocket protocol has
-//! (kubectl's SPDY tunnel, `SPDY/3.1+portforward.k8s.io` inside a websocket, is not spoken: use
-//! a kube-rs `Portforwarder`).
+//! kubectl (1.30 and later) offers `SPDY/3.1+portforward.k8s.io` instead: SPDY inside the
+//! websocket, one pair of streams per local connection ([`crate::tunnel`]).
+//!
+//! Still different: on the websocket protocol, one TCP connection per port per websocket, as
+//! that protocol has; kubectl older than 1.30 (plain SPDY over an HTTP upgrade) is not served.
 
 use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
@@ -30,6 +32,25 @@ use crate::status::ApiError;
 /// The subprotocols a kubelet accepts for port forwarding, best first.
 const PROTOCOLS: &[&str] = &["v4.channel.k8s.io", "portforward.k8s.io"];
 
+/// kubectl's subprotocol since Kubernetes 1.30: SPDY tunnelled in the websocket
+/// ([`crate::tunnel`]); the ports travel in the streams' headers, not in the query.
+pub(crate) const SPDY_TUNNEL: &str = "SPDY/3.1+portforward.k8s.io";
+
+/// The subprotocols the client offers.
+fn offered(req: &Request<Incoming>) -> Vec<String> {
+    req.headers()
+        .get_all(header::SEC_WEBSOCKET_PROTOCOL)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(',').map(|p| p.trim().to_owned()))
+        .collect()
+}
+
+/// Whether the client asks for kubectl's SPDY tunnel.
+pub(crate) fn wants_spdy_tunnel(req: &Request<Incoming>) -> bool {
+    offered(req).iter().any(|p| p == SPDY_TUNNEL)
+}
+
 /// The `ports` of the query (`ports=80,8888` or repeated), each a valid port.
 ///
 /// # Errors
@@ -50,17 +71,15 @@ pub(crate) fn ports(query: &[(String, String)]) -> Result<Vec<u16>, ApiError> {
     Ok(ports)
 }
 
-/// Upgrades the request and forwards `ports` of the pod (on 127.0.0.1) until either side closes.
-pub(crate) fn serve(mut req: Request<Incoming>, ports: Vec<u16>) -> Response<Body> {
+/// Upgrades the request and forwards `ports` of the pod (on 127.0.0.1) until either side
+/// closes; without `ports`, kubectl's SPDY tunnel, which names ports per stream.
+pub(crate) fn serve(mut req: Request<Incoming>, ports: Option<Vec<u16>>) -> Response<Body> {
     let key = req.headers().get(header::SEC_WEBSOCKET_KEY).and_then(|k| k.to_str().ok()).map(str::to_owned);
-    let offered: Vec<String> = req
-        .headers()
-        .get_all(header::SEC_WEBSOCKET_PROTOCOL)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(',').map(|p| p.trim().to_owned()))
-        .collect();
-    let protocol = PROTOCOLS.iter().find(|p| offered.iter().any(|o| o == *p));
+    let offered = offered(&req);
+    let protocol = match &ports {
+        Some(_) => PROTOCOLS.iter().find(|p| offered.iter().any(|o| o == *p)),
+        None => Some(&SPDY_TUNNEL),
+    };
     let (Some(key), Some(protocol)) = (key, protocol) else {
         return crate::server::error_response(&ApiError::bad_request(
             "port forwarding needs a websocket upgrade with the v4.channel.k8s.io or portforward.k8s.io subprotocol",
@@ -71,7 +90,10 @@ pub(crate) fn serve(mut req: Request<Incoming>, ports: Vec<u16>) -> Response<Bod
         match upgrade.await {
             Ok(upgraded) => {
                 let ws = WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, None).await;
-                forward(ws, ports).await;
+                match ports {
+                    Some(ports) => forward(ws, ports).await,
+                    None => crate::tunnel::serve(ws).await,
+                }
             }
             Err(e) => tracing::debug!("portforward: websocket upgrade failed: {e}"),
         }

@@ -114,7 +114,11 @@ async fn route(shared: &Arc<Shared>, req: Request<Incoming>) -> Result<Response<
     match (target.name.as_deref(), target.sub.as_deref()) {
         (Some(name), Some("exec")) if res.plural == "pods" => Ok(serve_exec(shared, req, &ns, name, &query).await),
         (Some(name), Some("portforward")) if res.plural == "pods" => {
-            let ports = crate::portforward::ports(&query)?;
+            let ports = if crate::portforward::wants_spdy_tunnel(&req) {
+                None
+            } else {
+                Some(crate::portforward::ports(&query)?)
+            };
             shared.store.get(res, &ns, name)?;
             Ok(crate::portforward::serve(req, ports))
         }

@@ -9,6 +9,7 @@
 //! so the scenarios can look at run dirs on it.
 
 mod api;
+mod forward;
 mod kind;
 pub(crate) mod kubectl;
 mod refusals;

@@ -85,7 +85,12 @@ pub(crate) fn run_all(world: &World, only: &[u32], require_kubectl: bool) -> Res
         let required = require_kubectl || std::env::var_os("THESEUSTEST_REQUIRE_ALL").is_some_and(|v| v == "1");
         let jax_ran = only.is_empty() || only.contains(&1);
         let checked = kubectl_against_sim(server, world.kubectl_token.as_deref(), jax_ran).and_then(|found| {
-            if found { kubectl_validates_the_dry_run(world, server).map(|()| true) } else { Ok(false) }
+            if !found {
+                return Ok(false);
+            }
+            kubectl_validates_the_dry_run(world, server)?;
+            super::forward::kubectl_port_forward(world, server, world.kubectl_token.as_deref())?;
+            Ok(true)
         });
         let (line, ok) = kubectl_verdict(checked, required);
         eprintln!("e2e: [kubectl] {line} ({:.1}s)", t.elapsed().as_secs_f64());
@@ -106,7 +111,8 @@ pub(crate) fn run_all(world: &World, only: &[u32], require_kubectl: bool) -> Res
 fn kubectl_verdict(outcome: Result<bool>, required: bool) -> (String, bool) {
     match outcome {
         Ok(true) => (
-            "PASS kubectl get vcjob,pods -A; kubectl apply --validate=strict --dry-run=server of theseus's --dry-run output"
+            "PASS kubectl get vcjob,pods -A; kubectl apply --validate=strict --dry-run=server of theseus's --dry-run \
+             output; kubectl port-forward to a job's pod"
                 .to_owned(),
             true,
         ),
