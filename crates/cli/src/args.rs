@@ -296,6 +296,9 @@ pub(crate) struct ReplArgs {
     /// Keep syncing local edits into the session (as `theseus sync --watch`).
     #[arg(long)]
     pub(crate) sync: bool,
+    /// Show Jupyter's log on stderr while the tunnel is up.
+    #[arg(short, long)]
+    pub(crate) follow: bool,
     /// Directory (or git repository) to ship (default: the current directory).
     #[arg(long, value_name = "DIR")]
     pub(crate) code: Option<PathBuf>,

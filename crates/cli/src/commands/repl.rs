@@ -5,7 +5,8 @@
 //! lines when the session ends first (or after `--startup-timeout`, cancelling it), then
 //! listens on `127.0.0.1:PORT` and forwards each connection to Jupyter through the backend's
 //! tunnel (`Backend::connect_port`; the local host needs none), printing the local URL on
-//! stdout. Ctrl-C closes the tunnel and asks (on a terminal) whether to stop the session.
+//! stdout. Ctrl-C closes the tunnel and asks (on a terminal) whether to stop the session;
+//! `--follow` shows Jupyter's log on stderr meanwhile, `--sync` pushes local edits.
 
 use std::io::IsTerminal as _;
 use std::path::PathBuf;
@@ -215,6 +216,16 @@ async fn attend(
         }
         std::future::pending::<()>().await
     };
+    let following = async {
+        if args.follow
+            && let Ok(mut lines) = backend.logs(handle, &LogOptions { follow: true, rank: None }).await
+        {
+            while let Some(Ok(line)) = lines.next().await {
+                eprintln!("{}", line.text);
+            }
+        }
+        std::future::pending::<()>().await
+    };
     let ended = async {
         loop {
             tokio::time::sleep(Duration::from_secs(5)).await;
@@ -229,6 +240,7 @@ async fn attend(
     tokio::select! {
         () = tunnel => unreachable!("the tunnel serves until dropped"),
         () = syncing => unreachable!("the sync watch runs until dropped"),
+        () = following => unreachable!("the log follow waits once the log ends"),
         state = ended => {
             ctx.info(format!("theseus: session {name} ended ({state}); the tunnel is closed"));
             Ok(if state == JobState::Completed || state == JobState::Cancelled { ExitCode::SUCCESS } else { ExitCode::from(1) })
