@@ -78,3 +78,41 @@ fn sync_changes_exactly_the_edited_files_of_a_slurm_job() {
 fn sync_changes_exactly_the_edited_files_of_a_volcano_job() {
     sync_on(Kind::Volcano);
 }
+
+/// `sync --watch` pushes an edit made while it runs, once the burst of edits is over, and
+/// SIGTERM stops only the watch.
+#[test]
+fn sync_watch_pushes_an_edit_made_while_it_runs() {
+    use std::io::BufRead as _;
+    let target = Target::new(Kind::Local, "sync --watch").unwrap();
+    let code = tempfile::tempdir().unwrap();
+    let c = code.path();
+    write(c, "exp.yaml", "entrypoint: sleep 600\nrequest: {chip: cpu}\n");
+    write(c, "train.py", "print('v1')\n");
+    target.submit("synced", c.join("exp.yaml").to_str().unwrap(), c);
+    target.wait_running("synced");
+    let mut child = target
+        .cmd(&["sync", "synced", "--code", c.to_str().unwrap(), "--watch"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stdout = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    // The first sync (nothing to do) prints nothing; then an edit.
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    write(c, "train.py", "print('v2')\n");
+    let line = rx.recv_timeout(std::time::Duration::from_secs(60)).expect("the watch synced the edit");
+    assert_eq!(line, "M train.py");
+    assert_eq!(inside(&target, "cat train.py"), "print('v2')\n");
+    std::process::Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(143), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("stopped watching"), "{}", text(&out.stderr));
+    assert!(target.run(&["cancel", "synced"]).status.success());
+}
