@@ -3,7 +3,8 @@
 //! - `test`: the whole test suite, as CI runs it. Prepares what the tests need (a Python venv
 //!   with JAX from PyPI), runs `cargo test --workspace` (xtask's own tests included: `--workspace`
 //!   overrides `default-members`) with every optional test required, then `e2e --sim
-//!   --require-kubectl` (kubectl installed with apt-get first when it is missing and we are root). It also starts the SSH/Slurm lab (`ci/lab/`) before the tests and stops it
+//!   --require-kubectl` (kubectl installed with apt-get first when it is missing and we are root)
+//!   and the short fault matrix (`chaos`). It also starts the SSH/Slurm lab (`ci/lab/`) before the tests and stops it
 //!   afterwards, unless it was already running. A lab that cannot start fails the run; with
 //!   `THESEUSTEST_REQUIRE_ALL=0` it is skipped instead (and the live tests say they did not run).
 //! - `lab up|down|status|env|smoke`: the SSH/Slurm test lab on its own (see `ci/lab/README.md`).
@@ -17,8 +18,11 @@
 //! - `bench [--runs N] [--release] [--output json] [--strict]`: wall times of the real binary
 //!   (plan, local submit, status, submit and shipping against the simulator) against goals;
 //!   not part of `test`.
+//! - `chaos [--full] [--flows=a,b]`: the fault matrix against the simulator ([`chaos`]); `test`
+//!   runs its short version after the end-to-end scenarios.
 
 mod bench;
+mod chaos;
 mod e2e;
 mod lab;
 mod man;
@@ -40,6 +44,7 @@ fn main() -> Result<()> {
         Some("man") => man::run(&root, &args[1..]),
         Some("e2e") => e2e::run(&root, &args[1..]),
         Some("bench") => bench::run(&root, &args[1..]),
+        Some("chaos") => chaos::run(&root, &args[1..]),
         Some("sim") => e2e::sim_command(&root, &args[1..]),
         Some("setup-python") => {
             println!("{}", python::ensure_venv(&root)?.display());
@@ -47,7 +52,7 @@ fn main() -> Result<()> {
         }
         _ => {
             eprintln!(
-                "usage: cargo xtask <test [cargo test args...]|lab up|down|status|env|smoke|tidy|man [--check]|setup-python|e2e [--sim] [--dry-run] [--keep] [--only=N,..] [--require-kubectl]|sim [--port P]|bench [--runs N] [--release] [--output json] [--strict]>"
+                "usage: cargo xtask <test [cargo test args...]|lab up|down|status|env|smoke|tidy|man [--check]|setup-python|e2e [--sim] [--dry-run] [--keep] [--only=N,..] [--require-kubectl]|sim [--port P]|bench [--runs N] [--release] [--output json] [--strict]|chaos [--full] [--flows=a,b]>"
             );
             std::process::exit(2);
         }
@@ -117,5 +122,7 @@ fn test(root: &Path, extra: &[String]) -> Result<()> {
         e2e_args.push("--require-kubectl".to_owned());
     }
     eprintln!("xtask: running the end-to-end scenarios against the simulator (cargo xtask e2e {})", e2e_args.join(" "));
-    e2e::run(root, &e2e_args)
+    e2e::run(root, &e2e_args)?;
+    eprintln!("xtask: running the short fault matrix against the simulator (cargo xtask chaos)");
+    chaos::run(root, &[])
 }

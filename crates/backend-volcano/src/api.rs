@@ -522,10 +522,19 @@ impl Cluster {
         K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
     {
         let params = DeleteParams::background();
-        match self.call(self.target::<K>("delete", Some(name)), || api.delete(name, &params)).await {
-            Ok(_) => Ok(true),
-            Err(VolcanoError::NotFound { .. }) => Ok(false),
-            Err(e) => Err(e),
+        // A delete without preconditions is idempotent: a 409 (the server's own update of the
+        // object raced with it, e.g. a controller writing status) is tried again, a few times.
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match self.call(self.target::<K>("delete", Some(name)), || api.delete(name, &params)).await {
+                Ok(_) => return Ok(true),
+                Err(VolcanoError::NotFound { .. }) => return Ok(false),
+                Err(VolcanoError::Conflict { .. }) if attempt < 4 => {
+                    tokio::time::sleep(Duration::from_millis(100 * attempt)).await;
+                }
+                Err(e) => return Err(e),
+            }
         }
     }
 

@@ -31,8 +31,21 @@ pub enum Outage {
     Hang,
 }
 
+/// What happens to the request that [`Faults::fail_nth_request`] picks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequestFault {
+    /// An API error with this HTTP status (`Retry-After: 1` on 429).
+    Status(u16),
+    /// The connection is closed without an answer.
+    Reset,
+    /// The request is never answered (the connection stays open).
+    Hang,
+}
+
 #[derive(Debug, Default)]
 struct State {
+    /// Requests still to pass before the armed fault, and the fault.
+    nth: Option<(usize, RequestFault)>,
     rules: Vec<FailRule>,
     hang_rules: Vec<FailRule>,
     outage: Option<(Outage, Option<Instant>)>,
@@ -81,6 +94,33 @@ impl Faults {
             code,
             retry_after,
         });
+    }
+
+    /// Makes the `n`-th request from now (1 for the next one, whatever it is) fail with
+    /// `fault`; the chaos matrix tries every `n` of a command's flow. Replaces an armed one.
+    pub fn fail_nth_request(&self, n: usize, fault: RequestFault) {
+        self.lock().nth = (n > 0).then_some((n, fault));
+    }
+
+    /// Disarms [`Faults::fail_nth_request`] and every per-request rule.
+    pub fn clear_request_faults(&self) {
+        let mut state = self.lock();
+        state.nth = None;
+        state.rules.clear();
+        state.hang_rules.clear();
+    }
+
+    /// The fault for this request when it is the armed `n`-th one.
+    pub(crate) fn take_nth(&self) -> Option<RequestFault> {
+        let mut state = self.lock();
+        let (left, fault) = state.nth?;
+        if left <= 1 {
+            state.nth = None;
+            Some(fault)
+        } else {
+            state.nth = Some((left - 1, fault));
+            None
+        }
     }
 
     /// Leaves the next `count` requests with `verb` on `resource` (as for

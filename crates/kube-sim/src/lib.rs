@@ -69,7 +69,7 @@ use serde_json::json;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
-pub use faults::{Faults, Outage};
+pub use faults::{Faults, Outage, RequestFault};
 pub use quantity::{QuantityError, format_milli, parse_milli};
 pub use rbac::Authz;
 pub use server::ExecContext;
@@ -264,6 +264,15 @@ impl Sim {
         );
         if created.is_err() {
             let _ = self.shared.store.update(queues, "", name, |q| q["status"]["state"] = json!(state));
+        }
+    }
+
+    /// Every stored object of `kind` in `api_version` (e.g. `batch.volcano.sh/v1alpha1` `Job`,
+    /// `v1` `Secret`), in every namespace: what a test checks is left behind.
+    pub fn objects(&self, api_version: &str, kind: &str) -> Vec<serde_json::Value> {
+        match discovery::find_kind(api_version, kind) {
+            Some(res) => self.shared.store.list(res, None, &selector::Selectors::default()).0,
+            None => Vec::new(),
         }
     }
 

@@ -40,6 +40,16 @@ pub(crate) async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Resul
     }
     let path_and_query = req.uri().path_and_query().map(|p| p.as_str().to_owned()).unwrap_or_default();
     shared.faults.record(req.method().as_str(), &path_and_query);
+    match shared.faults.take_nth() {
+        Some(crate::RequestFault::Reset) => {
+            return Err(std::io::Error::new(std::io::ErrorKind::ConnectionReset, "simulated connection reset"));
+        }
+        Some(crate::RequestFault::Hang) => std::future::pending::<()>().await,
+        Some(crate::RequestFault::Status(code)) => {
+            return Ok(error_response(&ApiError::injected(code, (code == 429).then_some(1))));
+        }
+        None => {}
+    }
     Ok(match route(&shared, req).await {
         Ok(resp) => resp,
         Err(err) => error_response(&err),

@@ -125,6 +125,15 @@ pub(crate) fn assert_run_dir_is(code: &Path, run: &Path, extra: &[String]) {
     }
     let mut expected: BTreeSet<String> = snapshot.files.iter().map(|f| f.path.clone()).collect();
     expected.extend(extra.iter().cloned());
+    // A ship through the store records the run dir's code for `theseus sync` (a whole ship, the
+    // fallback without the store's tools, has none), listing exactly the snapshot's paths.
+    let manifest = theseus_core::store::sync::MANIFEST;
+    if let Ok(text) = std::fs::read_to_string(run.join(manifest)) {
+        let listed: theseus_core::store::sync::Manifest = serde_json::from_str(&text).unwrap();
+        let paths: BTreeSet<String> = listed.files.keys().cloned().collect();
+        assert_eq!(paths, snapshot.files.iter().map(|f| f.path.clone()).collect(), "the code manifest");
+        expected.insert(manifest.to_owned());
+    }
     assert_eq!(walk(run), expected, "the run dir holds the snapshot and the per-run files only");
 }
 

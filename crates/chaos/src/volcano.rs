@@ -1,0 +1,294 @@
+//! The Volcano flows against the simulator: a fresh cluster per case, the real binary, the
+//! n-th request failed, and what is left behind read from the simulator's store.
+
+use std::collections::HashSet;
+use std::io::Read as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use theseus_kube_sim::{NodeConfig, RequestFault, Sim, SimConfig};
+
+use crate::matrix::{Case, classify};
+
+/// A secret value the runs carry (a Secret is made for it).
+const SECRET: &str = "chaos-secret-value";
+
+/// One flow: what runs before (cleanly) and the command under test.
+struct Flow {
+    name: &'static str,
+    /// Experiment of the job the setup submits, if any.
+    setup: Option<&'static str>,
+    command: &'static [&'static str],
+}
+
+const FLOWS: &[Flow] = &[
+    Flow { name: "submit", setup: None, command: &["submit", "chaos", "quick.yaml", "--secret-env", "CHAOS_TOKEN"] },
+    Flow { name: "status", setup: Some("sleep.yaml"), command: &["status", "chaos"] },
+    Flow { name: "logs", setup: Some("quick.yaml"), command: &["logs", "-f", "chaos"] },
+    Flow { name: "cancel", setup: Some("sleep.yaml"), command: &["cancel", "chaos"] },
+    Flow { name: "gc", setup: Some("quick.yaml"), command: &["gc", "--older-than", "0s", "--host", "k8s"] },
+];
+
+/// A fresh simulated cluster with a HOME configured for it.
+struct World {
+    // Dropped in this order: the simulator (and its pods) before the runtime that drives it.
+    sim: Sim,
+    runtime: tokio::runtime::Runtime,
+    home: tempfile::TempDir,
+    _pvc: tempfile::TempDir,
+    code: tempfile::TempDir,
+    theseus: PathBuf,
+}
+
+/// What a command did.
+struct Ran {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+    timed_out: bool,
+}
+
+impl World {
+    fn start(theseus: &Path) -> Result<World, String> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())?;
+        let config = SimConfig {
+            nodes: (0..2).map(|i| NodeConfig::new(&format!("gpu-node-{i}"), 4)).collect(),
+            ..SimConfig::default()
+        };
+        let sim = runtime.block_on(Sim::start(config)).map_err(|e| format!("the simulator did not start: {e}"))?;
+        let (home, pvc, code) = (tempdir()?, tempdir()?, tempdir()?);
+        let kube = home.path().join(".kube");
+        std::fs::create_dir_all(&kube).map_err(|e| e.to_string())?;
+        write(
+            &kube.join("config"),
+            &format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: sim\n  cluster:\n    server: {}\nusers:\n- name: sim\n  \
+                 user: {{}}\ncontexts:\n- name: sim\n  context:\n    cluster: sim\n    user: sim\ncurrent-context: sim\n",
+                sim.url()
+            ),
+        )?;
+        let p = pvc.path().display();
+        write(
+            &home.path().join(".theseus.yaml"),
+            &format!(
+                "clusters:\n  sim:\n    root: {p}\n    work: {p}/work\n    log: {p}/logs\n    status: {p}/status\n\
+                 hosts:\n  k8s:\n    type: volcano\n    cluster: sim\n    namespace: default\n    queue: default\n\
+                 \x20   image: theseus-chaos:local\n    pvc_name: work\n    pvc_mount_path: {p}\n    chips: {{h100: 4}}\n"
+            ),
+        )?;
+        write(
+            &code.path().join("job.py"),
+            "import sys, time\nprint('chaos: started', flush=True)\ntime.sleep(float(sys.argv[1]))\nprint('chaos: done', flush=True)\n",
+        )?;
+        write(&code.path().join("quick.yaml"), "entrypoint: python job.py 1\nrequest: {chip: cpu}\n")?;
+        write(&code.path().join("sleep.yaml"), "entrypoint: python job.py 600\nrequest: {chip: cpu}\n")?;
+        Ok(World { sim, runtime, home, _pvc: pvc, code, theseus: theseus.to_owned() })
+    }
+
+    /// Runs `theseus ARGS` (shipping the world's code to the simulated host), killing it after
+    /// `bound`.
+    fn run(&self, args: &[&str], bound: Duration) -> Result<Ran, String> {
+        let mut cmd = Command::new(&self.theseus);
+        cmd.env_clear()
+            .env("HOME", self.home.path())
+            .env("XDG_STATE_HOME", self.home.path().join("state"))
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("NO_COLOR", "1")
+            .env("CHAOS_TOKEN", SECRET)
+            .current_dir(self.code.path())
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        if args.first() == Some(&"submit") {
+            cmd.args(["--code", ".", "--host", "k8s"]);
+        }
+        let mut child = cmd.spawn().map_err(|e| format!("cannot run {}: {e}", self.theseus.display()))?;
+        let drain = |mut pipe: Box<dyn std::io::Read + Send>| {
+            std::thread::spawn(move || {
+                let mut text = String::new();
+                let _ = pipe.read_to_string(&mut text);
+                text
+            })
+        };
+        let out = drain(Box::new(child.stdout.take().expect("piped")));
+        let err = drain(Box::new(child.stderr.take().expect("piped")));
+        let deadline = Instant::now() + bound;
+        let (code, timed_out) = loop {
+            match child.try_wait().map_err(|e| e.to_string())? {
+                Some(status) => break (status.code(), false),
+                None if Instant::now() > deadline => {
+                    // Ours, by PID.
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    break (None, true);
+                }
+                None => std::thread::sleep(Duration::from_millis(50)),
+            }
+        };
+        let (stdout, stderr) = (out.join().unwrap_or_default(), err.join().unwrap_or_default());
+        if stdout.contains(SECRET) || stderr.contains(SECRET) {
+            return Err(format!("`theseus {}` printed the secret value", args.join(" ")));
+        }
+        Ok(Ran { code, stdout, stderr, timed_out })
+    }
+
+    /// A clean submit of `experiment` as job `chaos`, running (or finished) when it returns.
+    fn setup(&self, experiment: &str) -> Result<(), String> {
+        let ran = self.run(&["submit", "chaos", experiment], Duration::from_secs(120))?;
+        if ran.code != Some(0) {
+            return Err(format!("the setup submit failed: {}", ran.stderr));
+        }
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let status = self.run(&["status", "chaos", "--output", "json"], Duration::from_secs(60))?;
+            let state = serde_json::from_str::<Value>(&status.stdout).unwrap_or_default()["status"]["state"].clone();
+            if state == "running" || state == "completed" {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(format!("the setup job never ran: {}", status.stdout));
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// Run ids the ledger knows.
+    fn ledger_runs(&self) -> HashSet<String> {
+        let Ok(list) = self.run(&["list", "--output", "json", "--no-refresh"], Duration::from_secs(30)) else {
+            return HashSet::new();
+        };
+        let rows: Value = serde_json::from_str(&list.stdout).unwrap_or_default();
+        rows.as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|r| r["identity"]["run_id"].as_str().map(str::to_owned))
+            .collect()
+    }
+
+    /// What theseus left that it should not have: helper jobs and pods, Secrets without their
+    /// Job, Jobs the ledger does not know.
+    fn left_behind(&self) -> Vec<String> {
+        let label = |o: &Value, k: &str| o["metadata"]["labels"][k].as_str().map(str::to_owned);
+        let name = |o: &Value| o["metadata"]["name"].as_str().unwrap_or("?").to_owned();
+        let jobs = self.sim.objects("batch.volcano.sh/v1alpha1", "Job");
+        let pods = self.sim.objects("v1", "Pod");
+        let secrets = self.sim.objects("v1", "Secret");
+        let known = self.ledger_runs();
+        let mut left = Vec::new();
+        for job in &jobs {
+            if label(job, "theseus.dev/role").as_deref() == Some("helper") {
+                left.push(format!("helper job {}", name(job)));
+            } else if let Some(run) = label(job, "theseus.dev/run-id")
+                && !known.contains(&run)
+            {
+                left.push(format!("vcjob {} of run {run}, which the ledger does not know", name(job)));
+            }
+        }
+        for pod in pods.iter().filter(|p| name(p).starts_with("theseus-")) {
+            left.push(format!("helper pod {}", name(pod)));
+        }
+        let job_runs: HashSet<String> = jobs.iter().filter_map(|j| label(j, "theseus.dev/run-id")).collect();
+        for secret in &secrets {
+            if let Some(run) = label(secret, "theseus.dev/run-id")
+                && !job_runs.contains(&run)
+            {
+                left.push(format!("Secret {} without its Job", name(secret)));
+            }
+        }
+        left
+    }
+
+    /// [`World::left_behind`] once what the cluster deletes by itself is gone (bounded).
+    fn settled_left_behind(&self) -> Vec<String> {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let left = self.left_behind();
+            if left.is_empty() || Instant::now() > deadline {
+                return left;
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+}
+
+fn tempdir() -> Result<tempfile::TempDir, String> {
+    tempfile::tempdir().map_err(|e| format!("cannot make a temp dir: {e}"))
+}
+
+fn write(path: &Path, text: &str) -> Result<(), String> {
+    std::fs::write(path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))
+}
+
+/// The faults of a run: every request of every flow gets each.
+fn faults(full: bool, flow: &str) -> Vec<(String, RequestFault)> {
+    let mut faults = vec![("500".to_owned(), RequestFault::Status(500)), ("reset".to_owned(), RequestFault::Reset)];
+    if full || flow == "submit" {
+        faults.push(("409".to_owned(), RequestFault::Status(409)));
+    }
+    if full {
+        faults.push(("429".to_owned(), RequestFault::Status(429)));
+        faults.push(("hang".to_owned(), RequestFault::Hang));
+    }
+    faults
+}
+
+/// Runs the matrix for the selected flows (all when empty).
+pub(crate) fn run(theseus: &Path, full: bool, only: &[String]) -> Result<Vec<Case>, String> {
+    let bound = if full { Duration::from_secs(120) } else { Duration::from_secs(90) };
+    let mut cases = Vec::new();
+    for flow in FLOWS.iter().filter(|f| only.is_empty() || only.iter().any(|o| o == f.name)) {
+        // The clean run: how many requests the flow makes.
+        let world = World::start(theseus)?;
+        if let Some(experiment) = flow.setup {
+            world.setup(experiment)?;
+        }
+        let before = world.sim.requests().len();
+        let clean = world.run(flow.command, bound)?;
+        if clean.code != Some(0) {
+            return Err(format!("the clean `{}` failed: {}", flow.command.join(" "), clean.stderr));
+        }
+        let steps = world.sim.requests().len() - before;
+        drop(world);
+        eprintln!("chaos: {} makes {steps} API requests", flow.name);
+        for (label, fault) in faults(full, flow.name) {
+            for n in 1..=steps {
+                let started = Instant::now();
+                let world = World::start(theseus)?;
+                if let Some(experiment) = flow.setup {
+                    world.setup(experiment)?;
+                }
+                world.sim.faults().fail_nth_request(n, fault);
+                let ran = world.run(flow.command, bound)?;
+                world.sim.faults().clear_request_faults();
+                let verdict = classify(ran.code, &ran.stderr, ran.timed_out);
+                let left = world.settled_left_behind();
+                let case = Case {
+                    flow: flow.name,
+                    n,
+                    of: steps,
+                    fault: label.clone(),
+                    verdict,
+                    left,
+                    seconds: started.elapsed().as_secs_f64(),
+                };
+                if case.is_bad() {
+                    eprintln!("chaos: BAD {case}\n{}", indent(&ran.stderr));
+                }
+                cases.push(case);
+                let _ = &world.runtime;
+            }
+        }
+    }
+    Ok(cases)
+}
+
+fn indent(text: &str) -> String {
+    text.lines().map(|l| format!("    {l}\n")).collect()
+}
