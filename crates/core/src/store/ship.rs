@@ -85,6 +85,9 @@ pub async fn ship(shell: &dyn Shell, request: ShipRequest) -> Result<ShipReport,
         match report {
             Err(StoreError::Failed(Error::Backend { message, .. })) if attempt < 2 && message.starts_with(GONE) => {
                 tracing::warn!("{message}; shipping again");
+                if let Some(status) = &request.status {
+                    status(&format!("{message}; shipping again"));
+                }
             }
             other => return other,
         }
