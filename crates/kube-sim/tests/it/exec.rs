@@ -115,8 +115,8 @@ async fn missing_program_is_a_failure_status() {
 #[tokio::test]
 async fn bad_requests_are_api_errors() {
     let fx = fixture_with(Protocols::V5AndV4).await;
-    let ap = AttachParams::interactive_tty();
-    let err = fx.pods.exec("p", vec!["sh"], &ap.stderr(false)).await.err().expect("tty is refused");
+    let ap = AttachParams::default().stdout(true);
+    let err = fx.pods.exec("p", Vec::<String>::new(), &ap).await.err().expect("an exec without a command is refused");
     match err {
         kube::Error::Api(status) => assert_eq!(status.code, 400),
         other => panic!("expected an API error, got {other:?}"),
