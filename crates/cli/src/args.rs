@@ -101,17 +101,9 @@ pub(crate) enum Command {
     },
 }
 
-/// Everything that decides where a job goes and what it runs (shared by submit and plan).
-#[derive(Debug, Args)]
-pub(crate) struct JobArgs {
-    /// Job name (letters, digits, `.`, `_`, `-`; it becomes a directory name).
-    #[arg(value_parser = name_arg)]
-    pub(crate) name: String,
-    /// Experiment file (YAML: entrypoint, request, env, distributed, uv_groups, config).
-    pub(crate) experiment: PathBuf,
-    /// Overrides of the experiment's `config` section, as dotted KEY=VALUE.
-    #[arg(value_name = "KEY=VALUE")]
-    pub(crate) overrides: Vec<String>,
+/// Which chips and where (shared by submit, plan and repl).
+#[derive(Debug, Clone, Args)]
+pub(crate) struct Placement {
     /// Chip to run on (`theseus chips` lists them; `cpu` for CPU only). `--chip cpu` without
     /// `-n` runs one process (one pod on Volcano), whatever GPU count the experiment asks for.
     #[arg(long)]
@@ -128,6 +120,21 @@ pub(crate) struct JobArgs {
     /// Only this host.
     #[arg(long)]
     pub(crate) host: Option<String>,
+}
+
+/// Everything that decides where a job goes and what it runs (shared by submit and plan).
+#[derive(Debug, Args)]
+pub(crate) struct JobArgs {
+    /// Job name (letters, digits, `.`, `_`, `-`; it becomes a directory name).
+    #[arg(value_parser = name_arg)]
+    pub(crate) name: String,
+    /// Experiment file (YAML: entrypoint, request, env, distributed, uv_groups, config).
+    pub(crate) experiment: PathBuf,
+    /// Overrides of the experiment's `config` section, as dotted KEY=VALUE.
+    #[arg(value_name = "KEY=VALUE")]
+    pub(crate) overrides: Vec<String>,
+    #[command(flatten)]
+    pub(crate) place: Placement,
     /// Project (default `general`; letters, digits, `.`, `_`, `-`).
     #[arg(short = 'p', long, value_parser = name_arg)]
     pub(crate) project: Option<String>,
@@ -262,21 +269,8 @@ pub(crate) struct ReplArgs {
     /// Session name (default `repl-<chip>-<time>`).
     #[arg(long, value_parser = name_arg)]
     pub(crate) name: Option<String>,
-    /// Chip to run on (`cpu` for CPU only).
-    #[arg(long)]
-    pub(crate) chip: Option<String>,
-    /// Number of chips; with `--chip cpu`, the number of processes.
-    #[arg(short = 'n', long = "n-chips", alias = "n_chips", value_name = "N")]
-    pub(crate) n_chips: Option<u32>,
-    /// Only hosts of these clusters (comma separated).
-    #[arg(long, value_delimiter = ',')]
-    pub(crate) cluster: Vec<String>,
-    /// Never hosts of these clusters (comma separated).
-    #[arg(long, value_delimiter = ',')]
-    pub(crate) exclude_cluster: Vec<String>,
-    /// Only this host.
-    #[arg(long)]
-    pub(crate) host: Option<String>,
+    #[command(flatten)]
+    pub(crate) place: Placement,
     /// Project (default `repl`).
     #[arg(short = 'p', long, value_parser = name_arg)]
     pub(crate) project: Option<String>,

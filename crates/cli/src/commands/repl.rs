@@ -93,7 +93,7 @@ pub(crate) async fn run(ctx: &Context, args: ReplArgs) -> Result<ExitCode> {
 
 /// The submit arguments of a session.
 fn job_args(args: &ReplArgs) -> JobArgs {
-    let chip = args.chip.clone().unwrap_or_else(|| "any".into());
+    let chip = args.place.chip.clone().unwrap_or_else(|| "any".into());
     // `2026-11-25T05:00:00Z` -> `20261125-050000`.
     let stamp: String = theseus_core::ledger::now_rfc3339()
         .chars()
@@ -107,11 +107,7 @@ fn job_args(args: &ReplArgs) -> JobArgs {
         name: args.name.clone().unwrap_or_else(|| format!("repl-{chip}-{stamp}")),
         experiment: args.experiment.clone().unwrap_or_else(|| PathBuf::from("(repl)")),
         overrides: Vec::new(),
-        chip: args.chip.clone(),
-        n_chips: args.n_chips,
-        cluster: args.cluster.clone(),
-        exclude_cluster: args.exclude_cluster.clone(),
-        host: args.host.clone(),
+        place: args.place.clone(),
         project: Some(args.project.clone().unwrap_or_else(|| "repl".into())),
         group: Some("interactive".into()),
         env: args.env.clone(),
