@@ -2,7 +2,10 @@
 //! `logs` and `cancel` find jobs by name or run id from any later command.
 //!
 //! Several `theseus` commands may use the ledger at once: the database runs in WAL mode with a
-//! busy timeout, and every write is one short transaction.
+//! busy timeout, and every write is one short transaction (one statement; a schema upgrade is
+//! one `BEGIN IMMEDIATE` transaction, see `schema`): a client killed in the middle of a write
+//! leaves the state before it. A file that is not a ledger, or one from a newer theseus, is
+//! refused at open with the fix, and never written.
 //!
 //! A run is recorded before its backend creates anything ([`Ledger::begin_submit`], state
 //! `submitting`), and settled when `submit` returns. While a client submits, it holds a lock on
@@ -18,6 +21,8 @@ use serde::Serialize;
 use crate::backend::{JobHandle, JobState};
 use crate::job::JobIdentity;
 use crate::{Error, Result};
+
+mod schema;
 
 /// File name of the ledger inside the state dir.
 pub const LEDGER_FILE: &str = "ledger.sqlite3";
@@ -147,6 +152,7 @@ impl Ledger {
         let path = state_dir.join(LEDGER_FILE);
         let conn = Connection::open(&path).map_err(ledger_err(format!("cannot open `{}`", path.display())))?;
         conn.busy_timeout(Duration::from_secs(10)).map_err(ledger_err("cannot set busy timeout"))?;
+        schema::refuse_newer(&conn, &path)?;
         // WAL lets readers and one writer work at the same time; the pragma answers with a row.
         // Switching a new database to WAL needs an exclusive lock, and SQLite reports a client
         // doing the same at that moment as "database is locked" at once, without the busy
@@ -164,36 +170,7 @@ impl Ledger {
                 Err(e) => return Err(damaged(&path, e).unwrap_or_else(|e| ledger_err("cannot enable WAL")(e))),
             }
         }
-        conn.execute_batch(
-            "CREATE TABLE IF NOT EXISTS runs (
-                run_id       TEXT PRIMARY KEY,
-                name         TEXT NOT NULL,
-                project      TEXT NOT NULL,
-                grp          TEXT NOT NULL,
-                host         TEXT NOT NULL,
-                handle       TEXT NOT NULL,
-                submitted_at TEXT NOT NULL,
-                updated_at   TEXT NOT NULL,
-                state        TEXT NOT NULL,
-                exit_code    INTEGER,
-                message      TEXT
-            );
-            CREATE INDEX IF NOT EXISTS runs_by_name ON runs(name, submitted_at);",
-        )
-        .map_err(|e| {
-            damaged(&path, e).unwrap_or_else(|e| ledger_err(format!("cannot create tables in `{}`", path.display()))(e))
-        })?;
-        // Ledgers from before `kind` gain it (two clients may race to: the loser's duplicate
-        // column is fine).
-        let has_kind = conn.prepare("SELECT kind FROM runs LIMIT 0").is_ok();
-        if !has_kind
-            && let Err(e) = conn.execute_batch("ALTER TABLE runs ADD COLUMN kind TEXT NOT NULL DEFAULT 'job'")
-            && !e.to_string().contains("duplicate column")
-        {
-            return Err(
-                damaged(&path, e).unwrap_or_else(|e| ledger_err(format!("cannot upgrade `{}`", path.display()))(e))
-            );
-        }
+        schema::migrate(&conn, &path)?;
         // A damaged file can open and still fail at its first read.
         conn.query_row("SELECT count(*) FROM runs", [], |r| r.get::<_, i64>(0)).map_err(|e| {
             damaged(&path, e).unwrap_or_else(|e| ledger_err(format!("cannot read `{}`", path.display()))(e))
@@ -366,118 +343,4 @@ pub fn now_rfc3339() -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::config::HostKind;
-
-    #[test]
-    fn many_clients_opening_a_new_ledger_at_once_all_succeed() {
-        // Two first-ever submits at once: switching a new database to WAL needs its lock, and
-        // SQLite answers "database is locked" at once, without the busy handler.
-        for _ in 0..20 {
-            let dir = tempfile::tempdir().unwrap();
-            let path = dir.path().to_owned();
-            let opened: Vec<_> = (0..8)
-                .map(|_| {
-                    let path = path.clone();
-                    std::thread::spawn(move || Ledger::open(&path).map(drop).map_err(|e| e.to_string()))
-                })
-                .collect();
-            for handle in opened {
-                handle.join().unwrap().unwrap();
-            }
-        }
-    }
-
-    fn record(name: &str, run_id: &str, at: &str) -> Record {
-        Record {
-            identity: JobIdentity {
-                name: name.into(),
-                project: "general".into(),
-                group: "default".into(),
-                run_id: run_id.into(),
-            },
-            kind: RunKind::Job,
-            host: "local".into(),
-            handle: JobHandle {
-                kind: HostKind::Local,
-                host: "local".into(),
-                id: run_id.into(),
-                data: serde_json::json!({"x": 1}),
-            },
-            submitted_at: at.into(),
-            updated_at: at.into(),
-            state: JobState::Running,
-            exit_code: None,
-            message: None,
-        }
-    }
-
-    #[test]
-    fn insert_find_update_list() {
-        let dir = tempfile::tempdir().unwrap();
-        let ledger = Ledger::open(dir.path()).unwrap();
-        ledger.insert(&record("a", "r1", "2026-01-01T00:00:00Z")).unwrap();
-        ledger.insert(&record("a", "r2", "2026-01-02T00:00:00Z")).unwrap();
-        ledger.insert(&record("b", "r3", "2026-01-03T00:00:00Z")).unwrap();
-        assert_eq!(ledger.find("a").unwrap().unwrap().identity.run_id, "r2", "newest run of a name");
-        assert_eq!(ledger.find("r1").unwrap().unwrap().identity.name, "a", "by run id");
-        assert!(ledger.find("nope").unwrap().is_none());
-        ledger.update_state("r2", JobState::Failed, Some(3), Some("boom")).unwrap();
-        let r2 = ledger.find("r2").unwrap().unwrap();
-        assert_eq!((r2.state, r2.exit_code, r2.message.as_deref()), (JobState::Failed, Some(3), Some("boom")));
-        assert_eq!(r2.handle.data, serde_json::json!({"x": 1}));
-        let ids: Vec<_> = ledger.list(10).unwrap().into_iter().map(|r| r.identity.run_id).collect();
-        assert_eq!(ids, ["r3", "r2", "r1"]);
-        assert!(ledger.insert(&record("a", "r1", "2026-01-04T00:00:00Z")).is_err(), "run ids are unique");
-    }
-
-    #[test]
-    fn a_submitting_record_knows_whether_its_client_still_works_on_it() {
-        let dir = tempfile::tempdir().unwrap();
-        let ledger = Ledger::open(dir.path()).unwrap();
-        let guard = ledger.begin_submit(&record("a", "r1", "2026-01-01T00:00:00Z")).unwrap();
-        let r1 = ledger.find("r1").unwrap().unwrap();
-        assert_eq!(r1.state, JobState::Submitting);
-        assert!(ledger.submit_in_progress("r1"), "the guard holds the lock");
-        assert!(Ledger::open(dir.path()).unwrap().submit_in_progress("r1"), "seen from another connection");
-        drop(guard);
-        assert!(!ledger.submit_in_progress("r1"), "a dropped guard (or a dead client) holds nothing");
-        let handle = placeholder_handle(HostKind::Local, "local", "r1");
-        assert!(is_placeholder(&handle));
-        ledger.settle("r1", &handle, JobState::Pending, None).unwrap();
-        let r1 = ledger.find("r1").unwrap().unwrap();
-        assert_eq!((r1.state, is_placeholder(&r1.handle)), (JobState::Pending, true));
-        ledger.insert(&record("a", "r2", "2026-01-02T00:00:00Z")).unwrap();
-        ledger.insert(&record("b", "r3", "2026-01-02T00:00:00Z")).unwrap();
-        ledger.update_state("r2", JobState::Completed, Some(0), None).unwrap();
-        let mine =
-            JobIdentity { name: "a".into(), project: "general".into(), group: "default".into(), run_id: "r9".into() };
-        let live: Vec<_> =
-            ledger.live_of_name(&mine, "local").unwrap().into_iter().map(|r| r.identity.run_id).collect();
-        assert_eq!(live, ["r1"], "same name, not terminal");
-        ledger.delete("r1").unwrap();
-        assert!(ledger.find("r1").unwrap().is_none());
-    }
-
-    #[test]
-    fn concurrent_writers_do_not_lose_records() {
-        let dir = tempfile::tempdir().unwrap();
-        Ledger::open(dir.path()).unwrap();
-        let threads: Vec<_> = (0..8)
-            .map(|t| {
-                let path = dir.path().to_owned();
-                std::thread::spawn(move || {
-                    let ledger = Ledger::open(&path).unwrap();
-                    for i in 0..25 {
-                        ledger.insert(&record("job", &format!("r-{t}-{i}"), "2026-01-01T00:00:00Z")).unwrap();
-                    }
-                })
-            })
-            .collect();
-        for t in threads {
-            t.join().unwrap();
-        }
-        assert_eq!(Ledger::open(dir.path()).unwrap().list(1000).unwrap().len(), 200);
-    }
-}
+mod tests;

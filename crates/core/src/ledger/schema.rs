@@ -1,0 +1,103 @@
+//! The ledger's schema and its versions, kept in SQLite's `PRAGMA user_version`.
+//!
+//! - 0: a new, empty file (or a ledger from before versions were recorded: its `runs` table
+//!   may lack `kind`).
+//! - 1: `runs` with `kind`.
+//!
+//! [`migrate`] brings an older ledger to [`SCHEMA_VERSION`] in one `BEGIN IMMEDIATE`
+//! transaction, so that a client killed in the middle leaves the previous schema and two
+//! clients upgrading at once do it one after the other. A ledger from a newer theseus is
+//! refused, never written.
+
+use std::path::Path;
+
+use rusqlite::Connection;
+
+use super::{damaged, ledger_err};
+use crate::{Error, Result};
+
+/// The schema this theseus writes.
+pub(crate) const SCHEMA_VERSION: i64 = 1;
+
+const CREATE: &str = "CREATE TABLE IF NOT EXISTS runs (
+        run_id       TEXT PRIMARY KEY,
+        name         TEXT NOT NULL,
+        project      TEXT NOT NULL,
+        grp          TEXT NOT NULL,
+        host         TEXT NOT NULL,
+        handle       TEXT NOT NULL,
+        submitted_at TEXT NOT NULL,
+        updated_at   TEXT NOT NULL,
+        state        TEXT NOT NULL,
+        exit_code    INTEGER,
+        message      TEXT,
+        kind         TEXT NOT NULL DEFAULT 'job'
+    );
+    CREATE INDEX IF NOT EXISTS runs_by_name ON runs(name, submitted_at);";
+
+fn version(conn: &Connection, path: &Path) -> Result<i64> {
+    conn.query_row("PRAGMA user_version", [], |r| r.get(0))
+        .map_err(|e| damaged(path, e).unwrap_or_else(|e| ledger_err(format!("cannot read `{}`", path.display()))(e)))
+}
+
+fn newer(path: &Path, found: i64) -> Error {
+    let shown = path.display();
+    Error::Ledger {
+        message: format!(
+            "`{shown}` was written by a newer theseus (ledger schema {found}; this theseus reads up to \
+             {SCHEMA_VERSION}): run that newer theseus, or move the ledger aside with `mv {shown} {shown}.newer` \
+             to start a new, empty one with this version (the file is left as it is)"
+        ),
+        source: None,
+    }
+}
+
+/// Refuses a ledger from a newer theseus before anything (even the journal mode) is written.
+pub(crate) fn refuse_newer(conn: &Connection, path: &Path) -> Result<()> {
+    match version(conn, path)? {
+        found if found > SCHEMA_VERSION => Err(newer(path, found)),
+        _ => Ok(()),
+    }
+}
+
+/// Brings the ledger at `path` to [`SCHEMA_VERSION`], or refuses it when it is newer.
+pub(crate) fn migrate(conn: &Connection, path: &Path) -> Result<()> {
+    let found = version(conn, path)?;
+    if found == SCHEMA_VERSION {
+        return Ok(());
+    }
+    if found > SCHEMA_VERSION {
+        return Err(newer(path, found));
+    }
+    let fail = |what: &'static str| {
+        move |e: rusqlite::Error| {
+            damaged(path, e).unwrap_or_else(|e| ledger_err(format!("cannot {what} `{}`", path.display()))(e))
+        }
+    };
+    // IMMEDIATE takes the write lock now (waiting as the busy timeout says), so the version
+    // read below is the one this transaction upgrades.
+    conn.execute_batch("BEGIN IMMEDIATE").map_err(fail("upgrade"))?;
+    let upgraded = (|| {
+        let found = version(conn, path)?;
+        if found > SCHEMA_VERSION {
+            return Err(newer(path, found));
+        }
+        if found < 1 {
+            conn.execute_batch(CREATE).map_err(fail("create tables in"))?;
+            // Ledgers from before `kind` gain it.
+            if conn.prepare("SELECT kind FROM runs LIMIT 0").is_err() {
+                conn.execute_batch("ALTER TABLE runs ADD COLUMN kind TEXT NOT NULL DEFAULT 'job'")
+                    .map_err(fail("upgrade"))?;
+            }
+        }
+        conn.execute_batch(&format!("PRAGMA user_version = {SCHEMA_VERSION}")).map_err(fail("upgrade"))?;
+        Ok(())
+    })();
+    match upgraded {
+        Ok(()) => conn.execute_batch("COMMIT").map_err(fail("upgrade")),
+        Err(e) => {
+            let _ = conn.execute_batch("ROLLBACK");
+            Err(e)
+        }
+    }
+}
