@@ -246,9 +246,18 @@ impl Cluster {
     /// # Errors
     /// [`VolcanoError::Timeout`] after `timeout`, and the mapped errors of the polls.
     pub async fn wait_job_gone(&self, name: &str, timeout: Duration) -> Result<(), VolcanoError> {
+        // A watch is a stream without the per-request timeout: an event that does not come
+        // within it (an API server that accepted the request and never answers) ends the watch,
+        // and polling, whose every request is bounded, takes over.
+        let silence = self.retry.request_timeout.min(self.retry.deadline);
         let wait = async {
             let mut changes = watcher::watch_object(self.jobs(), name).boxed();
-            while let Some(change) = changes.next().await {
+            loop {
+                let Ok(next) = tokio::time::timeout(silence, changes.next()).await else {
+                    tracing::debug!(job = name, "no watch event in {silence:?}; polling instead");
+                    break;
+                };
+                let Some(change) = next else { break };
                 match change {
                     Ok(None) => return Ok(()),
                     Ok(Some(_)) => {}

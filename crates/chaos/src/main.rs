@@ -8,9 +8,20 @@
 //! Job the ledger does not know). Prints one table row per flow and every bad case, and exits 1
 //! when there is one.
 //!
-//! Usage: `theseus-chaos --theseus PATH [--full] [--flows submit,cancel,...]`.
+//! The plain-SSH and Slurm flows (`submit`, `cancel`) run against the lab (`cargo xtask lab
+//! up`, whose `THESEUSTEST_*` variables say where it is): each remote command of the flow in
+//! turn is refused, loses its connection before it runs, or runs and is never heard of
+//! ([`inject`]); a recovery (`cancel`, `gc`) follows and what is left is read from the lab's
+//! shared filesystem.
+//!
+//! Usage: `theseus-chaos --theseus PATH [--full] [--flows submit,cancel,...]
+//! [--backends volcano,plain,slurm] [--require-lab]`.
 
+mod inject;
 mod matrix;
+mod proc;
+mod crash;
+mod hosts;
 mod volcano;
 
 use std::path::PathBuf;
@@ -18,14 +29,20 @@ use std::process::ExitCode;
 
 fn main() -> ExitCode {
     let mut args = std::env::args().skip(1);
-    let (mut theseus, mut full, mut flows) = (None, false, Vec::new());
+    let (mut theseus, mut full, mut flows, mut backends, mut require_lab) = (None, false, Vec::new(), Vec::new(), false);
+    let list = |arg: Option<String>| arg.unwrap_or_default().split(',').map(str::to_owned).collect::<Vec<_>>();
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--theseus" => theseus = args.next().map(PathBuf::from),
             "--full" => full = true,
-            "--flows" => flows = args.next().unwrap_or_default().split(',').map(str::to_owned).collect(),
+            "--flows" => flows = list(args.next()),
+            "--backends" => backends = list(args.next()),
+            "--require-lab" => require_lab = true,
             other => {
-                eprintln!("theseus-chaos: unknown argument `{other}`; usage: --theseus PATH [--full] [--flows a,b]");
+                eprintln!(
+                    "theseus-chaos: unknown argument `{other}`; usage: --theseus PATH [--full] [--flows a,b] \
+                     [--backends volcano,plain,slurm] [--require-lab]"
+                );
                 return ExitCode::from(2);
             }
         }
@@ -34,25 +51,80 @@ fn main() -> ExitCode {
         eprintln!("theseus-chaos: --theseus PATH (the binary under test) is required");
         return ExitCode::from(2);
     };
+    let theseus = std::path::absolute(&theseus).unwrap_or(theseus);
+    let chosen = |b: &str| backends.is_empty() || backends.iter().any(|x| x == b);
     let started = std::time::Instant::now();
-    let cases = match volcano::run(&theseus, full, &flows) {
-        Ok(cases) => cases,
+    let mut all = Vec::new();
+    let mut report = String::new();
+    let mut not_run = Vec::new();
+    let mut record = |name: &str, result: Result<Vec<matrix::Case>, String>| match result {
+        Ok(cases) => {
+            report.push_str(&matrix::table(name, &cases));
+            // Few cases, each a different phase: all of them are the report.
+            for case in cases.iter().filter(|c| c.flow == "crash") {
+                report.push_str(&format!("  {case}\n"));
+            }
+            all.extend(cases);
+            true
+        }
         Err(e) => {
-            eprintln!("theseus-chaos: {e}");
-            return ExitCode::from(2);
+            eprintln!("theseus-chaos: {name}: {e}");
+            false
         }
     };
-    print!("{}", matrix::table("volcano (simulator)", &cases));
-    let bad = matrix::bad(&cases);
+    if chosen("volcano") && !record("volcano (simulator)", volcano::run(&theseus, full, &flows)) {
+        return ExitCode::from(2);
+    }
+    for kind in [hosts::Kind::Plain, hosts::Kind::Slurm] {
+        let key = if kind == hosts::Kind::Plain { "plain" } else { "slurm" };
+        if !chosen(key) {
+            continue;
+        }
+        match hosts::Lab::from_env(kind) {
+            Ok(lab) => {
+                if !record(kind.name(), hosts::run_matrix(&theseus, &lab, full, &flows)) {
+                    return ExitCode::from(2);
+                }
+            }
+            Err(why) => not_run.push(format!("{}: NOT RUN: the lab is not up ({why}; `cargo xtask lab up`)", kind.name())),
+        }
+    }
+    if chosen("crash") {
+        for backend in ["local", "plain", "slurm", "volcano"] {
+            let lab = match backend {
+                "plain" => Some(hosts::Kind::Plain),
+                "slurm" => Some(hosts::Kind::Slurm),
+                _ => None,
+            }
+            .map(hosts::Lab::from_env);
+            let lab = match lab {
+                Some(Ok(lab)) => Some(lab),
+                Some(Err(why)) => {
+                    not_run.push(format!("crash {backend}: NOT RUN: the lab is not up ({why}; `cargo xtask lab up`)"));
+                    continue;
+                }
+                None => None,
+            };
+            if !record(&format!("client crash: {backend}"), crash::run(&theseus, backend, lab.as_ref())) {
+                return ExitCode::from(2);
+            }
+        }
+    }
+    print!("{report}");
+    let bad = matrix::bad(&all);
     for case in &bad {
         println!("BAD {case}");
     }
+    for line in &not_run {
+        println!("{line}");
+    }
     println!(
         "chaos: {} cases, {} bad, {:.0}s{}",
-        cases.len(),
+        all.len(),
         bad.len(),
         started.elapsed().as_secs_f64(),
-        if full { " (full)" } else { " (short: no hanging requests, 409 only on submit)" }
+        if full { " (full)" } else { " (short)" }
     );
-    if bad.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+    if !bad.is_empty() || (require_lab && !not_run.is_empty()) { ExitCode::FAILURE } else { ExitCode::SUCCESS }
 }
+

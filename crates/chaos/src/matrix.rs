@@ -21,6 +21,8 @@ pub(crate) enum Verdict {
 #[derive(Debug, Clone)]
 pub(crate) struct Case {
     pub(crate) flow: &'static str,
+    /// What the failed step does (the request or remote command of the clean run).
+    pub(crate) step: String,
     /// The request that failed (1-based), of `of`.
     pub(crate) n: usize,
     pub(crate) of: usize,
@@ -40,7 +42,7 @@ impl Case {
 
 impl fmt::Display for Case {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} request {}/{} {}: ", self.flow, self.n, self.of, self.fault)?;
+        write!(f, "{} step {}/{} ({}) {}: ", self.flow, self.n, self.of, self.step, self.fault)?;
         match &self.verdict {
             Verdict::Ok => write!(f, "succeeded")?,
             Verdict::ClearError => write!(f, "clear error")?,
@@ -151,6 +153,7 @@ mod tests {
     fn the_table_counts_per_flow_and_bad_cases_are_listed() {
         let case = |flow, verdict, left: &[&str]| Case {
             flow,
+            step: "POST jobs".into(),
             n: 1,
             of: 3,
             fault: "500".into(),

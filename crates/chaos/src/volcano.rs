@@ -2,15 +2,15 @@
 //! n-th request failed, and what is left behind read from the simulator's store.
 
 use std::collections::HashSet;
-use std::io::Read as _;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use theseus_kube_sim::{NodeConfig, RequestFault, Sim, SimConfig};
 
 use crate::matrix::{Case, classify};
+use crate::proc::{self, KillAt, Ran, indent};
 
 /// A secret value the runs carry (a Secret is made for it).
 const SECRET: &str = "chaos-secret-value";
@@ -32,7 +32,7 @@ const FLOWS: &[Flow] = &[
 ];
 
 /// A fresh simulated cluster with a HOME configured for it.
-struct World {
+pub(crate) struct World {
     // Dropped in this order: the simulator (and its pods) before the runtime that drives it.
     sim: Sim,
     runtime: tokio::runtime::Runtime,
@@ -42,16 +42,8 @@ struct World {
     theseus: PathBuf,
 }
 
-/// What a command did.
-struct Ran {
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
-    timed_out: bool,
-}
-
 impl World {
-    fn start(theseus: &Path) -> Result<World, String> {
+    pub(crate) fn start(theseus: &Path) -> Result<World, String> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -91,9 +83,8 @@ impl World {
         Ok(World { sim, runtime, home, _pvc: pvc, code, theseus: theseus.to_owned() })
     }
 
-    /// Runs `theseus ARGS` (shipping the world's code to the simulated host), killing it after
-    /// `bound`.
-    fn run(&self, args: &[&str], bound: Duration) -> Result<Ran, String> {
+    /// `theseus ARGS` in this world (a submit ships the world's code to the simulated host).
+    pub(crate) fn command(&self, args: &[&str]) -> Command {
         let mut cmd = Command::new(&self.theseus);
         cmd.env_clear()
             .env("HOME", self.home.path())
@@ -102,41 +93,20 @@ impl World {
             .env("NO_COLOR", "1")
             .env("CHAOS_TOKEN", SECRET)
             .current_dir(self.code.path())
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+            .args(args);
         if args.first() == Some(&"submit") {
             cmd.args(["--code", ".", "--host", "k8s"]);
         }
-        let mut child = cmd.spawn().map_err(|e| format!("cannot run {}: {e}", self.theseus.display()))?;
-        let drain = |mut pipe: Box<dyn std::io::Read + Send>| {
-            std::thread::spawn(move || {
-                let mut text = String::new();
-                let _ = pipe.read_to_string(&mut text);
-                text
-            })
-        };
-        let out = drain(Box::new(child.stdout.take().expect("piped")));
-        let err = drain(Box::new(child.stderr.take().expect("piped")));
-        let deadline = Instant::now() + bound;
-        let (code, timed_out) = loop {
-            match child.try_wait().map_err(|e| e.to_string())? {
-                Some(status) => break (status.code(), false),
-                None if Instant::now() > deadline => {
-                    // Ours, by PID.
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    break (None, true);
-                }
-                None => std::thread::sleep(Duration::from_millis(50)),
-            }
-        };
-        let (stdout, stderr) = (out.join().unwrap_or_default(), err.join().unwrap_or_default());
-        if stdout.contains(SECRET) || stderr.contains(SECRET) {
+        cmd
+    }
+
+    /// Runs `theseus ARGS`, killing it after `bound`; refuses output with the secret in it.
+    pub(crate) fn run(&self, args: &[&str], bound: Duration) -> Result<Ran, String> {
+        let ran = proc::run(self.command(args), bound, KillAt::Never)?;
+        if ran.stdout.contains(SECRET) || ran.stderr.contains(SECRET) {
             return Err(format!("`theseus {}` printed the secret value", args.join(" ")));
         }
-        Ok(Ran { code, stdout, stderr, timed_out })
+        Ok(ran)
     }
 
     /// A clean submit of `experiment` as job `chaos`, running (or finished) when it returns.
@@ -206,7 +176,7 @@ impl World {
     }
 
     /// [`World::left_behind`] once what the cluster deletes by itself is gone (bounded).
-    fn settled_left_behind(&self) -> Vec<String> {
+    pub(crate) fn settled_left_behind(&self) -> Vec<String> {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             let left = self.left_behind();
@@ -254,9 +224,11 @@ pub(crate) fn run(theseus: &Path, full: bool, only: &[String]) -> Result<Vec<Cas
         if clean.code != Some(0) {
             return Err(format!("the clean `{}` failed: {}", flow.command.join(" "), clean.stderr));
         }
-        let steps = world.sim.requests().len() - before;
+        let requests = world.sim.requests();
+        let steps = requests.len() - before;
+        let names: Vec<String> = requests[before..].iter().map(|(method, path)| request_name(method, path)).collect();
         drop(world);
-        eprintln!("chaos: {} makes {steps} API requests", flow.name);
+        eprintln!("chaos: volcano {} makes {steps} API requests: {}", flow.name, names.join(" | "));
         for (label, fault) in faults(full, flow.name) {
             for n in 1..=steps {
                 let started = Instant::now();
@@ -271,6 +243,7 @@ pub(crate) fn run(theseus: &Path, full: bool, only: &[String]) -> Result<Vec<Cas
                 let left = world.settled_left_behind();
                 let case = Case {
                     flow: flow.name,
+                    step: names.get(n - 1).cloned().unwrap_or_default(),
                     n,
                     of: steps,
                     fault: label.clone(),
@@ -289,6 +262,21 @@ pub(crate) fn run(theseus: &Path, full: bool, only: &[String]) -> Result<Vec<Cas
     Ok(cases)
 }
 
-fn indent(text: &str) -> String {
-    text.lines().map(|l| format!("    {l}\n")).collect()
+/// `GET pods`, `POST jobs`, `GET pods/log`: the method and the resource of a request path.
+fn request_name(method: &str, path: &str) -> String {
+    let path = path.split('?').next().unwrap_or(path);
+    let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
+    // .../namespaces/NS/RESOURCE[/NAME[/SUB]]
+    let resource = match parts.iter().position(|p| *p == "namespaces") {
+        Some(i) if parts.len() > i + 2 => {
+            let rest = &parts[i + 2..];
+            match rest {
+                [resource, _, sub, ..] => format!("{resource}/{sub}"),
+                [resource, ..] => (*resource).to_owned(),
+                [] => String::new(),
+            }
+        }
+        _ => parts.last().copied().unwrap_or("").to_owned(),
+    };
+    format!("{method} {resource}")
 }

@@ -77,11 +77,11 @@ async fn reclaim_removes_finished_runs_leftovers_and_their_objects_but_never_a_l
 
     // A run the caller (the ledger) says is live stays, whatever the cluster says.
     let ledger_live =
-        ReclaimOptions { older_than: Duration::ZERO, live: [a.identity.run_path()].into(), dry_run: true };
+        ReclaimOptions { older_than: Duration::ZERO, live: [a.identity.run_path()].into(), dry_run: true, ..Default::default() };
     let dry = backend.reclaim_store(&ledger_live).await.expect("dry run");
     assert!(dry.items.iter().all(|i| i.kind != ReclaimKind::RunDir), "{dry:?}");
 
-    let options = ReclaimOptions { older_than: Duration::ZERO, live: Default::default(), dry_run: true };
+    let options = ReclaimOptions { older_than: Duration::ZERO, dry_run: true, ..Default::default() };
     let dry = backend.reclaim_store(&options).await.expect("dry run");
     let paths = |kind| -> Vec<String> { dry.items.iter().filter(|i| i.kind == kind).map(|i| i.path.clone()).collect() };
     assert_eq!(paths(ReclaimKind::RunDir), vec![run_a.work_dir.clone()], "{dry:?}");

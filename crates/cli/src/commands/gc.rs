@@ -58,8 +58,13 @@ pub(crate) async fn run(ctx: &Context, args: GcArgs) -> Result<ExitCode> {
         .transpose()?;
     let loaded = ctx.config()?;
     let names = hosts(&loaded.config, args.host.as_deref())?;
-    let options =
-        ReclaimOptions { older_than: age.unwrap_or(STORE_AGE), live: live_runs(ctx).await?, dry_run: args.dry_run };
+    let abandoned = abandoned_runs(ctx)?;
+    let options = ReclaimOptions {
+        older_than: age.unwrap_or(STORE_AGE),
+        live: live_runs(ctx).await?,
+        abandoned,
+        dry_run: args.dry_run,
+    };
     let helper_age = age.unwrap_or(HELPER_AGE);
     let results =
         futures::future::join_all(names.iter().map(|name| host_gc(ctx, &loaded, name, &options, helper_age))).await;
@@ -96,6 +101,18 @@ pub(crate) async fn run(ctx: &Context, args: GcArgs) -> Result<ExitCode> {
 
 /// Run paths of the ledger's runs that are submitting, pending or running, after asking their
 /// backends about every unfinished one (a row whose backend does not answer keeps its state).
+/// Runs whose client was killed during submit (no client holds their submit lock): whatever
+/// their submit left half-made will never be finished.
+fn abandoned_runs(ctx: &Context) -> Result<BTreeSet<String>> {
+    let ledger = ctx.ledger()?;
+    Ok(ledger
+        .list(i64::MAX as usize)?
+        .into_iter()
+        .filter(|r| super::jobs::stopped_during_submit(&ledger, r))
+        .map(|r| r.identity.run_path())
+        .collect())
+}
+
 async fn live_runs(ctx: &Context) -> Result<BTreeSet<String>> {
     let ledger = ctx.ledger()?;
     let mut records = ledger.list(i64::MAX as usize)?;

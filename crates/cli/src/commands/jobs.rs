@@ -52,6 +52,16 @@ fn backend_for(ctx: &Context, loaded: &LoadedConfig, record: &Record) -> Result<
     Ok(backend)
 }
 
+/// Whether `record` is a run whose client stopped in the middle of `submit`: still
+/// `submitting` with nobody holding its submit lock, or already settled as such.
+pub(crate) fn stopped_during_submit(ledger: &Ledger, record: &Record) -> bool {
+    match record.state {
+        JobState::Submitting => !ledger.submit_in_progress(&record.identity.run_id),
+        JobState::Unknown => record.message.as_deref().is_some_and(|m| m.starts_with(STOPPED_DURING_SUBMIT)),
+        _ => false,
+    }
+}
+
 fn status_of(state: JobState, message: String) -> JobStatus {
     JobStatus { state, exit_code: None, message: Some(message), ranks: Vec::new() }
 }
@@ -112,6 +122,12 @@ async fn refresh(ledger: &Ledger, record: &Record, backend: &Arc<DynBackend>) ->
         Err(e) => return Err(e.into()),
     };
     let mut status = status;
+    if status.state == JobState::Submitting && stopped_during_submit(ledger, record) {
+        // The backend sees a submit under way (its claim, its helper); the ledger knows that
+        // the client doing it is gone (its lock is free), so it will never finish.
+        let seen = status.message.take().unwrap_or_else(|| "the submit had started".into());
+        status = status_of(JobState::Unknown, format!("{STOPPED_DURING_SUBMIT}; host `{}` says: {seen}", record.host));
+    }
     if record.state.is_terminal() && status.state == record.state && record.message.is_some() {
         // The ledger's reason ("replaced by run R") says more than the backend's ("cancelled").
         status.message = record.message.clone();

@@ -347,8 +347,12 @@ impl LocalBackend {
 
     /// Marks a run cancelled and stops all its processes; fails naming what is left.
     async fn stop(&self, run_id: &str, run_dir: &Path) -> Result<()> {
-        let marker = run_dir.join(files::CANCELLED);
-        std::fs::write(&marker, ledger_now()).map_err(|e| Error::io("write", &marker, e))?;
+        // A run whose submit stopped before its status dir was made has no marker to leave
+        // (and nothing started from it); its processes, if any, are still looked for.
+        if run_dir.is_dir() {
+            let marker = run_dir.join(files::CANCELLED);
+            std::fs::write(&marker, ledger_now()).map_err(|e| Error::io("write", &marker, e))?;
+        }
         let session = process::Session::read(run_dir);
         let left = process::stop_run(run_id, session.as_ref(), Duration::from_secs(5)).await;
         if !left.is_empty() {

@@ -55,7 +55,7 @@ fn ship_blocking(request: &ShipRequest) -> Result<ShipReport> {
     crate::paths::check_under(&request.root, &request.dest).map_err(Error::InvalidConfig)?;
     let root = Path::new(&request.root);
     let objects = root.join(OBJECTS_DIR);
-    let incoming = root.join(".theseus/incoming").join(format!("{:016x}", rand::random::<u64>()));
+    let incoming = root.join(".theseus/incoming").join(super::ship::upload_dir_name(&request.dest));
     fs::create_dir_all(&objects).map_err(|e| Error::io("create", &objects, e))?;
     fs::create_dir_all(&incoming).map_err(|e| Error::io("create", &incoming, e))?;
     let result = ship_run_dir(request, &objects, &incoming);

@@ -8,7 +8,8 @@
 //!   machine) were last modified before `older_than`; the run's log and status files stay;
 //! - `<run>.partial` and `<run>.partial.copy` dirs and `<work>/.theseus/incoming/*` upload dirs
 //!   in which nothing changed for [`LEFTOVER_GRACE`], so that a submit in flight is never hit
-//!   (nor the partial dir of a run given as live);
+//!   (nor the partial dir of a run given as live); those of a run given as abandoned (its
+//!   client was killed during submit) at once;
 //! - objects of `<work>/.theseus/objects` that no run dir links any more (link count 1) and whose
 //!   ctime (their last upload, link or unlink) was before `older_than` when the reclaim started.
 //!   The ctimes are read before any run dir goes, so the objects of the run dirs removed in the
@@ -46,6 +47,10 @@ pub struct ReclaimOptions {
     /// Runs that are pending or running somewhere (the ledger's, the backend's), as run paths
     /// `<project>/<group>/<name>/<run>` ([`crate::job::JobIdentity::run_path`]): never touched.
     pub live: BTreeSet<String>,
+    /// Runs whose submit stopped in the middle and will never go on (their client is gone), as
+    /// run paths: their `.partial` dirs and upload dirs are removed without waiting for
+    /// [`LEFTOVER_GRACE`].
+    pub abandoned: BTreeSet<String>,
     /// List what would be removed; remove nothing.
     pub dry_run: bool,
 }
@@ -204,7 +209,8 @@ plain() {
     };
 }
 
-/// `WORK OLDER_SECONDS GRACE_SECONDS DRY LOG_DIR SKIP...`, live run paths on stdin: removes what
+/// `WORK OLDER_SECONDS GRACE_SECONDS DRY LOG_DIR SKIP...`, on stdin `L PATH` per live run and
+/// `A PATH` per abandoned run (upload dirs are named `<run id>.<random>`): removes what
 /// the module docs say (nothing when `DRY` is 1) and prints one `KIND<TAB>BYTES<TAB>PATH` line per
 /// item (`KIND` = `run`, `partial`, `incoming`, `object`; `PATH` relative to `WORK`),
 /// `failed<TAB>PATH<TAB>MESSAGE` per item it could not remove, and `end` last.
@@ -221,7 +227,10 @@ trap 'rm -rf -- "$tmp"' EXIT
 trap 'exit 129' HUP
 trap 'exit 130' INT
 trap 'exit 143' TERM
-cat > "$tmp/live" || fail 20 "cannot read the live runs"
+cat > "$tmp/in" || fail 20 "cannot read the live runs"
+sed -n 's/^L //p' "$tmp/in" > "$tmp/live"
+sed -n 's/^A //p' "$tmp/in" > "$tmp/abandoned"
+sed 's#.*/##' "$tmp/abandoned" > "$tmp/abandoned_ids"
 objs=.theseus/objects
 : > "$tmp/old"
 if [ -d "$objs" ] && [ ! -L "$objs" ] && [ ! -L .theseus ]; then
@@ -245,6 +254,10 @@ for rel in */*/*/*; do
   case $rel in
     *.partial|*.partial.copy)
       run=${rel%.copy}
+      if grep -qxF -- "${run%.partial}" "$tmp/abandoned"; then
+        remove partial "$rel" "$(bytes "$rel")"
+        continue
+      fi
       grep -qxF -- "${run%.partial}" "$tmp/live" && continue
       m=$(newest "$rel")
       [ -n "$m" ] && [ "$m" -lt "$pcut" ] && remove partial "$rel" "$(bytes "$rel")"
@@ -261,6 +274,11 @@ for rel in */*/*/*; do
 done
 for rel in .theseus/incoming/*; do
   [ -d "$rel" ] && plain "$rel" || continue
+  id=${rel##*/} id=${id%%.*}
+  if [ -n "$id" ] && grep -qxF -- "$id" "$tmp/abandoned_ids"; then
+    remove incoming "$rel" "$(bytes "$rel")"
+    continue
+  fi
   m=$(newest "$rel")
   [ -n "$m" ] && [ "$m" -lt "$pcut" ] && remove incoming "$rel" "$(bytes "$rel")"
 done
@@ -328,7 +346,10 @@ pub async fn reclaim(shell: &dyn Shell, target: &ReclaimTarget, options: &Reclai
         target.log_dir.clone().unwrap_or_default(),
     ];
     args.extend(target.skip.iter().cloned());
-    let live: Vec<u8> = options.live.iter().flat_map(|p| format!("{p}\n").into_bytes()).collect();
+    let live: Vec<u8> = (options.live.iter().map(|p| format!("L {p}\n")))
+        .chain(options.abandoned.iter().map(|p| format!("A {p}\n")))
+        .flat_map(String::into_bytes)
+        .collect();
     let out = shell
         .run(ScriptCall {
             script: RECLAIM,

@@ -67,7 +67,6 @@ pub enum StoreError {
 pub async fn ship(shell: &dyn Shell, request: ShipRequest) -> Result<ShipReport, StoreError> {
     let rel = relative_dest(&request.root, &request.dest)?;
     let root = request.root.trim_end_matches('/').to_owned();
-    let objects = format!("{root}/{OBJECTS_DIR}");
     let snapshot = request.snapshot.clone();
     let cache = snapshot.hash_cache.clone();
     let digests = tokio::task::spawn_blocking(move || snapshot.digests(cache.as_deref()))
@@ -81,7 +80,7 @@ pub async fn ship(shell: &dyn Shell, request: ShipRequest) -> Result<ShipReport,
     let mut attempt = 0;
     loop {
         attempt += 1;
-        let report = ship_once(shell, &request, &plan, &objects, &root, &rel).await;
+        let report = ship_once(shell, &request, &plan, &root, &rel).await;
         match report {
             Err(StoreError::Failed(Error::Backend { message, .. })) if attempt < 2 && message.starts_with(GONE) => {
                 tracing::warn!("{message}; shipping again");
@@ -101,7 +100,6 @@ async fn ship_once(
     shell: &dyn Shell,
     request: &ShipRequest,
     plan: &Arc<StorePlan>,
-    objects: &str,
     root: &str,
     rel: &str,
 ) -> Result<ShipReport, StoreError> {
@@ -121,7 +119,7 @@ async fn ship_once(
     };
 
     let missing =
-        send_missing(shell, &request.snapshot, plan, objects, root, request.progress.clone(), request.status.clone())
+        send_missing(shell, &request.snapshot, plan, root, rel, request.progress.clone(), request.status.clone())
             .await?;
     let bytes = plan.bytes_of(&missing);
     let files = plan.regular_files();
@@ -147,18 +145,19 @@ async fn ship_once(
     Ok(ShipReport { files, files_present: present, objects_sent: missing.len(), bytes_sent: bytes })
 }
 
-/// Steps 1 and 2 of the protocol for `plan`: asks the store at `objects` which objects it
-/// lacks and uploads them (reading them from `snapshot`); returns the keys sent. Reports
+/// Steps 1 and 2 of the protocol for `plan`: asks the store under the work root `root` which
+/// objects it lacks and uploads them (reading them from `snapshot`); returns the keys sent. Reports
 /// "N of M files already there; sending X MiB" through `status`.
 pub(super) async fn send_missing(
     shell: &dyn Shell,
     snapshot: &Snapshot,
     plan: &Arc<StorePlan>,
-    objects: &str,
     root: &str,
+    run: &str,
     progress: Option<ProgressFn>,
     status: Option<StatusFn>,
 ) -> Result<Vec<ObjectKey>, StoreError> {
+    let objects = &format!("{root}/{OBJECTS_DIR}");
     let machine = shell.describe();
     let failed = |what: &str, e: ShellError| match e {
         ShellError::Exit { code: EXIT_NO_TOOL, stderr } => StoreError::NoTool {
@@ -190,7 +189,7 @@ pub(super) async fn send_missing(
     if missing.is_empty() {
         return Ok(missing);
     }
-    let incoming = format!("{root}/.theseus/incoming/{}", upload_id());
+    let incoming = format!("{root}/.theseus/incoming/{}", upload_dir_name(run));
     let (snapshot, plan2, keys) = (snapshot.clone(), Arc::clone(plan), missing.clone());
     let stdin: StdinFn =
         Arc::new(move |w| archive::write_objects(&snapshot, &plan2, &keys, w).map_err(std::io::Error::other));
@@ -235,6 +234,13 @@ pub(super) fn relative_dest(root: &str, dest: &str) -> Result<String> {
 /// A random id for an upload's private dir and a run's token.
 pub(super) fn upload_id() -> String {
     format!("{:016x}", rand::random::<u64>())
+}
+
+/// The name of an upload dir: the run id (last part of the run path `dest`), so that `gc` can
+/// tell whose it is (a run whose client was killed), and a random part.
+pub(super) fn upload_dir_name(dest: &str) -> String {
+    let run = dest.rsplit('/').next().unwrap_or("").replace('.', "_");
+    format!("{run}.{}", upload_id())
 }
 
 /// `12.3 MiB`.

@@ -175,13 +175,12 @@ pub async fn sync(shell: &dyn Shell, request: SyncRequest) -> Result<SyncReport,
     }
     let moving: BTreeSet<&str> = change.added.iter().chain(&change.changed).map(String::as_str).collect();
     let part = Arc::new(plan.subset(&moving));
-    let objects = format!("{root}/{OBJECTS_DIR}");
     let missing = send_missing(
         shell,
         &request.snapshot,
         &part,
-        &objects,
         &root,
+        &rel,
         request.progress.clone(),
         request.status.clone(),
     )

@@ -154,7 +154,12 @@ impl Tree {
 }
 
 fn options(older_than: Duration, live: &[&str], dry_run: bool) -> ReclaimOptions {
-    ReclaimOptions { older_than, live: live.iter().map(|r| format!("p/g/n/{r}")).collect(), dry_run }
+    ReclaimOptions {
+        older_than,
+        live: live.iter().map(|r| format!("p/g/n/{r}")).collect(),
+        abandoned: Default::default(),
+        dry_run,
+    }
 }
 
 fn shells() -> Vec<Box<dyn Shell>> {
@@ -287,6 +292,45 @@ async fn leftovers_of_crashed_submits_go_after_the_grace_and_recent_ones_stay() 
         assert!(work.join("p/g/n/slow.partial/lib/x.py").exists());
         assert!(work.join(".theseus/incoming/4567ef01/lib/x.py").exists());
         assert!(!work.join("p/g/n/crashed.partial").exists());
+    }
+}
+
+#[tokio::test]
+async fn what_an_abandoned_submit_left_goes_at_once() {
+    // The client of run `killed` died mid-submit (the CLI knows: its submit lock is free): its
+    // fresh partial dirs and upload dir go now; another run's fresh ones stay for the grace.
+    for shell in shells() {
+        let tree = Tree::new().await;
+        let work = tree.work();
+        for dir in [
+            "p/g/n/killed.partial",
+            "p/g/n/killed.partial.copy",
+            "p/g/n/other.partial",
+            ".theseus/incoming/killed.0123abcd",
+            ".theseus/incoming/other.4567ef01",
+        ] {
+            write(&work.join(dir).join("lib/x.py"), "1234567890");
+        }
+        let options = ReclaimOptions {
+            abandoned: ["p/g/n/killed".to_owned()].into(),
+            ..options(Duration::from_secs(3600), &[], false)
+        };
+        let report = reclaim(shell.as_ref(), &tree.target(), &options).await.unwrap();
+        let mut got: Vec<_> = report.items.iter().map(|i| (i.kind, i.path.clone())).collect();
+        got.sort();
+        let path = |p: &str| work.join(p).to_str().unwrap().to_owned();
+        assert_eq!(
+            got,
+            [
+                (ReclaimKind::Partial, path("p/g/n/killed.partial")),
+                (ReclaimKind::Partial, path("p/g/n/killed.partial.copy")),
+                (ReclaimKind::Incoming, path(".theseus/incoming/killed.0123abcd")),
+            ],
+            "{}",
+            shell.describe()
+        );
+        assert!(work.join("p/g/n/other.partial/lib/x.py").exists());
+        assert!(work.join(".theseus/incoming/other.4567ef01/lib/x.py").exists());
     }
 }
 
