@@ -4,8 +4,8 @@
 //!   with JAX from PyPI), runs `cargo test --workspace` (xtask's own tests included: `--workspace`
 //!   overrides `default-members`) with every optional test required, then `e2e --sim
 //!   --require-kubectl` (kubectl installed with apt-get first when it is missing and we are root)
-//!   and the short fault matrix (`chaos`). It also starts the SSH/Slurm lab (`ci/lab/`) before the tests and stops it
-//!   afterwards, unless it was already running. A lab that cannot start fails the run; with
+//!   the short fault matrix (`chaos`) and a short run of every fuzz target (`fuzz`). It also starts the SSH/Slurm lab (`ci/lab/`) before
+//!   the tests and stops it after the fault matrix, unless it was already running. A lab that cannot start fails the run; with
 //!   `THESEUSTEST_REQUIRE_ALL=0` it is skipped instead (and the live tests say they did not run).
 //! - `lab up|down|status|env|smoke`: the SSH/Slurm test lab on its own (see `ci/lab/README.md`).
 //! - `tidy`: repository checks (every `.rs` file opens with a `//!` doc).
@@ -18,11 +18,15 @@
 //! - `bench [--runs N] [--release] [--output json] [--strict]`: wall times of the real binary
 //!   (plan, local submit, status, submit and shipping against the simulator) against goals;
 //!   not part of `test`.
-//! - `chaos [--full] [--flows=a,b]`: the fault matrix against the simulator ([`chaos`]); `test`
-//!   runs its short version after the end-to-end scenarios.
+//! - `chaos [--full] [--flows=a,b] [--backends=a,b]`: the fault matrix against the simulator
+//!   and the lab, and the client-crash matrix ([`chaos`]); `test` runs its short version after
+//!   the end-to-end scenarios.
+//! - `fuzz [--seconds N] [--full] [--targets=a,b]`: the coverage-guided fuzz targets of every
+//!   parser ([`fuzz`]); `test` runs each for a few seconds after the fault matrix.
 
 mod bench;
 mod chaos;
+mod fuzz;
 mod e2e;
 mod lab;
 mod man;
@@ -45,6 +49,7 @@ fn main() -> Result<()> {
         Some("e2e") => e2e::run(&root, &args[1..]),
         Some("bench") => bench::run(&root, &args[1..]),
         Some("chaos") => chaos::run(&root, &args[1..]),
+        Some("fuzz") => fuzz::run(&root, &args[1..]),
         Some("sim") => e2e::sim_command(&root, &args[1..]),
         Some("setup-python") => {
             println!("{}", python::ensure_venv(&root)?.display());
@@ -52,7 +57,7 @@ fn main() -> Result<()> {
         }
         _ => {
             eprintln!(
-                "usage: cargo xtask <test [cargo test args...]|lab up|down|status|env|smoke|tidy|man [--check]|setup-python|e2e [--sim] [--dry-run] [--keep] [--only=N,..] [--require-kubectl]|sim [--port P]|bench [--runs N] [--release] [--output json] [--strict]|chaos [--full] [--flows=a,b]>"
+                "usage: cargo xtask <test [cargo test args...]|lab up|down|status|env|smoke|tidy|man [--check]|setup-python|e2e [--sim] [--dry-run] [--keep] [--only=N,..] [--require-kubectl]|sim [--port P]|bench [--runs N] [--release] [--output json] [--strict]|chaos [--full] [--flows=a,b] [--backends=a,b]|fuzz [--seconds N] [--full] [--targets=a,b]>"
             );
             std::process::exit(2);
         }
@@ -107,14 +112,22 @@ fn test(root: &Path, extra: &[String]) -> Result<()> {
     for (key, value) in lab.iter().flat_map(|lab| &lab.vars) {
         cmd.env(key, value);
     }
-    let status = cmd.status().context("cannot run cargo test");
+    let mut after = || -> Result<()> {
+        let status = cmd.status().context("cannot run cargo test")?;
+        if !status.success() {
+            bail!("tests failed ({status})");
+        }
+        e2e_and_chaos(root, require_all)
+    };
+    let ran = after();
     // Stop the lab also when the tests failed, but leave one that was up before us.
     let stopped = if lab.is_some() && !was_running { lab::down(root) } else { Ok(()) };
-    let status = status?;
-    if !status.success() {
-        bail!("tests failed ({status})");
-    }
-    stopped.context("cannot stop the test lab")?;
+    ran?;
+    stopped.context("cannot stop the test lab")
+}
+
+/// The end-to-end scenarios against the simulator, then the short fault matrix (the lab is up).
+fn e2e_and_chaos(root: &Path, require_all: bool) -> Result<()> {
     let mut e2e_args = vec!["--sim".to_owned()];
     if require_all {
         // CI runs the kubectl check of `e2e --sim` too: installed here when missing (root).
@@ -123,6 +136,8 @@ fn test(root: &Path, extra: &[String]) -> Result<()> {
     }
     eprintln!("xtask: running the end-to-end scenarios against the simulator (cargo xtask e2e {})", e2e_args.join(" "));
     e2e::run(root, &e2e_args)?;
-    eprintln!("xtask: running the short fault matrix against the simulator (cargo xtask chaos)");
-    chaos::run(root, &[])
+    eprintln!("xtask: running the short fault matrix (cargo xtask chaos)");
+    chaos::run(root, &[])?;
+    eprintln!("xtask: running every fuzz target for a few seconds (cargo xtask fuzz)");
+    fuzz::run(root, &["--seconds".to_owned(), "8".to_owned()])
 }

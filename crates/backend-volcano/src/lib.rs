@@ -16,6 +16,7 @@ pub mod error;
 mod exec;
 mod gc;
 pub mod helper;
+pub mod log_cursor;
 mod logs;
 pub mod quantity;
 pub mod reclaim;

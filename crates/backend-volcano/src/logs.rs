@@ -26,6 +26,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use crate::api::Cluster;
+use crate::log_cursor::LineCursor;
 use crate::backend::HandleData;
 use crate::error::VolcanoError;
 use crate::render::TASK_NAME;
@@ -297,8 +298,7 @@ impl Source {
 /// How far a pod's log has been delivered.
 #[derive(Debug, Default)]
 struct Cursor {
-    /// Complete lines delivered.
-    delivered: usize,
+    lines: LineCursor,
 }
 
 /// How a read of a log ended.
@@ -316,7 +316,7 @@ impl Cursor {
     /// rest. A last line without its newline is sent only when `last` (nothing more will come).
     async fn read(&mut self, reader: crate::api::LogReader, source: &Source, tx: &Sender, last: bool) -> ReadEnd {
         let mut reader = reader;
-        let mut index = 0usize;
+        self.lines.reopen();
         let mut buf = Vec::new();
         loop {
             buf.clear();
@@ -324,17 +324,11 @@ impl Cursor {
             let end = match read {
                 Ok(0) => ReadEnd::Eof,
                 Ok(_) if buf.ends_with(b"\n") => {
-                    if index >= self.delivered {
-                        buf.pop();
-                        if buf.ends_with(b"\r") {
-                            buf.pop();
-                        }
-                        if !self.send(&buf, source, tx).await {
-                            return ReadEnd::Closed;
-                        }
-                        self.delivered += 1;
+                    if let Some(line) = self.lines.complete(&buf)
+                        && !self.send(line, source, tx).await
+                    {
+                        return ReadEnd::Closed;
                     }
-                    index += 1;
                     continue;
                 }
                 // A partial last line: the stream ended in the middle of it.
@@ -343,21 +337,16 @@ impl Cursor {
             };
             if last
                 && matches!(end, ReadEnd::Eof)
-                && !buf.is_empty()
-                && !buf.ends_with(b"\n")
-                && index >= self.delivered
+                && let Some(line) = self.lines.tail(&buf)
+                && !self.send(line, source, tx).await
             {
-                if !self.send(&buf, source, tx).await {
-                    return ReadEnd::Closed;
-                }
-                self.delivered += 1;
+                return ReadEnd::Closed;
             }
             return end;
         }
     }
 
-    async fn send(&self, bytes: &[u8], source: &Source, tx: &Sender) -> bool {
-        let text = String::from_utf8_lossy(bytes).into_owned();
+    async fn send(&self, text: String, source: &Source, tx: &Sender) -> bool {
         tx.send(Ok(LogLine { rank: source.rank, text, source: Some(source.label.clone()) })).await.is_ok()
     }
 }
@@ -408,7 +397,7 @@ async fn follow_pod(cluster: &Cluster, pod: Pod, tx: &Sender, contact: &Contact,
                 if restarted != restarts_seen {
                     // A restarted container writes a new log from its first line.
                     restarts_seen = restarted;
-                    cursor.delivered = 0;
+                    cursor.lines = LineCursor::default();
                 }
                 last = ended(&now) || nudges.borrow().terminal;
                 if !last {
@@ -458,6 +447,6 @@ mod tests {
             ["end"],
             "the last read sends a partial line"
         );
-        assert_eq!(cursor.delivered, 5);
+        assert_eq!(cursor.lines.delivered(), 5);
     }
 }
