@@ -323,7 +323,50 @@ fn local(root: &Path, bin: &Path, python: &Path, scratch: &Path, runs: usize) ->
         status.values.push(timed(cmd(&["status", "bench-local-0"]), "theseus status")?);
     }
     eprintln!("bench: status done");
-    Ok(vec![plan, follow, first, status])
+    let ledger = big_ledger(bin, python, root, scratch, runs)?;
+    let mut measures = vec![plan, follow, first, status];
+    measures.extend(ledger);
+    Ok(measures)
+}
+
+/// Rows of the big ledger `list` is timed on.
+const LEDGER_ROWS: usize = 10_000;
+
+/// `list` (newest 20, and all rows as JSON) on a ledger of [`LEDGER_ROWS`] runs, about 200 of
+/// them last seen running on the local host (4 among the newest 20, whose state `list` asks
+/// for: their run dirs are gone).
+fn big_ledger(bin: &Path, python: &Path, root: &Path, scratch: &Path, runs: usize) -> Result<Vec<Measure>> {
+    let home = scratch.join("ledger-home");
+    std::fs::create_dir_all(&home)?;
+    let cmd = |args: &[&str]| local_cmd(bin, &home, python, root, args);
+    timed(cmd(&["list"]), "theseus list (makes the ledger)")?;
+    let db = home.join(".local/state/theseus/ledger.sqlite3");
+    // Python's sqlite3 fills it in one transaction (the ledger's own schema, made above).
+    let fill = format!(
+        "import sqlite3, json, sys\n\
+         c = sqlite3.connect(sys.argv[1])\n\
+         rows = []\n\
+         for i in range({LEDGER_ROWS}):\n\
+         \x20   run = '20260101-%06d-%06x' % (i, i)\n\
+         \x20   h = json.dumps({{'kind': 'local', 'host': 'local', 'id': run, 'data': {{'run_dir': '/nonexistent/' + run, 'work_dir': '/nonexistent', 'log_file': '/nonexistent.log', 'processes': 1}}}})\n\
+         \x20   state = 'running' if i % 50 == 0 or i % 5 == 4 and i >= 9980 else 'completed'\n\
+         \x20   rows.append((run, 'job-%d' % (i % 300), 'general', 'default', 'local', h, '2026-01-01T00:00:00Z', '2026-01-01T00:00:00Z', state, 0, None, 'job'))\n\
+         c.executemany('INSERT INTO runs (run_id, name, project, grp, host, handle, submitted_at, updated_at, state, exit_code, message, kind) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)', rows)\n\
+         c.commit()\n"
+    );
+    let out = Command::new("python3").args(["-c", &fill]).arg(&db).output().context("cannot run python3")?;
+    ensure!(out.status.success(), "filling the ledger failed: {}", text(&out.stderr));
+    let mut newest = Measure::new("list (newest 20) of a 10,000-run ledger", "s", Goal::Below(0.5));
+    let mut all = Measure::new("list --limit 10000 --no-refresh --output json, 10,000 runs", "s", Goal::Below(1.0));
+    for _ in 0..runs {
+        newest.values.push(timed(cmd(&["list"]), "theseus list")?);
+        all.values.push(timed(
+            cmd(&["list", "--limit", "10000", "--no-refresh", "--output", "json"]),
+            "theseus list --limit 10000",
+        )?);
+    }
+    eprintln!("bench: list of a 10,000-run ledger done");
+    Ok(vec![newest, all])
 }
 
 /// Runs a `submit --follow`, returning (wall time to the end, time to the first stdout line).

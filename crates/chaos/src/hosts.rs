@@ -211,7 +211,7 @@ impl World {
     }
 
     /// How many times each run started.
-    fn marks(&self) -> BTreeMap<String, usize> {
+    pub(crate) fn marks(&self) -> BTreeMap<String, usize> {
         let mut marks = BTreeMap::new();
         for run in std::fs::read_to_string(self.base.join("marks")).unwrap_or_default().lines() {
             *marks.entry(run.trim().to_owned()).or_default() += 1;

@@ -170,6 +170,7 @@ pub(crate) fn step_name(cmd: &str) -> String {
         (has("theseus-store") && has("tar -x"), "store upload"),
         (has("theseus-store") && has(".partial"), "materialise+rename"),
         (has("theseus-store"), "store lookup"),
+        (has("flock") && has("> \"$run_dir/cancelled\""), "mark+kill"),
         (has("flock") && has("sbatch"), "claim+sbatch"),
         (has("flock"), "claim+launch"),
         (has("scancel"), "scancel"),
@@ -196,6 +197,7 @@ mod tests {
         assert_eq!(step_name("sh -c 'theseus-store: x; tar -x -f - -C \"$tmp\"'"), "store upload");
         assert_eq!(step_name("bash -c 'exec 9>>x; flock -w 120 9; sbatch --parsable'"), "claim+sbatch");
         assert_eq!(step_name("squeue --json --states=all --jobs 37"), "squeue");
+        assert_eq!(step_name("sh -c 'flock -w 120 9; date > \"$run_dir/cancelled\"; kill'"), "mark+kill");
         assert_eq!(step_name("echo hello world"), "echo hello");
         assert!(step_name(&"x".repeat(100)).chars().count() <= 31);
     }

@@ -14,10 +14,15 @@
 //! ([`inject`]); a recovery (`cancel`, `gc`) follows and what is left is read from the lab's
 //! shared filesystem.
 //!
+//! The client-crash matrix ([`crash`]) kills `submit --follow` with SIGKILL at each phase on
+//! every backend and judges what a user's next commands find; the load cases ([`load`]) start
+//! 200 local and 50 simulator submits at once.
+//!
 //! Usage: `theseus-chaos --theseus PATH [--full] [--flows submit,cancel,...]
-//! [--backends volcano,plain,slurm] [--require-lab]`.
+//! [--backends volcano,plain,slurm,crash,load] [--require-lab]`.
 
 mod inject;
+mod load;
 mod matrix;
 mod proc;
 mod crash;
@@ -61,7 +66,7 @@ fn main() -> ExitCode {
         Ok(cases) => {
             report.push_str(&matrix::table(name, &cases));
             // Few cases, each a different phase: all of them are the report.
-            for case in cases.iter().filter(|c| c.flow == "crash") {
+            for case in cases.iter().filter(|c| c.flow == "crash" || c.flow == "load") {
                 report.push_str(&format!("  {case}\n"));
             }
             all.extend(cases);
@@ -108,6 +113,12 @@ fn main() -> ExitCode {
             if !record(&format!("client crash: {backend}"), crash::run(&theseus, backend, lab.as_ref())) {
                 return ExitCode::from(2);
             }
+        }
+    }
+    if chosen("load") {
+        let cases = [load::local(&theseus, 200), load::sim(&theseus, 50)].into_iter().collect::<Result<Vec<_>, _>>();
+        if !record("load", cases) {
+            return ExitCode::from(2);
         }
     }
     print!("{report}");

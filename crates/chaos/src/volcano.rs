@@ -175,6 +175,17 @@ impl World {
         left
     }
 
+    /// How many distinct runs have a vcjob in the cluster.
+    pub(crate) fn vcjobs_of_runs(&self) -> usize {
+        let jobs = self.sim.objects("batch.volcano.sh/v1alpha1", "Job");
+        let runs: HashSet<String> = jobs
+            .iter()
+            .filter(|j| j["metadata"]["labels"]["theseus.dev/role"].as_str() != Some("helper"))
+            .filter_map(|j| j["metadata"]["labels"]["theseus.dev/run-id"].as_str().map(str::to_owned))
+            .collect();
+        runs.len()
+    }
+
     /// [`World::left_behind`] once what the cluster deletes by itself is gone (bounded).
     pub(crate) fn settled_left_behind(&self) -> Vec<String> {
         let deadline = Instant::now() + Duration::from_secs(20);
