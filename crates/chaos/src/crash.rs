@@ -124,10 +124,10 @@ pub(crate) fn run(theseus: &Path, backend: &str, lab: Option<&Lab>) -> Result<Ve
         left.extend(problems);
         let case = Case {
             flow: "crash",
-            step: phase.name.to_owned(),
+            step: format!("{}, at: {}", phase.name, submit.killed_at.as_deref().map_or("never".into(), shorten)),
             n: i + 1,
             of,
-            fault: format!("kill -9 ({})", submit.killed_at.as_deref().map_or("never".into(), shorten)),
+            fault: "kill -9".into(),
             verdict: verdict.into_inner(),
             left,
             seconds: started.elapsed().as_secs_f64(),

@@ -99,16 +99,22 @@ pub(crate) fn bad(cases: &[Case]) -> Vec<&Case> {
 /// One row per flow: cases, faults, outcomes, cases that left something behind.
 pub(crate) fn table(backend: &str, cases: &[Case]) -> String {
     let mut out = format!(
-        "{backend}\n{:<8} {:>6} {:>9} {:>6} {:>8} {:>8} {:>6} {:>6} {:>6}\n",
-        "flow", "steps", "cases", "ok", "errors", "unclear", "hangs", "panics", "left"
+        "{backend}\n{:<8} {:>6} {:>9} {:>6} {:>8} {:>8} {:>6} {:>6} {:>6}  {}\n",
+        "flow", "steps", "cases", "ok", "errors", "unclear", "hangs", "panics", "left", "faults"
     );
     let mut flows: Vec<&str> = cases.iter().map(|c| c.flow).collect();
     flows.dedup();
     for flow in flows {
         let of: Vec<&Case> = cases.iter().filter(|c| c.flow == flow).collect();
         let count = |p: &dyn Fn(&Case) -> bool| of.iter().filter(|c| p(c)).count();
+        let mut faults: Vec<&str> = Vec::new();
+        for case in &of {
+            if !faults.contains(&case.fault.as_str()) {
+                faults.push(&case.fault);
+            }
+        }
         out.push_str(&format!(
-            "{:<8} {:>6} {:>9} {:>6} {:>8} {:>8} {:>6} {:>6} {:>6}\n",
+            "{:<8} {:>6} {:>9} {:>6} {:>8} {:>8} {:>6} {:>6} {:>6}  {}\n",
             flow,
             of.first().map_or(0, |c| c.of),
             of.len(),
@@ -118,6 +124,7 @@ pub(crate) fn table(backend: &str, cases: &[Case]) -> String {
             count(&|c| c.verdict == Verdict::Hang),
             count(&|c| matches!(c.verdict, Verdict::Panic(_))),
             count(&|c| !c.left.is_empty()),
+            faults.join(", "),
         ));
     }
     out
@@ -167,7 +174,7 @@ mod tests {
             case("cancel", Verdict::Hang, &[]),
         ];
         let table = table("volcano", &cases);
-        assert!(table.contains("submit        3         2      1        1        0      0      0      1"), "{table}");
+        assert!(table.contains("submit        3         2      1        1        0      0      0      1  500"), "{table}");
         assert_eq!(bad(&cases).len(), 2);
         assert!(bad(&cases)[0].to_string().contains("left behind: helper job h"));
     }

@@ -213,12 +213,18 @@ fn faults(full: bool, flow: &str) -> Vec<(String, RequestFault)> {
     if full || flow == "submit" {
         faults.push(("409".to_owned(), RequestFault::Status(409)));
     }
+    if full || matches!(flow, "logs" | "cancel") {
+        faults.push(("drop-streams".to_owned(), RequestFault::DropStreams));
+    }
     if full {
         faults.push(("429".to_owned(), RequestFault::Status(429)));
         faults.push(("hang".to_owned(), RequestFault::Hang));
     }
     faults
 }
+
+/// How long the scheduler waits before placing pods in the delayed-scheduling case.
+const SCHEDULING_DELAY: Duration = Duration::from_secs(4);
 
 /// Runs the matrix for the selected flows (all when empty).
 pub(crate) fn run(theseus: &Path, full: bool, only: &[String]) -> Result<Vec<Case>, String> {
@@ -269,6 +275,30 @@ pub(crate) fn run(theseus: &Path, full: bool, only: &[String]) -> Result<Vec<Cas
                 let _ = &world.runtime;
             }
         }
+        // The scheduler waits before placing any pod (a busy cluster): the flow must still end
+        // well, however long the wait within its bounds.
+        let started = Instant::now();
+        let world = World::start(theseus)?;
+        world.sim.faults().delay_scheduling(Some(SCHEDULING_DELAY));
+        if let Some(experiment) = flow.setup {
+            world.setup(experiment)?;
+        }
+        let ran = world.run(flow.command, bound)?;
+        world.sim.faults().delay_scheduling(None);
+        let case = Case {
+            flow: flow.name,
+            step: "whole flow".into(),
+            n: 0,
+            of: steps,
+            fault: format!("scheduling delayed {}s", SCHEDULING_DELAY.as_secs()),
+            verdict: classify(ran.code, &ran.stderr, ran.timed_out),
+            left: world.settled_left_behind(),
+            seconds: started.elapsed().as_secs_f64(),
+        };
+        if case.is_bad() {
+            eprintln!("chaos: BAD {case}\n{}", indent(&ran.stderr));
+        }
+        cases.push(case);
     }
     Ok(cases)
 }
@@ -287,7 +317,8 @@ fn request_name(method: &str, path: &str) -> String {
                 [] => String::new(),
             }
         }
-        _ => parts.last().copied().unwrap_or("").to_owned(),
+        Some(_) => "namespaces".to_owned(),
+        None => parts.last().copied().unwrap_or("").to_owned(),
     };
     format!("{method} {resource}")
 }

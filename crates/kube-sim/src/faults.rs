@@ -40,6 +40,10 @@ pub enum RequestFault {
     Reset,
     /// The request is never answered (the connection stays open).
     Hang,
+    /// The request is served, but first every open watch stream ends and every followed log
+    /// stream is reset ([`Faults::drop_watches`], [`Faults::cut_log_streams`]): the streams
+    /// drop at this stage of the client's flow.
+    DropStreams,
 }
 
 #[derive(Debug, Default)]

@@ -48,6 +48,10 @@ pub(crate) async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Resul
         Some(crate::RequestFault::Status(code)) => {
             return Ok(error_response(&ApiError::injected(code, (code == 429).then_some(1))));
         }
+        Some(crate::RequestFault::DropStreams) => {
+            shared.faults.drop_watches();
+            shared.faults.cut_log_streams();
+        }
         None => {}
     }
     Ok(match route(&shared, req).await {
