@@ -15,6 +15,9 @@ use crate::matrix::{Case, Verdict, classify};
 use crate::proc::{self, KillAt, Ran, indent};
 use crate::volcano;
 
+/// Bytes of incompressible code each crash world ships.
+const BIG_FILE: usize = 16 << 20;
+
 /// Where the client is killed: the phase, and what it waits for.
 struct Phase {
     name: &'static str,
@@ -54,6 +57,17 @@ impl Site {
         proc::run(cmd, bound, kill)
     }
 
+    fn write_big_file(&self, bytes: usize) -> Result<(), String> {
+        let dir = match self {
+            Site::Hosts(w) => w.code_dir(),
+            Site::Volcano(w) => w.code_dir(),
+        };
+        let mut data = vec![0u8; bytes];
+        let mut urandom = std::fs::File::open("/dev/urandom").map_err(|e| e.to_string())?;
+        std::io::Read::read_exact(&mut urandom, &mut data).map_err(|e| e.to_string())?;
+        std::fs::write(dir.join("weights.bin"), data).map_err(|e| e.to_string())
+    }
+
     fn gc_args(&self) -> Vec<&'static str> {
         match self {
             Site::Hosts(w) => vec!["gc", "--older-than", "0s", "--host", w.host()],
@@ -74,8 +88,13 @@ pub(crate) fn run(theseus: &Path, backend: &str, lab: Option<&Lab>) -> Result<Ve
             (_, Some(lab)) => Site::Hosts(hosts::World::start(theseus, lab, &lab.client_key())?),
             _ => Site::Hosts(hosts::World::local(theseus)?),
         };
+        // Enough code that shipping takes a moment, so that a kill during it lands inside it.
+        site.write_big_file(BIG_FILE)?;
         let bound = Duration::from_secs(120);
         let submit = site.run(&["submit", "chaos", "sleep.yaml", "--follow"], bound, phase.kill)?;
+        if std::env::var_os("THESEUS_CHAOS_VERBOSE").is_some() {
+            eprintln!("chaos: crash {backend} {}: submit's stderr:\n{}", phase.name, indent(&submit.stderr));
+        }
         let mut problems = Vec::new();
         let verdict = std::cell::RefCell::new(Verdict::Ok);
         if submit.killed_at.is_none() {

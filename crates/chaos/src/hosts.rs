@@ -176,6 +176,11 @@ impl World {
         self.host
     }
 
+    /// The code dir a submit ships.
+    pub(crate) fn code_dir(&self) -> &Path {
+        self.code.path()
+    }
+
     pub(crate) fn command(&self, args: &[&str]) -> Command {
         let mut cmd = Command::new(&self.theseus);
         cmd.env_clear()

@@ -84,6 +84,11 @@ impl World {
     }
 
     /// `theseus ARGS` in this world (a submit ships the world's code to the simulated host).
+    /// The code dir a submit ships.
+    pub(crate) fn code_dir(&self) -> &Path {
+        self.code.path()
+    }
+
     pub(crate) fn command(&self, args: &[&str]) -> Command {
         let mut cmd = Command::new(&self.theseus);
         cmd.env_clear()

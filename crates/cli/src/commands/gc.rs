@@ -101,14 +101,15 @@ pub(crate) async fn run(ctx: &Context, args: GcArgs) -> Result<ExitCode> {
 
 /// Run paths of the ledger's runs that are submitting, pending or running, after asking their
 /// backends about every unfinished one (a row whose backend does not answer keeps its state).
-/// Runs whose client was killed during submit (no client holds their submit lock): whatever
-/// their submit left half-made will never be finished.
+/// Runs of this machine's ledger that no client is submitting (no live client holds their
+/// submit lock): their submit is over, finished or killed, so a `.partial` or upload dir of
+/// theirs will never be finished.
 fn abandoned_runs(ctx: &Context) -> Result<BTreeSet<String>> {
     let ledger = ctx.ledger()?;
     Ok(ledger
         .list(i64::MAX as usize)?
         .into_iter()
-        .filter(|r| super::jobs::stopped_during_submit(&ledger, r))
+        .filter(|r| !ledger.submit_in_progress(&r.identity.run_id))
         .map(|r| r.identity.run_path())
         .collect())
 }

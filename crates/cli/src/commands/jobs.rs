@@ -54,7 +54,7 @@ fn backend_for(ctx: &Context, loaded: &LoadedConfig, record: &Record) -> Result<
 
 /// Whether `record` is a run whose client stopped in the middle of `submit`: still
 /// `submitting` with nobody holding its submit lock, or already settled as such.
-pub(crate) fn stopped_during_submit(ledger: &Ledger, record: &Record) -> bool {
+fn stopped_during_submit(ledger: &Ledger, record: &Record) -> bool {
     match record.state {
         JobState::Submitting => !ledger.submit_in_progress(&record.identity.run_id),
         JobState::Unknown => record.message.as_deref().is_some_and(|m| m.starts_with(STOPPED_DURING_SUBMIT)),
@@ -312,7 +312,25 @@ pub(crate) async fn cancel(ctx: &Context, args: TargetArgs) -> Result<ExitCode> 
         print_status(ctx, &record, &status)?;
         return Ok(ExitCode::SUCCESS);
     }
-    let status = backend.cancel(&record.handle).await?;
+    let status = match backend.cancel(&record.handle).await {
+        // Stopped, and nothing will start it again: its client is gone.
+        Ok(status) if !status.state.is_terminal() && stopped_during_submit(&ledger, &record) => status_of(
+            JobState::Cancelled,
+            format!(
+                "{STOPPED_DURING_SUBMIT}; stopped what it had started (host `{}` said: {})",
+                record.host,
+                status.message.as_deref().unwrap_or(status.state.as_str())
+            ),
+        ),
+        Ok(status) => status,
+        // A client killed before it made anything: nothing runs, and nothing ever will (no
+        // client works on it), so the run is settled as cancelled.
+        Err(theseus_core::Error::NotFound { what }) if stopped_during_submit(&ledger, &record) => status_of(
+            JobState::Cancelled,
+            format!("{STOPPED_DURING_SUBMIT} before it started anything ({what} not found); nothing to stop"),
+        ),
+        Err(e) => return Err(e.into()),
+    };
     save(&ledger, &record.identity.run_id, &status)?;
     print_status(ctx, &record, &status)?;
     Ok(ExitCode::SUCCESS)

@@ -331,6 +331,18 @@ fn a_client_killed_during_submit_leaves_an_honest_record() {
     assert!(v["status"]["message"].as_str().unwrap().contains("the client stopped during submit (interrupted)"), "{v}");
     let list = ledger(&ctx);
     assert_eq!(record(&list, &run_id)["state"], "unknown", "settled in the ledger");
+    // What a user does next: cancel settles it (nothing ever ran), and gc takes its half-made
+    // run dir and upload dir at once, not after the hour's grace (no client works on them).
+    let cancel = ctx.run(&["cancel", "killed", "--output", "json"]);
+    assert!(cancel.status.success(), "{}", text(&cancel.stderr));
+    assert_eq!(record(&ledger(&ctx), &run_id)["state"], "cancelled");
+    let gc = ctx.run(&["gc", "--older-than", "0s"]);
+    assert!(gc.status.success(), "{}", text(&gc.stderr));
+    let partial = work.with_file_name(format!("{run_id}.partial"));
+    assert!(!partial.exists(), "{} is left after gc: {}", partial.display(), text(&gc.stdout));
+    let incoming = ctx.home().join(".local/share/theseus/work/.theseus/incoming");
+    let uploads: Vec<_> = std::fs::read_dir(&incoming).map(|d| d.flatten().map(|e| e.file_name()).collect()).unwrap_or_default();
+    assert!(uploads.is_empty(), "upload dirs left: {uploads:?}");
 }
 
 #[test]

@@ -9,7 +9,7 @@
 //! - `<run>.partial` and `<run>.partial.copy` dirs and `<work>/.theseus/incoming/*` upload dirs
 //!   in which nothing changed for [`LEFTOVER_GRACE`], so that a submit in flight is never hit
 //!   (nor the partial dir of a run given as live); those of a run given as abandoned (its
-//!   client was killed during submit) at once;
+//!   submit is over: finished, or its client was killed) at once;
 //! - objects of `<work>/.theseus/objects` that no run dir links any more (link count 1) and whose
 //!   ctime (their last upload, link or unlink) was before `older_than` when the reclaim started.
 //!   The ctimes are read before any run dir goes, so the objects of the run dirs removed in the
@@ -47,9 +47,9 @@ pub struct ReclaimOptions {
     /// Runs that are pending or running somewhere (the ledger's, the backend's), as run paths
     /// `<project>/<group>/<name>/<run>` ([`crate::job::JobIdentity::run_path`]): never touched.
     pub live: BTreeSet<String>,
-    /// Runs whose submit stopped in the middle and will never go on (their client is gone), as
-    /// run paths: their `.partial` dirs and upload dirs are removed without waiting for
-    /// [`LEFTOVER_GRACE`].
+    /// Runs whose submit is over, finished or stopped with its client (the CLI gives the
+    /// ledger's runs whose submit lock nobody holds), as run paths: a `.partial` or upload dir
+    /// of theirs will never be finished, and goes without waiting for [`LEFTOVER_GRACE`].
     pub abandoned: BTreeSet<String>,
     /// List what would be removed; remove nothing.
     pub dry_run: bool,
