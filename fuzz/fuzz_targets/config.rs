@@ -1,6 +1,8 @@
 //! The dispatch config: a `.theseus.yaml` (the input up to the first NUL byte) and `--set
 //! KEY=VALUE` settings (the lines after it) loaded and validated as `theseus` does. Any input
-//! loads or is refused with an error; none panics.
+//! loads or is refused with an error; none panics. A config that loads, written out as `config
+//! show --output yaml` writes it, loads again to the same config (users save that output as
+//! their `.theseus.yaml`).
 #![no_main]
 
 use std::path::PathBuf;
@@ -24,7 +26,16 @@ fuzz_target!(|data: &[u8]| {
         .map(|(k, v)| (k.to_owned(), v.to_owned()))
         .collect();
     let sources = ConfigSources { explicit_file: Some(file().clone()), cli, ..ConfigSources::default() };
-    if let Err(e) = load(&sources) {
-        assert!(!e.to_string().is_empty());
+    match load(&sources) {
+        Err(e) => assert!(!e.to_string().is_empty()),
+        Ok(loaded) => {
+            let shown = serde_saphyr::to_string(&loaded.config).expect("a loaded config serializes");
+            std::fs::write(file(), &shown).expect("the temp file is writable");
+            let again = ConfigSources { explicit_file: Some(file().clone()), ..ConfigSources::default() };
+            match load(&again) {
+                Ok(reloaded) => assert_eq!(reloaded.config, loaded.config, "config show gave:\n{shown}"),
+                Err(e) => panic!("config show's output does not load: {e}\n{shown}"),
+            }
+        }
     }
 });

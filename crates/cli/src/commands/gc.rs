@@ -99,8 +99,6 @@ pub(crate) async fn run(ctx: &Context, args: GcArgs) -> Result<ExitCode> {
     Ok(if results.iter().any(|r| !r.errors.is_empty()) { ExitCode::from(2) } else { ExitCode::SUCCESS })
 }
 
-/// Run paths of the ledger's runs that are submitting, pending or running, after asking their
-/// backends about every unfinished one (a row whose backend does not answer keeps its state).
 /// Runs of this machine's ledger that no client is submitting (no live client holds their
 /// submit lock): their submit is over, finished or killed, so a `.partial` or upload dir of
 /// theirs will never be finished.
@@ -114,6 +112,8 @@ fn abandoned_runs(ctx: &Context) -> Result<BTreeSet<String>> {
         .collect())
 }
 
+/// Run paths of the ledger's runs that are submitting, pending or running, after asking their
+/// backends about every unfinished one (a row whose backend does not answer keeps its state).
 async fn live_runs(ctx: &Context) -> Result<BTreeSet<String>> {
     let ledger = ctx.ledger()?;
     let mut records = ledger.list(i64::MAX as usize)?;

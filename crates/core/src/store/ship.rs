@@ -146,7 +146,8 @@ async fn ship_once(
 }
 
 /// Steps 1 and 2 of the protocol for `plan`: asks the store under the work root `root` which
-/// objects it lacks and uploads them (reading them from `snapshot`); returns the keys sent. Reports
+/// objects it lacks and uploads them (reading them from `snapshot`) into an upload dir named
+/// after `run` ([`upload_dir_name`]); returns the keys sent. Reports
 /// "N of M files already there; sending X MiB" through `status`.
 pub(super) async fn send_missing(
     shell: &dyn Shell,

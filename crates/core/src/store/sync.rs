@@ -180,7 +180,9 @@ pub async fn sync(shell: &dyn Shell, request: SyncRequest) -> Result<SyncReport,
         &request.snapshot,
         &part,
         &root,
-        &rel,
+        // Not the run's id: `gc` takes the upload dirs of runs whose submit is over, and this
+        // run's submit is, while this sync is not.
+        "sync",
         request.progress.clone(),
         request.status.clone(),
     )
