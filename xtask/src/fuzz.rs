@@ -173,8 +173,10 @@ fn run_target(root: &Path, bins: &Path, target: &'static str, seconds: u64, full
 
 /// The report: one row per target.
 pub(crate) fn table(reports: &[Report]) -> String {
-    let mut out =
-        format!("{:<14} {:>12} {:>8} {:>10} {:>8} {:>8}\n", "target", "execs", "seconds", "execs/s", "corpus", "crashes");
+    let mut out = format!(
+        "{:<14} {:>12} {:>8} {:>10} {:>8} {:>8}\n",
+        "target", "execs", "seconds", "execs/s", "corpus", "crashes"
+    );
     for r in reports {
         out.push_str(&format!(
             "{:<14} {:>12} {:>8.0} {:>10.0} {:>8} {:>8}\n",
@@ -207,7 +209,10 @@ mod tests {
             assert!(manifest.contains(&format!("name = \"{target}\"")), "{target} is not a bin of fuzz/");
             assert!(root.join(format!("fuzz/fuzz_targets/{target}.rs")).exists());
             if *target != "slurm_output" {
-                assert!(root.join("fuzz/seeds").join(target).read_dir().unwrap().next().is_some(), "{target} has seeds");
+                assert!(
+                    root.join("fuzz/seeds").join(target).read_dir().unwrap().next().is_some(),
+                    "{target} has seeds"
+                );
             }
         }
     }

@@ -26,8 +26,8 @@
 
 mod bench;
 mod chaos;
-mod fuzz;
 mod e2e;
+mod fuzz;
 mod lab;
 mod man;
 mod python;

@@ -240,6 +240,13 @@ impl Cluster {
         self.delete(&self.jobs(), name).await
     }
 
+    /// How long a watch may stay silent before the caller polls instead: a watch is a stream
+    /// without the per-request timeout, so an API server that accepted it and never answers
+    /// would hold the caller until its overall deadline.
+    pub(crate) fn watch_silence(&self) -> Duration {
+        self.retry.request_timeout.min(self.retry.deadline)
+    }
+
     /// Waits until the job no longer exists, watching it by name (and polling if the watch
     /// fails).
     ///
@@ -249,7 +256,7 @@ impl Cluster {
         // A watch is a stream without the per-request timeout: an event that does not come
         // within it (an API server that accepted the request and never answers) ends the watch,
         // and polling, whose every request is bounded, takes over.
-        let silence = self.retry.request_timeout.min(self.retry.deadline);
+        let silence = self.watch_silence();
         let wait = async {
             let mut changes = watcher::watch_object(self.jobs(), name).boxed();
             loop {

@@ -26,9 +26,9 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use crate::api::Cluster;
-use crate::log_cursor::LineCursor;
 use crate::backend::HandleData;
 use crate::error::VolcanoError;
+use crate::log_cursor::LineCursor;
 use crate::render::TASK_NAME;
 use crate::status::{pod_label, rank_of};
 use crate::types::TERMINAL_PHASES;

@@ -246,32 +246,54 @@ pub(crate) async fn wait_running(cluster: &Cluster, helper: &Job, timeout: Durat
     let name = helper.metadata.name.clone().unwrap_or_default();
     let selector = format!("volcano.sh/job-name={name}");
     let mut last: Option<Pod> = None;
+    let silence = cluster.watch_silence();
     let watch = async {
-        let config = watcher::Config::default().labels(&selector);
-        let mut pods = watcher(cluster.pods(), config).default_backoff().applied_objects().boxed();
-        while let Some(event) = pods.next().await {
-            let pod = match event {
-                Ok(pod) => pod,
-                Err(e) => {
-                    // RBAC does not heal by retrying: say which permission is missing now.
-                    if let Some(code @ (401 | 403)) = watch_status_code(&e) {
-                        return Err(VolcanoError::Forbidden {
-                            verb: "watch".into(),
-                            resource: "pods".into(),
-                            namespace: Some(cluster.namespace().to_owned()),
-                            message: format!("{code}: {e}"),
+        loop {
+            // A watch that stays silent for `silence` (an API server that took the request and
+            // never answers) is replaced: the pods are listed once (a bounded request), then
+            // watched anew.
+            let config = watcher::Config::default().labels(&selector);
+            let mut pods = watcher(cluster.pods(), config).default_backoff().applied_objects().boxed();
+            loop {
+                let event = match tokio::time::timeout(silence, pods.next()).await {
+                    Ok(Some(event)) => event,
+                    Ok(None) => {
+                        return Err(VolcanoError::Pod {
+                            pod: name.clone(),
+                            message: "the watch of the helper's pods ended".into(),
                         });
                     }
-                    tracing::debug!("watch of helper pods: {e}");
-                    continue;
+                    Err(_) => break,
+                };
+                let pod = match event {
+                    Ok(pod) => pod,
+                    Err(e) => {
+                        // RBAC does not heal by retrying: say which permission is missing now.
+                        if let Some(code @ (401 | 403)) = watch_status_code(&e) {
+                            return Err(VolcanoError::Forbidden {
+                                verb: "watch".into(),
+                                resource: "pods".into(),
+                                namespace: Some(cluster.namespace().to_owned()),
+                                message: format!("{code}: {e}"),
+                            });
+                        }
+                        tracing::debug!("watch of helper pods: {e}");
+                        continue;
+                    }
+                };
+                if let Some(outcome) = judge_helper_pod(&pod) {
+                    return outcome;
                 }
-            };
-            if let Some(outcome) = judge_helper_pod(&pod) {
-                return outcome;
+                last = Some(pod);
             }
-            last = Some(pod);
+            tracing::debug!("no event from the watch of the helper's pods in {silence:?}; listing them");
+            for pod in cluster.list_pods(&selector).await? {
+                if let Some(outcome) = judge_helper_pod(&pod) {
+                    return outcome;
+                }
+                last = Some(pod);
+            }
         }
-        Err(VolcanoError::Pod { pod: name.clone(), message: "the watch of the helper's pods ended".into() })
     };
     match tokio::time::timeout(timeout, watch).await {
         Ok(outcome) => outcome,

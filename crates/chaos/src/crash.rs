@@ -105,7 +105,12 @@ pub(crate) fn run(theseus: &Path, backend: &str, lab: Option<&Lab>) -> Result<Ve
             let ran = site.run(args, Duration::from_secs(90), KillAt::Never)?;
             let judged = classify(ran.code, &ran.stderr, ran.timed_out);
             if !matches!(judged, Verdict::Ok | Verdict::ClearError) && *verdict.borrow() == Verdict::Ok {
-                eprintln!("chaos: crash {backend} {}: `theseus {}`:\n{}", phase.name, args.join(" "), indent(&ran.stderr));
+                eprintln!(
+                    "chaos: crash {backend} {}: `theseus {}`:\n{}",
+                    phase.name,
+                    args.join(" "),
+                    indent(&ran.stderr)
+                );
                 *verdict.borrow_mut() = judged;
             }
             Ok(ran)
@@ -120,7 +125,9 @@ pub(crate) fn run(theseus: &Path, backend: &str, lab: Option<&Lab>) -> Result<Ve
             let status = next(&["status", "chaos", "--output", "json"])?;
             let answer: Value = serde_json::from_str(&status.stdout).unwrap_or(Value::Null);
             let state = answer["status"]["state"].as_str().unwrap_or("").to_owned();
-            if status.code == Some(0) && !matches!(state.as_str(), "unknown" | "pending" | "running" | "completed" | "failed" | "cancelled") {
+            if status.code == Some(0)
+                && !matches!(state.as_str(), "unknown" | "pending" | "running" | "completed" | "failed" | "cancelled")
+            {
                 problems.push(format!(
                     "`status` says `{state}` for a client that is gone ({})",
                     answer["status"]["message"].as_str().unwrap_or("no message")

@@ -70,7 +70,6 @@ impl Lab {
             client_key: PathBuf::from(get("THESEUSTEST_SSH_KEY")?),
         })
     }
-
 }
 
 /// One flow: what runs before (cleanly) and the command under test.
@@ -142,14 +141,18 @@ impl World {
         )?;
         let hosts = match lab.kind {
             Kind::Plain => "hosts:\n  box: {type: plain, ssh: lab, cluster: lab, chips: {h100: 1}}\n".to_owned(),
-            Kind::Slurm => "hosts:\n  box:\n    type: slurm\n    cluster: lab\n    ssh: lab\n    partitions: [gpu]\n    \
+            Kind::Slurm => {
+                "hosts:\n  box:\n    type: slurm\n    cluster: lab\n    ssh: lab\n    partitions: [gpu]\n    \
                             cpu_partitions: [cpu]\n    mem: 300M\n    time: \"10\"\ngres_mapping:\n  h100: h100\n"
-                .to_owned(),
+                    .to_owned()
+            }
         };
         let b = base.display();
         write(
             &home.path().join(".theseus.yaml"),
-            &format!("clusters:\n  lab:\n    root: {b}\n    work: {b}/work\n    log: {b}/logs\n    status: {b}/status\n{hosts}"),
+            &format!(
+                "clusters:\n  lab:\n    root: {b}\n    work: {b}/work\n    log: {b}/logs\n    status: {b}/status\n{hosts}"
+            ),
         )?;
         let work = base.join("work");
         let world = World { home, code, base, theseus: theseus.to_owned(), host: "box", work };

@@ -96,10 +96,7 @@ impl Injector {
 
     /// Commands seen so far.
     pub(crate) fn count(&self) -> usize {
-        std::fs::read_to_string(self.dir.path().join("count"))
-            .ok()
-            .and_then(|s| s.trim().parse().ok())
-            .unwrap_or(0)
+        std::fs::read_to_string(self.dir.path().join("count")).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0)
     }
 
     /// The command line of command `n` (1-based), shortened, as the step's name.
@@ -136,7 +133,8 @@ impl Injector {
 impl Drop for Injector {
     fn drop(&mut self) {
         if let Ok(text) = std::fs::read_to_string(&self.authorized) {
-            let kept: String = text.lines().filter(|l| !l.ends_with(&self.line_mark)).map(|l| format!("{l}\n")).collect();
+            let kept: String =
+                text.lines().filter(|l| !l.ends_with(&self.line_mark)).map(|l| format!("{l}\n")).collect();
             let _ = std::fs::write(&self.authorized, kept);
         }
     }
@@ -157,7 +155,8 @@ fn remove_stale_lines(authorized: &Path) -> Result<(), String> {
 }
 
 fn set_mode(path: &Path, mode: u32) -> Result<(), String> {
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(|e| format!("{}: {e}", path.display()))
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+        .map_err(|e| format!("{}: {e}", path.display()))
 }
 
 /// A short name for a remote command of theseus: which step of the flow it is, told by what

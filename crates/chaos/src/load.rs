@@ -67,7 +67,11 @@ fn judge(ends: &[(Option<i32>, String)], rows: &Value, clients: usize) -> Vec<St
         *ids.entry(row["identity"]["run_id"].as_str().unwrap_or("").to_owned()).or_insert(0) += 1;
     }
     if rows.len() != clients || ids.len() != clients {
-        problems.push(format!("the ledger holds {} runs with {} distinct run ids, not {clients}", rows.len(), ids.len()));
+        problems.push(format!(
+            "the ledger holds {} runs with {} distinct run ids, not {clients}",
+            rows.len(),
+            ids.len()
+        ));
     }
     let dirs: std::collections::BTreeSet<String> = rows
         .iter()
@@ -107,7 +111,8 @@ pub(crate) fn local(theseus: &Path, clients: usize) -> Result<Case, String> {
         .map(|i| world.command(&["submit", &format!("load-{i}"), "quick.yaml", "--code", ".", "--host", "local"]))
         .collect();
     let ends = all_at_once(commands, Duration::from_secs(300))?;
-    let list = world.run(&["list", "--limit", "100000", "--no-refresh", "--output", "json"], Duration::from_secs(60))?;
+    let list =
+        world.run(&["list", "--limit", "100000", "--no-refresh", "--output", "json"], Duration::from_secs(60))?;
     let mut problems = judge(&ends, &ledger_rows(&list), clients);
     // Every job runs about a second: each must have started exactly once.
     let deadline = Instant::now() + Duration::from_secs(120);
@@ -131,7 +136,8 @@ pub(crate) fn sim(theseus: &Path, clients: usize) -> Result<Case, String> {
     let world = volcano::World::start(theseus)?;
     let commands = (0..clients).map(|i| world.command(&["submit", &format!("load-{i}"), "quick.yaml"])).collect();
     let ends = all_at_once(commands, Duration::from_secs(600))?;
-    let list = world.run(&["list", "--limit", "100000", "--no-refresh", "--output", "json"], Duration::from_secs(60))?;
+    let list =
+        world.run(&["list", "--limit", "100000", "--no-refresh", "--output", "json"], Duration::from_secs(60))?;
     let rows = ledger_rows(&list);
     let mut problems = judge(&ends, &rows, clients);
     let jobs = world.vcjobs_of_runs();

@@ -21,12 +21,12 @@
 //! Usage: `theseus-chaos --theseus PATH [--full] [--flows submit,cancel,...]
 //! [--backends volcano,plain,slurm,crash,load] [--require-lab]`.
 
+mod crash;
+mod hosts;
 mod inject;
 mod load;
 mod matrix;
 mod proc;
-mod crash;
-mod hosts;
 mod volcano;
 
 use std::path::PathBuf;
@@ -34,7 +34,8 @@ use std::process::ExitCode;
 
 fn main() -> ExitCode {
     let mut args = std::env::args().skip(1);
-    let (mut theseus, mut full, mut flows, mut backends, mut require_lab) = (None, false, Vec::new(), Vec::new(), false);
+    let (mut theseus, mut full, mut flows, mut backends, mut require_lab) =
+        (None, false, Vec::new(), Vec::new(), false);
     let list = |arg: Option<String>| arg.unwrap_or_default().split(',').map(str::to_owned).collect::<Vec<_>>();
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -91,7 +92,9 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             }
-            Err(why) => not_run.push(format!("{}: NOT RUN: the lab is not up ({why}; `cargo xtask lab up`)", kind.name())),
+            Err(why) => {
+                not_run.push(format!("{}: NOT RUN: the lab is not up ({why}; `cargo xtask lab up`)", kind.name()))
+            }
         }
     }
     if chosen("crash") {
@@ -138,4 +141,3 @@ fn main() -> ExitCode {
     );
     if !bad.is_empty() || (require_lab && !not_run.is_empty()) { ExitCode::FAILURE } else { ExitCode::SUCCESS }
 }
-

@@ -174,7 +174,10 @@ mod tests {
             case("cancel", Verdict::Hang, &[]),
         ];
         let table = table("volcano", &cases);
-        assert!(table.contains("submit        3         2      1        1        0      0      0      1  500"), "{table}");
+        assert!(
+            table.contains("submit        3         2      1        1        0      0      0      1  500"),
+            "{table}"
+        );
         assert_eq!(bad(&cases).len(), 2);
         assert!(bad(&cases)[0].to_string().contains("left behind: helper job h"));
     }

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use theseus_backend_volcano::HandleData;
+use theseus_backend_volcano::{HandleData, RetryPolicy, Settings, VolcanoBackend};
 use theseus_core::backend::{JobHandle, SubmitOptions};
 use theseus_core::testing::{self, Harness, ProcessProbe};
 
@@ -259,4 +259,43 @@ async fn a_planned_handle_shows_and_cancels_a_submit_that_has_not_finished() {
     assert!(c.list_jobs("theseus.dev/name=unfinished").await.unwrap().is_empty(), "no helper and no gang job");
     assert!(c.list_leases("theseus.dev/name=unfinished").await.unwrap().is_empty(), "no claim");
     assert!(matches!(h.backend.status(&planned).await, Err(theseus_core::Error::NotFound { .. })));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watches_that_never_answer_give_way_to_bounded_polls() {
+    // The fault matrix found these: an API server that takes a watch's first request and never
+    // answers held `submit` (waiting for its helper pod) and `cancel` (waiting for the job to
+    // go) for kube-rs's 295 s read timeout. Now a watch silent for the request timeout is
+    // replaced by a list, whose every request is bounded.
+    let world = World::start(1).await;
+    let quick = RetryPolicy { request_timeout: Duration::from_secs(2), ..RetryPolicy::fast() };
+    let connection = world.connection().with_retry(quick);
+    let backend = VolcanoBackend::with_cluster("sim", world.host.clone(), world.cluster.clone(), connection)
+        .with_settings(Settings {
+            helper_start_timeout: Duration::from_secs(60),
+            delete_timeout: Duration::from_secs(60),
+            poll_interval: Duration::from_millis(200),
+            ..Settings::default()
+        });
+    let h = Harness {
+        backend: Arc::new(backend),
+        plan: plan(1, 0),
+        probe: Arc::new(NoProbe),
+        timeout: Duration::from_secs(60),
+    };
+    let (job, _code) = testing::prepare(&h, "silent-watch", &["sleep"], vec![], serde_json::json!({})).await.unwrap();
+    // The helper's pod watch starts with a LIST of pods: it never answers.
+    world.sim.faults().hang_requests("list", "pods", 1);
+    let handle = tokio::time::timeout(Duration::from_secs(50), h.backend.submit(&job, &SubmitOptions::default()))
+        .await
+        .expect("the submit ends before the helper's start timeout")
+        .expect("the submit succeeds");
+    // The job's deletion watch starts with a LIST of jobs: it never answers.
+    world.sim.faults().hang_requests("list", "jobs", 1);
+    let cancelled = tokio::time::timeout(Duration::from_secs(50), h.backend.cancel(&handle))
+        .await
+        .expect("the cancel ends before the delete timeout")
+        .expect("the cancel succeeds");
+    assert_eq!(cancelled.state, theseus_core::backend::JobState::Cancelled, "{cancelled:?}");
+    assert!(live_jobs(&world, "silent-watch").await.is_empty());
 }

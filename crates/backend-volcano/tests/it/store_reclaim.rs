@@ -76,8 +76,12 @@ async fn reclaim_removes_finished_runs_leftovers_and_their_objects_but_never_a_l
     age(&upload);
 
     // A run the caller (the ledger) says is live stays, whatever the cluster says.
-    let ledger_live =
-        ReclaimOptions { older_than: Duration::ZERO, live: [a.identity.run_path()].into(), dry_run: true, ..Default::default() };
+    let ledger_live = ReclaimOptions {
+        older_than: Duration::ZERO,
+        live: [a.identity.run_path()].into(),
+        dry_run: true,
+        ..Default::default()
+    };
     let dry = backend.reclaim_store(&ledger_live).await.expect("dry run");
     assert!(dry.items.iter().all(|i| i.kind != ReclaimKind::RunDir), "{dry:?}");
 

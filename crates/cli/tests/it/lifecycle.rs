@@ -341,7 +341,8 @@ fn a_client_killed_during_submit_leaves_an_honest_record() {
     let partial = work.with_file_name(format!("{run_id}.partial"));
     assert!(!partial.exists(), "{} is left after gc: {}", partial.display(), text(&gc.stdout));
     let incoming = ctx.home().join(".local/share/theseus/work/.theseus/incoming");
-    let uploads: Vec<_> = std::fs::read_dir(&incoming).map(|d| d.flatten().map(|e| e.file_name()).collect()).unwrap_or_default();
+    let uploads: Vec<_> =
+        std::fs::read_dir(&incoming).map(|d| d.flatten().map(|e| e.file_name()).collect()).unwrap_or_default();
     assert!(uploads.is_empty(), "upload dirs left: {uploads:?}");
 }
 

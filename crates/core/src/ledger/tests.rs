@@ -86,8 +86,7 @@ fn a_submitting_record_knows_whether_its_client_still_works_on_it() {
     ledger.update_state("r2", JobState::Completed, Some(0), None).unwrap();
     let mine =
         JobIdentity { name: "a".into(), project: "general".into(), group: "default".into(), run_id: "r9".into() };
-    let live: Vec<_> =
-        ledger.live_of_name(&mine, "local").unwrap().into_iter().map(|r| r.identity.run_id).collect();
+    let live: Vec<_> = ledger.live_of_name(&mine, "local").unwrap().into_iter().map(|r| r.identity.run_id).collect();
     assert_eq!(live, ["r1"], "same name, not terminal");
     ledger.delete("r1").unwrap();
     assert!(ledger.find("r1").unwrap().is_none());
