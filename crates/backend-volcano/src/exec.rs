@@ -75,6 +75,9 @@ pub(crate) enum PumpError {
 pub(crate) enum ExecFailure {
     /// The exec request was refused (RBAC, pod gone, apiserver down).
     Refused(kube::Error),
+    /// The API server did not answer the exec request (the websocket upgrade) within
+    /// [`OPEN_TIMEOUT`].
+    NoAnswer,
     /// kube-rs did not hand out a stream it was asked for.
     Missing(&'static str),
     /// Feeding stdin stopped; the connection was dropped before the pod had all of it.
@@ -98,6 +101,11 @@ pub(crate) struct Finished {
     pub(crate) broken: Option<Box<dyn std::error::Error + Send + Sync>>,
 }
 
+/// Time the API server has to answer an exec request (to upgrade it to a websocket): one
+/// that took the request and never answers would otherwise hold the caller until its idle
+/// deadline, minutes later (found by `cargo xtask chaos --full`).
+pub(crate) const OPEN_TIMEOUT: std::time::Duration = crate::client::DEFAULT_API_TIMEOUT;
+
 /// Runs `command` in `pod` (container `container`), feeding it `stdin` (a source that must
 /// yield exactly the counted bytes), and returns its status and output (each capped at
 /// `output_cap`). `on_sent` gets the bytes of stdin sent so far after each chunk.
@@ -120,7 +128,10 @@ pub(crate) async fn run<R: AsyncRead + Unpin>(
     if let Some(container) = container {
         ap = ap.container(container.to_owned());
     }
-    let mut proc = pods.exec(pod, command, &ap).await.map_err(ExecFailure::Refused)?;
+    let mut proc = tokio::time::timeout(OPEN_TIMEOUT, pods.exec(pod, command, &ap))
+        .await
+        .map_err(|_| ExecFailure::NoAnswer)?
+        .map_err(ExecFailure::Refused)?;
     let mut writer = match stdin.is_some() {
         true => Some(proc.stdin().ok_or(ExecFailure::Missing("stdin"))?),
         false => None,

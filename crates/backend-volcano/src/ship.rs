@@ -393,6 +393,10 @@ async fn transfer<R: AsyncRead + Unpin>(
     .map_err(|failure| match failure {
         ExecFailure::Refused(source) => ShipError::Exec { pod: pod(), source },
         ExecFailure::Missing(what) => ShipError::Protocol { pod: pod(), detail: format!("kube-rs gave no {what}") },
+        ExecFailure::NoAnswer => ShipError::Protocol {
+            pod: pod(),
+            detail: format!("the API server did not answer the exec in {}s", exec::OPEN_TIMEOUT.as_secs()),
+        },
         ExecFailure::Pump(PumpError::Changed) => ShipError::Changed { source: None },
         ExecFailure::Pump(PumpError::Source(e)) => ShipError::Io(e),
     })?;

@@ -204,6 +204,10 @@ impl ExecShell {
                 Err(ExecFailure::Pump(PumpError::Changed)) => return Err(Failure::Changed),
                 Err(ExecFailure::Pump(PumpError::Source(e))) => return Err(shell(ShellError::Transport(Box::new(e)))),
                 Err(ExecFailure::Refused(e)) => return Err(shell(self.transport(label, format!("exec refused: {e}")))),
+                Err(ExecFailure::NoAnswer) => {
+                    let after = exec::OPEN_TIMEOUT.as_secs();
+                    return Err(shell(self.transport(label, format!("the API server did not answer the exec in {after}s"))));
+                }
                 Err(ExecFailure::Missing(what)) => {
                     return Err(shell(self.transport(label, format!("kube-rs gave no {what}"))));
                 }
