@@ -519,7 +519,8 @@ impl Backend for VolcanoBackend {
             progress: options.progress.clone(),
             status: options.status.clone(),
         };
-        let shell = crate::store_shell::ExecShell::new(cluster.pods(), &pod, None, &self.cluster_config.work);
+        let shell = crate::store_shell::ExecShell::new(cluster.pods(), &pod, None, &self.cluster_config.work)
+            .with_open_timeout(cluster.watch_silence());
         match sync(&shell, request.clone()).await {
             Ok(report) => Ok(report),
             Err(StoreError::NoTool { tool, machine }) => {

@@ -75,8 +75,7 @@ pub(crate) enum PumpError {
 pub(crate) enum ExecFailure {
     /// The exec request was refused (RBAC, pod gone, apiserver down).
     Refused(kube::Error),
-    /// The API server did not answer the exec request (the websocket upgrade) within
-    /// [`OPEN_TIMEOUT`].
+    /// The API server did not answer the exec request (the websocket upgrade) in time.
     NoAnswer,
     /// kube-rs did not hand out a stream it was asked for.
     Missing(&'static str),
@@ -106,13 +105,20 @@ pub(crate) struct Finished {
 /// deadline, minutes later (found by `cargo xtask chaos --full`).
 pub(crate) const OPEN_TIMEOUT: std::time::Duration = crate::client::DEFAULT_API_TIMEOUT;
 
-/// Runs `command` in `pod` (container `container`), feeding it `stdin` (a source that must
+/// Where [`run`] runs a command.
+pub(crate) struct ExecTarget<'a> {
+    pub(crate) pods: &'a Api<Pod>,
+    pub(crate) pod: &'a str,
+    pub(crate) container: Option<&'a str>,
+    /// How long the API server has to answer the request.
+    pub(crate) open_timeout: std::time::Duration,
+}
+
+/// Runs `command` in the target's pod (and container), feeding it `stdin` (a source that must
 /// yield exactly the counted bytes), and returns its status and output (each capped at
 /// `output_cap`). `on_sent` gets the bytes of stdin sent so far after each chunk.
 pub(crate) async fn run<R: AsyncRead + Unpin>(
-    pods: &Api<Pod>,
-    pod: &str,
-    container: Option<&str>,
+    target: &ExecTarget<'_>,
     command: Vec<String>,
     stdin: Option<(R, &Counted)>,
     output_cap: usize,
@@ -125,10 +131,10 @@ pub(crate) async fn run<R: AsyncRead + Unpin>(
         .max_stdin_buf_size(FRAME_BYTES)
         .max_stdout_buf_size(OUTPUT_BUFFER)
         .max_stderr_buf_size(OUTPUT_BUFFER);
-    if let Some(container) = container {
+    if let Some(container) = target.container {
         ap = ap.container(container.to_owned());
     }
-    let mut proc = tokio::time::timeout(OPEN_TIMEOUT, pods.exec(pod, command, &ap))
+    let mut proc = tokio::time::timeout(target.open_timeout, target.pods.exec(target.pod, command, &ap))
         .await
         .map_err(|_| ExecFailure::NoAnswer)?
         .map_err(ExecFailure::Refused)?;

@@ -96,7 +96,8 @@ impl VolcanoBackend {
         let run = async {
             let pod =
                 wait_running(cluster, &helper, self.settings.helper_start_timeout).await.map_err(|e| self.err(e))?;
-            let shell = ExecShell::new(cluster.pods(), &pod, Some(HELPER_TASK), &root);
+            let shell = ExecShell::new(cluster.pods(), &pod, Some(HELPER_TASK), &root)
+                .with_open_timeout(cluster.watch_silence());
             tokio::time::timeout(timeout, work(shell)).await.map_err(|_| {
                 self.err(VolcanoError::Timeout { what: format!("the {purpose} script in pod {pod}"), after: timeout })
             })?

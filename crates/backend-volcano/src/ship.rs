@@ -380,26 +380,27 @@ async fn transfer<R: AsyncRead + Unpin>(
     command.extend(verify.iter().cloned());
     let progress = &*progress;
     let report = |sent| progress.report(sent);
-    let done = exec::run(
-        &target.pods,
-        &target.pod,
-        target.container.as_deref(),
-        command,
-        Some((source, expected)),
-        OUTPUT_CAP,
-        &report,
-    )
-    .await
-    .map_err(|failure| match failure {
-        ExecFailure::Refused(source) => ShipError::Exec { pod: pod(), source },
-        ExecFailure::Missing(what) => ShipError::Protocol { pod: pod(), detail: format!("kube-rs gave no {what}") },
-        ExecFailure::NoAnswer => ShipError::Protocol {
-            pod: pod(),
-            detail: format!("the API server did not answer the exec in {}s", exec::OPEN_TIMEOUT.as_secs()),
-        },
-        ExecFailure::Pump(PumpError::Changed) => ShipError::Changed { source: None },
-        ExecFailure::Pump(PumpError::Source(e)) => ShipError::Io(e),
-    })?;
+    let exec_target = exec::ExecTarget {
+        pods: &target.pods,
+        pod: &target.pod,
+        container: target.container.as_deref(),
+        open_timeout: exec::OPEN_TIMEOUT,
+    };
+    let done =
+        exec::run(&exec_target, command, Some((source, expected)), OUTPUT_CAP, &report).await.map_err(|failure| {
+            match failure {
+                ExecFailure::Refused(source) => ShipError::Exec { pod: pod(), source },
+                ExecFailure::Missing(what) => {
+                    ShipError::Protocol { pod: pod(), detail: format!("kube-rs gave no {what}") }
+                }
+                ExecFailure::NoAnswer => ShipError::Protocol {
+                    pod: pod(),
+                    detail: format!("the API server did not answer the exec in {}s", exec::OPEN_TIMEOUT.as_secs()),
+                },
+                ExecFailure::Pump(PumpError::Changed) => ShipError::Changed { source: None },
+                ExecFailure::Pump(PumpError::Source(e)) => ShipError::Io(e),
+            }
+        })?;
     let sent = done.sent;
     let interrupted = |source| ShipError::Interrupted { pod: pod(), sent, total: expected.len, source };
     let Some(status) = done.status else {

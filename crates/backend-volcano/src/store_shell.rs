@@ -77,6 +77,7 @@ pub struct ExecShell {
     container: Option<String>,
     incoming: String,
     activity: Option<ActivityFn>,
+    open_timeout: std::time::Duration,
 }
 
 impl std::fmt::Debug for ExecShell {
@@ -95,7 +96,16 @@ impl ExecShell {
             container: container.map(str::to_owned),
             incoming: format!("{}/.theseus/incoming", work_root.trim_end_matches('/')),
             activity: None,
+            open_timeout: exec::OPEN_TIMEOUT,
         }
+    }
+
+    /// How long the API server has to answer each exec request (default
+    /// [`exec::OPEN_TIMEOUT`]; the cluster's [`crate::Cluster::watch_silence`] in the backend).
+    #[must_use]
+    pub fn with_open_timeout(mut self, open_timeout: std::time::Duration) -> Self {
+        self.open_timeout = open_timeout;
+        self
     }
 
     /// Reports progress of every call to `activity`.
@@ -196,22 +206,27 @@ impl ExecShell {
             }
         };
         let shell = |e: ShellError| Failure::Shell(e);
-        let done =
-            match exec::run(&self.pods, &self.pod, self.container.as_deref(), command, stdin, STDOUT_CAP, &on_sent)
-                .await
-            {
-                Ok(done) => done,
-                Err(ExecFailure::Pump(PumpError::Changed)) => return Err(Failure::Changed),
-                Err(ExecFailure::Pump(PumpError::Source(e))) => return Err(shell(ShellError::Transport(Box::new(e)))),
-                Err(ExecFailure::Refused(e)) => return Err(shell(self.transport(label, format!("exec refused: {e}")))),
-                Err(ExecFailure::NoAnswer) => {
-                    let after = exec::OPEN_TIMEOUT.as_secs();
-                    return Err(shell(self.transport(label, format!("the API server did not answer the exec in {after}s"))));
-                }
-                Err(ExecFailure::Missing(what)) => {
-                    return Err(shell(self.transport(label, format!("kube-rs gave no {what}"))));
-                }
-            };
+        let target = exec::ExecTarget {
+            pods: &self.pods,
+            pod: &self.pod,
+            container: self.container.as_deref(),
+            open_timeout: self.open_timeout,
+        };
+        let done = match exec::run(&target, command, stdin, STDOUT_CAP, &on_sent).await {
+            Ok(done) => done,
+            Err(ExecFailure::Pump(PumpError::Changed)) => return Err(Failure::Changed),
+            Err(ExecFailure::Pump(PumpError::Source(e))) => return Err(shell(ShellError::Transport(Box::new(e)))),
+            Err(ExecFailure::Refused(e)) => return Err(shell(self.transport(label, format!("exec refused: {e}")))),
+            Err(ExecFailure::NoAnswer) => {
+                let after = self.open_timeout.as_secs_f64();
+                return Err(shell(
+                    self.transport(label, format!("the API server did not answer the exec in {after:.0}s")),
+                ));
+            }
+            Err(ExecFailure::Missing(what)) => {
+                return Err(shell(self.transport(label, format!("kube-rs gave no {what}"))));
+            }
+        };
         let Some(status) = done.status else {
             let why = done.broken.map(|e| format!(": {e}")).unwrap_or_default();
             let message = format!("the exec connection broke after {} of {total} bytes of input{why}", done.sent);

@@ -184,8 +184,9 @@ async fn ship_through_helper(
             }
         }
     };
-    let shell =
-        ExecShell::new(cluster.pods(), &pod, Some(HELPER_TASK), &backend.cluster_config.work).with_activity(activity);
+    let shell = ExecShell::new(cluster.pods(), &pod, Some(HELPER_TASK), &backend.cluster_config.work)
+        .with_activity(activity)
+        .with_open_timeout(cluster.watch_silence());
     let request = ShipRequest {
         snapshot: job.snapshot.clone(),
         root: backend.cluster_config.work.clone(),

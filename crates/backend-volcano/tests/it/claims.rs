@@ -299,3 +299,33 @@ async fn watches_that_never_answer_give_way_to_bounded_polls() {
     assert_eq!(cancelled.state, theseus_core::backend::JobState::Cancelled, "{cancelled:?}");
     assert!(live_jobs(&world, "silent-watch").await.is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exec_the_api_server_never_answers_fails_after_the_request_timeout_not_the_idle_deadline() {
+    let world = World::start(1).await;
+    let quick = RetryPolicy { request_timeout: Duration::from_secs(2), ..RetryPolicy::fast() };
+    let connection = world.connection().with_retry(quick);
+    let backend = VolcanoBackend::with_cluster("sim", world.host.clone(), world.cluster.clone(), connection)
+        .with_settings(Settings {
+            helper_start_timeout: Duration::from_secs(60),
+            ship_idle_timeout: Duration::from_secs(3600),
+            delete_timeout: Duration::from_secs(30),
+            poll_interval: Duration::from_millis(200),
+            ..Settings::default()
+        });
+    let h = Harness {
+        backend: Arc::new(backend),
+        plan: plan(1, 0),
+        probe: Arc::new(NoProbe),
+        timeout: Duration::from_secs(60),
+    };
+    let (job, _code) = testing::prepare(&h, "silent-exec", &["ok"], vec![], serde_json::json!({})).await.unwrap();
+    world.sim.faults().hang_requests("create", "pods/exec", 1);
+    let err = tokio::time::timeout(Duration::from_secs(50), h.backend.submit(&job, &SubmitOptions::default()))
+        .await
+        .expect("the submit ends long before the idle deadline")
+        .expect_err("the exec never answers");
+    assert!(err.to_string().contains("did not answer the exec in 2s"), "{err}");
+    let c = world.connection();
+    assert!(c.list_jobs("theseus.dev/name=silent-exec").await.unwrap().is_empty(), "no helper and no gang job left");
+}
