@@ -106,11 +106,8 @@ impl VolcanoBackend {
             result = run => result,
             _ = theseus_core::interrupt::wait() => Err(self.err(VolcanoError::Interrupted)),
         };
-        let cleanup = cluster.delete_job(&name).await;
+        crate::submit::delete_helper(cluster, &name).await;
         guard.armed = false;
-        if let Err(e) = cleanup {
-            tracing::warn!("could not delete helper vcjob {name}: {e}; `theseus gc` removes it later");
-        }
         result
     }
 }

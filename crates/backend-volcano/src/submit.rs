@@ -76,11 +76,8 @@ async fn submit_claimed(
         _ = theseus_core::interrupt::wait() => Err(VolcanoError::Interrupted),
     };
     // The helper goes on every path; a failure to delete it is reported, never hidden.
-    let cleanup = cluster.delete_job(&helper_name).await;
+    delete_helper(cluster, &helper_name).await;
     guard.armed = false;
-    if let Err(e) = &cleanup {
-        tracing::warn!("could not delete helper vcjob {helper_name}: {e}; `theseus gc` removes it later");
-    }
     shipped?;
 
     // A concurrent `--replace` may have taken the name while we shipped: create nothing then.
@@ -432,6 +429,18 @@ pub(crate) async fn delete_and_confirm(
     Ok(had)
 }
 
+/// Deletes the helper vcjob `name`, with a second call when the first failed (an API server
+/// that dropped or never answered that one request: the call's own retries end at its
+/// deadline, which a request never answered uses up); warns when both failed (`theseus gc`
+/// removes it later).
+pub(crate) async fn delete_helper(cluster: &Cluster, name: &str) {
+    let Err(first) = cluster.delete_job(name).await else { return };
+    tracing::debug!("deleting helper vcjob {name} failed ({first}); once more");
+    if let Err(e) = cluster.delete_job(name).await {
+        tracing::warn!("could not delete helper vcjob {name}: {e}; `theseus gc` removes it later");
+    }
+}
+
 /// Deletes the helper if the submit future is dropped before it could (e.g. the caller gave up).
 pub(crate) struct HelperGuard {
     pub(crate) cluster: Cluster,
@@ -447,11 +456,7 @@ impl Drop for HelperGuard {
         let cluster = self.cluster.clone();
         let name = std::mem::take(&mut self.name);
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move {
-                if let Err(e) = cluster.delete_job(&name).await {
-                    tracing::warn!("could not delete helper vcjob {name}: {e}; `theseus gc` removes it later");
-                }
-            });
+            runtime.spawn(async move { delete_helper(&cluster, &name).await });
         }
     }
 }

@@ -115,3 +115,26 @@ async fn reclaim_removes_finished_runs_leftovers_and_their_objects_but_never_a_l
     assert_eq!(usage.objects as usize, entries(&objects).len(), "{usage:?}");
     h.backend.cancel(&handle_live).await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_helper_whose_first_delete_is_never_answered_is_deleted_by_a_second_call() {
+    // Found by `cargo xtask chaos --full`: the reclaim's helper stayed when the API server took
+    // its DELETE and never answered, since the call's deadline (`api_timeout`, 30 s by default,
+    // below the 60 s allowed per request) went by in that one request, leaving no retry.
+    let world = World::start(1).await;
+    let quick = theseus_backend_volcano::RetryPolicy {
+        deadline: Duration::from_secs(2),
+        ..theseus_backend_volcano::RetryPolicy::fast()
+    };
+    let backend = theseus_backend_volcano::VolcanoBackend::with_cluster(
+        "sim",
+        world.host.clone(),
+        world.cluster.clone(),
+        world.connection().with_retry(quick),
+    );
+    world.sim.faults().hang_requests("delete", "jobs", 1);
+    let options = ReclaimOptions { older_than: Duration::ZERO, dry_run: true, ..Default::default() };
+    let report = backend.reclaim_store(&options).await.expect("the reclaim itself works");
+    assert!(report.failed.is_empty(), "{report:?}");
+    assert!(helpers_left(&world).await.is_empty(), "the helper is gone");
+}
