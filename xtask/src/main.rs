@@ -21,11 +21,16 @@
 //! - `chaos [--full] [--flows=a,b] [--backends=a,b]`: the fault matrix against the simulator
 //!   and the lab, and the client-crash matrix ([`chaos`]); `test` runs its short version after
 //!   the end-to-end scenarios.
+//! - `dist [--check] [--old-glibc]`: the manylinux wheel and sdist in `target/dist/` ([`dist`]);
+//!   `--check` installs the wheel without Rust and runs the bundled example, `--old-glibc` does so
+//!   in a Debian bullseye chroot. `test` runs both.
 //! - `fuzz [--seconds N] [--full] [--targets=a,b]`: the coverage-guided fuzz targets of every
 //!   parser ([`fuzz`]); `test` runs each for a few seconds after the fault matrix.
 
 mod bench;
 mod chaos;
+mod dist;
+mod dist_chroot;
 mod e2e;
 mod fuzz;
 mod lab;
@@ -50,6 +55,7 @@ fn main() -> Result<()> {
         Some("bench") => bench::run(&root, &args[1..]),
         Some("chaos") => chaos::run(&root, &args[1..]),
         Some("fuzz") => fuzz::run(&root, &args[1..]),
+        Some("dist") => dist::run(&root, &args[1..]),
         Some("sim") => e2e::sim_command(&root, &args[1..]),
         Some("setup-python") => {
             println!("{}", python::ensure_venv(&root)?.display());
@@ -57,7 +63,7 @@ fn main() -> Result<()> {
         }
         _ => {
             eprintln!(
-                "usage: cargo xtask <test [cargo test args...]|lab up|down|status|env|smoke|tidy|man [--check]|setup-python|e2e [--sim] [--dry-run] [--keep] [--only=N,..] [--require-kubectl]|sim [--port P]|bench [--runs N] [--release] [--output json] [--strict]|chaos [--full] [--flows=a,b] [--backends=a,b]|fuzz [--seconds N] [--full] [--targets=a,b]>"
+                "usage: cargo xtask <test [cargo test args...]|lab up|down|status|env|smoke|tidy|man [--check]|setup-python|e2e [--sim] [--dry-run] [--keep] [--only=N,..] [--require-kubectl]|sim [--port P]|bench [--runs N] [--release] [--output json] [--strict]|chaos [--full] [--flows=a,b] [--backends=a,b]|fuzz [--seconds N] [--full] [--targets=a,b]|dist [--check] [--old-glibc]>"
             );
             std::process::exit(2);
         }
