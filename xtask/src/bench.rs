@@ -53,10 +53,10 @@ const SHIP_GOAL_RELEASE: f64 = 20.0;
 /// A `submit --follow` that takes longer than this is killed and the bench fails.
 const FOLLOW_TIMEOUT: Duration = Duration::from_secs(120);
 
-const USAGE: &str = "usage: cargo xtask bench [--runs N] [--release] [--output text|json] [--strict] [--keep] [--only local,sim,store,probes]";
+const USAGE: &str = "usage: cargo xtask bench [--runs N] [--release] [--output text|json] [--strict] [--keep] [--only local,sim,store,probes,dist]";
 
 /// The groups of figures `--only` can pick.
-const GROUPS: &[&str] = &["local", "sim", "store", "probes"];
+const GROUPS: &[&str] = &["local", "sim", "store", "probes", "dist"];
 
 struct Options {
     runs: usize,
@@ -268,6 +268,9 @@ fn measure_all(root: &Path, bin: &Path, python: &Path, scratch: &Path, opts: &Op
     if opts.wants("store") {
         measures.extend(store::measure(root, bin, python, scratch, runs, release)?);
     }
+    if opts.wants("dist") {
+        measures.extend(dist(root, runs)?);
+    }
     Ok(measures)
 }
 
@@ -327,6 +330,39 @@ fn local(root: &Path, bin: &Path, python: &Path, scratch: &Path, runs: usize) ->
     let mut measures = vec![plan, follow, first, status];
     measures.extend(ledger);
     Ok(measures)
+}
+
+/// The wheel's size and the installed binary's `--help` time, from what `cargo xtask dist
+/// --check` left in `target/dist/` (skipped, saying so, when it has not run).
+fn dist(root: &Path, runs: usize) -> Result<Vec<Measure>> {
+    let (size_name, help_name) = ("wheel size (manylinux2014 x86_64)", "theseus --help, installed from the wheel");
+    let out = crate::target_dir(root).join("dist");
+    let wheel = std::fs::read_dir(&out)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|e| e == "whl"));
+    let installed = crate::dist::check_venv(root).join("bin/theseus");
+    let why = "run `cargo xtask dist --check` first";
+    let Some(wheel) = wheel else {
+        return Ok(vec![
+            Measure::skipped(size_name, "MiB", Goal::AtMost(20.0), why),
+            Measure::skipped(help_name, "s", Goal::Below(0.05), why),
+        ]);
+    };
+    let mut size = Measure::new(size_name, "MiB", Goal::AtMost(20.0));
+    size.values.push(std::fs::metadata(&wheel)?.len() as f64 / (1024.0 * 1024.0));
+    if !installed.exists() {
+        return Ok(vec![size, Measure::skipped(help_name, "s", Goal::Below(0.05), why)]);
+    }
+    let mut help = Measure::new(help_name, "s", Goal::Below(0.05));
+    for _ in 0..runs.max(3) {
+        let mut cmd = Command::new(&installed);
+        cmd.arg("--help").stdout(Stdio::null());
+        help.values.push(timed(cmd, "theseus --help")?);
+    }
+    Ok(vec![size, help])
 }
 
 /// Rows of the big ledger `list` is timed on.

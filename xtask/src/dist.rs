@@ -1,6 +1,6 @@
 //! `cargo xtask dist [--check] [--old-glibc]`: the Python wheels of the CLI.
 //!
-//! Builds, with maturin (`pyproject.toml`: `bindings = "bin"`, the package `theseus-dispatch`
+//! Builds, with maturin (`python/pyproject.toml`: `bindings = "bin"`, the package `theseus-dispatch`
 //! with the module `theseus_dispatch`), a manylinux2014 (glibc 2.17) x86_64 wheel through zig
 //! (`maturin build --zig`; maturin and the `ziglang` package come from PyPI into
 //! `target/dist-tools/`), and an sdist, into `target/dist/`, in the `dist` profile (LTO, one
@@ -83,7 +83,11 @@ fn tools(root: &Path) -> Result<PathBuf> {
     eprintln!("dist: installing {pins} into {}", venv.display());
     let _ = std::fs::remove_dir_all(&venv);
     exec(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
-    exec(Command::new(bin.join("python")).args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check"]).args(TOOLS))?;
+    exec(
+        Command::new(bin.join("python"))
+            .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check"])
+            .args(TOOLS),
+    )?;
     std::fs::write(&marker, pins)?;
     Ok(bin)
 }
@@ -140,14 +144,22 @@ pub(crate) fn build(root: &Path) -> Result<Built> {
     let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
     eprintln!("dist: building the {COMPATIBILITY} wheel (profile dist: LTO, stripped; through zig)");
     let started = std::time::Instant::now();
-    exec(Command::new(bin.join("maturin"))
-        .current_dir(root)
-        .args(["build", "--zig", "--compatibility", COMPATIBILITY, "--target", TRIPLE, "--out"])
-        .arg(&out)
-        .env("PATH", &path)
-        .env("CARGO_TARGET_DIR", &target))?;
+    exec(
+        Command::new(bin.join("maturin"))
+            .current_dir(root.join("python"))
+            .args(["build", "--zig", "--compatibility", COMPATIBILITY, "--target", TRIPLE, "--out"])
+            .arg(&out)
+            .env("PATH", &path)
+            .env("CARGO_TARGET_DIR", &target),
+    )?;
     eprintln!("dist: wheel built in {:.0} s", started.elapsed().as_secs_f64());
-    exec(Command::new(bin.join("maturin")).current_dir(root).args(["sdist", "--out"]).arg(&out).env("PATH", &path))?;
+    exec(
+        Command::new(bin.join("maturin"))
+            .current_dir(root.join("python"))
+            .args(["sdist", "--out"])
+            .arg(&out)
+            .env("PATH", &path),
+    )?;
     let wheel = newest(&out, ".whl")?;
     let sdist = newest(&out, ".tar.gz")?;
     let binary = target.join(TRIPLE).join("dist").join("theseus");
@@ -189,10 +201,12 @@ fn check_in_venv(root: &Path, built: &Built) -> Result<()> {
     let path = path_without_rust();
     eprintln!("dist: installing {} into a fresh venv, no Rust on PATH", file_name(&built.wheel));
     exec(Command::new("python3").args(["-m", "venv"]).arg(&venv).env("PATH", &path))?;
-    exec(Command::new(venv.join("bin/pip"))
-        .args(["install", "--quiet", "--disable-pip-version-check", "--no-index"])
-        .arg(&built.wheel)
-        .env("PATH", &path))?;
+    exec(
+        Command::new(venv.join("bin/pip"))
+            .args(["install", "--quiet", "--disable-pip-version-check", "--no-index"])
+            .arg(&built.wheel)
+            .env("PATH", &path),
+    )?;
     let version = workspace_version(root)?;
     let path = format!("{}:{path}", venv.join("bin").display());
     let home = tempfile_dir("theseus-dist-home")?;
@@ -215,7 +229,11 @@ fn check_in_venv(root: &Path, built: &Built) -> Result<()> {
     let ran = output(&mut theseus(&["submit", "hello", "examples/hello/experiment.yaml", "--follow"]))?;
     ensure!(ran.contains("hello from theseus"), "the bundled example printed:\n{ran}");
     let _ = std::fs::remove_dir_all(&home);
-    println!("dist --check: {} installs without Rust; `theseus --version` = {}; the bundled example ran", file_name(&built.wheel), shown.trim());
+    println!(
+        "dist --check: {} installs without Rust; `theseus --version` = {}; the bundled example ran",
+        file_name(&built.wheel),
+        shown.trim()
+    );
     Ok(())
 }
 
@@ -227,4 +245,21 @@ fn tempfile_dir(prefix: &str) -> Result<PathBuf> {
 
 fn check_in_chroot(root: &Path, built: &Built) -> Result<()> {
     crate::dist_chroot::check(root, &built.wheel)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_wheel_version_is_the_workspace_version_and_no_pyproject_sits_at_the_top() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+        assert_eq!(workspace_version(root).unwrap(), env!("CARGO_PKG_VERSION"));
+        // At the top, a pyproject.toml would make the repository a Python project to the
+        // bootstrap, which would build this package (with maturin, from PyPI) before running
+        // the README's first command.
+        assert!(!root.join("pyproject.toml").exists());
+        let pyproject = std::fs::read_to_string(root.join("python/pyproject.toml")).unwrap();
+        assert!(pyproject.contains("dynamic = [\"version\"]") && pyproject.contains("bindings = \"bin\""));
+    }
 }

@@ -100,6 +100,7 @@ pub(crate) fn check(root: &Path, wheel: &Path) -> Result<()> {
         .arg(&chroot)
         .args(["/bin/sh", "/check/run.sh", &name])
         .env_clear()
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
         .output()
         .context("cannot run chroot")?;
     drop(mounts);

@@ -4,7 +4,8 @@
 //!   with JAX from PyPI), runs `cargo test --workspace` (xtask's own tests included: `--workspace`
 //!   overrides `default-members`) with every optional test required, then `e2e --sim
 //!   --require-kubectl` (kubectl installed with apt-get first when it is missing and we are root)
-//!   the short fault matrix (`chaos`) and a short run of every fuzz target (`fuzz`). It also starts the SSH/Slurm lab (`ci/lab/`) before
+//!   the short fault matrix (`chaos`), a short run of every fuzz target (`fuzz`) and the wheel's
+//!   checks (`dist --check --old-glibc`). It also starts the SSH/Slurm lab (`ci/lab/`) before
 //!   the tests and stops it after the fault matrix, unless it was already running. A lab that cannot start fails the run; with
 //!   `THESEUSTEST_REQUIRE_ALL=0` it is skipped instead (and the live tests say they did not run).
 //! - `lab up|down|status|env|smoke`: the SSH/Slurm test lab on its own (see `ci/lab/README.md`).
@@ -145,5 +146,13 @@ fn e2e_and_chaos(root: &Path, require_all: bool) -> Result<()> {
     eprintln!("xtask: running the short fault matrix (cargo xtask chaos)");
     chaos::run(root, &[])?;
     eprintln!("xtask: running every fuzz target for a few seconds (cargo xtask fuzz)");
-    fuzz::run(root, &["--seconds".to_owned(), "8".to_owned()])
+    fuzz::run(root, &["--seconds".to_owned(), "8".to_owned()])?;
+    // The wheel: installed without Rust and run; in an older glibc's userland too (a chroot,
+    // root only), as CI runs it.
+    let mut dist_args = vec!["--check".to_owned()];
+    if require_all {
+        dist_args.push("--old-glibc".to_owned());
+    }
+    eprintln!("xtask: building and checking the wheel (cargo xtask dist {})", dist_args.join(" "));
+    dist::run(root, &dist_args)
 }
