@@ -184,16 +184,10 @@ impl World {
         self.code.path()
     }
 
+    /// `theseus ARGS` in this world.
     pub(crate) fn command(&self, args: &[&str]) -> Command {
-        let mut cmd = Command::new(&self.theseus);
-        cmd.env_clear()
-            .env("HOME", self.home.path())
-            .env("XDG_STATE_HOME", self.home.path().join("state"))
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("NO_COLOR", "1")
-            .env("THESEUS_SSH_CONFIG", self.home.path().join("ssh_config"))
-            .current_dir(self.code.path())
-            .args(args);
+        let mut cmd = crate::proc::theseus(&self.theseus, self.home.path(), self.code.path());
+        cmd.env("THESEUS_SSH_CONFIG", self.home.path().join("ssh_config")).args(args);
         cmd
     }
 

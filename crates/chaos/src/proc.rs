@@ -110,6 +110,19 @@ pub(crate) fn run(mut cmd: Command, bound: Duration, kill: KillAt<'_>) -> Result
     Ok(Ran { code, stdout, stderr, timed_out, killed_at })
 }
 
+/// `theseus` with nothing of this environment but `PATH`: its own HOME and state dir (under
+/// `home`), no colour, run from `code`.
+pub(crate) fn theseus(bin: &std::path::Path, home: &std::path::Path, code: &std::path::Path) -> Command {
+    let mut cmd = Command::new(bin);
+    cmd.env_clear()
+        .env("HOME", home)
+        .env("XDG_STATE_HOME", home.join("state"))
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("NO_COLOR", "1")
+        .current_dir(code);
+    cmd
+}
+
 /// `text` with every line indented, for reports.
 pub(crate) fn indent(text: &str) -> String {
     text.lines().map(|l| format!("    {l}\n")).collect()

@@ -83,22 +83,15 @@ impl World {
         Ok(World { sim, runtime, home, _pvc: pvc, code, theseus: theseus.to_owned() })
     }
 
-    /// `theseus ARGS` in this world (a submit ships the world's code to the simulated host).
     /// The code dir a submit ships.
     pub(crate) fn code_dir(&self) -> &Path {
         self.code.path()
     }
 
+    /// `theseus ARGS` in this world (a submit ships the world's code to the simulated host).
     pub(crate) fn command(&self, args: &[&str]) -> Command {
-        let mut cmd = Command::new(&self.theseus);
-        cmd.env_clear()
-            .env("HOME", self.home.path())
-            .env("XDG_STATE_HOME", self.home.path().join("state"))
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("NO_COLOR", "1")
-            .env("CHAOS_TOKEN", SECRET)
-            .current_dir(self.code.path())
-            .args(args);
+        let mut cmd = proc::theseus(&self.theseus, self.home.path(), self.code.path());
+        cmd.env("CHAOS_TOKEN", SECRET).args(args);
         if args.first() == Some(&"submit") {
             cmd.args(["--code", ".", "--host", "k8s"]);
         }

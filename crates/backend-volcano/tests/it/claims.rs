@@ -261,13 +261,9 @@ async fn a_planned_handle_shows_and_cancels_a_submit_that_has_not_finished() {
     assert!(matches!(h.backend.status(&planned).await, Err(theseus_core::Error::NotFound { .. })));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn watches_that_never_answer_give_way_to_bounded_polls() {
-    // The fault matrix found these: an API server that takes a watch's first request and never
-    // answers held `submit` (waiting for its helper pod) and `cancel` (waiting for the job to
-    // go) for kube-rs's 295 s read timeout. Now a watch silent for the request timeout is
-    // replaced by a list, whose every request is bounded.
-    let world = World::start(1).await;
+/// A harness whose API calls allow 2 s per request (`settings` with the timeouts of the world's
+/// backend), for cases where the API server never answers one.
+fn impatient(world: &World, settings: Settings) -> Harness {
     let quick = RetryPolicy { request_timeout: Duration::from_secs(2), ..RetryPolicy::fast() };
     let connection = world.connection().with_retry(quick);
     let backend = VolcanoBackend::with_cluster("sim", world.host.clone(), world.cluster.clone(), connection)
@@ -275,14 +271,19 @@ async fn watches_that_never_answer_give_way_to_bounded_polls() {
             helper_start_timeout: Duration::from_secs(60),
             delete_timeout: Duration::from_secs(60),
             poll_interval: Duration::from_millis(200),
-            ..Settings::default()
+            ..settings
         });
-    let h = Harness {
-        backend: Arc::new(backend),
-        plan: plan(1, 0),
-        probe: Arc::new(NoProbe),
-        timeout: Duration::from_secs(60),
-    };
+    Harness { backend: Arc::new(backend), plan: plan(1, 0), probe: Arc::new(NoProbe), timeout: Duration::from_secs(60) }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watches_that_never_answer_give_way_to_bounded_polls() {
+    // The fault matrix found these: an API server that takes a watch's first request and never
+    // answers held `submit` (waiting for its helper pod) and `cancel` (waiting for the job to
+    // go) for kube-rs's 295 s read timeout. Now a watch silent for the request timeout is
+    // replaced by a list, whose every request is bounded.
+    let world = World::start(1).await;
+    let h = impatient(&world, Settings::default());
     let (job, _code) = testing::prepare(&h, "silent-watch", &["sleep"], vec![], serde_json::json!({})).await.unwrap();
     // The helper's pod watch starts with a LIST of pods: it never answers.
     world.sim.faults().hang_requests("list", "pods", 1);
@@ -303,22 +304,7 @@ async fn watches_that_never_answer_give_way_to_bounded_polls() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_exec_the_api_server_never_answers_fails_after_the_request_timeout_not_the_idle_deadline() {
     let world = World::start(1).await;
-    let quick = RetryPolicy { request_timeout: Duration::from_secs(2), ..RetryPolicy::fast() };
-    let connection = world.connection().with_retry(quick);
-    let backend = VolcanoBackend::with_cluster("sim", world.host.clone(), world.cluster.clone(), connection)
-        .with_settings(Settings {
-            helper_start_timeout: Duration::from_secs(60),
-            ship_idle_timeout: Duration::from_secs(3600),
-            delete_timeout: Duration::from_secs(30),
-            poll_interval: Duration::from_millis(200),
-            ..Settings::default()
-        });
-    let h = Harness {
-        backend: Arc::new(backend),
-        plan: plan(1, 0),
-        probe: Arc::new(NoProbe),
-        timeout: Duration::from_secs(60),
-    };
+    let h = impatient(&world, Settings { ship_idle_timeout: Duration::from_secs(3600), ..Settings::default() });
     let (job, _code) = testing::prepare(&h, "silent-exec", &["ok"], vec![], serde_json::json!({})).await.unwrap();
     world.sim.faults().hang_requests("create", "pods/exec", 1);
     let err = tokio::time::timeout(Duration::from_secs(50), h.backend.submit(&job, &SubmitOptions::default()))
