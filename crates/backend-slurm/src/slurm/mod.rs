@@ -180,7 +180,12 @@ impl SlurmBackend {
 
     /// Runs `sbatch` on the shipped batch script; returns the job id, or (inner error) why the
     /// run may no longer start: it lost its name or was cancelled while its code was shipped.
-    async fn sbatch(&self, job: &PreparedJob, data: &SlurmHandleData) -> Result<Result<String>> {
+    async fn sbatch(
+        &self,
+        job: &PreparedJob,
+        data: &SlurmHandleData,
+        options: &SubmitOptions,
+    ) -> Result<Result<String>> {
         let secrets = run_dir::secret_records(job)?;
         let script = join(&data.work_dir, BATCH_SCRIPT);
         let start = Start {
@@ -213,6 +218,9 @@ impl SlurmBackend {
                     ),
                 ));
             }
+            Err(e @ (SshError::Disconnected { .. } | SshError::Timeout { .. })) => {
+                return self.recover_lost_sbatch(data, e, options).await.map(Ok);
+            }
             Err(e) => return Err(self.ssh_error(&format!("submit run `{}` with sbatch", data.run_id), e)),
         };
         let text = out.stdout_text();
@@ -221,6 +229,47 @@ impl SlurmBackend {
             return Err(Error::backend(self, format!("sbatch printed no job id: `{}`", text.trim())));
         }
         Ok(Ok(id))
+    }
+
+    /// Settles a run that has no known Slurm job, under its name's lock (so after any submit
+    /// of it that still runs): the job id its submit recorded, or `None` once it is marked
+    /// cancelled, so that no later `sbatch` of it can happen.
+    async fn settle_unsubmitted(&self, data: &SlurmHandleData) -> Result<Option<String>> {
+        let dir = self.name_dir(&data.run_id, &data.run_dir)?;
+        let cmd = RemoteCommand::script(scripts::CANCEL_UNSUBMITTED, [dir.to_owned(), data.run_dir.clone()])
+            .label(format!("the cancel of run `{}` before sbatch", data.run_id))
+            .timeout(self.settings.command_timeout + Duration::from_secs(claim::LOCK_WAIT_SECONDS.into()));
+        let out = self.ssh.run(&cmd).await.map_err(|e| self.ssh_error(&format!("cancel run `{}`", data.run_id), e))?;
+        Ok(scripts::parse_job_line(&out.stdout_text()).filter(|j| is_job_id(j)))
+    }
+
+    /// The submit command's outcome was lost with its connection (or it outlived its
+    /// timeout): `sbatch` may have run. Asked again on a new connection: the job it submitted,
+    /// adopted; or the run marked cancelled (so it never will), and `lost` is the error.
+    async fn recover_lost_sbatch(
+        &self,
+        data: &SlurmHandleData,
+        lost: SshError,
+        options: &SubmitOptions,
+    ) -> Result<String> {
+        let lost = self.ssh_error(&format!("submit run `{}` with sbatch", data.run_id), lost);
+        match self.settle_unsubmitted(data).await {
+            Ok(Some(id)) => {
+                options.note(&format!(
+                    "the answer of sbatch was lost with the connection; it had submitted slurm job {id}"
+                ));
+                Ok(id)
+            }
+            Ok(None) => Err(lost),
+            Err(settle) => Err(Error::backend(
+                self,
+                format!(
+                    "{lost}, and asking again whether sbatch ran failed too ({settle}): run `{}` may have a \
+                     Slurm job; `theseus cancel` settles it once the host answers",
+                    data.run_id
+                ),
+            )),
+        }
     }
 
     /// Best-effort removal of a run that failed to start: its code and status dirs, and its
@@ -283,7 +332,7 @@ impl Backend for SlurmBackend {
             SlurmHandleData { run_id: job.identity.run_id.clone(), work_dir, run_dir, log_file, nodes: job.plan.nodes };
         let start = async {
             options.note("submitting with sbatch");
-            self.sbatch(job, &data).await
+            self.sbatch(job, &data, options).await
         };
         let dirs = (data.work_dir.as_str(), data.run_dir.as_str());
         let id = self.ship_and_start(job, dirs, extra, options, start, self.discard(&data)).await?;
@@ -407,22 +456,10 @@ impl Backend for SlurmBackend {
         let (data, id, _) = self.resolve(handle).await?;
         let id = match id {
             Some(id) => id,
-            None => {
-                // No Slurm job yet: stop its submit (under the name's lock), unless it just got one.
-                let dir = self.name_dir(&data.run_id, &data.run_dir)?;
-                let cmd = RemoteCommand::script(scripts::CANCEL_UNSUBMITTED, [dir.to_owned(), data.run_dir.clone()])
-                    .label(format!("the cancel of run `{}` before sbatch", data.run_id))
-                    .timeout(self.settings.command_timeout + Duration::from_secs(claim::LOCK_WAIT_SECONDS.into()));
-                let out = self
-                    .ssh
-                    .run(&cmd)
-                    .await
-                    .map_err(|e| self.ssh_error(&format!("cancel run `{}`", data.run_id), e))?;
-                match scripts::parse_job_line(&out.stdout_text()).filter(|j| is_job_id(j)) {
-                    Some(id) => id,
-                    None => return self.status(handle).await,
-                }
-            }
+            None => match self.settle_unsubmitted(&data).await? {
+                Some(id) => id,
+                None => return self.status(handle).await,
+            },
         };
         let before = status::status(self, &id, &data).await?;
         if !before.state.is_terminal() {
