@@ -428,7 +428,34 @@ fn finish(mode: Materialize, plan: &StorePlan, extra: &[ExtraFile], objects: &Pa
         fs::write(&to, &file.contents).map_err(|e| Error::io("write", &to, e))?;
         fs::set_permissions(&to, fs::Permissions::from_mode(file.mode)).map_err(|e| Error::io("chmod", &to, e))?;
     }
+    if mode == Materialize::Link {
+        intern(objects, &partial.join(&manifest.path), &manifest.contents)
+            .map_err(|e| Error::io("share the code manifest through", objects, e))?;
+    }
     Ok(())
+}
+
+/// Makes the run's code manifest an object of the store, so that the runs of one tree share
+/// one copy of it: the file becomes read-only with mtime 0, then is published with `link()`
+/// or, when the store has it already, swapped for a link to the object there (as
+/// [`super::scripts::MATERIALIZE`] does).
+fn intern(objects: &Path, path: &Path, contents: &[u8]) -> io::Result<()> {
+    let key = ObjectKey { sha256: Sha256::digest(contents).into(), executable: false };
+    let object = object_path(objects, &key);
+    fs::File::options().write(true).open(path)?.set_modified(UNIX_EPOCH)?;
+    fs::set_permissions(path, fs::Permissions::from_mode(key.mode()))?;
+    if let Some(dir) = object.parent() {
+        fs::create_dir_all(dir)?;
+    }
+    match fs::hard_link(path, &object) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+            let swap = path.with_extension("json.link");
+            fs::hard_link(&object, &swap)?;
+            fs::rename(&swap, path)
+        }
+        Err(e) => Err(e),
+    }
 }
 
 /// Threads for `items` files: `available_parallelism`, but one per 256 files at most.

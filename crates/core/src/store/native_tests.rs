@@ -112,6 +112,12 @@ async fn the_scripts_and_the_native_path_share_one_store() {
     let scripts = ship(&LocalShell, request(code.path(), root.path(), "r4", Materialize::Link, None)).await.unwrap();
     assert_eq!(scripts.objects_sent, 0, "the scripts find the native path's objects");
     assert_same_tree(code.path(), &root.path().join("p/g/n/r4"));
+    // Both ways share one code manifest per tree as well.
+    super::tests::assert_manifest_shared(root.path(), &["r1", "r2"]);
+    super::tests::assert_manifest_shared(root.path(), &["r3", "r4"]);
+    let copy = ship_local(request(code.path(), root.path(), "c1", Materialize::Copy, None)).await.unwrap();
+    assert_eq!(copy.objects_sent, 0);
+    assert_eq!(std::fs::metadata(root.path().join("p/g/n/c1").join(sync::MANIFEST)).unwrap().nlink(), 1);
 }
 
 #[tokio::test]

@@ -2,6 +2,10 @@
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
+use std::process::Stdio;
+
+use async_trait::async_trait;
+use tokio::io::AsyncWriteExt;
 
 use super::*;
 use crate::snapshot::{Snapshot, SnapshotMode};
@@ -11,6 +15,62 @@ pub(super) fn write(path: &Path, content: &str, mode: u32) {
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
     std::fs::write(path, content).unwrap();
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+/// Runs the scripts with `busybox sh` and nothing but busybox applets on `PATH`.
+pub(crate) struct BusyboxShell {
+    bin: tempfile::TempDir,
+}
+
+pub(crate) const BUSYBOX: &str = "/usr/bin/busybox";
+
+impl BusyboxShell {
+    pub(crate) fn new() -> Option<BusyboxShell> {
+        if !Path::new(BUSYBOX).exists() {
+            return None;
+        }
+        let bin = tempfile::tempdir().unwrap();
+        let list = std::process::Command::new(BUSYBOX).arg("--list").output().unwrap();
+        for applet in String::from_utf8_lossy(&list.stdout).lines() {
+            std::os::unix::fs::symlink(BUSYBOX, bin.path().join(applet)).unwrap();
+        }
+        Some(BusyboxShell { bin })
+    }
+}
+
+#[async_trait]
+impl Shell for BusyboxShell {
+    async fn run(&self, call: ScriptCall) -> std::result::Result<Vec<u8>, ShellError> {
+        let mut input = Vec::new();
+        if let Some(produce) = &call.stdin {
+            produce(&mut input).unwrap();
+        }
+        let mut child = tokio::process::Command::new(BUSYBOX)
+            .args(["sh", "-c", call.script, "theseus-store"])
+            .args(&call.args)
+            .env_clear()
+            .env("PATH", self.bin.path())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(&input).await.unwrap();
+        drop(stdin);
+        let out = child.wait_with_output().await.unwrap();
+        if !out.status.success() {
+            return Err(ShellError::Exit {
+                code: out.status.code().unwrap_or(128),
+                stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+            });
+        }
+        Ok(out.stdout)
+    }
+
+    fn describe(&self) -> String {
+        "busybox".into()
+    }
 }
 
 fn repo() -> tempfile::TempDir {
@@ -92,6 +152,51 @@ async fn a_second_ship_sends_only_what_changed_and_links_the_rest() {
     let mode = std::fs::metadata(root.path().join("p/g/n/r2/pkg/a.py")).unwrap().permissions().mode();
     assert_eq!(mode & 0o222, 0, "objects are read-only");
     assert_eq!(std::fs::read_to_string(root.path().join("p/g/n/r1/train.py")).unwrap(), "print('hi')\n");
+}
+
+/// The code manifests of `runs` (under `root/p/g/n`) are one read-only object of the store,
+/// named by their sha256, with mtime 0 as every object has.
+pub(super) fn assert_manifest_shared(root: &Path, runs: &[&str]) {
+    use sha2::Digest;
+    use std::os::unix::fs::MetadataExt;
+    let path = |run: &str| root.join("p/g/n").join(run).join(sync::MANIFEST);
+    let bytes = std::fs::read(path(runs[0])).unwrap();
+    let hex = hex::encode(sha2::Sha256::digest(&bytes));
+    let object = std::fs::metadata(root.join(OBJECTS_DIR).join(&hex[..2]).join(&hex[2..])).unwrap();
+    for run in runs {
+        let meta = std::fs::metadata(path(run)).unwrap();
+        assert_eq!(meta.ino(), object.ino(), "run {run}'s manifest is the store's object {hex}");
+    }
+    assert_eq!(object.nlink(), runs.len() as u64 + 1, "linked from each run and the store only");
+    assert_eq!(object.mode() & 0o777, 0o444);
+    assert_eq!(object.mtime(), 0);
+}
+
+#[tokio::test]
+async fn runs_of_one_tree_share_one_code_manifest_and_copy_mode_runs_have_their_own() {
+    let code = repo();
+    let root = tempfile::tempdir().unwrap();
+    for run in ["r1", "r2"] {
+        ship(&LocalShell, request(code.path(), root.path(), run, Materialize::Link)).await.unwrap();
+    }
+    match BusyboxShell::new() {
+        Some(busybox) => {
+            ship(&busybox, request(code.path(), root.path(), "r3", Materialize::Link)).await.unwrap();
+            assert_manifest_shared(root.path(), &["r1", "r2", "r3"]);
+        }
+        None => {
+            eprintln!("NOT RUN under busybox: {BUSYBOX} is missing");
+            assert_manifest_shared(root.path(), &["r1", "r2"]);
+        }
+    }
+    // Another tree, another manifest.
+    write(&code.path().join("train.py"), "print('changed')\n", 0o644);
+    ship(&LocalShell, request(code.path(), root.path(), "r4", Materialize::Link)).await.unwrap();
+    assert_manifest_shared(root.path(), &["r4"]);
+    // A `copy` run's manifest is its own file, like its code.
+    ship(&LocalShell, request(code.path(), root.path(), "c1", Materialize::Copy)).await.unwrap();
+    let meta = std::fs::metadata(root.path().join("p/g/n/c1").join(sync::MANIFEST)).unwrap();
+    assert_eq!(std::os::unix::fs::MetadataExt::nlink(&meta), 1);
 }
 
 #[tokio::test]

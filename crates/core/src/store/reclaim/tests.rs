@@ -4,71 +4,12 @@
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::Duration;
-
-use async_trait::async_trait;
-use tokio::io::AsyncWriteExt;
 
 use super::*;
 use crate::snapshot::{Snapshot, SnapshotMode};
+use crate::store::tests::{BUSYBOX, BusyboxShell};
 use crate::store::{LocalShell, Materialize, ShipRequest, archive, ship};
-
-/// Runs the scripts with `busybox sh` and nothing but busybox applets on `PATH`.
-struct BusyboxShell {
-    bin: tempfile::TempDir,
-}
-
-const BUSYBOX: &str = "/usr/bin/busybox";
-
-impl BusyboxShell {
-    fn new() -> Option<BusyboxShell> {
-        if !Path::new(BUSYBOX).exists() {
-            return None;
-        }
-        let bin = tempfile::tempdir().unwrap();
-        let list = std::process::Command::new(BUSYBOX).arg("--list").output().unwrap();
-        for applet in String::from_utf8_lossy(&list.stdout).lines() {
-            std::os::unix::fs::symlink(BUSYBOX, bin.path().join(applet)).unwrap();
-        }
-        Some(BusyboxShell { bin })
-    }
-}
-
-#[async_trait]
-impl Shell for BusyboxShell {
-    async fn run(&self, call: ScriptCall) -> std::result::Result<Vec<u8>, ShellError> {
-        let mut input = Vec::new();
-        if let Some(produce) = &call.stdin {
-            produce(&mut input).unwrap();
-        }
-        let mut child = tokio::process::Command::new(BUSYBOX)
-            .args(["sh", "-c", call.script, "theseus-store"])
-            .args(&call.args)
-            .env_clear()
-            .env("PATH", self.bin.path())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut stdin = child.stdin.take().unwrap();
-        stdin.write_all(&input).await.unwrap();
-        drop(stdin);
-        let out = child.wait_with_output().await.unwrap();
-        if !out.status.success() {
-            return Err(ShellError::Exit {
-                code: out.status.code().unwrap_or(128),
-                stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-            });
-        }
-        Ok(out.stdout)
-    }
-
-    fn describe(&self) -> String {
-        "busybox".into()
-    }
-}
 
 fn write(path: &Path, content: &str) {
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
@@ -176,7 +117,8 @@ async fn a_finished_runs_code_dir_and_its_unused_objects_go_a_live_run_and_logs_
     for shell in shells() {
         let tree = Tree::new().await;
         let before = tree.objects();
-        assert_eq!(before.len(), 3, "train.py v1 and v2, shared.py (the bootstrap is per run): {before:?}");
+        assert_eq!(before.len(), 5, "train.py v1 and v2, shared.py, each run's code manifest: {before:?}");
+        let old_manifest = manifest_len(&tree.run("old"));
         // Both runs are old; only `old` is finished.
         age(&tree.run("old"));
         age(&tree.run("live"));
@@ -192,11 +134,14 @@ async fn a_finished_runs_code_dir_and_its_unused_objects_go_a_live_run_and_logs_
         assert_eq!(std::fs::read_to_string(tree.run("live").join("train.py")).unwrap(), "print('v2')\n");
         assert_eq!(std::fs::read_to_string(tree.run("live").join("lib/shared.py")).unwrap(), "SHARED = 1\n");
         let after = tree.objects();
-        assert_eq!(after.len(), 2, "only train.py v1's object went: {after:?}");
+        assert_eq!(after.len(), 3, "only train.py v1's object and the old run's manifest went: {after:?}");
         assert!(after.iter().all(|(_, links)| *links == 2), "each object left is linked by the live run: {after:?}");
-        let objects: Vec<_> = report.items.iter().filter(|i| i.kind == ReclaimKind::Object).collect();
-        assert_eq!(objects.len(), 1, "{report:?}");
-        assert_eq!(objects[0].bytes, "print('v1')\n".len() as u64);
+        let mut objects: Vec<_> =
+            report.items.iter().filter(|i| i.kind == ReclaimKind::Object).map(|i| i.bytes).collect();
+        objects.sort();
+        let mut expected = vec!["print('v1')\n".len() as u64, old_manifest];
+        expected.sort();
+        assert_eq!(objects, expected, "{report:?}");
         assert_eq!(report.freed_bytes, report.items.iter().map(|i| i.bytes).sum::<u64>());
         assert!(report.failed.is_empty(), "{report:?}");
     }
@@ -211,7 +156,7 @@ async fn a_live_run_is_never_touched_however_old() {
             reclaim(shell.as_ref(), &tree.target(), &options(Duration::ZERO, &["old", "live"], false)).await.unwrap();
         assert!(report.items.is_empty(), "{} {report:?}", shell.describe());
         assert!(tree.run("old").join("train.py").exists() && tree.run("live").join("train.py").exists());
-        assert_eq!(tree.objects().len(), 3);
+        assert_eq!(tree.objects().len(), 5);
     }
 }
 
@@ -232,7 +177,7 @@ async fn only_runs_unchanged_for_older_than_go_and_a_recent_log_keeps_a_run() {
         let paths: Vec<_> = report.items.iter().map(|i| (i.kind, i.path.clone())).collect();
         assert_eq!(paths, [(ReclaimKind::RunDir, tree.run("old").to_str().unwrap().to_owned())]);
         // The objects it unlinked changed their ctime just now: not old either.
-        assert_eq!(tree.objects().len(), 3);
+        assert_eq!(tree.objects().len(), 5);
         assert!(tree.run("live").exists());
     }
 }
@@ -241,14 +186,16 @@ async fn only_runs_unchanged_for_older_than_go_and_a_recent_log_keeps_a_run() {
 async fn an_unlinked_object_goes_only_once_older_than_allows() {
     for shell in shells() {
         let tree = Tree::new().await;
+        let old_manifest = manifest_len(&tree.run("old"));
         std::fs::remove_dir_all(tree.run("old")).unwrap();
         let hour = Duration::from_secs(3600);
         let report = reclaim(shell.as_ref(), &tree.target(), &options(hour, &["live"], false)).await.unwrap();
         assert!(report.items.is_empty(), "{} {report:?}", shell.describe());
-        assert_eq!(tree.objects().len(), 3);
+        assert_eq!(tree.objects().len(), 5);
         let report = reclaim(shell.as_ref(), &tree.target(), &options(Duration::ZERO, &["live"], false)).await.unwrap();
-        assert_eq!(report.total(ReclaimKind::Object), (1, "print('v1')\n".len() as u64), "{report:?}");
-        assert_eq!(tree.objects().len(), 2);
+        let v1 = "print('v1')\n".len() as u64;
+        assert_eq!(report.total(ReclaimKind::Object), (2, v1 + old_manifest), "{report:?}");
+        assert_eq!(tree.objects().len(), 3);
     }
 }
 
@@ -338,6 +285,7 @@ async fn what_an_abandoned_submit_left_goes_at_once() {
 async fn a_dry_run_lists_with_sizes_and_removes_nothing() {
     for shell in shells() {
         let tree = Tree::new().await;
+        let live_manifest = manifest_len(&tree.run("live"));
         std::fs::remove_dir_all(tree.run("live")).unwrap();
         write(&tree.work().join("p/g/n/crashed.partial/a"), "12345");
         age(&tree.work().join("p/g/n/crashed.partial"));
@@ -354,12 +302,13 @@ async fn a_dry_run_lists_with_sizes_and_removes_nothing() {
         assert_eq!(
             run.bytes,
             "echo hi\n".len() as u64 + manifest,
-            "only the bootstrap and the code manifest are the run dir's own: {report:?}"
+            "only the bootstrap is the run dir's own (its code manifest is an object): {report:?}"
         );
         assert_eq!(report.total(ReclaimKind::Partial), (1, 5));
-        assert_eq!(report.total(ReclaimKind::Object), (1, "print('v2')\n".len() as u64), "the unused object is listed");
+        let v2 = "print('v2')\n".len() as u64;
+        assert_eq!(report.total(ReclaimKind::Object), (2, v2 + live_manifest), "the unused objects are listed");
         assert!(tree.run("old").join("train.py").exists() && tree.work().join("p/g/n/crashed.partial/a").exists());
-        assert_eq!(tree.objects().len(), 3);
+        assert_eq!(tree.objects().len(), 5);
     }
 }
 
@@ -370,11 +319,14 @@ async fn usage_counts_objects_once_and_what_only_run_dirs_hold() {
         write(&tree.run("old").join("out.txt"), "written by the job");
         write(&tree.work().join("p/g/n/crashed.partial/a"), "12345");
         let used = usage(shell.as_ref(), &tree.target()).await.unwrap();
-        let object_bytes = ["print('v1')\n", "print('v2')\n", "SHARED = 1\n"].iter().map(|s| s.len() as u64).sum();
+        let object_bytes =
+            ["print('v1')\n", "print('v2')\n", "SHARED = 1\n"].iter().map(|s| s.len() as u64).sum::<u64>()
+                + manifest_len(&tree.run("old"))
+                + manifest_len(&tree.run("live"));
         assert_eq!(
             used,
             StoreUsage {
-                objects: 3,
+                objects: 5,
                 object_bytes,
                 unused_objects: 0,
                 unused_object_bytes: 0,
@@ -419,7 +371,14 @@ fn scripts_are_valid_shell() {
     }
 }
 
-/// Size of a run dir's code manifest (its own file, like the bootstrap).
+/// Size of a run dir's code manifest.
+fn manifest_len(run: &std::path::Path) -> u64 {
+    std::fs::metadata(run.join(crate::store::sync::MANIFEST)).unwrap().len()
+}
+
+/// Size of a run dir's code manifest when it is the run's own file (a copy-mode run, or one
+/// whose store could not take it): a linked one is an object of the store.
 fn manifest_bytes(run: &std::path::Path) -> u64 {
-    std::fs::metadata(run.join(crate::store::sync::MANIFEST)).map_or(0, |m| m.len())
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(run.join(crate::store::sync::MANIFEST)).map_or(0, |m| if m.nlink() == 1 { m.len() } else { 0 })
 }
