@@ -222,6 +222,24 @@ impl Cluster {
         self.create_or_adopt(&self.jobs(), job).await
     }
 
+    /// Asks the API server to create `job` with `dryRun=All`: schema validation, Volcano's
+    /// admission webhooks (which declare `sideEffects: NoneOnDryRun`, so they answer dry runs:
+    /// a queue that does not exist or is not `Open`, a bad task) and RBAC all decide, and
+    /// nothing is stored. A job of that name that exists already is not a refusal (the real
+    /// create adopts it when it is this run's).
+    ///
+    /// # Errors
+    /// The mapped errors of the refusal.
+    pub async fn check_create_job(&self, job: &Job) -> Result<(), VolcanoError> {
+        let api = self.jobs();
+        let name = job.name_any();
+        let params = PostParams { dry_run: true, field_manager: None };
+        match self.call(self.target::<Job>("create (dry run)", Some(&name)), || api.create(&params, job)).await {
+            Ok(_) | Err(VolcanoError::AlreadyExists { .. }) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
     /// The job, `None` when it does not exist.
     ///
     /// # Errors

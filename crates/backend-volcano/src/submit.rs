@@ -66,6 +66,9 @@ async fn submit_claimed(
     claim: &mut Claim,
 ) -> Result<JobHandle, VolcanoError> {
     let settings = &backend.settings;
+    // What the cluster would refuse (a queue this user cannot read but that does not exist, a
+    // webhook's rule, RBAC) is learned before a helper starts and the code ships.
+    cluster.check_create_job(&rendered.job).await?;
     let helper_name = helper.metadata.name.clone().unwrap_or_default();
     options.note(&format!("starting helper {helper_name} in namespace {}", cluster.namespace()));
     cluster.create_job(&helper).await?;

@@ -56,6 +56,8 @@ fn refused(world: &World, name: &str, host: &str, needles: &[&str]) -> Result<()
     ensure!(needles.iter().any(|n| stderr.contains(n)), "the error says none of {needles:?}:\n{stderr}");
     let error = stderr.lines().filter(|l| l.starts_with("error")).collect::<Vec<_>>().join(" / ");
     eprintln!("e2e:       theseus said: {error}");
+    // Refused before a helper started: theseus says when it starts one.
+    ensure!(!stderr.contains("starting helper"), "a helper was started for {name} before the refusal:\n{stderr}");
     ensure!(vcjobs_named(world, name)?.is_empty(), "a vcjob of {name} was created");
     ensure!(vcjobs_named(world, "theseus-ship-")? == helpers_before, "a helper was created for {name}");
     Ok(())

@@ -49,6 +49,7 @@ fn job_creations(world: &World) -> usize {
         .requests()
         .iter()
         .filter(|(m, p)| m == "POST" && p.contains("/apis/batch.volcano.sh/v1alpha1/namespaces/default/jobs"))
+        .filter(|(_, p)| !p.contains("dryRun=All"))
         .count()
 }
 

@@ -11,8 +11,20 @@ use crate::targets::{Kind, Target};
 use crate::volcano::SimWorld;
 use crate::{TestContext, text};
 
+/// A port free on this machine, below the kernel's ephemeral range (32768 and up by default):
+/// the Slurm lab's nodes have a network namespace of their own, where this machine cannot see
+/// what is bound, and where srun and slurmstepd bind ephemeral ports all the time (a port
+/// picked by binding port 0 here was once taken there, and the job's server exited 1).
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    use std::hash::{BuildHasher, Hasher};
+    loop {
+        let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+        hasher.write_u32(std::process::id());
+        let port = 20_000 + (hasher.finish() % 12_000) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
 }
 
 /// An experiment whose job serves its working dir over HTTP on 127.0.0.1:`port`.

@@ -148,6 +148,16 @@ impl Target {
             if status["status"]["state"] == "running" {
                 return;
             }
+            if matches!(status["status"]["state"].as_str(), Some("failed" | "completed" | "cancelled")) {
+                let logs = self.run(&["logs", name]);
+                panic!(
+                    "{:?}: job `{name}` ended before it ran: {}\nits log:\n{}{}",
+                    self.kind,
+                    text(&out.stdout),
+                    text(&logs.stdout),
+                    text(&logs.stderr)
+                );
+            }
             assert!(
                 std::time::Instant::now() < deadline,
                 "{:?}: job `{name}` never ran: {}{}",
