@@ -21,9 +21,10 @@
 //!
 //! Divergences: resources compare per dimension with the job's dimensions only, as Volcano's
 //! `LessEqualWithDimensionAndResourcesName` does, but guarantees, elastic resources and
-//! hierarchical queues are not modelled; a queue's `deserved` is validated by its CRD schema
-//! and kept, but only the reclaim and preempt actions read it, and this session runs neither;
-//! the fit error's task histogram is simplified.
+//! hierarchical queues are not modelled; a queue's `spec.deserved` is validated by its CRD
+//! schema and kept, but the chart's proportion plugin derives deserved shares from weights and
+//! never reads it (pkg/scheduler/plugins/capacity, which replaces proportion, does), so this
+//! session does not either; the fit error's task histogram is simplified.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
