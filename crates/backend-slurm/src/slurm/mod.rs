@@ -243,6 +243,12 @@ impl SlurmBackend {
         Ok(scripts::parse_job_line(&out.stdout_text()).filter(|j| is_job_id(j)))
     }
 
+    /// Whether `e` (of [`Self::settle_unsubmitted`]) says the run dir does not exist.
+    fn no_run_dir(e: &Error) -> bool {
+        let source = std::error::Error::source(e).and_then(|s| s.downcast_ref::<SshError>());
+        matches!(source, Some(SshError::Failed { code: Some(scripts::EXIT_NO_RUN_DIR), .. }))
+    }
+
     /// The submit command's outcome was lost with its connection (or it outlived its
     /// timeout): `sbatch` may have run. Asked again on a new connection: the job it submitted,
     /// adopted; or the run marked cancelled (so it never will), and `lost` is the error.
@@ -261,20 +267,40 @@ impl SlurmBackend {
                 Ok(id)
             }
             Ok(None) => Err(lost),
-            Err(settle) => Err(Error::backend(
-                self,
-                format!(
-                    "{lost}, and asking again whether sbatch ran failed too ({settle}): run `{}` may have a \
-                     Slurm job; `theseus cancel` settles it once the host answers",
-                    data.run_id
+            Err(settle) => Err(Error::Backend {
+                backend: self.to_string(),
+                message: format!(
+                    "failed to submit run `{run}` with sbatch ({lost}), and could not learn whether sbatch ran: \
+                     run `{run}` may have a Slurm job; `theseus cancel` settles it once the host answers",
+                    run = data.run_id,
+                    lost = std::error::Error::source(&lost).map_or_else(|| lost.to_string(), ToString::to_string),
                 ),
-            )),
+                source: Some(Box::new(settle)),
+            }),
         }
     }
 
-    /// Best-effort removal of a run that failed to start: its code and status dirs, and its
-    /// claim of the name.
+    /// Best-effort removal of a run that failed to start: settled first under its name's lock
+    /// (a job its submit made after all is cancelled; none can be made later), then its code
+    /// and status dirs and its claim of the name. When the host cannot be asked, everything
+    /// stays: the run dir is what lets a later `cancel` find and settle the run.
     async fn discard(&self, data: &SlurmHandleData) {
+        match self.settle_unsubmitted(data).await {
+            Ok(None) => {}
+            Ok(Some(id)) => {
+                let cmd = RemoteCommand::script(scripts::CANCEL, [data.run_dir.clone(), id.clone()])
+                    .label(format!("scancel {id}"))
+                    .retry_safe()
+                    .timeout(self.settings.command_timeout);
+                if self.ssh.run(&cmd).await.is_err() {
+                    return;
+                }
+            }
+            // No run dir, nothing to settle: giving the name back below stops any submit of the
+            // run (its start check needs the name).
+            Err(e) if Self::no_run_dir(&e) => {}
+            Err(_) => return,
+        }
         self.release(&data.run_id, &data.run_dir).await;
         self.remove(&data.work_dir, &[&data.run_dir]).await;
     }

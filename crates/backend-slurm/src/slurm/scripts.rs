@@ -84,6 +84,9 @@ pub(crate) const CANCEL: &str = r#"set -e
 exec scancel "$2"
 "#;
 
+/// Exit code of [`CANCEL_UNSUBMITTED`] when the run dir does not exist.
+pub(crate) const EXIT_NO_RUN_DIR: i32 = 4;
+
 /// `NAME_DIR RUN_DIR`: cancels a run that has no Slurm job yet, under the name's lock so that
 /// its submit cannot pass `sbatch` meanwhile: prints `job=ID` when it was submitted after all
 /// (then it must be `scancel`ed), else marks it cancelled (its submit then never starts it) and
