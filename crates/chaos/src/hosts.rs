@@ -80,7 +80,7 @@ pub(crate) struct Flow {
 }
 
 const FLOWS: &[Flow] = &[
-    Flow { name: "submit", setup: None, command: &["submit", "chaos", "quick.yaml", "--code", ".", "--host", "box"] },
+    Flow { name: "submit", setup: None, command: &["submit", "chaos", "long.yaml", "--code", ".", "--host", "box"] },
     Flow { name: "cancel", setup: Some("sleep.yaml"), command: &["cancel", "chaos"] },
 ];
 
@@ -171,6 +171,9 @@ impl World {
         )?;
         let env = format!("env: {{CHAOS_MARKS: {b}/marks}}\nrequest: {{chip: cpu}}\n");
         write(&code.path().join("quick.yaml"), &format!("entrypoint: sh job.sh 1\n{env}"))?;
+        // The submit flow's: long enough that a job left running behind a submit that reported
+        // failure is still beating when the case is judged (a 1 s job had ended, hiding them).
+        write(&code.path().join("long.yaml"), &format!("entrypoint: sh job.sh 20\n{env}"))?;
         write(&code.path().join("sleep.yaml"), &format!("entrypoint: sh job.sh 600\n{env}"))
     }
 
@@ -275,6 +278,15 @@ impl World {
             }
         }
         let ledger = self.ledger();
+        // A run that is alive must not be recorded as over (the user would never cancel it).
+        for (run, state) in &ledger {
+            if matches!(state.as_str(), "completed" | "failed" | "cancelled")
+                && self.marks().contains_key(run)
+                && self.beating(run, Duration::from_millis(700))
+            {
+                left.push(format!("run {run} runs but the ledger says {state}"));
+            }
+        }
         if ledger.values().any(|state| !matches!(state.as_str(), "completed" | "failed" | "cancelled")) {
             let ran = self.run(&["cancel", "chaos"], Duration::from_secs(60))?;
             if ran.code != Some(0) && !ran.stderr.contains("already") {

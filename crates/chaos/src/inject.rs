@@ -8,6 +8,8 @@
 //!   script kills the sshd process that serves the connection, its parent.
 //! - `lost`: the command runs to its end, then the connection dies before its exit status is
 //!   sent, so the client cannot tell whether it ran (an sbatch that was accepted, unheard).
+//! - `lost+down` (`--full`): `lost`, and every later connection of the case dies too, so that
+//!   asking the host again fails as well (the outcome stays unknown until the case ends).
 //!
 //! The line is removed again when the [`Injector`] is dropped, and stale lines of dead chaos
 //! runs are removed when a new one starts.
@@ -35,14 +37,16 @@ if [ "$n" = "$at" ]; then
   case $fault in
     fail) echo "theseus-chaos: command $n was refused on purpose" >&2; exit 1 ;;
     drop) kill -9 "$PPID"; exit 255 ;;
-    lost) bash -c "$cmd"; kill -9 "$PPID"; exit 255 ;;
+    lost|lost+down) bash -c "$cmd"; kill -9 "$PPID"; exit 255 ;;
   esac
 fi
+# lost+down: the host stays unreachable after the lost answer, until the plan is cleared.
+if [ "$fault" = lost+down ] && [ "$at" -gt 0 ] && [ "$n" -gt "$at" ]; then kill -9 "$PPID"; exit 255; fi
 exec bash -c "$cmd"
 "#;
 
 /// The faults the script knows.
-pub(crate) const FAULTS: &[&str] = &["fail", "drop", "lost"];
+pub(crate) const FAULTS: &[&str] = &["fail", "drop", "lost", "lost+down"];
 
 /// A forced-command key in the lab's `authorized_keys`.
 pub(crate) struct Injector {

@@ -65,6 +65,20 @@ pub enum Error {
         #[source]
         source: Option<Box<dyn std::error::Error + Send + Sync>>,
     },
+    /// A submit whose outcome the backend could not learn: its last step may or may not have
+    /// started the job (the answer was lost with the connection, and asking again failed). The
+    /// run is recorded as `unknown`, not failed: `status` or `cancel` settle it once the host
+    /// answers, from what the backend left on it.
+    #[error("{backend}: {message}")]
+    OutcomeUnknown {
+        /// The backend's display name.
+        backend: String,
+        /// What happened, and how to settle it.
+        message: String,
+        /// The cause.
+        #[source]
+        source: Option<Box<dyn std::error::Error + Send + Sync>>,
+    },
     /// A backend-specific failure.
     #[error("{backend}: {message}")]
     Backend {

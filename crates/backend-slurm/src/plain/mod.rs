@@ -129,6 +129,26 @@ impl PlainBackend {
                 let (name, run) = (&job.identity.name, &job.identity.run_id);
                 return Ok(Err(claim::lost(self, name, run, &self.name, &stderr)));
             }
+            Err(e @ (SshError::Disconnected { .. } | SshError::Timeout { .. })) => {
+                // The supervisor may have started: stop whatever did, under the name's lock,
+                // before the run is reported failed. When even that cannot be done, the run is
+                // neither started nor failed as far as anyone can tell.
+                let run = &job.identity.run_id;
+                let stop = RemoteCommand::script(scripts::CANCEL, [data.run_dir.clone(), run.clone(), "1".to_owned()])
+                    .label(format!("the stop of run `{run}` after its launch lost its answer"))
+                    .timeout(self.settings.command_timeout + Duration::from_secs(claim::LOCK_WAIT_SECONDS.into()));
+                return match self.ssh.output(&stop).await {
+                    Ok(_) => Err(self.ssh_error(&format!("start run `{run}` (stopped what it had started)"), e)),
+                    Err(stop) => Err(Error::OutcomeUnknown {
+                        backend: self.to_string(),
+                        message: format!(
+                            "the launch of run `{run}` lost its answer ({e}), and stopping it failed too: it may \
+                             run; `theseus cancel` settles it once the host answers"
+                        ),
+                        source: Some(Box::new(stop)),
+                    }),
+                };
+            }
             Err(e) => return Err(self.ssh_error(&format!("start run `{}`", job.identity.run_id), e)),
         };
         out.stdout_text().trim().parse().map(Ok).map_err(|_| {
@@ -141,7 +161,10 @@ impl PlainBackend {
     async fn discard(&self, identity: &JobIdentity, data: &PlainHandleData) {
         let run_id = &identity.run_id;
         let stop = RemoteCommand::script(scripts::CANCEL, [data.run_dir.clone(), run_id.to_owned(), "1".to_owned()]);
-        let _ = self.ssh.output(&stop).await;
+        if self.ssh.output(&stop).await.is_err() {
+            // The host cannot be asked: its run dir stays, so that a later `cancel` finds the run.
+            return;
+        }
         self.release(run_id, &data.run_dir).await;
         self.remove(&data.work_dir, &[&data.run_dir]).await;
     }

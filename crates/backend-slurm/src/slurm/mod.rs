@@ -267,7 +267,7 @@ impl SlurmBackend {
                 Ok(id)
             }
             Ok(None) => Err(lost),
-            Err(settle) => Err(Error::Backend {
+            Err(settle) => Err(Error::OutcomeUnknown {
                 backend: self.to_string(),
                 message: format!(
                     "failed to submit run `{run}` with sbatch ({lost}), and could not learn whether sbatch ran: \

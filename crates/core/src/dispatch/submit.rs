@@ -123,6 +123,17 @@ pub(super) async fn submit_recorded(
             drop(guard);
             return Err(e.into());
         }
+        Err(e @ Error::OutcomeUnknown { .. }) => {
+            // Not failed: the job may run. `status` and `cancel` ask the host again.
+            ledger.settle(
+                run_id,
+                &planned,
+                JobState::Unknown,
+                Some(&format!("the submit's outcome is unknown: {e}")),
+            )?;
+            drop(guard);
+            return Err(e.into());
+        }
         Err(e) => {
             ledger.settle(run_id, &planned, JobState::Failed, Some(&format!("submit failed: {e}")))?;
             drop(guard);
