@@ -243,6 +243,14 @@ impl SlurmBackend {
         Ok(scripts::parse_job_line(&out.stdout_text()).filter(|j| is_job_id(j)))
     }
 
+    /// The command that marks run `data` cancelled and `scancel`s its job `id`.
+    fn scancel(&self, data: &SlurmHandleData, id: &str) -> RemoteCommand {
+        RemoteCommand::script(scripts::CANCEL, [data.run_dir.clone(), id.to_owned()])
+            .label(format!("scancel {id}"))
+            .retry_safe()
+            .timeout(self.settings.command_timeout)
+    }
+
     /// Whether `e` (of [`Self::settle_unsubmitted`]) says the run dir does not exist.
     fn no_run_dir(e: &Error) -> bool {
         let source = std::error::Error::source(e).and_then(|s| s.downcast_ref::<SshError>());
@@ -288,11 +296,7 @@ impl SlurmBackend {
         match self.settle_unsubmitted(data).await {
             Ok(None) => {}
             Ok(Some(id)) => {
-                let cmd = RemoteCommand::script(scripts::CANCEL, [data.run_dir.clone(), id.clone()])
-                    .label(format!("scancel {id}"))
-                    .retry_safe()
-                    .timeout(self.settings.command_timeout);
-                if self.ssh.run(&cmd).await.is_err() {
+                if self.ssh.run(&self.scancel(data, &id)).await.is_err() {
                     return;
                 }
             }
@@ -489,11 +493,10 @@ impl Backend for SlurmBackend {
         };
         let before = status::status(self, &id, &data).await?;
         if !before.state.is_terminal() {
-            let cmd = RemoteCommand::script(scripts::CANCEL, [data.run_dir.clone(), id.clone()])
-                .label(format!("scancel {id}"))
-                .retry_safe()
-                .timeout(self.settings.command_timeout);
-            self.ssh.run(&cmd).await.map_err(|e| self.ssh_error(&format!("cancel slurm job `{id}`"), e))?;
+            self.ssh
+                .run(&self.scancel(&data, &id))
+                .await
+                .map_err(|e| self.ssh_error(&format!("cancel slurm job `{id}`"), e))?;
         }
         // Confirmed by Slurm: the job is in a final state (it stays COMPLETING until every
         // process of it has ended on every node) and Slurm lists none of its steps.
