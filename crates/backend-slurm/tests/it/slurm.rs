@@ -167,8 +167,13 @@ impl ProcessProbe for StepProbe {
 /// Live processes carrying the run's marker in this machine's `/proc`: a lab-only cross-check
 /// (the lab's nodes are this machine), never what the backend relies on.
 fn marked_processes(handle: &JobHandle) -> usize {
+    marked_pids(handle).len()
+}
+
+/// PIDs on this machine (the lab's nodes share it) carrying the job's marker.
+fn marked_pids(handle: &JobHandle) -> Vec<i32> {
     let data: SlurmHandleData = serde_json::from_value(handle.data.clone()).unwrap();
-    theseus_core::local::process::job_processes(&data.run_id).len()
+    theseus_core::local::process::job_processes(&data.run_id)
 }
 
 fn harness(backend: Arc<SlurmBackend>, ssh: Arc<SshHost>, plan: Plan) -> Harness {
@@ -416,6 +421,45 @@ async fn cancel_of_a_running_two_node_job_leaves_no_process() {
     assert_eq!(crate::slurm_lifecycle::steps(&ssh, &h.id).await, Vec::<String>::new(), "Slurm lists no step");
     assert_eq!(marked_processes(&h), 0, "lab cross-check: no process of the job is left on the nodes");
     assert_eq!(b.status(&h).await.unwrap().state, JobState::Cancelled);
+}
+
+const ORPHAN_PY: &str = r#"
+import os, subprocess, time
+# A background process whose parent exits at once: it leaves the step's process tree (what
+# proctrack/linuxproc follows) but stays in the job's process group.
+subprocess.run(["sh", "-c", "sleep 600 > /dev/null 2>&1 &"], check=True)
+print("started", os.environ["RANK"], flush=True)
+time.sleep(600)
+"#;
+
+/// A process the job left in the background, outside the step's process tree, is stopped by
+/// `cancel` too: the bootstrap signals the job's whole process group, not only its child.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_stops_a_background_process_that_left_the_steps_process_tree() {
+    let lab = require_slurm!();
+    let (b, _ssh) = backend(lab, "orphan", host());
+    let (job, _d) =
+        prepare(&b, &plan("cpu", 1, 0), "orphan", &[("o.py", ORPHAN_PY)], &["python", "o.py"], &[], Distributed::None);
+    let h = b.submit(&job, &SubmitOptions::default()).await.unwrap();
+    let mut stream = b.logs(&h, &LogOptions { follow: true, rank: None }).await.unwrap();
+    tokio::time::timeout(TIMEOUT, async {
+        while let Some(line) = stream.next().await {
+            if line.unwrap().text.starts_with("started ") {
+                break;
+            }
+        }
+    })
+    .await
+    .expect("the job starts");
+    drop(stream);
+    assert!(marked_processes(&h) >= 2, "the job and its background sleep run");
+    let status = b.cancel(&h).await.expect("cancel");
+    assert_eq!(status.state, JobState::Cancelled, "{status:?}");
+    let left: Vec<String> = marked_pids(&h)
+        .iter()
+        .map(|pid| std::fs::read_to_string(format!("/proc/{pid}/cmdline")).unwrap_or_default().replace('\0', " "))
+        .collect();
+    assert!(left.is_empty(), "lab cross-check: processes of the job left on the node: {left:?}");
 }
 
 const FAIL_PY: &str = r#"

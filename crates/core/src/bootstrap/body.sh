@@ -310,25 +310,44 @@ theseus_stop_heartbeat() {
 theseus_finish() {
   theseus_finished=1
   theseus_stop_heartbeat
+  # What the job left running in the background ends with it, as it would in a cgroup.
+  theseus_signal_job TERM group
   theseus_write_metadata "$1" "$2" || theseus_log "cannot write $theseus_metadata"
   exit "$2"
 }
 
-# theseus_on_signal NAME CODE: forwards TERM to the job, waits briefly, records preemption.
+# theseus_signal_job SIGNAL [group]: sends SIGNAL to the job's process group (the job leads
+# it, see below), which also reaches processes the job left in the background that no longer
+# descend from it. While the job may be unwaited, and only then, a job that left the group
+# (setsid) is signalled by its PID; with `group`, after `wait`, its PID may belong to another.
+theseus_signal_job() {
+  [[ -n "$theseus_child" ]] || return 0
+  kill "-$1" -- "-$theseus_child" 2> /dev/null && return 0
+  [[ "${2:-}" == group ]] || kill "-$1" "$theseus_child" 2> /dev/null || true
+}
+
+# theseus_job_alive: whether any process of the job's group (or the job) is still alive.
+theseus_job_alive() {
+  [[ -n "$theseus_child" ]] || return 1
+  kill -0 -- "-$theseus_child" 2> /dev/null || kill -0 "$theseus_child" 2> /dev/null
+}
+
+# theseus_on_signal NAME CODE: forwards TERM to the job's process group, waits briefly (then
+# KILL), records preemption.
 theseus_on_signal() {
   trap '' TERM INT HUP
   theseus_log "received SIG$1; stopping the job"
   if [[ -n "$theseus_child" ]]; then
-    kill -TERM "$theseus_child" 2> /dev/null || true
+    theseus_signal_job TERM
     local grace=${THESEUS_TERM_GRACE_SECONDS:-10} i=0
     theseus_is_uint "$grace" || grace=10
-    while kill -0 "$theseus_child" 2> /dev/null && ((i < grace * 10)); do
+    while theseus_job_alive && ((i < grace * 10)); do
       sleep 0.1
       i=$((i + 1))
     done
-    if kill -0 "$theseus_child" 2> /dev/null; then
+    if theseus_job_alive; then
       theseus_log "the job did not stop within ${grace}s; killing it"
-      kill -KILL "$theseus_child" 2> /dev/null || true
+      theseus_signal_job KILL
     fi
     wait "$theseus_child" 2> /dev/null || true
   fi
@@ -340,7 +359,7 @@ theseus_on_exit() {
   if ((!theseus_finished)); then
     theseus_finished=1
     theseus_stop_heartbeat
-    if [[ -n "$theseus_child" ]]; then kill -TERM "$theseus_child" 2> /dev/null || true; fi
+    theseus_signal_job TERM
     theseus_write_metadata failed "$rc" 2> /dev/null || true
   fi
 }
@@ -369,8 +388,14 @@ theseus_heartbeat_loop > /dev/null &
 theseus_heartbeat=$!
 
 theseus_log "running:$(printf ' %q' "${theseus_cmd[@]}")"
-"${theseus_cmd[@]}" &
+# The job leads a process group of its own (job control on for this one `&`), so that a
+# signal reaches everything it started even after a parent in between has exited: Slurm's
+# proctrack/linuxproc follows parent links only, and loses such processes. Without job control
+# bash gave a background job /dev/null as stdin; it still does.
+set -m
+"${theseus_cmd[@]}" < /dev/null &
 theseus_child=$!
+set +m
 theseus_rc=0
 wait "$theseus_child" || theseus_rc=$?
 if ((theseus_rc == 0)); then

@@ -34,10 +34,14 @@
 //!    project, group, run id, `job_key` (`project/group/name/run`), `hardware` ([`Hardware`]),
 //!    the job's `config`, rank, host, pid, `slurm_job_id` (from `SLURM_JOB_ID`), times, status
 //!    and exit code;
-//! 6. runs the entrypoint as a waited child (Python entrypoints through `launcher.py`, which
-//!    calls `jax.distributed.initialize` for `distributed: jax`), and exits with its exit code,
-//!    recording `completed` or `failed`; on SIGTERM/SIGINT/SIGHUP it sends TERM to the job,
-//!    waits up to `THESEUS_TERM_GRACE_SECONDS` (10), records `preempted` and exits 143/130/129.
+//! 6. runs the entrypoint as a waited child that leads its own process group (Python
+//!    entrypoints through `launcher.py`, which calls `jax.distributed.initialize` for
+//!    `distributed: jax`), and exits with its exit code, recording `completed` or `failed`;
+//!    on SIGTERM/SIGINT/SIGHUP it sends TERM to the job's process group, waits up to
+//!    `THESEUS_TERM_GRACE_SECONDS` (10) then sends KILL, records `preempted` and exits
+//!    143/130/129. The group reaches what the job left in the background after its parent
+//!    exited, which Slurm's `proctrack/linuxproc` loses; what is left of the group when the
+//!    job ends gets TERM too, as a cgroup would end it.
 //!
 //! Everything the bootstrap itself prints goes to stderr, prefixed `[theseus]`.
 

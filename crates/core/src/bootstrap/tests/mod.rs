@@ -608,6 +608,64 @@ fn sigterm_stops_the_job_and_records_preemption() {
     assert!(!alive.success(), "the job process {job_pid} is still running");
 }
 
+/// A job that leaves a process in the background (its parent exits, so it descends from nobody
+/// of the job) and then runs: `(sleep & write its pid); touch started; sleep`.
+const ORPHAN_JOB: &str = r#"(sleep 300 > /dev/null 2>&1 & echo $! > "$THESEUS_RUN_DIR/orphan"); touch "$THESEUS_RUN_DIR/started"; [ "$1" = end ] || exec sleep 300"#;
+
+/// Whether `pid` is alive (not a zombie) after waiting up to 10 s for it to end.
+fn still_alive_after_a_while(pid: i32) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok();
+        let alive = state.is_some_and(|s| s.rsplit(") ").next().is_some_and(|rest| !rest.starts_with('Z')));
+        if !alive || Instant::now() > deadline {
+            return alive;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn orphan_pid(h: &Harness) -> i32 {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !h.run.join("started").exists() {
+        assert!(Instant::now() < deadline, "the job never started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::fs::read_to_string(h.run.join("orphan")).unwrap().trim().parse().unwrap()
+}
+
+#[test]
+fn sigterm_also_stops_what_the_job_left_in_the_background() {
+    let h = Harness::new();
+    let input = h.input(&["/bin/sh", "-c", ORPHAN_JOB, "sh", "run"]);
+    let (_, child) = h.spawn(&input, &[]);
+    let orphan = orphan_pid(&h);
+    let status = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    assert!(status.success());
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(143), "{}", stderr(&out));
+    let alive = still_alive_after_a_while(orphan);
+    if alive {
+        let _ = Command::new("kill").args(["-KILL", &orphan.to_string()]).status();
+    }
+    assert!(!alive, "the job's background process {orphan} outlived the job");
+}
+
+#[test]
+fn what_a_finished_job_left_in_the_background_ends_with_it() {
+    let h = Harness::new();
+    let input = h.input(&["/bin/sh", "-c", ORPHAN_JOB, "sh", "end"]);
+    let (_, out) = h.run(&input, &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(h.metadata("metadata.json")["status"], "completed");
+    let orphan = orphan_pid(&h);
+    let alive = still_alive_after_a_while(orphan);
+    if alive {
+        let _ = Command::new("kill").args(["-KILL", &orphan.to_string()]).status();
+    }
+    assert!(!alive, "the job's background process {orphan} outlived the job");
+}
+
 #[test]
 fn pyproject_runs_uv_sync_frozen_and_fails_loudly() {
     let h = Harness::new();
