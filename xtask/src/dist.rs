@@ -1,21 +1,25 @@
-//! `cargo xtask dist [--check] [--old-glibc]`: the Python wheels of the CLI.
+//! `cargo xtask dist [--check] [--old-glibc] [--target=NAME,..]`: the Python wheels of the CLI.
 //!
 //! Builds, with maturin (`python/pyproject.toml`: `bindings = "bin"`, the package `theseus-dispatch`
-//! with the module `theseus_dispatch`), a manylinux2014 (glibc 2.17) x86_64 wheel through zig
-//! (`maturin build --zig`; maturin and the `ziglang` package come from PyPI into
-//! `target/dist-tools/`), and an sdist, into `target/dist/`, in the `dist` profile (LTO, one
-//! codegen unit, stripped); prints their sizes and `auditwheel show`'s verdict on the tag.
+//! with the module `theseus_dispatch`), one wheel per target through zig (`maturin build --zig`;
+//! maturin and the `ziglang` package come from PyPI into `target/dist-tools/`), and an sdist,
+//! into `target/dist/`, in the `dist` profile (LTO, one codegen unit, stripped); prints their
+//! sizes and `auditwheel show`'s verdict on each wheel's tag. Targets ([`TARGETS`]):
+//! `x86_64` (manylinux2014, glibc 2.17; the default), `aarch64` (manylinux2014) and `musl`
+//! (x86_64, musllinux_1_2, a static binary); `--target=all` builds the three. A target whose
+//! standard library the toolchain lacks is added with `rustup target add` (from
+//! static.rust-lang.org, which a machine with only the package registries may not reach: then
+//! the error says so, and the default target needs nothing).
 //!
-//! - `--check`: installs the wheel into a fresh venv (`target/dist/check-venv`, no Rust on its
-//!   PATH), checks `theseus --version` and `python -m theseus_dispatch --version` against the
-//!   workspace version, and runs the README's first command with it (the bundled example on the
-//!   local backend, `--follow`, exit 0).
-//! - `--old-glibc`: does the same in a Debian bullseye userland (glibc 2.31, older than this
-//!   machine's) made with `debootstrap` from Debian's packages under `target/dist-chroot/`
-//!   (kept between runs) and entered with `chroot` (root only).
-//!
-//! Only x86_64 glibc wheels are built: the machine's toolchain has no other target's standard
-//! library (`rustup target list --installed`), and none can be fetched here.
+//! - `--check`: the x86_64 wheel is installed into a fresh venv (`target/dist/check-venv`, no
+//!   Rust on its PATH); `theseus --version` and `python -m theseus_dispatch --version` must
+//!   say the workspace version, and the README's first command (the bundled example on the
+//!   local backend, `--follow`) must exit 0. The binaries of the other wheels are taken out of
+//!   them and run the same command ([`crate::dist_cross`]): the musl one after checking that it
+//!   is static, the aarch64 one under `qemu-aarch64`.
+//! - `--old-glibc`: does the same with the x86_64 wheel in a Debian bullseye userland (glibc
+//!   2.31, older than this machine's) made with `debootstrap` from Debian's packages under
+//!   `target/dist-chroot/` (kept between runs) and entered with `chroot` (root only).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -25,33 +29,95 @@ use anyhow::{Context, Result, bail, ensure};
 /// maturin and zig, pinned.
 const TOOLS: &[&str] = &["maturin==1.16.0", "ziglang==0.15.1", "auditwheel==6.4.2"];
 
-/// The only target these machines can build.
-const TRIPLE: &str = "x86_64-unknown-linux-gnu";
+/// A platform a wheel is built for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Target {
+    /// The name `--target` takes.
+    pub(crate) name: &'static str,
+    pub(crate) triple: &'static str,
+    /// maturin's `--compatibility`.
+    compatibility: &'static str,
+    /// The platform tag `auditwheel show` must find the wheel consistent with.
+    tag: &'static str,
+}
 
-/// The manylinux policy of the wheel (glibc 2.17).
-const COMPATIBILITY: &str = "manylinux2014";
+/// Every target `dist` knows; the first is the default and the one `--check` installs.
+pub(crate) const TARGETS: &[Target] = &[
+    Target {
+        name: "x86_64",
+        triple: "x86_64-unknown-linux-gnu",
+        compatibility: "manylinux2014",
+        tag: "manylinux_2_17_x86_64",
+    },
+    Target {
+        name: "aarch64",
+        triple: "aarch64-unknown-linux-gnu",
+        compatibility: "manylinux2014",
+        tag: "manylinux_2_17_aarch64",
+    },
+    Target {
+        name: "musl",
+        triple: "x86_64-unknown-linux-musl",
+        compatibility: "musllinux_1_2",
+        tag: "musllinux_1_2_x86_64",
+    },
+];
+
+const USAGE: &str = "cargo xtask dist [--check] [--old-glibc] [--target=x86_64,aarch64,musl|all]";
+
+/// The targets named by `--target=` values (comma-separated, repeatable), in [`TARGETS`] order.
+fn parse_targets(values: &[&str]) -> Result<Vec<Target>> {
+    if values.is_empty() {
+        return Ok(vec![TARGETS[0]]);
+    }
+    let mut chosen = Vec::new();
+    for name in values.iter().flat_map(|v| v.split(',')).map(str::trim) {
+        if name == "all" {
+            chosen.extend_from_slice(TARGETS);
+            continue;
+        }
+        let Some(target) = TARGETS.iter().find(|t| t.name == name || t.triple == name) else {
+            let names: Vec<_> = TARGETS.iter().map(|t| t.name).collect();
+            bail!("unknown target `{name}`: the targets are {} (or all)", names.join(", "));
+        };
+        chosen.push(*target);
+    }
+    Ok(TARGETS.iter().filter(|t| chosen.contains(t)).copied().collect())
+}
 
 pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
-    let (mut check, mut old_glibc) = (false, false);
+    let (mut check, mut old_glibc, mut names) = (false, false, Vec::new());
     for arg in args {
         match arg.as_str() {
             "--check" => check = true,
             "--old-glibc" => old_glibc = true,
-            other => bail!("unknown argument `{other}`: cargo xtask dist [--check] [--old-glibc]"),
+            other => match other.strip_prefix("--target=") {
+                Some(value) => names.push(value),
+                None => bail!("unknown argument `{other}`: {USAGE}"),
+            },
         }
     }
-    let built = build(root)?;
+    let targets = parse_targets(&names)?;
+    let built = build(root, &targets)?;
+    let host = built.iter().find(|b| b.target == TARGETS[0]);
     if check {
-        check_in_venv(root, &built)?;
+        if let Some(host) = host {
+            check_in_venv(root, host)?;
+        }
+        for other in built.iter().filter(|b| b.target != TARGETS[0]) {
+            crate::dist_cross::check(root, other)?;
+        }
     }
     if old_glibc {
-        check_in_chroot(root, &built)?;
+        let host = host.context("--old-glibc checks the x86_64 wheel: add --target=x86_64")?;
+        check_in_chroot(root, host)?;
     }
     Ok(())
 }
 
-/// What [`build`] made.
+/// One wheel [`build`] made.
 pub(crate) struct Built {
+    pub(crate) target: Target,
     pub(crate) wheel: PathBuf,
 }
 
@@ -92,13 +158,13 @@ fn tools(root: &Path) -> Result<PathBuf> {
     Ok(bin)
 }
 
-fn exec(cmd: &mut Command) -> Result<()> {
+pub(crate) fn exec(cmd: &mut Command) -> Result<()> {
     let status = cmd.status().with_context(|| format!("cannot run {cmd:?}"))?;
     ensure!(status.success(), "{cmd:?} failed ({status})");
     Ok(())
 }
 
-fn output(cmd: &mut Command) -> Result<String> {
+pub(crate) fn output(cmd: &mut Command) -> Result<String> {
     let out = cmd.output().with_context(|| format!("cannot run {cmd:?}"))?;
     ensure!(
         out.status.success(),
@@ -129,11 +195,11 @@ fn newest(dir: &Path, suffix: &str) -> Result<PathBuf> {
     found.pop().map(|(_, p)| p).with_context(|| format!("no `*{suffix}` in {}", dir.display()))
 }
 
-/// Builds the wheel and the sdist into `target/dist/`.
-pub(crate) fn build(root: &Path) -> Result<Built> {
+/// Builds a wheel per target and the sdist into `target/dist/`.
+pub(crate) fn build(root: &Path, targets: &[Target]) -> Result<Vec<Built>> {
     let bin = tools(root)?;
-    let target = crate::target_dir(root);
-    let out = target.join("dist");
+    let target_dir = crate::target_dir(root);
+    let out = target_dir.join("dist");
     std::fs::create_dir_all(&out)?;
     for entry in std::fs::read_dir(&out)?.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
@@ -142,17 +208,41 @@ pub(crate) fn build(root: &Path) -> Result<Built> {
         }
     }
     let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
-    eprintln!("dist: building the {COMPATIBILITY} wheel (profile dist: LTO, stripped; through zig)");
-    let started = std::time::Instant::now();
-    exec(
-        Command::new(bin.join("maturin"))
-            .current_dir(root.join("python"))
-            .args(["build", "--zig", "--compatibility", COMPATIBILITY, "--target", TRIPLE, "--out"])
-            .arg(&out)
-            .env("PATH", &path)
-            .env("CARGO_TARGET_DIR", &target),
-    )?;
-    eprintln!("dist: wheel built in {:.0} s", started.elapsed().as_secs_f64());
+    let mut built = Vec::new();
+    for target in targets {
+        ensure_std(target)?;
+        eprintln!(
+            "dist: building the {} {} wheel (profile dist: LTO, stripped; through zig)",
+            target.name, target.compatibility
+        );
+        let started = std::time::Instant::now();
+        let before: Vec<PathBuf> = wheels(&out)?;
+        exec(
+            Command::new(bin.join("maturin"))
+                .current_dir(root.join("python"))
+                .args(["build", "--zig", "--compatibility", target.compatibility, "--target", target.triple, "--out"])
+                .arg(&out)
+                .env("PATH", &path)
+                .env("CARGO_TARGET_DIR", &target_dir),
+        )?;
+        eprintln!("dist: {} wheel built in {:.0} s", target.name, started.elapsed().as_secs_f64());
+        let wheel = wheels(&out)?
+            .into_iter()
+            .find(|w| !before.contains(w))
+            .with_context(|| format!("maturin made no new wheel in {}", out.display()))?;
+        let shown = output(Command::new(bin.join("auditwheel")).arg("show").arg(&wheel))?;
+        let verdict = shown.split_whitespace().collect::<Vec<_>>().join(" ");
+        ensure!(
+            verdict.contains(target.tag),
+            "auditwheel does not find the wheel consistent with {}:\n{shown}",
+            target.tag
+        );
+        let binary = target_dir.join(target.triple).join("dist").join("theseus");
+        println!("{:<64} {:>10}", format!("wheel ({})", file_name(&wheel)), mib(size(&wheel)?));
+        println!("{:<64} {:>10}", format!("binary in the {} wheel (profile dist)", target.name), mib(size(&binary)?));
+        println!("auditwheel: {}", verdict.split(". ").find(|s| s.contains(target.tag)).unwrap_or(&verdict));
+        built.push(Built { target: *target, wheel });
+    }
     exec(
         Command::new(bin.join("maturin"))
             .current_dir(root.join("python"))
@@ -160,23 +250,38 @@ pub(crate) fn build(root: &Path) -> Result<Built> {
             .arg(&out)
             .env("PATH", &path),
     )?;
-    let wheel = newest(&out, ".whl")?;
     let sdist = newest(&out, ".tar.gz")?;
-    let binary = target.join(TRIPLE).join("dist").join("theseus");
-    let shown = output(Command::new(bin.join("auditwheel")).arg("show").arg(&wheel))?;
-    let verdict = shown.split_whitespace().collect::<Vec<_>>().join(" ");
-    ensure!(
-        verdict.contains("manylinux_2_17_x86_64"),
-        "auditwheel does not find the wheel consistent with manylinux_2_17_x86_64:\n{shown}"
-    );
-    println!("{:<60} {:>10}", "wheel (".to_owned() + &file_name(&wheel) + ")", mib(size(&wheel)?));
-    println!("{:<60} {:>10}", "sdist (".to_owned() + &file_name(&sdist) + ")", mib(size(&sdist)?));
-    println!("{:<60} {:>10}", "binary in the wheel (profile dist)", mib(size(&binary)?));
-    println!("auditwheel: {}", verdict.split(". ").find(|s| s.contains("manylinux_2_17")).unwrap_or(&verdict));
-    Ok(Built { wheel })
+    println!("{:<64} {:>10}", format!("sdist ({})", file_name(&sdist)), mib(size(&sdist)?));
+    Ok(built)
 }
 
-fn file_name(path: &Path) -> String {
+/// The wheels in `dir`.
+fn wheels(dir: &Path) -> Result<Vec<PathBuf>> {
+    Ok(std::fs::read_dir(dir)?.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|e| e == "whl")).collect())
+}
+
+/// Makes sure the toolchain has `target`'s standard library, adding it with rustup if not.
+fn ensure_std(target: &Target) -> Result<()> {
+    let sysroot = output(Command::new("rustc").args(["--print", "sysroot"]))?;
+    if Path::new(sysroot.trim()).join("lib/rustlib").join(target.triple).join("lib").is_dir() {
+        return Ok(());
+    }
+    eprintln!("dist: the toolchain has no standard library for {}; rustup target add {0}", target.triple);
+    let status = Command::new("rustup").args(["target", "add", target.triple]).status();
+    match status {
+        Ok(s) if s.success() => Ok(()),
+        Ok(s) => bail!(
+            "`rustup target add {}` failed ({s}); the {} wheel needs that target's standard library, \
+             which rustup fetches from static.rust-lang.org: build the default target alone \
+             (`cargo xtask dist`) on a machine that cannot reach it",
+            target.triple,
+            target.name
+        ),
+        Err(e) => bail!("cannot run rustup ({e}); the {} wheel needs `rustup target add {}`", target.name, target.triple),
+    }
+}
+
+pub(crate) fn file_name(path: &Path) -> String {
     path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
 }
 
@@ -186,7 +291,7 @@ pub(crate) fn check_venv(root: &Path) -> PathBuf {
 }
 
 /// PATH without any dir that holds `cargo` or `rustc`.
-fn path_without_rust() -> String {
+pub(crate) fn path_without_rust() -> String {
     std::env::var("PATH")
         .unwrap_or_default()
         .split(':')
@@ -196,6 +301,7 @@ fn path_without_rust() -> String {
 }
 
 fn check_in_venv(root: &Path, built: &Built) -> Result<()> {
+    debug_assert_eq!(built.target, TARGETS[0]);
     let venv = check_venv(root);
     let _ = std::fs::remove_dir_all(&venv);
     let path = path_without_rust();
@@ -207,37 +313,44 @@ fn check_in_venv(root: &Path, built: &Built) -> Result<()> {
             .arg(&built.wheel)
             .env("PATH", &path),
     )?;
-    let version = workspace_version(root)?;
     let path = format!("{}:{path}", venv.join("bin").display());
+    let shown = run_the_readme_command(root, &path)?;
+    let module = output(Command::new(venv.join("bin/python")).args(["-m", "theseus_dispatch", "--version"]))?;
+    ensure!(module.trim() == shown, "python -m theseus_dispatch says {module:?}");
+    println!(
+        "dist --check: {} installs without Rust; `theseus --version` = {shown}; the bundled example ran",
+        file_name(&built.wheel),
+    );
+    Ok(())
+}
+
+/// With `path` as the whole PATH (it must find a `theseus`), checks `theseus --version`
+/// against the workspace version and runs the README's first command (the bundled example on
+/// the local backend, `--follow`) in a fresh HOME; returns what `--version` said.
+pub(crate) fn run_the_readme_command(root: &Path, path: &str) -> Result<String> {
+    let version = workspace_version(root)?;
     let home = tempfile_dir("theseus-dist-home")?;
     let theseus = |args: &[&str]| {
         let mut cmd = Command::new("theseus");
         cmd.args(args)
             .current_dir(root)
             .env_clear()
-            .env("PATH", &path)
+            .env("PATH", path)
             .env("HOME", &home)
             .env("LANG", "C.UTF-8")
             .env("NO_COLOR", "1");
         cmd
     };
     let shown = output(&mut theseus(&["--version"]))?;
-    ensure!(shown.trim() == format!("theseus {version}"), "the installed theseus says {shown:?}, not {version}");
-    let module = output(Command::new(venv.join("bin/python")).args(["-m", "theseus_dispatch", "--version"]))?;
-    ensure!(module.trim() == shown.trim(), "python -m theseus_dispatch says {module:?}");
-    eprintln!("dist: running the README's first command with the installed theseus");
+    ensure!(shown.trim() == format!("theseus {version}"), "the theseus on {path} says {shown:?}, not {version}");
+    eprintln!("dist: running the README's first command with the theseus on {path}");
     let ran = output(&mut theseus(&["submit", "hello", "examples/hello/experiment.yaml", "--follow"]))?;
     ensure!(ran.contains("hello from theseus"), "the bundled example printed:\n{ran}");
     let _ = std::fs::remove_dir_all(&home);
-    println!(
-        "dist --check: {} installs without Rust; `theseus --version` = {}; the bundled example ran",
-        file_name(&built.wheel),
-        shown.trim()
-    );
-    Ok(())
+    Ok(shown.trim().to_owned())
 }
 
-fn tempfile_dir(prefix: &str) -> Result<PathBuf> {
+pub(crate) fn tempfile_dir(prefix: &str) -> Result<PathBuf> {
     let dir = std::env::temp_dir().join(format!("{prefix}-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     Ok(dir)
@@ -250,6 +363,17 @@ fn check_in_chroot(root: &Path, built: &Built) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn targets_are_named_one_by_one_or_all_and_unknown_ones_are_refused() {
+        let names = |v: &[&str]| parse_targets(v).map(|t| t.iter().map(|t| t.name).collect::<Vec<_>>());
+        assert_eq!(names(&[]).unwrap(), ["x86_64"]);
+        assert_eq!(names(&["musl,x86_64"]).unwrap(), ["x86_64", "musl"]);
+        assert_eq!(names(&["aarch64", "aarch64-unknown-linux-gnu"]).unwrap(), ["aarch64"]);
+        assert_eq!(names(&["all"]).unwrap(), ["x86_64", "aarch64", "musl"]);
+        let err = names(&["riscv"]).unwrap_err().to_string();
+        assert!(err.contains("`riscv`") && err.contains("x86_64, aarch64, musl"), "{err}");
+    }
 
     #[test]
     fn the_wheel_version_is_the_workspace_version_and_no_pyproject_sits_at_the_top() {

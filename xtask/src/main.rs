@@ -22,9 +22,11 @@
 //! - `chaos [--full] [--flows=a,b] [--backends=a,b]`: the fault matrix against the simulator
 //!   and the lab, and the client-crash matrix ([`chaos`]); `test` runs its short version after
 //!   the end-to-end scenarios.
-//! - `dist [--check] [--old-glibc]`: the manylinux wheel and sdist in `target/dist/` ([`dist`]);
-//!   `--check` installs the wheel without Rust and runs the bundled example, `--old-glibc` does so
-//!   in a Debian bullseye chroot. `test` runs both.
+//! - `dist [--check] [--old-glibc] [--target=x86_64,aarch64,musl|all]`: the wheels (x86_64
+//!   manylinux by default; aarch64 manylinux and x86_64 musllinux on request) and the sdist in
+//!   `target/dist/` ([`dist`]); `--check` installs the wheel without Rust and runs the bundled
+//!   example (the other targets' binaries: static musl, aarch64 under qemu), `--old-glibc` does
+//!   so in a Debian bullseye chroot. `test` runs both for x86_64.
 //! - `fuzz [--seconds N] [--full] [--targets=a,b]`: the coverage-guided fuzz targets of every
 //!   parser ([`fuzz`]); `test` runs each for a few seconds after the fault matrix.
 
@@ -32,6 +34,7 @@ mod bench;
 mod chaos;
 mod dist;
 mod dist_chroot;
+mod dist_cross;
 mod e2e;
 mod fuzz;
 mod lab;
@@ -64,7 +67,7 @@ fn main() -> Result<()> {
         }
         _ => {
             eprintln!(
-                "usage: cargo xtask <test [cargo test args...]|lab up|down|status|env|smoke|tidy|man [--check]|setup-python|e2e [--sim] [--dry-run] [--keep] [--only=N,..] [--require-kubectl]|sim [--port P]|bench [--runs N] [--release] [--output json] [--strict]|chaos [--full] [--flows=a,b] [--backends=a,b]|fuzz [--seconds N] [--full] [--targets=a,b]|dist [--check] [--old-glibc]>"
+                "usage: cargo xtask <test [cargo test args...]|lab up|down|status|env|smoke|tidy|man [--check]|setup-python|e2e [--sim] [--dry-run] [--keep] [--only=N,..] [--require-kubectl]|sim [--port P]|bench [--runs N] [--release] [--output json] [--strict]|chaos [--full] [--flows=a,b] [--backends=a,b]|fuzz [--seconds N] [--full] [--targets=a,b]|dist [--check] [--old-glibc] [--target=x86_64,aarch64,musl|all]>"
             );
             std::process::exit(2);
         }
