@@ -257,7 +257,11 @@ pub(crate) fn build(root: &Path, targets: &[Target]) -> Result<Vec<Built>> {
 
 /// The wheels in `dir`.
 fn wheels(dir: &Path) -> Result<Vec<PathBuf>> {
-    Ok(std::fs::read_dir(dir)?.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|e| e == "whl")).collect())
+    Ok(std::fs::read_dir(dir)?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "whl"))
+        .collect())
 }
 
 /// Makes sure the toolchain has `target`'s standard library, adding it with rustup if not.
@@ -277,7 +281,9 @@ fn ensure_std(target: &Target) -> Result<()> {
             target.triple,
             target.name
         ),
-        Err(e) => bail!("cannot run rustup ({e}); the {} wheel needs `rustup target add {}`", target.name, target.triple),
+        Err(e) => {
+            bail!("cannot run rustup ({e}); the {} wheel needs `rustup target add {}`", target.name, target.triple)
+        }
     }
 }
 

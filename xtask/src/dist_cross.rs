@@ -55,10 +55,7 @@ pub(crate) fn check(root: &Path, built: &Built) -> Result<()> {
     }
     let shown = run_the_readme_command(root, &path)?;
     let how = if built.target.name == "aarch64" { " under qemu-aarch64" } else { ", a static binary," };
-    println!(
-        "dist --check: the binary of {}{how} says `{shown}` and ran the bundled example",
-        file_name(&built.wheel)
-    );
+    println!("dist --check: the binary of {}{how} says `{shown}` and ran the bundled example", file_name(&built.wheel));
     Ok(())
 }
 

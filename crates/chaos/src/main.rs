@@ -63,9 +63,14 @@ fn main() -> ExitCode {
     let mut all = Vec::new();
     let mut report = String::new();
     let mut not_run = Vec::new();
+    // Parts run one after another, each recorded as it ends: the time since the last record is
+    // the part's own.
+    let mut part_started = started;
     let mut record = |name: &str, result: Result<Vec<matrix::Case>, String>| match result {
         Ok(cases) => {
             report.push_str(&matrix::table(name, &cases));
+            report.push_str(&format!("  ({name}: {:.0}s)\n", part_started.elapsed().as_secs_f64()));
+            part_started = std::time::Instant::now();
             // Few cases, each a different phase: all of them are the report.
             for case in cases.iter().filter(|c| c.flow == "crash" || c.flow == "load") {
                 report.push_str(&format!("  {case}\n"));

@@ -238,3 +238,6 @@ impl Dispatcher {
         submit::submit_recorded(self, ledger, backend, job, kind, replace).await
     }
 }
+
+#[cfg(test)]
+mod tests;
