@@ -2,6 +2,14 @@
 
 use std::fmt;
 
+/// Whether step `i` of `names` repeats a round of a wait loop: it and the step before it are
+/// the two steps before them again (`squeue | squeue steps | squeue | squeue steps` while a
+/// cancel waits for Slurm). A fault there meets the client at the same point of its loop as in
+/// the first round, so the short matrix faults only the first round; `--full` faults every one.
+pub(crate) fn repeats_a_poll(names: &[String], i: usize) -> bool {
+    i >= 3 && i < names.len() && names[i] == names[i - 2] && names[i - 1] == names[i - 3]
+}
+
 /// How one case ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Verdict {
@@ -132,6 +140,17 @@ pub(crate) fn table(backend: &str, cases: &[Case]) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn only_the_rounds_after_the_first_of_a_wait_loop_repeat_it() {
+        let names: Vec<String> =
+            "squeue scancel squeue steps squeue steps squeue steps read steps".split(' ').map(str::to_owned).collect();
+        let repeated: Vec<usize> = (0..names.len()).filter(|&i| super::repeats_a_poll(&names, i)).collect();
+        assert_eq!(repeated, [5, 6, 7]);
+        // Two uploads in a row are two uploads, not a loop; nor is a read before and after a kill.
+        let names: Vec<String> = "probe upload upload claim read kill read".split(' ').map(str::to_owned).collect();
+        assert!((0..names.len()).all(|i| !super::repeats_a_poll(&names, i)));
+    }
+
     use super::*;
 
     #[test]
