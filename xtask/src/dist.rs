@@ -98,6 +98,11 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
         }
     }
     let targets = parse_targets(&names)?;
+    // Before the minutes of building: `--old-glibc` needs the x86_64 wheel.
+    ensure!(
+        !old_glibc || targets.contains(&TARGETS[0]),
+        "--old-glibc checks the x86_64 wheel: add x86_64 to --target (or drop --target)"
+    );
     let built = build(root, &targets)?;
     let host = built.iter().find(|b| b.target == TARGETS[0]);
     if check {
@@ -109,7 +114,7 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
         }
     }
     if old_glibc {
-        let host = host.context("--old-glibc checks the x86_64 wheel: add --target=x86_64")?;
+        let host = host.context("the x86_64 wheel was not built")?;
         check_in_chroot(root, host)?;
     }
     Ok(())
