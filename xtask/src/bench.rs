@@ -342,7 +342,8 @@ fn dist(root: &Path, runs: usize) -> Result<Vec<Measure>> {
         .flatten()
         .flatten()
         .map(|e| e.path())
-        .find(|p| p.extension().is_some_and(|e| e == "whl"));
+        // The x86_64 manylinux wheel, not the aarch64 or musl one `dist --target` may have left.
+        .find(|p| crate::dist::file_name(p).ends_with(&format!("{}.whl", crate::dist::TARGETS[0].tag)));
     let installed = crate::dist::check_venv(root).join("bin/theseus");
     let why = "run `cargo xtask dist --check` first";
     let Some(wheel) = wheel else {

@@ -37,8 +37,9 @@ pub(crate) struct Target {
     pub(crate) triple: &'static str,
     /// maturin's `--compatibility`.
     compatibility: &'static str,
-    /// The platform tag `auditwheel show` must find the wheel consistent with.
-    tag: &'static str,
+    /// The platform tag `auditwheel show` must find the wheel consistent with (and the end of
+    /// the wheel's file name).
+    pub(crate) tag: &'static str,
 }
 
 /// Every target `dist` knows; the first is the default and the one `--check` installs.
