@@ -17,6 +17,7 @@ use futures::StreamExt;
 use crate::Result;
 use crate::backend::{DynBackend, EnvVar, JobHandle, JobState, JobStatus, LogOptions, PreparedJob, SubmitOptions};
 use crate::bootstrap::{self, BootstrapInput};
+use crate::config::HostKind;
 use crate::job::{Distributed, Entrypoint, Experiment, JobIdentity};
 use crate::snapshot::{Snapshot, SnapshotMode};
 use crate::solver::Plan;
@@ -73,6 +74,26 @@ pub struct Harness {
     pub probe: Arc<dyn ProcessProbe>,
     /// How long a job may take to finish.
     pub timeout: Duration,
+}
+
+/// A plan for `processes` CPU processes on one node of `host` (of kind `kind`, in a cluster of
+/// the same name): what the checks run.
+pub fn cpu_plan(host: &str, kind: HostKind, processes: u32) -> Plan {
+    Plan {
+        host: host.into(),
+        kind,
+        cluster: host.into(),
+        chip: None,
+        nodes: 1,
+        chips_per_node: 0,
+        processes_per_node: processes,
+        total_chips: 0,
+        partition: None,
+        gres_type: None,
+        queued: false,
+        notes: vec![],
+        considered: vec![],
+    }
 }
 
 /// Builds a prepared job that runs `python job.py <args>` from a fresh snapshot of [`JOB_PY`].

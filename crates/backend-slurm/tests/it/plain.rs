@@ -32,21 +32,7 @@ impl ProcessProbe for LocalProcProbe {
 }
 
 pub(crate) fn plan() -> Plan {
-    Plan {
-        host: "lab".into(),
-        kind: HostKind::Plain,
-        cluster: "lab".into(),
-        chip: None,
-        nodes: 1,
-        chips_per_node: 0,
-        processes_per_node: 1,
-        total_chips: 0,
-        partition: None,
-        gres_type: None,
-        queued: false,
-        notes: vec![],
-        considered: vec![],
-    }
+    testing::cpu_plan("lab", HostKind::Plain, 1)
 }
 
 pub(crate) struct Setup {

@@ -107,21 +107,7 @@ impl ProcessProbe for NoProbe {
 }
 
 fn plan() -> Plan {
-    Plan {
-        host: "box".into(),
-        kind: HostKind::Plain,
-        cluster: "box".into(),
-        chip: None,
-        nodes: 1,
-        chips_per_node: 0,
-        processes_per_node: 1,
-        total_chips: 0,
-        partition: None,
-        gres_type: None,
-        queued: false,
-        notes: vec![],
-        considered: vec![],
-    }
+    testing::cpu_plan("box", HostKind::Plain, 1)
 }
 
 /// Submits a prepared job through a backend that answers `outcome`; returns the result, what the

@@ -8,21 +8,7 @@ fn backend(home: &Path) -> LocalBackend {
 }
 
 fn plan() -> Plan {
-    Plan {
-        host: "local".into(),
-        kind: HostKind::Local,
-        cluster: "local".into(),
-        chip: None,
-        nodes: 1,
-        chips_per_node: 0,
-        processes_per_node: 1,
-        total_chips: 0,
-        partition: None,
-        gres_type: None,
-        queued: false,
-        notes: vec![],
-        considered: vec![],
-    }
+    crate::testing::cpu_plan("local", HostKind::Local, 1)
 }
 
 #[test]

@@ -92,7 +92,6 @@ mod tests {
     use super::*;
     use crate::backend::{JobState, ReclaimKind, SubmitOptions};
     use crate::config::{ClusterConfig, HostKind, LocalHost};
-    use crate::solver::Plan;
     use crate::testing::{self, Harness, ProcessProbe};
 
     struct NoProbe;
@@ -110,21 +109,7 @@ mod tests {
             work: "~/work".into(),
             ..ClusterConfig::default()
         };
-        let plan = Plan {
-            host: "local".into(),
-            kind: HostKind::Local,
-            cluster: "local".into(),
-            chip: None,
-            nodes: 1,
-            chips_per_node: 0,
-            processes_per_node: 1,
-            total_chips: 0,
-            partition: None,
-            gres_type: None,
-            queued: false,
-            notes: vec![],
-            considered: vec![],
-        };
+        let plan = testing::cpu_plan("local", HostKind::Local, 1);
         let backend = LocalBackend::new("local", LocalHost::default(), cluster, root);
         Harness { backend: Arc::new(backend), plan, probe: Arc::new(NoProbe), timeout: Duration::from_secs(60) }
     }

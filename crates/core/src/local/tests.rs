@@ -18,21 +18,7 @@ impl ProcessProbe for LocalProbe {
 }
 
 fn plan(processes: u32) -> Plan {
-    Plan {
-        host: "local".into(),
-        kind: HostKind::Local,
-        cluster: "local".into(),
-        chip: None,
-        nodes: 1,
-        chips_per_node: 0,
-        processes_per_node: processes,
-        total_chips: 0,
-        partition: None,
-        gres_type: None,
-        queued: false,
-        notes: vec![],
-        considered: vec![],
-    }
+    testing::cpu_plan("local", HostKind::Local, processes)
 }
 
 fn harness(root: &Path, processes: u32) -> Harness {
