@@ -303,10 +303,18 @@ async fn one_and_two_node_jobs_run_on_their_nodes() {
         let mut hello: Vec<_> =
             lines.iter().filter(|l| l.text.starts_with("hello from")).map(|l| (l.rank, l.text.clone())).collect();
         hello.sort();
+        // Slurm picks the nodes (a busy node1 sends a one-node job to node2), so each rank's
+        // node is the one the allocation reports for it; two ranks sit on two distinct nodes.
+        let nodes: Vec<String> =
+            status.ranks.iter().map(|r| r.location.clone().expect("a finished rank has its node")).collect();
+        assert!(nodes.iter().all(|n| n == "node1" || n == "node2"), "{status:?}");
+        if n == 2 {
+            assert_ne!(nodes[0], nodes[1], "{status:?}");
+        }
         let expected: Vec<_> = (0..n)
             .map(|r| {
                 let gpus = if n == 1 { "none" } else { "0" };
-                (Some(r as u32), format!("hello from node{} rank {r} of {n} gpus {gpus}", r + 1))
+                (Some(r as u32), format!("hello from {} rank {r} of {n} gpus {gpus}", nodes[r]))
             })
             .collect();
         assert_eq!(hello, expected, "all lines: {lines:?}");
