@@ -149,3 +149,30 @@ fn extra_directives_are_validated() {
     h.extra_directives = vec!["--gres-flags=enforce-binding".into(), "--comment theseus".into()];
     assert!(Directives::new(&h, &plan(1, 1, "big", None), "ok", &paths()).is_ok());
 }
+
+/// The batch script reads Slurm's KillWait for the bootstrap's grace, from real `scontrol show
+/// config` lines; a cluster that will not say leaves it empty (the grace stays as it is).
+#[test]
+fn the_kill_deadline_is_slurms_kill_wait() {
+    let dir = tempfile::tempdir().unwrap();
+    let scontrol = dir.path().join("scontrol");
+    let deadline = |config: &str| {
+        std::fs::write(&scontrol, format!("#!/bin/sh\nprintf '%s\\n' {}\n", shell::quote(config))).unwrap();
+        Command::new("chmod").arg("755").arg(&scontrol).status().unwrap();
+        let path = format!("{}:{}", dir.path().display(), std::env::var("PATH").unwrap());
+        let script = format!("set -euo pipefail\n{KILL_DEADLINE}printf '%s' \"$THESEUS_KILL_DEADLINE_SECONDS\"");
+        let out = Command::new("bash").arg("-c").arg(script).env("PATH", path).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    assert_eq!(
+        deadline("JobCompType             = (null)\nKillWait                = 5 sec\nKillOnBadExit           = 0"),
+        "5"
+    );
+    assert_eq!(deadline("KillWait                = 30 sec"), "30");
+    assert_eq!(deadline("slurm_load_ctl_conf error: Unable to contact slurm controller"), "");
+    assert!(
+        render_job(&Directives::new(&host(), &plan(1, 0, "cpu", None), "j", &paths()).unwrap(), "b.sh", None)
+            .contains(KILL_DEADLINE)
+    );
+}

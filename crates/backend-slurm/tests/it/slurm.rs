@@ -432,10 +432,12 @@ async fn cancel_of_a_running_two_node_job_leaves_no_process() {
 }
 
 const ORPHAN_PY: &str = r#"
-import os, subprocess, time
+import os, subprocess, sys, time
 # A background process whose parent exits at once: it leaves the step's process tree (what
-# proctrack/linuxproc follows) but stays in the job's process group.
-subprocess.run(["sh", "-c", "sleep 600 > /dev/null 2>&1 &"], check=True)
+# proctrack/linuxproc follows) but stays in the job's process group. With `deaf`, it ignores
+# TERM, so only a KILL from the bootstrap can reach it before Slurm's own KILL ends the step.
+trap = "trap '' TERM; " if sys.argv[1] == "deaf" else ""
+subprocess.run(["sh", "-c", "(" + trap + "exec sleep 600) > /dev/null 2>&1 &"], check=True)
 print("started", os.environ["RANK"], flush=True)
 time.sleep(600)
 "#;
@@ -444,10 +446,28 @@ time.sleep(600)
 /// `cancel` too: the bootstrap signals the job's whole process group, not only its child.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_stops_a_background_process_that_left_the_steps_process_tree() {
+    cancel_stops_an_orphan("orphan", "polite").await;
+}
+
+/// The same for one that ignores TERM: the lab's KillWait (5 s) is shorter than the bootstrap's
+/// default grace (10 s), so the bootstrap KILLs the group before Slurm KILLs the bootstrap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_stops_a_background_process_that_ignores_term_before_slurms_kill_wait() {
+    cancel_stops_an_orphan("deaf", "deaf").await;
+}
+
+async fn cancel_stops_an_orphan(name: &str, mode: &str) {
     let lab = require_slurm!();
-    let (b, _ssh) = backend(lab, "orphan", host());
-    let (job, _d) =
-        prepare(&b, &plan("cpu", 1, 0), "orphan", &[("o.py", ORPHAN_PY)], &["python", "o.py"], &[], Distributed::None);
+    let (b, _ssh) = backend(lab, name, host());
+    let (job, _d) = prepare(
+        &b,
+        &plan("cpu", 1, 0),
+        name,
+        &[("o.py", ORPHAN_PY)],
+        &["python", "o.py", mode],
+        &[],
+        Distributed::None,
+    );
     let h = b.submit(&job, &SubmitOptions::default()).await.unwrap();
     let mut stream = b.logs(&h, &LogOptions { follow: true, rank: None }).await.unwrap();
     tokio::time::timeout(TIMEOUT, async {

@@ -341,6 +341,13 @@ theseus_on_signal() {
     theseus_signal_job TERM
     local grace=${THESEUS_TERM_GRACE_SECONDS:-10} i=0
     theseus_is_uint "$grace" || grace=10
+    # The scheduler KILLs the bootstrap THESEUS_KILL_DEADLINE_SECONDS after its TERM (Slurm's
+    # KillWait). The group is KILLed a second before that, while the bootstrap still can: a
+    # process that left the step's process tree would otherwise outlive the job.
+    local deadline=${THESEUS_KILL_DEADLINE_SECONDS:-}
+    if theseus_is_uint "$deadline" && ((deadline > 1 && grace >= deadline)); then
+      grace=$((deadline - 1))
+    fi
     while theseus_job_alive && ((i < grace * 10)); do
       sleep 0.1
       i=$((i + 1))

@@ -651,6 +651,33 @@ fn sigterm_also_stops_what_the_job_left_in_the_background() {
     assert!(!alive, "the job's background process {orphan} outlived the job");
 }
 
+/// A job that ignores TERM: its shell and what it left in the background.
+const DEAF_JOB: &str = r#"trap '' TERM; (sleep 300 > /dev/null 2>&1 & echo $! > "$THESEUS_RUN_DIR/orphan"); touch "$THESEUS_RUN_DIR/started"; sleep 300"#;
+
+/// The grace a TERMed bootstrap gave a job that ignores TERM, read from its log line.
+fn grace_given(env: &[(&str, &str)]) -> String {
+    let h = Harness::new();
+    let input = h.input(&["/bin/sh", "-c", DEAF_JOB]);
+    let (_, child) = h.spawn(&input, env);
+    let orphan = orphan_pid(&h);
+    assert!(Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap().success());
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(143), "{}", stderr(&out));
+    assert!(!still_alive_after_a_while(orphan), "the KILL reached what the job left in the background");
+    let err = stderr(&out);
+    let line = err.lines().find(|l| l.contains("did not stop within")).unwrap_or_else(|| panic!("{err}"));
+    line.split("within ").nth(1).unwrap().split(';').next().unwrap().to_owned()
+}
+
+#[test]
+fn the_grace_ends_a_second_before_the_schedulers_own_kill() {
+    // Slurm's KillWait of 2 s: the group is KILLed after 1 s, not the 30 s asked for.
+    assert_eq!(grace_given(&[("THESEUS_TERM_GRACE_SECONDS", "30"), ("THESEUS_KILL_DEADLINE_SECONDS", "2")]), "1s");
+    // A later deadline, or none that can be read, leaves the grace as it is.
+    assert_eq!(grace_given(&[("THESEUS_TERM_GRACE_SECONDS", "1"), ("THESEUS_KILL_DEADLINE_SECONDS", "30")]), "1s");
+    assert_eq!(grace_given(&[("THESEUS_TERM_GRACE_SECONDS", "2"), ("THESEUS_KILL_DEADLINE_SECONDS", "soon")]), "2s");
+}
+
 #[test]
 fn what_a_finished_job_left_in_the_background_ends_with_it() {
     let h = Harness::new();
