@@ -1,4 +1,4 @@
-//! `cargo xtask chaos [--full] [--flows=submit,cancel,..] [--backends=volcano,plain,slurm,crash]`:
+//! `cargo xtask chaos [--full] [--flows=submit,cancel,..] [--backends=volcano,plain,slurm,crash] [--jobs=N]`:
 //! builds `theseus` and the fault matrix runner (`crates/chaos`) and runs it: every API request
 //! of `submit`, `status`, `logs -f`, `cancel` and `gc` against the Kubernetes simulator fails in
 //! turn; every remote command of `submit` and `cancel` on the lab's plain and Slurm hosts is
@@ -69,9 +69,12 @@ fn run_with(root: &Path, args: &[String], lab: Option<&crate::lab::Lab>, require
             backends if backends.starts_with("--backends=") => {
                 cmd.args(["--backends", &backends["--backends=".len()..]]);
             }
+            jobs if jobs.starts_with("--jobs=") => {
+                cmd.args(["--jobs", &jobs["--jobs=".len()..]]);
+            }
             other => bail!(
                 "unknown argument `{other}`: cargo xtask chaos [--full] [--flows=submit,cancel,..] \
-                 [--backends=volcano,plain,slurm,crash]"
+                 [--backends=volcano,plain,slurm,crash] [--jobs=N]"
             ),
         }
     }

@@ -19,7 +19,7 @@
 //! - `bench [--runs N] [--release] [--output json] [--strict]`: wall times of the real binary
 //!   (plan, local submit, status, submit and shipping against the simulator) against goals;
 //!   not part of `test`.
-//! - `chaos [--full] [--flows=a,b] [--backends=a,b]`: the fault matrix against the simulator
+//! - `chaos [--full] [--flows=a,b] [--backends=a,b] [--jobs=N]`: the fault matrix against the simulator
 //!   and the lab, and the client-crash matrix ([`chaos`]); `test` runs its short version after
 //!   the end-to-end scenarios.
 //! - `dist [--check] [--old-glibc] [--target=x86_64,aarch64,musl|all]`: the wheels (x86_64
@@ -67,7 +67,7 @@ fn main() -> Result<()> {
         }
         _ => {
             eprintln!(
-                "usage: cargo xtask <test [cargo test args...]|lab up|down|status|env|smoke|tidy|man [--check]|setup-python|e2e [--sim] [--dry-run] [--keep] [--only=N,..] [--require-kubectl]|sim [--port P]|bench [--runs N] [--release] [--output json] [--strict]|chaos [--full] [--flows=a,b] [--backends=a,b]|fuzz [--seconds N] [--full] [--targets=a,b]|dist [--check] [--old-glibc] [--target=x86_64,aarch64,musl|all]>"
+                "usage: cargo xtask <test [cargo test args...]|lab up|down|status|env|smoke|tidy|man [--check]|setup-python|e2e [--sim] [--dry-run] [--keep] [--only=N,..] [--require-kubectl]|sim [--port P]|bench [--runs N] [--release] [--output json] [--strict]|chaos [--full] [--flows=a,b] [--backends=a,b] [--jobs=N]|fuzz [--seconds N] [--full] [--targets=a,b]|dist [--check] [--old-glibc] [--target=x86_64,aarch64,musl|all]>"
             );
             std::process::exit(2);
         }

@@ -17,6 +17,7 @@ use serde_json::Value;
 
 use crate::inject::{FAULTS, Injector};
 use crate::matrix::{self, Case, classify};
+use crate::pool;
 use crate::proc::{KillAt, Ran, indent, run};
 
 /// Which lab.
@@ -330,12 +331,23 @@ impl World {
     }
 }
 
-/// Runs the matrix on `lab` for the selected flows (all when empty).
-pub(crate) fn run_matrix(theseus: &Path, lab: &Lab, full: bool, only: &[String]) -> Result<Vec<Case>, String> {
-    let injector = Injector::install(&lab.authorized)?;
+/// Runs the matrix on `lab` for the selected flows (all when empty): a clean run of each flow
+/// counts its remote commands, then every case runs, `jobs` at a time, each with a fault key
+/// of its own.
+pub(crate) fn run_matrix(
+    theseus: &Path,
+    lab: &Lab,
+    full: bool,
+    only: &[String],
+    jobs: usize,
+) -> Result<Vec<Case>, String> {
+    // Installed (and, when dropped at the end, removed) one after another: each rewrites the
+    // lab's `authorized_keys`.
+    let injectors = (0..jobs.max(1)).map(|_| Injector::install(&lab.authorized)).collect::<Result<Vec<_>, _>>()?;
     let bound = Duration::from_secs(if full { 180 } else { 120 });
-    let mut cases = Vec::new();
+    let mut counted = Vec::new();
     for flow in FLOWS.iter().filter(|f| only.is_empty() || only.iter().any(|o| o == f.name)) {
+        let injector = &injectors[0];
         injector.clear()?;
         let world = World::start(theseus, lab, &injector.key())?;
         if let Some(experiment) = flow.setup {
@@ -354,41 +366,43 @@ pub(crate) fn run_matrix(theseus: &Path, lab: &Lab, full: bool, only: &[String])
             }
         }
         world.recover_and_judge(flow.name == "cancel")?;
-        drop(world);
         eprintln!("chaos: {} {} runs {steps} remote commands: {}", lab.kind.name(), flow.name, names.join(" | "));
-        let faults: &[&str] = if full { FAULTS } else { &["fail", "drop", "lost"] };
-        for fault in faults {
-            for n in 1..=steps {
-                if !full && matrix::repeats_a_poll(&names, n - 1) {
-                    continue;
-                }
-                let started = Instant::now();
-                injector.clear()?;
-                let world = World::start(theseus, lab, &injector.key())?;
-                if let Some(experiment) = flow.setup {
-                    world.setup(experiment)?;
-                }
-                injector.plan(injector.count() + n, fault)?;
-                let ran = world.run(flow.command, bound)?;
-                injector.clear()?;
-                let verdict = classify(ran.code, &ran.stderr, ran.timed_out);
-                let left = world.recover_and_judge(flow.name == "cancel" && ran.code == Some(0))?;
-                let case = Case {
-                    flow: flow.name,
-                    step: names.get(n - 1).cloned().unwrap_or_default(),
-                    n,
-                    of: steps,
-                    fault: (*fault).to_owned(),
-                    verdict,
-                    left,
-                    seconds: started.elapsed().as_secs_f64(),
-                };
-                if case.is_bad() {
-                    eprintln!("chaos: BAD {case}\n{}", indent(&ran.stderr));
-                }
-                cases.push(case);
-            }
-        }
+        counted.push((flow, names));
     }
-    Ok(cases)
+    let faults: &[&str] = if full { FAULTS } else { &["fail", "drop", "lost"] };
+    let planned: Vec<(&Flow, &[String], &str, usize)> = counted
+        .iter()
+        .flat_map(|(flow, names)| {
+            faults.iter().flat_map(move |fault| (1..=names.len()).map(move |n| (*flow, names.as_slice(), *fault, n)))
+        })
+        .filter(|(_, names, _, n)| full || !matrix::repeats_a_poll(names, n - 1))
+        .collect();
+    let (cases, _injectors) = pool::run(&planned, injectors, |injector, &(flow, names, fault, n)| {
+        let started = Instant::now();
+        injector.clear()?;
+        let world = World::start(theseus, lab, &injector.key())?;
+        if let Some(experiment) = flow.setup {
+            world.setup(experiment)?;
+        }
+        injector.plan(injector.count() + n, fault)?;
+        let ran = world.run(flow.command, bound)?;
+        injector.clear()?;
+        let verdict = classify(ran.code, &ran.stderr, ran.timed_out);
+        let left = world.recover_and_judge(flow.name == "cancel" && ran.code == Some(0))?;
+        let case = Case {
+            flow: flow.name,
+            step: names.get(n - 1).cloned().unwrap_or_default(),
+            n,
+            of: names.len(),
+            fault: fault.to_owned(),
+            verdict,
+            left,
+            seconds: started.elapsed().as_secs_f64(),
+        };
+        if case.is_bad() {
+            eprintln!("chaos: BAD {case}\n{}", indent(&ran.stderr));
+        }
+        Ok(case)
+    });
+    cases
 }

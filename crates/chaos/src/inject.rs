@@ -17,6 +17,7 @@
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// The marker that ends this tool's lines in `authorized_keys`.
 const MARK: &str = "theseus-chaos-pid-";
@@ -82,7 +83,9 @@ impl Injector {
         let (Some(kind), Some(blob)) = (fields.next(), fields.next()) else {
             return Err("ssh-keygen wrote no public key".into());
         };
-        let line_mark = format!("{MARK}{}", std::process::id());
+        // One process may install several keys (one per worker): the pid, then which key.
+        static INSTALLED: AtomicUsize = AtomicUsize::new(0);
+        let line_mark = format!("{MARK}{}-{}", std::process::id(), INSTALLED.fetch_add(1, Ordering::SeqCst));
         remove_stale_lines(authorized)?;
         let mut text = std::fs::read_to_string(authorized).map_err(|e| format!("{}: {e}", authorized.display()))?;
         if !text.is_empty() && !text.ends_with('\n') {
@@ -148,7 +151,7 @@ impl Drop for Injector {
 fn remove_stale_lines(authorized: &Path) -> Result<(), String> {
     let text = std::fs::read_to_string(authorized).map_err(|e| format!("{}: {e}", authorized.display()))?;
     let alive = |line: &str| match line.rsplit_once(MARK) {
-        Some((_, pid)) => Path::new("/proc").join(pid.trim()).exists(),
+        Some((_, mark)) => Path::new("/proc").join(mark.trim().split('-').next().unwrap_or_default()).exists(),
         None => true,
     };
     let kept: String = text.lines().filter(|l| alive(l)).map(|l| format!("{l}\n")).collect();
@@ -193,6 +196,17 @@ pub(crate) fn step_name(cmd: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_the_lines_of_dead_chaos_runs_are_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let authorized = dir.path().join("authorized_keys");
+        let ours = format!("command=\"/x\" ssh-ed25519 AAAA {MARK}{}-3", std::process::id());
+        let text = format!("ssh-ed25519 AAAA lab\n{ours}\ncommand=\"/y\" ssh-ed25519 BBBB {MARK}4000000000-0\n");
+        std::fs::write(&authorized, text).unwrap();
+        remove_stale_lines(&authorized).unwrap();
+        assert_eq!(std::fs::read_to_string(&authorized).unwrap(), format!("ssh-ed25519 AAAA lab\n{ours}\n"));
+    }
 
     #[test]
     fn step_names_show_what_runs() {

@@ -19,13 +19,16 @@
 //! 200 local and 50 simulator submits at once.
 //!
 //! Usage: `theseus-chaos --theseus PATH [--full] [--flows submit,cancel,...]
-//! [--backends volcano,plain,slurm,crash,load] [--require-lab]`.
+//! [--backends volcano,plain,slurm,crash,load] [--require-lab] [--jobs N]`. The cases of the
+//! Volcano and lab matrices run `--jobs` at a time (default: twice the cores, at most 4), each in a
+//! world of its own; the crash and load cases run alone, as their timing matters.
 
 mod crash;
 mod hosts;
 mod inject;
 mod load;
 mod matrix;
+mod pool;
 mod proc;
 mod volcano;
 
@@ -36,6 +39,7 @@ fn main() -> ExitCode {
     let mut args = std::env::args().skip(1);
     let (mut theseus, mut full, mut flows, mut backends, mut require_lab) =
         (None, false, Vec::new(), Vec::new(), false);
+    let mut jobs = pool::default_jobs();
     let list = |arg: Option<String>| arg.unwrap_or_default().split(',').map(str::to_owned).collect::<Vec<_>>();
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -44,10 +48,17 @@ fn main() -> ExitCode {
             "--flows" => flows = list(args.next()),
             "--backends" => backends = list(args.next()),
             "--require-lab" => require_lab = true,
+            "--jobs" => match args.next().and_then(|n| n.parse::<usize>().ok()).filter(|n| *n > 0) {
+                Some(n) => jobs = n,
+                None => {
+                    eprintln!("theseus-chaos: --jobs takes a number of cases to run at once, 1 or more");
+                    return ExitCode::from(2);
+                }
+            },
             other => {
                 eprintln!(
                     "theseus-chaos: unknown argument `{other}`; usage: --theseus PATH [--full] [--flows a,b] \
-                     [--backends volcano,plain,slurm] [--require-lab]"
+                     [--backends volcano,plain,slurm] [--require-lab] [--jobs N]"
                 );
                 return ExitCode::from(2);
             }
@@ -83,7 +94,7 @@ fn main() -> ExitCode {
             false
         }
     };
-    if chosen("volcano") && !record("volcano (simulator)", volcano::run(&theseus, full, &flows)) {
+    if chosen("volcano") && !record("volcano (simulator)", volcano::run(&theseus, full, &flows, jobs)) {
         return ExitCode::from(2);
     }
     for kind in [hosts::Kind::Plain, hosts::Kind::Slurm] {
@@ -93,7 +104,7 @@ fn main() -> ExitCode {
         }
         match hosts::Lab::from_env(kind) {
             Ok(lab) => {
-                if !record(kind.name(), hosts::run_matrix(&theseus, &lab, full, &flows)) {
+                if !record(kind.name(), hosts::run_matrix(&theseus, &lab, full, &flows, jobs)) {
                     return ExitCode::from(2);
                 }
             }

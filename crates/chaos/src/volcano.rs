@@ -10,6 +10,7 @@ use serde_json::Value;
 use theseus_kube_sim::{NodeConfig, RequestFault, Sim, SimConfig};
 
 use crate::matrix::{Case, classify};
+use crate::pool;
 use crate::proc::{self, KillAt, Ran, indent};
 
 /// A secret value the runs carry (a Secret is made for it).
@@ -35,7 +36,7 @@ const FLOWS: &[Flow] = &[
 pub(crate) struct World {
     // Dropped in this order: the simulator (and its pods) before the runtime that drives it.
     sim: Sim,
-    runtime: tokio::runtime::Runtime,
+    _runtime: tokio::runtime::Runtime,
     home: tempfile::TempDir,
     _pvc: tempfile::TempDir,
     code: tempfile::TempDir,
@@ -80,7 +81,7 @@ impl World {
         )?;
         write(&code.path().join("quick.yaml"), "entrypoint: python job.py 1\nrequest: {chip: cpu}\n")?;
         write(&code.path().join("sleep.yaml"), "entrypoint: python job.py 600\nrequest: {chip: cpu}\n")?;
-        Ok(World { sim, runtime, home, _pvc: pvc, code, theseus: theseus.to_owned() })
+        Ok(World { sim, _runtime: runtime, home, _pvc: pvc, code, theseus: theseus.to_owned() })
     }
 
     /// The code dir a submit ships.
@@ -224,12 +225,22 @@ fn faults(full: bool, flow: &str) -> Vec<(String, RequestFault)> {
 /// How long the scheduler waits before placing pods in the delayed-scheduling case.
 const SCHEDULING_DELAY: Duration = Duration::from_secs(4);
 
-/// Runs the matrix for the selected flows (all when empty).
-pub(crate) fn run(theseus: &Path, full: bool, only: &[String]) -> Result<Vec<Case>, String> {
+/// One case: a flow, and the n-th request failed with a fault, or (no fault) every pod's
+/// scheduling delayed.
+struct Planned<'a> {
+    flow: &'a Flow,
+    names: &'a [String],
+    n: usize,
+    fault: Option<(String, RequestFault)>,
+}
+
+/// Runs the matrix for the selected flows (all when empty): first a clean run of each flow
+/// counts its requests, then every case of every flow runs, `jobs` at a time, each in a cluster
+/// of its own.
+pub(crate) fn run(theseus: &Path, full: bool, only: &[String], jobs: usize) -> Result<Vec<Case>, String> {
     let bound = if full { Duration::from_secs(120) } else { Duration::from_secs(90) };
-    let mut cases = Vec::new();
+    let mut counted = Vec::new();
     for flow in FLOWS.iter().filter(|f| only.is_empty() || only.iter().any(|o| o == f.name)) {
-        // The clean run: how many requests the flow makes.
         let world = World::start(theseus)?;
         if let Some(experiment) = flow.setup {
             world.setup(experiment)?;
@@ -240,65 +251,60 @@ pub(crate) fn run(theseus: &Path, full: bool, only: &[String]) -> Result<Vec<Cas
             return Err(format!("the clean `{}` failed: {}", flow.command.join(" "), clean.stderr));
         }
         let requests = world.sim.requests();
-        let steps = requests.len() - before;
         let names: Vec<String> = requests[before..].iter().map(|(method, path)| request_name(method, path)).collect();
-        drop(world);
-        eprintln!("chaos: volcano {} makes {steps} API requests: {}", flow.name, names.join(" | "));
+        eprintln!("chaos: volcano {} makes {} API requests: {}", flow.name, names.len(), names.join(" | "));
+        counted.push((flow, names));
+    }
+    let mut planned = Vec::new();
+    for (flow, names) in &counted {
         for (label, fault) in faults(full, flow.name) {
-            for n in 1..=steps {
-                let started = Instant::now();
-                let world = World::start(theseus)?;
-                if let Some(experiment) = flow.setup {
-                    world.setup(experiment)?;
-                }
-                world.sim.faults().fail_nth_request(n, fault);
-                let ran = world.run(flow.command, bound)?;
-                world.sim.faults().clear_request_faults();
-                let verdict = classify(ran.code, &ran.stderr, ran.timed_out);
-                let left = world.settled_left_behind();
-                let case = Case {
-                    flow: flow.name,
-                    step: names.get(n - 1).cloned().unwrap_or_default(),
-                    n,
-                    of: steps,
-                    fault: label.clone(),
-                    verdict,
-                    left,
-                    seconds: started.elapsed().as_secs_f64(),
-                };
-                if case.is_bad() {
-                    eprintln!("chaos: BAD {case}\n{}", indent(&ran.stderr));
-                }
-                cases.push(case);
-                let _ = &world.runtime;
+            for n in 1..=names.len() {
+                planned.push(Planned { flow, names, n, fault: Some((label.clone(), fault)) });
             }
         }
         // The scheduler waits before placing any pod (a busy cluster): the flow must still end
         // well, however long the wait within its bounds.
-        let started = Instant::now();
-        let world = World::start(theseus)?;
-        world.sim.faults().delay_scheduling(Some(SCHEDULING_DELAY));
-        if let Some(experiment) = flow.setup {
-            world.setup(experiment)?;
-        }
-        let ran = world.run(flow.command, bound)?;
-        world.sim.faults().delay_scheduling(None);
-        let case = Case {
-            flow: flow.name,
-            step: "whole flow".into(),
-            n: 0,
-            of: steps,
-            fault: format!("scheduling delayed {}s", SCHEDULING_DELAY.as_secs()),
-            verdict: classify(ran.code, &ran.stderr, ran.timed_out),
-            left: world.settled_left_behind(),
-            seconds: started.elapsed().as_secs_f64(),
-        };
-        if case.is_bad() {
-            eprintln!("chaos: BAD {case}\n{}", indent(&ran.stderr));
-        }
-        cases.push(case);
+        planned.push(Planned { flow, names, n: 0, fault: None });
     }
-    Ok(cases)
+    let (cases, _) = pool::run(&planned, vec![(); jobs], |(), case| run_case(theseus, case, bound));
+    cases
+}
+
+fn run_case(theseus: &Path, planned: &Planned<'_>, bound: Duration) -> Result<Case, String> {
+    let Planned { flow, names, n, fault } = planned;
+    let started = Instant::now();
+    let world = World::start(theseus)?;
+    let faults = world.sim.faults();
+    // A delay holds the setup's pods too; a failed request is counted from the command on.
+    if fault.is_none() {
+        faults.delay_scheduling(Some(SCHEDULING_DELAY));
+    }
+    if let Some(experiment) = flow.setup {
+        world.setup(experiment)?;
+    }
+    if let Some((_, fault)) = fault {
+        faults.fail_nth_request(*n, *fault);
+    }
+    let ran = world.run(flow.command, bound)?;
+    faults.clear_request_faults();
+    faults.delay_scheduling(None);
+    let case = Case {
+        flow: flow.name,
+        step: if *n == 0 { "whole flow".into() } else { names.get(n - 1).cloned().unwrap_or_default() },
+        n: *n,
+        of: names.len(),
+        fault: match fault {
+            Some((label, _)) => label.clone(),
+            None => format!("scheduling delayed {}s", SCHEDULING_DELAY.as_secs()),
+        },
+        verdict: classify(ran.code, &ran.stderr, ran.timed_out),
+        left: world.settled_left_behind(),
+        seconds: started.elapsed().as_secs_f64(),
+    };
+    if case.is_bad() {
+        eprintln!("chaos: BAD {case}\n{}", indent(&ran.stderr));
+    }
+    Ok(case)
 }
 
 /// `GET pods`, `POST jobs`, `GET pods/log`: the method and the resource of a request path.
