@@ -340,13 +340,13 @@ theseus_on_signal() {
   if [[ -n "$theseus_child" ]]; then
     theseus_signal_job TERM
     local grace=${THESEUS_TERM_GRACE_SECONDS:-10} i=0
-    theseus_is_uint "$grace" || grace=10
+    if theseus_is_uint "$grace"; then grace=$((10#$grace)); else grace=10; fi
     # The scheduler KILLs the bootstrap THESEUS_KILL_DEADLINE_SECONDS after its TERM (Slurm's
     # KillWait). The group is KILLed a second before that, while the bootstrap still can: a
     # process that left the step's process tree would otherwise outlive the job.
     local deadline=${THESEUS_KILL_DEADLINE_SECONDS:-}
-    if theseus_is_uint "$deadline" && ((deadline > 1 && grace >= deadline)); then
-      grace=$((deadline - 1))
+    if theseus_is_uint "$deadline" && ((10#$deadline > 1 && grace >= 10#$deadline)); then
+      grace=$((10#$deadline - 1))
     fi
     while theseus_job_alive && ((i < grace * 10)); do
       sleep 0.1

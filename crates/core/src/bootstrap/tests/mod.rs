@@ -676,6 +676,8 @@ fn the_grace_ends_a_second_before_the_schedulers_own_kill() {
     // A later deadline, or none that can be read, leaves the grace as it is.
     assert_eq!(grace_given(&[("THESEUS_TERM_GRACE_SECONDS", "1"), ("THESEUS_KILL_DEADLINE_SECONDS", "30")]), "1s");
     assert_eq!(grace_given(&[("THESEUS_TERM_GRACE_SECONDS", "2"), ("THESEUS_KILL_DEADLINE_SECONDS", "soon")]), "2s");
+    // Numbers with a leading zero are decimal (bash would read 09 as a bad octal number).
+    assert_eq!(grace_given(&[("THESEUS_TERM_GRACE_SECONDS", "09"), ("THESEUS_KILL_DEADLINE_SECONDS", "03")]), "2s");
 }
 
 #[test]
