@@ -11,10 +11,13 @@ umask 022
 LAB_SCRIPTS=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 LAB_REPO=$(cd "$LAB_SCRIPTS/../.." && pwd)
 LAB_USER=${THESEUS_LAB_USER:-theseus-test}
+# Users whose login shell is tcsh and fish (same key, noisy rc files too).
+LAB_TCSH_USER=${THESEUS_LAB_TCSH_USER:-$LAB_USER-tcsh}
+LAB_FISH_USER=${THESEUS_LAB_FISH_USER:-$LAB_USER-fish}
 LAB_USER_GECOS="theseus lab test user"
 # Packages the lab (and other tests: busybox) needs; installed only when one is missing.
 LAB_PACKAGES=(openssh-server openssh-client slurm-wlm slurmctld slurmd slurm-client munge socat
-  iproute2 util-linux procps busybox python3 python3-venv)
+  iproute2 util-linux procps busybox python3 python3-venv tcsh fish)
 
 log() { echo "lab: $*" >&2; }
 die() { echo "lab: error: $*" >&2; exit 1; }
@@ -79,20 +82,93 @@ ensure_packages() {
   rm -f "$out"
 }
 
-# The unprivileged user the tests log in as. Created once (home dir, /bin/bash) and kept: other
-# labs on the machine may use it at the same time.
+# The unprivileged users the tests log in as: $LAB_USER (bash), $LAB_TCSH_USER (tcsh) and
+# $LAB_FISH_USER (fish). Created once (home dir) and kept: other labs on the machine may use them
+# at the same time. Their rc files are (re)written on every start: see write_noisy_rc.
 ensure_test_user() {
-  if ! id "$LAB_USER" >/dev/null 2>&1; then
-    log "creating user $LAB_USER"
-    useradd --create-home --shell /bin/bash --comment "$LAB_USER_GECOS" "$LAB_USER"
+  ensure_user "$LAB_USER" /bin/bash
+  ensure_user "$LAB_TCSH_USER" /usr/bin/tcsh
+  ensure_user "$LAB_FISH_USER" /usr/bin/fish
+  write_noisy_rc
+}
+
+# ensure_user NAME SHELL
+ensure_user() {
+  local user=$1 shell=$2
+  if ! id "$user" >/dev/null 2>&1; then
+    log "creating user $user (shell $shell)"
+    useradd --create-home --shell "$shell" --comment "$LAB_USER_GECOS" "$user"
   fi
+  [[ $(getent passwd "$user" | cut -d: -f7) == "$shell" ]] || usermod --shell "$shell" "$user"
   # useradd leaves '!' (locked) in shadow, and with UsePAM no sshd refuses even key logins to a
   # locked account; '*' means "no password" without the lock.
-  if [[ $(getent shadow "$LAB_USER" | cut -d: -f2) == '!'* ]]; then
-    [[ $(getent passwd "$LAB_USER" | cut -d: -f5) == "$LAB_USER_GECOS" ]] \
-      || die "user $LAB_USER exists, is locked and was not made by the lab; pick another THESEUS_LAB_USER"
-    usermod -p '*' "$LAB_USER"
+  if [[ $(getent shadow "$user" | cut -d: -f2) == '!'* ]]; then
+    [[ $(getent passwd "$user" | cut -d: -f5) == "$LAB_USER_GECOS" ]] \
+      || die "user $user exists, is locked and was not made by the lab; pick another THESEUS_LAB_USER"
+    usermod -p '*' "$user"
   fi
+}
+
+# The users' rc files, as dirty as real login nodes: every shell they start prints a banner on
+# stdout and on stderr (bash reads ~/.bashrc for `ssh host CMD` on Debian, tcsh ~/.tcshrc and
+# fish config.fish for every shell), login shells print more (~/.bash_profile, ~/.profile,
+# ~/.login) and only they put ~/site-tools/bin, with `theseus-site-tool`, on PATH (like a
+# `module load` in ~/.profile).
+write_noisy_rc() {
+  local user home tool
+  for user in "$LAB_USER" "$LAB_TCSH_USER" "$LAB_FISH_USER"; do
+    home=$(getent passwd "$user" | cut -d: -f6)
+    mkdir -p "$home/site-tools/bin" "$home/.config/fish"
+    tool=$home/site-tools/bin/theseus-site-tool
+    printf '#!/bin/sh\necho "site tool ok: $*"\n' > "$tool"
+    chmod 755 "$tool"
+    cat > "$home/.bashrc" <<'RC'
+# theseus lab: a noisy ~/.bashrc (read for `ssh host CMD` too)
+echo "==== Welcome to the theseus lab cluster (bashrc) ===="
+echo "bashrc: quota notice: 93% of /home used" >&2
+case $- in *i*) ;; *) return ;; esac
+RC
+    cat > "$home/.bash_profile" <<'RC'
+# theseus lab: a noisy ~/.bash_profile that reads ~/.profile
+echo "==== bash_profile: login shell ===="
+echo "bash_profile: on stderr" >&2
+[ -f "$HOME/.profile" ] && . "$HOME/.profile"
+[ -f "$HOME/.bashrc" ] && . "$HOME/.bashrc"
+RC
+    cat > "$home/.profile" <<'RC'
+# theseus lab: a noisy ~/.profile; the only place that puts the site tools on PATH
+echo "==== profile: Module cuda/12.4 loaded ===="
+echo "profile: Lmod is automatically replacing gcc" >&2
+PATH="$HOME/site-tools/bin:$PATH"
+export PATH
+THESEUS_LAB_LOGIN_ENV=profile
+export THESEUS_LAB_LOGIN_ENV
+RC
+    cat > "$home/.tcshrc" <<'RC'
+# theseus lab: a noisy ~/.tcshrc (read by every tcsh)
+echo "==== Welcome to the theseus lab cluster (tcshrc) ===="
+echo "tcshrc: quota notice" > /dev/stderr
+RC
+    cat > "$home/.login" <<'RC'
+# theseus lab: a noisy ~/.login; the only place that puts the site tools on PATH
+echo "==== login: Module cuda/12.4 loaded ===="
+echo "login: on stderr" > /dev/stderr
+setenv PATH "$HOME/site-tools/bin:$PATH"
+setenv THESEUS_LAB_LOGIN_ENV login
+RC
+    cat > "$home/.config/fish/config.fish" <<'RC'
+# theseus lab: a noisy config.fish (read by every fish)
+echo "==== Welcome to the theseus lab cluster (fish) ===="
+echo "fish: quota notice" >&2
+if status is-login
+    echo "==== fish login: Module cuda/12.4 loaded ===="
+    set -gx PATH $HOME/site-tools/bin $PATH
+    set -gx THESEUS_LAB_LOGIN_ENV fish
+end
+RC
+    chown -R "$user:" "$home/site-tools" "$home/.config" "$home/.bashrc" "$home/.bash_profile" \
+      "$home/.profile" "$home/.tcshrc" "$home/.login"
+  done
 }
 
 # The client key pair (root-only private key, for the tests) and the authorized_keys file every
@@ -119,7 +195,7 @@ write_sshd_config() {
     echo "HostKey $dir/host_ed25519"
     echo "PidFile $dir/sshd.pid"
     echo "AuthorizedKeysFile $LAB/ssh/authorized_keys"
-    echo "AllowUsers $LAB_USER"
+    echo "AllowUsers $LAB_USER $LAB_TCSH_USER $LAB_FISH_USER"
     echo "PubkeyAuthentication yes"
     echo "PasswordAuthentication no"
     echo "KbdInteractiveAuthentication no"
@@ -189,12 +265,17 @@ kill_pidfiles() {
   for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
 }
 
-# ssh_test PORT CMD...: run CMD as the test user on 127.0.0.1:PORT with the lab's key.
+# ssh_test PORT CMD...: run CMD (a bash command line) as the test user on 127.0.0.1:PORT with
+# the lab's key. The user's rc files print banners (write_noisy_rc): stdout is CMD's only, from a
+# marker line on; their stderr lines stay on stderr.
 ssh_test() {
-  local port=$1
+  local port=$1 rc
   shift
   ssh -q -o BatchMode=yes -o StrictHostKeyChecking=yes -o UserKnownHostsFile="$LAB/known_hosts" \
-    -o ConnectTimeout=5 -i "$LAB/ssh/client_key" -p "$port" "$LAB_USER@127.0.0.1" "$@"
+    -o ConnectTimeout=5 -i "$LAB/ssh/client_key" -p "$port" "$LAB_USER@127.0.0.1" \
+    "echo __theseus_lab_begin__; $*" | sed '0,/^__theseus_lab_begin__$/d'
+  rc=${PIPESTATUS[0]}
+  return "$rc"
 }
 
 # Rebuilds $LAB/known_hosts from the host keys of the lab's sshds.

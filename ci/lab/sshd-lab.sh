@@ -4,7 +4,8 @@
 #   ci/lab/sshd-lab.sh start|stop|status|env
 #
 # Its own config, host key and pidfile under $LAB/ssh; the test user $THESEUS_LAB_USER
-# (default theseus-test, shell /bin/bash) logs in with the lab's ed25519 key. Nothing under /etc
+# (default theseus-test, shell /bin/bash) and its tcsh and fish twins ($LAB_TCSH_USER,
+# $LAB_FISH_USER) log in with the lab's ed25519 key; all have noisy rc files (lib.sh). Nothing under /etc
 # changes except the test user (kept on stop) and /run/sshd (sshd's privilege-separation dir).
 #
 # Environment: THESEUS_LAB_DIR (default <target>/lab, see lib.sh), THESEUS_LAB_SSH_PORT (default:
@@ -43,6 +44,8 @@ env_out() {
   echo "THESEUSTEST_SSH_HOST=127.0.0.1"
   echo "THESEUSTEST_SSH_PORT=$(cat "$LAB/ssh/port")"
   echo "THESEUSTEST_SSH_USER=$LAB_USER"
+  echo "THESEUSTEST_SSH_TCSH_USER=$LAB_TCSH_USER"
+  echo "THESEUSTEST_SSH_FISH_USER=$LAB_FISH_USER"
   echo "THESEUSTEST_SSH_KEY=$LAB/ssh/client_key"
   echo "THESEUSTEST_SSH_KNOWN_HOSTS=$LAB/known_hosts"
 }

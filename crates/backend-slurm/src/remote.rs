@@ -211,6 +211,11 @@ impl<H: HostEntry, S: RemoteSettings> SshBackend<H, S> {
     /// shell) run by the user's `ssh`, with a terminal when asked.
     pub(crate) async fn terminal(&self, remote: &[String], tty: bool) -> Result<ShellSession> {
         let line = theseus_core::shell::join(remote);
+        if !tty {
+            // Through the transport, which drops what the login shell's rc files print.
+            let attached = self.ssh.attach(&line).await.map_err(|e| self.ssh_error("open a shell", e))?;
+            return Ok(ShellSession::Attached(attached));
+        }
         let argv = self.ssh.terminal_argv(&line, tty).await.map_err(|e| self.ssh_error("open a shell", e))?;
         let (program, args) = argv.split_first().expect("ssh argv has the program");
         Ok(ShellSession::Program(ShellProgram {

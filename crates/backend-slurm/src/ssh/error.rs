@@ -50,6 +50,17 @@ pub enum SshError {
         /// The timeout.
         after: Duration,
     },
+    /// The user's login shell did not run the command (no `/bin/sh` or `base64` on the host, or
+    /// rc files that exit or read stdin); the reason names the cause and the fix.
+    #[error("{reason}")]
+    Shell {
+        /// Destination.
+        host: String,
+        /// The command.
+        command: String,
+        /// Cause and fix, one line.
+        reason: String,
+    },
     /// Running the command failed for another reason (openssh, or local IO of its pipes).
     #[error("failed to run {command} on `{host}`")]
     Run {
@@ -77,6 +88,7 @@ impl From<SshError> for theseus_core::Error {
             | SshError::Disconnected { host, .. }
             | SshError::Failed { host, .. }
             | SshError::Timeout { host, .. }
+            | SshError::Shell { host, .. }
             | SshError::Run { host, .. } => format!("ssh({host})"),
         };
         theseus_core::Error::Backend { backend, message: "remote operation failed".into(), source: Some(Box::new(e)) }

@@ -9,14 +9,20 @@
 //!   ([`SshHost::run_with_writer`], used to ship a tar with no temp file on either side); streams a
 //!   command's stdout as lines ([`SshHost::lines`], used by `logs -f`).
 //!
+//! Every command reaches the user's login shell as one line that bash, dash, zsh, tcsh and fish
+//! read alike, and its output is framed by a random marker, so nothing the rc files print reaches
+//! a caller; commands run with the user's login environment, read once per host ([`frame`]).
+//!
 //! Connection failures that look transient (refused, reset, timed out, closed by the remote)
 //! are retried with exponential backoff, except for a [`RemoteCommand::probe`] (availability),
 //! which connects once so that a host that refuses costs one attempt, not the backoff. A command
 //! whose connection broke under it is run again on a fresh connection only when it is marked
 //! [`RemoteCommand::retry_safe`] (and is not a probe).
 
+mod attach;
 mod command;
 mod error;
+mod frame;
 mod options;
 mod stream;
 
@@ -28,7 +34,7 @@ use std::time::Duration;
 
 use openssh::{Session, Stdio};
 use tokio::io::AsyncReadExt;
-use tokio::sync::{Mutex, Semaphore};
+use tokio::sync::{Mutex, OnceCell, Semaphore};
 use tokio_util::io::SyncIoBridge;
 
 pub use command::{Backoff, RemoteCommand, is_transient};
@@ -70,6 +76,8 @@ pub struct SshHost {
     session: Mutex<Option<Arc<Session>>>,
     permits: Arc<Semaphore>,
     connect_attempts: AtomicU32,
+    /// `export` lines of the login environment, read on first use ([`frame::login_prelude`]).
+    login_env: OnceCell<String>,
 }
 
 impl fmt::Debug for SshHost {
@@ -91,7 +99,13 @@ impl SshHost {
     /// A host; nothing is contacted until the first command.
     pub fn new(options: SshOptions) -> Self {
         let permits = Arc::new(Semaphore::new(options.max_concurrent.max(1)));
-        SshHost { options, session: Mutex::new(None), permits, connect_attempts: AtomicU32::new(0) }
+        SshHost {
+            options,
+            session: Mutex::new(None),
+            permits,
+            connect_attempts: AtomicU32::new(0),
+            login_env: OnceCell::new(),
+        }
     }
 
     /// The options.
@@ -139,6 +153,9 @@ impl SshHost {
     /// there is none; it must outlive the program.
     pub async fn terminal_argv(&self, remote: &str, tty: bool) -> Result<Vec<String>, SshError> {
         let session = self.session().await?;
+        let prelude = self.login_env(&RemoteCommand::new("sh").label("a shell"), &session).await?;
+        // No marker: the output is the user's own terminal.
+        let remote = &frame::line(remote, &prelude, None);
         let mut argv = vec!["ssh".to_owned()];
         if let Some(file) = &self.options.config_file {
             argv.extend(["-F".to_owned(), file.display().to_string()]);
@@ -165,6 +182,45 @@ impl SshHost {
         Ok(argv)
     }
 
+    /// Runs `line` (one shell command line, quoted for a POSIX shell) attached: its stdin,
+    /// stdout and stderr are the caller's streams, without what the login shell's rc files
+    /// print; the exit code resolves once it ended. For `theseus shell CMD` without a terminal,
+    /// whose output may go to a pipe.
+    pub async fn attach(&self, line: &str) -> Result<theseus_core::session::AttachedShell, SshError> {
+        let session = self.session().await?;
+        let cmd = RemoteCommand::new("sh").label("a shell");
+        let prelude = self.login_env(&cmd, &session).await?;
+        let marker = frame::new_marker();
+        let mut child = remote(&session, &frame::line(line, &prelude, Some(&marker)))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .await
+            .map_err(|e| self.run_error(&cmd, e))?;
+        let stdin = child.stdin().take().expect("stdin is piped");
+        let (stdout, stderr) = child_parts(&mut child);
+        let host = self.to_string();
+        let exit = async move {
+            match child.wait().await {
+                Ok(status) => Ok(status.code().unwrap_or(255)),
+                Err(openssh::Error::Remote(e)) if e.kind() == std::io::ErrorKind::NotFound => Ok(127),
+                Err(e) => Err(theseus_core::Error::from(SshError::Run {
+                    host,
+                    command: "a shell".into(),
+                    source: Box::new(e),
+                })),
+            }
+        };
+        Ok(theseus_core::session::AttachedShell {
+            stdin: Box::pin(stdin),
+            stdout: Box::pin(attach::Unframe::new(stdout, &marker)),
+            stderr: Some(Box::pin(attach::Unframe::new(stderr, &marker))),
+            resize: None,
+            exit: Box::pin(exit),
+        })
+    }
+
     /// Closes the connection (the next command opens a new one).
     pub async fn close(&self) {
         let session = self.session.lock().await.take();
@@ -180,16 +236,18 @@ impl SshHost {
         let mut retried = cmd.is_probe();
         loop {
             let session = self.session_for(cmd).await?;
-            let mut command = remote(&session, cmd);
-            let run = command.stdin(Stdio::null()).output();
+            let prelude = self.login_env(cmd, &session).await?;
+            let marker = frame::new_marker();
+            let line = frame::line(&cmd.command_line(), &prelude, Some(&marker));
+            let run = run_line(&session, &line);
             let res = match cmd.get_timeout() {
                 Some(after) => tokio::time::timeout(after, run).await.map_err(|_| self.timeout(cmd, after))?,
                 None => run.await,
             };
             let err = match res {
                 // With process-mux, 255 is also what a broken connection looks like.
-                Ok(out) if out.status.code() != Some(255) || session.check().await.is_ok() => {
-                    return Ok(Output { code: out.status.code(), stdout: out.stdout, stderr: out.stderr });
+                Ok(out) if out.code != Some(255) || session.check().await.is_ok() => {
+                    return self.unframe(cmd, out, &marker);
                 }
                 Ok(_) => None,
                 Err(e) => Some(e),
@@ -199,10 +257,6 @@ impl SshHost {
                 return match err {
                     Some(openssh::Error::RemoteProcessTerminated) => {
                         Ok(Output { code: None, stdout: Vec::new(), stderr: Vec::new() })
-                    }
-                    // openssh turns exit code 127 into an error (dropping the output).
-                    Some(openssh::Error::Remote(e)) if e.kind() == std::io::ErrorKind::NotFound => {
-                        Ok(Output { code: Some(127), stdout: Vec::new(), stderr: b"command not found".to_vec() })
                     }
                     Some(e) => Err(self.run_error(cmd, e)),
                     None => Ok(Output { code: Some(255), stdout: Vec::new(), stderr: Vec::new() }),
@@ -216,6 +270,71 @@ impl SshHost {
             }
             return Err(SshError::Disconnected { host: self.to_string(), command: cmd.describe(), source: err });
         }
+    }
+
+    /// The `export` lines of the user's login environment (empty with `login_env: false`), read
+    /// over `session` on first use and kept for the host's lifetime. A login shell that cannot
+    /// be read is reported once and commands run without it; a broken connection is an error.
+    async fn login_env(&self, cmd: &RemoteCommand, session: &Arc<Session>) -> Result<String, SshError> {
+        if !self.options.login_env {
+            return Ok(String::new());
+        }
+        self.login_env
+            .get_or_try_init(|| async {
+                let markers = [frame::new_marker(), frame::new_marker(), frame::new_marker()];
+                let markers = [markers[0].as_str(), markers[1].as_str(), markers[2].as_str()];
+                let capture = RemoteCommand::script(&frame::capture_script(markers), [""; 0])
+                    .label("the read of the login environment (`$SHELL -l`)");
+                let outer = frame::new_marker();
+                let line = frame::line(&capture.command_line(), "", Some(&outer));
+                let after = cmd.get_timeout().unwrap_or(LOGIN_ENV_TIMEOUT);
+                let started = std::time::Instant::now();
+                let out = tokio::time::timeout(after, run_line(session, &line))
+                    .await
+                    .map_err(|_| self.timeout(&capture, after))?;
+                let out = match out {
+                    Ok(out) => out,
+                    Err(e) if session.check().await.is_err() => {
+                        return Err(SshError::Disconnected {
+                            host: self.to_string(),
+                            command: capture.describe(),
+                            source: Some(e),
+                        });
+                    }
+                    Err(e) => return Err(self.run_error(&capture, e)),
+                };
+                let out = self.unframe(&capture, out, &outer)?;
+                match frame::login_prelude(&out.stdout, markers) {
+                    Ok(prelude) => {
+                        tracing::debug!(host = %self, took = ?started.elapsed(), vars = prelude.lines().count(), "read the login environment");
+                        Ok(prelude)
+                    }
+                    Err(why) => {
+                        tracing::warn!(
+                            "the login environment of `{self}` could not be read ({why}); commands run without it \
+                             (set `login_env: false` on the host to stop trying)"
+                        );
+                        Ok(String::new())
+                    }
+                }
+            })
+            .await
+            .cloned()
+    }
+
+    /// The output of `cmd` after its marker; a marker that never came is explained in one line.
+    fn unframe(&self, cmd: &RemoteCommand, out: Output, marker: &str) -> Result<Output, SshError> {
+        let Some(stdout) = frame::after_marker(&out.stdout, marker) else {
+            // Killed before it printed anything: nothing to explain.
+            if out.code.is_none() && out.stdout.is_empty() {
+                return Ok(out);
+            }
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            let reason = frame::no_marker(&self.to_string(), out.code, &stderr);
+            return Err(SshError::Shell { host: self.to_string(), command: cmd.describe(), reason });
+        };
+        let stderr = frame::after_marker(&out.stderr, marker).unwrap_or(&out.stderr);
+        Ok(Output { code: out.code, stdout: stdout.to_vec(), stderr: stderr.to_vec() })
     }
 
     /// Runs `cmd` and fails unless it exits 0.
@@ -239,7 +358,9 @@ impl SshHost {
     {
         let _permit = self.permits.acquire().await.expect("the semaphore is never closed");
         let session = self.session().await?;
-        let mut child = remote(&session, cmd)
+        let prelude = self.login_env(cmd, &session).await?;
+        let marker = frame::new_marker();
+        let mut child = remote(&session, &frame::line(&cmd.command_line(), &prelude, Some(&marker)))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -262,9 +383,9 @@ impl SshHost {
             counting.inner.into_inner().map_err(|e| e.into_error())?.shutdown()
         });
         let wrote = writer.await.unwrap_or_else(|e| Err(std::io::Error::other(e.to_string())));
-        let status = child.wait().await;
         let stdout = out_task.await.unwrap_or_default();
         let stderr = err_task.await.unwrap_or_default();
+        let status = child.wait().await;
         let code = match status {
             Ok(status) => status.code(),
             Err(openssh::Error::Remote(e)) if e.kind() == std::io::ErrorKind::NotFound => Some(127),
@@ -288,11 +409,12 @@ impl SshHost {
         {
             return Err(self.run_error(cmd, wrote.unwrap_err()));
         }
+        if !out.success() && session.check().await.is_err() {
+            self.forget(&session).await;
+            return Err(SshError::Disconnected { host: self.to_string(), command: cmd.describe(), source: None });
+        }
+        let out = self.unframe(cmd, out, &marker)?;
         if !out.success() {
-            if session.check().await.is_err() {
-                self.forget(&session).await;
-                return Err(SshError::Disconnected { host: self.to_string(), command: cmd.describe(), source: None });
-            }
             return Err(self.failed(cmd, &out));
         }
         wrote.map_err(|e| self.run_error(cmd, e))?;
@@ -305,14 +427,16 @@ impl SshHost {
     pub async fn lines(&self, cmd: &RemoteCommand) -> Result<RemoteLines, SshError> {
         let permit = self.permits.clone().acquire_owned().await.expect("the semaphore is never closed");
         let session = self.session().await?;
-        let mut child = remote(&session, cmd)
+        let prelude = self.login_env(cmd, &session).await?;
+        let marker = frame::new_marker();
+        let mut child = remote(&session, &frame::line(&cmd.command_line(), &prelude, Some(&marker)))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .await
             .map_err(|e| self.run_error(cmd, e))?;
-        Ok(RemoteLines::new(child_parts(&mut child), child, permit, self.to_string(), cmd.describe()))
+        Ok(RemoteLines::new(child_parts(&mut child), child, permit, self.to_string(), cmd.describe(), marker))
     }
 
     async fn session(&self) -> Result<Arc<Session>, SshError> {
@@ -408,14 +532,29 @@ impl SshHost {
     }
 }
 
-/// The openssh command for `cmd`: every word quoted once, passed raw.
-fn remote(session: &Arc<Session>, cmd: &RemoteCommand) -> openssh::OwningCommand<Arc<Session>> {
-    let argv = cmd.argv();
-    let mut command = session.clone().arc_raw_command(theseus_core::shell::quote(&argv[0]).as_ref());
-    for word in &argv[1..] {
-        command.raw_arg(theseus_core::shell::quote(word).as_ref());
-    }
-    command
+/// How long reading the login environment may take when the command has no timeout of its own
+/// (a login shell that loads modules takes seconds).
+const LOGIN_ENV_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The openssh command running `line` ([`frame::line`]), passed raw: the login shell parses it.
+fn remote(session: &Arc<Session>, line: &str) -> openssh::OwningCommand<Arc<Session>> {
+    session.clone().arc_raw_command(line)
+}
+
+/// Runs `line` with no stdin and captures its output whatever its exit code; 127 (which openssh
+/// turns into an error) comes back as the code, with the output.
+async fn run_line(session: &Arc<Session>, line: &str) -> Result<Output, openssh::Error> {
+    let mut child =
+        remote(session, line).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().await?;
+    let (stdout, stderr) = child_parts(&mut child);
+    // All the output first, then the exit (as openssh's own `output` does).
+    let (stdout, stderr) = tokio::join!(read_all(stdout), read_all(stderr));
+    let code = match child.wait().await {
+        Ok(status) => status.code(),
+        Err(openssh::Error::Remote(e)) if e.kind() == std::io::ErrorKind::NotFound => Some(127),
+        Err(e) => return Err(e),
+    };
+    Ok(Output { code, stdout, stderr })
 }
 
 fn child_parts(child: &mut openssh::Child<Arc<Session>>) -> (openssh::ChildStdout, openssh::ChildStderr) {

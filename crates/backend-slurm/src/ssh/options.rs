@@ -81,6 +81,9 @@ pub struct SshOptions {
     pub control_persist: Option<Duration>,
     /// How commands reach the master.
     pub mux: Mux,
+    /// Whether commands run with the user's login environment (what `$SHELL -l` sets up: PATH
+    /// from `~/.profile`, `module load`s), read once per host ([`super::SshHost`]).
+    pub login_env: bool,
 }
 
 impl SshOptions {
@@ -104,6 +107,7 @@ impl SshOptions {
             control_dir: None,
             control_persist: Some(Duration::from_secs(60)),
             mux: Mux::Native,
+            login_env: true,
         }
     }
 
@@ -127,6 +131,7 @@ impl SshOptions {
         options.user = settings.user.clone();
         options.proxy_jump = settings.proxy_jump.clone();
         options.extra_options = settings.ssh_options.clone();
+        options.login_env = settings.login_env.unwrap_or(true);
         options
     }
 

@@ -1,4 +1,5 @@
-//! [`RemoteLines`]: the stdout of a running remote command as a stream of lines.
+//! [`RemoteLines`]: the stdout of a running remote command as a stream of lines, from the line
+//! after its marker on (what the login shell's rc files printed before it is dropped).
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -9,7 +10,7 @@ use openssh::{Child, ChildStderr, ChildStdout, Session};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::OwnedSemaphorePermit;
 
-use super::{SshError, read_all};
+use super::{SshError, frame, read_all};
 
 /// Lines of a remote command's stdout. Ends after the last line when the command exits 0;
 /// yields one [`SshError`] and ends otherwise. Dropping it closes the channel.
@@ -23,6 +24,9 @@ struct State {
     child: Option<Child<Arc<Session>>>,
     host: String,
     command: String,
+    /// The marker that starts the command's output, and whether it was seen.
+    marker: String,
+    seen: bool,
     _permit: OwnedSemaphorePermit,
 }
 
@@ -33,6 +37,7 @@ impl RemoteLines {
         permit: OwnedSemaphorePermit,
         host: String,
         command: String,
+        marker: String,
     ) -> Self {
         let state = State {
             reader: BufReader::new(stdout),
@@ -40,23 +45,34 @@ impl RemoteLines {
             child: Some(child),
             host,
             command,
+            marker,
+            seen: false,
             _permit: permit,
         };
         let inner = futures::stream::unfold(state, |mut st| async move {
             st.child.as_ref()?;
             let mut buf = Vec::new();
-            match st.reader.read_until(b'\n', &mut buf).await {
-                Ok(n) if n > 0 => {
-                    if buf.last() == Some(&b'\n') {
-                        buf.pop();
+            loop {
+                buf.clear();
+                match st.reader.read_until(b'\n', &mut buf).await {
+                    Ok(n) if n > 0 => {
+                        if buf.last() == Some(&b'\n') {
+                            buf.pop();
+                        }
+                        if !st.seen {
+                            // A banner without a final newline leaves the marker at a line's end.
+                            st.seen = buf.ends_with(st.marker.as_bytes());
+                            continue;
+                        }
+                        return Some((Ok(String::from_utf8_lossy(&buf).into_owned()), st));
                     }
-                    return Some((Ok(String::from_utf8_lossy(&buf).into_owned()), st));
-                }
-                Ok(_) => {}
-                Err(e) => {
-                    st.child = None;
-                    let err = SshError::Run { host: st.host.clone(), command: st.command.clone(), source: Box::new(e) };
-                    return Some((Err(err), st));
+                    Ok(_) => break,
+                    Err(e) => {
+                        st.child = None;
+                        let err =
+                            SshError::Run { host: st.host.clone(), command: st.command.clone(), source: Box::new(e) };
+                        return Some((Err(err), st));
+                    }
                 }
             }
             // End of output: the command's exit decides whether that was a success.
@@ -67,6 +83,16 @@ impl RemoteLines {
                 Some(task) => task.await.unwrap_or_default(),
                 None => Vec::new(),
             };
+            let code = match &status {
+                Ok(s) => s.code(),
+                Err(openssh::Error::Remote(e)) if e.kind() == std::io::ErrorKind::NotFound => Some(127),
+                Err(_) => None,
+            };
+            if !st.seen && code.is_some() {
+                let reason = frame::no_marker(&st.host, code, &String::from_utf8_lossy(&stderr));
+                return Some((Err(SshError::Shell { host: st.host.clone(), command: st.command.clone(), reason }), st));
+            }
+            let stderr = frame::after_marker(&stderr, &st.marker).map_or(stderr.clone(), <[u8]>::to_vec);
             let err = match status {
                 Ok(s) if s.success() => return None,
                 Ok(s) => SshError::Failed {

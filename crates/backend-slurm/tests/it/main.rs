@@ -2,6 +2,7 @@
 //! 127.0.0.1 (see [`support`]), of the Slurm backend against the Slurm lab ([`slurm`]), and of
 //! the parsers against recorded Slurm output ([`recorded`]).
 
+mod login_shell;
 mod plain;
 mod plain_lifecycle;
 mod probe;
@@ -9,6 +10,7 @@ mod reclaim;
 mod recorded;
 mod slurm;
 mod slurm_lifecycle;
+mod slurm_login_env;
 mod store;
 mod support;
 mod transport;

@@ -22,7 +22,7 @@ use crate::support::{Lab, kill_masters};
 
 /// The sshd runs on this machine, so the job's processes are visible in the local `/proc`,
 /// found by the same marker the backend uses.
-struct LocalProcProbe;
+pub(crate) struct LocalProcProbe;
 
 #[async_trait]
 impl ProcessProbe for LocalProcProbe {

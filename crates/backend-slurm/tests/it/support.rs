@@ -30,6 +30,9 @@ pub(crate) struct Lab {
     pub(crate) host_key: String,
     /// An ssh config defining [`ALIAS`].
     pub(crate) config: PathBuf,
+    /// The lab's users whose login shell is tcsh and fish (`THESEUSTEST_SSH_TCSH_USER`,
+    /// `THESEUSTEST_SSH_FISH_USER`); none with an sshd of our own.
+    pub(crate) shell_users: Vec<(&'static str, String)>,
 }
 
 static LAB: OnceLock<Result<Lab, String>> = OnceLock::new();
@@ -69,6 +72,26 @@ impl Lab {
         o.connect_timeout = Some(Duration::from_secs(5));
         o.backoff = Backoff { initial: Duration::from_millis(200), max: Duration::from_secs(2), attempts: 5 };
         o
+    }
+
+    /// [`Lab::options`] logging in as `user` (same key and host).
+    pub(crate) fn options_as(&self, name: &str, user: &str) -> SshOptions {
+        let mut o = self.options(name);
+        o.user = Some(user.to_owned());
+        o
+    }
+
+    /// The lab's user whose login shell is `shell` (`tcsh`, `fish`), or `None` after printing
+    /// why the test does not run (a failure when all tests are required).
+    pub(crate) fn shell_user(&self, shell: &str) -> Option<&str> {
+        let user = self.shell_users.iter().find(|(s, _)| *s == shell).map(|(_, u)| u.as_str());
+        if user.is_none() {
+            let why =
+                format!("no {shell} user: THESEUSTEST_SSH_{}_USER is not set (run the lab)", shell.to_uppercase());
+            eprintln!("NOT RUN: {why}");
+            assert!(std::env::var("THESEUSTEST_REQUIRE_ALL").as_deref() != Ok("1"), "THESEUSTEST_REQUIRE_ALL=1: {why}");
+        }
+        user
     }
 
     /// A fresh control dir for one test.
@@ -130,6 +153,10 @@ fn from_env(dir: PathBuf, host: String) -> Result<Lab, String> {
         user: env("THESEUSTEST_SSH_USER")?,
         key: PathBuf::from(env("THESEUSTEST_SSH_KEY")?),
         host_key,
+        shell_users: [("tcsh", "THESEUSTEST_SSH_TCSH_USER"), ("fish", "THESEUSTEST_SSH_FISH_USER")]
+            .into_iter()
+            .filter_map(|(shell, var)| std::env::var(var).ok().map(|u| (shell, u)))
+            .collect(),
     };
     write_client_config(&lab)?;
     Ok(lab)
@@ -193,6 +220,7 @@ fn own_sshd(dir: PathBuf) -> Result<Lab, String> {
         port,
         user,
         host_key,
+        shell_users: Vec::new(),
     };
     write_client_config(&lab)?;
     Ok(lab)
@@ -368,6 +396,8 @@ impl RestrictedSshd {
         o.control_dir = Some(lab.control_dir(name));
         o.connect_timeout = Some(Duration::from_secs(5));
         o.backoff = Backoff { initial: Duration::from_millis(200), max: Duration::from_secs(2), attempts: 5 };
+        // The restriction is sshd's PATH; a login shell would read /etc/profile and set another.
+        o.login_env = false;
         o
     }
 }

@@ -50,6 +50,10 @@ pub struct SshSettings {
     /// Any other ssh option, `{Key: value}` as in `ssh_config(5)`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub ssh_options: BTreeMap<String, String>,
+    /// Whether commands and jobs run with the user's login environment (what `$SHELL -l` sets:
+    /// PATH from `~/.profile`, `module load`s); unset: yes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub login_env: Option<bool>,
 }
 
 impl SshSettings {
@@ -63,6 +67,7 @@ impl SshSettings {
         "user",
         "proxy_jump",
         "ssh_options",
+        "login_env",
     ];
 
     /// `ConnectTimeout` when set (validated at load; a value that does not parse is unset).
@@ -165,6 +170,8 @@ mod tests {
         assert_eq!(all.connect_timeout(), Some(std::time::Duration::from_secs(7)));
         assert_eq!((all.max_sessions, all.port), (Some(4), Some(2222)));
         assert_eq!(all.ssh_options["ServerAliveCountMax"], "5");
+        assert_eq!(all.login_env, None);
+        assert_eq!(settings(r#"{"login_env": false}"#).unwrap().login_env, Some(false));
         assert_eq!(settings("{}").unwrap(), SshSettings::default());
     }
 
@@ -174,6 +181,7 @@ mod tests {
             (r#"{"known_hosts": "yes-please"}"#, "hosts.box.known_hosts", "strict, accept-new, off"),
             (r#"{"connect_timeout": "soon"}"#, "hosts.box.connect_timeout", ""),
             (r#"{"max_sessions": 0}"#, "hosts.box.max_sessions", "at least 1"),
+            (r#"{"login_env": "maybe"}"#, "hosts.box.login_env", "boolean"),
             (r#"{"user": "-oProxyCommand=x"}"#, "hosts.box.user", "read as an option"),
             (r#"{"ssh_options": {"Proxy Command": "x"}}"#, "hosts.box.ssh_options.Proxy Command", "letters and digits"),
             (

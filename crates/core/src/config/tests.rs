@@ -320,7 +320,7 @@ fn unknown_key_lists_expected_keys() {
         assert_eq!(
             setup.error(),
             format!(
-                "{}: hosts.box.sshh: unknown key \"sshh\" (expected one of: ssh, cluster, chips, uv_groups, env, probe_timeout, known_hosts, connect_timeout, max_sessions, identity_file, port, user, proxy_jump, ssh_options)",
+                "{}: hosts.box.sshh: unknown key \"sshh\" (expected one of: ssh, cluster, chips, uv_groups, env, probe_timeout, known_hosts, connect_timeout, max_sessions, identity_file, port, user, proxy_jump, ssh_options, login_env)",
                 setup.project_file()
             )
         );

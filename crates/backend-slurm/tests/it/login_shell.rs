@@ -1,0 +1,192 @@
+//! Login shells as real sites have them (issue 23): the lab's users print banners from their rc
+//! files on stdout and stderr, one logs in with tcsh and one with fish, and a tool is on PATH only
+//! through the login files (`~/.profile`, `~/.login`, fish's login config). Nothing the rc files
+//! print may reach a command's output, every shell must run the same commands, and commands and
+//! jobs run with the login environment.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use theseus_backend_slurm::plain::PlainBackend;
+use theseus_backend_slurm::ssh::{RemoteCommand, SshError, SshHost};
+use theseus_core::availability::Availability;
+use theseus_core::backend::{Backend, JobState, LogOptions, PreparedJob, SubmitOptions};
+use theseus_core::bootstrap::{self, BootstrapInput};
+use theseus_core::config::{ClusterConfig, PlainHost};
+use theseus_core::job::{Distributed, Entrypoint, Experiment, JobIdentity};
+use theseus_core::snapshot::{Snapshot, SnapshotMode};
+use theseus_core::solver::{ChipRequest, Request};
+use theseus_core::testing::{self, Harness};
+
+use crate::plain::{plan, quick};
+use crate::require_lab;
+use crate::support::{ALIAS, Lab};
+
+/// Texts the lab's rc files print (see `write_noisy_rc` in `ci/lab/lib.sh`).
+const NOISE: &[&str] = &["====", "quota notice", "bashrc", "profile", "tcshrc", "login:", "fish"];
+
+fn assert_clean(what: &str, text: &str) {
+    for noise in NOISE {
+        assert!(!text.contains(noise), "{what} carries rc-file noise ({noise:?}): {text:?}");
+    }
+}
+
+/// The lab's users: the main one (bash) and, when the lab has them, tcsh and fish.
+fn users(lab: &Lab) -> Vec<String> {
+    let mut users = vec![lab.user.clone()];
+    for shell in ["tcsh", "fish"] {
+        if let Some(user) = lab.shell_user(shell) {
+            users.push(user.to_owned());
+        }
+    }
+    users
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_login_shell_runs_scripts_with_hostile_words_and_clean_output() {
+    let lab = require_lab!();
+    for user in users(lab) {
+        let host = SshHost::new(lab.options_as(&format!("words-{user}"), &user));
+        let words = ["it's", "$HOME", "`id`", "a  b", "new\nline", "", "!x", "\\", "\"q\"", "-n", "✓"];
+        let out = host.run(&RemoteCommand::new("printf").arg("%s\\0").args(words)).await.unwrap();
+        let got: Vec<&str> = out.stdout.split(|b| *b == 0).map(|w| std::str::from_utf8(w).unwrap()).collect();
+        assert_eq!(got[..got.len() - 1], words, "{user}: stdout {:?}", out.stdout_text());
+        let script = RemoteCommand::script("echo \"out $1\"; echo \"err $2\" >&2; exit 7", ["a b", "c'd"]);
+        let out = host.output(&script).await.unwrap();
+        assert_eq!(
+            (out.code, out.stdout_text().as_str(), out.stderr_text().as_str()),
+            (Some(7), "out a b\n", "err c'd"),
+            "{user}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stdin_and_streamed_output_pass_every_login_shell_untouched() {
+    let lab = require_lab!();
+    for user in users(lab) {
+        let host = SshHost::new(lab.options_as(&format!("stdin-{user}"), &user));
+        let data: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+        let sent = data.clone();
+        let out = host
+            .run_with_writer(&RemoteCommand::new("cat"), move |w| w.write_all(&sent), None)
+            .await
+            .unwrap_or_else(|e| panic!("{user}: {e}"));
+        assert!(out.stdout == data, "{user}: stdin came back changed ({} bytes)", out.stdout.len());
+        assert_clean(&format!("{user}: stderr of cat"), &String::from_utf8_lossy(&out.stderr));
+        let lines = host.lines(&RemoteCommand::script("for i in 1 2 3; do echo \"line $i\"; done", [""; 0])).await;
+        let lines: Vec<String> = lines.unwrap().map(|l| l.unwrap()).collect().await;
+        assert_eq!(lines, ["line 1", "line 2", "line 3"], "{user}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn remote_commands_find_tools_that_only_the_login_files_put_on_path() {
+    let lab = require_lab!();
+    for user in users(lab) {
+        let host = SshHost::new(lab.options_as(&format!("tool-{user}"), &user));
+        let out = host.output(&RemoteCommand::new("theseus-site-tool").arg("x y")).await.unwrap();
+        assert_eq!((out.code, out.stdout_text().as_str()), (Some(0), "site tool ok: x y\n"), "{user}: {out:?}");
+    }
+}
+
+/// A plain backend on the lab as `user`, its cluster root in a fresh scratch dir.
+fn backend(lab: &Lab, name: &str, user: &str) -> (Arc<PlainBackend>, Arc<SshHost>) {
+    let root = lab.scratch(name);
+    let cluster = ClusterConfig {
+        root: root.join("root").display().to_string(),
+        work: root.join("work").display().to_string(),
+        ..ClusterConfig::default()
+    };
+    let host = PlainHost { ssh: ALIAS.into(), cluster: "lab".into(), ..PlainHost::default() };
+    let ssh = Arc::new(SshHost::new(lab.options_as(name, user)));
+    (Arc::new(PlainBackend::with_ssh("lab", host, cluster, ssh.clone(), quick())), ssh)
+}
+
+fn harness(backend: Arc<PlainBackend>) -> Harness {
+    Harness { backend, plan: plan(), probe: Arc::new(crate::plain::LocalProcProbe), timeout: Duration::from_secs(90) }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plain_jobs_submit_log_and_cancel_for_tcsh_and_fish_users() {
+    let lab = require_lab!();
+    for shell in ["tcsh", "fish"] {
+        let Some(user) = lab.shell_user(shell) else { continue };
+        let (backend, _) = backend(lab, &format!("plain-{shell}"), user);
+        let h = harness(backend);
+        testing::check_submit_runs_to_completion(&h).await;
+        testing::check_logs_follow_until_end(&h).await;
+        testing::check_cancel_stops_all_processes(&h).await;
+    }
+}
+
+/// A job of `words` for `b`, with a run id of its own.
+fn prepare(b: &PlainBackend, name: &str, words: &[&str]) -> (PreparedJob, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("README"), "login shell test\n").unwrap();
+    let snapshot = Snapshot::collect(dir.path(), SnapshotMode::Dirty).unwrap();
+    let identity = JobIdentity::new(name, Some("login"), None);
+    let words: Vec<String> = words.iter().map(|w| w.to_string()).collect();
+    let experiment = Experiment { entrypoint: Entrypoint::Words(words.clone()), ..Experiment::default() };
+    let layout = b.layout(&identity, &plan()).unwrap();
+    let input =
+        BootstrapInput::for_layout(identity.clone(), &layout, vec![], words, Distributed::None, serde_json::json!({}));
+    let bootstrap = bootstrap::render(&input).unwrap();
+    (PreparedJob { identity, experiment, env: vec![], plan: plan(), snapshot, bootstrap }, dir)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plain_job_runs_a_tool_from_the_login_path_and_its_log_has_no_banner() {
+    let lab = require_lab!();
+    for user in users(lab) {
+        let (b, _) = backend(lab, &format!("job-tool-{user}"), &user);
+        let (job, _dir) = prepare(&b, "site-tool", &["theseus-site-tool", "from the job"]);
+        let handle = b.submit(&job, &SubmitOptions::default()).await.unwrap_or_else(|e| panic!("{user}: {e}"));
+        let h = harness(b.clone());
+        let status = testing::wait_terminal(&h, &handle).await;
+        let logs: Vec<String> = b
+            .logs(&handle, &LogOptions { follow: false, rank: None })
+            .await
+            .unwrap()
+            .map(|l| l.unwrap().text)
+            .collect()
+            .await;
+        assert_eq!((status.state, status.exit_code), (JobState::Completed, Some(0)), "{user}: {status:?} {logs:?}");
+        assert!(logs.iter().any(|l| l == "site tool ok: from the job"), "{user}: {logs:?}");
+        assert_clean(&format!("{user}: the job's log"), &logs.join("\n"));
+    }
+}
+
+fn request(chip: ChipRequest) -> Request {
+    Request { chip, count: 1, preferred_clusters: vec![], forbidden_clusters: vec![], host: None }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn availability_reads_nproc_and_a_missing_nvidia_smi_through_a_noisy_shell() {
+    let lab = require_lab!();
+    let cores = std::thread::available_parallelism().unwrap().get() as u32;
+    for user in users(lab) {
+        let (b, _) = backend(lab, &format!("avail-{user}"), &user);
+        let cpu = request(ChipRequest::Cpu);
+        match b.availability(&cpu).await.unwrap_or_else(|e| panic!("{user}: {e}")) {
+            Availability::Free { chips, .. } => assert_eq!(chips, cores, "{user}: nproc read through the banner"),
+            other => panic!("{user}: {other:?}"),
+        }
+        let gpu = request(ChipRequest::AnyGpu);
+        match b.availability(&gpu).await.unwrap_or_else(|e| panic!("{user}: {e}")) {
+            Availability::Free { chips: 0, source } => assert!(source.contains("no nvidia-smi"), "{user}: {source}"),
+            other => panic!("{user}: {other:?}"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn errors_carry_the_commands_stderr_without_the_banner() {
+    let lab = require_lab!();
+    let host = SshHost::new(lab.options("stderr-clean"));
+    match host.run(&RemoteCommand::script("echo 'the real cause' >&2; exit 3", [""; 0])).await {
+        Err(SshError::Failed { code: Some(3), stderr, .. }) => assert_eq!(stderr, "the real cause"),
+        other => panic!("{other:?}"),
+    }
+}
