@@ -190,3 +190,16 @@ async fn errors_carry_the_commands_stderr_without_the_banner() {
         other => panic!("{other:?}"),
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_without_base64_is_named_in_one_line_with_the_fix() {
+    let lab = require_lab!();
+    let scratch = lab.scratch("no-base64");
+    let sshd = crate::support::RestrictedSshd::start(lab, &scratch, &["base64"]);
+    let host = SshHost::new(sshd.options(lab, "no-base64"));
+    let err = host.run(&RemoteCommand::new("true")).await.unwrap_err();
+    let text = err.to_string();
+    assert!(matches!(err, SshError::Shell { .. }), "{err:?}");
+    assert!(text.contains("no `base64`") && text.contains("install coreutils"), "{text}");
+    assert!(!text.contains('\n'), "one line: {text}");
+}
