@@ -17,7 +17,7 @@ LAB_FISH_USER=${THESEUS_LAB_FISH_USER:-$LAB_USER-fish}
 LAB_USER_GECOS="theseus lab test user"
 # Packages the lab (and other tests: busybox) needs; installed only when one is missing.
 LAB_PACKAGES=(openssh-server openssh-client slurm-wlm slurmctld slurmd slurm-client munge socat
-  iproute2 util-linux procps busybox python3 python3-venv tcsh fish)
+  iproute2 util-linux procps busybox python3 python3-venv tcsh fish zsh)
 
 log() { echo "lab: $*" >&2; }
 die() { echo "lab: error: $*" >&2; exit 1; }

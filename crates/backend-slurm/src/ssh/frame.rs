@@ -180,6 +180,34 @@ mod tests {
         );
     }
 
+    /// The line run by every login shell the lab installs (`ci/lab/lib.sh`), here, as sshd runs
+    /// it (`SHELL -c LINE`): the same words, stdin and output in each.
+    #[test]
+    fn every_shell_runs_the_line_alike() {
+        let script = "echo \"args: $1|$2\"; cat; echo \"it's \\$HOME !x `echo b`\"";
+        let command = shell::join(["sh", "-c", script, "sh", "a  b", "c$d'e"]);
+        let line = line(&command, "export THESEUS_FRAME_TEST='x y'\n", Some("theseus-m"));
+        for sh in ["/bin/sh", "/bin/dash", "/bin/bash", "/usr/bin/zsh", "/usr/bin/tcsh", "/bin/csh", "/usr/bin/fish"] {
+            if !std::path::Path::new(sh).exists() {
+                eprintln!("NOT RUN for {sh}: not installed (the lab installs it: cargo xtask lab up)");
+                assert!(std::env::var("THESEUSTEST_REQUIRE_ALL").as_deref() != Ok("1"), "{sh} is missing");
+                continue;
+            }
+            let mut child = std::process::Command::new(sh)
+                .args(["-c", &line])
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            std::io::Write::write_all(&mut child.stdin.take().unwrap(), b"stdin\n").unwrap();
+            let out = child.wait_with_output().unwrap();
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            assert_eq!(stdout, "theseus-m\nargs: a  b|c$d'e\nstdin\nit's $HOME !x b\n", "{sh}");
+            assert_eq!(String::from_utf8_lossy(&out.stderr), "theseus-m\n", "{sh}");
+        }
+    }
+
     #[test]
     fn output_starts_after_the_marker() {
         assert_eq!(after_marker(b"banner\nM\nout\n", "M"), Some(&b"out\n"[..]));
