@@ -113,7 +113,7 @@ ensure_user() {
 # stdout and on stderr (bash reads ~/.bashrc for `ssh host CMD` on Debian, tcsh ~/.tcshrc and
 # fish config.fish for every shell), login shells print more (~/.bash_profile, ~/.profile,
 # ~/.login) and only they put ~/site-tools/bin, with `theseus-site-tool`, on PATH (like a
-# `module load` in ~/.profile).
+# `module load` in ~/.profile) and export THESEUS_LAB_PROFILE_TOKEN (a token in ~/.profile).
 write_noisy_rc() {
   local user home tool
   for user in "$LAB_USER" "$LAB_TCSH_USER" "$LAB_FISH_USER"; do
@@ -143,6 +143,9 @@ PATH="$HOME/site-tools/bin:$PATH"
 export PATH
 THESEUS_LAB_LOGIN_ENV=profile
 export THESEUS_LAB_LOGIN_ENV
+# A token only login shells export (HF_TOKEN in ~/.profile, as users do): never on a command line.
+THESEUS_LAB_PROFILE_TOKEN=lab-profile-token-5f3a91
+export THESEUS_LAB_PROFILE_TOKEN
 RC
     cat > "$home/.tcshrc" <<'RC'
 # theseus lab: a noisy ~/.tcshrc (read by every tcsh)
@@ -155,6 +158,7 @@ echo "==== login: Module cuda/12.4 loaded ===="
 echo "login: on stderr" > /dev/stderr
 setenv PATH "$HOME/site-tools/bin:$PATH"
 setenv THESEUS_LAB_LOGIN_ENV login
+setenv THESEUS_LAB_PROFILE_TOKEN lab-profile-token-5f3a91
 RC
     cat > "$home/.config/fish/config.fish" <<'RC'
 # theseus lab: a noisy config.fish (read by every fish)
@@ -164,6 +168,7 @@ if status is-login
     echo "==== fish login: Module cuda/12.4 loaded ===="
     set -gx PATH $HOME/site-tools/bin $PATH
     set -gx THESEUS_LAB_LOGIN_ENV fish
+    set -gx THESEUS_LAB_PROFILE_TOKEN lab-profile-token-5f3a91
 end
 RC
     chown -R "$user:" "$home/site-tools" "$home/.config" "$home/.bashrc" "$home/.bash_profile" \

@@ -15,7 +15,9 @@
 //! The login environment ([`capture_script`], [`parse_exports`]) is read once per host and
 //! connection user: `$SHELL -l` (a login shell of the user's own kind, reading `~/.profile`,
 //! `~/.bash_profile`, `~/.login`, fish's login config) runs `/bin/sh -c 'export -p'` after a
-//! marker of its own; the variables come back as data and are set, quoted, before each command.
+//! marker of its own; the variables come back as data, and those it sets differently travel,
+//! quoted, at the head of each command's stdin ([`Env::Stdin`]): never on a command line, which
+//! other users of the host can read in `ps`. Only a terminal's command carries them inline.
 
 use theseus_core::shell;
 
@@ -24,10 +26,23 @@ pub(crate) fn new_marker() -> String {
     format!("theseus-{:032x}", rand::random::<u128>())
 }
 
+/// How a command gets the login environment's `export` lines ([`login_prelude`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Env<'a> {
+    /// None.
+    None,
+    /// The first `n` bytes of the command's stdin are the lines (read with `dd bs=1`, which
+    /// takes exactly those bytes): their values never appear on a command line, which every
+    /// user of the host can read in `ps`.
+    Stdin(usize),
+    /// In the script itself: for a terminal, whose stdin is the user's.
+    Inline(&'a str),
+}
+
 /// The command line sent over ssh: `/bin/sh -c '...'` that runs `command` (a POSIX shell
-/// command line) after printing `marker` (when given) on stdout and stderr and exporting
-/// `env_prelude` (lines of `export NAME='value'`).
-pub(crate) fn line(command: &str, env_prelude: &str, marker: Option<&str>) -> String {
+/// command line) after printing `marker` (when given) on stdout and stderr and exporting the
+/// login environment `env`.
+pub(crate) fn line(command: &str, env: Env<'_>, marker: Option<&str>) -> String {
     let mut script = String::from("exec 0<&3 3<&-\n");
     // bash reads ~/.bashrc when SSH_CLIENT is set, its stdin is a socket and SHLVL says it is the
     // first shell; the login bash that `exec`s /bin/sh puts SHLVL back to 0, so every `bash`
@@ -37,7 +52,13 @@ pub(crate) fn line(command: &str, env_prelude: &str, marker: Option<&str>) -> St
     if let Some(marker) = marker {
         script.push_str(&format!("printf '%s\\n' {marker}; printf '%s\\n' {marker} >&2\n"));
     }
-    script.push_str(env_prelude);
+    match env {
+        Env::None | Env::Stdin(0) => {}
+        Env::Stdin(n) => script.push_str(&format!(
+            "theseus_env=$(dd bs=1 count={n} 2>/dev/null) || exit 125\neval \"$theseus_env\"; unset theseus_env\n"
+        )),
+        Env::Inline(prelude) => script.push_str(prelude),
+    }
     script.push_str("exec ");
     script.push_str(command);
     script.push('\n');
@@ -172,7 +193,7 @@ mod tests {
     #[test]
     fn the_line_has_nothing_a_csh_or_fish_would_read_differently() {
         let command = "sh -c 'echo \"$1\" `id` !x \\\\ \n second line' sh 'it'\\''s'";
-        let line = line(command, "export PATH='/a b'\n", Some("theseus-1"));
+        let line = line(command, Env::Inline("export PATH='/a b'\n"), Some("theseus-1"));
         let inner = line.strip_prefix("/bin/sh -c '").and_then(|l| l.strip_suffix('\'')).unwrap();
         assert!(
             inner.chars().all(|c| c.is_ascii_alphanumeric() || " +/=<&;|-".contains(c)),
@@ -184,9 +205,10 @@ mod tests {
     /// it (`SHELL -c LINE`): the same words, stdin and output in each.
     #[test]
     fn every_shell_runs_the_line_alike() {
-        let script = "echo \"args: $1|$2\"; cat; echo \"it's \\$HOME !x `echo b`\"";
+        let script = "echo \"args: $1|$2|$THESEUS_FRAME_TEST\"; cat; echo \"it's \\$HOME !x `echo b`\"";
         let command = shell::join(["sh", "-c", script, "sh", "a  b", "c$d'e"]);
-        let line = line(&command, "export THESEUS_FRAME_TEST='x y'\n", Some("theseus-m"));
+        let prelude = "export THESEUS_FRAME_TEST='x y'\n";
+        let line = line(&command, Env::Stdin(prelude.len()), Some("theseus-m"));
         for sh in ["/bin/sh", "/bin/dash", "/bin/bash", "/usr/bin/zsh", "/usr/bin/tcsh", "/bin/csh", "/usr/bin/fish"] {
             if !std::path::Path::new(sh).exists() {
                 eprintln!("NOT RUN for {sh}: not installed (the lab installs it: cargo xtask lab up)");
@@ -200,10 +222,11 @@ mod tests {
                 .stderr(std::process::Stdio::piped())
                 .spawn()
                 .unwrap();
-            std::io::Write::write_all(&mut child.stdin.take().unwrap(), b"stdin\n").unwrap();
+            let stdin = format!("{prelude}stdin\n");
+            std::io::Write::write_all(&mut child.stdin.take().unwrap(), stdin.as_bytes()).unwrap();
             let out = child.wait_with_output().unwrap();
             let stdout = String::from_utf8_lossy(&out.stdout);
-            assert_eq!(stdout, "theseus-m\nargs: a  b|c$d'e\nstdin\nit's $HOME !x b\n", "{sh}");
+            assert_eq!(stdout, "theseus-m\nargs: a  b|c$d'e|x y\nstdin\nit's $HOME !x b\n", "{sh}");
             assert_eq!(String::from_utf8_lossy(&out.stderr), "theseus-m\n", "{sh}");
         }
     }

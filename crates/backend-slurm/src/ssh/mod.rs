@@ -33,7 +33,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use openssh::{Session, Stdio};
-use tokio::io::AsyncReadExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{Mutex, OnceCell, Semaphore};
 use tokio_util::io::SyncIoBridge;
 
@@ -155,7 +155,7 @@ impl SshHost {
         let session = self.session().await?;
         let prelude = self.login_env(&RemoteCommand::new("sh").label("a shell"), &session).await?;
         // No marker: the output is the user's own terminal.
-        let remote = &frame::line(remote, &prelude, None);
+        let remote = &frame::line(remote, frame::Env::Inline(&prelude), None);
         let mut argv = vec!["ssh".to_owned()];
         if let Some(file) = &self.options.config_file {
             argv.extend(["-F".to_owned(), file.display().to_string()]);
@@ -191,14 +191,15 @@ impl SshHost {
         let cmd = RemoteCommand::new("sh").label("a shell");
         let prelude = self.login_env(&cmd, &session).await?;
         let marker = frame::new_marker();
-        let mut child = remote(&session, &frame::line(line, &prelude, Some(&marker)))
+        let mut child = remote(&session, &frame::line(line, frame::Env::Stdin(prelude.len()), Some(&marker)))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .await
             .map_err(|e| self.run_error(&cmd, e))?;
-        let stdin = child.stdin().take().expect("stdin is piped");
+        let mut stdin = child.stdin().take().expect("stdin is piped");
+        stdin.write_all(prelude.as_bytes()).await.map_err(|e| self.run_error(&cmd, e))?;
         let (stdout, stderr) = child_parts(&mut child);
         let host = self.to_string();
         let exit = async move {
@@ -238,8 +239,8 @@ impl SshHost {
             let session = self.session_for(cmd).await?;
             let prelude = self.login_env(cmd, &session).await?;
             let marker = frame::new_marker();
-            let line = frame::line(&cmd.command_line(), &prelude, Some(&marker));
-            let run = run_line(&session, &line);
+            let line = frame::line(&cmd.command_line(), frame::Env::Stdin(prelude.len()), Some(&marker));
+            let run = run_line(&session, &line, prelude.as_bytes());
             let res = match cmd.get_timeout() {
                 Some(after) => tokio::time::timeout(after, run).await.map_err(|_| self.timeout(cmd, after))?,
                 None => run.await,
@@ -286,10 +287,10 @@ impl SshHost {
                 let capture = RemoteCommand::script(&frame::capture_script(markers), [""; 0])
                     .label("the read of the login environment (`$SHELL -l`)");
                 let outer = frame::new_marker();
-                let line = frame::line(&capture.command_line(), "", Some(&outer));
+                let line = frame::line(&capture.command_line(), frame::Env::None, Some(&outer));
                 let after = cmd.get_timeout().unwrap_or(LOGIN_ENV_TIMEOUT);
                 let started = std::time::Instant::now();
-                let out = tokio::time::timeout(after, run_line(session, &line))
+                let out = tokio::time::timeout(after, run_line(session, &line, b""))
                     .await
                     .map_err(|_| self.timeout(&capture, after))?;
                 let out = match out {
@@ -360,14 +361,17 @@ impl SshHost {
         let session = self.session().await?;
         let prelude = self.login_env(cmd, &session).await?;
         let marker = frame::new_marker();
-        let mut child = remote(&session, &frame::line(&cmd.command_line(), &prelude, Some(&marker)))
+        let line = frame::line(&cmd.command_line(), frame::Env::Stdin(prelude.len()), Some(&marker));
+        let mut child = remote(&session, &line)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .await
             .map_err(|e| self.run_error(cmd, e))?;
-        let stdin = child.stdin().take().expect("stdin is piped");
+        let mut stdin = child.stdin().take().expect("stdin is piped");
+        // The login environment first (a few KiB at most: the pipe takes it at once).
+        stdin.write_all(prelude.as_bytes()).await.map_err(|e| self.run_error(cmd, e))?;
         let stdout = child.stdout().take().expect("stdout is piped");
         let stderr = child.stderr().take().expect("stderr is piped");
         let out_task = tokio::spawn(read_all(stdout));
@@ -429,13 +433,18 @@ impl SshHost {
         let session = self.session().await?;
         let prelude = self.login_env(cmd, &session).await?;
         let marker = frame::new_marker();
-        let mut child = remote(&session, &frame::line(&cmd.command_line(), &prelude, Some(&marker)))
-            .stdin(Stdio::null())
+        let line = frame::line(&cmd.command_line(), frame::Env::Stdin(prelude.len()), Some(&marker));
+        let mut child = remote(&session, &line)
+            .stdin(if prelude.is_empty() { Stdio::null() } else { Stdio::piped() })
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .await
             .map_err(|e| self.run_error(cmd, e))?;
+        if let Some(mut stdin) = child.stdin().take() {
+            // Then end of input, as with no stdin.
+            stdin.write_all(prelude.as_bytes()).await.map_err(|e| self.run_error(cmd, e))?;
+        }
         Ok(RemoteLines::new(child_parts(&mut child), child, permit, self.to_string(), cmd.describe(), marker))
     }
 
@@ -541,11 +550,15 @@ fn remote(session: &Arc<Session>, line: &str) -> openssh::OwningCommand<Arc<Sess
     session.clone().arc_raw_command(line)
 }
 
-/// Runs `line` with no stdin and captures its output whatever its exit code; 127 (which openssh
+/// Runs `line` with `stdin` as its whole input and captures its output whatever its exit code; 127 (which openssh
 /// turns into an error) comes back as the code, with the output.
-async fn run_line(session: &Arc<Session>, line: &str) -> Result<Output, openssh::Error> {
-    let mut child =
-        remote(session, line).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().await?;
+async fn run_line(session: &Arc<Session>, line: &str, stdin: &[u8]) -> Result<Output, openssh::Error> {
+    let input = if stdin.is_empty() { Stdio::null() } else { Stdio::piped() };
+    let mut child = remote(session, line).stdin(input).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().await?;
+    if let Some(mut pipe) = child.stdin().take() {
+        // Then end of input, as with no stdin; a command that exits without reading it is fine.
+        let _ = pipe.write_all(stdin).await;
+    }
     let (stdout, stderr) = child_parts(&mut child);
     // All the output first, then the exit (as openssh's own `output` does).
     let (stdout, stderr) = tokio::join!(read_all(stdout), read_all(stderr));

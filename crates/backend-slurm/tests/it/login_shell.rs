@@ -203,3 +203,54 @@ async fn a_host_without_base64_is_named_in_one_line_with_the_fix() {
     assert!(text.contains("no `base64`") && text.contains("install coreutils"), "{text}");
     assert!(!text.contains('\n'), "one line: {text}");
 }
+
+/// The scripts of the remote commands running now, decoded from their command lines
+/// (`/bin/sh -c 'exec 3<&0; echo BASE64|base64 -d|...'`) as any user of the host can read them
+/// (the lab's sshd runs on this machine).
+fn remote_command_lines() -> Vec<String> {
+    let mut scripts = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else { continue };
+        let text = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        let Some(blob) = text.split("echo ").nth(1).and_then(|t| t.split("|base64 -d").next()) else { continue };
+        let mut decode = std::process::Command::new("base64")
+            .arg("-d")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::io::Write::write_all(&mut decode.stdin.take().unwrap(), blob.as_bytes()).unwrap();
+        let out = decode.wait_with_output().unwrap();
+        scripts.push(format!("{text}\n{}", String::from_utf8_lossy(&out.stdout)));
+    }
+    scripts
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn login_environment_values_reach_commands_but_never_a_command_line() {
+    let lab = require_lab!();
+    const TOKEN: &str = "lab-profile-token-5f3a91";
+    for user in users(lab) {
+        let host = Arc::new(SshHost::new(lab.options_as(&format!("token-{user}"), &user)));
+        let tag = format!("token-probe-{}", theseus_core::job::new_run_id());
+        let cmd = RemoteCommand::script("echo \"$THESEUS_LAB_PROFILE_TOKEN\"; sleep 2; : \"$1\"", [tag.clone()]);
+        let running = {
+            let host = host.clone();
+            tokio::spawn(async move { host.run(&cmd).await })
+        };
+        let mut seen = Vec::new();
+        for _ in 0..100 {
+            seen = remote_command_lines().into_iter().filter(|s| s.contains(&tag)).collect();
+            if !seen.is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let out = running.await.unwrap().unwrap_or_else(|e| panic!("{user}: {e}"));
+        assert_eq!(out.stdout_text(), format!("{TOKEN}\n"), "{user}: the command has the login environment");
+        assert!(!seen.is_empty(), "{user}: the command's line was never seen in /proc");
+        for script in seen {
+            assert!(!script.contains(TOKEN), "{user}: a login value is on a command line: {script}");
+        }
+    }
+}
