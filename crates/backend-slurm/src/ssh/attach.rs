@@ -1,11 +1,56 @@
-//! [`Unframe`]: a reader that drops everything up to and including a marker line, so that what
-//! the login shell's rc files print never reaches the user's pipe of a `theseus shell CMD`
-//! without a terminal ([`super::SshHost::attach`]).
+//! [`SshHost::attach`]: a remote command on the caller's streams, for `theseus shell CMD` without
+//! a terminal, and [`Unframe`], the reader that drops everything up to and including its marker
+//! line, so that what the login shell's rc files print never reaches the user's pipe.
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use tokio::io::{AsyncRead, ReadBuf};
+use openssh::Stdio;
+use tokio::io::{AsyncRead, AsyncWriteExt, ReadBuf};
+
+use super::{RemoteCommand, SshError, SshHost, child_parts, frame, remote};
+
+impl SshHost {
+    /// Runs `line` (one shell command line, quoted for a POSIX shell) attached: its stdin,
+    /// stdout and stderr are the caller's streams, without what the login shell's rc files
+    /// print; the exit code resolves once it ended. For `theseus shell CMD` without a terminal,
+    /// whose output may go to a pipe.
+    pub async fn attach(&self, line: &str) -> Result<theseus_core::session::AttachedShell, SshError> {
+        let session = self.session().await?;
+        let cmd = RemoteCommand::new("sh").label("a shell");
+        let prelude = self.login_env(&cmd, &session).await?;
+        let marker = frame::new_marker();
+        let mut child = remote(&session, &frame::line(line, frame::Env::Stdin(prelude.len()), Some(&marker)))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .await
+            .map_err(|e| self.run_error(&cmd, e))?;
+        let mut stdin = child.stdin().take().expect("stdin is piped");
+        stdin.write_all(prelude.as_bytes()).await.map_err(|e| self.run_error(&cmd, e))?;
+        let (stdout, stderr) = child_parts(&mut child);
+        let host = self.to_string();
+        let exit = async move {
+            match child.wait().await {
+                Ok(status) => Ok(status.code().unwrap_or(255)),
+                Err(openssh::Error::Remote(e)) if e.kind() == std::io::ErrorKind::NotFound => Ok(127),
+                Err(e) => Err(theseus_core::Error::from(SshError::Run {
+                    host,
+                    command: "a shell".into(),
+                    source: Box::new(e),
+                })),
+            }
+        };
+        Ok(theseus_core::session::AttachedShell {
+            stdin: Box::pin(stdin),
+            stdout: Box::pin(Unframe::new(stdout, &marker)),
+            stderr: Some(Box::pin(Unframe::new(stderr, &marker))),
+            resize: None,
+            exit: Box::pin(exit),
+        })
+    }
+}
 
 /// Reads `inner` from the line after `marker\n` on; everything before it is dropped (at the
 /// end of input without the marker, nothing is yielded).

@@ -23,6 +23,7 @@ mod attach;
 mod command;
 mod error;
 mod frame;
+mod login;
 mod options;
 mod stream;
 
@@ -182,46 +183,6 @@ impl SshHost {
         Ok(argv)
     }
 
-    /// Runs `line` (one shell command line, quoted for a POSIX shell) attached: its stdin,
-    /// stdout and stderr are the caller's streams, without what the login shell's rc files
-    /// print; the exit code resolves once it ended. For `theseus shell CMD` without a terminal,
-    /// whose output may go to a pipe.
-    pub async fn attach(&self, line: &str) -> Result<theseus_core::session::AttachedShell, SshError> {
-        let session = self.session().await?;
-        let cmd = RemoteCommand::new("sh").label("a shell");
-        let prelude = self.login_env(&cmd, &session).await?;
-        let marker = frame::new_marker();
-        let mut child = remote(&session, &frame::line(line, frame::Env::Stdin(prelude.len()), Some(&marker)))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .await
-            .map_err(|e| self.run_error(&cmd, e))?;
-        let mut stdin = child.stdin().take().expect("stdin is piped");
-        stdin.write_all(prelude.as_bytes()).await.map_err(|e| self.run_error(&cmd, e))?;
-        let (stdout, stderr) = child_parts(&mut child);
-        let host = self.to_string();
-        let exit = async move {
-            match child.wait().await {
-                Ok(status) => Ok(status.code().unwrap_or(255)),
-                Err(openssh::Error::Remote(e)) if e.kind() == std::io::ErrorKind::NotFound => Ok(127),
-                Err(e) => Err(theseus_core::Error::from(SshError::Run {
-                    host,
-                    command: "a shell".into(),
-                    source: Box::new(e),
-                })),
-            }
-        };
-        Ok(theseus_core::session::AttachedShell {
-            stdin: Box::pin(stdin),
-            stdout: Box::pin(attach::Unframe::new(stdout, &marker)),
-            stderr: Some(Box::pin(attach::Unframe::new(stderr, &marker))),
-            resize: None,
-            exit: Box::pin(exit),
-        })
-    }
-
     /// Closes the connection (the next command opens a new one).
     pub async fn close(&self) {
         let session = self.session.lock().await.take();
@@ -271,71 +232,6 @@ impl SshHost {
             }
             return Err(SshError::Disconnected { host: self.to_string(), command: cmd.describe(), source: err });
         }
-    }
-
-    /// The `export` lines of the user's login environment (empty with `login_env: false`), read
-    /// over `session` on first use and kept for the host's lifetime. A login shell that cannot
-    /// be read is reported once and commands run without it; a broken connection is an error.
-    async fn login_env(&self, cmd: &RemoteCommand, session: &Arc<Session>) -> Result<String, SshError> {
-        if !self.options.login_env {
-            return Ok(String::new());
-        }
-        self.login_env
-            .get_or_try_init(|| async {
-                let markers = [frame::new_marker(), frame::new_marker(), frame::new_marker()];
-                let markers = [markers[0].as_str(), markers[1].as_str(), markers[2].as_str()];
-                let capture = RemoteCommand::script(&frame::capture_script(markers), [""; 0])
-                    .label("the read of the login environment (`$SHELL -l`)");
-                let outer = frame::new_marker();
-                let line = frame::line(&capture.command_line(), frame::Env::None, Some(&outer));
-                let after = cmd.get_timeout().unwrap_or(LOGIN_ENV_TIMEOUT);
-                let started = std::time::Instant::now();
-                let out = tokio::time::timeout(after, run_line(session, &line, b""))
-                    .await
-                    .map_err(|_| self.timeout(&capture, after))?;
-                let out = match out {
-                    Ok(out) => out,
-                    Err(e) if session.check().await.is_err() => {
-                        return Err(SshError::Disconnected {
-                            host: self.to_string(),
-                            command: capture.describe(),
-                            source: Some(e),
-                        });
-                    }
-                    Err(e) => return Err(self.run_error(&capture, e)),
-                };
-                let out = self.unframe(&capture, out, &outer)?;
-                match frame::login_prelude(&out.stdout, markers) {
-                    Ok(prelude) => {
-                        tracing::debug!(host = %self, took = ?started.elapsed(), vars = prelude.lines().count(), "read the login environment");
-                        Ok(prelude)
-                    }
-                    Err(why) => {
-                        tracing::warn!(
-                            "the login environment of `{self}` could not be read ({why}); commands run without it \
-                             (set `login_env: false` on the host to stop trying)"
-                        );
-                        Ok(String::new())
-                    }
-                }
-            })
-            .await
-            .cloned()
-    }
-
-    /// The output of `cmd` after its marker; a marker that never came is explained in one line.
-    fn unframe(&self, cmd: &RemoteCommand, out: Output, marker: &str) -> Result<Output, SshError> {
-        let Some(stdout) = frame::after_marker(&out.stdout, marker) else {
-            // Killed before it printed anything: nothing to explain.
-            if out.code.is_none() && out.stdout.is_empty() {
-                return Ok(out);
-            }
-            let stderr = String::from_utf8_lossy(&out.stderr);
-            let reason = frame::no_marker(&self.to_string(), out.code, &stderr);
-            return Err(SshError::Shell { host: self.to_string(), command: cmd.describe(), reason });
-        };
-        let stderr = frame::after_marker(&out.stderr, marker).unwrap_or(&out.stderr);
-        Ok(Output { code: out.code, stdout: stdout.to_vec(), stderr: stderr.to_vec() })
     }
 
     /// Runs `cmd` and fails unless it exits 0.
@@ -540,10 +436,6 @@ impl SshHost {
         SshError::Run { host: self.to_string(), command: cmd.describe(), source: Box::new(e) }
     }
 }
-
-/// How long reading the login environment may take when the command has no timeout of its own
-/// (a login shell that loads modules takes seconds).
-const LOGIN_ENV_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The openssh command running `line` ([`frame::line`]), passed raw: the login shell parses it.
 fn remote(session: &Arc<Session>, line: &str) -> openssh::OwningCommand<Arc<Session>> {
