@@ -32,7 +32,15 @@ echo "$n" > "$d/count"
 flock -u 9
 exec 9>&-
 cmd=${SSH_ORIGINAL_COMMAND:-}
-printf '%s\t%s\n' "$n" "${cmd//$'\n'/ }" >> "$d/log"
+# theseus sends `/bin/sh -c 'exec 3<&0; echo BASE64|base64 -d|/bin/sh /dev/stdin'`: log the command
+# the decoded script `exec`s (after its framing lines), which names the step.
+shown=$cmd
+case $cmd in
+  *'|base64 -d|'*)
+    b=${cmd#*echo }; b=${b%%|base64 -d|*}
+    if dec=$(printf '%s' "$b" | base64 -d 2>/dev/null); then shown=${dec#*$'\n'exec }; fi ;;
+esac
+printf '%s\t%s\n' "$n" "${shown//$'\n'/ }" >> "$d/log"
 read -r at fault < "$d/plan" 2>/dev/null || at=0
 if [ "$n" = "$at" ]; then
   case $fault in
@@ -171,6 +179,7 @@ fn set_mode(path: &Path, mode: u32) -> Result<(), String> {
 pub(crate) fn step_name(cmd: &str) -> String {
     let has = |needle: &str| cmd.contains(needle);
     let named = [
+        (has("export -p") && has("-l"), "login env"),
         (has("sinfo") || has("nproc") || has("nvidia-smi"), "probe"),
         (has("live()"), "name check"),
         (has("theseus-store") && has("tar -x"), "store upload"),
@@ -216,6 +225,7 @@ mod tests {
         assert_eq!(step_name("squeue --json --states=all --jobs 37"), "squeue");
         assert_eq!(step_name("sh -c 'flock -w 120 9; date > \"$run_dir/cancelled\"; kill'"), "mark+kill");
         assert_eq!(step_name("echo hello world"), "echo hello");
+        assert_eq!(step_name("sh -c 'echo m1; export -p; echo m2\nprintf ... | \"$SHELL\" -l'"), "login env");
         assert!(step_name(&"x".repeat(100)).chars().count() <= 31);
     }
 }

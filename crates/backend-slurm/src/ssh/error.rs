@@ -51,7 +51,7 @@ pub enum SshError {
         after: Duration,
     },
     /// The user's login shell did not run the command (no `/bin/sh` or `base64` on the host, or
-    /// rc files that exit or read stdin); the reason names the cause and the fix.
+    /// rc files that swallow it); the reason names the cause and the fix.
     #[error("{reason}")]
     Shell {
         /// Destination.

@@ -70,11 +70,22 @@ impl SshHost {
             if out.code.is_none() && out.stdout.is_empty() {
                 return Ok(out);
             }
-            let stderr = String::from_utf8_lossy(&out.stderr);
-            let reason = frame::no_marker(&self.to_string(), out.code, &stderr);
-            return Err(SshError::Shell { host: self.to_string(), command: cmd.describe(), reason });
+            return Err(no_marker(self.to_string(), cmd.describe(), out.code, &out.stderr));
         };
         let stderr = frame::after_marker(&out.stderr, marker).unwrap_or(&out.stderr);
         Ok(Output { code: out.code, stdout: stdout.to_vec(), stderr: stderr.to_vec() })
+    }
+}
+
+/// The error of a command whose marker never came: [`SshError::Shell`] when the host cannot run
+/// commands at all (no `/bin/sh`, no `base64`, rc files that swallow the command), and
+/// [`SshError::Failed`] with the same one-line reason when something exited non-zero before the
+/// command began (a forced command that refuses it, an rc file that exits 1), so callers that
+/// act on a failure's exit code still can.
+pub(super) fn no_marker(host: String, command: String, code: Option<i32>, stderr: &[u8]) -> SshError {
+    let reason = frame::no_marker(&host, code, &String::from_utf8_lossy(stderr));
+    match code {
+        Some(c) if c != 0 && c != 127 => SshError::Failed { host, command, code, stderr: reason },
+        _ => SshError::Shell { host, command, reason },
     }
 }

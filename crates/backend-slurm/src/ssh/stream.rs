@@ -89,8 +89,8 @@ impl RemoteLines {
                 Err(_) => None,
             };
             if !st.seen && code.is_some() {
-                let reason = frame::no_marker(&st.host, code, &String::from_utf8_lossy(&stderr));
-                return Some((Err(SshError::Shell { host: st.host.clone(), command: st.command.clone(), reason }), st));
+                let err = super::login::no_marker(st.host.clone(), st.command.clone(), code, &stderr);
+                return Some((Err(err), st));
             }
             let stderr = frame::after_marker(&stderr, &st.marker).map_or(stderr.clone(), <[u8]>::to_vec);
             let err = match status {
