@@ -328,7 +328,7 @@ pub struct PlainHost {
     /// SSH alias or `user@host`.
     pub ssh: String,
     /// How to connect (`known_hosts`, `connect_timeout`, `max_sessions`, `identity_file`,
-    /// `port`, `user`, `proxy_jump`, `ssh_options`), written among the host's keys; unset keys
+    /// `port`, `user`, `proxy_jump`, `ssh_options`, `login_env`), written among the host's keys; unset keys
     /// leave the decision to the user's ssh config. Read by [`validate::host_from_body`].
     #[serde(flatten, skip_deserializing)]
     pub connection: SshSettings,
@@ -357,7 +357,7 @@ pub struct SlurmHost {
     /// Login node alias.
     pub ssh: String,
     /// How to connect (`known_hosts`, `connect_timeout`, `max_sessions`, `identity_file`,
-    /// `port`, `user`, `proxy_jump`, `ssh_options`), written among the host's keys; unset keys
+    /// `port`, `user`, `proxy_jump`, `ssh_options`, `login_env`), written among the host's keys; unset keys
     /// leave the decision to the user's ssh config. Read by [`validate::host_from_body`].
     #[serde(flatten, skip_deserializing)]
     pub connection: SshSettings,
