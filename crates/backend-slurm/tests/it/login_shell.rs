@@ -254,3 +254,16 @@ async fn login_environment_values_reach_commands_but_never_a_command_line() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn login_env_false_runs_commands_without_the_login_files() {
+    let lab = require_lab!();
+    let mut options = lab.options("no-login-env");
+    options.login_env = false;
+    let host = SshHost::new(options);
+    let out =
+        host.output(&RemoteCommand::script("echo \"[$THESEUS_LAB_LOGIN_ENV]\"; theseus-site-tool", [""; 0])).await;
+    let out = out.unwrap();
+    assert_eq!((out.code, out.stdout_text().as_str()), (Some(127), "[]\n"), "{out:?}");
+    assert_clean("stderr", &out.stderr_text());
+}
