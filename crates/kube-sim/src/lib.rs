@@ -103,8 +103,14 @@ impl NodeConfig {
 /// How the simulator behaves.
 #[derive(Debug, Clone)]
 pub struct SimConfig {
-    /// Port on 127.0.0.1 to listen on; 0 (the default) picks a free one.
+    /// Port to listen on; 0 (the default) picks a free one.
     pub port: u16,
+    /// Address to listen on, 127.0.0.1 by default (another loopback address, e.g. the one the
+    /// host name resolves to, for clients that must not treat the server as loopback).
+    pub listen: std::net::IpAddr,
+    /// Names the serving certificate holds besides `127.0.0.1`, `localhost` and the
+    /// in-cluster names (DNS names or IP addresses), e.g. a host name to reach it by.
+    pub tls_names: Vec<String>,
     /// Nodes the scheduler places pods on (also served as `/api/v1/nodes`).
     pub nodes: Vec<NodeConfig>,
     /// Extended resource name of GPUs.
@@ -139,6 +145,8 @@ impl Default for SimConfig {
     fn default() -> Self {
         Self {
             port: 0,
+            listen: std::net::IpAddr::from([127, 0, 0, 1]),
+            tls_names: Vec::new(),
             nodes: vec![NodeConfig::new("sim-node-0", 8)],
             gpu_resource: "nvidia.com/gpu".into(),
             root: None,
@@ -158,7 +166,7 @@ impl Default for SimConfig {
 /// Starting the simulator failed.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// Binding 127.0.0.1 failed.
+    /// Binding the listen address failed.
     #[error("failed to bind the simulator's listener")]
     Bind(#[source] std::io::Error),
     /// The CA or the serving certificate could not be made.
@@ -213,11 +221,12 @@ pub struct Sim {
 }
 
 impl Sim {
-    /// Binds 127.0.0.1 on [`SimConfig::port`] (a free port by default) and starts serving.
+    /// Binds [`SimConfig::listen`] (127.0.0.1) on [`SimConfig::port`] (a free port by default)
+    /// and starts serving HTTPS.
     /// Creates the `default` namespace, the `default` queue (no capability) and one Node object
     /// per [`NodeConfig`].
     pub async fn start(config: SimConfig) -> Result<Sim, Error> {
-        let listener = TcpListener::bind(("127.0.0.1", config.port)).await.map_err(Error::Bind)?;
+        let listener = TcpListener::bind((config.listen, config.port)).await.map_err(Error::Bind)?;
         let addr = listener.local_addr().map_err(Error::Bind)?;
         let (root, owned_root) = match &config.root {
             Some(root) => (root.clone(), None),
@@ -234,7 +243,9 @@ impl Sim {
         let store = store::Store::new(config.watch_history);
         seed(&store, &config)?;
         let faults = Faults::new(config.unpullable_images.clone(), config.scheduling_delay);
-        let pki = tls::Pki::generate()?;
+        let mut names = config.tls_names.clone();
+        names.push(addr.ip().to_string());
+        let pki = tls::Pki::generate(&names)?;
         let shared = Arc::new(Shared {
             pki,
             runtime: runtime::Runtime::new(root),
@@ -253,6 +264,11 @@ impl Sim {
     /// its `root_cert`) or a kubeconfig's `server` (see [`Sim::kubeconfig`]).
     pub fn url(&self) -> String {
         format!("https://{}", self.shared.addr)
+    }
+
+    /// The address it listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.shared.addr
     }
 
     /// The CA certificate (PEM): a kubeconfig's `certificate-authority-data` is its base64.

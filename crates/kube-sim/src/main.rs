@@ -13,7 +13,9 @@ use theseus_kube_sim::{NodeConfig, Outage, Sim, SimConfig};
 
 const USAGE: &str = "\
 usage: theseus-kube-sim [options]
-  --port P                 port on 127.0.0.1 (default: a free one)
+  --port P                 port to listen on (default: a free one)
+  --listen IP              address to listen on (default 127.0.0.1; keep it a loopback one)
+  --tls-name NAME          a DNS name or IP the serving certificate also holds (repeatable)
   --nodes N                simulated nodes (default 2)
   --gpus-per-node G        GPUs per node (default 4)
   --gpu-resource NAME      extended resource of GPUs (default nvidia.com/gpu)
@@ -37,6 +39,7 @@ usage: theseus-kube-sim [options]
                            the kubeconfig carries a client certificate (CN USER, O GROUP) signed by the CA,
                            as kind's (client-certificate-data, client-key-data)
   --kubeconfig-exec CMD    the kubeconfig's user runs the exec credential plugin CMD (client.authentication.k8s.io/v1)
+  --kubeconfig-host NAME   the kubeconfig's server is https://NAME:PORT (default: the listen address)
   --kubeconfig-namespace NS
                            the context's namespace (default: default)";
 
@@ -74,6 +77,7 @@ struct Args {
     ca_out: Option<PathBuf>,
     user: KubeconfigUser,
     namespace: String,
+    kubeconfig_host: Option<String>,
     faults: FaultArgs,
 }
 
@@ -117,8 +121,16 @@ async fn serve(args: Args) -> Result<(), String> {
                 "{{exec: {{apiVersion: client.authentication.k8s.io/v1, command: {command:?}, interactiveMode: Never}}}}"
             ),
         };
-        std::fs::write(path, sim.kubeconfig(&user, &args.namespace))
-            .map_err(|e| format!("failed to write the kubeconfig `{}`: {e}", path.display()))?;
+        let text = match &args.kubeconfig_host {
+            Some(host) => theseus_kube_sim::kubeconfig_text(
+                &format!("https://{host}:{}", sim.addr().port()),
+                &sim.ca_pem(),
+                &user,
+                &args.namespace,
+            ),
+            None => sim.kubeconfig(&user, &args.namespace),
+        };
+        std::fs::write(path, text).map_err(|e| format!("failed to write the kubeconfig `{}`: {e}", path.display()))?;
         eprintln!("theseus-kube-sim: wrote a kubeconfig: export KUBECONFIG={}", path.display());
     }
     eprintln!(
@@ -176,6 +188,7 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Option<Args>, String>
     let (mut kubeconfig_out, mut ca_out) = (None, None);
     let mut user = KubeconfigUser::Anonymous;
     let mut namespace = "default".to_owned();
+    let mut kubeconfig_host = None;
     let (mut token_file, mut rbac_file) = (None, None);
     let mut faults = FaultArgs::default();
     while let Some(flag) = args.next() {
@@ -202,6 +215,9 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Option<Args>, String>
             }
             "--kubeconfig-exec" => user = KubeconfigUser::Exec(value()?),
             "--kubeconfig-namespace" => namespace = value()?,
+            "--kubeconfig-host" => kubeconfig_host = Some(value()?),
+            "--listen" => sim.listen = value()?.parse().map_err(|_| format!("`{flag}` needs an IP address"))?,
+            "--tls-name" => sim.tls_names.push(value()?),
             "--token-auth-file" => token_file = Some(PathBuf::from(value()?)),
             "--rbac" => rbac_file = Some(PathBuf::from(value()?)),
             "--unpullable-image" => {
@@ -236,7 +252,7 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Option<Args>, String>
         }
         _ => return Err("`--token-auth-file` and `--rbac` go together".into()),
     }
-    Ok(Some(Args { sim, kubeconfig_out, ca_out, user, namespace, faults }))
+    Ok(Some(Args { sim, kubeconfig_out, ca_out, user, namespace, kubeconfig_host, faults }))
 }
 
 /// Seconds: finite, not negative, at most a day.

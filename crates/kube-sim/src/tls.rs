@@ -60,9 +60,11 @@ pub(crate) struct Pki {
 }
 
 impl Pki {
-    /// A new CA (`CN=kubernetes`, as kubeadm names its CA), a serving certificate it signs, and
-    /// the TLS acceptor that presents it and verifies client certificates against the CA.
-    pub(crate) fn generate() -> Result<Pki, TlsError> {
+    /// A new CA (`CN=kubernetes`, as kubeadm names its CA), a serving certificate it signs
+    /// (for `127.0.0.1`, `localhost`, the in-cluster names and `extra_names`: IP addresses or
+    /// DNS names), and the TLS acceptor that presents it and verifies client certificates
+    /// against the CA.
+    pub(crate) fn generate(extra_names: &[String]) -> Result<Pki, TlsError> {
         let ca_key = KeyPair::generate()?;
         let mut ca = CertificateParams::new(Vec::<String>::new())?;
         ca.distinguished_name = name("kubernetes", None);
@@ -73,8 +75,12 @@ impl Pki {
         let issuer = Issuer::new(ca, ca_key);
 
         let server_key = KeyPair::generate()?;
-        let sans = ["127.0.0.1", "localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"];
-        let mut server = CertificateParams::new(sans.map(str::to_owned).to_vec())?;
+        let mut sans: Vec<String> =
+            ["127.0.0.1", "localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"]
+                .map(str::to_owned)
+                .to_vec();
+        sans.extend(extra_names.iter().filter(|n| !sans.contains(n)).cloned().collect::<Vec<_>>());
+        let mut server = CertificateParams::new(sans)?;
         server.distinguished_name = name("kube-apiserver", None);
         server.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
         server.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
@@ -142,7 +148,7 @@ mod tests {
 
     #[test]
     fn a_client_certificate_names_its_user_and_group() {
-        let pki = Pki::generate().unwrap();
+        let pki = Pki::generate(&[]).unwrap();
         let pair = pki.issue_client("kubernetes-admin", Some("system:masters")).unwrap();
         let der = pem_to_der(&pair.cert_pem).unwrap();
         assert_eq!(subject_identity(&der), Some((Some("kubernetes-admin".into()), vec!["system:masters".into()])));

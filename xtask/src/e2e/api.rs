@@ -143,7 +143,8 @@ fn https(
 ) -> Result<Vec<u8>> {
     let tcp = TcpStream::connect(addr).with_context(|| format!("cannot connect to {addr}"))?;
     tcp.set_read_timeout(Some(Duration::from_secs(30)))?;
-    let name = rustls::pki_types::ServerName::try_from("127.0.0.1")?;
+    let host = addr.rsplit_once(':').map_or(addr, |(host, _)| host).to_owned();
+    let name = rustls::pki_types::ServerName::try_from(host)?;
     let conn = rustls::ClientConnection::new(tls_client(ca_pem)?, name)?;
     let mut stream = rustls::StreamOwned::new(conn, tcp);
     let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail, ensure};
 
-use super::proxy::Tinyproxy;
+use super::proxy::{self, Tinyproxy};
 use super::{HOST, SECRET_VALUE, World, text, wait_for};
 
 /// Where the plugin counts its runs, one line each.
@@ -113,11 +113,18 @@ fn theseus_with(world: &World, env: &[(&str, &str)], args: &[&str]) -> Result<St
 pub(crate) fn through_an_http_proxy(world: &World, proxy: Option<&Tinyproxy>) -> Result<()> {
     let proxy = proxy.context("the proxy pass runs with a proxy")?;
     let server = world.kubectl_server.clone().context("the simulator's URL")?;
-    let target = server.trim_start_matches("https://").to_owned();
-    let to_sim = |connects: &[String]| connects.iter().filter(|c| **c == target).count();
+    // The kubeconfig may name the simulator by the host name: the port tells it apart.
+    let port = server.rsplit(':').next().unwrap_or_default().to_owned();
+    let to_sim = |connects: &[String]| connects.iter().filter(|c| c.rsplit(':').next() == Some(port.as_str())).count();
     let job = "e2e-proxy";
     let submit = ["submit", job, "sleep.yaml", "--code", ".", "--host", HOST, "--chip", "cpu", "--cpu", "100m"];
 
+    // What NO_PROXY lists to cover the server (its name in the kubeconfig) and not the proxy
+    // (127.0.0.2), in a list as sites write it.
+    let covering = match proxy::proxied_server_name() {
+        Some((name, _)) => format!("example.invalid,{name}"),
+        None => "example.invalid,127.0.0.1".to_owned(),
+    };
     let before = to_sim(&proxy.connects()?);
     let lower = [("https_proxy", proxy.url.as_str())];
     theseus_with(world, &lower, &submit)?;
@@ -125,23 +132,23 @@ pub(crate) fn through_an_http_proxy(world: &World, proxy: Option<&Tinyproxy>) ->
     let through = to_sim(&proxy.connects()?);
     ensure!(
         through > before,
-        "with https_proxy={} theseus did not go through the proxy (no CONNECT {target} in its log)",
+        "with https_proxy={} theseus did not go through the proxy (no CONNECT to port {port} in its log)",
         proxy.url
     );
 
     for no_proxy in ["NO_PROXY", "no_proxy"] {
-        let bypass = [("HTTPS_PROXY", proxy.url.as_str()), (no_proxy, "localhost,127.0.0.1")];
+        let bypass = [("HTTPS_PROXY", proxy.url.as_str()), (no_proxy, covering.as_str())];
         let start = to_sim(&proxy.connects()?);
         theseus_with(world, &bypass, &["status", job])?;
         theseus_with(world, &bypass, &["logs", job])?;
         let after = to_sim(&proxy.connects()?);
         ensure!(
             after == start,
-            "{no_proxy}=localhost,127.0.0.1 covers {server}, yet theseus sent {} CONNECT(s) to the proxy",
+            "{no_proxy}={covering} covers the server, yet theseus sent {} CONNECT(s) to the proxy",
             after - start
         );
     }
-    theseus_with(world, &[("HTTPS_PROXY", proxy.url.as_str()), ("NO_PROXY", "127.0.0.1")], &["cancel", job])?;
+    theseus_with(world, &[("HTTPS_PROXY", proxy.url.as_str()), ("NO_PROXY", covering.as_str())], &["cancel", job])?;
     Ok(())
 }
 

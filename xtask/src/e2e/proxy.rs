@@ -14,20 +14,24 @@ use super::wait_for;
 const INSTALL: [&[&str]; 3] =
     [&["apt-get", "install", "-y", "tinyproxy"], &["apt-get", "update"], &["apt-get", "install", "-y", "tinyproxy"]];
 
+/// Where the proxy listens: loopback, but not the simulator's address.
+const PROXY_IP: &str = "127.0.0.2";
+
 /// A running tinyproxy, stopped on drop.
 pub(crate) struct Tinyproxy {
     child: Option<Child>,
-    /// `http://127.0.0.1:PORT`.
+    /// `http://127.0.0.2:PORT`.
     pub(crate) url: String,
     log: PathBuf,
 }
 
 impl Tinyproxy {
-    /// Starts tinyproxy on a free loopback port with its config and log in `dir`. CONNECT is
+    /// Starts tinyproxy on a free port of 127.0.0.2 (so that a `NO_PROXY` covering the
+    /// simulator does not also cover the proxy) with its config and log in `dir`. CONNECT is
     /// allowed to every port (no `ConnectPort` line), from loopback only.
     pub(crate) fn start(dir: &Path) -> Result<Tinyproxy> {
         ensure_installed()?;
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let port = std::net::TcpListener::bind((PROXY_IP, 0))?.local_addr()?.port();
         let (conf, log) = (dir.join("tinyproxy.conf"), dir.join("tinyproxy.log"));
         std::fs::write(&log, "")?;
         std::fs::write(&conf, config(port, &log))?;
@@ -41,14 +45,14 @@ impl Tinyproxy {
             .stderr(stderr)
             .spawn()
             .context("cannot start tinyproxy")?;
-        let mut proxy = Tinyproxy { child: Some(child), url: format!("http://127.0.0.1:{port}"), log };
+        let mut proxy = Tinyproxy { child: Some(child), url: format!("http://{PROXY_IP}:{port}"), log };
         let up = wait_for("tinyproxy to listen", Duration::from_secs(10), Duration::from_millis(100), || {
             if let Some(child) = proxy.child.as_mut()
                 && let Some(status) = child.try_wait()?
             {
                 bail!("tinyproxy exited ({status}); see {}", dir.join("tinyproxy.stderr").display());
             }
-            Ok(std::net::TcpStream::connect(("127.0.0.1", port)).ok().map(drop))
+            Ok(std::net::TcpStream::connect((PROXY_IP, port)).ok().map(drop))
         });
         if let Err(e) = up {
             proxy.stop();
@@ -80,10 +84,24 @@ impl Drop for Tinyproxy {
     }
 }
 
+/// A name for the simulator that clients do not take for loopback, so that they send it
+/// through a proxy (Go's, hence kubectl's, never proxies `localhost` or a loopback IP): the
+/// machine's host name, with the loopback address it resolves to (the simulator listens
+/// there). `None` when the host name resolves to no loopback IPv4 address.
+pub(crate) fn proxied_server_name() -> Option<(String, std::net::IpAddr)> {
+    use std::net::ToSocketAddrs as _;
+    let name = std::fs::read_to_string("/proc/sys/kernel/hostname").ok()?.trim().to_owned();
+    if name.is_empty() || name == "localhost" {
+        return None;
+    }
+    let ip = (name.as_str(), 0).to_socket_addrs().ok()?.map(|a| a.ip()).find(|ip| ip.is_ipv4() && ip.is_loopback())?;
+    Some((name, ip))
+}
+
 fn config(port: u16, log: &Path) -> String {
     format!(
-        "# Written by `cargo xtask e2e --sim` (the proxy pass).\nPort {port}\nListen 127.0.0.1\nTimeout 600\n\
-         MaxClients 200\nAllow 127.0.0.1\nLogFile \"{}\"\nLogLevel Connect\nDisableViaHeader Yes\n",
+        "# Written by `cargo xtask e2e --sim` (the proxy pass).\nPort {port}\nListen {PROXY_IP}\nTimeout 600\n\
+         MaxClients 200\nAllow 127.0.0.0/8\nLogFile \"{}\"\nLogLevel Connect\nDisableViaHeader Yes\n",
         log.display()
     )
 }

@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 
-use super::proxy::Tinyproxy;
+use super::proxy::{self, Tinyproxy};
 use super::{Flags, Target, UNPULLABLE_IMAGE, World, api::Api, build_binaries, passes, scenarios, scratch_dir};
 
 /// Who the e2e's users are: theseus's user `researcher`, and `admin` (group `system:masters`)
@@ -146,7 +146,13 @@ pub(crate) fn e2e(root: &Path, flags: &Flags) -> Result<()> {
         }
         let t = Instant::now();
         let scratch = scratch_dir(root, "sim")?;
-        let (mut sim, mut world) = start_world_with(root, &bin, &scratch, pass.rbac, pass.auth)?;
+        // Through the proxy, the kubeconfig names the simulator by the host name: clients
+        // (kubectl's Go) never proxy a loopback IP.
+        let server_name = if pass.proxy { proxy::proxied_server_name() } else { None };
+        if pass.proxy && server_name.is_none() {
+            eprintln!("e2e: note: the host name resolves to no loopback address; the proxy pass uses 127.0.0.1");
+        }
+        let (mut sim, mut world) = start_world_with(root, &bin, &scratch, pass.rbac, pass.auth, server_name)?;
         let proxy = if pass.proxy { Some(Tinyproxy::start(&scratch)?) } else { None };
         if let Some(proxy) = &proxy {
             world.env.push(("HTTPS_PROXY".to_owned(), proxy.url.clone()));
@@ -190,11 +196,19 @@ pub(crate) fn e2e(root: &Path, flags: &Flags) -> Result<()> {
 /// dispatch config, the PVC dir, and a code dir with the scenarios' job files.
 /// `bin` is the dir holding `theseus` and `theseus-kube-sim`. Also used by `cargo xtask bench`.
 pub(crate) fn start_world(root: &Path, bin: &Path, scratch: &Path, rbac: Rbac) -> Result<(SimProcess, World)> {
-    start_world_with(root, bin, scratch, rbac, Auth::Token)
+    start_world_with(root, bin, scratch, rbac, Auth::Token, None)
 }
 
-/// [`start_world`], with theseus's user authenticating by `auth`.
-fn start_world_with(root: &Path, bin: &Path, scratch: &Path, rbac: Rbac, auth: Auth) -> Result<(SimProcess, World)> {
+/// [`start_world`], with theseus's user authenticating by `auth`, and with `server_name`
+/// (name, loopback IP) the simulator listening on that IP and the kubeconfig naming it so.
+fn start_world_with(
+    root: &Path,
+    bin: &Path,
+    scratch: &Path,
+    rbac: Rbac,
+    auth: Auth,
+    server_name: Option<(String, std::net::IpAddr)>,
+) -> Result<(SimProcess, World)> {
     let python = crate::python::ensure_venv(root)?;
     let (home, pvc, code) = (scratch.join("home"), scratch.join("pvc"), scratch.join("code"));
     for dir in [&home.join(".kube"), &pvc] {
@@ -222,6 +236,10 @@ fn start_world_with(root: &Path, bin: &Path, scratch: &Path, rbac: Rbac, auth: A
             let plugin = passes::write_exec_plugin(&home, "t-researcher")?;
             args.extend(["--kubeconfig-exec".into(), plugin.display().to_string()]);
         }
+    }
+    if let Some((name, ip)) = &server_name {
+        args.extend(["--listen".to_owned(), ip.to_string(), "--tls-name".to_owned(), name.clone()]);
+        args.extend(["--kubeconfig-host".to_owned(), name.clone()]);
     }
     let ca = scratch.join("ca.pem");
     args.extend(["--ca-out".to_owned(), ca.display().to_string()]);

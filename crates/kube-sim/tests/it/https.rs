@@ -124,3 +124,26 @@ async fn a_client_certificate_from_another_ca_fails_the_handshake() {
     assert!(pods.is_err() && nodes.is_err(), "{pods:?} {nodes:?}");
     assert!(!nodes.unwrap_err().contains("403"), "refused at the handshake, not by RBAC");
 }
+
+#[tokio::test]
+async fn the_certificate_holds_the_listen_address_and_extra_names_and_no_other() {
+    let config = SimConfig {
+        listen: std::net::IpAddr::from([127, 0, 0, 2]),
+        tls_names: vec!["api.sim.test".into()],
+        ..SimConfig::default()
+    };
+    let sim = Sim::start(config).await.unwrap();
+    assert!(sim.url().starts_with("https://127.0.0.2:"), "{}", sim.url());
+    let nodes = |config: kube::Config| async move {
+        Api::<Node>::all(Client::try_from(config).unwrap()).list(&ListParams::default()).await
+    };
+    nodes(client_config(&sim)).await.expect("the listen address is in the certificate");
+    let mut named = client_config(&sim);
+    named.tls_server_name = Some("api.sim.test".into());
+    nodes(named).await.expect("an extra name is in the certificate");
+    // A stale kubeconfig naming another server: a name mismatch, refused by the client.
+    let mut other = client_config(&sim);
+    other.tls_server_name = Some("other.sim.test".into());
+    let err = nodes(other).await.expect_err("a name the certificate does not hold");
+    assert!(format!("{err:?}").contains("NotValidForName"), "{err:?}");
+}
