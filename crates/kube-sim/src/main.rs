@@ -34,7 +34,8 @@ usage: theseus-kube-sim [options]
   --token-auth-file FILE   bearer tokens (`token,user,uid[,\"groups\"]` lines); with --rbac,
                            every request needs one (401 without), group system:masters may do all
   --rbac FILE              Role/ClusterRole/RoleBinding/ClusterRoleBinding YAML: what each user may do
-  --kubeconfig-token T     the token the --kubeconfig-out kubeconfig carries
+  --kubeconfig-token T     the token the --kubeconfig-out kubeconfig carries (default: kind's admin
+                           certificate, CN kubernetes-admin, O system:masters)
   --kubeconfig-cert USER[:GROUP]
                            the kubeconfig carries a client certificate (CN USER, O GROUP) signed by the CA,
                            as kind's (client-certificate-data, client-key-data)
@@ -82,11 +83,8 @@ struct Args {
 }
 
 /// The credentials the written kubeconfig carries.
-#[derive(Debug, Default, PartialEq, Eq)]
+#[derive(Debug, PartialEq, Eq)]
 enum KubeconfigUser {
-    /// None (an admin kubeconfig when RBAC is off).
-    #[default]
-    Anonymous,
     Token(String),
     /// A client certificate for (user, group).
     Cert(String, Option<String>),
@@ -112,7 +110,6 @@ async fn serve(args: Args) -> Result<(), String> {
     }
     if let Some(path) = &args.kubeconfig_out {
         let user = match &args.user {
-            KubeconfigUser::Anonymous => "{}".to_owned(),
             KubeconfigUser::Token(token) => format!("{{token: {token:?}}}"),
             KubeconfigUser::Cert(user, group) => theseus_kube_sim::kubeconfig_cert_user(
                 &sim.issue_client_cert(user, group.as_deref()).map_err(|e| error_chain(&e))?,
@@ -186,7 +183,8 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Option<Args>, String>
     let mut sim = SimConfig::default();
     let (mut nodes, mut gpus) = (2u32, 4u32);
     let (mut kubeconfig_out, mut ca_out) = (None, None);
-    let mut user = KubeconfigUser::Anonymous;
+    // By default kind's: a client certificate of `kubernetes-admin` in `system:masters`.
+    let mut user = KubeconfigUser::Cert("kubernetes-admin".into(), Some("system:masters".into()));
     let mut namespace = "default".to_owned();
     let mut kubeconfig_host = None;
     let (mut token_file, mut rbac_file) = (None, None);
@@ -302,8 +300,10 @@ mod tests {
 
     #[test]
     fn kubeconfig_user_flags_parse() {
-        let cert = args(&["--kubeconfig-cert", "kubernetes-admin:system:masters"]).unwrap().unwrap();
-        assert_eq!(cert.user, KubeconfigUser::Cert("kubernetes-admin".into(), Some("system:masters".into())));
+        let default = args(&[]).unwrap().unwrap();
+        assert_eq!(default.user, KubeconfigUser::Cert("kubernetes-admin".into(), Some("system:masters".into())));
+        let cert = args(&["--kubeconfig-cert", "ops:sre"]).unwrap().unwrap();
+        assert_eq!(cert.user, KubeconfigUser::Cert("ops".into(), Some("sre".into())));
         let plain = args(&["--kubeconfig-cert", "researcher"]).unwrap().unwrap();
         assert_eq!(plain.user, KubeconfigUser::Cert("researcher".into(), None));
         let exec = args(&["--kubeconfig-exec", "/h/cred.sh", "--kubeconfig-namespace", "ml"]).unwrap().unwrap();
