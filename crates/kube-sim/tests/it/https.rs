@@ -115,6 +115,29 @@ async fn client_certificates_authenticate_their_cn_and_o_as_kube_apiserver_does(
 }
 
 #[tokio::test]
+async fn an_exec_credential_plugin_token_authenticates_its_user() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let sim = rbac_sim().await;
+    let dir = tempfile::tempdir().unwrap();
+    let plugin = dir.path().join("credential.sh");
+    std::fs::write(
+        &plugin,
+        "#!/bin/sh\necho '{\"apiVersion\":\"client.authentication.k8s.io/v1\",\"kind\":\"ExecCredential\",\
+         \"status\":{\"token\":\"t-researcher\"}}'\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&plugin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let user = format!(
+        "{{exec: {{apiVersion: client.authentication.k8s.io/v1, command: {:?}, interactiveMode: Never}}}}",
+        plugin.display().to_string()
+    );
+    let client = from_kubeconfig(&sim.kubeconfig(&user, "default")).await;
+    let (pods, nodes) = can_list(&client).await;
+    pods.expect("the plugin's token is researcher's");
+    assert!(nodes.unwrap_err().contains("User \"researcher\""));
+}
+
+#[tokio::test]
 async fn a_client_certificate_from_another_ca_fails_the_handshake() {
     let sim = rbac_sim().await;
     let other = Sim::start(SimConfig::default()).await.unwrap();
