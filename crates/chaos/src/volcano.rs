@@ -58,14 +58,8 @@ impl World {
         let (home, pvc, code) = (tempdir()?, tempdir()?, tempdir()?);
         let kube = home.path().join(".kube");
         std::fs::create_dir_all(&kube).map_err(|e| e.to_string())?;
-        write(
-            &kube.join("config"),
-            &format!(
-                "apiVersion: v1\nkind: Config\nclusters:\n- name: sim\n  cluster:\n    server: {}\nusers:\n- name: sim\n  \
-                 user: {{}}\ncontexts:\n- name: sim\n  context:\n    cluster: sim\n    user: sim\ncurrent-context: sim\n",
-                sim.url()
-            ),
-        )?;
+        // HTTPS with the simulator's CA, as kind's kubeconfig.
+        write(&kube.join("config"), &sim.kubeconfig("{}", "default"))?;
         let p = pvc.path().display();
         write(
             &home.path().join(".theseus.yaml"),

@@ -135,12 +135,19 @@ pub struct ExecServerOptions {
     pub env: Vec<(String, String)>,
 }
 
-/// A loopback HTTP server that answers only `/api/v1/namespaces/{ns}/pods/{pod}/exec`, for any
-/// namespace and pod, running every command in one root dir. Stops when dropped.
-#[derive(Debug)]
+/// A loopback HTTPS server (its own CA, as the simulator's) that answers only
+/// `/api/v1/namespaces/{ns}/pods/{pod}/exec`, for any namespace and pod, running every command
+/// in one root dir. Stops when dropped.
 pub struct ExecServer {
     addr: SocketAddr,
+    ca_der: Vec<u8>,
     accept: tokio::task::JoinHandle<()>,
+}
+
+impl std::fmt::Debug for ExecServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExecServer").field("addr", &self.addr).finish_non_exhaustive()
+    }
 }
 
 impl ExecServer {
@@ -148,6 +155,9 @@ impl ExecServer {
     pub async fn start(root: impl Into<PathBuf>, options: ExecServerOptions) -> io::Result<ExecServer> {
         let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
         let addr = listener.local_addr()?;
+        let pki = crate::tls::Pki::generate(&[]).map_err(io::Error::other)?;
+        let ca_der = crate::tls::pem_to_der(pki.ca_pem()).unwrap_or_default();
+        let acceptor = pki.acceptor();
         let target = ExecTarget {
             cwd: root.into(),
             env: options.env,
@@ -164,13 +174,21 @@ impl ExecServer {
                     }
                 };
                 let target = target.clone();
+                let acceptor = acceptor.clone();
                 tokio::spawn(async move {
+                    let tls = match acceptor.accept(tcp).await {
+                        Ok(tls) => tls,
+                        Err(e) => {
+                            tracing::debug!("exec server: TLS handshake failed: {e}");
+                            return;
+                        }
+                    };
                     let service = hyper::service::service_fn(move |req| {
                         let target = target.clone();
                         async move { Ok::<_, Infallible>(route(req, target).await) }
                     });
                     let conn = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(tcp), service)
+                        .serve_connection(TokioIo::new(tls), service)
                         .with_upgrades();
                     if let Err(e) = conn.await {
                         tracing::debug!("exec server: connection failed: {e}");
@@ -178,12 +196,17 @@ impl ExecServer {
                 });
             }
         });
-        Ok(ExecServer { addr, accept })
+        Ok(ExecServer { addr, ca_der, accept })
     }
 
-    /// Base URL for a kube client, e.g. `http://127.0.0.1:34567`.
+    /// Base URL for a kube client, e.g. `https://127.0.0.1:34567`.
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        format!("https://{}", self.addr)
+    }
+
+    /// Its CA certificate (DER), for `kube::Config::root_cert`.
+    pub fn ca_der(&self) -> Vec<u8> {
+        self.ca_der.clone()
     }
 }
 

@@ -26,8 +26,8 @@ pub enum Outage {
     /// Connections are closed at once, without an answer (a crashed or restarting apiserver,
     /// a load balancer without backends).
     Refuse,
-    /// Connections are accepted and requests read, but nothing is ever answered (a wedged
-    /// apiserver, a firewall that drops packets after the handshake).
+    /// Connections are accepted (the TLS handshake completes) and requests read, but nothing
+    /// is answered while it lasts (a wedged apiserver whose etcd is gone).
     Hang,
 }
 

@@ -3,13 +3,16 @@
 //! wire protocols, and a
 //! Volcano controller that gang-admits jobs and runs their pods as local processes.
 //!
-//! Not part of the shipped binary. kube-rs (and `kubectl --server`) talk to it over plain HTTP on
-//! 127.0.0.1.
+//! Not part of the shipped binary. kube-rs and kubectl talk to it over HTTPS on 127.0.0.1, as to
+//! kind's API server: it makes a CA at start (`tls`), serves a certificate for `127.0.0.1` and
+//! `localhost`, and authenticates client certificates it signed (CN the user, O the groups) as
+//! well as bearer tokens. [`Sim::kubeconfig`] writes what kind's kubeconfig holds.
 //!
 //! ```no_run
 //! # async fn demo() {
 //! let sim = theseus_kube_sim::Sim::start(theseus_kube_sim::SimConfig::default()).await.unwrap();
-//! // kube::Client::try_from(kube::Config::new(sim.url().parse().unwrap()))
+//! // let mut config = kube::Config::new(sim.url().parse().unwrap());
+//! // config.root_cert = Some(vec![sim.ca_der()]);
 //! # }
 //! ```
 //!
@@ -23,7 +26,7 @@
 //! `runtime` (where pod files live), `procs` (signals and restarts), `controller` (what the
 //! Volcano job controller does), `scheduler` (what a Volcano scheduler session does), `schema`
 //! and `admission`. With `SimConfig::authz` it authenticates bearer tokens and authorises by RBAC
-//! (`rbac`). `dryRun=All` runs every check and stores nothing; a custom resource's `status` is
+//! (`rbac`); client certificates authenticate with or without it. `dryRun=All` runs every check and stores nothing; a custom resource's `status` is
 //! dropped on create. Queues open and close through `bus.volcano.sh` Commands, as with
 //! `vcctl queue operate` (`queues`). The core objects theseus writes (Secrets, Leases, ConfigMaps) are decoded
 //! and validated as their types are (`core_objects`); Pods and Services are not. `/openapi/v3` (`openapi`) tells clients that
@@ -54,6 +57,7 @@ mod server;
 mod spdy;
 mod status;
 mod store;
+mod tls;
 mod tunnel;
 mod util;
 mod watch;
@@ -74,6 +78,7 @@ pub use quantity::{QuantityError, format_milli, parse_milli};
 pub use rbac::Authz;
 pub use server::ExecContext;
 pub use status::{ApiError, Cause, InvalidDetails};
+pub use tls::{CertPair, TlsError, subject_identity};
 
 /// One simulated node.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -98,8 +103,14 @@ impl NodeConfig {
 /// How the simulator behaves.
 #[derive(Debug, Clone)]
 pub struct SimConfig {
-    /// Port on 127.0.0.1 to listen on; 0 (the default) picks a free one.
+    /// Port to listen on; 0 (the default) picks a free one.
     pub port: u16,
+    /// Address to listen on, 127.0.0.1 by default (another loopback address, e.g. the one the
+    /// host name resolves to, for clients that must not treat the server as loopback).
+    pub listen: std::net::IpAddr,
+    /// Names the serving certificate holds besides `127.0.0.1`, `localhost` and the
+    /// in-cluster names (DNS names or IP addresses), e.g. a host name to reach it by.
+    pub tls_names: Vec<String>,
     /// Nodes the scheduler places pods on (also served as `/api/v1/nodes`).
     pub nodes: Vec<NodeConfig>,
     /// Extended resource name of GPUs.
@@ -134,6 +145,8 @@ impl Default for SimConfig {
     fn default() -> Self {
         Self {
             port: 0,
+            listen: std::net::IpAddr::from([127, 0, 0, 1]),
+            tls_names: Vec::new(),
             nodes: vec![NodeConfig::new("sim-node-0", 8)],
             gpu_resource: "nvidia.com/gpu".into(),
             root: None,
@@ -153,9 +166,12 @@ impl Default for SimConfig {
 /// Starting the simulator failed.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// Binding 127.0.0.1 failed.
+    /// Binding the listen address failed.
     #[error("failed to bind the simulator's listener")]
     Bind(#[source] std::io::Error),
+    /// The CA or the serving certificate could not be made.
+    #[error("failed to set up the simulator's TLS")]
+    Tls(#[from] TlsError),
     /// The sandbox root could not be created.
     #[error("failed to create the simulator root `{}`", path.display())]
     Root {
@@ -185,6 +201,15 @@ pub(crate) struct Shared {
     pub(crate) addr: SocketAddr,
     /// Every `Warning` header sent (unknown fields pruned from a client's object).
     pub(crate) warnings: std::sync::Mutex<Vec<String>>,
+    /// The CA, the serving certificate and the client verifier.
+    pub(crate) pki: tls::Pki,
+}
+
+/// Who a verified client certificate names: CN the user, each O a group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Identity {
+    pub(crate) user: String,
+    pub(crate) groups: Vec<String>,
 }
 
 /// A running simulator. Dropping it stops the server and the controller and kills every pod
@@ -196,11 +221,12 @@ pub struct Sim {
 }
 
 impl Sim {
-    /// Binds 127.0.0.1 on [`SimConfig::port`] (a free port by default) and starts serving.
+    /// Binds [`SimConfig::listen`] (127.0.0.1) on [`SimConfig::port`] (a free port by default)
+    /// and starts serving HTTPS.
     /// Creates the `default` namespace, the `default` queue (no capability) and one Node object
     /// per [`NodeConfig`].
     pub async fn start(config: SimConfig) -> Result<Sim, Error> {
-        let listener = TcpListener::bind(("127.0.0.1", config.port)).await.map_err(Error::Bind)?;
+        let listener = TcpListener::bind((config.listen, config.port)).await.map_err(Error::Bind)?;
         let addr = listener.local_addr().map_err(Error::Bind)?;
         let (root, owned_root) = match &config.root {
             Some(root) => (root.clone(), None),
@@ -217,7 +243,11 @@ impl Sim {
         let store = store::Store::new(config.watch_history);
         seed(&store, &config)?;
         let faults = Faults::new(config.unpullable_images.clone(), config.scheduling_delay);
+        let mut names = config.tls_names.clone();
+        names.push(addr.ip().to_string());
+        let pki = tls::Pki::generate(&names)?;
         let shared = Arc::new(Shared {
+            pki,
             runtime: runtime::Runtime::new(root),
             store,
             faults,
@@ -230,9 +260,41 @@ impl Sim {
         Ok(Sim { shared, tasks: vec![accept, controller], owned_root })
     }
 
-    /// `http://127.0.0.1:PORT`, for `kube::Config::new(url.parse()?)` or `kubectl --server`.
+    /// `https://127.0.0.1:PORT`, for `kube::Config::new(url.parse()?)` (with [`Sim::ca_der`] as
+    /// its `root_cert`) or a kubeconfig's `server` (see [`Sim::kubeconfig`]).
     pub fn url(&self) -> String {
-        format!("http://{}", self.shared.addr)
+        format!("https://{}", self.shared.addr)
+    }
+
+    /// The address it listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.shared.addr
+    }
+
+    /// The CA certificate (PEM): a kubeconfig's `certificate-authority-data` is its base64.
+    pub fn ca_pem(&self) -> String {
+        self.shared.pki.ca_pem().to_owned()
+    }
+
+    /// The CA certificate (DER), for `kube::Config::root_cert`.
+    pub fn ca_der(&self) -> Vec<u8> {
+        tls::pem_to_der(self.shared.pki.ca_pem()).unwrap_or_default()
+    }
+
+    /// A client certificate and key for `user` (the CN) in `group` (the O), signed by the CA,
+    /// which the simulator authenticates as that user; `system:masters` may do everything.
+    ///
+    /// # Errors
+    /// The key or certificate could not be made.
+    pub fn issue_client_cert(&self, user: &str, group: Option<&str>) -> Result<CertPair, TlsError> {
+        self.shared.pki.issue_client(user, group)
+    }
+
+    /// A kubeconfig as kind writes one: one cluster (`server` and `certificate-authority-data`),
+    /// one user whose credentials are the YAML mapping `user` (e.g. `{token: t}`, or
+    /// [`kubeconfig_cert_user`]'s), one current context with `namespace`.
+    pub fn kubeconfig(&self, user: &str, namespace: &str) -> String {
+        kubeconfig_text(&self.url(), &self.ca_pem(), user, namespace)
     }
 
     /// The fault-injection handle (clones share state).
@@ -294,6 +356,27 @@ impl Drop for Sim {
     }
 }
 
+/// The kubeconfig `user` mapping with a client certificate, inline as kind's
+/// (`client-certificate-data` and `client-key-data`).
+pub fn kubeconfig_cert_user(pair: &CertPair) -> String {
+    format!(
+        "{{client-certificate-data: {}, client-key-data: {}}}",
+        util::base64_encode(pair.cert_pem.as_bytes()),
+        util::base64_encode(pair.key_pem.as_bytes())
+    )
+}
+
+/// The text of [`Sim::kubeconfig`] for a server at `url` whose CA is `ca_pem`.
+pub fn kubeconfig_text(url: &str, ca_pem: &str, user: &str, namespace: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: theseus-sim\n  cluster:\n    server: {url}\n    \
+         certificate-authority-data: {}\nusers:\n- name: theseus-sim\n  user: {user}\ncontexts:\n- name: theseus-sim\n  \
+         context:\n    cluster: theseus-sim\n    user: theseus-sim\n    namespace: {namespace:?}\n\
+         current-context: theseus-sim\n",
+        util::base64_encode(ca_pem.as_bytes())
+    )
+}
+
 fn seed(store: &store::Store, config: &SimConfig) -> Result<(), Error> {
     use discovery::known;
     let _ =
@@ -332,31 +415,46 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
     loop {
         let Ok((stream, _)) = listener.accept().await else { continue };
         let shared = shared.clone();
-        match shared.faults.current_outage() {
-            Some(Outage::Refuse) => {
-                drop(stream);
-                continue;
-            }
-            Some(Outage::Hang) => {
-                // Accepted, never answered: the connection is held open while the outage lasts.
-                connections.spawn(async move {
-                    shared.faults.hang_while_out().await;
-                    drop(stream);
-                });
-                continue;
-            }
-            None => {}
+        // A refused connection is reset at once; during a hang the TLS handshake completes
+        // (Go's server does it apart from the handlers) and requests go unanswered
+        // (`server::handle`), as with a wedged apiserver whose etcd is gone.
+        if shared.faults.current_outage() == Some(Outage::Refuse) {
+            // A reset (RST), whether or not the client's TLS hello arrived: what a client sees
+            // of a port nobody listens on any more, or of a load balancer without backends.
+            // (Deprecated because a non-zero linger blocks the dropping thread; zero never does.)
+            #[allow(deprecated)]
+            let _ = stream.set_linger(Some(Duration::ZERO));
+            drop(stream);
+            continue;
         }
-        connections.spawn(async move {
-            let service = hyper::service::service_fn(move |req| server::handle(shared.clone(), req));
-            let conn = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service)
-                .with_upgrades();
-            if let Err(err) = conn.await {
-                tracing::debug!(%err, "simulator connection ended with an error");
-            }
-        });
+        connections.spawn(serve_connection(shared, stream));
         // Reap finished connections so the set does not grow without bound.
         while connections.try_join_next().is_some() {}
+    }
+}
+
+/// The TLS handshake (the client certificate, if any, names the peer), then HTTP/1.1 with
+/// upgrades on the connection.
+async fn serve_connection(shared: Arc<Shared>, stream: tokio::net::TcpStream) {
+    let stream = match shared.pki.acceptor().accept(stream).await {
+        Ok(stream) => stream,
+        Err(err) => {
+            // A client that does not trust the CA, or a certificate the CA did not sign.
+            tracing::debug!(%err, "TLS handshake with a client failed");
+            return;
+        }
+    };
+    let peer = stream
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|chain| chain.first())
+        .and_then(|leaf| tls::subject_identity(leaf))
+        .map(|(user, groups)| Arc::new(Identity { user: user.unwrap_or_default(), groups }));
+    let service = hyper::service::service_fn(move |req| server::handle(shared.clone(), peer.clone(), req));
+    let conn =
+        hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service).with_upgrades();
+    if let Err(err) = conn.await {
+        tracing::debug!(%err, "simulator connection ended with an error");
     }
 }

@@ -1,7 +1,8 @@
 //! `theseus-kube-sim`: the simulator as a process, for `cargo xtask sim` (manual poking with
 //! `kubectl --server`) and `cargo xtask e2e --sim` (the real `theseus` binary against it).
 //!
-//! Prints the URL as the first line of stdout once it serves, then runs until SIGINT or
+//! Serves HTTPS with a CA it makes at start (see the library's docs). Prints the URL as the
+//! first line of stdout once it serves, then runs until SIGINT or
 //! SIGTERM; on the way out it stops every pod process it started.
 
 use std::path::PathBuf;
@@ -12,12 +13,15 @@ use theseus_kube_sim::{NodeConfig, Outage, Sim, SimConfig};
 
 const USAGE: &str = "\
 usage: theseus-kube-sim [options]
-  --port P                 port on 127.0.0.1 (default: a free one)
+  --port P                 port to listen on (default: a free one)
+  --listen IP              address to listen on (default 127.0.0.1; keep it a loopback one)
+  --tls-name NAME          a DNS name or IP the serving certificate also holds (repeatable)
   --nodes N                simulated nodes (default 2)
   --gpus-per-node G        GPUs per node (default 4)
   --gpu-resource NAME      extended resource of GPUs (default nvidia.com/gpu)
   --root DIR               pod sandboxes and logs (default: a temp dir, removed on exit)
-  --kubeconfig-out PATH    write a kubeconfig pointing at the simulator
+  --kubeconfig-out PATH    write a kubeconfig pointing at the simulator (server, certificate-authority-data)
+  --ca-out PATH            write the CA certificate (PEM), for `kubectl --certificate-authority`
   --unpullable-image IMG   pods with this image stay in ImagePullBackOff (repeatable)
   --pass-env VAR           host variable that pod processes see (repeatable; PATH and LANG always)
   --scheduling-delay SECS  admit every job only this long after it is first seen
@@ -30,7 +34,15 @@ usage: theseus-kube-sim [options]
   --token-auth-file FILE   bearer tokens (`token,user,uid[,\"groups\"]` lines); with --rbac,
                            every request needs one (401 without), group system:masters may do all
   --rbac FILE              Role/ClusterRole/RoleBinding/ClusterRoleBinding YAML: what each user may do
-  --kubeconfig-token T     the token the --kubeconfig-out kubeconfig carries";
+  --kubeconfig-token T     the token the --kubeconfig-out kubeconfig carries (default: kind's admin
+                           certificate, CN kubernetes-admin, O system:masters)
+  --kubeconfig-cert USER[:GROUP]
+                           the kubeconfig carries a client certificate (CN USER, O GROUP) signed by the CA,
+                           as kind's (client-certificate-data, client-key-data)
+  --kubeconfig-exec CMD    the kubeconfig's user runs the exec credential plugin CMD (client.authentication.k8s.io/v1)
+  --kubeconfig-host NAME   the kubeconfig's server is https://NAME:PORT (default: the listen address)
+  --kubeconfig-namespace NS
+                           the context's namespace (default: default)";
 
 fn main() -> ExitCode {
     let config = match parse(std::env::args().skip(1)) {
@@ -63,8 +75,21 @@ fn main() -> ExitCode {
 struct Args {
     sim: SimConfig,
     kubeconfig_out: Option<PathBuf>,
-    kubeconfig_token: Option<String>,
+    ca_out: Option<PathBuf>,
+    user: KubeconfigUser,
+    namespace: String,
+    kubeconfig_host: Option<String>,
     faults: FaultArgs,
+}
+
+/// The credentials the written kubeconfig carries.
+#[derive(Debug, PartialEq, Eq)]
+enum KubeconfigUser {
+    Token(String),
+    /// A client certificate for (user, group).
+    Cert(String, Option<String>),
+    /// An exec credential plugin command.
+    Exec(String),
 }
 
 /// Faults asked for on the command line.
@@ -79,14 +104,35 @@ struct FaultArgs {
 async fn serve(args: Args) -> Result<(), String> {
     let sim = Sim::start(args.sim).await.map_err(|e| error_chain(&e))?;
     let url = sim.url();
+    if let Some(path) = &args.ca_out {
+        std::fs::write(path, sim.ca_pem())
+            .map_err(|e| format!("failed to write the CA certificate `{}`: {e}", path.display()))?;
+    }
     if let Some(path) = &args.kubeconfig_out {
-        std::fs::write(path, kubeconfig(&url, args.kubeconfig_token.as_deref()))
-            .map_err(|e| format!("failed to write the kubeconfig `{}`: {e}", path.display()))?;
+        let user = match &args.user {
+            KubeconfigUser::Token(token) => format!("{{token: {token:?}}}"),
+            KubeconfigUser::Cert(user, group) => theseus_kube_sim::kubeconfig_cert_user(
+                &sim.issue_client_cert(user, group.as_deref()).map_err(|e| error_chain(&e))?,
+            ),
+            KubeconfigUser::Exec(command) => format!(
+                "{{exec: {{apiVersion: client.authentication.k8s.io/v1, command: {command:?}, interactiveMode: Never}}}}"
+            ),
+        };
+        let text = match &args.kubeconfig_host {
+            Some(host) => theseus_kube_sim::kubeconfig_text(
+                &format!("https://{host}:{}", sim.addr().port()),
+                &sim.ca_pem(),
+                &user,
+                &args.namespace,
+            ),
+            None => sim.kubeconfig(&user, &args.namespace),
+        };
+        std::fs::write(path, text).map_err(|e| format!("failed to write the kubeconfig `{}`: {e}", path.display()))?;
         eprintln!("theseus-kube-sim: wrote a kubeconfig: export KUBECONFIG={}", path.display());
     }
     eprintln!(
         "theseus-kube-sim: serving {url}; pods run as local processes under {}\n\
-         theseus-kube-sim: try `kubectl --server {url} get vcjob,pods -A`; Ctrl-C stops the simulator and its pods",
+         theseus-kube-sim: try `kubectl get vcjob,pods -A` with that kubeconfig; Ctrl-C stops the simulator and its pods",
         sim.root().display()
     );
     println!("{url}");
@@ -122,17 +168,6 @@ async fn shutdown_signal() {
     }
 }
 
-/// A kubeconfig with one cluster, one user (with `token`, else without credentials) and one
-/// current context.
-fn kubeconfig(server: &str, token: Option<&str>) -> String {
-    let user = token.map_or_else(|| "{}".to_owned(), |t| format!("{{token: {t:?}}}"));
-    format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: theseus-sim\n  cluster:\n    server: {server}\n\
-         users:\n- name: theseus-sim\n  user: {user}\ncontexts:\n- name: theseus-sim\n  context:\n    \
-         cluster: theseus-sim\n    user: theseus-sim\n    namespace: default\ncurrent-context: theseus-sim\n"
-    )
-}
-
 fn error_chain(e: &dyn std::error::Error) -> String {
     let mut message = e.to_string();
     let mut source = e.source();
@@ -147,8 +182,11 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 fn parse(mut args: impl Iterator<Item = String>) -> Result<Option<Args>, String> {
     let mut sim = SimConfig::default();
     let (mut nodes, mut gpus) = (2u32, 4u32);
-    let mut kubeconfig_out = None;
-    let mut kubeconfig_token = None;
+    let (mut kubeconfig_out, mut ca_out) = (None, None);
+    // By default kind's: a client certificate of `kubernetes-admin` in `system:masters`.
+    let mut user = KubeconfigUser::Cert("kubernetes-admin".into(), Some("system:masters".into()));
+    let mut namespace = "default".to_owned();
+    let mut kubeconfig_host = None;
     let (mut token_file, mut rbac_file) = (None, None);
     let mut faults = FaultArgs::default();
     while let Some(flag) = args.next() {
@@ -163,7 +201,21 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Option<Args>, String>
             "--gpu-resource" => sim.gpu_resource = value()?,
             "--root" => sim.root = Some(PathBuf::from(value()?)),
             "--kubeconfig-out" => kubeconfig_out = Some(PathBuf::from(value()?)),
-            "--kubeconfig-token" => kubeconfig_token = Some(value()?),
+            "--ca-out" => ca_out = Some(PathBuf::from(value()?)),
+            "--kubeconfig-token" => user = KubeconfigUser::Token(value()?),
+            "--kubeconfig-cert" => {
+                let value = value()?;
+                let (name, group) = match value.split_once(':') {
+                    Some((name, group)) => (name.to_owned(), Some(group.to_owned())),
+                    None => (value, None),
+                };
+                user = KubeconfigUser::Cert(name, group);
+            }
+            "--kubeconfig-exec" => user = KubeconfigUser::Exec(value()?),
+            "--kubeconfig-namespace" => namespace = value()?,
+            "--kubeconfig-host" => kubeconfig_host = Some(value()?),
+            "--listen" => sim.listen = value()?.parse().map_err(|_| format!("`{flag}` needs an IP address"))?,
+            "--tls-name" => sim.tls_names.push(value()?),
             "--token-auth-file" => token_file = Some(PathBuf::from(value()?)),
             "--rbac" => rbac_file = Some(PathBuf::from(value()?)),
             "--unpullable-image" => {
@@ -198,7 +250,7 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Option<Args>, String>
         }
         _ => return Err("`--token-auth-file` and `--rbac` go together".into()),
     }
-    Ok(Some(Args { sim, kubeconfig_out, kubeconfig_token, faults }))
+    Ok(Some(Args { sim, kubeconfig_out, ca_out, user, namespace, kubeconfig_host, faults }))
 }
 
 /// Seconds: finite, not negative, at most a day.
@@ -244,5 +296,17 @@ mod tests {
         for bad in [&["--outage-kind", "melt"][..], &["--outage-for", "inf"], &["--cut-log-streams-after", "-1"]] {
             assert!(args(bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn kubeconfig_user_flags_parse() {
+        let default = args(&[]).unwrap().unwrap();
+        assert_eq!(default.user, KubeconfigUser::Cert("kubernetes-admin".into(), Some("system:masters".into())));
+        let cert = args(&["--kubeconfig-cert", "ops:sre"]).unwrap().unwrap();
+        assert_eq!(cert.user, KubeconfigUser::Cert("ops".into(), Some("sre".into())));
+        let plain = args(&["--kubeconfig-cert", "researcher"]).unwrap().unwrap();
+        assert_eq!(plain.user, KubeconfigUser::Cert("researcher".into(), None));
+        let exec = args(&["--kubeconfig-exec", "/h/cred.sh", "--kubeconfig-namespace", "ml"]).unwrap().unwrap();
+        assert_eq!((exec.user, exec.namespace.as_str()), (KubeconfigUser::Exec("/h/cred.sh".into()), "ml"));
     }
 }

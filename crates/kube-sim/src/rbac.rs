@@ -1,6 +1,7 @@
-//! Authentication by bearer token and authorisation by RBAC, as a real API server started with
-//! `--token-auth-file` and `--authorization-mode=RBAC` does them: a request without a known
-//! token is `401 Unauthorized`; a user whose Roles and ClusterRoles (through RoleBindings and
+//! Authentication by client certificate (see `tls`) or bearer token and authorisation by RBAC,
+//! as a real API server started with `--client-ca-file`, `--token-auth-file` and
+//! `--authorization-mode=RBAC` does them: a request with a token that is not known is
+//! `401 Unauthorized`; a user whose Roles and ClusterRoles (through RoleBindings and
 //! ClusterRoleBindings) grant no rule for the request is `403 Forbidden` with the API server's
 //! sentence.
 //!
@@ -120,13 +121,23 @@ impl Authz {
         Ok(authz)
     }
 
-    /// The user of the request's `Authorization: Bearer` header; without one, the anonymous
-    /// user, as with the API server's default `--anonymous-auth=true`
-    /// (`apiserver/pkg/authentication/request/anonymous/anonymous.go`), whom RBAC then judges.
+    /// Who sends the request, as kube-apiserver's union authenticator decides it: the client
+    /// certificate's subject first (`certificate`, CN and O, already verified against the CA;
+    /// one without a CN authenticates nothing), then the `Authorization: Bearer` header;
+    /// without either, the anonymous user, as with the API server's default
+    /// `--anonymous-auth=true` (`apiserver/pkg/authentication/request/anonymous/anonymous.go`),
+    /// whom RBAC then judges.
     ///
     /// # Errors
     /// `401 Unauthorized` for a token that is not known.
-    pub(crate) fn authenticate(&self, authorization: &str) -> Result<(String, Vec<String>), ApiError> {
+    pub(crate) fn authenticate(
+        &self,
+        certificate: Option<&crate::Identity>,
+        authorization: &str,
+    ) -> Result<(String, Vec<String>), ApiError> {
+        if let Some(id) = certificate.filter(|id| !id.user.is_empty()) {
+            return Ok((id.user.clone(), id.groups.clone()));
+        }
         if authorization.trim().is_empty() {
             return Ok(("system:anonymous".to_owned(), vec!["system:unauthenticated".to_owned()]));
         }

@@ -30,7 +30,11 @@ const MAX_WATCH: Duration = Duration::from_secs(1800);
 
 /// Serves one request; fails at the HTTP level (the connection is closed without an answer)
 /// only during an [`crate::Outage::Refuse`]; errors of the API are Status bodies.
-pub(crate) async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<Body>, std::io::Error> {
+pub(crate) async fn handle(
+    shared: Arc<Shared>,
+    peer: Option<Arc<crate::Identity>>,
+    req: Request<Incoming>,
+) -> Result<Response<Body>, std::io::Error> {
     match shared.faults.current_outage() {
         Some(crate::Outage::Refuse) => {
             return Err(std::io::Error::new(std::io::ErrorKind::ConnectionReset, "simulated API outage"));
@@ -54,7 +58,7 @@ pub(crate) async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Resul
         }
         None => {}
     }
-    Ok(match route(&shared, req).await {
+    Ok(match route(&shared, peer.as_deref(), req).await {
         Ok(resp) => resp,
         Err(err) => error_response(&err),
     })
@@ -68,13 +72,13 @@ struct Target {
     sub: Option<String>,
 }
 
-async fn route(shared: &Arc<Shared>, req: Request<Incoming>) -> Result<Response<Body>> {
+async fn route(shared: &Arc<Shared>, peer: Option<&crate::Identity>, req: Request<Incoming>) -> Result<Response<Body>> {
     let path = req.uri().path().trim_end_matches('/').to_owned();
     let query = parse_query(req.uri().query().unwrap_or(""));
     let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
-    // With RBAC on, every request needs a known token; discovery is open to every user.
+    // With RBAC on, a token must be known; discovery is open to every user.
     let who = match &shared.config.authz {
-        Some(authz) => Some((authz, authz.authenticate(&header_str(&req, header::AUTHORIZATION))?)),
+        Some(authz) => Some((authz, authz.authenticate(peer, &header_str(&req, header::AUTHORIZATION))?)),
         None => None,
     };
     if req.method() == Method::GET {

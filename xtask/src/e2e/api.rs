@@ -1,21 +1,23 @@
 //! Access to the cluster under test for the checks and set-ups the scenarios make (as an
-//! admin, never as theseus's user): plain HTTP to the simulator (no client library needed), or
-//! `kubectl` on a real cluster.
+//! admin, never as theseus's user): HTTPS to the simulator (rustls, trusting the simulator's CA;
+//! no client library needed), or `kubectl` on a real cluster.
 
 use std::io::{Read as _, Write as _};
 use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::Command;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use serde_json::Value;
+use tokio_rustls::rustls;
 
 /// How the checks reach the API server.
 pub(crate) enum Api {
-    /// The simulator at `http://127.0.0.1:PORT`, with the bearer token of an admin when it
-    /// runs with RBAC.
-    Sim { addr: String, token: Option<String> },
+    /// The simulator at `https://127.0.0.1:PORT` whose CA is `ca_pem`, with the bearer token
+    /// of an admin when it runs with RBAC.
+    Sim { addr: String, ca_pem: String, token: Option<String> },
     /// A real cluster, through `kubectl --kubeconfig`.
     Kubectl { kubeconfig: PathBuf },
 }
@@ -24,7 +26,7 @@ impl Api {
     /// `GET path` (with query), parsed as JSON.
     pub(crate) fn get(&self, path: &str) -> Result<Value> {
         let body = match self {
-            Api::Sim { addr, token } => http(addr, "GET", path, token.as_deref(), None)?,
+            Api::Sim { addr, ca_pem, token } => https(addr, ca_pem, "GET", path, token.as_deref(), None)?,
             Api::Kubectl { kubeconfig } => {
                 let out = Command::new("kubectl")
                     .arg("--kubeconfig")
@@ -75,8 +77,8 @@ impl Api {
     /// A write: HTTP `method` to the simulator, or `kubectl ARGS` (the body on stdin).
     fn write(&self, method: &str, path: &str, body: Option<&Value>, kubectl: &[&str]) -> Result<()> {
         match self {
-            Api::Sim { addr, token } => {
-                http(addr, method, path, token.as_deref(), body.map(Value::to_string).as_deref())?;
+            Api::Sim { addr, ca_pem, token } => {
+                https(addr, ca_pem, method, path, token.as_deref(), body.map(Value::to_string).as_deref())?;
             }
             Api::Kubectl { kubeconfig } => {
                 use std::io::Write as _;
@@ -113,11 +115,38 @@ pub(crate) fn names(items: &[Value]) -> Vec<String> {
     items.iter().filter_map(|i| i["metadata"]["name"].as_str().map(str::to_owned)).collect()
 }
 
-/// HTTP/1.1 over loopback (a JSON body, a merge patch for `PATCH`); handles `Content-Length`
-/// and chunked bodies; anything but 2xx is an error.
-fn http(addr: &str, method: &str, path: &str, token: Option<&str>, body: Option<&str>) -> Result<Vec<u8>> {
-    let mut stream = TcpStream::connect(addr).with_context(|| format!("cannot connect to {addr}"))?;
-    stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+/// A TLS client that trusts only `ca_pem`.
+fn tls_client(ca_pem: &str) -> Result<Arc<rustls::ClientConfig>> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject as _;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots.add(cert.context("the simulator's CA is not PEM")?)?;
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(Arc::new(config))
+}
+
+/// HTTP/1.1 over TLS on loopback (a JSON body, a merge patch for `PATCH`); handles
+/// `Content-Length` and chunked bodies; anything but 2xx is an error.
+fn https(
+    addr: &str,
+    ca_pem: &str,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Option<&str>,
+) -> Result<Vec<u8>> {
+    let tcp = TcpStream::connect(addr).with_context(|| format!("cannot connect to {addr}"))?;
+    tcp.set_read_timeout(Some(Duration::from_secs(30)))?;
+    let host = addr.rsplit_once(':').map_or(addr, |(host, _)| host).to_owned();
+    let name = rustls::pki_types::ServerName::try_from(host)?;
+    let conn = rustls::ClientConnection::new(tls_client(ca_pem)?, name)?;
+    let mut stream = rustls::StreamOwned::new(conn, tcp);
     let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
     let content_type = if method == "PATCH" { "application/merge-patch+json" } else { "application/json" };
     let body = body.unwrap_or("");
@@ -128,7 +157,12 @@ fn http(addr: &str, method: &str, path: &str, token: Option<&str>, body: Option<
         body.len()
     )?;
     let mut response = Vec::new();
-    stream.read_to_end(&mut response).with_context(|| format!("GET {path}: reading the response"))?;
+    match stream.read_to_end(&mut response) {
+        Ok(_) => {}
+        // The server closed after the body without a TLS close_notify (Connection: close).
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !response.is_empty() => {}
+        Err(e) => return Err(e).with_context(|| format!("{method} {path}: reading the response")),
+    }
     let split = response.windows(4).position(|w| w == b"\r\n\r\n").context("no end of the response head")?;
     let head = String::from_utf8_lossy(&response[..split]).to_string();
     let body = &response[split + 4..];

@@ -4,7 +4,7 @@
 //! simulator speaks the protocol as the API server does to the client users have.)
 
 use std::io::{BufRead as _, BufReader, Read as _, Write as _};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail, ensure};
@@ -13,7 +13,7 @@ use super::{HOST, World, text, wait_for, wait_seen};
 
 /// Submits a job serving its code dir over HTTP, forwards a local port to its pod with
 /// `kubectl port-forward`, fetches a file through it, then stops kubectl and cancels the job.
-pub(crate) fn kubectl_port_forward(world: &World, server: &str, token: Option<&str>) -> Result<()> {
+pub(crate) fn kubectl_port_forward(world: &World, server: &str) -> Result<()> {
     let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
     std::fs::write(
         world.code.join("serve.yaml"),
@@ -21,30 +21,23 @@ pub(crate) fn kubectl_port_forward(world: &World, server: &str, token: Option<&s
     )?;
     std::fs::write(world.code.join("forward-hello.txt"), "through kubectl port-forward\n")?;
     world.theseus_ok(&["submit", "e2e-forward", "serve.yaml", "--code", ".", "--host", HOST])?;
-    let result = forward_and_fetch(world, server, token, port);
+    let result = forward_and_fetch(world, server, port);
     let cancelled = world.theseus_ok(&["cancel", "e2e-forward"]);
     result?;
     cancelled.map(drop)
 }
 
-fn kubectl(server: &str, token: Option<&str>) -> Command {
-    let mut cmd = Command::new("kubectl");
-    cmd.args(["--kubeconfig", "/dev/null", "--server", server]);
-    if let Some(token) = token {
-        cmd.args(["--token", token]);
-    }
-    cmd
-}
-
-fn forward_and_fetch(world: &World, server: &str, token: Option<&str>, port: u16) -> Result<()> {
+fn forward_and_fetch(world: &World, server: &str, port: u16) -> Result<()> {
     let pod = wait_for("the e2e-forward pod to run", Duration::from_secs(120), Duration::from_millis(500), || {
-        let out = kubectl(server, token)
+        let out = world
+            .kubectl_sim(server)
             .args(["-n", &world.namespace, "get", "pods", "--field-selector=status.phase=Running", "-o", "name"])
             .output()
             .context("cannot run kubectl")?;
         Ok(text(&out.stdout).lines().find(|l| l.contains("e2e-forward")).map(str::to_owned))
     })?;
-    let mut child = kubectl(server, token)
+    let mut child = world
+        .kubectl_sim(server)
         .args(["-n", &world.namespace, "port-forward", &pod, &format!(":{port}")])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

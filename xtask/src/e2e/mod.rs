@@ -12,6 +12,8 @@ mod api;
 mod forward;
 mod kind;
 pub(crate) mod kubectl;
+mod passes;
+mod proxy;
 mod refusals;
 mod scenarios;
 mod sim;
@@ -143,6 +145,10 @@ pub(crate) struct World {
     pub(crate) kubectl_server: Option<String>,
     /// `--token` for kubectl, when the simulator runs with RBAC (an admin's).
     pub(crate) kubectl_token: Option<String>,
+    /// `--certificate-authority` for kubectl: the simulator's CA.
+    pub(crate) kubectl_ca: Option<PathBuf>,
+    /// Extra environment of every `theseus` command (a pass's proxy variables).
+    pub(crate) env: Vec<(String, String)>,
 }
 
 impl World {
@@ -155,6 +161,7 @@ impl World {
             .env("LANG", "C.UTF-8")
             .env("NO_COLOR", "1")
             .env("E2E_TOKEN", SECRET_VALUE)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .current_dir(&self.code)
             .args(args)
             .stdin(Stdio::null());
@@ -178,6 +185,19 @@ impl World {
             bail!("`theseus {}` failed ({}):\n{}{}", args.join(" "), out.status, text(&out.stdout), text(&out.stderr));
         }
         Ok(text(&out.stdout))
+    }
+
+    /// `kubectl` for the simulator: its URL and CA, and the admin's token when RBAC is on.
+    pub(crate) fn kubectl_sim(&self, server: &str) -> Command {
+        let mut cmd = Command::new("kubectl");
+        cmd.args(["--kubeconfig", "/dev/null", "--server", server]);
+        if let Some(ca) = &self.kubectl_ca {
+            cmd.arg("--certificate-authority").arg(ca);
+        }
+        if let Some(token) = &self.kubectl_token {
+            cmd.args(["--token", token]);
+        }
+        cmd
     }
 
     /// Writes the job files every scenario submits.

@@ -84,12 +84,12 @@ pub(crate) fn run_all(world: &World, only: &[u32], require_kubectl: bool) -> Res
         let t = Instant::now();
         let required = require_kubectl || std::env::var_os("THESEUSTEST_REQUIRE_ALL").is_some_and(|v| v == "1");
         let jax_ran = only.is_empty() || only.contains(&1);
-        let checked = kubectl_against_sim(server, world.kubectl_token.as_deref(), jax_ran).and_then(|found| {
+        let checked = kubectl_against_sim(world, server, jax_ran).and_then(|found| {
             if !found {
                 return Ok(false);
             }
             kubectl_validates_the_dry_run(world, server)?;
-            super::forward::kubectl_port_forward(world, server, world.kubectl_token.as_deref())?;
+            super::forward::kubectl_port_forward(world, server)?;
             Ok(true)
         });
         let (line, ok) = kubectl_verdict(checked, required);
@@ -489,18 +489,9 @@ fn kubectl_validates_the_dry_run(world: &World, server: &str) -> Result<()> {
         "E2E_TOKEN",
         "--dry-run",
     ])?;
-    let mut child = std::process::Command::new("kubectl")
-        .args([
-            "--kubeconfig",
-            "/dev/null",
-            "--server",
-            server,
-            "apply",
-            "--validate=strict",
-            "--dry-run=server",
-            "-f",
-            "-",
-        ])
+    let mut child = world
+        .kubectl_sim(server)
+        .args(["apply", "--validate=strict", "--dry-run=server", "-f", "-"])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -516,12 +507,8 @@ fn kubectl_validates_the_dry_run(world: &World, server: &str) -> Result<()> {
 
 /// `kubectl --server URL get vcjob,pods -A`, when kubectl is installed (`Ok(false)` if not).
 /// With `jax_ran`, the output must list scenario 1's job and pods.
-fn kubectl_against_sim(server: &str, token: Option<&str>, jax_ran: bool) -> Result<bool> {
-    let mut cmd = std::process::Command::new("kubectl");
-    cmd.args(["--kubeconfig", "/dev/null", "--server", server]);
-    if let Some(token) = token {
-        cmd.args(["--token", token]);
-    }
+fn kubectl_against_sim(world: &World, server: &str, jax_ran: bool) -> Result<bool> {
+    let mut cmd = world.kubectl_sim(server);
     let out = match cmd.args(["get", "vcjob,pods", "-A"]).output() {
         Ok(out) => out,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),

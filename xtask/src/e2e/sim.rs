@@ -1,8 +1,11 @@
-//! The simulator target: `theseus-kube-sim` as a child process (2 nodes x 4 GPUs, the helper
-//! image of the broken host unpullable, bearer tokens and RBAC on: theseus's user holds exactly
-//! `docs/rbac.yaml`, then the namespaced Role alone), the `e2e` host in a temp `HOME`, the
-//! scenarios, then the simulator stopped with SIGTERM (it kills its pod processes on the way out).
-//! Also `cargo xtask sim`, which only starts the simulator and waits.
+//! The simulator target: `theseus-kube-sim` as a child process serving HTTPS with its own CA
+//! (2 nodes x 4 GPUs, the helper image of the broken host unpullable, RBAC on: theseus's user
+//! holds exactly `docs/rbac.yaml`, then the namespaced Role alone), the `e2e` host in a temp
+//! `HOME`, the scenarios, then the simulator stopped with SIGTERM (it kills its pod processes on
+//! the way out). The passes differ in how theseus's user authenticates (a bearer token, a client
+//! certificate as kind's kubeconfig has it, an exec credential plugin) and in whether an HTTP
+//! proxy stands between (see [`PASSES`]). Also `cargo xtask sim`, which only starts the
+//! simulator and waits.
 
 use std::io::{BufRead as _, BufReader};
 use std::path::Path;
@@ -11,27 +14,88 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 
-use super::{Flags, Target, UNPULLABLE_IMAGE, World, api::Api, build_binaries, scenarios, scratch_dir};
+use super::proxy::{self, Tinyproxy};
+use super::{Flags, Target, UNPULLABLE_IMAGE, World, api::Api, build_binaries, passes, scenarios, scratch_dir};
 
 /// Who the e2e's users are: theseus's user `researcher`, and `admin` (group `system:masters`)
-/// for the checks.
+/// for the checks (the harness and kubectl, over HTTPS with the simulator's CA).
 const TOKENS: &str = "t-researcher,researcher,1\nt-admin,admin,0,\"system:masters\"\n";
 
-/// kubectl sends no bearer token over plain HTTP, so its checks run as the anonymous user,
-/// whom the harness (not theseus) lets read everything and create (its `--dry-run=server`
-/// apply stores nothing).
-const ANONYMOUS_READER: &str = "
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {name: e2e-anonymous-reader}
-rules: [{apiGroups: ['*'], resources: ['*'], verbs: [get, list, create]}]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: e2e-anonymous-reader}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: e2e-anonymous-reader}
-subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: 'system:anonymous'}]
-";
+/// How theseus's user `researcher` authenticates in a pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Auth {
+    /// `token: t-researcher` in the kubeconfig.
+    Token,
+    /// `client-certificate-data` / `client-key-data` for `CN=researcher`, `O=e2e-researchers`,
+    /// signed by the simulator's CA, as kind's kubeconfig carries its admin's.
+    ClientCert,
+    /// `users[].user.exec`: a script in the temp `HOME` that counts its runs and prints an
+    /// ExecCredential with the researcher's token.
+    ExecPlugin,
+}
+
+/// A pass's own check, given the world and the proxy (if any).
+type PassCheck = fn(&World, Option<&Tinyproxy>) -> Result<()>;
+
+/// One pass of `cargo xtask e2e --sim`.
+struct Pass {
+    rbac: Rbac,
+    auth: Auth,
+    /// The scenarios it runs (all when empty), before `extra`.
+    only: &'static [u32],
+    /// Every theseus command runs with `HTTPS_PROXY` pointing at a tinyproxy on loopback.
+    proxy: bool,
+    /// A check of its own after the scenarios (given the proxy, if any).
+    extra: Option<PassCheck>,
+    what: &'static str,
+}
+
+/// The passes, in order. The new ones run a subset: scenario 1 (helper pod, shipping through
+/// exec, the gang job, followed logs, watches; through the proxy too) and, with client
+/// certificates, 2 (status and cancel of a pending job) cover every kind of call the
+/// credentials and the proxy must carry; the rest would repeat them at 10 s or more each.
+const PASSES: [Pass; 5] = [
+    Pass {
+        rbac: Rbac::Documented,
+        auth: Auth::Token,
+        only: &[],
+        proxy: false,
+        extra: None,
+        what: "with a bearer token and the documented Role and ClusterRole (docs/rbac.yaml)",
+    },
+    Pass {
+        rbac: Rbac::NamespacedOnly,
+        auth: Auth::Token,
+        only: &[],
+        proxy: false,
+        extra: None,
+        what: "with the namespaced Role alone",
+    },
+    Pass {
+        rbac: Rbac::Documented,
+        auth: Auth::ClientCert,
+        only: &[1, 2],
+        proxy: false,
+        extra: None,
+        what: "with a client certificate as kind's kubeconfig (client-certificate-data)",
+    },
+    Pass {
+        rbac: Rbac::Documented,
+        auth: Auth::ExecPlugin,
+        only: &[1],
+        proxy: false,
+        extra: Some(passes::exec_plugin_runs_once_per_command),
+        what: "with an exec credential plugin",
+    },
+    Pass {
+        rbac: Rbac::Documented,
+        auth: Auth::Token,
+        only: &[1],
+        proxy: true,
+        extra: Some(passes::through_an_http_proxy),
+        what: "through an HTTP proxy (tinyproxy), NO_PROXY honoured",
+    },
+];
 
 /// The RBAC the simulator runs with in one pass of the scenarios.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,27 +127,74 @@ impl Rbac {
 
 /// `cargo xtask e2e --sim`: every scenario as a user holding exactly the documented Role and
 /// ClusterRole, then once more with the namespaced Role alone (plan's capacity is unknown
-/// then, and submit must still work).
+/// then, and submit must still work), then the passes of the other credentials and the proxy
+/// ([`PASSES`]). `--only` selects scenarios in every pass; the passes' own checks run unless
+/// `--only` leaves a pass no scenario.
 pub(crate) fn e2e(root: &Path, flags: &Flags) -> Result<()> {
     let started = Instant::now();
     let bin = build_binaries(root, true, false)?;
-    for (rbac, what) in [
-        (Rbac::Documented, "with the documented Role and ClusterRole (docs/rbac.yaml)"),
-        (Rbac::NamespacedOnly, "with the namespaced Role alone"),
-    ] {
+    let mut failed = Vec::new();
+    for pass in &PASSES {
+        let what = pass.what;
+        let only: Vec<u32> = match (flags.only.as_slice(), pass.only) {
+            ([], only) => only.to_vec(),
+            (wanted, []) => wanted.to_vec(),
+            (wanted, only) => only.iter().copied().filter(|n| wanted.contains(n)).collect(),
+        };
+        if !flags.only.is_empty() && only.is_empty() && pass.extra.is_none() {
+            continue;
+        }
+        let t = Instant::now();
         let scratch = scratch_dir(root, "sim")?;
-        let (mut sim, world) = start_world(root, &bin, &scratch, rbac)?;
+        // Through the proxy, the kubeconfig names the simulator by the host name: clients
+        // (kubectl's Go) never proxy a loopback IP.
+        let server_name = if pass.proxy { proxy::proxied_server_name() } else { None };
+        if pass.proxy && server_name.is_none() {
+            eprintln!("e2e: note: the host name resolves to no loopback address; the proxy pass uses 127.0.0.1");
+        }
+        let (mut sim, mut world) = start_world_with(root, &bin, &scratch, pass.rbac, pass.auth, server_name)?;
+        let proxy = if pass.proxy { Some(Tinyproxy::start(&scratch)?) } else { None };
+        if let Some(proxy) = &proxy {
+            world.env.push(("HTTPS_PROXY".to_owned(), proxy.url.clone()));
+        }
         eprintln!("e2e: simulator at {} {what}, scratch dir {}", sim.url, scratch.display());
-        let result = scenarios::run_all(&world, &flags.only, flags.require_kubectl);
+        // A pass of the subset runs only its scenarios; `--only` asking for none of them runs none.
+        // kubectl's checks (as the admin) run in the bearer-token passes; the others would
+        // repeat them.
+        let kubectl_server = world.kubectl_server.take();
+        if pass.auth == Auth::Token && !pass.proxy {
+            world.kubectl_server.clone_from(&kubectl_server);
+        }
+        let mut result = if only.is_empty() && !pass.only.is_empty() {
+            Ok(())
+        } else {
+            scenarios::run_all(&world, &only, flags.require_kubectl)
+        };
+        world.kubectl_server = kubectl_server;
+        if let Some(extra) = pass.extra {
+            let checked = extra(&world, proxy.as_ref());
+            match &checked {
+                Ok(()) => eprintln!("e2e: [pass] PASS {what}"),
+                Err(e) => eprintln!("e2e: [pass] FAIL {what}\n{e:#}"),
+            }
+            result = result.and(checked);
+        }
         sim.stop();
         if result.is_ok() && !flags.keep {
             let _ = std::fs::remove_dir_all(&scratch);
         } else {
             eprintln!("e2e: kept {} (HOME, PVC, simulator root with pod logs)", scratch.display());
         }
-        result.with_context(|| format!("e2e --sim {what}"))?;
+        eprintln!("e2e: pass {what}: {:.1}s", t.elapsed().as_secs_f64());
+        if let Err(e) = result {
+            eprintln!("e2e: FAILED {what}: {e:#}");
+            failed.push(what);
+        }
     }
     eprintln!("e2e --sim: {:.1}s including the build", started.elapsed().as_secs_f64());
+    if !failed.is_empty() {
+        bail!("e2e --sim failed {} of {} passes: {}", failed.len(), PASSES.len(), failed.join("; "));
+    }
     Ok(())
 }
 
@@ -92,6 +203,19 @@ pub(crate) fn e2e(root: &Path, flags: &Flags) -> Result<()> {
 /// dispatch config, the PVC dir, and a code dir with the scenarios' job files.
 /// `bin` is the dir holding `theseus` and `theseus-kube-sim`. Also used by `cargo xtask bench`.
 pub(crate) fn start_world(root: &Path, bin: &Path, scratch: &Path, rbac: Rbac) -> Result<(SimProcess, World)> {
+    start_world_with(root, bin, scratch, rbac, Auth::Token, None)
+}
+
+/// [`start_world`], with theseus's user authenticating by `auth`, and with `server_name`
+/// (name, loopback IP) the simulator listening on that IP and the kubeconfig naming it so.
+fn start_world_with(
+    root: &Path,
+    bin: &Path,
+    scratch: &Path,
+    rbac: Rbac,
+    auth: Auth,
+    server_name: Option<(String, std::net::IpAddr)>,
+) -> Result<(SimProcess, World)> {
     let python = crate::python::ensure_venv(root)?;
     let (home, pvc, code) = (scratch.join("home"), scratch.join("pvc"), scratch.join("code"));
     for dir in [&home.join(".kube"), &pvc] {
@@ -104,14 +228,28 @@ pub(crate) fn start_world(root: &Path, bin: &Path, scratch: &Path, rbac: Rbac) -
         Some(objects) => {
             let (tokens, rbac_file) = (scratch.join("tokens.csv"), scratch.join("rbac.yaml"));
             std::fs::write(&tokens, TOKENS)?;
-            std::fs::write(&rbac_file, format!("{objects}\n---{ANONYMOUS_READER}"))?;
+            std::fs::write(&rbac_file, objects)?;
             args.extend(["--token-auth-file".to_owned(), tokens.display().to_string()]);
             args.extend(["--rbac".to_owned(), rbac_file.display().to_string()]);
-            args.extend(["--kubeconfig-token".to_owned(), "t-researcher".to_owned()]);
             Some("t-admin".to_owned())
         }
         None => None,
     };
+    match auth {
+        Auth::Token if admin_token.is_some() => args.extend(["--kubeconfig-token".into(), "t-researcher".into()]),
+        Auth::Token => {}
+        Auth::ClientCert => args.extend(["--kubeconfig-cert".into(), "researcher:e2e-researchers".into()]),
+        Auth::ExecPlugin => {
+            let plugin = passes::write_exec_plugin(&home, "t-researcher")?;
+            args.extend(["--kubeconfig-exec".into(), plugin.display().to_string()]);
+        }
+    }
+    if let Some((name, ip)) = &server_name {
+        args.extend(["--listen".to_owned(), ip.to_string(), "--tls-name".to_owned(), name.clone()]);
+        args.extend(["--kubeconfig-host".to_owned(), name.clone()]);
+    }
+    let ca = scratch.join("ca.pem");
+    args.extend(["--ca-out".to_owned(), ca.display().to_string()]);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let sim =
         SimProcess::start(&bin.join("theseus-kube-sim"), &args, &scratch.join("sim"), &home.join(".kube/config"))?;
@@ -129,10 +267,16 @@ pub(crate) fn start_world(root: &Path, bin: &Path, scratch: &Path, rbac: Rbac) -
         home,
         code,
         pvc,
-        api: Api::Sim { addr: sim.url.trim_start_matches("http://").to_owned(), token: admin_token.clone() },
+        api: Api::Sim {
+            addr: sim.url.trim_start_matches("https://").to_owned(),
+            ca_pem: std::fs::read_to_string(&ca).with_context(|| format!("cannot read {}", ca.display()))?,
+            token: admin_token.clone(),
+        },
         namespace: target.namespace.clone(),
         kubectl_server: Some(sim.url.clone()),
-        kubectl_token: None,
+        kubectl_token: admin_token,
+        kubectl_ca: Some(ca),
+        env: Vec::new(),
     };
     Ok((sim, world))
 }
@@ -209,7 +353,7 @@ fn first_line(child: &mut Child) -> Result<String> {
     let mut line = String::new();
     BufReader::new(stdout).read_line(&mut line)?;
     let url = line.trim().to_owned();
-    if !url.starts_with("http://") {
+    if !url.starts_with("https://") {
         bail!("the simulator printed `{url}` instead of its URL");
     }
     Ok(url)

@@ -72,8 +72,12 @@ impl World {
         World { sim, pvc, host, cluster }
     }
 
+    /// A cluster over the simulator's HTTPS, trusting its CA, with the settings of
+    /// `client::client_for_url` (no kube-level retries: the policy is theseus's).
     pub(crate) fn connection(&self) -> Cluster {
-        Cluster::for_url(&self.sim.url(), "default").expect("client").with_retry(RetryPolicy::fast())
+        Cluster::from_client(sim_client(&self.sim), "default")
+            .with_server(self.sim.url())
+            .with_retry(RetryPolicy::fast())
     }
 
     pub(crate) fn backend(&self) -> VolcanoBackend {
@@ -104,6 +108,15 @@ impl Drop for World {
             assert!(warnings.is_empty(), "the simulator warned about what theseus sent: {warnings:?}");
         }
     }
+}
+
+/// A kube client for the simulator's HTTPS URL that trusts its CA.
+pub(crate) fn sim_client(sim: &Sim) -> kube::Client {
+    let mut config = kube::Config::new(sim.url().parse().expect("a URL"));
+    config.root_cert = Some(vec![sim.ca_der()]);
+    config.connect_timeout = Some(theseus_backend_volcano::client::CONNECT_TIMEOUT);
+    config.default_retry = false;
+    kube::Client::try_from(config).expect("a client")
 }
 
 pub(crate) fn plan(nodes: u32, gpus_per_node: u32) -> Plan {

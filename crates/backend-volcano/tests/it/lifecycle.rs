@@ -26,7 +26,7 @@ async fn the_helper_exits_on_sigterm_instead_of_waiting_for_sigkill() {
     let sim = Sim::start(SimConfig { max_grace_period: std::time::Duration::from_secs(3), ..SimConfig::default() })
         .await
         .unwrap();
-    let client = kube::Client::try_from(kube::Config::new(sim.url().parse().unwrap())).unwrap();
+    let client = crate::flow::sim_client(&sim);
     let pvc = tempfile::tempdir().unwrap();
     let mount = pvc.path().display().to_string();
     let host: theseus_core::config::VolcanoHost = serde_json::from_value(serde_json::json!({

@@ -32,7 +32,9 @@ impl FakePod {
     async fn start(options: ExecServerOptions) -> FakePod {
         let root = tempfile::tempdir().unwrap();
         let server = ExecServer::start(root.path(), options).await.unwrap();
-        let client = Client::try_from(kube::Config::new(server.url().parse().unwrap())).unwrap();
+        let mut config = kube::Config::new(server.url().parse().unwrap());
+        config.root_cert = Some(vec![server.ca_der()]);
+        let client = Client::try_from(config).unwrap();
         let pods: Api<Pod> = Api::namespaced(client, "team");
         let dest = root.path().join("workspace/run-1").to_str().unwrap().to_owned();
         let target = ShipTarget { pods, pod: "theseus-ship-run-1".into(), container: None, dest };

@@ -17,7 +17,9 @@ const BOTH: [Protocols; 2] = [Protocols::V5AndV4, Protocols::V4Only];
 
 async fn shell(root: &Path, options: ExecServerOptions) -> (ExecServer, ExecShell) {
     let server = ExecServer::start(root, options).await.unwrap();
-    let client = Client::try_from(kube::Config::new(server.url().parse().unwrap())).unwrap();
+    let mut config = kube::Config::new(server.url().parse().unwrap());
+    config.root_cert = Some(vec![server.ca_der()]);
+    let client = Client::try_from(config).unwrap();
     let pods: Api<Pod> = Api::namespaced(client, "team");
     let shell = ExecShell::new(pods, "theseus-ship-run", None, root.to_str().unwrap());
     (server, shell)

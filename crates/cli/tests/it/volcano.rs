@@ -33,7 +33,7 @@ impl SimWorld {
     }
 
     /// With `authz`, the simulator checks bearer tokens and RBAC, and the kubeconfig carries
-    /// the given token.
+    /// the given token. The simulator serves HTTPS; the kubeconfig trusts its CA.
     pub(crate) fn start_with(ctx: &TestContext, authz: Option<(theseus_kube_sim::Authz, &str)>) -> SimWorld {
         let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
         let token = authz.as_ref().map(|(_, token)| (*token).to_owned());
@@ -44,7 +44,7 @@ impl SimWorld {
         };
         let sim = runtime.block_on(Sim::start(config)).expect("simulator starts");
         let pvc = tempfile::tempdir().unwrap();
-        write_kubeconfig(ctx.home(), &sim.url(), token.as_deref());
+        write_kubeconfig(ctx.home(), &sim, token.as_deref());
         write_dispatch_config(ctx.home(), pvc.path());
         let code = tempfile::tempdir().unwrap();
         std::fs::write(
@@ -68,19 +68,13 @@ impl SimWorld {
     }
 }
 
-fn write_kubeconfig(home: &Path, server: &str, token: Option<&str>) {
+/// What kind writes: the simulator's HTTPS URL and `certificate-authority-data`, and the
+/// user's token (none without RBAC).
+fn write_kubeconfig(home: &Path, sim: &Sim, token: Option<&str>) {
     let dir = home.join(".kube");
     std::fs::create_dir_all(&dir).unwrap();
     let user = token.map_or_else(|| "{}".to_owned(), |t| format!("{{token: {t}}}"));
-    std::fs::write(
-        dir.join("config"),
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: sim\n  cluster:\n    server: {server}\n\
-             users:\n- name: sim\n  user: {user}\ncontexts:\n- name: sim\n  context:\n    cluster: sim\n    user: sim\n\
-             current-context: sim\n"
-        ),
-    )
-    .unwrap();
+    std::fs::write(dir.join("config"), sim.kubeconfig(&user, "default")).unwrap();
 }
 
 fn write_dispatch_config(home: &Path, pvc: &Path) {

@@ -29,15 +29,15 @@ fn attrs(verb: &str, group: &str, resource: &str, namespace: Option<&str>, name:
 #[test]
 fn tokens_name_users_and_unknown_ones_are_401() {
     let authz = Authz::from_files(TOKENS, &docs_rbac()).unwrap();
-    assert_eq!(authz.authenticate("Bearer t-researcher").unwrap().0, "researcher");
-    assert_eq!(authz.authenticate("Bearer t-other").unwrap().1, ["team-a", "team-b"]);
-    assert_eq!(authz.authenticate("").unwrap().0, "system:anonymous", "no token: the anonymous user");
+    assert_eq!(authz.authenticate(None, "Bearer t-researcher").unwrap().0, "researcher");
+    assert_eq!(authz.authenticate(None, "Bearer t-other").unwrap().1, ["team-a", "team-b"]);
+    assert_eq!(authz.authenticate(None, "").unwrap().0, "system:anonymous", "no token: the anonymous user");
     let anonymous = ["system:unauthenticated".to_owned()];
     let err =
         authz.authorize("system:anonymous", &anonymous, &attrs("list", "", "pods", Some("default"), None)).unwrap_err();
     assert_eq!(err.code, 403, "whom RBAC refuses");
     for bad in ["Bearer nope", "Basic dDpy"] {
-        let err = authz.authenticate(bad).unwrap_err();
+        let err = authz.authenticate(None, bad).unwrap_err();
         assert_eq!((err.code, err.reason, err.message.as_str()), (401, "Unauthorized", "Unauthorized"), "{bad:?}");
     }
 }

@@ -22,7 +22,8 @@ struct Fixture {
 async fn fixture(options: ExecServerOptions) -> Fixture {
     let root = tempfile::tempdir().unwrap();
     let server = ExecServer::start(root.path(), options).await.unwrap();
-    let config = kube::Config::new(server.url().parse().unwrap());
+    let mut config = kube::Config::new(server.url().parse().unwrap());
+    config.root_cert = Some(vec![server.ca_der()]);
     let client = Client::try_from(config).unwrap();
     Fixture { _root: root, _server: server, pods: Api::namespaced(client, "default") }
 }

@@ -1,5 +1,5 @@
 //! Fault injection: failed requests (500, 429 with Retry-After), scheduling delays, the request
-//! log.
+//! log, and API outages as a TLS client sees them.
 
 use std::time::{Duration, Instant};
 
@@ -45,4 +45,34 @@ async fn scheduling_delay_holds_jobs_pending() {
     assert!(created.elapsed() >= Duration::from_millis(600), "admitted after {:?}", created.elapsed());
     eventually("completion", 20, || async { (phase(&jobs.get("slow").await.ok()?) == "Completed").then_some(()) })
         .await;
+}
+
+/// Every message of an error's chain, lower case.
+fn chain(err: &kube::Error) -> String {
+    let mut text = String::new();
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(e) = cause {
+        text.push_str(&e.to_string().to_lowercase());
+        text.push('\n');
+        cause = e.source();
+    }
+    text
+}
+
+#[tokio::test]
+async fn outages_over_tls_reset_connections_or_hold_requests_then_answer() {
+    let ctx = start(SimConfig::default()).await;
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), "default");
+    // Refused: a reset, as from a port nobody listens on, never a TLS failure (which clients
+    // rightly do not retry).
+    ctx.sim.faults().outage(theseus_kube_sim::Outage::Refuse, None);
+    for _ in 0..5 {
+        let text = chain(&pods.list(&ListParams::default()).await.unwrap_err());
+        assert!(text.contains("reset") && !text.contains("tls") && !text.contains("handshake"), "{text}");
+    }
+    // Hung: the TLS handshake completes and the request waits; once the outage ends it is
+    // answered on the same connection.
+    ctx.sim.faults().outage(theseus_kube_sim::Outage::Hang, Some(Duration::from_millis(700)));
+    pods.list(&ListParams::default()).await.expect("answered once the hang ends");
+    assert_eq!(ctx.sim.faults().current_outage(), None);
 }

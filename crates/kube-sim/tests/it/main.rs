@@ -2,6 +2,7 @@
 
 mod exec;
 mod faults;
+mod https;
 mod lifecycle;
 mod objects;
 mod support;

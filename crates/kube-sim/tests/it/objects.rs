@@ -192,12 +192,15 @@ async fn discovery_serves_core_and_volcano() {
 }
 
 /// `POST` of `body` to `path` with raw HTTP: status, `Warning` headers and the JSON body.
-async fn post_raw(url: &str, path: &str, body: &serde_json::Value) -> (u16, Vec<String>, serde_json::Value) {
-    let req = http::Request::post(format!("{url}{path}"))
+async fn post_raw(
+    client: &kube::Client,
+    path: &str,
+    body: &serde_json::Value,
+) -> (u16, Vec<String>, serde_json::Value) {
+    let req = http::Request::post(path)
         .header("content-type", "application/json")
         .body(body.to_string().into_bytes())
         .unwrap();
-    let client = kube::Client::try_from(kube::Config::new(url.parse().unwrap())).unwrap();
     let resp = client.send(req.map(kube::client::Body::from)).await.unwrap();
     let status = resp.status().as_u16();
     let warnings = resp.headers().get_all("warning").iter().map(|v| v.to_str().unwrap().to_owned()).collect();
@@ -212,7 +215,7 @@ async fn custom_resources_are_pruned_validated_and_defaulted_over_http() {
     let mut job = serde_json::to_value(crate::support::vcjob("a", 1, 0, "busybox", &["true"])).unwrap();
     job["spec"]["minAvaliable"] = json!(1);
 
-    let (code, warnings, stored) = post_raw(&ctx.sim.url(), path, &job).await;
+    let (code, warnings, stored) = post_raw(&ctx.client, path, &job).await;
     assert_eq!(code, 201, "{stored}");
     assert_eq!(warnings, [r#"299 - "unknown field \"spec.minAvaliable\"""#]);
     assert!(stored["spec"].get("minAvaliable").is_none(), "pruned: {stored}");
@@ -221,7 +224,7 @@ async fn custom_resources_are_pruned_validated_and_defaulted_over_http() {
 
     job["metadata"]["name"] = json!("b");
     let strict = format!("{path}?fieldValidation=Strict");
-    let (code, _, status) = post_raw(&ctx.sim.url(), &strict, &job).await;
+    let (code, _, status) = post_raw(&ctx.client, &strict, &job).await;
     assert_eq!((code, status["reason"].as_str()), (400, Some("BadRequest")), "{status}");
     assert!(
         status["message"].as_str().unwrap().ends_with(r#"strict decoding error: unknown field "spec.minAvaliable""#)
@@ -299,7 +302,7 @@ async fn dry_run_checks_everything_and_stores_nothing() {
     api.get("dry").await.expect("still there after a dry-run delete");
 
     let (code, _, status) = post_raw(
-        &ctx.sim.url(),
+        &ctx.client,
         "/apis/batch.volcano.sh/v1alpha1/namespaces/default/jobs?dryRun=Some",
         &serde_json::to_value(&job).unwrap(),
     )

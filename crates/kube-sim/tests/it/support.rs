@@ -18,9 +18,15 @@ pub(crate) struct Ctx {
 
 pub(crate) async fn start(config: SimConfig) -> Ctx {
     let sim = Sim::start(config).await.expect("simulator starts");
-    let url: http::Uri = sim.url().parse().expect("valid url");
-    let client = Client::try_from(kube::Config::new(url)).expect("client");
+    let client = Client::try_from(client_config(&sim)).expect("client");
     Ctx { sim, client }
+}
+
+/// A kube config for the simulator's HTTPS URL that trusts its CA, without credentials.
+pub(crate) fn client_config(sim: &Sim) -> kube::Config {
+    let mut config = kube::Config::new(sim.url().parse().expect("valid url"));
+    config.root_cert = Some(vec![sim.ca_der()]);
+    config
 }
 
 /// Polls `f` until it returns `Some`, failing the test after `secs` seconds.

@@ -90,6 +90,8 @@ pub(crate) fn e2e(root: &Path, flags: &Flags) -> Result<()> {
             namespace: NAMESPACE.into(),
             kubectl_server: None,
             kubectl_token: None,
+            kubectl_ca: None,
+            env: Vec::new(),
         };
         eprintln!("e2e: cluster ready after {:.1}s", started.elapsed().as_secs_f64());
         scenarios::run_all(&world, &flags.only, false)
