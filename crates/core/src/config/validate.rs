@@ -407,7 +407,7 @@ pub(crate) fn host_from_body(kind: HostKind, body: Map<String, Value>, path: &st
 /// Deserializes `value` and turns serde's errors into [`KeyError`]s with the full key path and
 /// house-style messages (`unknown key "x" (expected one of: a, b)`, `missing required key "x"`).
 pub(crate) fn de_strict<T: DeserializeOwned>(value: Value, prefix: &str) -> Result<T, KeyError> {
-    serde_path_to_error::deserialize(value).map_err(|e| {
+    serde_path_to_error::deserialize(super::lenient::Lenient(value)).map_err(|e| {
         let sub = e.path().to_string();
         let path = match (sub.as_str(), prefix) {
             (".", _) | ("", _) => prefix.to_owned(),
