@@ -9,7 +9,7 @@ use anyhow::{Result, anyhow};
 use futures::StreamExt;
 use serde_json::json;
 use theseus_core::backend::{DynBackend, JobHandle, JobState, JobStatus, LogOptions};
-use theseus_core::config::{HostKind, LoadedConfig};
+use theseus_core::config::{DispatchConfig, HostKind, LoadedConfig, compat};
 use theseus_core::interrupt;
 use theseus_core::ledger::{Ledger, Record, is_placeholder};
 
@@ -30,14 +30,44 @@ pub(crate) fn find(ctx: &Context, ledger: &Ledger, job: &str) -> Result<(Record,
         .find(job)?
         .ok_or_else(|| anyhow!("no job or run `{job}` in the ledger (`theseus list` shows what is there)"))?;
     let loaded = ctx.config()?;
-    let backend = backend_for(ctx, &loaded, &record)?;
+    let backend = backend_for(ctx, &loaded, ledger, &record)?;
     Ok((record, backend))
 }
 
-/// The backend that ran `record`.
-fn backend_for(ctx: &Context, loaded: &LoadedConfig, record: &Record) -> Result<Arc<DynBackend>> {
-    let backend = if loaded.config.hosts.contains_key(&record.host) {
+/// What the ledger keeps of the config for a run on `host` (see [`Ledger::set_host_config`]):
+/// that host, its cluster and the GRES mapping, secrets redacted.
+pub(crate) fn host_snapshot(config: &DispatchConfig, host: &str) -> Option<serde_json::Value> {
+    let redacted = compat::redacted(config);
+    let entry = redacted.hosts.get(host)?.clone();
+    let mut one = DispatchConfig { gres_mapping: redacted.gres_mapping.clone(), ..DispatchConfig::default() };
+    if let Some(cluster) = redacted.clusters.get(entry.cluster()) {
+        one.clusters.insert(entry.cluster().to_owned(), cluster.clone());
+    }
+    one.hosts.insert(host.to_owned(), entry);
+    serde_json::to_value(&one).ok()
+}
+
+/// The backend that ran `record`: the configured host when it is still the same place (type
+/// and cluster as recorded), else the host as recorded at submit (a run submitted with
+/// `-d FILE` is followed without it).
+fn backend_for(ctx: &Context, loaded: &LoadedConfig, ledger: &Ledger, record: &Record) -> Result<Arc<DynBackend>> {
+    let recorded: Option<DispatchConfig> = ledger
+        .host_config(&record.identity.run_id)
+        .ok()
+        .flatten()
+        .and_then(|value| serde_json::from_value(value).ok())
+        .filter(|c: &DispatchConfig| c.hosts.contains_key(&record.host));
+    let same_place = |recorded: &DispatchConfig| {
+        let current = host_snapshot(&loaded.config, &record.host).and_then(|v| serde_json::from_value(v).ok());
+        current.is_some_and(|current: DispatchConfig| {
+            let (a, b) = (&current.hosts[&record.host], &recorded.hosts[&record.host]);
+            a.kind() == b.kind() && current.clusters.get(a.cluster()) == recorded.clusters.get(b.cluster())
+        })
+    };
+    let backend = if loaded.config.hosts.contains_key(&record.host) && recorded.as_ref().is_none_or(same_place) {
         ctx.backend(loaded, &record.host)?
+    } else if let Some(recorded) = recorded {
+        crate::backends::for_host(&recorded, &record.host, &ctx.home)?
     } else if record.handle.kind == HostKind::Local {
         // The host left the config; a local handle carries every path it needs.
         Arc::new(theseus_core::local::LocalBackend::new(
@@ -162,7 +192,7 @@ fn print_status(ctx: &Context, record: &Record, status: &JobStatus) -> Result<()
 }
 
 pub(crate) async fn status(ctx: &Context, args: TargetArgs) -> Result<ExitCode> {
-    let ledger = ctx.ledger()?;
+    let ledger = ctx.ledger_for_reading()?;
     let (record, backend) = find(ctx, &ledger, &args.job)?;
     let status = refresh(&ledger, &record, &backend).await?;
     print_status(ctx, &record, &status)?;
@@ -170,7 +200,7 @@ pub(crate) async fn status(ctx: &Context, args: TargetArgs) -> Result<ExitCode> 
 }
 
 pub(crate) async fn logs(ctx: &Context, args: LogsArgs) -> Result<ExitCode> {
-    let ledger = ctx.ledger()?;
+    let ledger = ctx.ledger_for_reading()?;
     let (record, backend) = find(ctx, &ledger, &args.job)?;
     if args.follow {
         // Following an existing run says why it has not started but never cancels it.
@@ -337,7 +367,7 @@ pub(crate) async fn cancel(ctx: &Context, args: TargetArgs) -> Result<ExitCode> 
 }
 
 pub(crate) async fn list(ctx: &Context, args: ListArgs) -> Result<ExitCode> {
-    let ledger = ctx.ledger()?;
+    let ledger = ctx.ledger_for_reading()?;
     let mut records = ledger.list(args.limit)?;
     if !args.no_refresh {
         refresh_live(ctx, &ledger, &mut records).await;
@@ -376,7 +406,7 @@ pub(crate) async fn refresh_live(ctx: &Context, ledger: &Ledger, records: &mut [
     for (i, record) in records.iter().enumerate().filter(|(_, r)| !r.state.is_terminal()) {
         let backend = match backends.get(&record.host) {
             Some(b) => b.clone(),
-            None => match backend_for(ctx, &loaded, record) {
+            None => match backend_for(ctx, &loaded, ledger, record) {
                 Ok(b) => {
                     backends.insert(record.host.clone(), b.clone());
                     b

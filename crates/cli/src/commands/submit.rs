@@ -9,6 +9,7 @@ use std::sync::Arc;
 use anyhow::{Result, bail};
 use serde_json::json;
 use theseus_core::backend::{DryRunDocument, DynBackend, JobHandle, JobState, PreparedJob, RunLayout};
+use theseus_core::config::DispatchConfig;
 use theseus_core::dispatch::{DispatchError, Dispatcher, Solved};
 use theseus_core::job::JobIdentity;
 use theseus_core::ledger::{Ledger, RunKind};
@@ -41,7 +42,9 @@ pub(crate) async fn run(ctx: &Context, args: SubmitArgs) -> Result<ExitCode> {
         solved.backend
     ));
     let ledger = ctx.ledger()?;
-    let handle = submit_recorded(&dispatcher, &ledger, &solved.backend, &job, RunKind::Job, args.replace).await?;
+    let handle =
+        submit_recorded(&dispatcher, &ledger, &solved.loaded.config, &solved.backend, &job, RunKind::Job, args.replace)
+            .await?;
     if args.replace {
         mark_replaced(ctx, &ledger, &solved.backend, &identity, &plan.host).await?;
     }
@@ -87,12 +90,20 @@ pub(crate) async fn prepare_job(
 pub(crate) async fn submit_recorded(
     dispatcher: &Dispatcher,
     ledger: &Ledger,
+    config: &DispatchConfig,
     backend: &Arc<DynBackend>,
     job: &PreparedJob,
     kind: RunKind,
     replace: bool,
 ) -> Result<JobHandle> {
-    match dispatcher.submit(ledger, backend, job, kind, replace).await {
+    let submitted = dispatcher.submit(ledger, backend, job, kind, replace).await;
+    // The run's host as configured now, for `status`, `logs` and `cancel` without `-d FILE`.
+    if let Some(snapshot) = super::jobs::host_snapshot(config, &job.plan.host)
+        && let Err(e) = ledger.set_host_config(&job.identity.run_id, &snapshot)
+    {
+        tracing::warn!("cannot keep the host config of run {}: {e}", job.identity.run_id);
+    }
+    match submitted {
         Ok(handle) => Ok(handle),
         Err(DispatchError::Failed(e @ theseus_core::Error::AlreadyExists { .. })) => {
             bail!("{e}; pass --replace to stop it and submit, or pick another name")

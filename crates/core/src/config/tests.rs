@@ -810,3 +810,17 @@ fn a_list_where_a_string_goes_is_still_an_error() {
         Ok(())
     });
 }
+
+/// The ledger keeps a run's host config as JSON (for commands without `-d FILE`): every host
+/// type of the original example reads back as it was written.
+#[test]
+fn a_config_written_as_json_reads_back_the_same() {
+    Jail::expect_with(|jail| {
+        let text = include_str!("../../test_data/original-dispatch.yaml");
+        let loaded = Setup::new(jail, Some(text), None).load();
+        let json = serde_json::to_value(&loaded.config).unwrap();
+        let back: DispatchConfig = serde_json::from_value(json).unwrap();
+        assert_eq!(back, loaded.config);
+        Ok(())
+    });
+}

@@ -1,0 +1,117 @@
+//! The CLI's everyday edges at real sites (issue 23 point 12): a ledger on a read-only
+//! filesystem, runs submitted with `-d FILE` looked up without it, and the like.
+
+use std::path::Path;
+use std::process::Output;
+use std::time::{Duration, Instant};
+
+use crate::{TestContext, text};
+
+/// A job that prints a line and sleeps, with its code dir.
+fn sleeper() -> tempfile::TempDir {
+    let code = tempfile::tempdir().unwrap();
+    std::fs::write(code.path().join("wait.py"), "import time\nprint('waiting', flush=True)\ntime.sleep(600)\n")
+        .unwrap();
+    std::fs::write(code.path().join("exp.yaml"), "entrypoint: python wait.py\nrequest: {chip: cpu}\n").unwrap();
+    code
+}
+
+fn submit(ctx: &TestContext, code: &Path, name: &str, extra: &[&str]) -> String {
+    let exp = code.join("exp.yaml");
+    let out = ctx
+        .cmd()
+        .args(extra)
+        .args(["submit", name, exp.to_str().unwrap(), "--code", code.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    text(&out.stdout).trim().to_owned()
+}
+
+fn wait_for_log(ctx: &TestContext, run_id: &str, extra: &[&str]) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let logs = ctx.cmd().args(extra).args(["logs", run_id]).output().unwrap();
+        if ["waiting", "rank"].iter().any(|w| text(&logs.stdout).contains(w)) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "the job never started: {}", text(&logs.stderr));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// `theseus ARGS` with the state dir mounted read-only (a private mount namespace: the test
+/// runs as root, which file modes would not stop).
+fn run_read_only(ctx: &TestContext, args: &[&str]) -> Output {
+    let state = ctx.home().join("state");
+    let cmd = ctx.cmd();
+    let program = cmd.get_program().to_owned();
+    let mut wrapped = std::process::Command::new("unshare");
+    wrapped
+        .args(["-m", "sh", "-c", "mount --bind -o ro \"$0\" \"$0\" && exec \"$@\""])
+        .arg(&state)
+        .arg(program)
+        .args(args)
+        .current_dir(crate::repo_root())
+        .env_clear()
+        .envs(cmd.get_envs().filter_map(|(k, v)| v.map(|v| (k.to_owned(), v.to_owned()))));
+    wrapped.output().unwrap()
+}
+
+/// Cancels the test's jobs when the test ends, passed or failed.
+struct CancelOnDrop<'a>(&'a TestContext, Vec<String>, &'a [&'a str]);
+
+impl Drop for CancelOnDrop<'_> {
+    fn drop(&mut self) {
+        for run in &self.1 {
+            let _ = self.0.cmd().args(self.2).args(["cancel", run]).output();
+        }
+    }
+}
+
+#[test]
+fn a_read_only_ledger_does_not_block_list_status_and_logs() {
+    let ctx = TestContext::new();
+    let code = sleeper();
+    let run_id = submit(&ctx, code.path(), "ro-sleepy", &[]);
+    let _cleanup = CancelOnDrop(&ctx, vec![run_id.clone()], &[]);
+    wait_for_log(&ctx, &run_id, &[]);
+    for args in [&["list"][..], &["status", "ro-sleepy"], &["logs", "ro-sleepy"]] {
+        let out = run_read_only(&ctx, args);
+        let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+        assert!(out.status.success(), "{args:?} failed:\n{stderr}");
+        match args[0] {
+            "list" | "status" => assert!(stdout.contains("running"), "{args:?}: {stdout}"),
+            _ => assert!(stdout.contains("waiting"), "{args:?}: {stdout}"),
+        }
+        let warnings: Vec<&str> = stderr.lines().filter(|l| l.contains("read-only")).collect();
+        assert!(warnings.len() <= 1, "{args:?} warns at most once: {stderr}");
+    }
+}
+
+/// A Volcano run submitted with `-d FILE` (the only place its host is defined) is looked up,
+/// followed and cancelled without the file: its host config comes from the ledger.
+#[test]
+fn runs_submitted_with_a_dispatch_file_are_found_without_it() {
+    let ctx = TestContext::new();
+    let world = crate::volcano::SimWorld::start(&ctx);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("site.yaml");
+    std::fs::rename(ctx.home().join(".theseus.yaml"), &file).unwrap();
+    let d = ["-d", file.to_str().unwrap()];
+    let exp = world.exp("sleep.yaml");
+    let out = ctx.cmd().args(d).args(["submit", "from-file", &exp, "--code", world.code()]).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let run_id = text(&out.stdout).trim().to_owned();
+    let _cleanup = CancelOnDrop(&ctx, vec![run_id.clone()], &d);
+    wait_for_log(&ctx, &run_id, &d);
+    let status = ctx.run(&["status", "from-file"]);
+    assert!(status.status.success(), "status without -d: {}", text(&status.stderr));
+    assert!(text(&status.stdout).contains("running"), "{}", text(&status.stdout));
+    let logs = ctx.run(&["logs", "from-file"]);
+    assert!(logs.status.success(), "logs without -d: {}", text(&logs.stderr));
+    assert!(text(&logs.stdout).contains("rank"), "{}", text(&logs.stdout));
+    let cancel = ctx.run(&["cancel", "from-file"]);
+    assert!(cancel.status.success(), "cancel without -d: {}", text(&cancel.stderr));
+    assert!(text(&cancel.stdout).contains("cancelled"), "{}", text(&cancel.stdout));
+}
