@@ -13,6 +13,7 @@ use theseus_core::config::DispatchConfig;
 use theseus_core::dispatch::{DispatchError, Dispatcher, Solved};
 use theseus_core::job::JobIdentity;
 use theseus_core::ledger::{Ledger, RunKind};
+use theseus_core::snapshot::size::SizeLimits;
 use theseus_core::solver::render;
 
 use crate::args::{JobArgs, OutputFormat, SubmitArgs};
@@ -83,7 +84,18 @@ pub(crate) async fn prepare_job(
     let solved = super::prepare::solve(ctx, dispatcher, job_args, experiment, code, probe).await?;
     dispatcher.report_plan(&solved);
     let (job, layout) = dispatcher.prepare(&solved).map_err(super::prepare::lift)?;
+    check_sizes(ctx, &job.snapshot)?;
     Ok((solved, job, layout))
+}
+
+/// Warns about large files in the code, or refuses ones over the limit (see
+/// [`theseus_core::snapshot::size`]), before anything is created.
+pub(crate) fn check_sizes(ctx: &Context, snapshot: &theseus_core::snapshot::Snapshot) -> Result<()> {
+    let limits = SizeLimits::from_env(|name| std::env::var(name).ok())?;
+    for warning in snapshot.check_sizes(&limits)? {
+        ctx.info(format!("theseus: warning: {warning}"));
+    }
+    Ok(())
 }
 
 /// Core's submit with its ledger record; a name held by a live run says how to replace it.

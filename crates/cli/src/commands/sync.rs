@@ -58,6 +58,7 @@ pub(crate) async fn once(
     mode: SnapshotMode,
 ) -> Result<SyncReport> {
     let mut snapshot = Snapshot::collect(code_dir, mode)?;
+    super::submit::check_sizes(ctx, &snapshot)?;
     snapshot.hash_cache = Some(ctx.hash_cache_dir());
     let quiet = ctx.quiet;
     let options = SyncOptions {

@@ -115,3 +115,30 @@ fn runs_submitted_with_a_dispatch_file_are_found_without_it() {
     assert!(cancel.status.success(), "cancel without -d: {}", text(&cancel.stderr));
     assert!(text(&cancel.stdout).contains("cancelled"), "{}", text(&cancel.stdout));
 }
+
+/// A 2 GiB file in the code (a forgotten checkpoint; sparse here) is named with its size and
+/// the fix; over the limit (`THESEUS_MAX_FILE_SIZE`), the submit is refused and nothing is left.
+#[test]
+fn a_large_file_in_the_code_is_named_or_refused() {
+    let ctx = TestContext::new();
+    let code = tempfile::tempdir().unwrap();
+    std::fs::write(code.path().join("exp.yaml"), "entrypoint: python -c pass\nrequest: {chip: cpu}\n").unwrap();
+    std::fs::File::create(code.path().join("ckpt.pt")).unwrap().set_len(2 << 30).unwrap();
+    let exp = code.path().join("exp.yaml");
+    let args = ["submit", "big", exp.to_str().unwrap(), "--code", code.path().to_str().unwrap()];
+    let dry = ctx.cmd().args(args).arg("--dry-run").output().unwrap();
+    assert!(dry.status.success(), "{}", text(&dry.stderr));
+    let stderr = text(&dry.stderr);
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.starts_with("theseus: warning: `ckpt.pt` in the code is 2.0 GiB") && l.contains(".gitignore")),
+        "{stderr}"
+    );
+    let refused = ctx.cmd().args(args).env("THESEUS_MAX_FILE_SIZE", "1G").output().unwrap();
+    assert_eq!(refused.status.code(), Some(2), "{}", text(&refused.stderr));
+    let stderr = text(&refused.stderr);
+    assert!(stderr.contains("files over 1.0 GiB (THESEUS_MAX_FILE_SIZE): `ckpt.pt` (2.0 GiB)"), "{stderr}");
+    let list = ctx.run(&["list", "--no-refresh"]);
+    assert!(!text(&list.stdout).contains("big"), "nothing was recorded: {}", text(&list.stdout));
+}
