@@ -142,3 +142,36 @@ fn a_large_file_in_the_code_is_named_or_refused() {
     let list = ctx.run(&["list", "--no-refresh"]);
     assert!(!text(&list.stdout).contains("big"), "nothing was recorded: {}", text(&list.stdout));
 }
+
+/// `list` against a host that does not answer says so: one line per host on stderr, and its
+/// live rows marked (`?` after the state; `unanswered` in JSON) instead of shown as if current.
+#[test]
+fn list_says_which_host_did_not_answer() {
+    let ctx = TestContext::new();
+    let world = crate::volcano::SimWorld::start(&ctx);
+    let exp = world.exp("sleep.yaml");
+    let out = ctx.run(&["submit", "quiet-host", &exp, "--code", world.code()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let run_id = text(&out.stdout).trim().to_owned();
+    let _cleanup = CancelOnDrop(&ctx, vec![run_id.clone()], &[]);
+    wait_for_log(&ctx, &run_id, &[]);
+    // The cluster stops answering: its API address now refuses connections.
+    let kubeconfig = ctx.home().join(".kube/config");
+    let good = std::fs::read_to_string(&kubeconfig).unwrap();
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    std::fs::write(&kubeconfig, good.replace(&world.sim.url(), &format!("http://{closed}"))).unwrap();
+
+    let list = ctx.run(&["list"]);
+    let (stdout, stderr) = (text(&list.stdout), text(&list.stderr));
+    assert!(list.status.success(), "{stderr}");
+    let row = stdout.lines().find(|l| l.contains(&run_id)).unwrap_or_else(|| panic!("{stdout}"));
+    assert!(row.split_whitespace().any(|cell| cell == "pending?" || cell == "running?"), "the row is marked: {row}");
+    let said: Vec<&str> = stderr.lines().filter(|l| l.contains("host `k8s` did not answer")).collect();
+    assert_eq!(said.len(), 1, "one line for the host: {stderr}");
+    let json = ctx.run(&["list", "--output", "json"]);
+    let rows: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    let row = rows.as_array().unwrap().iter().find(|r| r["identity"]["run_id"] == run_id.as_str()).unwrap();
+    assert!(row["unanswered"].as_str().is_some_and(|m| !m.is_empty()), "{row}");
+    assert!(row["state"] == "pending" || row["state"] == "running", "its last known state: {row}");
+    std::fs::write(&kubeconfig, good).unwrap();
+}
