@@ -175,3 +175,40 @@ fn list_says_which_host_did_not_answer() {
     assert!(row["state"] == "pending" || row["state"] == "running", "its last known state: {row}");
     std::fs::write(&kubeconfig, good).unwrap();
 }
+
+/// Bytes a process has read so far (`rchar` of `/proc/PID/io`).
+fn bytes_read(pid: u32) -> u64 {
+    let io = std::fs::read_to_string(format!("/proc/{pid}/io")).unwrap_or_default();
+    io.lines().find_map(|l| l.strip_prefix("rchar: ")).and_then(|n| n.trim().parse().ok()).unwrap_or(0)
+}
+
+/// `sync` into a run that is cancelled while the sync copies reports failure, not success.
+/// The sync hashes a 1.5 GiB (sparse) file after its check that the run is live; the cancel
+/// comes once it has read 64 MiB of it.
+#[test]
+fn a_sync_into_a_run_cancelled_meanwhile_fails() {
+    let ctx = TestContext::new();
+    let code = sleeper();
+    let run_id = submit(&ctx, code.path(), "sync-cancelled", &[]);
+    let _cleanup = CancelOnDrop(&ctx, vec![run_id.clone()], &[]);
+    wait_for_log(&ctx, &run_id, &[]);
+    std::fs::File::create(code.path().join("big.bin")).unwrap().set_len(3 << 29).unwrap();
+    let mut sync = ctx
+        .cmd()
+        .args(["sync", &run_id, "--code", code.path().to_str().unwrap()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    while bytes_read(sync.id()) < 64 << 20 {
+        assert!(sync.try_wait().unwrap().is_none(), "the sync ended before it read the big file");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let cancel = ctx.run(&["cancel", &run_id]);
+    assert!(cancel.status.success(), "{}", text(&cancel.stderr));
+    assert!(sync.try_wait().unwrap().is_none(), "inconclusive: the sync ended before the cancel did");
+    let out = sync.wait_with_output().unwrap();
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success(), "the sync into a cancelled run reported success: {stderr}");
+    assert!(stderr.contains("ended (cancelled) while its code was synced"), "{stderr}");
+}
