@@ -117,6 +117,10 @@ pub(crate) async fn submit_recorded(
     }
     match submitted {
         Ok(handle) => Ok(handle),
+        Err(DispatchError::Failed(e @ theseus_core::Error::AlreadyExists { .. })) if replace => {
+            // Only a run still being submitted refuses a `--replace`: it is stopped once started.
+            bail!("{e}; nothing of this run was created: submit again with --replace once that run has started")
+        }
         Err(DispatchError::Failed(e @ theseus_core::Error::AlreadyExists { .. })) => {
             bail!("{e}; pass --replace to stop it and submit, or pick another name")
         }
