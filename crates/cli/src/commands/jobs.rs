@@ -283,7 +283,15 @@ async fn follow(
                     }
                 };
                 match start.observe(&status, began.elapsed()) {
-                    StartStep::Say(reason) => ctx.info(format!("theseus: not started yet: {reason}")),
+                    StartStep::Say(reason) => {
+                        ctx.info(format!("theseus: not started yet: {reason}"));
+                        // A job that can never start is given up now, not after the start timeout.
+                        if start_timeout.is_some() && status.state == JobState::Pending
+                            && let Ok(Some(never)) = backend.never_starts(handle).await
+                        {
+                            return give_up_never(ctx, backend, ledger, handle, run_id, &never).await;
+                        }
+                    }
                     StartStep::TimedOut(reason) => return give_up_start(ctx, backend, ledger, handle, run_id, &start, &reason).await,
                     StartStep::Nothing | StartStep::Started => {}
                 }
@@ -301,6 +309,29 @@ async fn follow(
         JobState::Completed => ExitCode::SUCCESS,
         _ => ExitCode::from(status.exit_code.filter(|c| (1..=255).contains(c)).unwrap_or(1) as u8),
     })
+}
+
+/// A followed job that can never start as its cluster is: cancelled at once with the reason,
+/// recorded, exit 1.
+async fn give_up_never(
+    ctx: &Context,
+    backend: &Arc<DynBackend>,
+    ledger: &Ledger,
+    handle: &JobHandle,
+    run_id: &str,
+    reason: &str,
+) -> Result<ExitCode> {
+    ctx.info(format!("theseus: run {run_id} can never start: {reason}"));
+    ctx.info(format!("theseus: cancelling run {run_id}"));
+    let cancelled = backend.cancel(handle).await?;
+    let status = JobStatus {
+        state: JobState::Cancelled,
+        exit_code: None,
+        message: Some(format!("can never start: {reason}")),
+        ranks: cancelled.ranks,
+    };
+    save(ledger, run_id, &status)?;
+    Ok(ExitCode::from(1))
 }
 
 /// A followed job that did not start within its backend's start timeout: cancelled (nothing of
