@@ -205,7 +205,7 @@ pub(crate) async fn logs(ctx: &Context, args: LogsArgs) -> Result<ExitCode> {
     if args.follow {
         // Following an existing run says why it has not started but never cancels it.
         let run = (&record.handle, record.identity.run_id.as_str());
-        return follow(ctx, &backend, &ledger, run, args.rank, None).await;
+        return follow(ctx, &backend, &ledger, run, args.rank, (None, false)).await;
     }
     let mut stream = backend.logs(&record.handle, &LogOptions { follow: false, rank: args.rank }).await?;
     while let Some(line) = stream.next().await {
@@ -226,7 +226,7 @@ fn print_line(line: &theseus_core::backend::LogLine) {
 /// when completed, the job's exit code (else 1) otherwise. A signal (SIGINT, SIGTERM) stops
 /// following and leaves the job running, as `kubectl logs -f` and `docker logs -f` do: the
 /// program ends with [`Interrupted`], which says how to follow again or stop the job. A job that
-/// does not start within its backend's start timeout is cancelled (`submit --follow`).
+/// does not start within its backend's start timeout, or can never start, is cancelled (`submit --follow`).
 pub(crate) async fn follow_to_end(
     ctx: &Context,
     backend: &Arc<DynBackend>,
@@ -235,7 +235,7 @@ pub(crate) async fn follow_to_end(
     run_id: &str,
     rank: Option<u32>,
 ) -> Result<ExitCode> {
-    follow(ctx, backend, ledger, (handle, run_id), rank, backend.start_timeout()).await
+    follow(ctx, backend, ledger, (handle, run_id), rank, (backend.start_timeout(), true)).await
 }
 
 /// [`follow_to_end`], cancelling the job when it has not started after `start_timeout`.
@@ -245,7 +245,7 @@ async fn follow(
     ledger: &Ledger,
     (handle, run_id): (&JobHandle, &str),
     rank: Option<u32>,
-    start_timeout: Option<std::time::Duration>,
+    (start_timeout, give_up_never): (Option<std::time::Duration>, bool),
 ) -> Result<ExitCode> {
     let detached = |signal| Interrupted {
         signal,
@@ -286,10 +286,10 @@ async fn follow(
                     StartStep::Say(reason) => {
                         ctx.info(format!("theseus: not started yet: {reason}"));
                         // A job that can never start is given up now, not after the start timeout.
-                        if start_timeout.is_some() && status.state == JobState::Pending
+                        if give_up_never && status.state == JobState::Pending
                             && let Ok(Some(never)) = backend.never_starts(handle).await
                         {
-                            return give_up_never(ctx, backend, ledger, handle, run_id, &never).await;
+                            return give_up_never_starts(ctx, backend, ledger, handle, run_id, &never).await;
                         }
                     }
                     StartStep::TimedOut(reason) => return give_up_start(ctx, backend, ledger, handle, run_id, &start, &reason).await,
@@ -313,7 +313,7 @@ async fn follow(
 
 /// A followed job that can never start as its cluster is: cancelled at once with the reason,
 /// recorded, exit 1.
-async fn give_up_never(
+async fn give_up_never_starts(
     ctx: &Context,
     backend: &Arc<DynBackend>,
     ledger: &Ledger,
