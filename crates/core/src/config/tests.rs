@@ -805,8 +805,11 @@ fn a_list_where_a_string_goes_is_still_an_error() {
     Jail::expect_with(|jail| {
         let user = "hosts: {box: {ssh: box, cluster: local, env: {A: [1, 2]}}}\n";
         let err = Setup::new(jail, Some(user), None).error();
-        assert!(err.starts_with("~/.theseus.yaml: hosts.box.env.A: "), "{err}");
-        assert!(err.contains("expected a string"), "{err}");
+        assert_eq!(
+            err,
+            "~/.theseus.yaml: hosts.box.env.A: expected a string, found a list: write one value (in quotes if it \
+             holds `: `, `#`, `[` or `{`)"
+        );
         Ok(())
     });
 }

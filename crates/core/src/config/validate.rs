@@ -427,6 +427,21 @@ pub(crate) fn de_strict<T: DeserializeOwned>(value: Value, prefix: &str) -> Resu
             KeyError::new(path, format!("unknown value {:?} (expected one of: {})", ticked[0], ticked[1..].join(", ")))
         } else if raw.starts_with("missing field") && !ticked.is_empty() {
             KeyError::new(path, format!("missing required key {:?}", ticked[0]))
+        } else if let Some(found) =
+            raw.strip_prefix("invalid type: ").and_then(|r| r.strip_suffix(", expected a string"))
+        {
+            // Numbers and booleans are read as text (see `lenient`): what is left is a list or a map.
+            let found = match found {
+                "sequence" => "a list",
+                "map" => "a map",
+                other => other,
+            };
+            KeyError::new(
+                path,
+                format!(
+                    "expected a string, found {found}: write one value (in quotes if it holds `: `, `#`, `[` or `{{`)"
+                ),
+            )
         } else {
             KeyError::new(path, raw)
         }
