@@ -212,3 +212,40 @@ fn a_sync_into_a_run_cancelled_meanwhile_fails() {
     assert!(!out.status.success(), "the sync into a cancelled run reported success: {stderr}");
     assert!(stderr.contains("ended (cancelled) while its code was synced"), "{stderr}");
 }
+
+/// Unquoted numbers and booleans in the config and the experiment reach the job as their text
+/// (issue 23 point 9): `config check` accepts them, and the job sees `0` and `true`.
+#[test]
+fn unquoted_numbers_and_booleans_reach_the_job_as_text() {
+    let ctx = TestContext::new();
+    std::fs::write(
+        ctx.home().join(".theseus.yaml"),
+        "hosts:\n  local:\n    type: local\n    cluster: local\n    env: {OMP_NUM_THREADS: 8, DEBUG: false}\n",
+    )
+    .unwrap();
+    let check = ctx.run(&["config", "check"]);
+    assert!(check.status.success(), "{}", text(&check.stderr));
+    let code = tempfile::tempdir().unwrap();
+    std::fs::write(
+        code.path().join("env.py"),
+        "import os\nprint(*(f'{k}={os.environ[k]}' for k in ['NCCL_IB_DISABLE', 'OFFLINE', 'OMP_NUM_THREADS', 'DEBUG']))\n",
+    )
+    .unwrap();
+    std::fs::write(
+        code.path().join("exp.yaml"),
+        "entrypoint: python env.py\nrequest: {chip: cpu}\nenv: {NCCL_IB_DISABLE: 0, OFFLINE: true}\n",
+    )
+    .unwrap();
+    let exp = code.path().join("exp.yaml");
+    let out = ctx
+        .cmd()
+        .args(["submit", "scalars", exp.to_str().unwrap(), "--code", code.path().to_str().unwrap(), "--follow"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("NCCL_IB_DISABLE=0 OFFLINE=true OMP_NUM_THREADS=8 DEBUG=false"),
+        "{}",
+        text(&out.stdout)
+    );
+}
