@@ -249,3 +249,34 @@ fn unquoted_numbers_and_booleans_reach_the_job_as_text() {
         text(&out.stdout)
     );
 }
+
+/// After a `--replace` race the newest ledger row of a name can be a loser that failed while an
+/// older run holds the name (issue 23 point 12): `status NAME` and `cancel NAME` reach the live
+/// run, and cancel stops it.
+#[test]
+fn status_and_cancel_by_name_reach_the_live_run_not_the_newest_row() {
+    use theseus_core::backend::JobState;
+    use theseus_core::ledger::Ledger;
+    let ctx = TestContext::new();
+    let code = sleeper();
+    let live = submit(&ctx, code.path(), "raced", &[]);
+    let _cleanup = CancelOnDrop(&ctx, vec![live.clone()], &[]);
+    wait_for_log(&ctx, &live, &[]);
+    // A replacement that lost the race: recorded after the live run, failed.
+    let ledger = Ledger::open(&ctx.home().join("state/theseus")).unwrap();
+    let mut loser = ledger.find(&live).unwrap().unwrap();
+    loser.identity.run_id = format!("{live}-lost");
+    loser.handle.id = loser.identity.run_id.clone();
+    loser.submitted_at = "2999-01-01T00:00:00Z".into();
+    ledger.insert(&loser).unwrap();
+    ledger.update_state(&loser.identity.run_id, JobState::Failed, None, Some("lost the name")).unwrap();
+    drop(ledger);
+
+    let status = ctx.run(&["status", "raced", "--output", "json"]);
+    let v: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap_or_default();
+    assert_eq!(v["run_id"], live.as_str(), "{v} {}", text(&status.stderr));
+    let cancel = ctx.run(&["cancel", "raced"]);
+    assert!(cancel.status.success(), "{}", text(&cancel.stderr));
+    let after = text(&ctx.run(&["status", &live]).stdout);
+    assert!(after.contains("cancelled"), "the live run was stopped: {after}");
+}
