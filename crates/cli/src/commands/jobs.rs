@@ -292,7 +292,8 @@ async fn follow(
                         ctx.info(format!("theseus: not started yet: {reason}"));
                         // A job that can never start is given up now, not after the start timeout.
                         if give_up_never && status.state == JobState::Pending
-                            && let Ok(Some(never)) = backend.never_starts(handle).await
+                            && let Ok(Ok(Some(never))) =
+                                tokio::time::timeout(STATUS_TIMEOUT, backend.never_starts(handle)).await
                         {
                             return give_up_never_starts(ctx, backend, ledger, handle, run_id, &never).await;
                         }
