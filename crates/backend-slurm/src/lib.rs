@@ -17,6 +17,7 @@
 
 mod claim;
 mod logs;
+mod never;
 pub mod nodelist;
 pub mod parse;
 mod paths;

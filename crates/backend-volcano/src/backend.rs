@@ -609,6 +609,22 @@ impl Backend for VolcanoBackend {
         })
     }
 
+    /// Compares the gang's requests with the nodes it may use and its queue's capability
+    /// ([`crate::fit::never_fits`]); what cannot be read (RBAC) is not judged.
+    async fn never_starts(&self, handle: &JobHandle) -> theseus_core::Result<Option<String>> {
+        let data = self.handle_data(handle)?;
+        let cluster = self.cluster().await.map_err(|e| self.err(e))?;
+        let Some(job) = cluster.get_job(&data.job).await.map_err(|e| self.err(e))? else { return Ok(None) };
+        let selector = self.host.node_selector.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",");
+        let nodes = cluster.list_nodes(&selector).await.ok();
+        let queue = match self.host.queue.as_str() {
+            "" => None,
+            name => cluster.get_queue(name).await.ok().flatten(),
+        };
+        let queue = queue.as_ref().map(|q| (self.host.queue.as_str(), &q.spec.capability));
+        Ok(crate::fit::never_fits(&job, nodes.as_deref(), queue))
+    }
+
     fn start_timeout(&self) -> Option<Duration> {
         // Checked by `validate` when the host was loaded; 10 minutes when unset.
         let timeout = match &self.host.start_timeout {

@@ -9,8 +9,10 @@
 //! when its holder's gang vcjob is terminal or gone and it was not renewed within
 //! `leaseDurationSeconds`. Once the vcjob exists, the holder makes it the Lease's owner (again a
 //! conditional `PUT`, which is also the holder's proof that it still holds the name), so the claim
-//! goes away with the job. `--replace` takes a live claim over the same way and then deletes the
-//! other runs' jobs; a run that lost its claim deletes what it created.
+//! goes away with the job. `--replace` takes a running holder's claim over the same way and then
+//! deletes the other runs' jobs; it never takes a claim whose holder is still submitting (that
+//! submit is refused, having created nothing, as a plain one is). A run that lost its claim
+//! (a stale one taken over) deletes what it created.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -128,9 +130,10 @@ async fn jobs_of_run(cluster: &Cluster, run_id: &str) -> Result<Vec<Job>, Volcan
 }
 
 /// Takes the claim of `identity` for its run, before anything else of the run is created.
-/// Without `replace`, a claim whose holder is running or submitting is
-/// [`VolcanoError::AlreadyRunning`]; a stale one is taken over. With `replace`, any claim is taken
-/// over and the other runs' live gang jobs of the identity are deleted and confirmed gone.
+/// A claim whose holder is submitting is [`VolcanoError::AlreadyRunning`], with or without
+/// `replace`; so is one whose holder is running, without `replace`; a stale one is taken over.
+/// With `replace`, a running holder's claim is taken over and the other runs' live gang jobs of
+/// the identity are deleted and confirmed gone.
 pub(crate) async fn acquire(
     cluster: &Cluster,
     identity: &JobIdentity,
@@ -160,7 +163,11 @@ pub(crate) async fn acquire(
             return clear_others(cluster, identity, claim(current), options, delete_timeout, poll).await;
         }
         let holding = judge(&current, &jobs_of_run(cluster, &held_by).await?, Timestamp::now());
-        if !options.replace && holding != Holding::Stale {
+        // A claim whose holder is still submitting is never taken over, not even by `--replace`
+        // (which replaces live jobs): the holder could only learn it lost after it started its
+        // helper and shipped. So of concurrent submits the first to claim goes on, and the
+        // others fail here, having created nothing.
+        if holding == Holding::Submitting || (!options.replace && holding != Holding::Stale) {
             return Err(already_running(identity, cluster.namespace(), &held_by, &holding, &name));
         }
         let mut next = want;
@@ -185,7 +192,7 @@ pub(crate) async fn acquire(
 fn already_running(identity: &JobIdentity, namespace: &str, run: &str, holding: &Holding, lease: &str) -> VolcanoError {
     let what = match holding {
         Holding::Running { job } => format!("vcjob {job} (run {run})"),
-        _ => format!("run {run} is being submitted (claim lease {lease})"),
+        _ => format!("run {run} is being submitted (claim lease {lease}); `--replace` stops a run once it has started"),
     };
     VolcanoError::AlreadyRunning { name: identity.name.clone(), namespace: namespace.to_owned(), what }
 }

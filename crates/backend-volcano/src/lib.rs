@@ -14,6 +14,7 @@ pub mod claim;
 pub mod client;
 pub mod error;
 mod exec;
+pub mod fit;
 mod gc;
 pub mod helper;
 pub mod log_cursor;

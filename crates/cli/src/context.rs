@@ -68,6 +68,29 @@ impl Context {
             .with_context(|| format!("cannot open the job ledger in `{}`", self.state_dir.display()))
     }
 
+    /// Opens the job ledger for a command that reads it (`list`, `status`, `logs`, `forward`,
+    /// `shell`): when it cannot be written (a read-only filesystem or dir), it is read as it
+    /// is, with one warning that the states shown cannot be stored.
+    pub(crate) fn ledger_for_reading(&self) -> Result<Ledger> {
+        let error = match self.ledger() {
+            Ok(ledger) => return Ok(ledger),
+            Err(e) => e,
+        };
+        match Ledger::open_read_only(&self.state_dir) {
+            Ok(ledger) => {
+                let cause = error.chain().last().map(ToString::to_string).unwrap_or_default();
+                eprintln!(
+                    "theseus: warning: the job ledger `{}` is read-only ({cause}): showing it as last recorded; \
+                     what this command learns is not stored (make the state dir writable, or set \
+                     --state-dir/XDG_STATE_HOME to a writable one)",
+                    ledger.path().display()
+                );
+                Ok(ledger)
+            }
+            Err(_) => Err(error),
+        }
+    }
+
     /// The backend of a configured host.
     pub(crate) fn backend(&self, loaded: &LoadedConfig, host: &str) -> Result<Arc<DynBackend>> {
         backends::for_host(&loaded.config, host, &self.home)

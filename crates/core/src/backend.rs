@@ -103,6 +103,15 @@ pub trait Backend: Debug + Display + Send + Sync + 'static {
         None
     }
 
+    /// Why the pending job of `handle` can never start as the cluster is (it asks for more
+    /// than its queue's capability or the whole cluster has, or more per pod or node than any
+    /// node has), or `None` when it may start later or the backend cannot tell (the default).
+    /// `submit --follow` gives up at once on such a job instead of after [`Backend::start_timeout`].
+    async fn never_starts(&self, handle: &JobHandle) -> Result<Option<String>> {
+        let _ = handle;
+        Ok(None)
+    }
+
     /// Frees space on this host's cluster (see [`crate::store::reclaim`]): code dirs of runs
     /// that are not live and older than [`ReclaimOptions::older_than`] (logs and status stay),
     /// leftovers of crashed submits, and objects no run links. Never touches a run in

@@ -56,6 +56,8 @@ pub struct SlurmJob {
     pub message: Option<String>,
     /// Allocated nodes as a Slurm host list (see [`crate::nodelist::expand`]), when known.
     pub nodes: Option<String>,
+    /// Slurm's reason code (`Resources`, `PartitionNodeLimit`), when it gave one.
+    pub reason: Option<String>,
 }
 
 impl SlurmJob {
@@ -94,7 +96,15 @@ impl SlurmJob {
             _ => None,
         };
         let nodes = nodes.map(str::trim).filter(|n| !n.is_empty() && *n != "(null)" && *n != "None assigned");
-        SlurmJob { job_id: job_id.to_owned(), slurm_state, state, exit_code, message, nodes: nodes.map(str::to_owned) }
+        SlurmJob {
+            job_id: job_id.to_owned(),
+            slurm_state,
+            state,
+            exit_code,
+            message,
+            nodes: nodes.map(str::to_owned),
+            reason: reason.map(str::to_owned),
+        }
     }
 
     /// The job as a [`JobStatus`] (no per-rank detail).

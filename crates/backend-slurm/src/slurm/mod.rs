@@ -22,7 +22,7 @@
 //! lists none of its steps, else it fails naming the steps left and their nodes.
 
 pub(crate) mod scripts;
-mod status;
+pub(crate) mod status;
 
 use scripts::RunState;
 
@@ -367,6 +367,13 @@ impl Backend for SlurmBackend {
         let dirs = (data.work_dir.as_str(), data.run_dir.as_str());
         let id = self.ship_and_start(job, dirs, extra, options, start, self.discard(&data)).await?;
         Ok(self.handle(id, &data))
+    }
+
+    async fn never_starts(&self, handle: &JobHandle) -> Result<Option<String>> {
+        match self.resolve(handle).await? {
+            (data, Some(id), _) => crate::never::never_starts(self, &id, data.nodes).await,
+            _ => Ok(None),
+        }
     }
 
     async fn status(&self, handle: &JobHandle) -> Result<JobStatus> {

@@ -32,7 +32,7 @@ fn parse_error(backend: &SlurmBackend, e: ParseError) -> Error {
 }
 
 /// What `squeue` says about the job; `None` when it no longer lists it.
-async fn from_squeue(backend: &SlurmBackend, job_id: &str) -> Result<Option<SlurmJob>> {
+pub(crate) async fn from_squeue(backend: &SlurmBackend, job_id: &str) -> Result<Option<SlurmJob>> {
     let ssh = &backend.ssh;
     let json = ssh
         .output(&command(backend, SQUEUE_JSON_COMMAND, job_id))

@@ -94,13 +94,17 @@ async fn concurrent_submits_of_one_name_leave_one_live_job_and_the_loser_ships_n
     }
 }
 
+/// Concurrent `--replace` submits: one live job remains, and a replacement that loses (another
+/// submit of the name is under way) creates no helper and ships nothing, as plain losers do
+/// (issue 23 point 12).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn concurrent_replacements_leave_exactly_one_live_job() {
+async fn concurrent_replacements_leave_exactly_one_live_job_and_losers_ship_nothing() {
     let world = World::start(1).await;
     let h = harness(&world);
     for round in 0..8 {
         let name = format!("rep{round}");
         let first = race(&h, &name, 1, false).await.remove(0).expect("the first run starts");
+        let before = job_creations(&world);
         let results = race(&h, &name, 3, true).await;
         let won: Vec<&JobHandle> = results.iter().filter_map(|r| r.as_ref().ok()).collect();
         assert!(!won.is_empty(), "round {round}: some replacement succeeds: {results:?}");
@@ -108,12 +112,15 @@ async fn concurrent_replacements_leave_exactly_one_live_job() {
         assert_eq!(live.len(), 1, "round {round}: one live job of {name}: {live:?}");
         assert!(live[0] != first.id, "round {round}: the replaced run is gone");
         assert!(won.iter().any(|w| w.id == live[0]), "round {round}: the live job is one a replacer reported");
-        for lost in results.iter().filter_map(|r| r.as_ref().err()).map(ToString::to_string) {
-            assert!(
-                lost.contains("taken over by run") || lost.contains("kept changing its claim"),
-                "round {round}: {lost}"
-            );
-            assert!(!lost.contains("already exists"), "round {round}: one clean message: {lost}");
+        assert_eq!(
+            job_creations(&world) - before,
+            2 * won.len(),
+            "round {round}: a helper and a gang job per successful replacement, none for the losers: {results:?}"
+        );
+        for lost in results.iter().filter_map(|r| r.as_ref().err()) {
+            assert!(matches!(lost, theseus_core::Error::AlreadyExists { .. }), "round {round}: {lost}");
+            let lost = lost.to_string();
+            assert!(lost.contains("is being submitted"), "round {round}: {lost}");
         }
         for handle in won {
             let _ = h.backend.cancel(handle).await;

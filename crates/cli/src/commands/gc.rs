@@ -117,7 +117,7 @@ fn abandoned_runs(ctx: &Context) -> Result<BTreeSet<String>> {
 async fn live_runs(ctx: &Context) -> Result<BTreeSet<String>> {
     let ledger = ctx.ledger()?;
     let mut records = ledger.list(i64::MAX as usize)?;
-    super::jobs::refresh_live(ctx, &ledger, &mut records).await;
+    super::list::refresh_live(ctx, &ledger, &mut records).await;
     Ok(records
         .iter()
         .filter(|r| matches!(r.state, JobState::Submitting | JobState::Pending | JobState::Running))

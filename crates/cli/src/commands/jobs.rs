@@ -1,6 +1,6 @@
-//! `theseus status|logs|cancel|list`: jobs found in the ledger by name or run id.
+//! `theseus status|logs|cancel`: jobs found in the ledger by name or run id (`list` is in
+//! `list.rs`).
 
-use std::collections::HashMap;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,11 +9,11 @@ use anyhow::{Result, anyhow};
 use futures::StreamExt;
 use serde_json::json;
 use theseus_core::backend::{DynBackend, JobHandle, JobState, JobStatus, LogOptions};
-use theseus_core::config::{HostKind, LoadedConfig};
+use theseus_core::config::{DispatchConfig, HostKind, LoadedConfig, compat};
 use theseus_core::interrupt;
 use theseus_core::ledger::{Ledger, Record, is_placeholder};
 
-use crate::args::{ListArgs, LogsArgs, OutputFormat, TargetArgs};
+use crate::args::{LogsArgs, OutputFormat, TargetArgs};
 use crate::context::Context;
 use crate::signals::Interrupted;
 
@@ -30,14 +30,49 @@ pub(crate) fn find(ctx: &Context, ledger: &Ledger, job: &str) -> Result<(Record,
         .find(job)?
         .ok_or_else(|| anyhow!("no job or run `{job}` in the ledger (`theseus list` shows what is there)"))?;
     let loaded = ctx.config()?;
-    let backend = backend_for(ctx, &loaded, &record)?;
+    let backend = backend_for(ctx, &loaded, ledger, &record)?;
     Ok((record, backend))
 }
 
-/// The backend that ran `record`.
-fn backend_for(ctx: &Context, loaded: &LoadedConfig, record: &Record) -> Result<Arc<DynBackend>> {
-    let backend = if loaded.config.hosts.contains_key(&record.host) {
+/// What the ledger keeps of the config for a run on `host` (see [`Ledger::set_host_config`]):
+/// that host, its cluster and the GRES mapping, secrets redacted.
+pub(crate) fn host_snapshot(config: &DispatchConfig, host: &str) -> Option<serde_json::Value> {
+    let redacted = compat::redacted(config);
+    let entry = redacted.hosts.get(host)?.clone();
+    let mut one = DispatchConfig { gres_mapping: redacted.gres_mapping.clone(), ..DispatchConfig::default() };
+    if let Some(cluster) = redacted.clusters.get(entry.cluster()) {
+        one.clusters.insert(entry.cluster().to_owned(), cluster.clone());
+    }
+    one.hosts.insert(host.to_owned(), entry);
+    serde_json::to_value(&one).ok()
+}
+
+/// The backend that ran `record`: the configured host when it is still the same place (type
+/// and cluster as recorded), else the host as recorded at submit (a run submitted with
+/// `-d FILE` is followed without it).
+pub(super) fn backend_for(
+    ctx: &Context,
+    loaded: &LoadedConfig,
+    ledger: &Ledger,
+    record: &Record,
+) -> Result<Arc<DynBackend>> {
+    let recorded: Option<DispatchConfig> = ledger
+        .host_config(&record.identity.run_id)
+        .ok()
+        .flatten()
+        .and_then(|value| serde_json::from_value(value).ok())
+        .filter(|c: &DispatchConfig| c.hosts.contains_key(&record.host));
+    let same_place = |recorded: &DispatchConfig| {
+        let current = host_snapshot(&loaded.config, &record.host).and_then(|v| serde_json::from_value(v).ok());
+        current.is_some_and(|current: DispatchConfig| {
+            let (a, b) = (&current.hosts[&record.host], &recorded.hosts[&record.host]);
+            a.kind() == b.kind() && current.clusters.get(a.cluster()) == recorded.clusters.get(b.cluster())
+        })
+    };
+    let backend = if loaded.config.hosts.contains_key(&record.host) && recorded.as_ref().is_none_or(same_place) {
         ctx.backend(loaded, &record.host)?
+    } else if let Some(recorded) = recorded {
+        crate::backends::for_host(&recorded, &record.host, &ctx.home)?
     } else if record.handle.kind == HostKind::Local {
         // The host left the config; a local handle carries every path it needs.
         Arc::new(theseus_core::local::LocalBackend::new(
@@ -68,7 +103,7 @@ fn status_of(state: JobState, message: String) -> JobStatus {
 
 /// The state of a run now: asks its backend (within [`STATUS_TIMEOUT`]), settles a record left
 /// `submitting` by a client that stopped, and stores what it learned in the ledger.
-async fn refresh(ledger: &Ledger, record: &Record, backend: &Arc<DynBackend>) -> Result<JobStatus> {
+pub(super) async fn refresh(ledger: &Ledger, record: &Record, backend: &Arc<DynBackend>) -> Result<JobStatus> {
     let run_id = &record.identity.run_id;
     if record.state == JobState::Submitting {
         if ledger.submit_in_progress(run_id) {
@@ -162,7 +197,7 @@ fn print_status(ctx: &Context, record: &Record, status: &JobStatus) -> Result<()
 }
 
 pub(crate) async fn status(ctx: &Context, args: TargetArgs) -> Result<ExitCode> {
-    let ledger = ctx.ledger()?;
+    let ledger = ctx.ledger_for_reading()?;
     let (record, backend) = find(ctx, &ledger, &args.job)?;
     let status = refresh(&ledger, &record, &backend).await?;
     print_status(ctx, &record, &status)?;
@@ -170,12 +205,12 @@ pub(crate) async fn status(ctx: &Context, args: TargetArgs) -> Result<ExitCode> 
 }
 
 pub(crate) async fn logs(ctx: &Context, args: LogsArgs) -> Result<ExitCode> {
-    let ledger = ctx.ledger()?;
+    let ledger = ctx.ledger_for_reading()?;
     let (record, backend) = find(ctx, &ledger, &args.job)?;
     if args.follow {
         // Following an existing run says why it has not started but never cancels it.
         let run = (&record.handle, record.identity.run_id.as_str());
-        return follow(ctx, &backend, &ledger, run, args.rank, None).await;
+        return follow(ctx, &backend, &ledger, run, args.rank, (None, false)).await;
     }
     let mut stream = backend.logs(&record.handle, &LogOptions { follow: false, rank: args.rank }).await?;
     while let Some(line) = stream.next().await {
@@ -196,7 +231,7 @@ fn print_line(line: &theseus_core::backend::LogLine) {
 /// when completed, the job's exit code (else 1) otherwise. A signal (SIGINT, SIGTERM) stops
 /// following and leaves the job running, as `kubectl logs -f` and `docker logs -f` do: the
 /// program ends with [`Interrupted`], which says how to follow again or stop the job. A job that
-/// does not start within its backend's start timeout is cancelled (`submit --follow`).
+/// does not start within its backend's start timeout, or can never start, is cancelled (`submit --follow`).
 pub(crate) async fn follow_to_end(
     ctx: &Context,
     backend: &Arc<DynBackend>,
@@ -205,7 +240,7 @@ pub(crate) async fn follow_to_end(
     run_id: &str,
     rank: Option<u32>,
 ) -> Result<ExitCode> {
-    follow(ctx, backend, ledger, (handle, run_id), rank, backend.start_timeout()).await
+    follow(ctx, backend, ledger, (handle, run_id), rank, (backend.start_timeout(), true)).await
 }
 
 /// [`follow_to_end`], cancelling the job when it has not started after `start_timeout`.
@@ -215,7 +250,7 @@ async fn follow(
     ledger: &Ledger,
     (handle, run_id): (&JobHandle, &str),
     rank: Option<u32>,
-    start_timeout: Option<std::time::Duration>,
+    (start_timeout, give_up_never): (Option<std::time::Duration>, bool),
 ) -> Result<ExitCode> {
     let detached = |signal| Interrupted {
         signal,
@@ -253,7 +288,16 @@ async fn follow(
                     }
                 };
                 match start.observe(&status, began.elapsed()) {
-                    StartStep::Say(reason) => ctx.info(format!("theseus: not started yet: {reason}")),
+                    StartStep::Say(reason) => {
+                        ctx.info(format!("theseus: not started yet: {reason}"));
+                        // A job that can never start is given up now, not after the start timeout.
+                        if give_up_never && status.state == JobState::Pending
+                            && let Ok(Ok(Some(never))) =
+                                tokio::time::timeout(STATUS_TIMEOUT, backend.never_starts(handle)).await
+                        {
+                            return give_up_never_starts(ctx, backend, ledger, handle, run_id, &never).await;
+                        }
+                    }
                     StartStep::TimedOut(reason) => return give_up_start(ctx, backend, ledger, handle, run_id, &start, &reason).await,
                     StartStep::Nothing | StartStep::Started => {}
                 }
@@ -271,6 +315,29 @@ async fn follow(
         JobState::Completed => ExitCode::SUCCESS,
         _ => ExitCode::from(status.exit_code.filter(|c| (1..=255).contains(c)).unwrap_or(1) as u8),
     })
+}
+
+/// A followed job that can never start as its cluster is: cancelled at once with the reason,
+/// recorded, exit 1.
+async fn give_up_never_starts(
+    ctx: &Context,
+    backend: &Arc<DynBackend>,
+    ledger: &Ledger,
+    handle: &JobHandle,
+    run_id: &str,
+    reason: &str,
+) -> Result<ExitCode> {
+    ctx.info(format!("theseus: run {run_id} can never start: {reason}"));
+    ctx.info(format!("theseus: cancelling run {run_id}"));
+    let cancelled = backend.cancel(handle).await?;
+    let status = JobStatus {
+        state: JobState::Cancelled,
+        exit_code: None,
+        message: Some(format!("can never start: {reason}")),
+        ranks: cancelled.ranks,
+    };
+    save(ledger, run_id, &status)?;
+    Ok(ExitCode::from(1))
 }
 
 /// A followed job that did not start within its backend's start timeout: cancelled (nothing of
@@ -334,67 +401,4 @@ pub(crate) async fn cancel(ctx: &Context, args: TargetArgs) -> Result<ExitCode> 
     save(&ledger, &record.identity.run_id, &status)?;
     print_status(ctx, &record, &status)?;
     Ok(ExitCode::SUCCESS)
-}
-
-pub(crate) async fn list(ctx: &Context, args: ListArgs) -> Result<ExitCode> {
-    let ledger = ctx.ledger()?;
-    let mut records = ledger.list(args.limit)?;
-    if !args.no_refresh {
-        refresh_live(ctx, &ledger, &mut records).await;
-    }
-    if ctx.output == OutputFormat::Json {
-        super::print_json(&records)?;
-        return Ok(ExitCode::SUCCESS);
-    }
-    println!("{:<24} {:<20} {:<5} {:<12} {:<10} {:<10} SUBMITTED", "RUN ID", "NAME", "KIND", "HOST", "STATE", "EXIT");
-    for r in &records {
-        let exit = r.exit_code.map(|c| c.to_string()).unwrap_or_else(|| "-".into());
-        println!(
-            "{:<24} {:<20} {:<5} {:<12} {:<10} {:<10} {}",
-            r.identity.run_id,
-            r.identity.name,
-            r.kind.as_str(),
-            r.host,
-            r.state.as_str(),
-            exit,
-            r.submitted_at
-        );
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
-/// Asks the backends about every row that is not terminal, all at once, each within
-/// [`STATUS_TIMEOUT`]: a row is never shown live when its backend no longer has the run. Rows
-/// whose backend cannot be asked (or does not answer in time) keep their last known state.
-pub(crate) async fn refresh_live(ctx: &Context, ledger: &Ledger, records: &mut [Record]) {
-    if records.iter().all(|r| r.state.is_terminal()) {
-        return;
-    }
-    let Ok(loaded) = ctx.config() else { return };
-    let mut backends: HashMap<String, Arc<DynBackend>> = HashMap::new();
-    let mut asks = Vec::new();
-    for (i, record) in records.iter().enumerate().filter(|(_, r)| !r.state.is_terminal()) {
-        let backend = match backends.get(&record.host) {
-            Some(b) => b.clone(),
-            None => match backend_for(ctx, &loaded, record) {
-                Ok(b) => {
-                    backends.insert(record.host.clone(), b.clone());
-                    b
-                }
-                Err(_) => continue,
-            },
-        };
-        asks.push(async move { (i, refresh(ledger, record, &backend).await) });
-    }
-    for (i, answer) in futures::future::join_all(asks).await {
-        match answer {
-            Ok(status) => {
-                let record = &mut records[i];
-                record.state = status.state;
-                record.exit_code = status.exit_code;
-                record.message = status.message;
-            }
-            Err(e) => tracing::debug!("list: {e:#}"),
-        }
-    }
 }

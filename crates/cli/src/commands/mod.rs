@@ -7,6 +7,7 @@ mod du;
 mod forward;
 mod gc;
 mod jobs;
+mod list;
 mod plan;
 mod prepare;
 mod repl;
@@ -55,7 +56,7 @@ pub(crate) async fn run(cli: Cli) -> Result<ExitCode> {
                     Command::Status(args) => jobs::status(&ctx, args).await,
                     Command::Logs(args) => jobs::logs(&ctx, args).await,
                     Command::Cancel(args) => jobs::cancel(&ctx, args).await,
-                    Command::List(args) => jobs::list(&ctx, args).await,
+                    Command::List(args) => list::list(&ctx, args).await,
                     Command::Config(cmd) => config::run(&ctx, cmd),
                     Command::Chips => chips::run(&ctx),
                     Command::Gc(args) => gc::run(&ctx, args).await,

@@ -45,7 +45,16 @@ pub(crate) async fn run(ctx: &Context, args: ReplArgs) -> Result<ExitCode> {
     let backend = solved.backend.clone();
     let name = job.identity.name.clone();
     let ledger = ctx.ledger()?;
-    let handle = super::submit::submit_recorded(&dispatcher, &ledger, &backend, &job, RunKind::Repl, false).await?;
+    let handle = super::submit::submit_recorded(
+        &dispatcher,
+        &ledger,
+        &solved.loaded.config,
+        &backend,
+        &job,
+        RunKind::Repl,
+        false,
+    )
+    .await?;
     ctx.info(format!(
         "theseus: started session {name} (run {}) on {}; waiting for Jupyter Lab (up to {}s)",
         job.identity.run_id,

@@ -9,9 +9,11 @@ use std::sync::Arc;
 use anyhow::{Result, bail};
 use serde_json::json;
 use theseus_core::backend::{DryRunDocument, DynBackend, JobHandle, JobState, PreparedJob, RunLayout};
+use theseus_core::config::DispatchConfig;
 use theseus_core::dispatch::{DispatchError, Dispatcher, Solved};
 use theseus_core::job::JobIdentity;
 use theseus_core::ledger::{Ledger, RunKind};
+use theseus_core::snapshot::size::SizeLimits;
 use theseus_core::solver::render;
 
 use crate::args::{JobArgs, OutputFormat, SubmitArgs};
@@ -41,7 +43,9 @@ pub(crate) async fn run(ctx: &Context, args: SubmitArgs) -> Result<ExitCode> {
         solved.backend
     ));
     let ledger = ctx.ledger()?;
-    let handle = submit_recorded(&dispatcher, &ledger, &solved.backend, &job, RunKind::Job, args.replace).await?;
+    let handle =
+        submit_recorded(&dispatcher, &ledger, &solved.loaded.config, &solved.backend, &job, RunKind::Job, args.replace)
+            .await?;
     if args.replace {
         mark_replaced(ctx, &ledger, &solved.backend, &identity, &plan.host).await?;
     }
@@ -80,20 +84,43 @@ pub(crate) async fn prepare_job(
     let solved = super::prepare::solve(ctx, dispatcher, job_args, experiment, code, probe).await?;
     dispatcher.report_plan(&solved);
     let (job, layout) = dispatcher.prepare(&solved).map_err(super::prepare::lift)?;
+    check_sizes(ctx, &job.snapshot)?;
     Ok((solved, job, layout))
+}
+
+/// Warns about large files in the code, or refuses ones over the limit (see
+/// [`theseus_core::snapshot::size`]), before anything is created.
+pub(crate) fn check_sizes(ctx: &Context, snapshot: &theseus_core::snapshot::Snapshot) -> Result<()> {
+    let limits = SizeLimits::from_env(|name| std::env::var(name).ok())?;
+    for warning in snapshot.check_sizes(&limits)? {
+        ctx.info(format!("theseus: warning: {warning}"));
+    }
+    Ok(())
 }
 
 /// Core's submit with its ledger record; a name held by a live run says how to replace it.
 pub(crate) async fn submit_recorded(
     dispatcher: &Dispatcher,
     ledger: &Ledger,
+    config: &DispatchConfig,
     backend: &Arc<DynBackend>,
     job: &PreparedJob,
     kind: RunKind,
     replace: bool,
 ) -> Result<JobHandle> {
-    match dispatcher.submit(ledger, backend, job, kind, replace).await {
+    let submitted = dispatcher.submit(ledger, backend, job, kind, replace).await;
+    // The run's host as configured now, for `status`, `logs` and `cancel` without `-d FILE`.
+    if let Some(snapshot) = super::jobs::host_snapshot(config, &job.plan.host)
+        && let Err(e) = ledger.set_host_config(&job.identity.run_id, &snapshot)
+    {
+        tracing::warn!("cannot keep the host config of run {}: {e}", job.identity.run_id);
+    }
+    match submitted {
         Ok(handle) => Ok(handle),
+        Err(DispatchError::Failed(e @ theseus_core::Error::AlreadyExists { .. })) if replace => {
+            // Only a run still being submitted refuses a `--replace`: it is stopped once started.
+            bail!("{e}; nothing of this run was created: submit again with --replace once that run has started")
+        }
         Err(DispatchError::Failed(e @ theseus_core::Error::AlreadyExists { .. })) => {
             bail!("{e}; pass --replace to stop it and submit, or pick another name")
         }

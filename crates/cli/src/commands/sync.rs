@@ -58,6 +58,7 @@ pub(crate) async fn once(
     mode: SnapshotMode,
 ) -> Result<SyncReport> {
     let mut snapshot = Snapshot::collect(code_dir, mode)?;
+    super::submit::check_sizes(ctx, &snapshot)?;
     snapshot.hash_cache = Some(ctx.hash_cache_dir());
     let quiet = ctx.quiet;
     let options = SyncOptions {
@@ -68,7 +69,21 @@ pub(crate) async fn once(
             }
         })),
     };
-    Ok(backend.sync(handle, &snapshot, &options).await?)
+    let report = backend.sync(handle, &snapshot, &options).await?;
+    // The backend checked that the run was live before it copied; a run cancelled (or ended)
+    // while the files moved got them for nothing, and the user must hear it.
+    let now = tokio::time::timeout(super::jobs::STATUS_TIMEOUT, backend.status(handle)).await;
+    match now {
+        Ok(Ok(status)) if status.state.is_terminal() => Err(anyhow::anyhow!(
+            "run `{}` ended ({}) while its code was synced: the new files reached a run that no longer runs",
+            handle.id,
+            status.state.as_str()
+        )),
+        Ok(Err(theseus_core::Error::NotFound { what })) => {
+            Err(anyhow::anyhow!("run `{}` ended while its code was synced ({what} no longer exists)", handle.id))
+        }
+        _ => Ok(report),
+    }
 }
 
 /// Prints a sync's change: JSON, or one line per path.

@@ -2,6 +2,7 @@
 //! (no config file unless the test writes one) and checks exit code, stdout and stderr.
 
 mod cli;
+mod everyday;
 mod forward;
 mod gc;
 mod inputs;

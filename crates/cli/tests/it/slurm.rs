@@ -142,3 +142,33 @@ fn the_users_ssh_config_decides_host_keys_unless_the_theseus_config_says_so() {
     assert!(strict.contains("known_hosts: accept-new"), "the fix is named: {stdout}");
     assert!(!stdout.contains("unknown: strict"), "a host key refusal is not `unknown`:\n{stdout}");
 }
+
+/// Issue 23 point 12: `submit --follow` of a job Slurm can never start (3 nodes on a 2-node
+/// partition: it pends with `PartitionConfig` or `PartitionNodeLimit` for ever; `--no-check` skips the plan's sinfo
+/// look that would refuse it) ends at once with Slurm's reason, the job cancelled.
+#[test]
+fn follow_gives_up_at_once_on_a_slurm_job_that_can_never_start() {
+    let Some((port, user, key, known, shared)) = lab("slurm job that can never start") else { return };
+    let ctx = TestContext::new();
+    let ssh_config = write_configs(&ctx, &port, &user, &key, &known, &shared);
+    let config = ctx.home().join(".theseus.yaml");
+    let with_gpus =
+        std::fs::read_to_string(&config).unwrap().replace("    mem: 300M\n", "    mem: 300M\n    gpus_per_node: 4\n");
+    std::fs::write(&config, with_gpus).unwrap();
+    let code = tempfile::tempdir().unwrap();
+    std::fs::write(code.path().join("exp.yaml"), "entrypoint: python3 -c pass\n").unwrap();
+    let exp = code.path().join("exp.yaml").display().to_string();
+    let out = ctx
+        .cmd()
+        .env("THESEUS_SSH_CONFIG", &ssh_config)
+        .args(["submit", "toobig", &exp, "--code", code.path().to_str().unwrap(), "--host", "slurm", "--chip", "h100"])
+        .args(["-n", "12", "--no-check", "--follow"])
+        .output()
+        .unwrap();
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    // Slurm 22.05 says PartitionConfig here; others say PartitionNodeLimit (judged with sinfo).
+    assert!(stderr.contains("can never start: Slurm says Partition"), "{stderr}");
+    let status = ctx.cmd().env("THESEUS_SSH_CONFIG", &ssh_config).args(["status", "toobig"]).output().unwrap();
+    assert!(text(&status.stdout).contains("cancelled"), "{}", text(&status.stdout));
+}

@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 pub const MAX_COUNT: u32 = 65_536;
 
 pub mod compat;
+mod lenient;
 pub mod load;
 pub mod ssh;
 pub mod validate;

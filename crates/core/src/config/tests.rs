@@ -754,3 +754,76 @@ fn probe_timeout_is_a_duration_per_remote_host() {
         Ok(())
     });
 }
+
+/// Issue 23 point 9: the original (and its example) write numbers and booleans unquoted where a
+/// string goes; they load as their YAML text, in the user and the project file alike.
+#[test]
+fn unquoted_numbers_and_booleans_load_as_their_text() {
+    Jail::expect_with(|jail| {
+        let user = "\
+clusters:
+  k8s: {root: /r, work: /w, wandb_entity: 42}
+hosts:
+  gpu:
+    type: volcano
+    cluster: k8s
+    namespace: training
+    queue: default
+    image: img
+    pvc_name: data
+    chips: {h100: 8}
+    cpu: 32
+    memory: 256
+    labels: {v: 2, stable: true}
+    env: {NCCL_IB_DISABLE: 0, RATIO: 0.5, FLAG: false}
+  box:
+    ssh: box
+    cluster: k8s
+    env: {OMP_NUM_THREADS: 8}
+";
+        let project = "hosts: {box: {env: {DEBUG: true}}}\n";
+        let loaded = Setup::new(jail, Some(user), Some(project)).load();
+        let HostConfig::Volcano(gpu) = &loaded.config.hosts["gpu"] else { panic!("gpu is volcano") };
+        assert_eq!(gpu.cpu.as_deref(), Some("32"));
+        assert_eq!(gpu.memory.as_deref(), Some("256"));
+        assert_eq!(gpu.labels["v"], "2");
+        assert_eq!(gpu.labels["stable"], "true");
+        assert_eq!(gpu.env["NCCL_IB_DISABLE"], "0");
+        assert_eq!(gpu.env["RATIO"], "0.5");
+        assert_eq!(gpu.env["FLAG"], "false");
+        let boxed = plain(&loaded.config, "box");
+        assert_eq!(boxed.env["OMP_NUM_THREADS"], "8");
+        assert_eq!(boxed.env["DEBUG"], "true");
+        assert_eq!(loaded.config.clusters["k8s"].wandb_entity.as_deref(), Some("42"));
+        Ok(())
+    });
+}
+
+/// A real type mismatch (a list where a string goes) still stops the config with file and key.
+#[test]
+fn a_list_where_a_string_goes_is_still_an_error() {
+    Jail::expect_with(|jail| {
+        let user = "hosts: {box: {ssh: box, cluster: local, env: {A: [1, 2]}}}\n";
+        let err = Setup::new(jail, Some(user), None).error();
+        assert_eq!(
+            err,
+            "~/.theseus.yaml: hosts.box.env.A: expected a string, found a list: write one value (in quotes if it \
+             holds `: `, `#`, `[` or `{`)"
+        );
+        Ok(())
+    });
+}
+
+/// The ledger keeps a run's host config as JSON (for commands without `-d FILE`): every host
+/// type of the original example reads back as it was written.
+#[test]
+fn a_config_written_as_json_reads_back_the_same() {
+    Jail::expect_with(|jail| {
+        let text = include_str!("../../test_data/original-dispatch.yaml");
+        let loaded = Setup::new(jail, Some(text), None).load();
+        let json = serde_json::to_value(&loaded.config).unwrap();
+        let back: DispatchConfig = serde_json::from_value(json).unwrap();
+        assert_eq!(back, loaded.config);
+        Ok(())
+    });
+}

@@ -407,7 +407,7 @@ pub(crate) fn host_from_body(kind: HostKind, body: Map<String, Value>, path: &st
 /// Deserializes `value` and turns serde's errors into [`KeyError`]s with the full key path and
 /// house-style messages (`unknown key "x" (expected one of: a, b)`, `missing required key "x"`).
 pub(crate) fn de_strict<T: DeserializeOwned>(value: Value, prefix: &str) -> Result<T, KeyError> {
-    serde_path_to_error::deserialize(value).map_err(|e| {
+    serde_path_to_error::deserialize(super::lenient::Lenient(value)).map_err(|e| {
         let sub = e.path().to_string();
         let path = match (sub.as_str(), prefix) {
             (".", _) | ("", _) => prefix.to_owned(),
@@ -427,6 +427,21 @@ pub(crate) fn de_strict<T: DeserializeOwned>(value: Value, prefix: &str) -> Resu
             KeyError::new(path, format!("unknown value {:?} (expected one of: {})", ticked[0], ticked[1..].join(", ")))
         } else if raw.starts_with("missing field") && !ticked.is_empty() {
             KeyError::new(path, format!("missing required key {:?}", ticked[0]))
+        } else if let Some(found) =
+            raw.strip_prefix("invalid type: ").and_then(|r| r.strip_suffix(", expected a string"))
+        {
+            // Numbers and booleans are read as text (see `lenient`): what is left is a list or a map.
+            let found = match found {
+                "sequence" => "a list",
+                "map" => "a map",
+                other => other,
+            };
+            KeyError::new(
+                path,
+                format!(
+                    "expected a string, found {found}: write one value (in quotes if it holds `: `, `#`, `[` or `{{`)"
+                ),
+            )
         } else {
             KeyError::new(path, raw)
         }

@@ -222,3 +222,14 @@ fn an_identity_with_a_path_in_a_name_is_refused() {
     identity.run_id = "../r".into();
     assert!(identity.validate().unwrap_err().to_string().contains("run id"));
 }
+
+/// Issue 23 point 9: unquoted numbers and booleans in `env` load as their YAML text.
+#[test]
+fn unquoted_env_numbers_and_booleans_load_as_text() {
+    let e = parse("entrypoint: python train.py\nenv: {NCCL_IB_DISABLE: 0, SEED: 42, OFFLINE: true}\n").unwrap();
+    assert_eq!(e.env["NCCL_IB_DISABLE"], "0");
+    assert_eq!(e.env["SEED"], "42");
+    assert_eq!(e.env["OFFLINE"], "true");
+    let err = error("entrypoint: python train.py\nenv: {A: {b: 1}}\n");
+    assert!(err.starts_with("exp.yaml: env.A: "), "{err}");
+}

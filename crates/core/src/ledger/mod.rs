@@ -81,6 +81,8 @@ pub struct Ledger {
     conn: Connection,
     path: PathBuf,
     state_dir: PathBuf,
+    /// Opened by [`Ledger::open_read_only`]: state updates are dropped.
+    read_only: bool,
 }
 
 /// Held by the client that submits a run (see [`Ledger::begin_submit`]); dropping it says that
@@ -175,7 +177,70 @@ impl Ledger {
         conn.query_row("SELECT count(*) FROM runs", [], |r| r.get::<_, i64>(0)).map_err(|e| {
             damaged(&path, e).unwrap_or_else(|e| ledger_err(format!("cannot read `{}`", path.display()))(e))
         })?;
-        Ok(Ledger { conn, path, state_dir: state_dir.to_owned() })
+        schema::ensure_host_config(&conn, &path)?;
+        Ok(Ledger { conn, path, state_dir: state_dir.to_owned(), read_only: false })
+    }
+
+    /// Opens an existing ledger for reading only, for commands that read (`list`, `status`,
+    /// `logs`) when [`Ledger::open`] cannot write (a read-only filesystem or dir). The states
+    /// such a ledger is told ([`Ledger::update_state`], [`Ledger::settle`]) are not stored; it
+    /// never creates, upgrades or repairs anything.
+    pub fn open_read_only(state_dir: &Path) -> Result<Ledger> {
+        use rusqlite::OpenFlags;
+        let path = state_dir.join(LEDGER_FILE);
+        if !path.is_file() {
+            return Err(Error::Ledger { message: format!("`{}` does not exist", path.display()), source: None });
+        }
+        let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        // A WAL ledger needs its `-shm` file, which a read-only dir cannot have made: then it is
+        // read as immutable (what its last writer checkpointed into the file).
+        let immutable = format!("file:{}?immutable=1", uri_path(&path));
+        let mut failure = None;
+        for (name, flags) in [(path.display().to_string(), flags), (immutable, flags | OpenFlags::SQLITE_OPEN_URI)] {
+            let opened = Connection::open_with_flags(&name, flags).and_then(|conn| {
+                conn.busy_timeout(Duration::from_secs(10))?;
+                conn.query_row("SELECT count(*) FROM runs", [], |r| r.get::<_, i64>(0))?;
+                Ok(conn)
+            });
+            match opened {
+                Ok(conn) => {
+                    schema::refuse_newer(&conn, &path)?;
+                    return Ok(Ledger { conn, path, state_dir: state_dir.to_owned(), read_only: true });
+                }
+                Err(e) => failure = Some(e),
+            }
+        }
+        let e = failure.expect("two attempts were made");
+        Err(damaged(&path, e).unwrap_or_else(|e| ledger_err(format!("cannot read `{}`", path.display()))(e)))
+    }
+
+    /// Whether the ledger was opened by [`Ledger::open_read_only`].
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
+    }
+
+    /// Keeps the config of the host a run went to (a [`crate::config::DispatchConfig`] with
+    /// that host and its cluster, secrets removed), for commands run without the `-d FILE`
+    /// it was submitted with.
+    pub fn set_host_config(&self, run_id: &str, config: &serde_json::Value) -> Result<()> {
+        if self.read_only {
+            return Ok(());
+        }
+        self.conn
+            .execute("UPDATE runs SET host_config = ?2 WHERE run_id = ?1", params![run_id, config.to_string()])
+            .map_err(ledger_err(format!("cannot update run `{run_id}`")))?;
+        Ok(())
+    }
+
+    /// The host config kept by [`Ledger::set_host_config`], if any (none in ledgers written
+    /// before it was kept).
+    pub fn host_config(&self, run_id: &str) -> Result<Option<serde_json::Value>> {
+        let Ok(mut stmt) = self.conn.prepare("SELECT host_config FROM runs WHERE run_id = ?1") else {
+            return Ok(None);
+        };
+        let text: Option<Option<String>> =
+            stmt.query_row([run_id], |r| r.get(0)).optional().map_err(ledger_err("cannot read runs"))?;
+        Ok(text.flatten().and_then(|t| serde_json::from_str(&t).ok()))
     }
 
     fn submit_lock_path(&self, run_id: &str) -> PathBuf {
@@ -204,6 +269,9 @@ impl Ledger {
 
     /// Stores the handle `submit` returned and the run's state.
     pub fn settle(&self, run_id: &str, handle: &JobHandle, state: JobState, message: Option<&str>) -> Result<()> {
+        if self.read_only {
+            return Ok(());
+        }
         let handle = serde_json::to_string(handle).expect("handles serialize");
         self.conn
             .execute(
@@ -277,6 +345,9 @@ impl Ledger {
         exit_code: Option<i32>,
         message: Option<&str>,
     ) -> Result<()> {
+        if self.read_only {
+            return Ok(());
+        }
         self.conn
             .execute(
                 "UPDATE runs SET state = ?2, exit_code = ?3, message = ?4, updated_at = ?5 WHERE run_id = ?1",
@@ -286,7 +357,10 @@ impl Ledger {
         Ok(())
     }
 
-    /// The run with this id, else the newest run with this job name.
+    /// The run with this id, else the run of this job name that is most likely live: the newest
+    /// submitting, pending or running one, else the newest in an unknown state, else the newest.
+    /// (After a `--replace` race the newest row may be a loser that failed while an older run
+    /// holds the name; `status NAME` and `cancel NAME` are about that one.)
     pub fn find(&self, name_or_run_id: &str) -> Result<Option<Record>> {
         let by_id = self
             .conn
@@ -298,7 +372,10 @@ impl Ledger {
         }
         self.conn
             .query_row(
-                &format!("{SELECT} WHERE name = ?1 ORDER BY submitted_at DESC, rowid DESC LIMIT 1"),
+                &format!(
+                    "{SELECT} WHERE name = ?1 ORDER BY CASE state WHEN 'submitting' THEN 0 WHEN 'pending' THEN 0 \
+                     WHEN 'running' THEN 0 WHEN 'unknown' THEN 1 ELSE 2 END, submitted_at DESC, rowid DESC LIMIT 1"
+                ),
                 [name_or_run_id],
                 row_to_record,
             )
@@ -334,6 +411,19 @@ fn row_to_record(row: &rusqlite::Row<'_>) -> rusqlite::Result<Record> {
         exit_code: row.get(9)?,
         message: row.get(10)?,
     })
+}
+
+/// `path` for an SQLite `file:` URI: bytes other than letters, digits and `/-._~` are %-escaped.
+fn uri_path(path: &Path) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    let mut out = String::new();
+    for b in path.as_os_str().as_bytes() {
+        match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'/' | b'-' | b'.' | b'_' | b'~' => out.push(char::from(*b)),
+            _ => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
 }
 
 /// Now, as RFC 3339 UTC with second precision.

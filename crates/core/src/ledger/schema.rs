@@ -2,7 +2,9 @@
 //!
 //! - 0: a new, empty file (or a ledger from before versions were recorded: its `runs` table
 //!   may lack `kind`).
-//! - 1: `runs` with `kind`.
+//! - 1: `runs` with `kind`; later `host_config` (the run's host, for commands without the
+//!   `-d FILE` it was submitted with) was added in place by [`ensure_host_config`]: older
+//!   versions read and write such a ledger as before (their rows have none).
 //!
 //! [`migrate`] brings an older ledger to [`SCHEMA_VERSION`] in one `BEGIN IMMEDIATE`
 //! transaction, so that a client killed in the middle leaves the previous schema and two
@@ -57,6 +59,26 @@ pub(crate) fn refuse_newer(conn: &Connection, path: &Path) -> Result<()> {
     match version(conn, path)? {
         found if found > SCHEMA_VERSION => Err(newer(path, found)),
         _ => Ok(()),
+    }
+}
+
+/// Adds `runs.host_config` to a ledger that lacks it, once, under the write lock.
+pub(crate) fn ensure_host_config(conn: &Connection, path: &Path) -> Result<()> {
+    let has = || conn.prepare("SELECT host_config FROM runs LIMIT 0").is_ok();
+    if has() {
+        return Ok(());
+    }
+    let fail = |e: rusqlite::Error| {
+        damaged(path, e).unwrap_or_else(|e| ledger_err(format!("cannot upgrade `{}`", path.display()))(e))
+    };
+    conn.execute_batch("BEGIN IMMEDIATE").map_err(fail)?;
+    let added = if has() { Ok(()) } else { conn.execute_batch("ALTER TABLE runs ADD COLUMN host_config TEXT") };
+    match added {
+        Ok(()) => conn.execute_batch("COMMIT").map_err(fail),
+        Err(e) => {
+            let _ = conn.execute_batch("ROLLBACK");
+            Err(fail(e))
+        }
     }
 }
 

@@ -216,3 +216,50 @@ fn a_writer_killed_in_the_middle_leaves_a_whole_readable_ledger() {
         ledger.conn.execute("DELETE FROM runs", []).unwrap();
     }
 }
+
+/// Issue 23 point 12: after a `--replace` race the newest row of a name may be a loser that
+/// failed (or a run that ended); `status NAME` and `cancel NAME` must reach the live run.
+#[test]
+fn a_name_finds_its_live_run_before_newer_ended_or_unknown_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = Ledger::open(dir.path()).unwrap();
+    ledger.insert(&record("a", "r1", "2026-01-01T00:00:00Z")).unwrap();
+    ledger.insert(&record("a", "r2", "2026-01-02T00:00:00Z")).unwrap();
+    ledger.insert(&record("a", "r3", "2026-01-03T00:00:00Z")).unwrap();
+    ledger.update_state("r1", JobState::Cancelled, None, Some("replaced by run r2")).unwrap();
+    ledger.update_state("r3", JobState::Failed, None, Some("lost the name")).unwrap();
+    assert_eq!(ledger.find("a").unwrap().unwrap().identity.run_id, "r2", "the live run, not the newest row");
+    ledger.insert(&record("a", "r4", "2026-01-04T00:00:00Z")).unwrap();
+    ledger.update_state("r4", JobState::Unknown, None, Some("the client stopped during submit")).unwrap();
+    assert_eq!(ledger.find("a").unwrap().unwrap().identity.run_id, "r2", "a known live run before an unknown one");
+    ledger.update_state("r2", JobState::Completed, Some(0), None).unwrap();
+    assert_eq!(ledger.find("a").unwrap().unwrap().identity.run_id, "r4", "else the newest not ended");
+    ledger.update_state("r4", JobState::Failed, None, None).unwrap();
+    assert_eq!(ledger.find("a").unwrap().unwrap().identity.run_id, "r4", "else the newest");
+}
+
+/// Issue 23 point 12: a ledger on a read-only filesystem can still be read.
+#[test]
+fn a_read_only_ledger_opens_for_reading() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let ledger = Ledger::open(dir.path()).unwrap();
+        ledger.insert(&record("a", "r1", "2026-01-01T00:00:00Z")).unwrap();
+    }
+    let ledger = Ledger::open_read_only(dir.path()).unwrap();
+    assert!(ledger.is_read_only());
+    assert_eq!(ledger.find("a").unwrap().unwrap().identity.run_id, "r1");
+    ledger.update_state("r1", JobState::Failed, None, None).unwrap();
+    assert_eq!(ledger.find("a").unwrap().unwrap().state, JobState::Running, "nothing is written");
+}
+
+/// The config of a run's host is kept with the run, for commands run without `-d FILE`.
+#[test]
+fn a_run_keeps_its_host_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = Ledger::open(dir.path()).unwrap();
+    ledger.insert(&record("a", "r1", "2026-01-01T00:00:00Z")).unwrap();
+    assert_eq!(ledger.host_config("r1").unwrap(), None);
+    ledger.set_host_config("r1", &serde_json::json!({"hosts": {"x": {}}})).unwrap();
+    assert_eq!(ledger.host_config("r1").unwrap(), Some(serde_json::json!({"hosts": {"x": {}}})));
+}

@@ -30,6 +30,7 @@ mod digest;
 mod digest_tests;
 mod git;
 mod hash_cache;
+pub mod size;
 #[cfg(test)]
 pub(crate) mod tests;
 
