@@ -1,6 +1,7 @@
 //! Reaching a cluster: which kubeconfig a host uses (a pure decision) and building the
-//! `kube::Client` from it with our timeouts. The retry every call goes through is in
-//! [`crate::retry`].
+//! `kube::Client` from it with our timeouts, the proxy kubectl would use ([`crate::proxy`]), the
+//! credential of an exec plugin run by theseus itself ([`crate::credential`]) and the context's
+//! namespace. The retry every call goes through is in [`crate::retry`].
 //!
 //! kube's own retry layer is switched off on the clients built here: [`retry`] decides alone, so
 //! attempts do not multiply and the count in a [`VolcanoError::Transport`] is the real one.
@@ -15,6 +16,7 @@ use theseus_core::config::{VolcanoHost, expand_tilde};
 use theseus_core::files::KUBECONFIG_LIMIT;
 
 use crate::error::VolcanoError;
+use crate::proxy::ProxyEnv;
 pub use crate::retry::{RetryPolicy, Transient, retry, retry_counted, transport_detail};
 
 /// Time allowed to open a TCP (and TLS) connection to the apiserver.
@@ -92,6 +94,8 @@ pub struct ClientEnv {
     pub in_cluster: bool,
     /// Whether `~/.kube/config` exists.
     pub default_exists: bool,
+    /// The proxy variables (`HTTPS_PROXY`, `HTTP_PROXY`, `NO_PROXY`, either case).
+    pub proxy: ProxyEnv,
 }
 
 impl ClientEnv {
@@ -104,6 +108,7 @@ impl ClientEnv {
             home,
             in_cluster: std::env::var_os("KUBERNETES_SERVICE_HOST").is_some_and(|v| !v.is_empty()),
             default_exists,
+            proxy: ProxyEnv::from_process(),
         }
     }
 }
@@ -159,6 +164,10 @@ pub struct Connection {
     pub server: String,
     /// The context used (`None` in-cluster).
     pub context: Option<String>,
+    /// The context's namespace (the service account's in-cluster), when it sets one.
+    pub namespace: Option<String>,
+    /// The proxy the client goes through, described for messages (never with credentials).
+    pub proxy: Option<String>,
 }
 
 /// Builds the client of `host` from the environment of this process.
@@ -166,9 +175,50 @@ pub struct Connection {
 /// # Errors
 /// [`VolcanoError::Config`] naming the file, the context and the fix.
 pub async fn connect(host: &VolcanoHost) -> Result<Connection, VolcanoError> {
-    let source = resolve_source(host, &ClientEnv::from_process())?;
+    connect_in(host, &ClientEnv::from_process()).await
+}
+
+/// [`connect`] in the environment `env`.
+///
+/// # Errors
+/// [`VolcanoError::Config`] naming the file, the context and the fix.
+pub async fn connect_in(host: &VolcanoHost, env: &ClientEnv) -> Result<Connection, VolcanoError> {
+    let source = resolve_source(host, env)?;
     let deadline = api_timeout(host)?;
-    connect_within(&source, host.context.as_deref(), deadline).await
+    connect_env(&source, host.context.as_deref(), deadline, &env.proxy).await
+}
+
+/// The namespace a host's jobs go to: its `namespace` key, else its kubeconfig context's
+/// namespace, else `default` (kubectl's rule). Reads the kubeconfig (no network); an unreadable
+/// one gives `default`, and the connection reports it.
+pub fn effective_namespace(host: &VolcanoHost, env: &ClientEnv) -> String {
+    if !host.namespace.is_empty() {
+        return host.namespace.clone();
+    }
+    let from_context = || -> Option<String> {
+        let kubeconfig = match resolve_source(host, env).ok()? {
+            KubeconfigSource::Host(path) | KubeconfigSource::Default(path) => read(&path, None).ok()?,
+            KubeconfigSource::Env(paths) => merged(&paths, None, "").ok()?,
+            KubeconfigSource::InCluster => {
+                return std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+                    .ok()
+                    .map(|n| n.trim().to_owned());
+            }
+        };
+        let chosen = host.context.clone().or_else(|| kubeconfig.current_context.clone())?;
+        context_namespace(&kubeconfig, &chosen)
+    };
+    from_context().filter(|n| !n.is_empty()).unwrap_or_else(|| "default".to_owned())
+}
+
+fn context_namespace(kubeconfig: &Kubeconfig, context: &str) -> Option<String> {
+    kubeconfig
+        .contexts
+        .iter()
+        .find(|c| c.name == context)
+        .and_then(|c| c.context.as_ref())
+        .and_then(|c| c.namespace.clone())
+        .filter(|n| !n.is_empty())
 }
 
 /// Builds a client from `source`, selecting `context` (else the current context).
@@ -188,8 +238,22 @@ pub async fn connect_within(
     context: Option<&str>,
     deadline: Duration,
 ) -> Result<Connection, VolcanoError> {
+    connect_env(source, context, deadline, &ProxyEnv::from_process()).await
+}
+
+/// [`connect_within`] with the proxy variables `proxy_env`.
+///
+/// # Errors
+/// [`VolcanoError::Config`] naming the file, the context and the fix;
+/// [`VolcanoError::Credential`] when the user's exec plugin fails.
+pub async fn connect_env(
+    source: &KubeconfigSource,
+    context: Option<&str>,
+    deadline: Duration,
+    proxy_env: &ProxyEnv,
+) -> Result<Connection, VolcanoError> {
     let described = source.describe();
-    let (mut config, context) = match source {
+    let (mut config, context, namespace, proxy_url) = match source {
         KubeconfigSource::InCluster => {
             if let Some(c) = context {
                 tracing::warn!(context = c, "running in a pod without a kubeconfig: ignoring the host's context");
@@ -202,31 +266,49 @@ pub async fn connect_within(
                     "mount the service account token or give the host a `kubeconfig`",
                 )
             })?;
-            (config, None)
+            let namespace = Some(config.default_namespace.clone());
+            (config, None, namespace, None)
         }
         KubeconfigSource::Host(path) | KubeconfigSource::Default(path) => {
             let kubeconfig = read(path, context)?;
             from_kubeconfig(kubeconfig, &described, context).await?
         }
         KubeconfigSource::Env(paths) => {
-            let mut merged = Kubeconfig::default();
-            for path in paths {
-                let next = read(path, context)?;
-                merged = merged.merge(next).map_err(|e| {
-                    config_error(
-                        &described,
-                        context.map(str::to_owned),
-                        &e.to_string(),
-                        "make the files in KUBECONFIG agree on kind and apiVersion",
-                    )
-                })?;
-            }
+            let merged = merged(paths, context, &described)?;
             from_kubeconfig(merged, &described, context).await?
         }
     };
     config.connect_timeout = Some(CONNECT_TIMEOUT.min(deadline));
     config.default_retry = false;
     let server = config.cluster_url.to_string();
+    // kube-rs's own proxy choice matches NO_PROXY against the proxy, not the server: ours is
+    // kubectl's.
+    let proxy = crate::proxy::choose(&config.cluster_url, proxy_url.as_deref(), proxy_env).map_err(|problem| {
+        config_error(
+            &described,
+            context.clone(),
+            &problem,
+            "fix the cluster's proxy-url or the proxy variable (or exempt the server with NO_PROXY)",
+        )
+    })?;
+    if let Some(p) = &proxy {
+        tracing::debug!(proxy = %p.describe(), server = %server, "connecting through a proxy");
+    }
+    config.proxy_url = proxy.as_ref().map(|p| p.url.clone());
+    // kube-rs runs an exec plugin each time it builds a client's auth (three times per client),
+    // and words its failure with the plugin's env: theseus runs it once and hands over the token.
+    if let Some(exec) = config.auth_info.exec.take() {
+        let credential = crate::credential::credential(&exec, &server).await.map_err(|message| {
+            VolcanoError::Credential { source_name: described.clone(), context: context.clone(), message }
+        })?;
+        if let Some(token) = credential.token {
+            config.auth_info.token = Some(token.into());
+        }
+        if let Some((cert, key)) = credential.client_cert {
+            config.auth_info.client_certificate_data = Some(crate::credential::base64(cert.as_bytes()));
+            config.auth_info.client_key_data = Some(crate::credential::base64(key.as_bytes()).into());
+        }
+    }
     let client = kube::Client::try_from(config).map_err(|e| {
         config_error(
             &described,
@@ -235,7 +317,37 @@ pub async fn connect_within(
             "check the cluster's certificate-authority data and the user's credentials",
         )
     })?;
-    Ok(Connection { client, server, context })
+    Ok(Connection { client, server, context, namespace, proxy: proxy.map(|p| p.describe()) })
+}
+
+/// The files of `KUBECONFIG` merged in order, as kubectl merges them: a file that does not
+/// exist is skipped; none existing is an error naming them all.
+fn merged(paths: &[PathBuf], context: Option<&str>, described: &str) -> Result<Kubeconfig, VolcanoError> {
+    let present: Vec<&PathBuf> = paths.iter().filter(|p| p.exists()).collect();
+    if present.is_empty() {
+        return Err(config_error(
+            described,
+            context.map(str::to_owned),
+            "none of the KUBECONFIG files exists",
+            "check KUBECONFIG, or set `kubeconfig` on the host",
+        ));
+    }
+    for gone in paths.iter().filter(|p| !p.exists()) {
+        tracing::debug!(file = %gone.display(), "KUBECONFIG names a file that does not exist; skipped, as kubectl does");
+    }
+    let mut merged = Kubeconfig::default();
+    for path in present {
+        let next = read(path, context)?;
+        merged = merged.merge(next).map_err(|e| {
+            config_error(
+                described,
+                context.map(str::to_owned),
+                &e.to_string(),
+                "make the files in KUBECONFIG agree on kind and apiVersion",
+            )
+        })?;
+    }
+    Ok(merged)
 }
 
 /// A client for a plain-HTTP apiserver at `url` (tests, the simulator), with the same settings
@@ -318,11 +430,15 @@ fn resolve_relative_paths(kubeconfig: &mut Kubeconfig, dir: &Path) {
     }
 }
 
+/// A kube config from the chosen context of `kubeconfig`, with that context's namespace and
+/// its cluster's `proxy-url`.
+type Loaded = (kube::Config, Option<String>, Option<String>, Option<String>);
+
 async fn from_kubeconfig(
     kubeconfig: Kubeconfig,
     described: &str,
     context: Option<&str>,
-) -> Result<(kube::Config, Option<String>), VolcanoError> {
+) -> Result<Loaded, VolcanoError> {
     let available: Vec<String> = kubeconfig.contexts.iter().map(|c| c.name.clone()).collect();
     let list = if available.is_empty() { "none".to_owned() } else { available.join(", ") };
     let chosen = match context {
@@ -347,6 +463,19 @@ async fn from_kubeconfig(
             }
         },
     };
+    let namespace = context_namespace(&kubeconfig, &chosen);
+    let cluster_name = kubeconfig
+        .contexts
+        .iter()
+        .find(|c| c.name == chosen)
+        .and_then(|c| c.context.as_ref())
+        .map(|c| c.cluster.clone());
+    let proxy_url = kubeconfig
+        .clusters
+        .iter()
+        .find(|c| Some(&c.name) == cluster_name.as_ref())
+        .and_then(|c| c.cluster.as_ref())
+        .and_then(|c| c.proxy_url.clone());
     let options = KubeConfigOptions { context: Some(chosen.clone()), cluster: None, user: None };
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &options).await.map_err(|e| {
         config_error(
@@ -356,7 +485,7 @@ async fn from_kubeconfig(
             "fix the context's cluster and user entries (`kubectl config view`)",
         )
     })?;
-    Ok((config, Some(chosen)))
+    Ok((config, Some(chosen), namespace, proxy_url))
 }
 
 fn default_path(home: &Path) -> PathBuf {
@@ -393,6 +522,7 @@ mod tests {
             home: Some(PathBuf::from("/home/u")),
             in_cluster,
             default_exists,
+            proxy: ProxyEnv::default(),
         }
     }
 

@@ -86,7 +86,11 @@ impl Transient for kube::Error {
     fn is_transient(&self) -> bool {
         match self {
             kube::Error::Api(status) => is_transient_code(status.code),
-            other => transport_detail(other).is_some(),
+            // A TLS verdict or a name that does not resolve is the same on every attempt.
+            other => match crate::diagnose::diagnose(&crate::diagnose::chain_text(other), "", Some("")) {
+                Some(d) => d.transient,
+                None => transport_detail(other).is_some(),
+            },
         }
     }
 

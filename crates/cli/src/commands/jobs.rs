@@ -9,7 +9,7 @@ use anyhow::{Result, anyhow};
 use futures::StreamExt;
 use serde_json::json;
 use theseus_core::backend::{DynBackend, JobHandle, JobState, JobStatus, LogOptions};
-use theseus_core::config::{HostKind, LoadedConfig};
+use theseus_core::config::{HostConfig, HostKind, LoadedConfig};
 use theseus_core::interrupt;
 use theseus_core::ledger::{Ledger, Record, is_placeholder};
 
@@ -17,8 +17,18 @@ use crate::args::{ListArgs, LogsArgs, OutputFormat, TargetArgs};
 use crate::context::Context;
 use crate::signals::Interrupted;
 
-/// How long `status` and `list` wait for a backend's answer about one run.
+/// How long `status` and `list` wait for a backend's answer about one run (at least).
 pub(crate) const STATUS_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long `status` and `list` wait for `host`: a Volcano host's calls end at its `api_timeout`
+/// (naming it), so the wait outlasts that; other hosts get [`STATUS_TIMEOUT`].
+fn answer_within(loaded: Option<&LoadedConfig>, host: &str) -> Duration {
+    match loaded.and_then(|l| l.config.hosts.get(host)) {
+        Some(HostConfig::Volcano(v)) => theseus_backend_volcano::client::api_timeout(v)
+            .map_or(STATUS_TIMEOUT, |t| (t + Duration::from_secs(5)).max(STATUS_TIMEOUT)),
+        _ => STATUS_TIMEOUT,
+    }
+}
 
 /// What a run's state says when its client stopped in the middle of `submit`.
 const STOPPED_DURING_SUBMIT: &str = "the client stopped during submit (interrupted)";
@@ -66,9 +76,9 @@ fn status_of(state: JobState, message: String) -> JobStatus {
     JobStatus { state, exit_code: None, message: Some(message), ranks: Vec::new() }
 }
 
-/// The state of a run now: asks its backend (within [`STATUS_TIMEOUT`]), settles a record left
-/// `submitting` by a client that stopped, and stores what it learned in the ledger.
-async fn refresh(ledger: &Ledger, record: &Record, backend: &Arc<DynBackend>) -> Result<JobStatus> {
+/// The state of a run now: asks its backend (within `within`, see [`answer_within`]), settles a
+/// record left `submitting` by a client that stopped, and stores what it learned in the ledger.
+async fn refresh(ledger: &Ledger, record: &Record, backend: &Arc<DynBackend>, within: Duration) -> Result<JobStatus> {
     let run_id = &record.identity.run_id;
     if record.state == JobState::Submitting {
         if ledger.submit_in_progress(run_id) {
@@ -86,8 +96,8 @@ async fn refresh(ledger: &Ledger, record: &Record, backend: &Arc<DynBackend>) ->
             return Ok(status);
         }
     }
-    let answer = tokio::time::timeout(STATUS_TIMEOUT, backend.status(&record.handle)).await.map_err(|_| {
-        anyhow!("host `{}` did not answer within {}s about run {run_id}", record.host, STATUS_TIMEOUT.as_secs())
+    let answer = tokio::time::timeout(within, backend.status(&record.handle)).await.map_err(|_| {
+        anyhow!("host `{}` did not answer within {}s about run {run_id}", record.host, within.as_secs())
     })?;
     let status = match answer {
         Ok(status) => status,
@@ -164,7 +174,8 @@ fn print_status(ctx: &Context, record: &Record, status: &JobStatus) -> Result<()
 pub(crate) async fn status(ctx: &Context, args: TargetArgs) -> Result<ExitCode> {
     let ledger = ctx.ledger()?;
     let (record, backend) = find(ctx, &ledger, &args.job)?;
-    let status = refresh(&ledger, &record, &backend).await?;
+    let within = answer_within(ctx.config().ok().as_ref(), &record.host);
+    let status = refresh(&ledger, &record, &backend, within).await?;
     print_status(ctx, &record, &status)?;
     Ok(ExitCode::SUCCESS)
 }
@@ -308,7 +319,8 @@ pub(crate) async fn cancel(ctx: &Context, args: TargetArgs) -> Result<ExitCode> 
         ));
     }
     if is_placeholder(&record.handle) {
-        let status = refresh(&ledger, &record, &backend).await?;
+        let within = answer_within(ctx.config().ok().as_ref(), &record.host);
+        let status = refresh(&ledger, &record, &backend, within).await?;
         print_status(ctx, &record, &status)?;
         return Ok(ExitCode::SUCCESS);
     }
@@ -384,7 +396,8 @@ pub(crate) async fn refresh_live(ctx: &Context, ledger: &Ledger, records: &mut [
                 Err(_) => continue,
             },
         };
-        asks.push(async move { (i, refresh(ledger, record, &backend).await) });
+        let within = answer_within(Some(&loaded), &record.host);
+        asks.push(async move { (i, refresh(ledger, record, &backend, within).await) });
     }
     for (i, answer) in futures::future::join_all(asks).await {
         match answer {
