@@ -54,6 +54,7 @@ pub struct Cluster {
     server: String,
     context: Option<String>,
     proxy: Option<String>,
+    kubeconfig: String,
     retry: RetryPolicy,
     poll_interval: Duration,
 }
@@ -135,6 +136,7 @@ impl Cluster {
             .with_context(conn.context)
             .with_retry(retry);
         cluster.proxy = conn.proxy;
+        cluster.kubeconfig = conn.source;
         Ok(cluster)
     }
 
@@ -147,6 +149,7 @@ impl Cluster {
             server: "the API server".to_owned(),
             context: None,
             proxy: None,
+            kubeconfig: "(none)".to_owned(),
             retry: RetryPolicy::default(),
             poll_interval: Duration::from_secs(2),
         }
@@ -636,6 +639,13 @@ impl Cluster {
         let status = match err {
             kube::Error::Api(status) => status,
             other => {
+                if let Some(failed) = crate::diagnose::find_cause::<crate::credential::CredentialFailed>(&other) {
+                    return VolcanoError::Credential {
+                        source_name: self.kubeconfig.clone(),
+                        context: self.context.clone(),
+                        message: failed.0.clone(),
+                    };
+                }
                 let chain = crate::diagnose::chain_text(&other);
                 if let Some(d) = crate::diagnose::diagnose(&chain, &self.server, self.proxy.as_deref()) {
                     return VolcanoError::Connect(Box::new(crate::error::ConnectFailure {

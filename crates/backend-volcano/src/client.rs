@@ -168,6 +168,8 @@ pub struct Connection {
     pub namespace: Option<String>,
     /// The proxy the client goes through, described for messages (never with credentials).
     pub proxy: Option<String>,
+    /// The kubeconfig file(s), described for messages.
+    pub source: String,
 }
 
 /// Builds the client of `host` from the environment of this process.
@@ -297,19 +299,21 @@ pub async fn connect_env(
     config.proxy_url = proxy.as_ref().map(|p| p.url.clone());
     // kube-rs runs an exec plugin each time it builds a client's auth (three times per client),
     // and words its failure with the plugin's env: theseus runs it once and hands over the token.
+    // The plugin runs here first, so that a broken one is reported before any call; a token is
+    // then put on each request by the layer, which fetches a new one when it expires.
+    let mut token_layer = None;
     if let Some(exec) = config.auth_info.exec.take() {
         let credential = crate::credential::credential(&exec, &server).await.map_err(|message| {
             VolcanoError::Credential { source_name: described.clone(), context: context.clone(), message }
         })?;
-        if let Some(token) = credential.token {
-            config.auth_info.token = Some(token.into());
-        }
         if let Some((cert, key)) = credential.client_cert {
             config.auth_info.client_certificate_data = Some(crate::credential::base64(cert.as_bytes()));
             config.auth_info.client_key_data = Some(crate::credential::base64(key.as_bytes()).into());
+        } else {
+            token_layer = Some(crate::credential::ExecAuthLayer::new(exec, &server));
         }
     }
-    let client = kube::Client::try_from(config).map_err(|e| {
+    let builder = kube::client::ClientBuilder::try_from(config).map_err(|e| {
         config_error(
             &described,
             context.clone(),
@@ -317,7 +321,11 @@ pub async fn connect_env(
             "check the cluster's certificate-authority data and the user's credentials",
         )
     })?;
-    Ok(Connection { client, server, context, namespace, proxy: proxy.map(|p| p.describe()) })
+    let client = match token_layer {
+        Some(layer) => builder.with_layer(&layer).build(),
+        None => builder.build(),
+    };
+    Ok(Connection { client, server, context, namespace, proxy: proxy.map(|p| p.describe()), source: described })
 }
 
 /// The files of `KUBECONFIG` merged in order, as kubectl merges them: a file that does not

@@ -7,10 +7,15 @@
 //! most once per command and credential: its answer is kept in this process until its
 //! `expirationTimestamp` (as client-go keeps it), the client gets the token (or client
 //! certificate) it printed, and every failure is one line that names the plugin's command and
-//! the kubeconfig's `installHint`, never its arguments nor its `env` values.
+//! the kubeconfig's `installHint`, never its arguments nor its `env` values. A token that
+//! expires during a long command (`submit --follow` of a training, with EKS tokens of 15 minutes)
+//! is fetched again before the next request ([`ExecAuthLayer`]), as client-go does.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, OnceLock};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::task::{Context, Poll};
 
 use k8s_openapi::jiff::Timestamp;
 use kube::config::{ExecConfig, ExecInteractiveMode};
@@ -194,6 +199,88 @@ fn parse(stdout: &[u8], expected_version: Option<&str>) -> Result<Credential, St
         return Err("printed neither a token nor a client certificate and key".to_owned());
     }
     Ok(Credential { token, client_cert, expires })
+}
+
+/// A failed run of the plugin during a call (its token expired and fetching a new one failed),
+/// worded as [`credential`]'s errors: the source of the call's error.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{0}")]
+pub struct CredentialFailed(pub String);
+
+/// Puts the plugin's token on every request, running the plugin again when the kept token has
+/// expired (kept per process, see [`credential`]).
+#[derive(Clone)]
+pub struct ExecAuthLayer {
+    exec: Arc<ExecConfig>,
+    server: Arc<str>,
+}
+
+impl ExecAuthLayer {
+    /// The layer for the plugin `exec` of the API server `server`.
+    pub fn new(exec: ExecConfig, server: &str) -> ExecAuthLayer {
+        ExecAuthLayer { exec: Arc::new(exec), server: Arc::from(server) }
+    }
+}
+
+impl<S> tower::Layer<S> for ExecAuthLayer {
+    type Service = ExecAuth<S>;
+
+    fn layer(&self, inner: S) -> ExecAuth<S> {
+        ExecAuth { inner: Arc::new(tokio::sync::Mutex::new(inner)), auth: self.clone() }
+    }
+}
+
+/// The service of [`ExecAuthLayer`].
+pub struct ExecAuth<S> {
+    // Shared so that the (async) credential can be fetched before the inner service is called;
+    // the lock is held only while the request is handed over, never during the response.
+    inner: Arc<tokio::sync::Mutex<S>>,
+    auth: ExecAuthLayer,
+}
+
+impl<S> Clone for ExecAuth<S> {
+    fn clone(&self) -> Self {
+        ExecAuth { inner: self.inner.clone(), auth: self.auth.clone() }
+    }
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+impl<S, B> tower::Service<http::Request<B>> for ExecAuth<S>
+where
+    S: tower::Service<http::Request<B>> + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<BoxError>,
+    B: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<S::Response, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        // Readiness is awaited on the inner service in `call`, under the lock.
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, mut req: http::Request<B>) -> Self::Future {
+        let (inner, auth) = (self.inner.clone(), self.auth.clone());
+        Box::pin(async move {
+            let credential = credential(&auth.exec, &auth.server).await.map_err(CredentialFailed)?;
+            if let Some(token) = credential.token {
+                let mut value = http::HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| {
+                    CredentialFailed("the exec credential plugin printed a token that is no HTTP header value".into())
+                })?;
+                value.set_sensitive(true);
+                req.headers_mut().insert(http::header::AUTHORIZATION, value);
+            }
+            let response = {
+                let mut service = inner.lock().await;
+                futures::future::poll_fn(|cx| service.poll_ready(cx)).await.map_err(Into::into)?;
+                service.call(req)
+            };
+            response.await.map_err(Into::into)
+        })
+    }
 }
 
 /// Standard base64 (with padding), for the client certificate a plugin prints as PEM and kube

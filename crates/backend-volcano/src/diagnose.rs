@@ -27,6 +27,18 @@ pub fn chain_text(err: &(dyn std::error::Error + 'static)) -> String {
     text
 }
 
+/// The first cause of `err` of type `T`.
+pub fn find_cause<'a, T: std::error::Error + 'static>(err: &'a (dyn std::error::Error + 'static)) -> Option<&'a T> {
+    let mut cause = Some(err);
+    while let Some(e) = cause {
+        if let Some(found) = e.downcast_ref::<T>() {
+            return Some(found);
+        }
+        cause = e.source();
+    }
+    None
+}
+
 /// Diagnoses the error text `chain` (see [`chain_text`]) of a call to `server` (through `proxy`,
 /// described, when one is used). `None`: not a connection failure this module knows.
 pub fn diagnose(chain: &str, server: &str, proxy: Option<&str>) -> Option<Diagnosis> {

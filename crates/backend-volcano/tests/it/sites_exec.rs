@@ -77,6 +77,8 @@ async fn an_exec_plugin_runs_once_and_its_token_is_kept_until_it_expires() {
     assert_eq!(runs(&counter), 1, "the plugin runs once per process while its token is valid");
 }
 
+/// A token that expired is fetched again before the next request (as client-go does), so a long
+/// `submit --follow` outlives a 15-minute EKS token.
 #[tokio::test]
 async fn an_expired_exec_token_is_fetched_again() {
     let dir = tempfile::tempdir().unwrap();
@@ -87,9 +89,13 @@ async fn an_expired_exec_token_is_fetched_again() {
     let kubeconfig = dir.path().join("config");
     write_kubeconfig(&kubeconfig, &server.uri(), "", &exec_user(&command, "x"), None);
     let host = host_with(&kubeconfig, serde_json::json!({}));
+    let cluster = Cluster::connect(&host).await.unwrap().with_retry(RetryPolicy::fast());
+    assert_eq!(runs(&counter), 1, "the plugin runs when the client is made");
+    assert!(cluster.get_queue("q").await.unwrap().is_none());
+    assert!(cluster.get_queue("q").await.unwrap().is_none());
+    assert_eq!(runs(&counter), 3, "an expired credential is fetched again for each request");
     Cluster::connect(&host).await.unwrap();
-    Cluster::connect(&host).await.unwrap();
-    assert_eq!(runs(&counter), 2, "an expired credential is not kept");
+    assert_eq!(runs(&counter), 4, "an expired credential is not kept");
 }
 
 #[tokio::test]
@@ -124,4 +130,31 @@ async fn a_failing_or_missing_plugin_is_named_without_its_secrets() {
     assert!(!err.contains(SECRET), "{err}");
     assert!(err.contains(&missing.display().to_string()) && err.contains("not found"), "{err}");
     assert!(err.contains("brew install aws-iam-authenticator"), "the installHint: {err}");
+}
+
+#[tokio::test]
+async fn a_plugin_failing_when_its_token_expired_is_named_without_its_secrets() {
+    let dir = tempfile::tempdir().unwrap();
+    let counter = dir.path().join("runs");
+    let server = api_expecting("tok-once").await;
+    let command = dir.path().join("get-token");
+    // The first run answers with a token that has already expired; every later run fails.
+    std::fs::write(
+        &command,
+        format!(
+            "#!/bin/sh\n[ -s '{runs}' ] && {{ echo run >> '{runs}'; exit 4; }}\necho run >> '{runs}'\n\
+             echo '{{\"apiVersion\":\"client.authentication.k8s.io/v1\",\"kind\":\"ExecCredential\",\"status\":{{\"token\":\"tok-once\",\"expirationTimestamp\":\"2001-01-01T00:00:00Z\"}}}}'\n",
+            runs = counter.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&command, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let kubeconfig = dir.path().join("config");
+    write_kubeconfig(&kubeconfig, &server.uri(), "", &exec_user(&command, "x"), None);
+    let cluster = Cluster::connect(&host_with(&kubeconfig, serde_json::json!({}))).await.unwrap();
+    let cluster = cluster.with_retry(RetryPolicy::fast());
+    let err = cluster.get_queue("q").await.unwrap_err().to_string();
+    assert!(!err.contains(SECRET) && !err.contains('\n'), "{err}");
+    assert!(err.contains(&command.display().to_string()) && err.contains("exited with 4"), "{err}");
+    assert_eq!(runs(&counter), 2, "a failing plugin is not retried");
 }
