@@ -5,6 +5,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use theseus_backend_volcano::client::{KubeconfigSource, connect_env};
+use theseus_backend_volcano::proxy::ProxyEnv;
 use theseus_backend_volcano::{Cluster, RetryPolicy};
 use wiremock::matchers::method;
 use wiremock::{Mock, MockServer, ResponseTemplate};
@@ -147,4 +149,64 @@ async fn a_kubeconfig_socks5_proxy_url_goes_through_ssh_dynamic_forwarding() {
         logged.contains("dynamic-tcpip") || logged.contains(&format!("forwarding to socks port {socks}")),
         "ssh forwarded nothing:\n{logged}"
     );
+}
+
+/// This machine's address on its default route (environment proxies never apply to loopback).
+fn outside_address() -> std::net::IpAddr {
+    let socket = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+    socket.connect("203.0.113.1:9").expect("a default route (the proxy test needs a non-loopback address)");
+    let ip = socket.local_addr().unwrap().ip();
+    assert!(!ip.is_loopback() && !ip.is_unspecified(), "no non-loopback address: {ip}");
+    ip
+}
+
+#[tokio::test]
+async fn https_proxy_tunnels_to_an_https_server_unless_no_proxy_names_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let ip = outside_address();
+    crate::site_support::make_ca(d, "ca");
+    let (cert, key) = crate::site_support::make_cert(d, "ca", "api", &format!("IP:{ip}"), 2);
+    let port = free_port();
+    let child = Command::new("openssl")
+        .args(["s_server", "-quiet", "-www", "-accept"])
+        .arg(format!("{ip}:{port}"))
+        .arg("-cert")
+        .arg(&cert)
+        .arg("-key")
+        .arg(&key)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let _server = Running(child);
+    wait_listening(&format!("{ip}:{port}"), "openssl s_server");
+    let (proxy, log, _proxy) = tinyproxy(d);
+    let kubeconfig = d.join("config");
+    let url = format!("https://{ip}:{port}");
+    write_kubeconfig(&kubeconfig, &url, &format!("certificate-authority: {}", d.join("ca.crt").display()), "", None);
+    let source = KubeconfigSource::Host(kubeconfig);
+    let call = |env: ProxyEnv| {
+        let source = source.clone();
+        async move {
+            let conn = connect_env(&source, None, std::time::Duration::from_secs(30), &env).await.unwrap();
+            let cluster = Cluster::from_client(conn.client, "default").with_server(conn.server);
+            // s_server is no API server: the call fails after TLS, which is all this needs.
+            cluster.with_retry(RetryPolicy { max_attempts: 1, ..RetryPolicy::fast() }).get_queue("q").await.unwrap_err()
+        }
+    };
+    let connects = || std::fs::read_to_string(&log).unwrap().matches(&format!("CONNECT {ip}:{port}")).count();
+
+    let err = call(ProxyEnv { https: Some(proxy.clone()), http: None, no_proxy: None }).await.to_string();
+    assert!(!err.contains("TLS"), "TLS through the tunnel verified the server: {err}");
+    assert_eq!(connects(), 1, "HTTPS_PROXY tunnels to an https:// server");
+
+    call(ProxyEnv { https: None, http: Some(proxy.clone()), no_proxy: None }).await;
+    assert_eq!(connects(), 1, "HTTP_PROXY is not used for an https:// server");
+
+    for no_proxy in [format!("{ip}"), format!("{ip}/16"), "*".to_owned(), format!("other.example,{ip}:{port}")] {
+        call(ProxyEnv { https: Some(proxy.clone()), http: None, no_proxy: Some(no_proxy.clone()) }).await;
+        assert_eq!(connects(), 1, "NO_PROXY={no_proxy} bypasses the proxy");
+    }
 }
