@@ -10,6 +10,16 @@ use std::time::Duration;
 #[error("nothing was created on the cluster")]
 pub struct NothingCreated;
 
+/// A [`VolcanoError::Config`].
+pub(crate) fn config_error(source_name: &str, context: Option<String>, problem: &str, fix: &str) -> VolcanoError {
+    VolcanoError::Config {
+        source_name: source_name.to_owned(),
+        context,
+        problem: problem.to_owned(),
+        fix: fix.to_owned(),
+    }
+}
+
 /// What [`VolcanoError::Connect`] says.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConnectFailure {

@@ -19,6 +19,7 @@ pub mod error;
 mod exec;
 mod gc;
 pub mod helper;
+mod kubeconfig;
 pub mod log_cursor;
 mod logs;
 pub mod proxy;
