@@ -461,6 +461,27 @@ mod tests {
         assert!(text.contains("larger than the limit of 16 MiB"), "{text}");
     }
 
+    #[test]
+    fn a_host_without_namespace_takes_its_contexts() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join(".kube")).unwrap();
+        std::fs::write(
+            dir.path().join(".kube/config"),
+            "apiVersion: v1\nkind: Config\ncurrent-context: a\nclusters:\n- name: c\n  cluster: {server: 'http://127.0.0.1:1'}\n\
+             users:\n- name: u\n  user: {}\ncontexts:\n- name: a\n  context: {cluster: c, user: u, namespace: team-a}\n\
+             - name: b\n  context: {cluster: c, user: u}\n",
+        )
+        .unwrap();
+        let env = ClientEnv { home: Some(dir.path().to_owned()), default_exists: true, ..ClientEnv::default() };
+        let mut h = host(None, None);
+        h.namespace.clear();
+        assert_eq!(effective_namespace(&h, &env), "team-a");
+        h.context = Some("b".into());
+        assert_eq!(effective_namespace(&h, &env), "default");
+        h.namespace = "ml".into();
+        assert_eq!(effective_namespace(&h, &env), "ml");
+    }
+
     #[tokio::test]
     async fn missing_file_says_so() {
         let err = connect_with(&KubeconfigSource::Host(PathBuf::from("/nonexistent/kc")), None).await.unwrap_err();
