@@ -53,6 +53,8 @@ pub struct Cluster {
     namespace: String,
     server: String,
     context: Option<String>,
+    proxy: Option<String>,
+    kubeconfig: String,
     retry: RetryPolicy,
     poll_interval: Duration,
 }
@@ -117,17 +119,25 @@ impl Transient for CallError {
 }
 
 impl Cluster {
-    /// Connects to the cluster of `host` (see [`client::connect`]); calls go to its namespace.
+    /// Connects to the cluster of `host` (see [`client::connect`]); calls go to its namespace,
+    /// else to its kubeconfig context's, else to `default`.
     ///
     /// # Errors
     /// [`VolcanoError::Config`] when the kubeconfig cannot be used.
     pub async fn connect(host: &VolcanoHost) -> Result<Cluster, VolcanoError> {
         let conn = client::connect(host).await?;
         let retry = RetryPolicy { deadline: client::api_timeout(host)?, ..RetryPolicy::default() };
-        Ok(Cluster::from_client(conn.client, &host.namespace)
+        let namespace = match &host.namespace {
+            ns if !ns.is_empty() => ns.clone(),
+            _ => conn.namespace.clone().unwrap_or_else(|| "default".to_owned()),
+        };
+        let mut cluster = Cluster::from_client(conn.client, namespace)
             .with_server(conn.server)
             .with_context(conn.context)
-            .with_retry(retry))
+            .with_retry(retry);
+        cluster.proxy = conn.proxy;
+        cluster.kubeconfig = conn.source;
+        Ok(cluster)
     }
 
     /// Wraps an existing client. Build it with `default_retry = false` (as [`client::client_for_url`]
@@ -138,6 +148,8 @@ impl Cluster {
             namespace: namespace.into(),
             server: "the API server".to_owned(),
             context: None,
+            proxy: None,
+            kubeconfig: "(none)".to_owned(),
             retry: RetryPolicy::default(),
             poll_interval: Duration::from_secs(2),
         }
@@ -627,6 +639,24 @@ impl Cluster {
         let status = match err {
             kube::Error::Api(status) => status,
             other => {
+                if let Some(failed) = crate::diagnose::find_cause::<crate::credential::CredentialFailed>(&other) {
+                    return VolcanoError::Credential {
+                        source_name: self.kubeconfig.clone(),
+                        context: self.context.clone(),
+                        message: failed.0.clone(),
+                    };
+                }
+                let chain = crate::diagnose::chain_text(&other);
+                if let Some(d) = crate::diagnose::diagnose(&chain, &self.server, self.proxy.as_deref()) {
+                    return VolcanoError::Connect(Box::new(crate::error::ConnectFailure {
+                        verb: target.verb.into(),
+                        resource: target.resource.clone(),
+                        server: self.server.clone(),
+                        via: self.proxy.clone(),
+                        problem: d.problem,
+                        fix: d.fix,
+                    }));
+                }
                 return match transport_detail(&other) {
                     Some(detail) => self.transport(target, attempts, detail, Some(Box::new(other))),
                     None => VolcanoError::Client {

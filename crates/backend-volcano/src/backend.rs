@@ -116,7 +116,10 @@ impl fmt::Display for VolcanoBackend {
 
 impl VolcanoBackend {
     /// A backend for host `name`; connects to the cluster on first use.
-    pub fn new(name: &str, host: VolcanoHost, cluster: ClusterConfig) -> Self {
+    pub fn new(name: &str, mut host: VolcanoHost, cluster: ClusterConfig) -> Self {
+        // A host without `namespace` uses its kubeconfig context's (else `default`), as kubectl
+        // does; decided once, so that dry runs, handles and calls agree.
+        host.namespace = crate::client::effective_namespace(&host, &crate::client::ClientEnv::from_process());
         let mut settings = Settings::default();
         settings.render.max_retry = i32::try_from(host.max_retry).unwrap_or(i32::MAX);
         settings.render.ttl_seconds_after_finished =
@@ -126,7 +129,10 @@ impl VolcanoBackend {
     }
 
     /// A backend that uses an existing connection (tests, embedding).
-    pub fn with_cluster(name: &str, host: VolcanoHost, cluster: ClusterConfig, connection: Cluster) -> Self {
+    pub fn with_cluster(name: &str, mut host: VolcanoHost, cluster: ClusterConfig, connection: Cluster) -> Self {
+        if host.namespace.is_empty() {
+            connection.namespace().clone_into(&mut host.namespace);
+        }
         let backend = VolcanoBackend::new(name, host, cluster);
         let _ = backend.connection.set(connection);
         backend
@@ -148,6 +154,17 @@ impl VolcanoBackend {
     /// The connection, made on first use.
     pub async fn cluster(&self) -> Result<&Cluster, VolcanoError> {
         self.connection.get_or_try_init(|| Cluster::connect(&self.host)).await
+    }
+
+    /// [`Self::err`] of a failure before the submit created anything, marked with
+    /// [`crate::error::NothingCreated`].
+    fn err_nothing_created(&self, e: VolcanoError) -> theseus_core::Error {
+        match self.err(e) {
+            theseus_core::Error::Backend { backend, message, source: None } => {
+                theseus_core::Error::Backend { backend, message, source: Some(Box::new(crate::error::NothingCreated)) }
+            }
+            other => other,
+        }
     }
 
     pub(crate) fn err(&self, e: VolcanoError) -> theseus_core::Error {
@@ -389,8 +406,8 @@ impl Backend for VolcanoBackend {
         let rendered = self.render(job)?;
         let layout = self.run_layout(&job.identity)?;
         let helper = render_helper(&self.host, &job.identity, &layout.work_dir)?;
-        let cluster = self.cluster().await.map_err(|e| self.err(e))?;
-        crate::availability::require_queue(cluster, &self.host).await.map_err(|e| self.err(e))?;
+        let cluster = self.cluster().await.map_err(|e| self.err_nothing_created(e))?;
+        crate::availability::require_queue(cluster, &self.host).await.map_err(|e| self.err_nothing_created(e))?;
         crate::submit::submit(self, cluster, job, &layout, helper, rendered, options).await.map_err(|e| self.err(e))
     }
 

@@ -1,6 +1,7 @@
 //! Reaching a cluster: which kubeconfig a host uses (a pure decision) and building the
-//! `kube::Client` from it with our timeouts. The retry every call goes through is in
-//! [`crate::retry`].
+//! `kube::Client` from it with our timeouts, the proxy kubectl would use ([`crate::proxy`]), the
+//! credential of an exec plugin run by theseus itself ([`crate::credential`]) and the context's
+//! namespace. The retry every call goes through is in [`crate::retry`].
 //!
 //! kube's own retry layer is switched off on the clients built here: [`retry`] decides alone, so
 //! attempts do not multiply and the count in a [`VolcanoError::Transport`] is the real one.
@@ -9,12 +10,11 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use kube::config::{KubeConfigOptions, Kubeconfig, KubeconfigError};
-use theseus_core::config::load::yaml_message;
 use theseus_core::config::{VolcanoHost, expand_tilde};
-use theseus_core::files::KUBECONFIG_LIMIT;
 
-use crate::error::VolcanoError;
+use crate::error::{VolcanoError, config_error};
+use crate::kubeconfig::{context_namespace, from_kubeconfig, merged, read};
+use crate::proxy::ProxyEnv;
 pub use crate::retry::{RetryPolicy, Transient, retry, retry_counted, transport_detail};
 
 /// Time allowed to open a TCP (and TLS) connection to the apiserver.
@@ -92,6 +92,8 @@ pub struct ClientEnv {
     pub in_cluster: bool,
     /// Whether `~/.kube/config` exists.
     pub default_exists: bool,
+    /// The proxy variables (`HTTPS_PROXY`, `HTTP_PROXY`, `NO_PROXY`, either case).
+    pub proxy: ProxyEnv,
 }
 
 impl ClientEnv {
@@ -104,6 +106,7 @@ impl ClientEnv {
             home,
             in_cluster: std::env::var_os("KUBERNETES_SERVICE_HOST").is_some_and(|v| !v.is_empty()),
             default_exists,
+            proxy: ProxyEnv::from_process(),
         }
     }
 }
@@ -159,6 +162,12 @@ pub struct Connection {
     pub server: String,
     /// The context used (`None` in-cluster).
     pub context: Option<String>,
+    /// The context's namespace (the service account's in-cluster), when it sets one.
+    pub namespace: Option<String>,
+    /// The proxy the client goes through, described for messages (never with credentials).
+    pub proxy: Option<String>,
+    /// The kubeconfig file(s), described for messages.
+    pub source: String,
 }
 
 /// Builds the client of `host` from the environment of this process.
@@ -166,9 +175,40 @@ pub struct Connection {
 /// # Errors
 /// [`VolcanoError::Config`] naming the file, the context and the fix.
 pub async fn connect(host: &VolcanoHost) -> Result<Connection, VolcanoError> {
-    let source = resolve_source(host, &ClientEnv::from_process())?;
+    connect_in(host, &ClientEnv::from_process()).await
+}
+
+/// [`connect`] in the environment `env`.
+///
+/// # Errors
+/// [`VolcanoError::Config`] naming the file, the context and the fix.
+pub async fn connect_in(host: &VolcanoHost, env: &ClientEnv) -> Result<Connection, VolcanoError> {
+    let source = resolve_source(host, env)?;
     let deadline = api_timeout(host)?;
-    connect_within(&source, host.context.as_deref(), deadline).await
+    connect_env(&source, host.context.as_deref(), deadline, &env.proxy).await
+}
+
+/// The namespace a host's jobs go to: its `namespace` key, else its kubeconfig context's
+/// namespace, else `default` (kubectl's rule). Reads the kubeconfig (no network); an unreadable
+/// one gives `default`, and the connection reports it.
+pub fn effective_namespace(host: &VolcanoHost, env: &ClientEnv) -> String {
+    if !host.namespace.is_empty() {
+        return host.namespace.clone();
+    }
+    let from_context = || -> Option<String> {
+        let kubeconfig = match resolve_source(host, env).ok()? {
+            KubeconfigSource::Host(path) | KubeconfigSource::Default(path) => read(&path, None).ok()?,
+            KubeconfigSource::Env(paths) => merged(&paths, None, "").ok()?,
+            KubeconfigSource::InCluster => {
+                return std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+                    .ok()
+                    .map(|n| n.trim().to_owned());
+            }
+        };
+        let chosen = host.context.clone().or_else(|| kubeconfig.current_context.clone())?;
+        context_namespace(&kubeconfig, &chosen)
+    };
+    from_context().filter(|n| !n.is_empty()).unwrap_or_else(|| "default".to_owned())
 }
 
 /// Builds a client from `source`, selecting `context` (else the current context).
@@ -188,8 +228,22 @@ pub async fn connect_within(
     context: Option<&str>,
     deadline: Duration,
 ) -> Result<Connection, VolcanoError> {
+    connect_env(source, context, deadline, &ProxyEnv::from_process()).await
+}
+
+/// [`connect_within`] with the proxy variables `proxy_env`.
+///
+/// # Errors
+/// [`VolcanoError::Config`] naming the file, the context and the fix;
+/// [`VolcanoError::Credential`] when the user's exec plugin fails.
+pub async fn connect_env(
+    source: &KubeconfigSource,
+    context: Option<&str>,
+    deadline: Duration,
+    proxy_env: &ProxyEnv,
+) -> Result<Connection, VolcanoError> {
     let described = source.describe();
-    let (mut config, context) = match source {
+    let (mut config, context, namespace, proxy_url) = match source {
         KubeconfigSource::InCluster => {
             if let Some(c) = context {
                 tracing::warn!(context = c, "running in a pod without a kubeconfig: ignoring the host's context");
@@ -202,32 +256,52 @@ pub async fn connect_within(
                     "mount the service account token or give the host a `kubeconfig`",
                 )
             })?;
-            (config, None)
+            let namespace = Some(config.default_namespace.clone());
+            (config, None, namespace, None)
         }
         KubeconfigSource::Host(path) | KubeconfigSource::Default(path) => {
             let kubeconfig = read(path, context)?;
             from_kubeconfig(kubeconfig, &described, context).await?
         }
         KubeconfigSource::Env(paths) => {
-            let mut merged = Kubeconfig::default();
-            for path in paths {
-                let next = read(path, context)?;
-                merged = merged.merge(next).map_err(|e| {
-                    config_error(
-                        &described,
-                        context.map(str::to_owned),
-                        &e.to_string(),
-                        "make the files in KUBECONFIG agree on kind and apiVersion",
-                    )
-                })?;
-            }
+            let merged = merged(paths, context, &described)?;
             from_kubeconfig(merged, &described, context).await?
         }
     };
     config.connect_timeout = Some(CONNECT_TIMEOUT.min(deadline));
     config.default_retry = false;
     let server = config.cluster_url.to_string();
-    let client = kube::Client::try_from(config).map_err(|e| {
+    // kube-rs's own proxy choice matches NO_PROXY against the proxy, not the server: ours is
+    // kubectl's.
+    let proxy = crate::proxy::choose(&config.cluster_url, proxy_url.as_deref(), proxy_env).map_err(|problem| {
+        config_error(
+            &described,
+            context.clone(),
+            &problem,
+            "fix the cluster's proxy-url or the proxy variable (or exempt the server with NO_PROXY)",
+        )
+    })?;
+    if let Some(p) = &proxy {
+        tracing::debug!(proxy = %p.describe(), server = %server, "connecting through a proxy");
+    }
+    config.proxy_url = proxy.as_ref().map(|p| p.url.clone());
+    // kube-rs runs an exec plugin each time it builds a client's auth (three times per client),
+    // and words its failure with the plugin's env: theseus runs it once and hands over the token.
+    // The plugin runs here first, so that a broken one is reported before any call; a token is
+    // then put on each request by the layer, which fetches a new one when it expires.
+    let mut token_layer = None;
+    if let Some(exec) = config.auth_info.exec.take() {
+        let credential = crate::credential::credential(&exec, &server).await.map_err(|message| {
+            VolcanoError::Credential { source_name: described.clone(), context: context.clone(), message }
+        })?;
+        if let Some((cert, key)) = credential.client_cert {
+            config.auth_info.client_certificate_data = Some(crate::credential::base64(cert.as_bytes()));
+            config.auth_info.client_key_data = Some(crate::credential::base64(key.as_bytes()).into());
+        } else {
+            token_layer = Some(crate::credential::ExecAuthLayer::new(exec, &server));
+        }
+    }
+    let builder = kube::client::ClientBuilder::try_from(config).map_err(|e| {
         config_error(
             &described,
             context.clone(),
@@ -235,7 +309,11 @@ pub async fn connect_within(
             "check the cluster's certificate-authority data and the user's credentials",
         )
     })?;
-    Ok(Connection { client, server, context })
+    let client = match token_layer {
+        Some(layer) => builder.with_layer(&layer).build(),
+        None => builder.build(),
+    };
+    Ok(Connection { client, server, context, namespace, proxy: proxy.map(|p| p.describe()), source: described })
 }
 
 /// A client for a plain-HTTP apiserver at `url` (tests, the simulator), with the same settings
@@ -263,117 +341,14 @@ impl std::fmt::Debug for Connection {
     }
 }
 
-/// Reads one kubeconfig file: a regular file of at most [`KUBECONFIG_LIMIT`] bytes, parsed
-/// without ever quoting its text in an error (it holds tokens and keys), with relative file
-/// references resolved against the file's dir as kubectl does.
-fn read(path: &Path, context: Option<&str>) -> Result<Kubeconfig, VolcanoError> {
-    let shown = path.display().to_string();
-    let fail = |problem: &str, fix: &str| config_error(&shown, context.map(str::to_owned), problem, fix);
-    if !path.exists() {
-        return Err(fail("no such file", "check the path, or set `kubeconfig` on the host"));
-    }
-    let text = theseus_core::files::read_bounded(path, KUBECONFIG_LIMIT, "kubeconfig").map_err(|e| {
-        let message = e.to_string();
-        let problem = message.strip_prefix(&format!("kubeconfig {shown}: ")).unwrap_or(&message);
-        fail(problem, "give the path of a kubeconfig file")
-    })?;
-    let mut kubeconfig = Kubeconfig::from_yaml(&text).map_err(|e| match e {
-        KubeconfigError::Parse(inner) => {
-            fail(&format!("invalid YAML: {}", yaml_message(&inner.to_string())), "fix the file's YAML")
-        }
-        other => fail(&yaml_message(&other.to_string()), "fix the file's YAML"),
-    })?;
-    if let Some(dir) = path.parent() {
-        resolve_relative_paths(&mut kubeconfig, dir);
-    }
-    Ok(kubeconfig)
-}
-
-/// Makes the file references of a kubeconfig (certificate authority, client certificate and
-/// key, token file, and an exec plugin command that is a path) absolute against `dir`, the
-/// kubeconfig's own dir: the rule of client-go (`ResolveLocalPaths` in
-/// `tools/clientcmd/loader.go`); bare exec commands stay `PATH` lookups.
-fn resolve_relative_paths(kubeconfig: &mut Kubeconfig, dir: &Path) {
-    let absolute = |file: &mut Option<String>| {
-        if let Some(f) = file.as_mut()
-            && !f.is_empty()
-            && Path::new(f.as_str()).is_relative()
-            && let Some(joined) = dir.join(f.as_str()).to_str()
-        {
-            *f = joined.to_owned();
-        }
-    };
-    for cluster in kubeconfig.clusters.iter_mut().filter_map(|c| c.cluster.as_mut()) {
-        absolute(&mut cluster.certificate_authority);
-    }
-    for user in kubeconfig.auth_infos.iter_mut().filter_map(|u| u.auth_info.as_mut()) {
-        absolute(&mut user.client_certificate);
-        absolute(&mut user.client_key);
-        absolute(&mut user.token_file);
-        if let Some(exec) = user.exec.as_mut()
-            && exec.command.as_deref().is_some_and(|c| c.contains('/'))
-        {
-            absolute(&mut exec.command);
-        }
-    }
-}
-
-async fn from_kubeconfig(
-    kubeconfig: Kubeconfig,
-    described: &str,
-    context: Option<&str>,
-) -> Result<(kube::Config, Option<String>), VolcanoError> {
-    let available: Vec<String> = kubeconfig.contexts.iter().map(|c| c.name.clone()).collect();
-    let list = if available.is_empty() { "none".to_owned() } else { available.join(", ") };
-    let chosen = match context {
-        Some(c) if !available.iter().any(|a| a == c) => {
-            return Err(config_error(
-                described,
-                Some(c.to_owned()),
-                "no such context",
-                &format!("set the host's `context` to one of: {list}"),
-            ));
-        }
-        Some(c) => c.to_owned(),
-        None => match kubeconfig.current_context.clone().filter(|c| !c.is_empty()) {
-            Some(c) => c,
-            None => {
-                return Err(config_error(
-                    described,
-                    None,
-                    "no current-context",
-                    &format!("set the host's `context` to one of: {list}"),
-                ));
-            }
-        },
-    };
-    let options = KubeConfigOptions { context: Some(chosen.clone()), cluster: None, user: None };
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &options).await.map_err(|e| {
-        config_error(
-            described,
-            Some(chosen.clone()),
-            &e.to_string(),
-            "fix the context's cluster and user entries (`kubectl config view`)",
-        )
-    })?;
-    Ok((config, Some(chosen)))
-}
-
 fn default_path(home: &Path) -> PathBuf {
     home.join(".kube").join("config")
 }
 
-fn config_error(source_name: &str, context: Option<String>, problem: &str, fix: &str) -> VolcanoError {
-    VolcanoError::Config {
-        source_name: source_name.to_owned(),
-        context,
-        problem: problem.to_owned(),
-        fix: fix.to_owned(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use theseus_core::files::KUBECONFIG_LIMIT;
+
     use super::*;
 
     fn host(kubeconfig: Option<&str>, context: Option<&str>) -> VolcanoHost {
@@ -393,6 +368,7 @@ mod tests {
             home: Some(PathBuf::from("/home/u")),
             in_cluster,
             default_exists,
+            proxy: ProxyEnv::default(),
         }
     }
 
@@ -486,22 +462,24 @@ mod tests {
     }
 
     #[test]
-    fn relative_file_references_resolve_against_the_kubeconfig_dir() {
-        let mut kubeconfig = Kubeconfig::from_yaml(
-            "clusters:\n- name: c\n  cluster: {server: 'https://x', certificate-authority: ca.crt}\nusers:\n- name: u\n  \
-             user: {client-certificate: /abs/c.crt, client-key: keys/k.pem, exec: {command: aws, apiVersion: v1}}\n- name: v\n  \
-             user: {exec: {command: ./bin/auth, apiVersion: v1}}\n",
+    fn a_host_without_namespace_takes_its_contexts() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join(".kube")).unwrap();
+        std::fs::write(
+            dir.path().join(".kube/config"),
+            "apiVersion: v1\nkind: Config\ncurrent-context: a\nclusters:\n- name: c\n  cluster: {server: 'http://127.0.0.1:1'}\n\
+             users:\n- name: u\n  user: {}\ncontexts:\n- name: a\n  context: {cluster: c, user: u, namespace: team-a}\n\
+             - name: b\n  context: {cluster: c, user: u}\n",
         )
         .unwrap();
-        resolve_relative_paths(&mut kubeconfig, Path::new("/home/u/.kube"));
-        let cluster = kubeconfig.clusters[0].cluster.as_ref().unwrap();
-        assert_eq!(cluster.certificate_authority.as_deref(), Some("/home/u/.kube/ca.crt"));
-        let user = kubeconfig.auth_infos[0].auth_info.as_ref().unwrap();
-        assert_eq!(user.client_certificate.as_deref(), Some("/abs/c.crt"));
-        assert_eq!(user.client_key.as_deref(), Some("/home/u/.kube/keys/k.pem"));
-        assert_eq!(user.exec.as_ref().unwrap().command.as_deref(), Some("aws"));
-        let user = kubeconfig.auth_infos[1].auth_info.as_ref().unwrap();
-        assert_eq!(user.exec.as_ref().unwrap().command.as_deref(), Some("/home/u/.kube/./bin/auth"));
+        let env = ClientEnv { home: Some(dir.path().to_owned()), default_exists: true, ..ClientEnv::default() };
+        let mut h = host(None, None);
+        h.namespace.clear();
+        assert_eq!(effective_namespace(&h, &env), "team-a");
+        h.context = Some("b".into());
+        assert_eq!(effective_namespace(&h, &env), "default");
+        h.namespace = "ml".into();
+        assert_eq!(effective_namespace(&h, &env), "ml");
     }
 
     #[tokio::test]

@@ -3,6 +3,51 @@
 
 use std::time::Duration;
 
+/// The source of a backend error after which the cluster holds nothing of the run (the
+/// kubeconfig, the connection, the credentials or the queue check failed before anything was
+/// created): the CLI forgets such a submit instead of recording a failed run.
+#[derive(Debug, Clone, Copy, thiserror::Error)]
+#[error("nothing was created on the cluster")]
+pub struct NothingCreated;
+
+/// A [`VolcanoError::Config`].
+pub(crate) fn config_error(source_name: &str, context: Option<String>, problem: &str, fix: &str) -> VolcanoError {
+    VolcanoError::Config {
+        source_name: source_name.to_owned(),
+        context,
+        problem: problem.to_owned(),
+        fix: fix.to_owned(),
+    }
+}
+
+/// What [`VolcanoError::Connect`] says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectFailure {
+    /// The verb.
+    pub verb: String,
+    /// The resource.
+    pub resource: String,
+    /// The apiserver URL.
+    pub server: String,
+    /// The proxy used, described (`http://p:3128 (from HTTPS_PROXY)`).
+    pub via: Option<String>,
+    /// What failed.
+    pub problem: String,
+    /// What to do about it.
+    pub fix: String,
+}
+
+impl std::fmt::Display for ConnectFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let via = self.via.as_deref().map(|p| format!(" (through the proxy {p})")).unwrap_or_default();
+        write!(
+            f,
+            "cannot {} {}: API server {}{via}: {}; {}",
+            self.verb, self.resource, self.server, self.problem, self.fix
+        )
+    }
+}
+
 /// A failed cluster operation.
 #[derive(Debug, thiserror::Error)]
 pub enum VolcanoError {
@@ -35,10 +80,11 @@ pub enum VolcanoError {
 
     /// 403: RBAC refused the call.
     #[error(
-        "RBAC refused: cannot {verb} {resource}{} (403 Forbidden: {message}); ask your cluster admin for a {} granting {verb} on {resource}{}",
+        "RBAC refused: cannot {verb} {resource}{} (403 Forbidden: {message}); ask your cluster admin for a {} granting {verb} on {resource}{}{}",
         scope(namespace),
         if namespace.is_some() { "Role" } else { "ClusterRole" },
-        scope(namespace)
+        scope(namespace),
+        if namespace.is_some() { ", or use a namespace you may use: the host's `namespace` key, else the kubeconfig context's namespace" } else { "" }
     )]
     Forbidden {
         /// `create`, `get`, `list`, `watch`, `delete`, `patch`.
@@ -157,7 +203,10 @@ pub enum VolcanoError {
     },
 
     /// The apiserver could not be reached (or stopped answering), even after retries.
-    #[error("cannot {verb} {resource}: API server {server} unreachable after {attempts} attempt{} ({detail})", if *attempts == 1 { "" } else { "s" })]
+    #[error(
+        "cannot {verb} {resource}: API server {server} unreachable after {attempts} attempt{} ({detail}); check that the cluster is up and that the kubeconfig's server address (and any proxy) is right",
+        if *attempts == 1 { "" } else { "s" }
+    )]
     Transport {
         /// The verb.
         verb: String,
@@ -172,6 +221,24 @@ pub enum VolcanoError {
         /// The last client error, if there was one.
         #[source]
         source: Option<Box<kube::Error>>,
+    },
+
+    /// The connection to the apiserver failed in a way another attempt cannot mend: a TLS
+    /// verdict (unknown authority, name mismatch, expiry), a name that does not resolve, a proxy
+    /// that will not tunnel.
+    #[error("{0}")]
+    Connect(Box<ConnectFailure>),
+
+    /// The kubeconfig user's exec credential plugin failed (worded without its arguments or
+    /// `env` values).
+    #[error("kubeconfig {source_name}{}: {message}", context_suffix(context))]
+    Credential {
+        /// The file(s) read.
+        source_name: String,
+        /// The context used.
+        context: Option<String>,
+        /// What failed and the fix.
+        message: String,
     },
 
     /// The apiserver accepted the call (or the connection) but did not answer in time.
@@ -301,7 +368,8 @@ mod tests {
             e.to_string(),
             "RBAC refused: cannot create jobs.batch.volcano.sh in namespace \"ml\" (403 Forbidden: user \"bob\" \
              cannot create); ask your cluster admin for a Role granting create on jobs.batch.volcano.sh in \
-             namespace \"ml\""
+             namespace \"ml\", or use a namespace you may use: the host's `namespace` key, else the kubeconfig \
+             context's namespace"
         );
         let cluster_wide = VolcanoError::Forbidden {
             verb: "get".into(),

@@ -4,7 +4,8 @@
 //! Pure parts: the typed Volcano `Job` ([`types`]), Kubernetes quantities ([`quantity`]),
 //! rendering of the gang job, its Secret and the helper ([`render`], [`helper`]), host validation
 //! ([`validate_host`]) and the status summary ([`status`]). IO parts: the kube client and retries
-//! ([`client`]), typed API calls ([`api`]), queue availability ([`availability`]), shipping over
+//! ([`client`]; its proxy choice [`proxy`], exec plugins [`credential`], connection failures
+//! [`diagnose`]), typed API calls ([`api`]), queue availability ([`availability`]), shipping over
 //! exec ([`ship`]) and the [`VolcanoBackend`] that ties them into theseus's `Backend`.
 
 pub mod api;
@@ -12,13 +13,17 @@ pub mod availability;
 mod backend;
 pub mod claim;
 pub mod client;
+pub mod credential;
+pub mod diagnose;
 pub mod error;
 mod exec;
 pub mod fit;
 mod gc;
 pub mod helper;
+mod kubeconfig;
 pub mod log_cursor;
 mod logs;
+pub mod proxy;
 pub mod quantity;
 pub mod reclaim;
 pub mod render;

@@ -86,7 +86,13 @@ impl Transient for kube::Error {
     fn is_transient(&self) -> bool {
         match self {
             kube::Error::Api(status) => is_transient_code(status.code),
-            other => transport_detail(other).is_some(),
+            // A failed credential plugin is not run again and again.
+            other if crate::diagnose::find_cause::<crate::credential::CredentialFailed>(other).is_some() => false,
+            // A TLS verdict or a name that does not resolve is the same on every attempt.
+            other => match crate::diagnose::diagnose(&crate::diagnose::chain_text(other), "", Some("")) {
+                Some(d) => d.transient,
+                None => transport_detail(other).is_some(),
+            },
         }
     }
 

@@ -70,7 +70,7 @@ pub(crate) fn check_host(host: &VolcanoHost) -> Result<(), String> {
     if !is_dns_subdomain(&host.pvc_name) {
         return Err(format!("pvc_name: {:?} is not a valid PVC name", host.pvc_name));
     }
-    if !is_dns_label(&host.namespace) {
+    if !host.namespace.is_empty() && !is_dns_label(&host.namespace) {
         return Err(format!("namespace: {:?} is not a valid namespace name", host.namespace));
     }
     // A Queue is a custom resource: the apiserver checks its name as a DNS-1123 subdomain

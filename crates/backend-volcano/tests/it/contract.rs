@@ -472,7 +472,8 @@ async fn forbidden_names_verb_resource_and_namespace() {
         err.to_string(),
         "RBAC refused: cannot create jobs.batch.volcano.sh in namespace \"ml\" (403 Forbidden: User \"bob\" cannot \
          create resource \"jobs\"); ask your cluster admin for a Role granting create on jobs.batch.volcano.sh in \
-         namespace \"ml\""
+         namespace \"ml\", or use a namespace you may use: the host's `namespace` key, else the kubeconfig \
+         context's namespace"
     );
 }
 

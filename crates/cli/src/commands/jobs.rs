@@ -9,7 +9,7 @@ use anyhow::{Result, anyhow};
 use futures::StreamExt;
 use serde_json::json;
 use theseus_core::backend::{DynBackend, JobHandle, JobState, JobStatus, LogOptions};
-use theseus_core::config::{DispatchConfig, HostKind, LoadedConfig, compat};
+use theseus_core::config::{DispatchConfig, HostConfig, HostKind, LoadedConfig, compat};
 use theseus_core::interrupt;
 use theseus_core::ledger::{Ledger, Record, is_placeholder};
 
@@ -19,6 +19,16 @@ use crate::signals::Interrupted;
 
 /// How long `status` and `list` wait for a backend's answer about one run.
 pub(crate) const STATUS_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long `status` and `list` wait for `host`: a Volcano host's calls end at its `api_timeout`
+/// (naming it), so the wait outlasts that; other hosts get [`STATUS_TIMEOUT`].
+pub(super) fn answer_within(loaded: Option<&LoadedConfig>, host: &str) -> Duration {
+    match loaded.and_then(|l| l.config.hosts.get(host)) {
+        Some(HostConfig::Volcano(v)) => theseus_backend_volcano::client::api_timeout(v)
+            .map_or(STATUS_TIMEOUT, |t| (t + Duration::from_secs(5)).max(STATUS_TIMEOUT)),
+        _ => STATUS_TIMEOUT,
+    }
+}
 
 /// What a run's state says when its client stopped in the middle of `submit`.
 const STOPPED_DURING_SUBMIT: &str = "the client stopped during submit (interrupted)";
@@ -101,9 +111,14 @@ fn status_of(state: JobState, message: String) -> JobStatus {
     JobStatus { state, exit_code: None, message: Some(message), ranks: Vec::new() }
 }
 
-/// The state of a run now: asks its backend (within [`STATUS_TIMEOUT`]), settles a record left
-/// `submitting` by a client that stopped, and stores what it learned in the ledger.
-pub(super) async fn refresh(ledger: &Ledger, record: &Record, backend: &Arc<DynBackend>) -> Result<JobStatus> {
+/// The state of a run now: asks its backend (within `within`, see [`answer_within`]), settles a
+/// record left `submitting` by a client that stopped, and stores what it learned in the ledger.
+pub(super) async fn refresh(
+    ledger: &Ledger,
+    record: &Record,
+    backend: &Arc<DynBackend>,
+    within: Duration,
+) -> Result<JobStatus> {
     let run_id = &record.identity.run_id;
     if record.state == JobState::Submitting {
         if ledger.submit_in_progress(run_id) {
@@ -121,8 +136,8 @@ pub(super) async fn refresh(ledger: &Ledger, record: &Record, backend: &Arc<DynB
             return Ok(status);
         }
     }
-    let answer = tokio::time::timeout(STATUS_TIMEOUT, backend.status(&record.handle)).await.map_err(|_| {
-        anyhow!("host `{}` did not answer within {}s about run {run_id}", record.host, STATUS_TIMEOUT.as_secs())
+    let answer = tokio::time::timeout(within, backend.status(&record.handle)).await.map_err(|_| {
+        anyhow!("host `{}` did not answer within {}s about run {run_id}", record.host, within.as_secs())
     })?;
     let status = match answer {
         Ok(status) => status,
@@ -199,7 +214,7 @@ fn print_status(ctx: &Context, record: &Record, status: &JobStatus) -> Result<()
 pub(crate) async fn status(ctx: &Context, args: TargetArgs) -> Result<ExitCode> {
     let ledger = ctx.ledger_for_reading()?;
     let (record, backend) = find(ctx, &ledger, &args.job)?;
-    let status = refresh(&ledger, &record, &backend).await?;
+    let status = refresh(&ledger, &record, &backend, answer_within(ctx.config().ok().as_ref(), &record.host)).await?;
     print_status(ctx, &record, &status)?;
     Ok(ExitCode::SUCCESS)
 }
@@ -375,7 +390,8 @@ pub(crate) async fn cancel(ctx: &Context, args: TargetArgs) -> Result<ExitCode> 
         ));
     }
     if is_placeholder(&record.handle) {
-        let status = refresh(&ledger, &record, &backend).await?;
+        let status =
+            refresh(&ledger, &record, &backend, answer_within(ctx.config().ok().as_ref(), &record.host)).await?;
         print_status(ctx, &record, &status)?;
         return Ok(ExitCode::SUCCESS);
     }

@@ -9,7 +9,7 @@ use anyhow::Result;
 use theseus_core::backend::DynBackend;
 use theseus_core::ledger::{Ledger, Record};
 
-use super::jobs::{backend_for, refresh};
+use super::jobs::{answer_within, backend_for, refresh};
 use crate::args::{ListArgs, OutputFormat};
 use crate::context::Context;
 
@@ -54,7 +54,7 @@ struct ListRow<'a> {
 }
 
 /// Asks the backends about every row that is not terminal, all at once, each within
-/// [`super::jobs::STATUS_TIMEOUT`]: a row is never shown live when its backend no longer has the run. Rows
+/// [`super::jobs::answer_within`]: a row is never shown live when its backend no longer has the run. Rows
 /// whose backend cannot be asked (or does not answer in time) keep their last known state; they
 /// are returned (run id to reason), and each such host is named once on stderr.
 pub(crate) async fn refresh_live(ctx: &Context, ledger: &Ledger, records: &mut [Record]) -> HashMap<String, String> {
@@ -73,7 +73,10 @@ pub(crate) async fn refresh_live(ctx: &Context, ledger: &Ledger, records: &mut [
             .or_insert_with(|| backend_for(ctx, &loaded, ledger, record).map_err(|e| format!("{e:#}")))
             .clone();
         match backend {
-            Ok(backend) => asks.push(async move { (i, refresh(ledger, record, &backend).await) }),
+            Ok(backend) => {
+                let within = answer_within(Some(&loaded), &record.host);
+                asks.push(async move { (i, refresh(ledger, record, &backend, within).await) })
+            }
             Err(reason) => {
                 silent.entry(record.host.clone()).or_insert((reason.clone(), 0)).1 += 1;
                 unanswered.insert(record.identity.run_id.clone(), reason);

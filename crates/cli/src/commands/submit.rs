@@ -124,8 +124,18 @@ pub(crate) async fn submit_recorded(
         Err(DispatchError::Failed(e @ theseus_core::Error::AlreadyExists { .. })) => {
             bail!("{e}; pass --replace to stop it and submit, or pick another name")
         }
+        // The host refused before anything of the run existed (its kubeconfig, connection,
+        // credentials or queue): not a run that failed, so it leaves no ledger row.
+        Err(DispatchError::Failed(e)) if nothing_created(&e) => {
+            ledger.delete(&job.identity.run_id)?;
+            bail!("{e}")
+        }
         Err(e) => Err(super::prepare::lift(e)),
     }
+}
+
+fn nothing_created(e: &theseus_core::Error) -> bool {
+    std::error::Error::source(e).is_some_and(|s| s.is::<theseus_backend_volcano::error::NothingCreated>())
 }
 
 /// After a `--replace`: older runs of the name on this host that the ledger still shows as live

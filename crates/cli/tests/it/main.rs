@@ -18,6 +18,7 @@ mod targets;
 mod volcano;
 mod volcano_faults;
 mod volcano_rbac;
+mod volcano_sites;
 mod volcano_start;
 
 use std::path::{Path, PathBuf};

@@ -466,7 +466,8 @@ impl PartitionConfig {
 pub struct VolcanoHost {
     /// Cluster name (paths must be valid inside the pods, on the PVC).
     pub cluster: String,
-    /// Namespace of jobs, helpers and secrets.
+    /// Namespace of jobs, helpers and secrets. Empty (not set): the kubeconfig context's
+    /// namespace, else `default`, as kubectl chooses (the Volcano backend resolves it).
     #[serde(default = "defaults::namespace")]
     pub namespace: String,
     /// Volcano queue (empty: `default`, availability not checked).
@@ -649,9 +650,9 @@ impl Default for LocalHost {
 
 /// Default values of config fields.
 pub mod defaults {
-    /// `namespace` of a volcano host.
+    /// `namespace` of a volcano host: empty, the kubeconfig context's (else `default`).
     pub fn namespace() -> String {
-        "default".into()
+        String::new()
     }
     /// `pvc_mount_path` of a volcano host.
     pub fn pvc_mount_path() -> String {

@@ -41,7 +41,7 @@ fn host_breaks() -> Vec<Break> {
         Break::Host("pvc_name", |h, s| h.pvc_name = format!("Team_{s}")),
         Break::Host("pvc_mount_path", |h, s| h.pvc_mount_path = format!("workspace{s}")),
         Break::Host("namespace", |h, s| h.namespace = format!("NS{s}")),
-        Break::Host("namespace", |h, _| h.namespace.clear()),
+        // An empty namespace is not broken: it is the kubeconfig context's (else `default`).
         Break::Host("gpu_resource_key", |h, s| h.gpu_resource_key = format!("nvidia gpu{s}")),
         Break::Host("cpu", |h, s| h.cpu = q(&s)),
         Break::Host("cpu", |h, _| h.cpu = Some("-4".into())),
