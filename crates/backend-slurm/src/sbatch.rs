@@ -51,6 +51,9 @@ pub struct SbatchPaths {
 pub struct Directives {
     /// `--job-name`.
     pub job_name: String,
+    /// `--comment`: what finds the job when sbatch's answer cannot be read
+    /// ([`Directives::with_comment`]).
+    pub comment: Option<String>,
     /// `--partition`.
     pub partition: Option<String>,
     /// `--nodes`; one task per node.
@@ -59,7 +62,7 @@ pub struct Directives {
     pub gres: Option<String>,
     /// `--mem` per node.
     pub mem: String,
-    /// `--time`.
+    /// `--time`: the host's `time:`, else [`theseus_core::config::DEFAULT_SLURM_TIME`].
     pub time: Option<String>,
     /// `--account`.
     pub account: Option<String>,
@@ -95,11 +98,12 @@ impl Directives {
             .and_then(|c| c.constraint());
         let d = Directives {
             job_name: job_name.to_owned(),
+            comment: None,
             partition: plan.partition.clone(),
             nodes: plan.nodes,
             gres,
             mem: host.mem.clone().unwrap_or_else(|| DEFAULT_MEM.to_owned()),
-            time: host.time.clone(),
+            time: Some(host.time_limit().to_owned()),
             account: host.account.clone(),
             qos: host.qos.clone(),
             exclude: host.exclude.clone(),
@@ -112,9 +116,19 @@ impl Directives {
         Ok(d)
     }
 
+    /// The same directives with `--comment=COMMENT`, checked like every value.
+    pub fn with_comment(mut self, comment: &str) -> Result<Self, SbatchError> {
+        check("comment", comment)?;
+        self.comment = Some(comment.to_owned());
+        Ok(self)
+    }
+
     /// The directive lines, in the original's order, each starting with `#SBATCH `.
     pub fn lines(&self) -> Vec<String> {
         let mut out = vec![format!("--job-name={}", self.job_name)];
+        if let Some(c) = &self.comment {
+            out.push(format!("--comment={c}"));
+        }
         if let Some(p) = &self.partition {
             out.push(format!("--partition={p}"));
         }
@@ -151,6 +165,7 @@ impl Directives {
             ("partition", &self.partition),
             ("gres", &self.gres),
             ("time", &self.time),
+            ("comment", &self.comment),
             ("account", &self.account),
             ("qos", &self.qos),
             ("constraint", &self.constraint),

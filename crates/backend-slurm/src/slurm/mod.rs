@@ -166,7 +166,10 @@ impl SlurmBackend {
         let bootstrap = join(&work_dir, &job.bootstrap.entry);
         let paths = SbatchPaths { bootstrap: bootstrap.clone(), output: log_file, error: None };
         let name = job_name(&job.identity);
-        let directives = Directives::new(&self.host, &job.plan, &name, &paths).map_err(|e| Error::Backend {
+        let comment = format!("{}{}", scripts::COMMENT_PREFIX, job.identity.run_id);
+        let directives = Directives::new(&self.host, &job.plan, &name, &paths)
+            .and_then(|d| d.with_comment(&comment))
+            .map_err(|e| Error::Backend {
             backend: self.to_string(),
             message: "cannot write the batch script".into(),
             source: Some(Box::new(e)),
@@ -205,6 +208,17 @@ impl SlurmBackend {
             Err(SshError::Failed { code: Some(claim::REPLACED), stderr, .. }) => {
                 return Ok(Err(claim::lost(self, &job.identity.name, &data.run_id, &self.name, &stderr)));
             }
+            Err(SshError::Failed { code: Some(scripts::EXIT_NO_JOB_ID), stderr, .. }) => {
+                return Err(Error::backend(
+                    self,
+                    format!(
+                        "sbatch of run `{}` answered without a job id, and Slurm lists no job of the run (its \
+                         --comment); nothing was submitted. sbatch printed: {}",
+                        data.run_id,
+                        stderr.trim()
+                    ),
+                ));
+            }
             Err(SshError::Failed { stderr, code, .. }) => {
                 // Slurm's own words: `sbatch: error: Batch job submission failed: ...`.
                 let said = stderr.trim();
@@ -224,11 +238,10 @@ impl SlurmBackend {
             Err(e) => return Err(self.ssh_error(&format!("submit run `{}` with sbatch", data.run_id), e)),
         };
         let text = out.stdout_text();
-        let id = text.trim().lines().last().unwrap_or("").split(';').next().unwrap_or("").trim().to_owned();
-        if !is_job_id(&id) {
-            return Err(Error::backend(self, format!("sbatch printed no job id: `{}`", text.trim())));
+        match scripts::parse_submitted(&text).filter(|id| is_job_id(id)) {
+            Some(id) => Ok(Ok(id)),
+            None => Err(Error::backend(self, format!("the submit printed no job id: `{}`", text.trim()))),
         }
-        Ok(Ok(id))
     }
 
     /// Settles a run that has no known Slurm job, under its name's lock (so after any submit
@@ -337,8 +350,9 @@ impl Backend for SlurmBackend {
             return Ok(unusable);
         }
         let argv = theseus_core::shell::split(SINFO_COMMAND).expect("the sinfo command is valid words");
-        let cmd = RemoteCommand::new(argv[0].clone())
-            .args(argv[1..].iter().cloned())
+        let cmd = RemoteCommand::new("env")
+            .args(crate::parse::clean_env().into_iter().skip(1))
+            .args(argv)
             .probe()
             .timeout(self.settings.command_timeout);
         let out = self.ssh.run(&cmd).await.map_err(|e| self.ssh_error("list nodes with sinfo", e))?;

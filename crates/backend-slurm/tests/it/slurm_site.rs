@@ -1,0 +1,113 @@
+//! The Slurm backend at a site as dirty as real ones, through the lab's permanent traits
+//! (`ci/lab/README.md`): the login node's `sbatch` is a site wrapper that prints lines around the
+//! job id (and, per job, hides it or fails after submitting), its sessions set `SQUEUE_FORMAT`,
+//! `SINFO_FORMAT`, `SACCT_FORMAT` and `SLURM_TIME_FORMAT=relative`, and a job gets the original's
+//! time limit unless the host sets one (issue 23, points 4 and 10).
+
+use theseus_core::backend::{Backend, EnvVar, JobState, PreparedJob, SubmitOptions};
+use theseus_core::job::Distributed;
+
+use theseus_backend_slurm::slurm::SlurmHandleData;
+use theseus_backend_slurm::ssh::{RemoteCommand, SshHost};
+
+use crate::slurm::{backend, host, lab, plan, prepare, wait_terminal};
+
+/// Asks the lab's sbatch wrapper to `mode` (`swallow`: print no job id; `fail-after`: exit 1
+/// after submitting) for this job: a secret, so it is in sbatch's environment.
+fn site_sbatch(job: &mut PreparedJob, mode: &str) {
+    job.env.push(EnvVar { name: "THESEUS_LAB_SBATCH".into(), value: mode.into(), secret: true });
+}
+
+/// `squeue --format=FORMAT --jobs ID` on the login node, without the site's formats.
+async fn squeue_field(ssh: &SshHost, id: &str, format: &str) -> String {
+    let cmd = RemoteCommand::new("env")
+        .args(["-u", "SQUEUE_FORMAT", "-u", "SQUEUE_FORMAT2", "squeue", "--noheader", "--states=all"])
+        .arg(format!("--format={format}"))
+        .args(["--jobs", id]);
+    ssh.run(&cmd).await.expect("squeue").stdout_text().trim().to_owned()
+}
+
+fn is_job_id(id: &str) -> bool {
+    !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_job_id_is_read_through_the_sites_sbatch_wrapper_and_the_time_limit_is_the_originals() {
+    let Some(lab) = lab() else { return };
+    let (b, ssh) = backend(lab, "site-wrapper", theseus_core::config::SlurmHost { time: None, ..host() });
+    // The lab is as dirty as promised: the login node's sbatch is the site's wrapper, which
+    // prints lines before and after the id, and the sessions carry the site's formats.
+    let probe = RemoteCommand::script(
+        r#"command -v sbatch; printf '%s|%s|%s|%s\n' "$SQUEUE_FORMAT" "$SINFO_FORMAT" "$SACCT_FORMAT" "$SLURM_TIME_FORMAT""#,
+        Vec::<String>::new(),
+    );
+    let out = ssh.run(&probe).await.unwrap().stdout_text();
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.first().copied(), Some("/usr/local/bin/sbatch"), "{out}");
+    assert!(lines.get(1).is_some_and(|l| l.split('|').all(|v| !v.is_empty()) && l.ends_with("|relative")), "{out}");
+
+    let (job, _dir) = prepare(&b, &plan("cpu", 1, 0), "wrapped", &[("x", "")], &["echo", "hi"], &[], Distributed::None);
+    let handle = b.submit(&job, &SubmitOptions::default()).await.expect("submit through the site's sbatch wrapper");
+    assert!(is_job_id(&handle.id), "{handle:?}");
+    let status = wait_terminal(&b, &handle).await;
+    assert_eq!((status.state, status.exit_code), (JobState::Completed, Some(0)), "{status:?}");
+    // The job carries its run's comment, and the original's 14 days when the host sets no `time:`.
+    assert_eq!(squeue_field(&ssh, &handle.id, "%k").await, format!("theseus-run:{}", job.identity.run_id));
+    assert_eq!(squeue_field(&ssh, &handle.id, "%l").await, "14-00:00:00");
+    let doc = &b.dry_run(&job).unwrap()[0].text;
+    assert!(doc.contains("#SBATCH --time=14-0\n"), "{doc}");
+}
+
+/// A wrapper that hides sbatch's answer, or fails after submitting: the job is found by its
+/// run's comment and adopted (tracked, run to its end), never left queued behind a failed submit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_whose_id_sbatch_does_not_answer_is_found_by_its_comment_and_adopted() {
+    let Some(lab) = lab() else { return };
+    let (b, ssh) = backend(lab, "site-adopt", host());
+    for mode in ["swallow", "fail-after"] {
+        let (mut job, _dir) = prepare(
+            &b,
+            &plan("cpu", 1, 0),
+            &format!("adopt-{mode}"),
+            &[("x", "")],
+            &["echo", "hi"],
+            &[],
+            Distributed::None,
+        );
+        site_sbatch(&mut job, mode);
+        let handle = b.submit(&job, &SubmitOptions::default()).await.unwrap_or_else(|e| panic!("{mode}: {e:#}"));
+        assert!(is_job_id(&handle.id), "{mode}: {handle:?}");
+        assert_eq!(squeue_field(&ssh, &handle.id, "%k").await, format!("theseus-run:{}", job.identity.run_id));
+        let status = wait_terminal(&b, &handle).await;
+        assert_eq!((status.state, status.exit_code), (JobState::Completed, Some(0)), "{mode}: {status:?}");
+        let data: SlurmHandleData = serde_json::from_value(handle.data.clone()).unwrap();
+        let recorded = ssh.run(&RemoteCommand::new("cat").arg(format!("{}/slurm_job", data.run_dir))).await.unwrap();
+        assert_eq!(recorded.stdout_text().trim(), handle.id, "{mode}");
+    }
+}
+
+/// A submit cut off between `sbatch` and recording its job id (the client killed, the
+/// connection lost): `cancel` of the run finds the job by its comment and cancels it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_cut_off_between_sbatch_and_its_record_is_cancelled_not_left_behind() {
+    let Some(lab) = lab() else { return };
+    let (b, ssh) = backend(lab, "site-cutoff", host());
+    let (job, _dir) =
+        prepare(&b, &plan("cpu", 1, 0), "cutoff", &[("x", "")], &["sleep", "600"], &[], Distributed::None);
+    let planned = b.planned_handle(&job).expect("a planned handle");
+    let data: SlurmHandleData = serde_json::from_value(planned.data.clone()).unwrap();
+    // What the cut-off submit left: its run dir (claimed, no job id) and its queued job.
+    let sbatch = RemoteCommand::script(
+        r#"mkdir -p -- "$1" && date +%s > "$1/claimed" && /usr/bin/sbatch --parsable --partition=cpu --mem=100M \
+  --time=10 --output=/dev/null --job-name=cutoff --comment="theseus-run:$2" --wrap='sleep 600'"#,
+        [data.run_dir.clone(), data.run_id.clone()],
+    );
+    let id = ssh.run(&sbatch).await.unwrap().stdout_text().trim().to_owned();
+    assert!(is_job_id(&id), "{id}");
+
+    let status = b.cancel(&planned).await.expect("cancel");
+    assert_eq!(status.state, JobState::Cancelled, "{status:?}");
+    assert_eq!(squeue_field(&ssh, &id, "%T").await, "CANCELLED", "the cut-off submit's job is cancelled");
+    let after = b.status(&planned).await.unwrap();
+    assert_eq!(after.state, JobState::Cancelled, "{after:?}");
+}
