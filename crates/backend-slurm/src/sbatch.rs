@@ -228,8 +228,14 @@ export THESEUS_KILL_DEADLINE_SECONDS="${theseus_kill_wait:-}"
 
 /// The batch script of a theseus job: like [`render`], with `srun --label` (each line of
 /// output starts with `<rank>: `) and, for multi-node jobs, the coordinator address of the
-/// first node's `NodeAddr` on `coordinator_port`.
-pub fn render_job(directives: &Directives, bootstrap: &str, coordinator_port: Option<u16>) -> String {
+/// first node's `NodeAddr` on `coordinator_port`. `first_step` (argv, quoted here) runs once
+/// per node as an `srun` step before the bootstrap (the copy of a node-local run dir).
+pub fn render_job(
+    directives: &Directives,
+    bootstrap: &str,
+    coordinator_port: Option<u16>,
+    first_step: Option<&[String]>,
+) -> String {
     let mut s = String::from("#!/bin/bash\n");
     for line in directives.lines() {
         s.push_str(&line);
@@ -240,6 +246,9 @@ pub fn render_job(directives: &Directives, bootstrap: &str, coordinator_port: Op
     s.push_str(KILL_DEADLINE);
     if let Some(port) = coordinator_port {
         s.push_str(&COORDINATOR_PROLOGUE.replace("__PORT__", &port.to_string()));
+    }
+    if let Some(argv) = first_step {
+        s.push_str(&format!("srun --ntasks-per-node=1 --kill-on-bad-exit=1 {}\n", shell::join(argv)));
     }
     s.push_str(&format!("exec srun --kill-on-bad-exit=1 --label bash {}\n", shell::quote(bootstrap)));
     s

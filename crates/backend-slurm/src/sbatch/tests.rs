@@ -195,7 +195,7 @@ fn the_kill_deadline_is_slurms_kill_wait() {
     assert_eq!(deadline("KillWait                = 30 sec"), "30");
     assert_eq!(deadline("slurm_load_ctl_conf error: Unable to contact slurm controller"), "");
     assert!(
-        render_job(&Directives::new(&host(), &plan(1, 0, "cpu", None), "j", &paths()).unwrap(), "b.sh", None)
+        render_job(&Directives::new(&host(), &plan(1, 0, "cpu", None), "j", &paths()).unwrap(), "b.sh", None, None)
             .contains(KILL_DEADLINE)
     );
 }

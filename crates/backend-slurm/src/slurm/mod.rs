@@ -21,11 +21,13 @@
 //! processes (the login node cannot see the compute nodes): the job is in a final state and Slurm
 //! lists none of its steps, else it fails naming the steps left and their nodes.
 
+mod node_local;
 pub(crate) mod scripts;
 mod status;
 
 use scripts::RunState;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -36,7 +38,7 @@ use theseus_core::backend::{
     SubmitOptions,
 };
 use theseus_core::bootstrap::{BOOTSTRAP_DIR, Launch};
-use theseus_core::config::{HostKind, SlurmHost, join};
+use theseus_core::config::{ClusterConfig, HostKind, SlurmHost, join};
 use theseus_core::job::JobIdentity;
 use theseus_core::solver::{Plan, Request};
 use theseus_core::store::ExtraFile;
@@ -96,6 +98,18 @@ pub struct SlurmHandleData {
     pub log_file: String,
     /// Nodes asked for.
     pub nodes: u32,
+    /// The shipped code on the cluster's shared `share`, when `work` is node-local (the batch
+    /// script copies it into `work_dir` on each node, see `node_local`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stage_dir: Option<String>,
+}
+
+/// A run's dirs on the cluster: [`SlurmHandleData`] without the run id and nodes.
+struct RunPaths {
+    work_dir: String,
+    run_dir: String,
+    log_file: String,
+    stage_dir: Option<String>,
 }
 
 /// Runs jobs on a Slurm cluster through its login node ([`SlurmBackend::new`],
@@ -136,9 +150,45 @@ impl SlurmBackend {
 
     /// The handle of run `identity`: with its Slurm job id when known, else planned (the run id).
     fn handle_for(&self, identity: &JobIdentity, job: Option<String>, nodes: u32) -> Result<JobHandle> {
-        let (work_dir, run_dir, log_file) = self.paths(identity)?;
-        let data = SlurmHandleData { run_id: identity.run_id.clone(), work_dir, run_dir, log_file, nodes };
+        let RunPaths { work_dir, run_dir, log_file, stage_dir } = self.run_paths(identity)?;
+        let data = SlurmHandleData { run_id: identity.run_id.clone(), work_dir, run_dir, log_file, nodes, stage_dir };
         Ok(self.handle(job.unwrap_or_else(|| identity.run_id.clone()), &data))
+    }
+
+    /// The run's dirs: its code dir, status dir and log file, and with a `share` (node-local
+    /// `work`, see `node_local`) its stage dir, and its log on the share when the log dir is
+    /// under `work`.
+    fn run_paths(&self, identity: &JobIdentity) -> Result<RunPaths> {
+        let (work_dir, run_dir, log_file) = self.paths(identity)?;
+        let Some(share) = self.cluster.share.as_deref() else {
+            return Ok(RunPaths { work_dir, run_dir, log_file, stage_dir: None });
+        };
+        let dirs = self.dirs();
+        let share = dirs.resolve(share)?;
+        let rel = identity.run_path();
+        let stage_dir = dirs.under(&node_local::stage_root(&share), &rel)?;
+        let work_root = dirs.resolve(&self.cluster.work)?;
+        let log_dir = dirs.resolve(&self.cluster.log_dir())?;
+        let log_file = if theseus_core::paths::check_under(&work_root, &log_dir).is_ok() {
+            dirs.under(&node_local::log_root(&share), &format!("{rel}.log"))?
+        } else {
+            log_file
+        };
+        Ok(RunPaths { work_dir, run_dir, log_file, stage_dir: Some(stage_dir) })
+    }
+
+    /// This backend with its store and code dirs on the share's stage root: what ships the
+    /// code of a cluster whose `work` is node-local.
+    fn staged(&self, stage_dir: &str) -> Result<SlurmBackend> {
+        let share = self.dirs().resolve(self.cluster.share.as_deref().unwrap_or(stage_dir))?;
+        let cluster = ClusterConfig { work: node_local::stage_root(&share), ..self.cluster.clone() };
+        Ok(SlurmBackend::with_ssh(
+            self.name.clone(),
+            self.host.clone(),
+            cluster,
+            Arc::clone(&self.ssh),
+            self.settings.clone(),
+        ))
     }
 
     /// Claims the job's name before anything is shipped ([`claim::take`]); `--replace` cancels
@@ -162,7 +212,7 @@ impl SlurmBackend {
 
     /// The batch script of `job`.
     fn batch_script(&self, job: &PreparedJob) -> Result<String> {
-        let (work_dir, _, log_file) = self.paths(&job.identity)?;
+        let RunPaths { work_dir, log_file, stage_dir, .. } = self.run_paths(&job.identity)?;
         let bootstrap = join(&work_dir, &job.bootstrap.entry);
         let paths = SbatchPaths { bootstrap: bootstrap.clone(), output: log_file, error: None };
         let name = job_name(&job.identity);
@@ -178,7 +228,10 @@ impl SlurmBackend {
             Launch::Slurm { coordinator_port } => Some(coordinator_port),
             _ => None,
         };
-        Ok(sbatch::render_job(&directives, &bootstrap, port))
+        let materialize = stage_dir.map(|stage| -> Vec<String> {
+            vec!["sh".into(), "-c".into(), node_local::MATERIALIZE.into(), "sh".into(), stage, work_dir.clone()]
+        });
+        Ok(sbatch::render_job(&directives, &bootstrap, port, materialize.as_deref()))
     }
 
     /// Runs `sbatch` on the shipped batch script; returns the job id, or (inner error) why the
@@ -190,11 +243,13 @@ impl SlurmBackend {
         options: &SubmitOptions,
     ) -> Result<Result<String>> {
         let secrets = run_dir::secret_records(job)?;
-        let script = join(&data.work_dir, BATCH_SCRIPT);
+        // The shipped dir: sbatch runs from there, on the login node.
+        let shipped = data.stage_dir.as_deref().unwrap_or(&data.work_dir);
+        let script = join(shipped, BATCH_SCRIPT);
         let start = Start {
             run_dir: &data.run_dir,
             log_file: &data.log_file,
-            work_dir: &data.work_dir,
+            work_dir: shipped,
             run_id: &data.run_id,
             name_dir: self.name_dir(&data.run_id, &data.run_dir)?,
             program: &script,
@@ -319,7 +374,7 @@ impl SlurmBackend {
             Err(_) => return,
         }
         self.release(&data.run_id, &data.run_dir).await;
-        self.remove(&data.work_dir, &[&data.run_dir]).await;
+        self.remove(data.stage_dir.as_deref().unwrap_or(&data.work_dir), &[&data.run_dir]).await;
     }
 }
 
@@ -342,7 +397,9 @@ impl Backend for SlurmBackend {
     }
 
     fn layout(&self, identity: &JobIdentity, plan: &Plan) -> Result<RunLayout> {
-        self.layout_with(identity, plan, |coordinator_port| Launch::Slurm { coordinator_port })
+        let mut layout = self.layout_with(identity, plan, |coordinator_port| Launch::Slurm { coordinator_port })?;
+        layout.log_file = self.run_paths(identity)?.log_file;
+        Ok(layout)
     }
 
     async fn availability(&self, _request: &Request) -> Result<Availability> {
@@ -365,21 +422,32 @@ impl Backend for SlurmBackend {
     }
 
     async fn submit(&self, job: &PreparedJob, options: &SubmitOptions) -> Result<JobHandle> {
-        let (work_dir, run_dir, log_file) = self.paths(&job.identity)?;
+        let RunPaths { work_dir, run_dir, log_file, stage_dir } = self.run_paths(&job.identity)?;
         let script = self.batch_script(job)?;
         let mut extra = ExtraFile::bootstrap(&job.bootstrap);
         extra.push(ExtraFile { path: BATCH_SCRIPT.into(), contents: script.into_bytes(), mode: 0o644 });
         debug_assert!(BATCH_SCRIPT.starts_with(BOOTSTRAP_DIR));
 
         self.claim(job, &run_dir, options).await?;
+        let nodes = job.plan.nodes;
         let data =
-            SlurmHandleData { run_id: job.identity.run_id.clone(), work_dir, run_dir, log_file, nodes: job.plan.nodes };
+            SlurmHandleData { run_id: job.identity.run_id.clone(), work_dir, run_dir, log_file, nodes, stage_dir };
         let start = async {
             options.note("submitting with sbatch");
             self.sbatch(job, &data, options).await
         };
-        let dirs = (data.work_dir.as_str(), data.run_dir.as_str());
-        let id = self.ship_and_start(job, dirs, extra, options, start, self.discard(&data)).await?;
+        let id = match data.stage_dir.as_deref() {
+            None => {
+                let dirs = (data.work_dir.as_str(), data.run_dir.as_str());
+                self.ship_and_start(job, dirs, extra, options, start, self.discard(&data)).await?
+            }
+            // Node-local `work`: shipped to the stage on the share; each node copies it.
+            Some(stage) => {
+                let staged = self.staged(stage)?;
+                let dirs = (stage, data.run_dir.as_str());
+                staged.ship_and_start(job, dirs, extra, options, start, self.discard(&data)).await?
+            }
+        };
         Ok(self.handle(id, &data))
     }
 
@@ -454,6 +522,16 @@ impl Backend for SlurmBackend {
         options: &theseus_core::backend::SyncOptions,
     ) -> Result<theseus_core::backend::SyncReport> {
         let (data, _, _) = self.resolve(handle).await?;
+        if data.stage_dir.is_some() {
+            return Err(Error::backend(
+                self,
+                format!(
+                    "slurm job `{}` runs from a node-local work dir `{}` (the cluster has a `share`), which the \
+                     login node cannot reach: `theseus sync` needs a shared `work`; submit again instead",
+                    handle.id, data.work_dir
+                ),
+            ));
+        }
         let status = self.status(handle).await?;
         if status.state.is_terminal() {
             return Err(Error::backend(self, format!("slurm job `{}` has ended ({})", handle.id, status.state)));

@@ -111,3 +111,68 @@ async fn a_run_cut_off_between_sbatch_and_its_record_is_cancelled_not_left_behin
     let after = b.status(&planned).await.unwrap();
     assert_eq!(after.state, JobState::Cancelled, "{after:?}");
 }
+
+const WHERE_PY: &str = r#"
+import os
+print("ran on", os.environ["SLURMD_NODENAME"], "rank", os.environ["RANK"], "in", os.getcwd(), flush=True)
+open("written-by-rank-" + os.environ["RANK"], "w").write(os.environ["SLURMD_NODENAME"])
+"#;
+
+/// Issue 23 point 11: the original's `hpc` layout, `work` on each node's own `/scratch` (the
+/// lab's node-local dir) and a separate shared `share`, runs a 2-node job: the code reaches each
+/// node's `work`, the job runs there, and its log is read from the login node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_two_node_job_runs_with_a_node_local_work_on_each_node() {
+    let Some(lab) = lab() else { return };
+    let local = std::env::var("THESEUSTEST_SLURM_NODE_LOCAL").expect("the lab's node-local dir");
+    let local_dirs = std::path::PathBuf::from(std::env::var("THESEUSTEST_SLURM_NODE_LOCAL_DIRS").unwrap());
+    let unique = format!("it-nodelocal-{}", theseus_core::job::new_run_id());
+    let shared = lab.shared.join(&unique);
+    let cluster = theseus_core::config::ClusterConfig {
+        root: shared.join("root").display().to_string(),
+        work: format!("{local}/{unique}/theseus"),
+        share: Some(shared.join("dispatch").display().to_string()),
+        ..Default::default()
+    };
+    let settings = theseus_backend_slurm::slurm::Settings {
+        poll_interval: std::time::Duration::from_millis(200),
+        ..Default::default()
+    };
+    let (b, _ssh) = crate::slurm::backend_of(lab, "nodelocal", host(), cluster, settings);
+    let (job, _dir) = prepare(
+        &b,
+        &plan("gpu", 2, 1),
+        "nodelocal",
+        &[("w.py", WHERE_PY)],
+        &["python", "w.py"],
+        &[],
+        Distributed::None,
+    );
+    let handle = b.submit(&job, &SubmitOptions::default()).await.expect("submit with a node-local work");
+    let status = wait_terminal(&b, &handle).await;
+    let data: SlurmHandleData = serde_json::from_value(handle.data.clone()).unwrap();
+    let log: Vec<String> = {
+        use futures::StreamExt;
+        let stream = b.logs(&handle, &theseus_core::backend::LogOptions { follow: false, rank: None }).await.unwrap();
+        stream.collect::<Vec<_>>().await.into_iter().map(|l| l.unwrap().text).collect()
+    };
+    assert_eq!((status.state, status.exit_code), (JobState::Completed, Some(0)), "{status:?}\nlog: {log:#?}");
+    // Each rank ran in the node-local work dir of its own node, which holds the code.
+    let rel = data.work_dir.strip_prefix(&format!("{local}/")).expect("the work dir is on the node-local dir");
+    let nodes: Vec<String> = status.ranks.iter().map(|r| r.location.clone().unwrap()).collect();
+    for (rank, node) in nodes.iter().enumerate() {
+        let dir = local_dirs.join(node).join(rel);
+        assert!(dir.join("w.py").exists(), "{} has the code", dir.display());
+        let written = std::fs::read_to_string(dir.join(format!("written-by-rank-{rank}"))).unwrap();
+        assert_eq!(&written, node);
+        let line = format!("ran on {node} rank {rank} in {}", data.work_dir);
+        assert!(log.contains(&line), "{line:?} in {log:#?}");
+    }
+    assert_ne!(nodes[0], nodes[1]);
+    // The login node's own /scratch never had it; the log is on the share.
+    assert!(!local_dirs.join("login").join(rel).exists());
+    assert!(data.log_file.starts_with(&shared.join("dispatch").display().to_string()), "{}", data.log_file);
+    for node in ["node1", "node2", "login"] {
+        let _ = std::fs::remove_dir_all(local_dirs.join(node).join(&unique));
+    }
+}
