@@ -30,6 +30,12 @@ pub enum SbatchError {
     /// An `extra_directives` entry that is not one `--option[=value]` line.
     #[error("invalid extra directive {0:?}: it must start with `--` and be one line")]
     InvalidExtra(String),
+    /// An `extra_directives` entry that sets what theseus sets itself.
+    #[error(
+        "extra directive {0:?} sets what theseus sets itself (the job's --comment is how it finds the job when \
+         sbatch's answer cannot be read): remove it from the host's extra_directives"
+    )]
+    ReservedExtra(String),
     /// A plan with no nodes.
     #[error("a slurm job needs at least one node")]
     NoNodes,
@@ -120,6 +126,7 @@ impl Directives {
     pub fn with_comment(mut self, comment: &str) -> Result<Self, SbatchError> {
         check("comment", comment)?;
         self.comment = Some(comment.to_owned());
+        self.validate()?;
         Ok(self)
     }
 
@@ -188,6 +195,9 @@ impl Directives {
         for line in &self.extra {
             if !line.starts_with("--") || line.len() == 2 || line.chars().any(char::is_control) {
                 return Err(SbatchError::InvalidExtra(line.clone()));
+            }
+            if self.comment.is_some() && (line == "--comment" || line.starts_with("--comment=")) {
+                return Err(SbatchError::ReservedExtra(line.clone()));
             }
         }
         Ok(())

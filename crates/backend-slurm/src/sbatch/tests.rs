@@ -131,7 +131,13 @@ fn the_comment_directive() {
     let d = Directives::new(&host(), &plan(1, 0, "debug", None), "n", &paths()).unwrap();
     let lines = d.clone().with_comment("theseus-run:20260101-000000-abcdef").unwrap().lines();
     assert_eq!(lines[1], "#SBATCH --comment=theseus-run:20260101-000000-abcdef");
-    assert!(d.with_comment("a b").is_err());
+    assert!(d.clone().with_comment("a b").is_err());
+    // A host's own --comment would hide the job from that search: refused, with the fix.
+    let mut h = host();
+    h.extra_directives.push("--comment=mine".into());
+    let d = Directives::new(&h, &plan(1, 0, "debug", None), "n", &paths()).unwrap();
+    let err = d.with_comment("theseus-run:x").unwrap_err().to_string();
+    assert!(err.contains("--comment=mine") && err.contains("remove it from the host's extra_directives"), "{err}");
 }
 
 #[test]
