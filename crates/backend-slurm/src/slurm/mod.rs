@@ -177,18 +177,19 @@ impl SlurmBackend {
         Ok(RunPaths { work_dir, run_dir, log_file, stage_dir: Some(stage_dir) })
     }
 
-    /// This backend with its store and code dirs on the share's stage root: what ships the
-    /// code of a cluster whose `work` is node-local.
-    fn staged(&self, stage_dir: &str) -> Result<SlurmBackend> {
-        let share = self.dirs().resolve(self.cluster.share.as_deref().unwrap_or(stage_dir))?;
+    /// This backend with its store and code dirs on the share's stage root, when the cluster
+    /// has a `share` (its `work` is node-local): what ships, syncs nothing and reclaims the code.
+    fn staged(&self) -> Result<Option<SlurmBackend>> {
+        let Some(share) = self.cluster.share.as_deref() else { return Ok(None) };
+        let share = self.dirs().resolve(share)?;
         let cluster = ClusterConfig { work: node_local::stage_root(&share), ..self.cluster.clone() };
-        Ok(SlurmBackend::with_ssh(
+        Ok(Some(SlurmBackend::with_ssh(
             self.name.clone(),
             self.host.clone(),
             cluster,
             Arc::clone(&self.ssh),
             self.settings.clone(),
-        ))
+        )))
     }
 
     /// Claims the job's name before anything is shipped ([`claim::take`]); `--replace` cancels
@@ -389,11 +390,15 @@ impl Backend for SlurmBackend {
         options: &theseus_core::backend::ReclaimOptions,
     ) -> Result<theseus_core::backend::ReclaimReport> {
         let (stale, timeout) = (self.settings.claim_stale, self.settings.command_timeout);
-        crate::reclaim::reclaim(&self.ssh, &self.dirs(), crate::reclaim::SLURM_LIVE, stale, timeout, options).await
+        // With a node-local `work`, the store and the code the login node sees are the stage's.
+        let staged = self.staged()?;
+        let dirs = staged.as_ref().map_or_else(|| self.dirs(), SlurmBackend::dirs);
+        crate::reclaim::reclaim(&self.ssh, &dirs, crate::reclaim::SLURM_LIVE, stale, timeout, options).await
     }
 
     async fn usage(&self) -> Result<theseus_core::backend::StoreUsage> {
-        crate::reclaim::usage(&self.ssh, &self.dirs()).await
+        let staged = self.staged()?;
+        crate::reclaim::usage(&self.ssh, &staged.as_ref().map_or_else(|| self.dirs(), SlurmBackend::dirs)).await
     }
 
     fn layout(&self, identity: &JobIdentity, plan: &Plan) -> Result<RunLayout> {
@@ -443,7 +448,7 @@ impl Backend for SlurmBackend {
             }
             // Node-local `work`: shipped to the stage on the share; each node copies it.
             Some(stage) => {
-                let staged = self.staged(stage)?;
+                let staged = self.staged()?.expect("a stage dir comes from a share");
                 let dirs = (stage, data.run_dir.as_str());
                 staged.ship_and_start(job, dirs, extra, options, start, self.discard(&data)).await?
             }

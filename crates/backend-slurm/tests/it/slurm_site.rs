@@ -172,6 +172,16 @@ async fn a_two_node_job_runs_with_a_node_local_work_on_each_node() {
     // The login node's own /scratch never had it; the log is on the share.
     assert!(!local_dirs.join("login").join(rel).exists());
     assert!(data.log_file.starts_with(&shared.join("dispatch").display().to_string()), "{}", data.log_file);
+    // The stage on the share is what the login node reclaims once the run is over.
+    let stage = data.stage_dir.clone().expect("a node-local run has a stage dir");
+    assert!(std::path::Path::new(&stage).join("w.py").exists(), "{stage}");
+    let options = theseus_core::backend::ReclaimOptions {
+        older_than: std::time::Duration::ZERO,
+        ..theseus_core::backend::ReclaimOptions::default()
+    };
+    let report = b.reclaim(&options).await.expect("reclaim");
+    assert!(report.items.iter().any(|i| i.path == stage), "{report:?}");
+    assert!(!std::path::Path::new(&stage).exists() && std::path::Path::new(&data.log_file).exists());
     for node in ["node1", "node2", "login"] {
         let _ = std::fs::remove_dir_all(local_dirs.join(node).join(&unique));
     }
