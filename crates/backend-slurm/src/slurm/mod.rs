@@ -25,9 +25,9 @@ mod node_local;
 pub(crate) mod scripts;
 mod status;
 
+use node_local::RunPaths;
 use scripts::RunState;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -38,7 +38,7 @@ use theseus_core::backend::{
     SubmitOptions,
 };
 use theseus_core::bootstrap::{BOOTSTRAP_DIR, Launch};
-use theseus_core::config::{ClusterConfig, HostKind, SlurmHost, join};
+use theseus_core::config::{HostKind, SlurmHost, join};
 use theseus_core::job::JobIdentity;
 use theseus_core::solver::{Plan, Request};
 use theseus_core::store::ExtraFile;
@@ -104,14 +104,6 @@ pub struct SlurmHandleData {
     pub stage_dir: Option<String>,
 }
 
-/// A run's dirs on the cluster: [`SlurmHandleData`] without the run id and nodes.
-struct RunPaths {
-    work_dir: String,
-    run_dir: String,
-    log_file: String,
-    stage_dir: Option<String>,
-}
-
 /// Runs jobs on a Slurm cluster through its login node ([`SlurmBackend::new`],
 /// [`SlurmBackend::with_ssh`]).
 pub type SlurmBackend = SshBackend<SlurmHost, Settings>;
@@ -153,43 +145,6 @@ impl SlurmBackend {
         let RunPaths { work_dir, run_dir, log_file, stage_dir } = self.run_paths(identity)?;
         let data = SlurmHandleData { run_id: identity.run_id.clone(), work_dir, run_dir, log_file, nodes, stage_dir };
         Ok(self.handle(job.unwrap_or_else(|| identity.run_id.clone()), &data))
-    }
-
-    /// The run's dirs: its code dir, status dir and log file, and with a `share` (node-local
-    /// `work`, see `node_local`) its stage dir, and its log on the share when the log dir is
-    /// under `work`.
-    fn run_paths(&self, identity: &JobIdentity) -> Result<RunPaths> {
-        let (work_dir, run_dir, log_file) = self.paths(identity)?;
-        let Some(share) = self.cluster.share.as_deref() else {
-            return Ok(RunPaths { work_dir, run_dir, log_file, stage_dir: None });
-        };
-        let dirs = self.dirs();
-        let share = dirs.resolve(share)?;
-        let rel = identity.run_path();
-        let stage_dir = dirs.under(&node_local::stage_root(&share), &rel)?;
-        let work_root = dirs.resolve(&self.cluster.work)?;
-        let log_dir = dirs.resolve(&self.cluster.log_dir())?;
-        let log_file = if theseus_core::paths::check_under(&work_root, &log_dir).is_ok() {
-            dirs.under(&node_local::log_root(&share), &format!("{rel}.log"))?
-        } else {
-            log_file
-        };
-        Ok(RunPaths { work_dir, run_dir, log_file, stage_dir: Some(stage_dir) })
-    }
-
-    /// This backend with its store and code dirs on the share's stage root, when the cluster
-    /// has a `share` (its `work` is node-local): what ships, syncs nothing and reclaims the code.
-    fn staged(&self) -> Result<Option<SlurmBackend>> {
-        let Some(share) = self.cluster.share.as_deref() else { return Ok(None) };
-        let share = self.dirs().resolve(share)?;
-        let cluster = ClusterConfig { work: node_local::stage_root(&share), ..self.cluster.clone() };
-        Ok(Some(SlurmBackend::with_ssh(
-            self.name.clone(),
-            self.host.clone(),
-            cluster,
-            Arc::clone(&self.ssh),
-            self.settings.clone(),
-        )))
     }
 
     /// Claims the job's name before anything is shipped ([`claim::take`]); `--replace` cancels

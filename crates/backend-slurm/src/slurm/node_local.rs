@@ -9,9 +9,62 @@
 //! instead, where the login node reads it. Without `share`, `work` is shared and nothing here
 //! applies.
 //!
-//! Pure: paths and script text, no IO.
+//! Pure: paths, the staged backend and script text, no IO.
 
-use theseus_core::config::join;
+use std::sync::Arc;
+
+use theseus_core::Result;
+use theseus_core::config::{ClusterConfig, join};
+use theseus_core::job::JobIdentity;
+
+use super::SlurmBackend;
+
+/// A run's dirs on the cluster: [`super::SlurmHandleData`] without the run id and nodes.
+pub(super) struct RunPaths {
+    pub(super) work_dir: String,
+    pub(super) run_dir: String,
+    pub(super) log_file: String,
+    pub(super) stage_dir: Option<String>,
+}
+
+impl SlurmBackend {
+    /// The run's dirs: its code dir, status dir and log file, and with a `share` (node-local
+    /// `work`, see `node_local`) its stage dir, and its log on the share when the log dir is
+    /// under `work`.
+    pub(super) fn run_paths(&self, identity: &JobIdentity) -> Result<RunPaths> {
+        let (work_dir, run_dir, log_file) = self.paths(identity)?;
+        let Some(share) = self.cluster.share.as_deref() else {
+            return Ok(RunPaths { work_dir, run_dir, log_file, stage_dir: None });
+        };
+        let dirs = self.dirs();
+        let share = dirs.resolve(share)?;
+        let rel = identity.run_path();
+        let stage_dir = dirs.under(&stage_root(&share), &rel)?;
+        let work_root = dirs.resolve(&self.cluster.work)?;
+        let log_dir = dirs.resolve(&self.cluster.log_dir())?;
+        let log_file = if theseus_core::paths::check_under(&work_root, &log_dir).is_ok() {
+            dirs.under(&log_root(&share), &format!("{rel}.log"))?
+        } else {
+            log_file
+        };
+        Ok(RunPaths { work_dir, run_dir, log_file, stage_dir: Some(stage_dir) })
+    }
+
+    /// This backend with its store and code dirs on the share's stage root, when the cluster
+    /// has a `share` (its `work` is node-local): what ships, syncs nothing and reclaims the code.
+    pub(super) fn staged(&self) -> Result<Option<SlurmBackend>> {
+        let Some(share) = self.cluster.share.as_deref() else { return Ok(None) };
+        let share = self.dirs().resolve(share)?;
+        let cluster = ClusterConfig { work: stage_root(&share), ..self.cluster.clone() };
+        Ok(Some(SlurmBackend::with_ssh(
+            self.name.clone(),
+            self.host.clone(),
+            cluster,
+            Arc::clone(&self.ssh),
+            self.settings.clone(),
+        )))
+    }
+}
 
 /// Where the stage dirs of a cluster with `share` live: `<share>/work` (resolved).
 pub(crate) fn stage_root(share: &str) -> String {

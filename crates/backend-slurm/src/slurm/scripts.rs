@@ -38,10 +38,10 @@ macro_rules! unset_slurm_env {
 /// stderr), so the id is the line of the answer (`ID` or `ID;CLUSTER`) that Slurm lists with this
 /// run's `--comment` ([`COMMENT_PREFIX`]); when no line is, the job of that comment; when sbatch
 /// failed, only a live one (a wrapper may fail after submitting, but Slurm also lists a job it
-/// rejected, as FAILED); on a Slurm that keeps no comments, the
-/// only id-shaped line. With none, sbatch's exit code, or [`EXIT_NO_JOB_ID`] when it was 0 (no
-/// job of this run exists then). The job itself keeps the user's environment: the site's output
-/// settings are unset for the queries only.
+/// rejected, as FAILED); on a Slurm that keeps no comments, the only id-shaped line. With none,
+/// sbatch's exit code, or [`EXIT_NO_JOB_ID`] when it was 0 (no job of this run exists then).
+/// The job itself keeps the user's environment: the site's output settings are unset for the
+/// queries only.
 pub(crate) const SUBMIT: &str = concat!(
     crate::run_dir::start_prologue!(),
     r#"comment="theseus-run:$me"
