@@ -282,6 +282,13 @@ stop_quietly() {
       done
     fi
   fi
+  # The login node's `unshare --fork` ignores SIGTERM (it would wait for the 10 s SIGKILL): its
+  # child, the sshd, gets the TERM, and unshare exits with it.
+  if pid_alive "$S/login/sshd.pidfile"; then
+    local pid _m c
+    read -r pid _m < "$S/login/sshd.pidfile"
+    for c in $(cat "/proc/$pid/task/"*/children 2>/dev/null); do kill "$c" 2>/dev/null || true; done
+  fi
   # Each daemon takes about 2 s to react to SIGTERM, so they stop in parallel; munged goes last
   # because the others talk to it while shutting down.
   kill_pidfiles "$S/login/socat.pidfile" "$S/login/sshd.pidfile" "$S/run/slurmctld.pidfile" \
