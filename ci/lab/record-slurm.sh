@@ -11,7 +11,9 @@ mkdir -p "$out"
 out=$(cd "$out" && pwd)
 resolve_lab_dir
 set -a; source "$LAB/env"; set +a
-login() { ssh_test "$THESEUSTEST_SLURM_SSH_PORT" "$@"; }
+# Without the login node's site formats (SQUEUE_FORMAT, ...), as the backend runs its queries;
+# sbatch is the site wrapper, whose lines the recorded rejections keep.
+login() { ssh_test "$THESEUSTEST_SLURM_SSH_PORT" "unset SQUEUE_FORMAT SQUEUE_FORMAT2 SINFO_FORMAT SACCT_FORMAT SLURM_TIME_FORMAT; $*"; }
 # rec FILE CMD: the command's stdout and stderr, then its exit status, as the backend gets them.
 rec() {
   local file=$1 rc=0

@@ -12,6 +12,13 @@
 # SetEnv gives every session SLURM_CONF. The login sshd also has a PID namespace (and /proc) of
 # its own, so what runs on the login node cannot see the jobs' processes on the nodes. No accounting (slurmdbd): `sacct` fails, on purpose.
 #
+# As dirty as real sites, permanently (see ci/lab/README.md): the login node's `sbatch` (first on
+# its PATH, /usr/local/bin) is a site wrapper that prints lines before and after the real
+# sbatch's answer, on stdout and stderr; sessions there have SQUEUE_FORMAT, SQUEUE_FORMAT2,
+# SINFO_FORMAT, SACCT_FORMAT and SLURM_TIME_FORMAT=relative set; and /scratch is node-local:
+# node1, node2 and the login node each run in a mount namespace of their own with a dir of
+# their own bind-mounted on /scratch ($LAB/slurm/scratch/NODE).
+#
 # Environment: THESEUS_LAB_DIR (see lib.sh), THESEUS_LAB_SLURM_SSH_PORT (default: a free port),
 # THESEUS_LAB_USER. `start` and `env` print KEY=VALUE lines on stdout. Root tests can use the
 # client wrappers in $LAB/slurm/bin (nsenter into the namespace + SLURM_CONF).
@@ -44,6 +51,10 @@ start() {
   ensure_test_user
   ensure_client_key
   mkdir -p "$S"/{etc,log,run,munge,fakedev,login,bin} "$LAB/shared"
+  # /scratch is node-local: the host has only the (empty) mount point, and each node and the
+  # login node bind their own dir on it.
+  mkdir -p /scratch "$S/scratch"/{node1,node2,login}
+  chmod 1777 "$S/scratch"/{node1,node2,login}
   # A fresh controller state: a stale one from an unclean stop would bring back dead jobs.
   rm -rf "$S/state" "$S/spool"
   mkdir -p "$S/state" "$S/spool"
@@ -75,7 +86,10 @@ start() {
   spawn "$S/run/slurmctld.pidfile" "$CONF" "$S/log/slurmctld.out" "${NS[@]}" slurmctld -D -f "$CONF"
   local n
   for n in "${NODES[@]}"; do
-    spawn "$S/run/slurmd-$n.pidfile" "$CONF" "$S/log/slurmd-$n.out" "${NS[@]}" slurmd -D -N "$n" -f "$CONF"
+    # A mount namespace per node: its slurmd (and so its jobs) sees its own /scratch.
+    spawn "$S/run/slurmd-$n.pidfile" "$CONF" "$S/log/slurmd-$n.out" "${NS[@]}" \
+      unshare --mount --propagation private sh -c 'mount --bind "$1" /scratch && exec slurmd -D -N "$2" -f "$3"' \
+      sh "$S/scratch/$n" "$n" "$CONF"
   done
   local t0=$SECONDS states
   while true; do
@@ -171,21 +185,62 @@ write_wrappers() {
 start_login_node() {
   local d=$S/login port=${THESEUS_LAB_SLURM_SSH_PORT:-$(free_port)}
   echo "$port" > "$d/port"
-  write_sshd_config "$d/sshd_config" "$d" 22 "SLURM_CONF=$CONF"
+  write_site_wrapper
+  # Formats a site (or a user) sets in the login environment, each breaking a parser that does
+  # not name its own format (sshd's SetEnv, so that every session has them).
+  # sshd takes the first SetEnv line only, so all of them go on one.
+  write_sshd_config "$d/sshd_config" "$d" 22 "SLURM_CONF=$CONF \
+\"SQUEUE_FORMAT=%.18i %.9P %.30j %.8u %.2t %.10M %.6D %R\" \"SQUEUE_FORMAT2=JobID:12,State:10,Reason:20\" \
+\"SINFO_FORMAT=%20P %5a %.10l %16F %N\" \"SACCT_FORMAT=JobID%20,JobName,Elapsed,State,ExitCode\" \
+SLURM_TIME_FORMAT=relative"
   echo "[127.0.0.1]:$port $(cut -d' ' -f1,2 "$d/host_ed25519.pub")" > "$d/known_hosts.line"
   write_known_hosts
   # The login node must not see the nodes' processes, as on a real cluster where they are other
   # machines: its sshd runs in a PID namespace of its own with its own /proc (the Slurm clients
   # still reach slurmctld through the network namespace and munged through its socket).
   # `--kill-child` takes the namespace down with the recorded `unshare` process.
+  # Its mount namespace (private) has the site's /usr/local/bin and its own /scratch.
   spawn "$d/sshd.pidfile" "$d/sshd_config" "$d/sshd.log" "${NS[@]}" \
-    unshare --pid --fork --mount-proc --kill-child /usr/sbin/sshd -D -e -f "$d/sshd_config"
+    unshare --pid --fork --mount-proc --kill-child sh -c \
+    'mount --bind "$1" /usr/local/bin && mount --bind "$2" /scratch && exec /usr/sbin/sshd -D -e -f "$3"' \
+    sh "$d/usr-local-bin" "$S/scratch/login" "$d/sshd_config"
   # One socat per connection: the listener on the host forks, and each child enters the
   # namespace and connects to the login sshd there.
   spawn "$d/socat.pidfile" "TCP4-LISTEN:$port," "$d/socat.log" socat \
     "TCP4-LISTEN:$port,bind=127.0.0.1,reuseaddr,fork" \
     "EXEC:nsenter --net=/run/netns/$NETNS socat STDIO TCP4\\:127.0.0.1\\:22"
   wait_ssh "$port" "$d/sshd.log"
+}
+
+# The login node's /usr/local/bin: the host's, plus a site's `sbatch` wrapper (like the
+# accounting and quota wrappers of real sites) that prints lines before and after the real
+# sbatch's answer on stdout and stderr, a bare number among them, and keeps its exit code.
+write_site_wrapper() {
+  local d=$S/login/usr-local-bin f
+  rm -rf "$d"
+  mkdir -p "$d"
+  for f in /usr/local/bin/*; do
+    [[ -e $f ]] && ln -s "$f" "$d/${f##*/}"
+  done
+  cat > "$d/sbatch" <<'WRAPPER'
+#!/bin/sh
+# Site wrapper (theseus lab): quota and accounting notices around the real sbatch. Like some
+# sites' wrappers it can also hide sbatch's answer or fail after submitting; tests ask for that
+# per job with THESEUS_LAB_SBATCH=swallow|fail-after in sbatch's environment.
+echo "=== Theseus Lab HPC: checking quota for $(id -un) ==="
+echo "sbatch: site: jobs over 24h are not backed up" >&2
+echo "3"
+case ${THESEUS_LAB_SBATCH:-} in
+  swallow) /usr/bin/sbatch "$@" > /dev/null; rc=$?; echo "Your job has been submitted." ;;
+  *) /usr/bin/sbatch "$@"; rc=$? ;;
+esac
+echo "sbatch: site: 1000 core-hours left on account default" >&2
+echo "Charged to account default; remaining allocation: 1000"
+echo "7"
+if [ "${THESEUS_LAB_SBATCH:-}" = fail-after ]; then echo "sbatch: site: accounting post-hook failed" >&2; exit 1; fi
+exit $rc
+WRAPPER
+  chmod 755 "$d/sbatch"
 }
 
 running() {
@@ -205,6 +260,8 @@ env_out() {
   echo "THESEUSTEST_SLURM_SSH_USER=$LAB_USER"
   echo "THESEUSTEST_SLURM_CONF=$CONF"
   echo "THESEUSTEST_SLURM_SHARED=$LAB/shared"
+  echo "THESEUSTEST_SLURM_NODE_LOCAL=/scratch"
+  echo "THESEUSTEST_SLURM_NODE_LOCAL_DIRS=$S/scratch"
   echo "THESEUSTEST_SLURM_PARTITIONS=$PARTITIONS"
   echo "THESEUSTEST_SLURM_NODES=$(IFS=,; echo "${NODES[*]}")"
   echo "THESEUSTEST_SLURM_GRES=gpu:$GPU_TYPE:$GPUS_PER_NODE"
@@ -224,6 +281,13 @@ stop_quietly() {
         sleep 0.1
       done
     fi
+  fi
+  # The login node's `unshare --fork` ignores SIGTERM (it would wait for the 10 s SIGKILL): its
+  # child, the sshd, gets the TERM, and unshare exits with it.
+  if pid_alive "$S/login/sshd.pidfile"; then
+    local pid _m c
+    read -r pid _m < "$S/login/sshd.pidfile"
+    for c in $(cat "/proc/$pid/task/"*/children 2>/dev/null); do kill "$c" 2>/dev/null || true; done
   fi
   # Each daemon takes about 2 s to react to SIGTERM, so they stop in parallel; munged goes last
   # because the others talk to it while shutting down.

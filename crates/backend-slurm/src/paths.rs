@@ -54,7 +54,7 @@ impl RemoteDirs<'_> {
     }
 
     /// `base` resolved, joined with `rel`, and checked to stay under `base`.
-    fn under(&self, base: &str, rel: &str) -> Result<String> {
+    pub(crate) fn under(&self, base: &str, rel: &str) -> Result<String> {
         let base = self.resolve(base)?;
         let path = join(&base, rel);
         theseus_core::paths::check_under(&base, &path).map_err(|m| {

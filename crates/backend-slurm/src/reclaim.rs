@@ -79,6 +79,9 @@ done
 /// Slurm cluster (run on the login node): see the module docs.
 pub(crate) const SLURM_LIVE: &str = concat!(
     live_head!(),
+    "unset ",
+    crate::parse::slurm_env_vars!(),
+    "\n",
     r#"jobs=$(squeue --noheader --user="$(id -un)" --format=%A 2>&1) || { echo "squeue failed: $jobs" >&2; exit 5; }
 for rel in */*/*/*; do
   [ -d "$rel" ] || continue

@@ -30,6 +30,12 @@ pub enum SbatchError {
     /// An `extra_directives` entry that is not one `--option[=value]` line.
     #[error("invalid extra directive {0:?}: it must start with `--` and be one line")]
     InvalidExtra(String),
+    /// An `extra_directives` entry that sets what theseus sets itself.
+    #[error(
+        "extra directive {0:?} sets what theseus sets itself (the job's --comment is how it finds the job when \
+         sbatch's answer cannot be read): remove it from the host's extra_directives"
+    )]
+    ReservedExtra(String),
     /// A plan with no nodes.
     #[error("a slurm job needs at least one node")]
     NoNodes,
@@ -51,6 +57,9 @@ pub struct SbatchPaths {
 pub struct Directives {
     /// `--job-name`.
     pub job_name: String,
+    /// `--comment`: what finds the job when sbatch's answer cannot be read
+    /// ([`Directives::with_comment`]).
+    pub comment: Option<String>,
     /// `--partition`.
     pub partition: Option<String>,
     /// `--nodes`; one task per node.
@@ -59,7 +68,7 @@ pub struct Directives {
     pub gres: Option<String>,
     /// `--mem` per node.
     pub mem: String,
-    /// `--time`.
+    /// `--time`: the host's `time:`, else [`theseus_core::config::DEFAULT_SLURM_TIME`].
     pub time: Option<String>,
     /// `--account`.
     pub account: Option<String>,
@@ -95,11 +104,12 @@ impl Directives {
             .and_then(|c| c.constraint());
         let d = Directives {
             job_name: job_name.to_owned(),
+            comment: None,
             partition: plan.partition.clone(),
             nodes: plan.nodes,
             gres,
             mem: host.mem.clone().unwrap_or_else(|| DEFAULT_MEM.to_owned()),
-            time: host.time.clone(),
+            time: Some(host.time_limit().to_owned()),
             account: host.account.clone(),
             qos: host.qos.clone(),
             exclude: host.exclude.clone(),
@@ -112,9 +122,20 @@ impl Directives {
         Ok(d)
     }
 
+    /// The same directives with `--comment=COMMENT`, checked like every value.
+    pub fn with_comment(mut self, comment: &str) -> Result<Self, SbatchError> {
+        check("comment", comment)?;
+        self.comment = Some(comment.to_owned());
+        self.validate()?;
+        Ok(self)
+    }
+
     /// The directive lines, in the original's order, each starting with `#SBATCH `.
     pub fn lines(&self) -> Vec<String> {
         let mut out = vec![format!("--job-name={}", self.job_name)];
+        if let Some(c) = &self.comment {
+            out.push(format!("--comment={c}"));
+        }
         if let Some(p) = &self.partition {
             out.push(format!("--partition={p}"));
         }
@@ -151,6 +172,7 @@ impl Directives {
             ("partition", &self.partition),
             ("gres", &self.gres),
             ("time", &self.time),
+            ("comment", &self.comment),
             ("account", &self.account),
             ("qos", &self.qos),
             ("constraint", &self.constraint),
@@ -173,6 +195,9 @@ impl Directives {
         for line in &self.extra {
             if !line.starts_with("--") || line.len() == 2 || line.chars().any(char::is_control) {
                 return Err(SbatchError::InvalidExtra(line.clone()));
+            }
+            if self.comment.is_some() && (line == "--comment" || line.starts_with("--comment=")) {
+                return Err(SbatchError::ReservedExtra(line.clone()));
             }
         }
         Ok(())
@@ -213,8 +238,14 @@ export THESEUS_KILL_DEADLINE_SECONDS="${theseus_kill_wait:-}"
 
 /// The batch script of a theseus job: like [`render`], with `srun --label` (each line of
 /// output starts with `<rank>: `) and, for multi-node jobs, the coordinator address of the
-/// first node's `NodeAddr` on `coordinator_port`.
-pub fn render_job(directives: &Directives, bootstrap: &str, coordinator_port: Option<u16>) -> String {
+/// first node's `NodeAddr` on `coordinator_port`. `first_step` (argv, quoted here) runs once
+/// per node as an `srun` step before the bootstrap (the copy of a node-local run dir).
+pub fn render_job(
+    directives: &Directives,
+    bootstrap: &str,
+    coordinator_port: Option<u16>,
+    first_step: Option<&[String]>,
+) -> String {
     let mut s = String::from("#!/bin/bash\n");
     for line in directives.lines() {
         s.push_str(&line);
@@ -225,6 +256,9 @@ pub fn render_job(directives: &Directives, bootstrap: &str, coordinator_port: Op
     s.push_str(KILL_DEADLINE);
     if let Some(port) = coordinator_port {
         s.push_str(&COORDINATOR_PROLOGUE.replace("__PORT__", &port.to_string()));
+    }
+    if let Some(argv) = first_step {
+        s.push_str(&format!("srun --ntasks-per-node=1 --kill-on-bad-exit=1 {}\n", shell::join(argv)));
     }
     s.push_str(&format!("exec srun --kill-on-bad-exit=1 --label bash {}\n", shell::quote(bootstrap)));
     s

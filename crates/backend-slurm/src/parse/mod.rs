@@ -9,6 +9,29 @@ pub mod sacct;
 pub mod sinfo;
 pub mod squeue;
 
+/// Shell variables a site (or a user's profile) may set that change what `squeue`, `sinfo`,
+/// `sacct` and `scontrol` print or which jobs and nodes they list (`SQUEUE_FORMAT`,
+/// `SLURM_TIME_FORMAT=relative`, ...): every Slurm query of the backends runs without them
+/// ([`clean_env`], and `unset` in the remote scripts). Explicit formats win over most of them,
+/// but not over the filters (`SQUEUE_PARTITION`, `SINFO_PARTITION`, `SQUEUE_USERS`).
+macro_rules! slurm_env_vars {
+    () => {
+        "SQUEUE_FORMAT SQUEUE_FORMAT2 SQUEUE_SORT SQUEUE_STATES SQUEUE_PARTITION SQUEUE_USERS SQUEUE_ACCOUNT \
+         SQUEUE_QOS SQUEUE_NAMES SINFO_FORMAT SINFO_PARTITION SINFO_SORT SACCT_FORMAT SLURM_TIME_FORMAT"
+    };
+}
+pub(crate) use slurm_env_vars;
+
+/// `env -u VAR ...` for each variable of [`slurm_env_vars!`]: the start of the argv of every
+/// Slurm query run as a plain command (its constant's words follow).
+pub fn clean_env() -> Vec<String> {
+    let mut argv = vec!["env".to_owned()];
+    for var in slurm_env_vars!().split_whitespace() {
+        argv.extend(["-u".to_owned(), var.to_owned()]);
+    }
+    argv
+}
+
 /// Output of a remote command that could not be read.
 #[derive(Debug, Error)]
 pub enum ParseError {

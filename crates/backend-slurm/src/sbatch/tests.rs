@@ -102,13 +102,42 @@ fn cpu_job_and_untyped_gres() {
     let lines = cpu.lines();
     assert!(!lines.iter().any(|l| l.contains("--gres")), "{lines:?}");
     assert!(lines.contains(&"#SBATCH --mem=8G".to_owned()), "{lines:?}");
-    assert!(!lines.iter().any(|l| l.contains("--time") || l.contains("--account")), "{lines:?}");
+    assert!(!lines.iter().any(|l| l.contains("--account")), "{lines:?}");
     let any = Directives::new(&minimal, &plan(1, 2, "debug", None), "any", &paths()).unwrap();
     assert_eq!(any.gres.as_deref(), Some("gpu:2"));
     // The partition has no constraint of its own, so the host's applies.
     let d = Directives::new(&host(), &plan(1, 1, "debug", Some("h100")), "x", &paths()).unwrap();
     assert_eq!(d.constraint.as_deref(), Some("sxm"));
     bash_n(&render(&cpu, "/b.sh"));
+}
+
+/// Issue 23 point 10: the original always sent `--time=14-0`; without it a job gets the
+/// partition's default limit (often an hour). A host's `time:` overrides it.
+#[test]
+fn time_defaults_to_the_originals_14_days_and_a_hosts_time_overrides_it() {
+    let minimal = SlurmHost { ssh: "login".into(), cluster: "lab".into(), ..SlurmHost::default() };
+    let lines = Directives::new(&minimal, &plan(1, 0, "debug", None), "cpu", &paths()).unwrap().lines();
+    assert!(lines.contains(&"#SBATCH --time=14-0".to_owned()), "{lines:?}");
+    let hour = SlurmHost { time: Some("1:00:00".into()), ..minimal };
+    let lines = Directives::new(&hour, &plan(1, 0, "debug", None), "cpu", &paths()).unwrap().lines();
+    assert!(lines.contains(&"#SBATCH --time=1:00:00".to_owned()), "{lines:?}");
+    assert_eq!(lines.iter().filter(|l| l.contains("--time")).count(), 1, "{lines:?}");
+}
+
+/// The comment theseus searches by when sbatch's answer cannot be read comes right after the
+/// name, and is checked like every value.
+#[test]
+fn the_comment_directive() {
+    let d = Directives::new(&host(), &plan(1, 0, "debug", None), "n", &paths()).unwrap();
+    let lines = d.clone().with_comment("theseus-run:20260101-000000-abcdef").unwrap().lines();
+    assert_eq!(lines[1], "#SBATCH --comment=theseus-run:20260101-000000-abcdef");
+    assert!(d.clone().with_comment("a b").is_err());
+    // A host's own --comment would hide the job from that search: refused, with the fix.
+    let mut h = host();
+    h.extra_directives.push("--comment=mine".into());
+    let d = Directives::new(&h, &plan(1, 0, "debug", None), "n", &paths()).unwrap();
+    let err = d.with_comment("theseus-run:x").unwrap_err().to_string();
+    assert!(err.contains("--comment=mine") && err.contains("remove it from the host's extra_directives"), "{err}");
 }
 
 #[test]
@@ -172,7 +201,7 @@ fn the_kill_deadline_is_slurms_kill_wait() {
     assert_eq!(deadline("KillWait                = 30 sec"), "30");
     assert_eq!(deadline("slurm_load_ctl_conf error: Unable to contact slurm controller"), "");
     assert!(
-        render_job(&Directives::new(&host(), &plan(1, 0, "cpu", None), "j", &paths()).unwrap(), "b.sh", None)
+        render_job(&Directives::new(&host(), &plan(1, 0, "cpu", None), "j", &paths()).unwrap(), "b.sh", None, None)
             .contains(KILL_DEADLINE)
     );
 }

@@ -21,9 +21,11 @@
 //! processes (the login node cannot see the compute nodes): the job is in a final state and Slurm
 //! lists none of its steps, else it fails naming the steps left and their nodes.
 
+mod node_local;
 pub(crate) mod scripts;
 pub(crate) mod status;
 
+use node_local::RunPaths;
 use scripts::RunState;
 
 use std::time::Duration;
@@ -96,6 +98,10 @@ pub struct SlurmHandleData {
     pub log_file: String,
     /// Nodes asked for.
     pub nodes: u32,
+    /// The shipped code on the cluster's shared `share`, when `work` is node-local (the batch
+    /// script copies it into `work_dir` on each node, see `node_local`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stage_dir: Option<String>,
 }
 
 /// Runs jobs on a Slurm cluster through its login node ([`SlurmBackend::new`],
@@ -136,8 +142,8 @@ impl SlurmBackend {
 
     /// The handle of run `identity`: with its Slurm job id when known, else planned (the run id).
     fn handle_for(&self, identity: &JobIdentity, job: Option<String>, nodes: u32) -> Result<JobHandle> {
-        let (work_dir, run_dir, log_file) = self.paths(identity)?;
-        let data = SlurmHandleData { run_id: identity.run_id.clone(), work_dir, run_dir, log_file, nodes };
+        let RunPaths { work_dir, run_dir, log_file, stage_dir } = self.run_paths(identity)?;
+        let data = SlurmHandleData { run_id: identity.run_id.clone(), work_dir, run_dir, log_file, nodes, stage_dir };
         Ok(self.handle(job.unwrap_or_else(|| identity.run_id.clone()), &data))
     }
 
@@ -162,11 +168,14 @@ impl SlurmBackend {
 
     /// The batch script of `job`.
     fn batch_script(&self, job: &PreparedJob) -> Result<String> {
-        let (work_dir, _, log_file) = self.paths(&job.identity)?;
+        let RunPaths { work_dir, log_file, stage_dir, .. } = self.run_paths(&job.identity)?;
         let bootstrap = join(&work_dir, &job.bootstrap.entry);
         let paths = SbatchPaths { bootstrap: bootstrap.clone(), output: log_file, error: None };
         let name = job_name(&job.identity);
-        let directives = Directives::new(&self.host, &job.plan, &name, &paths).map_err(|e| Error::Backend {
+        let comment = format!("{}{}", scripts::COMMENT_PREFIX, job.identity.run_id);
+        let directives = Directives::new(&self.host, &job.plan, &name, &paths)
+            .and_then(|d| d.with_comment(&comment))
+            .map_err(|e| Error::Backend {
             backend: self.to_string(),
             message: "cannot write the batch script".into(),
             source: Some(Box::new(e)),
@@ -175,7 +184,10 @@ impl SlurmBackend {
             Launch::Slurm { coordinator_port } => Some(coordinator_port),
             _ => None,
         };
-        Ok(sbatch::render_job(&directives, &bootstrap, port))
+        let materialize = stage_dir.map(|stage| -> Vec<String> {
+            vec!["sh".into(), "-c".into(), node_local::MATERIALIZE.into(), "sh".into(), stage, work_dir.clone()]
+        });
+        Ok(sbatch::render_job(&directives, &bootstrap, port, materialize.as_deref()))
     }
 
     /// Runs `sbatch` on the shipped batch script; returns the job id, or (inner error) why the
@@ -187,11 +199,13 @@ impl SlurmBackend {
         options: &SubmitOptions,
     ) -> Result<Result<String>> {
         let secrets = run_dir::secret_records(job)?;
-        let script = join(&data.work_dir, BATCH_SCRIPT);
+        // The shipped dir: sbatch runs from there, on the login node.
+        let shipped = data.stage_dir.as_deref().unwrap_or(&data.work_dir);
+        let script = join(shipped, BATCH_SCRIPT);
         let start = Start {
             run_dir: &data.run_dir,
             log_file: &data.log_file,
-            work_dir: &data.work_dir,
+            work_dir: shipped,
             run_id: &data.run_id,
             name_dir: self.name_dir(&data.run_id, &data.run_dir)?,
             program: &script,
@@ -204,6 +218,17 @@ impl SlurmBackend {
             Ok(out) => out,
             Err(SshError::Failed { code: Some(claim::REPLACED), stderr, .. }) => {
                 return Ok(Err(claim::lost(self, &job.identity.name, &data.run_id, &self.name, &stderr)));
+            }
+            Err(SshError::Failed { code: Some(scripts::EXIT_NO_JOB_ID), stderr, .. }) => {
+                return Err(Error::backend(
+                    self,
+                    format!(
+                        "sbatch of run `{}` answered without a job id, and Slurm lists no job of the run (its \
+                         --comment); nothing was submitted. sbatch printed: {}",
+                        data.run_id,
+                        stderr.trim()
+                    ),
+                ));
             }
             Err(SshError::Failed { stderr, code, .. }) => {
                 // Slurm's own words: `sbatch: error: Batch job submission failed: ...`.
@@ -224,11 +249,10 @@ impl SlurmBackend {
             Err(e) => return Err(self.ssh_error(&format!("submit run `{}` with sbatch", data.run_id), e)),
         };
         let text = out.stdout_text();
-        let id = text.trim().lines().last().unwrap_or("").split(';').next().unwrap_or("").trim().to_owned();
-        if !is_job_id(&id) {
-            return Err(Error::backend(self, format!("sbatch printed no job id: `{}`", text.trim())));
+        match scripts::parse_submitted(&text).filter(|id| is_job_id(id)) {
+            Some(id) => Ok(Ok(id)),
+            None => Err(Error::backend(self, format!("the submit printed no job id: `{}`", text.trim()))),
         }
-        Ok(Ok(id))
     }
 
     /// Settles a run that has no known Slurm job, under its name's lock (so after any submit
@@ -306,7 +330,7 @@ impl SlurmBackend {
             Err(_) => return,
         }
         self.release(&data.run_id, &data.run_dir).await;
-        self.remove(&data.work_dir, &[&data.run_dir]).await;
+        self.remove(data.stage_dir.as_deref().unwrap_or(&data.work_dir), &[&data.run_dir]).await;
     }
 }
 
@@ -321,15 +345,21 @@ impl Backend for SlurmBackend {
         options: &theseus_core::backend::ReclaimOptions,
     ) -> Result<theseus_core::backend::ReclaimReport> {
         let (stale, timeout) = (self.settings.claim_stale, self.settings.command_timeout);
-        crate::reclaim::reclaim(&self.ssh, &self.dirs(), crate::reclaim::SLURM_LIVE, stale, timeout, options).await
+        // With a node-local `work`, the store and the code the login node sees are the stage's.
+        let staged = self.staged()?;
+        let dirs = staged.as_ref().map_or_else(|| self.dirs(), SlurmBackend::dirs);
+        crate::reclaim::reclaim(&self.ssh, &dirs, crate::reclaim::SLURM_LIVE, stale, timeout, options).await
     }
 
     async fn usage(&self) -> Result<theseus_core::backend::StoreUsage> {
-        crate::reclaim::usage(&self.ssh, &self.dirs()).await
+        let staged = self.staged()?;
+        crate::reclaim::usage(&self.ssh, &staged.as_ref().map_or_else(|| self.dirs(), SlurmBackend::dirs)).await
     }
 
     fn layout(&self, identity: &JobIdentity, plan: &Plan) -> Result<RunLayout> {
-        self.layout_with(identity, plan, |coordinator_port| Launch::Slurm { coordinator_port })
+        let mut layout = self.layout_with(identity, plan, |coordinator_port| Launch::Slurm { coordinator_port })?;
+        layout.log_file = self.run_paths(identity)?.log_file;
+        Ok(layout)
     }
 
     async fn availability(&self, _request: &Request) -> Result<Availability> {
@@ -337,8 +367,9 @@ impl Backend for SlurmBackend {
             return Ok(unusable);
         }
         let argv = theseus_core::shell::split(SINFO_COMMAND).expect("the sinfo command is valid words");
-        let cmd = RemoteCommand::new(argv[0].clone())
-            .args(argv[1..].iter().cloned())
+        let cmd = RemoteCommand::new("env")
+            .args(crate::parse::clean_env().into_iter().skip(1))
+            .args(argv)
             .probe()
             .timeout(self.settings.command_timeout);
         let out = self.ssh.run(&cmd).await.map_err(|e| self.ssh_error("list nodes with sinfo", e))?;
@@ -351,21 +382,32 @@ impl Backend for SlurmBackend {
     }
 
     async fn submit(&self, job: &PreparedJob, options: &SubmitOptions) -> Result<JobHandle> {
-        let (work_dir, run_dir, log_file) = self.paths(&job.identity)?;
+        let RunPaths { work_dir, run_dir, log_file, stage_dir } = self.run_paths(&job.identity)?;
         let script = self.batch_script(job)?;
         let mut extra = ExtraFile::bootstrap(&job.bootstrap);
         extra.push(ExtraFile { path: BATCH_SCRIPT.into(), contents: script.into_bytes(), mode: 0o644 });
         debug_assert!(BATCH_SCRIPT.starts_with(BOOTSTRAP_DIR));
 
         self.claim(job, &run_dir, options).await?;
+        let nodes = job.plan.nodes;
         let data =
-            SlurmHandleData { run_id: job.identity.run_id.clone(), work_dir, run_dir, log_file, nodes: job.plan.nodes };
+            SlurmHandleData { run_id: job.identity.run_id.clone(), work_dir, run_dir, log_file, nodes, stage_dir };
         let start = async {
             options.note("submitting with sbatch");
             self.sbatch(job, &data, options).await
         };
-        let dirs = (data.work_dir.as_str(), data.run_dir.as_str());
-        let id = self.ship_and_start(job, dirs, extra, options, start, self.discard(&data)).await?;
+        let id = match data.stage_dir.as_deref() {
+            None => {
+                let dirs = (data.work_dir.as_str(), data.run_dir.as_str());
+                self.ship_and_start(job, dirs, extra, options, start, self.discard(&data)).await?
+            }
+            // Node-local `work`: shipped to the stage on the share; each node copies it.
+            Some(stage) => {
+                let staged = self.staged()?.expect("a stage dir comes from a share");
+                let dirs = (stage, data.run_dir.as_str());
+                staged.ship_and_start(job, dirs, extra, options, start, self.discard(&data)).await?
+            }
+        };
         Ok(self.handle(id, &data))
     }
 
@@ -447,6 +489,16 @@ impl Backend for SlurmBackend {
         options: &theseus_core::backend::SyncOptions,
     ) -> Result<theseus_core::backend::SyncReport> {
         let (data, _, _) = self.resolve(handle).await?;
+        if data.stage_dir.is_some() {
+            return Err(Error::backend(
+                self,
+                format!(
+                    "slurm job `{}` runs from a node-local work dir `{}` (the cluster has a `share`), which the \
+                     login node cannot reach: `theseus sync` needs a shared `work`; submit again instead",
+                    handle.id, data.work_dir
+                ),
+            ));
+        }
         let status = self.status(handle).await?;
         if status.state.is_terminal() {
             return Err(Error::backend(self, format!("slurm job `{}` has ended ({})", handle.id, status.state)));

@@ -17,23 +17,83 @@ macro_rules! live_states {
     };
 }
 
+/// Prefix of the `--comment` every theseus job carries, followed by its run id: what finds the
+/// job when sbatch's answer cannot be read ([`SUBMIT`], [`CANCEL_UNSUBMITTED`]).
+pub(crate) const COMMENT_PREFIX: &str = "theseus-run:";
+
+/// The first line of the query scripts: the site's output settings
+/// ([`crate::parse::slurm_env_vars!`]) unset.
+macro_rules! unset_slurm_env {
+    () => {
+        concat!("unset ", crate::parse::slurm_env_vars!(), "\n")
+    };
+}
+
 /// [`crate::run_dir::start_prologue!`] with the batch script as `PROGRAM` (bash): under the
 /// name's lock, and only while the run still owns its name ([`crate::claim`]), with the secrets
-/// and the run's marker exported, submits the batch script from the work dir and records the
-/// job id in `RUN_DIR/slurm_job`. Prints `sbatch --parsable` output (`JOBID[;CLUSTER]`).
+/// and the run's marker exported, submits the batch script from the work dir, finds its job id
+/// and records it in `RUN_DIR/slurm_job`; prints `slurm_job=ID`.
+///
+/// Sites wrap `sbatch` (quota and accounting notices before and after its answer, on stdout and
+/// stderr), so the id is the line of the answer (`ID` or `ID;CLUSTER`) that Slurm lists with this
+/// run's `--comment` ([`COMMENT_PREFIX`]); when no line is, the job of that comment; when sbatch
+/// failed, only a live one (a wrapper may fail after submitting, but Slurm also lists a job it
+/// rejected, as FAILED); on a Slurm that keeps no comments, the only id-shaped line. With none,
+/// sbatch's exit code, or [`EXIT_NO_JOB_ID`] when it was 0 (no job of this run exists then).
+/// The job itself keeps the user's environment: the site's output settings are unset for the
+/// queries only.
 pub(crate) const SUBMIT: &str = concat!(
     crate::run_dir::start_prologue!(),
-    r#"out=$(sbatch --parsable "$prog" 9>&-)
-last=${out##*$'\n'}
-printf '%s\n' "${last%%;*}" > "$run_dir/slurm_job"
-printf '%s\n' "$out"
+    r#"comment="theseus-run:$me"
+rc=0
+out=$(sbatch --parsable "$prog" 9>&-) || rc=$?
+q() { (
+  "#,
+    unset_slurm_env!(),
+    r#"  exec squeue --noheader --states=all "$@"
+) 9>&-; }
+ids=$(printf '%s\n' "$out" | sed -n 's/^[[:space:]]*\([0-9][0-9]*\(_[0-9][0-9]*\)\{0,1\}\)\(;[^[:space:]]*\)\{0,1\}[[:space:]]*$/\1/p')
+job=
+for i in $ids; do
+  if [ "$(q --format=%k --jobs "$i" 2>/dev/null)" = "$comment" ]; then job=$i; break; fi
+done
+if [ -z "$job" ]; then
+  job=$(q --user="$(id -un)" --format='%i|%k' 2>/dev/null | awk -F'|' -v c="$comment" '$2 == c { print $1; exit }') || job=
+fi
+if [ -n "$job" ] && [ "$rc" -ne 0 ]; then
+  # Slurm lists a job it rejected (FAILED, BadConstraints) under a new id: only a live one
+  # was submitted.
+  case $(q --format=%T --jobs "$job" 2>/dev/null) in
+    "#,
+    live_states!(),
+    r#") ;;
+    *) job= ;;
+  esac
+fi
+if [ -z "$job" ] && [ "$rc" -eq 0 ] && [ "$(printf '%s\n' "$ids" | grep -c .)" -eq 1 ] \
+  && ! q --user="$(id -un)" --format='%k' 2>/dev/null | grep -q "^theseus-run:"; then
+  job=$ids
+fi
+if [ -z "$job" ]; then
+  printf '%s\n' "$out" >&2
+  if [ "$rc" -ne 0 ]; then exit "$rc"; fi
+  echo "sbatch exited 0 but printed no job id that Slurm lists, and Slurm lists no job with --comment=$comment" >&2
+  exit 6
+fi
+printf '%s\n' "$job" > "$run_dir/slurm_job"
+if [ "$rc" -ne 0 ]; then echo "sbatch exited with $rc, but Slurm lists job $job of this run: adopted" >&2; fi
+printf 'slurm_job=%s\n' "$job"
 "#
 );
+
+/// Exit code of [`SUBMIT`] when sbatch exited 0 and no job of the run can be found.
+pub(crate) const EXIT_NO_JOB_ID: i32 = 6;
 
 /// `NAME_DIR RUN_ID STALE_SECONDS`: the claim of the job's name ([`crate::claim`]); a run is
 /// live while Slurm lists its job in a state that is not over, or while it is claimed, not yet
 /// submitted, not cancelled and its claim is fresh.
 pub(crate) const CLAIM: &str = concat!(
+    unset_slurm_env!(),
     r#"
 live() {
   d="$dir/$1"
@@ -89,31 +149,42 @@ pub(crate) const EXIT_NO_RUN_DIR: i32 = 4;
 
 /// `NAME_DIR RUN_DIR`: cancels a run that has no Slurm job yet, under the name's lock so that
 /// its submit cannot pass `sbatch` meanwhile: prints `job=ID` when it was submitted after all
-/// (then it must be `scancel`ed), else marks it cancelled (its submit then never starts it) and
-/// prints `cancelled=1`.
-pub(crate) const CANCEL_UNSUBMITTED: &str = r#"namedir=$1; run_dir=$2
+/// (then it must be `scancel`ed): recorded in the run dir, or found by the run's `--comment`
+/// (a submit cut off between sbatch and the record); else marks it cancelled (its submit then
+/// never starts it) and prints `cancelled=1`.
+pub(crate) const CANCEL_UNSUBMITTED: &str = concat!(
+    unset_slurm_env!(),
+    r#"namedir=$1; run_dir=$2
 [ -d "$run_dir" ] || { echo "run dir $run_dir not found" >&2; exit 4; }
 exec 9>>"$namedir/.lock"
 flock -w 120 9 || { echo "waited 120 s for the lock $namedir/.lock" >&2; exit 5; }
 if [ -s "$run_dir/slurm_job" ]; then echo "job=$(cat -- "$run_dir/slurm_job")"; exit 0; fi
+comment="theseus-run:${run_dir##*/}"
+job=$(squeue --noheader --states=all --user="$(id -un)" --format='%i|%k' 2>/dev/null \
+  | awk -F'|' -v c="$comment" '$2 == c { print $1; exit }') || job=
+if [ -n "$job" ]; then printf '%s\n' "$job" > "$run_dir/slurm_job"; echo "job=$job"; exit 0; fi
 date -u +%Y-%m-%dT%H:%M:%SZ > "$run_dir/cancelled"
 echo "cancelled=1"
-"#;
+"#
+);
 
 /// `JOB_ID`: the steps Slurm still lists for the job, `STEP NODES` per line (nothing once the
 /// job and all its processes are gone, on every node). Slurm keeps a step until slurmstepd
 /// reports all its processes ended, and the job `COMPLETING` until every step did.
-pub(crate) const STEPS: &str = r#"out=$(squeue --steps --noheader --format='%i %N' --jobs "$1" 2>&1) && rc=0 || rc=$?
+pub(crate) const STEPS: &str = concat!(
+    unset_slurm_env!(),
+    r#"out=$(squeue --steps --noheader --format='%i %N' --jobs "$1" 2>&1) && rc=0 || rc=$?
 if [ "$rc" -ne 0 ]; then
   case "$out" in *"Invalid job id"*) exit 0 ;; esac
   echo "squeue --steps failed: $out" >&2
   exit "$rc"
 fi
 printf '%s\n' "$out"
-"#;
+"#
+);
 
 /// `NODE`: the node's `NodeAddr` as Slurm knows it (empty when `scontrol` does not say).
-pub(crate) const NODE_ADDR: &str = r#"scontrol show node "$1" -o 2>/dev/null | sed -n 's/.*NodeAddr=\([^ ]*\).*/\1/p' | head -n1
+pub(crate) const NODE_ADDR: &str = r#"unset SLURM_TIME_FORMAT; scontrol show node "$1" -o 2>/dev/null | sed -n 's/.*NodeAddr=\([^ ]*\).*/\1/p' | head -n1
 "#;
 
 /// `LOG_FILE JOB_ID`: the log from the start, then new bytes as they are written, until Slurm
@@ -121,6 +192,7 @@ pub(crate) const NODE_ADDR: &str = r#"scontrol show node "$1" -o 2>/dev/null | s
 /// round ([`crate::run_dir::follow_loop!`]); Slurm leaves the `COMPLETING` state only once
 /// every step's output is written.
 pub(crate) const FOLLOW_LOG: &str = concat!(
+    unset_slurm_env!(),
     r#"log=$1; job=$2
 finished() {
   [ $(($1 % 5)) -eq 0 ] || return 1
@@ -226,6 +298,11 @@ pub(crate) fn parse_job_line(text: &str) -> Option<String> {
     text.lines().find_map(|l| l.trim().strip_prefix("job=")).filter(|v| !v.is_empty()).map(str::to_owned)
 }
 
+/// The job id of [`SUBMIT`]'s `slurm_job=ID` line.
+pub(crate) fn parse_submitted(text: &str) -> Option<String> {
+    text.lines().rev().find_map(|l| l.trim().strip_prefix("slurm_job=")).filter(|v| !v.is_empty()).map(str::to_owned)
+}
+
 /// Splits `srun --label`'s `<rank>: ` prefix (space-padded for wide jobs) off a line.
 pub(crate) fn parse_line(line: &str) -> LogLine {
     let trimmed = line.trim_start_matches(' ');
@@ -283,6 +360,27 @@ mod tests {
         let l = parse_line("slurmstepd: error: *** JOB 5 CANCELLED ***");
         assert_eq!((l.rank, l.text.as_str()), (None, "slurmstepd: error: *** JOB 5 CANCELLED ***"));
         assert_eq!(parse_line("x1: y").rank, None);
+    }
+
+    #[test]
+    fn submit_answers() {
+        assert!(SUBMIT.contains(&format!("comment=\"{COMMENT_PREFIX}$me\"")));
+        assert!(CANCEL_UNSUBMITTED.contains(&format!("comment=\"{COMMENT_PREFIX}${{run_dir##*/}}\"")));
+        assert!(SUBMIT.contains(&format!("exit {EXIT_NO_JOB_ID}\n")));
+        assert_eq!(parse_submitted("slurm_job=42\n").as_deref(), Some("42"));
+        assert_eq!(parse_submitted("noise\nslurm_job=42_3\n").as_deref(), Some("42_3"));
+        assert_eq!(parse_submitted("42\n"), None);
+    }
+
+    /// Every Slurm query script starts without the site's output settings.
+    #[test]
+    fn queries_run_without_the_sites_output_settings() {
+        for script in [CLAIM, STEPS, FOLLOW_LOG, CANCEL_UNSUBMITTED, crate::reclaim::SLURM_LIVE] {
+            assert!(script.contains("unset SQUEUE_FORMAT SQUEUE_FORMAT2"), "{script}");
+        }
+        assert!(SUBMIT.contains("unset SQUEUE_FORMAT"));
+        let env = crate::parse::clean_env();
+        assert!(env.windows(2).any(|w| w == ["-u", "SLURM_TIME_FORMAT"]), "{env:?}");
     }
 
     #[test]

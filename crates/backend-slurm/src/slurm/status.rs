@@ -17,11 +17,13 @@ use crate::parse::squeue::{self, SQUEUE_JSON_COMMAND, SQUEUE_TEXT_COMMAND};
 use crate::parse::{ParseError, SlurmJob};
 use crate::ssh::RemoteCommand;
 
-/// `command` (a constant of [`crate::parse`]) with `job_id` appended as one more word.
+/// `command` (a constant of [`crate::parse`]) with `job_id` appended as one more word, run
+/// without the site's output settings ([`crate::parse::clean_env`]).
 fn command(backend: &SlurmBackend, line: &str, job_id: &str) -> RemoteCommand {
     let argv = theseus_core::shell::split(line).expect("the parse module's commands are valid words");
-    RemoteCommand::new(argv[0].clone())
-        .args(argv[1..].iter().cloned())
+    RemoteCommand::new("env")
+        .args(crate::parse::clean_env().into_iter().skip(1))
+        .args(argv)
         .arg(job_id)
         .retry_safe()
         .timeout(backend.settings.command_timeout)

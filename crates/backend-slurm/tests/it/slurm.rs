@@ -122,6 +122,17 @@ pub(crate) fn backend_at(
         work: root.join("work").display().to_string(),
         ..ClusterConfig::default()
     };
+    backend_of(lab, name, host, cluster, settings)
+}
+
+/// A backend of `cluster`, with its own SSH connection (control dir `name`).
+pub(crate) fn backend_of(
+    lab: &SlurmLab,
+    name: &str,
+    host: SlurmHost,
+    cluster: ClusterConfig,
+    settings: Settings,
+) -> (Arc<SlurmBackend>, Arc<SshHost>) {
     let mut o = SshOptions::new(ALIAS);
     o.config_file = Some(lab.config.clone());
     o.known_hosts = Some(KnownHostsPolicy::Strict);

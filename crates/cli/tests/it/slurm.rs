@@ -1,6 +1,8 @@
 //! The `theseus` binary against the real 2-node Slurm lab (`cargo xtask lab`): `plan` picks the
 //! partition and node count from live `sinfo`, and a 2-node job runs to completion with its
-//! output followed. ssh reads a config file of the test's own through `THESEUS_SSH_CONFIG`.
+//! output followed; the original's example `hpc` layout (`work` and `log` on each node's own
+//! `/scratch`, a shared `share`) runs a 2-node job too, and `plan` shows the time limit. ssh reads
+//! a config file of the test's own through `THESEUS_SSH_CONFIG`.
 
 use std::path::Path;
 
@@ -46,8 +48,14 @@ fn write_configs(ctx: &TestContext, port: &str, user: &str, key: &str, known: &s
         ctx.home().join(".theseus.yaml"),
         format!(
             "clusters:\n  lab:\n    root: {base}\n    work: {base}/work\n    log: {base}/logs\n    status: {base}/status\n\
+             \x20 hpc:\n    root: {base}/juicefs\n    work: {local}/{name}/theseus\n    log: {local}/{name}/theseus/logs\n\
+             \x20   share: {base}/dispatch\n\
              hosts:\n  slurm:\n    type: slurm\n    cluster: lab\n    ssh: lab-login\n    partitions: [gpu]\n\
-             \x20   cpu_partitions: [cpu]\n    mem: 300M\n    time: \"10\"\ngres_mapping:\n  h100: h100\n"
+             \x20   cpu_partitions: [cpu]\n    mem: 300M\n    time: \"10\"\n\
+             \x20 hpc-login:\n    type: slurm\n    cluster: hpc\n    ssh: lab-login\n    partitions: [gpu, cpu]\n\
+             \x20   cpu_partitions: [cpu]\n    mem: 300M\ngres_mapping:\n  h100: h100\n",
+            local = std::env::var("THESEUSTEST_SLURM_NODE_LOCAL").unwrap_or_else(|_| "/scratch".into()),
+            name = base.rsplit('/').next().unwrap_or("cli"),
         ),
     )
     .unwrap();
@@ -99,6 +107,54 @@ fn plan_reads_live_sinfo_and_a_two_node_job_runs_through_the_binary() {
         ctx.cmd().env("THESEUS_SSH_CONFIG", &ssh_config).args(["status", "pair", "--output", "json"]).output().unwrap();
     let v: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap_or_default();
     assert_eq!(v["status"]["state"], "completed", "{v} {}", text(&status.stderr));
+}
+
+/// Issue 23 points 10 and 11 through the binary: the original's example `hpc` cluster layout,
+/// `work: /scratch/...` node-local (the lab's `/scratch` is a different dir on each node and on
+/// the login node) with `log` under it and a shared `share`, runs a 2-node job; `plan` shows the
+/// original's 14-day limit for a host without `time:`.
+#[test]
+fn the_originals_hpc_layout_with_a_node_local_work_runs_a_two_node_job() {
+    let Some((port, user, key, known, shared)) = lab("slurm node-local work") else { return };
+    let ctx = TestContext::new();
+    let ssh_config = write_configs(&ctx, &port, &user, &key, &known, &shared);
+    let code = tempfile::tempdir().unwrap();
+    std::fs::write(
+        code.path().join("job.py"),
+        "import os\nprint('task', os.environ.get('SLURM_PROCID'), 'on', os.environ.get('SLURMD_NODENAME'), 'in', os.getcwd(), \
+         flush=True)\n",
+    )
+    .unwrap();
+    std::fs::write(code.path().join("exp.yaml"), "entrypoint: python3 job.py\n").unwrap();
+    let exp = code.path().join("exp.yaml").display().to_string();
+    let ssh = |args: &[&str]| ctx.cmd().env("THESEUS_SSH_CONFIG", &ssh_config).args(args).output().unwrap();
+
+    let plan = ssh(&["plan", "p", &exp, "--host", "hpc-login", "--chip", "h100", "-n", "8"]);
+    assert!(plan.status.success(), "{}", text(&plan.stderr));
+    assert!(text(&plan.stdout).contains("time limit 14-0 (the default"), "{}", text(&plan.stdout));
+
+    let out = ssh(&[
+        "submit",
+        "hpc-pair",
+        &exp,
+        "--code",
+        code.path().to_str().unwrap(),
+        "--host",
+        "hpc-login",
+        "--chip",
+        "h100",
+        "-n",
+        "8",
+        "--follow",
+    ]);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    let local = std::env::var("THESEUSTEST_SLURM_NODE_LOCAL").unwrap_or_else(|_| "/scratch".into());
+    for task in ["task 0 on node", "task 1 on node"] {
+        let line = stdout.lines().find(|l| l.contains(task)).unwrap_or_else(|| panic!("{task} in {stdout}"));
+        assert!(line.contains(&format!(" in {local}/")), "{line}");
+    }
+    assert!(stderr.contains("completed (exit code 0)"), "{stderr}");
 }
 
 #[test]

@@ -388,7 +388,7 @@ pub struct SlurmHost {
     /// Accepted for compatibility; not used.
     #[serde(default)]
     pub annotations: BTreeMap<String, String>,
-    /// Default walltime (`#SBATCH --time`).
+    /// Walltime (`#SBATCH --time`); [`DEFAULT_SLURM_TIME`] when unset ([`SlurmHost::time_limit`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time: Option<String>,
     /// `#SBATCH --constraint`.
@@ -435,6 +435,16 @@ pub struct PartitionDetail {
     /// `#SBATCH --constraint` for jobs in this partition.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub constraint: Option<String>,
+}
+
+/// The Slurm time limit of a host that sets no `time:`: 14 days, as the original sent.
+pub const DEFAULT_SLURM_TIME: &str = "14-0";
+
+impl SlurmHost {
+    /// The job's time limit (`#SBATCH --time`): the host's `time:`, else [`DEFAULT_SLURM_TIME`].
+    pub fn time_limit(&self) -> &str {
+        self.time.as_deref().unwrap_or(DEFAULT_SLURM_TIME)
+    }
 }
 
 impl PartitionConfig {

@@ -405,6 +405,16 @@ fn note_closest(closest: &mut Option<(String, u32)>, host: &str, free: u32) {
 
 fn plan(name: String, host: &HostConfig, layout: Layout, queued: bool, considered: Vec<Consideration>) -> Plan {
     let total_chips = layout.total_chips();
+    let mut notes = layout.notes;
+    if let HostConfig::Slurm(h) = host {
+        notes.push(match &h.time {
+            Some(t) => format!("time limit {t} (the host's `time:`)"),
+            None => format!(
+                "time limit {} (the default; set `time:` on host `{name}` for another)",
+                crate::config::DEFAULT_SLURM_TIME
+            ),
+        });
+    }
     Plan {
         host: name,
         kind: host.kind(),
@@ -417,7 +427,7 @@ fn plan(name: String, host: &HostConfig, layout: Layout, queued: bool, considere
         partition: layout.partition,
         gres_type: layout.gres_type,
         queued,
-        notes: layout.notes,
+        notes,
         considered,
     }
 }

@@ -287,6 +287,7 @@ fn cpu_requests_on_each_host_type() {
         vec![],
         "
         plan: hpc (slurm): cpu-only, 2 nodes x 1 process, partition cpu
+        note: time limit 14-0 (the default; set `time:` on host `hpc` for another)
         - hpc Chosen: partition cpu, 2 nodes x 1 task
     ",
     );
@@ -296,6 +297,7 @@ fn cpu_requests_on_each_host_type() {
         vec![],
         "
         plan: hpc2 (slurm): cpu-only, 1 node x 1 process, partition gpu
+        note: time limit 14-0 (the default; set `time:` on host `hpc2` for another)
         - hpc Filtered: not the requested host hpc2
         - hpc2 Chosen: partition gpu, 1 node x 1 task
         - hpc3 Filtered: not the requested host hpc2
@@ -531,6 +533,7 @@ fn slurm_partitions_and_nodes() {
         vec![("hpc", hpc_report())],
         "
         plan: hpc (slurm): 1 node x 2 h100 = 2 chips, 1 process per node, partition big, gres gpu:h100:2
+        note: time limit 14-0 (the default; set `time:` on host `hpc` for another)
         - hpc Chosen: partition big: a node has 3 h100 free
     ",
     );
@@ -541,6 +544,7 @@ fn slurm_partitions_and_nodes() {
         vec![("hpc", hpc_report())],
         "
         plan: hpc (slurm): 1 node x 4 h100 = 4 chips, 1 process per node, partition small, gres gpu:h100:4
+        note: time limit 14-0 (the default; set `time:` on host `hpc` for another)
         - hpc Chosen: partition small: a node has 4 h100 free
     ",
     );
@@ -551,6 +555,7 @@ fn slurm_partitions_and_nodes() {
         "
         plan: hpc (slurm): 1 node x 5 h100 = 5 chips, 1 process per node, partition big, gres gpu:h100:5, queued
         note: no host has 5 x h100 free now; sending to hpc where Slurm will queue it
+        note: time limit 14-0 (the default; set `time:` on host `hpc` for another)
         - hpc Chosen: needs 5 h100 on one node, at most 3 free on a node now (partition big)
     ",
     );
@@ -562,6 +567,7 @@ fn slurm_partitions_and_nodes() {
         "
         plan: hpc (slurm): 1 node x 8 h100 = 8 chips, 1 process per node, partition big, gres gpu:h100:8, queued
         note: no host has 8 x h100 free now; sending to hpc where Slurm will queue it
+        note: time limit 14-0 (the default; set `time:` on host `hpc` for another)
         - hpc Chosen: needs 8 h100 on one node, at most 3 free on a node now (partition big)
     ",
     );
@@ -602,6 +608,7 @@ fn slurm_partitions_and_nodes() {
         vec![("hpc", hpc_report())],
         "
         plan: hpc (slurm): 1 node x 2 h100 = 2 chips, 1 process per node, partition big, gres gpu:h100:2
+        note: time limit 14-0 (the default; set `time:` on host `hpc` for another)
         - hpc Chosen: partition big: a node has 2 h100 free
     ",
     );
@@ -612,6 +619,7 @@ fn slurm_partitions_and_nodes() {
         vec![("hpc", hpc_report())],
         "
         plan: hpc (slurm): 1 node x 3 gpu = 3 chips, 1 process per node, partition big, gres gpu:3
+        note: time limit 14-0 (the default; set `time:` on host `hpc` for another)
         - hpc Chosen: partition big: a node has 3 GPU free
     ",
     );
@@ -635,6 +643,7 @@ fn slurm_multi_node() {
         vec![("hpc", span_report())],
         "
         plan: hpc (slurm): 2 nodes x 8 h100 = 16 chips, 1 process per node, partition gpu, gres gpu:h100:8
+        note: time limit 14-0 (the default; set `time:` on host `hpc` for another)
         - hpc Chosen: partition gpu: 2 nodes have 8 h100 free
     ",
     );
@@ -645,6 +654,7 @@ fn slurm_multi_node() {
         "
         plan: hpc (slurm): 2 nodes x 8 h100 = 16 chips, 1 process per node, partition gpu, gres gpu:h100:8
         note: rounded up to 16 chips on 2 nodes (8 per node)
+        note: time limit 14-0 (the default; set `time:` on host `hpc` for another)
         - hpc Chosen: partition gpu: 2 nodes have 8 h100 free
     ",
     );
@@ -655,6 +665,7 @@ fn slurm_multi_node() {
         "
         plan: hpc (slurm): 3 nodes x 8 h100 = 24 chips, 1 process per node, partition gpu, gres gpu:h100:8, queued
         note: no host has 24 x h100 free now; sending to hpc where Slurm will queue it
+        note: time limit 14-0 (the default; set `time:` on host `hpc` for another)
         - hpc Chosen: needs 3 nodes with 8 h100 free, 2 now (partition gpu)
     ",
     );
@@ -666,6 +677,7 @@ fn slurm_multi_node() {
         vec![("hpc", span_report())],
         "
         plan: hpc (slurm): 1 node x 8 h100 = 8 chips, 1 process per node, partition gpu, gres gpu:h100:8
+        note: time limit 14-0 (the default; set `time:` on host `hpc` for another)
         - hpc Chosen: partition gpu: a node has 8 h100 free
     ",
     );
@@ -710,6 +722,7 @@ fn slurm_caps_and_unchecked_availability() {
         vec![("hpc", span_report())],
         "
         plan: hpc (slurm): 1 node x 4 gpu = 4 chips, 1 process per node, partition gpu, gres gpu:4
+        note: time limit 14-0 (the default; set `time:` on host `hpc` for another)
         - hpc Chosen: partition gpu: a node has 8 GPU free
     ",
     );
@@ -729,6 +742,7 @@ fn slurm_caps_and_unchecked_availability() {
         vec![],
         "
         plan: hpc (slurm): 1 node x 8 h100 = 8 chips, 1 process per node, partition gpu, gres gpu:h100:8
+        note: time limit 14-0 (the default; set `time:` on host `hpc` for another)
         - hpc Chosen: availability not checked; partition gpu from config
     ",
     );
@@ -740,6 +754,7 @@ fn slurm_caps_and_unchecked_availability() {
         "
         plan: hpc (slurm): 1 node x 16 h100 = 16 chips, 1 process per node, partition big, gres gpu:h100:16
         note: gpus_per_node unknown; asking for one node
+        note: time limit 14-0 (the default; set `time:` on host `hpc` for another)
         - hpc Chosen: availability not checked; partition big from config
     ",
     );
@@ -763,6 +778,7 @@ fn slurm_caps_and_unchecked_availability() {
         note: no host has 4 x h100 free now; sending to hpc where Slurm will queue it
         note: gpus_per_node unknown; asking for one node
         note: availability unknown (no answer within 20s); partition big from config
+        note: time limit 14-0 (the default; set `time:` on host `hpc` for another)
         - hpc Chosen: availability unknown: no answer within 20s
     ",
     );
@@ -780,6 +796,26 @@ fn one_node(free: u32) -> Availability {
     sinfo(vec![("gpu", vec![node("n1", "h100", 8, free)])])
 }
 
+/// Issue 23 point 10: `theseus plan` shows a Slurm job's time limit, the original's 14 days
+/// unless the host sets `time:`.
+#[test]
+fn slurm_plans_show_the_time_limit() {
+    check(
+        "
+gres_mapping: {h100: h100}
+hosts:
+  s1: {type: slurm, ssh: a, cluster: c, partitions: [gpu], time: '2-00:00:00'}
+",
+        req("2 h100"),
+        vec![("s1", one_node(5))],
+        "
+        plan: s1 (slurm): 1 node x 2 h100 = 2 chips, 1 process per node, partition gpu, gres gpu:h100:2
+        note: time limit 2-00:00:00 (the host's `time:`)
+        - s1 Chosen: partition gpu: a node has 5 h100 free
+    ",
+    );
+}
+
 #[test]
 fn slurm_fallback() {
     check(
@@ -789,6 +825,7 @@ fn slurm_fallback() {
         "
         plan: s2 (slurm): 1 node x 8 h100 = 8 chips, 1 process per node, partition gpu, gres gpu:h100:8, queued
         note: no host has 8 x h100 free now; sending to s2 where Slurm will queue it
+        note: time limit 14-0 (the default; set `time:` on host `s2` for another)
         - s1 Eligible: needs 8 h100 on one node, at most 2 free on a node now (partition gpu)
         - s2 Chosen: needs 8 h100 on one node, at most 5 free on a node now (partition gpu)
         - box Passed: needs 8 h100, has 2
@@ -802,6 +839,7 @@ fn slurm_fallback() {
         "
         plan: s1 (slurm): 1 node x 8 h100 = 8 chips, 1 process per node, partition gpu, gres gpu:h100:8, queued
         note: no host has 8 x h100 free now; sending to s1 where Slurm will queue it
+        note: time limit 14-0 (the default; set `time:` on host `s1` for another)
         - s1 Chosen: needs 8 h100 on one node, at most 3 free on a node now (partition gpu)
         - s2 Eligible: needs 8 h100 on one node, at most 3 free on a node now (partition gpu)
         - box Passed: needs 8 h100, has 2
@@ -814,6 +852,7 @@ fn slurm_fallback() {
         vec![("s1", one_node(1)), ("s2", one_node(5))],
         "
         plan: s2 (slurm): 1 node x 2 h100 = 2 chips, 1 process per node, partition gpu, gres gpu:h100:2
+        note: time limit 14-0 (the default; set `time:` on host `s2` for another)
         - s1 Passed: needs 2 h100 on one node, at most 1 free on a node now (partition gpu)
         - s2 Chosen: partition gpu: a node has 5 h100 free
     ",
