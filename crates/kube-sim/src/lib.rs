@@ -458,3 +458,18 @@ async fn serve_connection(shared: Arc<Shared>, stream: tokio::net::TcpStream) {
         tracing::debug!(%err, "simulator connection ended with an error");
     }
 }
+
+/// A name to reach a simulator (or any loopback server) by that clients do not take for
+/// loopback, so that they send it through an environment proxy (Go's rule, hence kubectl's and
+/// theseus's, never proxies `localhost` or a loopback IP): the machine's host name, with the
+/// loopback IPv4 address it resolves to. `None` when the host name resolves to no loopback
+/// address (proxy tests then say so: they never listen beyond loopback).
+pub fn loopback_host_name() -> Option<(String, std::net::IpAddr)> {
+    use std::net::ToSocketAddrs as _;
+    let name = std::fs::read_to_string("/proc/sys/kernel/hostname").ok()?.trim().to_owned();
+    if name.is_empty() || name == "localhost" {
+        return None;
+    }
+    let ip = (name.as_str(), 0).to_socket_addrs().ok()?.map(|a| a.ip()).find(|ip| ip.is_ipv4() && ip.is_loopback())?;
+    Some((name, ip))
+}

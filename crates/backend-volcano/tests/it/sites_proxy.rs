@@ -151,22 +151,22 @@ async fn a_kubeconfig_socks5_proxy_url_goes_through_ssh_dynamic_forwarding() {
     );
 }
 
-/// This machine's address on its default route (environment proxies never apply to loopback).
-fn outside_address() -> std::net::IpAddr {
-    let socket = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
-    socket.connect("203.0.113.1:9").expect("a default route (the proxy test needs a non-loopback address)");
-    let ip = socket.local_addr().unwrap().ip();
-    assert!(!ip.is_loopback() && !ip.is_unspecified(), "no non-loopback address: {ip}");
-    ip
+/// The machine's host name and the loopback address it resolves to: environment proxies never
+/// apply to `localhost` or a loopback IP (kubectl's rule), so the server is named by host name.
+fn proxied_name() -> (String, std::net::IpAddr) {
+    theseus_kube_sim::loopback_host_name().expect(
+        "the proxy test needs the machine's host name to resolve to a loopback address \
+         (as /etc/hosts has it on Debian); it never listens beyond loopback",
+    )
 }
 
 #[tokio::test]
 async fn https_proxy_tunnels_to_an_https_server_unless_no_proxy_names_it() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let ip = outside_address();
+    let (name, ip) = proxied_name();
     crate::site_support::make_ca(d, "ca");
-    let (cert, key) = crate::site_support::make_cert(d, "ca", "api", &format!("IP:{ip}"), 2);
+    let (cert, key) = crate::site_support::make_cert(d, "ca", "api", &format!("DNS:{name}"), 2);
     let port = free_port();
     let child = Command::new("openssl")
         .args(["s_server", "-quiet", "-www", "-accept"])
@@ -184,7 +184,7 @@ async fn https_proxy_tunnels_to_an_https_server_unless_no_proxy_names_it() {
     wait_listening(&format!("{ip}:{port}"), "openssl s_server");
     let (proxy, log, _proxy) = tinyproxy(d);
     let kubeconfig = d.join("config");
-    let url = format!("https://{ip}:{port}");
+    let url = format!("https://{name}:{port}");
     write_kubeconfig(&kubeconfig, &url, &format!("certificate-authority: {}", d.join("ca.crt").display()), "", None);
     let source = KubeconfigSource::Host(kubeconfig);
     let call = |env: ProxyEnv| {
@@ -196,7 +196,7 @@ async fn https_proxy_tunnels_to_an_https_server_unless_no_proxy_names_it() {
             cluster.with_retry(RetryPolicy { max_attempts: 1, ..RetryPolicy::fast() }).get_queue("q").await.unwrap_err()
         }
     };
-    let connects = || std::fs::read_to_string(&log).unwrap().matches(&format!("CONNECT {ip}:{port}")).count();
+    let connects = || std::fs::read_to_string(&log).unwrap().matches(&format!("CONNECT {name}:{port}")).count();
 
     let err = call(ProxyEnv { https: Some(proxy.clone()), http: None, no_proxy: None }).await.to_string();
     assert!(!err.contains("TLS"), "TLS through the tunnel verified the server: {err}");
@@ -205,7 +205,7 @@ async fn https_proxy_tunnels_to_an_https_server_unless_no_proxy_names_it() {
     call(ProxyEnv { https: None, http: Some(proxy.clone()), no_proxy: None }).await;
     assert_eq!(connects(), 1, "HTTP_PROXY is not used for an https:// server");
 
-    for no_proxy in [format!("{ip}"), format!("{ip}/16"), "*".to_owned(), format!("other.example,{ip}:{port}")] {
+    for no_proxy in [name.clone(), name.to_uppercase(), "*".to_owned(), format!("other.example,{name}:{port}")] {
         call(ProxyEnv { https: Some(proxy.clone()), http: None, no_proxy: Some(no_proxy.clone()) }).await;
         assert_eq!(connects(), 1, "NO_PROXY={no_proxy} bypasses the proxy");
     }

@@ -35,11 +35,23 @@ impl SimWorld {
     /// With `authz`, the simulator checks bearer tokens and RBAC, and the kubeconfig carries
     /// the given token. The simulator serves HTTPS; the kubeconfig trusts its CA.
     pub(crate) fn start_with(ctx: &TestContext, authz: Option<(theseus_kube_sim::Authz, &str)>) -> SimWorld {
+        SimWorld::start_at(ctx, authz, None)
+    }
+
+    /// As [`SimWorld::start_with`], listening on `listen` (another loopback address) under the
+    /// name `name` too (its certificate holds it).
+    pub(crate) fn start_at(
+        ctx: &TestContext,
+        authz: Option<(theseus_kube_sim::Authz, &str)>,
+        listen: Option<(&str, std::net::IpAddr)>,
+    ) -> SimWorld {
         let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
         let token = authz.as_ref().map(|(_, token)| (*token).to_owned());
         let config = SimConfig {
             nodes: (0..2).map(|i| NodeConfig::new(&format!("gpu-node-{i}"), 4)).collect(),
             authz: authz.map(|(authz, _)| authz),
+            listen: listen.map_or(SimConfig::default().listen, |(_, ip)| ip),
+            tls_names: listen.map(|(name, _)| name.to_owned()).into_iter().collect(),
             ..SimConfig::default()
         };
         let sim = runtime.block_on(Sim::start(config)).expect("simulator starts");

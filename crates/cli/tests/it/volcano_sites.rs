@@ -4,7 +4,7 @@
 //! an API server that hangs longer than the default status wait.
 
 use std::io::Read as _;
-use std::net::{IpAddr, TcpListener, TcpStream};
+use std::net::{TcpListener, TcpStream};
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -36,38 +36,6 @@ fn wait_listening(addr: &str) {
         assert!(started.elapsed() < Duration::from_secs(20), "nothing listens on {addr}");
         std::thread::sleep(Duration::from_millis(50));
     }
-}
-
-/// This machine's address on its default route: environment proxies never apply to loopback
-/// (kubectl's rule), so the proxied server must be reached at another address.
-fn outside_address() -> IpAddr {
-    let socket = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
-    socket.connect("203.0.113.1:9").expect("a default route (the proxy test needs a non-loopback address)");
-    let ip = socket.local_addr().unwrap().ip();
-    assert!(!ip.is_loopback() && !ip.is_unspecified(), "no non-loopback address: {ip}");
-    ip
-}
-
-/// Forwards connections to `ip:port` (a fresh port) on to `target`; its address.
-fn forward(ip: IpAddr, target: String) -> String {
-    let listener = TcpListener::bind((ip, 0)).unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
-    std::thread::spawn(move || {
-        for client in listener.incoming().flatten() {
-            let Ok(server) = TcpStream::connect(&target) else { continue };
-            let (mut c2, mut s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
-            let (mut c, mut s) = (client, server);
-            std::thread::spawn(move || {
-                let _ = std::io::copy(&mut c, &mut s);
-                let _ = s.shutdown(std::net::Shutdown::Write);
-            });
-            std::thread::spawn(move || {
-                let _ = std::io::copy(&mut s2, &mut c2);
-                let _ = c2.shutdown(std::net::Shutdown::Write);
-            });
-        }
-    });
-    addr
 }
 
 /// A tinyproxy on 127.0.0.1 (apt-get installs it when missing, as root); URL and log.
@@ -128,38 +96,44 @@ fn plan(ctx: &TestContext, world: &SimWorld, env: &[(&str, &str)]) -> Output {
 #[test]
 fn proxy_variables_work_as_kubectl_reads_them() {
     let ctx = TestContext::new();
-    let world = SimWorld::start(&ctx);
+    // Environment proxies never apply to `localhost` or a loopback IP (kubectl's rule): the
+    // simulator is named by the machine's host name, which resolves to a loopback address.
+    let (host, ip) = theseus_kube_sim::loopback_host_name().expect(
+        "the proxy test needs the machine's host name to resolve to a loopback address \
+         (as /etc/hosts has it on Debian); it never listens beyond loopback",
+    );
+    let world = SimWorld::start_at(&ctx, None, Some((&host, ip)));
     let dir = tempfile::tempdir().unwrap();
     let (proxy, log, _proxy) = tinyproxy(dir.path());
-    let ip = outside_address();
-    let outside = forward(ip, world.sim.url().trim_start_matches("http://").to_owned());
     let sim = world.sim.url();
-    edit_kubeconfig(&ctx, |t| t.replace(&sim, &format!("http://{outside}")));
+    let port = sim.rsplit(':').next().unwrap().trim_end_matches('/').to_owned();
+    let named = format!("{host}:{port}");
+    edit_kubeconfig(&ctx, |t| t.replace(&sim, &format!("https://{named}")));
     let dead = format!("http://127.0.0.1:{}", free_port());
+    let connects = || std::fs::read_to_string(&log).unwrap_or_default().matches(&format!("CONNECT {named}")).count();
 
-    // An http:// server goes through HTTP_PROXY; tinyproxy's log shows the tunnel.
-    let out = plan(&ctx, &world, &[("HTTP_PROXY", &proxy), ("HTTPS_PROXY", &dead)]);
-    assert!(out.status.success(), "through HTTP_PROXY: {}", text(&out.stderr));
-    let logged = std::fs::read_to_string(&log).unwrap();
-    assert!(logged.contains(&format!("CONNECT {outside}")), "tinyproxy saw no CONNECT {outside}:\n{logged}");
+    // An https:// server goes through HTTPS_PROXY (never HTTP_PROXY); tinyproxy's log shows the tunnel.
+    let out = plan(&ctx, &world, &[("HTTPS_PROXY", &proxy), ("HTTP_PROXY", &dead)]);
+    assert!(out.status.success(), "through HTTPS_PROXY: {}", text(&out.stderr));
+    assert!(connects() > 0, "tinyproxy saw no CONNECT {named}:\n{}", std::fs::read_to_string(&log).unwrap_or_default());
 
     // The lower-case variable too.
-    let before = std::fs::read_to_string(&log).unwrap().matches("CONNECT").count();
-    let out = plan(&ctx, &world, &[("http_proxy", &proxy)]);
-    assert!(out.status.success(), "through http_proxy: {}", text(&out.stderr));
-    assert!(std::fs::read_to_string(&log).unwrap().matches("CONNECT").count() > before, "http_proxy was not used");
+    let before = connects();
+    let out = plan(&ctx, &world, &[("https_proxy", &proxy)]);
+    assert!(out.status.success(), "through https_proxy: {}", text(&out.stderr));
+    assert!(connects() > before, "https_proxy was not used");
 
-    // NO_PROXY by CIDR, by IP and `*`, in either case: the (dead) proxy is bypassed.
-    let cidr = format!("{ip}/24");
-    for (name, value) in [("NO_PROXY", cidr.as_str()), ("no_proxy", &ip.to_string()), ("NO_PROXY", "*")] {
+    // NO_PROXY by name, by name and port, and `*`, in either case: the (dead) proxy is bypassed.
+    let with_port = format!("example.invalid,{named}");
+    for (name, value) in [("NO_PROXY", host.as_str()), ("no_proxy", with_port.as_str()), ("NO_PROXY", "*")] {
         let out = plan(&ctx, &world, &[("HTTP_PROXY", &dead), ("HTTPS_PROXY", &dead), (name, value)]);
         assert!(out.status.success(), "{name}={value} bypasses the proxy: {}", text(&out.stderr));
     }
 
     // A dead proxy that is not bypassed is named.
-    let out = plan(&ctx, &world, &[("HTTP_PROXY", &dead)]);
+    let out = plan(&ctx, &world, &[("HTTPS_PROXY", &dead)]);
     let all = text(&out.stdout) + &text(&out.stderr);
-    assert!(all.contains(&dead) && all.contains("HTTP_PROXY"), "{all}");
+    assert!(all.contains(&dead) && all.contains("HTTPS_PROXY"), "{all}");
 }
 
 /// An exec plugin that counts its runs, needs `VAULT_TOKEN`, and prints `token` (or fails).
@@ -301,7 +275,10 @@ fn a_host_without_namespace_uses_the_kubeconfig_contexts() {
     let config = ctx.home().join(".theseus.yaml");
     let text_config = std::fs::read_to_string(&config).unwrap().replace("    namespace: default\n", "");
     std::fs::write(&config, text_config).unwrap();
-    edit_kubeconfig(&ctx, |t| t.replace("    user: sim\n", "    user: sim\n    namespace: team-a\n"));
+    edit_kubeconfig(&ctx, |t| {
+        assert!(t.contains("namespace: \"default\""), "the context names its namespace: {t}");
+        t.replace("namespace: \"default\"", "namespace: \"team-a\"")
+    });
     let out = ctx.run(&[
         "submit",
         "ns",
