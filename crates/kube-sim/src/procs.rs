@@ -9,6 +9,13 @@
 //! and only when the process has a handler for it (`SigCgt` in `/proc/<pid>/status`); without
 //! one the signal is ignored, as on a real node. After the grace period, SIGKILL goes to the
 //! whole group (the kubelet kills every process of the container).
+//!
+//! A container ends with all of its processes, as a PID namespace's do when its init exits:
+//! every process started here carries a marker variable naming its container, and when the main
+//! process has exited, the processes that still carry it (those that made process groups of
+//! their own, e.g. a shell's job control) are killed too, and the container counts as stopped
+//! only once none is left. Without that, a deleted pod could be gone from the API while its
+//! processes still ran, which no container runtime allows.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -21,8 +28,46 @@ pub(crate) fn backoff(restarts: u32) -> Duration {
     Duration::from_secs(10u64.saturating_mul(1u64 << restarts.min(5)).min(300))
 }
 
-/// Starts `argv` with exactly `env`, in `cwd`, stdout and stderr to `log` (appended: restarts
-/// keep the earlier output), in a new process group.
+/// The variable every process of a container carries (see the module doc).
+const MARKER_VAR: &str = "THESEUS_SIM_CONTAINER";
+
+/// The marker of the container whose log is `log` (unique per container of a pod).
+pub(crate) fn marker(log: &Path) -> String {
+    format!("{MARKER_VAR}={}", log.display())
+}
+
+/// The processes that carry `marker` in their environment: the container's, wherever they went.
+fn marked(marker: &str) -> Vec<Pid> {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()))
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .is_ok_and(|env| env.split(|b| *b == 0).any(|kv| kv == marker.as_bytes()))
+        })
+        .filter_map(Pid::from_raw)
+        .collect()
+}
+
+/// Kills what is left of a container after its main process exited, and waits (bounded) until
+/// none of it runs.
+async fn reap_leftovers(marker: &str) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let left = marked(marker);
+        if left.is_empty() || tokio::time::Instant::now() >= deadline {
+            return;
+        }
+        for pid in left {
+            let _ = kill_process(pid, Signal::KILL);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Starts `argv` with exactly `env` (and the container's marker), in `cwd`, stdout and stderr
+/// to `log` (appended: restarts keep the earlier output), in a new process group.
 pub(crate) fn spawn(
     argv: &[String],
     env: &[(String, String)],
@@ -45,6 +90,7 @@ pub(crate) fn spawn(
     cmd.args(args)
         .env_clear()
         .envs(env.iter().map(|(k, v)| (k, v)))
+        .env(MARKER_VAR, log.display().to_string())
         .current_dir(cwd)
         .stdin(std::process::Stdio::null())
         .stdout(out)
@@ -66,8 +112,13 @@ fn catches(pid: u32, signal: i32) -> bool {
 
 /// Waits for the main process to exit or for a stop request (carrying the grace period);
 /// returns the exit code (128 + signal for a signal death, as container runtimes report it).
-/// The process group gets SIGKILL at the end, as when a container's init process dies.
-pub(crate) async fn supervise(mut child: tokio::process::Child, stop: oneshot::Receiver<Duration>) -> i32 {
+/// The process group gets SIGKILL at the end, as when a container's init process dies, and so
+/// does every other process that carries the container's `marker`.
+pub(crate) async fn supervise(
+    mut child: tokio::process::Child,
+    stop: oneshot::Receiver<Duration>,
+    marker: &str,
+) -> i32 {
     let pid = child.id();
     let pgid = pid.and_then(|id| i32::try_from(id).ok()).and_then(Pid::from_raw);
     let signal_group = |sig: Signal| {
@@ -94,6 +145,7 @@ pub(crate) async fn supervise(mut child: tokio::process::Child, stop: oneshot::R
         }
     };
     signal_group(Signal::KILL);
+    reap_leftovers(marker).await;
     match status {
         Ok(status) => {
             use std::os::unix::process::ExitStatusExt;

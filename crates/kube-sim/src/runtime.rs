@@ -228,6 +228,7 @@ impl Runtime {
             let cname = c.get("name").and_then(Value::as_str).unwrap_or("").to_owned();
             let image = c.get("image").and_then(Value::as_str).unwrap_or("").to_owned();
             let spawned = procs::spawn(&p.argv, &p.env, &p.cwd, &p.log);
+            let marker = procs::marker(&p.log);
             let (stop_tx, stop_rx) = oneshot::channel();
             let (state, pgid) = match &spawned {
                 Ok(child) => (json!({"running": {"startedAt": now}}), child.id().and_then(|id| i32::try_from(id).ok())),
@@ -248,7 +249,7 @@ impl Runtime {
                 stop: Some(stop_tx),
                 restarts: 0,
             });
-            children.push((spawned.ok(), stop_rx));
+            children.push((spawned.ok(), stop_rx, marker));
         }
         let restart_policy = pod.pointer("/spec/restartPolicy").and_then(Value::as_str).unwrap_or("Always").to_owned();
         self.lock().insert(
@@ -262,8 +263,8 @@ impl Runtime {
                 containers: procs,
             },
         );
-        let all_started = children.iter().all(|(c, _)| c.is_some());
-        let children_started = children.iter().any(|(c, _)| c.is_some());
+        let all_started = children.iter().all(|(c, _, _)| c.is_some());
+        let children_started = children.iter().any(|(c, _, _)| c.is_some());
         let _ = store.update(known::pods(), &ns, &name, |obj| {
             if obj.pointer("/metadata/uid").and_then(Value::as_str) != Some(uid) {
                 return;
@@ -285,14 +286,14 @@ impl Runtime {
                 add_finalizer(obj);
             }
         });
-        for (idx, (child, stop_rx)) in children.into_iter().enumerate() {
+        for (idx, (child, stop_rx, marker)) in children.into_iter().enumerate() {
             let Some(child) = child else { continue };
             let shared = shared.clone();
             let (ns, name, uid) = (ns.clone(), name.clone(), uid.to_owned());
             tokio::spawn(async move {
                 let (mut child, mut stop_rx) = (child, stop_rx);
                 loop {
-                    let code = procs::supervise(child, stop_rx).await;
+                    let code = procs::supervise(child, stop_rx, &marker).await;
                     let Some(backoff) = shared.runtime.exited(&shared.store, &ns, &name, &uid, idx, code) else {
                         break;
                     };

@@ -294,6 +294,53 @@ async fn deleting_a_pod_stops_its_process_group() {
     .await;
 }
 
+/// A container ends with every process in it, as a PID namespace does: a child that made a
+/// process group of its own (a shell's job control, as theseus's bootstrap uses) is gone by the
+/// time the deleted pod is gone from the API.
+#[tokio::test]
+async fn a_deleted_pod_is_gone_only_with_the_processes_that_left_its_group() {
+    let pvc_dir = tempfile::tempdir().unwrap();
+    let config = SimConfig { max_grace_period: std::time::Duration::from_secs(1), ..SimConfig::default() };
+    let ctx = start(config).await;
+    let mount = pvc_dir.path().to_str().unwrap().to_owned();
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "grouped"},
+        "spec": {
+            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "shared"}}],
+            "containers": [{
+                "name": "main", "image": "busybox",
+                "command": ["bash", "-c", "set -m; sleep 1000 & echo $! > child.pid; wait"],
+                "workingDir": mount, "volumeMounts": [{"name": "data", "mountPath": mount}],
+            }],
+        },
+    }))
+    .unwrap();
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), "default");
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    let child_pid = eventually("the pod's child pid in the PVC dir", 20, || async {
+        let text = std::fs::read_to_string(pvc_dir.path().join("child.pid")).ok()?;
+        text.trim().parse::<u32>().ok()
+    })
+    .await;
+    let stat = |pid: u32| std::fs::read_to_string(format!("/proc/{pid}/stat")).ok();
+    let group = |s: &str| s.rsplit(')').next().and_then(|rest| rest.split_whitespace().nth(2)).map(str::to_owned);
+    let child_group = stat(child_pid).as_deref().and_then(group);
+    assert_eq!(child_group, Some(child_pid.to_string()), "the child leads a process group of its own");
+    pods.delete("grouped", &DeleteParams::default()).await.unwrap();
+    eventually("the pod to be gone from the API", 30, || async {
+        pods.get_opt("grouped").await.unwrap().is_none().then_some(())
+    })
+    .await;
+    let left = stat(child_pid);
+    let gone =
+        left.as_deref().is_none_or(|s| s.rsplit(')').next().and_then(|r| r.split_whitespace().next()) == Some("Z"));
+    if !gone {
+        // Started by this test's pod: stop it by its PID before failing.
+        let _ = std::process::Command::new("kill").arg("-KILL").arg(child_pid.to_string()).status();
+    }
+    assert!(gone, "the pod is gone but its process {child_pid} still runs: {left:?}");
+}
+
 #[tokio::test]
 async fn a_container_that_keeps_failing_under_its_restart_policy_crash_loops() {
     let ctx = start(SimConfig::default()).await;
