@@ -295,8 +295,8 @@ pub async fn connect_env(
             VolcanoError::Credential { source_name: described.clone(), context: context.clone(), message }
         })?;
         if let Some((cert, key)) = credential.client_cert {
-            config.auth_info.client_certificate_data = Some(crate::credential::base64(cert.as_bytes()));
-            config.auth_info.client_key_data = Some(crate::credential::base64(key.as_bytes()).into());
+            config.auth_info.client_certificate_data = Some(theseus_core::encoding::base64(cert.as_bytes()));
+            config.auth_info.client_key_data = Some(theseus_core::encoding::base64(key.as_bytes()).into());
         } else {
             token_layer = Some(crate::credential::ExecAuthLayer::new(exec, &server));
         }

@@ -283,25 +283,6 @@ where
     }
 }
 
-/// Standard base64 (with padding), for the client certificate a plugin prints as PEM and kube
-/// reads from `client-certificate-data`.
-pub(crate) fn base64(bytes: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
-    for chunk in bytes.chunks(3) {
-        let b = [chunk[0], chunk.get(1).copied().unwrap_or(0), chunk.get(2).copied().unwrap_or(0)];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(char::from(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize]));
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -324,14 +305,5 @@ mod tests {
         let version = parse(br#"{"apiVersion":"v9","status":{"token":"x"}}"#, Some("v1")).unwrap_err();
         assert!(version.contains("\"v9\"") && version.contains("apiVersion"), "{version}");
         assert!(!format!("{ok:?}").contains("T0K"));
-    }
-
-    #[test]
-    fn base64_matches_the_standard_alphabet() {
-        assert_eq!(base64(b""), "");
-        assert_eq!(base64(b"f"), "Zg==");
-        assert_eq!(base64(b"fo"), "Zm8=");
-        assert_eq!(base64(b"foo"), "Zm9v");
-        assert_eq!(base64(b"foobar?>"), "Zm9vYmFyPz4=");
     }
 }

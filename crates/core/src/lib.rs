@@ -27,6 +27,7 @@ pub mod chips;
 pub mod config;
 pub mod dispatch;
 pub mod duration;
+pub mod encoding;
 mod error;
 pub mod files;
 pub mod interrupt;

@@ -62,7 +62,10 @@ pub(crate) fn line(command: &str, env: Env<'_>, marker: Option<&str>) -> String 
     script.push_str("exec ");
     script.push_str(command);
     script.push('\n');
-    format!("/bin/sh -c 'exec 3<&0; echo {}|base64 -d|/bin/sh /dev/stdin'", base64(script.as_bytes()))
+    format!(
+        "/bin/sh -c 'exec 3<&0; echo {}|base64 -d|/bin/sh /dev/stdin'",
+        theseus_core::encoding::base64(script.as_bytes())
+    )
 }
 
 /// The bytes after the first `marker` line in `output`, or `None` when there is none.
@@ -158,37 +161,9 @@ pub(crate) fn no_marker(host: &str, code: Option<i32>, stderr: &str) -> String {
     )
 }
 
-/// Standard base64 with padding.
-fn base64(bytes: &[u8]) -> String {
-    const ABC: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
-    for chunk in bytes.chunks(3) {
-        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(ABC[(n >> (18 - 6 * i) & 63) as usize] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn base64_matches_the_standard() {
-        let cases =
-            [("", ""), ("f", "Zg=="), ("fo", "Zm8="), ("foo", "Zm9v"), ("foob", "Zm9vYg=="), ("fooba", "Zm9vYmE=")];
-        for (plain, encoded) in cases {
-            assert_eq!(base64(plain.as_bytes()), encoded);
-        }
-        assert_eq!(base64(&[0xff, 0xfe, 0xfd]), "//79");
-    }
 
     #[test]
     fn the_line_has_nothing_a_csh_or_fish_would_read_differently() {

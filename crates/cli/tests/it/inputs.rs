@@ -3,26 +3,10 @@
 //! files, secrets in parse errors, and a closed stdout.
 
 use std::io::Write as _;
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
-use crate::{TestContext, text};
-
-/// Runs `cmd`, killing it when it has not ended within `limit` (a hang is a failure, not a
-/// stuck test run).
-fn run_bounded(mut cmd: Command, limit: Duration) -> Output {
-    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-    let deadline = Instant::now() + limit;
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() > deadline {
-            child.kill().unwrap();
-            let out = child.wait_with_output().unwrap();
-            panic!("`{cmd:?}` did not end within {limit:?}; stderr:\n{}", text(&out.stderr));
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    child.wait_with_output().unwrap()
-}
+use crate::{TestContext, run_bounded, text};
 
 #[test]
 fn a_project_or_group_that_leaves_the_work_dir_is_refused() {

@@ -81,3 +81,34 @@ pub(crate) fn jax_python(test: &str) -> Option<String> {
         }
     }
 }
+
+/// Runs `cmd`, killing it (by its PID) when it has not ended within `limit`: a hang is a
+/// failure, not a stuck test run (a generous bound, never a timing assertion). Its output is
+/// read as it comes, so a chatty command cannot block on a full pipe.
+pub(crate) fn run_bounded(mut cmd: Command, limit: std::time::Duration) -> Output {
+    use std::io::Read as _;
+    let mut child = cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
+    let drain = |mut pipe: Box<dyn std::io::Read + Send>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            let _ = pipe.read_to_end(&mut bytes);
+            bytes
+        })
+    };
+    let stdout = drain(Box::new(child.stdout.take().unwrap()));
+    let stderr = drain(Box::new(child.stderr.take().unwrap()));
+    let deadline = std::time::Instant::now() + limit;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            let stderr = stderr.join().unwrap_or_default();
+            panic!("`{cmd:?}` did not end within {limit:?}; stderr:\n{}", text(&stderr));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    Output { status, stdout: stdout.join().unwrap_or_default(), stderr: stderr.join().unwrap_or_default() }
+}

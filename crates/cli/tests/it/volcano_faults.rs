@@ -2,35 +2,13 @@
 //! (the simulator's hang fault): every command ends with one clear line naming the server, and
 //! no library log lines or colour codes reach a non-terminal stderr.
 
-use std::io::Read as _;
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Output, Stdio};
+use std::time::Duration;
 
 use theseus_kube_sim::Outage;
 
 use crate::volcano::SimWorld;
-use crate::{TestContext, text};
-
-/// Runs `cmd`, killing it (by its PID) if it has not ended after `limit`: a generous bound for
-/// the test, not a timing assertion.
-fn run_bounded(mut cmd: Command, limit: Duration) -> Output {
-    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-    let started = Instant::now();
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
-            child.stdout.take().unwrap().read_to_end(&mut stdout).unwrap();
-            child.stderr.take().unwrap().read_to_end(&mut stderr).unwrap();
-            return Output { status, stdout, stderr };
-        }
-        if started.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{cmd:?} did not end within {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
+use crate::{TestContext, run_bounded, text};
 
 fn set_api_timeout(ctx: &TestContext, value: &str) {
     let path = ctx.home().join(".theseus.yaml");

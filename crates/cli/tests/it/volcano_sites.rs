@@ -3,7 +3,6 @@
 //! its `env` and arguments, a certificate from another CA, the kubeconfig context's namespace, and
 //! an API server that hangs longer than the default status wait.
 
-use std::io::Read as _;
 use std::net::{TcpListener, TcpStream};
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
@@ -13,7 +12,7 @@ use std::time::{Duration, Instant};
 use theseus_kube_sim::{Authz, Outage};
 
 use crate::volcano::SimWorld;
-use crate::{TestContext, text};
+use crate::{TestContext, run_bounded, text};
 
 const SECRET: &str = "vault-s3cr3t-4c5d6e";
 
@@ -294,27 +293,6 @@ fn a_host_without_namespace_uses_the_kubeconfig_contexts() {
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(stdout.contains("namespace: team-a") && !stdout.contains("namespace: default"), "{stdout}");
-}
-
-/// Runs `cmd`, killing it (by its PID) if it has not ended after `limit` (a bound, not a timing
-/// assertion).
-fn run_bounded(mut cmd: Command, limit: Duration) -> Output {
-    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-    let started = Instant::now();
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
-            child.stdout.take().unwrap().read_to_end(&mut stdout).unwrap();
-            child.stderr.take().unwrap().read_to_end(&mut stderr).unwrap();
-            return Output { status, stdout, stderr };
-        }
-        if started.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{cmd:?} did not end within {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
 }
 
 #[test]

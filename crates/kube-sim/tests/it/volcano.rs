@@ -258,24 +258,32 @@ async fn secret_env_waits_for_the_secret() {
     assert_eq!(pods.logs("sec-worker-0", &LogParams::default()).await.unwrap(), "token=s3cret\n");
 }
 
+/// A one-container pod running `command` in `mount`, the PVC `shared` mounted there.
+fn pod_on_the_pvc(name: &str, mount: &str, command: &[&str]) -> Pod {
+    serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {
+            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "shared"}}],
+            "containers": [{
+                "name": "main", "image": "busybox", "command": command,
+                "workingDir": mount, "volumeMounts": [{"name": "data", "mountPath": mount}],
+            }],
+        },
+    }))
+    .unwrap()
+}
+
 #[tokio::test]
 async fn deleting_a_pod_stops_its_process_group() {
     let pvc_dir = tempfile::tempdir().unwrap();
     let config = SimConfig { max_grace_period: std::time::Duration::from_secs(2), ..SimConfig::default() };
     let ctx = start(config).await;
     let mount = pvc_dir.path().to_str().unwrap().to_owned();
-    let pod: Pod = serde_json::from_value(json!({
-        "metadata": {"name": "sleeper"},
-        "spec": {
-            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "shared"}}],
-            "containers": [{
-                "name": "main", "image": "busybox",
-                "command": ["sh", "-c", "sleep 1000 & echo $! > child.pid; echo $$ > leader.pid; wait"],
-                "workingDir": mount, "volumeMounts": [{"name": "data", "mountPath": mount}],
-            }],
-        },
-    }))
-    .unwrap();
+    let pod = pod_on_the_pvc(
+        "sleeper",
+        &mount,
+        &["sh", "-c", "sleep 1000 & echo $! > child.pid; echo $$ > leader.pid; wait"],
+    );
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), "default");
     pods.create(&PostParams::default(), &pod).await.unwrap();
     let child_pid = eventually("the pod's child pid in the PVC dir", 20, || async {
@@ -303,18 +311,7 @@ async fn a_deleted_pod_is_gone_only_with_the_processes_that_left_its_group() {
     let config = SimConfig { max_grace_period: std::time::Duration::from_secs(1), ..SimConfig::default() };
     let ctx = start(config).await;
     let mount = pvc_dir.path().to_str().unwrap().to_owned();
-    let pod: Pod = serde_json::from_value(json!({
-        "metadata": {"name": "grouped"},
-        "spec": {
-            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "shared"}}],
-            "containers": [{
-                "name": "main", "image": "busybox",
-                "command": ["bash", "-c", "set -m; sleep 1000 & echo $! > child.pid; wait"],
-                "workingDir": mount, "volumeMounts": [{"name": "data", "mountPath": mount}],
-            }],
-        },
-    }))
-    .unwrap();
+    let pod = pod_on_the_pvc("grouped", &mount, &["bash", "-c", "set -m; sleep 1000 & echo $! > child.pid; wait"]);
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), "default");
     pods.create(&PostParams::default(), &pod).await.unwrap();
     let child_pid = eventually("the pod's child pid in the PVC dir", 20, || async {
