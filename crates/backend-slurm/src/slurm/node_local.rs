@@ -6,8 +6,9 @@
 //! ([`MATERIALIZE`]) copies the stage into `<work>/<run path>` on every node of the allocation,
 //! and the job runs from there. A log dir under `work` (the default `<work>/logs`, or the
 //! example's `/scratch/theseus/logs`) is node-local too, so the log goes to `<share>/logs`
-//! instead, where the login node reads it. Without `share`, `work` is shared and nothing here
-//! applies.
+//! instead, where the login node reads it. Without `share`, or with a `share` under `work` (the
+//! original example's literal `share: /scratch/theseus/.dispatch`: a dir every node sees inside
+//! `work` means `work` is shared storage too), `work` is shared and nothing here applies.
 //!
 //! Pure: paths, the staged backend and script text, no IO.
 
@@ -33,11 +34,10 @@ impl SlurmBackend {
     /// under `work`.
     pub(super) fn run_paths(&self, identity: &JobIdentity) -> Result<RunPaths> {
         let (work_dir, run_dir, log_file) = self.paths(identity)?;
-        let Some(share) = self.cluster.share.as_deref() else {
+        let Some(share) = self.node_local_share()? else {
             return Ok(RunPaths { work_dir, run_dir, log_file, stage_dir: None });
         };
         let dirs = self.dirs();
-        let share = dirs.resolve(share)?;
         let rel = identity.run_path();
         let stage_dir = dirs.under(&stage_root(&share), &rel)?;
         let work_root = dirs.resolve(&self.cluster.work)?;
@@ -50,11 +50,20 @@ impl SlurmBackend {
         Ok(RunPaths { work_dir, run_dir, log_file, stage_dir: Some(stage_dir) })
     }
 
+    /// The cluster's `share`, resolved, when it makes `work` node-local: set, and not inside
+    /// `work` (a dir every node sees inside `work` means `work` is shared).
+    fn node_local_share(&self) -> Result<Option<String>> {
+        let Some(share) = self.cluster.share.as_deref() else { return Ok(None) };
+        let dirs = self.dirs();
+        let share = dirs.resolve(share)?;
+        let work = dirs.resolve(&self.cluster.work)?;
+        Ok(theseus_core::paths::check_under(&work, &share).is_err().then_some(share))
+    }
+
     /// This backend with its store and code dirs on the share's stage root, when the cluster
     /// has a `share` (its `work` is node-local): what ships, syncs nothing and reclaims the code.
     pub(super) fn staged(&self) -> Result<Option<SlurmBackend>> {
-        let Some(share) = self.cluster.share.as_deref() else { return Ok(None) };
-        let share = self.dirs().resolve(share)?;
+        let Some(share) = self.node_local_share()? else { return Ok(None) };
         let cluster = ClusterConfig { work: stage_root(&share), ..self.cluster.clone() };
         Ok(Some(SlurmBackend::with_ssh(
             self.name.clone(),
@@ -103,6 +112,29 @@ mod tests {
         assert_eq!(log_root("/s"), "/s/logs");
         let out = std::process::Command::new("sh").arg("-n").arg("-c").arg(MATERIALIZE).output().unwrap();
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+
+    /// A `share` outside `work` makes `work` node-local (a stage on the share, the log there);
+    /// one inside `work`, as the original example writes it, means `work` is shared: no stage.
+    #[test]
+    fn a_share_inside_work_keeps_work_shared() {
+        let identity = JobIdentity { run_id: "r1".into(), ..JobIdentity::new("n", Some("p"), Some("g")) };
+        let backend = |share: &str| {
+            let cluster = ClusterConfig {
+                work: "/scratch/theseus".into(),
+                log: Some("/scratch/theseus/logs".into()),
+                share: Some(share.into()),
+                ..ClusterConfig::default()
+            };
+            let host = theseus_core::config::SlurmHost { ssh: "hpc".into(), ..Default::default() };
+            SlurmBackend::new("hpc", host, cluster)
+        };
+        let local = backend("/shared/me/.dispatch").run_paths(&identity).unwrap();
+        assert_eq!(local.stage_dir.as_deref(), Some("/shared/me/.dispatch/work/p/g/n/r1"));
+        assert!(local.log_file.starts_with("/shared/me/.dispatch/logs/"), "{}", local.log_file);
+        let shared = backend("/scratch/theseus/.dispatch").run_paths(&identity).unwrap();
+        assert_eq!(shared.stage_dir, None);
+        assert!(shared.log_file.starts_with("/scratch/theseus/logs/"), "{}", shared.log_file);
     }
 
     /// The step run twice on one dir (a shared `work`): the second keeps the first's copy.
