@@ -276,7 +276,7 @@ impl<H: HostEntry, S: RemoteSettings> SshBackend<H, S> {
             stale: self.settings.claim_stale(),
             timeout: self.settings.command_timeout(),
         };
-        claim::take(&spec, &job.identity, options, stop).await
+        claim::take(&spec, &job.identity, options, stop).await.map_err(unreached)
     }
 
     /// Best-effort: gives the job's name back when run `run_id` still holds it.
@@ -348,6 +348,26 @@ impl<H: HostEntry, S: RemoteSettings> SshBackend<H, S> {
                 Err(e)
             }
         }
+    }
+}
+
+/// A claim that failed because the host could not be reached at all: nothing of the run exists
+/// there, so the error says so ([`theseus_core::NothingCreated`], one line with its causes) and
+/// the submit leaves no failed run behind. Other errors pass unchanged.
+fn unreached(e: Error) -> Error {
+    match e {
+        Error::Backend { backend, message, source: Some(source) }
+            if matches!(source.downcast_ref::<SshError>(), Some(SshError::Connect { .. })) =>
+        {
+            let mut line = format!("{message}: {source}");
+            let mut cause = std::error::Error::source(source.as_ref());
+            while let Some(c) = cause {
+                line.push_str(&format!(": {c}"));
+                cause = c.source();
+            }
+            Error::Backend { backend, message: line, source: Some(Box::new(theseus_core::NothingCreated)) }
+        }
+        e => e,
     }
 }
 

@@ -157,11 +157,11 @@ impl VolcanoBackend {
     }
 
     /// [`Self::err`] of a failure before the submit created anything, marked with
-    /// [`crate::error::NothingCreated`].
+    /// [`theseus_core::NothingCreated`].
     fn err_nothing_created(&self, e: VolcanoError) -> theseus_core::Error {
         match self.err(e) {
             theseus_core::Error::Backend { backend, message, source: None } => {
-                theseus_core::Error::Backend { backend, message, source: Some(Box::new(crate::error::NothingCreated)) }
+                theseus_core::Error::Backend { backend, message, source: Some(Box::new(theseus_core::NothingCreated)) }
             }
             other => other,
         }

@@ -3,13 +3,6 @@
 
 use std::time::Duration;
 
-/// The source of a backend error after which the cluster holds nothing of the run (the
-/// kubeconfig, the connection, the credentials or the queue check failed before anything was
-/// created): the CLI forgets such a submit instead of recording a failed run.
-#[derive(Debug, Clone, Copy, thiserror::Error)]
-#[error("nothing was created on the cluster")]
-pub struct NothingCreated;
-
 /// A [`VolcanoError::Config`].
 pub(crate) fn config_error(source_name: &str, context: Option<String>, problem: &str, fix: &str) -> VolcanoError {
     VolcanoError::Config {

@@ -2,6 +2,21 @@
 
 use std::path::PathBuf;
 
+/// The source of a backend error after which the host holds nothing of the run (its config,
+/// connection, credentials or a check before anything was made failed): the dispatcher's caller
+/// forgets such a submit instead of recording a failed run. Any backend may mark its error so
+/// (as the `source` of an [`Error::Backend`]); [`Error::nothing_created`] asks.
+#[derive(Debug, Clone, Copy, thiserror::Error)]
+#[error("nothing was created on the host")]
+pub struct NothingCreated;
+
+impl Error {
+    /// Whether the error is marked [`NothingCreated`]: the host holds nothing of the run.
+    pub fn nothing_created(&self) -> bool {
+        std::error::Error::source(self).is_some_and(|s| s.is::<NothingCreated>())
+    }
+}
+
 /// Result with the core [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 

@@ -44,4 +44,4 @@ pub mod store;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
-pub use error::{Error, Result};
+pub use error::{Error, NothingCreated, Result};

@@ -126,16 +126,12 @@ pub(crate) async fn submit_recorded(
         }
         // The host refused before anything of the run existed (its kubeconfig, connection,
         // credentials or queue): not a run that failed, so it leaves no ledger row.
-        Err(DispatchError::Failed(e)) if nothing_created(&e) => {
+        Err(DispatchError::Failed(e)) if e.nothing_created() => {
             ledger.delete(&job.identity.run_id)?;
             bail!("{e}")
         }
         Err(e) => Err(super::prepare::lift(e)),
     }
-}
-
-fn nothing_created(e: &theseus_core::Error) -> bool {
-    std::error::Error::source(e).is_some_and(|s| s.is::<theseus_backend_volcano::error::NothingCreated>())
 }
 
 /// After a `--replace`: older runs of the name on this host that the ledger still shows as live

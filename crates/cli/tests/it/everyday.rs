@@ -280,3 +280,45 @@ fn status_and_cancel_by_name_reach_the_live_run_not_the_newest_row() {
     let after = text(&ctx.run(&["status", &live]).stdout);
     assert!(after.contains("cancelled"), "the live run was stopped: {after}");
 }
+
+/// A submit to a plain host that cannot be reached (a closed loopback port) created nothing
+/// there: one line names the cause, and the ledger keeps no failed run of it.
+#[test]
+fn a_submit_to_an_unreachable_host_leaves_no_failed_run() {
+    let ctx = TestContext::new();
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let work = ctx.home().join("remote");
+    std::fs::write(
+        ctx.home().join(".theseus.yaml"),
+        format!(
+            "clusters:\n  c:\n    root: {w}\n    work: {w}/work\nhosts:\n  box:\n    type: plain\n    cluster: c\n\
+             \x20   ssh: 127.0.0.1\n    port: {closed}\n    connect_timeout: 5s\n    chips: {{cpu: 2}}\n",
+            w = work.display()
+        ),
+    )
+    .unwrap();
+    let code = tempfile::tempdir().unwrap();
+    std::fs::write(code.path().join("exp.yaml"), "entrypoint: echo hi\n").unwrap();
+    let exp = code.path().join("exp.yaml");
+    let out = ctx
+        .cmd()
+        .args(["submit", "unreached", exp.to_str().unwrap(), "--code", code.path().to_str().unwrap()])
+        .args(["--host", "box", "--chip", "cpu"])
+        .output()
+        .unwrap();
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    let error: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error:")).collect();
+    assert_eq!(error.len(), 1, "{stderr}");
+    assert!(
+        error[0].contains("failed to connect") && error[0].contains("refused"),
+        "one line with the cause: {stderr}"
+    );
+    assert!(!stderr.contains("caused by"), "{stderr}");
+    let list = ctx.run(&["list", "--no-refresh", "--output", "json"]);
+    assert!(
+        !text(&list.stdout).contains("unreached"),
+        "a submit that created nothing is no failed run: {}",
+        text(&list.stdout)
+    );
+}
