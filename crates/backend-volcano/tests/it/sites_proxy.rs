@@ -20,7 +20,7 @@ pub(crate) fn tinyproxy_binary() -> PathBuf {
         let root = Command::new("id").arg("-u").output().map(|o| o.stdout == b"0\n").unwrap_or(false);
         assert!(root, "tinyproxy is not installed and this is not root: `apt-get install tinyproxy`");
         let out = Command::new("apt-get")
-            .args(["install", "-y", "--no-install-recommends", "tinyproxy"])
+            .args(["install", "-y", "--no-install-recommends", "-o", "DPkg::Lock::Timeout=300", "tinyproxy"])
             .env("DEBIAN_FRONTEND", "noninteractive")
             .output()
             .expect("apt-get");

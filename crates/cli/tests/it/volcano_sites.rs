@@ -41,7 +41,7 @@ fn wait_listening(addr: &str) {
 fn tinyproxy(dir: &Path) -> (String, PathBuf, Running) {
     if !Path::new("/usr/bin/tinyproxy").exists() {
         let out = Command::new("apt-get")
-            .args(["install", "-y", "--no-install-recommends", "tinyproxy"])
+            .args(["install", "-y", "--no-install-recommends", "-o", "DPkg::Lock::Timeout=300", "tinyproxy"])
             .env("DEBIAN_FRONTEND", "noninteractive")
             .output()
             .expect("apt-get");
