@@ -57,6 +57,7 @@ mod server;
 mod spdy;
 mod status;
 mod store;
+mod tinyproxy;
 mod tls;
 mod tunnel;
 mod util;
@@ -78,6 +79,7 @@ pub use quantity::{QuantityError, format_milli, parse_milli};
 pub use rbac::Authz;
 pub use server::ExecContext;
 pub use status::{ApiError, Cause, InvalidDetails};
+pub use tinyproxy::Tinyproxy;
 pub use tls::{CertPair, TlsError, subject_identity};
 
 /// One simulated node.

@@ -2,61 +2,16 @@
 //! (HTTP CONNECT; installed with apt-get when missing and running as root) and `ssh -D` against
 //! the lab's sshd (a real SOCKS5 server). Each proxy's own log proves the traffic went through it.
 
-use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use theseus_backend_volcano::client::{KubeconfigSource, connect_env};
 use theseus_backend_volcano::proxy::ProxyEnv;
 use theseus_backend_volcano::{Cluster, RetryPolicy};
+use theseus_kube_sim::Tinyproxy;
 use wiremock::matchers::method;
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
 use crate::site_support::{Running, free_port, host_with, wait_listening, write_kubeconfig};
-
-/// tinyproxy's binary, installed with apt-get when missing (as xtask installs kubectl).
-pub(crate) fn tinyproxy_binary() -> PathBuf {
-    let path = PathBuf::from("/usr/bin/tinyproxy");
-    if !path.exists() {
-        let root = Command::new("id").arg("-u").output().map(|o| o.stdout == b"0\n").unwrap_or(false);
-        assert!(root, "tinyproxy is not installed and this is not root: `apt-get install tinyproxy`");
-        let out = Command::new("apt-get")
-            .args(["install", "-y", "--no-install-recommends", "-o", "DPkg::Lock::Timeout=300", "tinyproxy"])
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .output()
-            .expect("apt-get");
-        assert!(out.status.success(), "apt-get install tinyproxy: {}", String::from_utf8_lossy(&out.stderr));
-    }
-    path
-}
-
-/// A tinyproxy on 127.0.0.1 logging every request to its log; its URL and log path.
-pub(crate) fn tinyproxy(dir: &Path) -> (String, PathBuf, Running) {
-    let binary = tinyproxy_binary();
-    let port = free_port();
-    let log = dir.join("tinyproxy.log");
-    let conf = dir.join("tinyproxy.conf");
-    std::fs::write(
-        &conf,
-        format!(
-            "Port {port}\nListen 127.0.0.1\nTimeout 60\nLogFile \"{}\"\nLogLevel Info\nMaxClients 20\nPidFile \"{}\"\n",
-            log.display(),
-            dir.join("tinyproxy.pid").display()
-        ),
-    )
-    .unwrap();
-    let child = Command::new(binary)
-        .arg("-d")
-        .arg("-c")
-        .arg(&conf)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("tinyproxy starts");
-    let running = Running(child);
-    wait_listening(&format!("127.0.0.1:{port}"), "tinyproxy");
-    (format!("http://127.0.0.1:{port}"), log, running)
-}
 
 async fn api() -> MockServer {
     let server = MockServer::start().await;
@@ -72,7 +27,8 @@ async fn api() -> MockServer {
 #[tokio::test]
 async fn a_kubeconfig_http_proxy_url_goes_through_tinyproxy() {
     let dir = tempfile::tempdir().unwrap();
-    let (proxy, log, _proxy) = tinyproxy(dir.path());
+    let tiny = Tinyproxy::start(dir.path()).expect("tinyproxy");
+    let (proxy, log) = (tiny.url().to_owned(), tiny.log().to_owned());
     let server = api().await;
     let kubeconfig = dir.path().join("config");
     write_kubeconfig(&kubeconfig, &server.uri(), &format!("proxy-url: '{proxy}'"), "", None);
@@ -182,7 +138,8 @@ async fn https_proxy_tunnels_to_an_https_server_unless_no_proxy_names_it() {
         .unwrap();
     let _server = Running(child);
     wait_listening(&format!("{ip}:{port}"), "openssl s_server");
-    let (proxy, log, _proxy) = tinyproxy(d);
+    let tiny = Tinyproxy::start(d).expect("tinyproxy");
+    let proxy = tiny.url().to_owned();
     let kubeconfig = d.join("config");
     let url = format!("https://{name}:{port}");
     write_kubeconfig(&kubeconfig, &url, &format!("certificate-authority: {}", d.join("ca.crt").display()), "", None);
@@ -196,7 +153,7 @@ async fn https_proxy_tunnels_to_an_https_server_unless_no_proxy_names_it() {
             cluster.with_retry(RetryPolicy { max_attempts: 1, ..RetryPolicy::fast() }).get_queue("q").await.unwrap_err()
         }
     };
-    let connects = || std::fs::read_to_string(&log).unwrap().matches(&format!("CONNECT {name}:{port}")).count();
+    let connects = || tiny.connects_to(&format!("{name}:{port}"));
 
     let err = call(ProxyEnv { https: Some(proxy.clone()), http: None, no_proxy: None }).await.to_string();
     assert!(!err.contains("TLS"), "TLS through the tunnel verified the server: {err}");

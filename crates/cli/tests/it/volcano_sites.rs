@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use theseus_kube_sim::{Authz, Outage};
+use theseus_kube_sim::{Authz, Outage, Tinyproxy};
 
 use crate::volcano::SimWorld;
 use crate::{TestContext, run_bounded, text};
@@ -35,41 +35,6 @@ fn wait_listening(addr: &str) {
         assert!(started.elapsed() < Duration::from_secs(20), "nothing listens on {addr}");
         std::thread::sleep(Duration::from_millis(50));
     }
-}
-
-/// A tinyproxy on 127.0.0.1 (apt-get installs it when missing, as root); URL and log.
-fn tinyproxy(dir: &Path) -> (String, PathBuf, Running) {
-    if !Path::new("/usr/bin/tinyproxy").exists() {
-        let out = Command::new("apt-get")
-            .args(["install", "-y", "--no-install-recommends", "-o", "DPkg::Lock::Timeout=300", "tinyproxy"])
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .output()
-            .expect("apt-get");
-        assert!(out.status.success(), "apt-get install tinyproxy (needs root): {}", text(&out.stderr));
-    }
-    let port = free_port();
-    let log = dir.join("tinyproxy.log");
-    let conf = dir.join("tinyproxy.conf");
-    std::fs::write(
-        &conf,
-        format!(
-            "Port {port}\nListen 127.0.0.1\nTimeout 60\nLogFile \"{}\"\nLogLevel Info\nMaxClients 20\n",
-            log.display()
-        ),
-    )
-    .unwrap();
-    let child = Command::new("/usr/bin/tinyproxy")
-        .arg("-d")
-        .arg("-c")
-        .arg(&conf)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let running = Running(child);
-    wait_listening(&format!("127.0.0.1:{port}"));
-    (format!("http://127.0.0.1:{port}"), log, running)
 }
 
 fn kubeconfig_path(ctx: &TestContext) -> PathBuf {
@@ -103,18 +68,23 @@ fn proxy_variables_work_as_kubectl_reads_them() {
     );
     let world = SimWorld::start_at(&ctx, None, Some((&host, ip)));
     let dir = tempfile::tempdir().unwrap();
-    let (proxy, log, _proxy) = tinyproxy(dir.path());
+    let tiny = Tinyproxy::start(dir.path()).expect("tinyproxy");
+    let proxy = tiny.url().to_owned();
     let sim = world.sim.url();
     let port = sim.rsplit(':').next().unwrap().trim_end_matches('/').to_owned();
     let named = format!("{host}:{port}");
     edit_kubeconfig(&ctx, |t| t.replace(&sim, &format!("https://{named}")));
     let dead = format!("http://127.0.0.1:{}", free_port());
-    let connects = || std::fs::read_to_string(&log).unwrap_or_default().matches(&format!("CONNECT {named}")).count();
+    let connects = || tiny.connects_to(&named);
 
     // An https:// server goes through HTTPS_PROXY (never HTTP_PROXY); tinyproxy's log shows the tunnel.
     let out = plan(&ctx, &world, &[("HTTPS_PROXY", &proxy), ("HTTP_PROXY", &dead)]);
     assert!(out.status.success(), "through HTTPS_PROXY: {}", text(&out.stderr));
-    assert!(connects() > 0, "tinyproxy saw no CONNECT {named}:\n{}", std::fs::read_to_string(&log).unwrap_or_default());
+    assert!(
+        connects() > 0,
+        "tinyproxy saw no CONNECT {named}:\n{}",
+        std::fs::read_to_string(tiny.log()).unwrap_or_default()
+    );
 
     // The lower-case variable too.
     let before = connects();
