@@ -68,10 +68,16 @@ async fn next_line(tail: &mut Tail) -> Result<Option<String>> {
             match tokio::fs::File::open(&tail.data.log_file).await {
                 Ok(f) => tail.reader = Some(BufReader::new(f)),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                    if !tail.options.follow || terminal(tail).await {
+                    if !tail.options.follow || tail.draining {
                         return Ok(None);
                     }
-                    tokio::time::sleep(POLL).await;
+                    // A short job may start, write its log and end between the failed open
+                    // and this look: once the run is over, open once more and read what it left.
+                    if terminal(tail).await {
+                        tail.draining = true;
+                    } else {
+                        tokio::time::sleep(POLL).await;
+                    }
                     continue;
                 }
                 Err(e) => return Err(Error::io("read", tail.data.log_file.clone(), e)),

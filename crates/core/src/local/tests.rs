@@ -181,7 +181,16 @@ async fn follow_never_ends_before_the_job_under_cpu_load() {
         let status = h.backend.status(&handle).await.unwrap();
         let printed = lines.iter().any(|l| l.as_ref().is_ok_and(|l| l.text == "one-line"));
         if status.state != JobState::Completed || !printed {
-            early.push(format!("run {i}: {:?} after the stream ended, line streamed: {printed}", status.state));
+            let got: Vec<String> = lines
+                .iter()
+                .map(|l| l.as_ref().map_or_else(|e| format!("error: {e}"), |l| format!("{:?}", l.text)))
+                .collect();
+            let log_file = handle.data.get("log_file").and_then(|v| v.as_str()).unwrap_or_default().to_owned();
+            let log = std::fs::read_to_string(&log_file).unwrap_or_default();
+            early.push(format!(
+                "run {i}: {:?} after the stream ended, line streamed: {printed}; streamed {got:?}; the log now: {log:?}",
+                status.state
+            ));
             testing::wait_terminal(&h, &handle).await;
         }
     }
