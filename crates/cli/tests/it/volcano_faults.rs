@@ -10,7 +10,7 @@ use theseus_kube_sim::Outage;
 use crate::volcano::SimWorld;
 use crate::{TestContext, run_bounded, text};
 
-fn set_api_timeout(ctx: &TestContext, value: &str) {
+pub(crate) fn set_api_timeout(ctx: &TestContext, value: &str) {
     let path = ctx.home().join(".theseus.yaml");
     let config = std::fs::read_to_string(&path).unwrap() + &format!("    api_timeout: {value}\n");
     std::fs::write(&path, config).unwrap();

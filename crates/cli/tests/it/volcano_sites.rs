@@ -269,9 +269,7 @@ fn a_host_without_namespace_uses_the_kubeconfig_contexts() {
 fn status_against_a_hung_api_gives_up_after_the_hosts_api_timeout() {
     let ctx = TestContext::new();
     let world = SimWorld::start(&ctx);
-    let path = ctx.home().join(".theseus.yaml");
-    let config = std::fs::read_to_string(&path).unwrap() + "    api_timeout: 14s\n";
-    std::fs::write(&path, config).unwrap();
+    crate::volcano_faults::set_api_timeout(&ctx, "14s");
     let out = ctx.run(&[
         "submit",
         "hung",
