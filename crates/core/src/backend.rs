@@ -24,6 +24,7 @@ use crate::snapshot::Snapshot;
 use crate::solver::{Plan, Request};
 pub use crate::store::reclaim::{ReclaimKind, ReclaimOptions, ReclaimReport, ReclaimedItem, StoreUsage};
 pub use crate::store::sync::SyncReport;
+pub use crate::store::{ProgressFn, StatusFn};
 
 /// A backend: one configured host (a machine, a Slurm cluster, a Volcano queue, this machine).
 ///
@@ -256,9 +257,6 @@ impl SubmitOptions {
 /// See [`SubmitOptions::shipped`].
 pub type ShippedFn = std::sync::Arc<dyn Fn(&crate::store::ShipReport) + Send + Sync>;
 
-/// See [`SubmitOptions::status`].
-pub type StatusFn = std::sync::Arc<dyn Fn(&str) + Send + Sync>;
-
 impl Debug for SubmitOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SubmitOptions")
@@ -269,9 +267,6 @@ impl Debug for SubmitOptions {
             .finish()
     }
 }
-
-/// A progress callback: bytes done so far, total if known.
-pub type ProgressFn = std::sync::Arc<dyn Fn(u64, Option<u64>) + Send + Sync>;
 
 /// Per-call options of [`Backend::logs`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 pub const MAX_COUNT: u32 = 65_536;
 
 pub mod compat;
+mod keys;
 mod lenient;
 pub mod load;
 pub mod ssh;
@@ -133,7 +134,28 @@ pub struct ClusterConfig {
     /// links to read-only objects) or `copy` (private writable copies, for filesystems without
     /// hard links or jobs that write into their sources).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub materialize: Option<crate::store::Materialize>,
+    pub materialize: Option<Materialize>,
+}
+
+/// How a run's code dir is made from the store's objects.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Materialize {
+    /// Hard links to the read-only objects: no extra space per run.
+    #[default]
+    Link,
+    /// Private, writable copies: for filesystems without hard links, or jobs that write into
+    /// their own sources.
+    Copy,
+}
+
+impl std::fmt::Display for Materialize {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Materialize::Link => "link",
+            Materialize::Copy => "copy",
+        })
+    }
 }
 
 impl ClusterConfig {

@@ -8,10 +8,10 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
 use super::MAX_COUNT;
+pub(crate) use super::keys::{KeyError, de_strict, kind_of, suggestion, unknown_key};
 use super::{
     ClusterConfig, DispatchConfig, HostConfig, HostKind, LocalHost, PlainHost, Provenance, SlurmHost, VolcanoHost,
 };
@@ -23,21 +23,6 @@ pub(crate) const TOP_KEYS: &[&str] = &["mount", "proxy", "clusters", "hosts", "p
 
 /// Host types accepted in `type`.
 pub(crate) const HOST_TYPES: &[&str] = &["plain", "slurm", "volcano", "local"];
-
-/// A problem at one dotted key path, before the source is known.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct KeyError {
-    /// Dotted key path, e.g. `hosts.box.chips.h10`.
-    pub(crate) path: String,
-    /// What is wrong, e.g. `unknown chip "h10" (did you mean "h100"?)`.
-    pub(crate) message: String,
-}
-
-impl KeyError {
-    pub(crate) fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
-        KeyError { path: path.into(), message: message.into() }
-    }
-}
 
 /// Validates a merged config and canonicalizes chip names (`H100` → `h100`) in every `chips` map
 /// and in `gres_mapping`. Errors start with the source that set the offending value, looked up
@@ -160,20 +145,6 @@ pub fn source_of(provenance: &[Provenance], path: &str) -> String {
         }
     }
     best.map_or_else(|| "config".to_owned(), |p| p.source.clone())
-}
-
-/// ` (did you mean "x"?)` when a known name is close, else ` (known <what>: a, b)`.
-pub(crate) fn suggestion(name: &str, known: &[&str], what: &str) -> String {
-    let best = known
-        .iter()
-        .map(|k| (strsim::jaro_winkler(name, k), *k))
-        .filter(|(score, _)| *score >= 0.8)
-        .max_by(|a, b| a.0.total_cmp(&b.0));
-    match best {
-        Some((_, k)) => format!(" (did you mean {k:?}?)"),
-        None if known.is_empty() => format!(" (no {what} are defined)"),
-        None => format!(" (known {what}: {})", known.join(", ")),
-    }
 }
 
 /// Re-keys a chip map by catalog name; two spellings of one chip are an error.
@@ -404,67 +375,6 @@ pub(crate) fn host_from_body(kind: HostKind, body: Map<String, Value>, path: &st
     })
 }
 
-/// Deserializes `value` and turns serde's errors into [`KeyError`]s with the full key path and
-/// house-style messages (`unknown key "x" (expected one of: a, b)`, `missing required key "x"`).
-pub(crate) fn de_strict<T: DeserializeOwned>(value: Value, prefix: &str) -> Result<T, KeyError> {
-    serde_path_to_error::deserialize(super::lenient::Lenient(value)).map_err(|e| {
-        let sub = e.path().to_string();
-        let path = match (sub.as_str(), prefix) {
-            (".", _) | ("", _) => prefix.to_owned(),
-            (_, "") => sub,
-            _ => format!("{prefix}.{sub}"),
-        };
-        let raw = e.inner().to_string();
-        let ticked: Vec<&str> = raw.split('`').skip(1).step_by(2).collect();
-        if raw.starts_with("unknown field") && !ticked.is_empty() {
-            let (key, expected) = (ticked[0], &ticked[1..]);
-            let mut message = format!("unknown key {key:?}");
-            if !expected.is_empty() {
-                message.push_str(&format!(" (expected one of: {})", expected.join(", ")));
-            }
-            KeyError::new(path, message)
-        } else if raw.starts_with("unknown variant") && !ticked.is_empty() {
-            KeyError::new(path, format!("unknown value {:?} (expected one of: {})", ticked[0], ticked[1..].join(", ")))
-        } else if raw.starts_with("missing field") && !ticked.is_empty() {
-            KeyError::new(path, format!("missing required key {:?}", ticked[0]))
-        } else if let Some(found) =
-            raw.strip_prefix("invalid type: ").and_then(|r| r.strip_suffix(", expected a string"))
-        {
-            // Numbers and booleans are read as text (see `lenient`): what is left is a list or a map.
-            let found = match found {
-                "sequence" => "a list",
-                "map" => "a map",
-                other => other,
-            };
-            KeyError::new(
-                path,
-                format!(
-                    "expected a string, found {found}: write one value (in quotes if it holds `: `, `#`, `[` or `{{`)"
-                ),
-            )
-        } else {
-            KeyError::new(path, raw)
-        }
-    })
-}
-
-/// An "unknown key" error.
-pub(crate) fn unknown_key(path: &str, key: &str, expected: &[&str]) -> KeyError {
-    KeyError::new(path, format!("unknown key {key:?} (expected one of: {})", expected.join(", ")))
-}
-
 fn as_map<'a>(value: &'a Value, path: &str) -> Result<&'a Map<String, Value>, KeyError> {
     value.as_object().ok_or_else(|| KeyError::new(path, format!("expected a map, found {}", kind_of(value))))
-}
-
-/// A short description of a JSON value's type, for messages.
-pub(crate) fn kind_of(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "nothing",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "a list",
-        Value::Object(_) => "a map",
-    }
 }

@@ -419,7 +419,7 @@ fn finish(mode: Materialize, plan: &StorePlan, extra: &[ExtraFile], objects: &Pa
         }
         Ok(())
     })?;
-    let manifest = super::sync::Manifest::of(plan).file();
+    let manifest = super::manifest::Manifest::of(plan).file();
     for file in extra.iter().chain(std::iter::once(&manifest)) {
         let to = partial.join(&file.path);
         if let Some(dir) = to.parent() {

@@ -7,10 +7,9 @@ use serde::Serialize;
 use super::archive::{self, ExtraFile};
 use super::plan::{ObjectKey, StorePlan};
 use super::{
-    EXIT_CORRUPT, EXIT_EXISTS, EXIT_NO_TOOL, EXIT_OBJECT_GONE, Materialize, OBJECTS_DIR, ScriptCall, Shell, ShellError,
-    StdinFn, scripts,
+    EXIT_CORRUPT, EXIT_EXISTS, EXIT_NO_TOOL, EXIT_OBJECT_GONE, Materialize, OBJECTS_DIR, ProgressFn, ScriptCall, Shell,
+    ShellError, StatusFn, StdinFn, scripts,
 };
-use crate::backend::{ProgressFn, StatusFn};
 use crate::snapshot::Snapshot;
 use crate::{Error, Result};
 
@@ -75,7 +74,7 @@ pub async fn ship(shell: &dyn Shell, request: ShipRequest) -> Result<ShipReport,
     let plan = Arc::new(StorePlan::new(&request.snapshot, &digests));
     // The run dir says what code it holds, for a later `theseus sync`.
     let mut request = request;
-    request.extra.push(super::sync::Manifest::of(&plan).file());
+    request.extra.push(super::manifest::Manifest::of(&plan).file());
     // A concurrent `gc` may take an object between the question and the links: once more.
     let mut attempt = 0;
     loop {
