@@ -83,7 +83,7 @@ pub(super) fn backend_for(
         ctx.backend(loaded, &record.host)?
     } else if let Some(recorded) = recorded {
         crate::backends::for_host(&recorded, &record.host, &ctx.home)?
-    } else if record.handle.kind == HostKind::Local {
+    } else if record.handle.kind == HostKind::LOCAL {
         // The host left the config; a local handle carries every path it needs.
         Arc::new(theseus_core::local::LocalBackend::new(
             &record.host,

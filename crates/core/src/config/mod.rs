@@ -5,6 +5,7 @@
 //! (built-in defaults < user file < project file < environment < CLI) and [`validate`] checks
 //! everything that serde cannot (references between tables, chip names, counts).
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use indexmap::IndexMap;
@@ -256,28 +257,61 @@ impl<'de> Deserialize<'de> for HostConfig {
     }
 }
 
-/// The type of a host, without its settings.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum HostKind {
-    /// [`PlainHost`].
-    Plain,
-    /// [`SlurmHost`].
-    Slurm,
-    /// [`VolcanoHost`].
-    Volcano,
-    /// [`LocalHost`].
-    Local,
+/// The type of a host, by name: `local`, or the name a host type declares (`type:` in files).
+/// Kept as text in plans, handles and the ledger.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct HostKind(Cow<'static, str>);
+
+impl HostKind {
+    /// The local host type (this machine), the one type core implements.
+    pub const LOCAL: HostKind = HostKind::named("local");
+
+    /// The kind named `name`.
+    pub const fn named(name: &'static str) -> HostKind {
+        HostKind(Cow::Borrowed(name))
+    }
+
+    /// The name, as written in `type:`.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+// Transitional names of the built-in kinds, until each host type lives in its backend crate.
+#[allow(non_upper_case_globals, missing_docs)]
+impl HostKind {
+    pub const Plain: HostKind = HostKind::named("plain");
+    pub const Slurm: HostKind = HostKind::named("slurm");
+    pub const Volcano: HostKind = HostKind::named("volcano");
+}
+
+impl From<String> for HostKind {
+    fn from(name: String) -> HostKind {
+        HostKind(Cow::Owned(name))
+    }
+}
+
+impl PartialEq<str> for HostKind {
+    fn eq(&self, other: &str) -> bool {
+        self.0 == other
+    }
 }
 
 impl std::fmt::Display for HostKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            HostKind::Plain => "plain",
-            HostKind::Slurm => "slurm",
-            HostKind::Volcano => "volcano",
-            HostKind::Local => "local",
-        })
+        f.write_str(&self.0)
+    }
+}
+
+impl Serialize for HostKind {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for HostKind {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        String::deserialize(deserializer).map(HostKind::from)
     }
 }
 
@@ -288,7 +322,7 @@ impl HostConfig {
             HostConfig::Plain(_) => HostKind::Plain,
             HostConfig::Slurm(_) => HostKind::Slurm,
             HostConfig::Volcano(_) => HostKind::Volcano,
-            HostConfig::Local(_) => HostKind::Local,
+            HostConfig::Local(_) => HostKind::LOCAL,
         }
     }
 

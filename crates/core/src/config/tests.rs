@@ -217,7 +217,7 @@ hosts:
 ";
         let loaded = Setup::new(jail, Some(user), None).load();
         let kinds: Vec<HostKind> = loaded.config.hosts.values().map(HostConfig::kind).collect();
-        assert_eq!(kinds, [HostKind::Plain, HostKind::Slurm, HostKind::Volcano, HostKind::Local]);
+        assert_eq!(kinds, [HostKind::Plain, HostKind::Slurm, HostKind::Volcano, HostKind::LOCAL]);
         Ok(())
     });
 }

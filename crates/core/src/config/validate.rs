@@ -271,10 +271,10 @@ fn check_host_layer(
     }
     let mut body = host.clone();
     body.remove("type");
-    let required: &[&str] = match kind {
-        HostKind::Plain | HostKind::Slurm => &["ssh", "cluster"],
-        HostKind::Volcano => &["cluster"],
-        HostKind::Local => &[],
+    let required: &[&str] = match kind.as_str() {
+        "plain" | "slurm" => &["ssh", "cluster"],
+        "volcano" => &["cluster"],
+        _ => &[],
     };
     for key in required {
         body.entry(*key).or_insert_with(|| Value::String(String::new()));
@@ -342,7 +342,7 @@ pub(crate) fn host_kind(t: &str) -> Result<HostKind, String> {
         "plain" => Ok(HostKind::Plain),
         "slurm" => Ok(HostKind::Slurm),
         "volcano" => Ok(HostKind::Volcano),
-        "local" => Ok(HostKind::Local),
+        "local" => Ok(HostKind::LOCAL),
         "tpu" => Err("TPU hosts are not supported yet".into()),
         other => Err(format!("unknown host type {other:?} (expected one of: {})", HOST_TYPES.join(", "))),
     }
@@ -351,9 +351,9 @@ pub(crate) fn host_kind(t: &str) -> Result<HostKind, String> {
 /// Deserializes the settings of a host (without `type`) into its variant, strictly.
 pub(crate) fn host_from_body(kind: HostKind, body: Map<String, Value>, path: &str) -> Result<HostConfig, KeyError> {
     let mut body = body;
-    let connection = match kind {
-        HostKind::Plain | HostKind::Slurm => super::ssh::take(&mut body, path)?,
-        HostKind::Volcano | HostKind::Local => Default::default(),
+    let connection = match kind.as_str() {
+        "plain" | "slurm" => super::ssh::take(&mut body, path)?,
+        _ => Default::default(),
     };
     // The connection keys were taken out above: an unknown key lists them too.
     let with_connection = |e: KeyError| match e.message.strip_suffix(')') {
@@ -363,15 +363,11 @@ pub(crate) fn host_from_body(kind: HostKind, body: Map<String, Value>, path: &st
         _ => e,
     };
     let body = Value::Object(body);
-    Ok(match kind {
-        HostKind::Plain => {
-            HostConfig::Plain(PlainHost { connection, ..de_strict(body, path).map_err(with_connection)? })
-        }
-        HostKind::Slurm => {
-            HostConfig::Slurm(SlurmHost { connection, ..de_strict(body, path).map_err(with_connection)? })
-        }
-        HostKind::Volcano => HostConfig::Volcano(de_strict(body, path)?),
-        HostKind::Local => HostConfig::Local(de_strict(body, path)?),
+    Ok(match kind.as_str() {
+        "plain" => HostConfig::Plain(PlainHost { connection, ..de_strict(body, path).map_err(with_connection)? }),
+        "slurm" => HostConfig::Slurm(SlurmHost { connection, ..de_strict(body, path).map_err(with_connection)? }),
+        "volcano" => HostConfig::Volcano(de_strict(body, path)?),
+        _ => HostConfig::Local(de_strict(body, path)?),
     })
 }
 

@@ -81,7 +81,7 @@ impl LocalBackend {
     }
 
     fn data(&self, handle: &JobHandle) -> Result<LocalHandleData> {
-        if handle.kind != HostKind::Local {
+        if handle.kind != HostKind::LOCAL {
             return Err(Error::backend(self, format!("handle of a {} job given to the local backend", handle.kind)));
         }
         serde_json::from_value(handle.data.clone())
@@ -110,7 +110,7 @@ fn free_port() -> Result<u16> {
 #[async_trait]
 impl Backend for LocalBackend {
     fn kind(&self) -> HostKind {
-        HostKind::Local
+        HostKind::LOCAL
     }
 
     fn layout(&self, identity: &JobIdentity, plan: &Plan) -> Result<RunLayout> {
@@ -338,7 +338,7 @@ struct LiveRun {
 impl LocalBackend {
     fn handle(&self, job: &PreparedJob, data: LocalHandleData) -> JobHandle {
         JobHandle {
-            kind: HostKind::Local,
+            kind: HostKind::LOCAL,
             host: self.name.clone(),
             id: job.identity.run_id.clone(),
             data: serde_json::to_value(data).expect("handle data serializes"),

@@ -109,7 +109,7 @@ mod tests {
             work: "~/work".into(),
             ..ClusterConfig::default()
         };
-        let plan = testing::cpu_plan("local", HostKind::Local, 1);
+        let plan = testing::cpu_plan("local", HostKind::LOCAL, 1);
         let backend = LocalBackend::new("local", LocalHost::default(), cluster, root);
         Harness { backend: Arc::new(backend), plan, probe: Arc::new(NoProbe), timeout: Duration::from_secs(60) }
     }

@@ -865,8 +865,8 @@ fn plan_fields_and_rendering() {
     let avail = BTreeMap::from([("hpc".to_owned(), span_report())]);
     let plan = solve(&config, &req("24 h100"), &avail).unwrap();
     assert_eq!(
-        (plan.kind, plan.cluster.as_str(), plan.chip.map(|c| c.name), plan.nodes, plan.chips_per_node),
-        (HostKind::Slurm, "c", Some("h100"), 3, 8)
+        (plan.kind.as_str(), plan.cluster.as_str(), plan.chip.map(|c| c.name), plan.nodes, plan.chips_per_node),
+        ("slurm", "c", Some("h100"), 3, 8)
     );
     assert_eq!(
         (plan.total_chips, plan.processes(), plan.partition.as_deref(), plan.gres_type.as_deref(), plan.queued),
