@@ -1,5 +1,5 @@
-//! The manifest of a shipped run dir's code ([`MANIFEST`]: path → object key or symlink
-//! target), written with the bootstrap by every ship and read back by a live sync.
+//! The code manifest of a run dir: per path, the object or link target it holds. Written into
+//! every run dir at shipping, read back by `sync` to find what changed.
 
 use std::collections::BTreeMap;
 

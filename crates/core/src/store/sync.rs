@@ -17,6 +17,7 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use super::archive::{ExtraFile, header};
+pub use super::manifest::{MANIFEST, Manifest};
 use super::plan::{PlanEntry, StorePlan};
 use super::ship::{relative_dest, send_missing, upload_id};
 use super::{Materialize, OBJECTS_DIR, ProgressFn, ScriptCall, Shell, ShellError, StatusFn, StdinFn, StoreError};
@@ -25,8 +26,6 @@ use crate::{Error, Result};
 
 #[path = "sync_scripts.rs"]
 pub mod scripts_sync;
-
-pub use super::manifest::{MANIFEST, Manifest};
 
 /// Exit code of [`scripts_sync::READ`] when the run dir has no manifest.
 pub const EXIT_NO_MANIFEST: i32 = 44;
