@@ -1,9 +1,20 @@
 //! Strict reading of config sections: serde's errors turned into [`KeyError`]s that name the full
 //! dotted key and say what is wrong in the house style (`unknown key "x" (expected one of: a, b)`,
-//! `missing required key "x"`), with suggestions for misspelt names.
+//! `missing required key "x"`), with suggestions for misspelt names; and the [`Provenance`] of
+//! merged values, which turns a key into the file or flag that set it.
 
+use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
+
+/// Where one value of the merged config came from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Provenance {
+    /// Dotted key path, e.g. `hosts.gpu-box.chips.h100`.
+    pub key: String,
+    /// Source, e.g. `built-in defaults`, `~/.theseus.yaml`, `env THESEUSCFG_PRIORITY`, `--set`.
+    pub source: String,
+}
 
 /// A problem at one dotted key path, before the source is known.
 #[derive(Debug, Clone, PartialEq, Eq)]

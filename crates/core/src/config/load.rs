@@ -15,9 +15,9 @@ use std::path::{Path, PathBuf};
 
 use figment::value::{Dict, Map as FigmentMap};
 use figment::{Figment, Metadata, Profile, Provider};
-use serde::Serialize;
 use serde_json::{Map, Value};
 
+use super::keys::Provenance;
 use super::validate::{self, KeyError};
 use super::{DispatchConfig, HostKind};
 use crate::{Error, Result};
@@ -59,15 +59,6 @@ pub struct LoadedConfig {
     /// Things the user should know that do not stop a job: hosts of unsupported types set
     /// aside, keys nothing reads (see [`super::compat`]).
     pub warnings: Vec<String>,
-}
-
-/// Where one value of the merged config came from.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Provenance {
-    /// Dotted key path, e.g. `hosts.gpu-box.chips.h100`.
-    pub key: String,
-    /// Source, e.g. `built-in defaults`, `~/.theseus.yaml`, `env THESEUSCFG_PRIORITY`, `--set`.
-    pub source: String,
 }
 
 /// Loads, merges and validates the config.

@@ -23,7 +23,8 @@ pub mod load;
 pub mod ssh;
 pub mod validate;
 
-pub use load::{ConfigSources, ENV_PREFIX, LoadedConfig, Provenance, display_path, expand_tilde};
+pub use keys::Provenance;
+pub use load::{ConfigSources, ENV_PREFIX, LoadedConfig, display_path, expand_tilde};
 pub use ssh::{KnownHosts, SshSettings};
 
 #[cfg(test)]
