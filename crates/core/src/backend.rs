@@ -16,12 +16,12 @@ use crate::bootstrap::RenderedBootstrap;
 // Re-exported where they were first defined; they live below this module now.
 use crate::Result;
 pub use crate::bootstrap::RunLayout;
-use crate::config::HostKind;
 pub use crate::job::EnvVar;
 use crate::job::{Experiment, JobIdentity};
+use crate::plan::HostKind;
+use crate::plan::{Plan, Request};
 use crate::session::{ShellRequest, ShellSession};
 use crate::snapshot::Snapshot;
-use crate::solver::{Plan, Request};
 pub use crate::store::reclaim::{ReclaimKind, ReclaimOptions, ReclaimReport, ReclaimedItem, StoreUsage};
 pub use crate::store::sync::SyncReport;
 pub use crate::store::{ProgressFn, StatusFn};

@@ -17,9 +17,10 @@ use figment::value::{Dict, Map as FigmentMap};
 use figment::{Figment, Metadata, Profile, Provider};
 use serde_json::{Map, Value};
 
-use super::keys::Provenance;
 use super::validate::{self, KeyError};
 use super::{DispatchConfig, HostKind};
+use crate::keys::Provenance;
+pub use crate::keys::{redact_quoted, yaml_message};
 use crate::{Error, Result};
 
 /// Prefix of environment variables that set config keys (`THESEUSCFG_PRIORITY=a,b`). It is not
@@ -219,43 +220,6 @@ pub(crate) fn parse_yaml(text: &str) -> std::result::Result<Value, String> {
     let mut value: Value = serde_saphyr::from_str(text).map_err(|e| yaml_message(&e.to_string()))?;
     strip_nulls(&mut value);
     Ok(value)
-}
-
-/// The first line of a serde-saphyr error (it already has line and column), without its
-/// `error: ` prefix, hints meant for programmers, the source snippet that follows it, and any
-/// quoted text of the file (see [`redact_quoted`]): config, experiment and kubeconfig files may
-/// hold secrets, so a parse error shows where, never what.
-pub fn yaml_message(raw: &str) -> String {
-    let first = raw.lines().next().unwrap_or(raw).trim();
-    let first = first.strip_prefix("error: ").unwrap_or(first);
-    let first = first.split(", set DuplicateKeyPolicy").next().unwrap_or(first);
-    redact_quoted(first)
-}
-
-/// Replaces quoted fragments (`"…"`, `'…'`, `` `…` ``) longer than two characters with `"…"`:
-/// they are text of the file (a value, a key), while the parser's own quotes name single
-/// characters (`expected ',' or '}'`), which stay.
-pub fn redact_quoted(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(start) = rest.find(['"', '\'', '`']) {
-        let quote = rest[start..].chars().next().unwrap_or('"');
-        let after = &rest[start + 1..];
-        match after.find(quote) {
-            Some(len) => {
-                out.push_str(&rest[..start]);
-                if after[..len].chars().count() > 2 {
-                    out.push_str("\"…\"");
-                } else {
-                    out.push_str(&rest[start..start + len + 2]);
-                }
-                rest = &after[len + 1..];
-            }
-            None => break,
-        }
-    }
-    out.push_str(rest);
-    out
 }
 
 fn strip_nulls(value: &mut Value) {

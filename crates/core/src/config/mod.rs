@@ -5,25 +5,19 @@
 //! (built-in defaults < user file < project file < environment < CLI) and [`validate`] checks
 //! everything that serde cannot (references between tables, chip names, counts).
 
-use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
 
-/// The most chips (or CPU processes) a request may ask for, and the most a config may give a
-/// host: every count is checked against it before any arithmetic, so that no product or sum of
-/// counts can overflow.
-pub const MAX_COUNT: u32 = 65_536;
-
 pub mod compat;
-mod keys;
-mod lenient;
 pub mod load;
 pub mod ssh;
 pub mod validate;
 
-pub use keys::Provenance;
+pub use crate::cluster::{ClusterConfig, Materialize, join};
+pub use crate::keys::Provenance;
+pub use crate::plan::{HostKind, MAX_COUNT};
 pub use load::{ConfigSources, ENV_PREFIX, LoadedConfig, display_path, expand_tilde};
 pub use ssh::{KnownHosts, SshSettings};
 
@@ -79,136 +73,6 @@ impl DispatchConfig {
     }
 }
 
-/// Filesystem layout and credentials of one cluster. Paths are as seen on that cluster's machines.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ClusterConfig {
-    /// Root for data, checkpoints, results and status.
-    pub root: String,
-    /// Scratch dir; per-run code dirs are `<work>/<project>/<group>/<name>/<run-id>`.
-    pub work: String,
-    /// Where job logs go (default `<work>/logs`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub log: Option<String>,
-    /// Data dir (default `<root>/data`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub data: Option<String>,
-    /// Checkpoints dir (default `<root>/checkpoints`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub checkpoints: Option<String>,
-    /// Results dir (default `<root>/results`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub results: Option<String>,
-    /// Status dir (default `<root>/status`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub status: Option<String>,
-    /// Dir visible to login and compute nodes (default `<work>/.dispatch`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub share: Option<String>,
-    /// JuiceFS metadata URL (mounted at `root` by the bootstrap; ignored for Volcano).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mount: Option<String>,
-    /// `juicefs mount --cache-size`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cache_size: Option<String>,
-    /// `juicefs mount --cache-dir`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cache_dir: Option<String>,
-    /// `juicefs mount --all-squash UID:GID`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub all_squash: Option<String>,
-    /// Exported as `UV_CACHE_DIR`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub uv_dir: Option<String>,
-    /// W&B API key, exported as `WANDB_API_KEY` (a secret).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub wandb: Option<String>,
-    /// Exported as `WANDB_ENTITY`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub wandb_entity: Option<String>,
-    /// Exported as `WANDB_PROJECT`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub wandb_project: Option<String>,
-    /// Hugging Face token, exported as `HF_TOKEN` (a secret).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub hf_token: Option<String>,
-    /// How run code dirs are made from the cluster's object store: `link` (default, hard
-    /// links to read-only objects) or `copy` (private writable copies, for filesystems without
-    /// hard links or jobs that write into their sources).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub materialize: Option<Materialize>,
-}
-
-/// How a run's code dir is made from the store's objects.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Materialize {
-    /// Hard links to the read-only objects: no extra space per run.
-    #[default]
-    Link,
-    /// Private, writable copies: for filesystems without hard links, or jobs that write into
-    /// their own sources.
-    Copy,
-}
-
-impl std::fmt::Display for Materialize {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Materialize::Link => "link",
-            Materialize::Copy => "copy",
-        })
-    }
-}
-
-impl ClusterConfig {
-    /// The log dir: `log`, else `<work>/logs`.
-    pub fn log_dir(&self) -> String {
-        self.log.clone().unwrap_or_else(|| join(&self.work, "logs"))
-    }
-
-    /// The share dir: `share`, else `<work>/.dispatch`.
-    pub fn share_dir(&self) -> String {
-        self.share.clone().unwrap_or_else(|| join(&self.work, ".dispatch"))
-    }
-
-    /// The data dir: `data`, else `<root>/data`.
-    pub fn data_dir(&self) -> String {
-        self.data.clone().unwrap_or_else(|| join(&self.root, "data"))
-    }
-
-    /// The checkpoints dir: `checkpoints`, else `<root>/checkpoints`.
-    pub fn checkpoints_dir(&self) -> String {
-        self.checkpoints.clone().unwrap_or_else(|| join(&self.root, "checkpoints"))
-    }
-
-    /// The results dir: `results`, else `<root>/results`.
-    pub fn results_dir(&self) -> String {
-        self.results.clone().unwrap_or_else(|| join(&self.root, "results"))
-    }
-
-    /// The status dir: `status`, else `<root>/status`.
-    pub fn status_dir(&self) -> String {
-        self.status.clone().unwrap_or_else(|| join(&self.root, "status"))
-    }
-
-    /// Environment derived from the cluster: W&B and Hugging Face settings, when set.
-    /// The second element of each pair says whether the value is a secret.
-    pub fn derived_env(&self) -> Vec<(&'static str, String, bool)> {
-        let mut env = Vec::new();
-        for (key, value, secret) in [
-            ("WANDB_API_KEY", &self.wandb, true),
-            ("WANDB_ENTITY", &self.wandb_entity, false),
-            ("WANDB_PROJECT", &self.wandb_project, false),
-            ("HF_TOKEN", &self.hf_token, true),
-        ] {
-            if let Some(v) = value {
-                env.push((key, v.clone(), secret));
-            }
-        }
-        env
-    }
-}
-
 /// A duration key's text: a string, or a number of seconds as YAML and env values give it
 /// (`probe_timeout: 5`), kept as text for [`crate::duration::parse`].
 fn duration_text<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<String>, D::Error> {
@@ -221,11 +85,6 @@ fn duration_text<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Op
             Err(D::Error::custom(format!("expected a duration such as `5s` or a number of seconds, found {other}")))
         }
     }
-}
-
-/// Joins two remote path pieces with exactly one `/`.
-pub fn join(base: &str, rest: &str) -> String {
-    format!("{}/{}", base.trim_end_matches('/'), rest.trim_start_matches('/'))
 }
 
 /// One execution target. In files, `type` selects the variant (default `plain`); `tpu` and
@@ -255,64 +114,6 @@ impl<'de> Deserialize<'de> for HostConfig {
             Some(other) => return Err(D::Error::custom(format!("type: expected a string, found {other}"))),
         };
         validate::host_from_body(kind, body, "host").map_err(|e| D::Error::custom(format!("{}: {}", e.path, e.message)))
-    }
-}
-
-/// The type of a host, by name: `local`, or the name a host type declares (`type:` in files).
-/// Kept as text in plans, handles and the ledger.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct HostKind(Cow<'static, str>);
-
-impl HostKind {
-    /// The local host type (this machine), the one type core implements.
-    pub const LOCAL: HostKind = HostKind::named("local");
-
-    /// The kind named `name`.
-    pub const fn named(name: &'static str) -> HostKind {
-        HostKind(Cow::Borrowed(name))
-    }
-
-    /// The name, as written in `type:`.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-// Transitional names of the built-in kinds, until each host type lives in its backend crate.
-#[allow(non_upper_case_globals, missing_docs)]
-impl HostKind {
-    pub const Plain: HostKind = HostKind::named("plain");
-    pub const Slurm: HostKind = HostKind::named("slurm");
-    pub const Volcano: HostKind = HostKind::named("volcano");
-}
-
-impl From<String> for HostKind {
-    fn from(name: String) -> HostKind {
-        HostKind(Cow::Owned(name))
-    }
-}
-
-impl PartialEq<str> for HostKind {
-    fn eq(&self, other: &str) -> bool {
-        self.0 == other
-    }
-}
-
-impl std::fmt::Display for HostKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl Serialize for HostKind {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(&self.0)
-    }
-}
-
-impl<'de> Deserialize<'de> for HostKind {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        String::deserialize(deserializer).map(HostKind::from)
     }
 }
 

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::keys::{KeyError, de_strict};
+use crate::keys::{KeyError, de_strict};
 
 /// How the server's host key is checked (`known_hosts`); unset: the user's ssh config decides.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -11,11 +11,11 @@ use std::collections::{BTreeMap, HashMap};
 use serde_json::{Map, Value};
 
 use super::MAX_COUNT;
-pub(crate) use super::keys::{KeyError, de_strict, kind_of, suggestion, unknown_key};
 use super::{
     ClusterConfig, DispatchConfig, HostConfig, HostKind, LocalHost, PlainHost, Provenance, SlurmHost, VolcanoHost,
 };
 use crate::chips;
+pub(crate) use crate::keys::{KeyError, de_strict, kind_of, suggestion, unknown_key};
 use crate::{Error, Result};
 
 /// Top-level keys of a config file.

@@ -15,11 +15,11 @@
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
-
 use crate::availability::Availability;
-use crate::chips::{Chip, ChipKind};
-use crate::config::{DispatchConfig, HostConfig, HostKind};
+use crate::config::{DispatchConfig, HostConfig};
+pub use crate::fit::{Layout, Outcome, Want};
+use crate::fit::{largest_chip, list_chips, spread};
+pub use crate::plan::{ChipRequest, Consideration, Plan, Request, Verdict};
 
 mod hints;
 mod machine;
@@ -31,111 +31,7 @@ mod volcano;
 
 pub use render::{describe_plan, render_table};
 
-pub use crate::config::MAX_COUNT;
-
-/// What the user asked for.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Request {
-    /// Which chip.
-    pub chip: ChipRequest,
-    /// How many chips in total; for [`ChipRequest::Cpu`], how many processes (0 counts as 1).
-    pub count: u32,
-    /// Only hosts of these clusters (empty: any).
-    pub preferred_clusters: Vec<String>,
-    /// Never hosts of these clusters.
-    pub forbidden_clusters: Vec<String>,
-    /// Only this host.
-    pub host: Option<String>,
-}
-
-/// The chip part of a [`Request`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ChipRequest {
-    /// CPU only.
-    Cpu,
-    /// Any GPU.
-    AnyGpu,
-    /// This chip.
-    Chip(&'static Chip),
-}
-
-impl std::fmt::Display for Request {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.chip {
-            ChipRequest::Cpu => {
-                write!(f, "cpu-only ({} process{})", self.count.max(1), if self.count.max(1) == 1 { "" } else { "es" })
-            }
-            ChipRequest::AnyGpu => write!(f, "{} x any-gpu", self.count),
-            ChipRequest::Chip(c) => write!(f, "{} x {}", self.count, c.name),
-        }
-    }
-}
-
-/// The solver's answer: where and how a job runs.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Plan {
-    /// Chosen host.
-    pub host: String,
-    /// Its type.
-    pub kind: HostKind,
-    /// Its cluster.
-    pub cluster: String,
-    /// The chip the job gets (`None` for CPU-only).
-    pub chip: Option<&'static Chip>,
-    /// Machines (pods, Slurm nodes) the job spans.
-    pub nodes: u32,
-    /// Chips per node: the one number every renderer uses for the per-node GPU request.
-    pub chips_per_node: u32,
-    /// Processes per node (1 on clusters; N for a local multi-process job).
-    pub processes_per_node: u32,
-    /// Chips the job gets in total.
-    pub total_chips: u32,
-    /// Slurm partition.
-    pub partition: Option<String>,
-    /// Slurm GRES type token (`h100` in `gpu:h100:4`), `None` for untyped or no GPUs.
-    pub gres_type: Option<String>,
-    /// The job is sent although no host has the capacity free now; the scheduler queues it.
-    pub queued: bool,
-    /// Things the user should know (e.g. the fallback, a partial node).
-    pub notes: Vec<String>,
-    /// Every host looked at, in order, with the verdict.
-    pub considered: Vec<Consideration>,
-}
-
-impl Plan {
-    /// Processes of the whole job.
-    pub fn processes(&self) -> u32 {
-        self.nodes.saturating_mul(self.processes_per_node)
-    }
-}
-
-/// Why one host was taken or passed over.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Consideration {
-    /// Host name.
-    pub host: String,
-    /// Host type.
-    pub kind: HostKind,
-    /// The verdict.
-    pub verdict: Verdict,
-    /// Why, in one short sentence.
-    pub reason: String,
-}
-
-/// Verdict of a [`Consideration`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Verdict {
-    /// The chosen host.
-    Chosen,
-    /// Eligible but not chosen (an earlier host won, or it lost the fallback).
-    Eligible,
-    /// Cannot serve the request.
-    Passed,
-    /// Filtered out by the cluster or host filters before looking.
-    Filtered,
-}
+pub use crate::plan::MAX_COUNT;
 
 /// No host can serve the request. Carries what was looked at.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -259,108 +155,6 @@ pub fn solve(
 }
 
 static NOT_CHECKED: Availability = Availability::NotChecked;
-
-/// The request, normalized: CPU processes, or a GPU chip (any if `None`) and count.
-#[derive(Debug, Clone, Copy)]
-enum Want {
-    Cpu { processes: u32 },
-    Gpu { chip: Option<&'static Chip>, count: u32 },
-}
-
-impl Want {
-    fn of(request: &Request) -> Result<Want, String> {
-        if request.count > MAX_COUNT {
-            return Err(format!(
-                "a request can be for at most {MAX_COUNT} chips or processes; asked for {}",
-                request.count
-            ));
-        }
-        let gpu = |chip: Option<&'static Chip>| {
-            if request.count == 0 {
-                Err(format!("a {} request needs at least one chip", chip.map_or("GPU", |c| c.name)))
-            } else {
-                Ok(Want::Gpu { chip, count: request.count })
-            }
-        };
-        match request.chip {
-            ChipRequest::Cpu => Ok(Want::Cpu { processes: request.count.max(1) }),
-            ChipRequest::Chip(c) if c.kind == ChipKind::Cpu => Ok(Want::Cpu { processes: request.count.max(1) }),
-            ChipRequest::AnyGpu => gpu(None),
-            ChipRequest::Chip(c) => gpu(Some(c)),
-        }
-    }
-}
-
-/// How one host would run the request.
-#[derive(Debug, Clone, Default)]
-struct Layout {
-    chip: Option<&'static Chip>,
-    nodes: u32,
-    chips_per_node: u32,
-    processes_per_node: u32,
-    partition: Option<String>,
-    gres_type: Option<String>,
-    notes: Vec<String>,
-}
-
-impl Layout {
-    /// A CPU-only layout.
-    fn cpu(nodes: u32, processes_per_node: u32) -> Layout {
-        Layout { nodes, processes_per_node, ..Layout::default() }
-    }
-
-    fn total_chips(&self) -> u32 {
-        self.nodes.saturating_mul(self.chips_per_node)
-    }
-}
-
-/// What one host can do with the request.
-#[derive(Debug)]
-enum Outcome {
-    /// It fits now.
-    Fits { layout: Layout, reason: String },
-    /// It could hold the request but not now (Slurm only): a fallback candidate ranked by `free`.
-    Queue { layout: Layout, free: u32, reason: String },
-    /// It cannot serve the request; `free` is how many chips of the kind it has free, if known.
-    Pass { reason: String, free: Option<u32> },
-}
-
-impl Outcome {
-    fn pass(reason: impl Into<String>) -> Outcome {
-        Outcome::Pass { reason: reason.into(), free: None }
-    }
-}
-
-/// Nodes and chips per node for `count` chips on nodes of `per_node` chips (`per_node > 0`),
-/// with a note when the total is rounded up to whole nodes.
-fn spread(count: u32, per_node: u32) -> (u32, u32, Option<String>) {
-    if count <= per_node {
-        return (1, count, None);
-    }
-    let nodes = count.div_ceil(per_node);
-    let total = nodes * per_node;
-    let note = (total > count).then(|| format!("rounded up to {total} chips on {nodes} nodes ({per_node} per node)"));
-    (nodes, per_node, note)
-}
-
-/// The chip with the most GPUs in a chips map (earlier key wins ties), if any count is positive.
-fn largest_chip(chips: &BTreeMap<String, u32>) -> Option<(&str, u32)> {
-    let mut best: Option<(&str, u32)> = None;
-    for (name, &n) in chips {
-        if n > 0 && best.is_none_or(|(_, b)| n > b) {
-            best = Some((name.as_str(), n));
-        }
-    }
-    best
-}
-
-/// `chips` as `h100: 8, l40: 2` for reasons, or `none`.
-fn list_chips(chips: &BTreeMap<String, u32>) -> String {
-    if chips.is_empty() {
-        return "none".into();
-    }
-    chips.iter().map(|(k, v)| format!("{k}: {v}")).collect::<Vec<_>>().join(", ")
-}
 
 fn filter_reason(request: &Request, name: &str, host: &HostConfig) -> Option<String> {
     let cluster = host.cluster();

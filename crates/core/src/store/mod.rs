@@ -70,7 +70,7 @@ pub const EXIT_EXISTS: i32 = 17;
 /// `gc`): shipping starts over once.
 pub const EXIT_OBJECT_GONE: i32 = 42;
 
-pub use crate::config::Materialize;
+pub use crate::cluster::Materialize;
 
 /// A progress callback: bytes done so far, total if known.
 pub type ProgressFn = Arc<dyn Fn(u64, Option<u64>) + Send + Sync>;

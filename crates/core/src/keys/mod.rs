@@ -1,7 +1,12 @@
-//! Strict reading of config sections: serde's errors turned into [`KeyError`]s that name the full
+//! Strict reading of config and experiment sections: serde's errors turned into [`KeyError`]s that name the full
 //! dotted key and say what is wrong in the house style (`unknown key "x" (expected one of: a, b)`,
 //! `missing required key "x"`), with suggestions for misspelt names; and the [`Provenance`] of
 //! merged values, which turns a key into the file or flag that set it.
+
+mod lenient;
+mod yaml;
+
+pub use yaml::{redact_quoted, yaml_message};
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -18,21 +23,21 @@ pub struct Provenance {
 
 /// A problem at one dotted key path, before the source is known.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct KeyError {
+pub struct KeyError {
     /// Dotted key path, e.g. `hosts.box.chips.h10`.
-    pub(crate) path: String,
+    pub path: String,
     /// What is wrong, e.g. `unknown chip "h10" (did you mean "h100"?)`.
-    pub(crate) message: String,
+    pub message: String,
 }
 
 impl KeyError {
-    pub(crate) fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
+    pub fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
         KeyError { path: path.into(), message: message.into() }
     }
 }
 
 /// ` (did you mean "x"?)` when a known name is close, else ` (known <what>: a, b)`.
-pub(crate) fn suggestion(name: &str, known: &[&str], what: &str) -> String {
+pub fn suggestion(name: &str, known: &[&str], what: &str) -> String {
     let best = known
         .iter()
         .map(|k| (strsim::jaro_winkler(name, k), *k))
@@ -47,8 +52,8 @@ pub(crate) fn suggestion(name: &str, known: &[&str], what: &str) -> String {
 
 /// Deserializes `value` and turns serde's errors into [`KeyError`]s with the full key path and
 /// house-style messages (`unknown key "x" (expected one of: a, b)`, `missing required key "x"`).
-pub(crate) fn de_strict<T: DeserializeOwned>(value: Value, prefix: &str) -> Result<T, KeyError> {
-    serde_path_to_error::deserialize(super::lenient::Lenient(value)).map_err(|e| {
+pub fn de_strict<T: DeserializeOwned>(value: Value, prefix: &str) -> Result<T, KeyError> {
+    serde_path_to_error::deserialize(lenient::Lenient(value)).map_err(|e| {
         let sub = e.path().to_string();
         let path = match (sub.as_str(), prefix) {
             (".", _) | ("", _) => prefix.to_owned(),
@@ -90,12 +95,12 @@ pub(crate) fn de_strict<T: DeserializeOwned>(value: Value, prefix: &str) -> Resu
 }
 
 /// An "unknown key" error.
-pub(crate) fn unknown_key(path: &str, key: &str, expected: &[&str]) -> KeyError {
+pub fn unknown_key(path: &str, key: &str, expected: &[&str]) -> KeyError {
     KeyError::new(path, format!("unknown key {key:?} (expected one of: {})", expected.join(", ")))
 }
 
 /// A short description of a JSON value's type, for messages.
-pub(crate) fn kind_of(value: &Value) -> &'static str {
+pub fn kind_of(value: &Value) -> &'static str {
     match value {
         Value::Null => "nothing",
         Value::Bool(_) => "a boolean",
