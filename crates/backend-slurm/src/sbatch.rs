@@ -6,7 +6,7 @@
 //! a backslash or a control character is rejected instead. Values in the script body go through
 //! [`shell::quote`].
 
-use theseus_core::config::SlurmHost;
+use crate::config::SlurmHost;
 use theseus_core::shell;
 use theseus_core::solver::Plan;
 use thiserror::Error;
@@ -68,7 +68,7 @@ pub struct Directives {
     pub gres: Option<String>,
     /// `--mem` per node.
     pub mem: String,
-    /// `--time`: the host's `time:`, else [`theseus_core::config::DEFAULT_SLURM_TIME`].
+    /// `--time`: the host's `time:`, else [`crate::config::DEFAULT_SLURM_TIME`].
     pub time: Option<String>,
     /// `--account`.
     pub account: Option<String>,

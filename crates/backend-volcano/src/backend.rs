@@ -13,7 +13,10 @@ use theseus_core::backend::{
     SubmitOptions,
 };
 use theseus_core::bootstrap::{DataDirs, Launch};
-use theseus_core::config::{ClusterConfig, HostKind, VolcanoHost, join};
+use theseus_core::config::{ClusterConfig, join};
+use theseus_core::plan::HostKind;
+
+use crate::config::{KIND, VolcanoHost};
 use theseus_core::job::JobIdentity;
 use theseus_core::solver::{Plan, Request};
 use tokio::sync::OnceCell;
@@ -269,7 +272,7 @@ impl VolcanoBackend {
 
     /// Handle data of a handle of this backend.
     pub(crate) fn handle_data(&self, handle: &JobHandle) -> theseus_core::Result<HandleData> {
-        if handle.kind != HostKind::Volcano {
+        if handle.kind != KIND {
             return Err(theseus_core::Error::backend(
                 self,
                 format!("handle of a {} job, not a volcano one", handle.kind),
@@ -389,7 +392,7 @@ pub(crate) struct Observation {
 #[async_trait]
 impl Backend for VolcanoBackend {
     fn kind(&self) -> HostKind {
-        HostKind::Volcano
+        KIND
     }
 
     fn layout(&self, identity: &JobIdentity, _plan: &Plan) -> theseus_core::Result<RunLayout> {
@@ -415,7 +418,7 @@ impl Backend for VolcanoBackend {
         let rendered = self.render(job).ok()?;
         let data = self.planned_data(job, &rendered);
         Some(JobHandle {
-            kind: HostKind::Volcano,
+            kind: KIND,
             host: self.name.clone(),
             id: data.job.clone(),
             data: serde_json::to_value(data).ok()?,
@@ -475,6 +478,11 @@ impl Backend for VolcanoBackend {
 
     async fn usage(&self) -> theseus_core::Result<theseus_core::backend::StoreUsage> {
         self.store_usage().await
+    }
+
+    /// Helper vcjobs and pods of crashed clients, and stale claims ([`VolcanoBackend::gc`]).
+    async fn leftovers(&self, older_than: Duration, dry_run: bool) -> theseus_core::Result<Option<Vec<String>>> {
+        self.gc(older_than, dry_run).await.map(Some).map_err(|e| self.err(e))
     }
 
     /// Through the API server's `pods/portforward` to the rank's pod (one websocket per

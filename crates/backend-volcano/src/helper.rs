@@ -3,10 +3,10 @@
 
 use std::collections::BTreeMap;
 
+use crate::config::VolcanoHost;
 use k8s_openapi::api::core::v1::{Container, PodTemplateSpec, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use theseus_core::config::VolcanoHost;
 use theseus_core::job::{JobIdentity, k8s_name};
 use theseus_core::shell::quote;
 

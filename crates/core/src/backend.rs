@@ -123,6 +123,14 @@ pub trait Backend: Debug + Display + Send + Sync + 'static {
         Err(crate::Error::NotSupported { operation: "reclaim", backend: self.to_string() })
     }
 
+    /// Leftovers of crashed clients that this backend's platform keeps besides the store
+    /// (helper jobs and pods, stale claims), older than `older_than`: deleted, or only listed
+    /// when `dry_run`. `None`: this backend leaves none (the default).
+    async fn leftovers(&self, older_than: Duration, dry_run: bool) -> Result<Option<Vec<String>>> {
+        let _ = (older_than, dry_run);
+        Ok(None)
+    }
+
     /// Space used on this host's cluster: its object store and run code dirs. The default is
     /// [`crate::Error::NotSupported`].
     async fn usage(&self) -> Result<StoreUsage> {

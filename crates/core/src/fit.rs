@@ -3,7 +3,8 @@
 
 use std::collections::BTreeMap;
 
-use crate::chips::{Chip, ChipKind};
+use crate::availability::Availability;
+use crate::chips::{self, Chip, ChipKind};
 use crate::plan::{ChipRequest, MAX_COUNT, Request};
 
 /// The request, normalized: CPU processes, or a GPU chip (any if `None`) and count.
@@ -143,4 +144,100 @@ pub fn list_chips(chips: &BTreeMap<String, u32>) -> String {
         return "none".into();
     }
     chips.iter().map(|(k, v)| format!("{k}: {v}")).collect::<Vec<_>>().join(", ")
+}
+
+/// The rule of a single machine with a `chips` map: `count` GPUs of `chip` (any type if `None`)
+/// on one node, capped by what its backend measured (an unknown availability passes the host
+/// over), run by `processes_per_node` processes.
+pub fn one_machine(
+    chips_map: &BTreeMap<String, u32>,
+    chip: Option<&'static Chip>,
+    count: u32,
+    avail: &Availability,
+    processes_per_node: u32,
+) -> Outcome {
+    match gpus(chips_map, chip, count, avail) {
+        Ok(fit) => fit.into_outcome(count, processes_per_node),
+        Err(outcome) => outcome,
+    }
+}
+
+/// GPUs of one type on a machine that can take the request.
+struct MachineFit {
+    chip: Option<&'static Chip>,
+    name: String,
+    free: u32,
+    source: String,
+    notes: Vec<String>,
+}
+
+impl MachineFit {
+    fn into_outcome(self, count: u32, processes_per_node: u32) -> Outcome {
+        let layout = Layout {
+            chip: self.chip,
+            nodes: 1,
+            chips_per_node: count,
+            processes_per_node,
+            notes: self.notes,
+            ..Layout::default()
+        };
+        Outcome::Fits { layout, reason: format!("needs {count} {}, {} free ({})", self.name, self.free, self.source) }
+    }
+}
+
+/// Checks a machine's `chips` and availability for `count` GPUs of `chip` (any type if `None`).
+fn gpus(
+    chips_map: &BTreeMap<String, u32>,
+    chip: Option<&'static Chip>,
+    count: u32,
+    avail: &Availability,
+) -> Result<MachineFit, Outcome> {
+    let mut notes = Vec::new();
+    let (name, configured) = match chip {
+        Some(c) => match chips_map.get(c.name) {
+            Some(&n) if n > 0 => (c.name.to_owned(), n),
+            _ => {
+                return Err(Outcome::pass(format!("no {} in chips ({})", c.name, list_chips(chips_map))));
+            }
+        },
+        None => match largest_chip(chips_map) {
+            Some((name, n)) => {
+                if chips_map.values().filter(|&&v| v > 0).count() > 1 {
+                    notes.push(format!("any GPU: using {name}, the type with most GPUs ({n})"));
+                }
+                (name.to_owned(), n)
+            }
+            None => return Err(Outcome::pass("no GPUs in chips")),
+        },
+    };
+    if count > configured {
+        return Err(Outcome::Pass {
+            reason: format!("needs {count} {name}, has {configured}"),
+            free: Some(configured),
+        });
+    }
+    let (free, source) = match avail {
+        Availability::NotChecked => (configured, "not checked; configured".to_owned()),
+        Availability::Free { chips, source } => ((*chips).min(configured), source.clone()),
+        Availability::Unknown { reason } => {
+            return Err(Outcome::pass(format!("availability unknown: {reason}")));
+        }
+        Availability::Unusable { reason } => return Err(Outcome::pass(reason.clone())),
+        Availability::Slurm(_) => {
+            return Err(Outcome::pass("availability unknown: unexpected slurm report"));
+        }
+    };
+    if free < count {
+        return Err(Outcome::Pass {
+            reason: format!("needs {count} {name}, {free} free ({source})"),
+            free: Some(free),
+        });
+    }
+    let chip = chip.or_else(|| chips::lookup(&name));
+    Ok(MachineFit { chip, name, free, source, notes })
+}
+
+/// `es` unless `n` is 1 (`process`/`processes`).
+pub fn plural_es(n: u32) -> &'static str {
+    if n == 1 { "" } else { "es" }
 }

@@ -33,14 +33,6 @@ impl HostKind {
     }
 }
 
-// Transitional names of the built-in kinds, until each host type lives in its backend crate.
-#[allow(non_upper_case_globals, missing_docs)]
-impl HostKind {
-    pub const Plain: HostKind = HostKind::named("plain");
-    pub const Slurm: HostKind = HostKind::named("slurm");
-    pub const Volcano: HostKind = HostKind::named("volcano");
-}
-
 impl From<String> for HostKind {
     fn from(name: String) -> HostKind {
         HostKind(Cow::Owned(name))

@@ -3,7 +3,8 @@
 use std::process::Command;
 
 use theseus_core::chips;
-use theseus_core::config::{HostKind, PartitionConfig, PartitionDetail};
+
+use crate::config::{PartitionConfig, PartitionDetail};
 
 use super::*;
 
@@ -32,7 +33,7 @@ fn host() -> SlurmHost {
 fn plan(nodes: u32, chips_per_node: u32, partition: &str, gres_type: Option<&str>) -> Plan {
     Plan {
         host: "lab".into(),
-        kind: HostKind::Slurm,
+        kind: crate::KIND,
         cluster: "lab".into(),
         chip: gres_type.and_then(chips::lookup),
         nodes,

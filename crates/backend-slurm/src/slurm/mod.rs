@@ -42,7 +42,10 @@ use theseus_core::backend::{
     SubmitOptions,
 };
 use theseus_core::bootstrap::{BOOTSTRAP_DIR, Launch};
-use theseus_core::config::{ClusterConfig, HostKind, SlurmHost, join};
+use theseus_core::config::{ClusterConfig, join};
+use theseus_core::plan::HostKind;
+
+use crate::config::{KIND, SlurmHost};
 use theseus_core::job::JobIdentity;
 use theseus_core::solver::{Plan, Request};
 use theseus_core::store::ExtraFile;
@@ -377,7 +380,7 @@ impl SlurmBackend {
 #[async_trait]
 impl Backend for SlurmBackend {
     fn kind(&self) -> HostKind {
-        HostKind::Slurm
+        KIND
     }
 
     async fn reclaim(

@@ -14,6 +14,8 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use futures::StreamExt;
+use theseus_backend_slurm::SlurmHost;
+use theseus_backend_slurm::config::PartitionConfig;
 use theseus_backend_slurm::slurm::{Settings, SlurmBackend, SlurmHandleData};
 use theseus_backend_ssh::ssh::{Backoff, KnownHostsPolicy, SshHost, SshOptions};
 use theseus_core::availability::Availability;
@@ -22,7 +24,7 @@ use theseus_core::backend::{
 };
 use theseus_core::bootstrap::{self, BootstrapInput};
 use theseus_core::chips;
-use theseus_core::config::{ClusterConfig, DispatchConfig, HostConfig, HostKind, PartitionConfig, SlurmHost};
+use theseus_core::config::{ClusterConfig, DispatchConfig, HostConfig};
 use theseus_core::job::{Distributed, Entrypoint, Experiment, JobIdentity};
 use theseus_core::snapshot::{Snapshot, SnapshotMode};
 use theseus_core::solver::{self, ChipRequest, Plan, Request};
@@ -148,7 +150,7 @@ pub(crate) fn backend_of(
 pub(crate) fn plan(partition: &str, nodes: u32, gpus_per_node: u32) -> Plan {
     Plan {
         host: "lab".into(),
-        kind: HostKind::Slurm,
+        kind: theseus_backend_slurm::KIND,
         cluster: "lab".into(),
         chip: None,
         nodes,
@@ -270,7 +272,7 @@ async fn availability_from_live_sinfo_picks_the_partition_and_node_count() {
 
     let mut config = DispatchConfig::default();
     config.clusters.insert("lab".into(), ClusterConfig { root: "/r".into(), work: "/w".into(), ..Default::default() });
-    config.hosts.insert("lab".into(), HostConfig::Slurm(host()));
+    config.hosts.insert("lab".into(), HostConfig::new(Box::new(host())));
     config.gres_mapping = BTreeMap::from([("h100".to_owned(), "h100".to_owned())]);
     let map = BTreeMap::from([("lab".to_owned(), avail.clone())]);
     let eight = solver::solve(&config, &request(8), &map).unwrap();

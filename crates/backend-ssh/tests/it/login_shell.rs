@@ -9,11 +9,12 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use theseus_backend_ssh::plain::PlainBackend;
+use theseus_backend_ssh::plain::PlainHost;
 use theseus_backend_ssh::ssh::{RemoteCommand, SshError, SshHost};
 use theseus_core::availability::Availability;
 use theseus_core::backend::{Backend, JobState, LogOptions, PreparedJob, SubmitOptions};
 use theseus_core::bootstrap::{self, BootstrapInput};
-use theseus_core::config::{ClusterConfig, PlainHost};
+use theseus_core::config::ClusterConfig;
 use theseus_core::job::{Distributed, Entrypoint, Experiment, JobIdentity};
 use theseus_core::snapshot::{Snapshot, SnapshotMode};
 use theseus_core::solver::{ChipRequest, Request};

@@ -6,11 +6,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use theseus_backend_ssh::plain::PlainBackend;
+use theseus_backend_ssh::plain::PlainHost;
 use theseus_backend_ssh::ssh::SshHost;
 use theseus_core::Error;
 use theseus_core::backend::{Backend, JobHandle, JobState, PreparedJob, SubmitOptions};
 use theseus_core::bootstrap::{self, BootstrapInput};
-use theseus_core::config::{ClusterConfig, PlainHost};
+use theseus_core::config::ClusterConfig;
 use theseus_core::job::{Distributed, Entrypoint, Experiment, JobIdentity};
 use theseus_core::local::process::job_processes;
 use theseus_core::snapshot::{Snapshot, SnapshotMode};

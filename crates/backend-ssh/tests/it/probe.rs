@@ -5,10 +5,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use theseus_backend_ssh::plain::PlainHost;
 use theseus_backend_ssh::plain::{PlainBackend, Settings};
 use theseus_backend_ssh::ssh::{Backoff, KnownHostsPolicy, RemoteCommand, SshHost, SshOptions};
 use theseus_core::backend::Backend;
-use theseus_core::config::{ClusterConfig, PlainHost};
+use theseus_core::config::ClusterConfig;
 use theseus_core::solver::{ChipRequest, Request};
 
 /// A loopback port nobody listens on (bound, then closed).

@@ -12,11 +12,12 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
+use theseus_backend_ssh::plain::PlainHost;
 use theseus_backend_ssh::plain::{PlainBackend, PlainHandleData};
 use theseus_backend_ssh::ssh::SshHost;
 use theseus_core::backend::{Backend, JobHandle, JobState, JobStatus, LogOptions, PreparedJob, SubmitOptions};
 use theseus_core::bootstrap::{self, BootstrapInput};
-use theseus_core::config::{ClusterConfig, PlainHost};
+use theseus_core::config::ClusterConfig;
 use theseus_core::job::{Distributed, Entrypoint, Experiment, JobIdentity};
 use theseus_core::snapshot::{Snapshot, SnapshotMode};
 use theseus_core::store::{Materialize, ShipReport};

@@ -1,8 +1,8 @@
 //! A realistic volcano host, plans and a layout for the render tests.
 
+use theseus_backend_volcano::VolcanoHost;
 use theseus_core::backend::{EnvVar, RunLayout};
 use theseus_core::bootstrap::Launch;
-use theseus_core::config::{HostKind, VolcanoHost};
 use theseus_core::job::JobIdentity;
 use theseus_core::solver::Plan;
 
@@ -49,7 +49,7 @@ pub(crate) fn identity() -> JobIdentity {
 pub(crate) fn gpu_plan(nodes: u32, chips_per_node: u32) -> Plan {
     Plan {
         host: "k8s".into(),
-        kind: HostKind::Volcano,
+        kind: theseus_backend_volcano::KIND,
         cluster: "k8s".into(),
         chip: Some(theseus_core::chips::parse("h100").unwrap()),
         nodes,

@@ -9,7 +9,7 @@ use anyhow::{Result, anyhow};
 use futures::StreamExt;
 use serde_json::json;
 use theseus_core::backend::{DynBackend, JobHandle, JobState, JobStatus, LogOptions};
-use theseus_core::config::{DispatchConfig, HostConfig, HostKind, LoadedConfig, compat};
+use theseus_core::config::{self, DispatchConfig, HostKind, LoadedConfig, compat};
 use theseus_core::interrupt;
 use theseus_core::ledger::{Ledger, Record, is_placeholder};
 
@@ -23,10 +23,9 @@ pub(crate) const STATUS_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long `status` and `list` wait for `host`: a Volcano host's calls end at its `api_timeout`
 /// (naming it), so the wait outlasts that; other hosts get [`STATUS_TIMEOUT`].
 pub(super) fn answer_within(loaded: Option<&LoadedConfig>, host: &str) -> Duration {
-    match loaded.and_then(|l| l.config.hosts.get(host)) {
-        Some(HostConfig::Volcano(v)) => theseus_backend_volcano::client::api_timeout(v)
-            .map_or(STATUS_TIMEOUT, |t| (t + Duration::from_secs(5)).max(STATUS_TIMEOUT)),
-        _ => STATUS_TIMEOUT,
+    match loaded.and_then(|l| l.config.hosts.get(host)).and_then(|h| h.api_timeout()) {
+        Some(t) => (t + Duration::from_secs(5)).max(STATUS_TIMEOUT),
+        None => STATUS_TIMEOUT,
     }
 }
 
@@ -70,10 +69,11 @@ pub(super) fn backend_for(
         .host_config(&record.identity.run_id)
         .ok()
         .flatten()
-        .and_then(|value| serde_json::from_value(value).ok())
+        .and_then(|value| config::load::from_value(&value, &crate::backends::registry()).ok())
         .filter(|c: &DispatchConfig| c.hosts.contains_key(&record.host));
     let same_place = |recorded: &DispatchConfig| {
-        let current = host_snapshot(&loaded.config, &record.host).and_then(|v| serde_json::from_value(v).ok());
+        let current = host_snapshot(&loaded.config, &record.host)
+            .and_then(|v| config::load::from_value(&v, &crate::backends::registry()).ok());
         current.is_some_and(|current: DispatchConfig| {
             let (a, b) = (&current.hosts[&record.host], &recorded.hosts[&record.host]);
             a.kind() == b.kind() && current.clusters.get(a.cluster()) == recorded.clusters.get(b.cluster())

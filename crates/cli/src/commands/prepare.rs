@@ -7,7 +7,8 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use anyhow::{Result, anyhow};
-use theseus_core::config::{DispatchConfig, HostConfig, LoadedConfig};
+use serde_json::Value;
+use theseus_core::config::{DispatchConfig, HostKind, LoadedConfig};
 use theseus_core::dispatch::{BackendFactory, DispatchError, Dispatcher, Event, JobSpec, Solved};
 use theseus_core::job::Experiment;
 use theseus_core::snapshot::SnapshotMode;
@@ -126,11 +127,7 @@ pub(crate) async fn solve(
     let mut loaded = ctx.config()?;
     apply_resource_flags(&mut loaded, args)?;
     if args.oversubscribe {
-        for host in loaded.config.hosts.values_mut() {
-            if let HostConfig::Local(local) = host {
-                local.oversubscribe = true;
-            }
-        }
+        set_keys(&mut loaded, HostKind::LOCAL, vec![("oversubscribe", Value::Bool(true))], "--oversubscribe")?;
     }
     theseus_core::job::validate_name("job name", &args.name)?;
     let mut experiment = match experiment {
@@ -168,42 +165,53 @@ pub(crate) fn render_unanswered(unanswered: &[(String, String)]) -> String {
 /// `--volcano-image`, `--volcano-namespace`, `--cpu` and `--mem` applied to every host they
 /// concern (the solver has not picked one yet), each checked like the config key it replaces.
 fn apply_resource_flags(loaded: &mut LoadedConfig, args: &JobArgs) -> Result<()> {
-    for (name, host) in loaded.config.hosts.iter_mut() {
-        match host {
-            HostConfig::Volcano(v) => {
-                if let Some(image) = &args.volcano_image {
-                    v.image = image.clone();
-                }
-                if let Some(ns) = &args.volcano_namespace {
-                    v.namespace = ns.clone();
-                }
-                if let Some(cpu) = &args.cpu {
-                    v.cpu = Some(cpu.clone());
-                    v.cpu_cpu = Some(cpu.clone());
-                }
-                if let Some(mem) = &args.mem {
-                    v.memory = Some(mem.clone());
-                    v.cpu_memory = Some(mem.clone());
-                }
-                if args.volcano_image.is_some()
-                    || args.volcano_namespace.is_some()
-                    || args.cpu.is_some()
-                    || args.mem.is_some()
-                {
-                    theseus_backend_volcano::validate_host(name, v).map_err(|e| {
-                        anyhow!(
-                            "{e} (after --volcano-image/--volcano-namespace/--cpu/--mem were applied; fix the flag)"
-                        )
-                    })?;
-                }
+    let text = |v: &String| Value::String(v.clone());
+    let mut volcano = Vec::new();
+    if let Some(image) = &args.volcano_image {
+        volcano.push(("image", text(image)));
+    }
+    if let Some(ns) = &args.volcano_namespace {
+        volcano.push(("namespace", text(ns)));
+    }
+    if let Some(cpu) = &args.cpu {
+        volcano.extend([("cpu", text(cpu)), ("cpu_cpu", text(cpu))]);
+    }
+    if let Some(mem) = &args.mem {
+        volcano.extend([("memory", text(mem)), ("cpu_memory", text(mem))]);
+    }
+    if !volcano.is_empty() {
+        set_keys(loaded, theseus_backend_volcano::KIND, volcano, "--volcano-image/--volcano-namespace/--cpu/--mem")?;
+        for (name, host) in &loaded.config.hosts {
+            if host.kind() == theseus_backend_volcano::KIND
+                && let Some(cluster) = loaded.config.clusters.get(host.cluster())
+                && let Err(e) = host.check(name, cluster)
+                && !e.path.starts_with("clusters.")
+            {
+                anyhow::bail!(
+                    "{}: {} (after --volcano-image/--volcano-namespace/--cpu/--mem were applied; fix the flag)",
+                    e.path,
+                    e.message
+                );
             }
-            HostConfig::Slurm(s) => {
-                if let Some(mem) = &args.mem {
-                    s.mem = Some(mem.clone());
-                }
-            }
-            HostConfig::Plain(_) | HostConfig::Local(_) => {}
         }
+    }
+    if let Some(mem) = &args.mem {
+        set_keys(loaded, theseus_backend_slurm::KIND, vec![("mem", text(mem))], "--mem")?;
+    }
+    Ok(())
+}
+
+/// Sets `keys` on every host of `kind`, as a `--set hosts.NAME.KEY=...` layer would; `flags`
+/// names the flags in errors.
+fn set_keys(loaded: &mut LoadedConfig, kind: HostKind, keys: Vec<(&str, Value)>, flags: &str) -> Result<()> {
+    let registry = crate::backends::registry();
+    for (name, host) in loaded.config.hosts.iter_mut() {
+        if host.kind() != kind {
+            continue;
+        }
+        *host = registry
+            .with_keys(host, &format!("hosts.{name}"), keys.clone())
+            .map_err(|e| anyhow!("{}: {} (after {flags} were applied; fix the flag)", e.path, e.message))?;
     }
     Ok(())
 }

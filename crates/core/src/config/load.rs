@@ -18,7 +18,7 @@ use figment::{Figment, Metadata, Profile, Provider};
 use serde_json::{Map, Value};
 
 use super::validate::{self, KeyError};
-use super::{DispatchConfig, HostKind};
+use super::{DispatchConfig, HostTypes};
 use crate::keys::Provenance;
 pub use crate::keys::{redact_quoted, yaml_message};
 use crate::{Error, Result};
@@ -46,6 +46,8 @@ pub struct ConfigSources {
     pub env: Vec<(String, String)>,
     /// CLI `--set KEY=VALUE` settings (dotted keys, YAML values).
     pub cli: Vec<(String, String)>,
+    /// The host types hosts may have (the program's registry).
+    pub host_types: HostTypes,
 }
 
 /// A loaded, validated config with its provenance.
@@ -130,7 +132,8 @@ pub fn load(sources: &ConfigSources) -> Result<LoadedConfig> {
     }
 
     // Hosts of types theseus does not run (the original's `tpu`) are set aside with a warning.
-    let unsupported = super::compat::unsupported_hosts(layers.iter().map(|l| (l.source.as_str(), &l.value)));
+    let unsupported =
+        super::compat::unsupported_hosts(&sources.host_types, layers.iter().map(|l| (l.source.as_str(), &l.value)));
     for layer in &mut layers {
         super::compat::remove_hosts(&mut layer.value, &unsupported);
     }
@@ -138,13 +141,14 @@ pub fn load(sources: &ConfigSources) -> Result<LoadedConfig> {
 
     let mut types = HashMap::new();
     for layer in &layers {
-        validate::check_layer(&layer.value, &mut types).map_err(|e| layer_error(&layer.source, e))?;
+        validate::check_layer(&layer.value, &sources.host_types, &mut types)
+            .map_err(|e| layer_error(&layer.source, e))?;
     }
 
     let mut merged = merge(&layers)?;
     warnings.extend(super::compat::drop_priority_entries(&mut merged, &unsupported));
     let provenance = provenance(&layers, &merged);
-    let mut config = build(&merged, &layers)?;
+    let mut config = build(&merged, &layers, &sources.host_types)?;
     validate::validate(&mut config, &provenance)?;
     warnings.extend(super::compat::juicefs_warnings(&config, |key| validate::source_of(&provenance, key)));
     Ok(LoadedConfig { config, files, provenance, warnings })
@@ -396,7 +400,7 @@ fn layer_error(source: &str, e: KeyError) -> Error {
 }
 
 /// Deserializes the merged map strictly into a [`DispatchConfig`], keeping the key order.
-fn build(merged: &Map<String, Value>, layers: &[Layer]) -> Result<DispatchConfig> {
+fn build(merged: &Map<String, Value>, layers: &[Layer], registry: &HostTypes) -> Result<DispatchConfig> {
     let fail = |e: KeyError| {
         // A missing key is the fault of the layer that defined the table; others of the one that set the key.
         let first = e.message.starts_with("missing required key");
@@ -417,23 +421,21 @@ fn build(merged: &Map<String, Value>, layers: &[Layer]) -> Result<DispatchConfig
             }
             "hosts" => {
                 for (name, host) in value.as_object().into_iter().flatten() {
-                    let path = format!("hosts.{name}");
-                    let mut body = host.as_object().cloned().unwrap_or_default();
-                    let kind = match body.remove("type") {
-                        None => HostKind::Plain,
-                        Some(Value::String(t)) => {
-                            validate::host_kind(&t).map_err(|m| fail(KeyError::new(format!("{path}.type"), m)))?
-                        }
-                        Some(other) => {
-                            let message = format!("expected a string, found {}", validate::kind_of(&other));
-                            return Err(fail(KeyError::new(format!("{path}.type"), message)));
-                        }
-                    };
-                    config.hosts.insert(name.clone(), validate::host_from_body(kind, body, &path).map_err(fail)?);
+                    let body = host.as_object().cloned().unwrap_or_default();
+                    let host = registry.parse(body, &format!("hosts.{name}")).map_err(fail)?;
+                    config.hosts.insert(name.clone(), host);
                 }
             }
             _ => return Err(fail(validate::unknown_key(key, key, validate::TOP_KEYS))),
         }
     }
     Ok(config)
+}
+
+/// Reads a whole config from one JSON map (a run's host as the ledger keeps it), strictly, with
+/// the host types of `registry`. Not validated: it was when it was saved.
+pub fn from_value(value: &Value, registry: &HostTypes) -> Result<DispatchConfig> {
+    let empty = Map::new();
+    let merged = value.as_object().unwrap_or(&empty);
+    build(merged, &[], registry)
 }

@@ -11,18 +11,13 @@ use std::collections::{BTreeMap, HashMap};
 use serde_json::{Map, Value};
 
 use super::MAX_COUNT;
-use super::{
-    ClusterConfig, DispatchConfig, HostConfig, HostKind, LocalHost, PlainHost, Provenance, SlurmHost, VolcanoHost,
-};
+use super::{ClusterConfig, DispatchConfig, HostTypes, Provenance};
 use crate::chips;
 pub(crate) use crate::keys::{KeyError, de_strict, kind_of, suggestion, unknown_key};
 use crate::{Error, Result};
 
 /// Top-level keys of a config file.
 pub(crate) const TOP_KEYS: &[&str] = &["mount", "proxy", "clusters", "hosts", "priority", "gres_mapping"];
-
-/// Host types accepted in `type`.
-pub(crate) const HOST_TYPES: &[&str] = &["plain", "slurm", "volcano", "local"];
 
 /// Validates a merged config and canonicalizes chip names (`H100` → `h100`) in every `chips` map
 /// and in `gres_mapping`. Errors start with the source that set the offending value, looked up
@@ -48,53 +43,7 @@ pub fn validate(config: &mut DispatchConfig, provenance: &[Provenance]) -> Resul
                 return Err(fail(&format!("{prefix}.env.{key}"), format!("invalid environment variable name {key:?}")));
             }
         }
-        let counts: Vec<(&str, Option<u32>)> = match &*host {
-            HostConfig::Local(h) => vec![("processes", h.processes)],
-            HostConfig::Slurm(h) => vec![("gpus_per_node", h.gpus_per_node)],
-            HostConfig::Volcano(h) => vec![
-                ("gpus_per_node", Some(h.gpus_per_node)),
-                ("num_nodes", Some(h.num_nodes)),
-                ("rdma_per_node", Some(h.rdma_per_node)),
-            ],
-            HostConfig::Plain(_) => vec![],
-        };
-        for (key, count) in counts {
-            if let Some(n) = count.filter(|n| *n > MAX_COUNT) {
-                return Err(fail(&format!("{prefix}.{key}"), format!("invalid count {n}: at most {MAX_COUNT}")));
-            }
-        }
-        if let HostConfig::Plain(PlainHost { ssh, .. }) | HostConfig::Slurm(SlurmHost { ssh, .. }) = host {
-            check_ssh_destination(ssh).map_err(|m| fail(&format!("{prefix}.ssh"), m))?;
-        }
-        match host {
-            HostConfig::Plain(PlainHost { chips, .. })
-            | HostConfig::Volcano(VolcanoHost { chips, .. })
-            | HostConfig::Local(LocalHost { chips, .. }) => {
-                *chips = canonical_chips(chips, &format!("{prefix}.chips")).map_err(|e| fail(&e.path, e.message))?;
-            }
-            HostConfig::Slurm(slurm) => {
-                if let Some(chips) = &mut slurm.chips {
-                    *chips =
-                        canonical_chips(chips, &format!("{prefix}.chips")).map_err(|e| fail(&e.path, e.message))?;
-                }
-                for (i, p) in slurm.partitions.iter().enumerate() {
-                    if p.name().trim().is_empty() {
-                        return Err(fail(
-                            &format!("{prefix}.partitions"),
-                            format!("partitions[{i}]: empty partition name"),
-                        ));
-                    }
-                }
-                for (i, p) in slurm.cpu_partitions.iter().enumerate() {
-                    if p.trim().is_empty() {
-                        return Err(fail(
-                            &format!("{prefix}.cpu_partitions"),
-                            format!("cpu_partitions[{i}]: empty partition name"),
-                        ));
-                    }
-                }
-            }
-        }
+        host.validate(&prefix).map_err(|e| fail(&e.path, e.message))?;
     }
     config.gres_mapping =
         canonical_chips(&config.gres_mapping, "gres_mapping").map_err(|e| fail(&e.path, e.message))?;
@@ -147,8 +96,9 @@ pub fn source_of(provenance: &[Provenance], path: &str) -> String {
     best.map_or_else(|| "config".to_owned(), |p| p.source.clone())
 }
 
-/// Re-keys a chip map by catalog name; two spellings of one chip are an error.
-fn canonical_chips<V: Clone>(map: &BTreeMap<String, V>, path: &str) -> Result<BTreeMap<String, V>, KeyError> {
+/// Re-keys a chip map by catalog name; two spellings of one chip are an error. `path` is the
+/// map's key (`hosts.NAME.chips`).
+pub fn canonical_chips<V: Clone>(map: &BTreeMap<String, V>, path: &str) -> Result<BTreeMap<String, V>, KeyError> {
     let mut out = BTreeMap::new();
     let mut spelled: HashMap<&str, &str> = HashMap::new();
     for (key, value) in map {
@@ -164,7 +114,11 @@ fn canonical_chips<V: Clone>(map: &BTreeMap<String, V>, path: &str) -> Result<BT
 
 /// Checks one layer on its own. `types` holds the host types set by the lower layers; the
 /// layer's own `type` settings are added to it.
-pub(crate) fn check_layer(layer: &Map<String, Value>, types: &mut HashMap<String, String>) -> Result<(), KeyError> {
+pub(crate) fn check_layer(
+    layer: &Map<String, Value>,
+    registry: &HostTypes,
+    types: &mut HashMap<String, String>,
+) -> Result<(), KeyError> {
     for (key, value) in layer {
         match key.as_str() {
             "mount" | "proxy" => {
@@ -185,7 +139,7 @@ pub(crate) fn check_layer(layer: &Map<String, Value>, types: &mut HashMap<String
             }
             "hosts" => {
                 for (name, host) in as_map(value, key)? {
-                    check_host_layer(name, as_map(host, &format!("hosts.{name}"))?, types)?;
+                    check_host_layer(name, as_map(host, &format!("hosts.{name}"))?, registry, types)?;
                 }
             }
             "priority" => {
@@ -236,12 +190,13 @@ fn check_cluster_paths(cluster: &Map<String, Value>, path: &str) -> Result<(), K
 fn check_host_layer(
     name: &str,
     host: &Map<String, Value>,
+    registry: &HostTypes,
     types: &mut HashMap<String, String>,
 ) -> Result<(), KeyError> {
     let path = format!("hosts.{name}");
     let kind = match host.get("type") {
         Some(Value::String(t)) => {
-            let kind = host_kind(t).map_err(|m| KeyError::new(format!("{path}.type"), m))?;
+            let kind = registry.get(Some(t)).map_err(|m| KeyError::new(format!("{path}.type"), m))?;
             types.insert(name.to_owned(), t.clone());
             kind
         }
@@ -250,7 +205,7 @@ fn check_host_layer(
         }
         None => types
             .get(name)
-            .map_or(Ok(HostKind::Plain), |t| host_kind(t))
+            .map_or_else(|| registry.get(None), |t| registry.get(Some(t)))
             .map_err(|m| KeyError::new(format!("{path}.type"), m))?,
     };
     if let Some(chips) = host.get("chips") {
@@ -271,15 +226,10 @@ fn check_host_layer(
     }
     let mut body = host.clone();
     body.remove("type");
-    let required: &[&str] = match kind.as_str() {
-        "plain" | "slurm" => &["ssh", "cluster"],
-        "volcano" => &["cluster"],
-        _ => &[],
-    };
-    for key in required {
+    for key in kind.required_keys() {
         body.entry(*key).or_insert_with(|| Value::String(String::new()));
     }
-    host_from_body(kind, body, &path).map(|_| ())
+    kind.parse(body, &path).map(|_| ())
 }
 
 /// Checks a `probe_timeout` value: a duration through [`crate::duration::parse`] (a number is
@@ -336,39 +286,13 @@ fn check_gres_type(gres: &str) -> std::result::Result<(), String> {
     Ok(())
 }
 
-/// The kind of a `type` value; TPU and unknown types are errors.
-pub(crate) fn host_kind(t: &str) -> Result<HostKind, String> {
-    match t {
-        "plain" => Ok(HostKind::Plain),
-        "slurm" => Ok(HostKind::Slurm),
-        "volcano" => Ok(HostKind::Volcano),
-        "local" => Ok(HostKind::LOCAL),
-        "tpu" => Err("TPU hosts are not supported yet".into()),
-        other => Err(format!("unknown host type {other:?} (expected one of: {})", HOST_TYPES.join(", "))),
+/// Checks a count key of a host (`gpus_per_node`, `processes`): at most [`MAX_COUNT`]. `path`
+/// is the key.
+pub fn check_count(path: &str, count: Option<u32>) -> Result<(), KeyError> {
+    match count.filter(|n| *n > MAX_COUNT) {
+        Some(n) => Err(KeyError::new(path, format!("invalid count {n}: at most {MAX_COUNT}"))),
+        None => Ok(()),
     }
-}
-
-/// Deserializes the settings of a host (without `type`) into its variant, strictly.
-pub(crate) fn host_from_body(kind: HostKind, body: Map<String, Value>, path: &str) -> Result<HostConfig, KeyError> {
-    let mut body = body;
-    let connection = match kind.as_str() {
-        "plain" | "slurm" => super::ssh::take(&mut body, path)?,
-        _ => Default::default(),
-    };
-    // The connection keys were taken out above: an unknown key lists them too.
-    let with_connection = |e: KeyError| match e.message.strip_suffix(')') {
-        Some(listed) if e.message.starts_with("unknown key") && listed.contains("(expected one of: ") => {
-            KeyError::new(e.path, format!("{listed}, {})", super::SshSettings::KEYS.join(", ")))
-        }
-        _ => e,
-    };
-    let body = Value::Object(body);
-    Ok(match kind.as_str() {
-        "plain" => HostConfig::Plain(PlainHost { connection, ..de_strict(body, path).map_err(with_connection)? }),
-        "slurm" => HostConfig::Slurm(SlurmHost { connection, ..de_strict(body, path).map_err(with_connection)? }),
-        "volcano" => HostConfig::Volcano(de_strict(body, path)?),
-        _ => HostConfig::Local(de_strict(body, path)?),
-    })
 }
 
 fn as_map<'a>(value: &'a Value, path: &str) -> Result<&'a Map<String, Value>, KeyError> {

@@ -18,6 +18,7 @@
 //! the live run (and confirms that none of its processes is left) first.
 
 pub mod claim;
+mod host;
 pub mod logs;
 pub mod process;
 mod reclaim;
@@ -36,11 +37,12 @@ use crate::backend::{
     Backend, JobHandle, JobState, JobStatus, LogOptions, LogStream, PreparedJob, RankStatus, RunLayout, SubmitOptions,
 };
 use crate::bootstrap::{DataDirs, Launch};
-use crate::config::{ClusterConfig, HostKind, LocalHost, expand_tilde};
+use crate::config::{ClusterConfig, HostKind, expand_tilde};
 use crate::job::JobIdentity;
 use crate::solver::{ChipRequest, Plan, Request};
 use crate::{Error, Result};
 
+pub use host::{LocalHost, LocalType, local_cluster};
 use supervisor::files;
 
 /// Runs jobs on this machine.

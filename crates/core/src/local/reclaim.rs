@@ -91,7 +91,8 @@ mod tests {
 
     use super::*;
     use crate::backend::{JobState, ReclaimKind, SubmitOptions};
-    use crate::config::{ClusterConfig, HostKind, LocalHost};
+    use crate::config::{ClusterConfig, HostKind};
+    use crate::local::LocalHost;
     use crate::testing::{self, Harness, ProcessProbe};
 
     struct NoProbe;

@@ -1,16 +1,10 @@
 //! The hardware solver: picks one host for a request, in pure code (no IO).
 //!
-//! `solve(config, request, availability) -> Plan` keeps the original's rules (priority order then
-//! config order, first fit, per-type eligibility, Volcano `nodes = ceil(n / chips_per_node)`,
-//! Slurm partitions and `gres_mapping`, fallback to the Slurm host with the most free GPUs) and
-//! records, for every host it looked at, why it was taken or passed over.
+//! `solve(config, request, availability) -> Plan` keeps the original's rules: priority order then
+//! config order, first fit, each host judged by its type's fit rule ([`crate::config::HostSettings::fit`]),
+//! and, when nothing fits now, a fallback to the host that will queue the request with the most
+//! free chips. It records, for every host it looked at, why it was taken or passed over.
 //!
-//! It fixes the original's faults: Slurm never sums free GPUs across nodes for a one-node job and
-//! can span several nodes; the fallback never shrinks a request to a host's chip cap; Volcano sizes
-//! pods with one per-node number (the renderers use [`Plan::chips_per_node`]) and compares queue
-//! availability with the rounded-up total; plain hosts count only GPUs of the requested type.
-//!
-//! The rules per host type live in `machine` (local and plain), `volcano` and `slurm`;
 //! [`render`] turns the result into text. CPU-only requests do not consult availability.
 
 use std::collections::BTreeMap;
@@ -18,16 +12,10 @@ use std::collections::BTreeMap;
 use crate::availability::Availability;
 use crate::config::{DispatchConfig, HostConfig};
 pub use crate::fit::{Layout, Outcome, Want};
-use crate::fit::{largest_chip, list_chips, spread};
 pub use crate::plan::{ChipRequest, Consideration, Plan, Request, Verdict};
 
 mod hints;
-mod machine;
 pub mod render;
-mod slurm;
-#[cfg(test)]
-mod tests;
-mod volcano;
 
 pub use render::{describe_plan, render_table};
 
@@ -51,7 +39,7 @@ pub struct SolveError {
 /// a host missing from the map counts as [`Availability::NotChecked`].
 ///
 /// Hosts are tried in [`DispatchConfig::ordered_hosts`] order after the host and cluster filters;
-/// the first host that fits now wins. When none fits now, the Slurm host that could hold the
+/// the first host that fits now wins. When none fits now, the queueing host that could hold the
 /// request with the most free GPUs is chosen and the plan is marked [`Plan::queued`].
 pub fn solve(
     config: &DispatchConfig,
@@ -78,7 +66,7 @@ pub fn solve(
     }
 
     let mut considered: Vec<Consideration> = Vec::new();
-    // Slurm hosts that could hold the request but not now: (index in `considered`, layout, free).
+    // Hosts that could hold the request but not now: (index in `considered`, layout, free).
     let mut candidates: Vec<(usize, Layout, u32)> = Vec::new();
     // The host that came closest, for the error summary: (host, free chips).
     let mut closest: Option<(String, u32)> = None;
@@ -97,13 +85,10 @@ pub fn solve(
             continue;
         }
         let avail = availability.get(name).unwrap_or(&NOT_CHECKED);
-        let outcome = match host {
+        let outcome = match avail {
             // Unusable until the user acts (a refused host key, a missing queue), for any request.
-            _ if let Availability::Unusable { reason } = avail => Outcome::pass(reason.clone()),
-            HostConfig::Local(h) => machine::local(h, &want, avail),
-            HostConfig::Plain(h) => machine::plain(h, &want, avail),
-            HostConfig::Volcano(h) => volcano::solve(h, &want, avail),
-            HostConfig::Slurm(h) => slurm::solve(config, h, &want, avail),
+            Availability::Unusable { reason } => Outcome::pass(reason.clone()),
+            _ => host.fit(&config.gres_mapping, &want, avail),
         };
         match outcome {
             Outcome::Fits { layout, reason } => {
@@ -138,7 +123,7 @@ pub fn solve(
         let (best_idx, mut layout, _) = candidates.swap_remove(pos);
         let name = considered[best_idx].host.clone();
         let host = &config.hosts[name.as_str()];
-        layout.notes.insert(0, format!("no host has {request} free now; sending to {name} where Slurm will queue it"));
+        layout.notes.insert(0, host.queued_note(&request.to_string(), &name));
         return Ok(plan(name, host, layout, true, considered));
     }
 
@@ -200,15 +185,7 @@ fn note_closest(closest: &mut Option<(String, u32)>, host: &str, free: u32) {
 fn plan(name: String, host: &HostConfig, layout: Layout, queued: bool, considered: Vec<Consideration>) -> Plan {
     let total_chips = layout.total_chips();
     let mut notes = layout.notes;
-    if let HostConfig::Slurm(h) = host {
-        notes.push(match &h.time {
-            Some(t) => format!("time limit {t} (the host's `time:`)"),
-            None => format!(
-                "time limit {} (the default; set `time:` on host `{name}` for another)",
-                crate::config::DEFAULT_SLURM_TIME
-            ),
-        });
-    }
+    notes.extend(host.plan_notes(&name));
     Plan {
         host: name,
         kind: host.kind(),

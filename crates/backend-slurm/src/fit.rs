@@ -1,4 +1,4 @@
-//! Solver rules for `slurm` hosts.
+//! The fit rule of `slurm` hosts, for the solver.
 //!
 //! A GPU request needs a GRES type for a specific chip (`gres_mapping`) and fits within the
 //! host's optional `chips` cap, else the host is passed over (the request is never shrunk).
@@ -8,16 +8,19 @@
 //! drained or named in `exclude` do not count. A host that could hold
 //! the request but not now becomes a fallback candidate, ranked by its free GPUs.
 
-use super::{Layout, Outcome, Want, spread};
-use crate::availability::{Availability, NodeAvailability, SlurmAvailability};
-use crate::chips::Chip;
-use crate::config::{DispatchConfig, SlurmHost};
+use std::collections::BTreeMap;
+
+use theseus_core::availability::{Availability, NodeAvailability, SlurmAvailability};
+use theseus_core::chips::Chip;
+use theseus_core::fit::{Layout, Outcome, Want, spread};
+
+use crate::config::SlurmHost;
 
 /// Applies the Slurm rules to one host.
-pub(super) fn solve(config: &DispatchConfig, host: &SlurmHost, want: &Want, avail: &Availability) -> Outcome {
+pub fn fit(gres_mapping: &BTreeMap<String, String>, host: &SlurmHost, want: &Want, avail: &Availability) -> Outcome {
     match *want {
         Want::Cpu { processes } => cpu(host, processes),
-        Want::Gpu { chip, count } => gpu(config, host, chip, count, avail),
+        Want::Gpu { chip, count } => gpu(gres_mapping, host, chip, count, avail),
     }
 }
 
@@ -75,7 +78,7 @@ impl Ask<'_> {
 }
 
 fn gpu(
-    config: &DispatchConfig,
+    gres_mapping: &BTreeMap<String, String>,
     host: &SlurmHost,
     chip: Option<&'static Chip>,
     count: u32,
@@ -97,7 +100,7 @@ fn gpu(
         limit = Some(cap);
     }
     let gres = match chip {
-        Some(c) => match config.gres_mapping.get(c.name) {
+        Some(c) => match gres_mapping.get(c.name) {
             Some(g) => Some(g.clone()),
             None => return Outcome::pass(format!("no gres_mapping for {}", c.name)),
         },
