@@ -1,6 +1,6 @@
 //! The Volcano backend's IO error: every failure of a cluster call, named by verb, resource and
-//! namespace, with the fix where there is one; a failed ship is [`ShipError`] ([`ship`]). Pure
-//! rendering errors stay in [`crate::render`].
+//! namespace, with the fix where there is one; a failed ship is [`ShipError`] (raised by
+//! [`crate::ship`]). Pure rendering errors stay in [`crate::render`].
 
 mod ship;
 
