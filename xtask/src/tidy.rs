@@ -1,11 +1,12 @@
 //! Repository checks that run before the tests: every Rust file starts with a `//!` doc, the
 //! modules of every crate import one way ([`imports`]), pure modules do no IO and libraries
-//! return typed errors ([`rules`]).
+//! return typed errors ([`rules`]), and docs/ARCHITECTURE.md names only what exists ([`docs`]).
 
 use std::path::Path;
 
 use anyhow::{Result, bail};
 
+mod docs;
 mod imports;
 mod rules;
 mod source;
@@ -22,9 +23,11 @@ pub(crate) fn check(root: &Path) -> Result<()> {
     }
     let mut broken = rules::impure_uses(root);
     broken.extend(rules::anyhow_in_libraries(root));
+    broken.extend(docs::missing_names(root));
     if !broken.is_empty() {
         bail!(
-            "layering rules broken (pure modules do no IO: move the IO to the caller; libraries use thiserror):\n  {}",
+            "repository rules broken (pure modules do no IO: move the IO to the caller; libraries use thiserror; \
+             the architecture doc names only what exists):\n  {}",
             broken.join("\n  ")
         );
     }
