@@ -144,7 +144,7 @@ impl Deref for SlurmBackend {
 
 impl fmt::Display for SlurmBackend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.fmt(f)
+        fmt::Display::fmt(&self.0, f)
     }
 }
 
@@ -659,5 +659,14 @@ mod tests {
         for bad in ["", "no-such-run", "42;x", "4 2", "_1", "1_"] {
             assert!(!is_job_id(bad), "{bad}");
         }
+    }
+
+    /// The backend names itself as every `SshBackend` does, in errors and logs.
+    #[test]
+    fn the_backend_is_named_by_kind_and_host() {
+        let host = SlurmHost { ssh: "login".into(), cluster: "c".into(), ..SlurmHost::default() };
+        let b = SlurmBackend::new("hpc", host, ClusterConfig::default());
+        assert_eq!(b.to_string(), "slurm(hpc)");
+        assert_eq!(b.name, "hpc");
     }
 }
