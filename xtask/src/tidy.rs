@@ -1,11 +1,14 @@
-//! Repository checks that run before the tests: every Rust file starts with a `//!` doc, and
-//! the modules of every crate import one way ([`imports`]).
+//! Repository checks that run before the tests: every Rust file starts with a `//!` doc, the
+//! modules of every crate import one way ([`imports`]), pure modules do no IO and libraries
+//! return typed errors ([`rules`]), and docs/ARCHITECTURE.md names only what exists ([`docs`]).
 
 use std::path::Path;
 
 use anyhow::{Result, bail};
 
+mod docs;
 mod imports;
+mod rules;
 mod source;
 
 /// Fails listing every `.rs` file (outside `target`) whose first line is not a `//!` comment,
@@ -17,6 +20,16 @@ pub(crate) fn check(root: &Path) -> Result<()> {
     }
     if !missing.is_empty() {
         bail!("these files do not start with a `//!` doc comment:\n  {}", missing.join("\n  "));
+    }
+    let mut broken = rules::impure_uses(root);
+    broken.extend(rules::anyhow_in_libraries(root));
+    broken.extend(docs::missing_names(root));
+    if !broken.is_empty() {
+        bail!(
+            "repository rules broken (pure modules do no IO: move the IO to the caller; libraries use thiserror; \
+             the architecture doc names only what exists):\n  {}",
+            broken.join("\n  ")
+        );
     }
     let circles = imports::check(root).map_err(anyhow::Error::msg)?;
     if !circles.is_empty() {
