@@ -34,6 +34,10 @@ impl HostType for SlurmType {
         &["ssh", "cluster"]
     }
 
+    fn overrides(&self) -> &'static [(&'static str, &'static [&'static str])] {
+        &[("mem", &["mem"])]
+    }
+
     fn parse(&self, body: Map<String, Value>, path: &str) -> Result<Box<dyn HostSettings>, KeyError> {
         let (connection, host): (SshSettings, SlurmHost) = parse_with_connection(body, path)?;
         Ok(Box::new(SlurmHost { connection, ..host }))

@@ -29,6 +29,15 @@ impl HostType for VolcanoType {
         KIND
     }
 
+    fn overrides(&self) -> &'static [(&'static str, &'static [&'static str])] {
+        &[
+            ("image", &["image"]),
+            ("namespace", &["namespace"]),
+            ("cpu", &["cpu", "cpu_cpu"]),
+            ("mem", &["memory", "cpu_memory"]),
+        ]
+    }
+
     fn parse(&self, body: Map<String, Value>, path: &str) -> Result<Box<dyn HostSettings>, KeyError> {
         let host: VolcanoHost = de_strict(Value::Object(body), path)?;
         Ok(Box::new(host))

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use anyhow::{Result, anyhow};
 use serde_json::Value;
-use theseus_core::config::{DispatchConfig, HostKind, LoadedConfig};
+use theseus_core::config::{DispatchConfig, LoadedConfig};
 use theseus_core::dispatch::{BackendFactory, DispatchError, Dispatcher, Event, JobSpec, Solved};
 use theseus_core::job::Experiment;
 use theseus_core::snapshot::SnapshotMode;
@@ -127,7 +127,9 @@ pub(crate) async fn solve(
     let mut loaded = ctx.config()?;
     apply_resource_flags(&mut loaded, args)?;
     if args.oversubscribe {
-        set_keys(&mut loaded, HostKind::LOCAL, vec![("oversubscribe", Value::Bool(true))], "--oversubscribe")?;
+        crate::backends::registry()
+            .apply_override(&mut loaded.config, "oversubscribe", &Value::Bool(true))
+            .map_err(|e| anyhow!("{}: {} (after --oversubscribe was applied)", e.path, e.message))?;
     }
     theseus_core::job::validate_name("job name", &args.name)?;
     let mut experiment = match experiment {
@@ -162,56 +164,29 @@ pub(crate) fn render_unanswered(unanswered: &[(String, String)]) -> String {
     unanswered.iter().map(|(host, reason)| format!("unknown: {host}: {reason}\n")).collect()
 }
 
-/// `--volcano-image`, `--volcano-namespace`, `--cpu` and `--mem` applied to every host they
-/// concern (the solver has not picked one yet), each checked like the config key it replaces.
+/// `--volcano-image`, `--volcano-namespace`, `--cpu` and `--mem` applied to every host whose type
+/// understands them (the solver has not picked one yet; see `HostType::overrides`), each
+/// checked like the config key it replaces.
 fn apply_resource_flags(loaded: &mut LoadedConfig, args: &JobArgs) -> Result<()> {
-    let text = |v: &String| Value::String(v.clone());
-    let mut volcano = Vec::new();
-    if let Some(image) = &args.volcano_image {
-        volcano.push(("image", text(image)));
-    }
-    if let Some(ns) = &args.volcano_namespace {
-        volcano.push(("namespace", text(ns)));
-    }
-    if let Some(cpu) = &args.cpu {
-        volcano.extend([("cpu", text(cpu)), ("cpu_cpu", text(cpu))]);
-    }
-    if let Some(mem) = &args.mem {
-        volcano.extend([("memory", text(mem)), ("cpu_memory", text(mem))]);
-    }
-    if !volcano.is_empty() {
-        set_keys(loaded, theseus_backend_volcano::KIND, volcano, "--volcano-image/--volcano-namespace/--cpu/--mem")?;
-        for (name, host) in &loaded.config.hosts {
-            if host.kind() == theseus_backend_volcano::KIND
-                && let Some(cluster) = loaded.config.clusters.get(host.cluster())
-                && let Err(e) = host.check(name, cluster)
-                && !e.path.starts_with("clusters.")
-            {
-                anyhow::bail!(
-                    "{}: {} (after --volcano-image/--volcano-namespace/--cpu/--mem were applied; fix the flag)",
-                    e.path,
-                    e.message
-                );
-            }
-        }
-    }
-    if let Some(mem) = &args.mem {
-        set_keys(loaded, theseus_backend_slurm::KIND, vec![("mem", text(mem))], "--mem")?;
-    }
-    Ok(())
-}
-
-/// Sets `keys` on every host of `kind`, as a `--set hosts.NAME.KEY=...` layer would; `flags`
-/// names the flags in errors.
-fn set_keys(loaded: &mut LoadedConfig, kind: HostKind, keys: Vec<(&str, Value)>, flags: &str) -> Result<()> {
+    const FLAGS: &str = "--volcano-image/--volcano-namespace/--cpu/--mem";
     let registry = crate::backends::registry();
-    for (name, host) in loaded.config.hosts.iter_mut() {
-        if host.kind() != kind {
-            continue;
+    let mut changed = Vec::new();
+    for (name, flag) in
+        [("image", &args.volcano_image), ("namespace", &args.volcano_namespace), ("cpu", &args.cpu), ("mem", &args.mem)]
+    {
+        let Some(value) = flag else { continue };
+        let hosts = registry
+            .apply_override(&mut loaded.config, name, &Value::String(value.clone()))
+            .map_err(|e| anyhow!("{}: {} (after {FLAGS} were applied; fix the flag)", e.path, e.message))?;
+        changed.extend(hosts);
+    }
+    for (name, host) in &loaded.config.hosts {
+        if changed.contains(name)
+            && let Some(cluster) = loaded.config.clusters.get(host.cluster())
+            && let Err(e) = host.check(name, cluster)
+        {
+            anyhow::bail!("{}: {} (after {FLAGS} were applied; fix the flag)", e.path, e.message);
         }
-        *host = registry
-            .with_keys(host, &format!("hosts.{name}"), keys.clone())
-            .map_err(|e| anyhow!("{}: {} (after {flags} were applied; fix the flag)", e.path, e.message))?;
     }
     Ok(())
 }

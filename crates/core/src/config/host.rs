@@ -31,6 +31,13 @@ pub trait HostType: Send + Sync {
         &["cluster"]
     }
 
+    /// The command-line overrides hosts of this type understand: per override name (`image`,
+    /// `namespace`, `cpu`, `mem`, `oversubscribe`: the CLI's flags), the config keys it sets.
+    /// An override a type does not list leaves its hosts alone.
+    fn overrides(&self) -> &'static [(&'static str, &'static [&'static str])] {
+        &[]
+    }
+
     /// Reads a host's settings (its keys without `type`) strictly: an unknown key is an error
     /// naming the key and the keys this type knows, at `path` (`hosts.NAME`).
     fn parse(&self, body: Map<String, Value>, path: &str) -> Result<Box<dyn HostSettings>, KeyError>;
@@ -252,6 +259,28 @@ impl HostTypes {
         }
         let mut changed = self.parse(body, path)?;
         changed.validate(path)?;
+        Ok(changed)
+    }
+
+    /// Sets override `name` to `value` on every host whose type lists it (see
+    /// [`HostType::overrides`]), as a `--set hosts.NAME.KEY=...` layer would, each value checked
+    /// like the key it replaces. Returns the names of the hosts it changed.
+    pub fn apply_override(
+        &self,
+        config: &mut super::DispatchConfig,
+        name: &str,
+        value: &Value,
+    ) -> Result<Vec<String>, KeyError> {
+        let mut changed = Vec::new();
+        for (host_name, host) in config.hosts.iter_mut() {
+            let kind = host.kind();
+            let host_type =
+                self.get(Some(kind.as_str())).map_err(|m| KeyError::new(format!("hosts.{host_name}.type"), m))?;
+            let Some((_, keys)) = host_type.overrides().iter().find(|(o, _)| *o == name) else { continue };
+            let keys = keys.iter().map(|k| (*k, value.clone())).collect();
+            *host = self.with_keys(host, &format!("hosts.{host_name}"), keys)?;
+            changed.push(host_name.clone());
+        }
         Ok(changed)
     }
 

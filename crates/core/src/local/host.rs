@@ -32,6 +32,10 @@ impl HostType for LocalType {
         &[]
     }
 
+    fn overrides(&self) -> &'static [(&'static str, &'static [&'static str])] {
+        &[("oversubscribe", &["oversubscribe"])]
+    }
+
     fn parse(&self, body: Map<String, Value>, path: &str) -> Result<Box<dyn HostSettings>, KeyError> {
         let host: LocalHost = de_strict(Value::Object(body), path)?;
         Ok(Box::new(host))
