@@ -8,18 +8,19 @@ use anyhow::{Result, anyhow};
 use theseus_core::backend::DynBackend;
 use theseus_core::config::{DispatchConfig, HostType, HostTypes, LoadedConfig};
 
-/// Every host type, in the order messages list them.
-static HOST_TYPES: &[&dyn HostType] = &[
+/// Every built-in host type, in the order messages list them.
+pub static HOST_TYPES: &[&dyn HostType] = &[
     &theseus_backend_ssh::plain::PlainType,
     &theseus_backend_slurm::SlurmType,
     &theseus_backend_volcano::VolcanoType,
     &theseus_core::local::LocalType,
 ];
 
-/// The registry config loading reads hosts with: [`HOST_TYPES`]; a host without `type:` is a
-/// plain one, and the original dispatcher's `tpu` hosts are set aside with a warning.
-pub(crate) fn registry() -> HostTypes {
-    HostTypes::new(HOST_TYPES).with_default("plain").with_not_built(&["tpu"])
+/// The registry config loading reads hosts with: `types` ([`HOST_TYPES`] in the `theseus`
+/// binary); a host without `type:` is a plain one, and the original dispatcher's `tpu` hosts are
+/// set aside with a warning.
+pub(crate) fn registry(types: &[&'static dyn HostType]) -> HostTypes {
+    HostTypes::new(types).with_default("plain").with_not_built(&["tpu"])
 }
 
 /// The backend of host `name`.

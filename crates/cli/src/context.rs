@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use anyhow::{Context as _, Result, anyhow};
 use theseus_core::backend::DynBackend;
-use theseus_core::config::{self, ConfigSources, LoadedConfig};
+use theseus_core::config::{self, ConfigSources, HostTypes, LoadedConfig};
 use theseus_core::ledger::{self, Ledger};
 
 use crate::args::{GlobalArgs, OutputFormat};
@@ -22,7 +22,7 @@ pub(crate) struct Context {
 }
 
 impl Context {
-    pub(crate) fn new(global: &GlobalArgs) -> Result<Context> {
+    pub(crate) fn new(global: &GlobalArgs, host_types: HostTypes) -> Result<Context> {
         let home = std::env::var_os("HOME")
             .map(PathBuf::from)
             .ok_or_else(|| anyhow!("HOME is not set; theseus needs it for ~/.theseus.yaml and its state dir"))?;
@@ -43,9 +43,14 @@ impl Context {
             project_start: std::env::current_dir().ok(),
             env: std::env::vars().collect(),
             cli,
-            host_types: backends::registry(),
+            host_types,
         };
         Ok(Context { home, output: global.output, quiet: global.quiet, state_dir, sources })
+    }
+
+    /// The host types this program knows (see [`crate::backends`]).
+    pub(crate) fn host_types(&self) -> &HostTypes {
+        &self.sources.host_types
     }
 
     /// Loads and validates the layered config.

@@ -69,11 +69,11 @@ pub(super) fn backend_for(
         .host_config(&record.identity.run_id)
         .ok()
         .flatten()
-        .and_then(|value| config::load::from_value(&value, &crate::backends::registry()).ok())
+        .and_then(|value| config::load::from_value(&value, ctx.host_types()).ok())
         .filter(|c: &DispatchConfig| c.hosts.contains_key(&record.host));
     let same_place = |recorded: &DispatchConfig| {
         let current = host_snapshot(&loaded.config, &record.host)
-            .and_then(|v| config::load::from_value(&v, &crate::backends::registry()).ok());
+            .and_then(|v| config::load::from_value(&v, ctx.host_types()).ok());
         current.is_some_and(|current: DispatchConfig| {
             let (a, b) = (&current.hosts[&record.host], &recorded.hosts[&record.host]);
             a.kind() == b.kind() && current.clusters.get(a.cluster()) == recorded.clusters.get(b.cluster())

@@ -19,20 +19,21 @@ mod sync;
 use std::process::ExitCode;
 
 use anyhow::Result;
+use theseus_core::config::HostTypes;
 
 use crate::args::{Cli, Command};
 use crate::context::Context;
 use crate::signals;
 
-/// Runs the parsed command line.
-pub(crate) async fn run(cli: Cli) -> Result<ExitCode> {
+/// Runs the parsed command line with the host types `host_types`.
+pub(crate) async fn run(cli: Cli, host_types: HostTypes) -> Result<ExitCode> {
     // These read no config and touch no state.
     match &cli.command {
         Command::Completions { shell } => return docs::completions(*shell),
         Command::Man { out } => return docs::man(out),
         _ => {}
     }
-    let ctx = Context::new(&cli.global)?;
+    let ctx = Context::new(&cli.global, host_types)?;
     match cli.command {
         // These handle a signal in each of their phases (see `crate::signals`).
         Command::Submit(args) => submit::run(&ctx, args).await,

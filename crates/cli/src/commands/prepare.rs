@@ -125,9 +125,9 @@ pub(crate) async fn solve(
     probe: bool,
 ) -> Result<Solved> {
     let mut loaded = ctx.config()?;
-    apply_resource_flags(&mut loaded, args)?;
+    apply_resource_flags(ctx, &mut loaded, args)?;
     if args.oversubscribe {
-        crate::backends::registry()
+        ctx.host_types()
             .apply_override(&mut loaded.config, "oversubscribe", &Value::Bool(true))
             .map_err(|e| anyhow!("{}: {} (after --oversubscribe was applied)", e.path, e.message))?;
     }
@@ -167,9 +167,9 @@ pub(crate) fn render_unanswered(unanswered: &[(String, String)]) -> String {
 /// `--volcano-image`, `--volcano-namespace`, `--cpu` and `--mem` applied to every host whose type
 /// understands them (the solver has not picked one yet; see `HostType::overrides`), each
 /// checked like the config key it replaces.
-fn apply_resource_flags(loaded: &mut LoadedConfig, args: &JobArgs) -> Result<()> {
+fn apply_resource_flags(ctx: &Context, loaded: &mut LoadedConfig, args: &JobArgs) -> Result<()> {
     const FLAGS: &str = "--volcano-image/--volcano-namespace/--cpu/--mem";
-    let registry = crate::backends::registry();
+    let registry = ctx.host_types();
     let mut changed = Vec::new();
     for (name, flag) in
         [("image", &args.volcano_image), ("namespace", &args.volcano_namespace), ("cpu", &args.cpu), ("mem", &args.mem)]

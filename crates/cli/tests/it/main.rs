@@ -26,20 +26,12 @@ mod volcano_start;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use theseus_core::config::{HostType, HostTypes};
+use theseus_core::config::HostTypes;
 
-/// The host types of the `theseus` binary (its `backends.rs` holds the list), for tests that
-/// load configs in-process.
-static HOST_TYPES: &[&dyn HostType] = &[
-    &theseus_backend_ssh::plain::PlainType,
-    &theseus_backend_slurm::SlurmType,
-    &theseus_backend_volcano::VolcanoType,
-    &theseus_core::local::LocalType,
-];
-
-/// The binary's registry: a host without `type:` is plain, `tpu` hosts are set aside.
+/// The binary's registry ([`theseus_cli::HOST_TYPES`]), for tests that load configs in-process:
+/// a host without `type:` is plain, `tpu` hosts are set aside.
 pub(crate) fn host_types() -> HostTypes {
-    HostTypes::new(HOST_TYPES).with_default("plain").with_not_built(&["tpu"])
+    HostTypes::new(theseus_cli::HOST_TYPES).with_default("plain").with_not_built(&["tpu"])
 }
 
 /// A fresh HOME and state dir for one test.
