@@ -329,7 +329,7 @@ pub(crate) fn crate_roots(root: &Path) -> Vec<PathBuf> {
 
 /// Parents whose children use none of their siblings: (crate root, parent module, why).
 const NO_SIBLING_USE: &[(&str, &[&str], &str)] = &[(
-    "crates/cli/src/main.rs",
+    "crates/cli/src/lib.rs",
     &["commands"],
     "a command module parses, calls core, prints and picks the exit code; what two commands share \
      belongs in core or in a module of the CLI outside `commands`",

@@ -1,0 +1,506 @@
+//! The sandbox's [`Backend`]: a job's code goes through the store of the sandbox dir into
+//! `<dir>/code/<run path>`, and a runner ([`crate::runner`]) started with `setsid` runs its ranks
+//! as local processes. Its state is the files of `<dir>/runs/<run path>` (the runner's PID, exit
+//! codes, a `cancelled` marker, the log); `cancel` stops the session of the recorded PID;
+//! the leftovers `gc` removes are the dirs of runs whose processes are gone.
+//!
+//! One name, one live job: `submit` holds `<dir>/runs/<project>/<group>/<name>/.claim` (made
+//! with `mkdir`, which fails when it exists) while it looks for a live run of the name, ships
+//! and starts.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use theseus_core::availability::Availability;
+use theseus_core::backend::{
+    Backend, DryRunDocument, JobHandle, JobState, JobStatus, LogOptions, LogStream, PortStream, PreparedJob,
+    RankStatus, RunLayout, SubmitOptions, SyncOptions, SyncReport,
+};
+use theseus_core::bootstrap::{DataDirs, Launch};
+use theseus_core::config::{ClusterConfig, HostKind, expand_tilde};
+use theseus_core::job::JobIdentity;
+use theseus_core::plan::{Plan, Request};
+use theseus_core::session::{ShellProgram, ShellRequest, ShellSession};
+use theseus_core::snapshot::Snapshot;
+use theseus_core::store::{self, ExtraFile, ShipRequest, StoreError};
+use theseus_core::{Error, Result};
+
+use crate::config::{KIND, SandboxHost};
+use crate::runner::{self, files};
+use crate::{logs, procs};
+
+/// How long `submit` waits for the runner to record its PID.
+const RUNNER_START: Duration = Duration::from_secs(20);
+/// A run dir without a PID is a crashed submit's only when older than this (a submit may be
+/// between making it and starting the runner).
+const SUBMIT_GRACE: Duration = Duration::from_secs(60);
+
+/// Runs jobs of one sandbox host.
+#[derive(Debug, Clone)]
+pub struct SandboxBackend {
+    name: String,
+    host: SandboxHost,
+    cluster: ClusterConfig,
+    home: PathBuf,
+}
+
+/// What a sandbox [`JobHandle`] carries in `data`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HandleData {
+    /// The code dir.
+    pub work_dir: PathBuf,
+    /// The status dir: PID, exit codes, log.
+    pub run_dir: PathBuf,
+    /// Number of ranks.
+    pub processes: u32,
+}
+
+impl HandleData {
+    /// The session of the run's runner (its PID), once it recorded it.
+    pub fn sid(&self) -> Option<i32> {
+        std::fs::read_to_string(self.run_dir.join(files::PID)).ok()?.trim().parse().ok()
+    }
+}
+
+impl SandboxBackend {
+    /// The backend of sandbox host `name` of `cluster`; `home` expands `~`.
+    pub fn new(name: impl Into<String>, host: SandboxHost, cluster: ClusterConfig, home: impl Into<PathBuf>) -> Self {
+        SandboxBackend { name: name.into(), host, cluster, home: home.into() }
+    }
+
+    /// The sandbox dir: the host's `dir`, else `<cluster root>/sandbox`.
+    pub fn dir(&self) -> PathBuf {
+        match &self.host.dir {
+            Some(dir) => expand_tilde(dir, &self.home),
+            None => expand_tilde(&self.cluster.root, &self.home).join("sandbox"),
+        }
+    }
+
+    /// The code dir and status dir of a run.
+    fn paths(&self, identity: &JobIdentity) -> (PathBuf, PathBuf) {
+        let rel = identity.run_path();
+        (self.dir().join("code").join(&rel), self.dir().join("runs").join(&rel))
+    }
+
+    /// The data of a handle this backend made.
+    pub fn data(&self, handle: &JobHandle) -> Result<HandleData> {
+        if handle.kind != KIND {
+            return Err(Error::backend(self, format!("handle of a {} job given to the sandbox backend", handle.kind)));
+        }
+        serde_json::from_value(handle.data.clone())
+            .map_err(|e| Error::backend(self, format!("malformed sandbox job handle: {e}")))
+    }
+
+    fn expand(&self, path: &str) -> Result<String> {
+        path_str(&expand_tilde(path, &self.home))
+    }
+
+    /// An error unless the run of `handle` is still going.
+    fn live(&self, handle: &JobHandle) -> Result<HandleData> {
+        let data = self.data(handle)?;
+        let status = read_status(&data);
+        if status.state.is_terminal() || status.state == JobState::Unknown {
+            return Err(Error::backend(self, format!("run `{}` has ended ({})", handle.id, status.state)));
+        }
+        Ok(data)
+    }
+}
+
+impl fmt::Display for SandboxBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "sandbox({})", self.name)
+    }
+}
+
+fn path_str(p: &Path) -> Result<String> {
+    p.to_str()
+        .map(str::to_owned)
+        .ok_or_else(|| Error::InvalidConfig(format!("path `{}` is not valid UTF-8", p.display())))
+}
+
+fn read_code(path: &Path) -> Option<i32> {
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+/// The status of a run from its files and its live processes.
+pub fn read_status(data: &HandleData) -> JobStatus {
+    let cancelled = data.run_dir.join(files::CANCELLED).exists();
+    let sid = data.sid();
+    let alive = sid.is_some_and(|sid| !procs::in_session(sid).is_empty());
+    let ranks = (0..data.processes.max(1))
+        .map(|i| {
+            let code = read_code(&data.run_dir.join(files::rank_exit(i)));
+            let state = match code {
+                Some(0) => JobState::Completed,
+                Some(_) if cancelled => JobState::Cancelled,
+                Some(_) => JobState::Failed,
+                None if alive => JobState::Running,
+                None if cancelled => JobState::Cancelled,
+                None => JobState::Unknown,
+            };
+            RankStatus { rank: i, state, exit_code: code, location: sid.map(|s| format!("session {s}")) }
+        })
+        .collect();
+    let exit_code = read_code(&data.run_dir.join(files::EXIT_CODE));
+    let (state, message) = match exit_code {
+        _ if cancelled && !alive => (JobState::Cancelled, Some("cancelled by the user".to_owned())),
+        Some(0) => (JobState::Completed, None),
+        Some(c) => (JobState::Failed, Some(format!("exited with code {c}"))),
+        None if alive => (JobState::Running, None),
+        None if sid.is_none() => (JobState::Pending, Some("the runner has not started yet".to_owned())),
+        None => (JobState::Unknown, Some("no process of the run is alive and it left no exit code".to_owned())),
+    };
+    JobStatus { state, exit_code, message, ranks }
+}
+
+/// Held while a submit looks for a live run of its name and starts its own.
+struct Claim(PathBuf);
+
+impl Claim {
+    fn take(name_dir: &Path) -> std::io::Result<Option<Claim>> {
+        std::fs::create_dir_all(name_dir)?;
+        let path = name_dir.join(".claim");
+        match std::fs::create_dir(&path) {
+            Ok(()) => Ok(Some(Claim(path))),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
+#[async_trait]
+impl Backend for SandboxBackend {
+    fn kind(&self) -> HostKind {
+        KIND
+    }
+
+    fn layout(&self, identity: &JobIdentity, plan: &Plan) -> Result<RunLayout> {
+        let (work, run) = self.paths(identity);
+        let launch = if plan.processes() > 1 {
+            let listener =
+                std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| Error::io("bind", "127.0.0.1:0", e))?;
+            let port = listener.local_addr().map_err(|e| Error::io("bind", "127.0.0.1:0", e))?.port();
+            Launch::Local { coordinator_port: port }
+        } else {
+            Launch::Single
+        };
+        Ok(RunLayout {
+            work_dir: path_str(&work)?,
+            log_file: path_str(&run.join(files::LOG))?,
+            run_dir: path_str(&run)?,
+            root_dir: self.expand(&self.cluster.root)?,
+            uv_cache_dir: self.cluster.uv_dir.as_deref().map(|d| self.expand(d)).transpose()?,
+            data_dirs: DataDirs {
+                data: self.expand(&self.cluster.data_dir())?,
+                checkpoints: self.expand(&self.cluster.checkpoints_dir())?,
+                results: self.expand(&self.cluster.results_dir())?,
+            },
+            launch,
+        })
+    }
+
+    async fn availability(&self, _request: &Request) -> Result<Availability> {
+        Ok(Availability::Free { chips: self.host.slots, source: "sandbox slots".into() })
+    }
+
+    async fn submit(&self, job: &PreparedJob, options: &SubmitOptions) -> Result<JobHandle> {
+        let (work_dir, run_dir) = self.paths(&job.identity);
+        let name_dir = run_dir.parent().ok_or_else(|| Error::InvalidConfig("run dir has no parent".into()))?;
+        let Some(_claim) = Claim::take(name_dir).map_err(|e| Error::io("create", name_dir, e))? else {
+            return Err(Error::AlreadyExists {
+                what: format!(
+                    "a run of job `{}` on host `{}` (being submitted right now)",
+                    job.identity.name, self.name
+                ),
+            });
+        };
+        for (run_id, live) in live_runs(name_dir, &job.identity.run_id) {
+            if !options.replace {
+                return Err(Error::AlreadyExists {
+                    what: format!("live run `{run_id}` of job `{}` on host `{}`", job.identity.name, self.name),
+                });
+            }
+            options.note(&format!("--replace: stopping run {run_id} of job {}", job.identity.name));
+            stop(self, &live).await?;
+        }
+        if work_dir.exists() || run_dir.exists() {
+            return Err(Error::AlreadyExists { what: format!("run dir `{}`", run_dir.display()) });
+        }
+        if let Some(parent) = work_dir.parent() {
+            tokio::fs::create_dir_all(parent).await.map_err(|e| Error::io("create", parent, e))?;
+        }
+        let report = store::ship_local(ShipRequest {
+            snapshot: job.snapshot.clone(),
+            root: path_str(&self.dir())?,
+            dest: path_str(&work_dir)?,
+            mode: self.cluster.materialize.unwrap_or_default(),
+            extra: ExtraFile::bootstrap(&job.bootstrap),
+            progress: options.progress.clone(),
+            status: options.status.clone(),
+        })
+        .await?;
+        options.report_shipped(&report);
+        let data = HandleData { work_dir, run_dir, processes: job.plan.processes().max(1) };
+        match start(job, &data).await {
+            Ok(()) => Ok(handle(&self.name, job, &data)),
+            Err(e) => {
+                // Nothing half-done is left: no process, no dirs.
+                if let Some(sid) = data.sid() {
+                    procs::stop_session(sid, Duration::from_secs(2)).await;
+                }
+                let _ = tokio::fs::remove_dir_all(&data.work_dir).await;
+                let _ = tokio::fs::remove_dir_all(&data.run_dir).await;
+                Err(e)
+            }
+        }
+    }
+
+    async fn status(&self, handle: &JobHandle) -> Result<JobStatus> {
+        let data = self.data(handle)?;
+        if !data.run_dir.is_dir() {
+            return Err(Error::NotFound {
+                what: format!("run dir `{}` of run `{}`", data.run_dir.display(), handle.id),
+            });
+        }
+        Ok(read_status(&data))
+    }
+
+    async fn logs(&self, handle: &JobHandle, options: &LogOptions) -> Result<LogStream> {
+        let data = self.data(handle)?;
+        let log = data.run_dir.join(files::LOG);
+        Ok(logs::stream(log, options.follow, move || {
+            !matches!(read_status(&data).state, JobState::Running | JobState::Pending)
+        }))
+    }
+
+    async fn cancel(&self, handle: &JobHandle) -> Result<JobStatus> {
+        let data = self.data(handle)?;
+        let before = read_status(&data);
+        if before.state.is_terminal() {
+            return Ok(before);
+        }
+        stop(self, &data).await?;
+        Ok(read_status(&data))
+    }
+
+    fn dry_run(&self, job: &PreparedJob) -> Result<Vec<DryRunDocument>> {
+        let (work_dir, run_dir) = self.paths(&job.identity);
+        let bootstrap = path_str(&work_dir.join(&job.bootstrap.entry))?;
+        let plan = format!(
+            "ship the code through the store of {dir} into {work}\nstart `setsid bash {runner}` in it \
+             ({n} rank(s)); status, exit codes and output in {run}\n",
+            dir = self.dir().display(),
+            work = work_dir.display(),
+            runner = run_dir.join(files::RUNNER).display(),
+            n = job.plan.processes().max(1),
+            run = run_dir.display(),
+        );
+        Ok(vec![
+            DryRunDocument { title: "what the sandbox does".into(), text: plan },
+            DryRunDocument {
+                title: "sandbox runner (bash)".into(),
+                text: runner::render(&bootstrap, &path_str(&run_dir)?, job.plan.processes()),
+            },
+        ])
+    }
+
+    fn locate(&self, handle: &JobHandle) -> Vec<String> {
+        match self.data(handle) {
+            Ok(data) => vec![format!("sandbox run dir: {}", data.run_dir.display())],
+            Err(_) => Vec::new(),
+        }
+    }
+
+    async fn leftovers(&self, older_than: Duration, dry_run: bool) -> Result<Option<Vec<String>>> {
+        let dir = self.dir();
+        let mut found = Vec::new();
+        for (rel, run_dir) in run_dirs(&dir.join("runs")) {
+            let data = HandleData { work_dir: dir.join("code").join(&rel), run_dir, processes: 1 };
+            let age = modified_age(&data.run_dir);
+            let pid = data.sid();
+            let gone = pid.is_some_and(|p| procs::in_session(p).is_empty());
+            let crashed_submit = pid.is_none() && age >= SUBMIT_GRACE;
+            if !(gone || crashed_submit) || age < older_than {
+                continue;
+            }
+            if !dry_run {
+                for path in [&data.work_dir, &data.run_dir] {
+                    match tokio::fs::remove_dir_all(path).await {
+                        Ok(()) => {}
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                        Err(e) => return Err(Error::io("remove", path, e)),
+                    }
+                }
+            }
+            found.push(format!("sandbox run {rel} (its processes are gone)"));
+        }
+        Ok(Some(found))
+    }
+
+    /// Every rank runs on this machine: a port of the job is that port on 127.0.0.1.
+    async fn connect_port(&self, handle: &JobHandle, _rank: u32, port: u16) -> Result<PortStream> {
+        self.live(handle)?;
+        match tokio::net::TcpStream::connect(("127.0.0.1", port)).await {
+            Ok(stream) => Ok(Box::pin(stream)),
+            Err(e) => Err(Error::backend(self, format!("nothing answers on port {port} of run `{}`: {e}", handle.id))),
+        }
+    }
+
+    async fn shell(&self, handle: &JobHandle, request: &ShellRequest) -> Result<ShellSession> {
+        let data = self.live(handle)?;
+        if request.rank >= data.processes.max(1) {
+            return Err(Error::backend(self, format!("run `{}` has no rank {}", handle.id, request.rank)));
+        }
+        let work = path_str(&data.work_dir)?;
+        Ok(ShellSession::Program(ShellProgram {
+            program: "sh".into(),
+            args: vec![
+                "-c".into(),
+                theseus_core::bootstrap::enter::script(Some(&work), request.rank, &request.command),
+            ],
+            env: vec![("THESEUS_LOCAL_RANK".into(), request.rank.to_string())],
+            cwd: None,
+        }))
+    }
+
+    async fn sync(&self, handle: &JobHandle, snapshot: &Snapshot, options: &SyncOptions) -> Result<SyncReport> {
+        let data = self.live(handle)?;
+        let request = store::sync::SyncRequest {
+            snapshot: snapshot.clone(),
+            root: path_str(&self.dir())?,
+            dest: path_str(&data.work_dir)?,
+            mode: self.cluster.materialize.unwrap_or_default(),
+            progress: options.progress.clone(),
+            status: options.status.clone(),
+        };
+        store::sync::sync(&store::LocalShell, request).await.map_err(|e| match e {
+            StoreError::Failed(e) => e,
+            e => Error::backend(self, e.to_string()),
+        })
+    }
+}
+
+fn handle(host: &str, job: &PreparedJob, data: &HandleData) -> JobHandle {
+    JobHandle {
+        kind: KIND,
+        host: host.to_owned(),
+        id: job.identity.run_id.clone(),
+        data: serde_json::to_value(data).expect("handle data serializes"),
+    }
+}
+
+/// Writes the runner into the run dir and starts it in a session of its own; returns once it
+/// recorded its PID.
+async fn start(job: &PreparedJob, data: &HandleData) -> Result<()> {
+    let run_dir = &data.run_dir;
+    tokio::fs::create_dir_all(run_dir).await.map_err(|e| Error::io("create", run_dir, e))?;
+    let bootstrap = path_str(&data.work_dir.join(&job.bootstrap.entry))?;
+    let script = runner::render(&bootstrap, &path_str(run_dir)?, data.processes);
+    let script_path = run_dir.join(files::RUNNER);
+    tokio::fs::write(&script_path, script).await.map_err(|e| Error::io("write", &script_path, e))?;
+    let mut cmd = tokio::process::Command::new("setsid");
+    cmd.arg("bash")
+        .arg(&script_path)
+        .current_dir(&data.work_dir)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(false);
+    // Secrets reach the processes through the environment only, never through files.
+    for var in job.env.iter().filter(|v| v.secret) {
+        cmd.env(&var.name, &var.value);
+    }
+    let command = || format!("setsid bash {}", script_path.display());
+    let mut child = cmd.spawn().map_err(|e| Error::Command { command: command(), message: e.to_string() })?;
+    let deadline = tokio::time::Instant::now() + RUNNER_START;
+    let started = loop {
+        if data.sid().is_some() {
+            break Ok(());
+        }
+        if let Ok(Some(status)) = child.try_wait()
+            && !status.success()
+            && data.sid().is_none()
+        {
+            break Err(format!("the runner exited ({status}) before it started any rank"));
+        }
+        if tokio::time::Instant::now() >= deadline {
+            break Err(format!("the runner did not start within {RUNNER_START:?}"));
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    // Reaped by a detached task: the job does not depend on this process.
+    tokio::spawn(async move { child.wait().await });
+    started.map_err(|message| Error::Command { command: command(), message })
+}
+
+/// Marks a run cancelled and stops its session; fails naming what is left.
+async fn stop(backend: &SandboxBackend, data: &HandleData) -> Result<()> {
+    if data.run_dir.is_dir() {
+        let marker = data.run_dir.join(files::CANCELLED);
+        std::fs::write(&marker, "").map_err(|e| Error::io("write", &marker, e))?;
+    }
+    let Some(sid) = data.sid() else { return Ok(()) };
+    let left = procs::stop_session(sid, Duration::from_secs(5)).await;
+    if !left.is_empty() {
+        return Err(Error::backend(backend, format!("processes {left:?} are still alive after SIGKILL")));
+    }
+    Ok(())
+}
+
+/// Runs of a name (other than `own`) whose processes are alive, by run id.
+fn live_runs(name_dir: &Path, own: &str) -> Vec<(String, HandleData)> {
+    let Ok(entries) = std::fs::read_dir(name_dir) else { return Vec::new() };
+    let mut live = Vec::new();
+    for entry in entries.flatten() {
+        let Some(run_id) = entry.file_name().to_str().map(str::to_owned) else { continue };
+        if run_id.starts_with('.') || run_id == own || !entry.path().is_dir() {
+            continue;
+        }
+        let data = HandleData { work_dir: PathBuf::new(), run_dir: entry.path(), processes: 1 };
+        if data.sid().is_some_and(|p| !procs::in_session(p).is_empty()) {
+            live.push((run_id, data));
+        }
+    }
+    live.sort_by(|a, b| a.0.cmp(&b.0));
+    live
+}
+
+/// Every run dir under `runs` (`<project>/<group>/<name>/<run id>`), with its run path.
+fn run_dirs(runs: &Path) -> Vec<(String, PathBuf)> {
+    let mut level = vec![(String::new(), runs.to_path_buf())];
+    for _ in 0..4 {
+        let mut next = Vec::new();
+        for (rel, dir) in level {
+            let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+            for entry in entries.flatten() {
+                let Some(name) = entry.file_name().to_str().map(str::to_owned) else { continue };
+                if name.starts_with('.') || !entry.path().is_dir() {
+                    continue;
+                }
+                let rel = if rel.is_empty() { name } else { format!("{rel}/{name}") };
+                next.push((rel, entry.path()));
+            }
+        }
+        level = next;
+    }
+    level.sort();
+    level
+}
+
+/// How long ago `path` last changed (zero when unknown).
+fn modified_age(path: &Path) -> Duration {
+    std::fs::metadata(path)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| SystemTime::now().duration_since(t).ok())
+        .unwrap_or_default()
+}

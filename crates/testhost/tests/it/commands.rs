@@ -1,0 +1,145 @@
+//! `plan`, `submit --dry-run`, `submit`, `status`, `cancel` and `gc` of the `theseus` command
+//! line on a sandbox host, a type neither core nor the CLI knows.
+
+use crate::{CancelOnDrop, TestContext, text};
+
+/// Submits `python job.py ARG` as job `name`; its run id.
+fn submit(ctx: &TestContext, name: &str, arg: &str) -> String {
+    let out = ctx.run(&["submit", name, &ctx.experiment(arg), "--host", "sb"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    text(&out.stdout).trim().to_owned()
+}
+
+/// The runner PID (its session) a sandbox run recorded.
+fn session(ctx: &TestContext, name: &str, run: &str) -> i32 {
+    let pid = ctx.sandbox().join("runs/general/default").join(name).join(run).join("pid");
+    std::fs::read_to_string(pid).unwrap().trim().parse().unwrap()
+}
+
+/// `text` with each run of spaces made one (tables pad their columns).
+fn squeeze(text: &str) -> String {
+    text.lines().map(|l| l.split_whitespace().collect::<Vec<_>>().join(" ")).collect::<Vec<_>>().join("\n")
+}
+
+#[test]
+fn plan_chooses_the_sandbox_and_passes_it_over_with_its_reason_when_too_big() {
+    let ctx = TestContext::new();
+    let exp = ctx.experiment("0");
+    let out = ctx.run(&["plan", "j", &exp]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = squeeze(&text(&out.stdout));
+    assert!(stdout.contains("sb sandbox chosen runs 1 process in the sandbox (2 slots)"), "{stdout}");
+    assert!(stdout.contains("chosen: sb (sandbox): cpu-only, 1 node x 1 process"), "{stdout}");
+    assert!(stdout.contains("note: sb is a test sandbox"), "{stdout}");
+
+    // Three processes: the sandbox passes with the fit rule's reason; the local hosts answer
+    // by this machine's CPUs.
+    let out = ctx.run(&["plan", "j", &exp, "--chip", "cpu", "-n", "3"]);
+    let all = squeeze(&(text(&out.stdout) + &text(&out.stderr)));
+    assert!(
+        all.contains("sb sandbox passed needs 3 processes, the sandbox has 2 slots (raise `slots` on the host)"),
+        "{all}"
+    );
+    assert!(all.contains("here local"), "{all}");
+}
+
+#[test]
+fn submit_dry_run_shows_the_plan_and_what_the_sandbox_would_do_and_starts_nothing() {
+    let ctx = TestContext::new();
+    let out = ctx.run(&["submit", "--dry-run", "j", &ctx.experiment("0"), "--host", "sb"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("# host: sb (sandbox): cpu-only, 1 node x 1 process"), "{stdout}");
+    assert!(stdout.contains("# what the sandbox does"), "{stdout}");
+    assert!(stdout.contains("# sandbox runner (bash)"), "{stdout}");
+    assert!(stdout.contains(&format!("{}/code/general/default/j/", ctx.sandbox().display())), "{stdout}");
+    assert!(!ctx.sandbox().join("runs").exists(), "a dry run starts nothing");
+}
+
+#[test]
+fn submit_and_status_report_running_completed_and_failed_with_the_exit_code() {
+    let ctx = TestContext::new();
+    let ok = submit(&ctx, "ok", "0");
+    let failed = submit(&ctx, "bad", "3");
+    let status = ctx.status_until(&ok, |s| s["state"] != "running" && s["state"] != "pending");
+    assert_eq!((&status["state"], &status["exit_code"]), (&"completed".into(), &0.into()), "{status}");
+    let status = ctx.status_until(&failed, |s| s["state"] != "running" && s["state"] != "pending");
+    assert_eq!((&status["state"], &status["exit_code"]), (&"failed".into(), &3.into()), "{status}");
+    let logs = ctx.run(&["logs", &ok]);
+    assert!(text(&logs.stdout).contains("hello from the sandbox"), "{}", text(&logs.stdout));
+
+    // Two processes: two ranks, one line each.
+    let out = ctx.run(&["submit", "two", &ctx.experiment("0"), "--chip", "cpu", "-n", "2"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let two = text(&out.stdout).trim().to_owned();
+    let status = ctx.status_until(&two, |s| s["state"] != "running" && s["state"] != "pending");
+    assert_eq!((&status["state"], status["ranks"].as_array().map(Vec::len)), (&"completed".into(), Some(2)));
+    let logs = text(&ctx.run(&["logs", &two]).stdout);
+    assert_eq!(logs.matches("hello from the sandbox").count(), 2, "{logs}");
+
+    let sleeper = submit(&ctx, "sleeper", "sleep");
+    let _cancel = CancelOnDrop(&ctx, sleeper.clone());
+    let status = ctx.status_until(&sleeper, |s| s["state"] != "pending");
+    assert_eq!(status["state"], "running", "{status}");
+    let list = text(&ctx.run(&["list"]).stdout);
+    assert!(list.contains(&sleeper) && list.contains("running"), "{list}");
+}
+
+#[test]
+fn cancel_stops_every_process_of_the_run() {
+    let ctx = TestContext::new();
+    let run = submit(&ctx, "sleeper", "sleep");
+    let _cancel = CancelOnDrop(&ctx, run.clone());
+    ctx.status_until(&run, |s| s["state"] == "running");
+    let sid = session(&ctx, "sleeper", &run);
+    // The runner, the bootstrap and the job (in a process group of its own).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while theseus_testhost::procs::in_session(sid).len() < 3 {
+        assert!(std::time::Instant::now() < deadline, "the job never started");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let out = ctx.run(&["cancel", &run]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(theseus_testhost::procs::in_session(sid).is_empty(), "processes are left after cancel");
+    let status = ctx.status_until(&run, |_| true);
+    assert_eq!(status["state"], "cancelled", "{status}");
+}
+
+#[test]
+fn gc_removes_the_dirs_of_ended_runs_and_keeps_a_running_one() {
+    let ctx = TestContext::new();
+    let done = submit(&ctx, "done", "0");
+    ctx.status_until(&done, |s| s["state"] == "completed");
+    let live = submit(&ctx, "live", "sleep");
+    let _cancel = CancelOnDrop(&ctx, live.clone());
+    ctx.status_until(&live, |s| s["state"] == "running");
+    let runs = ctx.sandbox().join("runs/general/default");
+    let code = ctx.sandbox().join("code/general/default");
+
+    let dry = ctx.run(&["gc", "--older-than", "0s", "--dry-run"]);
+    assert!(dry.status.success(), "{}", text(&dry.stderr));
+    let stderr = text(&dry.stderr);
+    assert!(stderr.contains(&format!("sb: would remove sandbox run general/default/done/{done}")), "{stderr}");
+    assert!(!stderr.contains(&live), "{stderr}");
+    assert!(runs.join("done").join(&done).exists(), "a dry run removes nothing");
+
+    let out = ctx.run(&["gc", "--older-than", "0s"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains(&format!("sb: removed sandbox run general/default/done/{done}")));
+    assert!(!runs.join("done").join(&done).exists() && !code.join("done").join(&done).exists());
+    assert!(runs.join("live").join(&live).exists() && code.join("live").join(&live).exists());
+    assert_eq!(ctx.status_until(&live, |_| true)["state"], "running");
+}
+
+#[test]
+fn a_bad_sandbox_key_names_the_file_the_key_and_the_fix() {
+    let ctx = TestContext::new();
+    let config = ctx.home().join(".theseus.yaml");
+    let text_before = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, text_before.replace("slots: 2", "slots: 0")).unwrap();
+    let out = ctx.run(&["plan", "j", &ctx.experiment("0")]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains(".theseus.yaml") && stderr.contains("hosts.sb.slots"), "{stderr}");
+    assert!(stderr.contains("set `slots: 1` or more"), "{stderr}");
+}
