@@ -17,6 +17,7 @@ mod slurm;
 mod solver_rules;
 mod sync;
 mod targets;
+mod testhost;
 mod volcano;
 mod volcano_faults;
 mod volcano_rbac;
