@@ -2,7 +2,7 @@
 //! `<dir>/code/<run path>`, and a runner ([`crate::runner`]) started with `setsid` runs its ranks
 //! as local processes. Its state is the files of `<dir>/runs/<run path>` (the runner's PID, exit
 //! codes, a `cancelled` marker, the log); `cancel` stops the session of the recorded PID;
-//! the leftovers `gc` removes are the dirs of runs whose processes are gone.
+//! the leftovers `gc` removes are the code dirs of runs whose processes are gone.
 //!
 //! One name, one live job: `submit` holds `<dir>/runs/<project>/<group>/<name>/.claim` (made
 //! with `mkdir`, which fails when it exists) while it looks for a live run of the name, ships
@@ -320,20 +320,26 @@ impl Backend for SandboxBackend {
         }
     }
 
+    /// The code dirs of runs whose processes are gone (their status and log stay, so `status`
+    /// and `logs` still answer), and both dirs of a submit that died before its runner started.
     async fn leftovers(&self, older_than: Duration, dry_run: bool) -> Result<Option<Vec<String>>> {
         let dir = self.dir();
         let mut found = Vec::new();
         for (rel, run_dir) in run_dirs(&dir.join("runs")) {
             let data = HandleData { work_dir: dir.join("code").join(&rel), run_dir, processes: 1 };
             let age = modified_age(&data.run_dir);
-            let pid = data.sid();
-            let gone = pid.is_some_and(|p| procs::in_session(p).is_empty());
-            let crashed_submit = pid.is_none() && age >= SUBMIT_GRACE;
-            if !(gone || crashed_submit) || age < older_than {
+            let (what, remove) = match data.sid() {
+                Some(sid) if procs::in_session(sid).is_empty() && data.work_dir.exists() => {
+                    ("the code dir of ended run", vec![&data.work_dir])
+                }
+                None if age >= SUBMIT_GRACE => ("the dirs of crashed submit", vec![&data.work_dir, &data.run_dir]),
+                _ => continue,
+            };
+            if age < older_than {
                 continue;
             }
             if !dry_run {
-                for path in [&data.work_dir, &data.run_dir] {
+                for path in remove {
                     match tokio::fs::remove_dir_all(path).await {
                         Ok(()) => {}
                         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -341,7 +347,7 @@ impl Backend for SandboxBackend {
                     }
                 }
             }
-            found.push(format!("sandbox run {rel} (its processes are gone)"));
+            found.push(format!("{what} {rel}"));
         }
         Ok(Some(found))
     }

@@ -106,7 +106,7 @@ fn cancel_stops_every_process_of_the_run() {
 }
 
 #[test]
-fn gc_removes_the_dirs_of_ended_runs_and_keeps_a_running_one() {
+fn gc_removes_the_code_dirs_of_ended_runs_keeps_their_status_and_a_running_run() {
     let ctx = TestContext::new();
     let done = submit(&ctx, "done", "0");
     ctx.status_until(&done, |s| s["state"] == "completed");
@@ -119,14 +119,24 @@ fn gc_removes_the_dirs_of_ended_runs_and_keeps_a_running_one() {
     let dry = ctx.run(&["gc", "--older-than", "0s", "--dry-run"]);
     assert!(dry.status.success(), "{}", text(&dry.stderr));
     let stderr = text(&dry.stderr);
-    assert!(stderr.contains(&format!("sb: would remove sandbox run general/default/done/{done}")), "{stderr}");
+    assert!(
+        stderr.contains(&format!("sb: would remove the code dir of ended run general/default/done/{done}")),
+        "{stderr}"
+    );
     assert!(!stderr.contains(&live), "{stderr}");
-    assert!(runs.join("done").join(&done).exists(), "a dry run removes nothing");
+    assert!(code.join("done").join(&done).exists(), "a dry run removes nothing");
 
     let out = ctx.run(&["gc", "--older-than", "0s"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
-    assert!(text(&out.stderr).contains(&format!("sb: removed sandbox run general/default/done/{done}")));
-    assert!(!runs.join("done").join(&done).exists() && !code.join("done").join(&done).exists());
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains(&format!("sb: removed the code dir of ended run general/default/done/{done}")), "{stderr}");
+    assert!(!code.join("done").join(&done).exists() && runs.join("done").join(&done).exists());
+    assert_eq!(ctx.status_until(&done, |_| true)["state"], "completed");
+    let logs = text(&ctx.run(&["logs", &done]).stdout);
+    assert!(logs.contains("hello from the sandbox"), "{logs}");
+    // Nothing is left to remove.
+    let again = text(&ctx.run(&["gc", "--older-than", "0s"]).stderr);
+    assert!(!again.contains("sb: removed"), "{again}");
     assert!(runs.join("live").join(&live).exists() && code.join("live").join(&live).exists());
     assert_eq!(ctx.status_until(&live, |_| true)["state"], "running");
 }
