@@ -90,7 +90,8 @@ pub enum Outcome {
         /// Why, in one sentence.
         reason: String,
     },
-    /// It could hold the request but not now (Slurm only): a fallback candidate ranked by `free`.
+    /// It could hold the request but not now (a host whose scheduler queues): a fallback
+    /// candidate ranked by `free`.
     Queue {
         /// How, once it runs.
         layout: Layout,

@@ -131,7 +131,7 @@ pub fn load(sources: &ConfigSources) -> Result<LoadedConfig> {
         layers.push(Layer { kind: LayerKind::Override, source: "--set".into(), value });
     }
 
-    // Hosts of types theseus does not run (the original's `tpu`) are set aside with a warning.
+    // Hosts of types the registry knows but has not built in are set aside with a warning.
     let unsupported =
         super::compat::unsupported_hosts(&sources.host_types, layers.iter().map(|l| (l.source.as_str(), &l.value)));
     for layer in &mut layers {

@@ -1,4 +1,4 @@
-//! [`SshSettings`]: how theseus connects to a plain or Slurm host. Every key is optional, and an
+//! [`SshSettings`]: how theseus connects to a host reached over SSH. Every key is optional, and an
 //! unset key leaves the decision to the user's own ssh config (`~/.ssh/config`, or the file of
 //! `THESEUS_SSH_CONFIG`), so that a host reachable with `ssh ALIAS` is reachable by theseus.
 
@@ -21,7 +21,7 @@ pub enum KnownHosts {
     Off,
 }
 
-/// The connection keys of a plain or Slurm host.
+/// The connection keys of a host reached over SSH.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SshSettings {

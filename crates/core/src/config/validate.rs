@@ -1,5 +1,6 @@
 //! Validation of the config: everything serde cannot check (references between tables, chip
-//! names with suggestions, TPU hosts, env names, empty required strings).
+//! names with suggestions, env names, empty required strings); each host's own keys are checked by
+//! its type ([`super::HostSettings::validate`]).
 //!
 //! Two stages: [`check_layer`] checks one layer (one file, one env var, one `--set`) on its own,
 //! before merging, so that its errors name that layer; [`validate`] checks the merged config
