@@ -1,7 +1,7 @@
 //! `plan`, `submit --dry-run`, `submit`, `status`, `cancel` and `gc` of the `theseus` command
 //! line on a sandbox host, a type neither core nor the CLI knows.
 
-use crate::{CancelOnDrop, TestContext, text};
+use crate::{CancelOnDrop, SECRET, TestContext, text};
 
 /// Submits `python job.py ARG` as job `name`; its run id.
 fn submit(ctx: &TestContext, name: &str, arg: &str) -> String {
@@ -152,4 +152,55 @@ fn a_bad_sandbox_key_names_the_file_the_key_and_the_fix() {
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains(".theseus.yaml") && stderr.contains("hosts.sb.slots"), "{stderr}");
     assert!(stderr.contains("set `slots: 1` or more"), "{stderr}");
+}
+
+#[test]
+fn one_name_has_one_live_run_unless_replaced() {
+    let ctx = TestContext::new();
+    let first = submit(&ctx, "same", "sleep");
+    let _first = CancelOnDrop(&ctx, first.clone());
+    ctx.status_until(&first, |s| s["state"] == "running");
+    let out = ctx.run(&["submit", "same", &ctx.experiment("sleep")]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains(&format!("live run `{first}` of job `same` on host `sb`")), "{stderr}");
+
+    let out = ctx.run(&["submit", "same", &ctx.experiment("sleep"), "--replace"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let second = text(&out.stdout).trim().to_owned();
+    let _second = CancelOnDrop(&ctx, second.clone());
+    assert!(theseus_testhost::procs::in_session(session(&ctx, "same", &first)).is_empty(), "the first run is stopped");
+    assert_ne!(ctx.status_until(&first, |_| true)["state"], "running");
+    assert_eq!(ctx.status_until(&second, |s| s["state"] != "pending")["state"], "running");
+}
+
+#[test]
+fn a_secret_reaches_the_job_and_no_output_or_file_of_the_sandbox() {
+    let ctx = TestContext::new();
+    let exp = ctx.experiment("secret");
+    let args = ["submit", "secret", exp.as_str(), "--secret-env", "MY_TOKEN"];
+    let dry = ctx.cmd().env("MY_TOKEN", SECRET).args(args).arg("--dry-run").output().unwrap();
+    assert!(dry.status.success(), "{}", text(&dry.stderr));
+    assert!(text(&dry.stdout).contains("MY_TOKEN=<redacted>"), "{}", text(&dry.stdout));
+    let out = ctx.cmd().env("MY_TOKEN", SECRET).args(args).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let run = text(&out.stdout).trim().to_owned();
+    assert_eq!(ctx.status_until(&run, |s| s["state"] != "running" && s["state"] != "pending")["state"], "completed");
+    let logs = text(&ctx.run(&["logs", &run]).stdout);
+    assert!(logs.contains("token True"), "{logs}");
+    for out in [&dry, &out] {
+        assert!(!text(&out.stdout).contains(SECRET) && !text(&out.stderr).contains(SECRET));
+    }
+    let mut dirs = vec![ctx.sandbox()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else {
+                let bytes = std::fs::read(&path).unwrap();
+                assert!(!String::from_utf8_lossy(&bytes).contains(SECRET), "{} holds the secret", path.display());
+            }
+        }
+    }
 }

@@ -16,9 +16,16 @@ pub(crate) struct TestContext {
     code: tempfile::TempDir,
 }
 
-/// The job: `python job.py CODE` prints a line and exits with CODE; `python job.py sleep` waits.
-const JOB_PY: &str = "import sys, time\nprint('hello from the sandbox', flush=True)\n\
-                      if sys.argv[1] == 'sleep':\n    time.sleep(600)\nsys.exit(int(sys.argv[1]))\n";
+/// The job: `python job.py CODE` prints a line and exits with CODE; `python job.py sleep` waits;
+/// `python job.py secret` says whether `MY_TOKEN` reached it (knowing it only reversed, so that
+/// the code holds no copy of it).
+const JOB_PY: &str = "import os, sys, time\nprint('hello from the sandbox', flush=True)\n\
+                      if sys.argv[1] == 'sleep':\n    time.sleep(600)\n\
+                      if sys.argv[1] == 'secret':\n    print('token', os.environ.get('MY_TOKEN', '')[::-1] == REVERSED)\n    \
+                      sys.exit(0)\nsys.exit(int(sys.argv[1]))\n";
+
+/// The value of `MY_TOKEN` in [`JOB_PY`]'s `secret` mode.
+pub(crate) const SECRET: &str = "tok-123-s3cret";
 
 impl TestContext {
     pub(crate) fn new() -> TestContext {
@@ -29,7 +36,9 @@ impl TestContext {
              cluster: box\n    slots: 2\n    dir: {home}/sandbox\n  here:\n    type: local\n"
         );
         std::fs::write(ctx.home().join(".theseus.yaml"), config).unwrap();
-        std::fs::write(ctx.code.path().join("job.py"), JOB_PY).unwrap();
+        let reversed: String = SECRET.chars().rev().collect();
+        let job = JOB_PY.replace("REVERSED", &format!("{reversed:?}"));
+        std::fs::write(ctx.code.path().join("job.py"), job).unwrap();
         ctx
     }
 
