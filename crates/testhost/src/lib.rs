@@ -6,7 +6,7 @@
 //!
 //! What a new backend writes, in the order the registry reaches it: its settings ([`config`]),
 //! its pure fit rule ([`fit`]), the two host-type traits ([`host`]) and its [`Backend`]
-//! ([`backend`], with [`runner`], [`procs`] and [`logs`]).
+//! ([`backend`], with [`run`], [`runner`], [`procs`] and [`logs`]).
 //!
 //! [`Backend`]: theseus_core::backend::Backend
 
@@ -16,6 +16,7 @@ pub mod fit;
 pub mod host;
 mod logs;
 pub mod procs;
+pub mod run;
 mod runner;
 
 pub use backend::SandboxBackend;
