@@ -1,4 +1,4 @@
-//! `plan`, `submit --dry-run`, `submit`, `status`, `cancel` and `gc` of the `theseus` command
+//! `plan`, `submit --dry-run`, `submit` (`--follow`, `--replace`), `status`, `logs`, `cancel` and `gc` of the `theseus` command
 //! line on a sandbox host, a type neither core nor the CLI knows.
 
 use crate::{CancelOnDrop, SECRET, TestContext, text};
@@ -203,4 +203,16 @@ fn a_secret_reaches_the_job_and_no_output_or_file_of_the_sandbox() {
             }
         }
     }
+}
+
+#[test]
+fn submit_follow_streams_the_output_and_exits_with_the_jobs_code() {
+    let ctx = TestContext::new();
+    let out = ctx.run(&["submit", "followed", &ctx.experiment("3"), "--follow"]);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(stdout.contains("hello from the sandbox"), "{stdout}");
+    assert!(stderr.contains("failed (exit code 3)"), "{stderr}");
+    let out = ctx.run(&["submit", "followed-ok", &ctx.experiment("0"), "--follow"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
 }

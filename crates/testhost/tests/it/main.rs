@@ -1,9 +1,10 @@
 //! End-to-end tests of the `sandbox` host type: the `theseus-testhost` binary (the `theseus`
 //! command line plus `sandbox`) driven in a fresh HOME with a sandbox host and a local one,
-//! and the backend conformance suite on the sandbox backend.
+//! the backend conformance suite on the sandbox backend, and the registry as the only plug.
 
 mod commands;
 mod conformance;
+mod registry;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
