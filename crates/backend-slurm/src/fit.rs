@@ -10,7 +10,7 @@
 
 use std::collections::BTreeMap;
 
-use theseus_core::availability::{Availability, NodeAvailability, SlurmAvailability};
+use theseus_core::availability::{Availability, NodeAvailability, PartitionReport};
 use theseus_core::chips::Chip;
 use theseus_core::fit::{Layout, Outcome, Want, spread};
 
@@ -113,7 +113,7 @@ fn gpu(
     let ordered: Vec<&str> = ordered.into_iter().map(|p| p.name()).collect();
 
     let outcome = match avail {
-        Availability::Slurm(report) => from_report(host, &ask, &ordered, report),
+        Availability::Partitions(report) => from_report(host, &ask, &ordered, report),
         Availability::NotChecked => {
             let Some(first) = ordered.first() else {
                 return Outcome::pass("no partitions configured and availability not checked");
@@ -165,7 +165,7 @@ struct PartitionFit<'a> {
     free_sum: u32,
 }
 
-fn from_report(host: &SlurmHost, ask: &Ask<'_>, ordered: &[&str], report: &SlurmAvailability) -> Outcome {
+fn from_report(host: &SlurmHost, ask: &Ask<'_>, ordered: &[&str], report: &PartitionReport) -> Outcome {
     let names: Vec<&str> = if ordered.is_empty() {
         report.partitions.iter().map(|p| p.name.as_str()).collect()
     } else {
@@ -228,7 +228,7 @@ fn from_report(host: &SlurmHost, ask: &Ask<'_>, ordered: &[&str], report: &Slurm
 fn partition_fit<'a>(
     host: &SlurmHost,
     ask: &Ask<'_>,
-    report: &SlurmAvailability,
+    report: &PartitionReport,
     name: &'a str,
 ) -> Option<PartitionFit<'a>> {
     let partition = report.partitions.iter().find(|p| p.name == name)?;

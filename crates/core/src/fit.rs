@@ -226,7 +226,7 @@ fn gpus(
             return Err(Outcome::pass(format!("availability unknown: {reason}")));
         }
         Availability::Unusable { reason } => return Err(Outcome::pass(reason.clone())),
-        Availability::Slurm(_) => {
+        Availability::Partitions(_) => {
             return Err(Outcome::pass("availability unknown: unexpected slurm report"));
         }
     };

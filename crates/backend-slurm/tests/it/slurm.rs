@@ -268,7 +268,7 @@ async fn availability_from_live_sinfo_picks_the_partition_and_node_count() {
         host: None,
     };
     let avail = b.availability(&request(8)).await.unwrap();
-    let Availability::Slurm(slurm) = &avail else { panic!("not a slurm availability: {avail:?}") };
+    let Availability::Partitions(slurm) = &avail else { panic!("not a slurm availability: {avail:?}") };
     let mut names: Vec<_> = slurm.partitions.iter().map(|p| p.name.as_str()).collect();
     names.sort();
     assert_eq!(names, ["cpu", "gpu"]);

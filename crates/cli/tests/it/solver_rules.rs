@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use theseus_core::availability::{Availability, NodeAvailability, PartitionAvailability, SlurmAvailability};
+use theseus_core::availability::{Availability, NodeAvailability, PartitionAvailability, PartitionReport};
 use theseus_core::chips;
 use theseus_core::config::DispatchConfig;
 use theseus_core::solver::*;
@@ -87,7 +87,7 @@ fn drained(node: NodeAvailability) -> NodeAvailability {
 }
 
 fn sinfo(partitions: Vec<(&str, Vec<NodeAvailability>)>) -> Availability {
-    Availability::Slurm(SlurmAvailability {
+    Availability::Partitions(PartitionReport {
         partitions: partitions
             .into_iter()
             .map(|(name, nodes)| PartitionAvailability { name: name.into(), nodes })
