@@ -10,11 +10,12 @@
 
 use std::collections::BTreeMap;
 
-use theseus_core::availability::{Availability, NodeAvailability, SlurmAvailability};
+use theseus_core::availability::{Availability, NodeAvailability, PartitionReport};
 use theseus_core::chips::Chip;
 use theseus_core::fit::{Layout, Outcome, Want, spread};
 
 use crate::config::SlurmHost;
+use crate::placement::SlurmPlacement;
 
 /// Applies the Slurm rules to one host.
 pub fn fit(gres_mapping: &BTreeMap<String, String>, host: &SlurmHost, want: &Want, avail: &Availability) -> Outcome {
@@ -29,7 +30,7 @@ fn cpu(host: &SlurmHost, processes: u32) -> Outcome {
         host.cpu_partitions.first().map(String::as_str).or_else(|| host.partitions.first().map(|p| p.name()));
     match partition {
         Some(p) => Outcome::Fits {
-            layout: Layout { partition: Some(p.to_owned()), ..Layout::cpu(processes, 1) },
+            layout: SlurmPlacement { partition: Some(p.to_owned()), gres_type: None }.place(Layout::cpu(processes, 1)),
             reason: format!("partition {p}, {processes} node{} x 1 task", if processes == 1 { "" } else { "s" }),
         },
         None => Outcome::pass("no cpu_partitions or partitions configured"),
@@ -49,15 +50,15 @@ impl Ask<'_> {
     /// A layout of `count` chips on nodes of `per_node` GPUs in `partition`.
     fn layout(&self, partition: &str, per_node: u32) -> Layout {
         let (nodes, chips_per_node, note) = spread(self.count, per_node);
-        Layout {
+        let layout = Layout {
             chip: self.chip,
             nodes,
             chips_per_node,
             processes_per_node: 1,
-            partition: Some(partition.to_owned()),
-            gres_type: self.gres.clone(),
             notes: note.into_iter().collect(),
-        }
+            ..Layout::default()
+        };
+        SlurmPlacement { partition: Some(partition.to_owned()), gres_type: self.gres.clone() }.place(layout)
     }
 
     /// Passes the host over when rounding up to whole nodes goes past the `chips` cap.
@@ -112,7 +113,7 @@ fn gpu(
     let ordered: Vec<&str> = ordered.into_iter().map(|p| p.name()).collect();
 
     let outcome = match avail {
-        Availability::Slurm(report) => from_report(host, &ask, &ordered, report),
+        Availability::Partitions(report) => from_report(host, &ask, &ordered, report),
         Availability::NotChecked => {
             let Some(first) = ordered.first() else {
                 return Outcome::pass("no partitions configured and availability not checked");
@@ -164,7 +165,7 @@ struct PartitionFit<'a> {
     free_sum: u32,
 }
 
-fn from_report(host: &SlurmHost, ask: &Ask<'_>, ordered: &[&str], report: &SlurmAvailability) -> Outcome {
+fn from_report(host: &SlurmHost, ask: &Ask<'_>, ordered: &[&str], report: &PartitionReport) -> Outcome {
     let names: Vec<&str> = if ordered.is_empty() {
         report.partitions.iter().map(|p| p.name.as_str()).collect()
     } else {
@@ -227,7 +228,7 @@ fn from_report(host: &SlurmHost, ask: &Ask<'_>, ordered: &[&str], report: &Slurm
 fn partition_fit<'a>(
     host: &SlurmHost,
     ask: &Ask<'_>,
-    report: &SlurmAvailability,
+    report: &PartitionReport,
     name: &'a str,
 ) -> Option<PartitionFit<'a>> {
     let partition = report.partitions.iter().find(|p| p.name == name)?;

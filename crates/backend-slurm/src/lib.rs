@@ -14,6 +14,7 @@ pub mod fit;
 pub mod host;
 pub mod nodelist;
 pub mod parse;
+pub mod placement;
 pub mod sbatch;
 pub mod slurm;
 

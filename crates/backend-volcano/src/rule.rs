@@ -66,7 +66,7 @@ pub fn solve(host: &VolcanoHost, want: &Want, avail: &Availability) -> Outcome {
             notes.push(format!("queue availability unknown ({reason}); the scheduler will queue the job if needed"));
             "queue availability unknown".to_owned()
         }
-        Availability::Slurm(_) => {
+        Availability::Partitions(_) => {
             notes.push(
                 "queue availability unknown (unexpected slurm report); the scheduler will queue the job if needed"
                     .into(),

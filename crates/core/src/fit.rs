@@ -60,10 +60,10 @@ pub struct Layout {
     pub chips_per_node: u32,
     /// Processes per node.
     pub processes_per_node: u32,
-    /// Slurm partition.
-    pub partition: Option<String>,
-    /// Slurm GRES type token.
-    pub gres_type: Option<String>,
+    /// Where on the host, in its type's own keys ([`crate::plan::Plan::placement`]).
+    pub placement: crate::plan::Placement,
+    /// The placement as text ([`crate::plan::Plan::placement_text`]).
+    pub placement_text: String,
     /// Things the user should know.
     pub notes: Vec<String>,
 }
@@ -187,6 +187,8 @@ impl MachineFit {
 }
 
 /// Checks a machine's `chips` and availability for `count` GPUs of `chip` (any type if `None`).
+// The error is the answer itself (a pass), made once per host and solve: boxing it gains nothing.
+#[allow(clippy::result_large_err)]
 fn gpus(
     chips_map: &BTreeMap<String, u32>,
     chip: Option<&'static Chip>,
@@ -224,7 +226,7 @@ fn gpus(
             return Err(Outcome::pass(format!("availability unknown: {reason}")));
         }
         Availability::Unusable { reason } => return Err(Outcome::pass(reason.clone())),
-        Availability::Slurm(_) => {
+        Availability::Partitions(_) => {
             return Err(Outcome::pass("availability unknown: unexpected slurm report"));
         }
     };

@@ -121,10 +121,13 @@ pub struct Plan {
     pub processes_per_node: u32,
     /// Chips the job gets in total.
     pub total_chips: u32,
-    /// Slurm partition.
-    pub partition: Option<String>,
-    /// Slurm GRES type token (`h100` in `gpu:h100:4`), `None` for untyped or no GPUs.
-    pub gres_type: Option<String>,
+    /// Where on the host the job goes, in its type's own keys (a partition, a GRES type): written
+    /// by the type's fit rule, read by its backend; shown among the plan's keys.
+    #[serde(flatten)]
+    pub placement: Placement,
+    /// The placement as the end of [`crate::solver::describe_plan`]'s line (`, partition gpu`).
+    #[serde(skip)]
+    pub placement_text: String,
     /// The job is sent although no host has the capacity free now; the scheduler queues it.
     pub queued: bool,
     /// Things the user should know (e.g. the fallback, a partial node).
@@ -132,6 +135,10 @@ pub struct Plan {
     /// Every host looked at, in order, with the verdict.
     pub considered: Vec<Consideration>,
 }
+
+/// A host type's own placement keys, in the order its fit rule wrote them; `None`: the key
+/// applies and has no value.
+pub type Placement = indexmap::IndexMap<String, Option<String>>;
 
 impl Plan {
     /// Processes of the whole job.

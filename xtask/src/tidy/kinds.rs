@@ -19,9 +19,6 @@ const KIND_WORDS: &[&str] = &["slurm", "volcano", "plain", "kubernetes", "sbatch
 const KNOWN: &[(&str, &str, &str)] = &[
     ("crates/core/src/chips.rs", "Tpu", "the TPU chip family of the catalog, not a host type"),
     ("crates/core/src/dispatch/request.rs", "Tpu", "refuses TPU chips, not a host type"),
-    ("crates/core/src/availability.rs", "Slurm", "the Slurm probe's report (to become a per-type report)"),
-    ("crates/core/src/availability.rs", "SlurmAvailability", "the Slurm probe's report (as above)"),
-    ("crates/core/src/fit.rs", "Slurm", "a single machine refuses a Slurm report (as above)"),
     ("crates/core/src/bootstrap/mod.rs", "Slurm", "a launch mode of the bootstrap (to come from the host type)"),
     ("crates/core/src/bootstrap/mod.rs", "Volcano", "a launch mode of the bootstrap (as above)"),
     ("crates/core/src/bootstrap/script.rs", "Slurm", "a launch mode of the bootstrap (as above)"),

@@ -30,6 +30,7 @@ pub(crate) const PURE: &[&str] = &[
     "crates/backend-slurm/src/sbatch.rs",
     "crates/backend-slurm/src/config.rs",
     "crates/backend-slurm/src/fit.rs",
+    "crates/backend-slurm/src/placement.rs",
     "crates/backend-volcano/src/config.rs",
     "crates/backend-volcano/src/rule.rs",
     "crates/backend-slurm/src/parse",

@@ -421,7 +421,7 @@ impl Backend for SlurmBackend {
             message: e.to_string(),
             source: Some(Box::new(e)),
         })?;
-        Ok(Availability::Slurm(avail))
+        Ok(Availability::Partitions(avail))
     }
 
     async fn submit(&self, job: &PreparedJob, options: &SubmitOptions) -> Result<JobHandle> {

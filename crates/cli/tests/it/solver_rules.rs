@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use theseus_core::availability::{Availability, NodeAvailability, PartitionAvailability, SlurmAvailability};
+use theseus_core::availability::{Availability, NodeAvailability, PartitionAvailability, PartitionReport};
 use theseus_core::chips;
 use theseus_core::config::DispatchConfig;
 use theseus_core::solver::*;
@@ -87,7 +87,7 @@ fn drained(node: NodeAvailability) -> NodeAvailability {
 }
 
 fn sinfo(partitions: Vec<(&str, Vec<NodeAvailability>)>) -> Availability {
-    Availability::Slurm(SlurmAvailability {
+    Availability::Partitions(PartitionReport {
         partitions: partitions
             .into_iter()
             .map(|(name, nodes)| PartitionAvailability { name: name.into(), nodes })
@@ -873,12 +873,13 @@ fn plan_fields_and_rendering() {
     let config: DispatchConfig = parse(SPAN);
     let avail = BTreeMap::from([("hpc".to_owned(), span_report())]);
     let plan = solve(&config, &req("24 h100"), &avail).unwrap();
+    let placed = |key: &str| plan.placement.get(key).and_then(|v| v.as_deref());
     assert_eq!(
         (plan.kind.as_str(), plan.cluster.as_str(), plan.chip.map(|c| c.name), plan.nodes, plan.chips_per_node),
         ("slurm", "c", Some("h100"), 3, 8)
     );
     assert_eq!(
-        (plan.total_chips, plan.processes(), plan.partition.as_deref(), plan.gres_type.as_deref(), plan.queued),
+        (plan.total_chips, plan.processes(), placed("partition"), placed("gres_type"), plan.queued),
         (24, 3, Some("gpu"), Some("h100"), true)
     );
 
