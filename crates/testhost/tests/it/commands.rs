@@ -1,5 +1,6 @@
-//! `plan`, `submit --dry-run`, `submit` (`--follow`, `--replace`), `status`, `logs`, `cancel` and `gc` of the `theseus` command
-//! line on a sandbox host, a type neither core nor the CLI knows.
+//! `plan`, `submit --dry-run`, `submit` (`--follow`, `--replace`), `status`, `logs`, `cancel`
+//! and `gc` of the `theseus` command line on a sandbox host, a type neither core nor the CLI
+//! knows.
 
 use crate::{CancelOnDrop, SECRET, TestContext, text};
 
