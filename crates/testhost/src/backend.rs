@@ -156,7 +156,9 @@ impl Backend for SandboxBackend {
         if let Some(parent) = work_dir.parent() {
             tokio::fs::create_dir_all(parent).await.map_err(|e| Error::io("create", parent, e))?;
         }
-        let report = store::ship_local(ShipRequest {
+        // The ship stops at the next file when the program is interrupted and removes its
+        // partial copy on every error; an interrupt starts nothing.
+        let shipped = store::ship_local(ShipRequest {
             snapshot: job.snapshot.clone(),
             root: path_str(&self.dir())?,
             dest: path_str(&work_dir)?,
@@ -165,8 +167,13 @@ impl Backend for SandboxBackend {
             progress: options.progress.clone(),
             status: options.status.clone(),
         })
-        .await?;
-        options.report_shipped(&report);
+        .await;
+        if let Some(signal) = theseus_core::interrupt::triggered() {
+            let _ = tokio::fs::remove_dir_all(&work_dir).await;
+            let message = format!("interrupted ({}) while shipping the code; nothing was started", signal.name());
+            return Err(Error::backend(self, message));
+        }
+        options.report_shipped(&shipped?);
         let data = HandleData { work_dir, run_dir, processes: job.plan.processes().max(1) };
         match start(job, &data).await {
             Ok(()) => Ok(handle(&self.name, job, &data)),
