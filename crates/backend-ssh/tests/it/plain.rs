@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use theseus_backend_ssh::plain::{PlainBackend, PlainHandleData, Settings};
 use theseus_backend_ssh::ssh::SshHost;
+use theseus_backend_ssh::testing::error_chain;
 use theseus_core::availability::Availability;
 use theseus_core::backend::{Backend, JobHandle, JobState, SubmitOptions};
 use theseus_core::chips;
@@ -252,15 +253,4 @@ fn partials(dir: &Path) -> Vec<String> {
         }
     }
     found
-}
-
-pub(crate) fn error_chain(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(e) = source {
-        text.push_str(": ");
-        text.push_str(&e.to_string());
-        source = e.source();
-    }
-    text
 }

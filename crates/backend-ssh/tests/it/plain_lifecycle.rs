@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use theseus_backend_ssh::plain::PlainBackend;
 use theseus_backend_ssh::ssh::SshHost;
+use theseus_backend_ssh::testing::{Pause, make_big};
 use theseus_core::Error;
 use theseus_core::backend::{Backend, JobHandle, JobState, PreparedJob, SubmitOptions};
 use theseus_core::bootstrap::{self, BootstrapInput};
@@ -183,54 +184,6 @@ async fn wait_terminal(b: &PlainBackend, h: &JobHandle) {
         assert!(Instant::now() < deadline, "{status:?}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-}
-
-/// Holds a submit in the middle of shipping: `paused` once 1 MiB went out, then waits for `go`.
-pub(crate) struct Pause {
-    pub(crate) paused: Arc<std::sync::atomic::AtomicBool>,
-    pub(crate) go: Arc<std::sync::atomic::AtomicBool>,
-}
-
-impl Pause {
-    pub(crate) fn new() -> Pause {
-        Pause { paused: Arc::default(), go: Arc::default() }
-    }
-
-    /// Submit options whose progress callback (on the blocking writer thread) pauses.
-    pub(crate) fn options(&self) -> SubmitOptions {
-        use std::sync::atomic::Ordering;
-        let (paused, go) = (self.paused.clone(), self.go.clone());
-        SubmitOptions {
-            progress: Some(Arc::new(move |sent, _| {
-                if sent > 1 << 20 && !paused.swap(true, Ordering::SeqCst) {
-                    let deadline = Instant::now() + Duration::from_secs(120);
-                    while !go.load(Ordering::SeqCst) && Instant::now() < deadline {
-                        std::thread::sleep(Duration::from_millis(20));
-                    }
-                }
-            })),
-            ..SubmitOptions::default()
-        }
-    }
-
-    pub(crate) async fn wait_paused(&self) {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while !self.paused.load(std::sync::atomic::Ordering::SeqCst) {
-            assert!(Instant::now() < deadline, "the submit never got to shipping");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
-    pub(crate) fn resume(&self) {
-        self.go.store(true, std::sync::atomic::Ordering::SeqCst);
-    }
-}
-
-/// Adds 4 MiB to the job's code, so that shipping reports progress before it ends.
-pub(crate) fn make_big(job: &mut PreparedJob, dir: &std::path::Path) {
-    let block: Vec<u8> = (0..1u32 << 20).map(|i| (i % 251) as u8).collect();
-    std::fs::write(dir.join("big.bin"), block.repeat(4)).unwrap();
-    job.snapshot = Snapshot::collect(dir, SnapshotMode::Dirty).unwrap();
 }
 
 /// The handle known before `submit` (recorded by the CLI as `submitting`) reads and cancels the
