@@ -4,11 +4,13 @@
 //! - shipping: a small code tree ([`code_tree`]), a job of it ([`job_of`]), the check that a run
 //!   dir holds exactly the snapshot ([`assert_run_dir_is`]) and submit options that collect ship
 //!   reports and notes ([`Seen`]), with [`write_file`] and [`files_under`];
-//! - a submit held in the middle of shipping ([`Pause`], with [`make_big`] code to ship);
+//! - a submit held in the middle of shipping ([`Pause`], with [`make_big`] code to ship), and
+//!   the check that such a run is cancelled through its planned handle
+//!   ([`cancel_while_shipping`]);
 //! - probes against a loopback port nobody listens on ([`refused_port`], [`loopback_options`],
 //!   [`cpu_request`], [`gpu_request`], [`unreached_cluster`]);
-//! - `reclaim` reports ([`handle_paths`], [`reclaimed_runs`], [`everything_old`]);
-//! - errors on one line ([`error_chain`]).
+//! - `reclaim` of every finished run ([`everything_old`], [`assert_reclaimed_only_finished`]);
+//! - a run's log as lines ([`log_lines`]) and errors on one line ([`error_chain`]).
 //!
 //! They panic on failure, as test code does.
 
@@ -19,8 +21,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
 use theseus_core::backend::{
-    Backend, JobHandle, PreparedJob, ReclaimKind, ReclaimOptions, ReclaimReport, SubmitOptions,
+    Backend, JobHandle, JobState, LogOptions, PreparedJob, ReclaimKind, ReclaimOptions, ReclaimReport, SubmitOptions,
 };
 use theseus_core::bootstrap::{self, BootstrapInput};
 use theseus_core::config::ClusterConfig;
@@ -195,6 +198,25 @@ pub fn make_big(job: &mut PreparedJob, dir: &Path) {
     job.snapshot = Snapshot::collect(dir, SnapshotMode::Dirty).unwrap();
 }
 
+/// Cancels a run through its `planned` handle while its submit (of `job`, on `b`) is held in
+/// the middle of shipping: the run reads `Submitting` meanwhile, the cancel answers `Cancelled`,
+/// and the submit, let go on, fails saying that the run was cancelled.
+pub async fn cancel_while_shipping<B: Backend + 'static>(b: &Arc<B>, job: &PreparedJob, planned: &JobHandle) {
+    let pause = Pause::new();
+    let submit = {
+        let (b, job, options) = (b.clone(), job.clone(), pause.options());
+        tokio::spawn(async move { b.submit(&job, &options).await })
+    };
+    pause.wait_paused().await;
+    let during = b.status(planned).await.unwrap();
+    assert_eq!(during.state, JobState::Submitting, "{during:?}");
+    let cancelled = b.cancel(planned).await.unwrap();
+    assert_eq!(cancelled.state, JobState::Cancelled, "{cancelled:?}");
+    pause.resume();
+    let err = submit.await.unwrap().expect_err("a run cancelled while being submitted never starts");
+    assert!(err.to_string().contains("was cancelled"), "{err}");
+}
+
 /// A loopback port nobody listens on (bound, then closed).
 pub fn refused_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
@@ -229,19 +251,36 @@ pub fn unreached_cluster() -> ClusterConfig {
 }
 
 /// The run dir and the log file that an SSH backend's handle names.
-pub fn handle_paths(handle: &JobHandle) -> (PathBuf, PathBuf) {
+fn handle_paths(handle: &JobHandle) -> (PathBuf, PathBuf) {
     let field = |k: &str| PathBuf::from(handle.data[k].as_str().expect("handle path"));
     (field("work_dir"), field("log_file"))
 }
 
 /// The run dirs a `reclaim` report removed.
-pub fn reclaimed_runs(report: &ReclaimReport) -> Vec<String> {
+fn reclaimed_runs(report: &ReclaimReport) -> Vec<String> {
     report.items.iter().filter(|i| i.kind == ReclaimKind::RunDir).map(|i| i.path.clone()).collect()
 }
 
 /// `reclaim` options under which every finished run is old enough.
 pub fn everything_old() -> ReclaimOptions {
     ReclaimOptions { older_than: Duration::ZERO, ..ReclaimOptions::default() }
+}
+
+/// Asserts what a `reclaim` under [`everything_old`] did: `report` names exactly the code dir of
+/// the `finished` run, which is gone while its log stays, and the `running` run's code dir still
+/// holds `kept`.
+pub fn assert_reclaimed_only_finished(report: &ReclaimReport, finished: &JobHandle, running: &JobHandle, kept: &str) {
+    let (finished_work, finished_log) = handle_paths(finished);
+    let (running_work, _) = handle_paths(running);
+    assert_eq!(reclaimed_runs(report), [finished_work.to_str().unwrap()], "{report:?}");
+    assert!(!finished_work.exists() && finished_log.exists(), "the code goes, the log stays");
+    assert!(running_work.join(kept).exists(), "the queued or running run's code stays");
+}
+
+/// The lines of the run's log as they are now (no follow, every rank).
+pub async fn log_lines(b: &dyn Backend, handle: &JobHandle) -> Vec<String> {
+    let stream = b.logs(handle, &LogOptions { follow: false, rank: None }).await.unwrap();
+    stream.map(|l| l.unwrap().text).collect().await
 }
 
 /// An error and its causes on one line.

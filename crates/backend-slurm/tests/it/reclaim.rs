@@ -2,7 +2,7 @@
 //! stays) and a queued or running run's code dir stays, with no live set given by the caller: the
 //! backend itself sees the run live (`squeue`).
 
-use theseus_backend_ssh::testing::{everything_old, handle_paths, reclaimed_runs};
+use theseus_backend_ssh::testing::{assert_reclaimed_only_finished, everything_old};
 use theseus_core::backend::{Backend, JobState, SubmitOptions};
 use theseus_core::job::Distributed;
 
@@ -23,10 +23,5 @@ async fn slurm_reclaim_removes_a_finished_runs_code_and_keeps_a_queued_or_runnin
     let _ = b.cancel(&running).await;
 
     assert_eq!(status.state, JobState::Completed, "{status:?}");
-    let report = report.unwrap();
-    let (finished_work, finished_log) = handle_paths(&finished);
-    let (running_work, _) = handle_paths(&running);
-    assert_eq!(reclaimed_runs(&report), [finished_work.to_str().unwrap()], "{report:?}");
-    assert!(!finished_work.exists() && finished_log.exists(), "the code goes, the log stays");
-    assert!(running_work.join("x").exists(), "the queued or running run's code stays");
+    assert_reclaimed_only_finished(&report.unwrap(), &finished, &running, "x");
 }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use theseus_backend_slurm::slurm::{Settings, SlurmBackend, SlurmHandleData};
 use theseus_backend_ssh::ssh::{RemoteCommand, SshHost};
-use theseus_backend_ssh::testing::{Pause, make_big};
+use theseus_backend_ssh::testing::{cancel_while_shipping, make_big};
 use theseus_core::Error;
 use theseus_core::backend::{Backend, JobHandle, JobState, LogOptions, PreparedJob, SubmitOptions};
 use theseus_core::job::Distributed;
@@ -215,18 +215,7 @@ async fn a_planned_handle_reads_and_cancels_the_run_before_and_after_sbatch() {
     let planned = b.planned_handle(&job).expect("a Slurm host can name the run before sbatch");
     assert!(matches!(b.status(&planned).await, Err(Error::NotFound { .. })), "nothing exists before submit");
 
-    let pause = Pause::new();
-    let submit = {
-        let (b, job, options) = (b.clone(), job.clone(), pause.options());
-        tokio::spawn(async move { b.submit(&job, &options).await })
-    };
-    pause.wait_paused().await;
-    let during = b.status(&planned).await.unwrap();
-    assert_eq!(during.state, JobState::Submitting, "{during:?}");
-    assert_eq!(b.cancel(&planned).await.unwrap().state, JobState::Cancelled);
-    pause.resume();
-    let err = submit.await.unwrap().expect_err("a run cancelled while being submitted is never submitted");
-    assert!(err.to_string().contains("was cancelled"), "{err}");
+    cancel_while_shipping(&b, &job, &planned).await;
     assert_eq!(live_jobs(&ssh, &name).await, Vec::<String>::new(), "no Slurm job of that name");
     assert_eq!(b.status(&planned).await.unwrap().state, JobState::Cancelled);
 

@@ -10,8 +10,9 @@ use std::time::Duration;
 use futures::StreamExt;
 use theseus_backend_ssh::plain::PlainBackend;
 use theseus_backend_ssh::ssh::{RemoteCommand, SshError, SshHost};
+use theseus_backend_ssh::testing::log_lines;
 use theseus_core::availability::Availability;
-use theseus_core::backend::{Backend, JobState, LogOptions, PreparedJob, SubmitOptions};
+use theseus_core::backend::{Backend, JobState, PreparedJob, SubmitOptions};
 use theseus_core::bootstrap::{self, BootstrapInput};
 use theseus_core::config::{ClusterConfig, PlainHost};
 use theseus_core::job::{Distributed, Entrypoint, Experiment, JobIdentity};
@@ -145,13 +146,7 @@ async fn a_plain_job_runs_a_tool_from_the_login_path_and_its_log_has_no_banner()
         let handle = b.submit(&job, &SubmitOptions::default()).await.unwrap_or_else(|e| panic!("{user}: {e}"));
         let h = harness(b.clone());
         let status = testing::wait_terminal(&h, &handle).await;
-        let logs: Vec<String> = b
-            .logs(&handle, &LogOptions { follow: false, rank: None })
-            .await
-            .unwrap()
-            .map(|l| l.unwrap().text)
-            .collect()
-            .await;
+        let logs = log_lines(&*b, &handle).await;
         assert_eq!((status.state, status.exit_code), (JobState::Completed, Some(0)), "{user}: {status:?} {logs:?}");
         assert!(logs.iter().any(|l| l == "site tool ok: from the job"), "{user}: {logs:?}");
         assert_clean(&format!("{user}: the job's log"), &logs.join("\n"));

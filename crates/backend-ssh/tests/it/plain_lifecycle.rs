@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use theseus_backend_ssh::plain::PlainBackend;
 use theseus_backend_ssh::ssh::SshHost;
-use theseus_backend_ssh::testing::{Pause, make_big};
+use theseus_backend_ssh::testing::{cancel_while_shipping, make_big};
 use theseus_core::Error;
 use theseus_core::backend::{Backend, JobHandle, JobState, PreparedJob, SubmitOptions};
 use theseus_core::bootstrap::{self, BootstrapInput};
@@ -199,19 +199,7 @@ async fn a_planned_handle_reads_and_cancels_the_run_before_and_after_it_starts()
     assert!(matches!(b.status(&planned).await, Err(Error::NotFound { .. })), "nothing exists before submit");
 
     // The client is stuck in the middle of shipping (or was killed there).
-    let pause = Pause::new();
-    let submit = {
-        let (b, job, options) = (b.clone(), job.clone(), pause.options());
-        tokio::spawn(async move { b.submit(&job, &options).await })
-    };
-    pause.wait_paused().await;
-    let during = b.status(&planned).await.unwrap();
-    assert_eq!(during.state, JobState::Submitting, "{during:?}");
-    let cancelled = b.cancel(&planned).await.unwrap();
-    assert_eq!(cancelled.state, JobState::Cancelled, "{cancelled:?}");
-    pause.resume();
-    let err = submit.await.unwrap().expect_err("a run cancelled while being submitted never starts");
-    assert!(err.to_string().contains("was cancelled"), "{err}");
+    cancel_while_shipping(&b, &job, &planned).await;
     assert!(job_processes(&job.identity.run_id).is_empty(), "nothing of it runs");
     assert_eq!(b.status(&planned).await.unwrap().state, JobState::Cancelled);
 

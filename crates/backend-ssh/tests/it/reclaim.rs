@@ -2,7 +2,7 @@
 //! stays) and a running run's code dir stays, with no live set given by the caller: the backend
 //! itself sees the run running (a process on the plain host).
 
-use theseus_backend_ssh::testing::{everything_old, handle_paths, reclaimed_runs};
+use theseus_backend_ssh::testing::{assert_reclaimed_only_finished, everything_old};
 use theseus_core::backend::{Backend, JobState, SubmitOptions};
 use theseus_core::testing;
 
@@ -25,11 +25,6 @@ async fn plain_reclaim_removes_a_finished_runs_code_and_keeps_a_running_one() {
     let _ = s.backend.cancel(&running).await;
 
     assert_eq!(status.state, JobState::Completed, "{status:?}");
-    let report = report.unwrap();
-    let (finished_work, finished_log) = handle_paths(&finished);
-    let (running_work, _) = handle_paths(&running);
-    assert_eq!(reclaimed_runs(&report), [finished_work.to_str().unwrap()], "{report:?}");
-    assert!(!finished_work.exists() && finished_log.exists(), "the code goes, the log stays");
-    assert!(running_work.join("job.py").exists(), "the running run's code stays");
+    assert_reclaimed_only_finished(&report.unwrap(), &finished, &running, "job.py");
     assert_eq!(used.unwrap().run_dirs, 1);
 }

@@ -10,11 +10,12 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use theseus_backend_ssh::plain::{PlainBackend, PlainHandleData};
 use theseus_backend_ssh::ssh::SshHost;
-use theseus_backend_ssh::testing::{Seen, assert_run_dir_is, code_tree, error_chain, files_under, job_of, write_file};
-use theseus_core::backend::{Backend, JobHandle, JobState, JobStatus, LogOptions, PreparedJob, SubmitOptions};
+use theseus_backend_ssh::testing::{
+    Seen, assert_run_dir_is, code_tree, error_chain, files_under, job_of, log_lines, write_file,
+};
+use theseus_core::backend::{Backend, JobHandle, JobState, JobStatus, PreparedJob, SubmitOptions};
 use theseus_core::config::{ClusterConfig, PlainHost};
 use theseus_core::store::Materialize;
 
@@ -61,9 +62,7 @@ async fn wait_done(b: &dyn Backend, h: &JobHandle) -> JobStatus {
 }
 
 async fn log_text(b: &dyn Backend, h: &JobHandle) -> String {
-    let stream = b.logs(h, &LogOptions { follow: false, rank: None }).await.unwrap();
-    let lines: Vec<_> = stream.collect().await;
-    lines.into_iter().map(|l| l.unwrap().text).collect::<Vec<_>>().join("\n")
+    log_lines(b, h).await.join("\n")
 }
 
 fn plain_extra(job: &PreparedJob) -> Vec<String> {
