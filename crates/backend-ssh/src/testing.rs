@@ -1,6 +1,7 @@
 //! Helpers that the integration tests of every backend reached over SSH share (this crate's
 //! plain backend and `theseus-backend-slurm`'s Slurm backend), behind the feature `testing`:
 //!
+//! - jobs: a one-file job ([`small_job`]);
 //! - shipping: a small code tree ([`code_tree`]), a job of it ([`job_of`]), the check that a run
 //!   dir holds exactly the snapshot ([`assert_run_dir_is`]) and submit options that collect ship
 //!   reports and notes ([`Seen`]), with [`write_file`] and [`files_under`];
@@ -60,8 +61,26 @@ pub fn code_tree() -> tempfile::TempDir {
 
 /// A job named `name` (project `store-it`) of the code in `dir` running `words` on `b`.
 pub fn job_of(b: &dyn Backend, plan: &Plan, name: &str, dir: &Path, words: &[&str]) -> PreparedJob {
+    job_in(b, plan, "store-it", name, dir, words)
+}
+
+/// A job named `name` of `project` running `words` on `b`, with a run id of its own; its code is
+/// one README in a temp dir, which lives as long as the returned `TempDir`.
+pub fn small_job(
+    b: &dyn Backend,
+    plan: &Plan,
+    project: &str,
+    name: &str,
+    words: &[&str],
+) -> (PreparedJob, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("README"), format!("{project} test\n")).unwrap();
+    (job_in(b, plan, project, name, dir.path(), words), dir)
+}
+
+fn job_in(b: &dyn Backend, plan: &Plan, project: &str, name: &str, dir: &Path, words: &[&str]) -> PreparedJob {
     let snapshot = Snapshot::collect(dir, SnapshotMode::Dirty).unwrap();
-    let identity = JobIdentity::new(name, Some("store-it"), None);
+    let identity = JobIdentity::new(name, Some(project), None);
     let words: Vec<String> = words.iter().map(|w| w.to_string()).collect();
     let experiment = Experiment { entrypoint: Entrypoint::Words(words.clone()), ..Experiment::default() };
     let layout = b.layout(&identity, plan).unwrap();

@@ -43,16 +43,27 @@ pub(crate) struct Setup {
 }
 
 pub(crate) fn setup(lab: &Lab, name: &str, settings: Settings) -> Setup {
+    let (cluster, root) = scratch_cluster(lab, name);
+    let ssh = Arc::new(SshHost::new(lab.options(name)));
+    let backend = Arc::new(PlainBackend::with_ssh("lab", lab_host(), cluster, ssh.clone(), settings));
+    Setup { backend, ssh, root }
+}
+
+/// A cluster whose root and work are `root/root` and `root/work` of a fresh scratch dir `root`
+/// (named after `name`) of the lab.
+pub(crate) fn scratch_cluster(lab: &Lab, name: &str) -> (ClusterConfig, std::path::PathBuf) {
     let root = lab.scratch(name);
     let cluster = ClusterConfig {
         root: root.join("root").display().to_string(),
         work: root.join("work").display().to_string(),
         ..ClusterConfig::default()
     };
-    let host = PlainHost { ssh: super::support::ALIAS.into(), cluster: "lab".into(), ..PlainHost::default() };
-    let ssh = Arc::new(SshHost::new(lab.options(name)));
-    let backend = Arc::new(PlainBackend::with_ssh("lab", host, cluster, ssh.clone(), settings));
-    Setup { backend, ssh, root }
+    (cluster, root)
+}
+
+/// The lab's sshd as a plain host of cluster `lab`.
+pub(crate) fn lab_host() -> PlainHost {
+    PlainHost { ssh: super::support::ALIAS.into(), cluster: "lab".into(), ..PlainHost::default() }
 }
 
 pub(crate) fn quick() -> Settings {

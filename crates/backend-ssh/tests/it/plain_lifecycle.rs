@@ -7,51 +7,30 @@ use std::time::{Duration, Instant};
 
 use theseus_backend_ssh::plain::PlainBackend;
 use theseus_backend_ssh::ssh::SshHost;
-use theseus_backend_ssh::testing::{cancel_while_shipping, make_big};
+use theseus_backend_ssh::testing::{cancel_while_shipping, make_big, small_job};
 use theseus_core::Error;
 use theseus_core::backend::{Backend, JobHandle, JobState, PreparedJob, SubmitOptions};
-use theseus_core::bootstrap::{self, BootstrapInput};
-use theseus_core::config::{ClusterConfig, PlainHost};
-use theseus_core::job::{Distributed, Entrypoint, Experiment, JobIdentity};
 use theseus_core::local::process::job_processes;
-use theseus_core::snapshot::{Snapshot, SnapshotMode};
 
-use crate::plain::{plan, quick};
+use crate::plain::{lab_host, plan, quick, scratch_cluster};
 use crate::require_lab;
-use crate::support::{ALIAS, Lab};
+use crate::support::Lab;
 
 /// `n` backends of one host (one cluster root), each with its own SSH connection, like `n`
 /// separate `theseus` processes.
 fn backends(lab: &Lab, name: &str, n: usize) -> Vec<Arc<PlainBackend>> {
-    let root = lab.scratch(name);
-    let cluster = ClusterConfig {
-        root: root.join("root").display().to_string(),
-        work: root.join("work").display().to_string(),
-        ..ClusterConfig::default()
-    };
-    let host = PlainHost { ssh: ALIAS.into(), cluster: "lab".into(), ..PlainHost::default() };
+    let (cluster, _) = scratch_cluster(lab, name);
     (0..n)
         .map(|i| {
             let ssh = Arc::new(SshHost::new(lab.options(&format!("{name}-{i}"))));
-            Arc::new(PlainBackend::with_ssh("lab", host.clone(), cluster.clone(), ssh, quick()))
+            Arc::new(PlainBackend::with_ssh("lab", lab_host(), cluster.clone(), ssh, quick()))
         })
         .collect()
 }
 
 /// A job named `name` (project `lifecycle`) running `words`, with a run id of its own.
 fn prepare(b: &PlainBackend, name: &str, words: &[&str]) -> (PreparedJob, tempfile::TempDir) {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("README"), "lifecycle test\n").unwrap();
-    let snapshot = Snapshot::collect(dir.path(), SnapshotMode::Dirty).unwrap();
-    let identity = JobIdentity::new(name, Some("lifecycle"), None);
-    let words: Vec<String> = words.iter().map(|w| w.to_string()).collect();
-    let experiment = Experiment { entrypoint: Entrypoint::Words(words.clone()), ..Experiment::default() };
-    let plan = plan();
-    let layout = b.layout(&identity, &plan).unwrap();
-    let input =
-        BootstrapInput::for_layout(identity.clone(), &layout, vec![], words, Distributed::None, serde_json::json!({}));
-    let bootstrap = bootstrap::render(&input).unwrap();
-    (PreparedJob { identity, experiment, env: vec![], plan, snapshot, bootstrap }, dir)
+    small_job(b, &plan(), "lifecycle", name, words)
 }
 
 /// Runs (by run id) that still have a live process carrying their marker.
