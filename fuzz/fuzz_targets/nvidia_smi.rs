@@ -4,7 +4,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use theseus_backend_slurm::parse::nvidia_smi;
+use theseus_backend_ssh::parse::nvidia_smi;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else { return };

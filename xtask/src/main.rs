@@ -9,7 +9,8 @@
 //!   the tests and stops it after the fault matrix, unless it was already running. A lab that cannot start fails the run; with
 //!   `THESEUSTEST_REQUIRE_ALL=0` it is skipped instead (and the live tests say they did not run).
 //! - `lab up|down|status|env|smoke`: the SSH/Slurm test lab on its own (see `ci/lab/README.md`).
-//! - `tidy`: repository checks (every `.rs` file opens with a `//!` doc).
+//! - `tidy`: repository checks (every `.rs` file opens with a `//!` doc; no import circle between
+//!   sibling modules of any crate, and no CLI command module uses another: [`tidy`]).
 //! - `man [--check]`: writes (or checks) the man pages in `docs/man/` from the CLI definition.
 //! - `setup-python`: only the venv step of `test`; prints the interpreter path.
 //! - `e2e --sim`: the real `theseus` binary through the Volcano scenarios against the simulator
@@ -33,8 +34,6 @@
 mod bench;
 mod chaos;
 mod dist;
-mod dist_chroot;
-mod dist_cross;
 mod e2e;
 mod fuzz;
 mod lab;

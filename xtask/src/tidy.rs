@@ -1,10 +1,18 @@
-//! Repository checks that run before the tests: every Rust file starts with a `//!` doc.
+//! Repository checks that run before the tests: every Rust file starts with a `//!` doc, the
+//! modules of every crate import one way ([`imports`]), pure modules do no IO and libraries
+//! return typed errors ([`rules`]), and docs/ARCHITECTURE.md names only what exists ([`docs`]).
 
 use std::path::Path;
 
 use anyhow::{Result, bail};
 
-/// Fails listing every `.rs` file (outside `target`) whose first line is not a `//!` comment.
+mod docs;
+mod imports;
+mod rules;
+mod source;
+
+/// Fails listing every `.rs` file (outside `target`) whose first line is not a `//!` comment,
+/// then every import circle between sibling modules.
 pub(crate) fn check(root: &Path) -> Result<()> {
     let mut missing = Vec::new();
     for dir in ["crates", "xtask"] {
@@ -12,6 +20,25 @@ pub(crate) fn check(root: &Path) -> Result<()> {
     }
     if !missing.is_empty() {
         bail!("these files do not start with a `//!` doc comment:\n  {}", missing.join("\n  "));
+    }
+    let mut broken = rules::impure_uses(root);
+    broken.extend(rules::anyhow_in_libraries(root));
+    broken.extend(docs::missing_names(root));
+    if !broken.is_empty() {
+        bail!(
+            "repository rules broken (pure modules do no IO: move the IO to the caller; libraries use thiserror; \
+             the architecture doc names only what exists):\n  {}",
+            broken.join("\n  ")
+        );
+    }
+    let circles = imports::check(root).map_err(anyhow::Error::msg)?;
+    if !circles.is_empty() {
+        let listed: String = circles.iter().map(ToString::to_string).collect();
+        bail!(
+            "{} import circle(s) between sibling modules (a parent and its children may use each other; \
+             siblings must use each other one way: move what both need into a module below them):\n{listed}",
+            circles.len()
+        );
     }
     Ok(())
 }

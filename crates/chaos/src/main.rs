@@ -1,5 +1,4 @@
-//! `theseus-chaos`: the fault matrix that `cargo xtask chaos` runs (see `docs/ARCHITECTURE.md`,
-//! "Fault matrix"). For each flow of the real `theseus` binary against the Kubernetes simulator
+//! `theseus-chaos`: the fault matrix that `cargo xtask chaos` runs. For each flow of the real `theseus` binary against the Kubernetes simulator
 //! (`submit`, `status`, `logs -f`, `cancel`, `gc`), it first counts the API requests a clean run
 //! makes, then, in a fresh cluster each time, fails the n-th request (for every n) with each
 //! fault (HTTP 500, 429, 409, a reset connection; a request that never answers with `--full`)
@@ -22,6 +21,13 @@
 //! [--backends volcano,plain,slurm,crash,load] [--require-lab] [--jobs N]`. The cases of the
 //! Volcano and lab matrices run `--jobs` at a time (default: twice the cores, at most 4), each in a
 //! world of its own; the crash and load cases run alone, as their timing matters.
+//!
+//! The short matrix (`cargo xtask test`) skips 429 and never-answered requests, answers 409
+//! only on Volcano's submit, and faults a wait loop's polls in their first round only
+//! ([`matrix::repeats_a_poll`]); `--full` adds them all, and on the lab `lost+down` (every later
+//! connection of the case dies too, so the backend cannot know: the run is recorded `unknown`
+//! and settled by the next `status` or `cancel`). Last full run (2026-11-26, 4 cases at once):
+//! 445 cases, 0 bad, 669 s; the short one in CI (2026-11-27): 253 cases, 0 bad, 225 s.
 
 mod crash;
 mod hosts;

@@ -4,9 +4,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::{Result, anyhow};
-use theseus_backend_slurm::plain::PlainBackend;
 use theseus_backend_slurm::slurm::SlurmBackend;
-use theseus_backend_slurm::ssh::{SshHost, SshOptions};
+use theseus_backend_ssh::plain::PlainBackend;
+use theseus_backend_ssh::ssh::{SshHost, SshOptions};
 use theseus_backend_volcano::VolcanoBackend;
 use theseus_core::backend::DynBackend;
 use theseus_core::config::{DispatchConfig, HostConfig, LoadedConfig, SshSettings};
@@ -27,7 +27,7 @@ pub(crate) fn for_host(config: &DispatchConfig, name: &str, home: &Path) -> Resu
             plain.clone(),
             cluster.clone(),
             ssh_host(&plain.ssh, &plain.connection),
-            theseus_backend_slurm::plain::Settings::default(),
+            theseus_backend_ssh::plain::Settings::default(),
         )),
         HostConfig::Slurm(slurm) => Arc::new(SlurmBackend::with_ssh(
             name,

@@ -79,8 +79,14 @@ fn hints(err: &anyhow::Error) -> Vec<String> {
 /// `-vv`: everything at debug; `RUST_LOG` overrides). No colour unless stderr is a terminal and
 /// `NO_COLOR` is unset (<https://no-color.org>).
 fn init_tracing(global: &args::GlobalArgs) {
-    const OURS: &[&str] =
-        &["theseus", "theseus_cli", "theseus_core", "theseus_backend_volcano", "theseus_backend_slurm"];
+    const OURS: &[&str] = &[
+        "theseus",
+        "theseus_cli",
+        "theseus_core",
+        "theseus_backend_volcano",
+        "theseus_backend_ssh",
+        "theseus_backend_slurm",
+    ];
     let ours = |level: &str| OURS.iter().map(|c| format!("{c}={level}")).collect::<Vec<_>>().join(",");
     let default = if global.quiet {
         format!("off,{}", ours("error"))

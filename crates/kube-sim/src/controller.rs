@@ -561,25 +561,8 @@ fn ensure_podgroup(store: &Store, job: &Value, tasks: &[Task]) -> Option<Value> 
     }
 }
 
-/// Resources held by pods, per queue (`volcano.sh/queue-name` label).
-pub(crate) fn queue_usage(store: &Store) -> HashMap<String, Resources> {
-    let (pods, _) = store.list(known::pods(), None, &Selectors::default());
-    let mut usage: HashMap<String, Resources> = HashMap::new();
-    for pod in pods.iter().filter(|p| sched::holds_resources(p) && !str_at(p, "/spec/nodeName").is_empty()) {
-        let queue = str_at(pod, "/metadata/labels/volcano.sh~1queue-name");
-        if queue.is_empty() {
-            continue;
-        }
-        let entry = usage.entry(queue.to_owned()).or_default();
-        for (k, v) in sched::pod_requests(&pod["spec"]) {
-            *entry.entry(k).or_default() += v;
-        }
-    }
-    usage
-}
-
 fn update_queues(store: &Store) {
-    let usage = queue_usage(store);
+    let usage = sched::queue_usage(store);
     let (queues, _) = store.list(known::queues(), None, &Selectors::default());
     for q in queues {
         let name = str_at(&q, "/metadata/name").to_owned();

@@ -48,6 +48,7 @@ mod pty;
 mod quantity;
 mod queues;
 mod rbac;
+mod response;
 mod runtime;
 mod sched;
 mod scheduler;

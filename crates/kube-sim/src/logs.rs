@@ -14,7 +14,7 @@ use tokio::sync::mpsc;
 
 use crate::Shared;
 use crate::discovery::known;
-use crate::server::{Body, text};
+use crate::response::{Body, text};
 use crate::status::{ApiError, Result};
 
 /// How often a followed log checks for new output.

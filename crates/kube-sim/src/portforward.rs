@@ -26,7 +26,7 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 use tokio_tungstenite::tungstenite::protocol::Role;
 
-use crate::server::Body;
+use crate::response::Body;
 use crate::status::ApiError;
 
 /// The subprotocols a kubelet accepts for port forwarding, best first.
@@ -81,7 +81,7 @@ pub(crate) fn serve(mut req: Request<Incoming>, ports: Option<Vec<u16>>) -> Resp
         None => Some(&SPDY_TUNNEL),
     };
     let (Some(key), Some(protocol)) = (key, protocol) else {
-        return crate::server::error_response(&ApiError::bad_request(
+        return crate::response::error_response(&ApiError::bad_request(
             "port forwarding needs a websocket upgrade with the v4.channel.k8s.io or portforward.k8s.io subprotocol",
         ));
     };

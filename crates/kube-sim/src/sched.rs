@@ -1,11 +1,12 @@
 //! Resource accounting for scheduling: pod requests, node allocatable, first-fit placement and
 //! the scheduler's "0/N nodes are unavailable" message.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use serde_json::Value;
 
 use crate::discovery::known;
+use crate::jobpods::str_at;
 use crate::quantity;
 use crate::selector::Selectors;
 use crate::store::Store;
@@ -154,4 +155,21 @@ pub(crate) fn to_quantities(res: &Resources) -> Value {
 /// Parses a quantity map such as a queue's `spec.capability`.
 pub(crate) fn from_quantities(map: Option<&Value>) -> Resources {
     parse_map(map)
+}
+
+/// Resources held by pods, per queue (`volcano.sh/queue-name` label).
+pub(crate) fn queue_usage(store: &Store) -> HashMap<String, Resources> {
+    let (pods, _) = store.list(known::pods(), None, &Selectors::default());
+    let mut usage: HashMap<String, Resources> = HashMap::new();
+    for pod in pods.iter().filter(|p| holds_resources(p) && !str_at(p, "/spec/nodeName").is_empty()) {
+        let queue = str_at(pod, "/metadata/labels/volcano.sh~1queue-name");
+        if queue.is_empty() {
+            continue;
+        }
+        let entry = usage.entry(queue.to_owned()).or_default();
+        for (k, v) in pod_requests(&pod["spec"]) {
+            *entry.entry(k).or_default() += v;
+        }
+    }
+    usage
 }

@@ -223,7 +223,7 @@ fn enqueueable(store: &Store, group: &Value, queue: &Value, min: &Resources) -> 
     }
     let queue_name = str_at(group, "/spec/queue");
     let mut want = min.clone();
-    add(&mut want, &crate::controller::queue_usage(store).remove(queue_name).unwrap_or_default());
+    add(&mut want, &sched::queue_usage(store).remove(queue_name).unwrap_or_default());
     add(&mut want, &inqueue_per_queue.get(queue_name).cloned().unwrap_or_default());
     let short = exceeded(&want, &real, min);
     if !short.is_empty() {

@@ -6,24 +6,21 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode, header};
-use http_body_util::combinators::BoxBody;
-use http_body_util::{BodyExt, Full, StreamBody};
-use hyper::body::{Frame, Incoming};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
 use serde_json::{Value, json};
-use tokio::sync::mpsc;
 
 use crate::Shared;
 use crate::admission;
 use crate::core_objects;
 use crate::discovery::{self, ResourceInfo};
+use crate::response::{Body, error_response, json_response, stream_body, text};
 use crate::schema::{self, FieldValidation};
 use crate::selector::{FieldSelector, LabelSelector, Selectors};
 use crate::status::{ApiError, Result};
 use crate::store::{Part, Preconditions, Propagation};
 use crate::watch::{self, WatchOptions};
 
-/// Every response body the simulator sends.
-pub(crate) type Body = BoxBody<Bytes, std::io::Error>;
 
 /// Longest watch the simulator keeps open, whatever `timeoutSeconds` says.
 const MAX_WATCH: Duration = Duration::from_secs(1800);
@@ -481,13 +478,6 @@ fn percent_decode(text: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-pub(crate) fn json_response(code: StatusCode, value: &Value) -> Response<Body> {
-    let mut resp = Response::new(full(Bytes::from(value.to_string())));
-    *resp.status_mut() = code;
-    resp.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static("application/json"));
-    resp
-}
-
 /// Everything an update (`PUT`, or the object a `PATCH` makes) goes through before it is
 /// stored: the CRD schema, the core type's decoding and validation, the Pod update rule and
 /// Volcano's job webhook. Returns the `Warning` texts.
@@ -540,32 +530,4 @@ fn with_warnings(shared: &Shared, mut response: Response<Body>, warnings: &[Stri
         }
     }
     response
-}
-
-pub(crate) fn text(code: StatusCode, body: Bytes) -> Response<Body> {
-    let mut resp = Response::new(full(body));
-    *resp.status_mut() = code;
-    resp.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static("text/plain"));
-    resp
-}
-
-pub(crate) fn error_response(err: &ApiError) -> Response<Body> {
-    let code = StatusCode::from_u16(err.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let mut resp = json_response(code, &err.to_status());
-    if let Some(secs) = err.retry_after
-        && let Ok(value) = header::HeaderValue::from_str(&secs.to_string())
-    {
-        resp.headers_mut().insert(header::RETRY_AFTER, value);
-    }
-    resp
-}
-
-pub(crate) fn full(bytes: Bytes) -> Body {
-    Full::new(bytes).map_err(|never| match never {}).boxed()
-}
-
-/// A chunked body fed by a channel; it ends when the sender is dropped.
-pub(crate) fn stream_body(mut rx: mpsc::Receiver<Bytes>) -> Body {
-    let stream = futures::stream::poll_fn(move |cx| rx.poll_recv(cx).map(|b| b.map(|b| Ok(Frame::data(b)))));
-    BodyExt::boxed(StreamBody::new(stream))
 }

@@ -1,10 +1,9 @@
-//! Parsers for the text and JSON the Slurm and plain backends read from remote commands. Each
-//! submodule names the exact command it expects as a constant; the parsers never run anything.
+//! Parsers for the text and JSON the Slurm backend reads from remote commands. Each submodule
+//! names the exact command it expects as a constant; the parsers never run anything.
 
+pub use theseus_backend_ssh::parse::ParseError;
 use theseus_core::backend::{JobState, JobStatus};
-use thiserror::Error;
 
-pub mod nvidia_smi;
 pub mod sacct;
 pub mod sinfo;
 pub mod squeue;
@@ -30,38 +29,6 @@ pub fn clean_env() -> Vec<String> {
         argv.extend(["-u".to_owned(), var.to_owned()]);
     }
     argv
-}
-
-/// Output of a remote command that could not be read.
-#[derive(Debug, Error)]
-pub enum ParseError {
-    /// A line that does not have the expected shape.
-    #[error("failed to parse `{command}` output line {line_no}: {problem}: `{line}`")]
-    Line {
-        /// Command whose output it was (`sinfo`, `squeue`, ...).
-        command: &'static str,
-        /// 1-based line number.
-        line_no: usize,
-        /// The line.
-        line: String,
-        /// What is wrong with it.
-        problem: String,
-    },
-    /// JSON output that does not match the expected shape.
-    #[error("failed to parse `{command}` JSON output")]
-    Json {
-        /// Command whose output it was.
-        command: &'static str,
-        /// The decoding error.
-        #[source]
-        source: serde_json::Error,
-    },
-}
-
-impl ParseError {
-    pub(crate) fn line(command: &'static str, line_no: usize, line: &str, problem: impl Into<String>) -> Self {
-        ParseError::Line { command, line_no, line: line.to_owned(), problem: problem.into() }
-    }
 }
 
 /// One Slurm job as `squeue` or `sacct` reports it.

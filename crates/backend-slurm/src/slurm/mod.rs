@@ -21,6 +21,7 @@
 //! processes (the login node cannot see the compute nodes): the job is in a final state and Slurm
 //! lists none of its steps, else it fails naming the steps left and their nodes.
 
+mod never;
 mod node_local;
 pub(crate) mod scripts;
 pub(crate) mod status;
@@ -28,6 +29,9 @@ pub(crate) mod status;
 use node_local::RunPaths;
 use scripts::RunState;
 
+use std::fmt;
+use std::ops::Deref;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -38,18 +42,19 @@ use theseus_core::backend::{
     SubmitOptions,
 };
 use theseus_core::bootstrap::{BOOTSTRAP_DIR, Launch};
-use theseus_core::config::{HostKind, SlurmHost, join};
+use theseus_core::config::{ClusterConfig, HostKind, SlurmHost, join};
 use theseus_core::job::JobIdentity;
 use theseus_core::solver::{Plan, Request};
 use theseus_core::store::ExtraFile;
 use theseus_core::{Error, Result};
 
-use crate::claim;
+use theseus_backend_ssh::claim;
+use theseus_backend_ssh::remote::SshBackend;
+use theseus_backend_ssh::run_dir::{self, Start};
+use theseus_backend_ssh::ssh::{RemoteCommand, SshError, SshHost};
+
 use crate::parse::sinfo::{self, SINFO_COMMAND};
-use crate::remote::SshBackend;
-use crate::run_dir::{self, Start};
 use crate::sbatch::{self, Directives, SbatchPaths};
-use crate::ssh::{RemoteCommand, SshError};
 
 /// The batch script, relative to the work dir.
 pub const BATCH_SCRIPT: &str = ".theseus/job.sbatch";
@@ -83,7 +88,7 @@ impl Default for Settings {
     }
 }
 
-crate::remote::remote_settings!(Settings);
+theseus_backend_ssh::remote::remote_settings!(Settings);
 
 /// What a Slurm [`JobHandle`] carries in `data`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -105,8 +110,43 @@ pub struct SlurmHandleData {
 }
 
 /// Runs jobs on a Slurm cluster through its login node ([`SlurmBackend::new`],
-/// [`SlurmBackend::with_ssh`]).
-pub type SlurmBackend = SshBackend<SlurmHost, Settings>;
+/// [`SlurmBackend::with_ssh`]): an [`SshBackend`] of Slurm host entries and [`Settings`], whose
+/// shared steps it reaches through `Deref`.
+#[derive(Debug)]
+pub struct SlurmBackend(SshBackend<SlurmHost, Settings>);
+
+impl SlurmBackend {
+    /// A backend for host `name`, connecting to the host's `ssh` with default SSH options
+    /// (`~/.ssh/config`, strict host keys).
+    pub fn new(name: impl Into<String>, host: SlurmHost, cluster: ClusterConfig) -> Self {
+        SlurmBackend(SshBackend::new(name, host, cluster))
+    }
+
+    /// A backend over an existing connection (shared with other backends of the same machine).
+    pub fn with_ssh(
+        name: impl Into<String>,
+        host: SlurmHost,
+        cluster: ClusterConfig,
+        ssh: Arc<SshHost>,
+        settings: Settings,
+    ) -> Self {
+        SlurmBackend(SshBackend::with_ssh(name, host, cluster, ssh, settings))
+    }
+}
+
+impl Deref for SlurmBackend {
+    type Target = SshBackend<SlurmHost, Settings>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl fmt::Display for SlurmBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
 
 impl SlurmBackend {
     fn data(&self, handle: &JobHandle) -> Result<SlurmHandleData> {
@@ -347,13 +387,13 @@ impl Backend for SlurmBackend {
         let (stale, timeout) = (self.settings.claim_stale, self.settings.command_timeout);
         // With a node-local `work`, the store and the code the login node sees are the stage's.
         let staged = self.staged()?;
-        let dirs = staged.as_ref().map_or_else(|| self.dirs(), SlurmBackend::dirs);
-        crate::reclaim::reclaim(&self.ssh, &dirs, crate::reclaim::SLURM_LIVE, stale, timeout, options).await
+        let dirs = staged.as_ref().map_or_else(|| self.dirs(), |b| b.dirs());
+        theseus_backend_ssh::reclaim::reclaim(&self.ssh, &dirs, scripts::RECLAIM_LIVE, stale, timeout, options).await
     }
 
     async fn usage(&self) -> Result<theseus_core::backend::StoreUsage> {
         let staged = self.staged()?;
-        crate::reclaim::usage(&self.ssh, &staged.as_ref().map_or_else(|| self.dirs(), SlurmBackend::dirs)).await
+        theseus_backend_ssh::reclaim::usage(&self.ssh, &staged.as_ref().map_or_else(|| self.dirs(), |b| b.dirs())).await
     }
 
     fn layout(&self, identity: &JobIdentity, plan: &Plan) -> Result<RunLayout> {
@@ -413,7 +453,7 @@ impl Backend for SlurmBackend {
 
     async fn never_starts(&self, handle: &JobHandle) -> Result<Option<String>> {
         match self.resolve(handle).await? {
-            (data, Some(id), _) => crate::never::never_starts(self, &id, data.nodes).await,
+            (data, Some(id), _) => never::never_starts(self, &id, data.nodes).await,
             _ => Ok(None),
         }
     }

@@ -29,7 +29,7 @@ macro_rules! unset_slurm_env {
     };
 }
 
-/// [`crate::run_dir::start_prologue!`] with the batch script as `PROGRAM` (bash): under the
+/// [`theseus_backend_ssh::run_dir::start_prologue!`] with the batch script as `PROGRAM` (bash): under the
 /// name's lock, and only while the run still owns its name ([`crate::claim`]), with the secrets
 /// and the run's marker exported, submits the batch script from the work dir, finds its job id
 /// and records it in `RUN_DIR/slurm_job`; prints `slurm_job=ID`.
@@ -43,7 +43,7 @@ macro_rules! unset_slurm_env {
 /// The job itself keeps the user's environment: the site's output settings are unset for the
 /// queries only.
 pub(crate) const SUBMIT: &str = concat!(
-    crate::run_dir::start_prologue!(),
+    theseus_backend_ssh::run_dir::start_prologue!(),
     r#"comment="theseus-run:$me"
 rc=0
 out=$(sbatch --parsable "$prog" 9>&-) || rc=$?
@@ -116,7 +116,7 @@ live() {
   fresh "$d"
 }
 "#,
-    crate::claim::claim_body!()
+    theseus_backend_ssh::claim::claim_body!()
 );
 
 /// `RUN_DIR`: what the run left in its status dir: `exists=0|1`, `cancelled=1`, `job=ID` (once
@@ -189,7 +189,7 @@ pub(crate) const NODE_ADDR: &str = r#"unset SLURM_TIME_FORMAT; scontrol show nod
 
 /// `LOG_FILE JOB_ID`: the log from the start, then new bytes as they are written, until Slurm
 /// reports the job finished (a final state, or the job is no longer known), asked every fifth
-/// round ([`crate::run_dir::follow_loop!`]); Slurm leaves the `COMPLETING` state only once
+/// round ([`theseus_backend_ssh::run_dir::follow_loop!`]); Slurm leaves the `COMPLETING` state only once
 /// every step's output is written.
 pub(crate) const FOLLOW_LOG: &str = concat!(
     unset_slurm_env!(),
@@ -208,7 +208,7 @@ finished() {
   esac
 }
 "#,
-    crate::run_dir::follow_loop!()
+    theseus_backend_ssh::run_dir::follow_loop!()
 );
 
 /// One rank's `metadata.json`, as the bootstrap last wrote it.
@@ -324,6 +324,31 @@ pub(crate) fn parse_line(line: &str) -> LogLine {
     LogLine { rank: None, text: line.to_owned(), source: None }
 }
 
+/// The runs of the cluster that are live, for `reclaim` (run on the login node; see
+/// [`theseus_backend_ssh::reclaim`]): a run whose `slurm_job` is one of the user's jobs `squeue`
+/// lists, or that claimed its name, has not been submitted, and whose claim is fresh.
+pub(crate) const RECLAIM_LIVE: &str = concat!(
+    theseus_backend_ssh::reclaim::live_head!(),
+    "unset ",
+    crate::parse::slurm_env_vars!(),
+    "\n",
+    r#"jobs=$(squeue --noheader --user="$(id -un)" --format=%A 2>&1) || { echo "squeue failed: $jobs" >&2; exit 5; }
+for rel in */*/*/*; do
+  [ -d "$rel" ] || continue
+  j=$(cat -- "$rel/slurm_job" 2>/dev/null || true)
+  if [ -n "$j" ]; then
+    case "
+$jobs
+" in *"
+$j
+"*) printf '%s\n' "$rel" ;; esac
+  elif unstarted "$rel" slurm_job; then
+    printf '%s\n' "$rel"
+  fi
+done
+"#
+);
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -372,10 +397,28 @@ mod tests {
         assert_eq!(parse_submitted("42\n"), None);
     }
 
+    /// Every remote script of the Slurm backend parses (`sh -n`, `bash -n`).
+    #[test]
+    fn scripts_are_valid_shell() {
+        for (name, script, shell) in [
+            ("submit", SUBMIT, "bash"),
+            ("run state", RUN_STATE, "sh"),
+            ("cancel", CANCEL, "sh"),
+            ("claim", CLAIM, "sh"),
+            ("cancel unsubmitted", CANCEL_UNSUBMITTED, "sh"),
+            ("steps", STEPS, "sh"),
+            ("follow", FOLLOW_LOG, "sh"),
+            ("reclaim live", RECLAIM_LIVE, "sh"),
+        ] {
+            let out = std::process::Command::new(shell).arg("-n").arg("-c").arg(script).output().unwrap();
+            assert!(out.status.success(), "{name}: {}", String::from_utf8_lossy(&out.stderr));
+        }
+    }
+
     /// Every Slurm query script starts without the site's output settings.
     #[test]
     fn queries_run_without_the_sites_output_settings() {
-        for script in [CLAIM, STEPS, FOLLOW_LOG, CANCEL_UNSUBMITTED, crate::reclaim::SLURM_LIVE] {
+        for script in [CLAIM, STEPS, FOLLOW_LOG, CANCEL_UNSUBMITTED, RECLAIM_LIVE] {
             assert!(script.contains("unset SQUEUE_FORMAT SQUEUE_FORMAT2"), "{script}");
         }
         assert!(SUBMIT.contains("unset SQUEUE_FORMAT"));

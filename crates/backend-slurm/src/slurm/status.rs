@@ -15,7 +15,7 @@ use crate::nodelist;
 use crate::parse::sacct::{self, SACCT_COMMAND};
 use crate::parse::squeue::{self, SQUEUE_JSON_COMMAND, SQUEUE_TEXT_COMMAND};
 use crate::parse::{ParseError, SlurmJob};
-use crate::ssh::RemoteCommand;
+use theseus_backend_ssh::ssh::RemoteCommand;
 
 /// `command` (a constant of [`crate::parse`]) with `job_id` appended as one more word, run
 /// without the site's output settings ([`crate::parse::clean_env`]).

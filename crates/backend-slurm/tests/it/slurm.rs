@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use futures::StreamExt;
 use theseus_backend_slurm::slurm::{Settings, SlurmBackend, SlurmHandleData};
-use theseus_backend_slurm::ssh::{Backoff, KnownHostsPolicy, SshHost, SshOptions};
+use theseus_backend_ssh::ssh::{Backoff, KnownHostsPolicy, SshHost, SshOptions};
 use theseus_core::availability::Availability;
 use theseus_core::backend::{
     Backend, EnvVar, JobHandle, JobState, JobStatus, LogLine, LogOptions, PreparedJob, SubmitOptions,

@@ -8,7 +8,7 @@ use theseus_core::backend::{Backend, EnvVar, JobState, PreparedJob, SubmitOption
 use theseus_core::job::Distributed;
 
 use theseus_backend_slurm::slurm::SlurmHandleData;
-use theseus_backend_slurm::ssh::{RemoteCommand, SshHost};
+use theseus_backend_ssh::ssh::{RemoteCommand, SshHost};
 
 use crate::slurm::{backend, host, lab, plan, prepare, wait_terminal};
 

@@ -16,11 +16,8 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use super::hash_cache::{CacheEntry, CacheKind, HashCache, StatKey};
-use super::{Snapshot, SnapshotSource, git};
+use super::{Sha256Digest, Snapshot, SnapshotSource, git};
 use crate::{Error, Result};
-
-/// A sha256 digest.
-pub type Sha256Digest = [u8; 32];
 
 /// Files per unit of work handed to a hashing thread.
 const CHUNK: usize = 32;

@@ -22,7 +22,7 @@ use sha2::{Digest, Sha256};
 use crate::{Error, Result};
 
 pub use content::ContentVisitor;
-pub use digest::{DigestStats, HashFn, Sha256Digest};
+pub use digest::{DigestStats, HashFn};
 
 mod content;
 mod digest;
@@ -33,6 +33,9 @@ mod hash_cache;
 pub mod size;
 #[cfg(test)]
 pub(crate) mod tests;
+
+/// A sha256 digest.
+pub type Sha256Digest = [u8; 32];
 
 /// Call `progress` at least every this many bytes of archive output.
 const PROGRESS_STEP: u64 = 1 << 20;

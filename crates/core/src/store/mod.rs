@@ -36,6 +36,7 @@ use serde::{Deserialize, Serialize};
 
 pub mod archive;
 mod local;
+mod manifest;
 mod native;
 #[cfg(test)]
 mod native_tests;

@@ -393,7 +393,7 @@ fn write_new(reader: &mut dyn Read, path: &Path, executable: bool) -> io::Result
 }
 
 /// With `copy`, gives each regular file of the run dir a private, writable copy of its object;
-/// then adds the symlinks, the per-run files and the code manifest ([`super::sync::MANIFEST`]).
+/// then adds the symlinks, the per-run files and the code manifest ([`super::manifest::MANIFEST`]).
 fn finish(mode: Materialize, plan: &StorePlan, extra: &[ExtraFile], objects: &Path, partial: &Path) -> Result<()> {
     let threads = threads_for(plan.files.len());
     let per_thread = plan.files.len().div_ceil(threads).max(1);
@@ -419,7 +419,7 @@ fn finish(mode: Materialize, plan: &StorePlan, extra: &[ExtraFile], objects: &Pa
         }
         Ok(())
     })?;
-    let manifest = super::sync::Manifest::of(plan).file();
+    let manifest = super::manifest::Manifest::of(plan).file();
     for file in extra.iter().chain(std::iter::once(&manifest)) {
         let to = partial.join(&file.path);
         if let Some(dir) = to.parent() {

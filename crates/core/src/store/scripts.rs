@@ -65,7 +65,7 @@ echo "stored $want"
 /// `cp -R -L` makes private, writable copies. The run dir is renamed into place only when the
 /// token entry ([`super::SENTINEL`]) holds `TOKEN`; a missing object (a concurrent `gc`)
 /// exits [`super::EXIT_OBJECT_GONE`], an existing run dir [`super::EXIT_EXISTS`]; every
-/// failure removes what it made. In `link` mode the code manifest ([`super::sync::MANIFEST`])
+/// failure removes what it made. In `link` mode the code manifest ([`super::manifest::MANIFEST`])
 /// becomes an object too (read-only, mtime 0, shared by every run of the same tree); where
 /// that cannot be done it stays the run's own file.
 pub const MATERIALIZE: &str = r#"set -u

@@ -75,7 +75,7 @@ pub async fn ship(shell: &dyn Shell, request: ShipRequest) -> Result<ShipReport,
     let plan = Arc::new(StorePlan::new(&request.snapshot, &digests));
     // The run dir says what code it holds, for a later `theseus sync`.
     let mut request = request;
-    request.extra.push(super::sync::Manifest::of(&plan).file());
+    request.extra.push(super::manifest::Manifest::of(&plan).file());
     // A concurrent `gc` may take an object between the question and the links: once more.
     let mut attempt = 0;
     loop {

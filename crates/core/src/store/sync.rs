@@ -10,13 +10,14 @@
 //! empty markers for deleted ones; the new manifest; a token last), then deletions and one
 //! `mv -f` (a rename: atomic per file) per changed file. A cut stream changes nothing.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::io::{self, Write};
 use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use super::archive::{ExtraFile, header};
+pub use super::manifest::{MANIFEST, Manifest};
 use super::plan::{PlanEntry, StorePlan};
 use super::ship::{relative_dest, send_missing, upload_id};
 use super::{Materialize, OBJECTS_DIR, ScriptCall, Shell, ShellError, StdinFn, StoreError};
@@ -27,45 +28,10 @@ use crate::{Error, Result};
 #[path = "sync_scripts.rs"]
 pub mod scripts_sync;
 
-/// The manifest of a run dir's shipped code, relative to the run dir.
-pub const MANIFEST: &str = ".theseus/code-manifest.json";
-
 /// Exit code of [`scripts_sync::READ`] when the run dir has no manifest.
 pub const EXIT_NO_MANIFEST: i32 = 44;
 /// Exit code of the sync scripts when the run dir is gone.
 pub const EXIT_NO_RUN_DIR: i32 = 45;
-
-/// What a run dir's code is: per path, `obj:<key>` or `link:<target>`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Manifest {
-    /// The files.
-    pub files: BTreeMap<String, String>,
-}
-
-impl Manifest {
-    /// The manifest of `plan`.
-    pub fn of(plan: &StorePlan) -> Manifest {
-        let files = plan
-            .files
-            .iter()
-            .map(|(path, entry)| {
-                let value = match entry {
-                    PlanEntry::Object(key) => format!("obj:{key}"),
-                    PlanEntry::Symlink(target) => format!("link:{target}"),
-                };
-                (path.clone(), value)
-            })
-            .collect();
-        Manifest { files }
-    }
-
-    /// As the per-run file written into the run dir.
-    pub fn file(&self) -> ExtraFile {
-        let mut contents = serde_json::to_vec(self).expect("a manifest serializes");
-        contents.push(b'\n');
-        ExtraFile { path: MANIFEST.into(), contents, mode: 0o644 }
-    }
-}
 
 /// What differs between a run dir's code and the local code.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]

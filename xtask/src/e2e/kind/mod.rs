@@ -7,7 +7,38 @@
 //! Needs docker, kind, kubectl and helm ([`preflight`] checks their versions). `--dry-run`
 //! prints every step and manifest instead. The command lines, retries, waits and the teardown
 //! are tested here with a scripted runner; the kind path itself has not run yet (no Docker
-//! where it was written): docs/ARCHITECTURE.md lists what is proven and what is not.
+//! where it was written).
+//!
+//! # What is proven and what is not
+//! `cargo xtask e2e` (kind) has **never run**: no machine it was written on has a Docker daemon.
+//! The setup follows kind's practice (pin the node image by digest, as kind's release notes ask)
+//! and Volcano's own CI (kind v0.31.0, Kubernetes 1.35, images loaded into the nodes). Each point
+//! below is marked **unit-tested** (the command line, order, retry bound or message is asserted by
+//! `cargo test -p xtask` with a scripted runner), **read** (reasoned from upstream sources, named),
+//! or **unproven** (only a real run can show it).
+//!
+//! | point | how it is handled | checked how |
+//! | --- | --- | --- |
+//! | Queue applied before the webhooks work | after `helm install --wait`, `kubectl create --dry-run=server -f -` of the Queue is retried (60 x 2 s) before `apply` | unit-tested (`the_queue_is_applied_only_after_a_server_side_dry_run_succeeds`); the cause read in Volcano v1.15.1: `templates/webhooks.yaml` (`failurePolicy: Fail`), no readiness probe in `templates/admission.yaml`, `caBundle` patched after start in `cmd/webhook-manager/app/util.go` (`addCaCertForWebhook`); that a dry run reaches the webhooks: they declare `sideEffects: NoneOnDryRun` (same file), so the API server calls them for dry-run requests; unproven on a cluster |
+//! | `kind load docker-image` on containerd's image store | every image is `docker save [--platform os/arch]` + `kind load image-archive`; preflight reads `docker info` `DriverStatus` and refuses containerd's store on a daemon below API 1.48 | unit-tested (`every_image_is_loaded_from_an_archive_saved_for_one_platform`, preflight tests); read: kind issue 3795 and kind PR 4247 (the documented workaround), Docker's `image save --platform` (API 1.48+); unproven on Docker |
+//! | pending reason never empty | scenario 2 waits (120 s) for a message naming what is missing (`nvidia.com/gpu`, overused, insufficient, Unschedulable), else fails with the last message | unit-tested (`a_pending_message_counts_only_when_it_names_what_is_missing`); passes on the simulator; Volcano's event texts read in v1.15.1 (`plugins/overcommit`, `plugins/proportion`); unproven on kind |
+//! | helper pods still terminating | scenarios 3 and 5 wait (120 s) until helper jobs and pods are gone, naming what is left (phase, terminating) on timeout | unit-tested (`what_is_left_names_each_helper_and_its_state`, `a_wait_that_times_out_says_what_it_saw_last`); passes on the simulator |
+//! | Kubernetes version | `kindest/node:v1.35.0@sha256:452d707d...`, kind v0.31.0's default image (`pkg/apis/config/defaults/image.go` at tag v0.31.0); preflight requires kind >= 0.31 and warns for other than 0.31 | unit-tested (pin and `--image`, version parsing); read: Volcano v1.15.1 README (Kubernetes 1.23-1.35), its CI (`kind@v0.31.0`); kind versions tried: **none** (expected: v0.31.0) |
+//! | GPUs only in `capacity` | the status patch adds `capacity` and `allocatable`; the setup then waits (30 x 2 s) until `allocatable` shows 4 | unit-tested (`gpus_are_patched_then_waited_for_in_allocatable`); whether the kubelet keeps the patched allocatable: unproven |
+//! | Docker Hub pull limit | `--set basic.image_pull_policy=IfNotPresent`; the three Volcano images and busybox pulled once on the host (skipped when present) and loaded; a helm timeout names the rate limit | unit-tested (`volcano_is_installed_from_the_chart_url...`, `a_helm_timeout_names_the_pull_rate_limit`); image list read in Volcano v1.15.1 `values.yaml` and templates; unproven that nothing else is pulled |
+//! | no diagnostics on failure | a failed setup or scenario runs `kind export logs`, `kubectl describe` of vcjobs, PodGroups, queues, pods, nodes and the events into `<scratch>/diagnostics/`, then the teardown | unit-tested (`a_failure_exports_diagnostics_before_the_cluster_is_deleted`), and the real `xtask e2e` process against stub tools (`xtask/tests/kind_stubs.rs`: `a_failed_setup_exports_diagnostics_then_deletes_the_cluster`) |
+//! | Ctrl-C | a signal thread (SIGINT, SIGTERM) stops the running command by its PID, deletes the cluster unless `--keep`, exits 130/143; the teardown is claimed once, and a main flow whose command died of the same Ctrl-C leaves it to the signal thread | the real process against stub tools, SIGINT to xtask alone and to its whole process group during `helm install` (`sigint_during_helm_install_...`, `ctrl_c_to_the_whole_group_...`); the claim unit-tested; with real kind: unproven |
+//! | `helm repo add --force-update` | `helm install volcano volcano --repo <chart URL> --version 1.15.1`: the user's repositories are untouched | unit-tested |
+//! | root-owned files under `target/` | the PVC dir is made mode 0777; the teardown runs `docker exec <worker> chown -R uid:gid` on it (skipped as root) | unit-tested (command line); unproven on Docker (rootless Docker maps root differently) |
+//! | dry run said HOME and code are shared | it now says only `<scratch>/pvc` is shared into the workers | unit-tested (`the_dry_run_says_only_the_pvc_is_shared_and_shows_every_step`) |
+//! | tool versions | preflight parses `docker version` (daemon, API, platform), `docker info` (image store), `kind version`, `kubectl version --client --output=json` (1.24+ for `--subresource`), `helm version --short` (3.x; 4.x warned as untried), naming every problem and its fix | unit-tested on the documented output formats (`reads_each_tools_version_output`, `old_or_missing_tools_are_all_named_with_their_fix`) |
+//!
+//! The kubectl check of `e2e --sim` (not kind, but the same runner of scenarios) is required in CI:
+//! `cargo xtask test` installs kubectl with apt-get when it is missing and xtask runs as root
+//! (Debian's `kubectl` package where a repository has it, else `kubernetes-client`), and passes
+//! `--require-kubectl`, which turns NOT RUN into FAIL (`a_missing_kubectl_fails_only_when_required`,
+//! `root_tries_apt_get_until_kubectl_works`; run by hand with kubectl off `PATH`: FAIL with the flag,
+//! NOT RUN without).
 
 mod plan;
 mod preflight;

@@ -8,22 +8,22 @@ use theseus_core::job::JobIdentity;
 use theseus_core::{Error, Result};
 
 /// Where a backend's cluster paths live on its host.
-pub(crate) struct RemoteDirs<'a> {
+pub struct RemoteDirs<'a> {
     /// `plain` or `slurm`, for messages.
-    pub(crate) kind: &'static str,
+    pub kind: &'static str,
     /// The host's name in the config.
-    pub(crate) host: &'a str,
+    pub host: &'a str,
     /// The name of the host's cluster.
-    pub(crate) cluster_name: &'a str,
+    pub cluster_name: &'a str,
     /// The cluster's paths.
-    pub(crate) cluster: &'a ClusterConfig,
+    pub cluster: &'a ClusterConfig,
     /// The remote home dir, when known.
-    pub(crate) home: Option<&'a str>,
+    pub home: Option<&'a str>,
 }
 
 impl RemoteDirs<'_> {
     /// A cluster path as an absolute path on the host.
-    pub(crate) fn resolve(&self, path: &str) -> Result<String> {
+    pub fn resolve(&self, path: &str) -> Result<String> {
         let (kind, host, cluster) = (self.kind, self.host, self.cluster_name);
         if let Some(rest) = path.strip_prefix('~') {
             let home = self.home.ok_or_else(|| {
@@ -44,7 +44,7 @@ impl RemoteDirs<'_> {
 
     /// The run's work dir, status dir and log file, each checked to lie under its cluster dir
     /// (`work`, `status`, `log`).
-    pub(crate) fn run_paths(&self, identity: &JobIdentity) -> Result<(String, String, String)> {
+    pub fn run_paths(&self, identity: &JobIdentity) -> Result<(String, String, String)> {
         let rel = identity.run_path();
         Ok((
             self.under(&self.cluster.work, &rel)?,
@@ -54,7 +54,7 @@ impl RemoteDirs<'_> {
     }
 
     /// `base` resolved, joined with `rel`, and checked to stay under `base`.
-    pub(crate) fn under(&self, base: &str, rel: &str) -> Result<String> {
+    pub fn under(&self, base: &str, rel: &str) -> Result<String> {
         let base = self.resolve(base)?;
         let path = join(&base, rel);
         theseus_core::paths::check_under(&base, &path).map_err(|m| {
@@ -64,7 +64,7 @@ impl RemoteDirs<'_> {
     }
 
     /// The run's layout with `launch` as its rank wiring.
-    pub(crate) fn layout(&self, identity: &JobIdentity, launch: Launch) -> Result<RunLayout> {
+    pub fn layout(&self, identity: &JobIdentity, launch: Launch) -> Result<RunLayout> {
         let (work_dir, run_dir, log_file) = self.run_paths(identity)?;
         Ok(RunLayout {
             work_dir,
@@ -84,7 +84,7 @@ impl RemoteDirs<'_> {
 
 /// A coordinator port derived from the run id, so that `layout` stays pure (no remote probing):
 /// in 20000..40000, the same for every rank of a run.
-pub(crate) fn coordinator_port(run_id: &str) -> u16 {
+pub fn coordinator_port(run_id: &str) -> u16 {
     let sum: u32 = run_id.bytes().map(u32::from).sum();
     20000 + (sum % 20000) as u16
 }

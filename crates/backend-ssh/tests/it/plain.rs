@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use theseus_backend_slurm::plain::{PlainBackend, PlainHandleData, Settings};
-use theseus_backend_slurm::ssh::SshHost;
+use theseus_backend_ssh::plain::{PlainBackend, PlainHandleData, Settings};
+use theseus_backend_ssh::ssh::SshHost;
 use theseus_core::availability::Availability;
 use theseus_core::backend::{Backend, JobHandle, JobState, SubmitOptions};
 use theseus_core::chips;

@@ -8,7 +8,7 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use theseus_backend_slurm::ssh::{Backoff, KnownHostsPolicy, SshOptions};
+use theseus_backend_ssh::ssh::{Backoff, KnownHostsPolicy, SshOptions};
 
 /// The ssh config alias every test connects to.
 pub(crate) const ALIAS: &str = "theseus-lab";

@@ -6,8 +6,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use theseus_backend_slurm::plain::{PlainBackend, Settings};
-use theseus_backend_slurm::ssh::{Backoff, KnownHostsPolicy, RemoteCommand, SshHost, SshOptions};
+use theseus_backend_ssh::plain::{PlainBackend, Settings};
+use theseus_backend_ssh::ssh::{Backoff, KnownHostsPolicy, RemoteCommand, SshHost, SshOptions};
 use theseus_core::availability::Availability;
 use theseus_core::backend::Backend;
 use theseus_core::config::{ClusterConfig, PlainHost};
@@ -60,7 +60,7 @@ async fn a_config_without_host_key_checking_connects_as_plain_ssh_does() {
     let mut strict = users_options(lab, "user-off-strict", config);
     strict.known_hosts = Some(KnownHostsPolicy::Strict);
     let err = SshHost::new(strict).connect().await.unwrap_err();
-    let reason = theseus_backend_slurm::ssh::host_key_problem(&err).expect("a host key problem");
+    let reason = theseus_backend_ssh::ssh::host_key_problem(&err).expect("a host key problem");
     assert!(reason.contains("lenient") && reason.contains("known_hosts"), "{reason}");
 }
 
@@ -87,7 +87,7 @@ async fn ssh_options_of_the_theseus_config_apply_on_top_of_the_users_config() {
     let extra = format!("  StrictHostKeyChecking yes\n  UserKnownHostsFile {}\n", empty.display());
     let config = lenient_config(lab, "strict_user", &extra);
     let err = SshHost::new(users_options(lab, "opts-refused", config.clone())).connect().await.unwrap_err();
-    assert!(theseus_backend_slurm::ssh::host_key_problem(&err).is_some(), "{err:?}");
+    assert!(theseus_backend_ssh::ssh::host_key_problem(&err).is_some(), "{err:?}");
 
     let mut options = users_options(lab, "opts-known", config);
     let known = lab.known_hosts_for(lab.port);

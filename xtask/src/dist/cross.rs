@@ -14,7 +14,7 @@ use std::process::Command;
 
 use anyhow::{Context, Result, bail, ensure};
 
-use crate::dist::{Built, exec, file_name, output, path_without_rust, run_the_readme_command};
+use super::{Built, exec, file_name, output, path_without_rust, run_the_readme_command};
 
 /// ELF `e_machine` values.
 const EM_X86_64: u16 = 62;

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use sha2::{Digest, Sha256};
-use theseus_backend_slurm::ssh::{Backoff, KnownHostsPolicy, RemoteCommand, SshError, SshHost, SshOptions};
+use theseus_backend_ssh::ssh::{Backoff, KnownHostsPolicy, RemoteCommand, SshError, SshHost, SshOptions};
 
 use crate::require_lab;
 
@@ -247,7 +247,7 @@ fn hex(bytes: &[u8]) -> String {
 async fn process_mux_works_too() {
     let lab = require_lab!();
     let mut options = lab.options("process-mux");
-    options.mux = theseus_backend_slurm::ssh::Mux::Process;
+    options.mux = theseus_backend_ssh::ssh::Mux::Process;
     let host = SshHost::new(options);
     let out = host.run(&RemoteCommand::new("printf").arg("%s|").args(["a b", "it's", "$HOME"])).await.unwrap();
     assert_eq!(out.stdout_text(), "a b|it's|$HOME|");

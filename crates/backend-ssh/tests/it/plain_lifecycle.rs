@@ -5,8 +5,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use theseus_backend_slurm::plain::PlainBackend;
-use theseus_backend_slurm::ssh::SshHost;
+use theseus_backend_ssh::plain::PlainBackend;
+use theseus_backend_ssh::ssh::SshHost;
 use theseus_core::Error;
 use theseus_core::backend::{Backend, JobHandle, JobState, PreparedJob, SubmitOptions};
 use theseus_core::bootstrap::{self, BootstrapInput};

@@ -15,14 +15,16 @@ use crate::ssh::RemoteCommand;
 /// does not create its output file's dir); under the name's lock, and only while the run still
 /// owns its name ([`crate::claim`]), exports the secrets and the run's marker and enters the
 /// code dir. The backend's part follows, with `PROGRAM` in `$prog` and the lock held on fd 9.
-macro_rules! start_prologue {
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __start_prologue {
     () => {
         concat!(
             r#"set -e
 run_dir=$1; log=$2; work=$3; me=$4; namedir=$5; prog=$6
 mkdir -p -- "$run_dir" "$(dirname -- "$log")"
 "#,
-            crate::claim::start_check!(),
+            $crate::claim::start_check!(),
             r#"
 while IFS= read -r -d '' kv; do export "$kv"; done
 export THESEUS_LOCAL_RUN="$me"
@@ -31,22 +33,23 @@ cd -- "$work"
         )
     };
 }
-pub(crate) use start_prologue;
+#[doc(inline)]
+pub use __start_prologue as start_prologue;
 
 /// Where a run starts: the arguments of a script made with [`start_prologue!`].
-pub(crate) struct Start<'a> {
-    pub(crate) run_dir: &'a str,
-    pub(crate) log_file: &'a str,
-    pub(crate) work_dir: &'a str,
-    pub(crate) run_id: &'a str,
-    pub(crate) name_dir: &'a str,
+pub struct Start<'a> {
+    pub run_dir: &'a str,
+    pub log_file: &'a str,
+    pub work_dir: &'a str,
+    pub run_id: &'a str,
+    pub name_dir: &'a str,
     /// The program the backend's part starts (the supervisor, the batch script).
-    pub(crate) program: &'a str,
+    pub program: &'a str,
 }
 
 impl Start<'_> {
     /// `bash -c SCRIPT bash ARGS...` of `script` (a [`start_prologue!`] script).
-    pub(crate) fn command(&self, script: &'static str) -> RemoteCommand {
+    pub fn command(&self, script: &'static str) -> RemoteCommand {
         RemoteCommand::new("bash").arg("-c").arg(script).arg("bash").args([
             self.run_dir.to_owned(),
             self.log_file.to_owned(),
@@ -59,7 +62,7 @@ impl Start<'_> {
 }
 
 /// The job's secrets as the start scripts read them: `NAME=VALUE` records, each ended by NUL.
-pub(crate) fn secret_records(job: &PreparedJob) -> Result<Vec<u8>> {
+pub fn secret_records(job: &PreparedJob) -> Result<Vec<u8>> {
     let mut secrets = Vec::new();
     for var in job.env.iter().filter(|v| v.secret) {
         if !theseus_core::shell::is_env_name(&var.name) || var.value.contains('\0') {
@@ -72,7 +75,7 @@ pub(crate) fn secret_records(job: &PreparedJob) -> Result<Vec<u8>> {
 }
 
 /// `LOG_FILE`: the log so far (nothing when it does not exist yet).
-pub(crate) const CAT_LOG: &str = r#"[ -e "$1" ] || exit 0
+pub const CAT_LOG: &str = r#"[ -e "$1" ] || exit 0
 exec cat -- "$1"
 "#;
 
@@ -81,7 +84,9 @@ exec cat -- "$1"
 /// rounds only) says the run is over, then sends the bytes of `$log` after `$off`, and stops
 /// after the read that followed the end. The end is decided
 /// *before* each read, so everything written before the run ended is sent.
-macro_rules! follow_loop {
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __follow_loop {
     () => {
         r#"off=0; k=0
 while :; do
@@ -99,7 +104,8 @@ done
 "#
     };
 }
-pub(crate) use follow_loop;
+#[doc(inline)]
+pub use __follow_loop as follow_loop;
 
 /// Checks that each `(name, script, shell)` parses (`shell -n`).
 #[cfg(test)]
@@ -114,10 +120,10 @@ fn assert_valid_shell(scripts: &[(&str, &str, &str)]) {
 mod tests {
     use super::*;
 
-    /// Every remote script of both backends parses.
+    /// Every remote script of the plain backend parses.
     #[test]
     fn scripts_are_valid_shell() {
-        use crate::{plain, slurm};
+        use crate::plain;
         const FOLLOW: &str = concat!("log=$1\nfinished() { return 0; }\n", follow_loop!());
         assert_valid_shell(&[
             ("prologue", start_prologue!(), "bash"),
@@ -128,13 +134,6 @@ mod tests {
             ("plain status", plain::scripts::STATUS, "sh"),
             ("plain cancel", plain::scripts::CANCEL, "sh"),
             ("plain follow", plain::scripts::FOLLOW_LOG, "sh"),
-            ("slurm submit", slurm::scripts::SUBMIT, "bash"),
-            ("slurm run state", slurm::scripts::RUN_STATE, "sh"),
-            ("slurm cancel", slurm::scripts::CANCEL, "sh"),
-            ("slurm claim", slurm::scripts::CLAIM, "sh"),
-            ("slurm cancel unsubmitted", slurm::scripts::CANCEL_UNSUBMITTED, "sh"),
-            ("slurm steps", slurm::scripts::STEPS, "sh"),
-            ("slurm follow", slurm::scripts::FOLLOW_LOG, "sh"),
         ]);
     }
 }

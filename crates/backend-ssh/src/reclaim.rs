@@ -1,4 +1,4 @@
-//! `reclaim` and `usage` of the plain and Slurm backends: core's store scripts
+//! `reclaim` and `usage` of the backends reached over SSH: core's store scripts
 //! ([`theseus_core::store::reclaim`]) over the SSH connection ([`SshShell`]), with the runs the
 //! host sees live added to the caller's first.
 //!
@@ -10,9 +10,10 @@
 //!   an exit code nor a cancel mark. The last rule matters when several plain hosts share a work
 //!   root: this host cannot see another host's processes. Its price: a run whose machine died
 //!   under it keeps its code dir until `theseus cancel` marks it;
-//! - Slurm ([`SLURM_LIVE`]): a run whose `slurm_job` is one of the user's jobs `squeue` lists
-//!   (without `--states`, squeue lists only jobs that are not over); a failing `squeue` fails the
-//!   reclaim rather than taking every run for finished;
+//! - Slurm (its own script in `theseus-backend-slurm`, made with [`live_head!`]): a run whose
+//!   `slurm_job` is one of the user's jobs `squeue` lists (without `--states`, squeue lists only
+//!   jobs that are not over); a failing `squeue` fails the reclaim rather than taking every run
+//!   for finished;
 //! - both: a run that claimed its name and has not started (no `supervisor.pid` / `slurm_job`),
 //!   is not cancelled and whose claim is younger than the claim's stale limit: its submit may
 //!   still be shipping. The claim comes before the ship, so a run shipped between this script
@@ -31,7 +32,9 @@ use crate::store_shell::SshShell;
 
 /// Shared head of the live scripts: `STATUS_DIR STALE_SECONDS`; `unstarted REL FILE` is true for
 /// a run that claimed its name, has no `FILE` yet, is not cancelled and whose claim is fresh.
-macro_rules! live_head {
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __live_head {
     () => {
         r#"set -u
 export LC_ALL=C
@@ -49,6 +52,8 @@ unstarted() {
 "#
     };
 }
+#[doc(inline)]
+pub use __live_head as live_head;
 
 /// Plain host: see the module docs.
 pub(crate) const PLAIN_LIVE: &str = concat!(
@@ -76,31 +81,8 @@ done
 "#
 );
 
-/// Slurm cluster (run on the login node): see the module docs.
-pub(crate) const SLURM_LIVE: &str = concat!(
-    live_head!(),
-    "unset ",
-    crate::parse::slurm_env_vars!(),
-    "\n",
-    r#"jobs=$(squeue --noheader --user="$(id -un)" --format=%A 2>&1) || { echo "squeue failed: $jobs" >&2; exit 5; }
-for rel in */*/*/*; do
-  [ -d "$rel" ] || continue
-  j=$(cat -- "$rel/slurm_job" 2>/dev/null || true)
-  if [ -n "$j" ]; then
-    case "
-$jobs
-" in *"
-$j
-"*) printf '%s\n' "$rel" ;; esac
-  elif unstarted "$rel" slurm_job; then
-    printf '%s\n' "$rel"
-  fi
-done
-"#
-);
-
 /// Runs `live_script` then core's reclaim on the host behind `ssh`.
-pub(crate) async fn reclaim(
+pub async fn reclaim(
     ssh: &Arc<SshHost>,
     dirs: &RemoteDirs<'_>,
     live_script: &'static str,
@@ -125,7 +107,7 @@ pub(crate) async fn reclaim(
 }
 
 /// Core's usage script on the host behind `ssh`.
-pub(crate) async fn usage(ssh: &Arc<SshHost>, dirs: &RemoteDirs<'_>) -> Result<StoreUsage> {
+pub async fn usage(ssh: &Arc<SshHost>, dirs: &RemoteDirs<'_>) -> Result<StoreUsage> {
     reclaim::usage(&SshShell::new(ssh.clone()), &target(dirs)?).await
 }
 
@@ -147,11 +129,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn live_scripts_are_valid_shell_and_their_output_is_read() {
-        for script in [PLAIN_LIVE, SLURM_LIVE] {
-            let out = std::process::Command::new("sh").arg("-n").arg("-c").arg(script).output().unwrap();
-            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        }
+    fn the_plain_live_script_is_valid_shell_and_live_output_is_read() {
+        let out = std::process::Command::new("sh").arg("-n").arg("-c").arg(PLAIN_LIVE).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         assert_eq!(parse_live("p/g/n/r1\n\njunk\np/g/n/r2\n"), ["p/g/n/r1", "p/g/n/r2"]);
     }
 

@@ -15,11 +15,14 @@
 //!   Rust on its PATH); `theseus --version` and `python -m theseus_dispatch --version` must
 //!   say the workspace version, and the README's first command (the bundled example on the
 //!   local backend, `--follow`) must exit 0. The binaries of the other wheels are taken out of
-//!   them and run the same command ([`crate::dist_cross`]): the musl one after checking that it
+//!   them and run the same command ([`cross`]): the musl one after checking that it
 //!   is static, the aarch64 one under `qemu-aarch64`.
 //! - `--old-glibc`: does the same with the x86_64 wheel in a Debian bullseye userland (glibc
 //!   2.31, older than this machine's) made with `debootstrap` from Debian's packages under
 //!   `target/dist-chroot/` (kept between runs) and entered with `chroot` (root only).
+
+mod chroot;
+mod cross;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -111,7 +114,7 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
             check_in_venv(root, host)?;
         }
         for other in built.iter().filter(|b| b.target != TARGETS[0]) {
-            crate::dist_cross::check(root, other)?;
+            cross::check(root, other)?;
         }
     }
     if old_glibc {
@@ -369,7 +372,7 @@ pub(crate) fn tempfile_dir(prefix: &str) -> Result<PathBuf> {
 }
 
 fn check_in_chroot(root: &Path, built: &Built) -> Result<()> {
-    crate::dist_chroot::check(root, &built.wheel)
+    chroot::check(root, &built.wheel)
 }
 
 #[cfg(test)]

@@ -10,9 +10,9 @@
 
 use theseus_core::Result;
 
+use super::SlurmBackend;
 use crate::parse::SlurmJob;
-use crate::slurm::SlurmBackend;
-use crate::ssh::RemoteCommand;
+use theseus_backend_ssh::ssh::RemoteCommand;
 
 /// What a pending reason means when it can never pass, or `None`.
 pub(crate) fn judge(reason: &str) -> Option<String> {
@@ -40,7 +40,7 @@ fn remote(backend: &SlurmBackend, argv: &[&str]) -> RemoteCommand {
 
 /// Why the pending Slurm job `job_id` (asking for `nodes` nodes) can never start, or `None`.
 pub(crate) async fn never_starts(backend: &SlurmBackend, job_id: &str, nodes: u32) -> Result<Option<String>> {
-    let Some(job): Option<SlurmJob> = crate::slurm::status::from_squeue(backend, job_id).await? else {
+    let Some(job): Option<SlurmJob> = super::status::from_squeue(backend, job_id).await? else {
         return Ok(None);
     };
     if job.state != theseus_core::backend::JobState::Pending {

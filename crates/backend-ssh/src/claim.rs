@@ -30,16 +30,18 @@ use theseus_core::{Error, Result};
 use crate::ssh::{RemoteCommand, SshHost};
 
 /// Exit code of the start scripts when the run no longer owns its name.
-pub(crate) const REPLACED: i32 = 75;
+pub const REPLACED: i32 = 75;
 
 /// How long a submit may wait for another submit's lock of the same name.
-pub(crate) const LOCK_WAIT_SECONDS: u32 = 120;
+pub const LOCK_WAIT_SECONDS: u32 = 120;
 
 /// Shell text (sh) of the claim: `NAME_DIR RUN_ID STALE_SECONDS`. Needs a shell function
 /// `live RUN_ID` (status 0 when that run is still live) defined before it; `$dir` and `$stale`
 /// are set for it. Prints `claimed=RUN_ID`, or `held=RUN` plus `job=SLURM_JOB` (when known) and
 /// `submitting=1` (when the holder has not started yet).
-macro_rules! claim_body {
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __claim_body {
     () => {
         r#"
 dir=$1; me=$2; stale=$3
@@ -66,13 +68,16 @@ echo "claimed=$me"
 "#
     };
 }
-pub(crate) use claim_body;
+#[doc(inline)]
+pub use __claim_body as claim_body;
 
 /// Shell text of the start check, for scripts that set `$namedir`, `$run_dir` and `$me`: takes
 /// the name's lock (held on fd 9 until the script ends: close it in what it starts, `9>&-`) and
 /// exits [`REPLACED`] printing `held=RUN` on stderr unless `.live` still names `$me` and the run was not
 /// cancelled.
-macro_rules! start_check {
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __start_check {
     () => {
         r#"
 exec 9>>"$namedir/.lock"
@@ -83,10 +88,11 @@ if [ "$owner" != "$me" ]; then echo "held=$owner" >&2; exit 75; fi
 "#
     };
 }
-pub(crate) use start_check;
+#[doc(inline)]
+pub use __start_check as start_check;
 
 /// `NAME_DIR RUN_ID`: gives the name back when `.live` still names the run.
-pub(crate) const RELEASE: &str = r#"dir=$1
+pub const RELEASE: &str = r#"dir=$1
 [ -d "$dir" ] || exit 0
 exec 9>>"$dir/.lock"
 flock -w 120 9 || exit 5
@@ -95,33 +101,28 @@ exit 0
 "#;
 
 /// Where and how a backend claims a name.
-pub(crate) struct ClaimSpec<'a> {
+pub struct ClaimSpec<'a> {
     /// The backend, for errors.
-    pub(crate) backend: &'a (dyn Display + Sync),
+    pub backend: &'a (dyn Display + Sync),
     /// The host's name in the config, for messages.
-    pub(crate) host: &'a str,
+    pub host: &'a str,
     /// The connection.
-    pub(crate) ssh: &'a SshHost,
+    pub ssh: &'a SshHost,
     /// The backend's claim script (a `live` function followed by [`claim_body!`]).
-    pub(crate) script: &'static str,
+    pub script: &'static str,
     /// The dir of the job's name on the host.
-    pub(crate) dir: &'a str,
+    pub dir: &'a str,
     /// [`ClaimSpec::script`]'s stale limit.
-    pub(crate) stale: Duration,
+    pub stale: Duration,
     /// Timeout of a short remote command (the lock wait is added).
-    pub(crate) timeout: Duration,
+    pub timeout: Duration,
 }
 
 /// Claims `identity`'s name before anything is shipped. When a live run holds it: without
 /// `options.replace`, fails with [`already_running`]; with it, `stop(run, slurm_job)` stops
 /// that run (confirmed) and the claim is tried again, also when another replacing submit took
 /// the name meanwhile (which then loses it, see [`start_check!`]).
-pub(crate) async fn take<F, Fut>(
-    spec: &ClaimSpec<'_>,
-    identity: &JobIdentity,
-    options: &SubmitOptions,
-    stop: F,
-) -> Result<()>
+pub async fn take<F, Fut>(spec: &ClaimSpec<'_>, identity: &JobIdentity, options: &SubmitOptions, stop: F) -> Result<()>
 where
     F: Fn(String, Option<String>) -> Fut,
     Fut: Future<Output = Result<()>>,
@@ -167,7 +168,7 @@ where
 
 /// What the claim printed.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Claim {
+pub enum Claim {
     /// The name is ours.
     Claimed,
     /// Another live run holds it.
@@ -182,7 +183,7 @@ pub(crate) enum Claim {
 }
 
 /// Reads the claim's output; `None` when it printed neither line.
-pub(crate) fn parse_claim(text: &str) -> Option<Claim> {
+pub fn parse_claim(text: &str) -> Option<Claim> {
     let mut held = None;
     let (mut job, mut submitting) = (None, false);
     for line in text.lines() {
@@ -199,17 +200,17 @@ pub(crate) fn parse_claim(text: &str) -> Option<Claim> {
 }
 
 /// The `held=` line (stderr) of a start script that exited [`REPLACED`].
-pub(crate) fn parse_held(text: &str) -> Option<String> {
+pub fn parse_held(text: &str) -> Option<String> {
     text.lines().find_map(|l| l.trim().strip_prefix("held=")).filter(|v| !v.is_empty()).map(str::to_owned)
 }
 
 /// The dir of a job name: the parent of `run_dir`, which must end in `/<run_id>`.
-pub(crate) fn name_dir<'a>(run_dir: &'a str, run_id: &str) -> Option<&'a str> {
+pub fn name_dir<'a>(run_dir: &'a str, run_id: &str) -> Option<&'a str> {
     run_dir.strip_suffix(run_id)?.strip_suffix('/').filter(|d| !d.is_empty())
 }
 
 /// The error of a submit whose name is held by live run `run` on `host`.
-pub(crate) fn already_running(name: &str, run: &str, host: &str, submitting: bool) -> Error {
+pub fn already_running(name: &str, run: &str, host: &str, submitting: bool) -> Error {
     // Worded like the local backend's; the CLI adds how to replace it.
     let how = if submitting { " (being submitted right now)" } else { "" };
     Error::AlreadyExists { what: format!("live run `{run}` of job `{name}` on host `{host}`{how}") }
@@ -217,7 +218,7 @@ pub(crate) fn already_running(name: &str, run: &str, host: &str, submitting: boo
 
 /// The error of a submit whose start script exited [`REPLACED`] (stderr `stderr`): the run was
 /// cancelled while its code was shipped, or another run took its name.
-pub(crate) fn lost(backend: &dyn Display, name: &str, run: &str, host: &str, stderr: &str) -> Error {
+pub fn lost(backend: &dyn Display, name: &str, run: &str, host: &str, stderr: &str) -> Error {
     if stderr.lines().any(|l| l.trim() == "cancelled=1") {
         return Error::backend(
             backend,

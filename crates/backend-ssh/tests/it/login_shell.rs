@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use theseus_backend_slurm::plain::PlainBackend;
-use theseus_backend_slurm::ssh::{RemoteCommand, SshError, SshHost};
+use theseus_backend_ssh::plain::PlainBackend;
+use theseus_backend_ssh::ssh::{RemoteCommand, SshError, SshHost};
 use theseus_core::availability::Availability;
 use theseus_core::backend::{Backend, JobState, LogOptions, PreparedJob, SubmitOptions};
 use theseus_core::bootstrap::{self, BootstrapInput};

@@ -3,8 +3,9 @@
 //! cluster's dirs, and a submit's middle (ship the claimed run's code, start it, and clean up
 //! when either fails).
 //!
-//! [`crate::plain::PlainBackend`] and [`crate::slurm::SlurmBackend`] are this type with their
-//! own host entry and settings; each adds its own `Backend` implementation.
+//! [`crate::plain::PlainBackend`] is this type with its own host entry and settings, and so is
+//! the Slurm backend of `theseus-backend-slurm` (a type of its own wrapping this one); each adds
+//! its own `Backend` implementation.
 
 use std::fmt;
 use std::future::Future;
@@ -73,7 +74,9 @@ pub trait RemoteSettings: fmt::Debug + Default + Send + Sync {
 
 /// Implements [`RemoteSettings`] for a settings struct with the fields `remote_home`,
 /// `command_timeout` and `claim_stale`.
-macro_rules! remote_settings {
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __remote_settings {
     ($settings:ty) => {
         impl $crate::remote::RemoteSettings for $settings {
             fn remote_home(&self) -> Option<&str> {
@@ -88,16 +91,22 @@ macro_rules! remote_settings {
         }
     };
 }
-pub(crate) use remote_settings;
+#[doc(inline)]
+pub use __remote_settings as remote_settings;
 
 /// A backend of host entries `H` with settings `S`, over one SSH connection.
 #[derive(Debug)]
 pub struct SshBackend<H, S> {
-    pub(crate) name: String,
-    pub(crate) host: H,
-    pub(crate) cluster: ClusterConfig,
-    pub(crate) ssh: Arc<SshHost>,
-    pub(crate) settings: S,
+    /// The host's name in the dispatch config.
+    pub name: String,
+    /// Its host entry.
+    pub host: H,
+    /// Its cluster.
+    pub cluster: ClusterConfig,
+    /// The connection.
+    pub ssh: Arc<SshHost>,
+    /// The backend's settings.
+    pub settings: S,
 }
 
 impl<H: HostEntry, S: RemoteSettings> SshBackend<H, S> {
@@ -118,7 +127,8 @@ impl<H: HostEntry, S: RemoteSettings> SshBackend<H, S> {
         &self.ssh
     }
 
-    pub(crate) fn dirs(&self) -> RemoteDirs<'_> {
+    /// The cluster's dirs as this host resolves them.
+    pub fn dirs(&self) -> RemoteDirs<'_> {
         RemoteDirs {
             kind: H::KIND,
             host: &self.name,
@@ -129,24 +139,19 @@ impl<H: HostEntry, S: RemoteSettings> SshBackend<H, S> {
     }
 
     /// The run's work dir, status dir and log file.
-    pub(crate) fn paths(&self, identity: &JobIdentity) -> Result<(String, String, String)> {
+    pub fn paths(&self, identity: &JobIdentity) -> Result<(String, String, String)> {
         self.dirs().run_paths(identity)
     }
 
     /// The run's layout: `multi` wires the ranks of a plan with more than one process.
-    pub(crate) fn layout_with(
-        &self,
-        identity: &JobIdentity,
-        plan: &Plan,
-        multi: fn(u16) -> Launch,
-    ) -> Result<RunLayout> {
+    pub fn layout_with(&self, identity: &JobIdentity, plan: &Plan, multi: fn(u16) -> Launch) -> Result<RunLayout> {
         let launch = if plan.processes() > 1 { multi(coordinator_port(&identity.run_id)) } else { Launch::Single };
         self.dirs().layout(identity, launch)
     }
 
     /// Connects for a probe, in one attempt: `Some` when the host refused us for its host key
     /// (unusable until the user acts, with the fix), an error for any other failure.
-    pub(crate) async fn probe_connect(&self) -> Result<Option<Availability>> {
+    pub async fn probe_connect(&self) -> Result<Option<Availability>> {
         match self.ssh.connect_once().await {
             Ok(()) => Ok(None),
             Err(e) => match crate::ssh::host_key_problem(&e) {
@@ -156,14 +161,15 @@ impl<H: HostEntry, S: RemoteSettings> SshBackend<H, S> {
         }
     }
 
-    pub(crate) fn ssh_error(&self, action: &str, e: SshError) -> Error {
+    /// A backend error of this host for an SSH failure while trying to `action`.
+    pub fn ssh_error(&self, action: &str, e: SshError) -> Error {
         Error::Backend { backend: self.to_string(), message: format!("failed to {action}"), source: Some(Box::new(e)) }
     }
 
     /// One connection to `target:port` as the host sees it, through a forward added to the
     /// host's ssh master onto a unix socket of this process (one per target and port, made on
     /// first use and shared by later connections; the user's own connection is not touched).
-    pub(crate) async fn open_forward(&self, target: &str, port: u16, what: &str) -> Result<PortStream> {
+    pub async fn open_forward(&self, target: &str, port: u16, what: &str) -> Result<PortStream> {
         let dir = std::env::temp_dir().join(format!("theseus-forward-{}", std::process::id()));
         std::fs::create_dir_all(&dir).map_err(|e| Error::io("create", &dir, e))?;
         // The target is a host or node name; keep the socket name to safe characters.
@@ -186,7 +192,7 @@ impl<H: HostEntry, S: RemoteSettings> SshBackend<H, S> {
 
     /// `theseus sync` of the run whose code is in `work_dir`, through the host's store over
     /// the master connection.
-    pub(crate) async fn sync_run(
+    pub async fn sync_run(
         &self,
         work_dir: &str,
         snapshot: &theseus_core::snapshot::Snapshot,
@@ -209,7 +215,7 @@ impl<H: HostEntry, S: RemoteSettings> SshBackend<H, S> {
 
     /// `theseus shell` over the host's master: `remote` (argv, quoted here once for the remote
     /// shell) run by the user's `ssh`, with a terminal when asked.
-    pub(crate) async fn terminal(&self, remote: &[String], tty: bool) -> Result<ShellSession> {
+    pub async fn terminal(&self, remote: &[String], tty: bool) -> Result<ShellSession> {
         let line = theseus_core::shell::join(remote);
         if !tty {
             // Through the transport, which drops what the login shell's rc files print.
@@ -227,13 +233,13 @@ impl<H: HostEntry, S: RemoteSettings> SshBackend<H, S> {
     }
 
     /// The dir of the job's name on the host (the parent of its runs' status dirs).
-    pub(crate) fn name_dir<'a>(&self, run_id: &str, run_dir: &'a str) -> Result<&'a str> {
+    pub fn name_dir<'a>(&self, run_id: &str, run_dir: &'a str) -> Result<&'a str> {
         claim::name_dir(run_dir, run_id)
             .ok_or_else(|| Error::backend(self, format!("run dir `{run_dir}` does not end in the run id `{run_id}`")))
     }
 
     /// The data of a handle of this backend's kind.
-    pub(crate) fn handle_data<D: serde::de::DeserializeOwned>(&self, handle: &JobHandle) -> Result<D> {
+    pub fn handle_data<D: serde::de::DeserializeOwned>(&self, handle: &JobHandle) -> Result<D> {
         let kind = H::KIND;
         if handle.kind != H::HOST_KIND {
             return Err(Error::backend(self, format!("handle of a {} job given to the {kind} backend", handle.kind)));
@@ -243,7 +249,7 @@ impl<H: HostEntry, S: RemoteSettings> SshBackend<H, S> {
     }
 
     /// The handle of this host's run `id` carrying `data`.
-    pub(crate) fn handle(&self, id: String, data: &impl serde::Serialize) -> JobHandle {
+    pub fn handle(&self, id: String, data: &impl serde::Serialize) -> JobHandle {
         JobHandle {
             kind: H::HOST_KIND,
             host: self.name.clone(),
@@ -255,7 +261,7 @@ impl<H: HostEntry, S: RemoteSettings> SshBackend<H, S> {
     /// Claims the job's name on the host with the backend's claim `script` before anything is
     /// shipped ([`claim::take`]); with `options.replace`, `stop(run, slurm_job)` stops the live
     /// run that holds it first (and whoever took it over meanwhile).
-    pub(crate) async fn claim_name<F, Fut>(
+    pub async fn claim_name<F, Fut>(
         &self,
         job: &PreparedJob,
         run_dir: &str,
@@ -280,7 +286,7 @@ impl<H: HostEntry, S: RemoteSettings> SshBackend<H, S> {
     }
 
     /// Best-effort: gives the job's name back when run `run_id` still holds it.
-    pub(crate) async fn release(&self, run_id: &str, run_dir: &str) {
+    pub async fn release(&self, run_id: &str, run_dir: &str) {
         if let Ok(dir) = self.name_dir(run_id, run_dir) {
             let release = RemoteCommand::script(claim::RELEASE, [dir.to_owned(), run_id.to_owned()]);
             let _ = self.ssh.output(&release).await;
@@ -288,14 +294,14 @@ impl<H: HostEntry, S: RemoteSettings> SshBackend<H, S> {
     }
 
     /// Best-effort removal of a run's code dir (with its `.partial`) and `others`.
-    pub(crate) async fn remove(&self, work_dir: &str, others: &[&str]) {
+    pub async fn remove(&self, work_dir: &str, others: &[&str]) {
         let partial = format!("{work_dir}.partial");
         let rm = RemoteCommand::new("rm").args(["-rf", "--", work_dir, &partial]).args(others.iter().copied());
         let _ = self.ssh.output(&rm).await;
     }
 
     /// Reads a log with `cmd`, each line parsed by `parse`; `what` names the run in errors.
-    pub(crate) async fn read_log(
+    pub async fn read_log(
         &self,
         cmd: &RemoteCommand,
         what: &str,
@@ -312,7 +318,7 @@ impl<H: HostEntry, S: RemoteSettings> SshBackend<H, S> {
     /// otherwise awaits `discard`; when `start` says the run may no longer start (inner error:
     /// it lost its name or was cancelled meanwhile) only its code goes; when `start` fails,
     /// `discard`.
-    pub(crate) async fn ship_and_start<T>(
+    pub async fn ship_and_start<T>(
         &self,
         job: &PreparedJob,
         (work_dir, run_dir): (&str, &str),
@@ -407,8 +413,16 @@ mod tests {
         paths_must_be_absolute_or_have_a_home(plain, crate::plain::Settings::default(), |s| {
             s.remote_home = Some("/home/u".into())
         });
+        /// The Slurm backend's settings, as far as this module sees them.
+        #[derive(Debug, Default)]
+        struct SlurmSettings {
+            remote_home: Option<String>,
+            command_timeout: Duration,
+            claim_stale: Duration,
+        }
+        remote_settings!(SlurmSettings);
         let slurm = SlurmHost { ssh: "login".into(), cluster: "c".into(), ..SlurmHost::default() };
-        paths_must_be_absolute_or_have_a_home(slurm, crate::slurm::Settings::default(), |s| {
+        paths_must_be_absolute_or_have_a_home(slurm, SlurmSettings::default(), |s| {
             s.remote_home = Some("/home/u".into())
         });
     }

@@ -1,0 +1,141 @@
+//! Two layering rules of docs/ARCHITECTURE.md that a text scan can hold: pure modules do no IO,
+//! and `anyhow` is a dependency of the binaries' crates only.
+
+use std::path::Path;
+
+use super::source;
+
+/// Files and folders (relative to the workspace root) whose code must stay pure: the solver,
+/// config validation, parsing and every renderer. A folder covers every `.rs` file under it.
+pub(crate) const PURE: &[&str] = &[
+    "crates/core/src/solver",
+    "crates/core/src/config/validate.rs",
+    "crates/core/src/bootstrap/script.rs",
+    "crates/core/src/bootstrap/enter.rs",
+    "crates/core/src/shell.rs",
+    "crates/core/src/duration.rs",
+    "crates/core/src/chips.rs",
+    "crates/core/src/store/plan.rs",
+    "crates/backend-volcano/src/render.rs",
+    "crates/backend-volcano/src/types.rs",
+    "crates/backend-volcano/src/quantity.rs",
+    "crates/backend-volcano/src/status.rs",
+    "crates/backend-slurm/src/sbatch.rs",
+    "crates/backend-slurm/src/parse",
+    "crates/backend-slurm/src/nodelist.rs",
+];
+
+/// What pure code may not name: the file system, processes, the network, the environment, clocks.
+const IMPURE: &[&str] = &[
+    "std::fs",
+    "std::process",
+    "std::net",
+    "std::env",
+    "tokio",
+    "SystemTime::now",
+    "Instant::now",
+    "File::open",
+    "File::create",
+];
+
+/// Each use of an impure name in a [`PURE`] file, as `file: name`; a listed path that does not
+/// exist is reported too, so that the list follows the code when it moves.
+pub(crate) fn impure_uses(root: &Path) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in PURE {
+        let path = root.join(entry);
+        if !path.exists() {
+            found.push(format!("{entry}: listed as pure in xtask/src/tidy/rules.rs but does not exist"));
+            continue;
+        }
+        let mut files = Vec::new();
+        collect_rs(&path, &mut files);
+        for file in files {
+            let Ok(text) = std::fs::read_to_string(&file) else { continue };
+            let code = source::code(&text);
+            for name in IMPURE {
+                if names(&code, name) {
+                    let shown = file.strip_prefix(root).unwrap_or(&file).display().to_string();
+                    found.push(format!("{shown}: names `{name}`"));
+                }
+            }
+        }
+    }
+    found
+}
+
+/// Whether `code` names `name` as a path (not as part of a longer identifier).
+fn names(code: &str, name: &str) -> bool {
+    code.match_indices(name).any(|(at, _)| {
+        let before = code[..at].chars().next_back();
+        let after = code[at + name.len()..].chars().next();
+        let ident = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || c == '_');
+        !ident(before) && !ident(after)
+    })
+}
+
+fn collect_rs(path: &Path, out: &mut Vec<std::path::PathBuf>) {
+    if path.is_dir() {
+        let Ok(entries) = std::fs::read_dir(path) else { return };
+        let mut entries: Vec<_> = entries.flatten().map(|e| e.path()).collect();
+        entries.sort();
+        for entry in entries {
+            collect_rs(&entry, out);
+        }
+    } else if path.extension().is_some_and(|e| e == "rs")
+        && !path.file_stem().is_some_and(|s| s == "tests" || s.to_string_lossy().ends_with("_tests"))
+    {
+        out.push(path.to_owned());
+    }
+}
+
+/// Crates that may depend on `anyhow`: the binaries' (errors for people, not for callers).
+const ANYHOW_ALLOWED: &[&str] = &["crates/cli", "crates/chaos", "xtask"];
+
+/// Each library crate whose manifest depends on `anyhow`.
+pub(crate) fn anyhow_in_libraries(root: &Path) -> Vec<String> {
+    let mut manifests = vec![root.join("xtask/Cargo.toml")];
+    if let Ok(entries) = std::fs::read_dir(root.join("crates")) {
+        manifests.extend(entries.flatten().map(|e| e.path().join("Cargo.toml")).filter(|p| p.exists()));
+    }
+    manifests.sort();
+    let mut found = Vec::new();
+    for manifest in manifests {
+        let dir = manifest.parent().unwrap_or(root);
+        let shown = dir.strip_prefix(root).unwrap_or(dir).display().to_string();
+        if ANYHOW_ALLOWED.contains(&shown.as_str()) {
+            continue;
+        }
+        let text = std::fs::read_to_string(&manifest).unwrap_or_default();
+        let mut section = String::new();
+        for line in text.lines() {
+            let line = line.trim();
+            if line.starts_with('[') {
+                section = line.to_owned();
+            } else if section == "[dependencies]" && (line.starts_with("anyhow ") || line.starts_with("anyhow.")) {
+                found.push(format!("{shown}/Cargo.toml depends on anyhow (a library returns typed errors: thiserror)"));
+            }
+        }
+    }
+    found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_path_counts_only_as_a_whole_name() {
+        assert!(names("let f = std::fs::read(p);", "std::fs"));
+        assert!(names("use tokio::time;", "tokio"));
+        assert!(!names("let my_tokio_thing = 1;", "tokio"));
+        assert!(!names("use crate::std::fsx;", "std::fs"));
+        assert!(names("let t = Instant::now();", "Instant::now"));
+    }
+
+    #[test]
+    fn comments_and_tests_of_a_pure_file_may_name_io() {
+        let text = "//! Reads nothing: not std::fs.\nfn f() {}\n#[cfg(test)]\nmod tests { use std::fs; }\n";
+        assert!(!names(&source::code(text), "std::fs"));
+    }
+}
