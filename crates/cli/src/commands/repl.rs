@@ -12,7 +12,7 @@ use std::io::IsTerminal as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context as _, Result, anyhow};
 use futures::StreamExt as _;
@@ -21,15 +21,12 @@ use theseus_core::config::HostKind;
 use theseus_core::job::{Distributed, Entrypoint, Experiment};
 use theseus_core::ledger::{Ledger, RunKind};
 use theseus_core::lifecycle::{self, Stopped};
-use theseus_core::session::{JupyterUrl, jupyter_entrypoint, jupyter_url};
+use theseus_core::session::jupyter_entrypoint;
 use theseus_core::snapshot::SnapshotMode;
 
 use crate::args::{JobArgs, ReplArgs};
 use crate::context::Context;
 use crate::signals::{self, Interrupted};
-
-/// Log lines shown when a session fails to start.
-const TAIL: usize = 20;
 
 pub(crate) async fn run(ctx: &Context, args: ReplArgs) -> Result<ExitCode> {
     let job_args = job_args(&args);
@@ -63,7 +60,7 @@ pub(crate) async fn run(ctx: &Context, args: ReplArgs) -> Result<ExitCode> {
         args.startup_timeout.as_secs()
     ));
     let url = tokio::select! {
-        url = wait_for_url(&backend, &handle, args.startup_timeout) => url,
+        url = lifecycle::wait_for_url(&backend, &handle, args.startup_timeout) => url,
         signal = theseus_core::interrupt::wait() => {
             let what = stop(&ledger, &backend, &handle, &job.identity.run_id, "interrupted while starting").await;
             return Err(Interrupted { signal, what }.into());
@@ -130,54 +127,6 @@ fn job_args(args: &ReplArgs) -> JobArgs {
         cpu: None,
         mem: None,
     }
-}
-
-/// Waits until Jupyter prints its URL; fails at once when the session ends first, and after
-/// `timeout`, with the state and the log's last lines.
-async fn wait_for_url(backend: &Arc<DynBackend>, handle: &JobHandle, timeout: Duration) -> Result<JupyterUrl> {
-    let deadline = Instant::now() + timeout;
-    let mut state = JobState::Submitting;
-    let mut message = None;
-    loop {
-        let lines = log_lines(backend, handle).await;
-        if let Some(url) = jupyter_url(lines.iter().map(String::as_str)) {
-            return Ok(url);
-        }
-        if let Ok(Ok(status)) = tokio::time::timeout(Duration::from_secs(15), backend.status(handle)).await {
-            (state, message) = (status.state, status.message);
-        }
-        let ended = state.is_terminal();
-        if ended || Instant::now() >= deadline {
-            // The last lines may have arrived with the end.
-            let lines = log_lines(backend, handle).await;
-            let why = if ended {
-                format!("the session ended ({state}) before Jupyter Lab started")
-            } else {
-                format!("Jupyter Lab printed no URL within {}s (the session is {state})", timeout.as_secs())
-            };
-            let message = message.map(|m| format!(": {m}")).unwrap_or_default();
-            let tail: Vec<&str> = lines.iter().rev().take(TAIL).rev().map(String::as_str).collect();
-            let shown =
-                if tail.is_empty() { "  (the log is empty)".to_owned() } else { format!("  {}", tail.join("\n  ")) };
-            return Err(anyhow!("{why}{message}; the log's last lines:\n{shown}"));
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-}
-
-/// The session's log so far (nothing while there is none).
-async fn log_lines(backend: &Arc<DynBackend>, handle: &JobHandle) -> Vec<String> {
-    let read = async {
-        let Ok(mut stream) = backend.logs(handle, &LogOptions { follow: false, rank: None }).await else {
-            return Vec::new();
-        };
-        let mut lines = Vec::new();
-        while let Some(Ok(line)) = stream.next().await {
-            lines.push(line.text);
-        }
-        lines
-    };
-    tokio::time::timeout(Duration::from_secs(15), read).await.unwrap_or_default()
 }
 
 /// Cancels the session and records it; says what happened.

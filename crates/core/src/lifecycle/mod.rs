@@ -12,8 +12,8 @@
 //!   when it never can or after its backend's start timeout ([`StartProgress`] decides).
 //! - [`settle_replaced`]: the older runs a `--replace` stopped are recorded as replaced.
 //! - [`live_run_paths`] and [`abandoned_run_paths`]: what `gc` must keep.
-//! - [`stop`] and [`wait_for_end`]: a run a client attends (`repl`), stopped with a reason or
-//!   waited for.
+//! - [`wait_for_url`], [`stop`] and [`wait_for_end`]: a session a client attends (`repl`): its
+//!   start, and its stop with a reason or its end.
 //!
 //! Backends are the caller's (core knows no backend crate): each function takes the run's
 //! backend, already made.
@@ -27,6 +27,7 @@ mod cancel;
 mod follow;
 mod gc;
 mod refresh;
+mod session;
 mod settle;
 mod start;
 mod stop;
@@ -37,6 +38,7 @@ pub use cancel::cancel;
 pub use follow::{FollowEnd, FollowEvent, FollowOptions, follow};
 pub use gc::{abandoned_run_paths, live_run_paths};
 pub use refresh::{LiveRefresh, SilentHost, refresh, refresh_live};
+pub use session::{NoUrl, wait_for_url};
 pub use settle::{Unsettled, settle_replaced};
 pub use start::{StartProgress, StartStep};
 pub use stop::{Stopped, stop, wait_for_end};

@@ -481,3 +481,25 @@ async fn an_attended_run_is_stopped_with_its_reason_or_waited_for() {
     assert!(matches!(stop(&ledger, &slow, run, "why", Duration::from_millis(50)).await, Stopped::TimedOut));
     assert_eq!(ledger.find(&hangs.identity.run_id).unwrap().unwrap().state, JobState::Running);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_gives_its_url_or_says_why_it_has_none() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = local_harness(dir.path());
+    let url = "http://127.0.0.1:8888/lab?token=abc";
+    let (job, _code) =
+        testing::prepare(&h, "jupyter", &["ok"], vec![], serde_json::json!({"greeting": url})).await.unwrap();
+    let handle = h.backend.submit(&job, &SubmitOptions::default()).await.unwrap();
+    let found = wait_for_url(&h.backend, &handle, h.timeout).await.unwrap();
+    assert_eq!((found.port, found.token.as_str()), (8888, "abc"));
+
+    let (job, _code) = testing::prepare(&h, "no-jupyter", &["fail", "3"], vec![], serde_json::json!({})).await.unwrap();
+    let handle = h.backend.submit(&job, &SubmitOptions::default()).await.unwrap();
+    let none = wait_for_url(&h.backend, &handle, h.timeout).await.unwrap_err();
+    assert!(none.ended && none.state == JobState::Failed, "{none:?}");
+    assert!(none.tail.iter().any(|l| l == "conformance: failing with 3"), "{none:?}");
+    let said = none.to_string();
+    assert!(said.starts_with("the session ended (failed) before Jupyter Lab started"), "{said}");
+    assert!(said.contains("; the log's last lines:\n  "), "{said}");
+    assert!(said.contains("\n  conformance: failing with 3"), "{said}");
+}
