@@ -6,8 +6,9 @@
 //! - [`remote`]: [`remote::SshBackend`], what every backend reached over SSH is made of (a host
 //!   entry over one SSH connection, its cluster's dirs, the middle of a submit); the plain
 //!   backend here and the Slurm backend of `theseus-backend-slurm` are built on it;
-//! - [`ship`]: shipping a run's code through the cluster's store; [`run_dir`]: the run-dir
-//!   scripts every SSH backend shares; [`paths`]: where a run's dirs are on the remote side;
+//! - `ship` (internal): shipping a run's code through the cluster's store, for
+//!   [`remote::SshBackend`]; [`run_dir`]: the run-dir scripts every SSH backend shares;
+//!   [`paths`]: where a run's dirs are on the remote side;
 //! - [`claim`]: one live job per name on a host;
 //! - [`reclaim`]: `reclaim` and `usage` through core's store scripts, with the runs the host sees
 //!   live;
@@ -23,6 +24,6 @@ pub mod plain;
 pub mod reclaim;
 pub mod remote;
 pub mod run_dir;
-pub mod ship;
+mod ship;
 pub mod ssh;
 pub mod store_shell;

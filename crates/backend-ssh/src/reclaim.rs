@@ -56,7 +56,7 @@ unstarted() {
 pub use __live_head as live_head;
 
 /// Plain host: see the module docs.
-pub(crate) const PLAIN_LIVE: &str = concat!(
+pub const PLAIN_LIVE: &str = concat!(
     live_head!(),
     r#"tmp=$(mktemp -d) || exit 20
 trap 'rm -rf -- "$tmp"' EXIT

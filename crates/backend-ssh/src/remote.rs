@@ -313,7 +313,7 @@ impl<H: HostEntry, S: RemoteSettings> SshBackend<H, S> {
     }
 
     /// The middle of a submit, once the run claimed its name: ships the code and `extra` into
-    /// `work_dir` through the cluster's store ([`crate::ship`]), then awaits `start`. When the
+    /// `work_dir` through the cluster's store (`ship.rs`), then awaits `start`. When the
     /// ship fails it gives the name back if the run dir is another submit's of this run id, and
     /// otherwise awaits `discard`; when `start` says the run may no longer start (inner error:
     /// it lost its name or was cancelled meanwhile) only its code goes; when `start` fails,

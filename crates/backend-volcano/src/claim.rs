@@ -240,7 +240,7 @@ async fn clear_others(
     for job in others {
         let name = job.metadata.name.unwrap_or_default();
         options.note(&format!("--replace: deleting vcjob {name} and waiting until its pods are gone"));
-        if let Err(e) = crate::submit::delete_and_confirm(cluster, &name, delete_timeout, poll).await {
+        if let Err(e) = crate::delete::delete_and_confirm(cluster, &name, delete_timeout, poll).await {
             release(cluster, &claim).await;
             return Err(e);
         }

@@ -15,14 +15,12 @@ use theseus_core::config::{VolcanoHost, expand_tilde};
 use crate::error::{VolcanoError, config_error};
 use crate::kubeconfig::{context_namespace, from_kubeconfig, merged, read};
 use crate::proxy::ProxyEnv;
-pub use crate::retry::{RetryPolicy, Transient, retry, retry_counted, transport_detail};
+pub use crate::retry::{
+    DEFAULT_API_TIMEOUT, REQUEST_TIMEOUT, RetryPolicy, Transient, retry, retry_counted, transport_detail,
+};
 
 /// Time allowed to open a TCP (and TLS) connection to the apiserver.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-/// Time allowed for one non-streaming call (list, get, create, ...), per attempt.
-pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
-/// Time allowed for one call, every retry included, unless the host sets `api_timeout`.
-pub const DEFAULT_API_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Parses a host's `api_timeout`: `30s`, `2m`, `1500ms` or plain seconds, from 1s to 1h.
 ///

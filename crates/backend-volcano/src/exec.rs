@@ -103,7 +103,7 @@ pub(crate) struct Finished {
 /// Time the API server has to answer an exec request (to upgrade it to a websocket): one
 /// that took the request and never answers would otherwise hold the caller until its idle
 /// deadline, minutes later (found by `cargo xtask chaos --full`).
-pub(crate) const OPEN_TIMEOUT: std::time::Duration = crate::client::DEFAULT_API_TIMEOUT;
+pub(crate) const OPEN_TIMEOUT: std::time::Duration = crate::retry::DEFAULT_API_TIMEOUT;
 
 /// Where [`run`] runs a command.
 pub(crate) struct ExecTarget<'a> {

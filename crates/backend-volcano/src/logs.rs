@@ -26,8 +26,8 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use crate::api::Cluster;
-use crate::backend::HandleData;
 use crate::error::VolcanoError;
+use crate::handle::HandleData;
 use crate::log_cursor::LineCursor;
 use crate::render::TASK_NAME;
 use crate::status::{pod_label, rank_of};

@@ -20,11 +20,11 @@ use theseus_core::store::{ScriptCall, Shell};
 
 use crate::api::Cluster;
 use crate::backend::VolcanoBackend;
+use crate::backend::submit::{HelperGuard, wait_running};
 use crate::error::VolcanoError;
 use crate::helper::{HELPER_TASK, render_helper};
 use crate::render::{LABEL_ROLE, LABEL_RUN_ID};
 use crate::store_shell::ExecShell;
-use crate::submit::{HelperGuard, wait_running};
 
 /// `WORK RUN_ID...`: prints the run dirs `*/*/*/<run id>` (relative to `WORK`) that exist.
 pub const LIVE_PATHS: &str = r#"set -u
@@ -106,7 +106,7 @@ impl VolcanoBackend {
             result = run => result,
             _ = theseus_core::interrupt::wait() => Err(self.err(VolcanoError::Interrupted)),
         };
-        crate::submit::delete_helper(cluster, &name).await;
+        crate::delete::delete_helper(cluster, &name).await;
         guard.armed = false;
         result
     }

@@ -6,8 +6,12 @@ use std::future::Future;
 use std::hash::{BuildHasher, Hasher};
 use std::time::Duration;
 
-use crate::client::{DEFAULT_API_TIMEOUT, REQUEST_TIMEOUT};
 use crate::error::{VolcanoError, is_transient_code};
+
+/// Time allowed for one non-streaming call (list, get, create, ...), per attempt.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+/// Time allowed for one call, every retry included, unless the host sets `api_timeout`.
+pub const DEFAULT_API_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How calls are retried: exponential backoff with jitter, capped, for transient errors only.
 #[derive(Debug, Clone, PartialEq, Eq)]

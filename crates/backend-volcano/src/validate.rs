@@ -4,8 +4,8 @@
 
 use theseus_core::config::{ClusterConfig, Toleration, VolcanoHost};
 
-use crate::helper::helper_resources;
 use crate::quantity::Quantity;
+use crate::resources::helper_resources;
 
 /// Checks a volcano host's settings; `name` is the host's name in the config.
 ///

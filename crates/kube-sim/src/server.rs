@@ -21,7 +21,6 @@ use crate::status::{ApiError, Result};
 use crate::store::{Part, Preconditions, Propagation};
 use crate::watch::{self, WatchOptions};
 
-
 /// Longest watch the simulator keeps open, whatever `timeoutSeconds` says.
 const MAX_WATCH: Duration = Duration::from_secs(1800);
 

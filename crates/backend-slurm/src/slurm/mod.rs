@@ -2,9 +2,9 @@
 //! login node is reached over SSH.
 //!
 //! - code: shipped once per run to `<work>/<run path>` through the cluster's store
-//!   (`crate::ship`), with the bootstrap and the batch script `.theseus/job.sbatch`
-//!   ([`crate::sbatch::render_job`]: one task per node, `srun --label`, the coordinator at the
-//!   first node's `NodeAddr`);
+//!   (`theseus_backend_ssh`'s `ship.rs`), with the bootstrap and the batch script
+//!   `.theseus/job.sbatch` ([`crate::sbatch::render_job`]: one task per node, `srun --label`, the
+//!   coordinator at the first node's `NodeAddr`);
 //! - status: `<status>/<run path>` (the bootstrap's `metadata.json`, a `cancelled` mark);
 //! - log: `<log>/<run path>.log`, Slurm's `--output` and `--error`.
 //!
@@ -15,9 +15,9 @@
 //! command line. Every process of the job carries the run's marker variable.
 //!
 //! One live job per (project, group, name): `submit` claims the name on the cluster's shared
-//! status dir before shipping, and runs `sbatch` only while it still owns it (`crate::claim`);
-//! the job id is recorded in the run dir, so a [`Backend::planned_handle`] (which has no job id
-//! yet) finds its job there. `cancel` is confirmed by what Slurm knows, not by looking for
+//! status dir before shipping, and runs `sbatch` only while it still owns it
+//! (`theseus_backend_ssh::claim`); the job id is recorded in the run dir, so a
+//! [`Backend::planned_handle`] (which has no job id yet) finds its job there. `cancel` is confirmed by what Slurm knows, not by looking for
 //! processes (the login node cannot see the compute nodes): the job is in a final state and Slurm
 //! lists none of its steps, else it fails naming the steps left and their nodes.
 
@@ -144,7 +144,7 @@ impl Deref for SlurmBackend {
 
 impl fmt::Display for SlurmBackend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.fmt(f)
+        fmt::Display::fmt(&self.0, f)
     }
 }
 
@@ -659,5 +659,14 @@ mod tests {
         for bad in ["", "no-such-run", "42;x", "4 2", "_1", "1_"] {
             assert!(!is_job_id(bad), "{bad}");
         }
+    }
+
+    /// The backend names itself as every `SshBackend` does, in errors and logs.
+    #[test]
+    fn the_backend_is_named_by_kind_and_host() {
+        let host = SlurmHost { ssh: "login".into(), cluster: "c".into(), ..SlurmHost::default() };
+        let b = SlurmBackend::new("hpc", host, ClusterConfig::default());
+        assert_eq!(b.to_string(), "slurm(hpc)");
+        assert_eq!(b.name, "hpc");
     }
 }

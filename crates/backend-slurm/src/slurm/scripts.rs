@@ -29,10 +29,11 @@ macro_rules! unset_slurm_env {
     };
 }
 
-/// [`theseus_backend_ssh::run_dir::start_prologue!`] with the batch script as `PROGRAM` (bash): under the
-/// name's lock, and only while the run still owns its name ([`crate::claim`]), with the secrets
-/// and the run's marker exported, submits the batch script from the work dir, finds its job id
-/// and records it in `RUN_DIR/slurm_job`; prints `slurm_job=ID`.
+/// [`theseus_backend_ssh::run_dir::start_prologue!`] with the batch script as `PROGRAM` (bash):
+/// under the name's lock, and only while the run still owns its name
+/// ([`theseus_backend_ssh::claim`]), with the secrets and the run's marker exported, submits the
+/// batch script from the work dir, finds its job id and records it in `RUN_DIR/slurm_job`;
+/// prints `slurm_job=ID`.
 ///
 /// Sites wrap `sbatch` (quota and accounting notices before and after its answer, on stdout and
 /// stderr), so the id is the line of the answer (`ID` or `ID;CLUSTER`) that Slurm lists with this
@@ -89,9 +90,9 @@ printf 'slurm_job=%s\n' "$job"
 /// Exit code of [`SUBMIT`] when sbatch exited 0 and no job of the run can be found.
 pub(crate) const EXIT_NO_JOB_ID: i32 = 6;
 
-/// `NAME_DIR RUN_ID STALE_SECONDS`: the claim of the job's name ([`crate::claim`]); a run is
-/// live while Slurm lists its job in a state that is not over, or while it is claimed, not yet
-/// submitted, not cancelled and its claim is fresh.
+/// `NAME_DIR RUN_ID STALE_SECONDS`: the claim of the job's name ([`theseus_backend_ssh::claim`]);
+/// a run is live while Slurm lists its job in a state that is not over, or while it is claimed,
+/// not yet submitted, not cancelled and its claim is fresh.
 pub(crate) const CLAIM: &str = concat!(
     unset_slurm_env!(),
     r#"

@@ -1,7 +1,12 @@
 //! The Volcano backend's IO error: every failure of a cluster call, named by verb, resource and
-//! namespace, with the fix where there is one. Pure rendering errors stay in [`crate::render`].
+//! namespace, with the fix where there is one; a failed ship is [`ShipError`] (raised by
+//! [`crate::ship`]). Pure rendering errors stay in [`crate::render`].
+
+mod ship;
 
 use std::time::Duration;
+
+pub use ship::{RemoteStep, ShipError};
 
 /// A [`VolcanoError::Config`].
 pub(crate) fn config_error(source_name: &str, context: Option<String>, problem: &str, fix: &str) -> VolcanoError {
@@ -284,7 +289,7 @@ pub enum VolcanoError {
 
     /// Shipping the code into the helper pod failed.
     #[error(transparent)]
-    Ship(#[from] crate::ship::ShipError),
+    Ship(#[from] ShipError),
 
     /// Shipping through the code store on the PVC failed (already worded by the store).
     #[error(transparent)]

@@ -1,12 +1,14 @@
 //! [`VolcanoBackend`]: the `Backend` of a `type: volcano` host. The connection to the cluster is
 //! made on first use, so rendering (`--dry-run`) and layout need no cluster and no kubeconfig.
+//! [`submit`] is the submit's flow (claim, ship through the helper, create the gang).
+
+pub(crate) mod submit;
 
 use std::fmt;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::Pod;
-use serde::{Deserialize, Serialize};
 use theseus_core::availability::Availability;
 use theseus_core::backend::{
     Backend, DryRunDocument, JobHandle, JobState, JobStatus, LogOptions, LogStream, PreparedJob, RunLayout,
@@ -20,6 +22,7 @@ use tokio::sync::OnceCell;
 
 use crate::api::Cluster;
 use crate::error::VolcanoError;
+use crate::handle::HandleData;
 use crate::helper::render_helper;
 use crate::render::{JobInputs, RenderOptions, redacted, render_job};
 use crate::status::{GroupCondition, Observed, summarize};
@@ -61,36 +64,6 @@ impl Default for Settings {
             render: RenderOptions::default(),
         }
     }
-}
-
-/// What a Volcano job handle carries (the `data` of [`JobHandle`]).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct HandleData {
-    /// Namespace of the job.
-    pub namespace: String,
-    /// The vcjob's name.
-    pub job: String,
-    /// The run id (pods' processes carry it as `THESEUS_RUN_ID`).
-    #[serde(default)]
-    pub run_id: Option<String>,
-    /// The vcjob's uid (a job re-created under the same name is not ours).
-    #[serde(default)]
-    pub uid: Option<String>,
-    /// The Secret holding the job's secret env, when it has one.
-    #[serde(default)]
-    pub secret: Option<String>,
-    /// The run's log file on the PVC.
-    #[serde(default)]
-    pub log_file: Option<String>,
-    /// The run's name claim (a Lease, see `claim.rs`).
-    #[serde(default)]
-    pub claim: Option<String>,
-    /// The run's code-shipping helper vcjob (exists only while `submit` ships).
-    #[serde(default)]
-    pub helper: Option<String>,
-    /// The run's code dir on the PVC, as the pods see it (`theseus shell` starts there).
-    #[serde(default)]
-    pub work_dir: Option<String>,
 }
 
 /// The backend of one `type: volcano` host.
@@ -408,7 +381,7 @@ impl Backend for VolcanoBackend {
         let helper = render_helper(&self.host, &job.identity, &layout.work_dir)?;
         let cluster = self.cluster().await.map_err(|e| self.err_nothing_created(e))?;
         crate::availability::require_queue(cluster, &self.host).await.map_err(|e| self.err_nothing_created(e))?;
-        crate::submit::submit(self, cluster, job, &layout, helper, rendered, options).await.map_err(|e| self.err(e))
+        submit::submit(self, cluster, job, &layout, helper, rendered, options).await.map_err(|e| self.err(e))
     }
 
     fn planned_handle(&self, job: &PreparedJob) -> Option<JobHandle> {
@@ -592,7 +565,7 @@ impl Backend for VolcanoBackend {
         let prior =
             summarize(&Observed { job: &job, pods: &pods, group_phase: None, group_conditions: &[], events: &[] });
         let cluster = self.cluster().await.map_err(|e| self.err(e))?;
-        let gone = crate::submit::delete_and_confirm(
+        let gone = crate::delete::delete_and_confirm(
             cluster,
             &data.job,
             self.settings.delete_timeout,
@@ -708,7 +681,7 @@ impl VolcanoBackend {
         if let Some(helper) = &data.helper
             && cluster.get_job(helper).await?.is_some()
         {
-            crate::submit::delete_and_confirm(
+            crate::delete::delete_and_confirm(
                 cluster,
                 helper,
                 self.settings.delete_timeout,

@@ -1,8 +1,7 @@
 //! The submit flow: claim the job's name (`claim.rs`; refused while another run of it is live,
 //! unless `--replace`), start the helper, wait for its pod, ship the code while renewing the
 //! claim, delete the helper on every path, then create the Secret and the gang job (taking both
-//! back if either fails) and bind the claim to the job. Also `delete_and_confirm` (cancel,
-//! `--replace`).
+//! back if either fails) and bind the claim to the job.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -16,10 +15,12 @@ use theseus_core::backend::{JobHandle, PreparedJob, ProgressFn, RunLayout, Submi
 use theseus_core::config::HostKind;
 use theseus_core::store::{self, Shell, ShipRequest, StoreError};
 
+use super::VolcanoBackend;
 use crate::api::Cluster;
-use crate::backend::{HandleData, VolcanoBackend};
 use crate::claim::{self, Claim};
+use crate::delete::delete_helper;
 use crate::error::VolcanoError;
+use crate::handle::HandleData;
 use crate::helper::HELPER_TASK;
 use crate::render::{RenderedJob, owner_reference};
 use crate::ship::{ExtraFile, ShipTarget, ship_snapshot};
@@ -300,8 +301,8 @@ pub(crate) async fn wait_running(cluster: &Cluster, helper: &Job, timeout: Durat
         Ok(outcome) => outcome,
         Err(_) => {
             let pods: Vec<Pod> = last.into_iter().collect();
-            let conditions = crate::backend::group_info(cluster, helper).await.map(|g| g.1).unwrap_or_default();
-            let events = crate::backend::events_of(cluster, helper, &pods).await;
+            let conditions = super::group_info(cluster, helper).await.map(|g| g.1).unwrap_or_default();
+            let events = super::events_of(cluster, helper, &pods).await;
             let why = pending_reason(&Observed {
                 job: helper,
                 pods: &pods,
@@ -395,53 +396,6 @@ async fn create_gang(
         id: name,
         data: serde_json::to_value(planned).unwrap_or_default(),
     })
-}
-
-/// Deletes a vcjob and waits until it and its pods are gone. Returns how many pods it had.
-pub(crate) async fn delete_and_confirm(
-    cluster: &Cluster,
-    name: &str,
-    timeout: Duration,
-    poll: Duration,
-) -> Result<usize, VolcanoError> {
-    let selector = format!("volcano.sh/job-name={name}");
-    let had = cluster.list_pods(&selector).await?.len();
-    cluster.delete_job(name).await?;
-    let wait = async {
-        cluster.wait_job_gone(name, timeout).await?;
-        loop {
-            let left = cluster.list_pods(&selector).await?;
-            if left.is_empty() {
-                return Ok::<(), VolcanoError>(());
-            }
-            // Pods are deleted by the garbage collector once the job is gone; delete stragglers.
-            for pod in &left {
-                if pod.metadata.deletion_timestamp.is_none()
-                    && let Some(p) = &pod.metadata.name
-                {
-                    cluster.delete_pod(p).await?;
-                }
-            }
-            tokio::time::sleep(poll).await;
-        }
-    };
-    tokio::time::timeout(timeout, wait).await.map_err(|_| VolcanoError::Timeout {
-        what: format!("the pods of vcjob {name} to go away"),
-        after: timeout,
-    })??;
-    Ok(had)
-}
-
-/// Deletes the helper vcjob `name`, with a second call when the first failed (an API server
-/// that dropped or never answered that one request: the call's own retries end at its
-/// deadline, which a request never answered uses up); warns when both failed (`theseus gc`
-/// removes it later).
-pub(crate) async fn delete_helper(cluster: &Cluster, name: &str) {
-    let Err(first) = cluster.delete_job(name).await else { return };
-    tracing::debug!("deleting helper vcjob {name} failed ({first}); once more");
-    if let Err(e) = cluster.delete_job(name).await {
-        tracing::warn!("could not delete helper vcjob {name}: {e}; `theseus gc` removes it later");
-    }
 }
 
 /// Deletes the helper if the submit future is dropped before it could (e.g. the caller gave up).
