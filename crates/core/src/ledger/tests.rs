@@ -263,3 +263,71 @@ fn a_run_keeps_its_host_config() {
     ledger.set_host_config("r1", &serde_json::json!({"hosts": {"x": {}}})).unwrap();
     assert_eq!(ledger.host_config("r1").unwrap(), Some(serde_json::json!({"hosts": {"x": {}}})));
 }
+
+#[test]
+fn processes_opening_and_closing_one_ledger_at_once_all_succeed() {
+    // Each client process opens the ledger, writes one record and closes it, 30 times. The last
+    // connection to close cleans up the WAL under an exclusive lock, and a client opening at that
+    // moment can be told "database is locked" at once (SQLite's "Sometimes Queries Return
+    // SQLITE_BUSY In WAL Mode"); under load a writer can also hold the lock for long. The clients
+    // are processes (this test binary run again), as submits are: locks between threads of one
+    // process do not contend the same way.
+    const CLIENT: &str = "THESEUS_LEDGER_TEST_CLIENT";
+    if let Some(dir) = std::env::var_os(CLIENT) {
+        let dir = std::path::PathBuf::from(dir);
+        let me = std::process::id();
+        for i in 0..30 {
+            let ledger = Ledger::open(&dir).unwrap_or_else(|e| panic!("open: {e}"));
+            let run = format!("r{me}-{i}");
+            ledger.insert(&record("n", &run, "2026-01-01T00:00:00Z")).unwrap_or_else(|e| panic!("insert: {e}"));
+        }
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    Ledger::open(dir.path()).unwrap();
+    let test = "ledger::tests::processes_opening_and_closing_one_ledger_at_once_all_succeed";
+    let clients: Vec<_> = (0..24)
+        .map(|_| {
+            std::process::Command::new(std::env::current_exe().unwrap())
+                .args(["--exact", test, "--nocapture", "--test-threads=1"])
+                .env(CLIENT, dir.path())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let failures: Vec<String> = clients
+        .into_iter()
+        .map(|c| c.wait_with_output().unwrap())
+        .filter(|o| !o.status.success())
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .filter(|l| l.contains("panicked") || l.contains("open:") || l.contains("insert:"))
+                .collect::<Vec<_>>()
+                .join(" | ")
+        })
+        .collect();
+    assert!(failures.is_empty(), "{} of 24 clients failed: {failures:?}", failures.len());
+    let ledger = Ledger::open(dir.path()).unwrap();
+    assert_eq!(ledger.list(100_000).unwrap().len(), 24 * 30);
+}
+
+#[test]
+fn a_client_waits_for_a_writer_that_holds_the_lock_for_long() {
+    // Under load a writer can be descheduled while it holds the ledger's lock: 8 of 200
+    // concurrent submits on 2 busy cores once gave up after 10 s with "database is locked".
+    let dir = tempfile::tempdir().unwrap();
+    Ledger::open(dir.path()).unwrap();
+    let holder = Connection::open(dir.path().join(LEDGER_FILE)).unwrap();
+    holder.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let release = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_secs(12));
+        holder.execute_batch("COMMIT").unwrap();
+    });
+    let ledger = Ledger::open(dir.path()).unwrap();
+    ledger.insert(&record("n", "r1", "2026-01-01T00:00:00Z")).unwrap();
+    release.join().unwrap();
+    assert_eq!(ledger.list(10).unwrap().len(), 1);
+}
