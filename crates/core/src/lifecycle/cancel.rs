@@ -11,7 +11,7 @@ use crate::ledger::{Ledger, Record, is_placeholder};
 
 /// Cancels the run of `record` on `backend` and records its state; returns that state. A run
 /// whose handle is a placeholder cannot be reached: its state is refreshed instead (see
-/// [`refresh`]), waiting as long as `within()` says (asked only then).
+/// [`refresh()`](super::refresh())), waiting as long as `within()` says (asked only then).
 pub async fn cancel(
     ledger: &Ledger,
     record: &Record,

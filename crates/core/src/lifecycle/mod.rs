@@ -4,15 +4,15 @@
 //! typed, and progress while following a run is a stream of [`FollowEvent`]s for the caller to
 //! show.
 //!
-//! - [`refresh`] and [`refresh_live`]: a run's state now, and every live run's at once; a run
+//! - [`refresh()`] and [`refresh_live`]: a run's state now, and every live run's at once; a run
 //!   whose client stopped in the middle of `submit` is settled from what its backend says.
-//! - [`cancel`]: the cancel rules (a run still being submitted refuses, one that never started
+//! - [`cancel()`]: the cancel rules (a run still being submitted refuses, one that never started
 //!   anything is settled as cancelled).
-//! - [`follow`]: a run's output to its end, saying why it has not started, and cancelling it
+//! - [`follow()`]: a run's output to its end, saying why it has not started, and cancelling it
 //!   when it never can or after its backend's start timeout ([`StartProgress`] decides).
 //! - [`settle_replaced`]: the older runs a `--replace` stopped are recorded as replaced.
 //! - [`live_run_paths`] and [`abandoned_run_paths`]: what `gc` must keep.
-//! - [`wait_for_url`], [`stop`] and [`wait_for_end`]: a session a client attends (`repl`): its
+//! - [`wait_for_url`], [`stop()`] and [`wait_for_end`]: a session a client attends (`repl`): its
 //!   start, and its stop with a reason or its end.
 //!
 //! Backends are the caller's (core knows no backend crate): each function takes the run's

@@ -3,7 +3,7 @@
 //! or a gang that is not admitted never produces a log line, so the follow loop asks the
 //! backend's `status` while the job is pending and prints its reason; after the backend's start
 //! timeout ([`crate::backend::Backend::start_timeout`]) `submit --follow` cancels the job
-//! with that reason. This is the decision logic only (no clock, no IO): [`super::follow`] feeds it.
+//! with that reason. This is the decision logic only (no clock, no IO): [`super::follow()`] feeds it.
 
 use std::time::Duration;
 
