@@ -13,6 +13,8 @@
 //!   backend.
 //! - [`local`]: the local backend (runs jobs on this machine).
 //! - [`ledger`]: the SQLite record of every submission.
+//! - [`lifecycle`]: a run after submit: its state, cancel, follow, and settling runs whose
+//!   client died or that a newer run replaced.
 //! - [`duration`], [`files`], [`paths`]: the one duration parser, bounded reading of user files,
 //!   and the checks that cluster paths are normalised and stay under their root.
 //! - [`interrupt`]: the program's SIGINT/SIGTERM, seen by operations that must clean up.
@@ -36,6 +38,7 @@ pub mod interrupt;
 pub mod job;
 pub mod keys;
 pub mod ledger;
+pub mod lifecycle;
 pub mod local;
 pub mod paths;
 pub mod plan;
