@@ -40,7 +40,7 @@ use theseus_core::backend::{
     Backend, DryRunDocument, JobHandle, JobState, JobStatus, LogOptions, LogStream, PreparedJob, RunLayout,
     SubmitOptions,
 };
-use theseus_core::bootstrap::{BOOTSTRAP_DIR, Launch};
+use theseus_core::bootstrap::{BOOTSTRAP_DIR, Launch, Wiring};
 use theseus_core::config::{ClusterConfig, join};
 use theseus_core::plan::HostKind;
 
@@ -57,6 +57,10 @@ use theseus_backend_ssh::ssh::{RemoteCommand, SshError, SshHost};
 
 use crate::parse::sinfo::{self, SINFO_COMMAND};
 use crate::sbatch::{self, Directives, SbatchPaths};
+
+/// How the tasks of a Slurm job find their rank: `SLURM_PROCID`, `SLURM_NTASKS`,
+/// `SLURM_LOCALID`, and the first node of `SLURM_JOB_NODELIST` as the coordinator.
+pub const WIRING: Wiring = Wiring { scheme: "slurm", shell: include_str!("../wiring.sh") };
 
 /// The batch script, relative to the work dir.
 pub const BATCH_SCRIPT: &str = ".theseus/job.sbatch";
@@ -229,7 +233,7 @@ impl SlurmBackend {
                 source: Some(Box::new(e)),
             })?;
         let port = match self.layout(&job.identity, &job.plan)?.launch {
-            Launch::Slurm { coordinator_port } => Some(coordinator_port),
+            Launch::Wired { coordinator_port, .. } => Some(coordinator_port),
             _ => None,
         };
         let materialize = stage_dir.map(|stage| -> Vec<String> {
@@ -415,8 +419,9 @@ impl Backend for SlurmBackend {
     }
 
     fn layout(&self, identity: &JobIdentity, plan: &Plan) -> Result<RunLayout> {
-        let mut layout =
-            self.remote.layout_with(identity, plan, |coordinator_port| Launch::Slurm { coordinator_port })?;
+        let mut layout = self
+            .remote
+            .layout_with(identity, plan, |coordinator_port| Launch::Wired { coordinator_port, wiring: WIRING })?;
         layout.log_file = self.run_paths(identity)?.log_file;
         Ok(layout)
     }
