@@ -14,7 +14,8 @@
 //!   live;
 //! - [`store_shell`]: core's store scripts over the SSH connection;
 //! - [`parse`]: parsers for remote command output (`nvidia-smi`), each with the exact command
-//!   the backend will run as a constant.
+//!   the backend will run as a constant;
+//! - `testing` (feature `testing`): helpers the tests of every backend reached over SSH share.
 
 pub mod claim;
 mod logs;
@@ -27,3 +28,5 @@ pub mod run_dir;
 mod ship;
 pub mod ssh;
 pub mod store_shell;
+#[cfg(feature = "testing")]
+pub mod testing;

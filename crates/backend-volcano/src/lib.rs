@@ -41,7 +41,7 @@ pub mod types;
 mod validate;
 
 pub use api::{Cluster, PodGroup, PodLogOptions, Queue};
-pub use backend::{Settings, VolcanoBackend};
+pub use backend::{Settings, VolcanoBackend, WIRING};
 pub use client::RetryPolicy;
 pub use config::{KIND, Toleration, VolcanoHost};
 pub use error::VolcanoError;

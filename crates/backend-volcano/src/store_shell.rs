@@ -100,8 +100,8 @@ impl ExecShell {
         }
     }
 
-    /// How long the API server has to answer each exec request (default
-    /// [`exec::OPEN_TIMEOUT`]; the cluster's [`crate::Cluster::watch_silence`] in the backend).
+    /// How long the API server has to answer each exec request (default the crate's
+    /// `exec::OPEN_TIMEOUT`; the backend passes its cluster's `watch_silence`).
     #[must_use]
     pub fn with_open_timeout(mut self, open_timeout: std::time::Duration) -> Self {
         self.open_timeout = open_timeout;

@@ -7,10 +7,17 @@
 
 mod args;
 mod backends;
+mod code_sync;
 mod commands;
 mod context;
+mod follow;
+mod hosts;
+mod output;
+mod prepare;
 mod progress;
+mod runs;
 mod signals;
+mod tunnel;
 
 use std::process::ExitCode;
 

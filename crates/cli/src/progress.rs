@@ -45,3 +45,16 @@ pub(crate) fn human(n: u64) -> String {
     }
     if unit == 0 { format!("{n} B") } else { format!("{v:.1} {}", UNITS[unit]) }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::human;
+
+    #[test]
+    fn sizes_read_like_du_h() {
+        assert_eq!(human(0), "0 B");
+        assert_eq!(human(1023), "1023 B");
+        assert_eq!(human(1536), "1.5 KiB");
+        assert_eq!(human(5 * 1024 * 1024 * 1024), "5.0 GiB");
+    }
+}

@@ -19,10 +19,6 @@ const KIND_WORDS: &[&str] = &["slurm", "volcano", "plain", "kubernetes", "sbatch
 const KNOWN: &[(&str, &str, &str)] = &[
     ("crates/core/src/chips.rs", "Tpu", "the TPU chip family of the catalog, not a host type"),
     ("crates/core/src/dispatch/request.rs", "Tpu", "refuses TPU chips, not a host type"),
-    ("crates/core/src/bootstrap/mod.rs", "Slurm", "a launch mode of the bootstrap (to come from the host type)"),
-    ("crates/core/src/bootstrap/mod.rs", "Volcano", "a launch mode of the bootstrap (as above)"),
-    ("crates/core/src/bootstrap/script.rs", "Slurm", "a launch mode of the bootstrap (as above)"),
-    ("crates/core/src/bootstrap/script.rs", "Volcano", "a launch mode of the bootstrap (as above)"),
 ];
 
 /// Each identifier of core's non-test code that names another host type and is not in

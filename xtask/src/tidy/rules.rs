@@ -19,6 +19,7 @@ pub(crate) const PURE: &[&str] = &[
     "crates/core/src/duration.rs",
     "crates/core/src/chips.rs",
     "crates/core/src/store/plan.rs",
+    "crates/core/src/lifecycle/start.rs",
     "crates/backend-volcano/src/render.rs",
     "crates/backend-volcano/src/types.rs",
     "crates/backend-volcano/src/quantity.rs",

@@ -21,8 +21,9 @@ macro_rules! slurm_env_vars {
 }
 pub(crate) use slurm_env_vars;
 
-/// `env -u VAR ...` for each variable of [`slurm_env_vars!`]: the start of the argv of every
-/// Slurm query run as a plain command (its constant's words follow).
+/// `env -u VAR ...` for each variable of the crate's `slurm_env_vars!` (Slurm's own `SQUEUE_*`,
+/// `SINFO_*`, `SACCT_FORMAT` and `SLURM_TIME_FORMAT`): the start of the argv of every Slurm query
+/// run as a plain command (its constant's words follow).
 pub fn clean_env() -> Vec<String> {
     let mut argv = vec!["env".to_owned()];
     for var in slurm_env_vars!().split_whitespace() {

@@ -30,7 +30,6 @@ use node_local::RunPaths;
 use scripts::RunState;
 
 use std::fmt;
-use std::ops::Deref;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -41,7 +40,7 @@ use theseus_core::backend::{
     Backend, DryRunDocument, JobHandle, JobState, JobStatus, LogOptions, LogStream, PreparedJob, RunLayout,
     SubmitOptions,
 };
-use theseus_core::bootstrap::{BOOTSTRAP_DIR, Launch};
+use theseus_core::bootstrap::{BOOTSTRAP_DIR, Launch, Wiring};
 use theseus_core::config::{ClusterConfig, join};
 use theseus_core::plan::HostKind;
 
@@ -58,6 +57,10 @@ use theseus_backend_ssh::ssh::{RemoteCommand, SshError, SshHost};
 
 use crate::parse::sinfo::{self, SINFO_COMMAND};
 use crate::sbatch::{self, Directives, SbatchPaths};
+
+/// How the tasks of a Slurm job find their rank: `SLURM_PROCID`, `SLURM_NTASKS`,
+/// `SLURM_LOCALID`, and the first node of `SLURM_JOB_NODELIST` as the coordinator.
+pub const WIRING: Wiring = Wiring { scheme: "slurm", shell: include_str!("../wiring.sh") };
 
 /// The batch script, relative to the work dir.
 pub const BATCH_SCRIPT: &str = ".theseus/job.sbatch";
@@ -113,16 +116,18 @@ pub struct SlurmHandleData {
 }
 
 /// Runs jobs on a Slurm cluster through its login node ([`SlurmBackend::new`],
-/// [`SlurmBackend::with_ssh`]): an [`SshBackend`] of Slurm host entries and [`Settings`], whose
-/// shared steps it reaches through `Deref`.
+/// [`SlurmBackend::with_ssh`]): an [`SshBackend`] of Slurm host entries and [`Settings`]
+/// ([`SlurmBackend::remote`]), whose shared steps it calls by name.
 #[derive(Debug)]
-pub struct SlurmBackend(SshBackend<SlurmHost, Settings>);
+pub struct SlurmBackend {
+    remote: SshBackend<SlurmHost, Settings>,
+}
 
 impl SlurmBackend {
     /// A backend for host `name`, connecting to the host's `ssh` with default SSH options
     /// (`~/.ssh/config`, strict host keys).
     pub fn new(name: impl Into<String>, host: SlurmHost, cluster: ClusterConfig) -> Self {
-        SlurmBackend(SshBackend::new(name, host, cluster))
+        SlurmBackend { remote: SshBackend::new(name, host, cluster) }
     }
 
     /// A backend over an existing connection (shared with other backends of the same machine).
@@ -133,31 +138,29 @@ impl SlurmBackend {
         ssh: Arc<SshHost>,
         settings: Settings,
     ) -> Self {
-        SlurmBackend(SshBackend::with_ssh(name, host, cluster, ssh, settings))
+        SlurmBackend { remote: SshBackend::with_ssh(name, host, cluster, ssh, settings) }
     }
-}
 
-impl Deref for SlurmBackend {
-    type Target = SshBackend<SlurmHost, Settings>;
-
-    fn deref(&self) -> &Self::Target {
-        &self.0
+    /// What the backend is made of: the host entry, its cluster, the connection, the settings
+    /// and the steps every backend reached over SSH shares.
+    pub fn remote(&self) -> &SshBackend<SlurmHost, Settings> {
+        &self.remote
     }
 }
 
 impl fmt::Display for SlurmBackend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(&self.0, f)
+        fmt::Display::fmt(&self.remote, f)
     }
 }
 
 impl SlurmBackend {
     fn data(&self, handle: &JobHandle) -> Result<SlurmHandleData> {
-        let data: SlurmHandleData = self.handle_data(handle)?;
+        let data: SlurmHandleData = self.remote.handle_data(handle)?;
         // A planned handle carries the run id until the job id is known.
         if !is_job_id(&handle.id) && handle.id != data.run_id {
             return Err(Error::NotFound {
-                what: format!("slurm job `{}` on `{}` (not a job id)", handle.id, self.name),
+                what: format!("slurm job `{}` on `{}` (not a job id)", handle.id, self.remote.name),
             });
         }
         Ok(data)
@@ -174,7 +177,7 @@ impl SlurmBackend {
         let run = status::run_state(self, &data).await?;
         if !run.exists {
             return Err(Error::NotFound {
-                what: format!("run `{}` on `{}` (no run dir `{}`)", data.run_id, self.name, data.run_dir),
+                what: format!("run `{}` on `{}` (no run dir `{}`)", data.run_id, self.remote.name, data.run_dir),
             });
         }
         match run.job.clone().filter(|j| is_job_id(j)) {
@@ -187,25 +190,31 @@ impl SlurmBackend {
     fn handle_for(&self, identity: &JobIdentity, job: Option<String>, nodes: u32) -> Result<JobHandle> {
         let RunPaths { work_dir, run_dir, log_file, stage_dir } = self.run_paths(identity)?;
         let data = SlurmHandleData { run_id: identity.run_id.clone(), work_dir, run_dir, log_file, nodes, stage_dir };
-        Ok(self.handle(job.unwrap_or_else(|| identity.run_id.clone()), &data))
+        Ok(self.remote.handle(job.unwrap_or_else(|| identity.run_id.clone()), &data))
     }
 
     /// Claims the job's name before anything is shipped ([`claim::take`]); `--replace` cancels
     /// the holder (its Slurm job, or its submit when it has none yet), confirmed.
     async fn claim(&self, job: &PreparedJob, run_dir: &str, options: &SubmitOptions) -> Result<()> {
-        self.claim_name(job, run_dir, options, scripts::CLAIM, |run, slurm_job| async move {
-            let old = JobIdentity { run_id: run, ..job.identity.clone() };
-            self.cancel(&self.handle_for(&old, slurm_job, 1)?).await.map(drop)
-        })
-        .await
+        self.remote
+            .claim_name(job, run_dir, options, scripts::CLAIM, |run, slurm_job| async move {
+                let old = JobIdentity { run_id: run, ..job.identity.clone() };
+                self.cancel(&self.handle_for(&old, slurm_job, 1)?).await.map(drop)
+            })
+            .await
     }
 
     /// The steps Slurm still lists for job `id`: `(step, nodes)`.
     async fn steps(&self, id: &str) -> Result<Vec<(String, String)>> {
-        let cmd =
-            RemoteCommand::script(scripts::STEPS, [id.to_owned()]).retry_safe().timeout(self.settings.command_timeout);
-        let out =
-            self.ssh.run(&cmd).await.map_err(|e| self.ssh_error(&format!("list the steps of slurm job `{id}`"), e))?;
+        let cmd = RemoteCommand::script(scripts::STEPS, [id.to_owned()])
+            .retry_safe()
+            .timeout(self.remote.settings.command_timeout);
+        let out = self
+            .remote
+            .ssh
+            .run(&cmd)
+            .await
+            .map_err(|e| self.remote.ssh_error(&format!("list the steps of slurm job `{id}`"), e))?;
         Ok(scripts::parse_steps(&out.stdout_text()))
     }
 
@@ -216,15 +225,15 @@ impl SlurmBackend {
         let paths = SbatchPaths { bootstrap: bootstrap.clone(), output: log_file, error: None };
         let name = job_name(&job.identity);
         let comment = format!("{}{}", scripts::COMMENT_PREFIX, job.identity.run_id);
-        let directives = Directives::new(&self.host, &job.plan, &name, &paths)
+        let directives = Directives::new(&self.remote.host, &job.plan, &name, &paths)
             .and_then(|d| d.with_comment(&comment))
             .map_err(|e| Error::Backend {
-            backend: self.to_string(),
-            message: "cannot write the batch script".into(),
-            source: Some(Box::new(e)),
-        })?;
+                backend: self.to_string(),
+                message: "cannot write the batch script".into(),
+                source: Some(Box::new(e)),
+            })?;
         let port = match self.layout(&job.identity, &job.plan)?.launch {
-            Launch::Slurm { coordinator_port } => Some(coordinator_port),
+            Launch::Wired { coordinator_port, .. } => Some(coordinator_port),
             _ => None,
         };
         let materialize = stage_dir.map(|stage| -> Vec<String> {
@@ -250,17 +259,17 @@ impl SlurmBackend {
             log_file: &data.log_file,
             work_dir: shipped,
             run_id: &data.run_id,
-            name_dir: self.name_dir(&data.run_id, &data.run_dir)?,
+            name_dir: self.remote.name_dir(&data.run_id, &data.run_dir)?,
             program: &script,
         };
         let cmd = start
             .command(scripts::SUBMIT)
             .label("sbatch")
-            .timeout(self.settings.command_timeout + Duration::from_secs(claim::LOCK_WAIT_SECONDS.into()));
-        let out = match self.ssh.run_with_writer(&cmd, move |w| w.write_all(&secrets), None).await {
+            .timeout(self.remote.settings.command_timeout + Duration::from_secs(claim::LOCK_WAIT_SECONDS.into()));
+        let out = match self.remote.ssh.run_with_writer(&cmd, move |w| w.write_all(&secrets), None).await {
             Ok(out) => out,
             Err(SshError::Failed { code: Some(claim::REPLACED), stderr, .. }) => {
-                return Ok(Err(claim::lost(self, &job.identity.name, &data.run_id, &self.name, &stderr)));
+                return Ok(Err(claim::lost(self, &job.identity.name, &data.run_id, &self.remote.name, &stderr)));
             }
             Err(SshError::Failed { code: Some(scripts::EXIT_NO_JOB_ID), stderr, .. }) => {
                 return Err(Error::backend(
@@ -289,7 +298,7 @@ impl SlurmBackend {
             Err(e @ (SshError::Disconnected { .. } | SshError::Timeout { .. })) => {
                 return self.recover_lost_sbatch(data, e, options).await.map(Ok);
             }
-            Err(e) => return Err(self.ssh_error(&format!("submit run `{}` with sbatch", data.run_id), e)),
+            Err(e) => return Err(self.remote.ssh_error(&format!("submit run `{}` with sbatch", data.run_id), e)),
         };
         let text = out.stdout_text();
         match scripts::parse_submitted(&text).filter(|id| is_job_id(id)) {
@@ -302,11 +311,16 @@ impl SlurmBackend {
     /// of it that still runs): the job id its submit recorded, or `None` once it is marked
     /// cancelled, so that no later `sbatch` of it can happen.
     async fn settle_unsubmitted(&self, data: &SlurmHandleData) -> Result<Option<String>> {
-        let dir = self.name_dir(&data.run_id, &data.run_dir)?;
+        let dir = self.remote.name_dir(&data.run_id, &data.run_dir)?;
         let cmd = RemoteCommand::script(scripts::CANCEL_UNSUBMITTED, [dir.to_owned(), data.run_dir.clone()])
             .label(format!("the cancel of run `{}` before sbatch", data.run_id))
-            .timeout(self.settings.command_timeout + Duration::from_secs(claim::LOCK_WAIT_SECONDS.into()));
-        let out = self.ssh.run(&cmd).await.map_err(|e| self.ssh_error(&format!("cancel run `{}`", data.run_id), e))?;
+            .timeout(self.remote.settings.command_timeout + Duration::from_secs(claim::LOCK_WAIT_SECONDS.into()));
+        let out = self
+            .remote
+            .ssh
+            .run(&cmd)
+            .await
+            .map_err(|e| self.remote.ssh_error(&format!("cancel run `{}`", data.run_id), e))?;
         Ok(scripts::parse_job_line(&out.stdout_text()).filter(|j| is_job_id(j)))
     }
 
@@ -315,7 +329,7 @@ impl SlurmBackend {
         RemoteCommand::script(scripts::CANCEL, [data.run_dir.clone(), id.to_owned()])
             .label(format!("scancel {id}"))
             .retry_safe()
-            .timeout(self.settings.command_timeout)
+            .timeout(self.remote.settings.command_timeout)
     }
 
     /// Whether `e` (of [`Self::settle_unsubmitted`]) says the run dir does not exist.
@@ -333,7 +347,7 @@ impl SlurmBackend {
         lost: SshError,
         options: &SubmitOptions,
     ) -> Result<String> {
-        let lost = self.ssh_error(&format!("submit run `{}` with sbatch", data.run_id), lost);
+        let lost = self.remote.ssh_error(&format!("submit run `{}` with sbatch", data.run_id), lost);
         match self.settle_unsubmitted(data).await {
             Ok(Some(id)) => {
                 options.note(&format!(
@@ -363,7 +377,7 @@ impl SlurmBackend {
         match self.settle_unsubmitted(data).await {
             Ok(None) => {}
             Ok(Some(id)) => {
-                if self.ssh.run(&self.scancel(data, &id)).await.is_err() {
+                if self.remote.ssh.run(&self.scancel(data, &id)).await.is_err() {
                     return;
                 }
             }
@@ -372,8 +386,8 @@ impl SlurmBackend {
             Err(e) if Self::no_run_dir(&e) => {}
             Err(_) => return,
         }
-        self.release(&data.run_id, &data.run_dir).await;
-        self.remove(data.stage_dir.as_deref().unwrap_or(&data.work_dir), &[&data.run_dir]).await;
+        self.remote.release(&data.run_id, &data.run_dir).await;
+        self.remote.remove(data.stage_dir.as_deref().unwrap_or(&data.work_dir), &[&data.run_dir]).await;
     }
 }
 
@@ -387,26 +401,33 @@ impl Backend for SlurmBackend {
         &self,
         options: &theseus_core::backend::ReclaimOptions,
     ) -> Result<theseus_core::backend::ReclaimReport> {
-        let (stale, timeout) = (self.settings.claim_stale, self.settings.command_timeout);
+        let (stale, timeout) = (self.remote.settings.claim_stale, self.remote.settings.command_timeout);
         // With a node-local `work`, the store and the code the login node sees are the stage's.
         let staged = self.staged()?;
-        let dirs = staged.as_ref().map_or_else(|| self.dirs(), |b| b.dirs());
-        theseus_backend_ssh::reclaim::reclaim(&self.ssh, &dirs, scripts::RECLAIM_LIVE, stale, timeout, options).await
+        let dirs = staged.as_ref().map_or_else(|| self.remote.dirs(), |b| b.remote.dirs());
+        theseus_backend_ssh::reclaim::reclaim(&self.remote.ssh, &dirs, scripts::RECLAIM_LIVE, stale, timeout, options)
+            .await
     }
 
     async fn usage(&self) -> Result<theseus_core::backend::StoreUsage> {
         let staged = self.staged()?;
-        theseus_backend_ssh::reclaim::usage(&self.ssh, &staged.as_ref().map_or_else(|| self.dirs(), |b| b.dirs())).await
+        theseus_backend_ssh::reclaim::usage(
+            &self.remote.ssh,
+            &staged.as_ref().map_or_else(|| self.remote.dirs(), |b| b.remote.dirs()),
+        )
+        .await
     }
 
     fn layout(&self, identity: &JobIdentity, plan: &Plan) -> Result<RunLayout> {
-        let mut layout = self.layout_with(identity, plan, |coordinator_port| Launch::Slurm { coordinator_port })?;
+        let mut layout = self
+            .remote
+            .layout_with(identity, plan, |coordinator_port| Launch::Wired { coordinator_port, wiring: WIRING })?;
         layout.log_file = self.run_paths(identity)?.log_file;
         Ok(layout)
     }
 
     async fn availability(&self, _request: &Request) -> Result<Availability> {
-        if let Some(unusable) = self.probe_connect().await? {
+        if let Some(unusable) = self.remote.probe_connect().await? {
             return Ok(unusable);
         }
         let argv = theseus_core::shell::split(SINFO_COMMAND).expect("the sinfo command is valid words");
@@ -414,8 +435,8 @@ impl Backend for SlurmBackend {
             .args(crate::parse::clean_env().into_iter().skip(1))
             .args(argv)
             .probe()
-            .timeout(self.settings.command_timeout);
-        let out = self.ssh.run(&cmd).await.map_err(|e| self.ssh_error("list nodes with sinfo", e))?;
+            .timeout(self.remote.settings.command_timeout);
+        let out = self.remote.ssh.run(&cmd).await.map_err(|e| self.remote.ssh_error("list nodes with sinfo", e))?;
         let avail = sinfo::parse(&out.stdout_text()).map_err(|e| Error::Backend {
             backend: self.to_string(),
             message: e.to_string(),
@@ -442,16 +463,16 @@ impl Backend for SlurmBackend {
         let id = match data.stage_dir.as_deref() {
             None => {
                 let dirs = (data.work_dir.as_str(), data.run_dir.as_str());
-                self.ship_and_start(job, dirs, extra, options, start, self.discard(&data)).await?
+                self.remote.ship_and_start(job, dirs, extra, options, start, self.discard(&data)).await?
             }
             // Node-local `work`: shipped to the stage on the share; each node copies it.
             Some(stage) => {
                 let staged = self.staged()?.expect("a stage dir comes from a share");
                 let dirs = (stage, data.run_dir.as_str());
-                staged.ship_and_start(job, dirs, extra, options, start, self.discard(&data)).await?
+                staged.remote.ship_and_start(job, dirs, extra, options, start, self.discard(&data)).await?
             }
         };
-        Ok(self.handle(id, &data))
+        Ok(self.remote.handle(id, &data))
     }
 
     async fn never_starts(&self, handle: &JobHandle) -> Result<Option<String>> {
@@ -464,9 +485,11 @@ impl Backend for SlurmBackend {
     async fn status(&self, handle: &JobHandle) -> Result<JobStatus> {
         match self.resolve(handle).await? {
             (data, Some(id), _) => status::status(self, &id, &data).await,
-            (data, None, run) => {
-                Ok(status::unsubmitted(&run.unwrap_or_default(), self.settings.claim_stale.as_secs(), data.nodes))
-            }
+            (data, None, run) => Ok(status::unsubmitted(
+                &run.unwrap_or_default(),
+                self.remote.settings.claim_stale.as_secs(),
+                data.nodes,
+            )),
         }
     }
 
@@ -474,7 +497,7 @@ impl Backend for SlurmBackend {
         let (data, id, _) = self.resolve(handle).await?;
         let Some(id) = id else {
             return Err(Error::NotFound {
-                what: format!("the log of run `{}` on `{}` (it has no Slurm job yet)", data.run_id, self.name),
+                what: format!("the log of run `{}` on `{}` (it has no Slurm job yet)", data.run_id, self.remote.name),
             });
         };
         let handle = &JobHandle { id, ..handle.clone() };
@@ -484,7 +507,7 @@ impl Backend for SlurmBackend {
         } else {
             RemoteCommand::script(run_dir::CAT_LOG, [data.log_file.clone()]).label(format!("cat `{}`", data.log_file))
         };
-        self.read_log(&cmd, &format!("slurm job `{}`", handle.id), options.rank, scripts::parse_line).await
+        self.remote.read_log(&cmd, &format!("slurm job `{}`", handle.id), options.rank, scripts::parse_line).await
     }
 
     fn planned_handle(&self, job: &PreparedJob) -> Option<JobHandle> {
@@ -512,16 +535,17 @@ impl Backend for SlurmBackend {
         })?;
         let cmd = RemoteCommand::script(scripts::NODE_ADDR, [node.clone()])
             .retry_safe()
-            .timeout(self.settings.command_timeout)
+            .timeout(self.remote.settings.command_timeout)
             .label(format!("scontrol show node {node}"));
         let out = self
+            .remote
             .ssh
             .run(&cmd)
             .await
-            .map_err(|e| self.ssh_error(&format!("look up the address of node `{node}`"), e))?;
+            .map_err(|e| self.remote.ssh_error(&format!("look up the address of node `{node}`"), e))?;
         let addr = out.stdout_text().trim().to_owned();
         let addr = if addr.is_empty() { node.clone() } else { addr };
-        self.open_forward(&addr, port, &format!("slurm job `{}` (rank {rank} on `{node}`)", handle.id)).await
+        self.remote.open_forward(&addr, port, &format!("slurm job `{}` (rank {rank} on `{node}`)", handle.id)).await
     }
 
     /// The code dir is on the cluster's shared filesystem: synced from the login node.
@@ -546,7 +570,7 @@ impl Backend for SlurmBackend {
         if status.state.is_terminal() {
             return Err(Error::backend(self, format!("slurm job `{}` has ended ({})", handle.id, status.state)));
         }
-        self.sync_run(&data.work_dir, snapshot, options).await
+        self.remote.sync_run(&data.work_dir, snapshot, options).await
     }
 
     /// A step of the job's allocation on the rank's node, sharing its resources
@@ -581,7 +605,7 @@ impl Backend for SlurmBackend {
             argv.push("--pty".into());
         }
         argv.extend(["sh".to_owned(), "-c".to_owned(), script]);
-        self.terminal(&argv, request.tty.is_some()).await
+        self.remote.terminal(&argv, request.tty.is_some()).await
     }
 
     async fn cancel(&self, handle: &JobHandle) -> Result<JobStatus> {
@@ -595,14 +619,15 @@ impl Backend for SlurmBackend {
         };
         let before = status::status(self, &id, &data).await?;
         if !before.state.is_terminal() {
-            self.ssh
+            self.remote
+                .ssh
                 .run(&self.scancel(&data, &id))
                 .await
-                .map_err(|e| self.ssh_error(&format!("cancel slurm job `{id}`"), e))?;
+                .map_err(|e| self.remote.ssh_error(&format!("cancel slurm job `{id}`"), e))?;
         }
         // Confirmed by Slurm: the job is in a final state (it stays COMPLETING until every
         // process of it has ended on every node) and Slurm lists none of its steps.
-        let deadline = tokio::time::Instant::now() + self.settings.cancel_timeout;
+        let deadline = tokio::time::Instant::now() + self.remote.settings.cancel_timeout;
         loop {
             let status = status::status(self, &id, &data).await?;
             let steps = self.steps(&id).await?;
@@ -621,11 +646,11 @@ impl Backend for SlurmBackend {
                     format!(
                         "slurm job `{id}` is still {} {:?} after scancel: {left} (processes that ignore SIGTERM are \
                          killed after Slurm's KillWait; a step that never ends drains its node)",
-                        status.state, self.settings.cancel_timeout
+                        status.state, self.remote.settings.cancel_timeout
                     ),
                 ));
             }
-            tokio::time::sleep(self.settings.poll_interval).await;
+            tokio::time::sleep(self.remote.settings.poll_interval).await;
         }
     }
 
@@ -670,6 +695,6 @@ mod tests {
         let host = SlurmHost { ssh: "login".into(), cluster: "c".into(), ..SlurmHost::default() };
         let b = SlurmBackend::new("hpc", host, ClusterConfig::default());
         assert_eq!(b.to_string(), "slurm(hpc)");
-        assert_eq!(b.name, "hpc");
+        assert_eq!(b.remote.name, "hpc");
     }
 }

@@ -35,7 +35,10 @@ pub(crate) fn judge(reason: &str) -> Option<String> {
 }
 
 fn remote(backend: &SlurmBackend, argv: &[&str]) -> RemoteCommand {
-    RemoteCommand::new(argv[0]).args(argv[1..].iter().copied()).retry_safe().timeout(backend.settings.command_timeout)
+    RemoteCommand::new(argv[0])
+        .args(argv[1..].iter().copied())
+        .retry_safe()
+        .timeout(backend.remote.settings.command_timeout)
 }
 
 /// Why the pending Slurm job `job_id` (asking for `nodes` nodes) can never start, or `None`.
@@ -52,12 +55,15 @@ pub(crate) async fn never_starts(backend: &SlurmBackend, job_id: &str, nodes: u3
     }
     // Also given while nodes are down: judged only when the partition has fewer nodes in all.
     let partition =
-        backend.ssh.output(&remote(backend, &["squeue", "--noheader", "--format=%P", "--jobs", job_id])).await;
+        backend.remote.ssh.output(&remote(backend, &["squeue", "--noheader", "--format=%P", "--jobs", job_id])).await;
     let Some(partition) = partition.ok().filter(|o| o.success()).map(|o| o.stdout_text().trim().to_owned()) else {
         return Ok(None);
     };
-    let sizes =
-        backend.ssh.output(&remote(backend, &["sinfo", "--noheader", "--format=%D", "--partition", &partition])).await;
+    let sizes = backend
+        .remote
+        .ssh
+        .output(&remote(backend, &["sinfo", "--noheader", "--format=%D", "--partition", &partition]))
+        .await;
     let Some(total) = sizes
         .ok()
         .filter(|o| o.success())

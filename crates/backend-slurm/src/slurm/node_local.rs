@@ -33,15 +33,15 @@ impl SlurmBackend {
     /// `work`, see `node_local`) its stage dir, and its log on the share when the log dir is
     /// under `work`.
     pub(super) fn run_paths(&self, identity: &JobIdentity) -> Result<RunPaths> {
-        let (work_dir, run_dir, log_file) = self.paths(identity)?;
+        let (work_dir, run_dir, log_file) = self.remote.paths(identity)?;
         let Some(share) = self.node_local_share()? else {
             return Ok(RunPaths { work_dir, run_dir, log_file, stage_dir: None });
         };
-        let dirs = self.dirs();
+        let dirs = self.remote.dirs();
         let rel = identity.run_path();
         let stage_dir = dirs.under(&stage_root(&share), &rel)?;
-        let work_root = dirs.resolve(&self.cluster.work)?;
-        let log_dir = dirs.resolve(&self.cluster.log_dir())?;
+        let work_root = dirs.resolve(&self.remote.cluster.work)?;
+        let log_dir = dirs.resolve(&self.remote.cluster.log_dir())?;
         let log_file = if theseus_core::paths::check_under(&work_root, &log_dir).is_ok() {
             dirs.under(&log_root(&share), &format!("{rel}.log"))?
         } else {
@@ -53,10 +53,10 @@ impl SlurmBackend {
     /// The cluster's `share`, resolved, when it makes `work` node-local: set, and not inside
     /// `work` (a dir every node sees inside `work` means `work` is shared).
     fn node_local_share(&self) -> Result<Option<String>> {
-        let Some(share) = self.cluster.share.as_deref() else { return Ok(None) };
-        let dirs = self.dirs();
+        let Some(share) = self.remote.cluster.share.as_deref() else { return Ok(None) };
+        let dirs = self.remote.dirs();
         let share = dirs.resolve(share)?;
-        let work = dirs.resolve(&self.cluster.work)?;
+        let work = dirs.resolve(&self.remote.cluster.work)?;
         Ok(theseus_core::paths::check_under(&work, &share).is_err().then_some(share))
     }
 
@@ -64,13 +64,13 @@ impl SlurmBackend {
     /// has a `share` (its `work` is node-local): what ships, syncs nothing and reclaims the code.
     pub(super) fn staged(&self) -> Result<Option<SlurmBackend>> {
         let Some(share) = self.node_local_share()? else { return Ok(None) };
-        let cluster = ClusterConfig { work: stage_root(&share), ..self.cluster.clone() };
+        let cluster = ClusterConfig { work: stage_root(&share), ..self.remote.cluster.clone() };
         Ok(Some(SlurmBackend::with_ssh(
-            self.name.clone(),
-            self.host.clone(),
+            self.remote.name.clone(),
+            self.remote.host.clone(),
             cluster,
-            Arc::clone(&self.ssh),
-            self.settings.clone(),
+            Arc::clone(&self.remote.ssh),
+            self.remote.settings.clone(),
         )))
     }
 }

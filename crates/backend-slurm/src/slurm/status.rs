@@ -26,7 +26,7 @@ fn command(backend: &SlurmBackend, line: &str, job_id: &str) -> RemoteCommand {
         .args(argv)
         .arg(job_id)
         .retry_safe()
-        .timeout(backend.settings.command_timeout)
+        .timeout(backend.remote.settings.command_timeout)
 }
 
 fn parse_error(backend: &SlurmBackend, e: ParseError) -> Error {
@@ -35,11 +35,11 @@ fn parse_error(backend: &SlurmBackend, e: ParseError) -> Error {
 
 /// What `squeue` says about the job; `None` when it no longer lists it.
 pub(crate) async fn from_squeue(backend: &SlurmBackend, job_id: &str) -> Result<Option<SlurmJob>> {
-    let ssh = &backend.ssh;
+    let ssh = &backend.remote.ssh;
     let json = ssh
         .output(&command(backend, SQUEUE_JSON_COMMAND, job_id))
         .await
-        .map_err(|e| backend.ssh_error("ask squeue about the job", e))?;
+        .map_err(|e| backend.remote.ssh_error("ask squeue about the job", e))?;
     if json.success() {
         return squeue::parse_json(&json.stdout_text(), job_id).map_err(|e| parse_error(backend, e));
     }
@@ -47,7 +47,7 @@ pub(crate) async fn from_squeue(backend: &SlurmBackend, job_id: &str) -> Result<
     let text = ssh
         .output(&command(backend, SQUEUE_TEXT_COMMAND, job_id))
         .await
-        .map_err(|e| backend.ssh_error("ask squeue about the job", e))?;
+        .map_err(|e| backend.remote.ssh_error("ask squeue about the job", e))?;
     if text.success() {
         return squeue::parse_text(&text.stdout_text(), job_id).map_err(|e| parse_error(backend, e));
     }
@@ -61,10 +61,11 @@ pub(crate) async fn from_squeue(backend: &SlurmBackend, job_id: &str) -> Result<
 /// What `sacct` says; `None` without accounting or when it does not know the job.
 async fn from_sacct(backend: &SlurmBackend, job_id: &str) -> Result<Option<SlurmJob>> {
     let out = backend
+        .remote
         .ssh
         .output(&command(backend, SACCT_COMMAND, job_id))
         .await
-        .map_err(|e| backend.ssh_error("ask sacct about the job", e))?;
+        .map_err(|e| backend.remote.ssh_error("ask sacct about the job", e))?;
     if !out.success() {
         tracing::debug!(backend = %backend, stderr = %out.stderr_text().trim(), "sacct failed; not using it");
         return Ok(None);
@@ -75,8 +76,9 @@ async fn from_sacct(backend: &SlurmBackend, job_id: &str) -> Result<Option<Slurm
 pub(super) async fn run_state(backend: &SlurmBackend, data: &SlurmHandleData) -> Result<RunState> {
     let cmd = RemoteCommand::script(scripts::RUN_STATE, [data.run_dir.clone()])
         .retry_safe()
-        .timeout(backend.settings.command_timeout);
-    let out = backend.ssh.run(&cmd).await.map_err(|e| backend.ssh_error("read the run's status dir", e))?;
+        .timeout(backend.remote.settings.command_timeout);
+    let out =
+        backend.remote.ssh.run(&cmd).await.map_err(|e| backend.remote.ssh_error("read the run's status dir", e))?;
     Ok(scripts::parse_run_state(&out.stdout_text()))
 }
 

@@ -9,10 +9,10 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use theseus_backend_slurm::slurm::{Settings, SlurmBackend, SlurmHandleData};
 use theseus_backend_ssh::ssh::{RemoteCommand, SshHost};
+use theseus_backend_ssh::testing::{cancel_while_shipping, make_big};
 use theseus_core::Error;
 use theseus_core::backend::{Backend, JobHandle, JobState, LogOptions, PreparedJob, SubmitOptions};
 use theseus_core::job::Distributed;
-use theseus_core::snapshot::{Snapshot, SnapshotMode};
 
 use crate::slurm::{SlurmLab, TIMEOUT, backend_at, host, lab, plan, prepare, wait_terminal};
 
@@ -215,18 +215,7 @@ async fn a_planned_handle_reads_and_cancels_the_run_before_and_after_sbatch() {
     let planned = b.planned_handle(&job).expect("a Slurm host can name the run before sbatch");
     assert!(matches!(b.status(&planned).await, Err(Error::NotFound { .. })), "nothing exists before submit");
 
-    let pause = Pause::new();
-    let submit = {
-        let (b, job, options) = (b.clone(), job.clone(), pause.options());
-        tokio::spawn(async move { b.submit(&job, &options).await })
-    };
-    pause.wait_paused().await;
-    let during = b.status(&planned).await.unwrap();
-    assert_eq!(during.state, JobState::Submitting, "{during:?}");
-    assert_eq!(b.cancel(&planned).await.unwrap().state, JobState::Cancelled);
-    pause.resume();
-    let err = submit.await.unwrap().expect_err("a run cancelled while being submitted is never submitted");
-    assert!(err.to_string().contains("was cancelled"), "{err}");
+    cancel_while_shipping(&b, &job, &planned).await;
     assert_eq!(live_jobs(&ssh, &name).await, Vec::<String>::new(), "no Slurm job of that name");
     assert_eq!(b.status(&planned).await.unwrap().state, JobState::Cancelled);
 
@@ -238,52 +227,4 @@ async fn a_planned_handle_reads_and_cancels_the_run_before_and_after_sbatch() {
     assert_eq!(b.cancel(&planned2).await.unwrap().state, JobState::Cancelled);
     assert_eq!(b.status(&h2).await.unwrap().state, JobState::Cancelled);
     assert_eq!(steps(&ssh, &h2.id).await, Vec::<String>::new());
-}
-
-/// Holds a submit in the middle of shipping: `paused` once 1 MiB went out, then waits for `go`.
-struct Pause {
-    paused: Arc<std::sync::atomic::AtomicBool>,
-    go: Arc<std::sync::atomic::AtomicBool>,
-}
-
-impl Pause {
-    fn new() -> Pause {
-        Pause { paused: Arc::default(), go: Arc::default() }
-    }
-
-    /// Submit options whose progress callback (on the blocking writer thread) pauses.
-    fn options(&self) -> SubmitOptions {
-        use std::sync::atomic::Ordering;
-        let (paused, go) = (self.paused.clone(), self.go.clone());
-        SubmitOptions {
-            progress: Some(Arc::new(move |sent, _| {
-                if sent > 1 << 20 && !paused.swap(true, Ordering::SeqCst) {
-                    let deadline = Instant::now() + Duration::from_secs(120);
-                    while !go.load(Ordering::SeqCst) && Instant::now() < deadline {
-                        std::thread::sleep(Duration::from_millis(20));
-                    }
-                }
-            })),
-            ..SubmitOptions::default()
-        }
-    }
-
-    async fn wait_paused(&self) {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while !self.paused.load(std::sync::atomic::Ordering::SeqCst) {
-            assert!(Instant::now() < deadline, "the submit never got to shipping");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
-    fn resume(&self) {
-        self.go.store(true, std::sync::atomic::Ordering::SeqCst);
-    }
-}
-
-/// Adds 4 MiB to the job's code, so that shipping reports progress before it ends.
-fn make_big(job: &mut PreparedJob, dir: &std::path::Path) {
-    let block: Vec<u8> = (0..1u32 << 20).map(|i| (i % 251) as u8).collect();
-    std::fs::write(dir.join("big.bin"), block.repeat(4)).unwrap();
-    job.snapshot = Snapshot::collect(dir, SnapshotMode::Dirty).unwrap();
 }

@@ -3,8 +3,8 @@
 //! original), on a 2-node allocation, and nothing the rc files print reaches the job's log.
 //! Kept apart from the Slurm suite's own modules.
 
-use futures::StreamExt;
-use theseus_core::backend::{Backend, JobState, LogOptions, SubmitOptions};
+use theseus_backend_ssh::testing::log_lines;
+use theseus_core::backend::{Backend, JobState, SubmitOptions};
 use theseus_core::job::Distributed;
 
 use crate::slurm::{backend, host, lab, plan, prepare, wait_terminal};
@@ -18,13 +18,7 @@ async fn a_slurm_job_runs_a_tool_from_the_login_path_on_every_node_and_its_log_h
     let (job, _dir) = prepare(&b, &plan, "login-env", &[], &words, &[], Distributed::None);
     let handle = b.submit(&job, &SubmitOptions::default()).await.expect("submit");
     let status = wait_terminal(&b, &handle).await;
-    let lines: Vec<String> = b
-        .logs(&handle, &LogOptions { follow: false, rank: None })
-        .await
-        .unwrap()
-        .map(|l| l.unwrap().text)
-        .collect()
-        .await;
+    let lines = log_lines(&*b, &handle).await;
     assert_eq!((status.state, status.exit_code), (JobState::Completed, Some(0)), "{status:?} {lines:?}");
     for node in ["node1", "node2"] {
         let want = format!("site tool ok: on {node}");

@@ -151,11 +151,7 @@ async fn a_two_node_job_runs_with_a_node_local_work_on_each_node() {
     let handle = b.submit(&job, &SubmitOptions::default()).await.expect("submit with a node-local work");
     let status = wait_terminal(&b, &handle).await;
     let data: SlurmHandleData = serde_json::from_value(handle.data.clone()).unwrap();
-    let log: Vec<String> = {
-        use futures::StreamExt;
-        let stream = b.logs(&handle, &theseus_core::backend::LogOptions { follow: false, rank: None }).await.unwrap();
-        stream.collect::<Vec<_>>().await.into_iter().map(|l| l.unwrap().text).collect()
-    };
+    let log = theseus_backend_ssh::testing::log_lines(&*b, &handle).await;
     assert_eq!((status.state, status.exit_code), (JobState::Completed, Some(0)), "{status:?}\nlog: {log:#?}");
     // Each rank ran in the node-local work dir of its own node, which holds the code.
     let rel = data.work_dir.strip_prefix(&format!("{local}/")).expect("the work dir is on the node-local dir");

@@ -2,7 +2,7 @@
 //! marker that frames the command's output, and the login environment captured as data.
 //!
 //! sshd runs every command as `$SHELL -c LINE`, whatever `$SHELL` is (bash, dash, zsh, tcsh,
-//! fish), after the shell's rc files, which may print anything. So [`line`] is the same for every
+//! fish), after the shell's rc files, which may print anything. So [`line()`] is the same for every
 //! shell: `/bin/sh -c '<text>'` where the text holds only base64, spaces and `3<&0;|/-` (no
 //! newline, `!`, `$`, backslash or quote, which csh and fish read differently). It saves stdin on
 //! fd 3 and decodes the real script into a second `/bin/sh`, which reads it from `/dev/stdin`

@@ -11,7 +11,8 @@
 //!
 //! Every command reaches the user's login shell as one line that bash, dash, zsh, tcsh and fish
 //! read alike, and its output is framed by a random marker, so nothing the rc files print reaches
-//! a caller; commands run with the user's login environment, read once per host ([`frame`]).
+//! a caller; commands run with the user's login environment, read once per host (the
+//! private `frame` module).
 //!
 //! Connection failures that look transient (refused, reset, timed out, closed by the remote)
 //! are retried with exponential backoff, except for a [`RemoteCommand::probe`] (availability),

@@ -9,20 +9,16 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use theseus_backend_ssh::plain::PlainBackend;
-use theseus_backend_ssh::plain::PlainHost;
 use theseus_backend_ssh::ssh::{RemoteCommand, SshError, SshHost};
+use theseus_backend_ssh::testing::{log_lines, small_job};
 use theseus_core::availability::Availability;
-use theseus_core::backend::{Backend, JobState, LogOptions, PreparedJob, SubmitOptions};
-use theseus_core::bootstrap::{self, BootstrapInput};
-use theseus_core::config::ClusterConfig;
-use theseus_core::job::{Distributed, Entrypoint, Experiment, JobIdentity};
-use theseus_core::snapshot::{Snapshot, SnapshotMode};
+use theseus_core::backend::{Backend, JobState, PreparedJob, SubmitOptions};
 use theseus_core::solver::{ChipRequest, Request};
 use theseus_core::testing::{self, Harness};
 
-use crate::plain::{plan, quick};
+use crate::plain::{lab_host, plan, quick, scratch_cluster};
 use crate::require_lab;
-use crate::support::{ALIAS, Lab};
+use crate::support::Lab;
 
 /// Texts the lab's rc files print (see `write_noisy_rc` in `ci/lab/lib.sh`).
 const NOISE: &[&str] = &["====", "quota notice", "bashrc", "profile", "tcshrc", "login:", "fish"];
@@ -94,15 +90,9 @@ async fn remote_commands_find_tools_that_only_the_login_files_put_on_path() {
 
 /// A plain backend on the lab as `user`, its cluster root in a fresh scratch dir.
 fn backend(lab: &Lab, name: &str, user: &str) -> (Arc<PlainBackend>, Arc<SshHost>) {
-    let root = lab.scratch(name);
-    let cluster = ClusterConfig {
-        root: root.join("root").display().to_string(),
-        work: root.join("work").display().to_string(),
-        ..ClusterConfig::default()
-    };
-    let host = PlainHost { ssh: ALIAS.into(), cluster: "lab".into(), ..PlainHost::default() };
+    let (cluster, _) = scratch_cluster(lab, name);
     let ssh = Arc::new(SshHost::new(lab.options_as(name, user)));
-    (Arc::new(PlainBackend::with_ssh("lab", host, cluster, ssh.clone(), quick())), ssh)
+    (Arc::new(PlainBackend::with_ssh("lab", lab_host(), cluster, ssh.clone(), quick())), ssh)
 }
 
 fn harness(backend: Arc<PlainBackend>) -> Harness {
@@ -122,19 +112,9 @@ async fn plain_jobs_submit_log_and_cancel_for_tcsh_and_fish_users() {
     }
 }
 
-/// A job of `words` for `b`, with a run id of its own.
+/// A job of `words` for `b` (project `login`), with a run id of its own.
 fn prepare(b: &PlainBackend, name: &str, words: &[&str]) -> (PreparedJob, tempfile::TempDir) {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("README"), "login shell test\n").unwrap();
-    let snapshot = Snapshot::collect(dir.path(), SnapshotMode::Dirty).unwrap();
-    let identity = JobIdentity::new(name, Some("login"), None);
-    let words: Vec<String> = words.iter().map(|w| w.to_string()).collect();
-    let experiment = Experiment { entrypoint: Entrypoint::Words(words.clone()), ..Experiment::default() };
-    let layout = b.layout(&identity, &plan()).unwrap();
-    let input =
-        BootstrapInput::for_layout(identity.clone(), &layout, vec![], words, Distributed::None, serde_json::json!({}));
-    let bootstrap = bootstrap::render(&input).unwrap();
-    (PreparedJob { identity, experiment, env: vec![], plan: plan(), snapshot, bootstrap }, dir)
+    small_job(b, &plan(), "login", name, words)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -146,13 +126,7 @@ async fn a_plain_job_runs_a_tool_from_the_login_path_and_its_log_has_no_banner()
         let handle = b.submit(&job, &SubmitOptions::default()).await.unwrap_or_else(|e| panic!("{user}: {e}"));
         let h = harness(b.clone());
         let status = testing::wait_terminal(&h, &handle).await;
-        let logs: Vec<String> = b
-            .logs(&handle, &LogOptions { follow: false, rank: None })
-            .await
-            .unwrap()
-            .map(|l| l.unwrap().text)
-            .collect()
-            .await;
+        let logs = log_lines(&*b, &handle).await;
         assert_eq!((status.state, status.exit_code), (JobState::Completed, Some(0)), "{user}: {status:?} {logs:?}");
         assert!(logs.iter().any(|l| l == "site tool ok: from the job"), "{user}: {logs:?}");
         assert_clean(&format!("{user}: the job's log"), &logs.join("\n"));

@@ -10,6 +10,7 @@ use async_trait::async_trait;
 use theseus_backend_ssh::plain::PlainHost;
 use theseus_backend_ssh::plain::{PlainBackend, PlainHandleData, Settings};
 use theseus_backend_ssh::ssh::SshHost;
+use theseus_backend_ssh::testing::error_chain;
 use theseus_core::availability::Availability;
 use theseus_core::backend::{Backend, JobHandle, JobState, SubmitOptions};
 use theseus_core::chips;
@@ -43,16 +44,27 @@ pub(crate) struct Setup {
 }
 
 pub(crate) fn setup(lab: &Lab, name: &str, settings: Settings) -> Setup {
+    let (cluster, root) = scratch_cluster(lab, name);
+    let ssh = Arc::new(SshHost::new(lab.options(name)));
+    let backend = Arc::new(PlainBackend::with_ssh("lab", lab_host(), cluster, ssh.clone(), settings));
+    Setup { backend, ssh, root }
+}
+
+/// A cluster whose root and work are `root/root` and `root/work` of a fresh scratch dir `root`
+/// (named after `name`) of the lab.
+pub(crate) fn scratch_cluster(lab: &Lab, name: &str) -> (ClusterConfig, std::path::PathBuf) {
     let root = lab.scratch(name);
     let cluster = ClusterConfig {
         root: root.join("root").display().to_string(),
         work: root.join("work").display().to_string(),
         ..ClusterConfig::default()
     };
-    let host = PlainHost { ssh: super::support::ALIAS.into(), cluster: "lab".into(), ..PlainHost::default() };
-    let ssh = Arc::new(SshHost::new(lab.options(name)));
-    let backend = Arc::new(PlainBackend::with_ssh("lab", host, cluster, ssh.clone(), settings));
-    Setup { backend, ssh, root }
+    (cluster, root)
+}
+
+/// The lab's sshd as a plain host of cluster `lab`.
+pub(crate) fn lab_host() -> PlainHost {
+    PlainHost { ssh: super::support::ALIAS.into(), cluster: "lab".into(), ..PlainHost::default() }
 }
 
 pub(crate) fn quick() -> Settings {
@@ -253,15 +265,4 @@ fn partials(dir: &Path) -> Vec<String> {
         }
     }
     found
-}
-
-pub(crate) fn error_chain(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(e) = source {
-        text.push_str(": ");
-        text.push_str(&e.to_string());
-        source = e.source();
-    }
-    text
 }

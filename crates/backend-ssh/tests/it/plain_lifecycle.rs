@@ -6,52 +6,31 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use theseus_backend_ssh::plain::PlainBackend;
-use theseus_backend_ssh::plain::PlainHost;
 use theseus_backend_ssh::ssh::SshHost;
+use theseus_backend_ssh::testing::{cancel_while_shipping, make_big, small_job};
 use theseus_core::Error;
 use theseus_core::backend::{Backend, JobHandle, JobState, PreparedJob, SubmitOptions};
-use theseus_core::bootstrap::{self, BootstrapInput};
-use theseus_core::config::ClusterConfig;
-use theseus_core::job::{Distributed, Entrypoint, Experiment, JobIdentity};
 use theseus_core::local::process::job_processes;
-use theseus_core::snapshot::{Snapshot, SnapshotMode};
 
-use crate::plain::{plan, quick};
+use crate::plain::{lab_host, plan, quick, scratch_cluster};
 use crate::require_lab;
-use crate::support::{ALIAS, Lab};
+use crate::support::Lab;
 
 /// `n` backends of one host (one cluster root), each with its own SSH connection, like `n`
 /// separate `theseus` processes.
 fn backends(lab: &Lab, name: &str, n: usize) -> Vec<Arc<PlainBackend>> {
-    let root = lab.scratch(name);
-    let cluster = ClusterConfig {
-        root: root.join("root").display().to_string(),
-        work: root.join("work").display().to_string(),
-        ..ClusterConfig::default()
-    };
-    let host = PlainHost { ssh: ALIAS.into(), cluster: "lab".into(), ..PlainHost::default() };
+    let (cluster, _) = scratch_cluster(lab, name);
     (0..n)
         .map(|i| {
             let ssh = Arc::new(SshHost::new(lab.options(&format!("{name}-{i}"))));
-            Arc::new(PlainBackend::with_ssh("lab", host.clone(), cluster.clone(), ssh, quick()))
+            Arc::new(PlainBackend::with_ssh("lab", lab_host(), cluster.clone(), ssh, quick()))
         })
         .collect()
 }
 
 /// A job named `name` (project `lifecycle`) running `words`, with a run id of its own.
 fn prepare(b: &PlainBackend, name: &str, words: &[&str]) -> (PreparedJob, tempfile::TempDir) {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("README"), "lifecycle test\n").unwrap();
-    let snapshot = Snapshot::collect(dir.path(), SnapshotMode::Dirty).unwrap();
-    let identity = JobIdentity::new(name, Some("lifecycle"), None);
-    let words: Vec<String> = words.iter().map(|w| w.to_string()).collect();
-    let experiment = Experiment { entrypoint: Entrypoint::Words(words.clone()), ..Experiment::default() };
-    let plan = plan();
-    let layout = b.layout(&identity, &plan).unwrap();
-    let input =
-        BootstrapInput::for_layout(identity.clone(), &layout, vec![], words, Distributed::None, serde_json::json!({}));
-    let bootstrap = bootstrap::render(&input).unwrap();
-    (PreparedJob { identity, experiment, env: vec![], plan, snapshot, bootstrap }, dir)
+    small_job(b, &plan(), "lifecycle", name, words)
 }
 
 /// Runs (by run id) that still have a live process carrying their marker.
@@ -186,54 +165,6 @@ async fn wait_terminal(b: &PlainBackend, h: &JobHandle) {
     }
 }
 
-/// Holds a submit in the middle of shipping: `paused` once 1 MiB went out, then waits for `go`.
-pub(crate) struct Pause {
-    pub(crate) paused: Arc<std::sync::atomic::AtomicBool>,
-    pub(crate) go: Arc<std::sync::atomic::AtomicBool>,
-}
-
-impl Pause {
-    pub(crate) fn new() -> Pause {
-        Pause { paused: Arc::default(), go: Arc::default() }
-    }
-
-    /// Submit options whose progress callback (on the blocking writer thread) pauses.
-    pub(crate) fn options(&self) -> SubmitOptions {
-        use std::sync::atomic::Ordering;
-        let (paused, go) = (self.paused.clone(), self.go.clone());
-        SubmitOptions {
-            progress: Some(Arc::new(move |sent, _| {
-                if sent > 1 << 20 && !paused.swap(true, Ordering::SeqCst) {
-                    let deadline = Instant::now() + Duration::from_secs(120);
-                    while !go.load(Ordering::SeqCst) && Instant::now() < deadline {
-                        std::thread::sleep(Duration::from_millis(20));
-                    }
-                }
-            })),
-            ..SubmitOptions::default()
-        }
-    }
-
-    pub(crate) async fn wait_paused(&self) {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while !self.paused.load(std::sync::atomic::Ordering::SeqCst) {
-            assert!(Instant::now() < deadline, "the submit never got to shipping");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
-    pub(crate) fn resume(&self) {
-        self.go.store(true, std::sync::atomic::Ordering::SeqCst);
-    }
-}
-
-/// Adds 4 MiB to the job's code, so that shipping reports progress before it ends.
-pub(crate) fn make_big(job: &mut PreparedJob, dir: &std::path::Path) {
-    let block: Vec<u8> = (0..1u32 << 20).map(|i| (i % 251) as u8).collect();
-    std::fs::write(dir.join("big.bin"), block.repeat(4)).unwrap();
-    job.snapshot = Snapshot::collect(dir, SnapshotMode::Dirty).unwrap();
-}
-
 /// The handle known before `submit` (recorded by the CLI as `submitting`) reads and cancels the
 /// run while it is being submitted, and after.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -247,19 +178,7 @@ async fn a_planned_handle_reads_and_cancels_the_run_before_and_after_it_starts()
     assert!(matches!(b.status(&planned).await, Err(Error::NotFound { .. })), "nothing exists before submit");
 
     // The client is stuck in the middle of shipping (or was killed there).
-    let pause = Pause::new();
-    let submit = {
-        let (b, job, options) = (b.clone(), job.clone(), pause.options());
-        tokio::spawn(async move { b.submit(&job, &options).await })
-    };
-    pause.wait_paused().await;
-    let during = b.status(&planned).await.unwrap();
-    assert_eq!(during.state, JobState::Submitting, "{during:?}");
-    let cancelled = b.cancel(&planned).await.unwrap();
-    assert_eq!(cancelled.state, JobState::Cancelled, "{cancelled:?}");
-    pause.resume();
-    let err = submit.await.unwrap().expect_err("a run cancelled while being submitted never starts");
-    assert!(err.to_string().contains("was cancelled"), "{err}");
+    cancel_while_shipping(&b, &job, &planned).await;
     assert!(job_processes(&job.identity.run_id).is_empty(), "nothing of it runs");
     assert_eq!(b.status(&planned).await.unwrap().state, JobState::Cancelled);
 

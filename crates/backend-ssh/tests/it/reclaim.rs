@@ -2,26 +2,11 @@
 //! stays) and a running run's code dir stays, with no live set given by the caller: the backend
 //! itself sees the run running (a process on the plain host).
 
-use std::path::PathBuf;
-use std::time::Duration;
-
-use theseus_core::backend::{Backend, JobHandle, JobState, ReclaimKind, ReclaimOptions, ReclaimReport, SubmitOptions};
+use theseus_backend_ssh::testing::{assert_reclaimed_only_finished, everything_old};
+use theseus_core::backend::{Backend, JobState, SubmitOptions};
 use theseus_core::testing;
 
 use crate::require_lab;
-
-fn paths(handle: &JobHandle) -> (PathBuf, PathBuf) {
-    let field = |k: &str| PathBuf::from(handle.data[k].as_str().expect("handle path"));
-    (field("work_dir"), field("log_file"))
-}
-
-fn reclaimed_runs(report: &ReclaimReport) -> Vec<String> {
-    report.items.iter().filter(|i| i.kind == ReclaimKind::RunDir).map(|i| i.path.clone()).collect()
-}
-
-fn everything_old() -> ReclaimOptions {
-    ReclaimOptions { older_than: Duration::ZERO, ..ReclaimOptions::default() }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plain_reclaim_removes_a_finished_runs_code_and_keeps_a_running_one() {
@@ -40,11 +25,6 @@ async fn plain_reclaim_removes_a_finished_runs_code_and_keeps_a_running_one() {
     let _ = s.backend.cancel(&running).await;
 
     assert_eq!(status.state, JobState::Completed, "{status:?}");
-    let report = report.unwrap();
-    let (finished_work, finished_log) = paths(&finished);
-    let (running_work, _) = paths(&running);
-    assert_eq!(reclaimed_runs(&report), [finished_work.to_str().unwrap()], "{report:?}");
-    assert!(!finished_work.exists() && finished_log.exists(), "the code goes, the log stays");
-    assert!(running_work.join("job.py").exists(), "the running run's code stays");
+    assert_reclaimed_only_finished(&report.unwrap(), &finished, &running, "job.py");
     assert_eq!(used.unwrap().run_dirs, 1);
 }

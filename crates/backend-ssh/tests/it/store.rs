@@ -4,25 +4,23 @@
 //! that write into their shipped files (link and copy mode), and the full-ship fallback on a
 //! remote whose `PATH` lacks `sha256sum`.
 
-use std::collections::BTreeSet;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use theseus_backend_ssh::plain::PlainHost;
 use theseus_backend_ssh::plain::{PlainBackend, PlainHandleData};
 use theseus_backend_ssh::ssh::SshHost;
-use theseus_core::backend::{Backend, JobHandle, JobState, JobStatus, LogOptions, PreparedJob, SubmitOptions};
-use theseus_core::bootstrap::{self, BootstrapInput};
+use theseus_backend_ssh::testing::{
+    Seen, assert_run_dir_is, code_tree, error_chain, files_under, job_of, log_lines, write_file,
+};
+use theseus_core::backend::{Backend, JobHandle, JobState, JobStatus, PreparedJob, SubmitOptions};
 use theseus_core::config::ClusterConfig;
-use theseus_core::job::{Distributed, Entrypoint, Experiment, JobIdentity};
-use theseus_core::snapshot::{Snapshot, SnapshotMode};
-use theseus_core::store::{Materialize, ShipReport};
+use theseus_core::store::Materialize;
 
-use crate::plain::{error_chain, plan, quick};
+use crate::plain::{plan, quick};
 use crate::require_lab;
 use crate::support::{ALIAS, Lab, kill_masters};
 
@@ -48,123 +46,8 @@ fn plain_with(
     (Arc::new(PlainBackend::with_ssh("lab", host, cluster, ssh.clone(), quick())), ssh)
 }
 
-fn write(path: &Path, content: &[u8], mode: u32) {
-    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-    std::fs::write(path, content).unwrap();
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
-}
-
-/// A small repo: executable and plain files, two files with one content, a nested dir, an
-/// empty file, a name with a space, and a symlink.
-pub(crate) fn code_tree() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    write(&d.join("train.py"), b"print('hi')\n", 0o644);
-    write(&d.join("run.sh"), b"#!/bin/sh\necho run-sh-ran\n", 0o755);
-    write(&d.join("pkg/a.py"), b"A = 1\n", 0o644);
-    write(&d.join("pkg/same.py"), b"A = 1\n", 0o644);
-    write(&d.join("pkg/deep/data.txt"), b"data\n", 0o644);
-    write(&d.join("with space.txt"), b"spaced\n", 0o600);
-    write(&d.join("empty"), b"", 0o644);
-    std::os::unix::fs::symlink("pkg/a.py", d.join("link.py")).unwrap();
-    dir
-}
-
-/// A job named `name` (project `store-it`) of the code in `dir` running `words` on `b`.
-pub(crate) fn job_of(
-    b: &dyn Backend,
-    plan: &theseus_core::solver::Plan,
-    name: &str,
-    dir: &Path,
-    words: &[&str],
-) -> PreparedJob {
-    let snapshot = Snapshot::collect(dir, SnapshotMode::Dirty).unwrap();
-    let identity = JobIdentity::new(name, Some("store-it"), None);
-    let words: Vec<String> = words.iter().map(|w| w.to_string()).collect();
-    let experiment = Experiment { entrypoint: Entrypoint::Words(words.clone()), ..Experiment::default() };
-    let layout = b.layout(&identity, plan).unwrap();
-    let input =
-        BootstrapInput::for_layout(identity.clone(), &layout, vec![], words, Distributed::None, serde_json::json!({}));
-    let bootstrap = bootstrap::render(&input).unwrap();
-    PreparedJob { identity, experiment, env: vec![], plan: plan.clone(), snapshot, bootstrap }
-}
-
-/// Files (and symlinks) under `dir`, relative, without dirs.
-fn walk(dir: &Path) -> BTreeSet<String> {
-    let mut found = BTreeSet::new();
-    let mut todo = vec![dir.to_path_buf()];
-    while let Some(next) = todo.pop() {
-        for entry in std::fs::read_dir(&next).unwrap().map(Result::unwrap) {
-            if entry.file_type().unwrap().is_dir() {
-                todo.push(entry.path());
-            } else {
-                found.insert(entry.path().strip_prefix(dir).unwrap().display().to_string());
-            }
-        }
-    }
-    found
-}
-
-/// `run` holds exactly the snapshot of `code` (bytes, executable bits, symlink targets) plus
-/// `extra` (the per-run files under `.theseus/`), nothing else.
-pub(crate) fn assert_run_dir_is(code: &Path, run: &Path, extra: &[String]) {
-    let snapshot = Snapshot::collect(code, SnapshotMode::Dirty).unwrap();
-    for file in &snapshot.files {
-        let (a, b) = (code.join(&file.path), run.join(&file.path));
-        let ma = std::fs::symlink_metadata(&a).unwrap();
-        let mb =
-            std::fs::symlink_metadata(&b).unwrap_or_else(|e| panic!("{} missing from the run dir: {e}", file.path));
-        assert_eq!(ma.file_type().is_symlink(), mb.file_type().is_symlink(), "{}: symlink or not", file.path);
-        if ma.file_type().is_symlink() {
-            assert_eq!(std::fs::read_link(&a).unwrap(), std::fs::read_link(&b).unwrap(), "{}", file.path);
-            continue;
-        }
-        assert_eq!(std::fs::read(&a).unwrap(), std::fs::read(&b).unwrap(), "{}: bytes", file.path);
-        assert_eq!(ma.mode() & 0o111 != 0, mb.mode() & 0o111 != 0, "{}: executable bit", file.path);
-        assert!(matches!(mb.mode() & 0o111, 0 | 0o111), "{}: x for all or none", file.path);
-    }
-    let mut expected: BTreeSet<String> = snapshot.files.iter().map(|f| f.path.clone()).collect();
-    expected.extend(extra.iter().cloned());
-    // A ship through the store records the run dir's code for `theseus sync` (a whole ship, the
-    // fallback without the store's tools, has none), listing exactly the snapshot's paths.
-    let manifest = theseus_core::store::sync::MANIFEST;
-    if let Ok(text) = std::fs::read_to_string(run.join(manifest)) {
-        let listed: theseus_core::store::sync::Manifest = serde_json::from_str(&text).unwrap();
-        let paths: BTreeSet<String> = listed.files.keys().cloned().collect();
-        assert_eq!(paths, snapshot.files.iter().map(|f| f.path.clone()).collect(), "the code manifest");
-        expected.insert(manifest.to_owned());
-    }
-    assert_eq!(walk(run), expected, "the run dir holds the snapshot and the per-run files only");
-}
-
 fn plain_data(h: &JobHandle) -> PlainHandleData {
     serde_json::from_value(h.data.clone()).unwrap()
-}
-
-/// Submit options that collect the ship report and the notes.
-#[derive(Default, Clone)]
-struct Seen {
-    reports: Arc<Mutex<Vec<ShipReport>>>,
-    notes: Arc<Mutex<Vec<String>>>,
-}
-
-impl Seen {
-    fn options(&self) -> SubmitOptions {
-        let (reports, notes) = (self.reports.clone(), self.notes.clone());
-        SubmitOptions {
-            shipped: Some(Arc::new(move |r: &ShipReport| reports.lock().unwrap().push(r.clone()))),
-            status: Some(Arc::new(move |t: &str| notes.lock().unwrap().push(t.to_owned()))),
-            ..SubmitOptions::default()
-        }
-    }
-
-    fn reports(&self) -> Vec<ShipReport> {
-        self.reports.lock().unwrap().clone()
-    }
-
-    fn notes(&self) -> Vec<String> {
-        self.notes.lock().unwrap().clone()
-    }
 }
 
 async fn wait_done(b: &dyn Backend, h: &JobHandle) -> JobStatus {
@@ -180,9 +63,7 @@ async fn wait_done(b: &dyn Backend, h: &JobHandle) -> JobStatus {
 }
 
 async fn log_text(b: &dyn Backend, h: &JobHandle) -> String {
-    let stream = b.logs(h, &LogOptions { follow: false, rank: None }).await.unwrap();
-    let lines: Vec<_> = stream.collect().await;
-    lines.into_iter().map(|l| l.unwrap().text).collect::<Vec<_>>().join("\n")
+    log_lines(b, h).await.join("\n")
 }
 
 fn plain_extra(job: &PreparedJob) -> Vec<String> {
@@ -196,7 +77,7 @@ fn plain_extra(job: &PreparedJob) -> Vec<String> {
 fn assert_store_sound(work: &Path) {
     use sha2::Digest;
     let objects = work.join(".theseus/objects");
-    for rel in walk(&objects) {
+    for rel in files_under(&objects) {
         let name = rel.trim_end_matches(".x").replace('/', "");
         let sum = hex(&sha2::Sha256::digest(std::fs::read(objects.join(&rel)).unwrap()));
         assert_eq!(sum, name, "object {rel} holds what its name says");
@@ -261,7 +142,7 @@ async fn plain_run_dirs_hold_exactly_the_snapshot_and_a_one_line_edit_sends_one_
     assert!(seen.notes().iter().any(|n| n.contains("0 of 7 files already there")), "{:?}", seen.notes());
 
     // One line of one file changes: one object goes, everything else is linked from the store.
-    write(&code.path().join("pkg/a.py"), b"A = 2\n", 0o644);
+    write_file(&code.path().join("pkg/a.py"), b"A = 2\n", 0o644);
     let seen2 = Seen::default();
     let job2 = job_of(&*b, &plan(), "exact", code.path(), &["sh", "run.sh"]);
     let h2 = b.submit(&job2, &seen2.options()).await.unwrap();
@@ -306,7 +187,7 @@ async fn two_concurrent_submits_that_upload_the_same_objects_both_succeed() {
     let lab = require_lab!();
     let work = lab.scratch("store-race").join("work");
     let code = code_tree();
-    write(&code.path().join("big.bin"), &vec![7u8; 3 << 20], 0o644);
+    write_file(&code.path().join("big.bin"), &vec![7u8; 3 << 20], 0o644);
     let meet = Arc::new(Rendezvous { count: Mutex::new(0), all: Condvar::new(), n: 2 });
     let mut runs = Vec::new();
     let mut mets = Vec::new();
@@ -360,7 +241,7 @@ async fn an_upload_killed_mid_stream_leaves_a_sound_store_and_the_next_submit_su
     let ctl = ssh.options().control_dir.clone().unwrap();
     let code = code_tree();
     let block: Vec<u8> = (0..1u32 << 20).map(|i| (i % 241) as u8).collect();
-    write(&code.path().join("big.bin"), &block.repeat(16), 0o644);
+    write_file(&code.path().join("big.bin"), &block.repeat(16), 0o644);
     // Every attempt loses its connection once 1 MiB of the upload went out.
     let kills = Arc::new(AtomicUsize::new(0));
     let options = SubmitOptions {
@@ -402,7 +283,7 @@ async fn a_job_cannot_change_another_runs_files_in_link_or_copy_mode() {
     let lab = require_lab!();
     let work = lab.scratch("store-edit").join("work");
     let code = code_tree();
-    write(&code.path().join("edit.sh"), EDIT_SH.as_bytes(), 0o644);
+    write_file(&code.path().join("edit.sh"), EDIT_SH.as_bytes(), 0o644);
 
     // Link mode: the shipped file is a read-only object; the job (a non-root user) cannot write it.
     let (link, _) = plain_at(lab, "store-edit-link", &work, Some(Materialize::Link));

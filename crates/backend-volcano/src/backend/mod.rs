@@ -14,7 +14,7 @@ use theseus_core::backend::{
     Backend, DryRunDocument, JobHandle, JobState, JobStatus, LogOptions, LogStream, PreparedJob, RunLayout,
     SubmitOptions,
 };
-use theseus_core::bootstrap::{DataDirs, Launch};
+use theseus_core::bootstrap::{DataDirs, Launch, Wiring};
 use theseus_core::config::{ClusterConfig, join};
 use theseus_core::plan::HostKind;
 
@@ -30,6 +30,10 @@ use crate::helper::render_helper;
 use crate::render::{JobInputs, RenderOptions, redacted, render_job};
 use crate::status::{GroupCondition, Observed, summarize};
 use crate::types::Job;
+
+/// How the pods of a Volcano job find their rank: the worker hosts from `VC_WORKER_HOSTS` (else
+/// the host file Volcano mounts, `/etc/volcano/worker.host`) and the rank from `VC_TASK_INDEX`.
+pub const WIRING: Wiring = Wiring { scheme: "volcano", shell: include_str!("../wiring.sh") };
 
 /// Timeouts and knobs of the backend (defaults suit real clusters; tests shorten them).
 #[derive(Debug, Clone)]
@@ -190,7 +194,7 @@ impl VolcanoBackend {
                 checkpoints: cluster.checkpoints_dir(),
                 results: cluster.results_dir(),
             },
-            launch: Launch::Volcano { coordinator_port: self.host.coordinator_port },
+            launch: Launch::Wired { coordinator_port: self.host.coordinator_port, wiring: WIRING },
         })
     }
 

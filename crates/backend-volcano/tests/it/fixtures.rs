@@ -80,7 +80,7 @@ pub(crate) fn layout() -> RunLayout {
             checkpoints: "/workspace/checkpoints".into(),
             results: "/workspace/results".into(),
         },
-        launch: Launch::Volcano { coordinator_port: 1234 },
+        launch: Launch::Wired { coordinator_port: 1234, wiring: theseus_backend_volcano::WIRING },
     }
 }
 

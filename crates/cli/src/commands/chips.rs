@@ -10,7 +10,7 @@ use crate::context::Context;
 
 pub(crate) fn run(ctx: &Context) -> Result<ExitCode> {
     if ctx.output == OutputFormat::Json {
-        super::print_json(&CATALOG)?;
+        crate::output::print_json(&CATALOG)?;
         return Ok(ExitCode::SUCCESS);
     }
     println!("{:<16} {:<24} {:>10}  {:<5} ALIASES", "NAME", "DISPLAY NAME", "MEMORY", "KIND");

@@ -43,7 +43,7 @@ pub(crate) fn run(ctx: &Context, cmd: ConfigCommand) -> Result<ExitCode> {
                 sources: &loaded.provenance,
             };
             match ctx.output {
-                OutputFormat::Json => super::print_json(&shown)?,
+                OutputFormat::Json => crate::output::print_json(&shown)?,
                 OutputFormat::Yaml | OutputFormat::Text => {
                     print!("{}", serde_saphyr::to_string(&redacted)?);
                     println!();

@@ -3,14 +3,16 @@
 
 use std::process::ExitCode;
 
-use anyhow::{Result, bail};
+use anyhow::Result;
 use serde::Serialize;
 use theseus_core::Error;
 use theseus_core::backend::StoreUsage;
-use theseus_core::config::{DispatchConfig, HostKind};
+use theseus_core::config::HostKind;
 
 use crate::args::{DuArgs, OutputFormat};
 use crate::context::Context;
+use crate::hosts::{hosts, not_yet};
+use crate::progress::human;
 
 /// One host's answer.
 #[derive(Debug, Serialize)]
@@ -63,7 +65,7 @@ pub(crate) async fn run(ctx: &Context, args: DuArgs) -> Result<ExitCode> {
         }
     }
     if ctx.output == OutputFormat::Json {
-        super::print_json(&rows)?;
+        crate::output::print_json(&rows)?;
     } else {
         println!(
             "{:<16} {:<12} {:>8} {:>10} {:>8} {:>10} {:>9} {:>10} {:>10}",
@@ -94,46 +96,4 @@ pub(crate) async fn run(ctx: &Context, args: DuArgs) -> Result<ExitCode> {
         }
     }
     Ok(if rows.iter().any(|r| r.error.is_some()) { ExitCode::from(2) } else { ExitCode::SUCCESS })
-}
-
-/// The hosts a command covers: `only`, or every host of the config in its order.
-pub(super) fn hosts(config: &DispatchConfig, only: Option<&str>) -> Result<Vec<String>> {
-    match only {
-        Some(name) if config.hosts.contains_key(name) => Ok(vec![name.to_owned()]),
-        Some(name) => {
-            let known: Vec<&str> = config.hosts.keys().map(String::as_str).collect();
-            bail!("--host {name}: no host of that name in the config (hosts: {})", known.join(", "))
-        }
-        None => Ok(config.hosts.keys().cloned().collect()),
-    }
-}
-
-/// What a backend without `reclaim`/`usage` says (rather than being skipped in silence).
-pub(super) fn not_yet(kind: HostKind, what: &str) -> String {
-    format!("not yet for {kind} hosts: the code store and run code dirs of its cluster are not {what} by this version")
-}
-
-/// `1.5 MiB`, `320 B`.
-pub(super) fn human(bytes: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut value = bytes as f64;
-    let mut unit = 0;
-    while value >= 1024.0 && unit < UNITS.len() - 1 {
-        value /= 1024.0;
-        unit += 1;
-    }
-    if unit == 0 { format!("{bytes} B") } else { format!("{value:.1} {}", UNITS[unit]) }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::human;
-
-    #[test]
-    fn sizes_read_like_du_h() {
-        assert_eq!(human(0), "0 B");
-        assert_eq!(human(1023), "1023 B");
-        assert_eq!(human(1536), "1.5 KiB");
-        assert_eq!(human(5 * 1024 * 1024 * 1024), "5.0 GiB");
-    }
 }

@@ -5,16 +5,13 @@
 
 use std::process::ExitCode;
 
-use std::sync::Arc;
-
-use anyhow::{Context as _, Result, anyhow, bail};
-use theseus_core::backend::{DynBackend, JobHandle};
+use anyhow::{Result, anyhow, bail};
 use theseus_core::interrupt;
-use tokio::net::TcpListener;
 
 use crate::args::ForwardArgs;
 use crate::context::Context;
 use crate::signals::Interrupted;
+use crate::tunnel::{listen, serve};
 
 /// `[LOCAL:]REMOTE` as (local port, remote port, whether the local port was asked for).
 pub(crate) fn parse_ports(spec: &str) -> Result<(u16, u16, bool)> {
@@ -42,7 +39,7 @@ pub(crate) fn parse_ports(spec: &str) -> Result<(u16, u16, bool)> {
 pub(crate) async fn run(ctx: &Context, args: ForwardArgs) -> Result<ExitCode> {
     let (local, remote, explicit) = parse_ports(&args.ports)?;
     let ledger = ctx.ledger()?;
-    let (record, backend) = super::jobs::find(ctx, &ledger, &args.job)?;
+    let (record, backend) = crate::runs::find(ctx, &ledger, &args.job)?;
     let run_id = record.identity.run_id.clone();
     // One connection first, so that a job that does not listen (or a backend without tunnels)
     // fails here, with its reason, and not at the first local connection.
@@ -59,56 +56,6 @@ pub(crate) async fn run(ctx: &Context, args: ForwardArgs) -> Result<ExitCode> {
             Err(Interrupted { signal, what: format!("the forward of {addr} is closed; the job keeps running") }.into())
         }
         never = serve(ctx, listener, backend, record.handle.clone(), args.rank, remote) => match never {},
-    }
-}
-
-/// Listens on `127.0.0.1:local`; when that port is taken and was not asked for explicitly,
-/// on a free one instead, said on stderr.
-pub(crate) async fn listen(ctx: &Context, local: u16, explicit: bool) -> Result<TcpListener> {
-    match TcpListener::bind(("127.0.0.1", local)).await {
-        Ok(listener) => Ok(listener),
-        Err(e) if !explicit && e.kind() == std::io::ErrorKind::AddrInUse => {
-            let listener = TcpListener::bind(("127.0.0.1", 0)).await.context("cannot listen on 127.0.0.1")?;
-            let port = listener.local_addr()?.port();
-            ctx.info(format!("theseus: local port {local} is taken; using {port}"));
-            Ok(listener)
-        }
-        Err(e) => Err(e).with_context(|| format!("cannot listen on 127.0.0.1:{local}")),
-    }
-}
-
-/// Accepts local connections forever, each joined to a new backend connection to `remote` of
-/// rank `rank` of the job.
-pub(crate) async fn serve(
-    ctx: &Context,
-    listener: TcpListener,
-    backend: Arc<DynBackend>,
-    handle: JobHandle,
-    rank: u32,
-    remote: u16,
-) -> std::convert::Infallible {
-    let quiet = ctx.quiet;
-    loop {
-        let mut socket = match listener.accept().await {
-            Ok((socket, _)) => socket,
-            Err(e) => {
-                if !quiet {
-                    eprintln!("theseus: cannot accept a local connection: {e}");
-                }
-                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                continue;
-            }
-        };
-        let (backend, handle) = (backend.clone(), handle.clone());
-        tokio::spawn(async move {
-            match backend.connect_port(&handle, rank, remote).await {
-                Ok(mut stream) => {
-                    let _ = tokio::io::copy_bidirectional(&mut socket, &mut stream).await;
-                }
-                Err(e) if !quiet => eprintln!("theseus: a connection was refused: {e}"),
-                Err(_) => {}
-            }
-        });
     }
 }
 

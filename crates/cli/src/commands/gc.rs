@@ -18,12 +18,14 @@ use std::time::Duration;
 use anyhow::{Result, anyhow};
 use serde::Serialize;
 use theseus_core::Error;
-use theseus_core::backend::{JobState, ReclaimKind, ReclaimOptions, ReclaimReport};
+use theseus_core::backend::{ReclaimKind, ReclaimOptions, ReclaimReport};
 use theseus_core::config::{HostKind, LoadedConfig};
+use theseus_core::lifecycle;
 
-use super::du::{hosts, human, not_yet};
 use crate::args::{GcArgs, OutputFormat};
 use crate::context::Context;
+use crate::hosts::{hosts, not_yet};
+use crate::progress::human;
 
 /// Default age of run code dirs and objects that `gc` removes.
 const STORE_AGE: Duration = Duration::from_secs(7 * 24 * 3600);
@@ -92,24 +94,16 @@ pub(crate) async fn run(ctx: &Context, args: GcArgs) -> Result<ExitCode> {
     let freed_verb = if args.dry_run { "would free" } else { "freed" };
     ctx.info(format!("theseus: {freed_verb} {} in total", human(freed)));
     if ctx.output == OutputFormat::Json {
-        super::print_json(&results)?;
+        crate::output::print_json(&results)?;
     } else {
         println!("{items}");
     }
     Ok(if results.iter().any(|r| !r.errors.is_empty()) { ExitCode::from(2) } else { ExitCode::SUCCESS })
 }
 
-/// Runs of this machine's ledger that no client is submitting (no live client holds their
-/// submit lock): their submit is over, finished or killed, so a `.partial` or upload dir of
-/// theirs will never be finished.
+/// Runs of this machine's ledger whose submit is over (see [`lifecycle::abandoned_run_paths`]).
 fn abandoned_runs(ctx: &Context) -> Result<BTreeSet<String>> {
-    let ledger = ctx.ledger()?;
-    Ok(ledger
-        .list(i64::MAX as usize)?
-        .into_iter()
-        .filter(|r| !ledger.submit_in_progress(&r.identity.run_id))
-        .map(|r| r.identity.run_path())
-        .collect())
+    Ok(lifecycle::abandoned_run_paths(&ctx.ledger()?)?)
 }
 
 /// Run paths of the ledger's runs that are submitting, pending or running, after asking their
@@ -117,12 +111,8 @@ fn abandoned_runs(ctx: &Context) -> Result<BTreeSet<String>> {
 async fn live_runs(ctx: &Context) -> Result<BTreeSet<String>> {
     let ledger = ctx.ledger()?;
     let mut records = ledger.list(i64::MAX as usize)?;
-    super::list::refresh_live(ctx, &ledger, &mut records).await;
-    Ok(records
-        .iter()
-        .filter(|r| matches!(r.state, JobState::Submitting | JobState::Pending | JobState::Running))
-        .map(|r| r.identity.run_path())
-        .collect())
+    crate::runs::refresh_live(ctx, &ledger, &mut records).await;
+    Ok(lifecycle::live_run_paths(&records))
 }
 
 async fn host_gc(

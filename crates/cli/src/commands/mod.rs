@@ -1,4 +1,6 @@
-//! One module per subcommand; [`run`] dispatches.
+//! One module per subcommand; [`run`] dispatches. A command parses, calls core, prints and
+//! chooses the exit code; what several commands share lives in the crate's other modules
+//! (`runs`, `output`, `follow`, `prepare`, ...), never in a sibling command module.
 
 mod chips;
 mod config;
@@ -9,10 +11,8 @@ mod gc;
 mod jobs;
 mod list;
 mod plan;
-mod prepare;
 mod repl;
 mod shell;
-mod start;
 mod submit;
 mod sync;
 
@@ -68,10 +68,4 @@ pub(crate) async fn run(cli: Cli, host_types: HostTypes) -> Result<ExitCode> {
             .await
         }
     }
-}
-
-/// Prints a value as pretty JSON on stdout.
-pub(crate) fn print_json<T: serde::Serialize>(value: &T) -> Result<()> {
-    println!("{}", serde_json::to_string_pretty(value)?);
-    Ok(())
 }

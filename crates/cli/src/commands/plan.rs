@@ -10,16 +10,16 @@ use crate::args::{JobArgs, OutputFormat};
 use crate::context::Context;
 
 pub(crate) async fn run(ctx: &Context, args: JobArgs) -> Result<ExitCode> {
-    let (dispatcher, _) = super::prepare::dispatcher(ctx);
-    let code = super::prepare::Code { dir: None, clean: false };
-    let solved = super::prepare::solve(ctx, &dispatcher, &args, None, &code, true).await?;
+    let (dispatcher, _) = crate::prepare::dispatcher(ctx);
+    let code = crate::prepare::Code { dir: None, clean: false };
+    let solved = crate::prepare::solve(ctx, &dispatcher, &args, None, &code, true).await?;
     if ctx.output == OutputFormat::Json {
         let unanswered: Vec<_> = solved
             .unanswered
             .iter()
             .map(|(host, reason)| serde_json::json!({"host": host, "reason": reason}))
             .collect();
-        super::print_json(
+        crate::output::print_json(
             &serde_json::json!({"request": solved.request, "plan": solved.plan, "unanswered": unanswered}),
         )?;
         return Ok(ExitCode::SUCCESS);
@@ -31,6 +31,6 @@ pub(crate) async fn run(ctx: &Context, args: JobArgs) -> Result<ExitCode> {
     for note in &solved.plan.notes {
         println!("note:    {note}");
     }
-    print!("{}", super::prepare::render_unanswered(&solved.unanswered));
+    print!("{}", crate::prepare::render_unanswered(&solved.unanswered));
     Ok(ExitCode::SUCCESS)
 }

@@ -12,7 +12,7 @@ use std::io::IsTerminal as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context as _, Result, anyhow};
 use futures::StreamExt as _;
@@ -20,15 +20,13 @@ use theseus_core::backend::{DynBackend, JobHandle, JobState, LogOptions};
 use theseus_core::config::HostKind;
 use theseus_core::job::{Distributed, Entrypoint, Experiment};
 use theseus_core::ledger::{Ledger, RunKind};
-use theseus_core::session::{JupyterUrl, jupyter_entrypoint, jupyter_url};
+use theseus_core::lifecycle::{self, Stopped};
+use theseus_core::session::jupyter_entrypoint;
 use theseus_core::snapshot::SnapshotMode;
 
 use crate::args::{JobArgs, ReplArgs};
 use crate::context::Context;
 use crate::signals::{self, Interrupted};
-
-/// Log lines shown when a session fails to start.
-const TAIL: usize = 20;
 
 pub(crate) async fn run(ctx: &Context, args: ReplArgs) -> Result<ExitCode> {
     let job_args = job_args(&args);
@@ -38,14 +36,14 @@ pub(crate) async fn run(ctx: &Context, args: ReplArgs) -> Result<ExitCode> {
     };
     experiment.entrypoint = Entrypoint::Words(jupyter_entrypoint());
     experiment.distributed = Distributed::None;
-    let code = super::submit::Code { dir: args.code.clone(), clean: args.clean };
-    let (dispatcher, _) = super::prepare::dispatcher(ctx);
-    let prepared = super::submit::prepare_job(ctx, &dispatcher, &job_args, &code, Some(experiment), true);
+    let code = crate::prepare::Code { dir: args.code.clone(), clean: args.clean };
+    let (dispatcher, _) = crate::prepare::dispatcher(ctx);
+    let prepared = crate::prepare::prepare_job(ctx, &dispatcher, &job_args, &code, Some(experiment), true);
     let (solved, job, _layout) = signals::or_interrupted(prepared).await?;
     let backend = solved.backend.clone();
     let name = job.identity.name.clone();
     let ledger = ctx.ledger()?;
-    let handle = super::submit::submit_recorded(
+    let handle = crate::prepare::submit_recorded(
         &dispatcher,
         &ledger,
         &solved.loaded.config,
@@ -62,7 +60,7 @@ pub(crate) async fn run(ctx: &Context, args: ReplArgs) -> Result<ExitCode> {
         args.startup_timeout.as_secs()
     ));
     let url = tokio::select! {
-        url = wait_for_url(&backend, &handle, args.startup_timeout) => url,
+        url = lifecycle::wait_for_url(&backend, &handle, args.startup_timeout) => url,
         signal = theseus_core::interrupt::wait() => {
             let what = stop(&ledger, &backend, &handle, &job.identity.run_id, "interrupted while starting").await;
             return Err(Interrupted { signal, what }.into());
@@ -92,11 +90,11 @@ pub(crate) async fn run(ctx: &Context, args: ReplArgs) -> Result<ExitCode> {
         }
         return attend(ctx, &ledger, &backend, &handle, &job.identity.run_id, &name, None, &args).await;
     }
-    let listener = super::forward::listen(ctx, args.port, args.port == 0).await?;
+    let listener = crate::tunnel::listen(ctx, args.port, args.port == 0).await?;
     let local = listener.local_addr()?.port();
     println!("{}", url.local(local));
     ctx.info(format!("theseus: tunnel 127.0.0.1:{local} -> port {} of session {name}; Ctrl-C closes it", url.port));
-    let tunnel = super::forward::serve(ctx, listener, backend.clone(), handle.clone(), 0, url.port);
+    let tunnel = crate::tunnel::serve(ctx, listener, backend.clone(), handle.clone(), 0, url.port);
     attend(ctx, &ledger, &backend, &handle, &job.identity.run_id, &name, Some(Box::pin(tunnel)), &args).await
 }
 
@@ -131,63 +129,16 @@ fn job_args(args: &ReplArgs) -> JobArgs {
     }
 }
 
-/// Waits until Jupyter prints its URL; fails at once when the session ends first, and after
-/// `timeout`, with the state and the log's last lines.
-async fn wait_for_url(backend: &Arc<DynBackend>, handle: &JobHandle, timeout: Duration) -> Result<JupyterUrl> {
-    let deadline = Instant::now() + timeout;
-    let mut state = JobState::Submitting;
-    let mut message = None;
-    loop {
-        let lines = log_lines(backend, handle).await;
-        if let Some(url) = jupyter_url(lines.iter().map(String::as_str)) {
-            return Ok(url);
-        }
-        if let Ok(Ok(status)) = tokio::time::timeout(Duration::from_secs(15), backend.status(handle)).await {
-            (state, message) = (status.state, status.message);
-        }
-        let ended = state.is_terminal();
-        if ended || Instant::now() >= deadline {
-            // The last lines may have arrived with the end.
-            let lines = log_lines(backend, handle).await;
-            let why = if ended {
-                format!("the session ended ({state}) before Jupyter Lab started")
-            } else {
-                format!("Jupyter Lab printed no URL within {}s (the session is {state})", timeout.as_secs())
-            };
-            let message = message.map(|m| format!(": {m}")).unwrap_or_default();
-            let tail: Vec<&str> = lines.iter().rev().take(TAIL).rev().map(String::as_str).collect();
-            let shown =
-                if tail.is_empty() { "  (the log is empty)".to_owned() } else { format!("  {}", tail.join("\n  ")) };
-            return Err(anyhow!("{why}{message}; the log's last lines:\n{shown}"));
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-}
-
-/// The session's log so far (nothing while there is none).
-async fn log_lines(backend: &Arc<DynBackend>, handle: &JobHandle) -> Vec<String> {
-    let read = async {
-        let Ok(mut stream) = backend.logs(handle, &LogOptions { follow: false, rank: None }).await else {
-            return Vec::new();
-        };
-        let mut lines = Vec::new();
-        while let Some(Ok(line)) = stream.next().await {
-            lines.push(line.text);
-        }
-        lines
-    };
-    tokio::time::timeout(Duration::from_secs(15), read).await.unwrap_or_default()
-}
-
 /// Cancels the session and records it; says what happened.
 async fn stop(ledger: &Ledger, backend: &Arc<DynBackend>, handle: &JobHandle, run_id: &str, why: &str) -> String {
-    match tokio::time::timeout(signals::CLEANUP_BOUND, backend.cancel(handle)).await {
-        Ok(Ok(status)) => {
-            let _ = ledger.update_state(run_id, status.state, status.exit_code, Some(why));
-            format!("the session (run {run_id}) was stopped")
+    match lifecycle::stop(ledger, backend, (handle, run_id), why, signals::CLEANUP_BOUND).await {
+        Stopped::Done(_) => format!("the session (run {run_id}) was stopped"),
+        Stopped::Failed(e) => {
+            format!("the session (run {run_id}) could not be stopped: {e}; try `theseus cancel {run_id}`")
         }
-        Ok(Err(e)) => format!("the session (run {run_id}) could not be stopped: {e}; try `theseus cancel {run_id}`"),
-        Err(_) => format!("stopping the session (run {run_id}) did not finish in time; try `theseus cancel {run_id}`"),
+        Stopped::TimedOut => {
+            format!("stopping the session (run {run_id}) did not finish in time; try `theseus cancel {run_id}`")
+        }
     }
 }
 
@@ -217,7 +168,7 @@ async fn attend(
     let syncing = async {
         if args.sync {
             ctx.info(format!("theseus: syncing edits of {} into the session", code_dir.display()));
-            super::sync::watch_changes(ctx, backend, handle, &code_dir, mode).await;
+            crate::code_sync::watch_changes(ctx, backend, handle, &code_dir, mode).await;
         }
         std::future::pending::<()>().await
     };
@@ -232,15 +183,8 @@ async fn attend(
         std::future::pending::<()>().await
     };
     let ended = async {
-        loop {
-            tokio::time::sleep(Duration::from_secs(5)).await;
-            if let Ok(Ok(status)) = tokio::time::timeout(Duration::from_secs(15), backend.status(handle)).await
-                && status.state.is_terminal()
-            {
-                let _ = ledger.update_state(run_id, status.state, status.exit_code, status.message.as_deref());
-                return status.state;
-            }
-        }
+        let every = Duration::from_secs(5);
+        lifecycle::wait_for_end(ledger, backend, (handle, run_id), every, Duration::from_secs(15)).await.state
     };
     tokio::select! {
         () = tunnel => unreachable!("the tunnel serves until dropped"),

@@ -20,7 +20,7 @@ use crate::signals;
 
 pub(crate) async fn run(ctx: &Context, args: ShellArgs) -> Result<ExitCode> {
     let ledger = ctx.ledger()?;
-    let (record, backend) = super::jobs::find(ctx, &ledger, &args.job)?;
+    let (record, backend) = crate::runs::find(ctx, &ledger, &args.job)?;
     let tty = !args.no_tty && std::io::stdin().is_terminal() && std::io::stdout().is_terminal();
     let request = ShellRequest {
         rank: args.rank,

@@ -4,27 +4,24 @@
 //! `--follow` its output to the end.
 
 use std::process::ExitCode;
-use std::sync::Arc;
 
-use anyhow::{Result, bail};
+use anyhow::Result;
 use serde_json::json;
-use theseus_core::backend::{DryRunDocument, DynBackend, JobHandle, JobState, PreparedJob, RunLayout};
-use theseus_core::config::DispatchConfig;
-use theseus_core::dispatch::{DispatchError, Dispatcher, Solved};
-use theseus_core::job::JobIdentity;
-use theseus_core::ledger::{Ledger, RunKind};
-use theseus_core::snapshot::size::SizeLimits;
+use theseus_core::backend::{DryRunDocument, PreparedJob};
+use theseus_core::ledger::RunKind;
+use theseus_core::lifecycle::{self, FollowOptions, Unsettled};
 use theseus_core::solver::render;
 
-use crate::args::{JobArgs, OutputFormat, SubmitArgs};
+use crate::args::{OutputFormat, SubmitArgs};
 use crate::context::Context;
+use crate::follow::follow;
+use crate::output::print_json;
+use crate::prepare::{Code, prepare_job, submit_recorded};
 use crate::progress;
 use crate::signals;
 
-pub(crate) use super::prepare::Code;
-
 pub(crate) async fn run(ctx: &Context, args: SubmitArgs) -> Result<ExitCode> {
-    let (dispatcher, reporter) = super::prepare::dispatcher(ctx);
+    let (dispatcher, reporter) = crate::prepare::dispatcher(ctx);
     // Nothing is created before the backend's `submit`: a signal until then just stops.
     let code = Code { dir: args.code.clone(), clean: args.clean };
     // A dry run asks no host for capacity: it must work without any cluster or credentials.
@@ -47,7 +44,9 @@ pub(crate) async fn run(ctx: &Context, args: SubmitArgs) -> Result<ExitCode> {
         submit_recorded(&dispatcher, &ledger, &solved.loaded.config, &solved.backend, &job, RunKind::Job, args.replace)
             .await?;
     if args.replace {
-        mark_replaced(ctx, &ledger, &solved.backend, &identity, &plan.host).await?;
+        // Older runs of the name that the ledger still shows as live are recorded as replaced.
+        let warn = |u: Unsettled| ctx.info(format!("theseus: warning: {u}"));
+        lifecycle::settle_replaced(&ledger, &solved.backend, &identity, &plan.host, warn).await?;
     }
     ctx.info(format!(
         "theseus: submitted {} (run {}) to {}; log: {}",
@@ -58,7 +57,7 @@ pub(crate) async fn run(ctx: &Context, args: SubmitArgs) -> Result<ExitCode> {
     }
     if ctx.output == OutputFormat::Json && !args.follow {
         let ship = reporter.shipped.lock().expect("not poisoned").clone();
-        super::print_json(
+        print_json(
             &json!({"name": identity.name, "run_id": identity.run_id, "host": plan.host, "handle": handle, "log_file": layout.log_file, "ship": ship}),
         )?;
     } else if !args.follow {
@@ -68,106 +67,9 @@ pub(crate) async fn run(ctx: &Context, args: SubmitArgs) -> Result<ExitCode> {
         ctx.info(format!("theseus: follow with `theseus logs -f {}`", identity.run_id));
         return Ok(ExitCode::SUCCESS);
     }
-    super::jobs::follow_to_end(ctx, &solved.backend, &ledger, &handle, &identity.run_id, None).await
-}
-
-/// Solves (`experiment` given, e.g. by `repl`, else loaded from `job_args`), reports the plan
-/// and prepares the job: what the backend gets, and its layout.
-pub(crate) async fn prepare_job(
-    ctx: &Context,
-    dispatcher: &Dispatcher,
-    job_args: &JobArgs,
-    code: &Code,
-    experiment: Option<theseus_core::job::Experiment>,
-    probe: bool,
-) -> Result<(Solved, PreparedJob, RunLayout)> {
-    let solved = super::prepare::solve(ctx, dispatcher, job_args, experiment, code, probe).await?;
-    dispatcher.report_plan(&solved);
-    let (job, layout) = dispatcher.prepare(&solved).map_err(super::prepare::lift)?;
-    check_sizes(ctx, &job.snapshot)?;
-    Ok((solved, job, layout))
-}
-
-/// Warns about large files in the code, or refuses ones over the limit (see
-/// [`theseus_core::snapshot::size`]), before anything is created.
-pub(crate) fn check_sizes(ctx: &Context, snapshot: &theseus_core::snapshot::Snapshot) -> Result<()> {
-    let limits = SizeLimits::from_env(|name| std::env::var(name).ok())?;
-    for warning in snapshot.check_sizes(&limits)? {
-        ctx.info(format!("theseus: warning: {warning}"));
-    }
-    Ok(())
-}
-
-/// Core's submit with its ledger record; a name held by a live run says how to replace it.
-pub(crate) async fn submit_recorded(
-    dispatcher: &Dispatcher,
-    ledger: &Ledger,
-    config: &DispatchConfig,
-    backend: &Arc<DynBackend>,
-    job: &PreparedJob,
-    kind: RunKind,
-    replace: bool,
-) -> Result<JobHandle> {
-    let submitted = dispatcher.submit(ledger, backend, job, kind, replace).await;
-    // The run's host as configured now, for `status`, `logs` and `cancel` without `-d FILE`.
-    if let Some(snapshot) = super::jobs::host_snapshot(config, &job.plan.host)
-        && let Err(e) = ledger.set_host_config(&job.identity.run_id, &snapshot)
-    {
-        tracing::warn!("cannot keep the host config of run {}: {e}", job.identity.run_id);
-    }
-    match submitted {
-        Ok(handle) => Ok(handle),
-        Err(DispatchError::Failed(e @ theseus_core::Error::AlreadyExists { .. })) if replace => {
-            // Only a run still being submitted refuses a `--replace`: it is stopped once started.
-            bail!("{e}; nothing of this run was created: submit again with --replace once that run has started")
-        }
-        Err(DispatchError::Failed(e @ theseus_core::Error::AlreadyExists { .. })) => {
-            bail!("{e}; pass --replace to stop it and submit, or pick another name")
-        }
-        // The host refused before anything of the run existed (its kubeconfig, connection,
-        // credentials or queue): not a run that failed, so it leaves no ledger row.
-        Err(DispatchError::Failed(e)) if e.nothing_created() => {
-            ledger.delete(&job.identity.run_id)?;
-            bail!("{e}")
-        }
-        Err(e) => Err(super::prepare::lift(e)),
-    }
-}
-
-/// After a `--replace`: older runs of the name on this host that the ledger still shows as live
-/// and that the backend now reports gone or cancelled are marked as replaced.
-async fn mark_replaced(
-    ctx: &Context,
-    ledger: &Ledger,
-    backend: &Arc<DynBackend>,
-    identity: &JobIdentity,
-    host: &str,
-) -> Result<()> {
-    for old in ledger.live_of_name(identity, host)? {
-        if old.state == JobState::Submitting && ledger.submit_in_progress(&old.identity.run_id) {
-            continue;
-        }
-        let replaced = format!("replaced by run {}", identity.run_id);
-        let status = tokio::time::timeout(super::jobs::STATUS_TIMEOUT, backend.status(&old.handle)).await;
-        match status {
-            Ok(Err(theseus_core::Error::NotFound { .. })) => {
-                ledger.update_state(&old.identity.run_id, JobState::Cancelled, None, Some(&replaced))?;
-            }
-            Ok(Ok(status)) if matches!(status.state, JobState::Cancelled | JobState::Unknown) => {
-                ledger.update_state(&old.identity.run_id, JobState::Cancelled, status.exit_code, Some(&replaced))?;
-            }
-            Ok(Ok(status)) => {
-                ledger.update_state(&old.identity.run_id, status.state, status.exit_code, status.message.as_deref())?;
-            }
-            Ok(Err(e)) => {
-                ctx.info(format!("theseus: warning: cannot tell whether run {} was replaced: {e}", old.identity.run_id))
-            }
-            Err(_) => {
-                ctx.info(format!("theseus: warning: status of run {} did not answer in time", old.identity.run_id))
-            }
-        }
-    }
-    Ok(())
+    // A job that does not start within its backend's start timeout, or can never start, is cancelled.
+    let options = FollowOptions::to_end(&*solved.backend, None);
+    follow(ctx, &solved.backend, &ledger, (&handle, &identity.run_id), options).await
 }
 
 fn dry_run(
@@ -180,7 +82,7 @@ fn dry_run(
     let env_shown: Vec<_> =
         job.env.iter().map(|v| json!({"name": v.name, "value": v.display_value(), "secret": v.secret})).collect();
     if ctx.output == OutputFormat::Json {
-        super::print_json(&json!({
+        print_json(&json!({
             "dry_run": true,
             "identity": identity,
             "plan": plan,

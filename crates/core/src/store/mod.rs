@@ -24,7 +24,7 @@
 //! objects, so a tampered object is never linked into a later run.
 //!
 //! The pure parts (keys, which objects to send, the archives) live in [`plan`] and [`archive`];
-//! [`ship`] drives a [`Shell`]; [`LocalShell`] runs the scripts on this machine, and
+//! [`ship()`] drives a [`Shell`]; [`LocalShell`] runs the scripts on this machine, and
 //! [`ship_local`] does the same three steps in-process, for the local backend.
 
 use std::fmt;

@@ -2,16 +2,16 @@
 //! give up. A pod that cannot start (image pull, `CrashLoopBackOff`, a missing Secret or PVC)
 //! or a gang that is not admitted never produces a log line, so the follow loop asks the
 //! backend's `status` while the job is pending and prints its reason; after the backend's start
-//! timeout ([`theseus_core::backend::Backend::start_timeout`]) `submit --follow` cancels the job
-//! with that reason. This is the decision logic only (no clock, no IO): the loop in `jobs.rs` feeds it.
+//! timeout ([`crate::backend::Backend::start_timeout`]) `submit --follow` cancels the job
+//! with that reason. This is the decision logic only (no clock, no IO): [`super::follow()`] feeds it.
 
 use std::time::Duration;
 
-use theseus_core::backend::{JobState, JobStatus};
+use crate::backend::{JobState, JobStatus};
 
 /// What the follow loop does after one look at the job's status.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum StartStep {
+pub enum StartStep {
     /// Nothing new.
     Nothing,
     /// Print this reason (it changed).
@@ -24,7 +24,7 @@ pub(crate) enum StartStep {
 
 /// The state of watching one job start.
 #[derive(Debug)]
-pub(crate) struct StartProgress {
+pub struct StartProgress {
     timeout: Option<Duration>,
     last: Option<String>,
     started: bool,
@@ -32,27 +32,27 @@ pub(crate) struct StartProgress {
 
 impl StartProgress {
     /// Watching a job that gives up after `timeout` (`None`: never).
-    pub(crate) fn new(timeout: Option<Duration>) -> Self {
+    pub fn new(timeout: Option<Duration>) -> Self {
         StartProgress { timeout, last: None, started: false }
     }
 
     /// Whether the job has started, so its status need not be asked any more.
-    pub(crate) fn started(&self) -> bool {
+    pub fn started(&self) -> bool {
         self.started
     }
 
     /// Marks the job as started (a log line arrived).
-    pub(crate) fn mark_started(&mut self) {
+    pub fn mark_started(&mut self) {
         self.started = true;
     }
 
     /// The timeout, for messages.
-    pub(crate) fn timeout(&self) -> Option<Duration> {
+    pub fn timeout(&self) -> Option<Duration> {
         self.timeout
     }
 
     /// What to do about `status`, seen `elapsed` after following began.
-    pub(crate) fn observe(&mut self, status: &JobStatus, elapsed: Duration) -> StartStep {
+    pub fn observe(&mut self, status: &JobStatus, elapsed: Duration) -> StartStep {
         if self.started {
             return StartStep::Nothing;
         }

@@ -1,17 +1,21 @@
 //! What `plan`, `submit` and `repl` share: turning their arguments into a
-//! [`JobSpec`] for core's [`Dispatcher`], and showing the dispatcher's [`Event`]s on stderr.
-//! The flow itself (solve, prepare, submit with its ledger record) is core's
-//! ([`theseus_core::dispatch`]).
+//! [`JobSpec`] for core's [`Dispatcher`], showing the dispatcher's [`Event`]s on stderr, and
+//! preparing and submitting a job with the CLI's checks and messages ([`prepare_job`],
+//! [`submit_recorded`]). The flow itself (solve, prepare, submit with its ledger record) is
+//! core's ([`theseus_core::dispatch`]).
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use anyhow::{Result, anyhow};
+use anyhow::{Result, anyhow, bail};
 use serde_json::Value;
+use theseus_core::backend::{DynBackend, JobHandle, PreparedJob, RunLayout};
 use theseus_core::config::{DispatchConfig, LoadedConfig};
 use theseus_core::dispatch::{BackendFactory, DispatchError, Dispatcher, Event, JobSpec, Solved};
 use theseus_core::job::Experiment;
+use theseus_core::ledger::{Ledger, RunKind};
 use theseus_core::snapshot::SnapshotMode;
+use theseus_core::snapshot::size::SizeLimits;
 use theseus_core::solver::render;
 use theseus_core::store::ShipReport;
 
@@ -189,4 +193,67 @@ fn apply_resource_flags(ctx: &Context, loaded: &mut LoadedConfig, args: &JobArgs
         }
     }
     Ok(())
+}
+
+/// Solves (`experiment` given, e.g. by `repl`, else loaded from `job_args`), reports the plan
+/// and prepares the job: what the backend gets, and its layout.
+pub(crate) async fn prepare_job(
+    ctx: &Context,
+    dispatcher: &Dispatcher,
+    job_args: &JobArgs,
+    code: &Code,
+    experiment: Option<theseus_core::job::Experiment>,
+    probe: bool,
+) -> Result<(Solved, PreparedJob, RunLayout)> {
+    let solved = solve(ctx, dispatcher, job_args, experiment, code, probe).await?;
+    dispatcher.report_plan(&solved);
+    let (job, layout) = dispatcher.prepare(&solved).map_err(lift)?;
+    check_sizes(ctx, &job.snapshot)?;
+    Ok((solved, job, layout))
+}
+
+/// Warns about large files in the code, or refuses ones over the limit (see
+/// [`theseus_core::snapshot::size`]), before anything is created.
+pub(crate) fn check_sizes(ctx: &Context, snapshot: &theseus_core::snapshot::Snapshot) -> Result<()> {
+    let limits = SizeLimits::from_env(|name| std::env::var(name).ok())?;
+    for warning in snapshot.check_sizes(&limits)? {
+        ctx.info(format!("theseus: warning: {warning}"));
+    }
+    Ok(())
+}
+
+/// Core's submit with its ledger record; a name held by a live run says how to replace it.
+pub(crate) async fn submit_recorded(
+    dispatcher: &Dispatcher,
+    ledger: &Ledger,
+    config: &DispatchConfig,
+    backend: &Arc<DynBackend>,
+    job: &PreparedJob,
+    kind: RunKind,
+    replace: bool,
+) -> Result<JobHandle> {
+    let submitted = dispatcher.submit(ledger, backend, job, kind, replace).await;
+    // The run's host as configured now, for `status`, `logs` and `cancel` without `-d FILE`.
+    if let Some(snapshot) = crate::runs::host_snapshot(config, &job.plan.host)
+        && let Err(e) = ledger.set_host_config(&job.identity.run_id, &snapshot)
+    {
+        tracing::warn!("cannot keep the host config of run {}: {e}", job.identity.run_id);
+    }
+    match submitted {
+        Ok(handle) => Ok(handle),
+        Err(DispatchError::Failed(e @ theseus_core::Error::AlreadyExists { .. })) if replace => {
+            // Only a run still being submitted refuses a `--replace`: it is stopped once started.
+            bail!("{e}; nothing of this run was created: submit again with --replace once that run has started")
+        }
+        Err(DispatchError::Failed(e @ theseus_core::Error::AlreadyExists { .. })) => {
+            bail!("{e}; pass --replace to stop it and submit, or pick another name")
+        }
+        // The host refused before anything of the run existed (its kubeconfig, connection,
+        // credentials or queue): not a run that failed, so it leaves no ledger row.
+        Err(DispatchError::Failed(e)) if e.nothing_created() => {
+            ledger.delete(&job.identity.run_id)?;
+            bail!("{e}")
+        }
+        Err(e) => Err(lift(e)),
+    }
 }

@@ -1,0 +1,47 @@
+//! What several commands print the same way on stdout: JSON, a run's status, a line of a run's
+//! output.
+
+use anyhow::Result;
+use serde_json::json;
+use theseus_core::backend::{JobStatus, LogLine};
+use theseus_core::ledger::Record;
+
+use crate::args::OutputFormat;
+use crate::context::Context;
+
+/// Prints a value as pretty JSON on stdout.
+pub(crate) fn print_json<T: serde::Serialize>(value: &T) -> Result<()> {
+    println!("{}", serde_json::to_string_pretty(value)?);
+    Ok(())
+}
+
+/// Prints the state of `record`'s run (`status`, `cancel`): JSON, or a line with its message
+/// and, for several ranks, one line per rank.
+pub(crate) fn print_status(ctx: &Context, record: &Record, status: &JobStatus) -> Result<()> {
+    if ctx.output == OutputFormat::Json {
+        return print_json(
+            &json!({"name": record.identity.name, "run_id": record.identity.run_id, "host": record.host, "status": status}),
+        );
+    }
+    let code = status.exit_code.map(|c| format!(" (exit code {c})")).unwrap_or_default();
+    println!("{} {} on {}: {}{}", record.identity.name, record.identity.run_id, record.host, status.state, code);
+    if let Some(m) = &status.message {
+        println!("  {m}");
+    }
+    if status.ranks.len() > 1 {
+        for r in &status.ranks {
+            let code = r.exit_code.map(|c| format!(" (exit code {c})")).unwrap_or_default();
+            println!("  rank {}: {}{}", r.rank, r.state, code);
+        }
+    }
+    Ok(())
+}
+
+/// Prints a line of a run's output, prefixed with where it came from when that is known.
+pub(crate) fn print_line(line: &LogLine) {
+    match (&line.source, line.rank) {
+        (Some(source), _) => println!("[{source}] {}", line.text),
+        (None, Some(r)) => println!("[rank-{r}] {}", line.text),
+        (None, None) => println!("{}", line.text),
+    }
+}

@@ -1,0 +1,156 @@
+//! A run's state now ([`refresh`]), and every live run's at once ([`refresh_live`]): the
+//! backend is asked, a record left `submitting` by a client that stopped is settled, and what
+//! was learned is stored in the ledger.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{LifecycleError, STOPPED_DURING_SUBMIT, save, status_of, stopped_during_submit};
+use crate::backend::{DynBackend, JobState, JobStatus};
+use crate::ledger::{Ledger, Record, is_placeholder};
+
+/// The state of a run now: asks its backend (within `within`), settles a record left
+/// `submitting` by a client that stopped, and stores what it learned in the ledger.
+pub async fn refresh(
+    ledger: &Ledger,
+    record: &Record,
+    backend: &Arc<DynBackend>,
+    within: Duration,
+) -> Result<JobStatus, LifecycleError> {
+    let run_id = &record.identity.run_id;
+    if record.state == JobState::Submitting {
+        if ledger.submit_in_progress(run_id) {
+            return Ok(status_of(JobState::Submitting, "another theseus is submitting it right now".into()));
+        }
+        if is_placeholder(&record.handle) {
+            let status = status_of(
+                JobState::Unknown,
+                format!(
+                    "{STOPPED_DURING_SUBMIT}; host `{}` cannot look the run up from what was recorded before submit",
+                    record.host
+                ),
+            );
+            save(ledger, run_id, &status)?;
+            return Ok(status);
+        }
+    }
+    let answer = tokio::time::timeout(within, backend.status(&record.handle))
+        .await
+        .map_err(|_| LifecycleError::NoAnswer { host: record.host.clone(), run_id: run_id.clone(), within })?;
+    let status = match answer {
+        Ok(status) => status,
+        // Backends that delete finished, cancelled or replaced jobs (Volcano) cannot report them
+        // any more: the ledger's last known state is the answer, and says so.
+        Err(crate::Error::NotFound { what }) => {
+            let status = match record.state {
+                state if state.is_terminal() => JobStatus {
+                    state,
+                    exit_code: record.exit_code,
+                    message: Some(format!("last known state; {what} no longer exists")),
+                    ranks: Vec::new(),
+                },
+                JobState::Submitting => status_of(
+                    JobState::Unknown,
+                    format!("{STOPPED_DURING_SUBMIT}; host `{}` has no such run ({what} not found)", record.host),
+                ),
+                JobState::Unknown => status_of(
+                    JobState::Unknown,
+                    record.message.clone().unwrap_or_else(|| format!("{what} no longer exists")),
+                ),
+                _ => status_of(
+                    JobState::Unknown,
+                    format!("{what} no longer exists on host `{}` (replaced, deleted or cleaned up)", record.host),
+                ),
+            };
+            if !record.state.is_terminal() {
+                save(ledger, run_id, &status)?;
+            }
+            return Ok(status);
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let mut status = status;
+    if status.state == JobState::Submitting && stopped_during_submit(ledger, record) {
+        // The backend sees a submit under way (its claim, its helper); the ledger knows that
+        // the client doing it is gone (its lock is free), so it will never finish.
+        let seen = status.message.take().unwrap_or_else(|| "the submit had started".into());
+        status = status_of(JobState::Unknown, format!("{STOPPED_DURING_SUBMIT}; host `{}` says: {seen}", record.host));
+    }
+    if record.state.is_terminal() && status.state == record.state && record.message.is_some() {
+        // The ledger's reason ("replaced by run R") says more than the backend's ("cancelled").
+        status.message = record.message.clone();
+    }
+    save(ledger, run_id, &status)?;
+    Ok(status)
+}
+
+/// What [`refresh_live`] could not learn.
+#[derive(Debug, Default)]
+pub struct LiveRefresh {
+    /// Rows left in their last known state: run id to why.
+    pub unanswered: HashMap<String, String>,
+    /// Each host that could not be asked or did not answer, once, by host name.
+    pub silent: Vec<SilentHost>,
+}
+
+/// A host whose live runs are shown as last known.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SilentHost {
+    /// The host.
+    pub host: String,
+    /// Why (its first failure).
+    pub reason: String,
+    /// How many of its rows that leaves as they were.
+    pub rows: usize,
+}
+
+/// Asks the backends about every row of `records` that is not terminal, all at once, each
+/// within `within(host)`, and updates the rows: a row is never shown live when its backend no
+/// longer has the run. `backend_of` makes the backend of a row's host (asked once per host);
+/// rows whose backend cannot be made, or does not answer in time, keep their last known state
+/// and are returned with their hosts.
+pub async fn refresh_live(
+    ledger: &Ledger,
+    records: &mut [Record],
+    mut backend_of: impl FnMut(&Record) -> Result<Arc<DynBackend>, String>,
+    within: impl Fn(&str) -> Duration,
+) -> LiveRefresh {
+    let mut unanswered = HashMap::new();
+    let mut backends: HashMap<String, Result<Arc<DynBackend>, String>> = HashMap::new();
+    let mut asks = Vec::new();
+    // Per host: why it could not be asked, and how many rows that leaves as they were.
+    let mut silent: BTreeMap<String, (String, usize)> = BTreeMap::new();
+    for (i, record) in records.iter().enumerate().filter(|(_, r)| !r.state.is_terminal()) {
+        let backend = backends.entry(record.host.clone()).or_insert_with(|| backend_of(record)).clone();
+        match backend {
+            Ok(backend) => {
+                let within = within(&record.host);
+                asks.push(async move { (i, refresh(ledger, record, &backend, within).await) })
+            }
+            Err(reason) => {
+                silent.entry(record.host.clone()).or_insert((reason.clone(), 0)).1 += 1;
+                unanswered.insert(record.identity.run_id.clone(), reason);
+            }
+        }
+    }
+    let answers = futures::future::join_all(asks).await;
+    for (i, answer) in answers {
+        let record = &mut records[i];
+        match answer {
+            Ok(status) => {
+                record.state = status.state;
+                record.exit_code = status.exit_code;
+                record.message = status.message;
+            }
+            Err(e) => {
+                let reason = super::with_causes(&e);
+                tracing::debug!("list: {reason}");
+                silent.entry(record.host.clone()).or_insert((reason.clone(), 0)).1 += 1;
+                unanswered.insert(record.identity.run_id.clone(), reason);
+            }
+        }
+    }
+    let silent = silent.into_iter().map(|(host, (reason, rows))| SilentHost { host, reason, rows }).collect();
+    LiveRefresh { unanswered, silent }
+}
