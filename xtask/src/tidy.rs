@@ -8,6 +8,7 @@ use anyhow::{Result, bail};
 
 mod docs;
 mod imports;
+mod kinds;
 mod rules;
 mod source;
 
@@ -24,6 +25,7 @@ pub(crate) fn check(root: &Path) -> Result<()> {
     let mut broken = rules::impure_uses(root);
     broken.extend(rules::anyhow_in_libraries(root));
     broken.extend(docs::missing_names(root));
+    broken.extend(kinds::named_kinds(root));
     if !broken.is_empty() {
         bail!(
             "repository rules broken (pure modules do no IO: move the IO to the caller; libraries use thiserror; \

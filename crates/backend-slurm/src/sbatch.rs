@@ -6,7 +6,8 @@
 //! a backslash or a control character is rejected instead. Values in the script body go through
 //! [`shell::quote`].
 
-use theseus_core::config::SlurmHost;
+use crate::config::SlurmHost;
+use crate::placement::SlurmPlacement;
 use theseus_core::shell;
 use theseus_core::solver::Plan;
 use thiserror::Error;
@@ -68,7 +69,7 @@ pub struct Directives {
     pub gres: Option<String>,
     /// `--mem` per node.
     pub mem: String,
-    /// `--time`: the host's `time:`, else [`theseus_core::config::DEFAULT_SLURM_TIME`].
+    /// `--time`: the host's `time:`, else [`crate::config::DEFAULT_SLURM_TIME`].
     pub time: Option<String>,
     /// `--account`.
     pub account: Option<String>,
@@ -93,11 +94,12 @@ impl Directives {
         if plan.nodes == 0 {
             return Err(SbatchError::NoNodes);
         }
-        let gres = (plan.chips_per_node > 0).then(|| match &plan.gres_type {
+        let placement = SlurmPlacement::of(plan);
+        let gres = (plan.chips_per_node > 0).then(|| match &placement.gres_type {
             Some(ty) => format!("gpu:{ty}:{}", plan.chips_per_node),
             None => format!("gpu:{}", plan.chips_per_node),
         });
-        let partition_constraint = plan
+        let partition_constraint = placement
             .partition
             .as_deref()
             .and_then(|p| host.partitions.iter().find(|c| c.name() == p))
@@ -105,7 +107,7 @@ impl Directives {
         let d = Directives {
             job_name: job_name.to_owned(),
             comment: None,
-            partition: plan.partition.clone(),
+            partition: placement.partition.clone(),
             nodes: plan.nodes,
             gres,
             mem: host.mem.clone().unwrap_or_else(|| DEFAULT_MEM.to_owned()),

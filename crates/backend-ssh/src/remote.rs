@@ -15,8 +15,9 @@ use std::time::Duration;
 use theseus_core::availability::Availability;
 use theseus_core::backend::{JobHandle, LogLine, LogStream, PortStream, PreparedJob, RunLayout, SubmitOptions};
 use theseus_core::bootstrap::Launch;
-use theseus_core::config::{ClusterConfig, HostKind, PlainHost, SlurmHost};
+use theseus_core::config::ClusterConfig;
 use theseus_core::job::JobIdentity;
+use theseus_core::plan::HostKind;
 use theseus_core::session::{ShellProgram, ShellSession};
 use theseus_core::solver::Plan;
 use theseus_core::store::ExtraFile;
@@ -38,28 +39,6 @@ pub trait HostEntry: fmt::Debug + Send + Sync {
     fn ssh(&self) -> &str;
     /// The name of the host's cluster.
     fn cluster(&self) -> &str;
-}
-
-impl HostEntry for PlainHost {
-    const KIND: &'static str = "plain";
-    const HOST_KIND: HostKind = HostKind::Plain;
-    fn ssh(&self) -> &str {
-        &self.ssh
-    }
-    fn cluster(&self) -> &str {
-        &self.cluster
-    }
-}
-
-impl HostEntry for SlurmHost {
-    const KIND: &'static str = "slurm";
-    const HOST_KIND: HostKind = HostKind::Slurm;
-    fn ssh(&self) -> &str {
-        &self.ssh
-    }
-    fn cluster(&self) -> &str {
-        &self.cluster
-    }
 }
 
 /// The settings of a backend reached over SSH.
@@ -409,7 +388,8 @@ mod tests {
 
     #[test]
     fn plain_and_slurm_paths_must_be_absolute_or_have_a_home() {
-        let plain = PlainHost { ssh: "box".into(), cluster: "c".into(), ..PlainHost::default() };
+        let plain =
+            crate::plain::PlainHost { ssh: "box".into(), cluster: "c".into(), ..crate::plain::PlainHost::default() };
         paths_must_be_absolute_or_have_a_home(plain, crate::plain::Settings::default(), |s| {
             s.remote_home = Some("/home/u".into())
         });
@@ -421,7 +401,20 @@ mod tests {
             claim_stale: Duration,
         }
         remote_settings!(SlurmSettings);
-        let slurm = SlurmHost { ssh: "login".into(), cluster: "c".into(), ..SlurmHost::default() };
+        /// A host entry like Slurm's, as far as this module sees it.
+        #[derive(Debug, Clone)]
+        struct SlurmEntry;
+        impl HostEntry for SlurmEntry {
+            const KIND: &'static str = "slurm";
+            const HOST_KIND: HostKind = HostKind::named("slurm");
+            fn ssh(&self) -> &str {
+                "login"
+            }
+            fn cluster(&self) -> &str {
+                "c"
+            }
+        }
+        let slurm = SlurmEntry;
         paths_must_be_absolute_or_have_a_home(slurm, SlurmSettings::default(), |s| {
             s.remote_home = Some("/home/u".into())
         });

@@ -7,6 +7,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
+use crate::config::VolcanoHost;
 use futures::{Stream, StreamExt, TryStreamExt};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Event, Node, Pod, Secret};
@@ -16,7 +17,6 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use theseus_core::config::VolcanoHost;
 
 use crate::client::{self, RetryPolicy, Transient, retry_counted, transport_detail};
 use crate::error::VolcanoError;

@@ -4,9 +4,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::config::VolcanoHost;
 use k8s_openapi::api::core::v1::{Container, Node, Pod};
 use theseus_core::availability::Availability;
-use theseus_core::config::VolcanoHost;
 use theseus_core::solver::{ChipRequest, Request};
 
 use crate::api::Cluster;

@@ -10,7 +10,9 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use theseus_core::config::{VolcanoHost, expand_tilde};
+use theseus_core::config::expand_tilde;
+
+use crate::config::VolcanoHost;
 
 use crate::error::{VolcanoError, config_error};
 use crate::kubeconfig::{context_namespace, from_kubeconfig, merged, read};

@@ -3,10 +3,10 @@
 
 use k8s_openapi::api::core::v1::{Container, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use theseus_core::config::VolcanoHost;
 use theseus_core::job::{JobIdentity, k8s_name};
 use theseus_core::shell::quote;
 
+use crate::config::VolcanoHost;
 use crate::render::{LABEL_ROLE, RenderError, pod_spec, queue, run_labels, workspace_mount, workspace_volume};
 use crate::resources::helper_resources;
 use crate::types::{Job, JobSpec, TaskSpec};

@@ -13,6 +13,7 @@ pub mod availability;
 mod backend;
 pub mod claim;
 pub mod client;
+pub mod config;
 pub mod credential;
 mod delete;
 pub mod diagnose;
@@ -22,6 +23,7 @@ pub mod fit;
 mod gc;
 mod handle;
 pub mod helper;
+pub mod host;
 mod kubeconfig;
 pub mod log_cursor;
 mod logs;
@@ -31,6 +33,7 @@ pub mod reclaim;
 pub mod render;
 mod resources;
 pub mod retry;
+pub mod rule;
 pub mod ship;
 pub mod status;
 pub mod store_shell;
@@ -38,11 +41,13 @@ pub mod types;
 mod validate;
 
 pub use api::{Cluster, PodGroup, PodLogOptions, Queue};
-pub use backend::{Settings, VolcanoBackend};
+pub use backend::{Settings, VolcanoBackend, WIRING};
 pub use client::RetryPolicy;
+pub use config::{KIND, Toleration, VolcanoHost};
 pub use error::VolcanoError;
 pub use handle::HandleData;
 pub use helper::{helper_name, render_helper};
+pub use host::VolcanoType;
 pub use quantity::{InvalidQuantity, Quantity};
 pub use render::{
     JobInputs, RenderError, RenderOptions, RenderedJob, job_name, owner_reference, redacted, render_job, render_secret,

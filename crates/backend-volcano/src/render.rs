@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::config::VolcanoHost;
 use k8s_openapi::api::core::v1::{
     Affinity, Container, EmptyDirVolumeSource, EnvVar as K8sEnvVar, EnvVarSource, LocalObjectReference,
     PersistentVolumeClaimVolumeSource, PodAffinity, PodAffinityTerm, PodSpec, PodTemplateSpec, ResourceRequirements,
@@ -12,7 +13,6 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use theseus_core::backend::{EnvVar, RunLayout};
-use theseus_core::config::VolcanoHost;
 use theseus_core::job::{JobIdentity, k8s_name};
 use theseus_core::shell::quote;
 use theseus_core::solver::Plan;

@@ -2,7 +2,9 @@
 //! Kubernetes quantities, helper resources, label and node-selector syntax and tolerations, so a
 //! host that passes renders manifests the apiserver accepts. Errors name the key.
 
-use theseus_core::config::{ClusterConfig, Toleration, VolcanoHost};
+use theseus_core::config::ClusterConfig;
+
+use crate::config::{Toleration, VolcanoHost};
 
 use crate::quantity::Quantity;
 use crate::resources::helper_resources;

@@ -43,6 +43,7 @@ impl Context {
             project_start: std::env::current_dir().ok(),
             env: std::env::vars().collect(),
             cli,
+            host_types: backends::registry(),
         };
         Ok(Context { home, output: global.output, quiet: global.quiet, state_dir, sources })
     }

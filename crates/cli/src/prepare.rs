@@ -8,8 +8,9 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use anyhow::{Result, anyhow, bail};
+use serde_json::Value;
 use theseus_core::backend::{DynBackend, JobHandle, PreparedJob, RunLayout};
-use theseus_core::config::{DispatchConfig, HostConfig, LoadedConfig};
+use theseus_core::config::{DispatchConfig, LoadedConfig};
 use theseus_core::dispatch::{BackendFactory, DispatchError, Dispatcher, Event, JobSpec, Solved};
 use theseus_core::job::Experiment;
 use theseus_core::ledger::{Ledger, RunKind};
@@ -130,11 +131,9 @@ pub(crate) async fn solve(
     let mut loaded = ctx.config()?;
     apply_resource_flags(&mut loaded, args)?;
     if args.oversubscribe {
-        for host in loaded.config.hosts.values_mut() {
-            if let HostConfig::Local(local) = host {
-                local.oversubscribe = true;
-            }
-        }
+        crate::backends::registry()
+            .apply_override(&mut loaded.config, "oversubscribe", &Value::Bool(true))
+            .map_err(|e| anyhow!("{}: {} (after --oversubscribe was applied)", e.path, e.message))?;
     }
     theseus_core::job::validate_name("job name", &args.name)?;
     let mut experiment = match experiment {
@@ -169,44 +168,28 @@ pub(crate) fn render_unanswered(unanswered: &[(String, String)]) -> String {
     unanswered.iter().map(|(host, reason)| format!("unknown: {host}: {reason}\n")).collect()
 }
 
-/// `--volcano-image`, `--volcano-namespace`, `--cpu` and `--mem` applied to every host they
-/// concern (the solver has not picked one yet), each checked like the config key it replaces.
+/// `--volcano-image`, `--volcano-namespace`, `--cpu` and `--mem` applied to every host whose type
+/// understands them (the solver has not picked one yet; see `HostType::overrides`), each
+/// checked like the config key it replaces.
 fn apply_resource_flags(loaded: &mut LoadedConfig, args: &JobArgs) -> Result<()> {
-    for (name, host) in loaded.config.hosts.iter_mut() {
-        match host {
-            HostConfig::Volcano(v) => {
-                if let Some(image) = &args.volcano_image {
-                    v.image = image.clone();
-                }
-                if let Some(ns) = &args.volcano_namespace {
-                    v.namespace = ns.clone();
-                }
-                if let Some(cpu) = &args.cpu {
-                    v.cpu = Some(cpu.clone());
-                    v.cpu_cpu = Some(cpu.clone());
-                }
-                if let Some(mem) = &args.mem {
-                    v.memory = Some(mem.clone());
-                    v.cpu_memory = Some(mem.clone());
-                }
-                if args.volcano_image.is_some()
-                    || args.volcano_namespace.is_some()
-                    || args.cpu.is_some()
-                    || args.mem.is_some()
-                {
-                    theseus_backend_volcano::validate_host(name, v).map_err(|e| {
-                        anyhow!(
-                            "{e} (after --volcano-image/--volcano-namespace/--cpu/--mem were applied; fix the flag)"
-                        )
-                    })?;
-                }
-            }
-            HostConfig::Slurm(s) => {
-                if let Some(mem) = &args.mem {
-                    s.mem = Some(mem.clone());
-                }
-            }
-            HostConfig::Plain(_) | HostConfig::Local(_) => {}
+    const FLAGS: &str = "--volcano-image/--volcano-namespace/--cpu/--mem";
+    let registry = crate::backends::registry();
+    let mut changed = Vec::new();
+    for (name, flag) in
+        [("image", &args.volcano_image), ("namespace", &args.volcano_namespace), ("cpu", &args.cpu), ("mem", &args.mem)]
+    {
+        let Some(value) = flag else { continue };
+        let hosts = registry
+            .apply_override(&mut loaded.config, name, &Value::String(value.clone()))
+            .map_err(|e| anyhow!("{}: {} (after {FLAGS} were applied; fix the flag)", e.path, e.message))?;
+        changed.extend(hosts);
+    }
+    for (name, host) in &loaded.config.hosts {
+        if changed.contains(name)
+            && let Some(cluster) = loaded.config.clusters.get(host.cluster())
+            && let Err(e) = host.check(name, cluster)
+        {
+            anyhow::bail!("{}: {} (after {FLAGS} were applied; fix the flag)", e.path, e.message);
         }
     }
     Ok(())

@@ -8,19 +8,18 @@ use std::time::Duration;
 
 use anyhow::{Result, anyhow};
 use theseus_core::backend::DynBackend;
-use theseus_core::config::{DispatchConfig, HostConfig, HostKind, LoadedConfig, compat};
+use theseus_core::config::{self, DispatchConfig, HostKind, LoadedConfig, compat};
 use theseus_core::ledger::{Ledger, Record};
 use theseus_core::lifecycle::{self, STATUS_TIMEOUT, SilentHost};
 
 use crate::context::Context;
 
-/// How long `status` and `list` wait for `host`: a Volcano host's calls end at its `api_timeout`
+/// How long `status` and `list` wait for `host`: a host whose calls end at its `api_timeout`
 /// (naming it), so the wait outlasts that; other hosts get [`STATUS_TIMEOUT`].
 pub(crate) fn answer_within(loaded: Option<&LoadedConfig>, host: &str) -> Duration {
-    match loaded.and_then(|l| l.config.hosts.get(host)) {
-        Some(HostConfig::Volcano(v)) => theseus_backend_volcano::client::api_timeout(v)
-            .map_or(STATUS_TIMEOUT, |t| (t + Duration::from_secs(5)).max(STATUS_TIMEOUT)),
-        _ => STATUS_TIMEOUT,
+    match loaded.and_then(|l| l.config.hosts.get(host)).and_then(|h| h.api_timeout()) {
+        Some(t) => (t + Duration::from_secs(5)).max(STATUS_TIMEOUT),
+        None => STATUS_TIMEOUT,
     }
 }
 
@@ -60,10 +59,11 @@ pub(crate) fn backend_for(
         .host_config(&record.identity.run_id)
         .ok()
         .flatten()
-        .and_then(|value| serde_json::from_value(value).ok())
+        .and_then(|value| config::load::from_value(&value, &crate::backends::registry()).ok())
         .filter(|c: &DispatchConfig| c.hosts.contains_key(&record.host));
     let same_place = |recorded: &DispatchConfig| {
-        let current = host_snapshot(&loaded.config, &record.host).and_then(|v| serde_json::from_value(v).ok());
+        let current = host_snapshot(&loaded.config, &record.host)
+            .and_then(|v| config::load::from_value(&v, &crate::backends::registry()).ok());
         current.is_some_and(|current: DispatchConfig| {
             let (a, b) = (&current.hosts[&record.host], &recorded.hosts[&record.host]);
             a.kind() == b.kind() && current.clusters.get(a.cluster()) == recorded.clusters.get(b.cluster())
@@ -73,7 +73,7 @@ pub(crate) fn backend_for(
         ctx.backend(loaded, &record.host)?
     } else if let Some(recorded) = recorded {
         crate::backends::for_host(&recorded, &record.host, &ctx.home)?
-    } else if record.handle.kind == HostKind::Local {
+    } else if record.handle.kind == HostKind::LOCAL {
         // The host left the config; a local handle carries every path it needs.
         Arc::new(theseus_core::local::LocalBackend::new(
             &record.host,

@@ -30,18 +30,20 @@ pub enum Availability {
         /// Where the number came from, e.g. "nvidia-smi" or "queue capability".
         source: String,
     },
-    /// Slurm: free GPUs per node, per partition.
-    Slurm(SlurmAvailability),
+    /// Free GPUs per node, per partition (a scheduler's pools of nodes, e.g. Slurm's). Shown as
+    /// `slurm`, as it always was.
+    #[serde(rename = "slurm")]
+    Partitions(PartitionReport),
 }
 
-/// Free GPUs on a Slurm cluster, per partition and node (from `sinfo`).
+/// Free GPUs of a cluster, per partition and node (from the scheduler, e.g. `sinfo`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct SlurmAvailability {
-    /// Partitions as `sinfo` reports them.
+pub struct PartitionReport {
+    /// Partitions as the scheduler reports them.
     pub partitions: Vec<PartitionAvailability>,
 }
 
-/// One partition of a [`SlurmAvailability`].
+/// One partition of a [`PartitionReport`].
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct PartitionAvailability {
     /// Partition name (without the default marker `*`).

@@ -16,14 +16,15 @@ use crate::bootstrap::RenderedBootstrap;
 // Re-exported where they were first defined; they live below this module now.
 use crate::Result;
 pub use crate::bootstrap::RunLayout;
-use crate::config::HostKind;
 pub use crate::job::EnvVar;
 use crate::job::{Experiment, JobIdentity};
+use crate::plan::HostKind;
+use crate::plan::{Plan, Request};
 use crate::session::{ShellRequest, ShellSession};
 use crate::snapshot::Snapshot;
-use crate::solver::{Plan, Request};
 pub use crate::store::reclaim::{ReclaimKind, ReclaimOptions, ReclaimReport, ReclaimedItem, StoreUsage};
 pub use crate::store::sync::SyncReport;
+pub use crate::store::{ProgressFn, StatusFn};
 
 /// A backend: one configured host (a machine, a Slurm cluster, a Volcano queue, this machine).
 ///
@@ -120,6 +121,14 @@ pub trait Backend: Debug + Display + Send + Sync + 'static {
     async fn reclaim(&self, options: &ReclaimOptions) -> Result<ReclaimReport> {
         let _ = options;
         Err(crate::Error::NotSupported { operation: "reclaim", backend: self.to_string() })
+    }
+
+    /// Leftovers of crashed clients that this backend's platform keeps besides the store
+    /// (helper jobs and pods, stale claims), older than `older_than`: deleted, or only listed
+    /// when `dry_run`. `None`: this backend leaves none (the default).
+    async fn leftovers(&self, older_than: Duration, dry_run: bool) -> Result<Option<Vec<String>>> {
+        let _ = (older_than, dry_run);
+        Ok(None)
     }
 
     /// Space used on this host's cluster: its object store and run code dirs. The default is
@@ -256,9 +265,6 @@ impl SubmitOptions {
 /// See [`SubmitOptions::shipped`].
 pub type ShippedFn = std::sync::Arc<dyn Fn(&crate::store::ShipReport) + Send + Sync>;
 
-/// See [`SubmitOptions::status`].
-pub type StatusFn = std::sync::Arc<dyn Fn(&str) + Send + Sync>;
-
 impl Debug for SubmitOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SubmitOptions")
@@ -269,9 +275,6 @@ impl Debug for SubmitOptions {
             .finish()
     }
 }
-
-/// A progress callback: bytes done so far, total if known.
-pub type ProgressFn = std::sync::Arc<dyn Fn(u64, Option<u64>) + Send + Sync>;
 
 /// Per-call options of [`Backend::logs`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

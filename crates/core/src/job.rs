@@ -7,7 +7,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::config::validate;
+use crate::keys;
 use crate::{Error, Result, chips};
 
 /// An experiment file (YAML): what to run and how.
@@ -99,12 +99,12 @@ impl Experiment {
             })
         };
         let value: serde_json::Value = serde_saphyr::from_str(text)
-            .map_err(|e| fail("", &format!("invalid YAML: {}", crate::config::load::yaml_message(&e.to_string()))))?;
+            .map_err(|e| fail("", &format!("invalid YAML: {}", crate::keys::yaml_message(&e.to_string()))))?;
         let map = match &value {
             serde_json::Value::Object(map) => map,
             serde_json::Value::Null => return Err(fail("", "missing required key \"entrypoint\"")),
             other => {
-                return Err(fail("", &format!("expected a map, found {}", validate::kind_of(other))));
+                return Err(fail("", &format!("expected a map, found {}", keys::kind_of(other))));
             }
         };
         match map.get("entrypoint") {
@@ -124,7 +124,7 @@ impl Experiment {
                 }
             }
         }
-        let mut experiment: Experiment = validate::de_strict(value, "").map_err(|e| fail(&e.path, &e.message))?;
+        let mut experiment: Experiment = keys::de_strict(value, "").map_err(|e| fail(&e.path, &e.message))?;
         let empty = match &experiment.entrypoint {
             Entrypoint::Line(line) => line.trim().is_empty(),
             Entrypoint::Words(words) => words.is_empty() || words[0].is_empty(),
@@ -270,7 +270,7 @@ fn apply_override(config: &mut serde_json::Value, item: &str) -> std::result::Re
         serde_json::Value::String(String::new())
     } else {
         serde_saphyr::from_str::<serde_json::Value>(raw)
-            .map_err(|e| format!("invalid YAML value: {}", crate::config::load::yaml_message(&e.to_string())))?
+            .map_err(|e| format!("invalid YAML value: {}", crate::keys::yaml_message(&e.to_string())))?
     };
     if config.is_null() {
         *config = serde_json::Value::Object(serde_json::Map::new());

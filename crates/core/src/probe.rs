@@ -112,7 +112,7 @@ mod tests {
     #[async_trait]
     impl Backend for Probe {
         fn kind(&self) -> HostKind {
-            HostKind::Plain
+            HostKind::named("box")
         }
         fn layout(&self, _: &JobIdentity, _: &Plan) -> crate::Result<RunLayout> {
             Err(crate::backend::not_supported("layout", self))
@@ -187,17 +187,70 @@ mod tests {
         );
     }
 
+    /// A host with only a `probe_timeout`.
+    #[derive(Debug, Clone)]
+    struct Probed(Option<Duration>, std::collections::BTreeMap<String, String>);
+
+    impl crate::config::HostSettings for Probed {
+        fn kind(&self) -> HostKind {
+            HostKind::named("probed")
+        }
+        fn cluster(&self) -> &str {
+            "c"
+        }
+        fn env(&self) -> &std::collections::BTreeMap<String, String> {
+            &self.1
+        }
+        fn env_mut(&mut self) -> &mut std::collections::BTreeMap<String, String> {
+            &mut self.1
+        }
+        fn uv_groups(&self) -> &[String] {
+            &[]
+        }
+        fn probe_timeout(&self) -> Option<Duration> {
+            self.0
+        }
+        fn to_value(&self) -> serde_json::Value {
+            serde_json::json!({})
+        }
+        fn clone_box(&self) -> Box<dyn crate::config::HostSettings> {
+            Box::new(self.clone())
+        }
+        fn validate(&mut self, _path: &str) -> std::result::Result<(), crate::keys::KeyError> {
+            Ok(())
+        }
+        fn gpus(&self) -> crate::config::Gpus<'_> {
+            crate::config::Gpus::Unlisted
+        }
+        fn fit(
+            &self,
+            _gres_mapping: &std::collections::BTreeMap<String, String>,
+            _want: &crate::fit::Want,
+            _availability: &Availability,
+        ) -> crate::fit::Outcome {
+            crate::fit::Outcome::pass("never fits")
+        }
+        fn backend(
+            &self,
+            _name: &str,
+            _cluster: &crate::cluster::ClusterConfig,
+            _home: &std::path::Path,
+        ) -> Arc<crate::backend::DynBackend> {
+            unreachable!("not built in this test")
+        }
+    }
+
     #[test]
     fn the_flag_beats_the_host_key_which_beats_the_default() {
-        use crate::config::PlainHost;
-        let plain = |key: Option<&str>| {
-            HostConfig::Plain(PlainHost { probe_timeout: key.map(str::to_owned), ..PlainHost::default() })
+        let host = |key: Option<&str>| {
+            let timeout = key.map(|k| crate::duration::parse(k).unwrap());
+            HostConfig::new(Box::new(Probed(timeout, Default::default())))
         };
         let flag = Some(Duration::from_secs(9));
-        assert_eq!(budget(flag, &plain(Some("2s"))), Duration::from_secs(9));
-        assert_eq!(budget(None, &plain(Some("2s"))), Duration::from_secs(2));
-        assert_eq!(budget(None, &plain(None)), DEFAULT_TIMEOUT);
+        assert_eq!(budget(flag, &host(Some("2s"))), Duration::from_secs(9));
+        assert_eq!(budget(None, &host(Some("2s"))), Duration::from_secs(2));
+        assert_eq!(budget(None, &host(None)), DEFAULT_TIMEOUT);
         assert_eq!(DEFAULT_TIMEOUT, Duration::from_secs(5));
-        assert_eq!(budget(Some(Duration::ZERO), &plain(None)), MIN_TIMEOUT);
+        assert_eq!(budget(Some(Duration::ZERO), &host(None)), MIN_TIMEOUT);
     }
 }

@@ -9,6 +9,9 @@ use super::source;
 /// config validation, parsing and every renderer. A folder covers every `.rs` file under it.
 pub(crate) const PURE: &[&str] = &[
     "crates/core/src/solver",
+    "crates/core/src/fit.rs",
+    "crates/core/src/plan.rs",
+    "crates/core/src/keys",
     "crates/core/src/config/validate.rs",
     "crates/core/src/bootstrap/script.rs",
     "crates/core/src/bootstrap/enter.rs",
@@ -26,6 +29,11 @@ pub(crate) const PURE: &[&str] = &[
     "crates/backend-volcano/src/handle.rs",
     "crates/backend-ssh/src/parse",
     "crates/backend-slurm/src/sbatch.rs",
+    "crates/backend-slurm/src/config.rs",
+    "crates/backend-slurm/src/fit.rs",
+    "crates/backend-slurm/src/placement.rs",
+    "crates/backend-volcano/src/config.rs",
+    "crates/backend-volcano/src/rule.rs",
     "crates/backend-slurm/src/parse",
     "crates/backend-slurm/src/nodelist.rs",
 ];

@@ -1,7 +1,7 @@
-//! `sinfo` node listings → [`SlurmAvailability`]: GPUs configured and allocated per node and
+//! `sinfo` node listings → [`PartitionReport`]: GPUs configured and allocated per node and
 //! partition, and whether each node can take jobs.
 
-use theseus_core::availability::{NodeAvailability, PartitionAvailability, SlurmAvailability};
+use theseus_core::availability::{NodeAvailability, PartitionAvailability, PartitionReport};
 
 use super::ParseError;
 use crate::nodelist;
@@ -15,8 +15,8 @@ pub const SINFO_COMMAND: &str =
 /// Parses [`SINFO_COMMAND`] output. `free` counts only GPUs a job could get now: it is 0 on
 /// unusable and fully allocated (`alloc`) nodes. Partitions and nodes keep the order of their first line; a
 /// node listed in several partitions appears in each. Blank lines are skipped.
-pub fn parse(output: &str) -> Result<SlurmAvailability, ParseError> {
-    let mut avail = SlurmAvailability::default();
+pub fn parse(output: &str) -> Result<PartitionReport, ParseError> {
+    let mut avail = PartitionReport::default();
     for (idx, raw) in output.lines().enumerate() {
         let line = raw.trim();
         if line.is_empty() {
@@ -269,8 +269,8 @@ mod tests {
 
     #[test]
     fn empty_and_malformed_output() {
-        assert_eq!(parse("").unwrap(), SlurmAvailability::default());
-        assert_eq!(parse("\n  \n").unwrap(), SlurmAvailability::default());
+        assert_eq!(parse("").unwrap(), PartitionReport::default());
+        assert_eq!(parse("\n  \n").unwrap(), PartitionReport::default());
         for bad in [
             "node1 debug* gpu:h100:8 gpu:h100:0 idle",
             "node1|debug*|gpu:h100:8|idle",

@@ -3,7 +3,10 @@
 use std::process::Command;
 
 use theseus_core::chips;
-use theseus_core::config::{HostKind, PartitionConfig, PartitionDetail};
+use theseus_core::fit::Layout;
+
+use crate::config::{PartitionConfig, PartitionDetail};
+use crate::placement::SlurmPlacement;
 
 use super::*;
 
@@ -30,17 +33,19 @@ fn host() -> SlurmHost {
 }
 
 fn plan(nodes: u32, chips_per_node: u32, partition: &str, gres_type: Option<&str>) -> Plan {
+    let placed = SlurmPlacement { partition: Some(partition.into()), gres_type: gres_type.map(Into::into) }
+        .place(Layout { chips_per_node, ..Layout::default() });
     Plan {
         host: "lab".into(),
-        kind: HostKind::Slurm,
+        kind: crate::KIND,
         cluster: "lab".into(),
         chip: gres_type.and_then(chips::lookup),
         nodes,
         chips_per_node,
         processes_per_node: 1,
         total_chips: nodes * chips_per_node,
-        partition: Some(partition.into()),
-        gres_type: gres_type.map(Into::into),
+        placement: placed.placement,
+        placement_text: placed.placement_text,
         queued: false,
         notes: vec![],
         considered: vec![],

@@ -40,8 +40,11 @@ use theseus_core::backend::{
     Backend, DryRunDocument, JobHandle, JobState, JobStatus, LogOptions, LogStream, PreparedJob, RunLayout,
     SubmitOptions,
 };
-use theseus_core::bootstrap::{BOOTSTRAP_DIR, Launch};
-use theseus_core::config::{ClusterConfig, HostKind, SlurmHost, join};
+use theseus_core::bootstrap::{BOOTSTRAP_DIR, Launch, Wiring};
+use theseus_core::config::{ClusterConfig, join};
+use theseus_core::plan::HostKind;
+
+use crate::config::{KIND, SlurmHost};
 use theseus_core::job::JobIdentity;
 use theseus_core::solver::{Plan, Request};
 use theseus_core::store::ExtraFile;
@@ -54,6 +57,10 @@ use theseus_backend_ssh::ssh::{RemoteCommand, SshError, SshHost};
 
 use crate::parse::sinfo::{self, SINFO_COMMAND};
 use crate::sbatch::{self, Directives, SbatchPaths};
+
+/// How the tasks of a Slurm job find their rank: `SLURM_PROCID`, `SLURM_NTASKS`,
+/// `SLURM_LOCALID`, and the first node of `SLURM_JOB_NODELIST` as the coordinator.
+pub const WIRING: Wiring = Wiring { scheme: "slurm", shell: include_str!("../wiring.sh") };
 
 /// The batch script, relative to the work dir.
 pub const BATCH_SCRIPT: &str = ".theseus/job.sbatch";
@@ -226,7 +233,7 @@ impl SlurmBackend {
                 source: Some(Box::new(e)),
             })?;
         let port = match self.layout(&job.identity, &job.plan)?.launch {
-            Launch::Slurm { coordinator_port } => Some(coordinator_port),
+            Launch::Wired { coordinator_port, .. } => Some(coordinator_port),
             _ => None,
         };
         let materialize = stage_dir.map(|stage| -> Vec<String> {
@@ -387,7 +394,7 @@ impl SlurmBackend {
 #[async_trait]
 impl Backend for SlurmBackend {
     fn kind(&self) -> HostKind {
-        HostKind::Slurm
+        KIND
     }
 
     async fn reclaim(
@@ -412,8 +419,9 @@ impl Backend for SlurmBackend {
     }
 
     fn layout(&self, identity: &JobIdentity, plan: &Plan) -> Result<RunLayout> {
-        let mut layout =
-            self.remote.layout_with(identity, plan, |coordinator_port| Launch::Slurm { coordinator_port })?;
+        let mut layout = self
+            .remote
+            .layout_with(identity, plan, |coordinator_port| Launch::Wired { coordinator_port, wiring: WIRING })?;
         layout.log_file = self.run_paths(identity)?.log_file;
         Ok(layout)
     }
@@ -434,7 +442,7 @@ impl Backend for SlurmBackend {
             message: e.to_string(),
             source: Some(Box::new(e)),
         })?;
-        Ok(Availability::Slurm(avail))
+        Ok(Availability::Partitions(avail))
     }
 
     async fn submit(&self, job: &PreparedJob, options: &SubmitOptions) -> Result<JobHandle> {

@@ -126,7 +126,7 @@ mod tests {
                 share: Some(share.into()),
                 ..ClusterConfig::default()
             };
-            let host = theseus_core::config::SlurmHost { ssh: "hpc".into(), ..Default::default() };
+            let host = crate::config::SlurmHost { ssh: "hpc".into(), ..Default::default() };
             SlurmBackend::new("hpc", host, cluster)
         };
         let local = backend("/shared/me/.dispatch").run_paths(&identity).unwrap();

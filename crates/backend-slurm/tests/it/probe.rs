@@ -4,11 +4,11 @@
 
 use std::sync::Arc;
 
+use theseus_backend_slurm::SlurmHost;
 use theseus_backend_slurm::slurm::{Settings, SlurmBackend};
 use theseus_backend_ssh::ssh::SshHost;
 use theseus_backend_ssh::testing::{gpu_request, loopback_options, refused_port, unreached_cluster};
 use theseus_core::backend::Backend;
-use theseus_core::config::SlurmHost;
 
 #[tokio::test]
 async fn a_refused_port_fails_a_slurm_probe_after_exactly_one_connect_attempt() {

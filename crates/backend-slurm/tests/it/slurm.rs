@@ -14,6 +14,9 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use futures::StreamExt;
+use theseus_backend_slurm::SlurmHost;
+use theseus_backend_slurm::config::PartitionConfig;
+use theseus_backend_slurm::placement::SlurmPlacement;
 use theseus_backend_slurm::slurm::{Settings, SlurmBackend, SlurmHandleData};
 use theseus_backend_ssh::ssh::{Backoff, KnownHostsPolicy, SshHost, SshOptions};
 use theseus_core::availability::Availability;
@@ -22,7 +25,8 @@ use theseus_core::backend::{
 };
 use theseus_core::bootstrap::{self, BootstrapInput};
 use theseus_core::chips;
-use theseus_core::config::{ClusterConfig, DispatchConfig, HostConfig, HostKind, PartitionConfig, SlurmHost};
+use theseus_core::config::{ClusterConfig, DispatchConfig, HostConfig};
+use theseus_core::fit::Layout;
 use theseus_core::job::{Distributed, Entrypoint, Experiment, JobIdentity};
 use theseus_core::snapshot::{Snapshot, SnapshotMode};
 use theseus_core::solver::{self, ChipRequest, Plan, Request};
@@ -146,17 +150,24 @@ pub(crate) fn backend_of(
 }
 
 pub(crate) fn plan(partition: &str, nodes: u32, gpus_per_node: u32) -> Plan {
+    placed(partition, nodes, gpus_per_node, (gpus_per_node > 0).then(|| "h100".into()))
+}
+
+/// A plan on `partition` with GRES type `gres_type`.
+pub(crate) fn placed(partition: &str, nodes: u32, gpus_per_node: u32, gres_type: Option<String>) -> Plan {
+    let placed = SlurmPlacement { partition: Some(partition.into()), gres_type }
+        .place(Layout { chips_per_node: gpus_per_node, ..Layout::default() });
     Plan {
         host: "lab".into(),
-        kind: HostKind::Slurm,
+        kind: theseus_backend_slurm::KIND,
         cluster: "lab".into(),
         chip: None,
         nodes,
         chips_per_node: gpus_per_node,
         processes_per_node: 1,
         total_chips: nodes * gpus_per_node,
-        partition: Some(partition.into()),
-        gres_type: (gpus_per_node > 0).then(|| "h100".into()),
+        placement: placed.placement,
+        placement_text: placed.placement_text,
         queued: false,
         notes: vec![],
         considered: vec![],
@@ -257,7 +268,7 @@ async fn availability_from_live_sinfo_picks_the_partition_and_node_count() {
         host: None,
     };
     let avail = b.availability(&request(8)).await.unwrap();
-    let Availability::Slurm(slurm) = &avail else { panic!("not a slurm availability: {avail:?}") };
+    let Availability::Partitions(slurm) = &avail else { panic!("not a slurm availability: {avail:?}") };
     let mut names: Vec<_> = slurm.partitions.iter().map(|p| p.name.as_str()).collect();
     names.sort();
     assert_eq!(names, ["cpu", "gpu"]);
@@ -270,12 +281,17 @@ async fn availability_from_live_sinfo_picks_the_partition_and_node_count() {
 
     let mut config = DispatchConfig::default();
     config.clusters.insert("lab".into(), ClusterConfig { root: "/r".into(), work: "/w".into(), ..Default::default() });
-    config.hosts.insert("lab".into(), HostConfig::Slurm(host()));
+    config.hosts.insert("lab".into(), HostConfig::new(Box::new(host())));
     config.gres_mapping = BTreeMap::from([("h100".to_owned(), "h100".to_owned())]);
     let map = BTreeMap::from([("lab".to_owned(), avail.clone())]);
     let eight = solver::solve(&config, &request(8), &map).unwrap();
     assert_eq!(
-        (eight.partition.as_deref(), eight.nodes, eight.chips_per_node, eight.gres_type.as_deref()),
+        (
+            SlurmPlacement::of(&eight).partition.as_deref(),
+            eight.nodes,
+            eight.chips_per_node,
+            SlurmPlacement::of(&eight).gres_type.as_deref()
+        ),
         (Some("gpu"), 2, 4, Some("h100")),
         "{eight:?}"
     );
@@ -386,7 +402,7 @@ async fn jobs_slurm_rejects_surface_slurms_message_and_leave_nothing() {
     let (b, _) = backend(lab, "rejected", host());
     let cases = [
         (plan("nosuch", 1, 0), "Invalid partition name specified"),
-        (Plan { gres_type: Some("b200".into()), ..plan("gpu", 1, 1) }, "Requested node configuration is not available"),
+        (placed("gpu", 1, 1, Some("b200".into())), "Requested node configuration is not available"),
         (plan("gpu", 1, 9), "Requested node configuration is not available"),
     ];
     for (p, expected) in cases {

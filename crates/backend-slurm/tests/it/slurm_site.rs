@@ -34,7 +34,7 @@ fn is_job_id(id: &str) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_job_id_is_read_through_the_sites_sbatch_wrapper_and_the_time_limit_is_the_originals() {
     let Some(lab) = lab() else { return };
-    let (b, ssh) = backend(lab, "site-wrapper", theseus_core::config::SlurmHost { time: None, ..host() });
+    let (b, ssh) = backend(lab, "site-wrapper", theseus_backend_slurm::SlurmHost { time: None, ..host() });
     // The lab is as dirty as promised: the login node's sbatch is the site's wrapper, which
     // prints lines before and after the id, and the sessions carry the site's formats.
     let probe = RemoteCommand::script(

@@ -19,6 +19,7 @@
 //! One live job per (project, group, name): `submit` claims the name on the host before shipping
 //! anything, and starts the supervisor only while it still owns it (`crate::claim`).
 
+mod host;
 pub(crate) mod scripts;
 
 use std::time::Duration;
@@ -30,9 +31,10 @@ use theseus_core::backend::{
     Backend, JobHandle, JobStatus, LogLine, LogOptions, LogStream, PreparedJob, RunLayout, SubmitOptions,
 };
 use theseus_core::bootstrap::{BOOTSTRAP_DIR, Launch};
-use theseus_core::config::{HostKind, PlainHost, join};
+use theseus_core::config::join;
 use theseus_core::job::JobIdentity;
 use theseus_core::local::supervisor;
+use theseus_core::plan::HostKind;
 use theseus_core::solver::{ChipRequest, Plan, Request};
 use theseus_core::store::ExtraFile;
 use theseus_core::{Error, Result};
@@ -42,6 +44,8 @@ use crate::parse::nvidia_smi::{self, APPS_QUERY_COMMAND, GPU_QUERY_COMMAND};
 use crate::remote::SshBackend;
 use crate::run_dir::{self, Start};
 use crate::ssh::{RemoteCommand, SshError};
+
+pub use host::{KIND, PlainHost, PlainType};
 
 /// Knobs of the backend (defaults suit real machines; tests shorten them).
 #[derive(Debug, Clone)]
@@ -195,7 +199,7 @@ impl Backend for PlainBackend {
     }
 
     fn kind(&self) -> HostKind {
-        HostKind::Plain
+        KIND
     }
 
     async fn reclaim(

@@ -44,6 +44,17 @@ pub use error::{SshError, host_key_problem};
 pub use options::{KnownHostsPolicy, Mux, SshOptions};
 pub use stream::RemoteLines;
 
+/// The SSH connection to `destination` (an `~/.ssh/config` alias or `user@host`), with the
+/// host's connection keys; what they leave unset, the user's ssh config decides. With
+/// `THESEUS_SSH_CONFIG=FILE`, ssh reads FILE instead of `~/.ssh/config` (as `ssh -F FILE`).
+pub fn connect(destination: &str, settings: &theseus_core::config::SshSettings) -> Arc<SshHost> {
+    let mut options = SshOptions::from_settings(destination, settings);
+    if let Some(file) = std::env::var_os("THESEUS_SSH_CONFIG").filter(|f| !f.is_empty()) {
+        options.config_file = Some(file.into());
+    }
+    Arc::new(SshHost::new(options))
+}
+
 /// What a finished remote command left.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Output {

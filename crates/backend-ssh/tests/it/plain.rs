@@ -7,13 +7,14 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use theseus_backend_ssh::plain::PlainHost;
 use theseus_backend_ssh::plain::{PlainBackend, PlainHandleData, Settings};
 use theseus_backend_ssh::ssh::SshHost;
 use theseus_backend_ssh::testing::error_chain;
 use theseus_core::availability::Availability;
 use theseus_core::backend::{Backend, JobHandle, JobState, SubmitOptions};
 use theseus_core::chips;
-use theseus_core::config::{ClusterConfig, HostKind, PlainHost};
+use theseus_core::config::ClusterConfig;
 use theseus_core::snapshot::{Snapshot, SnapshotMode};
 use theseus_core::solver::{ChipRequest, Plan, Request};
 use theseus_core::testing::{self, Harness, ProcessProbe};
@@ -33,7 +34,7 @@ impl ProcessProbe for LocalProcProbe {
 }
 
 pub(crate) fn plan() -> Plan {
-    testing::cpu_plan("lab", HostKind::Plain, 1)
+    testing::cpu_plan("lab", theseus_backend_ssh::plain::KIND, 1)
 }
 
 pub(crate) struct Setup {

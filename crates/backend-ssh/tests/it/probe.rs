@@ -4,13 +4,13 @@
 
 use std::sync::Arc;
 
+use theseus_backend_ssh::plain::PlainHost;
 use theseus_backend_ssh::plain::{PlainBackend, Settings};
 use theseus_backend_ssh::ssh::{RemoteCommand, SshHost};
 use theseus_backend_ssh::testing::{
     cpu_request, error_chain, gpu_request, loopback_options, refused_port, unreached_cluster,
 };
 use theseus_core::backend::Backend;
-use theseus_core::config::PlainHost;
 
 #[tokio::test]
 async fn a_refused_port_fails_a_plain_probe_after_exactly_one_connect_attempt() {

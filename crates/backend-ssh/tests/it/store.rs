@@ -10,13 +10,14 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+use theseus_backend_ssh::plain::PlainHost;
 use theseus_backend_ssh::plain::{PlainBackend, PlainHandleData};
 use theseus_backend_ssh::ssh::SshHost;
 use theseus_backend_ssh::testing::{
     Seen, assert_run_dir_is, code_tree, error_chain, files_under, job_of, log_lines, write_file,
 };
 use theseus_core::backend::{Backend, JobHandle, JobState, JobStatus, PreparedJob, SubmitOptions};
-use theseus_core::config::{ClusterConfig, PlainHost};
+use theseus_core::config::ClusterConfig;
 use theseus_core::store::Materialize;
 
 use crate::plain::{plan, quick};

@@ -6,11 +6,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use theseus_backend_ssh::plain::PlainHost;
 use theseus_backend_ssh::plain::{PlainBackend, Settings};
 use theseus_backend_ssh::ssh::{Backoff, KnownHostsPolicy, RemoteCommand, SshHost, SshOptions};
 use theseus_core::availability::Availability;
 use theseus_core::backend::Backend;
-use theseus_core::config::{ClusterConfig, PlainHost};
+use theseus_core::config::ClusterConfig;
 use theseus_core::solver::{ChipRequest, Request};
 
 use crate::require_lab;

@@ -14,8 +14,11 @@ use theseus_core::backend::{
     Backend, DryRunDocument, JobHandle, JobState, JobStatus, LogOptions, LogStream, PreparedJob, RunLayout,
     SubmitOptions,
 };
-use theseus_core::bootstrap::{DataDirs, Launch};
-use theseus_core::config::{ClusterConfig, HostKind, VolcanoHost, join};
+use theseus_core::bootstrap::{DataDirs, Launch, Wiring};
+use theseus_core::config::{ClusterConfig, join};
+use theseus_core::plan::HostKind;
+
+use crate::config::{KIND, VolcanoHost};
 use theseus_core::job::JobIdentity;
 use theseus_core::solver::{Plan, Request};
 use tokio::sync::OnceCell;
@@ -27,6 +30,10 @@ use crate::helper::render_helper;
 use crate::render::{JobInputs, RenderOptions, redacted, render_job};
 use crate::status::{GroupCondition, Observed, summarize};
 use crate::types::Job;
+
+/// How the pods of a Volcano job find their rank: the worker hosts from `VC_WORKER_HOSTS` (else
+/// the host file Volcano mounts, `/etc/volcano/worker.host`) and the rank from `VC_TASK_INDEX`.
+pub const WIRING: Wiring = Wiring { scheme: "volcano", shell: include_str!("../wiring.sh") };
 
 /// Timeouts and knobs of the backend (defaults suit real clusters; tests shorten them).
 #[derive(Debug, Clone)]
@@ -187,7 +194,7 @@ impl VolcanoBackend {
                 checkpoints: cluster.checkpoints_dir(),
                 results: cluster.results_dir(),
             },
-            launch: Launch::Volcano { coordinator_port: self.host.coordinator_port },
+            launch: Launch::Wired { coordinator_port: self.host.coordinator_port, wiring: WIRING },
         })
     }
 
@@ -242,7 +249,7 @@ impl VolcanoBackend {
 
     /// Handle data of a handle of this backend.
     pub(crate) fn handle_data(&self, handle: &JobHandle) -> theseus_core::Result<HandleData> {
-        if handle.kind != HostKind::Volcano {
+        if handle.kind != KIND {
             return Err(theseus_core::Error::backend(
                 self,
                 format!("handle of a {} job, not a volcano one", handle.kind),
@@ -362,7 +369,7 @@ pub(crate) struct Observation {
 #[async_trait]
 impl Backend for VolcanoBackend {
     fn kind(&self) -> HostKind {
-        HostKind::Volcano
+        KIND
     }
 
     fn layout(&self, identity: &JobIdentity, _plan: &Plan) -> theseus_core::Result<RunLayout> {
@@ -388,7 +395,7 @@ impl Backend for VolcanoBackend {
         let rendered = self.render(job).ok()?;
         let data = self.planned_data(job, &rendered);
         Some(JobHandle {
-            kind: HostKind::Volcano,
+            kind: KIND,
             host: self.name.clone(),
             id: data.job.clone(),
             data: serde_json::to_value(data).ok()?,
@@ -448,6 +455,11 @@ impl Backend for VolcanoBackend {
 
     async fn usage(&self) -> theseus_core::Result<theseus_core::backend::StoreUsage> {
         self.store_usage().await
+    }
+
+    /// Helper vcjobs and pods of crashed clients, and stale claims ([`VolcanoBackend::gc`]).
+    async fn leftovers(&self, older_than: Duration, dry_run: bool) -> theseus_core::Result<Option<Vec<String>>> {
+        self.gc(older_than, dry_run).await.map(Some).map_err(|e| self.err(e))
     }
 
     /// Through the API server's `pods/portforward` to the rank's pod (one websocket per

@@ -8,11 +8,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use crate::config::KIND;
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::{WatchStreamExt as _, watcher};
 use theseus_core::backend::{JobHandle, PreparedJob, ProgressFn, RunLayout, SubmitOptions};
-use theseus_core::config::HostKind;
 use theseus_core::store::{self, Shell, ShipRequest, StoreError};
 
 use super::VolcanoBackend;
@@ -391,7 +391,7 @@ async fn create_gang(
     }
     planned.uid = uid;
     Ok(JobHandle {
-        kind: HostKind::Volcano,
+        kind: KIND,
         host: host.to_owned(),
         id: name,
         data: serde_json::to_value(planned).unwrap_or_default(),

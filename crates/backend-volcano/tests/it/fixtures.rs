@@ -1,8 +1,8 @@
 //! A realistic volcano host, plans and a layout for the render tests.
 
+use theseus_backend_volcano::VolcanoHost;
 use theseus_core::backend::{EnvVar, RunLayout};
 use theseus_core::bootstrap::Launch;
-use theseus_core::config::{HostKind, VolcanoHost};
 use theseus_core::job::JobIdentity;
 use theseus_core::solver::Plan;
 
@@ -49,15 +49,15 @@ pub(crate) fn identity() -> JobIdentity {
 pub(crate) fn gpu_plan(nodes: u32, chips_per_node: u32) -> Plan {
     Plan {
         host: "k8s".into(),
-        kind: HostKind::Volcano,
+        kind: theseus_backend_volcano::KIND,
         cluster: "k8s".into(),
         chip: Some(theseus_core::chips::parse("h100").unwrap()),
         nodes,
         chips_per_node,
         processes_per_node: 1,
         total_chips: nodes * chips_per_node,
-        partition: None,
-        gres_type: None,
+        placement: Default::default(),
+        placement_text: String::new(),
         queued: false,
         notes: Vec::new(),
         considered: Vec::new(),
@@ -80,7 +80,7 @@ pub(crate) fn layout() -> RunLayout {
             checkpoints: "/workspace/checkpoints".into(),
             results: "/workspace/results".into(),
         },
-        launch: Launch::Volcano { coordinator_port: 1234 },
+        launch: Launch::Wired { coordinator_port: 1234, wiring: theseus_backend_volcano::WIRING },
     }
 }
 

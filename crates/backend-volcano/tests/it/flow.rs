@@ -7,10 +7,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use theseus_backend_volcano::VolcanoHost;
 use theseus_backend_volcano::{Cluster, HandleData, RetryPolicy, Settings, VolcanoBackend};
 use theseus_core::backend::{EnvVar, JobHandle, JobState, SubmitOptions};
 use theseus_core::chips;
-use theseus_core::config::{ClusterConfig, HostKind, VolcanoHost};
+use theseus_core::config::ClusterConfig;
 use theseus_core::solver::Plan;
 use theseus_core::testing::{self, Harness, ProcessProbe};
 use theseus_kube_sim::{NodeConfig, Sim, SimConfig};
@@ -122,15 +123,15 @@ pub(crate) fn sim_client(sim: &Sim) -> kube::Client {
 pub(crate) fn plan(nodes: u32, gpus_per_node: u32) -> Plan {
     Plan {
         host: "sim".into(),
-        kind: HostKind::Volcano,
+        kind: theseus_backend_volcano::KIND,
         cluster: "sim".into(),
         chip: (gpus_per_node > 0).then(|| chips::parse("h100").expect("h100 is known")),
         nodes,
         chips_per_node: gpus_per_node,
         processes_per_node: 1,
         total_chips: nodes * gpus_per_node,
-        partition: None,
-        gres_type: None,
+        placement: Default::default(),
+        placement_text: String::new(),
         queued: false,
         notes: vec![],
         considered: vec![],
@@ -218,7 +219,7 @@ async fn submit_ships_the_code_deletes_the_helper_and_starts_the_gang() {
     };
     let handle = h.backend.submit(&job, &options).await.expect("submit");
     let data: HandleData = serde_json::from_value(handle.data.clone()).unwrap();
-    assert_eq!(handle.kind, HostKind::Volcano);
+    assert_eq!(handle.kind, theseus_backend_volcano::KIND);
     assert_eq!(data.namespace, "default");
     assert!(sent.load(std::sync::atomic::Ordering::SeqCst) > 0, "progress reported the bytes shipped");
     let notes = notes.lock().unwrap().clone();

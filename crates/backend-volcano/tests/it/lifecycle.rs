@@ -29,7 +29,7 @@ async fn the_helper_exits_on_sigterm_instead_of_waiting_for_sigkill() {
     let client = crate::flow::sim_client(&sim);
     let pvc = tempfile::tempdir().unwrap();
     let mount = pvc.path().display().to_string();
-    let host: theseus_core::config::VolcanoHost = serde_json::from_value(serde_json::json!({
+    let host: theseus_backend_volcano::VolcanoHost = serde_json::from_value(serde_json::json!({
         "cluster": "sim", "namespace": "default", "image": "img", "pvc_name": "work",
         "pvc_mount_path": mount, "helper_image": "busybox:1.36",
     }))

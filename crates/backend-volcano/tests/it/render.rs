@@ -290,7 +290,7 @@ fn the_schema_catches_typos_and_type_errors() {
 #[test]
 fn host_validation_names_the_key() {
     assert_eq!(validate_host("k8s", &host()), Ok(()));
-    let check = |edit: &dyn Fn(&mut theseus_core::config::VolcanoHost), want: &str| {
+    let check = |edit: &dyn Fn(&mut theseus_backend_volcano::VolcanoHost), want: &str| {
         let mut h = host();
         edit(&mut h);
         assert_eq!(validate_host("k8s", &h).unwrap_err(), want);

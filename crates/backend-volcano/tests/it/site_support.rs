@@ -140,7 +140,7 @@ pub(crate) fn write_kubeconfig(path: &Path, server: &str, cluster_extra: &str, u
 }
 
 /// A volcano host reading `kubeconfig`, with `extra` keys.
-pub(crate) fn host_with(kubeconfig: &Path, extra: serde_json::Value) -> theseus_core::config::VolcanoHost {
+pub(crate) fn host_with(kubeconfig: &Path, extra: serde_json::Value) -> theseus_backend_volcano::VolcanoHost {
     let mut body = serde_json::json!({"cluster": "k8s", "queue": "q", "image": "img", "pvc_name": "pvc",
         "kubeconfig": kubeconfig.display().to_string()});
     for (k, v) in extra.as_object().cloned().unwrap_or_default() {

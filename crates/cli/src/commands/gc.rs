@@ -17,10 +17,9 @@ use std::time::Duration;
 
 use anyhow::{Result, anyhow};
 use serde::Serialize;
-use theseus_backend_volcano::VolcanoBackend;
 use theseus_core::Error;
-use theseus_core::backend::{Backend, ReclaimKind, ReclaimOptions, ReclaimReport};
-use theseus_core::config::{HostConfig, HostKind, LoadedConfig};
+use theseus_core::backend::{ReclaimKind, ReclaimOptions, ReclaimReport};
+use theseus_core::config::{HostKind, LoadedConfig};
 use theseus_core::lifecycle;
 
 use crate::args::{GcArgs, OutputFormat};
@@ -30,7 +29,8 @@ use crate::progress::human;
 
 /// Default age of run code dirs and objects that `gc` removes.
 const STORE_AGE: Duration = Duration::from_secs(7 * 24 * 3600);
-/// Default age of Volcano helpers that `gc` deletes (younger ones may still be shipping).
+/// Default age of the leftovers of crashed clients that `gc` deletes (Volcano helpers; younger
+/// ones may still be shipping).
 const HELPER_AGE: Duration = Duration::from_secs(3600);
 
 /// What `gc` did on one host.
@@ -43,7 +43,7 @@ struct HostGc {
     /// The store and run dirs (absent when the backend cannot reclaim or failed).
     #[serde(skip_serializing_if = "Option::is_none")]
     reclaim: Option<ReclaimReport>,
-    /// Kubernetes leftovers deleted (Volcano hosts).
+    /// Leftovers of crashed clients deleted (hosts whose backend leaves some: Volcano).
     #[serde(skip_serializing_if = "Option::is_none")]
     deleted: Option<Vec<String>>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -133,26 +133,18 @@ async fn host_gc(
         notes: Vec::new(),
         errors: Vec::new(),
     };
-    let reclaimed = if let HostConfig::Volcano(volcano) = host {
-        let Some(cluster) = loaded.config.clusters.get(&volcano.cluster) else {
-            out.errors.push(format!("host `{name}` names unknown cluster `{}`", volcano.cluster));
+    let backend = match ctx.backend(loaded, name) {
+        Ok(backend) => backend,
+        Err(e) => {
+            out.errors.push(format!("{e:#}"));
             return out;
-        };
-        let backend = VolcanoBackend::new(name, volcano.clone(), cluster.clone());
-        match backend.gc(helper_age, options.dry_run).await {
-            Ok(deleted) => out.deleted = Some(deleted),
-            Err(e) => out.errors.push(e.to_string()),
-        }
-        Backend::reclaim(&backend, options).await
-    } else {
-        match ctx.backend(loaded, name) {
-            Ok(backend) => backend.reclaim(options).await,
-            Err(e) => {
-                out.errors.push(format!("{e:#}"));
-                return out;
-            }
         }
     };
+    match backend.leftovers(helper_age, options.dry_run).await {
+        Ok(deleted) => out.deleted = deleted,
+        Err(e) => out.errors.push(e.to_string()),
+    }
+    let reclaimed = backend.reclaim(options).await;
     match reclaimed {
         Ok(report) => {
             out.errors.extend(report.failed.iter().map(|f| format!("could not remove {f}")));

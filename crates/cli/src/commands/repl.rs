@@ -73,10 +73,10 @@ pub(crate) async fn run(ctx: &Context, args: ReplArgs) -> Result<ExitCode> {
             return Err(anyhow!("{e:#}\n{what}"));
         }
     };
-    if backend.kind() == HostKind::Local || args.detach {
-        let shown = if backend.kind() == HostKind::Local { url.local(url.port) } else { url.local(args.port) };
+    if backend.kind() == HostKind::LOCAL || args.detach {
+        let shown = if backend.kind() == HostKind::LOCAL { url.local(url.port) } else { url.local(args.port) };
         println!("{shown}");
-        if backend.kind() != HostKind::Local {
+        if backend.kind() != HostKind::LOCAL {
             ctx.info(format!(
                 "theseus: session {name} runs on; open the URL after `theseus forward {name} {}:{}`; stop it with \
                  `theseus cancel {name}`",

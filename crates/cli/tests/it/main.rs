@@ -2,6 +2,7 @@
 //! (no config file unless the test writes one) and checks exit code, stdout and stderr.
 
 mod cli;
+mod config_load;
 mod everyday;
 mod forward;
 mod gc;
@@ -13,8 +14,10 @@ mod repl;
 mod shell;
 mod ship;
 mod slurm;
+mod solver_rules;
 mod sync;
 mod targets;
+mod testhost;
 mod volcano;
 mod volcano_faults;
 mod volcano_rbac;
@@ -23,6 +26,22 @@ mod volcano_start;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+
+use theseus_core::config::{HostType, HostTypes};
+
+/// The host types of the `theseus` binary (its `backends.rs` holds the list), for tests that
+/// load configs in-process.
+static HOST_TYPES: &[&dyn HostType] = &[
+    &theseus_backend_ssh::plain::PlainType,
+    &theseus_backend_slurm::SlurmType,
+    &theseus_backend_volcano::VolcanoType,
+    &theseus_core::local::LocalType,
+];
+
+/// The binary's registry: a host without `type:` is plain, `tpu` hosts are set aside.
+pub(crate) fn host_types() -> HostTypes {
+    HostTypes::new(HOST_TYPES).with_default("plain").with_not_built(&["tpu"])
+}
 
 /// A fresh HOME and state dir for one test.
 pub(crate) struct TestContext {

@@ -26,60 +26,14 @@ case "$theseus_launch" in
     # Keep the JAX coordinator on loopback (it binds to all interfaces by default).
     export JAX_COORDINATOR_BIND_ADDRESS="$theseus_coordinator"
     ;;
-  volcano)
-    theseus_hosts=()
-    theseus_host_file=${THESEUS_VOLCANO_HOST_FILE:-/etc/volcano/worker.host}
-    if [[ -n "${VC_WORKER_HOSTS:-}" ]]; then
-      IFS=',' read -r -a theseus_hosts <<< "$VC_WORKER_HOSTS"
-    elif [[ -r "$theseus_host_file" ]]; then
-      mapfile -t theseus_hosts < "$theseus_host_file"
-    else
-      theseus_die "volcano: neither VC_WORKER_HOSTS nor $theseus_host_file gives the worker hosts"
-    fi
+  *)
+    # A host type's own wiring (`theseus_wire`, rendered above): it sets theseus_rank,
+    # theseus_count, theseus_local_rank and theseus_first_host.
+    declare -F theseus_wire > /dev/null || theseus_die "unknown launch scheme $theseus_launch"
     theseus_first_host=""
-    theseus_count=0
-    for theseus_h in ${theseus_hosts[@]+"${theseus_hosts[@]}"}; do
-      theseus_h=${theseus_h//[[:space:]]/}
-      [[ -n "$theseus_h" ]] || continue
-      [[ -n "$theseus_first_host" ]] || theseus_first_host=$theseus_h
-      theseus_count=$((theseus_count + 1))
-    done
-    [[ -n "$theseus_first_host" ]] || theseus_die "volcano: the worker host list is empty"
-    [[ -n "${VC_TASK_INDEX:-}" ]] || theseus_die "volcano: VC_TASK_INDEX is not set"
-    theseus_rank=$VC_TASK_INDEX
+    theseus_wire
     theseus_coordinator="$theseus_first_host:$theseus_coordinator_port"
     ;;
-  slurm)
-    [[ -n "${SLURM_PROCID:-}" ]] || theseus_die "slurm: SLURM_PROCID is not set (run the bootstrap with srun)"
-    theseus_rank=$SLURM_PROCID
-    theseus_count=${SLURM_NTASKS:-1}
-    theseus_local_rank=${SLURM_LOCALID:-0}
-    theseus_first_host=""
-    theseus_nodelist=${SLURM_JOB_NODELIST:-${SLURM_NODELIST:-}}
-    if [[ -n "${THESEUS_COORDINATOR_ADDRESS:-}" ]]; then
-      theseus_first_host=override
-    fi
-    if [[ -z "$theseus_first_host" && -n "$theseus_nodelist" ]] && command -v scontrol > /dev/null 2>&1; then
-      theseus_first_host=$(scontrol show hostnames "$theseus_nodelist" 2> /dev/null | head -n1 || true)
-    fi
-    if [[ -z "$theseus_first_host" && -n "$theseus_nodelist" ]]; then
-      # Without scontrol: the first name of `a,b` or `prefix[01-04,7],c`.
-      theseus_prefix=${theseus_nodelist%%[\[,]*}
-      theseus_rest=${theseus_nodelist:${#theseus_prefix}}
-      if [[ "$theseus_rest" == \[* ]]; then
-        theseus_rest=${theseus_rest#\[}
-        theseus_first_host="$theseus_prefix${theseus_rest%%[-,\]]*}"
-      else
-        theseus_first_host=$theseus_prefix
-      fi
-    fi
-    if [[ -z "$theseus_first_host" ]]; then
-      theseus_first_host=${SLURM_LAUNCH_NODE_IPADDR:-}
-    fi
-    [[ -n "$theseus_first_host" ]] || theseus_die "slurm: cannot find the first node (SLURM_JOB_NODELIST is empty)"
-    theseus_coordinator="$theseus_first_host:$theseus_coordinator_port"
-    ;;
-  *) theseus_die "unknown launch scheme $theseus_launch" ;;
 esac
 if [[ -n "$theseus_coordinator" && -n "${THESEUS_COORDINATOR_ADDRESS:-}" ]]; then
   # An explicit override, for clusters whose node names do not resolve.

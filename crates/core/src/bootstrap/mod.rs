@@ -60,8 +60,8 @@ mod tests;
 pub const BOOTSTRAP_DIR: &str = ".theseus";
 
 /// How the processes of a job learn their rank, the process count and the coordinator.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(tag = "scheme", rename_all = "snake_case")]
+/// Shown as `{"scheme": NAME, "coordinator_port": PORT}`.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Launch {
     /// One process, nothing to wire.
     Single,
@@ -71,17 +71,58 @@ pub enum Launch {
         /// Coordinator port on 127.0.0.1.
         coordinator_port: u16,
     },
-    /// Volcano pods: `VC_WORKER_HOSTS` (else `/etc/volcano/worker.host`) and `VC_TASK_INDEX`.
-    Volcano {
-        /// Coordinator port on the first pod.
+    /// Processes wired by their host type's own shell ([`Wiring`]); the coordinator is the
+    /// first host it finds.
+    Wired {
+        /// Coordinator port on the first host.
         coordinator_port: u16,
+        /// The host type's wiring.
+        wiring: Wiring,
     },
-    /// Slurm tasks: `SLURM_JOB_NODELIST` (first host is the coordinator), `SLURM_NTASKS`,
-    /// `SLURM_PROCID`.
-    Slurm {
-        /// Coordinator port on the first node.
-        coordinator_port: u16,
-    },
+}
+
+/// How a host type's processes find their rank: `shell` is bash that the bootstrap runs (as
+/// the function `theseus_wire`) to set `theseus_rank`, `theseus_count`, `theseus_local_rank`
+/// (else 0) and `theseus_first_host`, the coordinator's host; it may stop with
+/// `theseus_die MESSAGE`. `scheme` names it in the log and the layout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Wiring {
+    /// The scheme's name (`[a-z_]+`).
+    pub scheme: &'static str,
+    /// The bash that wires the ranks.
+    pub shell: &'static str,
+}
+
+impl Launch {
+    /// The scheme's name.
+    pub fn scheme(&self) -> &'static str {
+        match self {
+            Launch::Single => "single",
+            Launch::Local { .. } => "local",
+            Launch::Wired { wiring, .. } => wiring.scheme,
+        }
+    }
+
+    /// The coordinator's port, for launches that have one.
+    pub fn coordinator_port(&self) -> Option<u16> {
+        match self {
+            Launch::Single => None,
+            Launch::Local { coordinator_port } | Launch::Wired { coordinator_port, .. } => Some(*coordinator_port),
+        }
+    }
+}
+
+impl Serialize for Launch {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> std::result::Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let port = self.coordinator_port();
+        let mut map = serializer.serialize_map(Some(1 + usize::from(port.is_some())))?;
+        map.serialize_entry("scheme", self.scheme())?;
+        if let Some(port) = port {
+            map.serialize_entry("coordinator_port", &port)?;
+        }
+        map.end()
+    }
 }
 
 /// Paths of one run on the target and the rank wiring, as a backend lays them out.

@@ -124,14 +124,15 @@ fn render_identity(s: &mut String, input: &BootstrapInput) -> Result<()> {
 
 /// How the rank, process count and coordinator are found.
 fn render_launch(s: &mut String, launch: &Launch) {
-    let (scheme, port) = match launch {
-        Launch::Single => ("single", None),
-        Launch::Local { coordinator_port } => ("local", Some(*coordinator_port)),
-        Launch::Volcano { coordinator_port } => ("volcano", Some(*coordinator_port)),
-        Launch::Slurm { coordinator_port } => ("slurm", Some(*coordinator_port)),
-    };
-    let _ = writeln!(s, "theseus_launch={scheme}");
-    let _ = writeln!(s, "theseus_coordinator_port={}", port.map(|p| p.to_string()).unwrap_or_default());
+    let _ = writeln!(s, "theseus_launch={}", launch.scheme());
+    let _ = writeln!(
+        s,
+        "theseus_coordinator_port={}",
+        launch.coordinator_port().map(|p| p.to_string()).unwrap_or_default()
+    );
+    if let Launch::Wired { wiring, .. } = launch {
+        let _ = writeln!(s, "theseus_wire() {{\n{}\n}}", wiring.shell.trim_end());
+    }
 }
 
 /// The command to run, as a bash array, and whether it goes through the Python launcher.

@@ -1,5 +1,5 @@
 //! Config files written for the original dispatcher, and what theseus shows of a config: hosts
-//! of types theseus does not run (`tpu`) are set aside with a warning instead of failing the
+//! of types the registry knows but has not built in are set aside with a warning instead of failing the
 //! whole file, JuiceFS keys that nothing reads are named, env variables can address hosts whose
 //! names contain `-`, and secrets are redacted before a config is shown.
 //!
@@ -9,13 +9,12 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Map, Value};
 
-use super::{ClusterConfig, DispatchConfig, HostConfig};
+use super::{ClusterConfig, DispatchConfig, HostTypes};
 
-/// Host types the original knew and theseus does not run yet.
-const UNSUPPORTED_TYPES: &[&str] = &["tpu"];
-
-/// The names of the hosts some layer gives an unsupported `type` (`(layer source, layer)` in).
+/// The names of the hosts some layer gives a `type` the registry knows but has not built in
+/// (`(layer source, layer)` in).
 pub(crate) fn unsupported_hosts<'a>(
+    registry: &HostTypes,
     layers: impl IntoIterator<Item = (&'a str, &'a Map<String, Value>)>,
 ) -> BTreeMap<String, (String, String)> {
     let mut found = BTreeMap::new();
@@ -23,7 +22,7 @@ pub(crate) fn unsupported_hosts<'a>(
         let Some(Value::Object(hosts)) = layer.get("hosts") else { continue };
         for (name, host) in hosts {
             if let Some(Value::String(kind)) = host.get("type")
-                && UNSUPPORTED_TYPES.contains(&kind.as_str())
+                && registry.is_not_built(kind)
             {
                 found.entry(name.clone()).or_insert_with(|| (source.to_owned(), kind.clone()));
             }
@@ -72,12 +71,13 @@ pub(crate) fn drop_priority_entries(
     warnings
 }
 
-/// Warnings for JuiceFS keys of clusters used by plain or Slurm hosts: theseus mounts nothing,
+/// Warnings for JuiceFS keys of clusters used by hosts reached over SSH: theseus mounts nothing,
 /// so jobs see whatever the machines have at `root`.
 pub(crate) fn juicefs_warnings(config: &DispatchConfig, source: impl Fn(&str) -> String) -> Vec<String> {
     let mut users: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
     for (name, host) in &config.hosts {
-        if matches!(host, HostConfig::Plain(_) | HostConfig::Slurm(_)) {
+        // Hosts reached over SSH run on machines with their own filesystems.
+        if host.connection().is_some() {
             users.entry(host.cluster()).or_default().push(name);
         }
     }
@@ -151,13 +151,7 @@ pub fn redacted(config: &DispatchConfig) -> DispatchConfig {
         }
     }
     for host in shown.hosts.values_mut() {
-        let env = match host {
-            HostConfig::Plain(h) => &mut h.env,
-            HostConfig::Slurm(h) => &mut h.env,
-            HostConfig::Volcano(h) => &mut h.env,
-            HostConfig::Local(h) => &mut h.env,
-        };
-        for (key, value) in env.iter_mut() {
+        for (key, value) in host.env_mut().iter_mut() {
             if secret_name(key) {
                 *value = REDACTED.into();
             }

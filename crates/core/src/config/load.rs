@@ -15,11 +15,12 @@ use std::path::{Path, PathBuf};
 
 use figment::value::{Dict, Map as FigmentMap};
 use figment::{Figment, Metadata, Profile, Provider};
-use serde::Serialize;
 use serde_json::{Map, Value};
 
 use super::validate::{self, KeyError};
-use super::{DispatchConfig, HostKind};
+use super::{DispatchConfig, HostTypes};
+use crate::keys::Provenance;
+pub use crate::keys::{redact_quoted, yaml_message};
 use crate::{Error, Result};
 
 /// Prefix of environment variables that set config keys (`THESEUSCFG_PRIORITY=a,b`). It is not
@@ -45,6 +46,8 @@ pub struct ConfigSources {
     pub env: Vec<(String, String)>,
     /// CLI `--set KEY=VALUE` settings (dotted keys, YAML values).
     pub cli: Vec<(String, String)>,
+    /// The host types hosts may have (the program's registry).
+    pub host_types: HostTypes,
 }
 
 /// A loaded, validated config with its provenance.
@@ -59,15 +62,6 @@ pub struct LoadedConfig {
     /// Things the user should know that do not stop a job: hosts of unsupported types set
     /// aside, keys nothing reads (see [`super::compat`]).
     pub warnings: Vec<String>,
-}
-
-/// Where one value of the merged config came from.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Provenance {
-    /// Dotted key path, e.g. `hosts.gpu-box.chips.h100`.
-    pub key: String,
-    /// Source, e.g. `built-in defaults`, `~/.theseus.yaml`, `env THESEUSCFG_PRIORITY`, `--set`.
-    pub source: String,
 }
 
 /// Loads, merges and validates the config.
@@ -137,8 +131,9 @@ pub fn load(sources: &ConfigSources) -> Result<LoadedConfig> {
         layers.push(Layer { kind: LayerKind::Override, source: "--set".into(), value });
     }
 
-    // Hosts of types theseus does not run (the original's `tpu`) are set aside with a warning.
-    let unsupported = super::compat::unsupported_hosts(layers.iter().map(|l| (l.source.as_str(), &l.value)));
+    // Hosts of types the registry knows but has not built in are set aside with a warning.
+    let unsupported =
+        super::compat::unsupported_hosts(&sources.host_types, layers.iter().map(|l| (l.source.as_str(), &l.value)));
     for layer in &mut layers {
         super::compat::remove_hosts(&mut layer.value, &unsupported);
     }
@@ -146,13 +141,14 @@ pub fn load(sources: &ConfigSources) -> Result<LoadedConfig> {
 
     let mut types = HashMap::new();
     for layer in &layers {
-        validate::check_layer(&layer.value, &mut types).map_err(|e| layer_error(&layer.source, e))?;
+        validate::check_layer(&layer.value, &sources.host_types, &mut types)
+            .map_err(|e| layer_error(&layer.source, e))?;
     }
 
     let mut merged = merge(&layers)?;
     warnings.extend(super::compat::drop_priority_entries(&mut merged, &unsupported));
     let provenance = provenance(&layers, &merged);
-    let mut config = build(&merged, &layers)?;
+    let mut config = build(&merged, &layers, &sources.host_types)?;
     validate::validate(&mut config, &provenance)?;
     warnings.extend(super::compat::juicefs_warnings(&config, |key| validate::source_of(&provenance, key)));
     Ok(LoadedConfig { config, files, provenance, warnings })
@@ -228,43 +224,6 @@ pub(crate) fn parse_yaml(text: &str) -> std::result::Result<Value, String> {
     let mut value: Value = serde_saphyr::from_str(text).map_err(|e| yaml_message(&e.to_string()))?;
     strip_nulls(&mut value);
     Ok(value)
-}
-
-/// The first line of a serde-saphyr error (it already has line and column), without its
-/// `error: ` prefix, hints meant for programmers, the source snippet that follows it, and any
-/// quoted text of the file (see [`redact_quoted`]): config, experiment and kubeconfig files may
-/// hold secrets, so a parse error shows where, never what.
-pub fn yaml_message(raw: &str) -> String {
-    let first = raw.lines().next().unwrap_or(raw).trim();
-    let first = first.strip_prefix("error: ").unwrap_or(first);
-    let first = first.split(", set DuplicateKeyPolicy").next().unwrap_or(first);
-    redact_quoted(first)
-}
-
-/// Replaces quoted fragments (`"…"`, `'…'`, `` `…` ``) longer than two characters with `"…"`:
-/// they are text of the file (a value, a key), while the parser's own quotes name single
-/// characters (`expected ',' or '}'`), which stay.
-pub fn redact_quoted(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(start) = rest.find(['"', '\'', '`']) {
-        let quote = rest[start..].chars().next().unwrap_or('"');
-        let after = &rest[start + 1..];
-        match after.find(quote) {
-            Some(len) => {
-                out.push_str(&rest[..start]);
-                if after[..len].chars().count() > 2 {
-                    out.push_str("\"…\"");
-                } else {
-                    out.push_str(&rest[start..start + len + 2]);
-                }
-                rest = &after[len + 1..];
-            }
-            None => break,
-        }
-    }
-    out.push_str(rest);
-    out
 }
 
 fn strip_nulls(value: &mut Value) {
@@ -441,7 +400,7 @@ fn layer_error(source: &str, e: KeyError) -> Error {
 }
 
 /// Deserializes the merged map strictly into a [`DispatchConfig`], keeping the key order.
-fn build(merged: &Map<String, Value>, layers: &[Layer]) -> Result<DispatchConfig> {
+fn build(merged: &Map<String, Value>, layers: &[Layer], registry: &HostTypes) -> Result<DispatchConfig> {
     let fail = |e: KeyError| {
         // A missing key is the fault of the layer that defined the table; others of the one that set the key.
         let first = e.message.starts_with("missing required key");
@@ -462,23 +421,21 @@ fn build(merged: &Map<String, Value>, layers: &[Layer]) -> Result<DispatchConfig
             }
             "hosts" => {
                 for (name, host) in value.as_object().into_iter().flatten() {
-                    let path = format!("hosts.{name}");
-                    let mut body = host.as_object().cloned().unwrap_or_default();
-                    let kind = match body.remove("type") {
-                        None => HostKind::Plain,
-                        Some(Value::String(t)) => {
-                            validate::host_kind(&t).map_err(|m| fail(KeyError::new(format!("{path}.type"), m)))?
-                        }
-                        Some(other) => {
-                            let message = format!("expected a string, found {}", validate::kind_of(&other));
-                            return Err(fail(KeyError::new(format!("{path}.type"), message)));
-                        }
-                    };
-                    config.hosts.insert(name.clone(), validate::host_from_body(kind, body, &path).map_err(fail)?);
+                    let body = host.as_object().cloned().unwrap_or_default();
+                    let host = registry.parse(body, &format!("hosts.{name}")).map_err(fail)?;
+                    config.hosts.insert(name.clone(), host);
                 }
             }
             _ => return Err(fail(validate::unknown_key(key, key, validate::TOP_KEYS))),
         }
     }
     Ok(config)
+}
+
+/// Reads a whole config from one JSON map (a run's host as the ledger keeps it), strictly, with
+/// the host types of `registry`. Not validated: it was when it was saved.
+pub fn from_value(value: &Value, registry: &HostTypes) -> Result<DispatchConfig> {
+    let empty = Map::new();
+    let merged = value.as_object().unwrap_or(&empty);
+    build(merged, &[], registry)
 }

@@ -1,4 +1,4 @@
-//! [`SshSettings`]: how theseus connects to a plain or Slurm host. Every key is optional, and an
+//! [`SshSettings`]: how theseus connects to a host reached over SSH. Every key is optional, and an
 //! unset key leaves the decision to the user's own ssh config (`~/.ssh/config`, or the file of
 //! `THESEUS_SSH_CONFIG`), so that a host reachable with `ssh ALIAS` is reachable by theseus.
 
@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::validate::{KeyError, de_strict};
+use crate::keys::{KeyError, de_strict};
 
 /// How the server's host key is checked (`known_hosts`); unset: the user's ssh config decides.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -21,7 +21,7 @@ pub enum KnownHosts {
     Off,
 }
 
-/// The connection keys of a plain or Slurm host.
+/// The connection keys of a host reached over SSH.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SshSettings {
@@ -80,8 +80,27 @@ impl SshSettings {
 /// `ssh_options` entry may not set them.
 const RESERVED: &[&str] = &["ControlMaster", "ControlPath", "ControlPersist", "BatchMode"];
 
-/// Takes the connection keys out of a plain or Slurm host's `body` and checks them; `path` is
-/// the host's key path (`hosts.NAME`).
+/// Reads the settings of a host reached over SSH: the connection keys, taken out of `body` and
+/// checked, and the type's own keys (`T`), strictly; an unknown key lists both. `path` is the
+/// host's key path (`hosts.NAME`).
+pub fn parse_with_connection<T: serde::de::DeserializeOwned>(
+    mut body: Map<String, Value>,
+    path: &str,
+) -> Result<(SshSettings, T), KeyError> {
+    let connection = take(&mut body, path)?;
+    // The connection keys were taken out above: an unknown key lists them too.
+    let with_connection = |e: KeyError| match e.message.strip_suffix(')') {
+        Some(listed) if e.message.starts_with("unknown key") && listed.contains("(expected one of: ") => {
+            KeyError::new(e.path, format!("{listed}, {})", SshSettings::KEYS.join(", ")))
+        }
+        _ => e,
+    };
+    let own = de_strict(Value::Object(body), path).map_err(with_connection)?;
+    Ok((connection, own))
+}
+
+/// Takes the connection keys out of a host's `body` and checks them; `path` is the host's key
+/// path (`hosts.NAME`).
 pub(crate) fn take(body: &mut Map<String, Value>, path: &str) -> Result<SshSettings, KeyError> {
     let mut keys = Map::new();
     for key in SshSettings::KEYS {

@@ -1,5 +1,6 @@
 //! Validation of the config: everything serde cannot check (references between tables, chip
-//! names with suggestions, TPU hosts, env names, empty required strings).
+//! names with suggestions, env names, empty required strings); each host's own keys are checked by
+//! its type ([`super::HostSettings::validate`]).
 //!
 //! Two stages: [`check_layer`] checks one layer (one file, one env var, one `--set`) on its own,
 //! before merging, so that its errors name that layer; [`validate`] checks the merged config
@@ -8,36 +9,16 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
 use super::MAX_COUNT;
-use super::{
-    ClusterConfig, DispatchConfig, HostConfig, HostKind, LocalHost, PlainHost, Provenance, SlurmHost, VolcanoHost,
-};
+use super::{ClusterConfig, DispatchConfig, HostTypes, Provenance};
 use crate::chips;
+pub(crate) use crate::keys::{KeyError, de_strict, kind_of, suggestion, unknown_key};
 use crate::{Error, Result};
 
 /// Top-level keys of a config file.
 pub(crate) const TOP_KEYS: &[&str] = &["mount", "proxy", "clusters", "hosts", "priority", "gres_mapping"];
-
-/// Host types accepted in `type`.
-pub(crate) const HOST_TYPES: &[&str] = &["plain", "slurm", "volcano", "local"];
-
-/// A problem at one dotted key path, before the source is known.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct KeyError {
-    /// Dotted key path, e.g. `hosts.box.chips.h10`.
-    pub(crate) path: String,
-    /// What is wrong, e.g. `unknown chip "h10" (did you mean "h100"?)`.
-    pub(crate) message: String,
-}
-
-impl KeyError {
-    pub(crate) fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
-        KeyError { path: path.into(), message: message.into() }
-    }
-}
 
 /// Validates a merged config and canonicalizes chip names (`H100` → `h100`) in every `chips` map
 /// and in `gres_mapping`. Errors start with the source that set the offending value, looked up
@@ -63,53 +44,7 @@ pub fn validate(config: &mut DispatchConfig, provenance: &[Provenance]) -> Resul
                 return Err(fail(&format!("{prefix}.env.{key}"), format!("invalid environment variable name {key:?}")));
             }
         }
-        let counts: Vec<(&str, Option<u32>)> = match &*host {
-            HostConfig::Local(h) => vec![("processes", h.processes)],
-            HostConfig::Slurm(h) => vec![("gpus_per_node", h.gpus_per_node)],
-            HostConfig::Volcano(h) => vec![
-                ("gpus_per_node", Some(h.gpus_per_node)),
-                ("num_nodes", Some(h.num_nodes)),
-                ("rdma_per_node", Some(h.rdma_per_node)),
-            ],
-            HostConfig::Plain(_) => vec![],
-        };
-        for (key, count) in counts {
-            if let Some(n) = count.filter(|n| *n > MAX_COUNT) {
-                return Err(fail(&format!("{prefix}.{key}"), format!("invalid count {n}: at most {MAX_COUNT}")));
-            }
-        }
-        if let HostConfig::Plain(PlainHost { ssh, .. }) | HostConfig::Slurm(SlurmHost { ssh, .. }) = host {
-            check_ssh_destination(ssh).map_err(|m| fail(&format!("{prefix}.ssh"), m))?;
-        }
-        match host {
-            HostConfig::Plain(PlainHost { chips, .. })
-            | HostConfig::Volcano(VolcanoHost { chips, .. })
-            | HostConfig::Local(LocalHost { chips, .. }) => {
-                *chips = canonical_chips(chips, &format!("{prefix}.chips")).map_err(|e| fail(&e.path, e.message))?;
-            }
-            HostConfig::Slurm(slurm) => {
-                if let Some(chips) = &mut slurm.chips {
-                    *chips =
-                        canonical_chips(chips, &format!("{prefix}.chips")).map_err(|e| fail(&e.path, e.message))?;
-                }
-                for (i, p) in slurm.partitions.iter().enumerate() {
-                    if p.name().trim().is_empty() {
-                        return Err(fail(
-                            &format!("{prefix}.partitions"),
-                            format!("partitions[{i}]: empty partition name"),
-                        ));
-                    }
-                }
-                for (i, p) in slurm.cpu_partitions.iter().enumerate() {
-                    if p.trim().is_empty() {
-                        return Err(fail(
-                            &format!("{prefix}.cpu_partitions"),
-                            format!("cpu_partitions[{i}]: empty partition name"),
-                        ));
-                    }
-                }
-            }
-        }
+        host.validate(&prefix).map_err(|e| fail(&e.path, e.message))?;
     }
     config.gres_mapping =
         canonical_chips(&config.gres_mapping, "gres_mapping").map_err(|e| fail(&e.path, e.message))?;
@@ -162,22 +97,9 @@ pub fn source_of(provenance: &[Provenance], path: &str) -> String {
     best.map_or_else(|| "config".to_owned(), |p| p.source.clone())
 }
 
-/// ` (did you mean "x"?)` when a known name is close, else ` (known <what>: a, b)`.
-pub(crate) fn suggestion(name: &str, known: &[&str], what: &str) -> String {
-    let best = known
-        .iter()
-        .map(|k| (strsim::jaro_winkler(name, k), *k))
-        .filter(|(score, _)| *score >= 0.8)
-        .max_by(|a, b| a.0.total_cmp(&b.0));
-    match best {
-        Some((_, k)) => format!(" (did you mean {k:?}?)"),
-        None if known.is_empty() => format!(" (no {what} are defined)"),
-        None => format!(" (known {what}: {})", known.join(", ")),
-    }
-}
-
-/// Re-keys a chip map by catalog name; two spellings of one chip are an error.
-fn canonical_chips<V: Clone>(map: &BTreeMap<String, V>, path: &str) -> Result<BTreeMap<String, V>, KeyError> {
+/// Re-keys a chip map by catalog name; two spellings of one chip are an error. `path` is the
+/// map's key (`hosts.NAME.chips`).
+pub fn canonical_chips<V: Clone>(map: &BTreeMap<String, V>, path: &str) -> Result<BTreeMap<String, V>, KeyError> {
     let mut out = BTreeMap::new();
     let mut spelled: HashMap<&str, &str> = HashMap::new();
     for (key, value) in map {
@@ -193,7 +115,11 @@ fn canonical_chips<V: Clone>(map: &BTreeMap<String, V>, path: &str) -> Result<BT
 
 /// Checks one layer on its own. `types` holds the host types set by the lower layers; the
 /// layer's own `type` settings are added to it.
-pub(crate) fn check_layer(layer: &Map<String, Value>, types: &mut HashMap<String, String>) -> Result<(), KeyError> {
+pub(crate) fn check_layer(
+    layer: &Map<String, Value>,
+    registry: &HostTypes,
+    types: &mut HashMap<String, String>,
+) -> Result<(), KeyError> {
     for (key, value) in layer {
         match key.as_str() {
             "mount" | "proxy" => {
@@ -214,7 +140,7 @@ pub(crate) fn check_layer(layer: &Map<String, Value>, types: &mut HashMap<String
             }
             "hosts" => {
                 for (name, host) in as_map(value, key)? {
-                    check_host_layer(name, as_map(host, &format!("hosts.{name}"))?, types)?;
+                    check_host_layer(name, as_map(host, &format!("hosts.{name}"))?, registry, types)?;
                 }
             }
             "priority" => {
@@ -265,12 +191,13 @@ fn check_cluster_paths(cluster: &Map<String, Value>, path: &str) -> Result<(), K
 fn check_host_layer(
     name: &str,
     host: &Map<String, Value>,
+    registry: &HostTypes,
     types: &mut HashMap<String, String>,
 ) -> Result<(), KeyError> {
     let path = format!("hosts.{name}");
     let kind = match host.get("type") {
         Some(Value::String(t)) => {
-            let kind = host_kind(t).map_err(|m| KeyError::new(format!("{path}.type"), m))?;
+            let kind = registry.get(Some(t)).map_err(|m| KeyError::new(format!("{path}.type"), m))?;
             types.insert(name.to_owned(), t.clone());
             kind
         }
@@ -279,7 +206,7 @@ fn check_host_layer(
         }
         None => types
             .get(name)
-            .map_or(Ok(HostKind::Plain), |t| host_kind(t))
+            .map_or_else(|| registry.get(None), |t| registry.get(Some(t)))
             .map_err(|m| KeyError::new(format!("{path}.type"), m))?,
     };
     if let Some(chips) = host.get("chips") {
@@ -300,15 +227,10 @@ fn check_host_layer(
     }
     let mut body = host.clone();
     body.remove("type");
-    let required: &[&str] = match kind {
-        HostKind::Plain | HostKind::Slurm => &["ssh", "cluster"],
-        HostKind::Volcano => &["cluster"],
-        HostKind::Local => &[],
-    };
-    for key in required {
+    for key in kind.required_keys() {
         body.entry(*key).or_insert_with(|| Value::String(String::new()));
     }
-    host_from_body(kind, body, &path).map(|_| ())
+    kind.parse(body, &path).map(|_| ())
 }
 
 /// Checks a `probe_timeout` value: a duration through [`crate::duration::parse`] (a number is
@@ -365,106 +287,15 @@ fn check_gres_type(gres: &str) -> std::result::Result<(), String> {
     Ok(())
 }
 
-/// The kind of a `type` value; TPU and unknown types are errors.
-pub(crate) fn host_kind(t: &str) -> Result<HostKind, String> {
-    match t {
-        "plain" => Ok(HostKind::Plain),
-        "slurm" => Ok(HostKind::Slurm),
-        "volcano" => Ok(HostKind::Volcano),
-        "local" => Ok(HostKind::Local),
-        "tpu" => Err("TPU hosts are not supported yet".into()),
-        other => Err(format!("unknown host type {other:?} (expected one of: {})", HOST_TYPES.join(", "))),
+/// Checks a count key of a host (`gpus_per_node`, `processes`): at most [`MAX_COUNT`]. `path`
+/// is the key.
+pub fn check_count(path: &str, count: Option<u32>) -> Result<(), KeyError> {
+    match count.filter(|n| *n > MAX_COUNT) {
+        Some(n) => Err(KeyError::new(path, format!("invalid count {n}: at most {MAX_COUNT}"))),
+        None => Ok(()),
     }
-}
-
-/// Deserializes the settings of a host (without `type`) into its variant, strictly.
-pub(crate) fn host_from_body(kind: HostKind, body: Map<String, Value>, path: &str) -> Result<HostConfig, KeyError> {
-    let mut body = body;
-    let connection = match kind {
-        HostKind::Plain | HostKind::Slurm => super::ssh::take(&mut body, path)?,
-        HostKind::Volcano | HostKind::Local => Default::default(),
-    };
-    // The connection keys were taken out above: an unknown key lists them too.
-    let with_connection = |e: KeyError| match e.message.strip_suffix(')') {
-        Some(listed) if e.message.starts_with("unknown key") && listed.contains("(expected one of: ") => {
-            KeyError::new(e.path, format!("{listed}, {})", super::SshSettings::KEYS.join(", ")))
-        }
-        _ => e,
-    };
-    let body = Value::Object(body);
-    Ok(match kind {
-        HostKind::Plain => {
-            HostConfig::Plain(PlainHost { connection, ..de_strict(body, path).map_err(with_connection)? })
-        }
-        HostKind::Slurm => {
-            HostConfig::Slurm(SlurmHost { connection, ..de_strict(body, path).map_err(with_connection)? })
-        }
-        HostKind::Volcano => HostConfig::Volcano(de_strict(body, path)?),
-        HostKind::Local => HostConfig::Local(de_strict(body, path)?),
-    })
-}
-
-/// Deserializes `value` and turns serde's errors into [`KeyError`]s with the full key path and
-/// house-style messages (`unknown key "x" (expected one of: a, b)`, `missing required key "x"`).
-pub(crate) fn de_strict<T: DeserializeOwned>(value: Value, prefix: &str) -> Result<T, KeyError> {
-    serde_path_to_error::deserialize(super::lenient::Lenient(value)).map_err(|e| {
-        let sub = e.path().to_string();
-        let path = match (sub.as_str(), prefix) {
-            (".", _) | ("", _) => prefix.to_owned(),
-            (_, "") => sub,
-            _ => format!("{prefix}.{sub}"),
-        };
-        let raw = e.inner().to_string();
-        let ticked: Vec<&str> = raw.split('`').skip(1).step_by(2).collect();
-        if raw.starts_with("unknown field") && !ticked.is_empty() {
-            let (key, expected) = (ticked[0], &ticked[1..]);
-            let mut message = format!("unknown key {key:?}");
-            if !expected.is_empty() {
-                message.push_str(&format!(" (expected one of: {})", expected.join(", ")));
-            }
-            KeyError::new(path, message)
-        } else if raw.starts_with("unknown variant") && !ticked.is_empty() {
-            KeyError::new(path, format!("unknown value {:?} (expected one of: {})", ticked[0], ticked[1..].join(", ")))
-        } else if raw.starts_with("missing field") && !ticked.is_empty() {
-            KeyError::new(path, format!("missing required key {:?}", ticked[0]))
-        } else if let Some(found) =
-            raw.strip_prefix("invalid type: ").and_then(|r| r.strip_suffix(", expected a string"))
-        {
-            // Numbers and booleans are read as text (see `lenient`): what is left is a list or a map.
-            let found = match found {
-                "sequence" => "a list",
-                "map" => "a map",
-                other => other,
-            };
-            KeyError::new(
-                path,
-                format!(
-                    "expected a string, found {found}: write one value (in quotes if it holds `: `, `#`, `[` or `{{`)"
-                ),
-            )
-        } else {
-            KeyError::new(path, raw)
-        }
-    })
-}
-
-/// An "unknown key" error.
-pub(crate) fn unknown_key(path: &str, key: &str, expected: &[&str]) -> KeyError {
-    KeyError::new(path, format!("unknown key {key:?} (expected one of: {})", expected.join(", ")))
 }
 
 fn as_map<'a>(value: &'a Value, path: &str) -> Result<&'a Map<String, Value>, KeyError> {
     value.as_object().ok_or_else(|| KeyError::new(path, format!("expected a map, found {}", kind_of(value))))
-}
-
-/// A short description of a JSON value's type, for messages.
-pub(crate) fn kind_of(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "nothing",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "a list",
-        Value::Object(_) => "a map",
-    }
 }

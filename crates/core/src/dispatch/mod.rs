@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use crate::availability::Availability;
 use crate::backend::{DynBackend, JobHandle, PreparedJob, RunLayout};
-use crate::config::{DispatchConfig, HostConfig, LoadedConfig};
+use crate::config::{DispatchConfig, LoadedConfig};
 use crate::interrupt::InterruptSignal;
 use crate::job::Experiment;
 use crate::snapshot::SnapshotMode;
@@ -191,7 +191,9 @@ impl Dispatcher {
         // Counting this machine's CPUs asks no host: the local CPU rule needs it in a dry run
         // and without probes too.
         for name in &candidates {
-            if matches!(loaded.config.hosts.get(name), Some(HostConfig::Local(_))) && !availability.contains_key(name) {
+            if loaded.config.hosts.get(name).is_some_and(|h| h.kind() == crate::config::HostKind::LOCAL)
+                && !availability.contains_key(name)
+            {
                 let measured = self.factory.backend(&loaded.config, name)?.availability(&request).await?;
                 availability.insert(name.clone(), measured);
             }

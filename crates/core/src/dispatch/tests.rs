@@ -13,10 +13,11 @@ use crate::availability::Availability;
 use crate::backend::{
     Backend, DynBackend, JobHandle, JobState, JobStatus, LogOptions, LogStream, PreparedJob, RunLayout, SubmitOptions,
 };
-use crate::config::{ClusterConfig, DispatchConfig, HostKind, LocalHost};
+use crate::config::{ClusterConfig, DispatchConfig, HostKind};
 use crate::job::JobIdentity;
 use crate::ledger::{Ledger, RunKind};
 use crate::local::LocalBackend;
+use crate::local::LocalHost;
 use crate::solver::{Plan, Request};
 use crate::testing::{self, Harness, ProcessProbe};
 use crate::{Error, Result};
@@ -47,13 +48,13 @@ impl std::fmt::Display for Scripted {
 }
 
 fn handle(id: &str) -> JobHandle {
-    JobHandle { kind: HostKind::Plain, host: "box".into(), id: id.into(), data: serde_json::Value::Null }
+    JobHandle { kind: HostKind::named("box"), host: "box".into(), id: id.into(), data: serde_json::Value::Null }
 }
 
 #[async_trait]
 impl Backend for Scripted {
     fn kind(&self) -> HostKind {
-        HostKind::Plain
+        HostKind::named("box")
     }
     fn layout(&self, identity: &JobIdentity, plan: &Plan) -> Result<RunLayout> {
         self.local.layout(identity, plan)
@@ -107,7 +108,7 @@ impl ProcessProbe for NoProbe {
 }
 
 fn plan() -> Plan {
-    testing::cpu_plan("box", HostKind::Plain, 1)
+    testing::cpu_plan("box", HostKind::named("box"), 1)
 }
 
 /// Submits a prepared job through a backend that answers `outcome`; returns the result, what the

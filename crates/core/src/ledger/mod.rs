@@ -110,7 +110,7 @@ impl Drop for SubmitGuard {
 pub const PLACEHOLDER_KEY: &str = "theseus_placeholder";
 
 /// A handle for a run whose backend gives no planned handle: kind, host and run id only.
-pub fn placeholder_handle(kind: crate::config::HostKind, host: &str, run_id: &str) -> JobHandle {
+pub fn placeholder_handle(kind: crate::plan::HostKind, host: &str, run_id: &str) -> JobHandle {
     JobHandle { kind, host: host.to_owned(), id: run_id.to_owned(), data: serde_json::json!({ PLACEHOLDER_KEY: true }) }
 }
 

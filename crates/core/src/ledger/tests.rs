@@ -33,7 +33,7 @@ fn record(name: &str, run_id: &str, at: &str) -> Record {
         kind: RunKind::Job,
         host: "local".into(),
         handle: JobHandle {
-            kind: HostKind::Local,
+            kind: HostKind::LOCAL,
             host: "local".into(),
             id: run_id.into(),
             data: serde_json::json!({"x": 1}),
@@ -76,7 +76,7 @@ fn a_submitting_record_knows_whether_its_client_still_works_on_it() {
     assert!(Ledger::open(dir.path()).unwrap().submit_in_progress("r1"), "seen from another connection");
     drop(guard);
     assert!(!ledger.submit_in_progress("r1"), "a dropped guard (or a dead client) holds nothing");
-    let handle = placeholder_handle(HostKind::Local, "local", "r1");
+    let handle = placeholder_handle(HostKind::LOCAL, "local", "r1");
     assert!(is_placeholder(&handle));
     ledger.settle("r1", &handle, JobState::Pending, None).unwrap();
     let r1 = ledger.find("r1").unwrap().unwrap();

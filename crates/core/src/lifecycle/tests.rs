@@ -13,10 +13,11 @@ use crate::availability::Availability;
 use crate::backend::{
     Backend, DynBackend, JobHandle, JobState, JobStatus, LogOptions, LogStream, PreparedJob, RunLayout, SubmitOptions,
 };
-use crate::config::{ClusterConfig, HostKind, LocalHost};
+use crate::config::{ClusterConfig, HostKind};
 use crate::job::JobIdentity;
 use crate::ledger::{Ledger, Record, RunKind, now_rfc3339, placeholder_handle};
 use crate::local::LocalBackend;
+use crate::local::LocalHost;
 use crate::solver::{Plan, Request};
 use crate::testing::{self, Harness, ProcessProbe};
 use crate::{Error, Result};
@@ -71,7 +72,7 @@ impl std::fmt::Display for Scripted {
 #[async_trait]
 impl Backend for Scripted {
     fn kind(&self) -> HostKind {
-        HostKind::Plain
+        HostKind::named("box")
     }
     fn layout(&self, _: &JobIdentity, _: &Plan) -> Result<RunLayout> {
         Err(crate::backend::not_supported("layout", self))
@@ -98,7 +99,7 @@ impl Backend for Scripted {
 }
 
 fn handle(id: &str) -> JobHandle {
-    JobHandle { kind: HostKind::Plain, host: "box".into(), id: id.into(), data: serde_json::Value::Null }
+    JobHandle { kind: HostKind::named("box"), host: "box".into(), id: id.into(), data: serde_json::Value::Null }
 }
 
 /// A run of `name` on host `box` recorded in `state` with `handle`, as the ledger has it.
@@ -185,7 +186,7 @@ async fn a_placeholder_run_whose_client_died_cannot_be_looked_up() {
     let dir = tempfile::tempdir().unwrap();
     let ledger = Ledger::open(dir.path()).unwrap();
     let mut run = record("ph", handle("x"), JobState::Submitting, None);
-    run.handle = placeholder_handle(HostKind::Plain, "box", &run.identity.run_id);
+    run.handle = placeholder_handle(HostKind::named("box"), "box", &run.identity.run_id);
     let run = recorded(&ledger, run);
     // Neither asked: the backend would hang.
     let backend = scripted(Answer::Hangs, Answer::Hangs);
@@ -264,7 +265,7 @@ fn local_harness(root: &Path) -> Harness {
     let cluster =
         ClusterConfig { root: root.join("root").display().to_string(), work: "~/work".into(), ..Default::default() };
     let backend = LocalBackend::new("local", LocalHost::default(), cluster, root);
-    let plan = testing::cpu_plan("local", HostKind::Local, 1);
+    let plan = testing::cpu_plan("local", HostKind::LOCAL, 1);
     Harness { backend: Arc::new(backend), plan, probe: Arc::new(NoProbe), timeout: Duration::from_secs(60) }
 }
 

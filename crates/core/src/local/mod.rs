@@ -18,6 +18,7 @@
 //! the live run (and confirms that none of its processes is left) first.
 
 pub mod claim;
+mod host;
 pub mod logs;
 pub mod process;
 mod reclaim;
@@ -36,11 +37,12 @@ use crate::backend::{
     Backend, JobHandle, JobState, JobStatus, LogOptions, LogStream, PreparedJob, RankStatus, RunLayout, SubmitOptions,
 };
 use crate::bootstrap::{DataDirs, Launch};
-use crate::config::{ClusterConfig, HostKind, LocalHost, expand_tilde};
+use crate::config::{ClusterConfig, HostKind, expand_tilde};
 use crate::job::JobIdentity;
 use crate::solver::{ChipRequest, Plan, Request};
 use crate::{Error, Result};
 
+pub use host::{LocalHost, LocalType, local_cluster};
 use supervisor::files;
 
 /// Runs jobs on this machine.
@@ -81,7 +83,7 @@ impl LocalBackend {
     }
 
     fn data(&self, handle: &JobHandle) -> Result<LocalHandleData> {
-        if handle.kind != HostKind::Local {
+        if handle.kind != HostKind::LOCAL {
             return Err(Error::backend(self, format!("handle of a {} job given to the local backend", handle.kind)));
         }
         serde_json::from_value(handle.data.clone())
@@ -110,7 +112,7 @@ fn free_port() -> Result<u16> {
 #[async_trait]
 impl Backend for LocalBackend {
     fn kind(&self) -> HostKind {
-        HostKind::Local
+        HostKind::LOCAL
     }
 
     fn layout(&self, identity: &JobIdentity, plan: &Plan) -> Result<RunLayout> {
@@ -338,7 +340,7 @@ struct LiveRun {
 impl LocalBackend {
     fn handle(&self, job: &PreparedJob, data: LocalHandleData) -> JobHandle {
         JobHandle {
-            kind: HostKind::Local,
+            kind: HostKind::LOCAL,
             host: self.name.clone(),
             id: job.identity.run_id.clone(),
             data: serde_json::to_value(data).expect("handle data serializes"),

@@ -8,7 +8,7 @@ fn backend(home: &Path) -> LocalBackend {
 }
 
 fn plan() -> Plan {
-    crate::testing::cpu_plan("local", HostKind::Local, 1)
+    crate::testing::cpu_plan("local", HostKind::LOCAL, 1)
 }
 
 #[test]

@@ -91,7 +91,8 @@ mod tests {
 
     use super::*;
     use crate::backend::{JobState, ReclaimKind, SubmitOptions};
-    use crate::config::{ClusterConfig, HostKind, LocalHost};
+    use crate::config::{ClusterConfig, HostKind};
+    use crate::local::LocalHost;
     use crate::testing::{self, Harness, ProcessProbe};
 
     struct NoProbe;
@@ -109,7 +110,7 @@ mod tests {
             work: "~/work".into(),
             ..ClusterConfig::default()
         };
-        let plan = testing::cpu_plan("local", HostKind::Local, 1);
+        let plan = testing::cpu_plan("local", HostKind::LOCAL, 1);
         let backend = LocalBackend::new("local", LocalHost::default(), cluster, root);
         Harness { backend: Arc::new(backend), plan, probe: Arc::new(NoProbe), timeout: Duration::from_secs(60) }
     }

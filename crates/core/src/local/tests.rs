@@ -18,7 +18,7 @@ impl ProcessProbe for LocalProbe {
 }
 
 fn plan(processes: u32) -> Plan {
-    testing::cpu_plan("local", HostKind::Local, processes)
+    testing::cpu_plan("local", HostKind::LOCAL, processes)
 }
 
 fn harness(root: &Path, processes: u32) -> Harness {
@@ -315,7 +315,7 @@ async fn the_planned_handle_finds_the_run() {
     let planned = h.backend.planned_handle(&job).expect("the local backend plans its handles");
     assert!(matches!(h.backend.status(&planned).await, Err(Error::NotFound { .. })));
     let handle = h.backend.submit(&job, &SubmitOptions::default()).await.unwrap();
-    assert_eq!((&planned.id, &planned.host, planned.kind), (&handle.id, &handle.host, handle.kind));
+    assert_eq!((&planned.id, &planned.host, &planned.kind), (&handle.id, &handle.host, &handle.kind));
     let by_plan = testing::wait_terminal(&h, &planned).await;
     assert_eq!(by_plan.state, JobState::Completed, "{by_plan:?}");
     assert_eq!(h.backend.status(&handle).await.unwrap(), by_plan);

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::{Consideration, Request, Verdict, Want};
 use crate::availability::Availability;
-use crate::config::{DispatchConfig, HostConfig};
+use crate::config::{DispatchConfig, Gpus, HostConfig, HostKind};
 
 /// Hints for a failed solve, most useful first. `closest` is the host that came closest and how
 /// many chips (or CPUs) it has free.
@@ -30,7 +30,7 @@ pub(super) fn hints(
     if let Want::Gpu { chip, .. } = want {
         let with_gpus: Vec<&(&Consideration, &HostConfig)> = looked_at.iter().filter(|(_, h)| has_gpus(h)).collect();
         if with_gpus.is_empty() && !looked_at.is_empty() {
-            let only_local = looked_at.iter().all(|(_, h)| matches!(h, HostConfig::Local(_)));
+            let only_local = looked_at.iter().all(|(_, h)| h.kind() == HostKind::LOCAL);
             hints.push(if only_local {
                 "this machine has no GPUs: add `--chip cpu` or `request: {chip: cpu}` to run on its CPUs".to_owned()
             } else {
@@ -39,10 +39,8 @@ pub(super) fn hints(
                     .to_owned()
             });
         } else if let Some(chip) = chip {
-            // A Slurm host without a `chips` map may have any GPU: then nothing can be said.
-            let all_listed = with_gpus
-                .iter()
-                .all(|(_, h)| !matches!(h, HostConfig::Slurm(s) if s.chips.as_ref().is_none_or(|c| c.is_empty())));
+            // A host whose GPUs are not listed may have any GPU: then nothing can be said.
+            let all_listed = with_gpus.iter().all(|(_, h)| matches!(h.gpus(), Gpus::Listed(_)));
             let offered = chips_offered(&with_gpus);
             if all_listed && !offered.is_empty() && !offered.iter().any(|(name, _)| name == chip.name) {
                 let list: Vec<String> = offered.iter().map(|(name, host)| format!("{name} on {host}")).collect();
@@ -91,15 +89,11 @@ fn filtered_hint(request: &Request) -> String {
     }
 }
 
-/// Whether a host can run GPU jobs at all (a `chips` map with a GPU; Slurm hosts have
-/// partitions of GPUs unless capped to none).
+/// Whether a host can run GPU jobs at all (a `chips` map with a GPU, or GPUs not listed).
 fn has_gpus(host: &HostConfig) -> bool {
-    let gpus = |chips: &BTreeMap<String, u32>| chips.values().any(|&n| n > 0);
-    match host {
-        HostConfig::Local(h) => gpus(&h.chips),
-        HostConfig::Plain(h) => gpus(&h.chips),
-        HostConfig::Volcano(h) => gpus(&h.chips),
-        HostConfig::Slurm(h) => h.chips.as_ref().is_none_or(|c| c.is_empty() || gpus(c)),
+    match host.gpus() {
+        Gpus::Listed(chips) => chips.values().any(|&n| n > 0),
+        Gpus::Unlisted => true,
     }
 }
 
@@ -107,13 +101,8 @@ fn has_gpus(host: &HostConfig) -> bool {
 fn chips_offered(hosts: &[&(&Consideration, &HostConfig)]) -> BTreeSet<(String, String)> {
     let mut offered = BTreeSet::new();
     for (c, host) in hosts {
-        let chips = match host {
-            HostConfig::Local(h) => Some(&h.chips),
-            HostConfig::Plain(h) => Some(&h.chips),
-            HostConfig::Volcano(h) => Some(&h.chips),
-            HostConfig::Slurm(h) => h.chips.as_ref(),
-        };
-        for (name, _) in chips.into_iter().flatten().filter(|(_, n)| **n > 0) {
+        let Gpus::Listed(chips) = host.gpus() else { continue };
+        for (name, _) in chips.iter().filter(|(_, n)| **n > 0) {
             offered.insert((name.clone(), c.host.clone()));
         }
     }

@@ -1,141 +1,25 @@
 //! The hardware solver: picks one host for a request, in pure code (no IO).
 //!
-//! `solve(config, request, availability) -> Plan` keeps the original's rules (priority order then
-//! config order, first fit, per-type eligibility, Volcano `nodes = ceil(n / chips_per_node)`,
-//! Slurm partitions and `gres_mapping`, fallback to the Slurm host with the most free GPUs) and
-//! records, for every host it looked at, why it was taken or passed over.
+//! `solve(config, request, availability) -> Plan` keeps the original's rules: priority order then
+//! config order, first fit, each host judged by its type's fit rule ([`crate::config::HostSettings::fit`]),
+//! and, when nothing fits now, a fallback to the host that will queue the request with the most
+//! free chips. It records, for every host it looked at, why it was taken or passed over.
 //!
-//! It fixes the original's faults: Slurm never sums free GPUs across nodes for a one-node job and
-//! can span several nodes; the fallback never shrinks a request to a host's chip cap; Volcano sizes
-//! pods with one per-node number (the renderers use [`Plan::chips_per_node`]) and compares queue
-//! availability with the rounded-up total; plain hosts count only GPUs of the requested type.
-//!
-//! The rules per host type live in `machine` (local and plain), `volcano` and `slurm`;
 //! [`render`] turns the result into text. CPU-only requests do not consult availability.
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
-
 use crate::availability::Availability;
-use crate::chips::{Chip, ChipKind};
-use crate::config::{DispatchConfig, HostConfig, HostKind};
+use crate::config::{DispatchConfig, HostConfig};
+pub use crate::fit::{Layout, Outcome, Want};
+pub use crate::plan::{ChipRequest, Consideration, Plan, Request, Verdict};
 
 mod hints;
-mod machine;
 pub mod render;
-mod slurm;
-#[cfg(test)]
-mod tests;
-mod volcano;
 
 pub use render::{describe_plan, render_table};
 
-pub use crate::config::MAX_COUNT;
-
-/// What the user asked for.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Request {
-    /// Which chip.
-    pub chip: ChipRequest,
-    /// How many chips in total; for [`ChipRequest::Cpu`], how many processes (0 counts as 1).
-    pub count: u32,
-    /// Only hosts of these clusters (empty: any).
-    pub preferred_clusters: Vec<String>,
-    /// Never hosts of these clusters.
-    pub forbidden_clusters: Vec<String>,
-    /// Only this host.
-    pub host: Option<String>,
-}
-
-/// The chip part of a [`Request`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ChipRequest {
-    /// CPU only.
-    Cpu,
-    /// Any GPU.
-    AnyGpu,
-    /// This chip.
-    Chip(&'static Chip),
-}
-
-impl std::fmt::Display for Request {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.chip {
-            ChipRequest::Cpu => {
-                write!(f, "cpu-only ({} process{})", self.count.max(1), if self.count.max(1) == 1 { "" } else { "es" })
-            }
-            ChipRequest::AnyGpu => write!(f, "{} x any-gpu", self.count),
-            ChipRequest::Chip(c) => write!(f, "{} x {}", self.count, c.name),
-        }
-    }
-}
-
-/// The solver's answer: where and how a job runs.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Plan {
-    /// Chosen host.
-    pub host: String,
-    /// Its type.
-    pub kind: HostKind,
-    /// Its cluster.
-    pub cluster: String,
-    /// The chip the job gets (`None` for CPU-only).
-    pub chip: Option<&'static Chip>,
-    /// Machines (pods, Slurm nodes) the job spans.
-    pub nodes: u32,
-    /// Chips per node: the one number every renderer uses for the per-node GPU request.
-    pub chips_per_node: u32,
-    /// Processes per node (1 on clusters; N for a local multi-process job).
-    pub processes_per_node: u32,
-    /// Chips the job gets in total.
-    pub total_chips: u32,
-    /// Slurm partition.
-    pub partition: Option<String>,
-    /// Slurm GRES type token (`h100` in `gpu:h100:4`), `None` for untyped or no GPUs.
-    pub gres_type: Option<String>,
-    /// The job is sent although no host has the capacity free now; the scheduler queues it.
-    pub queued: bool,
-    /// Things the user should know (e.g. the fallback, a partial node).
-    pub notes: Vec<String>,
-    /// Every host looked at, in order, with the verdict.
-    pub considered: Vec<Consideration>,
-}
-
-impl Plan {
-    /// Processes of the whole job.
-    pub fn processes(&self) -> u32 {
-        self.nodes.saturating_mul(self.processes_per_node)
-    }
-}
-
-/// Why one host was taken or passed over.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Consideration {
-    /// Host name.
-    pub host: String,
-    /// Host type.
-    pub kind: HostKind,
-    /// The verdict.
-    pub verdict: Verdict,
-    /// Why, in one short sentence.
-    pub reason: String,
-}
-
-/// Verdict of a [`Consideration`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Verdict {
-    /// The chosen host.
-    Chosen,
-    /// Eligible but not chosen (an earlier host won, or it lost the fallback).
-    Eligible,
-    /// Cannot serve the request.
-    Passed,
-    /// Filtered out by the cluster or host filters before looking.
-    Filtered,
-}
+pub use crate::plan::MAX_COUNT;
 
 /// No host can serve the request. Carries what was looked at.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -155,7 +39,7 @@ pub struct SolveError {
 /// a host missing from the map counts as [`Availability::NotChecked`].
 ///
 /// Hosts are tried in [`DispatchConfig::ordered_hosts`] order after the host and cluster filters;
-/// the first host that fits now wins. When none fits now, the Slurm host that could hold the
+/// the first host that fits now wins. When none fits now, the queueing host that could hold the
 /// request with the most free GPUs is chosen and the plan is marked [`Plan::queued`].
 pub fn solve(
     config: &DispatchConfig,
@@ -182,7 +66,7 @@ pub fn solve(
     }
 
     let mut considered: Vec<Consideration> = Vec::new();
-    // Slurm hosts that could hold the request but not now: (index in `considered`, layout, free).
+    // Hosts that could hold the request but not now: (index in `considered`, layout, free).
     let mut candidates: Vec<(usize, Layout, u32)> = Vec::new();
     // The host that came closest, for the error summary: (host, free chips).
     let mut closest: Option<(String, u32)> = None;
@@ -201,13 +85,10 @@ pub fn solve(
             continue;
         }
         let avail = availability.get(name).unwrap_or(&NOT_CHECKED);
-        let outcome = match host {
+        let outcome = match avail {
             // Unusable until the user acts (a refused host key, a missing queue), for any request.
-            _ if let Availability::Unusable { reason } = avail => Outcome::pass(reason.clone()),
-            HostConfig::Local(h) => machine::local(h, &want, avail),
-            HostConfig::Plain(h) => machine::plain(h, &want, avail),
-            HostConfig::Volcano(h) => volcano::solve(h, &want, avail),
-            HostConfig::Slurm(h) => slurm::solve(config, h, &want, avail),
+            Availability::Unusable { reason } => Outcome::pass(reason.clone()),
+            _ => host.fit(&config.gres_mapping, &want, avail),
         };
         match outcome {
             Outcome::Fits { layout, reason } => {
@@ -242,7 +123,7 @@ pub fn solve(
         let (best_idx, mut layout, _) = candidates.swap_remove(pos);
         let name = considered[best_idx].host.clone();
         let host = &config.hosts[name.as_str()];
-        layout.notes.insert(0, format!("no host has {request} free now; sending to {name} where Slurm will queue it"));
+        layout.notes.insert(0, host.queued_note(&request.to_string(), &name));
         return Ok(plan(name, host, layout, true, considered));
     }
 
@@ -259,108 +140,6 @@ pub fn solve(
 }
 
 static NOT_CHECKED: Availability = Availability::NotChecked;
-
-/// The request, normalized: CPU processes, or a GPU chip (any if `None`) and count.
-#[derive(Debug, Clone, Copy)]
-enum Want {
-    Cpu { processes: u32 },
-    Gpu { chip: Option<&'static Chip>, count: u32 },
-}
-
-impl Want {
-    fn of(request: &Request) -> Result<Want, String> {
-        if request.count > MAX_COUNT {
-            return Err(format!(
-                "a request can be for at most {MAX_COUNT} chips or processes; asked for {}",
-                request.count
-            ));
-        }
-        let gpu = |chip: Option<&'static Chip>| {
-            if request.count == 0 {
-                Err(format!("a {} request needs at least one chip", chip.map_or("GPU", |c| c.name)))
-            } else {
-                Ok(Want::Gpu { chip, count: request.count })
-            }
-        };
-        match request.chip {
-            ChipRequest::Cpu => Ok(Want::Cpu { processes: request.count.max(1) }),
-            ChipRequest::Chip(c) if c.kind == ChipKind::Cpu => Ok(Want::Cpu { processes: request.count.max(1) }),
-            ChipRequest::AnyGpu => gpu(None),
-            ChipRequest::Chip(c) => gpu(Some(c)),
-        }
-    }
-}
-
-/// How one host would run the request.
-#[derive(Debug, Clone, Default)]
-struct Layout {
-    chip: Option<&'static Chip>,
-    nodes: u32,
-    chips_per_node: u32,
-    processes_per_node: u32,
-    partition: Option<String>,
-    gres_type: Option<String>,
-    notes: Vec<String>,
-}
-
-impl Layout {
-    /// A CPU-only layout.
-    fn cpu(nodes: u32, processes_per_node: u32) -> Layout {
-        Layout { nodes, processes_per_node, ..Layout::default() }
-    }
-
-    fn total_chips(&self) -> u32 {
-        self.nodes.saturating_mul(self.chips_per_node)
-    }
-}
-
-/// What one host can do with the request.
-#[derive(Debug)]
-enum Outcome {
-    /// It fits now.
-    Fits { layout: Layout, reason: String },
-    /// It could hold the request but not now (Slurm only): a fallback candidate ranked by `free`.
-    Queue { layout: Layout, free: u32, reason: String },
-    /// It cannot serve the request; `free` is how many chips of the kind it has free, if known.
-    Pass { reason: String, free: Option<u32> },
-}
-
-impl Outcome {
-    fn pass(reason: impl Into<String>) -> Outcome {
-        Outcome::Pass { reason: reason.into(), free: None }
-    }
-}
-
-/// Nodes and chips per node for `count` chips on nodes of `per_node` chips (`per_node > 0`),
-/// with a note when the total is rounded up to whole nodes.
-fn spread(count: u32, per_node: u32) -> (u32, u32, Option<String>) {
-    if count <= per_node {
-        return (1, count, None);
-    }
-    let nodes = count.div_ceil(per_node);
-    let total = nodes * per_node;
-    let note = (total > count).then(|| format!("rounded up to {total} chips on {nodes} nodes ({per_node} per node)"));
-    (nodes, per_node, note)
-}
-
-/// The chip with the most GPUs in a chips map (earlier key wins ties), if any count is positive.
-fn largest_chip(chips: &BTreeMap<String, u32>) -> Option<(&str, u32)> {
-    let mut best: Option<(&str, u32)> = None;
-    for (name, &n) in chips {
-        if n > 0 && best.is_none_or(|(_, b)| n > b) {
-            best = Some((name.as_str(), n));
-        }
-    }
-    best
-}
-
-/// `chips` as `h100: 8, l40: 2` for reasons, or `none`.
-fn list_chips(chips: &BTreeMap<String, u32>) -> String {
-    if chips.is_empty() {
-        return "none".into();
-    }
-    chips.iter().map(|(k, v)| format!("{k}: {v}")).collect::<Vec<_>>().join(", ")
-}
 
 fn filter_reason(request: &Request, name: &str, host: &HostConfig) -> Option<String> {
     let cluster = host.cluster();
@@ -406,15 +185,7 @@ fn note_closest(closest: &mut Option<(String, u32)>, host: &str, free: u32) {
 fn plan(name: String, host: &HostConfig, layout: Layout, queued: bool, considered: Vec<Consideration>) -> Plan {
     let total_chips = layout.total_chips();
     let mut notes = layout.notes;
-    if let HostConfig::Slurm(h) = host {
-        notes.push(match &h.time {
-            Some(t) => format!("time limit {t} (the host's `time:`)"),
-            None => format!(
-                "time limit {} (the default; set `time:` on host `{name}` for another)",
-                crate::config::DEFAULT_SLURM_TIME
-            ),
-        });
-    }
+    notes.extend(host.plan_notes(&name));
     Plan {
         host: name,
         kind: host.kind(),
@@ -424,8 +195,8 @@ fn plan(name: String, host: &HostConfig, layout: Layout, queued: bool, considere
         chips_per_node: layout.chips_per_node,
         processes_per_node: layout.processes_per_node,
         total_chips,
-        partition: layout.partition,
-        gres_type: layout.gres_type,
+        placement: layout.placement,
+        placement_text: layout.placement_text,
         queued,
         notes,
         considered,

@@ -49,15 +49,7 @@ pub fn describe_plan(plan: &Plan) -> String {
             count(plan.processes_per_node, "process", "processes")
         ));
     }
-    if let Some(partition) = &plan.partition {
-        out.push_str(&format!(", partition {partition}"));
-    }
-    if plan.chips_per_node > 0 && plan.partition.is_some() {
-        match &plan.gres_type {
-            Some(gres) => out.push_str(&format!(", gres gpu:{gres}:{}", plan.chips_per_node)),
-            None => out.push_str(&format!(", gres gpu:{}", plan.chips_per_node)),
-        }
-    }
+    out.push_str(&plan.placement_text);
     if plan.queued {
         out.push_str(", queued");
     }

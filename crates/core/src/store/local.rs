@@ -98,7 +98,7 @@ struct Counting<W> {
     inner: W,
     sent: u64,
     reported: u64,
-    progress: Option<crate::backend::ProgressFn>,
+    progress: Option<super::ProgressFn>,
 }
 
 impl<W: std::io::Write> std::io::Write for Counting<W> {

@@ -32,7 +32,6 @@ use std::io::{self, Write};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use serde::{Deserialize, Serialize};
 
 pub mod archive;
 mod local;
@@ -71,26 +70,13 @@ pub const EXIT_EXISTS: i32 = 17;
 /// `gc`): shipping starts over once.
 pub const EXIT_OBJECT_GONE: i32 = 42;
 
-/// How a run's code dir is made from the store's objects.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Materialize {
-    /// Hard links to the read-only objects: no extra space per run.
-    #[default]
-    Link,
-    /// Private, writable copies: for filesystems without hard links, or jobs that write into
-    /// their own sources.
-    Copy,
-}
+pub use crate::cluster::Materialize;
 
-impl fmt::Display for Materialize {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Materialize::Link => "link",
-            Materialize::Copy => "copy",
-        })
-    }
-}
+/// A progress callback: bytes done so far, total if known.
+pub type ProgressFn = Arc<dyn Fn(u64, Option<u64>) + Send + Sync>;
+
+/// A status callback: one short line saying what is happening now ("uploading 3 objects").
+pub type StatusFn = Arc<dyn Fn(&str) + Send + Sync>;
 
 /// Writes a script's stdin. It may be called more than once (a transport that must know the
 /// length of stdin first counts a pass) and writes the same bytes every time.
@@ -106,7 +92,7 @@ pub struct ScriptCall {
     /// Its stdin; `None` for an empty one.
     pub stdin: Option<StdinFn>,
     /// Called with the bytes of stdin sent so far (the final pass only).
-    pub progress: Option<crate::backend::ProgressFn>,
+    pub progress: Option<ProgressFn>,
     /// What the call does, for messages ("the upload of missing objects").
     pub label: &'static str,
 }

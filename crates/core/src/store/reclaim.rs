@@ -71,7 +71,7 @@ impl ReclaimTarget {
     /// The target of a cluster's dirs, each made absolute by `resolve` (`~` expansion): the
     /// work root, with its log, status and share dirs skipped when they lie under it.
     pub fn of_cluster(
-        cluster: &crate::config::ClusterConfig,
+        cluster: &crate::cluster::ClusterConfig,
         resolve: impl Fn(&str) -> Result<String>,
     ) -> Result<ReclaimTarget> {
         let work = resolve(&cluster.work)?;

@@ -7,10 +7,9 @@ use serde::Serialize;
 use super::archive::{self, ExtraFile};
 use super::plan::{ObjectKey, StorePlan};
 use super::{
-    EXIT_CORRUPT, EXIT_EXISTS, EXIT_NO_TOOL, EXIT_OBJECT_GONE, Materialize, OBJECTS_DIR, ScriptCall, Shell, ShellError,
-    StdinFn, scripts,
+    EXIT_CORRUPT, EXIT_EXISTS, EXIT_NO_TOOL, EXIT_OBJECT_GONE, Materialize, OBJECTS_DIR, ProgressFn, ScriptCall, Shell,
+    ShellError, StatusFn, StdinFn, scripts,
 };
-use crate::backend::{ProgressFn, StatusFn};
 use crate::snapshot::Snapshot;
 use crate::{Error, Result};
 

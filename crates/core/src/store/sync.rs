@@ -20,8 +20,7 @@ use super::archive::{ExtraFile, header};
 pub use super::manifest::{MANIFEST, Manifest};
 use super::plan::{PlanEntry, StorePlan};
 use super::ship::{relative_dest, send_missing, upload_id};
-use super::{Materialize, OBJECTS_DIR, ScriptCall, Shell, ShellError, StdinFn, StoreError};
-use crate::backend::{ProgressFn, StatusFn};
+use super::{Materialize, OBJECTS_DIR, ProgressFn, ScriptCall, Shell, ShellError, StatusFn, StdinFn, StoreError};
 use crate::snapshot::Snapshot;
 use crate::{Error, Result};
 

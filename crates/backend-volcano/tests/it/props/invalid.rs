@@ -3,7 +3,7 @@
 
 use proptest::prelude::*;
 use theseus_backend_volcano::{JobInputs, RenderOptions, render_helper, render_job, validate_host};
-use theseus_core::config::{Toleration, VolcanoHost};
+use theseus_backend_volcano::{Toleration, VolcanoHost};
 
 use super::strategies::{Case, case, hostile};
 

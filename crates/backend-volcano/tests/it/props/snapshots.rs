@@ -4,8 +4,8 @@
 
 use std::collections::BTreeMap;
 
+use theseus_backend_volcano::VolcanoHost;
 use theseus_backend_volcano::{JobInputs, RenderOptions, RenderedJob, redacted, render_helper, render_job};
-use theseus_core::config::VolcanoHost;
 use theseus_core::solver::Plan;
 
 use crate::fixtures::{cpu_plan, env, gpu_plan, host, identity, layout};

@@ -8,8 +8,8 @@ use proptest::collection::{btree_map, vec};
 use proptest::option;
 use proptest::prelude::*;
 use theseus_backend_volcano::RenderOptions;
+use theseus_backend_volcano::{Toleration, VolcanoHost};
 use theseus_core::backend::{EnvVar, RunLayout};
-use theseus_core::config::{Toleration, VolcanoHost};
 use theseus_core::job::JobIdentity;
 use theseus_core::solver::Plan;
 

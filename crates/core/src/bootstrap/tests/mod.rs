@@ -310,12 +310,7 @@ fn hostile_args_reach_a_non_python_job_byte_for_byte() {
 #[test]
 fn every_rendered_script_parses() {
     let h = Harness::new();
-    let launches = [
-        Launch::Single,
-        Launch::Local { coordinator_port: 1234 },
-        Launch::Volcano { coordinator_port: 1 },
-        Launch::Slurm { coordinator_port: 65535 },
-    ];
+    let launches = [Launch::Single, Launch::Local { coordinator_port: 1234 }, volcano(1), slurm(65535)];
     for launch in launches {
         for distributed in [Distributed::None, Distributed::Jax] {
             for value in h.hostile() {
@@ -489,7 +484,7 @@ fn single_launch_exports_no_coordinator() {
 fn volcano_launch_reads_the_worker_hosts() {
     let h = Harness::new();
     let mut input = h.input(&["python", "dump.py"]);
-    input.launch = Launch::Volcano { coordinator_port: 1234 };
+    input.launch = volcano(1234);
     let missing_file = h.tmp.path().join("no-such-worker.host");
     let missing_file = missing_file.to_str().unwrap();
     let (_, out) = h.run(
@@ -527,7 +522,7 @@ fn volcano_launch_reads_the_worker_hosts() {
 fn slurm_launch_uses_the_first_node() {
     let h = Harness::new();
     let mut input = h.input(&["python", "dump.py"]);
-    input.launch = Launch::Slurm { coordinator_port: 2345 };
+    input.launch = slurm(2345);
     let (_, out) = h.run(
         &input,
         &[("SLURM_PROCID", "3"), ("SLURM_NTASKS", "4"), ("SLURM_LOCALID", "1"), ("SLURM_JOB_NODELIST", "node1,node2")],
@@ -735,4 +730,16 @@ fn pyproject_runs_uv_sync_frozen_and_fails_loudly() {
     let (_, out) = h.run(&input, &env);
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(std::fs::read_to_string(&log).unwrap().starts_with("sync --group gpu --group it's\n"));
+}
+
+/// The Volcano backend's wiring (its crate's `wiring.sh`), whose bash these tests run.
+fn volcano(coordinator_port: u16) -> Launch {
+    let shell = include_str!("../../../../backend-volcano/src/wiring.sh");
+    Launch::Wired { coordinator_port, wiring: super::Wiring { scheme: "volcano", shell } }
+}
+
+/// The Slurm backend's wiring (its crate's `wiring.sh`), whose bash these tests run.
+fn slurm(coordinator_port: u16) -> Launch {
+    let shell = include_str!("../../../../backend-slurm/src/wiring.sh");
+    Launch::Wired { coordinator_port, wiring: super::Wiring { scheme: "slurm", shell } }
 }

@@ -1,4 +1,5 @@
-//! Tests of config loading: the five layers, merging, host order, strict errors and provenance.
+//! Tests of config loading with the binary's host types: the five layers, merging, host order,
+//! strict errors and provenance.
 
 // `figment::Jail` closures return `figment::Result`, whose error is large; that is its API.
 #![allow(clippy::result_large_err)]
@@ -7,7 +8,14 @@ use std::path::{Path, PathBuf};
 
 use figment::Jail;
 
-use super::*;
+use theseus_backend_slurm::SlurmHost;
+use theseus_backend_slurm::config::PartitionConfig;
+use theseus_backend_ssh::plain::PlainHost;
+use theseus_backend_volcano::VolcanoHost;
+use theseus_core::config::*;
+use theseus_core::local::LocalHost;
+
+use crate::host_types;
 
 /// A jail layout: `<jail>/home` is the home dir, `<jail>/proj/sub` the project start.
 struct Setup {
@@ -30,6 +38,7 @@ impl Setup {
         let sources = ConfigSources {
             home: Some(root.join("home")),
             project_start: Some(root.join("proj/sub")),
+            host_types: host_types(),
             ..ConfigSources::default()
         };
         Setup { root, sources }
@@ -70,18 +79,37 @@ fn source<'a>(loaded: &'a LoadedConfig, key: &str) -> &'a str {
         .unwrap_or_else(|| panic!("no provenance for {key}: {:#?}", loaded.provenance))
 }
 
+/// The keys of host `name` (without `type`), checking that it is of `kind`.
+fn keys_of(config: &DispatchConfig, name: &str, kind: HostKind) -> serde_json::Map<String, serde_json::Value> {
+    let host = &config.hosts[name];
+    assert_eq!(host.kind(), kind, "{name} is not {kind}: {host:?}");
+    let serde_json::Value::Object(mut keys) = host.to_value() else { panic!("a host is a map") };
+    keys.remove("type");
+    keys
+}
+
+/// Host `name`'s settings as the type `T` its kind reads (the connection keys of hosts reached
+/// over SSH included).
+fn typed<T: serde::de::DeserializeOwned>(config: &DispatchConfig, name: &str, kind: HostKind) -> (SshSettings, T) {
+    ssh::parse_with_connection(keys_of(config, name, kind), "test").expect("a host reads back")
+}
+
 fn local(config: &DispatchConfig, name: &str) -> LocalHost {
-    match &config.hosts[name] {
-        HostConfig::Local(h) => h.clone(),
-        other => panic!("{name} is not local: {other:?}"),
-    }
+    typed(config, name, HostKind::LOCAL).1
 }
 
 fn plain(config: &DispatchConfig, name: &str) -> PlainHost {
-    match &config.hosts[name] {
-        HostConfig::Plain(h) => h.clone(),
-        other => panic!("{name} is not plain: {other:?}"),
-    }
+    let (connection, host): (SshSettings, PlainHost) = typed(config, name, theseus_backend_ssh::plain::KIND);
+    PlainHost { connection, ..host }
+}
+
+fn slurm(config: &DispatchConfig, name: &str) -> SlurmHost {
+    let (connection, host): (SshSettings, SlurmHost) = typed(config, name, theseus_backend_slurm::KIND);
+    SlurmHost { connection, ..host }
+}
+
+fn volcano(config: &DispatchConfig, name: &str) -> VolcanoHost {
+    typed(config, name, theseus_backend_volcano::KIND).1
 }
 
 fn host_names(config: &DispatchConfig) -> Vec<&str> {
@@ -90,7 +118,7 @@ fn host_names(config: &DispatchConfig) -> Vec<&str> {
 
 #[test]
 fn default_config_needs_no_files() {
-    let loaded = load::load(&ConfigSources::default()).unwrap();
+    let loaded = load::load(&ConfigSources { host_types: host_types(), ..ConfigSources::default() }).unwrap();
     assert_eq!(host_names(&loaded.config), ["local"]);
     assert_eq!(local(&loaded.config, "local"), LocalHost::default());
     let cluster = &loaded.config.clusters["local"];
@@ -216,8 +244,16 @@ hosts:
   vk: {type: volcano, cluster: local}
 ";
         let loaded = Setup::new(jail, Some(user), None).load();
-        let kinds: Vec<HostKind> = loaded.config.hosts.values().map(HostConfig::kind).collect();
-        assert_eq!(kinds, [HostKind::Plain, HostKind::Slurm, HostKind::Volcano, HostKind::Local]);
+        let kinds: Vec<HostKind> = loaded.config.hosts.values().map(|h| h.kind()).collect();
+        assert_eq!(
+            kinds,
+            [
+                theseus_backend_ssh::plain::KIND,
+                theseus_backend_slurm::KIND,
+                theseus_backend_volcano::KIND,
+                HostKind::LOCAL
+            ]
+        );
         Ok(())
     });
 }
@@ -228,10 +264,7 @@ fn a_later_layer_keeps_the_type_of_a_lower_one() {
         let user = "hosts:\n  cl: {type: slurm, ssh: login, cluster: local}\n";
         let project = "hosts:\n  cl: {partitions: [gpu]}\n";
         let loaded = Setup::new(jail, Some(user), Some(project)).load();
-        match &loaded.config.hosts["cl"] {
-            HostConfig::Slurm(h) => assert_eq!(h.partitions, [PartitionConfig::Name("gpu".into())]),
-            other => panic!("not slurm: {other:?}"),
-        }
+        assert_eq!(slurm(&loaded.config, "cl").partitions, [PartitionConfig::Name("gpu".into())]);
         Ok(())
     });
 }
@@ -433,7 +466,7 @@ fn tpu_hosts_are_set_aside_with_a_warning_and_so_are_priority_entries_naming_the
 #[test]
 fn the_original_example_config_loads_with_warnings() {
     Jail::expect_with(|jail| {
-        let text = include_str!("../../test_data/original-dispatch.yaml");
+        let text = include_str!("../../../core/test_data/original-dispatch.yaml");
         let setup = Setup::new(jail, Some(text), None);
         let loaded = setup.load();
         let hosts: Vec<&str> = loaded.config.hosts.keys().map(String::as_str).collect();
@@ -478,7 +511,7 @@ fn env_variables_address_hosts_whose_names_contain_hyphens() {
         )
         .env("THESEUSCFG_HOSTS__GPU_BOX__CHIPS__H100", "4");
         let loaded = setup.load();
-        let HostConfig::Plain(host) = &loaded.config.hosts["gpu-box"] else { panic!() };
+        let host = plain(&loaded.config, "gpu-box");
         assert_eq!(host.chips["h100"], 4);
         assert!(!loaded.config.hosts.contains_key("gpu_box"));
         assert_eq!(source(&loaded, "hosts.gpu-box.chips.h100"), "env THESEUSCFG_HOSTS__GPU_BOX__CHIPS__H100");
@@ -578,13 +611,18 @@ fn malformed_settings() {
 }
 
 #[test]
-fn host_config_deserializes_with_default_type() {
-    let host: HostConfig = serde_json::from_value(serde_json::json!({"ssh": "a", "cluster": "c"})).unwrap();
-    assert_eq!(host.kind(), HostKind::Plain);
-    let error = serde_json::from_value::<HostConfig>(serde_json::json!({"type": "tpu", "cluster": "c"})).unwrap_err();
-    assert_eq!(error.to_string(), "TPU hosts are not supported yet");
-    let error = serde_json::from_value::<HostConfig>(serde_json::json!({"type": "local", "ssh": "x"})).unwrap_err();
-    assert!(error.to_string().starts_with("host.ssh: unknown key \"ssh\""), "{error}");
+fn host_config_reads_with_default_type() {
+    let read = |value: serde_json::Value| {
+        let serde_json::Value::Object(body) = value else { panic!("a map") };
+        host_types().parse(body, "host")
+    };
+    let host = read(serde_json::json!({"ssh": "a", "cluster": "c"})).unwrap();
+    assert_eq!(host.kind(), theseus_backend_ssh::plain::KIND);
+    let error = read(serde_json::json!({"type": "tpu", "cluster": "c"})).unwrap_err();
+    assert_eq!(error.message, "TPU hosts are not supported yet");
+    let error = read(serde_json::json!({"type": "local", "ssh": "x"})).unwrap_err();
+    let error = format!("{}: {}", error.path, error.message);
+    assert!(error.starts_with("host.ssh: unknown key \"ssh\""), "{error}");
 }
 
 #[test]
@@ -636,7 +674,7 @@ fn dispatch_config_files_must_be_small_regular_files() {
         assert!(error.contains("fifo.yaml: not a regular file (a FIFO)"), "{error}");
 
         let big = setup.root.join("big.yaml");
-        std::fs::write(&big, vec![b'#'; (crate::files::CONFIG_LIMIT + 1) as usize]).unwrap();
+        std::fs::write(&big, vec![b'#'; (theseus_core::files::CONFIG_LIMIT + 1) as usize]).unwrap();
         setup.sources.explicit_file = Some(big);
         let error = setup.error();
         assert!(error.contains("big.yaml: larger than the limit of 4 MiB"), "{error}");
@@ -721,7 +759,7 @@ fn counts_are_bounded() {
 #[test]
 fn materialize_is_link_or_copy() {
     let good: ClusterConfig = serde_saphyr::from_str("{root: /r, work: /w, materialize: copy}").unwrap();
-    assert_eq!(good.materialize, Some(crate::store::Materialize::Copy));
+    assert_eq!(good.materialize, Some(theseus_core::store::Materialize::Copy));
     let bad = serde_saphyr::from_str::<ClusterConfig>("{root: /r, work: /w, materialize: hardlink}");
     assert!(bad.unwrap_err().to_string().contains("hardlink"));
 }
@@ -783,7 +821,7 @@ hosts:
 ";
         let project = "hosts: {box: {env: {DEBUG: true}}}\n";
         let loaded = Setup::new(jail, Some(user), Some(project)).load();
-        let HostConfig::Volcano(gpu) = &loaded.config.hosts["gpu"] else { panic!("gpu is volcano") };
+        let gpu = volcano(&loaded.config, "gpu");
         assert_eq!(gpu.cpu.as_deref(), Some("32"));
         assert_eq!(gpu.memory.as_deref(), Some("256"));
         assert_eq!(gpu.labels["v"], "2");
@@ -819,10 +857,10 @@ fn a_list_where_a_string_goes_is_still_an_error() {
 #[test]
 fn a_config_written_as_json_reads_back_the_same() {
     Jail::expect_with(|jail| {
-        let text = include_str!("../../test_data/original-dispatch.yaml");
+        let text = include_str!("../../../core/test_data/original-dispatch.yaml");
         let loaded = Setup::new(jail, Some(text), None).load();
         let json = serde_json::to_value(&loaded.config).unwrap();
-        let back: DispatchConfig = serde_json::from_value(json).unwrap();
+        let back = load::from_value(&json, &host_types()).unwrap();
         assert_eq!(back, loaded.config);
         Ok(())
     });

@@ -1,17 +1,18 @@
-//! Solver rules for `volcano` hosts (Kubernetes with the Volcano batch scheduler).
+//! The fit rule of `volcano` hosts, for the solver (Kubernetes with the Volcano batch scheduler).
 //!
 //! One pod runs on one node with one chip type, so a pod's GPU count is `chips[chip]` for a
 //! specific chip and the largest entry for any GPU (never the sum of the map), falling back to
 //! `gpus_per_node`. The job spans `ceil(count / chips_per_node)` pods; the queue must have the
 //! rounded-up total free, and an unknown queue lets the scheduler decide.
 
-use super::{Layout, Outcome, Want, largest_chip, list_chips, spread};
-use crate::availability::Availability;
-use crate::chips;
+use theseus_core::availability::Availability;
+use theseus_core::chips;
+use theseus_core::fit::{Layout, Outcome, Want, largest_chip, list_chips, spread};
+
 use crate::config::VolcanoHost;
 
 /// Applies the Volcano rules to one host.
-pub(super) fn solve(host: &VolcanoHost, want: &Want, avail: &Availability) -> Outcome {
+pub fn solve(host: &VolcanoHost, want: &Want, avail: &Availability) -> Outcome {
     let (chip, count) = match *want {
         Want::Cpu { processes } => {
             return Outcome::Fits {
@@ -65,7 +66,7 @@ pub(super) fn solve(host: &VolcanoHost, want: &Want, avail: &Availability) -> Ou
             notes.push(format!("queue availability unknown ({reason}); the scheduler will queue the job if needed"));
             "queue availability unknown".to_owned()
         }
-        Availability::Slurm(_) => {
+        Availability::Partitions(_) => {
             notes.push(
                 "queue availability unknown (unexpected slurm report); the scheduler will queue the job if needed"
                     .into(),

@@ -1,4 +1,4 @@
-//! Solver rules for `slurm` hosts.
+//! The fit rule of `slurm` hosts, for the solver.
 //!
 //! A GPU request needs a GRES type for a specific chip (`gres_mapping`) and fits within the
 //! host's optional `chips` cap, else the host is passed over (the request is never shrunk).
@@ -8,16 +8,20 @@
 //! drained or named in `exclude` do not count. A host that could hold
 //! the request but not now becomes a fallback candidate, ranked by its free GPUs.
 
-use super::{Layout, Outcome, Want, spread};
-use crate::availability::{Availability, NodeAvailability, SlurmAvailability};
-use crate::chips::Chip;
-use crate::config::{DispatchConfig, SlurmHost};
+use std::collections::BTreeMap;
+
+use theseus_core::availability::{Availability, NodeAvailability, PartitionReport};
+use theseus_core::chips::Chip;
+use theseus_core::fit::{Layout, Outcome, Want, spread};
+
+use crate::config::SlurmHost;
+use crate::placement::SlurmPlacement;
 
 /// Applies the Slurm rules to one host.
-pub(super) fn solve(config: &DispatchConfig, host: &SlurmHost, want: &Want, avail: &Availability) -> Outcome {
+pub fn fit(gres_mapping: &BTreeMap<String, String>, host: &SlurmHost, want: &Want, avail: &Availability) -> Outcome {
     match *want {
         Want::Cpu { processes } => cpu(host, processes),
-        Want::Gpu { chip, count } => gpu(config, host, chip, count, avail),
+        Want::Gpu { chip, count } => gpu(gres_mapping, host, chip, count, avail),
     }
 }
 
@@ -26,7 +30,7 @@ fn cpu(host: &SlurmHost, processes: u32) -> Outcome {
         host.cpu_partitions.first().map(String::as_str).or_else(|| host.partitions.first().map(|p| p.name()));
     match partition {
         Some(p) => Outcome::Fits {
-            layout: Layout { partition: Some(p.to_owned()), ..Layout::cpu(processes, 1) },
+            layout: SlurmPlacement { partition: Some(p.to_owned()), gres_type: None }.place(Layout::cpu(processes, 1)),
             reason: format!("partition {p}, {processes} node{} x 1 task", if processes == 1 { "" } else { "s" }),
         },
         None => Outcome::pass("no cpu_partitions or partitions configured"),
@@ -46,15 +50,15 @@ impl Ask<'_> {
     /// A layout of `count` chips on nodes of `per_node` GPUs in `partition`.
     fn layout(&self, partition: &str, per_node: u32) -> Layout {
         let (nodes, chips_per_node, note) = spread(self.count, per_node);
-        Layout {
+        let layout = Layout {
             chip: self.chip,
             nodes,
             chips_per_node,
             processes_per_node: 1,
-            partition: Some(partition.to_owned()),
-            gres_type: self.gres.clone(),
             notes: note.into_iter().collect(),
-        }
+            ..Layout::default()
+        };
+        SlurmPlacement { partition: Some(partition.to_owned()), gres_type: self.gres.clone() }.place(layout)
     }
 
     /// Passes the host over when rounding up to whole nodes goes past the `chips` cap.
@@ -75,7 +79,7 @@ impl Ask<'_> {
 }
 
 fn gpu(
-    config: &DispatchConfig,
+    gres_mapping: &BTreeMap<String, String>,
     host: &SlurmHost,
     chip: Option<&'static Chip>,
     count: u32,
@@ -97,7 +101,7 @@ fn gpu(
         limit = Some(cap);
     }
     let gres = match chip {
-        Some(c) => match config.gres_mapping.get(c.name) {
+        Some(c) => match gres_mapping.get(c.name) {
             Some(g) => Some(g.clone()),
             None => return Outcome::pass(format!("no gres_mapping for {}", c.name)),
         },
@@ -109,7 +113,7 @@ fn gpu(
     let ordered: Vec<&str> = ordered.into_iter().map(|p| p.name()).collect();
 
     let outcome = match avail {
-        Availability::Slurm(report) => from_report(host, &ask, &ordered, report),
+        Availability::Partitions(report) => from_report(host, &ask, &ordered, report),
         Availability::NotChecked => {
             let Some(first) = ordered.first() else {
                 return Outcome::pass("no partitions configured and availability not checked");
@@ -161,7 +165,7 @@ struct PartitionFit<'a> {
     free_sum: u32,
 }
 
-fn from_report(host: &SlurmHost, ask: &Ask<'_>, ordered: &[&str], report: &SlurmAvailability) -> Outcome {
+fn from_report(host: &SlurmHost, ask: &Ask<'_>, ordered: &[&str], report: &PartitionReport) -> Outcome {
     let names: Vec<&str> = if ordered.is_empty() {
         report.partitions.iter().map(|p| p.name.as_str()).collect()
     } else {
@@ -224,7 +228,7 @@ fn from_report(host: &SlurmHost, ask: &Ask<'_>, ordered: &[&str], report: &Slurm
 fn partition_fit<'a>(
     host: &SlurmHost,
     ask: &Ask<'_>,
-    report: &SlurmAvailability,
+    report: &PartitionReport,
     name: &'a str,
 ) -> Option<PartitionFit<'a>> {
     let partition = report.partitions.iter().find(|p| p.name == name)?;

@@ -1,16 +1,25 @@
-//! Table-driven tests of the solver: tiny inline configs, availability reports and the expected
+//! Table-driven tests of the solver with the binary's host types: tiny inline configs, availability reports and the expected
 //! plan (one line), notes and verdicts, all compared as text by one `check` helper.
 
 use std::collections::BTreeMap;
 
-use super::*;
-use crate::availability::{NodeAvailability, PartitionAvailability, SlurmAvailability};
-use crate::chips;
+use theseus_core::availability::{Availability, NodeAvailability, PartitionAvailability, PartitionReport};
+use theseus_core::chips;
+use theseus_core::config::DispatchConfig;
+use theseus_core::solver::*;
+
+use crate::host_types;
+
+/// Parses `yaml` as a dispatch config with the binary's host types.
+fn parse(yaml: &str) -> DispatchConfig {
+    let value: serde_json::Value = serde_saphyr::from_str(yaml).expect("test config is YAML");
+    theseus_core::config::load::from_value(&value, &host_types()).expect("test config parses")
+}
 
 /// Parses `yaml` as a dispatch config, solves `request` and compares the result, shown as text,
 /// with `expect`.
 fn check(yaml: &str, request: Request, avail: Vec<(&str, Availability)>, expect: &str) {
-    let config: DispatchConfig = serde_saphyr::from_str(yaml).expect("test config parses");
+    let config = parse(yaml);
     let avail: BTreeMap<String, Availability> = avail.into_iter().map(|(h, a)| (h.to_owned(), a)).collect();
     let actual = show(&solve(&config, &request, &avail));
     assert_eq!(actual.trim(), unindent(expect), "\nrequest: {request}\nactual:\n{actual}");
@@ -78,7 +87,7 @@ fn drained(node: NodeAvailability) -> NodeAvailability {
 }
 
 fn sinfo(partitions: Vec<(&str, Vec<NodeAvailability>)>) -> Availability {
-    Availability::Slurm(SlurmAvailability {
+    Availability::Partitions(PartitionReport {
         partitions: partitions
             .into_iter()
             .map(|(name, nodes)| PartitionAvailability { name: name.into(), nodes })
@@ -861,19 +870,20 @@ fn slurm_fallback() {
 
 #[test]
 fn plan_fields_and_rendering() {
-    let config: DispatchConfig = serde_saphyr::from_str(SPAN).unwrap();
+    let config: DispatchConfig = parse(SPAN);
     let avail = BTreeMap::from([("hpc".to_owned(), span_report())]);
     let plan = solve(&config, &req("24 h100"), &avail).unwrap();
+    let placed = |key: &str| plan.placement.get(key).and_then(|v| v.as_deref());
     assert_eq!(
-        (plan.kind, plan.cluster.as_str(), plan.chip.map(|c| c.name), plan.nodes, plan.chips_per_node),
-        (HostKind::Slurm, "c", Some("h100"), 3, 8)
+        (plan.kind.as_str(), plan.cluster.as_str(), plan.chip.map(|c| c.name), plan.nodes, plan.chips_per_node),
+        ("slurm", "c", Some("h100"), 3, 8)
     );
     assert_eq!(
-        (plan.total_chips, plan.processes(), plan.partition.as_deref(), plan.gres_type.as_deref(), plan.queued),
+        (plan.total_chips, plan.processes(), placed("partition"), placed("gres_type"), plan.queued),
         (24, 3, Some("gpu"), Some("h100"), true)
     );
 
-    let config: DispatchConfig = serde_saphyr::from_str(ORDER).unwrap();
+    let config: DispatchConfig = parse(ORDER);
     let err = solve(&config, &req("8 h100"), &BTreeMap::from([("b".to_owned(), free(0, "nvidia-smi"))])).unwrap_err();
     assert_eq!(
         render_table(&err.considered),
@@ -923,7 +933,7 @@ fn counts_beyond_the_limit_are_refused_before_any_arithmetic() {
     for spec in ["cpu 4294967295", "4294967295 h100", "65537 any"] {
         let config =
             "hosts: {laptop: {type: local, oversubscribe: true}, k8s: {type: volcano, cluster: c, chips: {h100: 8}}}";
-        let config: DispatchConfig = serde_saphyr::from_str(config).unwrap();
+        let config: DispatchConfig = parse(config);
         let err = solve(&config, &req(spec), &BTreeMap::new()).unwrap_err();
         assert!(err.summary.contains("at most 65536"), "{spec}: {err}");
         assert!(err.considered.is_empty(), "{spec}: no host was looked at");

@@ -1,0 +1,175 @@
+//! What a solve produces and what it starts from: the [`Request`], the [`Plan`] a backend
+//! submits, the [`Consideration`] of every host looked at, and the [`HostKind`] names they carry.
+//! Plain data, below the config, the solver and the backends that all use it.
+
+use std::borrow::Cow;
+
+use serde::{Deserialize, Serialize};
+
+use crate::chips::Chip;
+
+/// The most chips (or CPU processes) a request may ask for, and the most a config may give a
+/// host: every count is checked against it before any arithmetic, so that no product or sum of
+/// counts can overflow.
+pub const MAX_COUNT: u32 = 65_536;
+
+/// The type of a host, by name: `local`, or the name a host type declares (`type:` in files).
+/// Kept as text in plans, handles and the ledger.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct HostKind(Cow<'static, str>);
+
+impl HostKind {
+    /// The local host type (this machine), the one type core implements.
+    pub const LOCAL: HostKind = HostKind::named("local");
+
+    /// The kind named `name`.
+    pub const fn named(name: &'static str) -> HostKind {
+        HostKind(Cow::Borrowed(name))
+    }
+
+    /// The name, as written in `type:`.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<String> for HostKind {
+    fn from(name: String) -> HostKind {
+        HostKind(Cow::Owned(name))
+    }
+}
+
+impl PartialEq<str> for HostKind {
+    fn eq(&self, other: &str) -> bool {
+        self.0 == other
+    }
+}
+
+impl std::fmt::Display for HostKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl Serialize for HostKind {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for HostKind {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        String::deserialize(deserializer).map(HostKind::from)
+    }
+}
+
+/// What the user asked for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Request {
+    /// Which chip.
+    pub chip: ChipRequest,
+    /// How many chips in total; for [`ChipRequest::Cpu`], how many processes (0 counts as 1).
+    pub count: u32,
+    /// Only hosts of these clusters (empty: any).
+    pub preferred_clusters: Vec<String>,
+    /// Never hosts of these clusters.
+    pub forbidden_clusters: Vec<String>,
+    /// Only this host.
+    pub host: Option<String>,
+}
+
+/// The chip part of a [`Request`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChipRequest {
+    /// CPU only.
+    Cpu,
+    /// Any GPU.
+    AnyGpu,
+    /// This chip.
+    Chip(&'static Chip),
+}
+
+impl std::fmt::Display for Request {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.chip {
+            ChipRequest::Cpu => {
+                write!(f, "cpu-only ({} process{})", self.count.max(1), if self.count.max(1) == 1 { "" } else { "es" })
+            }
+            ChipRequest::AnyGpu => write!(f, "{} x any-gpu", self.count),
+            ChipRequest::Chip(c) => write!(f, "{} x {}", self.count, c.name),
+        }
+    }
+}
+
+/// The solver's answer: where and how a job runs.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Plan {
+    /// Chosen host.
+    pub host: String,
+    /// Its type.
+    pub kind: HostKind,
+    /// Its cluster.
+    pub cluster: String,
+    /// The chip the job gets (`None` for CPU-only).
+    pub chip: Option<&'static Chip>,
+    /// Machines (pods, Slurm nodes) the job spans.
+    pub nodes: u32,
+    /// Chips per node: the one number every renderer uses for the per-node GPU request.
+    pub chips_per_node: u32,
+    /// Processes per node (1 on clusters; N for a local multi-process job).
+    pub processes_per_node: u32,
+    /// Chips the job gets in total.
+    pub total_chips: u32,
+    /// Where on the host the job goes, in its type's own keys (a partition, a GRES type): written
+    /// by the type's fit rule, read by its backend; shown among the plan's keys.
+    #[serde(flatten)]
+    pub placement: Placement,
+    /// The placement as the end of [`crate::solver::describe_plan`]'s line (`, partition gpu`).
+    #[serde(skip)]
+    pub placement_text: String,
+    /// The job is sent although no host has the capacity free now; the scheduler queues it.
+    pub queued: bool,
+    /// Things the user should know (e.g. the fallback, a partial node).
+    pub notes: Vec<String>,
+    /// Every host looked at, in order, with the verdict.
+    pub considered: Vec<Consideration>,
+}
+
+/// A host type's own placement keys, in the order its fit rule wrote them; `None`: the key
+/// applies and has no value.
+pub type Placement = indexmap::IndexMap<String, Option<String>>;
+
+impl Plan {
+    /// Processes of the whole job.
+    pub fn processes(&self) -> u32 {
+        self.nodes.saturating_mul(self.processes_per_node)
+    }
+}
+
+/// Why one host was taken or passed over.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Consideration {
+    /// Host name.
+    pub host: String,
+    /// Host type.
+    pub kind: HostKind,
+    /// The verdict.
+    pub verdict: Verdict,
+    /// Why, in one short sentence.
+    pub reason: String,
+}
+
+/// Verdict of a [`Consideration`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// The chosen host.
+    Chosen,
+    /// Eligible but not chosen (an earlier host won, or it lost the fallback).
+    Eligible,
+    /// Cannot serve the request.
+    Passed,
+    /// Filtered out by the cluster or host filters before looking.
+    Filtered,
+}
