@@ -45,25 +45,7 @@ impl HostType for SlurmType {
 }
 
 impl HostSettings for SlurmHost {
-    fn kind(&self) -> HostKind {
-        KIND
-    }
-
-    fn cluster(&self) -> &str {
-        &self.cluster
-    }
-
-    fn env(&self) -> &BTreeMap<String, String> {
-        &self.env
-    }
-
-    fn env_mut(&mut self) -> &mut BTreeMap<String, String> {
-        &mut self.env
-    }
-
-    fn uv_groups(&self) -> &[String] {
-        &self.uv_groups
-    }
+    theseus_core::common_host_settings!(KIND);
 
     fn probe_timeout(&self) -> Option<Duration> {
         self.probe_timeout.as_deref().and_then(|t| theseus_core::duration::parse(t).ok())
@@ -71,14 +53,6 @@ impl HostSettings for SlurmHost {
 
     fn connection(&self) -> Option<&SshSettings> {
         Some(&self.connection)
-    }
-
-    fn to_value(&self) -> Value {
-        serde_json::to_value(self).expect("a slurm host serializes")
-    }
-
-    fn clone_box(&self) -> Box<dyn HostSettings> {
-        Box::new(self.clone())
     }
 
     fn validate(&mut self, path: &str) -> Result<(), KeyError> {

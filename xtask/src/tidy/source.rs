@@ -62,42 +62,33 @@ fn blank_literals(text: &str) -> String {
                 blank(&mut out, chars[i]);
                 i += 1;
             }
-        } else if c == '"' {
-            out.push(' ');
-            i += 1;
-            while i < chars.len() && chars[i] != '"' {
-                if chars[i] == '\\' {
-                    blank(&mut out, chars[i]);
-                    i += 1;
-                }
-                if i < chars.len() {
-                    blank(&mut out, chars[i]);
-                    i += 1;
-                }
-            }
-            out.push(' ');
-            i += 1;
-        } else if c == '\'' && is_char_literal(&chars, i) {
-            out.push(' ');
-            i += 1;
-            while i < chars.len() && chars[i] != '\'' {
-                if chars[i] == '\\' {
-                    out.push(' ');
-                    i += 1;
-                }
-                if i < chars.len() {
-                    blank(&mut out, chars[i]);
-                    i += 1;
-                }
-            }
-            out.push(' ');
-            i += 1;
+        } else if c == '"' || (c == '\'' && is_char_literal(&chars, i)) {
+            i = blank_quoted(&chars, i, &mut out);
         } else {
             out.push(c);
             i += 1;
         }
     }
     out
+}
+
+/// Blanks the string or char literal whose opening quote is at `i` (escapes included), keeping
+/// line breaks; returns the index after its closing quote.
+fn blank_quoted(chars: &[char], mut i: usize, out: &mut String) -> usize {
+    let quote = chars[i];
+    out.push(' ');
+    i += 1;
+    while i < chars.len() && chars[i] != quote {
+        let escaped = chars[i] == '\\';
+        for _ in 0..if escaped { 2 } else { 1 } {
+            if let Some(&c) = chars.get(i) {
+                out.push(if c == '\n' { '\n' } else { ' ' });
+                i += 1;
+            }
+        }
+    }
+    out.push(' ');
+    i + 1
 }
 
 /// At `i`, the start of a raw (byte) string: the number of its hashes.

@@ -20,6 +20,12 @@
 //! [`Backend::planned_handle`] (which has no job id yet) finds its job there. `cancel` is confirmed by what Slurm knows, not by looking for
 //! processes (the login node cannot see the compute nodes): the job is in a final state and Slurm
 //! lists none of its steps, else it fails naming the steps left and their nodes.
+//!
+//! Slurm KILLs what it tracks `KillWait` seconds after its TERM, the bootstrap included; with
+//! `proctrack/linuxproc` it tracks by parent links, so a background process whose parent exited
+//! is reached only through the job's process group, which the bootstrap KILLs when its grace
+//! ends. The batch script therefore reads `KillWait` (`scontrol show config`) into
+//! `THESEUS_KILL_DEADLINE_SECONDS`, and the grace ends a second before it.
 
 mod never;
 mod node_local;

@@ -51,27 +51,8 @@ struct TestboxHost {
 }
 
 impl HostSettings for TestboxHost {
-    fn kind(&self) -> HostKind {
-        KIND
-    }
-    fn cluster(&self) -> &str {
-        &self.cluster
-    }
-    fn env(&self) -> &BTreeMap<String, String> {
-        &self.env
-    }
-    fn env_mut(&mut self) -> &mut BTreeMap<String, String> {
-        &mut self.env
-    }
-    fn uv_groups(&self) -> &[String] {
-        &self.uv_groups
-    }
-    fn to_value(&self) -> Value {
-        serde_json::to_value(self).unwrap()
-    }
-    fn clone_box(&self) -> Box<dyn HostSettings> {
-        Box::new(self.clone())
-    }
+    theseus_core::common_host_settings!(KIND);
+
     fn validate(&mut self, path: &str) -> Result<(), KeyError> {
         self.chips = canonical_chips(&self.chips, &format!("{path}.chips"))?;
         Ok(())

@@ -52,6 +52,51 @@ pub enum Gpus<'a> {
     Unlisted,
 }
 
+/// The [`HostSettings`] methods every host type writes the same way, for a `Clone + Serialize`
+/// settings struct with the fields `cluster: String`, `env: BTreeMap<String, String>` and
+/// `uv_groups: Vec<String>`: `kind` (the given [`HostKind`]), `cluster`, `env`, `env_mut`,
+/// `uv_groups`, `to_value` and `clone_box`. Used inside `impl HostSettings for ... { }`.
+#[macro_export]
+macro_rules! common_host_settings {
+    ($kind:expr) => {
+        fn kind(&self) -> $crate::config::HostKind {
+            $kind
+        }
+
+        fn cluster(&self) -> &str {
+            &self.cluster
+        }
+
+        fn env(&self) -> &::std::collections::BTreeMap<String, String> {
+            &self.env
+        }
+
+        fn env_mut(&mut self) -> &mut ::std::collections::BTreeMap<String, String> {
+            &mut self.env
+        }
+
+        fn uv_groups(&self) -> &[String] {
+            &self.uv_groups
+        }
+
+        fn to_value(&self) -> $crate::config::host::JsonValue {
+            $crate::config::host::settings_value(self)
+        }
+
+        fn clone_box(&self) -> Box<dyn $crate::config::HostSettings> {
+            Box::new(self.clone())
+        }
+    };
+}
+
+/// JSON, as [`HostSettings::to_value`] returns it.
+pub type JsonValue = Value;
+
+/// A host's settings as JSON (for [`common_host_settings`]).
+pub fn settings_value<T: Serialize>(settings: &T) -> Value {
+    serde_json::to_value(settings).expect("host settings serialize to JSON")
+}
+
 /// The validated settings of one host, as its [`HostType`] read them.
 pub trait HostSettings: Debug + Send + Sync {
     /// The host's type.

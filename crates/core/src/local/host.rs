@@ -90,33 +90,7 @@ pub fn local_cluster() -> String {
 }
 
 impl HostSettings for LocalHost {
-    fn kind(&self) -> HostKind {
-        HostKind::LOCAL
-    }
-
-    fn cluster(&self) -> &str {
-        &self.cluster
-    }
-
-    fn env(&self) -> &BTreeMap<String, String> {
-        &self.env
-    }
-
-    fn env_mut(&mut self) -> &mut BTreeMap<String, String> {
-        &mut self.env
-    }
-
-    fn uv_groups(&self) -> &[String] {
-        &self.uv_groups
-    }
-
-    fn to_value(&self) -> Value {
-        serde_json::to_value(self).expect("a local host serializes")
-    }
-
-    fn clone_box(&self) -> Box<dyn HostSettings> {
-        Box::new(self.clone())
-    }
+    crate::common_host_settings!(HostKind::LOCAL);
 
     fn validate(&mut self, path: &str) -> Result<(), KeyError> {
         check_count(&format!("{path}.processes"), self.processes)?;
