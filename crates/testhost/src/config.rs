@@ -1,4 +1,6 @@
 //! The settings of a `type: sandbox` host, read strictly from its config keys.
+//!
+//! Pure: no IO (checked by `cargo xtask tidy`).
 
 use std::collections::BTreeMap;
 

@@ -1,5 +1,7 @@
 //! The sandbox's rule for the solver: a CPU job fits when it asks for no more processes than
-//! the host has `slots`; anything else passes with the reason. Pure.
+//! the host has `slots`; anything else passes with the reason.
+//!
+//! Pure: no IO (checked by `cargo xtask tidy`).
 
 use theseus_core::fit::{Layout, Outcome, Want, plural_es};
 

@@ -38,33 +38,7 @@ impl HostType for SandboxType {
 static NO_GPUS: BTreeMap<String, u32> = BTreeMap::new();
 
 impl HostSettings for SandboxHost {
-    fn kind(&self) -> HostKind {
-        KIND
-    }
-
-    fn cluster(&self) -> &str {
-        &self.cluster
-    }
-
-    fn env(&self) -> &BTreeMap<String, String> {
-        &self.env
-    }
-
-    fn env_mut(&mut self) -> &mut BTreeMap<String, String> {
-        &mut self.env
-    }
-
-    fn uv_groups(&self) -> &[String] {
-        &self.uv_groups
-    }
-
-    fn to_value(&self) -> Value {
-        serde_json::to_value(self).expect("a sandbox host serializes")
-    }
-
-    fn clone_box(&self) -> Box<dyn HostSettings> {
-        Box::new(self.clone())
-    }
+    theseus_core::common_host_settings!(KIND);
 
     fn validate(&mut self, path: &str) -> Result<(), KeyError> {
         SandboxHost::validate(self, path)

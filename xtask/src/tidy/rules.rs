@@ -36,8 +36,6 @@ pub(crate) const PURE: &[&str] = &[
     "crates/backend-volcano/src/rule.rs",
     "crates/backend-slurm/src/parse",
     "crates/backend-slurm/src/nodelist.rs",
-    "crates/testhost/src/config.rs",
-    "crates/testhost/src/fit.rs",
 ];
 
 /// What pure code may not name: the file system, processes, the network, the environment, clocks.
