@@ -19,7 +19,7 @@ pub static HOST_TYPES: &[&dyn HostType] = &[
 /// The registry config loading reads hosts with: `types` ([`HOST_TYPES`] in the `theseus`
 /// binary); a host without `type:` is a plain one, and the original dispatcher's `tpu` hosts are
 /// set aside with a warning.
-pub(crate) fn registry(types: &[&'static dyn HostType]) -> HostTypes {
+pub fn registry(types: &[&'static dyn HostType]) -> HostTypes {
     HostTypes::new(types).with_default("plain").with_not_built(&["tpu"])
 }
 

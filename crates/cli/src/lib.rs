@@ -24,7 +24,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use theseus_core::config::HostType;
 
-pub use backends::HOST_TYPES;
+pub use backends::{HOST_TYPES, registry};
 
 /// Runs the command line of this process with the host types `host_types` (in the order
 /// messages list them) and returns its exit code.

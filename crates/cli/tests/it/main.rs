@@ -29,10 +29,10 @@ use std::process::{Command, Output};
 
 use theseus_core::config::HostTypes;
 
-/// The binary's registry ([`theseus_cli::HOST_TYPES`]), for tests that load configs in-process:
-/// a host without `type:` is plain, `tpu` hosts are set aside.
+/// The binary's registry ([`theseus_cli::registry`] of [`theseus_cli::HOST_TYPES`]), for tests
+/// that load configs in-process.
 pub(crate) fn host_types() -> HostTypes {
-    HostTypes::new(theseus_cli::HOST_TYPES).with_default("plain").with_not_built(&["tpu"])
+    theseus_cli::registry(theseus_cli::HOST_TYPES)
 }
 
 /// A fresh HOME and state dir for one test.
