@@ -2,6 +2,8 @@
 # SLURM_NTASKS, SLURM_LOCALID, and the first node of the job's node list.
 [[ -n "${SLURM_PROCID:-}" ]] || theseus_die "slurm: SLURM_PROCID is not set (run the bootstrap with srun)"
 theseus_rank=$SLURM_PROCID
+# A rank's ports are reached from the login node (`theseus forward`, `repl`), not from this node.
+export THESEUS_BIND_ADDRESS=${THESEUS_BIND_ADDRESS:-0.0.0.0}
 theseus_count=${SLURM_NTASKS:-1}
 theseus_local_rank=${SLURM_LOCALID:-0}
 theseus_first_host=""

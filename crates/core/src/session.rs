@@ -129,14 +129,14 @@ pub fn jupyter_url<'a>(lines: impl IntoIterator<Item = &'a str>) -> Option<Jupyt
 }
 
 /// The entrypoint of a `theseus repl` session: Jupyter Lab (port 8888, or the next free one)
-/// on 127.0.0.1, which a tunnel reaches on the host or through the pod's port-forward, or on
-/// every address inside a Slurm allocation, whose node the login node forwards to, from the project's `.venv` when it has Jupyter, else `$THESEUS_PYTHON` (default
+/// on 127.0.0.1, which a tunnel reaches on the host or through the pod's port-forward, or on the
+/// address `THESEUS_BIND_ADDRESS` names (a host type whose ranks' ports are reached from another
+/// machine sets it in its rank wiring), from the project's `.venv` when it has Jupyter, else `$THESEUS_PYTHON` (default
 /// `python3`), else added by `uv run --with jupyterlab`; with none of those it exits 127 saying
 /// what is missing. Jupyter's runtime files go under `.theseus/jupyter` when
 /// `JUPYTER_RUNTIME_DIR` is unset (a pod may have no writable home).
 pub fn jupyter_entrypoint() -> Vec<String> {
-    const SCRIPT: &str = r#"ip=127.0.0.1
-if [ -n "${SLURM_JOB_ID:-}" ]; then ip=0.0.0.0; fi
+    const SCRIPT: &str = r#"ip=${THESEUS_BIND_ADDRESS:-127.0.0.1}
 export JUPYTER_RUNTIME_DIR="${JUPYTER_RUNTIME_DIR:-$PWD/.theseus/jupyter}"
 set -- --no-browser --ip "$ip" --port 8888 --ServerApp.port_retries=50 --ServerApp.root_dir="$PWD"
 # Containers often run as root, which Jupyter refuses unless told.
@@ -193,5 +193,30 @@ mod tests {
         assert_eq!(out.status.code(), Some(127));
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains("no Jupyter Lab here") && err.contains("/nonexistent/python"), "{err}");
+    }
+
+    #[test]
+    fn jupyter_listens_on_loopback_unless_the_rank_wiring_names_an_address() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        // A python whose jupyterlab prints the arguments it was given.
+        let python = dir.path().join("python");
+        std::fs::write(&python, "#!/bin/sh\n[ \"$1\" = -c ] && exit 0\nshift 2\necho \"$@\"\n").unwrap();
+        std::fs::set_permissions(&python, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let ip_of = |bind: Option<&str>| {
+            let words = jupyter_entrypoint();
+            let mut cmd = std::process::Command::new("/bin/sh");
+            cmd.args(&words[1..])
+                .current_dir(dir.path())
+                .env("THESEUS_PYTHON", &python)
+                .env_remove("THESEUS_BIND_ADDRESS");
+            if let Some(bind) = bind {
+                cmd.env("THESEUS_BIND_ADDRESS", bind);
+            }
+            let out = String::from_utf8(cmd.output().unwrap().stdout).unwrap();
+            out.split_whitespace().skip_while(|w| *w != "--ip").nth(1).map(str::to_owned)
+        };
+        assert_eq!(ip_of(None).as_deref(), Some("127.0.0.1"));
+        assert_eq!(ip_of(Some("0.0.0.0")).as_deref(), Some("0.0.0.0"));
     }
 }

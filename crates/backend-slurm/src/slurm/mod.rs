@@ -686,6 +686,29 @@ fn is_job_id(id: &str) -> bool {
 mod tests {
     use super::*;
 
+    /// Ranks' ports are reached from the login node, so what they serve (a `repl`'s Jupyter)
+    /// listens beyond loopback; an address the user set stays.
+    #[test]
+    fn the_wiring_makes_rank_ports_reachable_from_the_login_node() {
+        let bind = |preset: Option<&str>| {
+            let script = format!(
+                "theseus_die() {{ echo \"die: $*\"; exit 1; }}\ntheseus_wire() {{\n{}\n}}\ntheseus_wire\necho \"bind=$THESEUS_BIND_ADDRESS\"",
+                WIRING.shell
+            );
+            let mut cmd = std::process::Command::new("bash");
+            cmd.args(["-c", &script])
+                .env("SLURM_PROCID", "0")
+                .env("SLURM_JOB_NODELIST", "node1")
+                .env_remove("THESEUS_BIND_ADDRESS");
+            if let Some(preset) = preset {
+                cmd.env("THESEUS_BIND_ADDRESS", preset);
+            }
+            String::from_utf8(cmd.output().unwrap().stdout).unwrap().trim().to_owned()
+        };
+        assert_eq!(bind(None), "bind=0.0.0.0");
+        assert_eq!(bind(Some("10.0.0.7")), "bind=10.0.0.7");
+    }
+
     #[test]
     fn job_ids() {
         assert!(is_job_id("42"));
