@@ -394,3 +394,54 @@ pub mod tempfile_dir {
         }
     }
 }
+
+/// What a host type's rank wiring ([`bootstrap::Wiring`]) found, run alone in bash as the
+/// bootstrap runs it (`theseus_wire` with `theseus_die` defined, after the bootstrap's defaults:
+/// rank 0 of 1, local rank 0) with `env` added.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Wired {
+    /// `theseus_rank`, `theseus_count`, `theseus_local_rank` and `theseus_first_host`, as the
+    /// wiring left them; empty when it died.
+    pub rank: String,
+    /// See [`Wired::rank`].
+    pub count: String,
+    /// See [`Wired::rank`].
+    pub local_rank: String,
+    /// See [`Wired::rank`].
+    pub first_host: String,
+    /// Why it died (`theseus_die`'s message), if it did.
+    pub died: Option<String>,
+}
+
+/// Runs `wiring` in bash with `env` added to this process's environment (minus the variables
+/// in `unset`); see [`Wired`].
+pub fn run_wiring(wiring: &bootstrap::Wiring, env: &[(&str, &str)], unset: &[&str]) -> Wired {
+    let script = format!(
+        "theseus_die() {{ echo \"$*\" >&2; exit 2; }}\ntheseus_wire() {{\n{}\n}}\n\
+         theseus_rank=0 theseus_count=1 theseus_local_rank=0 theseus_first_host=\ntheseus_wire\n\
+         printf '%s\\n' \"$theseus_rank\" \"$theseus_count\" \"$theseus_local_rank\" \"$theseus_first_host\"",
+        wiring.shell
+    );
+    // By path: `env` may set a PATH without bash on it.
+    let bash = if Path::new("/bin/bash").exists() { "/bin/bash" } else { "bash" };
+    let mut cmd = std::process::Command::new(bash);
+    cmd.args(["-c", &script]).envs(env.iter().copied());
+    for name in unset {
+        cmd.env_remove(name);
+    }
+    let out = cmd.output().expect("bash runs");
+    if !out.status.success() {
+        let died = String::from_utf8_lossy(&out.stderr).trim().to_owned();
+        return Wired {
+            rank: String::new(),
+            count: String::new(),
+            local_rank: String::new(),
+            first_host: String::new(),
+            died: Some(died),
+        };
+    }
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let mut lines = stdout.lines().map(str::to_owned);
+    let mut next = || lines.next().unwrap_or_default();
+    Wired { rank: next(), count: next(), local_rank: next(), first_host: next(), died: None }
+}

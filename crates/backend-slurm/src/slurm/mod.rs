@@ -709,6 +709,37 @@ mod tests {
         assert_eq!(bind(Some("10.0.0.7")), "bind=10.0.0.7");
     }
 
+    /// The ranks come from Slurm's task variables and the coordinator is the job's first node,
+    /// read with `scontrol` or, without it, from the node list itself.
+    #[test]
+    fn the_wiring_finds_each_tasks_rank_and_the_first_node() {
+        use theseus_core::testing::run_wiring;
+        let unset = ["THESEUS_COORDINATOR_ADDRESS", "SLURM_LAUNCH_NODE_IPADDR", "SLURM_NODELIST"];
+        let tasks = [("SLURM_PROCID", "3"), ("SLURM_NTASKS", "4"), ("SLURM_LOCALID", "1")];
+        let wired = run_wiring(&WIRING, &[tasks[0], tasks[1], tasks[2], ("SLURM_JOB_NODELIST", "node1,node2")], &unset);
+        assert_eq!(
+            (wired.rank.as_str(), wired.count.as_str(), wired.local_rank.as_str(), wired.first_host.as_str()),
+            ("3", "4", "1", "node1"),
+            "{wired:?}"
+        );
+        // A compressed node list without scontrol on PATH.
+        let no_tools = [("PATH", "/nonexistent"), ("SLURM_PROCID", "0"), ("SLURM_NTASKS", "2")];
+        for (list, first) in [("gpu[07-08,11],cpu1", "gpu07"), ("node[1-2]", "node1"), ("solo", "solo")] {
+            let wired =
+                run_wiring(&WIRING, &[no_tools[0], no_tools[1], no_tools[2], ("SLURM_JOB_NODELIST", list)], &unset);
+            assert_eq!(wired.first_host, first, "{list}: {wired:?}");
+        }
+        // An explicit coordinator needs no node name.
+        let wired =
+            run_wiring(&WIRING, &[tasks[0], tasks[1], ("THESEUS_COORDINATOR_ADDRESS", "127.0.0.1:9")], &unset[1..]);
+        assert_eq!(wired.died, None);
+        // Nothing to go by: the reason, not a guess.
+        let wired = run_wiring(&WIRING, &[tasks[0], tasks[1], ("SLURM_JOB_NODELIST", "")], &unset);
+        assert!(wired.died.as_deref().is_some_and(|d| d.contains("cannot find the first node")), "{wired:?}");
+        let wired = run_wiring(&WIRING, &[("SLURM_JOB_NODELIST", "node1")], &["SLURM_PROCID"]);
+        assert!(wired.died.as_deref().is_some_and(|d| d.contains("SLURM_PROCID is not set")), "{wired:?}");
+    }
+
     #[test]
     fn job_ids() {
         assert!(is_job_id("42"));

@@ -726,6 +726,33 @@ impl VolcanoBackend {
 mod layout_tests {
     use super::*;
 
+    /// A pod's rank is `VC_TASK_INDEX` among the worker hosts Volcano's svc plugin lists in
+    /// `VC_WORKER_HOSTS` (else in the host file it mounts); the first is the coordinator.
+    #[test]
+    fn the_wiring_finds_the_workers_and_this_pods_rank() {
+        use theseus_core::testing::run_wiring;
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("no-such-worker.host");
+        let missing = missing.to_str().unwrap();
+        let hosts = ("VC_WORKER_HOSTS", "job-worker-0.job,job-worker-1.job,job-worker-2.job");
+        let wired = run_wiring(&WIRING, &[hosts, ("VC_TASK_INDEX", "2"), ("THESEUS_VOLCANO_HOST_FILE", missing)], &[]);
+        assert_eq!(
+            (wired.rank.as_str(), wired.count.as_str(), wired.local_rank.as_str(), wired.first_host.as_str()),
+            ("2", "3", "0", "job-worker-0.job"),
+            "{wired:?}"
+        );
+        let file = dir.path().join("worker.host");
+        std::fs::write(&file, "pod-a\npod-b\n").unwrap();
+        let from_file = [("VC_TASK_INDEX", "1"), ("THESEUS_VOLCANO_HOST_FILE", file.to_str().unwrap())];
+        let wired = run_wiring(&WIRING, &from_file, &["VC_WORKER_HOSTS"]);
+        assert_eq!((wired.rank.as_str(), wired.count.as_str(), wired.first_host.as_str()), ("1", "2", "pod-a"));
+        let neither = [("VC_TASK_INDEX", "0"), ("THESEUS_VOLCANO_HOST_FILE", missing)];
+        let wired = run_wiring(&WIRING, &neither, &["VC_WORKER_HOSTS"]);
+        assert!(wired.died.as_deref().is_some_and(|d| d.contains("neither VC_WORKER_HOSTS nor")), "{wired:?}");
+        let wired = run_wiring(&WIRING, &[hosts], &["VC_TASK_INDEX"]);
+        assert!(wired.died.as_deref().is_some_and(|d| d.contains("VC_TASK_INDEX is not set")), "{wired:?}");
+    }
+
     #[test]
     fn run_paths_stay_under_the_cluster_dirs() {
         let host: VolcanoHost =

@@ -310,7 +310,7 @@ fn hostile_args_reach_a_non_python_job_byte_for_byte() {
 #[test]
 fn every_rendered_script_parses() {
     let h = Harness::new();
-    let launches = [Launch::Single, Launch::Local { coordinator_port: 1234 }, volcano(1), slurm(65535)];
+    let launches = [Launch::Single, Launch::Local { coordinator_port: 1234 }, wired(1), wired(65535)];
     for launch in launches {
         for distributed in [Distributed::None, Distributed::Jax] {
             for value in h.hostile() {
@@ -481,83 +481,35 @@ fn single_launch_exports_no_coordinator() {
 }
 
 #[test]
-fn volcano_launch_reads_the_worker_hosts() {
+fn a_wired_launch_exports_what_the_host_types_wiring_found() {
     let h = Harness::new();
     let mut input = h.input(&["python", "dump.py"]);
-    input.launch = volcano(1234);
-    let missing_file = h.tmp.path().join("no-such-worker.host");
-    let missing_file = missing_file.to_str().unwrap();
-    let (_, out) = h.run(
-        &input,
-        &[
-            ("VC_WORKER_HOSTS", "job-worker-0.job,job-worker-1.job,job-worker-2.job"),
-            ("VC_TASK_INDEX", "2"),
-            ("THESEUS_VOLCANO_HOST_FILE", missing_file),
-        ],
-    );
+    input.launch = wired(1234);
+    let ranks = [("TEST_RANK", "2"), ("TEST_COUNT", "3"), ("TEST_LOCAL_RANK", "1"), ("TEST_FIRST_HOST", "node-a")];
+    let (_, out) = h.run(&input, &ranks);
     assert!(out.status.success(), "{}", stderr(&out));
     let env = &h.dump()["env"];
-    assert_eq!(env["JAX_COORDINATOR_ADDRESS"], "job-worker-0.job:1234");
-    assert_eq!(env["MASTER_ADDR"], "job-worker-0.job");
+    assert_eq!(env["JAX_COORDINATOR_ADDRESS"], "node-a:1234");
+    assert_eq!((env["MASTER_ADDR"].clone(), env["MASTER_PORT"].clone()), (json!("node-a"), json!("1234")));
     assert_eq!((env["RANK"].clone(), env["WORLD_SIZE"].clone()), (json!("2"), json!("3")));
-    assert_eq!(env["LOCAL_RANK"], "0");
+    assert_eq!((env["JAX_PROCESS_ID"].clone(), env["JAX_NUM_PROCESSES"].clone()), (json!("2"), json!("3")));
+    assert_eq!(env["LOCAL_RANK"], "1");
     assert!(env.get("JAX_COORDINATOR_BIND_ADDRESS").is_none());
 
-    // From the host file when VC_WORKER_HOSTS is unset.
-    let host_file = h.tmp.path().join("worker.host");
-    std::fs::write(&host_file, "pod-a\npod-b\n").unwrap();
-    let (_, out) = h.run(&input, &[("VC_TASK_INDEX", "1"), ("THESEUS_VOLCANO_HOST_FILE", host_file.to_str().unwrap())]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let env = &h.dump()["env"];
-    assert_eq!(env["JAX_COORDINATOR_ADDRESS"], "pod-a:1234");
-    assert_eq!((env["RANK"].clone(), env["WORLD_SIZE"].clone()), (json!("1"), json!("2")));
-
-    // Neither: a clear failure.
-    let (_, out) = h.run(&input, &[("VC_TASK_INDEX", "0"), ("THESEUS_VOLCANO_HOST_FILE", missing_file)]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(stderr(&out).contains("neither VC_WORKER_HOSTS nor"), "{}", stderr(&out));
-}
-
-#[test]
-fn slurm_launch_uses_the_first_node() {
-    let h = Harness::new();
-    let mut input = h.input(&["python", "dump.py"]);
-    input.launch = slurm(2345);
-    let (_, out) = h.run(
-        &input,
-        &[("SLURM_PROCID", "3"), ("SLURM_NTASKS", "4"), ("SLURM_LOCALID", "1"), ("SLURM_JOB_NODELIST", "node1,node2")],
-    );
-    assert!(out.status.success(), "{}", stderr(&out));
-    let env = &h.dump()["env"];
-    assert_eq!(env["JAX_COORDINATOR_ADDRESS"], "node1:2345");
-    assert_eq!((env["RANK"].clone(), env["WORLD_SIZE"].clone()), (json!("3"), json!("4")));
-    assert_eq!(env["LOCAL_RANK"], "1");
-
-    let (_, out) = h.run(
-        &input,
-        &[
-            ("SLURM_PROCID", "0"),
-            ("SLURM_NTASKS", "2"),
-            ("SLURM_JOB_NODELIST", "node[1-2]"),
-            ("THESEUS_COORDINATOR_ADDRESS", "127.0.0.1:9999"),
-        ],
-    );
+    // An explicit coordinator wins (clusters whose node names do not resolve).
+    let (_, out) = h.run(&input, &[ranks[0], ranks[1], ranks[3], ("THESEUS_COORDINATOR_ADDRESS", "127.0.0.1:9999")]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(h.dump()["env"]["JAX_COORDINATOR_ADDRESS"], "127.0.0.1:9999");
 
-    // A compressed node list, without scontrol on PATH.
-    let (_, out) = h.run(
-        &input,
-        &[
-            ("PATH", "/usr/bin:/bin"),
-            ("THESEUS_PYTHON", "/usr/bin/python3"),
-            ("SLURM_PROCID", "0"),
-            ("SLURM_NTASKS", "2"),
-            ("SLURM_JOB_NODELIST", "gpu[07-08,11],cpu1"),
-        ],
-    );
-    assert!(out.status.success(), "{}", stderr(&out));
-    assert_eq!(h.dump()["env"]["JAX_COORDINATOR_ADDRESS"], "gpu07:2345");
+    // A wiring that cannot find the ranks stops the job with its reason.
+    let (_, out) = h.run(&input, &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("test: TEST_RANK is not set"), "{}", stderr(&out));
+
+    // A rank the wiring got wrong is caught by the bootstrap.
+    let (_, out) = h.run(&input, &[("TEST_RANK", "3"), ranks[1], ranks[3]]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("rank 3 is not below the process count 3"), "{}", stderr(&out));
 }
 
 #[test]
@@ -732,14 +684,13 @@ fn pyproject_runs_uv_sync_frozen_and_fails_loudly() {
     assert!(std::fs::read_to_string(&log).unwrap().starts_with("sync --group gpu --group it's\n"));
 }
 
-/// The Volcano backend's wiring (its crate's `wiring.sh`), whose bash these tests run.
-fn volcano(coordinator_port: u16) -> Launch {
-    let shell = include_str!("../../../../backend-volcano/src/wiring.sh");
-    Launch::Wired { coordinator_port, wiring: super::Wiring { scheme: "volcano", shell } }
-}
-
-/// The Slurm backend's wiring (its crate's `wiring.sh`), whose bash these tests run.
-fn slurm(coordinator_port: u16) -> Launch {
-    let shell = include_str!("../../../../backend-slurm/src/wiring.sh");
-    Launch::Wired { coordinator_port, wiring: super::Wiring { scheme: "slurm", shell } }
+/// A host type's wiring as the backend crates write theirs (Slurm's and Volcano's are tested in
+/// their crates with [`crate::testing::run_wiring`]): the ranks from `TEST_*` variables.
+fn wired(coordinator_port: u16) -> Launch {
+    const SHELL: &str = r#"[[ -n "${TEST_RANK:-}" ]] || theseus_die "test: TEST_RANK is not set"
+theseus_rank=$TEST_RANK
+theseus_count=${TEST_COUNT:-1}
+theseus_local_rank=${TEST_LOCAL_RANK:-0}
+theseus_first_host=${TEST_FIRST_HOST:-}"#;
+    Launch::Wired { coordinator_port, wiring: super::Wiring { scheme: "test", shell: SHELL } }
 }
