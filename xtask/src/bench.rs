@@ -38,6 +38,7 @@ use serde_json::json;
 
 use crate::e2e::{World, build_binaries, scratch_dir, start_sim_world, text};
 
+mod follow_end;
 mod probes;
 mod repo;
 mod store;
