@@ -16,7 +16,10 @@
 //!   simulator (MiB/s and the `theseus` process's peak RSS); a local first ship against
 //!   `git archive HEAD | tar -x` as a ratio;
 //! - probes ([`probes`]): `plan` over 50 hosts whose port refuses and over 5 that accept TCP and
-//!   never speak SSH.
+//!   never speak SSH;
+//! - hosts ([`follow_end`]): how soon `submit --follow` exits after its job's last write on the
+//!   local host, a plain host over the lab's sshd and the lab's Slurm, each beside its by-hand
+//!   floor (`sh`, `ssh HOST sh -c`, `ssh LOGIN srun`).
 //!
 //! A figure that cannot be measured here (no lab, a field the binary does not report) is printed
 //! as skipped with the reason, never made up; it does not count as a miss. `--only GROUP,...`
@@ -38,9 +41,12 @@ use serde_json::json;
 
 use crate::e2e::{World, build_binaries, scratch_dir, start_sim_world, text};
 
+mod floor;
+mod follow;
 mod follow_end;
 mod probes;
 mod repo;
+mod scale;
 mod store;
 
 /// Size of each generated file and how many the shipping benchmark submits (50 MiB).
@@ -54,10 +60,10 @@ const SHIP_GOAL_RELEASE: f64 = 20.0;
 /// A `submit --follow` that takes longer than this is killed and the bench fails.
 const FOLLOW_TIMEOUT: Duration = Duration::from_secs(120);
 
-const USAGE: &str = "usage: cargo xtask bench [--runs N] [--release] [--output text|json] [--strict] [--keep] [--only local,sim,store,probes,dist]";
+const USAGE: &str = "usage: cargo xtask bench [--runs N] [--release] [--output text|json] [--strict] [--keep] [--only local,sim,store,probes,dist,scale,hosts]";
 
 /// The groups of figures `--only` can pick.
-const GROUPS: &[&str] = &["local", "sim", "store", "probes", "dist"];
+const GROUPS: &[&str] = &["local", "sim", "store", "probes", "dist", "scale", "hosts"];
 
 struct Options {
     runs: usize,
@@ -91,11 +97,49 @@ struct Measure {
     skipped: Option<String>,
     /// What the figure was computed from (e.g. bytes sent of bytes in the repo).
     note: Option<String>,
+    /// The same quantity for what a user would do by hand (or the raw API), measured in the
+    /// same run, printed beside it.
+    floor: Option<Floor>,
+}
+
+/// The floor of a figure: what it is (e.g. `kubectl logs -f`) and its samples.
+struct Floor {
+    what: String,
+    values: Vec<f64>,
+}
+
+/// The median of `values` (which must not be empty).
+fn median(values: &[f64]) -> f64 {
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 }
 }
 
 impl Measure {
     fn new(name: &'static str, unit: &'static str, goal: Goal) -> Measure {
-        Measure { name, unit, values: Vec::new(), goal, skipped: None, note: None }
+        Measure { name, unit, values: Vec::new(), goal, skipped: None, note: None, floor: None }
+    }
+
+    /// Sets the floor measured beside it.
+    fn with_floor(mut self, what: impl Into<String>, values: Vec<f64>) -> Measure {
+        self.floor = Some(Floor { what: what.into(), values });
+        self
+    }
+
+    /// The floor's text: its median, and this figure's median against it.
+    fn floor_text(&self) -> Option<String> {
+        let floor = self.floor.as_ref()?;
+        if floor.values.is_empty() {
+            return Some(format!("floor ({}): not measured", floor.what));
+        }
+        let f = median(&floor.values);
+        let ratio = if self.values.is_empty() || f == 0.0 {
+            String::new()
+        } else {
+            format!("; this is {:.2}x the floor", median(&self.values) / f)
+        };
+        Some(format!("floor ({}): median {f:.3} {} of {} runs{ratio}", floor.what, self.unit, floor.values.len()))
     }
 
     /// A figure that could not be measured, with the reason.
@@ -105,11 +149,9 @@ impl Measure {
 
     /// Min, median, max.
     fn stats(&self) -> (f64, f64, f64) {
-        let mut v = self.values.clone();
-        v.sort_by(f64::total_cmp);
-        let n = v.len();
-        let median = if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 };
-        (v[0], median, v[n - 1])
+        let min = self.values.iter().copied().fold(f64::INFINITY, f64::min);
+        let max = self.values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        (min, median(&self.values), max)
     }
 
     /// Whether the median meets the goal; a skipped figure is no miss.
@@ -152,6 +194,10 @@ impl Measure {
         }
         if let Some(note) = &self.note {
             doc["note"] = json!(note);
+        }
+        if let Some(floor) = &self.floor {
+            doc["floor"] = json!({"what": floor.what, "values": floor.values,
+                                  "median": (!floor.values.is_empty()).then(|| median(&floor.values))});
         }
         doc
     }
@@ -251,6 +297,9 @@ fn print_table(profile: &str, runs: usize, measures: &[Measure]) {
         if let Some(note) = &m.note {
             println!("    {note}");
         }
+        if let Some(floor) = m.floor_text() {
+            println!("    {floor}");
+        }
     }
 }
 
@@ -261,7 +310,7 @@ fn measure_all(root: &Path, bin: &Path, python: &Path, scratch: &Path, opts: &Op
         measures.extend(local(root, bin, python, scratch, runs)?);
     }
     if opts.wants("sim") {
-        measures.extend(sim(root, bin, scratch, runs, release)?);
+        measures.extend(sim(root, bin, python, scratch, runs, release)?);
     }
     if opts.wants("probes") {
         measures.extend(probes::measure(root, bin, python, scratch, runs)?);
@@ -271,6 +320,12 @@ fn measure_all(root: &Path, bin: &Path, python: &Path, scratch: &Path, opts: &Op
     }
     if opts.wants("dist") {
         measures.extend(dist(root, runs)?);
+    }
+    if opts.wants("scale") {
+        measures.extend(scale::measure(root, bin, scratch, runs)?);
+    }
+    if opts.wants("hosts") {
+        measures.extend(follow_end::measure(bin, python, runs)?);
     }
     Ok(measures)
 }
@@ -440,15 +495,15 @@ fn follow_run(mut cmd: Command, scratch: &Path) -> Result<(f64, f64)> {
 }
 
 /// `submit` without `--follow` against the simulator: a small code dir, then 50 MiB.
-fn sim(root: &Path, bin: &Path, scratch: &Path, runs: usize, release: bool) -> Result<Vec<Measure>> {
+fn sim(root: &Path, bin: &Path, python: &Path, scratch: &Path, runs: usize, release: bool) -> Result<Vec<Measure>> {
     let (mut simulator, world) = start_sim_world(root, bin, &scratch.join("sim"), crate::e2e::Rbac::Off)?;
     eprintln!("bench: simulator at {}", simulator.url);
-    let result = sim_measures(&world, scratch, runs, release);
+    let result = sim_measures(&world, python, scratch, runs, release);
     simulator.stop();
     result
 }
 
-fn sim_measures(world: &World, scratch: &Path, runs: usize, release: bool) -> Result<Vec<Measure>> {
+fn sim_measures(world: &World, python: &Path, scratch: &Path, runs: usize, release: bool) -> Result<Vec<Measure>> {
     let submit_args = |name: &str, code: &str| -> Vec<String> {
         format!("submit {name} hello.yaml --code {code} --host e2e --chip cpu --cpu 100m --mem 128Mi")
             .split_whitespace()
@@ -473,7 +528,9 @@ fn sim_measures(world: &World, scratch: &Path, runs: usize, release: bool) -> Re
         ship.values.push(mib / secs);
     }
     eprintln!("bench: sim shipping done");
-    Ok(vec![small, ship])
+    let mut measures = vec![small, ship];
+    measures.extend(follow::measure(world, python, scratch, runs)?);
+    Ok(measures)
 }
 
 fn strs(args: &[String]) -> Vec<&str> {

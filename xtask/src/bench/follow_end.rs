@@ -26,7 +26,7 @@ const JOB: &str = "echo follow-end: started; sleep 1; date +%s.%N";
 /// The goal of the issue: the follow ends within 1 s of the job's end.
 const GOAL: Goal = Goal::AtMost(1.0);
 
-/// The figures: for each target, the follow's end after the job's and its floor.
+/// The figures: for each target, the follow's end after the job's, its floor beside it.
 pub(super) fn measure(bin: &Path, python: &Path, runs: usize) -> Result<Vec<Measure>> {
     let code = TempDir::new("follow-end-code", true)?;
     std::fs::write(code.path().join("last.sh"), format!("{JOB}\n"))?;
@@ -56,21 +56,21 @@ fn last_stamp(stdout: &str) -> Option<f64> {
     })
 }
 
-/// `runs` samples of `follow(i)` and of `floor()`, as the two figures `names`.
+/// `runs` samples of `follow(i)` as the figure `names.0`, beside as many of `floor()` (what
+/// `names.1` says it is).
 fn figures(
     names: (&'static str, &'static str),
     runs: usize,
     follow: &dyn Fn(usize) -> Result<f64>,
     floor: &dyn Fn() -> Result<f64>,
 ) -> Result<Vec<Measure>> {
-    let mut theseus = Measure::new(names.0, "s", GOAL);
-    let mut by_hand = Measure::new(names.1, "s", GOAL);
+    let (mut theseus, mut by_hand) = (Vec::new(), Vec::new());
     for i in 0..runs {
-        theseus.values.push(follow(i)?);
-        by_hand.values.push(floor()?);
+        theseus.push(follow(i)?);
+        by_hand.push(floor()?);
     }
     eprintln!("bench: {} done", names.0);
-    Ok(vec![theseus, by_hand])
+    Ok(vec![Measure { values: theseus, ..Measure::new(names.0, "s", GOAL) }.with_floor(names.1, by_hand)])
 }
 
 fn submit_args(name: &str, code: &Path, host: &str) -> Vec<String> {
@@ -92,7 +92,7 @@ fn local(bin: &Path, python: &Path, code: &Path, runs: usize) -> Result<Vec<Meas
         cmd.args(["-c", JOB]);
         after_last_stamp(cmd, "sh")
     };
-    figures(("follow end after the job's, local", "follow end floor, local: sh"), runs, &follow, &floor)
+    figures(("submit --follow, local: exit after the job's last write", "sh"), runs, &follow, &floor)
 }
 
 /// The lab's env var `key`, or the name of the missing one.
@@ -140,7 +140,7 @@ fn remote(
 /// The same job on a plain host over the lab's sshd, its cluster in a temp dir the lab user
 /// may write.
 fn plain(bin: &Path, python: &Path, code: &Path, runs: usize) -> Result<Vec<Measure>> {
-    let names = ("follow end after the job's, plain (sshd)", "follow end floor, plain: ssh HOST sh -c");
+    let names = ("submit --follow, plain (sshd): exit after the job's last write", "ssh HOST sh -c");
     let home = TempDir::new("follow-end-plain", false)?;
     let base = TempDir::new("follow-end-plain-cluster", true)?;
     let lab = var("THESEUSTEST_SSH_PORT").and_then(|port| {
@@ -167,7 +167,7 @@ fn plain(bin: &Path, python: &Path, code: &Path, runs: usize) -> Result<Vec<Meas
 
 /// The same job on the lab's Slurm (partition `cpu`), its cluster under the lab's shared dir.
 fn slurm(bin: &Path, python: &Path, code: &Path, runs: usize) -> Result<Vec<Measure>> {
-    let names = ("follow end after the job's, Slurm", "follow end floor, Slurm: ssh LOGIN srun");
+    let names = ("submit --follow, Slurm: exit after the job's last write", "ssh LOGIN srun");
     let home = TempDir::new("follow-end-slurm", false)?;
     let lab = var("THESEUSTEST_SLURM_SSH_PORT").and_then(|port| {
         let user = var("THESEUSTEST_SLURM_SSH_USER")?;
@@ -202,7 +202,7 @@ fn cleanup(config: &Path, alias: &str, base: &str) {
 fn skipped(names: (&'static str, &'static str), missing: &str) -> Vec<Measure> {
     let why = format!("no lab: {missing} not set (`cargo xtask lab up`, then `cargo xtask lab env`)");
     eprintln!("bench: {} skipped: {why}", names.0);
-    vec![Measure::skipped(names.0, "s", GOAL, &why), Measure::skipped(names.1, "s", GOAL, why)]
+    vec![Measure::skipped(names.0, "s", GOAL, why)]
 }
 
 #[cfg(test)]
@@ -228,7 +228,13 @@ mod tests {
             let mut v = m.values.clone();
             v.sort_by(f64::total_cmp);
             let shown: Vec<String> = v.iter().map(|x| format!("{x:.3}")).collect();
-            println!("{}: [{}] {}", m.name, shown.join(", "), m.skipped.unwrap_or_default());
+            println!("{}: [{}] {}", m.name, shown.join(", "), m.skipped.clone().unwrap_or_default());
+            if let Some(floor) = &m.floor {
+                let mut v = floor.values.clone();
+                v.sort_by(f64::total_cmp);
+                let shown: Vec<String> = v.iter().map(|x| format!("{x:.3}")).collect();
+                println!("  floor ({}): [{}]", floor.what, shown.join(", "));
+            }
         }
     }
 }
