@@ -86,10 +86,8 @@ pub async fn wait_for_url(
             }
             (None, true)
         };
-        let (url, whole) = match tokio::time::timeout_at(deadline, read).await {
-            Ok(read) => read,
-            Err(_) => (None, false),
-        };
+        // Out of time: (None, false).
+        let (url, whole) = tokio::time::timeout_at(deadline, read).await.unwrap_or_default();
         if let Some(url) = url {
             return Ok(url);
         }
