@@ -3,11 +3,12 @@
 //! write, the exit code), for at most [`WAIT_AT_MOST`], or [`POLL`] where it cannot watch.
 
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
+use super::supervisor::files;
 use super::watch::Changes;
 use super::{LocalHandleData, read_status};
 use crate::backend::{JobState, LogLine, LogOptions, LogStream};
@@ -31,6 +32,8 @@ struct Tail {
     done: bool,
     /// Changes of the log's dir and the run dir, watched from before the first read.
     changes: Option<Changes>,
+    /// When the run's status was last read (its processes looked for).
+    checked: Option<Instant>,
 }
 
 /// Lines of the run's log. With `follow`, waits for new lines until the run is terminal and the
@@ -45,6 +48,7 @@ pub(crate) fn stream(run_id: String, data: LocalHandleData, options: LogOptions)
         draining: false,
         done: false,
         changes: None,
+        checked: None,
     };
     futures::stream::unfold(tail, |mut tail| async move {
         loop {
@@ -96,7 +100,7 @@ async fn next_line(tail: &mut Tail) -> Result<Option<String>> {
                     }
                     // A short job may start, write its log and end between the failed open
                     // and this look: once the run is over, open once more and read what it left.
-                    if terminal(tail).await {
+                    if ended(tail).await {
                         tail.draining = true;
                     } else {
                         wait(tail).await;
@@ -128,7 +132,7 @@ async fn next_line(tail: &mut Tail) -> Result<Option<String>> {
             }
             return Ok(Some(std::mem::take(&mut tail.partial)));
         }
-        if terminal(tail).await {
+        if ended(tail).await {
             // One more pass reads what was written between the last read and the exit.
             tail.draining = true;
             continue;
@@ -143,6 +147,17 @@ async fn wait(tail: &mut Tail) {
         Some(changes) => changes.wait(WAIT_AT_MOST, POLL).await,
         None => tokio::time::sleep(POLL).await,
     }
+}
+
+/// Whether the run has ended, looked at after each change: at once when it left its exit code,
+/// else (a look for its processes costs a scan of `/proc`) at most every [`POLL`].
+async fn ended(tail: &mut Tail) -> bool {
+    let exited = tail.data.run_dir.join(files::EXIT_CODE).exists();
+    if !exited && tail.checked.is_some_and(|at| at.elapsed() < POLL) {
+        return false;
+    }
+    tail.checked = Some(Instant::now());
+    terminal(tail).await
 }
 
 /// Whether the run has ended. `Unknown` (no process found and no exit code) is taken for the end
