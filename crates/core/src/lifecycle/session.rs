@@ -1,5 +1,6 @@
-//! A session's start (`repl`): waiting for Jupyter Lab's URL in the run's log, failing at once
-//! when the run ends first, and after a timeout, with the state and the log's last lines.
+//! A session's start (`repl`): waiting for Jupyter Lab's URL in the run's log, followed as it is
+//! written (one read, not the whole log again and again), failing at once when the run ends
+//! first, and after a timeout, with the state and the log's last lines.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
