@@ -75,17 +75,28 @@ pub async fn wait_for_url(
                 return (None, false);
             };
             tail.clear();
-            while let Some(line) = stream.next().await {
-                let Ok(line) = line else { return (None, false) };
-                if let Some(url) = jupyter_url([line.text.as_str()]) {
-                    return (Some(url), true);
+            // A URL without a token is taken once no line with a token follows it within
+            // TOKEN_GRACE (the log then said all it had to say about the server).
+            let mut bare: Option<(JupyterUrl, tokio::time::Instant)> = None;
+            loop {
+                let next = match &bare {
+                    Some((_, until)) => match tokio::time::timeout_at(*until, stream.next()).await {
+                        Ok(next) => next,
+                        Err(_) => return (bare.map(|(url, _)| url), true),
+                    },
+                    None => stream.next().await,
+                };
+                let Some(Ok(line)) = next else { return (bare.map(|(url, _)| url), next.is_none()) };
+                match jupyter_url([line.text.as_str()]) {
+                    Some(url) if !url.token.is_empty() => return (Some(url), true),
+                    Some(url) if bare.is_none() => bare = Some((url, tokio::time::Instant::now() + TOKEN_GRACE)),
+                    _ => {}
                 }
                 if tail.len() == TAIL {
                     tail.pop_front();
                 }
                 tail.push_back(line.text);
             }
-            (None, true)
         };
         // Out of time: (None, false).
         let (url, whole) = tokio::time::timeout_at(deadline, read).await.unwrap_or_default();
@@ -98,13 +109,21 @@ pub async fn wait_for_url(
         let ended = state.is_terminal();
         let timed_out = tokio::time::Instant::now() >= deadline;
         if ended || timed_out {
-            // A follow cut short may have missed the last lines.
-            let tail = if whole || timed_out { Vec::from(tail) } else { last_lines(backend, handle).await };
+            // A follow cut short by an error (or never opened) may have missed the last lines.
+            let tail = if whole || (timed_out && !tail.is_empty()) {
+                Vec::from(tail)
+            } else {
+                last_lines(backend, handle).await
+            };
             return Err(NoUrl { ended, state, message, within: timeout, tail });
         }
         pause = REOPEN_AFTER;
     }
 }
+
+/// How long a URL without a token waits for a line with one, which is preferred (as
+/// [`jupyter_url`] prefers it).
+const TOKEN_GRACE: Duration = Duration::from_secs(1);
 
 /// How long after a log follow that could not be opened, or ended while the run did not, the
 /// next is opened.
@@ -246,6 +265,19 @@ mod tests {
         assert!(none.ended && none.state == JobState::Failed, "{none:?}");
         assert_eq!(none.tail, ["starting", "Traceback: no jupyter"]);
         assert_eq!(*failed.logs.lock().unwrap(), 1, "the log was opened more than once");
+
+        // A URL with a token is preferred to one without printed just before it; one without
+        // is taken when no other follows.
+        let bare = "http://127.0.0.1:8891/lab";
+        let both = Jupyter::new(vec![bare, "http://127.0.0.1:8891/lab?token=late"], None);
+        let backend: Arc<DynBackend> = both.clone();
+        let found = wait_for_url(&backend, &handle(), Duration::from_secs(30)).await.unwrap();
+        assert_eq!(found.token, "late");
+        let only = Jupyter::new(vec![bare, "the server runs"], None);
+        let backend: Arc<DynBackend> = only.clone();
+        let found = wait_for_url(&backend, &handle(), Duration::from_secs(30)).await.unwrap();
+        assert_eq!((found.port, found.token.as_str()), (8891, ""));
+        assert_eq!(*only.logs.lock().unwrap(), 1, "the log was opened more than once");
 
         // Without a URL in time: the lines so far, the state it is in.
         let slow = Jupyter::new(vec!["starting", "slowly"], None);
