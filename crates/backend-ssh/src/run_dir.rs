@@ -100,9 +100,10 @@ exec cat -- "$1"
 macro_rules! __follow_loop {
     () => {
         r#"off=0; last=-1; hurry=0; watching=; tick=${tick:-1}
-if command -v inotifywait > /dev/null 2>&1; then
+# (coproc needs bash 4; the eval keeps an older bash from parsing it.)
+if [ "${BASH_VERSINFO[0]:-0}" -ge 4 ] && command -v inotifywait > /dev/null 2>&1; then
   target=$log; [ -e "$log" ] || target=$(dirname -- "$log")
-  coproc THESEUS_WATCH { exec inotifywait -m -e modify,attrib,close_write,create,moved_to,delete_self -- "$target" "$watch" 2>&1; }
+  eval 'coproc THESEUS_WATCH { exec inotifywait -m -e modify,attrib,close_write,create,moved_to,delete_self -- "$target" "$watch" 2>&1; }'
   wpid=$THESEUS_WATCH_PID
   exec 3<&"${THESEUS_WATCH[0]}"
   trap 'kill "$wpid" 2> /dev/null' EXIT
