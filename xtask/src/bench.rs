@@ -177,6 +177,9 @@ impl Measure {
 
     fn goal_text(&self) -> String {
         let (op, g) = self.goal_parts();
+        // At most 3 decimals: a goal of 1/0.75 reads 1.333.
+        let g = format!("{g:.3}");
+        let g = g.trim_end_matches('0').trim_end_matches('.');
         format!("{op} {g} {}", self.unit)
     }
 
