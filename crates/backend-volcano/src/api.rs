@@ -10,7 +10,7 @@ use std::time::Duration;
 use crate::config::VolcanoHost;
 use futures::{Stream, StreamExt, TryStreamExt};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Event, Node, Pod, Secret};
+use k8s_openapi::api::core::v1::{Event, Node, Pod, Secret, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, DeleteParams, ListParams, LogParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -27,7 +27,17 @@ pub use crate::types::{PodGroup, PodGroupCondition, PodGroupSpec, PodGroupStatus
 /// Pod annotation naming the pod's PodGroup.
 pub const GROUP_NAME_ANNOTATION: &str = "scheduling.k8s.io/group-name";
 /// Pod label naming the pod's Volcano job.
-pub const JOB_NAME_LABEL: &str = "volcano.sh/job-name";
+pub const JOB_NAME_LABEL: &str = crate::render::JOB_NAME_LABEL;
+
+/// Items per page of a LIST (the `limit`; `kubectl get` uses 500).
+pub const LIST_PAGE: u32 = 250;
+/// One step of a paged LIST (see [`Cluster::list_paged`]).
+pub(crate) enum Page<K> {
+    /// The next page's items.
+    Items(Vec<K>),
+    /// Everything handed over so far is void: the list starts over.
+    Restart,
+}
 
 /// What to read of a pod's log.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -338,11 +348,55 @@ impl Cluster {
     /// # Errors
     /// [`VolcanoError::NotFound`] when the secret is gone, and the mapped errors.
     pub async fn set_secret_owner(&self, name: &str, owner: OwnerReference) -> Result<Secret, VolcanoError> {
-        let api = self.secrets();
+        self.set_owner(&self.secrets(), name, owner).await
+    }
+
+    /// Services of the namespace.
+    pub fn services(&self) -> Api<Service> {
+        Api::namespaced(self.client.clone(), &self.namespace)
+    }
+
+    /// Creates `service`; one of that name with the same `theseus.dev/run-id` is adopted.
+    ///
+    /// # Errors
+    /// [`VolcanoError::AlreadyExists`] when another service has the name, and the mapped errors.
+    pub async fn create_service(&self, service: &Service) -> Result<Service, VolcanoError> {
+        self.create_or_adopt(&self.services(), service).await
+    }
+
+    /// Sets the service's owner, as [`Cluster::set_secret_owner`] does the secret's.
+    ///
+    /// # Errors
+    /// [`VolcanoError::NotFound`] when the service is gone, and the mapped errors.
+    pub async fn set_service_owner(&self, name: &str, owner: OwnerReference) -> Result<Service, VolcanoError> {
+        self.set_owner(&self.services(), name, owner).await
+    }
+
+    /// Deletes the service; `false` when it did not exist.
+    ///
+    /// # Errors
+    /// The mapped errors.
+    pub async fn delete_service(&self, name: &str) -> Result<bool, VolcanoError> {
+        self.delete(&self.services(), name).await
+    }
+
+    /// Services matching `label_selector`.
+    ///
+    /// # Errors
+    /// The mapped errors.
+    pub async fn list_services(&self, label_selector: &str) -> Result<Vec<Service>, VolcanoError> {
+        self.list(&self.services(), &labels(label_selector)).await
+    }
+
+    /// A merge patch of `metadata.ownerReferences`.
+    async fn set_owner<K>(&self, api: &Api<K>, name: &str, owner: OwnerReference) -> Result<K, VolcanoError>
+    where
+        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+    {
         let patch = serde_json::json!({"metadata": {"ownerReferences": [owner]}});
         let params = PatchParams::default();
         let patch = Patch::Merge(&patch);
-        let target = self.target::<Secret>("patch", Some(name));
+        let target = self.target::<K>("patch", Some(name));
         self.call(target, || api.patch(name, &params, &patch)).await
     }
 
@@ -448,6 +502,18 @@ impl Cluster {
     /// The mapped errors.
     pub async fn list_pods(&self, label_selector: &str) -> Result<Vec<Pod>, VolcanoError> {
         self.list(&self.pods(), &labels(label_selector)).await
+    }
+
+    /// Pods of the namespace matching `label_selector`, page by page (see [`Cluster::list_paged`]).
+    ///
+    /// # Errors
+    /// The mapped errors.
+    pub(crate) async fn visit_pods(
+        &self,
+        label_selector: &str,
+        visit: impl FnMut(Page<Pod>),
+    ) -> Result<(), VolcanoError> {
+        self.list_paged(&self.pods(), &labels(label_selector), visit).await
     }
 
     /// Pods of every namespace matching `field_selector` (e.g. `spec.nodeName=n1`).
@@ -589,11 +655,62 @@ impl Cluster {
     where
         K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
     {
+        let mut all = Vec::new();
+        self.list_paged(api, params, |page| match page {
+            Page::Restart => all.clear(),
+            Page::Items(items) => all.extend(items),
+        })
+        .await?;
+        Ok(all)
+    }
+
+    /// Lists in pages of [`LIST_PAGE`] (`limit` and `continue`, as `kubectl get` does), handing
+    /// each page to `visit` as it arrives, so a caller that keeps only what it needs holds one
+    /// page at a time. When the continue token expired (`410 Gone`: the API server compacted
+    /// the list's resourceVersion before the next page was asked for), the list starts over
+    /// unpaged (`visit` gets [`Page::Restart`] first), as client-go's pager does
+    /// (`FullListIfExpired`).
+    ///
+    /// # Errors
+    /// The mapped errors of a page.
+    pub(crate) async fn list_paged<K>(
+        &self,
+        api: &Api<K>,
+        params: &ListParams,
+        mut visit: impl FnMut(Page<K>),
+    ) -> Result<(), VolcanoError>
+    where
+        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+    {
         let mut target = self.target::<K>("list", None);
         if !api.resource_url().contains("/namespaces/") {
             target.namespace = None;
         }
-        Ok(self.call(target, || api.list(params)).await?.items)
+        let mut token: Option<String> = None;
+        let mut paged = true;
+        loop {
+            let mut page = if paged { params.clone().limit(LIST_PAGE) } else { params.clone() };
+            page.continue_token = token.take();
+            let continuing = page.continue_token.is_some();
+            let list = self
+                .call(target.clone(), || async {
+                    match api.list(&page).await {
+                        Err(kube::Error::Api(status)) if status.code == 410 && continuing => Ok(None),
+                        other => other.map(Some),
+                    }
+                })
+                .await?;
+            let Some(list) = list else {
+                visit(Page::Restart);
+                paged = false;
+                continue;
+            };
+            token = list.metadata.continue_.filter(|t| !t.is_empty());
+            visit(Page::Items(list.items));
+            if token.is_none() {
+                return Ok(());
+            }
+        }
     }
 
     fn target<K: Resource<DynamicType = ()>>(&self, verb: &'static str, name: Option<&str>) -> Target {
