@@ -309,6 +309,21 @@ impl Store {
         (items, inner.rv)
     }
 
+    /// Calls `f` with each object of one type in namespace `ns`, without copying them (under
+    /// the store's lock: `f` must not call the store).
+    pub(crate) fn for_each(&self, res: &'static ResourceInfo, ns: &str, mut f: impl FnMut(&Value)) {
+        let inner = self.lock();
+        let prefix = key(res, "", "").0;
+        let ns = if res.namespaced { ns } else { "" };
+        let start = (prefix.clone(), ns.to_owned(), String::new());
+        for ((r, n, _), v) in inner.objects.range(start..) {
+            if *r != prefix || n != ns {
+                break;
+            }
+            f(v);
+        }
+    }
+
     /// One page of a LIST with `limit` (and the `continue` token of the previous page): at most
     /// `limit` matching objects after the token's key, and the token of the next page when more
     /// match. As the API server's etcd3 store (staging/src/k8s.io/apiserver/pkg/storage/etcd3/
