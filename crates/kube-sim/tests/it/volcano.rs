@@ -88,7 +88,12 @@ async fn gang_job_runs_to_completion_with_volcano_env_and_logs() {
 
     // Deleting the job collects its pods, podgroup, configmap and service.
     jobs.delete("train", &DeleteParams::background()).await.unwrap();
-    assert!(pods.list(&ListParams::default()).await.unwrap().items.is_empty());
+    // The `open` job's pod may still be stopping (its finalizer goes once its processes are
+    // gone), as a terminating pod does on a node.
+    eventually("the pods to be gone", 20, || async {
+        pods.list(&ListParams::default()).await.unwrap().items.is_empty().then_some(())
+    })
+    .await;
     assert!(pgs.list(&ListParams::default()).await.unwrap().items.is_empty());
 }
 
