@@ -68,6 +68,28 @@ fn scan_markers() -> HashMap<Vec<u8>, Vec<Pid>> {
     by_marker
 }
 
+/// Kills every process of every container whose files are under `root` (one runtime's), wherever
+/// it went (other process groups, reparented to init), and waits (bounded) until none runs. For
+/// the simulator's shutdown, when no container is supervised any more.
+pub(crate) fn kill_marked_under(root: &Path) {
+    let prefix = format!("{MARKER_VAR}={}/", root.display());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let left: Vec<Pid> = scan_markers()
+            .into_iter()
+            .filter(|(marker, _)| marker.starts_with(prefix.as_bytes()))
+            .flat_map(|(_, pids)| pids)
+            .collect();
+        if left.is_empty() || Instant::now() >= deadline {
+            return;
+        }
+        for pid in left {
+            let _ = kill_process(pid, Signal::KILL);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// Kills what is left of a container after its main process exited, and waits (bounded) until
 /// none of it runs. The scans run off the async workers (they block on `/proc`).
 async fn reap_leftovers(marker: &str) {

@@ -111,7 +111,8 @@ impl Runtime {
         }
     }
 
-    /// Sends SIGKILL to every process group still running. Used on shutdown.
+    /// Sends SIGKILL to every process group still running, then to every process a container
+    /// left behind. Used on shutdown.
     pub(crate) fn kill_all(&self) {
         for pod in self.lock().values() {
             for c in &pod.containers {
@@ -120,6 +121,8 @@ impl Runtime {
                 }
             }
         }
+        // And what left the groups (a launcher's own sessions), by the containers' marker.
+        procs::kill_marked_under(&self.root);
     }
 
     /// Binds unbound pods, starts bound pods that are not running yet and stops processes whose

@@ -516,3 +516,29 @@ async fn a_container_with_an_env_string_over_the_kernel_limit_cannot_start() {
     let message = terminated.message.unwrap_or_default();
     assert!(message.contains("Argument list too long"), "{message}");
 }
+
+/// Stopping the simulator stops every process its pods started, also those that left the
+/// container's process group (a node's runtime kills the whole container).
+#[tokio::test]
+async fn stopping_the_simulator_stops_processes_that_left_their_pods_group() {
+    let pvc_dir = tempfile::tempdir().unwrap();
+    let ctx = start(SimConfig::default()).await;
+    let mount = pvc_dir.path().to_str().unwrap().to_owned();
+    let pod = pod_on_the_pvc("escaper", &mount, &["bash", "-c", "set -m; sleep 1000 & echo $! > child.pid; wait"]);
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), "default");
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    let child_pid = eventually("the pod's child pid in the PVC dir", 20, || async {
+        let text = std::fs::read_to_string(pvc_dir.path().join("child.pid")).ok()?;
+        text.trim().parse::<u32>().ok()
+    })
+    .await;
+    drop(ctx);
+    let left = std::fs::read_to_string(format!("/proc/{child_pid}/stat")).ok();
+    let gone =
+        left.as_deref().is_none_or(|s| s.rsplit(')').next().and_then(|r| r.split_whitespace().next()) == Some("Z"));
+    if !gone {
+        // Started by this test's pod: stop it by its PID before failing.
+        let _ = std::process::Command::new("kill").arg("-KILL").arg(child_pid.to_string()).status();
+    }
+    assert!(gone, "the simulator stopped but its pod's process {child_pid} still runs: {left:?}");
+}
