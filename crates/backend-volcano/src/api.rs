@@ -39,6 +39,41 @@ pub(crate) enum Page<K> {
     Restart,
 }
 
+/// The part of a pod a status reads, as it is decoded from a LIST (see
+/// [`Cluster::visit_pod_statuses`]).
+#[derive(Clone, Debug, serde::Deserialize)]
+struct PodFacts {
+    metadata: NameOnly,
+    spec: Option<NodeOnly>,
+    status: Option<k8s_openapi::api::core::v1::PodStatus>,
+}
+
+#[derive(Clone, Debug, serde::Deserialize)]
+struct NameOnly {
+    name: Option<String>,
+}
+
+#[derive(Clone, Debug, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct NodeOnly {
+    node_name: Option<String>,
+}
+
+impl PodFacts {
+    fn into_pod(self) -> Pod {
+        crate::status::slim(Pod {
+            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                name: self.metadata.name,
+                ..Default::default()
+            },
+            spec: self
+                .spec
+                .map(|s| k8s_openapi::api::core::v1::PodSpec { node_name: s.node_name, ..Default::default() }),
+            status: self.status,
+        })
+    }
+}
+
 /// What to read of a pod's log.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PodLogOptions {
@@ -504,16 +539,23 @@ impl Cluster {
         self.list(&self.pods(), &labels(label_selector)).await
     }
 
-    /// Pods of the namespace matching `label_selector`, page by page (see [`Cluster::list_paged`]).
+    /// Pods of the namespace matching `label_selector`, page by page (see
+    /// [`Cluster::list_paged`]), each decoded with only what [`crate::status::slim`] keeps (its
+    /// name, node and status): the spec, labels, annotations and managed fields of thousands of
+    /// pods are skipped while parsing, never held.
     ///
     /// # Errors
     /// The mapped errors.
-    pub(crate) async fn visit_pods(
+    pub(crate) async fn visit_pod_statuses(
         &self,
         label_selector: &str,
-        visit: impl FnMut(Page<Pod>),
+        mut visit: impl FnMut(Page<Pod>),
     ) -> Result<(), VolcanoError> {
-        self.list_paged(&self.pods(), &labels(label_selector), visit).await
+        self.list_paged_as::<Pod, PodFacts>(&self.pods(), &labels(label_selector), |page| match page {
+            Page::Restart => visit(Page::Restart),
+            Page::Items(items) => visit(Page::Items(items.into_iter().map(PodFacts::into_pod).collect())),
+        })
+        .await
     }
 
     /// Pods of every namespace matching `field_selector` (e.g. `spec.nodeName=n1`).
@@ -677,13 +719,29 @@ impl Cluster {
         &self,
         api: &Api<K>,
         params: &ListParams,
-        mut visit: impl FnMut(Page<K>),
+        visit: impl FnMut(Page<K>),
     ) -> Result<(), VolcanoError>
     where
         K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
     {
+        self.list_paged_as::<K, K>(api, params, visit).await
+    }
+
+    /// [`Cluster::list_paged`], each item decoded as `T`: a type with only the fields the caller
+    /// reads skips the rest of each object while it is parsed.
+    async fn list_paged_as<K, T>(
+        &self,
+        api: &Api<K>,
+        params: &ListParams,
+        mut visit: impl FnMut(Page<T>),
+    ) -> Result<(), VolcanoError>
+    where
+        K: Resource<DynamicType = ()>,
+        T: Clone + DeserializeOwned + Debug,
+    {
         let mut target = self.target::<K>("list", None);
-        if !api.resource_url().contains("/namespaces/") {
+        let url = api.resource_url().to_owned();
+        if !url.contains("/namespaces/") {
             target.namespace = None;
         }
         let mut token: Option<String> = None;
@@ -694,7 +752,9 @@ impl Cluster {
             let continuing = page.continue_token.is_some();
             let list = self
                 .call(target.clone(), || async {
-                    match api.list(&page).await {
+                    let request =
+                        kube::core::Request::new(url.as_str()).list(&page).map_err(kube::Error::BuildRequest)?;
+                    match self.client.request::<kube::core::ObjectList<T>>(request).await {
                         Err(kube::Error::Api(status)) if status.code == 410 && continuing => Ok(None),
                         other => other.map(Some),
                     }

@@ -278,8 +278,8 @@ impl VolcanoBackend {
         // sits in memory whole.
         let mut pods = Vec::new();
         cluster
-            .visit_pods(&format!("{JOB_NAME_LABEL}={}", data.job), |page| match page {
-                Page::Items(items) => pods.extend(items.into_iter().map(crate::status::slim)),
+            .visit_pod_statuses(&format!("{JOB_NAME_LABEL}={}", data.job), |page| match page {
+                Page::Items(items) => pods.extend(items),
                 Page::Restart => pods.clear(),
             })
             .await?;
