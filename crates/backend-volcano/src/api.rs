@@ -29,8 +29,9 @@ pub const GROUP_NAME_ANNOTATION: &str = "scheduling.k8s.io/group-name";
 /// Pod label naming the pod's Volcano job.
 pub const JOB_NAME_LABEL: &str = crate::render::JOB_NAME_LABEL;
 
-/// Items per page of a LIST (the `limit`; `kubectl get` uses 500).
-pub const LIST_PAGE: u32 = 250;
+/// Items per page of a LIST (the `limit`), as `kubectl get` and client-go's pager use: a page
+/// of pods decoded for a status holds a few MiB at most.
+pub const LIST_PAGE: u32 = 500;
 /// One step of a paged LIST (see [`Cluster::list_paged`]).
 pub(crate) enum Page<K> {
     /// The next page's items.
