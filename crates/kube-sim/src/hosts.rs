@@ -5,7 +5,7 @@
 //! relies on). Pods here are local processes on 127.0.0.1 with the host's resolver, so the
 //! simulator writes a hosts file per pod naming all of that as 127.0.0.1 and gives each container
 //! its own mount namespace (`unshare --mount`) in which that file is bind-mounted over
-//! `/etc/hosts`. Divergences: the names are those that exist when the container starts (a
+//! `/etc/hosts`, and its own UTS namespace whose host name is the pod's, as a pod has. Divergences: the names are those that exist when the container starts (a
 //! Service created later does not resolve in it, where cluster DNS would answer once it exists),
 //! a Service resolves whether or not it selects a pod, and commands run by `pods/exec` see the
 //! host's `/etc/hosts` (`kubectl exec` on a node joins the container's namespaces). Building that needs the privilege to
@@ -26,8 +26,7 @@ const CLUSTER_DOMAIN: &str = "cluster.local";
 /// The names a pod's hosts file gives 127.0.0.1 (and the kubelet's fixed lines), for `pod`.
 pub(crate) fn hosts_file(store: &Store, pod: &Value) -> String {
     let ns = pod.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("default");
-    let name = pod.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
-    let hostname = pod.pointer("/spec/hostname").and_then(Value::as_str).filter(|h| !h.is_empty()).unwrap_or(name);
+    let hostname = pod_hostname(pod);
     let subdomain = pod.pointer("/spec/subdomain").and_then(Value::as_str).filter(|s| !s.is_empty());
     let mut out = String::from(
         "# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n\
@@ -72,6 +71,14 @@ pub(crate) fn hosts_file(store: &Store, pod: &Value) -> String {
     out
 }
 
+/// The pod's host name: `spec.hostname`, else its name cut to 63 characters without a trailing
+/// `-` or `.` (the kubelet's `truncatePodHostnameIfNeeded`).
+pub(crate) fn pod_hostname(pod: &Value) -> String {
+    let name = pod.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("pod");
+    let hostname = pod.pointer("/spec/hostname").and_then(Value::as_str).filter(|h| !h.is_empty()).unwrap_or(name);
+    hostname[..hostname.len().min(63)].trim_end_matches(['-', '.']).to_owned()
+}
+
 /// `<name>`, `<name>.<ns>`, `<name>.<ns>.svc` and `<name>.<ns>.svc.<domain>`: what a pod of `ns`
 /// resolves through its DNS search list.
 fn dns_names(name: &str, ns: &str) -> [String; 4] {
@@ -94,14 +101,15 @@ pub(crate) fn isolation() -> &'static Result<(String, String), String> {
                 .ok_or_else(|| format!("`{program}` (util-linux) is not installed"))
         };
         let (unshare, mount) = (find("unshare")?, find("mount")?);
+        let probe = "printf %s kube-sim-probe > /proc/sys/kernel/hostname && \"$0\" --bind /etc/hosts /etc/hosts";
         let out = std::process::Command::new(&unshare)
-            .args(["--mount", "--propagation", "private", "--", &mount, "--bind", "/etc/hosts", "/etc/hosts"])
+            .args(["--mount", "--uts", "--propagation", "private", "--", "/bin/sh", "-c", probe, &mount])
             .stdin(std::process::Stdio::null())
             .output()
             .map_err(|e| format!("cannot run {unshare}: {e}"))?;
         if !out.status.success() {
             return Err(format!(
-                "`unshare --mount` with a bind mount failed ({}): run the simulator as root",
+                "`unshare --mount --uts` with a host name and a bind mount failed ({}): run the simulator as root",
                 String::from_utf8_lossy(&out.stderr).trim()
             ));
         }
@@ -109,19 +117,22 @@ pub(crate) fn isolation() -> &'static Result<(String, String), String> {
     })
 }
 
-/// The argv prefix that runs a command in a mount namespace of its own with `hosts` over
-/// `/etc/hosts` (the command's pid stays that of the prefix: each step `exec`s); empty when
+/// The argv prefix that runs a command as a pod's container does for names: in a UTS namespace
+/// of its own whose host name is the pod's `hostname` (what `gethostname` returns in a pod, and
+/// what e.g. gloo resolves to find its interface), and a mount namespace of its own with `hosts`
+/// over `/etc/hosts`. The command's pid stays that of the prefix (each step `exec`s). Empty when
 /// [`isolation`] failed.
-pub(crate) fn wrapper(hosts: &Path) -> Vec<String> {
+pub(crate) fn wrapper(hosts: &Path, hostname: &str) -> Vec<String> {
     let Ok((unshare, mount)) = isolation() else { return Vec::new() };
     let script = format!(
-        "{} --bind \"$0\" /etc/hosts || {{ echo \"kube-sim: cannot bind-mount $0 over /etc/hosts\" >&2; exit 128; }}; \
-         exec \"$@\"",
+        "printf %s \"$1\" > /proc/sys/kernel/hostname && {} --bind \"$0\" /etc/hosts || \
+         {{ echo \"kube-sim: cannot give the container its host name and /etc/hosts ($0)\" >&2; exit 128; }}; \
+         shift; exec \"$@\"",
         format!("'{}'", mount.replace('\'', "'\\''"))
     );
-    [unshare.as_str(), "--mount", "--propagation", "private", "--", "/bin/sh", "-c", &script]
+    [unshare.as_str(), "--mount", "--uts", "--propagation", "private", "--", "/bin/sh", "-c", &script]
         .into_iter()
         .map(str::to_owned)
-        .chain([hosts.display().to_string()])
+        .chain([hosts.display().to_string(), hostname.to_owned()])
         .collect()
 }

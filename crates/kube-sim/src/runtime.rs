@@ -227,7 +227,7 @@ impl Runtime {
         let wrapper = match std::fs::create_dir_all(&sandbox)
             .and_then(|()| std::fs::write(&hosts, hosts::hosts_file(store, pod)))
         {
-            Ok(()) => hosts::wrapper(&hosts),
+            Ok(()) => hosts::wrapper(&hosts, &hosts::pod_hostname(pod)),
             Err(e) => {
                 tracing::warn!(pod = %name, "cannot write the pod's hosts file {}: {e}", hosts.display());
                 Vec::new()

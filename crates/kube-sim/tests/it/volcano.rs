@@ -22,7 +22,8 @@ async fn gang_job_runs_to_completion_with_volcano_env_and_logs() {
     // The hosts' names resolve in the pods (to 127.0.0.1, where every pod is), as the job's
     // Service and its pods' `hostname.subdomain` do through cluster DNS.
     let script = "echo $VC_TASK_INDEX $VC_WORKER_HOSTS $VC_WORKER_NUM; grep -c . etc/volcano/worker.host; \
-                  getent hosts train-worker-1.train train train.default.svc.cluster.local | cut -d' ' -f1 | sort | uniq -c";
+                  getent hosts train-worker-1.train train train.default.svc.cluster.local | cut -d' ' -f1 | sort | uniq -c; \
+                  cat /proc/sys/kernel/hostname";
     jobs.create(&PostParams::default(), &vcjob("train", 2, 4, "img", &["sh", "-c", script])).await.unwrap();
     let done = wait_phase(&jobs, "train", "Completed").await;
     // TaskCompleted -> CompleteJob ends the job through killJob, which counts only what it
@@ -56,6 +57,7 @@ async fn gang_job_runs_to_completion_with_volcano_env_and_logs() {
         assert_eq!(first, format!("{i} train-worker-0.train,train-worker-1.train 2"));
         assert_eq!(lines.next().await.unwrap().unwrap().trim(), "2");
         assert_eq!(lines.next().await.unwrap().unwrap().trim(), "3 127.0.0.1", "pod {i} resolves the names");
+        assert_eq!(lines.next().await.unwrap().unwrap(), format!("train-worker-{i}"), "the pod's own host name");
     }
     nodes.sort();
     assert_eq!(nodes, ["n0", "n1"], "4 GPUs each: one pod per node");
