@@ -124,11 +124,11 @@ pub(crate) fn isolation() -> &'static Result<(String, String), String> {
 /// [`isolation`] failed.
 pub(crate) fn wrapper(hosts: &Path, hostname: &str) -> Vec<String> {
     let Ok((unshare, mount)) = isolation() else { return Vec::new() };
+    let mount = format!("'{}'", mount.replace('\'', "'\\''"));
     let script = format!(
-        "printf %s \"$1\" > /proc/sys/kernel/hostname && {} --bind \"$0\" /etc/hosts || \
+        "printf %s \"$1\" > /proc/sys/kernel/hostname && {mount} --bind \"$0\" /etc/hosts || \
          {{ echo \"kube-sim: cannot give the container its host name and /etc/hosts ($0)\" >&2; exit 128; }}; \
-         shift; exec \"$@\"",
-        format!("'{}'", mount.replace('\'', "'\\''"))
+         shift; exec \"$@\""
     );
     [unshare.as_str(), "--mount", "--uts", "--propagation", "private", "--", "/bin/sh", "-c", &script]
         .into_iter()

@@ -44,7 +44,7 @@ pub(crate) fn marker(log: &Path) -> String {
 /// `/proc` serves every container that asks after it began: `since` is when the caller's
 /// container had stopped, and a scan started before that could miss what it left behind.
 fn marked(marker: &str, since: Instant) -> Vec<Pid> {
-    static SCAN: Mutex<Option<(Instant, HashMap<Vec<u8>, Vec<Pid>>)>> = Mutex::new(None);
+    static SCAN: Mutex<Option<(Instant, ByMarker)>> = Mutex::new(None);
     let mut scan = SCAN.lock().unwrap_or_else(|e| e.into_inner());
     if scan.as_ref().is_none_or(|(at, _)| *at < since) {
         let at = Instant::now();
@@ -53,9 +53,12 @@ fn marked(marker: &str, since: Instant) -> Vec<Pid> {
     scan.as_ref().and_then(|(_, by_marker)| by_marker.get(marker.as_bytes()).cloned()).unwrap_or_default()
 }
 
+/// Processes by the container marker they carry.
+type ByMarker = HashMap<Vec<u8>, Vec<Pid>>;
+
 /// Every process that carries a container marker, by marker.
-fn scan_markers() -> HashMap<Vec<u8>, Vec<Pid>> {
-    let mut by_marker: HashMap<Vec<u8>, Vec<Pid>> = HashMap::new();
+fn scan_markers() -> ByMarker {
+    let mut by_marker = ByMarker::new();
     let Ok(entries) = std::fs::read_dir("/proc") else { return by_marker };
     let prefix = format!("{MARKER_VAR}=");
     for pid in entries.flatten().filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<i32>().ok())) {
