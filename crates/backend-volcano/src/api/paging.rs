@@ -11,9 +11,10 @@ use serde::de::DeserializeOwned;
 use super::{Cluster, labels};
 use crate::error::VolcanoError;
 
-/// Items per page of a LIST (the `limit`), as `kubectl get` and client-go's pager use: a page
-/// of pods decoded for a status holds a few MiB at most.
-pub const LIST_PAGE: u32 = 500;
+/// Items per page of a LIST (the `limit`; `kubectl get` and client-go's pager use 500). Measured
+/// on the simulator (debug build, `status` of 1,024 pods): peak RSS 44 MiB with 250, 48 MiB with
+/// 500, in about the same time.
+pub const LIST_PAGE: u32 = 250;
 /// One step of a paged LIST (see [`Cluster::list_paged`]).
 pub(crate) enum Page<K> {
     /// The next page's items.
