@@ -10,7 +10,7 @@ use std::time::Duration;
 use crate::config::VolcanoHost;
 use futures::{Stream, StreamExt, TryStreamExt};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Event, Node, Pod, Secret};
+use k8s_openapi::api::core::v1::{Event, Node, Pod, Secret, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, DeleteParams, ListParams, LogParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -23,11 +23,15 @@ use crate::error::VolcanoError;
 use crate::render::LABEL_RUN_ID;
 use crate::types::Job;
 pub use crate::types::{PodGroup, PodGroupCondition, PodGroupSpec, PodGroupStatus, Queue, QueueSpec, QueueStatus};
+pub use paging::LIST_PAGE;
+pub(crate) use paging::Page;
+
+mod paging;
 
 /// Pod annotation naming the pod's PodGroup.
 pub const GROUP_NAME_ANNOTATION: &str = "scheduling.k8s.io/group-name";
 /// Pod label naming the pod's Volcano job.
-pub const JOB_NAME_LABEL: &str = "volcano.sh/job-name";
+pub const JOB_NAME_LABEL: &str = crate::render::JOB_NAME_LABEL;
 
 /// What to read of a pod's log.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -338,11 +342,55 @@ impl Cluster {
     /// # Errors
     /// [`VolcanoError::NotFound`] when the secret is gone, and the mapped errors.
     pub async fn set_secret_owner(&self, name: &str, owner: OwnerReference) -> Result<Secret, VolcanoError> {
-        let api = self.secrets();
+        self.set_owner(&self.secrets(), name, owner).await
+    }
+
+    /// Services of the namespace.
+    pub fn services(&self) -> Api<Service> {
+        Api::namespaced(self.client.clone(), &self.namespace)
+    }
+
+    /// Creates `service`; one of that name with the same `theseus.dev/run-id` is adopted.
+    ///
+    /// # Errors
+    /// [`VolcanoError::AlreadyExists`] when another service has the name, and the mapped errors.
+    pub async fn create_service(&self, service: &Service) -> Result<Service, VolcanoError> {
+        self.create_or_adopt(&self.services(), service).await
+    }
+
+    /// Sets the service's owner, as [`Cluster::set_secret_owner`] does the secret's.
+    ///
+    /// # Errors
+    /// [`VolcanoError::NotFound`] when the service is gone, and the mapped errors.
+    pub async fn set_service_owner(&self, name: &str, owner: OwnerReference) -> Result<Service, VolcanoError> {
+        self.set_owner(&self.services(), name, owner).await
+    }
+
+    /// Deletes the service; `false` when it did not exist.
+    ///
+    /// # Errors
+    /// The mapped errors.
+    pub async fn delete_service(&self, name: &str) -> Result<bool, VolcanoError> {
+        self.delete(&self.services(), name).await
+    }
+
+    /// Services matching `label_selector`.
+    ///
+    /// # Errors
+    /// The mapped errors.
+    pub async fn list_services(&self, label_selector: &str) -> Result<Vec<Service>, VolcanoError> {
+        self.list(&self.services(), &labels(label_selector)).await
+    }
+
+    /// A merge patch of `metadata.ownerReferences`.
+    async fn set_owner<K>(&self, api: &Api<K>, name: &str, owner: OwnerReference) -> Result<K, VolcanoError>
+    where
+        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+    {
         let patch = serde_json::json!({"metadata": {"ownerReferences": [owner]}});
         let params = PatchParams::default();
         let patch = Patch::Merge(&patch);
-        let target = self.target::<Secret>("patch", Some(name));
+        let target = self.target::<K>("patch", Some(name));
         self.call(target, || api.patch(name, &params, &patch)).await
     }
 
@@ -582,18 +630,6 @@ impl Cluster {
                 Err(e) => return Err(e),
             }
         }
-    }
-
-    /// Lists in the namespace, or cluster-wide when `api` is not namespaced.
-    async fn list<K>(&self, api: &Api<K>, params: &ListParams) -> Result<Vec<K>, VolcanoError>
-    where
-        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
-    {
-        let mut target = self.target::<K>("list", None);
-        if !api.resource_url().contains("/namespaces/") {
-            target.namespace = None;
-        }
-        Ok(self.call(target, || api.list(params)).await?.items)
     }
 
     fn target<K: Resource<DynamicType = ()>>(&self, verb: &'static str, name: Option<&str>) -> Target {

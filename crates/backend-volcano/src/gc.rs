@@ -4,7 +4,8 @@
 //! live job's Secret without an owner):
 //! - helper vcjobs (code shipping; a live submit deletes its own), and helper pods whose vcjob is
 //!   gone;
-//! - Secrets whose run id has no vcjob (the Secret of a live job stays, owned or not);
+//! - Secrets and coordinator Services whose run id has no vcjob (those of a live job stay, owned
+//!   or not);
 //! - name claims (Leases) whose holder's job is terminal or gone and which were not renewed
 //!   (`claim::judge`).
 //!
@@ -74,6 +75,18 @@ pub(crate) async fn gc(cluster: &Cluster, older_than: Duration, dry_run: bool) -
                 cluster.delete_secret(&name).await?;
             }
             removed.push(format!("secret/{name}"));
+        }
+    }
+    for service in cluster.list_services(LABEL_RUN_ID).await? {
+        let run = service.metadata.labels.as_ref().and_then(|l| l.get(LABEL_RUN_ID));
+        if run.is_some_and(|r| !runs_with_jobs.contains(r))
+            && old(&service.metadata)
+            && let Some(name) = service.metadata.name.clone()
+        {
+            if !dry_run {
+                cluster.delete_service(&name).await?;
+            }
+            removed.push(format!("service/{name}"));
         }
     }
     for (name, rv) in crate::claim::stale_claims(cluster, old).await? {

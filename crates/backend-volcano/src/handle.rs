@@ -18,6 +18,10 @@ pub struct HandleData {
     /// The Secret holding the job's secret env, when it has one.
     #[serde(default)]
     pub secret: Option<String>,
+    /// The headless Service naming rank 0 (see `render::render_coordinator_service`); `None`
+    /// in handles of runs submitted before theseus rendered one.
+    #[serde(default)]
+    pub service: Option<String>,
     /// The run's log file on the PVC.
     #[serde(default)]
     pub log_file: Option<String>,

@@ -1,6 +1,20 @@
-//! Pure rendering of the gang-scheduled Volcano Job of a run and the Secret that carries its
-//! secret environment. No IO: the IO code creates these objects and sets the Secret's owner
-//! reference once the Job's uid is known ([`owner_reference`]).
+//! Pure rendering of the gang-scheduled Volcano Job of a run, the Secret that carries its
+//! secret environment and the headless Service by which the ranks find rank 0 (the coordinator).
+//! No IO: the IO code creates these objects and sets the owner references of the Secret and the
+//! Service once the Job's uid is known ([`owner_reference`]).
+//!
+//! Why theseus renders its own Service instead of enabling Volcano's `svc` plugin: that plugin
+//! puts every pod's host name (`J-T-i.J`, comma-joined) into `VC_<TASK>_HOSTS` of every container
+//! (`OnPodCreate` and `GenerateHosts` in pkg/controllers/job/plugins/svc/svc.go). At 1,024 pods
+//! with theseus's longest names that is over 100 KiB in one environment string; Linux refuses to
+//! exec a process with one over 131,072 bytes (`MAX_ARG_STRLEN`), so the containers of a job of
+//! about 1,160 pods or more cannot start. Its `--inject-hosts-env=false` only exists in Volcano
+//! releases from mid-2026 on; older ones ignore the unknown flag and inject anyway. The ranks need
+//! only rank 0's address and the process count, which theseus knows when it renders the job: the
+//! count is rendered as [`ENV_NODES`], and the coordinator is the Service [`ENV_COORDINATOR`] names,
+//! which selects the job's pod of task index 0 (the pod label `volcano.sh/task-index`, set by
+//! Volcano since v1.9) and publishes it before it is ready. The `ssh` plugin is not rendered either:
+//! its ssh config names `J-T-i.J` hosts, which only the `svc` plugin makes resolvable.
 
 use std::collections::BTreeMap;
 
@@ -8,7 +22,8 @@ use crate::config::VolcanoHost;
 use k8s_openapi::api::core::v1::{
     Affinity, Container, EmptyDirVolumeSource, EnvVar as K8sEnvVar, EnvVarSource, LocalObjectReference,
     PersistentVolumeClaimVolumeSource, PodAffinity, PodAffinityTerm, PodSpec, PodTemplateSpec, ResourceRequirements,
-    Secret, SecretKeySelector, Toleration as K8sToleration, Volume, VolumeMount, WeightedPodAffinityTerm,
+    Secret, SecretKeySelector, Service, ServicePort, ServiceSpec, Toleration as K8sToleration, Volume, VolumeMount,
+    WeightedPodAffinityTerm,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
@@ -19,8 +34,20 @@ use theseus_core::solver::Plan;
 
 use crate::types::{Job, JobSpec, LifecyclePolicy, TaskSpec};
 
-/// Name of the one task of a gang job; Volcano's `svc` plugin derives `VC_WORKER_HOSTS` from it.
+/// Name of the one task of a gang job; pods are `<job>-worker-<index>`.
 pub const TASK_NAME: &str = "worker";
+/// The rendered variable naming the coordinator (rank 0): the job's headless Service, whose
+/// name resolves (through the pod's DNS search list) to rank 0's pod.
+pub const ENV_COORDINATOR: &str = "THESEUS_VOLCANO_COORDINATOR";
+/// The rendered variable holding the process count (the gang's size).
+pub const ENV_NODES: &str = "THESEUS_VOLCANO_NODES";
+/// The pod label Volcano sets to the pod's index in its task (since v1.9).
+pub const TASK_INDEX_LABEL: &str = "volcano.sh/task-index";
+/// The pod label Volcano sets to the job's name.
+pub const JOB_NAME_LABEL: &str = "volcano.sh/job-name";
+/// Volcano job plugins theseus enables: `env` (`VC_TASK_INDEX`, the rank). See the module doc
+/// for why not `svc` and `ssh`.
+pub const PLUGINS: &[&str] = &["env"];
 /// Name of the PVC volume in job and helper pods.
 pub const WORKSPACE_VOLUME: &str = "workspace";
 /// Longest job name: pods are `<job>-worker-<index>` and their hostnames must fit in 63.
@@ -105,6 +132,8 @@ pub struct RenderedJob {
     pub job: Job,
     /// The Secret with the secret environment, when there is any.
     pub secret: Option<Secret>,
+    /// The headless Service naming rank 0 (see [`render_coordinator_service`]).
+    pub service: Service,
 }
 
 /// A configuration value that cannot be rendered.
@@ -172,6 +201,7 @@ pub fn render_job(host: &VolcanoHost, inputs: &JobInputs<'_>) -> Result<Rendered
     let labels = run_labels(host, inputs.identity);
     let secret = render_secret(&name, &host.namespace, &labels, inputs.env);
     let secret_name = secret.as_ref().map(|s| s.metadata.name.clone().unwrap_or_default());
+    let service = render_coordinator_service(&name, &host.namespace, &labels, host.coordinator_port);
     let gpu = inputs.plan.chip.is_some() && inputs.plan.chips_per_node > 0;
     let nodes = i32::try_from(inputs.plan.nodes.max(1))
         .map_err(|_| RenderError(format!("too many nodes: {}", inputs.plan.nodes)))?;
@@ -217,7 +247,7 @@ pub fn render_job(host: &VolcanoHost, inputs: &JobInputs<'_>) -> Result<Rendered
         image: Some(host.image.clone()),
         command: Some(vec!["bash".into(), "-lc".into()]),
         args: Some(vec![pod_script(inputs.layout, inputs.bootstrap_entry)]),
-        env: Some(pod_env(inputs.env, secret_name.as_deref())),
+        env: Some(pod_env(inputs.env, secret_name.as_deref(), &name, nodes)),
         resources: Some(ResourceRequirements {
             requests: Some(resources.clone()),
             limits: Some(resources),
@@ -248,7 +278,7 @@ pub fn render_job(host: &VolcanoHost, inputs: &JobInputs<'_>) -> Result<Rendered
             min_available: Some(nodes),
             max_retry: Some(inputs.options.max_retry),
             ttl_seconds_after_finished: inputs.options.ttl_seconds_after_finished,
-            plugins: ["env", "svc", "ssh"].into_iter().map(|p| (p.to_owned(), Vec::new())).collect(),
+            plugins: PLUGINS.iter().map(|p| ((*p).to_owned(), Vec::new())).collect(),
             policies: job_policies(inputs.options),
             tasks: vec![TaskSpec {
                 name: Some(TASK_NAME.into()),
@@ -263,7 +293,7 @@ pub fn render_job(host: &VolcanoHost, inputs: &JobInputs<'_>) -> Result<Rendered
         },
         status: None,
     };
-    Ok(RenderedJob { job, secret })
+    Ok(RenderedJob { job, secret, service })
 }
 
 /// Seconds the pod script lets `tee` drain after the bootstrap exited before it stops waiting
@@ -320,11 +350,18 @@ exit "$theseus_rc"
     )
 }
 
-/// Pod env: `THESEUS_VOLCANO_MODE=1`, then plain values, and secrets as `secretKeyRef`s.
-fn pod_env(env: &[EnvVar], secret_name: Option<&str>) -> Vec<K8sEnvVar> {
-    let mut out =
-        vec![K8sEnvVar { name: "THESEUS_VOLCANO_MODE".into(), value: Some("1".into()), ..K8sEnvVar::default() }];
-    for var in env.iter().filter(|v| v.name != "THESEUS_VOLCANO_MODE") {
+/// Pod env: `THESEUS_VOLCANO_MODE=1`, the coordinator ([`ENV_COORDINATOR`], the Service named
+/// after the job) and the process count ([`ENV_NODES`]), then plain values, and secrets as
+/// `secretKeyRef`s.
+fn pod_env(env: &[EnvVar], secret_name: Option<&str>, job_name: &str, nodes: i32) -> Vec<K8sEnvVar> {
+    let plain = |name: &str, value: String| K8sEnvVar { name: name.into(), value: Some(value), ..K8sEnvVar::default() };
+    let rendered = ["THESEUS_VOLCANO_MODE", ENV_COORDINATOR, ENV_NODES];
+    let mut out = vec![
+        plain("THESEUS_VOLCANO_MODE", "1".into()),
+        plain(ENV_COORDINATOR, job_name.to_owned()),
+        plain(ENV_NODES, nodes.to_string()),
+    ];
+    for var in env.iter().filter(|v| !rendered.contains(&v.name.as_str())) {
         let entry = match (var.secret, secret_name) {
             (true, Some(secret)) => K8sEnvVar {
                 name: var.name.clone(),
@@ -370,6 +407,43 @@ pub fn render_secret(
         string_data: Some(data),
         ..Secret::default()
     })
+}
+
+/// The headless Service named after the job that selects the job's pod of task index 0 (rank 0,
+/// the coordinator), published before the pod is ready (the other ranks connect while it
+/// starts). Owned by the job once it exists, like the Secret. Its name resolves in the job's
+/// namespace (the pods' DNS search list) to rank 0's pod IP.
+pub fn render_coordinator_service(
+    job_name: &str,
+    namespace: &str,
+    labels: &BTreeMap<String, String>,
+    port: u16,
+) -> Service {
+    let selector: BTreeMap<String, String> = [(JOB_NAME_LABEL, job_name), (TASK_INDEX_LABEL, "0")]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+    Service {
+        metadata: ObjectMeta {
+            name: Some(job_name.to_owned()),
+            namespace: Some(namespace.to_owned()),
+            labels: Some(labels.clone()),
+            ..ObjectMeta::default()
+        },
+        spec: Some(ServiceSpec {
+            cluster_ip: Some("None".into()),
+            selector: Some(selector),
+            publish_not_ready_addresses: Some(true),
+            ports: Some(vec![ServicePort {
+                name: Some("coordinator".into()),
+                port: i32::from(port),
+                protocol: Some("TCP".into()),
+                ..ServicePort::default()
+            }]),
+            ..ServiceSpec::default()
+        }),
+        status: None,
+    }
 }
 
 /// The Secret as it may be shown: every value replaced by [`REDACTED`].

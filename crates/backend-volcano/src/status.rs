@@ -2,7 +2,11 @@
 //! PodGroup's conditions, recent events) into theseus's [`JobStatus`], and says in one plain
 //! sentence why a job is still pending.
 
-use k8s_openapi::api::core::v1::{Event, Pod};
+use k8s_openapi::api::core::v1::{
+    ContainerState, ContainerStateTerminated, ContainerStateWaiting, ContainerStatus, Event, Pod, PodCondition,
+    PodSpec, PodStatus,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use theseus_core::backend::{JobState, JobStatus, RankStatus};
 
 use crate::types::Job;
@@ -130,6 +134,51 @@ pub fn job_state(phase: &str, reason: &str, pods: &[&Pod]) -> JobState {
             }
         }
         _ => JobState::Unknown,
+    }
+}
+
+/// The part of `pod` this module reads (its name, node, phase and reason, its `PodScheduled`
+/// condition, its containers' waiting and terminated states), so a status of thousands of pods
+/// keeps a few hundred bytes per pod instead of the whole object (spec, env, volumes, managed
+/// fields). [`summarize`] and [`pending_reason`] give the same answer for `slim(pod)` as for
+/// `pod`.
+pub fn slim(pod: Pod) -> Pod {
+    let Pod { metadata, spec, status } = pod;
+    let container = |c: ContainerStatus| ContainerStatus {
+        name: c.name,
+        state: c.state.map(|s| ContainerState {
+            waiting: s.waiting.map(|w| ContainerStateWaiting { reason: w.reason, message: w.message }),
+            terminated: s.terminated.map(|t| ContainerStateTerminated {
+                exit_code: t.exit_code,
+                reason: t.reason,
+                ..ContainerStateTerminated::default()
+            }),
+            running: None,
+        }),
+        ..ContainerStatus::default()
+    };
+    let status = status.map(|s| PodStatus {
+        phase: s.phase,
+        reason: s.reason,
+        conditions: s.conditions.map(|cs| {
+            cs.into_iter()
+                .filter(|c| c.type_ == "PodScheduled")
+                .map(|c| PodCondition {
+                    type_: c.type_,
+                    status: c.status,
+                    message: c.message,
+                    ..PodCondition::default()
+                })
+                .collect()
+        }),
+        container_statuses: s.container_statuses.map(|cs| cs.into_iter().map(container).collect()),
+        init_container_statuses: s.init_container_statuses.map(|cs| cs.into_iter().map(container).collect()),
+        ..PodStatus::default()
+    });
+    Pod {
+        metadata: ObjectMeta { name: metadata.name, ..ObjectMeta::default() },
+        spec: spec.map(|s| PodSpec { node_name: s.node_name, ..PodSpec::default() }),
+        status,
     }
 }
 

@@ -3,7 +3,7 @@
 //! makes, then, in a fresh cluster each time, fails the n-th request (for every n) with each
 //! fault (HTTP 500, 429, 409, a reset connection; a request that never answers with `--full`)
 //! and judges the case: the command succeeded, or failed with one clear `error:` line; it did not
-//! hang or panic; and it left nothing behind (no helper job or pod, no Secret without its Job, no
+//! hang or panic; and it left nothing behind (no helper job or pod, no Secret or Service without its Job, no
 //! Job the ledger does not know). Prints one table row per flow and every bad case, and exits 1
 //! when there is one.
 //!

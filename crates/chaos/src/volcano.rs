@@ -135,14 +135,15 @@ impl World {
             .collect()
     }
 
-    /// What theseus left that it should not have: helper jobs and pods, Secrets without their
-    /// Job, Jobs the ledger does not know.
+    /// What theseus left that it should not have: helper jobs and pods, Secrets and coordinator
+    /// Services without their Job, Jobs the ledger does not know.
     fn left_behind(&self) -> Vec<String> {
         let label = |o: &Value, k: &str| o["metadata"]["labels"][k].as_str().map(str::to_owned);
         let name = |o: &Value| o["metadata"]["name"].as_str().unwrap_or("?").to_owned();
         let jobs = self.sim.objects("batch.volcano.sh/v1alpha1", "Job");
         let pods = self.sim.objects("v1", "Pod");
         let secrets = self.sim.objects("v1", "Secret");
+        let services = self.sim.objects("v1", "Service");
         let known = self.ledger_runs();
         let mut left = Vec::new();
         for job in &jobs {
@@ -163,6 +164,13 @@ impl World {
                 && !job_runs.contains(&run)
             {
                 left.push(format!("Secret {} without its Job", name(secret)));
+            }
+        }
+        for service in &services {
+            if let Some(run) = label(service, "theseus.dev/run-id")
+                && !job_runs.contains(&run)
+            {
+                left.push(format!("Service {} without its Job", name(service)));
             }
         }
         left

@@ -69,16 +69,17 @@ fn env_key(task: &str) -> String {
     task.to_uppercase().replace('-', "_")
 }
 
-fn hosts_of(shared: &Shared, job: &str, task: &Task) -> Vec<String> {
-    (0..task.replicas)
-        .map(|i| {
-            if shared.config.host_aliases_to_loopback {
-                "127.0.0.1".to_owned()
-            } else {
-                format!("{job}-{}-{i}.{job}", task.name)
-            }
-        })
-        .collect()
+/// The svc plugin's host list of a task (`GenerateHosts` in pkg/controllers/job/plugins/svc/
+/// svc.go): `J-T-i.J` per replica, or the template's `hostname.subdomain` once when it sets a
+/// hostname.
+pub(crate) fn hosts_of(job: &str, task: &Task) -> Vec<String> {
+    let hostname = task.template.pointer("/spec/hostname").and_then(Value::as_str).filter(|h| !h.is_empty());
+    let subdomain =
+        task.template.pointer("/spec/subdomain").and_then(Value::as_str).filter(|s| !s.is_empty()).unwrap_or(job);
+    match hostname {
+        Some(host) => vec![format!("{host}.{subdomain}")],
+        None => (0..task.replicas).map(|i| format!("{job}-{}-{i}.{subdomain}", task.name)).collect(),
+    }
 }
 
 /// The svc plugin's ConfigMap, headless Service and NetworkPolicy (its `OnJobAdd`); existing
@@ -95,10 +96,10 @@ pub(crate) fn ensure_job_objects(shared: &Shared, job: &Value, tasks: &[Task]) {
     }
     let mut data = serde_json::Map::new();
     for t in tasks {
-        let hosts = hosts_of(shared, name, t);
-        data.insert(format!("{}.host", t.name), json!(hosts.join("\n")));
+        let hosts = hosts_of(name, t);
+        data.insert(format!("{}.host", t.name.replace('-', "_")), json!(hosts.join("\n")));
         data.insert(format!("VC_{}_HOSTS", env_key(&t.name)), json!(hosts.join(",")));
-        data.insert(format!("VC_{}_NUM", env_key(&t.name)), json!(t.replicas.to_string()));
+        data.insert(format!("VC_{}_NUM", env_key(&t.name)), json!(hosts.len().to_string()));
     }
     let cm = json!({"metadata": {"name": format!("{name}-svc"), "ownerReferences": [owner_ref(job)]}, "data": data});
     let _ = store.create(known::configmaps(), ns, cm);
@@ -261,11 +262,12 @@ pub(crate) fn create_pod(
         if spec["subdomain"].is_null() {
             spec["subdomain"] = json!(name);
         }
+        // From the ConfigMap, as upstream: the pod spec stays small, the container's env does not.
+        let cm = format!("{name}-svc");
         for t in tasks {
-            extra_env.push(
-                json!({"name": format!("VC_{}_HOSTS", env_key(&t.name)), "value": hosts_of(shared, name, t).join(",")}),
-            );
-            extra_env.push(json!({"name": format!("VC_{}_NUM", env_key(&t.name)), "value": t.replicas.to_string()}));
+            for key in [format!("VC_{}_HOSTS", env_key(&t.name)), format!("VC_{}_NUM", env_key(&t.name))] {
+                extra_env.push(json!({"name": key, "valueFrom": {"configMapKeyRef": {"name": cm, "key": key}}}));
+            }
         }
         let volume = json!({"name": format!("{name}-svc"), "configMap": {"name": format!("{name}-svc")}});
         match spec["volumes"].as_array_mut() {

@@ -23,7 +23,7 @@
 //! queue that does not exist or is not `Open`). Every rule names its upstream origin.
 //!
 //! Divergences from a real cluster are listed on [`SimConfig`] and in the module docs of
-//! `runtime` (where pod files live), `procs` (signals and restarts), `controller` (what the
+//! `runtime` (where pod files live), `hosts` (name resolution in pods), `procs` (signals and restarts), `controller` (what the
 //! Volcano job controller does), `scheduler` (what a Volcano scheduler session does), `schema`
 //! and `admission`. With `SimConfig::authz` it authenticates bearer tokens and authorises by RBAC
 //! (`rbac`); client certificates authenticate with or without it. `dryRun=All` runs every check and stores nothing; a custom resource's `status` is
@@ -39,6 +39,7 @@ mod discovery;
 mod events;
 pub mod exec;
 mod faults;
+mod hosts;
 mod jobpods;
 mod logs;
 mod openapi;
@@ -120,10 +121,6 @@ pub struct SimConfig {
     pub gpu_resource: String,
     /// Directory for pod sandboxes and logs; `None` makes (and on drop removes) a temp dir.
     pub root: Option<PathBuf>,
-    /// When set (the default), the svc plugin's `VC_<TASK>_HOSTS` and `<task>.host` list
-    /// `127.0.0.1` for every replica instead of `J-T-i.J`, because pod host names cannot
-    /// resolve on the test host. A divergence from Volcano, on purpose.
-    pub host_aliases_to_loopback: bool,
     /// Cap on `terminationGracePeriodSeconds` when stopping pods.
     pub max_grace_period: Duration,
     /// Changes kept for watch resumption; older `resourceVersion`s get 410 Gone.
@@ -153,7 +150,6 @@ impl Default for SimConfig {
             nodes: vec![NodeConfig::new("sim-node-0", 8)],
             gpu_resource: "nvidia.com/gpu".into(),
             root: None,
-            host_aliases_to_loopback: true,
             max_grace_period: Duration::from_secs(5),
             watch_history: 1000,
             bookmark_interval: Duration::from_secs(5),

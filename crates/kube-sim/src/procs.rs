@@ -17,8 +17,10 @@
 //! only once none is left. Without that, a deleted pod could be gone from the API while its
 //! processes still ran, which no container runtime allows.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use rustix::process::{Pid, Signal, kill_process, kill_process_group};
 use tokio::sync::oneshot;
@@ -37,25 +39,68 @@ pub(crate) fn marker(log: &Path) -> String {
 }
 
 /// The processes that carry `marker` in their environment: the container's, wherever they went.
-fn marked(marker: &str) -> Vec<Pid> {
-    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
-    entries
-        .flatten()
-        .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()))
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/environ"))
-                .is_ok_and(|env| env.split(|b| *b == 0).any(|kv| kv == marker.as_bytes()))
-        })
-        .filter_map(Pid::from_raw)
-        .collect()
+/// Reading every process's environment is the costly part (a node of a 1,024-pod gang has
+/// thousands of processes, and all its containers stop at once on a cancel), so one scan of
+/// `/proc` serves every container that asks after it began: `since` is when the caller's
+/// container had stopped, and a scan started before that could miss what it left behind.
+fn marked(marker: &str, since: Instant) -> Vec<Pid> {
+    static SCAN: Mutex<Option<(Instant, ByMarker)>> = Mutex::new(None);
+    let mut scan = SCAN.lock().unwrap_or_else(|e| e.into_inner());
+    if scan.as_ref().is_none_or(|(at, _)| *at < since) {
+        let at = Instant::now();
+        *scan = Some((at, scan_markers()));
+    }
+    scan.as_ref().and_then(|(_, by_marker)| by_marker.get(marker.as_bytes()).cloned()).unwrap_or_default()
+}
+
+/// Processes by the container marker they carry.
+type ByMarker = HashMap<Vec<u8>, Vec<Pid>>;
+
+/// Every process that carries a container marker, by marker.
+fn scan_markers() -> ByMarker {
+    let mut by_marker = ByMarker::new();
+    let Ok(entries) = std::fs::read_dir("/proc") else { return by_marker };
+    let prefix = format!("{MARKER_VAR}=");
+    for pid in entries.flatten().filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<i32>().ok())) {
+        let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else { continue };
+        let Some(marker) = env.split(|b| *b == 0).find(|kv| kv.starts_with(prefix.as_bytes())) else { continue };
+        if let Some(pid) = Pid::from_raw(pid) {
+            by_marker.entry(marker.to_vec()).or_default().push(pid);
+        }
+    }
+    by_marker
+}
+
+/// Kills every process of every container whose files are under `root` (one runtime's), wherever
+/// it went (other process groups, reparented to init), and waits (bounded) until none runs. For
+/// the simulator's shutdown, when no container is supervised any more.
+pub(crate) fn kill_marked_under(root: &Path) {
+    let prefix = format!("{MARKER_VAR}={}/", root.display());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let left: Vec<Pid> = scan_markers()
+            .into_iter()
+            .filter(|(marker, _)| marker.starts_with(prefix.as_bytes()))
+            .flat_map(|(_, pids)| pids)
+            .collect();
+        if left.is_empty() || Instant::now() >= deadline {
+            return;
+        }
+        for pid in left {
+            let _ = kill_process(pid, Signal::KILL);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// Kills what is left of a container after its main process exited, and waits (bounded) until
-/// none of it runs.
+/// none of it runs. The scans run off the async workers (they block on `/proc`).
 async fn reap_leftovers(marker: &str) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
-        let left = marked(marker);
+        let since = Instant::now();
+        let owned = marker.to_owned();
+        let left = tokio::task::spawn_blocking(move || marked(&owned, since)).await.unwrap_or_default();
         if left.is_empty() || tokio::time::Instant::now() >= deadline {
             return;
         }

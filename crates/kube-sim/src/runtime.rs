@@ -20,6 +20,7 @@ use tokio::sync::oneshot;
 use crate::Shared;
 use crate::discovery::known;
 use crate::events;
+use crate::hosts;
 use crate::procs;
 use crate::sched::Cluster;
 use crate::selector::Selectors;
@@ -110,7 +111,8 @@ impl Runtime {
         }
     }
 
-    /// Sends SIGKILL to every process group still running. Used on shutdown.
+    /// Sends SIGKILL to every process group still running, then to every process a container
+    /// left behind. Used on shutdown.
     pub(crate) fn kill_all(&self) {
         for pod in self.lock().values() {
             for c in &pod.containers {
@@ -119,6 +121,8 @@ impl Runtime {
                 }
             }
         }
+        // And what left the groups (a launcher's own sessions), by the containers' marker.
+        procs::kill_marked_under(&self.root);
     }
 
     /// Binds unbound pods, starts bound pods that are not running yet and stops processes whose
@@ -218,6 +222,23 @@ impl Runtime {
                 }
             }
         }
+        // The pod's /etc/hosts (see `hosts`), written once for all its containers.
+        let hosts = sandbox.join("etc-hosts");
+        let wrapper = match std::fs::create_dir_all(&sandbox)
+            .and_then(|()| std::fs::write(&hosts, hosts::hosts_file(store, pod)))
+        {
+            Ok(()) => hosts::wrapper(&hosts, &hosts::pod_hostname(pod)),
+            Err(e) => {
+                tracing::warn!(pod = %name, "cannot write the pod's hosts file {}: {e}", hosts.display());
+                Vec::new()
+            }
+        };
+        if let Err(why) = hosts::isolation() {
+            let message = format!(
+                "pod names and Services do not resolve in this pod: the simulator cannot give it its own /etc/hosts: {why}"
+            );
+            events::emit(store, pod, "Warning", "HostsFileUnavailable", &message, "kubelet");
+        }
         let grace_secs = pod.pointer("/spec/terminationGracePeriodSeconds").and_then(Value::as_u64).unwrap_or(30);
         let grace = Duration::from_secs(grace_secs).min(shared.config.max_grace_period);
         let mut procs = Vec::new();
@@ -227,7 +248,9 @@ impl Runtime {
         for (c, p) in containers.iter().zip(prepared) {
             let cname = c.get("name").and_then(Value::as_str).unwrap_or("").to_owned();
             let image = c.get("image").and_then(Value::as_str).unwrap_or("").to_owned();
-            let spawned = procs::spawn(&p.argv, &p.env, &p.cwd, &p.log);
+            let argv: Vec<String> =
+                if p.argv.is_empty() { Vec::new() } else { wrapper.iter().chain(&p.argv).cloned().collect() };
+            let spawned = procs::spawn(&argv, &p.env, &p.cwd, &p.log);
             let marker = procs::marker(&p.log);
             let (stop_tx, stop_rx) = oneshot::channel();
             let (state, pgid) = match &spawned {
@@ -241,7 +264,7 @@ impl Runtime {
             }));
             procs.push(ContainerProc {
                 name: cname,
-                argv: p.argv,
+                argv,
                 log: p.log,
                 cwd: p.cwd,
                 env: p.env,

@@ -212,8 +212,26 @@ async fn route(shared: &Arc<Shared>, peer: Option<&crate::Identity>, req: Reques
             match *req.method() {
                 Method::GET if verb == "watch" => Ok(serve_watch(shared, res, namespace, selectors, &query)?),
                 Method::GET => {
-                    let (items, rv) = shared.store.list(res, namespace, &selectors);
-                    Ok(json_response(StatusCode::OK, &list_json(res, items, rv)))
+                    let get = |key: &str| query.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str());
+                    let limit = match get("limit").filter(|l| !l.is_empty()) {
+                        Some(l) => {
+                            l.parse::<usize>().map_err(|_| ApiError::bad_request(format!("invalid limit `{l}`")))?
+                        }
+                        None => 0,
+                    };
+                    let token = get("continue").filter(|t| !t.is_empty());
+                    if limit == 0 && token.is_none() {
+                        let (items, rv) = shared.store.list(res, namespace, &selectors);
+                        return Ok(json_response(StatusCode::OK, &list_json(res, items, rv)));
+                    }
+                    // `limit=0` with a token: the rest of the list in one page.
+                    let limit = if limit == 0 { usize::MAX } else { limit };
+                    let page = shared.store.list_page(res, namespace, &selectors, limit, token)?;
+                    let mut list = list_json(res, page.items, page.rv);
+                    if let Some(next) = page.next {
+                        list["metadata"]["continue"] = json!(next);
+                    }
+                    Ok(json_response(StatusCode::OK, &list))
                 }
                 Method::POST => {
                     let ns = namespace.or((!res.namespaced).then_some("")).ok_or_else(|| {

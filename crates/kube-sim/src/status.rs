@@ -127,6 +127,16 @@ impl ApiError {
         Self::new(410, "Expired", format!("too old resource version: {requested} ({oldest})"))
     }
 
+    /// 410 for a LIST whose `continue` token's `resourceVersion` was compacted.
+    pub fn continue_expired() -> Self {
+        Self::new(
+            410,
+            "Expired",
+            "The provided continue parameter is too old to display a consistent list result. You can start a \
+             new list without the continue parameter.",
+        )
+    }
+
     /// 501 for an endpoint the simulator knows about but does not serve (yet).
     pub fn not_implemented(message: impl Into<String>) -> Self {
         Self::new(501, "NotImplemented", message)

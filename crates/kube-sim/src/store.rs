@@ -96,6 +96,34 @@ pub(crate) struct WatchStart {
     pub(crate) rv: u64,
 }
 
+/// One page of a paged LIST (see [`Store::list_page`]).
+pub(crate) struct ListPage {
+    /// The page's objects.
+    pub(crate) items: Vec<Value>,
+    /// The list's `resourceVersion` (the first page's).
+    pub(crate) rv: u64,
+    /// The `continue` token of the next page, when more objects match.
+    pub(crate) next: Option<String>,
+}
+
+/// The API server's continue token: base64 of `{"v":"meta.k8s.io/v1","rv":N,"start":"KEY\0"}`,
+/// KEY the last object's key (here `namespace/name`).
+fn continue_token(rv: u64, ns: &str, name: &str) -> String {
+    let token = serde_json::json!({"v": "meta.k8s.io/v1", "rv": rv, "start": format!("{ns}/{name}\u{0}")});
+    crate::util::base64_encode(token.to_string().as_bytes())
+}
+
+/// The `resourceVersion` and the last key of a continue token.
+fn continue_key(token: &str) -> Option<(u64, (String, String))> {
+    let value: Value = serde_json::from_slice(&crate::util::base64_decode(token)?).ok()?;
+    if value.get("v")?.as_str()? != "meta.k8s.io/v1" {
+        return None;
+    }
+    let start = value.get("start")?.as_str()?.strip_suffix('\u{0}')?;
+    let (ns, name) = start.split_once('/')?;
+    Some((value.get("rv")?.as_u64()?, (ns.to_owned(), name.to_owned())))
+}
+
 fn key(res: &ResourceInfo, ns: &str, name: &str) -> Key {
     (format!("{}/{}", res.api_version(), res.plural), ns.to_owned(), name.to_owned())
 }
@@ -279,6 +307,76 @@ impl Store {
             .cloned()
             .collect();
         (items, inner.rv)
+    }
+
+    /// Calls `f` with each object of one type in namespace `ns`, without copying them (under
+    /// the store's lock: `f` must not call the store).
+    pub(crate) fn for_each(&self, res: &'static ResourceInfo, ns: &str, mut f: impl FnMut(&Value)) {
+        let inner = self.lock();
+        let prefix = key(res, "", "").0;
+        let ns = if res.namespaced { ns } else { "" };
+        let start = (prefix.clone(), ns.to_owned(), String::new());
+        for ((r, n, _), v) in inner.objects.range(start..) {
+            if *r != prefix || n != ns {
+                break;
+            }
+            f(v);
+        }
+    }
+
+    /// One page of a LIST with `limit` (and the `continue` token of the previous page): at most
+    /// `limit` matching objects after the token's key, and the token of the next page when more
+    /// match. As the API server's etcd3 store (staging/src/k8s.io/apiserver/pkg/storage/etcd3/
+    /// store.go `GetList`, continue.go): objects in key order (namespace, name); the token
+    /// encodes the first page's `resourceVersion` and the last key returned; a token whose
+    /// `resourceVersion` the history no longer holds gets `410 Expired`, as one older than etcd's
+    /// compaction does. Divergence: later pages are read from the current objects, not from a
+    /// snapshot at the token's `resourceVersion` (etcd serves them at that revision), so an
+    /// object created, changed or deleted between pages shows as it is now.
+    pub(crate) fn list_page(
+        &self,
+        res: &'static ResourceInfo,
+        ns: Option<&str>,
+        sel: &Selectors,
+        limit: usize,
+        token: Option<&str>,
+    ) -> Result<ListPage> {
+        let inner = self.lock();
+        let prefix = key(res, "", "").0;
+        let (rv, after) = match token {
+            Some(token) => {
+                let (rv, after) = continue_key(token)
+                    .ok_or_else(|| ApiError::bad_request(format!("continue key is not valid: {token:?}")))?;
+                if rv < inner.compacted {
+                    return Err(ApiError::continue_expired());
+                }
+                (rv, Some(after))
+            }
+            None => (inner.rv, None),
+        };
+        let start = match &after {
+            Some((n, name)) => std::ops::Bound::Excluded((prefix.clone(), n.clone(), name.clone())),
+            None => std::ops::Bound::Included((prefix.clone(), String::new(), String::new())),
+        };
+        let mut items = Vec::new();
+        let mut last = None;
+        let mut more = false;
+        for ((r, n, name), v) in inner.objects.range((start, std::ops::Bound::Unbounded)) {
+            if *r != prefix {
+                break;
+            }
+            if ns.is_some_and(|ns| res.namespaced && n != ns) || !sel.matches(v) {
+                continue;
+            }
+            if items.len() == limit.max(1) {
+                more = true;
+                break;
+            }
+            items.push(v.clone());
+            last = Some((n.clone(), name.clone()));
+        }
+        let next = more.then(|| last.map(|(n, name)| continue_token(rv, &n, &name))).flatten();
+        Ok(ListPage { items, rv, next })
     }
 
     /// Replaces an object (`PUT`), failing with 409 when the body's `resourceVersion` is stale.

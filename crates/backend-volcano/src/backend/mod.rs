@@ -23,7 +23,7 @@ use theseus_core::job::JobIdentity;
 use theseus_core::solver::{Plan, Request};
 use tokio::sync::OnceCell;
 
-use crate::api::Cluster;
+use crate::api::{Cluster, JOB_NAME_LABEL, Page};
 use crate::error::VolcanoError;
 use crate::handle::HandleData;
 use crate::helper::render_helper;
@@ -31,8 +31,9 @@ use crate::render::{JobInputs, RenderOptions, redacted, render_job};
 use crate::status::{GroupCondition, Observed, summarize};
 use crate::types::Job;
 
-/// How the pods of a Volcano job find their rank: the worker hosts from `VC_WORKER_HOSTS` (else
-/// the host file Volcano mounts, `/etc/volcano/worker.host`) and the rank from `VC_TASK_INDEX`.
+/// How the pods of a Volcano job find their rank: the coordinator and the process count from the
+/// variables theseus renders (`render::ENV_COORDINATOR`, `render::ENV_NODES`), the rank from
+/// `VC_TASK_INDEX`.
 pub const WIRING: Wiring = Wiring { scheme: "volcano", shell: include_str!("../wiring.sh") };
 
 /// Timeouts and knobs of the backend (defaults suit real clusters; tests shorten them).
@@ -221,6 +222,7 @@ impl VolcanoBackend {
             run_id: Some(job.identity.run_id.clone()),
             uid: None,
             secret: rendered.secret.as_ref().and_then(|s| s.metadata.name.clone()),
+            service: rendered.service.metadata.name.clone(),
             log_file: self.run_layout(&job.identity).ok().map(|l| l.log_file),
             claim: Some(crate::claim::claim_name(&job.identity)),
             helper: Some(crate::helper::helper_name(&job.identity)),
@@ -272,7 +274,15 @@ impl VolcanoBackend {
         {
             return Ok(None);
         }
-        let pods = cluster.list_pods(&format!("volcano.sh/job-name={}", data.job)).await?;
+        // Page by page, each pod cut to what the status reads: a gang of thousands of pods never
+        // sits in memory whole.
+        let mut pods = Vec::new();
+        cluster
+            .visit_pod_statuses(&format!("{JOB_NAME_LABEL}={}", data.job), |page| match page {
+                Page::Items(items) => pods.extend(items),
+                Page::Restart => pods.clear(),
+            })
+            .await?;
         let pending = job
             .status
             .as_ref()
@@ -588,6 +598,9 @@ impl Backend for VolcanoBackend {
         if let Some(secret) = &data.secret {
             cluster.delete_secret(secret).await.map_err(|e| self.err(e))?;
         }
+        if let Some(service) = &data.service {
+            cluster.delete_service(service).await.map_err(|e| self.err(e))?;
+        }
         if let (Some(claim), Some(run)) = (&data.claim, &data.run_id) {
             crate::claim::release_if_held(cluster, claim, run, &data.job).await.map_err(|e| self.err(e))?;
         }
@@ -659,6 +672,7 @@ impl Backend for VolcanoBackend {
         if let Some(secret) = &rendered.secret {
             docs.push(yaml("secret env of the job (values redacted)", &redacted(secret))?);
         }
+        docs.push(yaml("headless Service naming rank 0, the coordinator (owned by the gang job)", &rendered.service)?);
         docs.push(yaml("gang job", &rendered.job)?);
         Ok(docs)
     }
@@ -705,6 +719,9 @@ impl VolcanoBackend {
         if let Some(secret) = &data.secret {
             found |= cluster.delete_secret(secret).await?;
         }
+        if let Some(service) = &data.service {
+            found |= cluster.delete_service(service).await?;
+        }
         if let (Some(claim), Some(run)) = (&data.claim, &data.run_id) {
             found |= crate::claim::release_if_held(cluster, claim, run, &data.job).await?;
         }
@@ -726,30 +743,32 @@ impl VolcanoBackend {
 mod layout_tests {
     use super::*;
 
-    /// A pod's rank is `VC_TASK_INDEX` among the worker hosts Volcano's svc plugin lists in
-    /// `VC_WORKER_HOSTS` (else in the host file it mounts); the first is the coordinator.
+    /// A pod's rank is `VC_TASK_INDEX`; the coordinator and the count are the rendered
+    /// `THESEUS_VOLCANO_COORDINATOR` and `THESEUS_VOLCANO_NODES`; a host list the svc plugin may
+    /// still inject (a cluster that enables it for every job) is not read.
     #[test]
-    fn the_wiring_finds_the_workers_and_this_pods_rank() {
+    fn the_wiring_finds_the_coordinator_the_count_and_this_pods_rank() {
         use theseus_core::testing::run_wiring;
-        let dir = tempfile::tempdir().unwrap();
-        let missing = dir.path().join("no-such-worker.host");
-        let missing = missing.to_str().unwrap();
-        let hosts = ("VC_WORKER_HOSTS", "job-worker-0.job,job-worker-1.job,job-worker-2.job");
-        let wired = run_wiring(&WIRING, &[hosts, ("VC_TASK_INDEX", "2"), ("THESEUS_VOLCANO_HOST_FILE", missing)], &[]);
+        let coordinator = ("THESEUS_VOLCANO_COORDINATOR", "job-abc");
+        let nodes = ("THESEUS_VOLCANO_NODES", "3");
+        let injected = ("VC_WORKER_HOSTS", "other-0.x,other-1.x");
+        let wired = run_wiring(&WIRING, &[coordinator, nodes, ("VC_TASK_INDEX", "2"), injected], &[]);
         assert_eq!(
             (wired.rank.as_str(), wired.count.as_str(), wired.local_rank.as_str(), wired.first_host.as_str()),
-            ("2", "3", "0", "job-worker-0.job"),
+            ("2", "3", "0", "job-abc"),
             "{wired:?}"
         );
-        let file = dir.path().join("worker.host");
-        std::fs::write(&file, "pod-a\npod-b\n").unwrap();
-        let from_file = [("VC_TASK_INDEX", "1"), ("THESEUS_VOLCANO_HOST_FILE", file.to_str().unwrap())];
-        let wired = run_wiring(&WIRING, &from_file, &["VC_WORKER_HOSTS"]);
-        assert_eq!((wired.rank.as_str(), wired.count.as_str(), wired.first_host.as_str()), ("1", "2", "pod-a"));
-        let neither = [("VC_TASK_INDEX", "0"), ("THESEUS_VOLCANO_HOST_FILE", missing)];
-        let wired = run_wiring(&WIRING, &neither, &["VC_WORKER_HOSTS"]);
-        assert!(wired.died.as_deref().is_some_and(|d| d.contains("neither VC_WORKER_HOSTS nor")), "{wired:?}");
-        let wired = run_wiring(&WIRING, &[hosts], &["VC_TASK_INDEX"]);
+        let wired = run_wiring(&WIRING, &[nodes, ("VC_TASK_INDEX", "0")], &["THESEUS_VOLCANO_COORDINATOR"]);
+        assert!(
+            wired.died.as_deref().is_some_and(|d| d.contains("THESEUS_VOLCANO_COORDINATOR is not set")),
+            "{wired:?}"
+        );
+        for bad in ["", "0", "x", "-1"] {
+            let wired =
+                run_wiring(&WIRING, &[coordinator, ("THESEUS_VOLCANO_NODES", bad), ("VC_TASK_INDEX", "0")], &[]);
+            assert!(wired.died.as_deref().is_some_and(|d| d.contains("not a positive count")), "{bad}: {wired:?}");
+        }
+        let wired = run_wiring(&WIRING, &[coordinator, nodes], &["VC_TASK_INDEX"]);
         assert!(wired.died.as_deref().is_some_and(|d| d.contains("VC_TASK_INDEX is not set")), "{wired:?}");
     }
 

@@ -98,6 +98,9 @@ async fn submit_claimed(
         if let Some(s) = &data.secret {
             let _ = cluster.delete_secret(s).await;
         }
+        if let Some(s) = &data.service {
+            let _ = cluster.delete_service(s).await;
+        }
         return Err(e);
     }
     options.note(&format!("created vcjob {} in namespace {}", data.job, cluster.namespace()));
@@ -357,37 +360,58 @@ fn judge_helper_pod(pod: &Pod) -> Option<Result<String, VolcanoError>> {
     }
 }
 
-/// Creates the Secret (when there is one), the gang job, then makes the job own the Secret.
-/// On any failure, whatever was created is deleted again. `planned` is the run's handle data
-/// (see `VolcanoBackend::planned_data`); the job's uid is added.
+/// Creates the Secret (when there is one) and the coordinator Service, then the gang job, then
+/// makes the job own both. Both exist before any pod does, so rank 0's name resolves from the
+/// start. On any failure, whatever was created is deleted again. `planned` is the run's handle
+/// data (see `VolcanoBackend::planned_data`); the job's uid is added.
 async fn create_gang(
     host: &str,
     cluster: &Cluster,
     rendered: RenderedJob,
     mut planned: HandleData,
 ) -> Result<JobHandle, VolcanoError> {
-    let RenderedJob { job, secret } = rendered;
+    let RenderedJob { job, secret, service } = rendered;
     let name = job.metadata.name.clone().unwrap_or_default();
     let secret_name = secret.as_ref().and_then(|s| s.metadata.name.clone());
+    let service_name = service.metadata.name.clone().unwrap_or_default();
+    let undo = async |job: bool| {
+        if job {
+            let _ = cluster.delete_job(&name).await;
+        }
+        if let Some(s) = &secret_name {
+            let _ = cluster.delete_secret(s).await;
+        }
+        let _ = cluster.delete_service(&service_name).await;
+    };
     if let Some(secret) = &secret {
         cluster.create_secret(secret).await?;
+    }
+    if let Err(e) = cluster.create_service(&service).await {
+        undo(false).await;
+        return Err(e);
     }
     let created = match cluster.create_job(&job).await {
         Ok(created) => created,
         Err(e) => {
-            if let Some(s) = &secret_name {
-                let _ = cluster.delete_secret(s).await;
-            }
+            undo(false).await;
             return Err(e);
         }
     };
     let uid = created.metadata.uid.clone();
-    if let (Some(s), Some(uid)) = (&secret_name, &uid)
-        && let Err(e) = cluster.set_secret_owner(s, owner_reference(&name, uid)).await
-    {
-        let _ = cluster.delete_job(&name).await;
-        let _ = cluster.delete_secret(s).await;
-        return Err(e);
+    if let Some(uid) = &uid {
+        let owner = owner_reference(&name, uid);
+        let owned = match &secret_name {
+            Some(s) => cluster.set_secret_owner(s, owner.clone()).await.map(|_| ()),
+            None => Ok(()),
+        };
+        let owned = match owned {
+            Ok(()) => cluster.set_service_owner(&service_name, owner).await.map(|_| ()),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = owned {
+            undo(true).await;
+            return Err(e);
+        }
     }
     planned.uid = uid;
     Ok(JobHandle {

@@ -227,3 +227,48 @@ fn job_with_pods_pending(state: serde_json::Value) -> String {
     let pods = [pod(0, "Running", state)];
     pending_reason(&observed(&job, &pods, &[], &[]))
 }
+
+/// `slim` keeps everything the summary and the pending reason read: the same answers for the
+/// cut pods as for the whole ones, over pods in every state the summary tells apart.
+#[test]
+fn slim_pods_summarize_like_whole_ones() {
+    let mut evicted = pod(2, "Failed", json!({"terminated": {"exitCode": 137}}));
+    evicted.status.as_mut().unwrap().reason = Some("Evicted".into());
+    let unscheduled: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "p-g-run-1-worker-4", "labels": {"a": "b"}},
+        "spec": {"containers": [{"name": "main", "env": [{"name": "X", "value": "y"}]}]},
+        "status": {"phase": "Pending", "conditions": [
+            {"type": "Initialized", "status": "True"},
+            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/3 nodes are available"}
+        ]}
+    }))
+    .unwrap();
+    let stuck_init: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "p-g-run-1-worker-5"},
+        "status": {"phase": "Pending", "initContainerStatuses": [{
+            "name": "init", "image": "img", "imageID": "", "ready": false, "restartCount": 3,
+            "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 40s"}}
+        }]}
+    }))
+    .unwrap();
+    let pods = vec![
+        pod(0, "Running", json!({"running": {"startedAt": "2026-11-27T10:00:00Z"}})),
+        pod(1, "Failed", json!({"terminated": {"exitCode": 3, "reason": "Error"}})),
+        evicted,
+        pod(3, "Pending", json!({"waiting": {"reason": "ImagePullBackOff", "message": "Back-off pulling image"}})),
+        unscheduled,
+        stuck_init,
+    ];
+    let slimmed: Vec<Pod> = pods.iter().cloned().map(super::slim).collect();
+    assert!(serde_json::to_string(&slimmed).unwrap().len() < serde_json::to_string(&pods).unwrap().len());
+    for (phase, reason) in [("Running", ""), ("Failed", "PodFailed"), ("Terminated", ""), ("Pending", "")] {
+        let job = job(Some(phase), reason);
+        for n in 0..=pods.len() {
+            let whole = summarize(&observed(&job, &pods[..n], &[], &[]));
+            let cut = summarize(&observed(&job, &slimmed[..n], &[], &[]));
+            assert_eq!(format!("{whole:?}"), format!("{cut:?}"), "{phase} with {n} pods");
+            let whole = pending_reason(&observed(&job, &pods[n..], &[], &[]));
+            assert_eq!(whole, pending_reason(&observed(&job, &slimmed[n..], &[], &[])), "{phase} from pod {n}");
+        }
+    }
+}

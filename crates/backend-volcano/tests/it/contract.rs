@@ -166,6 +166,68 @@ async fn list_calls_send_their_selectors() {
     assert_eq!(events[0].message.as_deref(), Some("queue is full"));
 }
 
+/// LISTs page (`limit` and `continue`); a continue token the server says expired (`410`) makes
+/// the list start over in one unpaged LIST, whose items replace what the pages gave.
+#[tokio::test]
+async fn lists_page_and_start_over_unpaged_when_the_continue_token_expired() {
+    let server = MockServer::start().await;
+    let page = |names: &[&str], next: Option<&str>| {
+        let mut body = json!({"apiVersion": "v1", "kind": "PodList", "metadata": {"resourceVersion": "10"},
+            "items": names.iter().map(|n| pod_json(n, "Running")).collect::<Vec<_>>()});
+        if let Some(next) = next {
+            body["metadata"]["continue"] = next.into();
+        }
+        ResponseTemplate::new(200).set_body_json(body)
+    };
+    let pods = "/api/v1/namespaces/ml/pods";
+    let limit = theseus_backend_volcano::api::LIST_PAGE.to_string();
+    Mock::given(method("GET"))
+        .and(path(pods))
+        .and(query_param("limit", limit.as_str()))
+        .and(query_param_is_missing("continue"))
+        .respond_with(page(&["p-0", "p-1"], Some("t1")))
+        .expect(1)
+        .mount(&server)
+        .await;
+    Mock::given(method("GET"))
+        .and(path(pods))
+        .and(query_param("continue", "t1"))
+        .respond_with(page(&["p-2"], None))
+        .expect(1)
+        .mount(&server)
+        .await;
+    let cluster = cluster(&server);
+    let names = |pods: Vec<k8s_openapi::api::core::v1::Pod>| {
+        pods.into_iter().map(|p| p.metadata.name.unwrap()).collect::<Vec<_>>()
+    };
+    assert_eq!(names(cluster.list_pods("").await.unwrap()), ["p-0", "p-1", "p-2"]);
+
+    server.reset().await;
+    Mock::given(method("GET"))
+        .and(path(pods))
+        .and(query_param("limit", limit.as_str()))
+        .and(query_param_is_missing("continue"))
+        .respond_with(page(&["p-0", "p-1"], Some("t1")))
+        .expect(1)
+        .mount(&server)
+        .await;
+    Mock::given(method("GET"))
+        .and(path(pods))
+        .and(query_param("continue", "t1"))
+        .respond_with(status(410, "Expired", "The provided continue parameter is too old"))
+        .expect(1)
+        .mount(&server)
+        .await;
+    Mock::given(method("GET"))
+        .and(path(pods))
+        .and(query_param_is_missing("limit"))
+        .respond_with(page(&["p-0", "p-2"], None))
+        .expect(1)
+        .mount(&server)
+        .await;
+    assert_eq!(names(cluster.list_pods("").await.unwrap()), ["p-0", "p-2"], "only the full list's items");
+}
+
 #[tokio::test]
 async fn secret_create_owner_patch_and_delete() {
     let server = MockServer::start().await;

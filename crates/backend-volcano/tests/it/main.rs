@@ -8,6 +8,7 @@ mod contract;
 mod fixtures;
 mod flow;
 mod follow;
+mod gang_env;
 mod lifecycle;
 mod props;
 mod render;

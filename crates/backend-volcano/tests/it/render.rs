@@ -44,7 +44,9 @@ fn gpu_job_is_schema_valid_and_sized_by_the_plan() {
     assert_eq!(spec["schedulerName"], "volcano");
     assert_eq!(spec["maxRetry"], 2);
     assert_eq!(spec["ttlSecondsAfterFinished"], 600);
-    assert_eq!(spec["plugins"], json!({"env": [], "ssh": [], "svc": []}));
+    // Only `env` (the rank): `svc` would put every pod's host name into every container's env
+    // (see gang_env.rs), and `ssh`'s config names hosts only `svc` makes resolvable.
+    assert_eq!(spec["plugins"], json!({"env": []}));
     // One failed rank ends the whole job at once (Terminated: pods freed, failed pod kept);
     // evictions restart it up to maxRetry.
     assert_eq!(
@@ -116,7 +118,7 @@ fn secrets_are_only_referenced() {
         wandb,
         &json!({"name": "WANDB_API_KEY", "valueFrom": {"secretKeyRef": {"name": name, "key": "WANDB_API_KEY"}}})
     );
-    assert_eq!(env.len(), 5);
+    assert_eq!(env.len(), 7, "mode, coordinator, count and the four variables");
 
     let secret = secret.expect("a secret");
     assert_eq!(secret["metadata"]["name"], name);

@@ -62,7 +62,7 @@ impl SimWorld {
         std::fs::write(
             code.path().join("job.py"),
             "import os, sys, time\n\
-             print('rank', os.environ.get('VC_TASK_INDEX'), 'of', os.environ.get('VC_WORKER_NUM'), flush=True)\n\
+             print('rank', os.environ.get('VC_TASK_INDEX'), 'of', os.environ.get('THESEUS_NUM_PROCESSES'), flush=True)\n\
              if len(sys.argv) > 1 and sys.argv[1] == 'sleep':\n    time.sleep(600)\n",
         )
         .unwrap();

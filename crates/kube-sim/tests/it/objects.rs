@@ -56,6 +56,60 @@ async fn crud_and_status_errors() {
     assert_eq!(api_code(&api.get("a").await.unwrap_err()), Some(404));
 }
 
+/// A LIST with `limit` pages as the API server does: key order, a `continue` token while more
+/// match, selectors applied per page, and `410 Expired` for a token whose resourceVersion was
+/// compacted (then the client starts over).
+#[tokio::test]
+async fn lists_page_with_limit_and_continue() {
+    let ctx = start(SimConfig { watch_history: 8, ..SimConfig::default() }).await;
+    let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), "team");
+    for name in ["e", "b", "d", "a", "c"] {
+        api.create(&PostParams::default(), &cm(name, json!({"odd": (name != "b" && name != "d").to_string()})))
+            .await
+            .unwrap();
+    }
+    let names = |l: &kube::core::ObjectList<ConfigMap>| {
+        l.items.iter().map(|c| c.metadata.name.clone().unwrap()).collect::<Vec<_>>()
+    };
+    let first = api.list(&ListParams::default().limit(2)).await.unwrap();
+    assert_eq!(names(&first), ["a", "b"]);
+    let token = first.metadata.continue_.clone().expect("a continue token");
+    let second = api.list(&ListParams::default().limit(2).continue_token(&token)).await.unwrap();
+    assert_eq!(names(&second), ["c", "d"]);
+    assert_eq!(second.metadata.resource_version, first.metadata.resource_version, "the first page's version");
+    let third = api
+        .list(&ListParams::default().limit(2).continue_token(second.metadata.continue_.as_deref().unwrap()))
+        .await
+        .unwrap();
+    assert_eq!(names(&third), ["e"]);
+    assert!(third.metadata.continue_.is_none(), "the last page has no token");
+    // Without a limit: everything at once, no token.
+    let all = api.list(&ListParams::default()).await.unwrap();
+    assert_eq!((all.items.len(), all.metadata.continue_.is_none()), (5, true));
+    // Selectors apply before the limit counts.
+    let odd = api.list(&ListParams::default().labels("odd=true").limit(2)).await.unwrap();
+    assert_eq!(names(&odd), ["a", "c"]);
+    let rest = api
+        .list(
+            &ListParams::default()
+                .labels("odd=true")
+                .limit(2)
+                .continue_token(odd.metadata.continue_.as_deref().unwrap()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(names(&rest), ["e"]);
+    // A token from before the history's start is too old; a malformed one is a bad request.
+    for i in 0..10 {
+        api.patch("a", &PatchParams::default(), &Patch::Merge(json!({"data": {"i": i.to_string()}}))).await.unwrap();
+    }
+    let err = api.list(&ListParams::default().limit(2).continue_token(&token)).await.unwrap_err();
+    let kube::Error::Api(status) = &err else { panic!("expected an API error, got {err:?}") };
+    assert_eq!((status.code, status.reason.as_str()), (410, "Expired"), "{}", status.message);
+    let err = api.list(&ListParams::default().limit(2).continue_token("not-a-token")).await.unwrap_err();
+    assert_eq!(api_code(&err), Some(400));
+}
+
 #[tokio::test]
 async fn label_and_field_selectors() {
     let ctx = start(SimConfig::default()).await;

@@ -19,7 +19,11 @@ fn two_nodes() -> SimConfig {
 async fn gang_job_runs_to_completion_with_volcano_env_and_logs() {
     let ctx = start(two_nodes()).await;
     let jobs = vcjobs(&ctx.client, "default");
-    let script = "echo $VC_TASK_INDEX $VC_WORKER_HOSTS $VC_WORKER_NUM; grep -c . etc/volcano/worker.host";
+    // The hosts' names resolve in the pods (to 127.0.0.1, where every pod is), as the job's
+    // Service and its pods' `hostname.subdomain` do through cluster DNS.
+    let script = "echo $VC_TASK_INDEX $VC_WORKER_HOSTS $VC_WORKER_NUM; grep -c . etc/volcano/worker.host; \
+                  getent hosts train-worker-1.train train train.default.svc.cluster.local | cut -d' ' -f1 | sort | uniq -c; \
+                  cat /proc/sys/kernel/hostname";
     jobs.create(&PostParams::default(), &vcjob("train", 2, 4, "img", &["sh", "-c", script])).await.unwrap();
     let done = wait_phase(&jobs, "train", "Completed").await;
     // TaskCompleted -> CompleteJob ends the job through killJob, which counts only what it
@@ -50,8 +54,10 @@ async fn gang_job_runs_to_completion_with_volcano_env_and_logs() {
 
         let mut lines = pods.log_stream(meta.name.as_deref().unwrap(), &LogParams::default()).await.unwrap().lines();
         let first = lines.next().await.unwrap().unwrap();
-        assert_eq!(first, format!("{i} 127.0.0.1,127.0.0.1 2"));
+        assert_eq!(first, format!("{i} train-worker-0.train,train-worker-1.train 2"));
         assert_eq!(lines.next().await.unwrap().unwrap().trim(), "2");
+        assert_eq!(lines.next().await.unwrap().unwrap().trim(), "3 127.0.0.1", "pod {i} resolves the names");
+        assert_eq!(lines.next().await.unwrap().unwrap(), format!("train-worker-{i}"), "the pod's own host name");
     }
     nodes.sort();
     assert_eq!(nodes, ["n0", "n1"], "4 GPUs each: one pod per node");
@@ -61,7 +67,7 @@ async fn gang_job_runs_to_completion_with_volcano_env_and_logs() {
     let uid = done.metadata.uid.as_deref().unwrap();
     assert!(pgs.get(&format!("train-{uid}")).await.is_err(), "the PodGroup is deleted with the job's end");
     let cm = Api::<ConfigMap>::namespaced(ctx.client.clone(), "default").get("train-svc").await.unwrap();
-    assert_eq!(cm.data.unwrap()["worker.host"], "127.0.0.1\n127.0.0.1");
+    assert_eq!(cm.data.unwrap()["worker.host"], "train-worker-0.train\ntrain-worker-1.train");
     let svc = Api::<Service>::namespaced(ctx.client.clone(), "default").get("train").await.unwrap();
     assert_eq!(svc.spec.unwrap().cluster_ip.as_deref(), Some("None"));
     // The svc plugin's NetworkPolicy: only the job's pods reach its pods.
@@ -84,7 +90,12 @@ async fn gang_job_runs_to_completion_with_volcano_env_and_logs() {
 
     // Deleting the job collects its pods, podgroup, configmap and service.
     jobs.delete("train", &DeleteParams::background()).await.unwrap();
-    assert!(pods.list(&ListParams::default()).await.unwrap().items.is_empty());
+    // The `open` job's pod may still be stopping (its finalizer goes once its processes are
+    // gone), as a terminating pod does on a node.
+    eventually("the pods to be gone", 20, || async {
+        pods.list(&ListParams::default()).await.unwrap().items.is_empty().then_some(())
+    })
+    .await;
     assert!(pgs.list(&ListParams::default()).await.unwrap().items.is_empty());
 }
 
@@ -481,4 +492,55 @@ async fn the_ssh_plugin_makes_a_key_secret_and_mounts_it() {
     })
     .await;
     assert_eq!(authorized, text("id_rsa.pub"));
+}
+
+/// A container whose one environment string is over Linux's 131,072 bytes (`MAX_ARG_STRLEN`)
+/// does not start, as on a real node (the runtime's exec fails with E2BIG); one just under does.
+#[tokio::test]
+async fn a_container_with_an_env_string_over_the_kernel_limit_cannot_start() {
+    let ctx = start(two_nodes()).await;
+    let jobs = vcjobs(&ctx.client, "default");
+    for (name, len) in [("fits", 131_072 - "BIG=".len() - 1), ("toobig", 131_072)] {
+        let mut job = vcjob(name, 1, 0, "img", &["sh", "-c", "echo ${#BIG}"]);
+        job.data["spec"]["tasks"][0]["template"]["spec"]["containers"][0]["env"] =
+            json!([{"name": "BIG", "value": "x".repeat(len)}]);
+        jobs.create(&PostParams::default(), &job).await.unwrap();
+    }
+    wait_phase(&jobs, "fits", "Completed").await;
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), "default");
+    let terminated = eventually("the oversized pod to fail", 60, || async {
+        let pod = pods.get("toobig-worker-0").await.ok()?;
+        let state = pod.status?.container_statuses?.first()?.state.clone()?;
+        state.terminated
+    })
+    .await;
+    assert_eq!(terminated.reason.as_deref(), Some("StartError"));
+    let message = terminated.message.unwrap_or_default();
+    assert!(message.contains("Argument list too long"), "{message}");
+}
+
+/// Stopping the simulator stops every process its pods started, also those that left the
+/// container's process group (a node's runtime kills the whole container).
+#[tokio::test]
+async fn stopping_the_simulator_stops_processes_that_left_their_pods_group() {
+    let pvc_dir = tempfile::tempdir().unwrap();
+    let ctx = start(SimConfig::default()).await;
+    let mount = pvc_dir.path().to_str().unwrap().to_owned();
+    let pod = pod_on_the_pvc("escaper", &mount, &["bash", "-c", "set -m; sleep 1000 & echo $! > child.pid; wait"]);
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), "default");
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    let child_pid = eventually("the pod's child pid in the PVC dir", 20, || async {
+        let text = std::fs::read_to_string(pvc_dir.path().join("child.pid")).ok()?;
+        text.trim().parse::<u32>().ok()
+    })
+    .await;
+    drop(ctx);
+    let left = std::fs::read_to_string(format!("/proc/{child_pid}/stat")).ok();
+    let gone =
+        left.as_deref().is_none_or(|s| s.rsplit(')').next().and_then(|r| r.split_whitespace().next()) == Some("Z"));
+    if !gone {
+        // Started by this test's pod: stop it by its PID before failing.
+        let _ = std::process::Command::new("kill").arg("-KILL").arg(child_pid.to_string()).status();
+    }
+    assert!(gone, "the simulator stopped but its pod's process {child_pid} still runs: {left:?}");
 }
