@@ -7,7 +7,7 @@
 //! 4. 20 parallel submits all complete, with distinct job names and run dirs;
 //! 5. to 7. what a cluster refuses and how it recovers (`refusals.rs`): a queue that does not
 //!    exist, a Closed queue, an evicted pod that restarts the job;
-//! 8. no helper job or pod and no orphaned Secret of theseus remains.
+//! 8. no helper job or pod and no orphaned Secret or coordinator Service of theseus remains.
 //!
 //! Then, against the simulator, `kubectl get vcjob,pods -A` (NOT RUN without kubectl, or a
 //! failure when it is required, as `cargo xtask test` requires it).
@@ -42,7 +42,7 @@ const SCENARIOS: [(u32, &str, Scenario); 8] = [
     (5, "queue that does not exist: passed over, submit refused before anything is created", refusals::missing_queue),
     (6, "Closed queue: submit refused before anything is created", refusals::closed_queue),
     (7, "evicted pod: the job restarts and status counts it, then cancel", refusals::evicted_pod_restarts),
-    (8, "no helper job, pod or orphaned Secret of theseus remains", nothing_left),
+    (8, "no helper job, pod, or orphaned Secret or Service of theseus remains", nothing_left),
 ];
 
 /// The commands each scenario runs, for `--dry-run`.
@@ -439,16 +439,19 @@ fn nothing_left(world: &World) -> Result<()> {
         Ok(Err(describe_left(&helper_jobs, &helper_pods)))
     })?;
     let jobs = names(&world.api.list(&format!("/apis/batch.volcano.sh/v1alpha1/namespaces/{ns}/jobs"))?);
-    let secrets = world.api.list(&format!("/api/v1/namespaces/{ns}/secrets?labelSelector=theseus.dev%2Frun-id"))?;
-    let orphans: Vec<String> = secrets
-        .iter()
-        .filter(|s| {
-            let owners = s["metadata"]["ownerReferences"].as_array().cloned().unwrap_or_default();
-            !owners.iter().any(|o| o["name"].as_str().is_some_and(|n| jobs.iter().any(|j| j == n)))
-        })
-        .filter_map(|s| s["metadata"]["name"].as_str().map(str::to_owned))
-        .collect();
-    ensure!(orphans.is_empty(), "Secrets of theseus without a live vcjob: {orphans:?}");
+    // A run's Secret and its coordinator Service are owned by its vcjob: none may outlive it.
+    for kind in ["secrets", "services"] {
+        let objects = world.api.list(&format!("/api/v1/namespaces/{ns}/{kind}?labelSelector=theseus.dev%2Frun-id"))?;
+        let orphans: Vec<String> = objects
+            .iter()
+            .filter(|s| {
+                let owners = s["metadata"]["ownerReferences"].as_array().cloned().unwrap_or_default();
+                !owners.iter().any(|o| o["name"].as_str().is_some_and(|n| jobs.iter().any(|j| j == n)))
+            })
+            .filter_map(|s| s["metadata"]["name"].as_str().map(str::to_owned))
+            .collect();
+        ensure!(orphans.is_empty(), "{kind} of theseus without a live vcjob: {orphans:?}");
+    }
     Ok(())
 }
 
