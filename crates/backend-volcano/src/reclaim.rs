@@ -152,7 +152,14 @@ async fn live_paths(shell: &ExecShell, work: &str, ids: &BTreeSet<String>) -> th
     let mut args = vec![work.to_owned()];
     args.extend(ids.iter().cloned());
     let out = shell
-        .run(ScriptCall { script: LIVE_PATHS, args, stdin: None, progress: None, label: "the live run dirs' listing" })
+        .run(ScriptCall {
+            script: LIVE_PATHS,
+            args,
+            stdin: None,
+            stdin_len: None,
+            progress: None,
+            label: "the live run dirs' listing",
+        })
         .await
         .map_err(|e| {
             theseus_core::Error::backend("store", format!("listing live run dirs on {} failed: {e}", shell.describe()))

@@ -180,7 +180,7 @@ pub async fn ship_snapshot(
     }
     Ok(ShipReport {
         bytes: counted.len + extras_len,
-        sha256: hex::encode(counted.sha256),
+        sha256: counted.hex(),
         files: snapshot.file_count() + extra_files.len(),
         manifest,
     })
@@ -250,7 +250,7 @@ async fn transfer<R: AsyncRead + Unpin>(
     progress: &mut Progress,
 ) -> Result<Vec<(u64, String)>, ShipError> {
     let pod = || target.pod.clone();
-    let want = hex::encode(expected.sha256);
+    let want = expected.hex();
     let mut command = vec!["sh".to_owned(), "-c".into(), SHIP_SCRIPT.into(), "theseus-ship".into()];
     command.extend([target.dest.clone(), expected.len.to_string(), want.clone()]);
     command.extend(verify.iter().cloned());

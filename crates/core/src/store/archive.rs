@@ -85,6 +85,33 @@ pub fn write_objects(snapshot: &Snapshot, plan: &StorePlan, keys: &[ObjectKey], 
     Ok(())
 }
 
+/// The exact length of the archive [`write_objects`] writes for `keys`: a 512-byte header per
+/// object (its name, `ab/` and 62 hex digits plus `.x`, fits the header), its content padded to
+/// 512 bytes, and the two zero blocks that end a tar. Known without reading a byte, so the
+/// archive streams once.
+pub fn objects_len(plan: &StorePlan, keys: &[ObjectKey]) -> u64 {
+    let padded = |size: u64| size.div_ceil(512) * 512;
+    keys.iter().filter_map(|k| plan.objects.get(k)).map(|(_, size)| 512 + padded(*size)).sum::<u64>() + 1024
+}
+
+/// The length of what `write` writes, found by writing it into a counter (for archives of
+/// headers only, such as [`write_materialize`]'s, whose length is cheap to count).
+pub fn counted_len(write: impl FnOnce(&mut dyn Write) -> io::Result<()>) -> io::Result<u64> {
+    struct Counter(u64);
+    impl Write for Counter {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            self.0 += buf.len() as u64;
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut counter = Counter(0);
+    write(&mut counter)?;
+    Ok(counter.0)
+}
+
 /// Writes the run dir's archive for [`super::scripts::MATERIALIZE`]: entries relative to the
 /// work root `root`, under `<dest>.partial` (`dest` relative to `root`), then `extra` (with
 /// modification time `mtime`, in seconds), then the token entry last. The same arguments give

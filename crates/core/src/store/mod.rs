@@ -91,6 +91,11 @@ pub struct ScriptCall {
     pub args: Vec<String>,
     /// Its stdin; `None` for an empty one.
     pub stdin: Option<StdinFn>,
+    /// The exact length of `stdin` when it is known without writing it. A script given one
+    /// reads exactly that many bytes (`head -c`, its last argument) and checks what arrived
+    /// itself (hashes of objects, a token entry), so a transport that cannot close stdin
+    /// streams it once, with no counting pass and no copy on the remote disk.
+    pub stdin_len: Option<u64>,
     /// Called with the bytes of stdin sent so far (the final pass only).
     pub progress: Option<ProgressFn>,
     /// What the call does, for messages ("the upload of missing objects").

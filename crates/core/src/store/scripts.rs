@@ -1,6 +1,13 @@
 //! The store's scripts: POSIX `sh`, run as `sh -c SCRIPT theseus-store ARGS...`, with values
 //! only as positional arguments. They need `tar`, `sha256sum`, `find`, `xargs`, `awk`, `mv`,
-//! `cp`, `chmod`, `mkdir`, `rm` and `cat`, all of which busybox has, and `LC_ALL=C` for messages.
+//! `cp`, `chmod`, `mkdir`, `rm`, `cat` and `head`, all of which busybox has, and `LC_ALL=C` for
+//! messages.
+//!
+//! The two scripts that read an archive ([`UPLOAD`], [`MATERIALIZE`]) take its exact length as
+//! their last argument and read exactly that many bytes (`head -c`): they never wait for stdin
+//! to close (a `v4.channel.k8s.io` exec cannot close it), and the archive is extracted as it
+//! streams in, never stored whole first. What arrived is checked by the scripts themselves: each
+//! object against its name, the object count, and the run dir's token entry.
 
 /// `OBJECTS`, keys on stdin (one per line): prints the keys the store lacks. Checks the tools
 /// first (exit [`super::EXIT_NO_TOOL`] naming the missing one), creates the store, and drops
@@ -12,7 +19,7 @@ pub const MISSING: &str = r#"set -u
 export LC_ALL=C
 fail() { code=$1; shift; printf 'theseus-store: %s\n' "$*" >&2; exit "$code"; }
 objs=$1
-for tool in tar sha256sum find xargs awk mv cp chmod mkdir rm cat; do
+for tool in tar sha256sum find xargs awk mv cp chmod mkdir rm cat head; do
   command -v "$tool" >/dev/null 2>&1 || fail 40 "$tool"
 done
 mkdir -p -- "$objs" || fail 20 "cannot create the object store $objs"
@@ -21,8 +28,9 @@ cd -- "$objs" || fail 20 "cannot enter the object store $objs"
 xargs sh -c 'for key do [ -f "$key" ] || printf "%s\n" "$key"; done' theseus-store
 "#;
 
-/// `OBJECTS INCOMING COUNT`, a tar of objects on stdin (entries `ab/cdef…[.x]`, read-only
-/// modes, mtime 0): extracts into the private dir `INCOMING` (on the store's filesystem),
+/// `OBJECTS INCOMING COUNT LEN`, a tar of `LEN` bytes of objects on stdin (entries
+/// `ab/cdef…[.x]`, read-only modes, mtime 0): extracts into the private dir `INCOMING` (on the
+/// store's filesystem) as it arrives,
 /// hashes every object against its name (exit [`super::EXIT_CORRUPT`] naming a mismatch),
 /// checks that `COUNT` objects arrived, then renames them into place, one `mv` per prefix dir.
 /// `INCOMING` is removed on every exit, also when a lost connection makes a write to stderr
@@ -31,14 +39,14 @@ xargs sh -c 'for key do [ -f "$key" ] || printf "%s\n" "$key"; done' theseus-sto
 pub const UPLOAD: &str = r#"set -u
 export LC_ALL=C
 fail() { code=$1; shift; printf 'theseus-store: %s\n' "$*" >&2; exit "$code"; }
-objs=$1 tmp=$2 want=$3
+objs=$1 tmp=$2 want=$3 len=$4
 trap 'rm -rf -- "$tmp"' EXIT
 trap 'exit 129' HUP
 trap 'exit 141' PIPE
 trap 'exit 130' INT
 trap 'exit 143' TERM
 mkdir -p -- "$tmp" "$objs" || fail 20 "cannot create $tmp"
-tar -x -f - -C "$tmp" || fail 12 "tar exited with status $?"
+head -c "$len" | tar -x -f - -C "$tmp" || fail 12 "tar exited with status $?"
 cd -- "$tmp" || fail 20 "cannot enter $tmp"
 sums=$(find . -type f -print | xargs sha256sum) || fail 21 "cannot hash the received objects"
 checked=$(printf '%s\n' "$sums" | awk '
@@ -59,7 +67,8 @@ done
 echo "stored $want"
 "#;
 
-/// `ROOT DEST TOKEN MODE`, a tar on stdin with entries relative to `ROOT`: builds the run dir
+/// `ROOT DEST TOKEN MODE LEN`, a tar of `LEN` bytes on stdin with entries relative to `ROOT`:
+/// builds the run dir
 /// `ROOT/DEST` under `DEST.partial`. In `link` mode the archive's hard-link entries link the
 /// store's objects in; in `copy` mode its symlinks under `DEST.partial.copy` point at them and
 /// `cp -R -L` makes private, writable copies. The run dir is renamed into place only when the
@@ -71,7 +80,7 @@ echo "stored $want"
 pub const MATERIALIZE: &str = r#"set -u
 export LC_ALL=C
 fail() { code=$1; shift; printf 'theseus-store: %s\n' "$*" >&2; exit "$code"; }
-root=$1 dest=$2 token=$3 mode=$4
+root=$1 dest=$2 token=$3 mode=$4 len=$5
 partial="$dest.partial"
 cd -- "$root" || fail 20 "cannot enter $root"
 [ -e "$dest" ] && fail 17 "run dir $root/$dest already exists"
@@ -82,7 +91,7 @@ trap 'clean; exit 130' INT
 trap 'clean; exit 143' TERM
 clean
 mkdir -p -- "$partial" || fail 20 "cannot create $root/$partial"
-if ! err=$(tar -x -m -f - 2>&1 >/dev/null); then
+if ! err=$(head -c "$len" | tar -x -m -f - 2>&1 >/dev/null); then
   clean
   case $err in
     *"No such file"*) fail 42 "an object of the store is gone: $err" ;;

@@ -131,11 +131,14 @@ async fn ship_once(
         (Arc::clone(plan), request.extra.clone(), request.mode, root.to_owned(), rel.to_owned(), token.clone());
     let stdin: StdinFn =
         Arc::new(move |w| archive::write_materialize(&plan2, &root2, &rel2, mode, &extra, &token2, mtime, w));
+    let len = archive::counted_len(|w| stdin(w))
+        .map_err(|e| StoreError::Failed(Error::backend("store", format!("cannot write the run dir's archive: {e}"))))?;
     shell
         .run(ScriptCall {
             script: scripts::MATERIALIZE,
-            args: vec![root.to_owned(), rel.to_owned(), token, mode.to_string()],
+            args: vec![root.to_owned(), rel.to_owned(), token, mode.to_string(), len.to_string()],
             stdin: Some(stdin),
+            stdin_len: Some(len),
             progress: None,
             label: "the run dir's materialisation",
         })
@@ -172,6 +175,7 @@ pub(super) async fn send_missing(
             script: scripts::MISSING,
             args: vec![objects.to_owned()],
             stdin: Some(Arc::new(move |w| w.write_all(&query))),
+            stdin_len: None,
             progress: None,
             label: "the object store query",
         })
@@ -194,11 +198,13 @@ pub(super) async fn send_missing(
     let stdin: StdinFn =
         Arc::new(move |w| archive::write_objects(&snapshot, &plan2, &keys, w).map_err(std::io::Error::other));
     let progress = progress.map(|p| -> ProgressFn { Arc::new(move |sent, _| p(sent, Some(bytes))) });
+    let len = archive::objects_len(plan, &missing);
     let out = shell
         .run(ScriptCall {
             script: scripts::UPLOAD,
-            args: vec![objects.to_owned(), incoming, missing.len().to_string()],
+            args: vec![objects.to_owned(), incoming, missing.len().to_string(), len.to_string()],
             stdin: Some(stdin),
+            stdin_len: Some(len),
             progress,
             label: "the upload of missing objects",
         })

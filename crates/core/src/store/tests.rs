@@ -255,11 +255,18 @@ async fn a_corrupt_object_is_refused_and_nothing_is_stored() {
         builder.append_data(&mut header, key.path(), &b"wrong"[..])?;
         builder.finish()
     });
+    let len = super::archive::counted_len(|w| stdin(w)).unwrap();
     let err = LocalShell
         .run(ScriptCall {
             script: scripts::UPLOAD,
-            args: vec![objects.to_str().unwrap().into(), root.path().join("in/1").to_str().unwrap().into(), "1".into()],
+            args: vec![
+                objects.to_str().unwrap().into(),
+                root.path().join("in/1").to_str().unwrap().into(),
+                "1".into(),
+                len.to_string(),
+            ],
             stdin: Some(stdin),
+            stdin_len: Some(len),
             progress: None,
             label: "test",
         })
@@ -327,4 +334,24 @@ fn the_run_dir_archive_is_the_same_bytes_every_time_it_is_written() {
     let first = write();
     std::thread::sleep(std::time::Duration::from_millis(1100));
     assert_eq!(first, write());
+}
+
+#[test]
+fn the_object_archive_is_as_long_as_announced_before_a_byte_is_read() {
+    // The exec transport announces the object archive's length up front (the scripts read
+    // exactly that many bytes): a wrong sum would hang or cut the upload.
+    let code = tempfile::tempdir().unwrap();
+    for (name, size) in [("empty", 0), ("one", 1), ("block", 512), ("block1", 513), ("big", 70_000)] {
+        std::fs::write(code.path().join(name), vec![b'x' + (size % 7) as u8; size]).unwrap();
+    }
+    std::fs::write(code.path().join("run.sh"), "#!/bin/sh\n").unwrap();
+    std::fs::set_permissions(code.path().join("run.sh"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let snapshot = Snapshot::collect(code.path(), SnapshotMode::Dirty).unwrap();
+    let plan = StorePlan::new(&snapshot, &snapshot.digests(None).unwrap());
+    let keys: Vec<ObjectKey> = plan.objects.keys().copied().collect();
+    for keys in [&keys[..], &keys[..1], &[]] {
+        let mut out = Vec::new();
+        archive::write_objects(&snapshot, &plan, keys, &mut out).unwrap();
+        assert_eq!(out.len() as u64, archive::objects_len(&plan, keys));
+    }
 }
