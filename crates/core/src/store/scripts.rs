@@ -1,6 +1,6 @@
 //! The store's scripts: POSIX `sh`, run as `sh -c SCRIPT theseus-store ARGS...`, with values
 //! only as positional arguments. They need `tar`, `sha256sum`, `find`, `xargs`, `awk`, `mv`,
-//! `cp`, `chmod`, `mkdir`, `rm`, `cat` and `head`, all of which busybox has, and `LC_ALL=C` for
+//! `cp`, `chmod`, `mkdir`, `rm`, `cat`, `head` and `wc`, all of which busybox has, and `LC_ALL=C` for
 //! messages.
 //!
 //! The two scripts that read an archive ([`UPLOAD`], [`MATERIALIZE`]) take its exact length as
@@ -19,7 +19,7 @@ pub const MISSING: &str = r#"set -u
 export LC_ALL=C
 fail() { code=$1; shift; printf 'theseus-store: %s\n' "$*" >&2; exit "$code"; }
 objs=$1
-for tool in tar sha256sum find xargs awk mv cp chmod mkdir rm cat head; do
+for tool in tar sha256sum find xargs awk mv cp chmod mkdir rm cat head wc; do
   command -v "$tool" >/dev/null 2>&1 || fail 40 "$tool"
 done
 mkdir -p -- "$objs" || fail 20 "cannot create the object store $objs"
@@ -30,8 +30,9 @@ xargs sh -c 'for key do [ -f "$key" ] || printf "%s\n" "$key"; done' theseus-sto
 
 /// `OBJECTS INCOMING COUNT LEN`, a tar of `LEN` bytes of objects on stdin (entries
 /// `ab/cdef…[.x]`, read-only modes, mtime 0): extracts into the private dir `INCOMING` (on the
-/// store's filesystem) as it arrives,
-/// hashes every object against its name (exit [`super::EXIT_CORRUPT`] naming a mismatch),
+/// store's filesystem) as it arrives, and hashes each object as soon as the next one begins
+/// (`tar -v` names an entry when it starts), so the check runs while the archive streams in:
+/// every object against its name (exit [`super::EXIT_CORRUPT`] naming a mismatch),
 /// checks that `COUNT` objects arrived, then renames them into place, one `mv` per prefix dir.
 /// `INCOMING` is removed on every exit, also when a lost connection makes a write to stderr
 /// raise SIGPIPE (its default action would end `sh` without running the EXIT trap). Prints
@@ -40,23 +41,28 @@ pub const UPLOAD: &str = r#"set -u
 export LC_ALL=C
 fail() { code=$1; shift; printf 'theseus-store: %s\n' "$*" >&2; exit "$code"; }
 objs=$1 tmp=$2 want=$3 len=$4
+sums="$tmp/sums" got="$tmp/objects"
 trap 'rm -rf -- "$tmp"' EXIT
 trap 'exit 129' HUP
 trap 'exit 141' PIPE
 trap 'exit 130' INT
 trap 'exit 143' TERM
-mkdir -p -- "$tmp" "$objs" || fail 20 "cannot create $tmp"
-head -c "$len" | tar -x -f - -C "$tmp" || fail 12 "tar exited with status $?"
-cd -- "$tmp" || fail 20 "cannot enter $tmp"
-sums=$(find . -type f -print | xargs sha256sum) || fail 21 "cannot hash the received objects"
-checked=$(printf '%s\n' "$sums" | awk '
+mkdir -p -- "$got" "$objs" || fail 20 "cannot create $got"
+rc=$( { { head -c "$len" | tar -x -v -f - -C "$got"; echo "$?" >&3; } |
+  awk 'NR > 1 { print prev; fflush() } { prev = $0 } END { if (NR) print prev }' |
+  { cd -- "$got" && xargs -r -n 64 sha256sum; } > "$sums"; } 3>&1 )
+[ "$rc" = 0 ] || fail 12 "tar exited with status $rc"
+cd -- "$got" || fail 20 "cannot enter $got"
+checked=$(awk '
   NF == 0 { next }
   { name = $2; sub(/^\.\//, "", name); key = name; sub(/\.x$/, "", key); sub(/\//, "", key)
     if ($1 != key) { print "bad " name " " $1; exit } n++ }
-  END { print "ok " n + 0 }') || fail 21 "cannot check the received objects"
+  END { print "ok " n + 0 }' "$sums") || fail 21 "cannot check the received objects"
 case $checked in
   bad*) set -- $checked; fail 41 "object $2 arrived corrupt (its sha256 is $3)" ;;
 esac
+files=$(find . -type f -print | wc -l) || fail 21 "cannot count the received objects"
+[ "$((files + 0))" -eq "$want" ] || fail 12 "received $((files + 0)) files for $want objects"
 [ "$checked" = "ok $want" ] || fail 12 "received ${checked#ok } of $want objects"
 for d in */; do
   d=${d%/}

@@ -194,9 +194,9 @@ pub(super) async fn send_missing(
         return Ok(missing);
     }
     let incoming = format!("{root}/.theseus/incoming/{}", upload_dir_name(run));
-    let (snapshot, plan2, keys) = (snapshot.clone(), Arc::clone(plan), missing.clone());
+    let (snapshot2, plan2, keys) = (snapshot.clone(), Arc::clone(plan), missing.clone());
     let stdin: StdinFn =
-        Arc::new(move |w| archive::write_objects(&snapshot, &plan2, &keys, w).map_err(std::io::Error::other));
+        Arc::new(move |w| archive::write_objects(&snapshot2, &plan2, &keys, w).map_err(std::io::Error::other));
     let progress = progress.map(|p| -> ProgressFn { Arc::new(move |sent, _| p(sent, Some(bytes))) });
     let len = archive::objects_len(plan, &missing);
     let out = shell
@@ -210,10 +210,19 @@ pub(super) async fn send_missing(
         })
         .await
         .map_err(|e| match e {
-            ShellError::Exit { code: EXIT_CORRUPT, stderr } => StoreError::Failed(Error::backend(
-                "store",
-                format!("an object arrived corrupt on {machine}: {}", stderr.trim()),
-            )),
+            ShellError::Exit { code: EXIT_CORRUPT, stderr } => match corrupt_file(snapshot, plan, &stderr) {
+                // The store checks what it received against the hash taken before sending:
+                // a mismatch is almost always a file edited in the meantime.
+                Some(path) => StoreError::Failed(Error::InvalidConfig(format!(
+                    "`{}` changed while it was being shipped ({machine} received other content than \
+                     was hashed); submit again",
+                    snapshot.root.join(path).display()
+                ))),
+                None => StoreError::Failed(Error::backend(
+                    "store",
+                    format!("an object arrived corrupt on {machine}: {}", stderr.trim()),
+                )),
+            },
             e => failed("uploading objects", e),
         })?;
     let stored = String::from_utf8_lossy(&out);
@@ -224,6 +233,15 @@ pub(super) async fn send_missing(
         )));
     }
     Ok(missing)
+}
+
+/// The snapshot path of the object that [`scripts::UPLOAD`] found corrupt (its message names
+/// the object: `object ab/cdef… arrived corrupt`).
+fn corrupt_file<'a>(snapshot: &'a Snapshot, plan: &StorePlan, stderr: &str) -> Option<&'a str> {
+    let name = stderr.split_once("object ")?.1.split_whitespace().next()?;
+    let key: ObjectKey = name.parse().ok()?;
+    let (index, _) = plan.objects.get(&key)?;
+    Some(snapshot.files.get(*index)?.path.as_str())
 }
 
 /// `dest` relative to `root`; both absolute, `dest` strictly under `root`.

@@ -355,3 +355,36 @@ fn the_object_archive_is_as_long_as_announced_before_a_byte_is_read() {
         assert_eq!(out.len() as u64, archive::objects_len(&plan, keys));
     }
 }
+
+/// Edits `train.py` in place (same size) just before the upload, then runs the scripts locally.
+struct EditsBeforeUpload {
+    file: std::path::PathBuf,
+}
+
+#[async_trait]
+impl Shell for EditsBeforeUpload {
+    async fn run(&self, call: ScriptCall) -> std::result::Result<Vec<u8>, ShellError> {
+        if call.script == scripts::UPLOAD {
+            std::fs::write(&self.file, "print('HI')\n").unwrap();
+        }
+        LocalShell.run(call).await
+    }
+
+    fn describe(&self) -> String {
+        "local".into()
+    }
+}
+
+#[tokio::test]
+async fn a_file_edited_after_it_was_hashed_fails_the_ship_naming_it_and_stores_nothing() {
+    // The object archive is not hashed again on the way out: the store's check of each object
+    // against its name is what catches the edit, and the error names the file.
+    let (code, root) = (repo(), tempfile::tempdir().unwrap());
+    let shell = EditsBeforeUpload { file: code.path().join("train.py") };
+    let err = ship(&shell, request(code.path(), root.path(), "r1", Materialize::Link)).await.unwrap_err();
+    let message = err.to_string();
+    assert!(message.contains("train.py") && message.contains("changed while it was being shipped"), "{message}");
+    assert!(!root.path().join("p/g/n/r1").exists(), "no run dir");
+    let stored = walk(&root.path().join(OBJECTS_DIR));
+    assert!(stored.is_empty(), "nothing stored: {stored:?}");
+}
