@@ -46,12 +46,16 @@ mod ship;
 pub mod sync;
 #[cfg(test)]
 mod tests;
+pub mod tree;
+#[cfg(test)]
+mod tree_tests;
 
 pub use archive::ExtraFile;
 pub use local::LocalShell;
 pub use native::ship_local;
 pub use plan::{ObjectKey, StorePlan};
-pub use ship::{ShipReport, ShipRequest, StoreError, ship};
+pub use ship::{ShipReport, ShipRequest, StoreError, plan_of, ship, ship_planned};
+pub use tree::Tree;
 
 /// The object store's dir, relative to a cluster's work root.
 pub const OBJECTS_DIR: &str = ".theseus/objects";

@@ -81,7 +81,7 @@ echo "stored $want"
 /// token entry ([`super::SENTINEL`]) holds `TOKEN`; a missing object (a concurrent `gc`)
 /// exits [`super::EXIT_OBJECT_GONE`], an existing run dir [`super::EXIT_EXISTS`]; every
 /// failure removes what it made. In `link` mode the code manifest ([`super::manifest::MANIFEST`])
-/// becomes an object too (read-only, mtime 0, shared by every run of the same tree); where
+/// and, when the run dir has one, the tree archive ([`super::tree::TREE`]) become objects too (read-only, mtime 0, shared by every run of the same tree); where
 /// that cannot be done it stays the run's own file.
 pub const MATERIALIZE: &str = r#"set -u
 export LC_ALL=C
@@ -114,15 +114,16 @@ if [ "$(cat -- "$partial/.theseus/ship-complete" 2>/dev/null)" != "$token" ]; th
   fail 3 "the code archive arrived incomplete"
 fi
 rm -f -- "$partial/.theseus/ship-complete"
-m="$partial/.theseus/code-manifest.json"
-if [ "$mode" = link ] && [ -f "$m" ] && sum=$(sha256sum < "$m") && chmod 444 "$m" && touch -m -d @0 "$m"; then
-  sum=${sum%% *}
-  pre=${sum%"${sum#??}"}
-  obj=".theseus/objects/$pre/${sum#??}"
-  if mkdir -p -- ".theseus/objects/$pre" && ! ln -- "$m" "$obj" 2>/dev/null; then
-    ln -- "$obj" "$m.link" 2>/dev/null && mv -f -- "$m.link" "$m"
+for m in "$partial/.theseus/code-manifest.json" "$partial/.theseus/code-tree.tar"; do
+  if [ "$mode" = link ] && [ -f "$m" ] && sum=$(sha256sum < "$m") && chmod 444 "$m" && touch -m -d @0 "$m"; then
+    sum=${sum%% *}
+    pre=${sum%"${sum#??}"}
+    obj=".theseus/objects/$pre/${sum#??}"
+    if mkdir -p -- ".theseus/objects/$pre" && ! ln -- "$m" "$obj" 2>/dev/null; then
+      ln -- "$obj" "$m.link" 2>/dev/null && mv -f -- "$m.link" "$m"
+    fi
   fi
-fi
+done
 [ -e "$dest" ] && { clean; fail 17 "run dir $root/$dest already exists"; }
 mv -- "$partial" "$dest" || { clean; fail 24 "cannot rename $root/$partial into place"; }
 "#;

@@ -64,22 +64,46 @@ pub enum StoreError {
 /// Ships `request.snapshot` into `request.dest` through the store next to it (see the module
 /// docs of [`super`]); the run dir appears whole or not at all.
 pub async fn ship(shell: &dyn Shell, request: ShipRequest) -> Result<ShipReport, StoreError> {
+    let plan = plan_of(&request.snapshot).await?;
+    ship_planned(shell, request, plan, false).await
+}
+
+/// The store plan of `snapshot` (its files hashed, or taken from its hash cache).
+pub async fn plan_of(snapshot: &Snapshot) -> Result<Arc<StorePlan>> {
+    let snapshot = snapshot.clone();
+    tokio::task::spawn_blocking(move || {
+        let digests = snapshot.digests(snapshot.hash_cache.as_deref())?;
+        Ok(Arc::new(StorePlan::new(&snapshot, &digests)))
+    })
+    .await
+    .map_err(|e| Error::backend("store", format!("hashing task failed: {e}")))?
+}
+
+/// [`ship()`] with the plan already made ([`plan_of`]). With `tree` (link mode only), the run
+/// dir also gets the snapshot's tree archive ([`super::tree`]), which the store keeps as an
+/// object, so that a later run of the same code can be built from the store without a ship.
+pub async fn ship_planned(
+    shell: &dyn Shell,
+    request: ShipRequest,
+    plan: Arc<StorePlan>,
+    tree: bool,
+) -> Result<ShipReport, StoreError> {
     let rel = relative_dest(&request.root, &request.dest)?;
     let root = request.root.trim_end_matches('/').to_owned();
-    let snapshot = request.snapshot.clone();
-    let cache = snapshot.hash_cache.clone();
-    let digests = tokio::task::spawn_blocking(move || snapshot.digests(cache.as_deref()))
-        .await
-        .map_err(|e| Error::backend("store", format!("hashing task failed: {e}")))??;
-    let plan = Arc::new(StorePlan::new(&request.snapshot, &digests));
+    let plan = &plan;
     // The run dir says what code it holds, for a later `theseus sync`.
     let mut request = request;
-    request.extra.push(super::manifest::Manifest::of(&plan).file());
+    request.extra.push(super::manifest::Manifest::of(plan).file());
+    if tree && request.mode == Materialize::Link {
+        let tree = super::tree::Tree::of(plan)
+            .map_err(|e| Error::backend("store", format!("cannot write the tree archive: {e}")))?;
+        request.extra.push(tree.file());
+    }
     // A concurrent `gc` may take an object between the question and the links: once more.
     let mut attempt = 0;
     loop {
         attempt += 1;
-        let report = ship_once(shell, &request, &plan, &root, &rel).await;
+        let report = ship_once(shell, &request, plan, &root, &rel).await;
         match report {
             Err(StoreError::Failed(Error::Backend { message, .. })) if attempt < 2 && message.starts_with(GONE) => {
                 tracing::warn!("{message}; shipping again");

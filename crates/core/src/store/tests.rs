@@ -73,7 +73,7 @@ impl Shell for BusyboxShell {
     }
 }
 
-fn repo() -> tempfile::TempDir {
+pub(super) fn repo() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     write(&dir.path().join("train.py"), "print('hi')\n", 0o644);
     write(&dir.path().join("run.sh"), "#!/bin/sh\necho run\n", 0o755);
@@ -83,7 +83,7 @@ fn repo() -> tempfile::TempDir {
     dir
 }
 
-fn request(code: &Path, root: &Path, run: &str, mode: Materialize) -> ShipRequest {
+pub(super) fn request(code: &Path, root: &Path, run: &str, mode: Materialize) -> ShipRequest {
     ShipRequest {
         snapshot: Snapshot::collect(code, SnapshotMode::Dirty).unwrap(),
         root: root.to_str().unwrap().to_owned(),
@@ -100,7 +100,7 @@ fn request(code: &Path, root: &Path, run: &str, mode: Materialize) -> ShipReques
 }
 
 /// Every file of `code` is in `run` with the same bytes, mode bits and symlink targets.
-fn assert_same_tree(code: &Path, run: &Path) {
+pub(super) fn assert_same_tree(code: &Path, run: &Path) {
     let snapshot = Snapshot::collect(code, SnapshotMode::Dirty).unwrap();
     for file in &snapshot.files {
         let (a, b) = (code.join(&file.path), run.join(&file.path));
@@ -117,7 +117,7 @@ fn assert_same_tree(code: &Path, run: &Path) {
     assert_eq!(shipped, snapshot.files.len(), "no extra files in the run dir");
 }
 
-fn walk(dir: &Path) -> Vec<String> {
+pub(super) fn walk(dir: &Path) -> Vec<String> {
     let mut out = Vec::new();
     for entry in std::fs::read_dir(dir).unwrap() {
         let entry = entry.unwrap();
