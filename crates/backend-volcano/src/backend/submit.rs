@@ -1,7 +1,9 @@
 //! The submit flow: claim the job's name (`claim.rs`; refused while another run of it is live,
-//! unless `--replace`), start the helper, wait for its pod, ship the code while renewing the
-//! claim, delete the helper on every path, then create the Secret and the gang job (taking both
-//! back if either fails) and bind the claim to the job.
+//! unless `--replace`), hash the code; when the store's index names its tree (`prebuilt.rs`),
+//! start no helper and let the gang job's pods build the run dir from the store; otherwise start
+//! the helper, wait for its pod (watched), ship the code while renewing the claim, delete the
+//! helper on every path and record the tree. Then create the Secret and the gang job (taking
+//! both back if either fails) and bind the claim to the job.
 
 use std::future::Future;
 use std::sync::Arc;
