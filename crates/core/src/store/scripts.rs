@@ -50,7 +50,7 @@ trap 'exit 143' TERM
 mkdir -p -- "$got" "$objs" || fail 20 "cannot create $got"
 rc=$( { { head -c "$len" | tar -x -v -f - -C "$got"; echo "$?" >&3; } |
   awk 'NR > 1 { print prev; fflush() } { prev = $0 } END { if (NR) print prev }' |
-  { cd -- "$got" && xargs -r -n 64 sha256sum; } > "$sums"; } 3>&1 )
+  { cd -- "$got" && xargs -r -n 16 sha256sum; } > "$sums"; } 3>&1 )
 [ "$rc" = 0 ] || fail 12 "tar exited with status $rc"
 cd -- "$got" || fail 20 "cannot enter $got"
 checked=$(awk '
