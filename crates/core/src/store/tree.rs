@@ -115,22 +115,5 @@ pub fn run_files_env(files: &[ExtraFile], mtime: u64) -> io::Result<String> {
         h.set_mtime(mtime);
         builder.append_data(&mut h, &file.path, file.contents.as_slice())?;
     }
-    Ok(base64(&builder.into_inner()?))
-}
-
-/// Standard base64 with padding (what `base64 -d` reads).
-fn base64(bytes: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
-    for chunk in bytes.chunks(3) {
-        let n = chunk.iter().enumerate().fold(0u32, |n, (i, b)| n | u32::from(*b) << (16 - 8 * i));
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(char::from(ALPHABET[(n >> (18 - 6 * i) & 63) as usize]));
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
+    Ok(crate::encoding::base64(&builder.into_inner()?))
 }
