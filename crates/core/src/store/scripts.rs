@@ -33,7 +33,9 @@ xargs sh -c 'for key do [ -f "$key" ] || printf "%s\n" "$key"; done' theseus-sto
 /// store's filesystem) as it arrives, and hashes each object as soon as the next one begins
 /// (`tar -v` names an entry when it starts), so the check runs while the archive streams in:
 /// every object against its name (exit [`super::EXIT_CORRUPT`] naming a mismatch),
-/// checks that `COUNT` objects arrived, then renames them into place, one `mv` per prefix dir.
+/// checks that `COUNT` objects arrived, then renames them into place: the prefix dirs the store
+/// lacks with one `mv` (each a single rename; one that a concurrent upload created meanwhile
+/// fails and is done as the others), then one `mv` per remaining prefix dir.
 /// `INCOMING` is removed on every exit, also when a lost connection makes a write to stderr
 /// raise SIGPIPE (its default action would end `sh` without running the EXIT trap). Prints
 /// `stored N`.
@@ -64,6 +66,12 @@ esac
 files=$(find . -type f -print | wc -l) || fail 21 "cannot count the received objects"
 [ "$((files + 0))" -eq "$want" ] || fail 12 "received $((files + 0)) files for $want objects"
 [ "$checked" = "ok $want" ] || fail 12 "received ${checked#ok } of $want objects"
+new=
+for d in */; do
+  d=${d%/}
+  [ -d "$d" ] && [ ! -e "$objs/$d" ] && new="$new $d"
+done
+[ -z "$new" ] || mv -f -- $new "$objs/" 2>/dev/null
 for d in */; do
   d=${d%/}
   [ -d "$d" ] || continue
