@@ -10,7 +10,7 @@ use std::time::Duration;
 use crate::config::VolcanoHost;
 use futures::{Stream, StreamExt, TryStreamExt};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Event, Node, Pod, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Node, Pod, Secret, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, DeleteParams, ListParams, LogParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -400,6 +400,46 @@ impl Cluster {
     /// The mapped errors.
     pub async fn delete_secret(&self, name: &str) -> Result<bool, VolcanoError> {
         self.delete(&self.secrets(), name).await
+    }
+
+    /// ConfigMaps of the namespace (the code store's index, see `prebuilt.rs`).
+    pub fn config_maps(&self) -> Api<ConfigMap> {
+        Api::namespaced(self.client.clone(), &self.namespace)
+    }
+
+    /// The ConfigMap, `None` when it does not exist.
+    ///
+    /// # Errors
+    /// The mapped errors.
+    pub async fn get_config_map(&self, name: &str) -> Result<Option<ConfigMap>, VolcanoError> {
+        let api = self.config_maps();
+        self.call(self.target::<ConfigMap>("get", Some(name)), || api.get_opt(name)).await
+    }
+
+    /// Creates the ConfigMap; 409 is [`VolcanoError::AlreadyExists`].
+    ///
+    /// # Errors
+    /// The mapped errors.
+    pub async fn create_config_map(&self, map: &ConfigMap) -> Result<ConfigMap, VolcanoError> {
+        let api = self.config_maps();
+        let params = PostParams::default();
+        self.call(self.target::<ConfigMap>("create", Some(&map.name_any())), || api.create(&params, map)).await
+    }
+
+    /// ConfigMaps matching `label_selector`.
+    ///
+    /// # Errors
+    /// The mapped errors.
+    pub async fn list_config_maps(&self, label_selector: &str) -> Result<Vec<ConfigMap>, VolcanoError> {
+        self.list(&self.config_maps(), &ListParams::default().labels(label_selector)).await
+    }
+
+    /// Deletes the ConfigMap; `false` when it did not exist.
+    ///
+    /// # Errors
+    /// The mapped errors.
+    pub async fn delete_config_map(&self, name: &str) -> Result<bool, VolcanoError> {
+        self.delete(&self.config_maps(), name).await
     }
 
     /// Name claims (`coordination.k8s.io/v1` Leases) of the namespace.

@@ -23,16 +23,29 @@ pub(crate) const FRAME_BYTES: usize = 256 * 1024;
 /// Buffer of the output channels in kube-rs.
 const OUTPUT_BUFFER: usize = 64 * 1024;
 
-/// Length and sha256 of a stdin.
+/// Length and, when the source is checked against one, sha256 of a stdin. Without a sha256
+/// (a stdin whose producer checks its own content, such as the store's object archive, and
+/// whose length is known without reading it) [`pump`] checks only that the source ends at
+/// exactly `len` bytes.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Counted {
     pub(crate) len: u64,
-    pub(crate) sha256: [u8; 32],
+    pub(crate) sha256: Option<[u8; 32]>,
 }
 
 impl Counted {
     pub(crate) fn of(bytes: &[u8]) -> Counted {
-        Counted { len: bytes.len() as u64, sha256: Sha256::digest(bytes).into() }
+        Counted { len: bytes.len() as u64, sha256: Some(Sha256::digest(bytes).into()) }
+    }
+
+    /// A stdin of `len` bytes that is not hashed on the way.
+    pub(crate) fn length(len: u64) -> Counted {
+        Counted { len, sha256: None }
+    }
+
+    /// The sha256 in hex (empty without one).
+    pub(crate) fn hex(&self) -> String {
+        self.sha256.map(hex::encode).unwrap_or_default()
     }
 }
 
@@ -45,7 +58,7 @@ pub(crate) struct HashingSink {
 
 impl HashingSink {
     pub(crate) fn finish(self) -> Counted {
-        Counted { len: self.len, sha256: self.hasher.finalize().into() }
+        Counted { len: self.len, sha256: Some(self.hasher.finalize().into()) }
     }
 }
 
@@ -196,7 +209,8 @@ pub(crate) async fn run<R: AsyncRead + Unpin>(
 }
 
 /// Copies exactly `expected.len` bytes from `source` to `sink`, holding back the last chunk
-/// until the source has ended and everything hashed to `expected.sha256`.
+/// until the source has ended and (when `expected` has one) everything hashed to
+/// `expected.sha256`.
 ///
 /// A failed write to `sink` (the connection is gone) is not an error here: it stops the copy
 /// and the missing status tells the caller what happened.
@@ -210,13 +224,13 @@ pub(crate) async fn pump<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
     if expected.len == 0 {
         let mut probe = [0u8; 1];
         let longer = source.read(&mut probe).await.map_err(PumpError::Source)? > 0;
-        if longer || <[u8; 32]>::from(Sha256::digest([])) != expected.sha256 {
+        if longer || expected.sha256.is_some_and(|want| <[u8; 32]>::from(Sha256::digest([])) != want) {
             return Err(PumpError::Changed);
         }
         return Ok(());
     }
     let mut buf = vec![0u8; FRAME_BYTES];
-    let mut hasher = Sha256::new();
+    let mut hasher = expected.sha256.map(|_| Sha256::new());
     loop {
         let n = source.read(&mut buf).await.map_err(PumpError::Source)?;
         if n == 0 {
@@ -224,12 +238,18 @@ pub(crate) async fn pump<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
         }
         let remaining = expected.len - *sent;
         let chunk = &buf[..n.min(usize::try_from(remaining).unwrap_or(usize::MAX))];
-        hasher.update(chunk);
+        if let Some(hasher) = hasher.as_mut() {
+            hasher.update(chunk);
+        }
         let last = chunk.len() as u64 == remaining;
         if last {
             let mut probe = [0u8; 1];
             let longer = n > chunk.len() || source.read(&mut probe).await.map_err(PumpError::Source)? > 0;
-            if longer || <[u8; 32]>::from(hasher.clone().finalize()) != expected.sha256 {
+            let differs = match (hasher.take(), expected.sha256) {
+                (Some(hasher), Some(want)) => <[u8; 32]>::from(hasher.finalize()) != want,
+                _ => false,
+            };
+            if longer || differs {
                 return Err(PumpError::Changed);
             }
         }

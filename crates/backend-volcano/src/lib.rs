@@ -80,6 +80,7 @@ pub mod host;
 mod kubeconfig;
 pub mod log_cursor;
 mod logs;
+pub mod prebuilt;
 pub mod proxy;
 pub mod quantity;
 pub mod reclaim;

@@ -7,7 +7,8 @@
 //! vcjobs (a submit shipping), and of name claims not yet bound to a job and renewed within
 //! their lease (a submit between its ship and its gang job). Kubernetes knows run ids, not run paths (label values are
 //! sanitised), so the helper first lists `<work>/*/*/*/<run id>` for them ([`LIVE_PATHS`]).
-//! The helper is deleted on every path, Ctrl-C included, as the submit's is.
+//! The helper is deleted on every path, Ctrl-C included, as the submit's is. A reclaim first
+//! drops the index of code trees the store holds (`prebuilt.rs`).
 
 use std::collections::BTreeSet;
 use std::future::Future;
@@ -59,6 +60,14 @@ impl VolcanoBackend {
         let target = self.reclaim_target()?;
         let cluster = self.cluster().await.map_err(|e| self.err(e))?;
         let ids = live_run_ids(cluster).await.map_err(|e| self.err(e))?;
+        if !options.dry_run {
+            // Any tree may go: the index of what the store holds is dropped first, so no later
+            // submit skips its ship on the word of a reclaimed tree (`prebuilt.rs`).
+            // Best effort: a pod that finds its tree gone still fails with a message saying so.
+            if let Err(e) = crate::prebuilt::forget_all(cluster).await {
+                tracing::warn!("cannot drop the code store's index: {e}");
+            }
+        }
         let options = options.clone();
         self.with_store_helper("reclaim", move |shell| async move {
             let mut options = options;
@@ -152,7 +161,14 @@ async fn live_paths(shell: &ExecShell, work: &str, ids: &BTreeSet<String>) -> th
     let mut args = vec![work.to_owned()];
     args.extend(ids.iter().cloned());
     let out = shell
-        .run(ScriptCall { script: LIVE_PATHS, args, stdin: None, progress: None, label: "the live run dirs' listing" })
+        .run(ScriptCall {
+            script: LIVE_PATHS,
+            args,
+            stdin: None,
+            stdin_len: None,
+            progress: None,
+            label: "the live run dirs' listing",
+        })
         .await
         .map_err(|e| {
             theseus_core::Error::backend("store", format!("listing live run dirs on {} failed: {e}", shell.describe()))

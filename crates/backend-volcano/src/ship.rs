@@ -7,8 +7,15 @@
 //! 1. a counting pass hashes the tar into a sink, giving its exact length and sha256 in
 //!    constant memory;
 //! 2. the tar is streamed into `sh -c` [`SHIP_SCRIPT`], which stores exactly that many bytes
-//!    (`head -c`), checks length and sha256, extracts with `tar`, removes the temp file and
-//!    `sync`s. stdin stays open until the status arrives.
+//!    (`head -c`), checks length and sha256, extracts with `tar` and removes the temp file.
+//!    stdin stays open until the status arrives. There is no `sync`: the job's pods open the
+//!    files after the helper closed them, which a shared volume makes visible (close-to-open
+//!    consistency), and a volume that moves to another node is unmounted first, which writes it
+//!    out; `sync` would only guard against a crash of the storage itself, which a re-submit
+//!    covers.
+//!
+//! This whole-snapshot ship is the fallback for a helper image that lacks a tool of the store
+//! ([`theseus_core::store`], which streams once and verifies each object in the pod).
 //!
 //! The final chunk is held back until the second pass has been checked against the first: if
 //! the working tree changed in between, the connection is dropped before the pod holds a
@@ -61,7 +68,6 @@ for f in "$@"; do
   hash=$(sha256sum < "$f") || fail 13 "cannot hash $f"
   echo "file $((size + 0)) ${hash%% *}"
 done
-sync || fail 14 "sync failed"
 "#;
 
 /// Name of the temp archive in dest while it is being received.
@@ -180,7 +186,7 @@ pub async fn ship_snapshot(
     }
     Ok(ShipReport {
         bytes: counted.len + extras_len,
-        sha256: hex::encode(counted.sha256),
+        sha256: counted.hex(),
         files: snapshot.file_count() + extra_files.len(),
         manifest,
     })
@@ -250,7 +256,7 @@ async fn transfer<R: AsyncRead + Unpin>(
     progress: &mut Progress,
 ) -> Result<Vec<(u64, String)>, ShipError> {
     let pod = || target.pod.clone();
-    let want = hex::encode(expected.sha256);
+    let want = expected.hex();
     let mut command = vec!["sh".to_owned(), "-c".into(), SHIP_SCRIPT.into(), "theseus-ship".into()];
     command.extend([target.dest.clone(), expected.len.to_string(), want.clone()]);
     command.extend(verify.iter().cloned());

@@ -1,8 +1,12 @@
 //! [`ExecShell`]: the store protocol's [`Shell`] over a pod's exec websocket (the code-shipping
 //! helper, which mounts the PVC), with busybox tools only.
 //!
-//! `v4.channel.k8s.io` cannot close stdin, so no script may wait for stdin EOF. Each call with
-//! a stdin is run in two passes, as the full ship does ([`crate::ship`]): a counting pass gives
+//! `v4.channel.k8s.io` cannot close stdin, so no script may wait for stdin EOF. A call whose
+//! stdin length is known in advance ([`ScriptCall::stdin_len`]: the store's object and run-dir
+//! archives) streams it once, straight into `sh -c SCRIPT theseus-store ARGS...`: the script
+//! reads exactly that many bytes and checks them itself, and the pump still holds back the last
+//! chunk until the producer ended cleanly at that length. Every other call with a stdin (a
+//! query, a sync's file list) is run in two passes, as the full ship does ([`crate::ship`]): a counting pass gives
 //! the stdin's exact length and sha256, then `sh -c` [`EXEC_WRAPPER`] `theseus-exec LEN SHA256
 //! TMP -- SCRIPT ARGS...` stores exactly `LEN` bytes (`head -c`) in a private dir `TMP` of the
 //! store's `incoming` area, checks length and sha256, opens the file as stdin, removes the dir
@@ -139,7 +143,10 @@ impl Shell for ExecShell {
                     .await
                     .map_err(|f| f.into_shell(self, label))
             }
-            Some(produce) => self.run_with_stdin(&call, produce).await,
+            Some(produce) => match call.stdin_len {
+                Some(len) => self.run_streamed(&call, produce, len).await,
+                None => self.run_with_stdin(&call, produce).await,
+            },
         };
         self.tick();
         result
@@ -151,6 +158,35 @@ impl Shell for ExecShell {
 }
 
 impl ExecShell {
+    /// A stdin of known length, which the script reads with `head -c` and checks itself:
+    /// streamed once, straight into the script (no counting pass, no wrapper, no temp copy).
+    /// A producer that fails (a file changed since it was hashed) ends the stream short, and
+    /// the last chunk is never sent ([`exec::pump`]).
+    async fn run_streamed(
+        &self,
+        call: &ScriptCall,
+        produce: theseus_core::store::StdinFn,
+        len: u64,
+    ) -> Result<Vec<u8>, ShellError> {
+        let label = call.label;
+        let mut command: Vec<String> =
+            ["sh", "-c", call.script, "theseus-store"].into_iter().map(str::to_owned).collect();
+        command.extend(call.args.iter().cloned());
+        let (reader, writer) = tokio::io::duplex(FRAME_BYTES);
+        let mut bridge = tokio_util::io::SyncIoBridge::new(writer);
+        let producer = tokio::task::spawn_blocking(move || {
+            produce(&mut bridge)?;
+            bridge.shutdown()
+        });
+        let counted = Counted::length(len);
+        let result = self.exec(label, command, Some((reader, &counted)), call.progress.clone()).await;
+        let produced = producer.await.map_err(|e| self.transport(label, format!("the input task failed: {e}")))?;
+        match (result, produced) {
+            (Err(Failure::Changed), Err(e)) => Err(ShellError::Transport(Box::new(e))),
+            (result, _) => result.map_err(|f| f.into_shell(self, label)),
+        }
+    }
+
     /// The two passes over stdin, then the wrapper (see the module docs).
     async fn run_with_stdin(
         &self,
@@ -171,7 +207,7 @@ impl ExecShell {
         let tmp = format!("{}/exec-{:016x}", self.incoming, rand::random::<u64>());
         let mut command: Vec<String> =
             ["sh", "-c", EXEC_WRAPPER, "theseus-exec"].into_iter().map(str::to_owned).collect();
-        command.extend([counted.len.to_string(), hex::encode(counted.sha256), tmp, "--".into(), call.script.into()]);
+        command.extend([counted.len.to_string(), counted.hex(), tmp, "--".into(), call.script.into()]);
         command.extend(call.args.iter().cloned());
 
         let (reader, writer) = tokio::io::duplex(FRAME_BYTES);

@@ -182,8 +182,11 @@ fn too_big_submit() -> Vec<String> {
     s.split_whitespace().map(str::to_owned).collect()
 }
 
+/// The broken host's submit ships code of its own (`../code-broken`, written by the scenario
+/// with a file no other run has): code the store already holds starts no helper at all.
 fn broken_submit() -> Vec<String> {
-    let s = format!("submit e2e-broken hello.yaml --code . --host {BROKEN_HOST} --chip cpu");
+    let s =
+        format!("submit e2e-broken ../code-broken/hello.yaml --code ../code-broken --host {BROKEN_HOST} --chip cpu");
     s.split_whitespace().map(str::to_owned).collect()
 }
 
@@ -285,6 +288,10 @@ fn owned_secrets(world: &World, job: &str) -> Result<Vec<String>> {
 }
 
 fn unpullable_helper(world: &World) -> Result<()> {
+    let code = world.code.with_file_name("code-broken");
+    World::write_code(&code)?;
+    let unique = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_nanos();
+    std::fs::write(code.join("unique.txt"), format!("{unique}\n"))?;
     let started = Instant::now();
     let out = world.theseus(&strs(&broken_submit()))?;
     let stderr = text(&out.stderr);

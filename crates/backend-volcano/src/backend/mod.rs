@@ -674,6 +674,13 @@ impl Backend for VolcanoBackend {
         }
         docs.push(yaml("headless Service naming rank 0, the coordinator (owned by the gang job)", &rendered.service)?);
         docs.push(yaml("gang job", &rendered.job)?);
+        if let Some((key, job)) = self.prebuilt_job(job, &layout, &rendered)? {
+            let title = format!(
+                "gang job instead, when the code store already holds this code (tree {key}, as the store's \
+                 index says after a ship): no helper job; each pod builds the run dir from the store first"
+            );
+            docs.push(yaml(&title, &job)?);
+        }
         Ok(docs)
     }
 }
@@ -691,6 +698,30 @@ mod erased {
 }
 
 impl VolcanoBackend {
+    /// The gang job a store hit would create (link mode only): the rendered job with the pods'
+    /// build step, and the code's tree key.
+    fn prebuilt_job(
+        &self,
+        job: &PreparedJob,
+        layout: &RunLayout,
+        rendered: &crate::render::RenderedJob,
+    ) -> theseus_core::Result<Option<(theseus_core::store::ObjectKey, crate::types::Job)>> {
+        use theseus_core::store::{ExtraFile, Materialize, StorePlan, Tree, tree};
+        if self.cluster_config.materialize.unwrap_or_default() != Materialize::Link {
+            return Ok(None);
+        }
+        let digests = job.snapshot.digests(job.snapshot.hash_cache.as_deref())?;
+        let plan = StorePlan::new(&job.snapshot, &digests);
+        let failed =
+            |e: std::io::Error| theseus_core::Error::backend(self, format!("cannot write the tree archive: {e}"));
+        let key = Tree::of(&plan).map_err(failed)?.key;
+        let files = tree::run_files_env(&ExtraFile::bootstrap(&job.bootstrap), 0).map_err(failed)?;
+        let mut gang = rendered.job.clone();
+        let root = self.cluster_config.work.trim_end_matches('/');
+        crate::prebuilt::add_build_step(&mut gang, root, &layout.work_dir, &layout.log_file, &key, files);
+        Ok(Some((key, gang)))
+    }
+
     /// Whether the run of `data` (whose vcjob does not exist) is being submitted right now: its
     /// claim is held by the run and renewed.
     async fn submitting(&self, data: &HandleData) -> Result<bool, VolcanoError> {

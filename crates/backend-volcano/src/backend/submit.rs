@@ -1,7 +1,9 @@
 //! The submit flow: claim the job's name (`claim.rs`; refused while another run of it is live,
-//! unless `--replace`), start the helper, wait for its pod, ship the code while renewing the
-//! claim, delete the helper on every path, then create the Secret and the gang job (taking both
-//! back if either fails) and bind the claim to the job.
+//! unless `--replace`), hash the code; when the store's index names its tree (`prebuilt.rs`),
+//! start no helper and let the gang job's pods build the run dir from the store; otherwise start
+//! the helper, wait for its pod (watched), ship the code while renewing the claim, delete the
+//! helper on every path and record the tree. Then create the Secret and the gang job (taking
+//! both back if either fails) and bind the claim to the job.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -13,7 +15,7 @@ use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::{WatchStreamExt as _, watcher};
 use theseus_core::backend::{JobHandle, PreparedJob, ProgressFn, RunLayout, SubmitOptions};
-use theseus_core::store::{self, Shell, ShipRequest, StoreError};
+use theseus_core::store::{self, Materialize, Shell, ShipReport, ShipRequest, StoreError, StorePlan, Tree};
 
 use super::VolcanoBackend;
 use crate::api::Cluster;
@@ -22,6 +24,7 @@ use crate::delete::delete_helper;
 use crate::error::VolcanoError;
 use crate::handle::HandleData;
 use crate::helper::HELPER_TASK;
+use crate::prebuilt;
 use crate::render::{RenderedJob, owner_reference};
 use crate::ship::{ExtraFile, ShipTarget, ship_snapshot};
 use crate::status::{Observed, pending_reason, stuck_container};
@@ -62,7 +65,7 @@ async fn submit_claimed(
     job: &PreparedJob,
     layout: &RunLayout,
     helper: Job,
-    rendered: RenderedJob,
+    mut rendered: RenderedJob,
     options: &SubmitOptions,
     claim: &mut Claim,
 ) -> Result<JobHandle, VolcanoError> {
@@ -70,19 +73,49 @@ async fn submit_claimed(
     // What the cluster would refuse (a queue this user cannot read but that does not exist, a
     // webhook's rule, RBAC) is learned before a helper starts and the code ships.
     cluster.check_create_job(&rendered.job).await?;
-    let helper_name = helper.metadata.name.clone().unwrap_or_default();
-    options.note(&format!("starting helper {helper_name} in namespace {}", cluster.namespace()));
-    cluster.create_job(&helper).await?;
-    let mut guard = HelperGuard { cluster: cluster.clone(), name: helper_name.clone(), armed: true };
-    let shipped = tokio::select! {
-        result = ship_through_helper(backend, cluster, &helper, job, layout, options) => result,
-        lost = claim.keep(cluster, settings.claim_renew_interval) => Err(lost),
-        _ = theseus_core::interrupt::wait() => Err(VolcanoError::Interrupted),
+    let plan = store::plan_of(&job.snapshot).await.map_err(VolcanoError::Store)?;
+    let tree = match backend.cluster_config.materialize.unwrap_or_default() {
+        Materialize::Link => Some(Tree::of(&plan).map_err(|e| {
+            VolcanoError::Store(theseus_core::Error::backend("store", format!("cannot write the tree archive: {e}")))
+        })?),
+        Materialize::Copy => None,
     };
-    // The helper goes on every path; a failure to delete it is reported, never hidden.
-    delete_helper(cluster, &helper_name).await;
-    guard.armed = false;
-    shipped?;
+    match &tree {
+        Some(tree) if prebuilt::holds(cluster, &tree.key).await => {
+            // No helper: the job's pods build the run dir from the store.
+            options.note(&format!(
+                "the code store already holds this code (tree {}): no helper; each pod builds {} from the store",
+                tree.key, layout.work_dir
+            ));
+            let mtime = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+            let files = store::tree::run_files_env(&store::ExtraFile::bootstrap(&job.bootstrap), mtime)
+                .map_err(|e| VolcanoError::Store(theseus_core::Error::backend("store", e.to_string())))?;
+            let root = backend.cluster_config.work.trim_end_matches('/');
+            prebuilt::add_build_step(&mut rendered.job, root, &layout.work_dir, &layout.log_file, &tree.key, files);
+            let files = plan.regular_files();
+            options.report_shipped(&ShipReport { files, files_present: files, objects_sent: 0, bytes_sent: 0 });
+        }
+        _ => {
+            let helper_name = helper.metadata.name.clone().unwrap_or_default();
+            options.note(&format!("starting helper {helper_name} in namespace {}", cluster.namespace()));
+            cluster.create_job(&helper).await?;
+            let mut guard = HelperGuard { cluster: cluster.clone(), name: helper_name.clone(), armed: true };
+            let shipping = Shipping { plan, tree: tree.is_some() };
+            let shipped = tokio::select! {
+                result = ship_through_helper(backend, cluster, &helper, job, layout, options, shipping) => result,
+                lost = claim.keep(cluster, settings.claim_renew_interval) => Err(lost),
+                _ = theseus_core::interrupt::wait() => Err(VolcanoError::Interrupted),
+            };
+            // The helper goes on every path; a failure to delete it is reported, never hidden.
+            delete_helper(cluster, &helper_name).await;
+            guard.armed = false;
+            if shipped? == Shipped::Store
+                && let Some(tree) = &tree
+            {
+                prebuilt::record(cluster, &backend.host, &tree.key).await;
+            }
+        }
+    }
 
     // A concurrent `--replace` may have taken the name while we shipped: create nothing then.
     claim.renew(cluster).await?;
@@ -140,9 +173,23 @@ impl Drop for ClaimGuard {
     }
 }
 
+/// What to ship through the helper: the snapshot's plan, and whether its tree archive goes
+/// into the store too (link mode).
+struct Shipping {
+    plan: Arc<StorePlan>,
+    tree: bool,
+}
+
+/// How the code went: through the store, or the whole snapshot (no tree in the store then).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Shipped {
+    Store,
+    Whole,
+}
+
 /// Waits for the helper's pod and ships the code and bootstrap into it: through the store on
-/// the PVC ([`theseus_core::store::ship`] over [`ExecShell`]), or the whole snapshot when the
-/// helper image lacks a tool the store needs.
+/// the PVC ([`theseus_core::store::ship_planned`] over [`ExecShell`]), or the whole snapshot
+/// when the helper image lacks a tool the store needs.
 async fn ship_through_helper(
     backend: &VolcanoBackend,
     cluster: &Cluster,
@@ -150,7 +197,8 @@ async fn ship_through_helper(
     job: &PreparedJob,
     layout: &RunLayout,
     options: &SubmitOptions,
-) -> Result<(), VolcanoError> {
+    shipping: Shipping,
+) -> Result<Shipped, VolcanoError> {
     let name = helper.metadata.name.as_deref().unwrap_or_default();
     options.note(&format!("waiting for helper pod of {name} (image {})", backend.host.helper_image));
     let pod = wait_running(cluster, helper, backend.settings.helper_start_timeout).await?;
@@ -212,7 +260,8 @@ async fn ship_through_helper(
         tracing::info!("shipped {} bytes (sha256 {})", report.bytes, report.sha256);
         Ok(())
     };
-    let shipping = tokio::time::timeout(backend.settings.ship_timeout, ship_code(&shell, request, options, full));
+    let shipping =
+        tokio::time::timeout(backend.settings.ship_timeout, ship_code(&shell, request, shipping, options, full));
     tokio::select! {
         result = shipping => result
             .map_err(|_| VolcanoError::Timeout { what: "shipping the code".into(), after: backend.settings.ship_timeout })?,
@@ -225,21 +274,22 @@ async fn ship_through_helper(
 async fn ship_code<F, Fut>(
     shell: &dyn Shell,
     request: ShipRequest,
+    shipping: Shipping,
     options: &SubmitOptions,
     full: F,
-) -> Result<(), VolcanoError>
+) -> Result<Shipped, VolcanoError>
 where
     F: FnOnce() -> Fut,
     Fut: Future<Output = Result<(), VolcanoError>>,
 {
-    match store::ship(shell, request).await {
+    match store::ship_planned(shell, request, shipping.plan, shipping.tree).await {
         Ok(report) => {
             options.report_shipped(&report);
-            Ok(())
+            Ok(Shipped::Store)
         }
         Err(StoreError::NoTool { tool, machine }) => {
             options.note(&format!("{machine} lacks `{tool}` for the code store: shipping the whole snapshot instead"));
-            full().await
+            full().await.map(|()| Shipped::Whole)
         }
         Err(StoreError::Failed(e)) => Err(VolcanoError::Store(e)),
     }
@@ -508,7 +558,9 @@ mod tests {
         let (options, notes, shipped) = recording();
         let full_runs = AtomicUsize::new(0);
         let shell = Refusing { code: theseus_core::store::EXIT_NO_TOOL, stderr: "theseus-store: sha256sum\n" };
-        ship_code(&shell, request(code.path()), &options, || async {
+        let req = request(code.path());
+        let shipping = Shipping { plan: store::plan_of(&req.snapshot).await.unwrap(), tree: false };
+        ship_code(&shell, req, shipping, &options, || async {
             full_runs.fetch_add(1, Ordering::SeqCst);
             Ok(())
         })
@@ -529,7 +581,9 @@ mod tests {
         let shell =
             Refusing { code: 20, stderr: "theseus-store: cannot create the object store /pvc/work/.theseus/objects\n" };
         let full_runs = AtomicUsize::new(0);
-        let err = ship_code(&shell, request(code.path()), &options, || async {
+        let req = request(code.path());
+        let shipping = Shipping { plan: store::plan_of(&req.snapshot).await.unwrap(), tree: false };
+        let err = ship_code(&shell, req, shipping, &options, || async {
             full_runs.fetch_add(1, Ordering::SeqCst);
             Ok(())
         })

@@ -20,5 +20,6 @@ mod sites_exec;
 mod sites_proxy;
 mod store_exec;
 mod store_flow;
+mod store_prebuilt;
 mod store_reclaim;
 mod store_tree;

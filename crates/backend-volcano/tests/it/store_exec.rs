@@ -115,6 +115,7 @@ async fn exit_statuses_stderr_and_stdin_reach_the_caller() {
             script,
             args: vec!["one arg".into(), "it's".into()],
             stdin: stdin.map(|bytes| -> theseus_core::store::StdinFn { Arc::new(move |w| w.write_all(&bytes)) }),
+            stdin_len: None,
             progress: None,
             label: "a test script",
         };

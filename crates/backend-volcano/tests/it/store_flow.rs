@@ -17,7 +17,7 @@ use theseus_core::testing::{self, Harness};
 use crate::flow::{World, plan};
 use crate::store_tree::{assert_run_dir_matches, entries, objects_all_hash_to_their_names, write};
 
-fn harness(world: &World) -> Harness {
+pub(crate) fn harness(world: &World) -> Harness {
     Harness {
         backend: Arc::new(world.backend()),
         plan: plan(1, 0),
@@ -28,7 +28,7 @@ fn harness(world: &World) -> Harness {
 
 /// A conformance job named `name` whose code dir also holds a few more files (modes, a
 /// symlink, a duplicate, a file of `big` bytes).
-async fn job(h: &Harness, name: &str, big: usize) -> (PreparedJob, TempDir) {
+pub(crate) async fn job(h: &Harness, name: &str, big: usize) -> (PreparedJob, TempDir) {
     let (mut job, code) = testing::prepare(h, name, &["ok"], vec![], serde_json::json!({})).await.unwrap();
     let dir = code.path();
     write(&dir.join("pkg/model.py"), b"WIDTH = 128\nDEPTH = 4\n", 0o644);
@@ -40,10 +40,10 @@ async fn job(h: &Harness, name: &str, big: usize) -> (PreparedJob, TempDir) {
     (job, code)
 }
 
-type Recorded<T> = Arc<Mutex<Vec<T>>>;
+pub(crate) type Recorded<T> = Arc<Mutex<Vec<T>>>;
 
 /// Submit options that record the store's report and the notes.
-fn recording() -> (SubmitOptions, Recorded<ShipReport>, Recorded<String>) {
+pub(crate) fn recording() -> (SubmitOptions, Recorded<ShipReport>, Recorded<String>) {
     let reports = Arc::new(Mutex::new(Vec::new()));
     let notes = Arc::new(Mutex::new(Vec::new()));
     let options = SubmitOptions {
@@ -60,7 +60,7 @@ fn recording() -> (SubmitOptions, Recorded<ShipReport>, Recorded<String>) {
     (options, reports, notes)
 }
 
-fn work_dir(world: &World, job: &PreparedJob) -> PathBuf {
+pub(crate) fn work_dir(world: &World, job: &PreparedJob) -> PathBuf {
     PathBuf::from(world.backend().run_layout(&job.identity).unwrap().work_dir)
 }
 

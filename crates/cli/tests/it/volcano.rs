@@ -259,6 +259,11 @@ fn dry_run_prints_the_manifests_without_any_cluster() {
     {
         assert!(stdout.contains(needle), "`{needle}` missing from:\n{stdout}");
     }
+    // What a store hit would create instead: the gang job alone, its pods building the run dir.
+    for needle in ["when the code store already holds this code", "no helper job", "theseus-build", "THESEUS_RUN_FILES"]
+    {
+        assert!(stdout.contains(needle), "`{needle}` missing from:\n{stdout}");
+    }
     let bad =
         ctx.run(&["submit", "dry", "examples/hello/experiment.yaml", "--host", "k8s", "--dry-run", "--mem", "64Gx"]);
     assert_eq!(bad.status.code(), Some(2));

@@ -1,10 +1,8 @@
 //! The two archives of the store protocol, written in constant memory: the missing objects
-//! (content read from the snapshot and hashed on the way, so that a file edited since it was
-//! hashed fails here, naming it), and the run dir as links into the store.
+//! (content read from the snapshot once; the receiver checks each against its name), and the
+//! run dir as links into the store.
 
 use std::io::{self, Read, Write};
-
-use sha2::{Digest, Sha256};
 
 use super::plan::{ObjectKey, PlanEntry, StorePlan};
 use super::{Materialize, OBJECTS_DIR, SENTINEL};
@@ -50,8 +48,10 @@ pub(super) fn header(kind: tar::EntryType, mode: u32, size: u64) -> tar::Header 
 }
 
 /// Writes the objects `keys` of `plan` as a tar (entries `ab/cdef…[.x]`, read-only modes,
-/// mtime 0), reading each from `snapshot`. A file whose size or content changed since it was
-/// hashed is an error naming it.
+/// mtime 0), reading each from `snapshot` once. A file whose size changed since it was hashed
+/// is an error naming it. Content is not hashed again here: the receiving script checks every
+/// object against its name ([`super::scripts::UPLOAD`]), which catches a file edited in place
+/// since it was hashed (see [`super::ship()`], which names the file).
 pub fn write_objects(snapshot: &Snapshot, plan: &StorePlan, keys: &[ObjectKey], out: &mut dyn Write) -> Result<()> {
     let mut by_file: Vec<(usize, ObjectKey)> =
         keys.iter().filter_map(|k| plan.objects.get(k).map(|(i, _)| (*i, *k))).collect();
@@ -73,16 +73,43 @@ pub fn write_objects(snapshot: &Snapshot, plan: &StorePlan, keys: &[ObjectKey], 
         if size != file.size {
             return Err(changed());
         }
-        let mut hashing = HashingReader { inner: reader.take(size), hasher: Sha256::new(), read: 0 };
+        let mut counting = CountingReader { inner: reader.take(size), read: 0 };
         let mut header = header(tar::EntryType::Regular, key.mode(), size);
-        builder.append_data(&mut header, key.path(), &mut hashing).map_err(tar_err)?;
-        if hashing.read != size || <[u8; 32]>::from(hashing.hasher.finalize()) != key.sha256 {
+        builder.append_data(&mut header, key.path(), &mut counting).map_err(tar_err)?;
+        if counting.read != size {
             return Err(changed());
         }
         Ok(())
     })?;
     builder.finish().map_err(tar_err)?;
     Ok(())
+}
+
+/// The exact length of the archive [`write_objects`] writes for `keys`: a 512-byte header per
+/// object (its name, `ab/` and 62 hex digits plus `.x`, fits the header), its content padded to
+/// 512 bytes, and the two zero blocks that end a tar. Known without reading a byte, so the
+/// archive streams once.
+pub fn objects_len(plan: &StorePlan, keys: &[ObjectKey]) -> u64 {
+    let padded = |size: u64| size.div_ceil(512) * 512;
+    keys.iter().filter_map(|k| plan.objects.get(k)).map(|(_, size)| 512 + padded(*size)).sum::<u64>() + 1024
+}
+
+/// The length of what `write` writes, found by writing it into a counter (for archives of
+/// headers only, such as [`write_materialize`]'s, whose length is cheap to count).
+pub fn counted_len(write: impl FnOnce(&mut dyn Write) -> io::Result<()>) -> io::Result<u64> {
+    struct Counter(u64);
+    impl Write for Counter {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            self.0 += buf.len() as u64;
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut counter = Counter(0);
+    write(&mut counter)?;
+    Ok(counter.0)
 }
 
 /// Writes the run dir's archive for [`super::scripts::MATERIALIZE`]: entries relative to the
@@ -131,17 +158,15 @@ pub fn write_materialize(
     builder.finish()
 }
 
-/// Hashes and counts everything read through it.
-struct HashingReader<R> {
+/// Counts everything read through it.
+struct CountingReader<R> {
     inner: R,
-    hasher: Sha256,
     read: u64,
 }
 
-impl<R: Read> Read for HashingReader<R> {
+impl<R: Read> Read for CountingReader<R> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let n = self.inner.read(buf)?;
-        self.hasher.update(&buf[..n]);
         self.read += n as u64;
         Ok(n)
     }

@@ -10,9 +10,11 @@
 //! 1. [`scripts::MISSING`]: the keys of the snapshot's objects go in, the ones the store lacks
 //!    come out (one round trip). It also checks the tools the protocol needs; a remote without
 //!    them answers [`EXIT_NO_TOOL`] and the backend falls back to a full ship, said once.
-//! 2. [`scripts::UPLOAD`]: only the missing objects, as one tar stream, land in a private temp
-//!    dir of the store, are hashed there (`sha256sum`) against their names, made read-only,
-//!    and renamed into place. A crashed or concurrent upload never leaves a corrupt or half
+//! 2. [`scripts::UPLOAD`]: only the missing objects, as one tar stream of a length known before
+//!    a byte is read (so it is read once, streamed once, and never stored whole first), land in
+//!    a private temp dir of the store, are hashed there (`sha256sum`, while the stream still
+//!    arrives) against their names, made read-only, and renamed into place. The client hashes
+//!    each file once (the keys); a file edited since is caught by the store's check. A crashed or concurrent upload never leaves a corrupt or half
 //!    object under an object's name; two uploads of the same object both succeed.
 //! 3. [`scripts::MATERIALIZE`]: the run's code dir is built under `<dest>.partial` from a tar
 //!    of hard-link entries into the store ([`Materialize::Link`]) or of symlinks that `cp -RL`
@@ -22,6 +24,9 @@
 //! Objects carry mtime 0 from their archive. A job that writes into a hard-linked object in
 //! place (possible only for root) gives it a current mtime; [`scripts::MISSING`] drops such
 //! objects, so a tampered object is never linked into a later run.
+//!
+//! A link-mode ship may also leave the snapshot's tree archive in the store ([`tree`]), from
+//! which a pod builds a later run dir of the same code with no upload at all.
 //!
 //! The pure parts (keys, which objects to send, the archives) live in [`plan`] and [`archive`];
 //! [`ship()`] drives a [`Shell`]; [`LocalShell`] runs the scripts on this machine, and
@@ -46,12 +51,16 @@ mod ship;
 pub mod sync;
 #[cfg(test)]
 mod tests;
+pub mod tree;
+#[cfg(test)]
+mod tree_tests;
 
 pub use archive::ExtraFile;
 pub use local::LocalShell;
 pub use native::ship_local;
 pub use plan::{ObjectKey, StorePlan};
-pub use ship::{ShipReport, ShipRequest, StoreError, ship};
+pub use ship::{ShipReport, ShipRequest, StoreError, plan_of, ship, ship_planned};
+pub use tree::Tree;
 
 /// The object store's dir, relative to a cluster's work root.
 pub const OBJECTS_DIR: &str = ".theseus/objects";
@@ -91,6 +100,11 @@ pub struct ScriptCall {
     pub args: Vec<String>,
     /// Its stdin; `None` for an empty one.
     pub stdin: Option<StdinFn>,
+    /// The exact length of `stdin` when it is known without writing it. A script given one
+    /// reads exactly that many bytes (`head -c`, its last argument) and checks what arrived
+    /// itself (hashes of objects, a token entry), so a transport that cannot close stdin
+    /// streams it once, with no counting pass and no copy on the remote disk.
+    pub stdin_len: Option<u64>,
     /// Called with the bytes of stdin sent so far (the final pass only).
     pub progress: Option<ProgressFn>,
     /// What the call does, for messages ("the upload of missing objects").

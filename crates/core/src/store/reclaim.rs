@@ -355,6 +355,7 @@ pub async fn reclaim(shell: &dyn Shell, target: &ReclaimTarget, options: &Reclai
             script: RECLAIM,
             args,
             stdin: Some(Arc::new(move |w| w.write_all(&live))),
+            stdin_len: None,
             progress: None,
             label: "the reclaim script",
         })
@@ -371,7 +372,14 @@ pub async fn usage(shell: &dyn Shell, target: &ReclaimTarget) -> Result<StoreUsa
     let mut args = vec![target.work.trim_end_matches('/').to_owned()];
     args.extend(target.skip.iter().cloned());
     let out = shell
-        .run(ScriptCall { script: USAGE, args, stdin: None, progress: None, label: "the usage script" })
+        .run(ScriptCall {
+            script: USAGE,
+            args,
+            stdin: None,
+            stdin_len: None,
+            progress: None,
+            label: "the usage script",
+        })
         .await
         .map_err(|e| failed(shell, "measuring the store", e))?;
     parse_usage(&String::from_utf8_lossy(&out)).map_err(|m| {

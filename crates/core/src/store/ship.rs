@@ -64,22 +64,46 @@ pub enum StoreError {
 /// Ships `request.snapshot` into `request.dest` through the store next to it (see the module
 /// docs of [`super`]); the run dir appears whole or not at all.
 pub async fn ship(shell: &dyn Shell, request: ShipRequest) -> Result<ShipReport, StoreError> {
+    let plan = plan_of(&request.snapshot).await?;
+    ship_planned(shell, request, plan, false).await
+}
+
+/// The store plan of `snapshot` (its files hashed, or taken from its hash cache).
+pub async fn plan_of(snapshot: &Snapshot) -> Result<Arc<StorePlan>> {
+    let snapshot = snapshot.clone();
+    tokio::task::spawn_blocking(move || {
+        let digests = snapshot.digests(snapshot.hash_cache.as_deref())?;
+        Ok(Arc::new(StorePlan::new(&snapshot, &digests)))
+    })
+    .await
+    .map_err(|e| Error::backend("store", format!("hashing task failed: {e}")))?
+}
+
+/// [`ship()`] with the plan already made ([`plan_of`]). With `tree` (link mode only), the run
+/// dir also gets the snapshot's tree archive ([`super::tree`]), which the store keeps as an
+/// object, so that a later run of the same code can be built from the store without a ship.
+pub async fn ship_planned(
+    shell: &dyn Shell,
+    request: ShipRequest,
+    plan: Arc<StorePlan>,
+    tree: bool,
+) -> Result<ShipReport, StoreError> {
     let rel = relative_dest(&request.root, &request.dest)?;
     let root = request.root.trim_end_matches('/').to_owned();
-    let snapshot = request.snapshot.clone();
-    let cache = snapshot.hash_cache.clone();
-    let digests = tokio::task::spawn_blocking(move || snapshot.digests(cache.as_deref()))
-        .await
-        .map_err(|e| Error::backend("store", format!("hashing task failed: {e}")))??;
-    let plan = Arc::new(StorePlan::new(&request.snapshot, &digests));
+    let plan = &plan;
     // The run dir says what code it holds, for a later `theseus sync`.
     let mut request = request;
-    request.extra.push(super::manifest::Manifest::of(&plan).file());
+    request.extra.push(super::manifest::Manifest::of(plan).file());
+    if tree && request.mode == Materialize::Link {
+        let tree = super::tree::Tree::of(plan)
+            .map_err(|e| Error::backend("store", format!("cannot write the tree archive: {e}")))?;
+        request.extra.push(tree.file());
+    }
     // A concurrent `gc` may take an object between the question and the links: once more.
     let mut attempt = 0;
     loop {
         attempt += 1;
-        let report = ship_once(shell, &request, &plan, &root, &rel).await;
+        let report = ship_once(shell, &request, plan, &root, &rel).await;
         match report {
             Err(StoreError::Failed(Error::Backend { message, .. })) if attempt < 2 && message.starts_with(GONE) => {
                 tracing::warn!("{message}; shipping again");
@@ -131,11 +155,14 @@ async fn ship_once(
         (Arc::clone(plan), request.extra.clone(), request.mode, root.to_owned(), rel.to_owned(), token.clone());
     let stdin: StdinFn =
         Arc::new(move |w| archive::write_materialize(&plan2, &root2, &rel2, mode, &extra, &token2, mtime, w));
+    let len = archive::counted_len(|w| stdin(w))
+        .map_err(|e| StoreError::Failed(Error::backend("store", format!("cannot write the run dir's archive: {e}"))))?;
     shell
         .run(ScriptCall {
             script: scripts::MATERIALIZE,
-            args: vec![root.to_owned(), rel.to_owned(), token, mode.to_string()],
+            args: vec![root.to_owned(), rel.to_owned(), token, mode.to_string(), len.to_string()],
             stdin: Some(stdin),
+            stdin_len: Some(len),
             progress: None,
             label: "the run dir's materialisation",
         })
@@ -172,6 +199,7 @@ pub(super) async fn send_missing(
             script: scripts::MISSING,
             args: vec![objects.to_owned()],
             stdin: Some(Arc::new(move |w| w.write_all(&query))),
+            stdin_len: None,
             progress: None,
             label: "the object store query",
         })
@@ -190,24 +218,35 @@ pub(super) async fn send_missing(
         return Ok(missing);
     }
     let incoming = format!("{root}/.theseus/incoming/{}", upload_dir_name(run));
-    let (snapshot, plan2, keys) = (snapshot.clone(), Arc::clone(plan), missing.clone());
+    let (snapshot2, plan2, keys) = (snapshot.clone(), Arc::clone(plan), missing.clone());
     let stdin: StdinFn =
-        Arc::new(move |w| archive::write_objects(&snapshot, &plan2, &keys, w).map_err(std::io::Error::other));
+        Arc::new(move |w| archive::write_objects(&snapshot2, &plan2, &keys, w).map_err(std::io::Error::other));
     let progress = progress.map(|p| -> ProgressFn { Arc::new(move |sent, _| p(sent, Some(bytes))) });
+    let len = archive::objects_len(plan, &missing);
     let out = shell
         .run(ScriptCall {
             script: scripts::UPLOAD,
-            args: vec![objects.to_owned(), incoming, missing.len().to_string()],
+            args: vec![objects.to_owned(), incoming, missing.len().to_string(), len.to_string()],
             stdin: Some(stdin),
+            stdin_len: Some(len),
             progress,
             label: "the upload of missing objects",
         })
         .await
         .map_err(|e| match e {
-            ShellError::Exit { code: EXIT_CORRUPT, stderr } => StoreError::Failed(Error::backend(
-                "store",
-                format!("an object arrived corrupt on {machine}: {}", stderr.trim()),
-            )),
+            ShellError::Exit { code: EXIT_CORRUPT, stderr } => match corrupt_file(snapshot, plan, &stderr) {
+                // The store checks what it received against the hash taken before sending:
+                // a mismatch is almost always a file edited in the meantime.
+                Some(path) => StoreError::Failed(Error::InvalidConfig(format!(
+                    "`{}` changed while it was being shipped ({machine} received other content than \
+                     was hashed); submit again",
+                    snapshot.root.join(path).display()
+                ))),
+                None => StoreError::Failed(Error::backend(
+                    "store",
+                    format!("an object arrived corrupt on {machine}: {}", stderr.trim()),
+                )),
+            },
             e => failed("uploading objects", e),
         })?;
     let stored = String::from_utf8_lossy(&out);
@@ -218,6 +257,15 @@ pub(super) async fn send_missing(
         )));
     }
     Ok(missing)
+}
+
+/// The snapshot path of the object that [`scripts::UPLOAD`] found corrupt (its message names
+/// the object: `object ab/cdef… arrived corrupt`).
+fn corrupt_file<'a>(snapshot: &'a Snapshot, plan: &StorePlan, stderr: &str) -> Option<&'a str> {
+    let name = stderr.split_once("object ")?.1.split_whitespace().next()?;
+    let key: ObjectKey = name.parse().ok()?;
+    let (index, _) = plan.objects.get(&key)?;
+    Some(snapshot.files.get(*index)?.path.as_str())
 }
 
 /// `dest` relative to `root`; both absolute, `dest` strictly under `root`.

@@ -73,7 +73,7 @@ impl Shell for BusyboxShell {
     }
 }
 
-fn repo() -> tempfile::TempDir {
+pub(super) fn repo() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     write(&dir.path().join("train.py"), "print('hi')\n", 0o644);
     write(&dir.path().join("run.sh"), "#!/bin/sh\necho run\n", 0o755);
@@ -83,7 +83,7 @@ fn repo() -> tempfile::TempDir {
     dir
 }
 
-fn request(code: &Path, root: &Path, run: &str, mode: Materialize) -> ShipRequest {
+pub(super) fn request(code: &Path, root: &Path, run: &str, mode: Materialize) -> ShipRequest {
     ShipRequest {
         snapshot: Snapshot::collect(code, SnapshotMode::Dirty).unwrap(),
         root: root.to_str().unwrap().to_owned(),
@@ -100,7 +100,7 @@ fn request(code: &Path, root: &Path, run: &str, mode: Materialize) -> ShipReques
 }
 
 /// Every file of `code` is in `run` with the same bytes, mode bits and symlink targets.
-fn assert_same_tree(code: &Path, run: &Path) {
+pub(super) fn assert_same_tree(code: &Path, run: &Path) {
     let snapshot = Snapshot::collect(code, SnapshotMode::Dirty).unwrap();
     for file in &snapshot.files {
         let (a, b) = (code.join(&file.path), run.join(&file.path));
@@ -117,7 +117,7 @@ fn assert_same_tree(code: &Path, run: &Path) {
     assert_eq!(shipped, snapshot.files.len(), "no extra files in the run dir");
 }
 
-fn walk(dir: &Path) -> Vec<String> {
+pub(super) fn walk(dir: &Path) -> Vec<String> {
     let mut out = Vec::new();
     for entry in std::fs::read_dir(dir).unwrap() {
         let entry = entry.unwrap();
@@ -255,11 +255,18 @@ async fn a_corrupt_object_is_refused_and_nothing_is_stored() {
         builder.append_data(&mut header, key.path(), &b"wrong"[..])?;
         builder.finish()
     });
+    let len = super::archive::counted_len(|w| stdin(w)).unwrap();
     let err = LocalShell
         .run(ScriptCall {
             script: scripts::UPLOAD,
-            args: vec![objects.to_str().unwrap().into(), root.path().join("in/1").to_str().unwrap().into(), "1".into()],
+            args: vec![
+                objects.to_str().unwrap().into(),
+                root.path().join("in/1").to_str().unwrap().into(),
+                "1".into(),
+                len.to_string(),
+            ],
             stdin: Some(stdin),
+            stdin_len: Some(len),
             progress: None,
             label: "test",
         })
@@ -327,4 +334,57 @@ fn the_run_dir_archive_is_the_same_bytes_every_time_it_is_written() {
     let first = write();
     std::thread::sleep(std::time::Duration::from_millis(1100));
     assert_eq!(first, write());
+}
+
+#[test]
+fn the_object_archive_is_as_long_as_announced_before_a_byte_is_read() {
+    // The exec transport announces the object archive's length up front (the scripts read
+    // exactly that many bytes): a wrong sum would hang or cut the upload.
+    let code = tempfile::tempdir().unwrap();
+    for (name, size) in [("empty", 0), ("one", 1), ("block", 512), ("block1", 513), ("big", 70_000)] {
+        std::fs::write(code.path().join(name), vec![b'x' + (size % 7) as u8; size]).unwrap();
+    }
+    std::fs::write(code.path().join("run.sh"), "#!/bin/sh\n").unwrap();
+    std::fs::set_permissions(code.path().join("run.sh"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let snapshot = Snapshot::collect(code.path(), SnapshotMode::Dirty).unwrap();
+    let plan = StorePlan::new(&snapshot, &snapshot.digests(None).unwrap());
+    let keys: Vec<ObjectKey> = plan.objects.keys().copied().collect();
+    for keys in [&keys[..], &keys[..1], &[]] {
+        let mut out = Vec::new();
+        archive::write_objects(&snapshot, &plan, keys, &mut out).unwrap();
+        assert_eq!(out.len() as u64, archive::objects_len(&plan, keys));
+    }
+}
+
+/// Edits `train.py` in place (same size) just before the upload, then runs the scripts locally.
+struct EditsBeforeUpload {
+    file: std::path::PathBuf,
+}
+
+#[async_trait]
+impl Shell for EditsBeforeUpload {
+    async fn run(&self, call: ScriptCall) -> std::result::Result<Vec<u8>, ShellError> {
+        if call.script == scripts::UPLOAD {
+            std::fs::write(&self.file, "print('HI')\n").unwrap();
+        }
+        LocalShell.run(call).await
+    }
+
+    fn describe(&self) -> String {
+        "local".into()
+    }
+}
+
+#[tokio::test]
+async fn a_file_edited_after_it_was_hashed_fails_the_ship_naming_it_and_stores_nothing() {
+    // The object archive is not hashed again on the way out: the store's check of each object
+    // against its name is what catches the edit, and the error names the file.
+    let (code, root) = (repo(), tempfile::tempdir().unwrap());
+    let shell = EditsBeforeUpload { file: code.path().join("train.py") };
+    let err = ship(&shell, request(code.path(), root.path(), "r1", Materialize::Link)).await.unwrap_err();
+    let message = err.to_string();
+    assert!(message.contains("train.py") && message.contains("changed while it was being shipped"), "{message}");
+    assert!(!root.path().join("p/g/n/r1").exists(), "no run dir");
+    let stored = walk(&root.path().join(OBJECTS_DIR));
+    assert!(stored.is_empty(), "nothing stored: {stored:?}");
 }
