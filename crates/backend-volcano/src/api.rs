@@ -46,6 +46,9 @@ pub type LogReader = Pin<Box<dyn futures::AsyncBufRead + Send>>;
 /// Pod events of a watch, errors mapped.
 pub type PodEvents = Pin<Box<dyn Stream<Item = Result<watcher::Event<Pod>, VolcanoError>> + Send>>;
 
+/// The states of one job in a watch (`None`: it does not exist), errors mapped.
+pub type JobEvents = Pin<Box<dyn Stream<Item = Result<Option<Job>, VolcanoError>> + Send>>;
+
 /// One namespace of one cluster, with the retry policy of its calls.
 #[derive(Clone)]
 pub struct Cluster {
@@ -466,6 +469,18 @@ impl Cluster {
         let this = self.clone();
         let target = self.target::<Pod>("watch", None);
         watcher(self.pods(), config).default_backoff().map_err(move |e| this.map_watch_error(e, &target)).boxed()
+    }
+
+    /// Watches the job `name`: its state on every change (`None` once it does not exist), the
+    /// watch resumed from its `resourceVersion` after a cut and re-listed after `410 Gone`, with
+    /// backoff after errors (which are still reported as items).
+    pub fn watch_job(&self, name: &str) -> JobEvents {
+        let this = self.clone();
+        let target = self.target::<Job>("watch", Some(name));
+        watcher::watch_object(self.jobs(), name)
+            .default_backoff()
+            .map_err(move |e| this.map_watch_error(e, &target))
+            .boxed()
     }
 
     /// Events about the object `kind`/`name` in the namespace, as the apiserver orders them.
