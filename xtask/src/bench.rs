@@ -38,8 +38,11 @@ use serde_json::json;
 
 use crate::e2e::{World, build_binaries, scratch_dir, start_sim_world, text};
 
+mod floor;
+mod follow;
 mod probes;
 mod repo;
+mod scale;
 mod store;
 
 /// Size of each generated file and how many the shipping benchmark submits (50 MiB).
@@ -53,10 +56,10 @@ const SHIP_GOAL_RELEASE: f64 = 20.0;
 /// A `submit --follow` that takes longer than this is killed and the bench fails.
 const FOLLOW_TIMEOUT: Duration = Duration::from_secs(120);
 
-const USAGE: &str = "usage: cargo xtask bench [--runs N] [--release] [--output text|json] [--strict] [--keep] [--only local,sim,store,probes,dist]";
+const USAGE: &str = "usage: cargo xtask bench [--runs N] [--release] [--output text|json] [--strict] [--keep] [--only local,sim,store,probes,dist,scale]";
 
 /// The groups of figures `--only` can pick.
-const GROUPS: &[&str] = &["local", "sim", "store", "probes", "dist"];
+const GROUPS: &[&str] = &["local", "sim", "store", "probes", "dist", "scale"];
 
 struct Options {
     runs: usize,
@@ -90,11 +93,49 @@ struct Measure {
     skipped: Option<String>,
     /// What the figure was computed from (e.g. bytes sent of bytes in the repo).
     note: Option<String>,
+    /// The same quantity for what a user would do by hand (or the raw API), measured in the
+    /// same run, printed beside it.
+    floor: Option<Floor>,
+}
+
+/// The floor of a figure: what it is (e.g. `kubectl logs -f`) and its samples.
+struct Floor {
+    what: String,
+    values: Vec<f64>,
+}
+
+/// The median of `values` (which must not be empty).
+fn median(values: &[f64]) -> f64 {
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 }
 }
 
 impl Measure {
     fn new(name: &'static str, unit: &'static str, goal: Goal) -> Measure {
-        Measure { name, unit, values: Vec::new(), goal, skipped: None, note: None }
+        Measure { name, unit, values: Vec::new(), goal, skipped: None, note: None, floor: None }
+    }
+
+    /// Sets the floor measured beside it.
+    fn with_floor(mut self, what: impl Into<String>, values: Vec<f64>) -> Measure {
+        self.floor = Some(Floor { what: what.into(), values });
+        self
+    }
+
+    /// The floor's text: its median, and this figure's median against it.
+    fn floor_text(&self) -> Option<String> {
+        let floor = self.floor.as_ref()?;
+        if floor.values.is_empty() {
+            return Some(format!("floor ({}): not measured", floor.what));
+        }
+        let f = median(&floor.values);
+        let ratio = if self.values.is_empty() || f == 0.0 {
+            String::new()
+        } else {
+            format!("; this is {:.2}x the floor", median(&self.values) / f)
+        };
+        Some(format!("floor ({}): median {f:.3} {} of {} runs{ratio}", floor.what, self.unit, floor.values.len()))
     }
 
     /// A figure that could not be measured, with the reason.
@@ -104,11 +145,9 @@ impl Measure {
 
     /// Min, median, max.
     fn stats(&self) -> (f64, f64, f64) {
-        let mut v = self.values.clone();
-        v.sort_by(f64::total_cmp);
-        let n = v.len();
-        let median = if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 };
-        (v[0], median, v[n - 1])
+        let min = self.values.iter().copied().fold(f64::INFINITY, f64::min);
+        let max = self.values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        (min, median(&self.values), max)
     }
 
     /// Whether the median meets the goal; a skipped figure is no miss.
@@ -151,6 +190,10 @@ impl Measure {
         }
         if let Some(note) = &self.note {
             doc["note"] = json!(note);
+        }
+        if let Some(floor) = &self.floor {
+            doc["floor"] = json!({"what": floor.what, "values": floor.values,
+                                  "median": (!floor.values.is_empty()).then(|| median(&floor.values))});
         }
         doc
     }
@@ -250,6 +293,9 @@ fn print_table(profile: &str, runs: usize, measures: &[Measure]) {
         if let Some(note) = &m.note {
             println!("    {note}");
         }
+        if let Some(floor) = m.floor_text() {
+            println!("    {floor}");
+        }
     }
 }
 
@@ -260,7 +306,7 @@ fn measure_all(root: &Path, bin: &Path, python: &Path, scratch: &Path, opts: &Op
         measures.extend(local(root, bin, python, scratch, runs)?);
     }
     if opts.wants("sim") {
-        measures.extend(sim(root, bin, scratch, runs, release)?);
+        measures.extend(sim(root, bin, python, scratch, runs, release)?);
     }
     if opts.wants("probes") {
         measures.extend(probes::measure(root, bin, python, scratch, runs)?);
@@ -270,6 +316,9 @@ fn measure_all(root: &Path, bin: &Path, python: &Path, scratch: &Path, opts: &Op
     }
     if opts.wants("dist") {
         measures.extend(dist(root, runs)?);
+    }
+    if opts.wants("scale") {
+        measures.extend(scale::measure(root, bin, scratch, runs)?);
     }
     Ok(measures)
 }
@@ -439,15 +488,15 @@ fn follow_run(mut cmd: Command, scratch: &Path) -> Result<(f64, f64)> {
 }
 
 /// `submit` without `--follow` against the simulator: a small code dir, then 50 MiB.
-fn sim(root: &Path, bin: &Path, scratch: &Path, runs: usize, release: bool) -> Result<Vec<Measure>> {
+fn sim(root: &Path, bin: &Path, python: &Path, scratch: &Path, runs: usize, release: bool) -> Result<Vec<Measure>> {
     let (mut simulator, world) = start_sim_world(root, bin, &scratch.join("sim"), crate::e2e::Rbac::Off)?;
     eprintln!("bench: simulator at {}", simulator.url);
-    let result = sim_measures(&world, scratch, runs, release);
+    let result = sim_measures(&world, python, scratch, runs, release);
     simulator.stop();
     result
 }
 
-fn sim_measures(world: &World, scratch: &Path, runs: usize, release: bool) -> Result<Vec<Measure>> {
+fn sim_measures(world: &World, python: &Path, scratch: &Path, runs: usize, release: bool) -> Result<Vec<Measure>> {
     let submit_args = |name: &str, code: &str| -> Vec<String> {
         format!("submit {name} hello.yaml --code {code} --host e2e --chip cpu --cpu 100m --mem 128Mi")
             .split_whitespace()
@@ -472,7 +521,9 @@ fn sim_measures(world: &World, scratch: &Path, runs: usize, release: bool) -> Re
         ship.values.push(mib / secs);
     }
     eprintln!("bench: sim shipping done");
-    Ok(vec![small, ship])
+    let mut measures = vec![small, ship];
+    measures.extend(follow::measure(world, python, scratch, runs)?);
+    Ok(measures)
 }
 
 fn strs(args: &[String]) -> Vec<&str> {

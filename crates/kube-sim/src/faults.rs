@@ -260,6 +260,11 @@ impl Faults {
         self.lock().requests.clone()
     }
 
+    /// The requests served after the first `from` ones, in order.
+    pub fn requests_since(&self, from: usize) -> Vec<(String, String)> {
+        self.lock().requests.get(from..).map(<[_]>::to_vec).unwrap_or_default()
+    }
+
     pub(crate) fn is_unpullable(&self, image: &str) -> bool {
         self.lock().unpullable_images.contains(image)
     }

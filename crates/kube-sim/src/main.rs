@@ -42,7 +42,9 @@ usage: theseus-kube-sim [options]
   --kubeconfig-exec CMD    the kubeconfig's user runs the exec credential plugin CMD (client.authentication.k8s.io/v1)
   --kubeconfig-host NAME   the kubeconfig's server is https://NAME:PORT (default: the listen address)
   --kubeconfig-namespace NS
-                           the context's namespace (default: default)";
+                           the context's namespace (default: default)
+  --access-log PATH        append `METHOD PATH?QUERY` of every request served to PATH (flushed
+                           every 100 ms and on exit), e.g. to count a command's API requests";
 
 fn main() -> ExitCode {
     let config = match parse(std::env::args().skip(1)) {
@@ -80,6 +82,7 @@ struct Args {
     namespace: String,
     kubeconfig_host: Option<String>,
     faults: FaultArgs,
+    access_log: Option<PathBuf>,
 }
 
 /// The credentials the written kubeconfig carries.
@@ -147,10 +150,59 @@ async fn serve(args: Args) -> Result<(), String> {
             faults.outage(kind, duration);
         });
     }
+    let log = match &args.access_log {
+        Some(path) => Some(AccessLog::open(path)?),
+        None => None,
+    };
+    let flushing = log.clone().map(|log| {
+        let faults = sim.faults();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                log.flush(&faults);
+            }
+        })
+    });
     shutdown_signal().await;
     eprintln!("theseus-kube-sim: stopping");
+    if let (Some(task), Some(log)) = (flushing, &log) {
+        task.abort();
+        log.flush(&sim.faults());
+    }
     drop(sim);
     Ok(())
+}
+
+/// `--access-log`: every request served, appended as `METHOD PATH?QUERY` lines.
+#[derive(Clone)]
+struct AccessLog {
+    file: std::sync::Arc<std::sync::Mutex<(std::fs::File, usize)>>,
+}
+
+impl AccessLog {
+    fn open(path: &std::path::Path) -> Result<AccessLog, String> {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map_err(|e| format!("failed to open the access log `{}`: {e}", path.display()))?;
+        Ok(AccessLog { file: std::sync::Arc::new(std::sync::Mutex::new((file, 0))) })
+    }
+
+    /// Appends the requests served since the last flush.
+    fn flush(&self, faults: &theseus_kube_sim::Faults) {
+        use std::io::Write as _;
+        let mut guard = self.file.lock().unwrap_or_else(|e| e.into_inner());
+        let (file, written) = &mut *guard;
+        let new = faults.requests_since(*written);
+        let mut text = String::new();
+        for (method, path) in &new {
+            text.push_str(&format!("{method} {path}\n"));
+        }
+        if !text.is_empty() && file.write_all(text.as_bytes()).is_ok() {
+            *written += new.len();
+        }
+    }
 }
 
 async fn shutdown_signal() {
@@ -189,6 +241,7 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Option<Args>, String>
     let mut kubeconfig_host = None;
     let (mut token_file, mut rbac_file) = (None, None);
     let mut faults = FaultArgs::default();
+    let mut access_log = None;
     while let Some(flag) = args.next() {
         if flag == "-h" || flag == "--help" {
             return Ok(None);
@@ -221,6 +274,7 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Option<Args>, String>
             "--unpullable-image" => {
                 sim.unpullable_images.insert(value()?);
             }
+            "--access-log" => access_log = Some(PathBuf::from(value()?)),
             "--pass-env" => sim.host_env_passthrough.push(value()?),
             "--scheduling-delay" => sim.scheduling_delay = Some(seconds(&flag, &value()?)?),
             "--cut-log-streams-after" => faults.cut_logs_after = Some(seconds(&flag, &value()?)?),
@@ -250,7 +304,7 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Option<Args>, String>
         }
         _ => return Err("`--token-auth-file` and `--rbac` go together".into()),
     }
-    Ok(Some(Args { sim, kubeconfig_out, ca_out, user, namespace, kubeconfig_host, faults }))
+    Ok(Some(Args { sim, kubeconfig_out, ca_out, user, namespace, kubeconfig_host, faults, access_log }))
 }
 
 /// Seconds: finite, not negative, at most a day.

@@ -21,6 +21,7 @@ use std::time::Instant;
 use anyhow::{Context, Result, ensure};
 use serde_json::Value;
 
+use super::floor::{self, Sink};
 use super::repo::{self, EXPERIMENT, TempDir};
 use super::{Goal, Measure, SHIP_GOAL_DEBUG, SHIP_GOAL_RELEASE, local_cmd, timed, write_random_code};
 use crate::e2e::{World, start_sim_world, text};
@@ -276,7 +277,7 @@ fn sim(
     let dir = scratch.join("sim-store");
     let (mut simulator, world) = start_sim_world(root, bin, &dir, crate::e2e::Rbac::Off)?;
     eprintln!("bench: simulator at {}", simulator.url);
-    let result = sim_measures(&world, repo, repo_bytes, runs, release);
+    let result = sim_measures(&world, &dir, repo, repo_bytes, runs, release);
     simulator.stop();
     let _ = std::fs::remove_dir_all(&dir);
     result
@@ -288,8 +289,27 @@ fn sim_submit_args(name: &str, code: &Path) -> Vec<String> {
     args
 }
 
-fn sim_measures(world: &World, repo: &Path, repo_bytes: u64, runs: usize, release: bool) -> Result<Vec<Measure>> {
+fn sim_measures(
+    world: &World,
+    scratch: &Path,
+    repo: &Path,
+    repo_bytes: u64,
+    runs: usize,
+    release: bool,
+) -> Result<Vec<Measure>> {
     let cmd = |name: &str| world.theseus_cmd(&strs(&sim_submit_args(name, repo)));
+    let sink = Sink::start(world, "bench-sink", scratch)?;
+    // The repo's first ship (an empty store), then the by-hand floor.
+    let (first, _) = submit(cmd("bench-first-sim"), "first submit of the repo (sim)")?;
+    let floor = sink.pipe_tar(floor::git_archive(repo), &floor::pvc_dest(world, "repo"))?;
+    let mut first_ship = Measure::new("first ship of 10k files, sim: submit wall time", "s", Goal::Below(60.0))
+        .with_floor("git archive HEAD | kubectl exec -i POD -- tar -x", vec![floor]);
+    first_ship.values.push(first);
+    let mut first_ratio = Measure::new("first ship of 10k files, sim / its floor", "x", Goal::AtMost(1.0 / 0.75));
+    first_ratio.values.push(first / floor);
+    eprintln!("bench: first ship of the repo (sim) done");
+    // The same code again: everything is in the store.
+    let hits = store_hit(world, &cmd)?;
     let (sent, wall) = reship("sim", 2.0, repo, repo_bytes, runs, &cmd)?;
 
     let big = TempDir::new("big", false)?;
@@ -334,8 +354,48 @@ fn sim_measures(world: &World, repo: &Path, repo_bytes: u64, runs: usize, releas
         rate.values.push(mib(bytes) / timed(theseus, "theseus submit of 500 MiB (sim)")?);
         rss.skipped = Some("no /usr/bin/time to read the peak RSS with".into());
     }
+    let floor_secs = sink.pipe_tar(floor::tar_of(big.path()), &floor::pvc_dest(world, "big"))?;
+    let floor_rate = mib(bytes) / floor_secs;
+    let mut big_ratio = Measure::new("first ship of 500 MiB, sim: rate / its floor's", "x", Goal::Above(0.75));
+    big_ratio.values = rate.values.iter().map(|r| r / floor_rate).collect();
+    let rate = rate.with_floor("tar -c | kubectl exec -i POD -- tar -x", vec![floor_rate]);
     eprintln!("bench: 500 MiB first ship done");
-    Ok(vec![sent, wall, rate, rss])
+    let mut out = vec![first_ship, first_ratio];
+    out.extend(hits);
+    out.extend([sent, wall, rate, big_ratio, rss]);
+    Ok(out)
+}
+
+/// A submit of code the store already holds: its API requests and the vcjobs it creates (a
+/// helper, then the job; the goal is the job alone), from the simulator's access log.
+fn store_hit(world: &World, cmd: &dyn Fn(&str) -> Command) -> Result<Vec<Measure>> {
+    let (requests, jobs) = ("store-hit submit, sim: API requests", "store-hit submit, sim: vcjobs created");
+    let Some(log) = &world.access_log else {
+        let why = "the simulator keeps no access log";
+        return Ok(vec![
+            Measure::skipped(requests, "n", Goal::AtMost(40.0), why),
+            Measure::skipped(jobs, "n", Goal::AtMost(1.0), why),
+        ]);
+    };
+    let served = || -> Result<Vec<String>> {
+        // The simulator flushes its log every 100 ms.
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        Ok(std::fs::read_to_string(log)?.lines().map(str::to_owned).collect())
+    };
+    let before = served()?.len();
+    let (secs, _) = submit(cmd("bench-store-hit"), "store-hit submit (sim)")?;
+    let lines = served()?.split_off(before);
+    let created = lines
+        .iter()
+        .filter(|l| l.starts_with("POST ") && l.contains("/apis/batch.volcano.sh/") && !l.contains("dryRun"))
+        .count();
+    let mut requests = Measure::new(requests, "n", Goal::AtMost(40.0));
+    requests.values.push(lines.len() as f64);
+    requests.note = Some(format!("wall time {secs:.2} s"));
+    let mut jobs = Measure::new(jobs, "n", Goal::AtMost(1.0));
+    jobs.values.push(created as f64);
+    eprintln!("bench: store-hit submit (sim) done");
+    Ok(vec![requests, jobs])
 }
 
 #[cfg(test)]

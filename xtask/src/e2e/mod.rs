@@ -149,6 +149,8 @@ pub(crate) struct World {
     pub(crate) kubectl_ca: Option<PathBuf>,
     /// Extra environment of every `theseus` command (a pass's proxy variables).
     pub(crate) env: Vec<(String, String)>,
+    /// The simulator's `--access-log` (every request it served), when the target is it.
+    pub(crate) access_log: Option<PathBuf>,
 }
 
 impl World {

@@ -250,6 +250,8 @@ fn start_world_with(
     }
     let ca = scratch.join("ca.pem");
     args.extend(["--ca-out".to_owned(), ca.display().to_string()]);
+    let access_log = scratch.join("access.log");
+    args.extend(["--access-log".to_owned(), access_log.display().to_string()]);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let sim =
         SimProcess::start(&bin.join("theseus-kube-sim"), &args, &scratch.join("sim"), &home.join(".kube/config"))?;
@@ -277,6 +279,7 @@ fn start_world_with(
         kubectl_token: admin_token,
         kubectl_ca: Some(ca),
         env: Vec::new(),
+        access_log: Some(access_log),
     };
     Ok((sim, world))
 }

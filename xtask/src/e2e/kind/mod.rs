@@ -123,6 +123,7 @@ pub(crate) fn e2e(root: &Path, flags: &Flags) -> Result<()> {
             kubectl_token: None,
             kubectl_ca: None,
             env: Vec::new(),
+            access_log: None,
         };
         eprintln!("e2e: cluster ready after {:.1}s", started.elapsed().as_secs_f64());
         scenarios::run_all(&world, &flags.only, false)
