@@ -11,6 +11,11 @@ use kube::runtime::watcher::Event;
 use crate::api::{Cluster, PodEvents};
 use crate::error::VolcanoError;
 
+/// How long the pods' watch may go without news after the vcjob is gone before the pods it
+/// shows undeleted are taken for stragglers (the garbage collector deletes a job's pods soon
+/// after the job; theseus deletes those it left).
+const STRAGGLER_GRACE: Duration = Duration::from_secs(1);
+
 /// The job's pods as a watch shows them: by name, whether their deletion has begun. Only
 /// names are kept, never the pods.
 #[derive(Debug, Default)]
@@ -53,8 +58,7 @@ impl Left {
         !self.listing && self.pods.is_empty()
     }
 
-    /// Pods whose deletion has not begun (the job is gone: the garbage collector deletes them,
-    /// and theseus deletes stragglers itself), marked as deleting.
+    /// Pods whose deletion has not begun, marked as deleting.
     fn stragglers(&mut self) -> Vec<String> {
         let names: Vec<String> = self.pods.iter().filter(|(_, deleting)| !**deleting).map(|(n, _)| n.clone()).collect();
         for name in &names {
@@ -99,17 +103,24 @@ pub(crate) async fn delete_and_confirm(
     let wait = async {
         cluster.wait_job_gone(name, timeout).await?;
         if let Some(pods) = pods.as_mut() {
+            // The watch has not been read since its first list: pods are stragglers only once
+            // it has caught up (no news for a moment) and still shows them undeleted.
+            let mut caught_up = false;
             loop {
-                for pod in left.stragglers() {
-                    cluster.delete_pod(&pod).await?;
-                }
                 if left.gone() {
                     return Ok(());
                 }
-                match tokio::time::timeout(silence, pods.next()).await {
+                let wait = if caught_up { silence } else { STRAGGLER_GRACE.min(silence) };
+                match tokio::time::timeout(wait, pods.next()).await {
                     Ok(Some(event)) => {
                         if !left.apply(event) {
                             break;
+                        }
+                    }
+                    Err(_) if !caught_up => {
+                        caught_up = true;
+                        for pod in left.stragglers() {
+                            cluster.delete_pod(&pod).await?;
                         }
                     }
                     _ => break,

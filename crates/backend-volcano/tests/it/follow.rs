@@ -26,7 +26,7 @@ fn harness(world: &World) -> Harness {
     harness_polling(world, Duration::from_millis(200))
 }
 
-fn harness_polling(world: &World, poll_interval: Duration) -> Harness {
+pub(crate) fn harness_polling(world: &World, poll_interval: Duration) -> Harness {
     let settings = Settings {
         helper_start_timeout: Duration::from_secs(20),
         ship_timeout: Duration::from_secs(120),
@@ -112,7 +112,7 @@ async fn follow_reads_to_the_end_when_a_stream_went_silent() {
 
 /// The requests the simulator served from `from` on that list the job's pods (not watches),
 /// read the vcjob, and watch anything.
-fn looks(world: &World, from: usize) -> (usize, usize, usize) {
+pub(crate) fn looks(world: &World, from: usize) -> (usize, usize, usize) {
     let requests = world.sim.requests();
     let requests = &requests[from.min(requests.len())..];
     let watch = |p: &str| p.contains("watch=true") || p.contains("watch=1");
