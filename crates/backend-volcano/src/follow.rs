@@ -18,14 +18,16 @@ use std::time::Duration;
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::watcher::Event;
-use tokio::sync::watch;
+use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use crate::api::{Cluster, JobEvents, PodEvents};
 use crate::error::VolcanoError;
 use crate::handle::HandleData;
-use crate::pod_log::{Contact, PodState, Sender, Source, follow_pod, selector, started, transient, wanted};
+use crate::pod_log::{
+    Contact, MAX_OPEN_LOGS, PodState, Sender, Source, follow_pod, selector, started, transient, wanted,
+};
 use crate::types::{Job, TERMINAL_PHASES};
 
 /// How `--follow` waits and reconnects.
@@ -70,6 +72,8 @@ struct Readers<'a> {
     /// Names of the pods whose reader started (a pod recreated under its name counts once).
     names: HashSet<String>,
     tasks: JoinSet<Result<(), String>>,
+    /// Permits to hold a pod's log open ([`MAX_OPEN_LOGS`]).
+    open_logs: Arc<Semaphore>,
 }
 
 impl Readers<'_> {
@@ -94,7 +98,8 @@ impl Readers<'_> {
         let source = Source::of(pod);
         self.names.insert(source.name.clone());
         let (cluster, tx, contact) = (self.cluster.clone(), self.tx.clone(), self.contact.clone());
-        self.tasks.spawn(async move { follow_pod(&cluster, source, receiver, &tx, &contact).await });
+        let open_logs = self.open_logs.clone();
+        self.tasks.spawn(async move { follow_pod(&cluster, source, receiver, &tx, &contact, &open_logs).await });
     }
 
     fn deleted(&mut self, pod: &Pod) {
@@ -133,6 +138,7 @@ pub(crate) async fn follow(
         states: HashMap::new(),
         names: HashSet::new(),
         tasks: JoinSet::new(),
+        open_logs: Arc::new(Semaphore::new(MAX_OPEN_LOGS)),
     };
     let silence = cluster.watch_silence();
     let mut watches = Watches { pods: cluster.watch_pods(&selector(data)), job: Some(cluster.watch_job(&data.job)) };

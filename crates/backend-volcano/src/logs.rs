@@ -1,7 +1,9 @@
 //! `theseus logs` for Volcano: every pod's log, each line tagged with its pod (`[worker-0]`).
 //! Without `-f`, the pods' logs one after the other in rank order; with `-f`, all pods at once
 //! ([`crate::follow`]: watched, never polled), picking up pods the moment their containers
-//! start, until the job is terminal and every pod's log has been read to its end.
+//! start, until the job is terminal and every pod's log has been read to its end. At most
+//! [`crate::pod_log::MAX_OPEN_LOGS`] logs are open at once (each is a connection): the pods of a
+//! bigger gang past those wait for a log to end before theirs is read.
 //!
 //! A log stream that ends is not taken for the container's end: the pod's watch tells, and
 //! while its container runs the log is opened again and the lines already delivered are skipped
@@ -22,7 +24,6 @@ use crate::api::Cluster;
 pub(crate) use crate::follow::FollowSettings;
 use crate::handle::HandleData;
 use crate::pod_log::{Cursor, Sender, Source, log_options, selector, started, wanted};
-use crate::status::rank_of;
 
 /// The log stream of a job.
 pub(crate) fn stream(
@@ -51,15 +52,16 @@ fn tokio_stream_from(mut rx: mpsc::Receiver<theseus_core::Result<LogLine>>) -> L
 }
 
 async fn dump(cluster: &Cluster, data: &HandleData, rank: Option<u32>, tx: &Sender) -> Result<(), String> {
-    let mut pods = cluster.list_pods(&selector(data)).await.map_err(|e| e.to_string())?;
-    pods.retain(|p| wanted(p, rank) && started(p));
-    pods.sort_by_key(|p| rank_of(p).unwrap_or(u32::MAX));
-    if pods.is_empty() && rank.is_some() {
+    // Only what the reads need is kept of the pods, not the pods.
+    let pods = cluster.list_pods(&selector(data)).await.map_err(|e| e.to_string())?;
+    let mut sources: Vec<Source> = pods.iter().filter(|p| wanted(p, rank) && started(p)).map(Source::of).collect();
+    drop(pods);
+    sources.sort_by_key(|s| s.rank.unwrap_or(u32::MAX));
+    if sources.is_empty() && rank.is_some() {
         return Err(format!("no started pod of rank {} in vcjob {}", rank.unwrap_or_default(), data.job));
     }
-    for pod in pods {
+    for source in sources {
         let mut cursor = Cursor::default();
-        let source = Source::of(&pod);
         let reader = cluster.log_stream(&source.name, &log_options(false)).await.map_err(|e| e.to_string())?;
         let _ = cursor.read(reader, &source, tx, true).await;
     }

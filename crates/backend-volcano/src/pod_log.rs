@@ -8,7 +8,7 @@ use std::time::Duration;
 use futures::AsyncBufReadExt as _;
 use k8s_openapi::api::core::v1::Pod;
 use theseus_core::backend::LogLine;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{Semaphore, mpsc, watch};
 use tokio::time::Instant;
 
 use crate::api::Cluster;
@@ -22,6 +22,11 @@ pub(crate) type Sender = mpsc::Sender<theseus_core::Result<LogLine>>;
 
 /// How long a reader waits for news of its pod before it opens a log stream that ended again.
 const REOPEN_PAUSE: Duration = Duration::from_millis(500);
+
+/// How many pods' logs are open at once. Each open log is a connection of its own (with its
+/// TLS and read buffers), so a 1,024-pod gang followed all at once would hold a thousand; past
+/// this many, a pod's reader waits until another's log ends (its pod's end, or the job's).
+pub(crate) const MAX_OPEN_LOGS: usize = 64;
 
 /// The label selector of the job's pods.
 pub(crate) fn selector(data: &HandleData) -> String {
@@ -80,7 +85,7 @@ impl PodState {
 /// Where a pod's lines come from.
 pub(crate) struct Source {
     pub(crate) name: String,
-    rank: Option<u32>,
+    pub(crate) rank: Option<u32>,
     label: String,
 }
 
@@ -243,6 +248,7 @@ pub(crate) async fn follow_pod(
     mut state: watch::Receiver<PodState>,
     tx: &Sender,
     contact: &Contact,
+    open_logs: &Semaphore,
 ) -> Result<(), String> {
     let name = source.name.clone();
     let mut cursor = Cursor::default();
@@ -258,6 +264,7 @@ pub(crate) async fn follow_pod(
             restarts_seen = now.restarts;
             cursor.lines = LineCursor::default();
         }
+        let Ok(open) = open_logs.acquire().await else { return Ok(()) };
         let last = now.ended || nudges.borrow_and_update().terminal;
         match cluster.log_stream(&name, &log_options(!last)).await {
             Ok(reader) => {
@@ -287,6 +294,7 @@ pub(crate) async fn follow_pod(
             // e.g. 400 "container is waiting to start" after a restart: wait for news of the pod.
             Err(e) => tracing::debug!("opening the log of pod {name}: {e}"),
         }
+        drop(open);
         if tx.is_closed() {
             return Ok(());
         }
