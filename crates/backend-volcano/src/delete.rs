@@ -12,8 +12,8 @@ use crate::api::{Cluster, PodEvents};
 use crate::error::VolcanoError;
 
 /// How long the pods' watch may go without news after the vcjob is gone before the pods it
-/// shows undeleted are taken for stragglers (the garbage collector deletes a job's pods soon
-/// after the job; theseus deletes those it left).
+/// still shows undeleted are looked for (the garbage collector deletes a job's pods soon after
+/// the job; theseus deletes those it left).
 const STRAGGLER_GRACE: Duration = Duration::from_secs(1);
 
 /// The job's pods as a watch shows them: by name, whether their deletion has begun. Only
@@ -58,13 +58,9 @@ impl Left {
         !self.listing && self.pods.is_empty()
     }
 
-    /// Pods whose deletion has not begun, marked as deleting.
-    fn stragglers(&mut self) -> Vec<String> {
-        let names: Vec<String> = self.pods.iter().filter(|(_, deleting)| !**deleting).map(|(n, _)| n.clone()).collect();
-        for name in &names {
-            self.pods.insert(name.clone(), true);
-        }
-        names
+    /// Whether the watch shows a pod whose deletion has not begun.
+    fn undeleted(&self) -> bool {
+        self.pods.values().any(|deleting| !deleting)
     }
 }
 
@@ -103,8 +99,9 @@ pub(crate) async fn delete_and_confirm(
     let wait = async {
         cluster.wait_job_gone(name, timeout).await?;
         if let Some(pods) = pods.as_mut() {
-            // The watch has not been read since its first list: pods are stragglers only once
-            // it has caught up (no news for a moment) and still shows them undeleted.
+            // The watch has not been read since its first list, so its view may be stale: when it
+            // has had no news for a moment and still shows undeleted pods, one list says which
+            // pods really are stragglers.
             let mut caught_up = false;
             loop {
                 if left.gone() {
@@ -119,8 +116,8 @@ pub(crate) async fn delete_and_confirm(
                     }
                     Err(_) if !caught_up => {
                         caught_up = true;
-                        for pod in left.stragglers() {
-                            cluster.delete_pod(&pod).await?;
+                        if left.undeleted() {
+                            delete_stragglers(cluster, &cluster.list_pods(&selector).await?).await?;
                         }
                     }
                     _ => break,
@@ -144,16 +141,22 @@ async fn poll_pods_gone(cluster: &Cluster, selector: &str, poll: Duration) -> Re
         if left.is_empty() {
             return Ok(());
         }
-        // Pods are deleted by the garbage collector once the job is gone; delete stragglers.
-        for pod in &left {
-            if pod.metadata.deletion_timestamp.is_none()
-                && let Some(p) = &pod.metadata.name
-            {
-                cluster.delete_pod(p).await?;
-            }
-        }
+        delete_stragglers(cluster, &left).await?;
         tokio::time::sleep(poll).await;
     }
+}
+
+/// Pods are deleted by the garbage collector once their job is gone; deletes those whose
+/// deletion has not begun.
+async fn delete_stragglers(cluster: &Cluster, pods: &[Pod]) -> Result<(), VolcanoError> {
+    for pod in pods {
+        if pod.metadata.deletion_timestamp.is_none()
+            && let Some(p) = &pod.metadata.name
+        {
+            cluster.delete_pod(p).await?;
+        }
+    }
+    Ok(())
 }
 
 /// Deletes the helper vcjob `name`, with a second call when the first failed (an API server
