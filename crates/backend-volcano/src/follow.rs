@@ -268,3 +268,33 @@ async fn drain(mut readers: Readers<'_>, data: &HandleData, settings: FollowSett
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(replicas: &[i32], phase: Option<&str>) -> Job {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "metadata": {"name": "j"},
+            "spec": {"tasks": replicas.iter().map(|r| serde_json::json!({"name": "worker", "replicas": r})).collect::<Vec<_>>()},
+            "status": {"state": {"phase": phase}}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn every_replica_is_expected_or_the_one_rank_asked_for() {
+        let gang = job(&[3, 2], Some("Running"));
+        assert_eq!(expected(&gang, None), 5);
+        assert_eq!(expected(&gang, Some(4)), 1);
+        assert_eq!(expected(&gang, Some(5)), 0, "a rank the job does not have is never waited for");
+    }
+
+    #[test]
+    fn a_job_that_is_gone_or_finished_is_terminal() {
+        assert!(terminal(None));
+        assert!(terminal(Some(&job(&[1], Some("Completed")))));
+        assert!(!terminal(Some(&job(&[1], Some("Running")))));
+        assert!(!terminal(Some(&job(&[1], None))));
+    }
+}
