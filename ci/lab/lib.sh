@@ -15,10 +15,10 @@ LAB_USER=${THESEUS_LAB_USER:-theseus-test}
 LAB_TCSH_USER=${THESEUS_LAB_TCSH_USER:-$LAB_USER-tcsh}
 LAB_FISH_USER=${THESEUS_LAB_FISH_USER:-$LAB_USER-fish}
 LAB_USER_GECOS="theseus lab test user"
-# Packages the lab (and other tests: busybox; the proxy tests: tinyproxy) needs; installed only
+# Packages the lab (and other tests: busybox; the proxy tests: tinyproxy; the log follows: inotify-tools) needs; installed only
 # when one is missing (before the tests, so that parallel tests never race for the dpkg lock).
 LAB_PACKAGES=(openssh-server openssh-client slurm-wlm slurmctld slurmd slurm-client munge socat
-  iproute2 util-linux procps busybox python3 python3-venv tcsh fish zsh tinyproxy)
+  iproute2 util-linux procps busybox python3 python3-venv tcsh fish zsh tinyproxy inotify-tools)
 
 log() { echo "lab: $*" >&2; }
 die() { echo "lab: error: $*" >&2; exit 1; }

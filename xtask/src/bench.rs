@@ -16,7 +16,10 @@
 //!   simulator (MiB/s and the `theseus` process's peak RSS); a local first ship against
 //!   `git archive HEAD | tar -x` as a ratio;
 //! - probes ([`probes`]): `plan` over 50 hosts whose port refuses and over 5 that accept TCP and
-//!   never speak SSH.
+//!   never speak SSH;
+//! - hosts ([`follow_end`]): how soon `submit --follow` exits after its job's last write on the
+//!   local host, a plain host over the lab's sshd and the lab's Slurm, each beside its by-hand
+//!   floor (`sh`, `ssh HOST sh -c`, `ssh LOGIN srun`).
 //!
 //! A figure that cannot be measured here (no lab, a field the binary does not report) is printed
 //! as skipped with the reason, never made up; it does not count as a miss. `--only GROUP,...`
@@ -40,6 +43,7 @@ use crate::e2e::{World, build_binaries, scratch_dir, start_sim_world, text};
 
 mod floor;
 mod follow;
+mod follow_end;
 mod probes;
 mod repo;
 mod scale;
@@ -56,10 +60,10 @@ const SHIP_GOAL_RELEASE: f64 = 20.0;
 /// A `submit --follow` that takes longer than this is killed and the bench fails.
 const FOLLOW_TIMEOUT: Duration = Duration::from_secs(120);
 
-const USAGE: &str = "usage: cargo xtask bench [--runs N] [--release] [--output text|json] [--strict] [--keep] [--only local,sim,store,probes,dist,scale]";
+const USAGE: &str = "usage: cargo xtask bench [--runs N] [--release] [--output text|json] [--strict] [--keep] [--only local,sim,store,probes,dist,scale,hosts]";
 
 /// The groups of figures `--only` can pick.
-const GROUPS: &[&str] = &["local", "sim", "store", "probes", "dist", "scale"];
+const GROUPS: &[&str] = &["local", "sim", "store", "probes", "dist", "scale", "hosts"];
 
 struct Options {
     runs: usize,
@@ -173,6 +177,9 @@ impl Measure {
 
     fn goal_text(&self) -> String {
         let (op, g) = self.goal_parts();
+        // At most 3 decimals: a goal of 1/0.75 reads 1.333.
+        let g = format!("{g:.3}");
+        let g = g.trim_end_matches('0').trim_end_matches('.');
         format!("{op} {g} {}", self.unit)
     }
 
@@ -319,6 +326,9 @@ fn measure_all(root: &Path, bin: &Path, python: &Path, scratch: &Path, opts: &Op
     }
     if opts.wants("scale") {
         measures.extend(scale::measure(root, bin, scratch, runs)?);
+    }
+    if opts.wants("hosts") {
+        measures.extend(follow_end::measure(bin, python, runs)?);
     }
     Ok(measures)
 }

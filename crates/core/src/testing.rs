@@ -51,6 +51,12 @@ elif mode == "serve":
         conn, _ = server.accept()
         conn.sendall(b"conformance-port\n")
         conn.close()
+elif mode == "last":
+    print("conformance: first", flush=True)
+    time.sleep(float(sys.argv[2]))
+    sys.stdout.write("conformance: last\n")
+    sys.stdout.flush()
+    os._exit(0)
 elif mode == "env":
     names = sys.argv[2:]
     out = {"env": {n: os.environ.get(n) for n in names}, "config": json.load(open(os.environ["THESEUS_CONFIG"]))}
@@ -170,6 +176,19 @@ pub async fn check_logs_follow_until_end(h: &Harness) {
     let expected: Vec<_> = (0..5).map(|i| format!("conformance: line {i}")).collect();
     assert_eq!(ours, expected, "all logs: {logs:?}");
     assert!(h.backend.status(&handle).await.unwrap().state.is_terminal(), "follow ended before the job");
+}
+
+/// A follow started while the job is idle ends after the job, although nothing is written to
+/// the log after its end, and it has the job's last line, written right before its end (the
+/// process exits at once after it).
+pub async fn check_follow_keeps_the_last_line_and_ends(h: &Harness) {
+    let (job, _dir) = prepare(h, "conf-last", &["last", "2"], vec![], serde_json::json!({})).await.unwrap();
+    let handle = h.backend.submit(&job, &SubmitOptions::default()).await.expect("submit");
+    let logs = all_logs(h, &handle, true).await;
+    let ours: Vec<_> = logs.iter().filter(|l| l.starts_with("conformance: ")).cloned().collect();
+    assert_eq!(ours, ["conformance: first", "conformance: last"], "all logs: {logs:?}");
+    let status = h.backend.status(&handle).await.unwrap();
+    assert_eq!(status.state, JobState::Completed, "the follow ended before the job: {status:?}");
 }
 
 /// Environment values (hostile ones included, secrets included) and the config reach the job

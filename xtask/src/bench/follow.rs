@@ -166,7 +166,9 @@ pub(super) fn measure(world: &World, python: &Path, scratch: &Path, runs: usize)
         let run = follow(world.theseus_cmd(&super::strs(&args)), &dir, "theseus submit --follow")?;
         ensure!(run.success, "theseus submit --follow failed:\n{}", run.stderr);
         let (l, e, t) = run.latencies("theseus submit --follow")?;
-        (line.push(l), end.push(e), total.push(t));
+        line.push(l);
+        end.push(e);
+        total.push(t);
 
         let name = format!("bench-floor-{i}");
         let manifest = dir.join(format!("{name}.yaml"));
@@ -178,7 +180,9 @@ pub(super) fn measure(world: &World, python: &Path, scratch: &Path, runs: usize)
         ensure!(out.status.success(), "kubectl create failed: {}", text(&out.stderr));
         let floor = kubectl_logs(world, &format!("{name}-worker-0"), &dir, started)?;
         let (l, e, t) = floor.latencies("kubectl logs -f")?;
-        (line_floor.push(l), end_floor.push(e), total_floor.push(t));
+        line_floor.push(l);
+        end_floor.push(e);
+        total_floor.push(t);
         let mut delete = kubectl(world);
         delete.args(["delete", "vcjob", &name, "--wait=false"]);
         let _ = delete.output();
@@ -218,9 +222,11 @@ pub(super) fn measure(world: &World, python: &Path, scratch: &Path, runs: usize)
         let (ours, theirs) = (ours?, theirs?);
         ensure!(ours.success, "theseus logs -f failed:\n{}", ours.stderr);
         let (l, e, _) = ours.latencies("theseus logs -f")?;
-        (line.push(l), end.push(e));
+        line.push(l);
+        end.push(e);
         let (l, e, _) = theirs.latencies("kubectl logs -f")?;
-        (line_floor.push(l), end_floor.push(e));
+        line_floor.push(l);
+        end_floor.push(e);
     }
     eprintln!("bench: logs -f latency done");
     let kubectl = "kubectl logs -f of the same pod, started at the same moment";

@@ -508,8 +508,11 @@ impl Backend for SlurmBackend {
         };
         let handle = &JobHandle { id, ..handle.clone() };
         let cmd = if options.follow {
-            RemoteCommand::script(scripts::FOLLOW_LOG, [data.log_file.clone(), handle.id.clone()])
-                .label(format!("log follow of `{}`", data.log_file))
+            run_dir::follow_command(
+                scripts::FOLLOW_LOG,
+                [data.log_file.clone(), handle.id.clone(), data.run_dir.clone(), data.nodes.max(1).to_string()],
+            )
+            .label(format!("log follow of `{}`", data.log_file))
         } else {
             RemoteCommand::script(run_dir::CAT_LOG, [data.log_file.clone()]).label(format!("cat `{}`", data.log_file))
         };

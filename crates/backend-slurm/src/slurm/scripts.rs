@@ -188,15 +188,30 @@ printf '%s\n' "$out"
 pub(crate) const NODE_ADDR: &str = r#"unset SLURM_TIME_FORMAT; scontrol show node "$1" -o 2>/dev/null | sed -n 's/.*NodeAddr=\([^ ]*\).*/\1/p' | head -n1
 "#;
 
-/// `LOG_FILE JOB_ID`: the log from the start, then new bytes as they are written, until Slurm
-/// reports the job finished (a final state, or the job is no longer known), asked every fifth
-/// round ([`theseus_backend_ssh::run_dir::follow_loop!`]); Slurm leaves the `COMPLETING` state only once
-/// every step's output is written.
+/// `LOG_FILE JOB_ID RUN_DIR NODES` (bash): the log from the start, then new bytes as they are
+/// written, until Slurm reports the job finished (a final state, or the job is no longer known)
+/// ([`theseus_backend_ssh::run_dir::follow_loop!`]); Slurm leaves the `COMPLETING` state only
+/// once every step's output is written, so its word is what ends the follow, also for a job
+/// ended from outside (`scancel`, its time limit, a node's failure). Slurm is asked once a
+/// second, and every 0.1 s (for 50 looks at most: a slow epilog) once every node's bootstrap
+/// recorded its end in the run dir (`metadata*.json`): the job ends in moments then. The log is
+/// written on the nodes, which inotify on the login node does not see on shared storage: a
+/// round comes at least every 0.2 s.
 pub(crate) const FOLLOW_LOG: &str = concat!(
     unset_slurm_env!(),
-    r#"log=$1; job=$2
+    r#"log=$1; job=$2; run_dir=$3; nodes=$4; watch=$run_dir; tick=0.2; hurried=0
+ended() {
+  n=$(grep -lE '"status": "(completed|failed|preempted)"' -- "$run_dir"/metadata.json "$run_dir"/metadata.rank-*.json 2>/dev/null | wc -l)
+  [ "$n" -ge "$nodes" ]
+}
 finished() {
-  [ $(($1 % 5)) -eq 0 ] || return 1
+  if [ "$hurry" = 1 ]; then
+    hurried=$((hurried + 1))
+    [ "$hurried" -gt 50 ] && hurry=0
+  elif [ "$hurried" = 0 ] && ended; then
+    hurry=1
+  fi
+  [ "$1" = 1 ] || [ "$hurry" = 1 ] || return 1
   out=$(squeue --noheader --states=all --format=%T --jobs "$job" 2>&1) && rc=0 || rc=$?
   if [ "$rc" -ne 0 ]; then
     case "$out" in *"Invalid job id"*) return 0 ;; *) return 1 ;; esac
@@ -408,7 +423,7 @@ mod tests {
             ("claim", CLAIM, "sh"),
             ("cancel unsubmitted", CANCEL_UNSUBMITTED, "sh"),
             ("steps", STEPS, "sh"),
-            ("follow", FOLLOW_LOG, "sh"),
+            ("follow", FOLLOW_LOG, "bash"),
             ("reclaim live", RECLAIM_LIVE, "sh"),
         ] {
             let out = std::process::Command::new(shell).arg("-n").arg("-c").arg(script).output().unwrap();

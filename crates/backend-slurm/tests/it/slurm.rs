@@ -255,6 +255,16 @@ async fn slurm_backend_passes_the_conformance_suite() {
     eprintln!("slurm conformance suite took {:?} with {} connection(s)", started.elapsed(), ssh.connect_attempts());
 }
 
+/// Issue 25: a follow ends after the job although nothing is written to its log after the end
+/// (the end is Slurm's word, asked sooner once the bootstrap recorded it), with the last line
+/// the job wrote right before its end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follow_ends_after_the_job_with_its_last_line() {
+    let lab = require_slurm!();
+    let (b, ssh) = backend(lab, "follow-end", host());
+    testing::check_follow_keeps_the_last_line_and_ends(&harness(b, ssh, plan("cpu", 1, 0))).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn availability_from_live_sinfo_picks_the_partition_and_node_count() {
     let lab = require_slurm!();

@@ -300,8 +300,11 @@ impl Backend for PlainBackend {
     async fn logs(&self, handle: &JobHandle, options: &LogOptions) -> Result<LogStream> {
         let data = self.data(handle)?;
         let cmd = if options.follow {
-            RemoteCommand::script(scripts::FOLLOW_LOG, [data.log_file.clone(), data.run_dir.clone(), handle.id.clone()])
-                .label(format!("log follow of `{}`", data.log_file))
+            run_dir::follow_command(
+                scripts::FOLLOW_LOG,
+                [data.log_file.clone(), data.run_dir.clone(), handle.id.clone()],
+            )
+            .label(format!("log follow of `{}`", data.log_file))
         } else {
             RemoteCommand::script(run_dir::CAT_LOG, [data.log_file.clone()]).label(format!("cat `{}`", data.log_file))
         };

@@ -149,16 +149,17 @@ echo "left=$(job_pids "$run" "$run_dir" | tr '\n' ' ')"
 "#
 );
 
-/// `LOG_FILE RUN_DIR RUN_ID`: the log from the start, then new bytes as they are written, until
-/// the run is over: it left an exit code, or (looked at every fifth round) no process of it
-/// is left ([`crate::run_dir::follow_loop!`]).
+/// `LOG_FILE RUN_DIR RUN_ID` (bash): the log from the start, then new bytes as they are
+/// written, until the run is over: it left an exit code (the supervisor writes it once every
+/// rank's output is in the log; watched in the run dir), or (looked at once a second) no
+/// process of it is left ([`crate::run_dir::follow_loop!`]).
 pub(crate) const FOLLOW_LOG: &str = concat!(
     job_pids_fn!(),
     r#"
-log=$1; run_dir=$2; run=$3
+log=$1; run_dir=$2; run=$3; watch=$run_dir
 finished() {
   [ -e "$run_dir/exit_code" ] && return 0
-  [ $(($1 % 5)) -eq 0 ] && [ -z "$(job_pids "$run" "$run_dir")" ]
+  [ "$1" = 1 ] && [ -z "$(job_pids "$run" "$run_dir")" ]
 }
 "#,
     crate::run_dir::follow_loop!()

@@ -96,6 +96,15 @@ async fn plain_backend_passes_the_conformance_suite() {
     assert_eq!(partials(&s.root.join("work")), Vec::<String>::new());
 }
 
+/// Issue 25: a follow ends after the job although nothing is written to its log after the end
+/// (the exit code seen in the run dir), with the last line the job wrote right before its end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follow_ends_after_the_job_with_its_last_line() {
+    let lab = require_lab!();
+    let s = setup(lab, "follow-end", quick());
+    testing::check_follow_keeps_the_last_line_and_ends(&harness(&s)).await;
+}
+
 /// A fake `nvidia-smi` printing the given GPU and process listings.
 fn fake_nvidia_smi(dir: &Path, gpus: &str, apps: &str) -> String {
     std::fs::write(dir.join("gpus.txt"), gpus).unwrap();

@@ -1,16 +1,24 @@
-//! Reading and following the log file of a local run as a stream of lines.
+//! Reading and following the log file of a local run as a stream of lines. A follow waits
+//! between reads for a change of the log's dir or the run dir (inotify, [`super::watch`]: a
+//! write, the exit code), for at most [`WAIT_AT_MOST`], or [`POLL`] where it cannot watch.
 
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
+use super::supervisor::files;
+use super::watch::Changes;
 use super::{LocalHandleData, read_status};
 use crate::backend::{JobState, LogLine, LogOptions, LogStream};
 use crate::{Error, Result};
 
+/// The wait between reads where the run's dirs cannot be watched.
 const POLL: Duration = Duration::from_millis(200);
+/// The longest wait between reads of a watched run (the end of a run whose processes died
+/// without an exit code shows in its status, not in its files).
+const WAIT_AT_MOST: Duration = Duration::from_secs(1);
 /// Delay before a second look at an `Unknown` state.
 const RECHECK: Duration = Duration::from_millis(500);
 
@@ -22,12 +30,26 @@ struct Tail {
     partial: String,
     draining: bool,
     done: bool,
+    /// Changes of the log's dir and the run dir, watched from before the first read.
+    changes: Option<Changes>,
+    /// When the run's status was last read (its processes looked for).
+    checked: Option<Instant>,
 }
 
 /// Lines of the run's log. With `follow`, waits for new lines until the run is terminal and the
 /// file is read to its end.
 pub(crate) fn stream(run_id: String, data: LocalHandleData, options: LogOptions) -> LogStream {
-    let tail = Tail { run_id, data, options, reader: None, partial: String::new(), draining: false, done: false };
+    let tail = Tail {
+        run_id,
+        data,
+        options,
+        reader: None,
+        partial: String::new(),
+        draining: false,
+        done: false,
+        changes: None,
+        checked: None,
+    };
     futures::stream::unfold(tail, |mut tail| async move {
         loop {
             if tail.done {
@@ -63,6 +85,11 @@ fn parse(line: &str) -> LogLine {
 }
 
 async fn next_line(tail: &mut Tail) -> Result<Option<String>> {
+    if tail.options.follow && tail.changes.is_none() {
+        let dirs: Vec<&std::path::Path> =
+            tail.data.log_file.parent().into_iter().chain([tail.data.run_dir.as_path()]).collect();
+        tail.changes = Some(Changes::watch(&dirs));
+    }
     loop {
         if tail.reader.is_none() {
             match tokio::fs::File::open(&tail.data.log_file).await {
@@ -73,10 +100,10 @@ async fn next_line(tail: &mut Tail) -> Result<Option<String>> {
                     }
                     // A short job may start, write its log and end between the failed open
                     // and this look: once the run is over, open once more and read what it left.
-                    if terminal(tail).await {
+                    if ended(tail).await {
                         tail.draining = true;
                     } else {
-                        tokio::time::sleep(POLL).await;
+                        wait(tail).await;
                     }
                     continue;
                 }
@@ -105,13 +132,32 @@ async fn next_line(tail: &mut Tail) -> Result<Option<String>> {
             }
             return Ok(Some(std::mem::take(&mut tail.partial)));
         }
-        if terminal(tail).await {
+        if ended(tail).await {
             // One more pass reads what was written between the last read and the exit.
             tail.draining = true;
             continue;
         }
-        tokio::time::sleep(POLL).await;
+        wait(tail).await;
     }
+}
+
+/// Waits for a change of the run's files (or [`POLL`]).
+async fn wait(tail: &mut Tail) {
+    match tail.changes.as_mut() {
+        Some(changes) => changes.wait(WAIT_AT_MOST, POLL).await,
+        None => tokio::time::sleep(POLL).await,
+    }
+}
+
+/// Whether the run has ended, looked at after each change: at once when it left its exit code,
+/// else (a look for its processes costs a scan of `/proc`) at most every [`POLL`].
+async fn ended(tail: &mut Tail) -> bool {
+    let exited = tail.data.run_dir.join(files::EXIT_CODE).exists();
+    if !exited && tail.checked.is_some_and(|at| at.elapsed() < POLL) {
+        return false;
+    }
+    tail.checked = Some(Instant::now());
+    terminal(tail).await
 }
 
 /// Whether the run has ended. `Unknown` (no process found and no exit code) is taken for the end

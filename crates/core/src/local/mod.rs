@@ -24,6 +24,7 @@ pub mod process;
 mod reclaim;
 mod ship;
 pub mod supervisor;
+mod watch;
 
 use std::fmt;
 use std::path::{Path, PathBuf};

@@ -42,6 +42,13 @@ async fn local_backend_passes_the_conformance_suite() {
     testing::run_all(&harness(dir.path(), 1)).await;
 }
 
+/// Issue 25: a follow ends after the job with its last line, nothing written after the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follow_ends_after_the_job_with_its_last_line() {
+    let dir = tempfile::tempdir().unwrap();
+    testing::check_follow_keeps_the_last_line_and_ends(&harness(dir.path(), 1)).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ranks_get_their_own_wiring_and_prefixed_logs() {
     let dir = tempfile::tempdir().unwrap();
