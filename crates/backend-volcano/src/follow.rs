@@ -11,14 +11,14 @@
 //! pods the job should have are still unseen, the watches are started afresh. Without the right
 //! to watch vcjobs (an older Role), the job is looked at every [`FollowSettings::poll`] instead.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::watcher::Event;
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
@@ -72,8 +72,8 @@ struct Readers<'a> {
     /// Names of the pods whose reader started (a pod recreated under its name counts once).
     names: HashSet<String>,
     tasks: JoinSet<Result<(), String>>,
-    /// Permits to hold a pod's log open ([`MAX_OPEN_LOGS`]).
-    open_logs: Arc<Semaphore>,
+    /// Started pods waiting for a reader ([`MAX_OPEN_LOGS`] read at once).
+    waiting: VecDeque<(Source, watch::Receiver<PodState>)>,
 }
 
 impl Readers<'_> {
@@ -97,9 +97,30 @@ impl Readers<'_> {
         self.states.insert(uid, state);
         let source = Source::of(pod);
         self.names.insert(source.name.clone());
+        if source.rank == Some(0) || self.tasks.len() < MAX_OPEN_LOGS {
+            self.read(source, receiver);
+        } else {
+            self.waiting.push_back((source, receiver));
+        }
+    }
+
+    fn read(&mut self, source: Source, receiver: watch::Receiver<PodState>) {
         let (cluster, tx, contact) = (self.cluster.clone(), self.tx.clone(), self.contact.clone());
-        let open_logs = self.open_logs.clone();
-        self.tasks.spawn(async move { follow_pod(&cluster, source, receiver, &tx, &contact, &open_logs).await });
+        self.tasks.spawn(async move { follow_pod(&cluster, source, receiver, &tx, &contact).await });
+    }
+
+    /// A reader ended: waiting pods get readers while there is room.
+    fn ended(&mut self, done: Result<Result<(), String>, tokio::task::JoinError>) -> Result<(), String> {
+        if let Ok(Err(e)) = done {
+            self.tasks.abort_all();
+            return Err(e);
+        }
+        while self.tasks.len() < MAX_OPEN_LOGS
+            && let Some((source, receiver)) = self.waiting.pop_front()
+        {
+            self.read(source, receiver);
+        }
+        Ok(())
     }
 
     fn deleted(&mut self, pod: &Pod) {
@@ -138,7 +159,7 @@ pub(crate) async fn follow(
         states: HashMap::new(),
         names: HashSet::new(),
         tasks: JoinSet::new(),
-        open_logs: Arc::new(Semaphore::new(MAX_OPEN_LOGS)),
+        waiting: VecDeque::new(),
     };
     let silence = cluster.watch_silence();
     let mut watches = Watches { pods: cluster.watch_pods(&selector(data)), job: Some(cluster.watch_job(&data.job)) };
@@ -182,12 +203,7 @@ pub(crate) async fn follow(
                     None => watches.job = Some(cluster.watch_job(&data.job)),
                 }
             }
-            Some(done) = readers.tasks.join_next(), if !readers.tasks.is_empty() => {
-                if let Ok(Err(e)) = done {
-                    readers.tasks.abort_all();
-                    return Err(e);
-                }
-            }
+            Some(done) = readers.tasks.join_next(), if !readers.tasks.is_empty() => readers.ended(done)?,
             () = tokio::time::sleep_until(look_at) => {
                 last_news = Instant::now();
                 match cluster.get_job(&data.job).await {
@@ -250,9 +266,7 @@ async fn drain(mut readers: Readers<'_>, data: &HandleData, settings: FollowSett
     readers.contact.finish();
     let drain = async {
         while let Some(done) = readers.tasks.join_next().await {
-            if let Ok(Err(e)) = done {
-                return Err(e);
-            }
+            readers.ended(done)?;
         }
         Ok(())
     };

@@ -1,10 +1,10 @@
 //! `theseus logs` for Volcano: every pod's log, each line tagged with its pod (`[worker-0]`).
 //! Without `-f`, the pods' logs one after the other in rank order; with `-f`, all pods at once
 //! ([`crate::follow`]: watched, never polled), picking up pods the moment their containers
-//! start, until the job is terminal and every pod's log has been read to its end. Besides rank
-//! 0's, at most [`crate::pod_log::MAX_OPEN_LOGS`] logs are open at once (each is a connection):
-//! the pods of a bigger gang past those wait for a log to end before theirs is read (`--rank`
-//! follows any one pod at once).
+//! start, until the job is terminal and every pod's log has been read to its end. At most
+//! [`crate::pod_log::MAX_OPEN_LOGS`] pods are read at once (each open log is a connection), rank
+//! 0 always: the pods of a bigger gang past those wait for a log to end before theirs is read
+//! (`--rank` follows any one pod at once).
 //!
 //! A log stream that ends is not taken for the container's end: the pod's watch tells, and
 //! while its container runs the log is opened again and the lines already delivered are skipped

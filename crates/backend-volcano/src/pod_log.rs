@@ -8,7 +8,7 @@ use std::time::Duration;
 use futures::AsyncBufReadExt as _;
 use k8s_openapi::api::core::v1::Pod;
 use theseus_core::backend::LogLine;
-use tokio::sync::{Semaphore, mpsc, watch};
+use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 use crate::api::Cluster;
@@ -23,11 +23,11 @@ pub(crate) type Sender = mpsc::Sender<theseus_core::Result<LogLine>>;
 /// How long a reader waits for news of its pod before it opens a log stream that ended again.
 const REOPEN_PAUSE: Duration = Duration::from_millis(500);
 
-/// How many pods' logs are open at once, besides rank 0's. Each open log is a connection of its
-/// own (with its TLS and read buffers, about 170 KiB measured), so a 1,024-pod gang followed all
-/// at once would hold a thousand; past this many, a pod's reader waits until another's log ends
-/// (its pod's end, or the job's). Rank 0 (the coordinator, whose output matters most) is always
-/// followed at once.
+/// How many pods' logs are read at once (rank 0's always is, even past it). Each open log is a connection of its
+/// own (with its TLS and read buffers, about 170 KiB measured) and each reader a task, so a
+/// 1,024-pod gang followed all at once held a thousand of each; past this many, a started
+/// pod waits (as its name and rank) until another's reader ends (its pod's end, or the job's).
+/// Rank 0 (the coordinator, whose output matters most) is always read at once.
 pub(crate) const MAX_OPEN_LOGS: usize = 64;
 
 /// The label selector of the job's pods.
@@ -250,7 +250,6 @@ pub(crate) async fn follow_pod(
     mut state: watch::Receiver<PodState>,
     tx: &Sender,
     contact: &Contact,
-    open_logs: &Semaphore,
 ) -> Result<(), String> {
     let name = source.name.clone();
     let mut cursor = Cursor::default();
@@ -266,13 +265,6 @@ pub(crate) async fn follow_pod(
             restarts_seen = now.restarts;
             cursor.lines = LineCursor::default();
         }
-        let open = match source.rank {
-            Some(0) => None,
-            _ => match open_logs.acquire().await {
-                Ok(permit) => Some(permit),
-                Err(_) => return Ok(()),
-            },
-        };
         let last = now.ended || nudges.borrow_and_update().terminal;
         match cluster.log_stream(&name, &log_options(!last)).await {
             Ok(reader) => {
@@ -302,7 +294,6 @@ pub(crate) async fn follow_pod(
             // e.g. 400 "container is waiting to start" after a restart: wait for news of the pod.
             Err(e) => tracing::debug!("opening the log of pod {name}: {e}"),
         }
-        drop(open);
         if tx.is_closed() {
             return Ok(());
         }
