@@ -29,6 +29,9 @@ pub const GROUP_NAME_ANNOTATION: &str = "scheduling.k8s.io/group-name";
 /// Pod label naming the pod's Volcano job.
 pub const JOB_NAME_LABEL: &str = "volcano.sh/job-name";
 
+/// How many pods one page of a pod watch's LIST holds.
+pub const WATCH_PAGE: u32 = 100;
+
 /// What to read of a pod's log.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PodLogOptions {
@@ -462,10 +465,11 @@ impl Cluster {
         self.list(&api, &fields(field_selector)).await
     }
 
-    /// Watches the pods matching `label_selector`: a LIST, then WATCH events, re-listing with
-    /// backoff after errors (which are still reported as items).
+    /// Watches the pods matching `label_selector`: a LIST (in pages of [`WATCH_PAGE`] pods, so
+    /// that a big gang's pods are never all held at once, where the API server pages), then
+    /// WATCH events, re-listing with backoff after errors (which are still reported as items).
     pub fn watch_pods(&self, label_selector: &str) -> PodEvents {
-        let config = watcher::Config::default().labels(label_selector);
+        let config = watcher::Config::default().labels(label_selector).page_size(WATCH_PAGE);
         let this = self.clone();
         let target = self.target::<Pod>("watch", None);
         watcher(self.pods(), config).default_backoff().map_err(move |e| this.map_watch_error(e, &target)).boxed()
