@@ -33,6 +33,9 @@ pub const GROUP_NAME_ANNOTATION: &str = "scheduling.k8s.io/group-name";
 /// Pod label naming the pod's Volcano job.
 pub const JOB_NAME_LABEL: &str = crate::render::JOB_NAME_LABEL;
 
+/// How many pods one page of a pod watch's LIST holds.
+pub const WATCH_PAGE: u32 = 100;
+
 /// What to read of a pod's log.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PodLogOptions {
@@ -49,6 +52,9 @@ pub type LogReader = Pin<Box<dyn futures::AsyncBufRead + Send>>;
 
 /// Pod events of a watch, errors mapped.
 pub type PodEvents = Pin<Box<dyn Stream<Item = Result<watcher::Event<Pod>, VolcanoError>> + Send>>;
+
+/// The states of one job in a watch (`None`: it does not exist), errors mapped.
+pub type JobEvents = Pin<Box<dyn Stream<Item = Result<Option<Job>, VolcanoError>> + Send>>;
 
 /// One namespace of one cluster, with the retry policy of its calls.
 #[derive(Clone)]
@@ -547,13 +553,26 @@ impl Cluster {
         self.list(&api, &fields(field_selector)).await
     }
 
-    /// Watches the pods matching `label_selector`: a LIST, then WATCH events, re-listing with
-    /// backoff after errors (which are still reported as items).
+    /// Watches the pods matching `label_selector`: a LIST (in pages of [`WATCH_PAGE`] pods, so
+    /// that a big gang's pods are never all held at once, where the API server pages), then
+    /// WATCH events, re-listing with backoff after errors (which are still reported as items).
     pub fn watch_pods(&self, label_selector: &str) -> PodEvents {
-        let config = watcher::Config::default().labels(label_selector);
+        let config = watcher::Config::default().labels(label_selector).page_size(WATCH_PAGE);
         let this = self.clone();
         let target = self.target::<Pod>("watch", None);
         watcher(self.pods(), config).default_backoff().map_err(move |e| this.map_watch_error(e, &target)).boxed()
+    }
+
+    /// Watches the job `name`: its state on every change (`None` once it does not exist), the
+    /// watch resumed from its `resourceVersion` after a cut and re-listed after `410 Gone`, with
+    /// backoff after errors (which are still reported as items).
+    pub fn watch_job(&self, name: &str) -> JobEvents {
+        let this = self.clone();
+        let target = self.target::<Job>("watch", Some(name));
+        watcher::watch_object(self.jobs(), name)
+            .default_backoff()
+            .map_err(move |e| this.map_watch_error(e, &target))
+            .boxed()
     }
 
     /// Events about the object `kind`/`name` in the namespace, as the apiserver orders them.

@@ -1,10 +1,81 @@
-//! Deleting vcjobs: a job and its pods confirmed gone, and the best-effort delete of a
-//! code-shipping helper.
+//! Deleting vcjobs: a job and its pods confirmed gone (the pods watched away, not polled), and
+//! the best-effort delete of a code-shipping helper.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
-use crate::api::Cluster;
+use futures::StreamExt as _;
+use k8s_openapi::api::core::v1::Pod;
+use kube::runtime::watcher::Event;
+
+use crate::api::{Cluster, PodEvents};
 use crate::error::VolcanoError;
+
+/// How long the pods' watch may go without news after the vcjob is gone before the pods it
+/// still shows undeleted are looked for (the garbage collector deletes a job's pods soon after
+/// the job; theseus deletes those it left).
+const STRAGGLER_GRACE: Duration = Duration::from_secs(1);
+
+/// The job's pods as a watch shows them: by name, whether their deletion has begun. Only
+/// names are kept, never the pods.
+#[derive(Debug, Default)]
+struct Left {
+    pods: HashMap<String, bool>,
+    /// Between a watch's `Init` and `InitDone`: the set is being listed afresh.
+    listing: bool,
+}
+
+impl Left {
+    fn saw(&mut self, pod: &Pod) {
+        if let Some(name) = &pod.metadata.name {
+            self.pods.insert(name.clone(), pod.metadata.deletion_timestamp.is_some());
+        }
+    }
+
+    /// Applies one event; `false` when the watch failed.
+    fn apply(&mut self, event: Result<Event<Pod>, VolcanoError>) -> bool {
+        match event {
+            Ok(Event::Init) => {
+                self.pods.clear();
+                self.listing = true;
+            }
+            Ok(Event::InitDone) => self.listing = false,
+            Ok(Event::InitApply(pod) | Event::Apply(pod)) => self.saw(&pod),
+            Ok(Event::Delete(pod)) => {
+                if let Some(name) = &pod.metadata.name {
+                    self.pods.remove(name);
+                }
+            }
+            Err(e) => {
+                tracing::debug!("the watch of pods failed: {e}");
+                return false;
+            }
+        }
+        true
+    }
+
+    fn gone(&self) -> bool {
+        !self.listing && self.pods.is_empty()
+    }
+
+    /// Whether the watch shows a pod whose deletion has not begun.
+    fn undeleted(&self) -> bool {
+        self.pods.values().any(|deleting| !deleting)
+    }
+}
+
+/// Reads the watch until its first list is complete; `None` when it failed or was silent.
+async fn first_list(pods: &mut PodEvents, left: &mut Left, silence: Duration) -> Option<()> {
+    loop {
+        let event = tokio::time::timeout(silence, pods.next()).await.ok()??;
+        if !left.apply(event) {
+            return None;
+        }
+        if !left.listing {
+            return Some(());
+        }
+    }
+}
 
 /// Deletes a vcjob and waits until it and its pods are gone. Returns how many pods it had.
 pub(crate) async fn delete_and_confirm(
@@ -13,32 +84,79 @@ pub(crate) async fn delete_and_confirm(
     timeout: Duration,
     poll: Duration,
 ) -> Result<usize, VolcanoError> {
-    let selector = format!("volcano.sh/job-name={name}");
-    let had = cluster.list_pods(&selector).await?.len();
+    let selector = format!("{}={name}", crate::api::JOB_NAME_LABEL);
+    let silence = cluster.watch_silence();
+    let mut left = Left { listing: true, ..Left::default() };
+    let mut watch = cluster.watch_pods(&selector);
+    let (mut pods, had) = match first_list(&mut watch, &mut left, silence).await {
+        Some(()) => {
+            let had = left.pods.len();
+            (Some(watch), had)
+        }
+        None => (None, cluster.list_pods(&selector).await?.len()),
+    };
     cluster.delete_job(name).await?;
     let wait = async {
         cluster.wait_job_gone(name, timeout).await?;
-        loop {
-            let left = cluster.list_pods(&selector).await?;
-            if left.is_empty() {
-                return Ok::<(), VolcanoError>(());
-            }
-            // Pods are deleted by the garbage collector once the job is gone; delete stragglers.
-            for pod in &left {
-                if pod.metadata.deletion_timestamp.is_none()
-                    && let Some(p) = &pod.metadata.name
-                {
-                    cluster.delete_pod(p).await?;
+        if let Some(pods) = pods.as_mut() {
+            // The watch has not been read since its first list, so its view may be stale: when it
+            // has had no news for a moment and still shows undeleted pods, one list says which
+            // pods really are stragglers.
+            let mut caught_up = false;
+            loop {
+                if left.gone() {
+                    return Ok(());
+                }
+                let wait = if caught_up { silence } else { STRAGGLER_GRACE.min(silence) };
+                match tokio::time::timeout(wait, pods.next()).await {
+                    Ok(Some(event)) => {
+                        if !left.apply(event) {
+                            break;
+                        }
+                    }
+                    Err(_) if !caught_up => {
+                        caught_up = true;
+                        if left.undeleted() {
+                            delete_stragglers(cluster, &cluster.list_pods(&selector).await?).await?;
+                        }
+                    }
+                    _ => break,
                 }
             }
-            tokio::time::sleep(poll).await;
+            tracing::debug!("the watch of the pods of vcjob {name} failed or was silent; listing them instead");
         }
+        poll_pods_gone(cluster, &selector, poll).await
     };
     tokio::time::timeout(timeout, wait).await.map_err(|_| VolcanoError::Timeout {
         what: format!("the pods of vcjob {name} to go away"),
         after: timeout,
     })??;
     Ok(had)
+}
+
+/// Lists the pods every `poll` until none is left, deleting stragglers (when watching fails).
+async fn poll_pods_gone(cluster: &Cluster, selector: &str, poll: Duration) -> Result<(), VolcanoError> {
+    loop {
+        let left = cluster.list_pods(selector).await?;
+        if left.is_empty() {
+            return Ok(());
+        }
+        delete_stragglers(cluster, &left).await?;
+        tokio::time::sleep(poll).await;
+    }
+}
+
+/// Pods are deleted by the garbage collector once their job is gone; deletes those whose
+/// deletion has not begun.
+async fn delete_stragglers(cluster: &Cluster, pods: &[Pod]) -> Result<(), VolcanoError> {
+    for pod in pods {
+        if pod.metadata.deletion_timestamp.is_none()
+            && let Some(p) = &pod.metadata.name
+        {
+            cluster.delete_pod(p).await?;
+        }
+    }
+    Ok(())
 }
 
 /// Deletes the helper vcjob `name`, with a second call when the first failed (an API server

@@ -48,7 +48,8 @@ pub struct Settings {
     pub ship_idle_timeout: Duration,
     /// How long deletions (`--replace`, `cancel`) may take to be confirmed.
     pub delete_timeout: Duration,
-    /// How often `logs -f` and `cancel` look at the job's pods.
+    /// How often `logs -f` and `cancel` look at the job and its pods when they cannot watch
+    /// them (no right to watch vcjobs, a watch that failed); they watch otherwise.
     pub poll_interval: Duration,
     /// How often a submit renews its name claim while it ships (the claim lapses after
     /// `claim::LEASE_DURATION` without renewal).

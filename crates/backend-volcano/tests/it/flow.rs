@@ -46,10 +46,16 @@ pub(crate) struct World {
 
 impl World {
     pub(crate) async fn start(nodes: usize) -> World {
-        let config = SimConfig {
+        World::start_with(nodes, |_| {}).await
+    }
+
+    /// [`World::start`], with the simulator's configuration changed by `change`.
+    pub(crate) async fn start_with(nodes: usize, change: impl FnOnce(&mut SimConfig)) -> World {
+        let mut config = SimConfig {
             nodes: (0..nodes).map(|i| NodeConfig::new(&format!("gpu-node-{i}"), 4)).collect(),
             ..SimConfig::default()
         };
+        change(&mut config);
         let sim = Sim::start(config).await.expect("simulator starts");
         let pvc = tempfile::tempdir().unwrap();
         let mount = pvc.path().display().to_string();

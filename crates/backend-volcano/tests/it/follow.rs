@@ -1,5 +1,6 @@
-//! `logs --follow` against the simulator's faults: log streams reset while the pod runs, and API
-//! outages. Every line arrives once, in order, and the stream ends only when the job has.
+//! `logs --follow` against the simulator's faults: log streams reset while the pod runs, API
+//! outages, watches cut or expired. Every line arrives once, in order, and the stream ends only
+//! when the job has; the job and its pods are watched, not polled.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,11 +23,15 @@ impl ProcessProbe for NoProbe {
 }
 
 fn harness(world: &World) -> Harness {
+    harness_polling(world, Duration::from_millis(200))
+}
+
+pub(crate) fn harness_polling(world: &World, poll_interval: Duration) -> Harness {
     let settings = Settings {
         helper_start_timeout: Duration::from_secs(20),
         ship_timeout: Duration::from_secs(120),
         delete_timeout: Duration::from_secs(30),
-        poll_interval: Duration::from_millis(200),
+        poll_interval,
         ..Settings::default()
     };
     let backend = world.backend().with_settings(settings);
@@ -103,4 +108,95 @@ async fn follow_reads_to_the_end_when_a_stream_went_silent() {
     assert_eq!(error, None);
     let lines: Vec<String> = lines.into_iter().filter(|l| l.starts_with("conformance: line")).collect();
     assert_eq!(lines, expected(30), "the silent stream's lines are read once the job has ended");
+}
+
+/// The requests the simulator served from `from` on that list the job's pods (not watches),
+/// read the vcjob, and watch anything.
+pub(crate) fn looks(world: &World, from: usize) -> (usize, usize, usize) {
+    let requests = world.sim.requests();
+    let requests = &requests[from.min(requests.len())..];
+    let watch = |p: &str| p.contains("watch=true") || p.contains("watch=1");
+    let pod_lists = requests
+        .iter()
+        .filter(|(m, p)| m == "GET" && p.contains("/pods?") && p.contains("volcano.sh%2Fjob-name") && !watch(p))
+        .count();
+    let job_gets = requests.iter().filter(|(m, p)| m == "GET" && p.contains("/jobs/")).count();
+    let watches = requests.iter().filter(|(_, p)| watch(p)).count();
+    (pod_lists, job_gets, watches)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn follow_is_watched_not_polled() {
+    let world = World::start(1).await;
+    // Polling every minute would keep the follow past its timeout below.
+    let h = harness_polling(&world, Duration::from_secs(60));
+    let (job, _code) = testing::prepare(&h, "watched", &["count", "5"], vec![], serde_json::json!({})).await.unwrap();
+    let handle = h.backend.submit(&job, &SubmitOptions::default()).await.expect("submit");
+    let from = world.sim.requests().len();
+    let (lines, error) = tokio::time::timeout(Duration::from_secs(45), follow(&h, &handle))
+        .await
+        .expect("the follow ends with the job, without waiting a poll interval");
+    assert_eq!(error, None);
+    let lines: Vec<String> = lines.into_iter().filter(|l| l.starts_with("conformance: line")).collect();
+    assert_eq!(lines, expected(5));
+    let (pod_lists, job_gets, watches) = looks(&world, from);
+    assert!(watches >= 2, "the pods and the job are watched ({watches} watches)");
+    // `logs` reads the job once before following; the watches' first lists add one each.
+    assert!(pod_lists <= 2, "the pods are not polled: {pod_lists} lists");
+    assert!(job_gets <= 2, "the job is not polled: {job_gets} reads");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn follow_resumes_cut_watches_without_gaps_or_repeats() {
+    let world = World::start(1).await;
+    let h = harness_polling(&world, Duration::from_secs(60));
+    let (job, _code) = testing::prepare(&h, "cutwatch", &["count", "40"], vec![], serde_json::json!({})).await.unwrap();
+    let handle = h.backend.submit(&job, &SubmitOptions::default()).await.expect("submit");
+    let faults = world.sim.faults();
+    let cutter = tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            faults.drop_watches();
+        }
+    });
+    let from = world.sim.requests().len();
+    let (lines, error) = follow(&h, &handle).await;
+    cutter.abort();
+    assert_eq!(error, None);
+    let lines: Vec<String> = lines.into_iter().filter(|l| l.starts_with("conformance: line")).collect();
+    assert_eq!(lines, expected(40), "every line once, in order");
+    assert!(h.backend.status(&handle).await.unwrap().state.is_terminal(), "the follow ended with the job");
+    let (pod_lists, _, watches) = looks(&world, from);
+    assert!(watches > 4, "cut watches were watched again ({watches} watches)");
+    assert!(pod_lists <= 2, "a cut watch resumes from its resourceVersion, without listing again: {pod_lists} lists");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn follow_lists_again_when_its_watch_expired() {
+    // The simulator keeps one change: a cut watch's resourceVersion is soon too old (410 Gone).
+    let world = World::start_with(1, |config| config.watch_history = 1).await;
+    let h = harness_polling(&world, Duration::from_secs(60));
+    let (job, _code) = testing::prepare(&h, "gone", &["count", "30"], vec![], serde_json::json!({})).await.unwrap();
+    let handle = h.backend.submit(&job, &SubmitOptions::default()).await.expect("submit");
+    let faults = world.sim.faults();
+    let secrets = world.connection().secrets();
+    let cutter = tokio::spawn(async move {
+        for i in 0.. {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            faults.drop_watches();
+            // Other writes move the history past the cut watches' resourceVersions.
+            let secret: k8s_openapi::api::core::v1::Secret =
+                serde_json::from_value(serde_json::json!({"metadata": {"name": format!("churn-{i}")}})).unwrap();
+            let _ = secrets.create(&Default::default(), &secret).await;
+        }
+    });
+    let from = world.sim.requests().len();
+    let (lines, error) = follow(&h, &handle).await;
+    cutter.abort();
+    assert_eq!(error, None);
+    let lines: Vec<String> = lines.into_iter().filter(|l| l.starts_with("conformance: line")).collect();
+    assert_eq!(lines, expected(30), "every line once, in order");
+    assert!(h.backend.status(&handle).await.unwrap().state.is_terminal(), "the follow ended with the job");
+    let (pod_lists, _, _) = looks(&world, from);
+    assert!(pod_lists > 2, "an expired watch lists the pods again: {pod_lists} lists");
 }

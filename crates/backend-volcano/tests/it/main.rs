@@ -3,6 +3,7 @@
 //! shipping over the exec protocol, and whole flows against the cluster simulator.
 
 mod busybox;
+mod cancel;
 mod claims;
 mod contract;
 mod fixtures;
