@@ -440,6 +440,31 @@ impl Cluster {
         self.list(&self.config_maps(), &ListParams::default().labels(label_selector)).await
     }
 
+    /// Creates a run's ConfigMap (its own files, see `prebuilt.rs`); one of that name with the
+    /// same `theseus.dev/run-id` is adopted, as [`Cluster::create_secret`] does.
+    ///
+    /// # Errors
+    /// [`VolcanoError::AlreadyExists`] when another ConfigMap has the name, and the mapped errors.
+    pub async fn create_run_config_map(&self, map: &ConfigMap) -> Result<ConfigMap, VolcanoError> {
+        self.create_or_adopt(&self.config_maps(), map).await
+    }
+
+    /// Sets the ConfigMap's owner, as [`Cluster::set_secret_owner`] does the secret's.
+    ///
+    /// # Errors
+    /// [`VolcanoError::NotFound`] when the ConfigMap is gone, and the mapped errors.
+    pub async fn set_config_map_owner(&self, name: &str, owner: OwnerReference) -> Result<ConfigMap, VolcanoError> {
+        self.set_owner(&self.config_maps(), name, owner).await
+    }
+
+    /// ConfigMaps matching `label_selector`, e.g. the runs' own files (`theseus.dev/run-id`).
+    ///
+    /// # Errors
+    /// The mapped errors.
+    pub async fn list_run_config_maps(&self, label_selector: &str) -> Result<Vec<ConfigMap>, VolcanoError> {
+        self.list(&self.config_maps(), &labels(label_selector)).await
+    }
+
     /// Deletes the ConfigMap; `false` when it did not exist.
     ///
     /// # Errors

@@ -4,8 +4,8 @@
 //! live job's Secret without an owner):
 //! - helper vcjobs (code shipping; a live submit deletes its own), and helper pods whose vcjob is
 //!   gone;
-//! - Secrets and coordinator Services whose run id has no vcjob (those of a live job stay, owned
-//!   or not);
+//! - Secrets, coordinator Services and run-files ConfigMaps (`prebuilt.rs`) whose run id has no
+//!   vcjob (those of a live job stay, owned or not);
 //! - name claims (Leases) whose holder's job is terminal or gone and which were not renewed
 //!   (`claim::judge`).
 //!
@@ -87,6 +87,18 @@ pub(crate) async fn gc(cluster: &Cluster, older_than: Duration, dry_run: bool) -
                 cluster.delete_service(&name).await?;
             }
             removed.push(format!("service/{name}"));
+        }
+    }
+    for map in cluster.list_run_config_maps(LABEL_RUN_ID).await? {
+        let run = map.metadata.labels.as_ref().and_then(|l| l.get(LABEL_RUN_ID));
+        if run.is_some_and(|r| !runs_with_jobs.contains(r))
+            && old(&map.metadata)
+            && let Some(name) = map.metadata.name.clone()
+        {
+            if !dry_run {
+                cluster.delete_config_map(&name).await?;
+            }
+            removed.push(format!("configmap/{name}"));
         }
     }
     for (name, rv) in crate::claim::stale_claims(cluster, old).await? {

@@ -22,6 +22,10 @@ pub struct HandleData {
     /// in handles of runs submitted before theseus rendered one.
     #[serde(default)]
     pub service: Option<String>,
+    /// The ConfigMap with the run's own files (`prebuilt.rs`; it exists only for a run whose
+    /// pods build the run dir from the code store). `None` in older handles.
+    #[serde(default)]
+    pub files: Option<String>,
     /// The run's log file on the PVC.
     #[serde(default)]
     pub log_file: Option<String>,

@@ -10,7 +10,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{ConfigMap, EnvVar};
+use k8s_openapi::api::core::v1::{ConfigMap, ConfigMapKeySelector, EnvVar, EnvVarSource};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use theseus_core::shell::quote;
 use theseus_core::store::ObjectKey;
@@ -80,12 +80,44 @@ pub async fn forget_all(cluster: &Cluster) -> Result<usize, crate::error::Volcan
     Ok(maps.len())
 }
 
+/// The key of the run's own files in their ConfigMap (see [`run_files_map`]).
+const RUN_FILES_KEY: &str = "run-files";
+
+/// The largest [`RUN_FILES_ENV`] a store hit puts into a container's environment: half of
+/// Linux's 131,072-byte limit on one environment string (`MAX_ARG_STRLEN`). Run files past it
+/// (large `extra_files`) are shipped through the helper instead.
+pub const RUN_FILES_MAX: usize = 65_536;
+
+/// The name of the ConfigMap with the run's own files of the gang job `job_name`.
+pub fn run_files_name(job_name: &str) -> String {
+    format!("{job_name}-files")
+}
+
+/// The ConfigMap with the run's own files (`run_files`, from
+/// [`theseus_core::store::tree::run_files_env`]) for the gang job `job`, labelled as the job.
+/// The pods read it by reference (`configMapKeyRef`), so the files are stored once, not in every
+/// pod object: a 1,024-pod job stays small to list. Created before the job and then owned by
+/// it, as the Secret is.
+pub fn run_files_map(job: &Job, run_files: String) -> ConfigMap {
+    let name = job.metadata.name.clone().unwrap_or_default();
+    ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(run_files_name(&name)),
+            namespace: job.metadata.namespace.clone(),
+            labels: job.metadata.labels.clone(),
+            ..ObjectMeta::default()
+        },
+        data: Some(BTreeMap::from([(RUN_FILES_KEY.to_owned(), run_files)])),
+        ..ConfigMap::default()
+    }
+}
+
 /// Makes the gang job's pods build the run dir `dest` from the store under `root` (the tree
 /// `key`) before the bootstrap: the step runs first in the container's script, and the run's
-/// own files (`run_files`, from [`theseus_core::store::tree::run_files_env`]) ride in the
-/// container's env. A failed build ends the pod, its message in the pod's log and appended to
-/// the run's log file `log_file` (where `theseus logs` reads).
-pub fn add_build_step(job: &mut Job, root: &str, dest: &str, log_file: &str, key: &ObjectKey, run_files: String) {
+/// own files reach it in [`RUN_FILES_ENV`], taken from the ConfigMap of [`run_files_map`]. A
+/// failed build ends the pod, its message in the pod's log and appended to the run's log file
+/// `log_file` (where `theseus logs` reads).
+pub fn add_build_step(job: &mut Job, root: &str, dest: &str, log_file: &str, key: &ObjectKey) {
     let log_dir = log_file.rsplit_once('/').map_or(".", |(dir, _)| if dir.is_empty() { "/" } else { dir });
     let step = format!(
         "if ! theseus_built=$(sh -c {} theseus-build {} {} {} 2>&1); then\n  \
@@ -98,6 +130,7 @@ pub fn add_build_step(job: &mut Job, root: &str, dest: &str, log_file: &str, key
         quote(log_dir),
         quote(log_file),
     );
+    let map = run_files_name(job.metadata.name.as_deref().unwrap_or_default());
     for task in &mut job.spec.tasks {
         let Some(pod) = task.template.as_mut().and_then(|t| t.spec.as_mut()) else { continue };
         for container in &mut pod.containers {
@@ -106,7 +139,14 @@ pub fn add_build_step(job: &mut Job, root: &str, dest: &str, log_file: &str, key
             }
             container.env.get_or_insert_with(Vec::new).push(EnvVar {
                 name: RUN_FILES_ENV.into(),
-                value: Some(run_files.clone()),
+                value_from: Some(EnvVarSource {
+                    config_map_key_ref: Some(ConfigMapKeySelector {
+                        name: map.clone(),
+                        key: RUN_FILES_KEY.into(),
+                        optional: Some(false),
+                    }),
+                    ..EnvVarSource::default()
+                }),
                 ..EnvVar::default()
             });
         }

@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 
 use crate::config::VolcanoHost;
 use k8s_openapi::api::core::v1::{
-    Affinity, Container, EmptyDirVolumeSource, EnvVar as K8sEnvVar, EnvVarSource, LocalObjectReference,
+    Affinity, ConfigMap, Container, EmptyDirVolumeSource, EnvVar as K8sEnvVar, EnvVarSource, LocalObjectReference,
     PersistentVolumeClaimVolumeSource, PodAffinity, PodAffinityTerm, PodSpec, PodTemplateSpec, ResourceRequirements,
     Secret, SecretKeySelector, Service, ServicePort, ServiceSpec, Toleration as K8sToleration, Volume, VolumeMount,
     WeightedPodAffinityTerm,
@@ -134,6 +134,9 @@ pub struct RenderedJob {
     pub secret: Option<Secret>,
     /// The headless Service naming rank 0 (see [`render_coordinator_service`]).
     pub service: Service,
+    /// The ConfigMap with the run's own files, when its pods build the run dir from the code
+    /// store (see `prebuilt.rs`); `None` as rendered.
+    pub files: Option<ConfigMap>,
 }
 
 /// A configuration value that cannot be rendered.
@@ -293,7 +296,7 @@ pub fn render_job(host: &VolcanoHost, inputs: &JobInputs<'_>) -> Result<Rendered
         },
         status: None,
     };
-    Ok(RenderedJob { job, secret, service })
+    Ok(RenderedJob { job, secret, service, files: None })
 }
 
 /// Seconds the pod script lets `tee` drain after the bootstrap exited before it stops waiting

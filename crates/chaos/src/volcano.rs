@@ -135,8 +135,8 @@ impl World {
             .collect()
     }
 
-    /// What theseus left that it should not have: helper jobs and pods, Secrets and coordinator
-    /// Services without their Job, Jobs the ledger does not know.
+    /// What theseus left that it should not have: helper jobs and pods, Secrets, coordinator
+    /// Services and run-files ConfigMaps without their Job, Jobs the ledger does not know.
     fn left_behind(&self) -> Vec<String> {
         let label = |o: &Value, k: &str| o["metadata"]["labels"][k].as_str().map(str::to_owned);
         let name = |o: &Value| o["metadata"]["name"].as_str().unwrap_or("?").to_owned();
@@ -144,6 +144,7 @@ impl World {
         let pods = self.sim.objects("v1", "Pod");
         let secrets = self.sim.objects("v1", "Secret");
         let services = self.sim.objects("v1", "Service");
+        let maps = self.sim.objects("v1", "ConfigMap");
         let known = self.ledger_runs();
         let mut left = Vec::new();
         for job in &jobs {
@@ -171,6 +172,13 @@ impl World {
                 && !job_runs.contains(&run)
             {
                 left.push(format!("Service {} without its Job", name(service)));
+            }
+        }
+        for map in &maps {
+            if let Some(run) = label(map, "theseus.dev/run-id")
+                && !job_runs.contains(&run)
+            {
+                left.push(format!("ConfigMap {} without its Job", name(map)));
             }
         }
         left

@@ -446,8 +446,9 @@ fn nothing_left(world: &World) -> Result<()> {
         Ok(Err(describe_left(&helper_jobs, &helper_pods)))
     })?;
     let jobs = names(&world.api.list(&format!("/apis/batch.volcano.sh/v1alpha1/namespaces/{ns}/jobs"))?);
-    // A run's Secret and its coordinator Service are owned by its vcjob: none may outlive it.
-    for kind in ["secrets", "services"] {
+    // A run's Secret, its coordinator Service and its own files' ConfigMap are owned by its
+    // vcjob: none may outlive it.
+    for kind in ["secrets", "services", "configmaps"] {
         let objects = world.api.list(&format!("/api/v1/namespaces/{ns}/{kind}?labelSelector=theseus.dev%2Frun-id"))?;
         let orphans: Vec<String> = objects
             .iter()

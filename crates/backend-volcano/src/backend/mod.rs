@@ -8,7 +8,7 @@ use std::fmt;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use theseus_core::availability::Availability;
 use theseus_core::backend::{
     Backend, DryRunDocument, JobHandle, JobState, JobStatus, LogOptions, LogStream, PreparedJob, RunLayout,
@@ -224,6 +224,7 @@ impl VolcanoBackend {
             uid: None,
             secret: rendered.secret.as_ref().and_then(|s| s.metadata.name.clone()),
             service: rendered.service.metadata.name.clone(),
+            files: rendered.job.metadata.name.as_deref().map(crate::prebuilt::run_files_name),
             log_file: self.run_layout(&job.identity).ok().map(|l| l.log_file),
             claim: Some(crate::claim::claim_name(&job.identity)),
             helper: Some(crate::helper::helper_name(&job.identity)),
@@ -602,6 +603,9 @@ impl Backend for VolcanoBackend {
         if let Some(service) = &data.service {
             cluster.delete_service(service).await.map_err(|e| self.err(e))?;
         }
+        if let Some(files) = &data.files {
+            cluster.delete_config_map(files).await.map_err(|e| self.err(e))?;
+        }
         if let (Some(claim), Some(run)) = (&data.claim, &data.run_id) {
             crate::claim::release_if_held(cluster, claim, run, &data.job).await.map_err(|e| self.err(e))?;
         }
@@ -675,7 +679,11 @@ impl Backend for VolcanoBackend {
         }
         docs.push(yaml("headless Service naming rank 0, the coordinator (owned by the gang job)", &rendered.service)?);
         docs.push(yaml("gang job", &rendered.job)?);
-        if let Some((key, job)) = self.prebuilt_job(job, &layout, &rendered)? {
+        if let Some((key, job, files)) = self.prebuilt_job(job, &layout, &rendered)? {
+            docs.push(yaml(
+                "the run's own files, when the code store already holds this code (owned by the gang job)",
+                &files,
+            )?);
             let title = format!(
                 "gang job instead, when the code store already holds this code (tree {key}, as the store's \
                  index says after a ship): no helper job; each pod builds the run dir from the store first"
@@ -706,7 +714,7 @@ impl VolcanoBackend {
         job: &PreparedJob,
         layout: &RunLayout,
         rendered: &crate::render::RenderedJob,
-    ) -> theseus_core::Result<Option<(theseus_core::store::ObjectKey, crate::types::Job)>> {
+    ) -> theseus_core::Result<Option<(theseus_core::store::ObjectKey, crate::types::Job, ConfigMap)>> {
         use theseus_core::store::{ExtraFile, Materialize, StorePlan, Tree, tree};
         if self.cluster_config.materialize.unwrap_or_default() != Materialize::Link {
             return Ok(None);
@@ -717,10 +725,15 @@ impl VolcanoBackend {
             |e: std::io::Error| theseus_core::Error::backend(self, format!("cannot write the tree archive: {e}"));
         let key = Tree::of(&plan).map_err(failed)?.key;
         let files = tree::run_files_env(&ExtraFile::bootstrap(&job.bootstrap), 0).map_err(failed)?;
+        if files.len() > crate::prebuilt::RUN_FILES_MAX {
+            // Too big for one environment string: a store hit ships through the helper too.
+            return Ok(None);
+        }
         let mut gang = rendered.job.clone();
         let root = self.cluster_config.work.trim_end_matches('/');
-        crate::prebuilt::add_build_step(&mut gang, root, &layout.work_dir, &layout.log_file, &key, files);
-        Ok(Some((key, gang)))
+        crate::prebuilt::add_build_step(&mut gang, root, &layout.work_dir, &layout.log_file, &key);
+        let map = crate::prebuilt::run_files_map(&gang, files);
+        Ok(Some((key, gang, map)))
     }
 
     /// Whether the run of `data` (whose vcjob does not exist) is being submitted right now: its
@@ -753,6 +766,9 @@ impl VolcanoBackend {
         }
         if let Some(service) = &data.service {
             found |= cluster.delete_service(service).await?;
+        }
+        if let Some(files) = &data.files {
+            found |= cluster.delete_config_map(files).await?;
         }
         if let (Some(claim), Some(run)) = (&data.claim, &data.run_id) {
             found |= crate::claim::release_if_held(cluster, claim, run, &data.job).await?;

@@ -80,18 +80,22 @@ async fn submit_claimed(
         })?),
         Materialize::Copy => None,
     };
+    // The run's own files, for pods that build the run dir from the store; too big for one
+    // environment string, they are shipped through the helper as the code is.
+    let mtime = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let run_files = store::tree::run_files_env(&store::ExtraFile::bootstrap(&job.bootstrap), mtime)
+        .map_err(|e| VolcanoError::Store(theseus_core::Error::backend("store", e.to_string())))?;
+    let small = run_files.len() <= prebuilt::RUN_FILES_MAX;
     match &tree {
-        Some(tree) if prebuilt::holds(cluster, &tree.key).await => {
+        Some(tree) if small && prebuilt::holds(cluster, &tree.key).await => {
             // No helper: the job's pods build the run dir from the store.
             options.note(&format!(
                 "the code store already holds this code (tree {}): no helper; each pod builds {} from the store",
                 tree.key, layout.work_dir
             ));
-            let mtime = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-            let files = store::tree::run_files_env(&store::ExtraFile::bootstrap(&job.bootstrap), mtime)
-                .map_err(|e| VolcanoError::Store(theseus_core::Error::backend("store", e.to_string())))?;
             let root = backend.cluster_config.work.trim_end_matches('/');
-            prebuilt::add_build_step(&mut rendered.job, root, &layout.work_dir, &layout.log_file, &tree.key, files);
+            prebuilt::add_build_step(&mut rendered.job, root, &layout.work_dir, &layout.log_file, &tree.key);
+            rendered.files = Some(prebuilt::run_files_map(&rendered.job, run_files));
             let files = plan.regular_files();
             options.report_shipped(&ShipReport { files, files_present: files, objects_sent: 0, bytes_sent: 0 });
         }
@@ -133,6 +137,9 @@ async fn submit_claimed(
         }
         if let Some(s) = &data.service {
             let _ = cluster.delete_service(s).await;
+        }
+        if let Some(f) = &data.files {
+            let _ = cluster.delete_config_map(f).await;
         }
         return Err(e);
     }
@@ -410,8 +417,8 @@ fn judge_helper_pod(pod: &Pod) -> Option<Result<String, VolcanoError>> {
     }
 }
 
-/// Creates the Secret (when there is one) and the coordinator Service, then the gang job, then
-/// makes the job own both. Both exist before any pod does, so rank 0's name resolves from the
+/// Creates the Secret (when there is one), the run's own files (when its pods build the run dir
+/// from the store) and the coordinator Service, then the gang job, then makes the job own them. Both exist before any pod does, so rank 0's name resolves from the
 /// start. On any failure, whatever was created is deleted again. `planned` is the run's handle
 /// data (see `VolcanoBackend::planned_data`); the job's uid is added.
 async fn create_gang(
@@ -420,10 +427,11 @@ async fn create_gang(
     rendered: RenderedJob,
     mut planned: HandleData,
 ) -> Result<JobHandle, VolcanoError> {
-    let RenderedJob { job, secret, service } = rendered;
+    let RenderedJob { job, secret, service, files } = rendered;
     let name = job.metadata.name.clone().unwrap_or_default();
     let secret_name = secret.as_ref().and_then(|s| s.metadata.name.clone());
     let service_name = service.metadata.name.clone().unwrap_or_default();
+    let files_name = files.as_ref().and_then(|f| f.metadata.name.clone());
     let undo = async |job: bool| {
         if job {
             let _ = cluster.delete_job(&name).await;
@@ -432,9 +440,18 @@ async fn create_gang(
             let _ = cluster.delete_secret(s).await;
         }
         let _ = cluster.delete_service(&service_name).await;
+        if let Some(f) = &files_name {
+            let _ = cluster.delete_config_map(f).await;
+        }
     };
     if let Some(secret) = &secret {
         cluster.create_secret(secret).await?;
+    }
+    if let Some(files) = &files
+        && let Err(e) = cluster.create_run_config_map(files).await
+    {
+        undo(false).await;
+        return Err(e);
     }
     if let Err(e) = cluster.create_service(&service).await {
         undo(false).await;
@@ -455,8 +472,12 @@ async fn create_gang(
             None => Ok(()),
         };
         let owned = match owned {
-            Ok(()) => cluster.set_service_owner(&service_name, owner).await.map(|_| ()),
+            Ok(()) => cluster.set_service_owner(&service_name, owner.clone()).await.map(|_| ()),
             Err(e) => Err(e),
+        };
+        let owned = match (owned, &files_name) {
+            (Ok(()), Some(f)) => cluster.set_config_map_owner(f, owner).await.map(|_| ()),
+            (owned, _) => owned,
         };
         if let Err(e) = owned {
             undo(true).await;

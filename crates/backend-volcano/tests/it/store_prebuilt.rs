@@ -49,6 +49,22 @@ async fn a_resubmit_of_code_the_store_holds_starts_no_helper_and_its_pods_build_
     let report = reports.lock().unwrap()[0].clone();
     assert_eq!((report.objects_sent, report.bytes_sent, report.files_present), (0, 0, report.files), "{report:?}");
     assert!(notes.lock().unwrap().iter().any(|n| n.contains("no helper")), "{:?}", notes.lock().unwrap());
+    // The run's own files are stored once, in a ConfigMap the job owns; its pods refer to it,
+    // so no pod object (or environment string) grows with the bootstrap.
+    let files = format!("{}-files", handle.id);
+    let map = world.sim.objects("v1", "ConfigMap").into_iter().find(|m| m["metadata"]["name"] == files.as_str());
+    let map = map.unwrap_or_else(|| panic!("no ConfigMap {files}"));
+    assert_eq!(map["metadata"]["ownerReferences"][0]["name"], handle.id.as_str(), "{map}");
+    for pod in world
+        .sim
+        .objects("v1", "Pod")
+        .iter()
+        .filter(|p| p["metadata"]["labels"]["volcano.sh/job-name"] == handle.id.as_str())
+    {
+        let env = pod["spec"]["containers"][0]["env"].as_array().cloned().unwrap_or_default();
+        let files = env.iter().find(|e| e["name"] == "THESEUS_RUN_FILES").expect("the run files' variable");
+        assert!(files.get("value").is_none() && files["valueFrom"]["configMapKeyRef"].is_object(), "{files}");
+    }
     assert_eq!(testing::wait_terminal(&h, &handle).await.state, JobState::Completed);
     let run = work_dir(&world, &second);
     assert_run_dir_matches(&first.snapshot.root, &run, Materialize::Link);
