@@ -65,41 +65,28 @@ pub(crate) async fn gc(cluster: &Cluster, older_than: Duration, dry_run: bool) -
             removed.push(format!("pod/{name}"));
         }
     }
-    for secret in cluster.list_secrets(LABEL_RUN_ID).await? {
-        let run = secret.metadata.labels.as_ref().and_then(|l| l.get(LABEL_RUN_ID));
-        if run.is_some_and(|r| !runs_with_jobs.contains(r))
-            && old(&secret.metadata)
-            && let Some(name) = secret.metadata.name.clone()
-        {
-            if !dry_run {
-                cluster.delete_secret(&name).await?;
-            }
-            removed.push(format!("secret/{name}"));
+    // A run's Secret, coordinator Service and own files' ConfigMap: kept while its run has a job.
+    let orphan = |meta: &ObjectMeta| {
+        let run = meta.labels.as_ref().and_then(|l| l.get(LABEL_RUN_ID));
+        run.is_some_and(|r| !runs_with_jobs.contains(r)) && old(meta)
+    };
+    let secrets = cluster.list_secrets(LABEL_RUN_ID).await?.into_iter().map(|o| o.metadata);
+    let services = cluster.list_services(LABEL_RUN_ID).await?.into_iter().map(|o| o.metadata);
+    let maps = cluster.list_run_config_maps(LABEL_RUN_ID).await?.into_iter().map(|o| o.metadata);
+    let runs: Vec<(RunObject, ObjectMeta)> = (secrets.map(|m| (RunObject::Secret, m)))
+        .chain(services.map(|m| (RunObject::Service, m)))
+        .chain(maps.map(|m| (RunObject::ConfigMap, m)))
+        .collect();
+    for (kind, meta) in runs {
+        let Some(name) = meta.name.clone().filter(|_| orphan(&meta)) else { continue };
+        if !dry_run {
+            match kind {
+                RunObject::Secret => cluster.delete_secret(&name).await?,
+                RunObject::Service => cluster.delete_service(&name).await?,
+                RunObject::ConfigMap => cluster.delete_config_map(&name).await?,
+            };
         }
-    }
-    for service in cluster.list_services(LABEL_RUN_ID).await? {
-        let run = service.metadata.labels.as_ref().and_then(|l| l.get(LABEL_RUN_ID));
-        if run.is_some_and(|r| !runs_with_jobs.contains(r))
-            && old(&service.metadata)
-            && let Some(name) = service.metadata.name.clone()
-        {
-            if !dry_run {
-                cluster.delete_service(&name).await?;
-            }
-            removed.push(format!("service/{name}"));
-        }
-    }
-    for map in cluster.list_run_config_maps(LABEL_RUN_ID).await? {
-        let run = map.metadata.labels.as_ref().and_then(|l| l.get(LABEL_RUN_ID));
-        if run.is_some_and(|r| !runs_with_jobs.contains(r))
-            && old(&map.metadata)
-            && let Some(name) = map.metadata.name.clone()
-        {
-            if !dry_run {
-                cluster.delete_config_map(&name).await?;
-            }
-            removed.push(format!("configmap/{name}"));
-        }
+        removed.push(format!("{}/{name}", kind.as_str()));
     }
     for (name, rv) in crate::claim::stale_claims(cluster, old).await? {
         // Conditional on the version judged: a claim taken over meanwhile stays.
@@ -108,6 +95,24 @@ pub(crate) async fn gc(cluster: &Cluster, older_than: Duration, dry_run: bool) -
         }
     }
     Ok(removed)
+}
+
+/// The kinds of a run's objects besides its job.
+#[derive(Debug, Clone, Copy)]
+enum RunObject {
+    Secret,
+    Service,
+    ConfigMap,
+}
+
+impl RunObject {
+    fn as_str(self) -> &'static str {
+        match self {
+            RunObject::Secret => "secret",
+            RunObject::Service => "service",
+            RunObject::ConfigMap => "configmap",
+        }
+    }
 }
 
 fn role(meta: &ObjectMeta) -> Option<&str> {

@@ -186,7 +186,8 @@ async fn gc_deletes_real_leftovers_and_leaves_a_live_jobs_objects_alone() {
         .await
         .expect("drop the owner");
 
-    // Leftovers: a helper of a dead client, a Secret whose run has no job, a stale claim.
+    // Leftovers: a helper of a dead client, a Secret and a run-files ConfigMap whose run has no
+    // job, a stale claim.
     let (dead, _dead_code) = testing::prepare(&h, "dead", &["ok"], vec![], serde_json::json!({})).await.unwrap();
     let layout = backend.run_layout(&dead.identity).unwrap();
     let helper = theseus_backend_volcano::render_helper(backend.host(), &dead.identity, &layout.work_dir).unwrap();
@@ -195,6 +196,10 @@ async fn gc_deletes_real_leftovers_and_leaves_a_live_jobs_objects_alone() {
     let labels = theseus_backend_volcano::render::run_labels(backend.host(), &dead.identity);
     let orphan = theseus_backend_volcano::render_secret("dead-job", "default", &labels, &orphan_env).unwrap();
     c.create_secret(&orphan).await.expect("orphan secret");
+    let mut dead_job = theseus_backend_volcano::Job::new("dead-job", theseus_backend_volcano::JobSpec::default());
+    dead_job.metadata.labels = Some(labels.clone());
+    let files = theseus_backend_volcano::prebuilt::run_files_map(&dead_job, "files".into());
+    c.create_run_config_map(&files).await.expect("orphan run files");
     c.create_lease(&stale_claim("stale")).await.expect("stale claim");
     tokio::time::sleep(Duration::from_millis(1100)).await;
 
@@ -206,7 +211,8 @@ async fn gc_deletes_real_leftovers_and_leaves_a_live_jobs_objects_alone() {
     assert!(removed.contains(&format!("vcjob/{helper_name}")), "{removed:?}");
     assert!(removed.contains(&format!("secret/{orphan_name}")), "{removed:?}");
     assert!(removed.contains(&format!("lease/{stale_name}")), "{removed:?}");
-    assert_eq!(removed.len(), 3, "nothing else: {removed:?}");
+    assert!(removed.contains(&"configmap/dead-job-files".to_owned()), "{removed:?}");
+    assert_eq!(removed.len(), 4, "nothing else (the store's index is no run's): {removed:?}");
     assert!(c.get_job(&helper_name).await.unwrap().is_none());
     assert!(c.get_lease(&stale_name).await.unwrap().is_none());
 
