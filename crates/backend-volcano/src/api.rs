@@ -610,6 +610,24 @@ impl Cluster {
         self.list(&api, &fields(&selector)).await
     }
 
+    /// Events about objects of `kind` in the namespace whose name `wanted` accepts, from one
+    /// paged LIST (rather than a request per object).
+    ///
+    /// # Errors
+    /// The mapped errors.
+    pub async fn events_for_each(&self, kind: &str, wanted: impl Fn(&str) -> bool) -> Result<Vec<Event>, VolcanoError> {
+        let api: Api<Event> = Api::namespaced(self.client.clone(), &self.namespace);
+        let mut events = Vec::new();
+        self.list_paged(&api, &fields(&format!("involvedObject.kind={kind}")), |page| match page {
+            Page::Restart => events.clear(),
+            Page::Items(items) => {
+                events.extend(items.into_iter().filter(|e| e.involved_object.name.as_deref().is_some_and(&wanted)));
+            }
+        })
+        .await?;
+        Ok(events)
+    }
+
     /// The PodGroup of the job `job`: named after the job (older Volcano), else the group named
     /// by its pods' `scheduling.k8s.io/group-name` annotation, else the group the job owns
     /// (newer Volcano names it `<job>-<uid>`).

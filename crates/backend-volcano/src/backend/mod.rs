@@ -329,6 +329,9 @@ pub(crate) async fn podgroup_of(cluster: &Cluster, job: &Job) -> Option<(String,
     None
 }
 
+/// Up to this many pods, their events are asked for one pod at a time.
+const EVENTS_ONE_BY_ONE: usize = 8;
+
 /// Events about a job, its PodGroup (`group`) and its pods (best effort: events are advisory,
 /// RBAC may hide them).
 pub(crate) async fn events_about(
@@ -344,16 +347,23 @@ pub(crate) async fn events_about(
     if let Some(group) = group {
         targets.push(("PodGroup", group.to_owned()));
     }
-    for pod in pods {
-        if let Some(name) = &pod.metadata.name {
-            targets.push(("Pod", name.clone()));
-        }
+    // A few pods are asked about one by one; a gang's pods with one LIST of the namespace's pod
+    // events (a pending 1,024-pod job would otherwise cost 1,024 requests per look).
+    let names: std::collections::HashSet<&str> = pods.iter().filter_map(|p| p.metadata.name.as_deref()).collect();
+    if names.len() <= EVENTS_ONE_BY_ONE {
+        targets.extend(names.iter().map(|name| ("Pod", (*name).to_owned())));
     }
     let mut events = Vec::new();
     for (kind, name) in targets {
         match cluster.events_for(kind, &name).await {
             Ok(found) => events.extend(found),
             Err(e) => tracing::debug!("cannot read events of {kind} {name}: {e}"),
+        }
+    }
+    if names.len() > EVENTS_ONE_BY_ONE {
+        match cluster.events_for_each("Pod", |name| names.contains(name)).await {
+            Ok(found) => events.extend(found),
+            Err(e) => tracing::debug!("cannot read the events of the pods: {e}"),
         }
     }
     events
@@ -835,3 +845,6 @@ mod layout_tests {
         assert!(err.contains("not under `/workspace/work`"), "{err}");
     }
 }
+
+#[cfg(test)]
+mod events_tests;
