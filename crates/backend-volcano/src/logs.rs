@@ -21,7 +21,7 @@
 use theseus_core::backend::{LogLine, LogOptions, LogStream};
 use tokio::sync::mpsc;
 
-use crate::api::{Cluster, Page};
+use crate::api::Cluster;
 pub(crate) use crate::follow::FollowSettings;
 use crate::handle::HandleData;
 use crate::pod_log::{Cursor, Sender, Source, log_options, selector, started, wanted};
@@ -53,16 +53,10 @@ fn tokio_stream_from(mut rx: mpsc::Receiver<theseus_core::Result<LogLine>>) -> L
 }
 
 async fn dump(cluster: &Cluster, data: &HandleData, rank: Option<u32>, tx: &Sender) -> Result<(), String> {
-    // Only what the reads need is kept of the pods, page by page (each pod decoded with its
-    // name and status only: the rank is in the name, and theseus's jobs have one task).
-    let mut sources: Vec<Source> = Vec::new();
-    cluster
-        .visit_pod_statuses(&selector(data), |page| match page {
-            Page::Restart => sources.clear(),
-            Page::Items(pods) => sources.extend(pods.iter().filter(|p| wanted(p, rank) && started(p)).map(Source::of)),
-        })
-        .await
-        .map_err(|e| e.to_string())?;
+    // Only what the reads need is kept of the pods, not the pods.
+    let pods = cluster.list_pods(&selector(data)).await.map_err(|e| e.to_string())?;
+    let mut sources: Vec<Source> = pods.iter().filter(|p| wanted(p, rank) && started(p)).map(Source::of).collect();
+    drop(pods);
     sources.sort_by_key(|s| s.rank.unwrap_or(u32::MAX));
     if sources.is_empty() && rank.is_some() {
         return Err(format!("no started pod of rank {} in vcjob {}", rank.unwrap_or_default(), data.job));
