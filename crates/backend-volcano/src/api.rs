@@ -25,8 +25,10 @@ use crate::types::Job;
 pub use crate::types::{PodGroup, PodGroupCondition, PodGroupSpec, PodGroupStatus, Queue, QueueSpec, QueueStatus};
 pub use paging::LIST_PAGE;
 pub(crate) use paging::Page;
+pub use pod_name::{PodName, PodNameEvents};
 
 mod paging;
+mod pod_name;
 
 /// Pod annotation naming the pod's PodGroup.
 pub const GROUP_NAME_ANNOTATION: &str = "scheduling.k8s.io/group-name";

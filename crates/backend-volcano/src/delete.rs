@@ -5,16 +5,17 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use futures::StreamExt as _;
-use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::watcher::Event;
 
-use crate::api::{Cluster, PodEvents};
+use crate::api::{Cluster, PodName, PodNameEvents};
 use crate::error::VolcanoError;
 
 /// How long the pods' watch may go without news after the vcjob is gone before the pods it
 /// still shows undeleted are looked for (the garbage collector deletes a job's pods soon after
 /// the job; theseus deletes those it left).
 const STRAGGLER_GRACE: Duration = Duration::from_secs(1);
+/// Errors in a row after which the pods' watch is given up for polling.
+const WATCH_ERRORS: u32 = 3;
 
 /// The job's pods as a watch shows them: by name, whether their deletion has begun. Only
 /// names are kept, never the pods.
@@ -26,14 +27,14 @@ struct Left {
 }
 
 impl Left {
-    fn saw(&mut self, pod: &Pod) {
+    fn saw(&mut self, pod: &PodName) {
         if let Some(name) = &pod.metadata.name {
             self.pods.insert(name.clone(), pod.metadata.deletion_timestamp.is_some());
         }
     }
 
     /// Applies one event; `false` when the watch failed.
-    fn apply(&mut self, event: Result<Event<Pod>, VolcanoError>) -> bool {
+    fn apply(&mut self, event: Result<Event<PodName>, VolcanoError>) -> bool {
         match event {
             Ok(Event::Init) => {
                 self.pods.clear();
@@ -65,7 +66,7 @@ impl Left {
 }
 
 /// Reads the watch until its first list is complete; `None` when it failed or was silent.
-async fn first_list(pods: &mut PodEvents, left: &mut Left, silence: Duration) -> Option<()> {
+async fn first_list(pods: &mut PodNameEvents, left: &mut Left, silence: Duration) -> Option<()> {
     loop {
         let event = tokio::time::timeout(silence, pods.next()).await.ok()??;
         if !left.apply(event) {
@@ -87,43 +88,62 @@ pub(crate) async fn delete_and_confirm(
     let selector = format!("{}={name}", crate::api::JOB_NAME_LABEL);
     let silence = cluster.watch_silence();
     let mut left = Left { listing: true, ..Left::default() };
-    let mut watch = cluster.watch_pods(&selector);
+    let mut watch = cluster.watch_pod_names(&selector);
     let (mut pods, had) = match first_list(&mut watch, &mut left, silence).await {
         Some(()) => {
             let had = left.pods.len();
             (Some(watch), had)
         }
-        None => (None, cluster.list_pods(&selector).await?.len()),
+        None => (None, cluster.list_pod_names(&selector).await?.len()),
     };
     cluster.delete_job(name).await?;
     let wait = async {
-        cluster.wait_job_gone(name, timeout).await?;
+        let job_gone = cluster.wait_job_gone(name, timeout);
+        tokio::pin!(job_gone);
+        let mut job_done = false;
         if let Some(pods) = pods.as_mut() {
-            // The watch has not been read since its first list, so its view may be stale: when it
-            // has had no news for a moment and still shows undeleted pods, one list says which
-            // pods really are stragglers.
-            let mut caught_up = false;
+            // The pods' watch is read while the job goes away too: a watch nobody reads falls
+            // behind, and the API server ends it (410) once its buffer is full. An error is
+            // followed by the watcher's own relist; only errors in a row give it up.
+            let (mut caught_up, mut errors) = (false, 0);
             loop {
-                if left.gone() {
+                if job_done && left.gone() {
                     return Ok(());
                 }
-                let wait = if caught_up { silence } else { STRAGGLER_GRACE.min(silence) };
-                match tokio::time::timeout(wait, pods.next()).await {
-                    Ok(Some(event)) => {
-                        if !left.apply(event) {
-                            break;
-                        }
+                // Once the job is gone, a moment without news while the watch still shows
+                // undeleted pods has one list say which pods really are stragglers.
+                let wait = if job_done && !caught_up { STRAGGLER_GRACE.min(silence) } else { silence };
+                tokio::select! {
+                    gone = &mut job_gone, if !job_done => {
+                        gone?;
+                        job_done = true;
                     }
-                    Err(_) if !caught_up => {
-                        caught_up = true;
-                        if left.undeleted() {
-                            delete_stragglers(cluster, &cluster.list_pods(&selector).await?).await?;
+                    next = tokio::time::timeout(wait, pods.next()) => match next {
+                        Ok(Some(Ok(event))) => {
+                            errors = 0;
+                            left.apply(Ok(event));
                         }
-                    }
-                    _ => break,
+                        Ok(Some(Err(e))) => {
+                            errors += 1;
+                            if !left.apply(Err(e)) && errors >= WATCH_ERRORS {
+                                break;
+                            }
+                        }
+                        Err(_) if !job_done => {}
+                        Err(_) if !caught_up => {
+                            caught_up = true;
+                            if left.undeleted() {
+                                delete_stragglers(cluster, &cluster.list_pod_names(&selector).await?).await?;
+                            }
+                        }
+                        _ => break,
+                    },
                 }
             }
             tracing::debug!("the watch of the pods of vcjob {name} failed or was silent; listing them instead");
+        }
+        if !job_done {
+            job_gone.await?;
         }
         poll_pods_gone(cluster, &selector, poll).await
     };
@@ -137,7 +157,7 @@ pub(crate) async fn delete_and_confirm(
 /// Lists the pods every `poll` until none is left, deleting stragglers (when watching fails).
 async fn poll_pods_gone(cluster: &Cluster, selector: &str, poll: Duration) -> Result<(), VolcanoError> {
     loop {
-        let left = cluster.list_pods(selector).await?;
+        let left = cluster.list_pod_names(selector).await?;
         if left.is_empty() {
             return Ok(());
         }
@@ -148,7 +168,7 @@ async fn poll_pods_gone(cluster: &Cluster, selector: &str, poll: Duration) -> Re
 
 /// Pods are deleted by the garbage collector once their job is gone; deletes those whose
 /// deletion has not begun.
-async fn delete_stragglers(cluster: &Cluster, pods: &[Pod]) -> Result<(), VolcanoError> {
+async fn delete_stragglers(cluster: &Cluster, pods: &[PodName]) -> Result<(), VolcanoError> {
     for pod in pods {
         if pod.metadata.deletion_timestamp.is_none()
             && let Some(p) = &pod.metadata.name

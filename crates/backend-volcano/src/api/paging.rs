@@ -43,6 +43,34 @@ struct NodeOnly {
     node_name: Option<String>,
 }
 
+/// The part of a pod a log read needs (see [`Cluster::visit_pods_for_logs`]): its name, labels
+/// (the task) and status (whether its container started).
+#[derive(Clone, Debug, serde::Deserialize)]
+struct LogFacts {
+    metadata: NameAndLabels,
+    status: Option<k8s_openapi::api::core::v1::PodStatus>,
+}
+
+#[derive(Clone, Debug, serde::Deserialize)]
+struct NameAndLabels {
+    name: Option<String>,
+    labels: Option<std::collections::BTreeMap<String, String>>,
+}
+
+impl LogFacts {
+    fn into_pod(self) -> Pod {
+        Pod {
+            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                name: self.metadata.name,
+                labels: self.metadata.labels,
+                ..Default::default()
+            },
+            spec: None,
+            status: self.status,
+        }
+    }
+}
+
 impl PodFacts {
     fn into_pod(self) -> Pod {
         crate::status::slim(Pod {
@@ -74,6 +102,24 @@ impl Cluster {
         self.list_paged_as::<Pod, PodFacts>(&self.pods(), &labels(label_selector), |page| match page {
             Page::Restart => visit(Page::Restart),
             Page::Items(items) => visit(Page::Items(items.into_iter().map(PodFacts::into_pod).collect())),
+        })
+        .await
+    }
+
+    /// Pods of the namespace matching `label_selector`, page by page, each decoded with its
+    /// name, labels and status only (what a log read needs): the spec, annotations and managed
+    /// fields of thousands of pods are skipped while parsing, never held.
+    ///
+    /// # Errors
+    /// The mapped errors.
+    pub(crate) async fn visit_pods_for_logs(
+        &self,
+        label_selector: &str,
+        mut visit: impl FnMut(Page<Pod>),
+    ) -> Result<(), VolcanoError> {
+        self.list_paged_as::<Pod, LogFacts>(&self.pods(), &labels(label_selector), |page| match page {
+            Page::Restart => visit(Page::Restart),
+            Page::Items(items) => visit(Page::Items(items.into_iter().map(LogFacts::into_pod).collect())),
         })
         .await
     }
@@ -115,7 +161,7 @@ impl Cluster {
 
     /// [`Cluster::list_paged`], each item decoded as `T`: a type with only the fields the caller
     /// reads skips the rest of each object while it is parsed.
-    async fn list_paged_as<K, T>(
+    pub(super) async fn list_paged_as<K, T>(
         &self,
         api: &Api<K>,
         params: &ListParams,

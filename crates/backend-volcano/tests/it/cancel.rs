@@ -41,3 +41,37 @@ async fn cancel_watches_the_pods_away() {
     let selector = format!("volcano.sh/job-name={}", handle.data["job"].as_str().unwrap());
     assert!(world.connection().list_pods(&selector).await.unwrap().is_empty(), "no pod is left");
 }
+
+/// A watch nobody reads while the vcjob goes away falls behind, and the API server ends it with
+/// `410 Gone` once the changes it missed are compacted away (here at once: the simulator keeps
+/// two changes, and deleting a gang of four pods makes many more). The pods' watch lists again
+/// and goes on watching; it does not fall back to listing the pods every poll interval.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_relists_a_pod_watch_that_fell_behind_instead_of_polling() {
+    let world = World::start_with(4, |config| config.watch_history = 2).await;
+    let mut h = harness_polling(&world, Duration::from_secs(60));
+    h.plan = crate::flow::plan(4, 0);
+    let (job, _code) = testing::prepare(&h, "behind", &["sleep"], vec![], serde_json::json!({})).await.unwrap();
+    let handle = h.backend.submit(&job, &SubmitOptions::default()).await.expect("submit");
+    let selector = format!("volcano.sh/job-name={}", handle.data["job"].as_str().unwrap());
+    let running = tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            let pods = world.connection().list_pods(&selector).await.unwrap();
+            let running = pods.iter().filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"));
+            if running.count() == 4 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    running.await.expect("the job runs");
+    let from = world.sim.requests().len();
+    let cancelled = tokio::time::timeout(Duration::from_secs(45), h.backend.cancel(&handle))
+        .await
+        .expect("the cancel ends without waiting a poll interval")
+        .expect("cancel");
+    assert_eq!(cancelled.state, JobState::Cancelled, "{cancelled:?}");
+    let (_, _, watches) = looks(&world, from);
+    assert!(watches >= 2, "the watch that fell behind was started again: {watches} watch requests");
+    assert!(world.connection().list_pods(&selector).await.unwrap().is_empty(), "no pod is left");
+}

@@ -200,3 +200,27 @@ async fn follow_lists_again_when_its_watch_expired() {
     let (pod_lists, _, _) = looks(&world, from);
     assert!(pod_lists > 2, "an expired watch lists the pods again: {pod_lists} lists");
 }
+
+/// `logs` without `-f` of a gang with more pods than it reads ahead: every pod's log whole and
+/// in order, the pods one after the other in rank order, each line with its rank.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logs_of_a_gang_print_every_pod_whole_in_rank_order() {
+    let ranks = 6u32;
+    let world = World::start(ranks as usize).await;
+    let mut h = harness_polling(&world, Duration::from_millis(200));
+    h.plan = plan(ranks, 0);
+    let (job, _code) = testing::prepare(&h, "dump", &["count", "5"], vec![], serde_json::json!({})).await.unwrap();
+    let handle = h.backend.submit(&job, &SubmitOptions::default()).await.expect("submit");
+    testing::wait_terminal(&h, &handle).await;
+    let stream = h.backend.logs(&handle, &LogOptions { follow: false, rank: None }).await.expect("logs open");
+    let lines = tokio::time::timeout(Duration::from_secs(60), stream.collect::<Vec<_>>()).await.expect("logs end");
+    let lines: Vec<(Option<u32>, String)> = lines
+        .into_iter()
+        .map(|l| l.expect("log line"))
+        .filter(|l| l.text.starts_with("conformance: line"))
+        .map(|l| (l.rank, l.text))
+        .collect();
+    let wanted: Vec<(Option<u32>, String)> =
+        (0..ranks).flat_map(|r| expected(5).into_iter().map(move |t| (Some(r), t))).collect();
+    assert_eq!(lines, wanted);
+}
