@@ -357,6 +357,37 @@ fn timed(mut cmd: Command, what: &str) -> Result<f64> {
     Ok(secs)
 }
 
+/// Runs `theseus` (which must exit 0) under `/usr/bin/time` when there is one: its wall time and
+/// peak RSS in MiB. `scratch` holds the RSS file.
+pub(crate) fn timed_rss(theseus: Command, scratch: &Path, what: &str) -> Result<(f64, Option<f64>)> {
+    let time = Path::new("/usr/bin/time");
+    if !time.exists() {
+        return Ok((timed(theseus, what)?, None));
+    }
+    let rss_file = scratch.join("rss.kib");
+    let mut cmd = Command::new(time);
+    cmd.env_clear().arg("-f").arg("%M").arg("-o").arg(&rss_file).arg(theseus.get_program()).args(theseus.get_args());
+    for (key, value) in theseus.get_envs() {
+        if let Some(value) = value {
+            cmd.env(key, value);
+        }
+    }
+    if let Some(dir) = theseus.get_current_dir() {
+        cmd.current_dir(dir);
+    }
+    let secs = timed(cmd, what)?;
+    let kib = std::fs::read_to_string(&rss_file)?;
+    let kib: f64 = kib
+        .trim()
+        .lines()
+        .last()
+        .unwrap_or_default()
+        .trim()
+        .parse()
+        .with_context(|| format!("/usr/bin/time wrote {kib:?}"))?;
+    Ok((secs, Some(kib / 1024.0)))
+}
+
 /// `plan`, `submit --follow` and `status` on the built-in local host.
 fn local(root: &Path, bin: &Path, python: &Path, scratch: &Path, runs: usize) -> Result<Vec<Measure>> {
     let home = scratch.join("local-home");

@@ -174,23 +174,11 @@ fn env_size(world: &World, job: &str) -> Result<Measure> {
 fn rss_runs(world: &World, args: &[&str], runs: usize, what: &str) -> Result<(Vec<f64>, Vec<f64>)> {
     let (mut times, mut rss) = (Vec::new(), Vec::new());
     for _ in 0..runs {
-        let theseus = world.theseus_cmd(args);
-        let file = world.home.join("rss.kib");
-        let mut cmd = Command::new("/usr/bin/time");
-        cmd.env_clear().arg("-f").arg("%M").arg("-o").arg(&file).arg(theseus.get_program()).args(theseus.get_args());
-        for (key, value) in theseus.get_envs() {
-            if let Some(value) = value {
-                cmd.env(key, value);
-            }
-        }
-        if let Some(dir) = theseus.get_current_dir() {
-            cmd.current_dir(dir);
-        }
-        cmd.stdout(Stdio::null());
-        times.push(timed(cmd, what)?);
-        let kib = std::fs::read_to_string(&file)?;
-        let kib: f64 = kib.trim().lines().last().unwrap_or_default().trim().parse().context("/usr/bin/time")?;
-        rss.push(kib / 1024.0);
+        let mut theseus = world.theseus_cmd(args);
+        theseus.stdout(Stdio::null());
+        let (secs, peak) = super::timed_rss(theseus, &world.home, what)?;
+        times.push(secs);
+        rss.push(peak.context("no /usr/bin/time to read the peak RSS with")?);
     }
     Ok((times, rss))
 }

@@ -27,11 +27,7 @@ async fn cancel_watches_the_pods_away() {
     started.await.expect("the job runs");
     drop(lines);
     let from = world.sim.requests().len();
-    let cancelled = tokio::time::timeout(Duration::from_secs(45), h.backend.cancel(&handle))
-        .await
-        .expect("the cancel ends without waiting a poll interval")
-        .expect("cancel");
-    assert_eq!(cancelled.state, JobState::Cancelled, "{cancelled:?}");
+    cancel_in_time(&h, &handle).await;
     // `cancel` looks at the job once (status before the delete), and the watch lists once.
     let (pod_lists, _, watches) = looks(&world, from);
     let deletes = world.sim.requests()[from..].iter().filter(|(m, p)| m == "DELETE" && p.contains("/pods/")).count();
@@ -66,12 +62,17 @@ async fn cancel_relists_a_pod_watch_that_fell_behind_instead_of_polling() {
     });
     running.await.expect("the job runs");
     let from = world.sim.requests().len();
-    let cancelled = tokio::time::timeout(Duration::from_secs(45), h.backend.cancel(&handle))
+    cancel_in_time(&h, &handle).await;
+    let (_, _, watches) = looks(&world, from);
+    assert!(watches >= 2, "the watch that fell behind was started again: {watches} watch requests");
+    assert!(world.connection().list_pods(&selector).await.unwrap().is_empty(), "no pod is left");
+}
+
+/// Cancels `handle`, which must end `Cancelled` well within the harness's minute of polling.
+async fn cancel_in_time(h: &theseus_core::testing::Harness, handle: &theseus_core::backend::JobHandle) {
+    let cancelled = tokio::time::timeout(Duration::from_secs(45), h.backend.cancel(handle))
         .await
         .expect("the cancel ends without waiting a poll interval")
         .expect("cancel");
     assert_eq!(cancelled.state, JobState::Cancelled, "{cancelled:?}");
-    let (_, _, watches) = looks(&world, from);
-    assert!(watches >= 2, "the watch that fell behind was started again: {watches} watch requests");
-    assert!(world.connection().list_pods(&selector).await.unwrap().is_empty(), "no pod is left");
 }
