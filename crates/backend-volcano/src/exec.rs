@@ -23,6 +23,20 @@ pub(crate) const FRAME_BYTES: usize = 256 * 1024;
 /// Buffer of the output channels in kube-rs.
 const OUTPUT_BUFFER: usize = 64 * 1024;
 
+/// Writes a stdin into `bridge` through a buffer of one frame, then ends the stream. The
+/// archives are written in small pieces (`io::copy` moves a file 8 KiB at a time), and every
+/// write into the bridge wakes the task that sends: unbuffered, that was a wake-up per 8 KiB.
+pub(crate) fn write_framed(
+    bridge: &mut tokio_util::io::SyncIoBridge<tokio::io::DuplexStream>,
+    write: impl FnOnce(&mut dyn Write) -> io::Result<()>,
+) -> io::Result<()> {
+    let mut frames = io::BufWriter::with_capacity(FRAME_BYTES, &mut *bridge);
+    write(&mut frames)?;
+    frames.flush()?;
+    drop(frames);
+    bridge.shutdown()
+}
+
 /// Length and, when the source is checked against one, sha256 of a stdin. Without a sha256
 /// (a stdin whose producer checks its own content, such as the store's object archive, and
 /// whose length is known without reading it) [`pump`] checks only that the source ends at

@@ -153,9 +153,16 @@ pub async fn ship_snapshot(
     let producer = {
         let snapshot = snapshot.clone();
         tokio::task::spawn_blocking(move || {
-            let manifest = snapshot.write_tar(&mut bridge, &mut |_| {})?;
-            bridge.shutdown().map_err(|e| theseus_core::Error::io("stream the archive of", &snapshot.root, e))?;
-            Ok::<_, theseus_core::Error>(manifest)
+            let mut manifest = None;
+            exec::write_framed(&mut bridge, |w| {
+                manifest = Some(snapshot.write_tar(w, &mut |_| {}).map_err(io::Error::other)?);
+                Ok(())
+            })
+            .map_err(|e| match e.downcast::<theseus_core::Error>() {
+                Ok(e) => e,
+                Err(e) => theseus_core::Error::io("stream the archive of", &snapshot.root, e),
+            })?;
+            Ok::<_, theseus_core::Error>(manifest.expect("written"))
         })
     };
     let sent = transfer(target, &counted, &[], reader, &mut progress).await;

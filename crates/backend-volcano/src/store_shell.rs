@@ -174,10 +174,7 @@ impl ExecShell {
         command.extend(call.args.iter().cloned());
         let (reader, writer) = tokio::io::duplex(FRAME_BYTES);
         let mut bridge = tokio_util::io::SyncIoBridge::new(writer);
-        let producer = tokio::task::spawn_blocking(move || {
-            produce(&mut bridge)?;
-            bridge.shutdown()
-        });
+        let producer = tokio::task::spawn_blocking(move || exec::write_framed(&mut bridge, |w| produce(w)));
         let counted = Counted::length(len);
         let result = self.exec(label, command, Some((reader, &counted)), call.progress.clone()).await;
         let produced = producer.await.map_err(|e| self.transport(label, format!("the input task failed: {e}")))?;
@@ -212,10 +209,7 @@ impl ExecShell {
 
         let (reader, writer) = tokio::io::duplex(FRAME_BYTES);
         let mut bridge = tokio_util::io::SyncIoBridge::new(writer);
-        let producer = tokio::task::spawn_blocking(move || {
-            produce(&mut bridge)?;
-            bridge.shutdown()
-        });
+        let producer = tokio::task::spawn_blocking(move || exec::write_framed(&mut bridge, |w| produce(w)));
         let result = self.exec(label, command, Some((reader, &counted)), call.progress.clone()).await;
         let produced = producer.await.map_err(|e| self.transport(label, format!("the input task failed: {e}")))?;
         match (result, produced) {
