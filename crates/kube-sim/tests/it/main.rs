@@ -5,6 +5,7 @@ mod faults;
 mod https;
 mod lifecycle;
 mod objects;
+mod placement;
 mod support;
 mod volcano;
 mod watch;
