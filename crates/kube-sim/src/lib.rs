@@ -39,6 +39,7 @@ mod discovery;
 mod events;
 pub mod exec;
 mod faults;
+mod gc;
 mod hosts;
 mod jobpods;
 mod logs;

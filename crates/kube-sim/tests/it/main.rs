@@ -7,5 +7,6 @@ mod lifecycle;
 mod objects;
 mod placement;
 mod support;
+mod ttl;
 mod volcano;
 mod watch;
