@@ -24,8 +24,9 @@
 //!
 //! Divergences from a real cluster are listed on [`SimConfig`] and in the module docs of
 //! `runtime` (where pod files live), `hosts` (name resolution in pods), `procs` (signals and restarts), `controller` (what the
-//! Volcano job controller does), `scheduler` (what a Volcano scheduler session does), `schema`
-//! and `admission`. With `SimConfig::authz` it authenticates bearer tokens and authorises by RBAC
+//! Volcano job controller does), `scheduler` (what a Volcano scheduler session does),
+//! `predicates` (which node labels and taints a pod may land on), `gc` (`ttlSecondsAfterFinished`),
+//! `schema` and `admission`. With `SimConfig::authz` it authenticates bearer tokens and authorises by RBAC
 //! (`rbac`); client certificates authenticate with or without it. `dryRun=All` runs every check and stores nothing; a custom resource's `status` is
 //! dropped on create. Queues open and close through `bus.volcano.sh` Commands, as with
 //! `vcctl queue operate` (`queues`). The core objects theseus writes (Secrets, Leases, ConfigMaps) are decoded
