@@ -10,7 +10,7 @@
 //! are ORed, a term's expressions and fields ANDed; a term with neither, or one that does not
 //! parse, matches no node), `tainttoleration.Filter` (`FindMatchingUntoleratedTaint` over the
 //! `NoSchedule` and `NoExecute` taints, `Toleration.ToleratesTaint`) and the `FitError`
-//! histograms (`sortReasonsHistogram`: "<count> <reason>" strings sorted, joined with ", ").
+//! histograms (`sortReasonsHistogram`: `"<count> <reason>"` strings sorted, joined with ", ").
 
 use std::collections::BTreeMap;
 
@@ -122,7 +122,7 @@ fn tolerates(toleration: &Value, taint: &Value) -> bool {
 }
 
 /// `sortReasonsHistogram`: each distinct reason with how many nodes gave it, as
-/// "<count> <reason>", sorted as strings and joined with ", ".
+/// `"<count> <reason>"`, sorted as strings and joined with ", ".
 pub(crate) fn histogram<'a>(reasons: impl IntoIterator<Item = &'a str>) -> String {
     let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
     for r in reasons {
