@@ -4,8 +4,9 @@
 //! raise them), picks the action of the first matching policy (`applyPolicies` in
 //! job_controller_util.go; no match: `SyncJob`), and runs it in the job's state
 //! (pkg/controllers/job/state/*.go) with `syncJob`/`killJob` semantics
-//! (job_controller_actions.go). Then the scheduler session runs (`scheduler.rs`), queue usage is
-//! updated, and the pod runtime reconciles.
+//! (job_controller_actions.go). Before that the garbage collector deletes finished jobs whose
+//! `ttlSecondsAfterFinished` ran out (`gc.rs`); after it the scheduler session runs
+//! (`scheduler.rs`), queue usage is updated, and the pod runtime reconciles.
 //!
 //! Divergences: events are derived by comparing passes, not from an informer; the job
 //! `version` is bumped only by kills that an action starts (Volcano bumps it on every kill, even
@@ -14,7 +15,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
 
@@ -45,19 +46,25 @@ pub(crate) async fn run(shared: Arc<Shared>) {
     let mut scheduler = Scheduler::default();
     // The store's resourceVersion before the last pass, and when that pass ran.
     let mut seen: Option<(u64, Instant)> = None;
+    // When the next finished job's `ttlSecondsAfterFinished` runs out (seconds since the epoch).
+    let mut ttl_expiry: Option<u64> = None;
     loop {
         // A pass reads every job and pod, so one over an unchanged store is skipped: every
         // event that matters (an object written, a process that exited) is a store change.
         // Time-based work still runs: every tick while a scheduling delay holds gangs back,
-        // and a pass at least every IDLE_PASS otherwise (as informers resync).
+        // at the first tick after a job's TTL runs out, and a pass at least every IDLE_PASS
+        // otherwise (as informers resync).
         let rv = shared.store.current_rv();
+        let ttl_due = ttl_expiry.is_some_and(|at| unix_now() >= at);
         let due = match seen {
             None => true,
-            Some((last, at)) => last != rv || shared.faults.scheduling_delay().is_some() || at.elapsed() >= IDLE_PASS,
+            Some((last, at)) => {
+                last != rv || shared.faults.scheduling_delay().is_some() || ttl_due || at.elapsed() >= IDLE_PASS
+            }
         };
         if due {
             seen = Some((rv, Instant::now()));
-            reconcile_all(&shared, &mut memos, &mut scheduler);
+            ttl_expiry = reconcile_all(&shared, &mut memos, &mut scheduler);
         }
         // The tick covers time-based work (scheduling delays); changes wake us at once.
         tokio::select! {
@@ -74,8 +81,16 @@ const TICK: Duration = Duration::from_millis(200);
 /// happened.
 const IDLE_PASS: Duration = Duration::from_secs(1);
 
-fn reconcile_all(shared: &Arc<Shared>, memos: &mut HashMap<String, JobMemo>, scheduler: &mut Scheduler) {
+/// Seconds since the epoch.
+fn unix_now() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+/// One pass: the garbage collector, every job, the scheduler session, queues, the runtime.
+/// Returns when the next finished job's TTL runs out.
+fn reconcile_all(shared: &Arc<Shared>, memos: &mut HashMap<String, JobMemo>, scheduler: &mut Scheduler) -> Option<u64> {
     let store = &shared.store;
+    let ttl_expiry = crate::gc::collect(store, unix_now());
     let (jobs, _) = store.list(known::jobs(), None, &Selectors::default());
     let uids: HashSet<String> = jobs.iter().map(|j| str_at(j, "/metadata/uid").to_owned()).collect();
     memos.retain(|uid, _| uids.contains(uid));
@@ -87,6 +102,7 @@ fn reconcile_all(shared: &Arc<Shared>, memos: &mut HashMap<String, JobMemo>, sch
     crate::queues::reconcile(store);
     update_queues(store);
     shared.runtime.reconcile(shared);
+    ttl_expiry
 }
 
 /// A Volcano bus event about one task, with the exit code of `PodFailed`.

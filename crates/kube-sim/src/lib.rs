@@ -24,8 +24,9 @@
 //!
 //! Divergences from a real cluster are listed on [`SimConfig`] and in the module docs of
 //! `runtime` (where pod files live), `hosts` (name resolution in pods), `procs` (signals and restarts), `controller` (what the
-//! Volcano job controller does), `scheduler` (what a Volcano scheduler session does), `schema`
-//! and `admission`. With `SimConfig::authz` it authenticates bearer tokens and authorises by RBAC
+//! Volcano job controller does), `scheduler` (what a Volcano scheduler session does),
+//! `predicates` (which node labels and taints a pod may land on), `gc` (`ttlSecondsAfterFinished`),
+//! `schema` and `admission`. With `SimConfig::authz` it authenticates bearer tokens and authorises by RBAC
 //! (`rbac`); client certificates authenticate with or without it. `dryRun=All` runs every check and stores nothing; a custom resource's `status` is
 //! dropped on create. Queues open and close through `bus.volcano.sh` Commands, as with
 //! `vcctl queue operate` (`queues`). The core objects theseus writes (Secrets, Leases, ConfigMaps) are decoded
@@ -39,11 +40,13 @@ mod discovery;
 mod events;
 pub mod exec;
 mod faults;
+mod gc;
 mod hosts;
 mod jobpods;
 mod logs;
 mod openapi;
 mod portforward;
+mod predicates;
 mod procs;
 mod pty;
 mod quantity;
@@ -95,12 +98,71 @@ pub struct NodeConfig {
     pub cpu: String,
     /// Memory quantity, e.g. `"64Gi"`.
     pub memory: String,
+    /// Labels besides `kubernetes.io/hostname` and `kubernetes.io/os` (which every node has),
+    /// e.g. `gpu=a100`: what a pod's `nodeSelector` and node affinity match.
+    pub labels: std::collections::BTreeMap<String, String>,
+    /// The node's `spec.taints`, in order.
+    pub taints: Vec<NodeTaint>,
+}
+
+/// A node taint, as `kubectl taint nodes NODE key=value:effect` sets one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeTaint {
+    /// The taint's key.
+    pub key: String,
+    /// Its value (may be empty).
+    pub value: String,
+    /// `NoSchedule`, `PreferNoSchedule` or `NoExecute`.
+    pub effect: String,
+}
+
+impl NodeTaint {
+    /// Parses `key=value:effect` or `key:effect`, as `kubectl taint` takes a taint.
+    ///
+    /// # Errors
+    /// A message naming the part that is wrong.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let (kv, effect) = text
+            .rsplit_once(':')
+            .ok_or_else(|| format!("taint `{text}` needs `:EFFECT` (e.g. `gpu=a100:NoSchedule`)"))?;
+        if !matches!(effect, "NoSchedule" | "PreferNoSchedule" | "NoExecute") {
+            return Err(format!(
+                "taint `{text}`: the effect is NoSchedule, PreferNoSchedule or NoExecute, not `{effect}`"
+            ));
+        }
+        let (key, value) = kv.split_once('=').unwrap_or((kv, ""));
+        if key.is_empty() {
+            return Err(format!("taint `{text}` needs a key"));
+        }
+        Ok(Self { key: key.to_owned(), value: value.to_owned(), effect: effect.to_owned() })
+    }
 }
 
 impl NodeConfig {
-    /// A node with `gpus` GPUs, 16 CPUs and 64Gi of memory.
+    /// A node with `gpus` GPUs, 16 CPUs and 64Gi of memory, no extra labels and no taints.
     pub fn new(name: &str, gpus: u32) -> Self {
-        Self { name: name.to_owned(), gpus, cpu: "16".into(), memory: "64Gi".into() }
+        Self {
+            name: name.to_owned(),
+            gpus,
+            cpu: "16".into(),
+            memory: "64Gi".into(),
+            labels: Default::default(),
+            taints: Vec::new(),
+        }
+    }
+
+    /// The node with the label `key=value` too.
+    #[must_use]
+    pub fn with_label(mut self, key: &str, value: &str) -> Self {
+        self.labels.insert(key.to_owned(), value.to_owned());
+        self
+    }
+
+    /// The node with one more taint.
+    #[must_use]
+    pub fn with_taint(mut self, key: &str, value: &str, effect: &str) -> Self {
+        self.taints.push(NodeTaint { key: key.to_owned(), value: value.to_owned(), effect: effect.to_owned() });
+        self
     }
 }
 
@@ -392,12 +454,28 @@ fn seed(store: &store::Store, config: &SimConfig) -> Result<(), Error> {
         let resources = json!({
             "cpu": node.cpu, "memory": node.memory, "pods": "110", config.gpu_resource.as_str(): node.gpus.to_string(),
         });
+        let mut labels = json!({"kubernetes.io/hostname": node.name, "kubernetes.io/os": "linux"});
+        for (k, v) in &node.labels {
+            labels[k] = json!(v);
+        }
+        let mut spec = json!({});
+        if !node.taints.is_empty() {
+            let taints: Vec<_> = node
+                .taints
+                .iter()
+                .map(|t| match t.value.as_str() {
+                    "" => json!({"key": t.key, "effect": t.effect}),
+                    v => json!({"key": t.key, "value": v, "effect": t.effect}),
+                })
+                .collect();
+            spec["taints"] = json!(taints);
+        }
         let _ = store.create(
             known::nodes(),
             "",
             json!({
-                "metadata": {"name": node.name, "labels": {"kubernetes.io/hostname": node.name, "kubernetes.io/os": "linux"}},
-                "spec": {},
+                "metadata": {"name": node.name, "labels": labels},
+                "spec": spec,
                 "status": {
                     "capacity": resources, "allocatable": resources,
                     "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],

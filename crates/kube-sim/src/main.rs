@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use theseus_kube_sim::{NodeConfig, Outage, Sim, SimConfig};
+use theseus_kube_sim::{NodeConfig, NodeTaint, Outage, Sim, SimConfig};
 
 const USAGE: &str = "\
 usage: theseus-kube-sim [options]
@@ -19,6 +19,12 @@ usage: theseus-kube-sim [options]
   --nodes N                simulated nodes (default 2)
   --gpus-per-node G        GPUs per node (default 4)
   --gpu-resource NAME      extended resource of GPUs (default nvidia.com/gpu)
+  --node-label NODE:KEY=VALUE
+                           a label on node NODE (sim-node-0, sim-node-1, ...), for nodeSelector
+                           and node affinity (repeatable)
+  --node-taint NODE:KEY[=VALUE]:EFFECT
+                           a taint on node NODE; EFFECT is NoSchedule, PreferNoSchedule or
+                           NoExecute (repeatable)
   --root DIR               pod sandboxes and logs (default: a temp dir, removed on exit)
   --kubeconfig-out PATH    write a kubeconfig pointing at the simulator (server, certificate-authority-data)
   --ca-out PATH            write the CA certificate (PEM), for `kubectl --certificate-authority`
@@ -242,6 +248,7 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Option<Args>, String>
     let (mut token_file, mut rbac_file) = (None, None);
     let mut faults = FaultArgs::default();
     let mut access_log = None;
+    let (mut node_labels, mut node_taints) = (Vec::new(), Vec::new());
     while let Some(flag) = args.next() {
         if flag == "-h" || flag == "--help" {
             return Ok(None);
@@ -252,6 +259,8 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Option<Args>, String>
             "--nodes" => nodes = number(&flag, &value()?)?,
             "--gpus-per-node" => gpus = number(&flag, &value()?)?,
             "--gpu-resource" => sim.gpu_resource = value()?,
+            "--node-label" => node_labels.push(value()?),
+            "--node-taint" => node_taints.push(value()?),
             "--root" => sim.root = Some(PathBuf::from(value()?)),
             "--kubeconfig-out" => kubeconfig_out = Some(PathBuf::from(value()?)),
             "--ca-out" => ca_out = Some(PathBuf::from(value()?)),
@@ -295,6 +304,18 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Option<Args>, String>
         }
     }
     sim.nodes = (0..nodes).map(|i| NodeConfig::new(&format!("sim-node-{i}"), gpus)).collect();
+    for text in &node_labels {
+        let (node, label) = on_node(&mut sim.nodes, "--node-label", text)?;
+        let (key, value) = label
+            .split_once('=')
+            .filter(|(k, _)| !k.is_empty())
+            .ok_or_else(|| format!("`--node-label {text}` needs NODE:KEY=VALUE"))?;
+        node.labels.insert(key.to_owned(), value.to_owned());
+    }
+    for text in &node_taints {
+        let (node, taint) = on_node(&mut sim.nodes, "--node-taint", text)?;
+        node.taints.push(NodeTaint::parse(taint).map_err(|e| format!("`--node-taint {text}`: {e}"))?);
+    }
     match (token_file, rbac_file) {
         (None, None) => {}
         (Some(tokens), Some(rbac)) => {
@@ -305,6 +326,21 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Option<Args>, String>
         _ => return Err("`--token-auth-file` and `--rbac` go together".into()),
     }
     Ok(Some(Args { sim, kubeconfig_out, ca_out, user, namespace, kubeconfig_host, faults, access_log }))
+}
+
+/// The node a `NODE:REST` flag value names, and the rest.
+fn on_node<'a>(
+    nodes: &'a mut [NodeConfig],
+    flag: &str,
+    text: &'a str,
+) -> Result<(&'a mut NodeConfig, &'a str), String> {
+    let (name, rest) = text.split_once(':').ok_or_else(|| format!("`{flag} {text}` needs NODE: first"))?;
+    let known: Vec<String> = nodes.iter().map(|n| n.name.clone()).collect();
+    nodes
+        .iter_mut()
+        .find(|n| n.name == name)
+        .map(|n| (n, rest))
+        .ok_or_else(|| format!("`{flag} {text}`: no node `{name}` (the nodes are {}; see --nodes)", known.join(", ")))
 }
 
 /// Seconds: finite, not negative, at most a day.
@@ -362,5 +398,32 @@ mod tests {
         assert_eq!(plain.user, KubeconfigUser::Cert("researcher".into(), None));
         let exec = args(&["--kubeconfig-exec", "/h/cred.sh", "--kubeconfig-namespace", "ml"]).unwrap().unwrap();
         assert_eq!((exec.user, exec.namespace.as_str()), (KubeconfigUser::Exec("/h/cred.sh".into()), "ml"));
+    }
+
+    #[test]
+    fn node_label_and_taint_flags_parse() {
+        let a = args(&[
+            "--node-label",
+            "sim-node-1:gpu=a100",
+            "--node-taint",
+            "sim-node-1:dedicated=ml:NoSchedule",
+            "--node-taint",
+            "sim-node-0:rdma:NoExecute",
+        ])
+        .unwrap()
+        .unwrap();
+        let nodes = &a.sim.nodes;
+        assert_eq!(nodes[1].labels.get("gpu").map(String::as_str), Some("a100"));
+        assert_eq!(nodes[1].taints, [NodeTaint::parse("dedicated=ml:NoSchedule").unwrap()]);
+        assert_eq!(nodes[1].taints[0].value, "ml");
+        assert_eq!((nodes[0].taints[0].key.as_str(), nodes[0].taints[0].value.as_str()), ("rdma", ""));
+        for bad in [
+            &["--node-label", "sim-node-9:gpu=a100"][..],
+            &["--node-label", "sim-node-0:gpu"],
+            &["--node-taint", "sim-node-0:gpu=a100"],
+            &["--node-taint", "sim-node-0:gpu=a100:Sometimes"],
+        ] {
+            assert!(args(bad).is_err(), "{bad:?}");
+        }
     }
 }

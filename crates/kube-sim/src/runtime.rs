@@ -491,15 +491,17 @@ fn first_container(pod: &Value) -> Option<String> {
     pod.pointer("/spec/containers/0/name").and_then(Value::as_str).map(str::to_owned)
 }
 
-/// The default scheduler for pods created without `nodeName`: first node with room.
+/// The default scheduler for pods created without `nodeName`: the first node whose taints and
+/// labels accept the pod and that has room ([`Cluster::place_default`]); otherwise the pod
+/// stays Pending, `PodScheduled=False` and a `FailedScheduling` event with the reason.
 fn bind(store: &Store, cluster: &mut Cluster, pod: &Value) -> Option<Value> {
     let ns = pod.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("");
     let name = pod.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
     let now = util::now_rfc3339();
-    match cluster.place(&crate::sched::pod_requests(&pod["spec"])) {
+    match cluster.place_default(&pod["spec"]) {
         Ok(node) => store.update(known::pods(), ns, name, |obj| obj["spec"]["nodeName"] = json!(node)).ok(),
         Err(message) => {
-            let _ = store.update(known::pods(), ns, name, |obj| {
+            let updated = store.update(known::pods(), ns, name, |obj| {
                 obj["status"]["phase"] = json!("Pending");
                 let cond =
                     json!({"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message});
@@ -508,6 +510,9 @@ fn bind(store: &Store, cluster: &mut Cluster, pod: &Value) -> Option<Value> {
                     obj["status"]["conditions"][0]["lastTransitionTime"] = json!(now);
                 }
             });
+            if let Ok(obj) = updated {
+                events::emit(store, &obj, "Warning", "FailedScheduling", &message, "default-scheduler");
+            }
             None
         }
     }

@@ -1,5 +1,6 @@
-//! Resource accounting for scheduling: pod requests, node allocatable, first-fit placement and
-//! the scheduler's "0/N nodes are unavailable" message.
+//! Resource accounting for scheduling: pod requests, node allocatable, first-fit placement
+//! through the node filters of `predicates`, and why no node fits in each scheduler's words
+//! (Volcano's "0/N nodes are unavailable", the default scheduler's "0/N nodes are available").
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -7,6 +8,7 @@ use serde_json::Value;
 
 use crate::discovery::known;
 use crate::jobpods::str_at;
+use crate::predicates;
 use crate::quantity;
 use crate::selector::Selectors;
 use crate::store::Store;
@@ -55,9 +57,34 @@ pub(crate) fn holds_resources(pod: &Value) -> bool {
     !matches!(pod.pointer("/status/phase").and_then(Value::as_str), Some("Succeeded" | "Failed"))
 }
 
+/// One node as the schedulers see it: its object (labels, taints), what it offers and what
+/// bound pods use of it.
+struct Node {
+    name: String,
+    object: Value,
+    alloc: Resources,
+    used: Resources,
+}
+
+impl Node {
+    /// The resources `req` asks for more of than the node has free, cpu and memory first, then
+    /// the others by name.
+    fn short_of<'r>(&self, req: &'r Resources) -> Vec<&'r str> {
+        let mut names: Vec<&str> = req
+            .iter()
+            .filter(|(k, v)| {
+                **v > 0 && self.alloc.get(*k).copied().unwrap_or(0) - self.used.get(*k).copied().unwrap_or(0) < **v
+            })
+            .map(|(k, _)| k.as_str())
+            .collect();
+        names.sort_by_key(|k| (*k != "cpu", *k != "memory", *k));
+        names
+    }
+}
+
 /// Node capacity minus what bound pods use.
 pub(crate) struct Cluster {
-    nodes: Vec<(String, Resources, Resources)>,
+    nodes: Vec<Node>,
 }
 
 impl Cluster {
@@ -67,10 +94,12 @@ impl Cluster {
         let (pods, _) = store.list(known::pods(), None, &Selectors::default());
         let mut cluster = Cluster {
             nodes: nodes
-                .iter()
-                .map(|n| {
-                    let name = n.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_owned();
-                    (name, parse_map(n.pointer("/status/allocatable")), Resources::new())
+                .into_iter()
+                .map(|n| Node {
+                    name: str_at(&n, "/metadata/name").to_owned(),
+                    alloc: parse_map(n.pointer("/status/allocatable")),
+                    used: Resources::new(),
+                    object: n,
                 })
                 .collect(),
         };
@@ -85,8 +114,8 @@ impl Cluster {
     /// The nodes' allocatable resources, summed.
     pub(crate) fn allocatable(&self) -> Resources {
         let mut total = Resources::new();
-        for (_, alloc, _) in &self.nodes {
-            for (k, v) in alloc {
+        for node in &self.nodes {
+            for (k, v) in &node.alloc {
                 *total.entry(k.clone()).or_default() += v;
             }
         }
@@ -96,8 +125,8 @@ impl Cluster {
     /// What bound pods use, summed over the nodes.
     pub(crate) fn used(&self) -> Resources {
         let mut total = Resources::new();
-        for (_, _, used) in &self.nodes {
-            for (k, v) in used {
+        for node in &self.nodes {
+            for (k, v) in &node.used {
                 *total.entry(k.clone()).or_default() += v;
             }
         }
@@ -105,45 +134,93 @@ impl Cluster {
     }
 
     fn reserve(&mut self, node: &str, req: &Resources) {
-        if let Some((_, _, used)) = self.nodes.iter_mut().find(|(n, _, _)| n == node) {
+        if let Some(n) = self.nodes.iter_mut().find(|n| n.name == node) {
             for (k, v) in req {
-                *used.entry(k.clone()).or_default() += v;
+                *n.used.entry(k.clone()).or_default() += v;
             }
         }
     }
 
-    /// Places a pod on the first node with room and reserves it, or explains why no node fits.
-    pub(crate) fn place(&mut self, req: &Resources) -> Result<String, String> {
-        let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
+    /// Places a pod (its spec) on the first node that passes the Volcano allocate action's
+    /// `predicate` and reserves it there, or says why no node does as Volcano's `FitErrors`
+    /// does: `0/N nodes are unavailable: <histogram>.`, one reason per node
+    /// (pkg/scheduler/api/unschedule_info.go). Per node, resources come first, named by their
+    /// first short resource (`alloc.predicate` and `WrapInsufficientResourceReason` in
+    /// pkg/scheduler/actions/allocate/allocate.go), then the predicates plugin's stable filters
+    /// in its order, NodeAffinity before TaintToleration, each refusal ending the node's
+    /// checks (`InitPlugin` and `Predicate` in pkg/scheduler/plugins/predicates/predicates.go,
+    /// `ShouldAbort`: both return `UnschedulableAndUnresolvable`).
+    pub(crate) fn place(&mut self, pod_spec: &Value) -> Result<String, String> {
+        let req = pod_requests(pod_spec);
+        let mut reasons: Vec<String> = Vec::new();
         let mut chosen = None;
-        for (name, alloc, used) in &self.nodes {
-            let short: Vec<&String> = req
-                .iter()
-                .filter(|(k, v)| {
-                    **v > 0 && alloc.get(*k).copied().unwrap_or(0) - used.get(*k).copied().unwrap_or(0) < **v
-                })
-                .map(|(k, _)| k)
-                .collect();
-            if short.is_empty() {
-                chosen = Some(name.clone());
+        for node in &self.nodes {
+            let reason = if let Some(first) = node.short_of(&req).first() {
+                format!("Insufficient {first}")
+            } else if !predicates::matches_node_affinity(pod_spec, &node.object) {
+                predicates::AFFINITY_MISMATCH.to_owned()
+            } else if predicates::untolerated_taint(pod_spec, &node.object).is_some() {
+                predicates::UNTOLERATED_TAINTS.to_owned()
+            } else {
+                chosen = Some(node.name.clone());
                 break;
-            }
-            for k in short {
-                *reasons.entry(format!("Insufficient {k}")).or_default() += 1;
+            };
+            reasons.push(reason);
+        }
+        if let Some(node) = chosen {
+            self.reserve(&node, &req);
+            return Ok(node);
+        }
+        let head = format!("0/{} nodes are unavailable", reasons.len());
+        if reasons.is_empty() {
+            return Err(head);
+        }
+        Err(format!("{head}: {}.", predicates::histogram(reasons.iter().map(String::as_str))))
+    }
+
+    /// Places a pod as the default scheduler (kube-scheduler of the served v1.33) does, or says
+    /// why not in its `FitError` wording (pkg/scheduler/framework/types.go):
+    /// `0/N nodes are available: <histogram>. preemption: 0/N nodes are available: <histogram>.`
+    /// Per node the default profile's filters run in order until one refuses: TaintToleration,
+    /// NodeAffinity, NodeResourcesFit (every short resource a reason). The default preemption
+    /// PostFilter then finds preemption not helpful on a node a filter refused as unresolvable
+    /// and no victims on the others (no pod has a lower priority here).
+    /// Read, not run.
+    pub(crate) fn place_default(&mut self, pod_spec: &Value) -> Result<String, String> {
+        let req = pod_requests(pod_spec);
+        let (mut reasons, mut preemption): (Vec<String>, Vec<&str>) = (Vec::new(), Vec::new());
+        let mut chosen = None;
+        for node in &self.nodes {
+            if let Some(taint) = predicates::untolerated_taint(pod_spec, &node.object) {
+                reasons.push(predicates::untolerated_taint_named(taint));
+                preemption.push("Preemption is not helpful for scheduling");
+            } else if !predicates::matches_node_affinity(pod_spec, &node.object) {
+                reasons.push(predicates::AFFINITY_MISMATCH.to_owned());
+                preemption.push("Preemption is not helpful for scheduling");
+            } else {
+                let short = node.short_of(&req);
+                if short.is_empty() {
+                    chosen = Some(node.name.clone());
+                    break;
+                }
+                reasons.extend(short.iter().map(|k| format!("Insufficient {k}")));
+                preemption.push("No preemption victims found for incoming pod");
             }
         }
-        match chosen {
-            Some(node) => {
-                self.reserve(&node, req);
-                Ok(node)
-            }
-            None => {
-                let parts: Vec<String> = reasons.iter().map(|(r, n)| format!("{n} {r}")).collect();
-                let detail =
-                    if parts.is_empty() { "no nodes available to schedule pods".to_owned() } else { parts.join(", ") };
-                Err(format!("0/{} nodes are unavailable: {detail}.", self.nodes.len()))
-            }
+        if let Some(node) = chosen {
+            self.reserve(&node, &req);
+            return Ok(node);
         }
+        let n = self.nodes.len();
+        if n == 0 {
+            // `ErrNoNodesAvailable` in pkg/scheduler/schedule_one.go.
+            return Err("no nodes available to schedule pods".to_owned());
+        }
+        Err(format!(
+            "0/{n} nodes are available: {}. preemption: 0/{n} nodes are available: {}.",
+            predicates::histogram(reasons.iter().map(String::as_str)),
+            predicates::histogram(preemption)
+        ))
     }
 }
 

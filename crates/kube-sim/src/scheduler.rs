@@ -12,9 +12,12 @@
 //!   `Unschedulable` event for a group still pending (`0/0 tasks in gang unschedulable: pod group
 //!   is not ready, N minAvailable` when it has no pods). A group that is not enqueued gets no
 //!   condition: the gang plugin skips jobs without tasks (`OnSessionClose` in plugins/gang).
-//! - allocate: the pods of an enqueued group are bound all together (first fit) once all fit, or
-//!   none are, and the group gets the gang plugin's `Unschedulable` condition with the job's fit
-//!   error, its pods `PodScheduled=False` and a `FailedScheduling` event
+//! - allocate: the pods of an enqueued group are bound all together (first fit, on a node with
+//!   room whose labels and taints the pod's `nodeSelector`, required node affinity and
+//!   tolerations accept: the `predicates` plugin, see [`crate::sched::Cluster::place`]) once all
+//!   fit, or none are, and the group gets the gang plugin's `Unschedulable` condition with the
+//!   job's fit error (`0/N nodes are unavailable: 2 node(s) didn't match Pod's node
+//!   affinity/selector.`), its pods `PodScheduled=False` and a `FailedScheduling` event
 //!   (`taskUnschedulable` in pkg/scheduler/cache/cache.go). A claim named in
 //!   [`crate::SimConfig::missing_pvcs`] fails volume binding's PreFilter with
 //!   `persistentvolumeclaim "<name>" not found`.
@@ -257,7 +260,7 @@ fn allocate(shared: &Arc<Shared>, group: &Value) {
         let result = match missing_pvc {
             // volumebinding's PreFilter (pkg/scheduler/capabilities/volumebinding).
             Some(claim) => Err(format!("persistentvolumeclaim \"{claim}\" not found")),
-            None => cluster.place(&sched::pod_requests(&pod["spec"])),
+            None => cluster.place(&pod["spec"]),
         };
         match result {
             Ok(node) => placed.push((pod, node)),

@@ -1,4 +1,5 @@
-//! Small helpers: RFC 3339 timestamps, base64 for Secret data, uids and generated name suffixes.
+//! Small helpers: RFC 3339 timestamps (written and read), base64 for Secret data, uids and
+//! generated name suffixes.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -24,6 +25,29 @@ pub(crate) fn format_rfc3339(secs: u64) -> String {
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
     let year = yoe + era * 400 + i64::from(month <= 2);
     format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
+}
+
+/// Parses `2026-01-02T03:04:05Z` (fractional seconds and an offset other than `Z` or
+/// `+00:00` are not written by this server, and not read): seconds since the epoch.
+pub(crate) fn parse_rfc3339(text: &str) -> Option<u64> {
+    let text = text.strip_suffix('Z').or_else(|| text.strip_suffix("+00:00"))?;
+    let (date, time) = text.split_once('T')?;
+    let mut d = date.splitn(3, '-').map(|p| p.parse::<i64>().ok());
+    let (year, month, day) = (d.next()??, d.next()??, d.next()??);
+    let mut t = time.splitn(3, ':').map(|p| p.parse::<i64>().ok());
+    let (h, m, sec) = (t.next()??, t.next()??, t.next()??);
+    if !(1..=12).contains(&month) || !(1..=31).contains(&day) || h > 23 || m > 59 || sec > 60 {
+        return None;
+    }
+    // Days-from-civil, the inverse of `format_rfc3339`'s algorithm.
+    let y = year - i64::from(month <= 2);
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    u64::try_from(days * 86_400 + h * 3600 + m * 60 + sec).ok()
 }
 
 static COUNTER: AtomicU64 = AtomicU64::new(1);
@@ -110,6 +134,12 @@ mod tests {
     fn timestamps_and_base64() {
         assert_eq!(format_rfc3339(0), "1970-01-01T00:00:00Z");
         assert_eq!(format_rfc3339(1_700_000_000), "2023-11-14T22:13:20Z");
+        for secs in [0, 951_782_400, 1_700_000_000, 1_709_164_800, 4_102_444_799] {
+            assert_eq!(parse_rfc3339(&format_rfc3339(secs)), Some(secs));
+        }
+        assert_eq!(parse_rfc3339("2023-11-14T22:13:20+00:00"), Some(1_700_000_000));
+        assert_eq!(parse_rfc3339("2023-13-14T22:13:20Z"), None);
+        assert_eq!(parse_rfc3339("yesterday"), None);
         for s in ["", "a", "ab", "abc", "hello world!"] {
             assert_eq!(base64_decode(&base64_encode(s.as_bytes())).as_deref(), Some(s.as_bytes()));
         }

@@ -5,6 +5,8 @@ mod faults;
 mod https;
 mod lifecycle;
 mod objects;
+mod placement;
 mod support;
+mod ttl;
 mod volcano;
 mod watch;
