@@ -17,9 +17,15 @@ pub(super) fn write(path: &Path, content: &str, mode: u32) {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
 }
 
-/// Runs the scripts with `busybox sh` and nothing but busybox applets on `PATH`.
+/// Runs the scripts with `busybox sh` and nothing but busybox applets on `PATH`, or (see
+/// [`BusyboxShell::with_tools`]) with this machine's `sh` and a dir of stand-in tools first on
+/// `PATH`.
 pub(crate) struct BusyboxShell {
     bin: tempfile::TempDir,
+    /// The shell: `busybox sh`, or `sh`.
+    sh: &'static [&'static str],
+    /// `PATH`: the dir of applets, or the stand-ins before this process's `PATH`.
+    path: std::ffi::OsString,
 }
 
 pub(crate) const BUSYBOX: &str = "/usr/bin/busybox";
@@ -34,7 +40,20 @@ impl BusyboxShell {
         for applet in String::from_utf8_lossy(&list.stdout).lines() {
             std::os::unix::fs::symlink(BUSYBOX, bin.path().join(applet)).unwrap();
         }
-        Some(BusyboxShell { bin })
+        let path = bin.path().as_os_str().to_owned();
+        Some(BusyboxShell { bin, sh: &[BUSYBOX, "sh"], path })
+    }
+
+    /// This machine's `sh` and tools, with `tools` (name, script body) found first on `PATH`.
+    fn with_tools(tools: &[(&str, &str)]) -> BusyboxShell {
+        let bin = tempfile::tempdir().unwrap();
+        for (name, body) in tools {
+            write(&bin.path().join(name), &format!("#!/bin/sh\n{body}\n"), 0o755);
+        }
+        let mut dirs = vec![bin.path().to_path_buf()];
+        dirs.extend(std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()));
+        let path = std::env::join_paths(dirs).unwrap();
+        BusyboxShell { bin, sh: &["sh"], path }
     }
 }
 
@@ -45,11 +64,12 @@ impl Shell for BusyboxShell {
         if let Some(produce) = &call.stdin {
             produce(&mut input).unwrap();
         }
-        let mut child = tokio::process::Command::new(BUSYBOX)
-            .args(["sh", "-c", call.script, "theseus-store"])
+        let mut child = tokio::process::Command::new(self.sh[0])
+            .args(&self.sh[1..])
+            .args(["-c", call.script, "theseus-store"])
             .args(&call.args)
             .env_clear()
-            .env("PATH", self.bin.path())
+            .env("PATH", &self.path)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -69,7 +89,7 @@ impl Shell for BusyboxShell {
     }
 
     fn describe(&self) -> String {
-        "busybox".into()
+        format!("{} with PATH={}", self.sh.join(" "), self.bin.path().display())
     }
 }
 
@@ -387,4 +407,34 @@ async fn a_file_edited_after_it_was_hashed_fails_the_ship_naming_it_and_stores_n
     assert!(!root.path().join("p/g/n/r1").exists(), "no run dir");
     let stored = walk(&root.path().join(OBJECTS_DIR));
     assert!(stored.is_empty(), "nothing stored: {stored:?}");
+}
+
+/// The upload checks each object with the fastest sha256 tool that works: an `openssl` that
+/// does not answer as `openssl dgst -sha256 -r` does (here: one that prints nothing useful) is
+/// passed over for `sha256sum`, and the ship succeeds.
+#[tokio::test]
+async fn an_openssl_that_does_not_answer_as_expected_is_passed_over_for_sha256sum() {
+    let shell = BusyboxShell::with_tools(&[("openssl", "echo 'OpenSSL 0.9.8 (stand-in)'")]);
+    let (code, root) = (repo(), tempfile::tempdir().unwrap());
+    ship(&shell, request(code.path(), root.path(), "r1", Materialize::Link)).await.unwrap();
+    assert_same_tree(code.path(), &root.path().join("p/g/n/r1"));
+}
+
+/// What the chosen tool says is what is checked: an `openssl` that answers the probe (the hash
+/// of nothing) rightly but gives every file the same wrong hash makes the upload refuse its
+/// objects and store none.
+#[tokio::test]
+async fn the_chosen_hash_tool_is_what_each_object_is_checked_against() {
+    let empty = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+    let lying = format!(
+        "[ \"$#\" -eq 3 ] && {{ cat >/dev/null; echo '{empty} *stdin'; exit 0; }}\n\
+         shift 3; for f; do echo \"{} *$f\"; done",
+        "0".repeat(64)
+    );
+    let shell = BusyboxShell::with_tools(&[("openssl", &lying)]);
+    let (code, root) = (repo(), tempfile::tempdir().unwrap());
+    let err = ship(&shell, request(code.path(), root.path(), "r1", Materialize::Link)).await.unwrap_err();
+    // The store names the object whose hash differs; the ship names its file.
+    assert!(err.to_string().contains("changed while it was being shipped"), "{err}");
+    assert_eq!(walk(&root.path().join(OBJECTS_DIR)), Vec::<String>::new(), "no object of a refused upload is stored");
 }
