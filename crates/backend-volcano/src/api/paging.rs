@@ -97,13 +97,9 @@ impl Cluster {
     pub(crate) async fn visit_pod_statuses(
         &self,
         label_selector: &str,
-        mut visit: impl FnMut(Page<Pod>),
+        visit: impl FnMut(Page<Pod>),
     ) -> Result<(), VolcanoError> {
-        self.list_paged_as::<Pod, PodFacts>(&self.pods(), &labels(label_selector), |page| match page {
-            Page::Restart => visit(Page::Restart),
-            Page::Items(items) => visit(Page::Items(items.into_iter().map(PodFacts::into_pod).collect())),
-        })
-        .await
+        self.visit_pods_as(label_selector, PodFacts::into_pod, visit).await
     }
 
     /// Pods of the namespace matching `label_selector`, page by page, each decoded with its
@@ -115,11 +111,22 @@ impl Cluster {
     pub(crate) async fn visit_pods_for_logs(
         &self,
         label_selector: &str,
+        visit: impl FnMut(Page<Pod>),
+    ) -> Result<(), VolcanoError> {
+        self.visit_pods_as(label_selector, LogFacts::into_pod, visit).await
+    }
+
+    /// The pods matching `label_selector`, page by page, each decoded as `T` (the fields a
+    /// caller reads) and handed over as the pod `into` makes of it.
+    async fn visit_pods_as<T: Clone + DeserializeOwned + Debug>(
+        &self,
+        label_selector: &str,
+        into: fn(T) -> Pod,
         mut visit: impl FnMut(Page<Pod>),
     ) -> Result<(), VolcanoError> {
-        self.list_paged_as::<Pod, LogFacts>(&self.pods(), &labels(label_selector), |page| match page {
+        self.list_paged_as::<Pod, T>(&self.pods(), &labels(label_selector), |page| match page {
             Page::Restart => visit(Page::Restart),
-            Page::Items(items) => visit(Page::Items(items.into_iter().map(LogFacts::into_pod).collect())),
+            Page::Items(items) => visit(Page::Items(items.into_iter().map(into).collect())),
         })
         .await
     }
