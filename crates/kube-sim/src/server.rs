@@ -12,6 +12,7 @@ use serde_json::{Value, json};
 
 use crate::Shared;
 use crate::admission;
+use crate::api_admission;
 use crate::core_objects;
 use crate::discovery::{self, ResourceInfo};
 use crate::response::{Body, error_response, json_response, stream_body, text};
@@ -246,6 +247,8 @@ async fn route(shared: &Arc<Shared>, peer: Option<&crate::Identity>, req: Reques
                         // pkg/registry/customresource/strategy.go, `PrepareForCreate`).
                         body.as_object_mut().map(|m| m.remove("status"));
                     }
+                    // The first mutating plugin, so before the schema's validation (a strategy's).
+                    api_admission::namespace_lifecycle(res, ns, &body, &shared.store)?;
                     let mut warnings = schema::admit(res, &mut body, mode)?;
                     let unknown = core_objects::admit(res, &mut body, None)?;
                     warnings.extend(schema::unknown_fields(res, &unknown, mode)?);
