@@ -21,7 +21,9 @@
 //! paths, `Warning` headers for unknown fields, `?fieldValidation=Strict`), and Volcano's job
 //! admission webhooks run on create and update (`admission`: defaults, and denials such as a
 //! queue that does not exist or is not `Open`). Kubernetes' own admission plugins refuse what a
-//! dispatcher can get wrong (`api_admission`: an object in a namespace that does not exist).
+//! dispatcher can get wrong (`api_admission`: an object in a namespace that does not exist, a pod whose
+//! ServiceAccount does not exist; every namespace has its `default` ServiceAccount; a pod whose
+//! PriorityClass does not exist, and `spec.priority` from the class).
 //! Every rule names its upstream origin.
 //!
 //! Divergences from a real cluster are listed on [`SimConfig`] and in the module docs of
@@ -452,7 +454,9 @@ fn seed(store: &store::Store, config: &SimConfig) -> Result<(), Error> {
     for name in system.iter().copied().chain(config.namespaces.iter().map(String::as_str)) {
         let _ =
             store.create(known::namespaces(), "", json!({"metadata": {"name": name}, "status": {"phase": "Active"}}));
+        api_admission::namespace_created(store, name);
     }
+    api_admission::seed_priority_classes(store);
     let _ = store.create(
         known::queues(),
         "",
