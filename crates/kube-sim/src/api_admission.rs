@@ -167,3 +167,6 @@ fn priority(res: &ResourceInfo, pod: &mut Value, store: &Store) -> Result<(), Ap
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests;
