@@ -4,7 +4,10 @@
 //! raise them), picks the action of the first matching policy (`applyPolicies` in
 //! job_controller_util.go; no match: `SyncJob`), and runs it in the job's state
 //! (pkg/controllers/job/state/*.go) with `syncJob`/`killJob` semantics
-//! (job_controller_actions.go). Before that the garbage collector deletes finished jobs whose
+//! (job_controller_actions.go). Its pod creates pass the API server's admission plugins
+//! (`api_admission`); a refused one records a `FailedCreate` Warning on the job and the pass
+//! ends without a status write, so the job stays as it was and the next pass retries (the
+//! requeue of `syncJob`'s error). Before that the garbage collector deletes finished jobs whose
 //! `ttlSecondsAfterFinished` ran out (`gc.rs`); after it the scheduler session runs
 //! (`scheduler.rs`), queue usage is updated, and the pod runtime reconciles.
 //!
@@ -489,21 +492,28 @@ fn sync(shared: &Arc<Shared>, job: &Value, tasks: &[Task], pods: &[Value], updat
         Status { phase: old.phase, retry_count: old.retry_count, version: old.version, ..Status::default() };
     // By name, once: a search per replica made this pass quadratic in the job's pods.
     let by_name: HashMap<&str, &Value> = pods.iter().rev().map(|p| (str_at(p, "/metadata/name"), p)).collect();
+    let mut creation_errors = Vec::new();
     for task in tasks {
         for i in 0..task.replicas {
             let name = format!("{}-{}-{i}", str_at(job, "/metadata/name"), task.name);
             match by_name.get(name.as_str()).copied() {
                 Some(pod) if pod.pointer("/metadata/deletionTimestamp").is_some() => status.terminating += 1,
                 Some(pod) => status.count(pod),
-                None => {
-                    if create_pod(shared, job, tasks, task, i, status.version) {
-                        status.count(&json!({"status": {"phase": "Pending"}, "metadata": {"annotations": {"volcano.sh/task-spec": task.name}}}));
-                    }
-                }
+                None => match create_pod(shared, job, tasks, task, i, status.version) {
+                    Ok(()) => status.count(&json!({"status": {"phase": "Pending"}, "metadata": {"annotations": {"volcano.sh/task-spec": task.name}}})),
+                    Err(error) => creation_errors.push(error),
+                },
             }
         }
     }
     let _ = ns;
+    if !creation_errors.is_empty() {
+        // `syncJob` records one Warning for the pass and returns an error before it writes the
+        // status: the job keeps its phase and the next pass (the requeue) tries again.
+        let message = format!("Error creating pods: [{}]", creation_errors.join(" "));
+        events::emit(store, job, "Warning", "FailedCreate", &message, "vc-controller-manager");
+        return;
+    }
     write_status_from(store, job, status, update);
 }
 
@@ -586,7 +596,7 @@ fn ensure_podgroup(store: &Store, job: &Value, tasks: &[Task]) -> Option<Value> 
         left -= n;
     }
     let queue = job.pointer("/spec/queue").and_then(Value::as_str).unwrap_or("default");
-    let pg = json!({
+    let mut pg = json!({
         "metadata": {
             "name": name, "namespace": ns, "ownerReferences": [crate::jobpods::owner_ref(job)],
             "labels": job["metadata"]["labels"], "annotations": job["metadata"]["annotations"],
@@ -594,6 +604,10 @@ fn ensure_podgroup(store: &Store, job: &Value, tasks: &[Task]) -> Option<Value> 
         "spec": {"minMember": min_member, "queue": queue, "minResources": sched::to_quantities(&min_resources)},
         "status": {"phase": "Pending"},
     });
+    // `createOrUpdatePodGroup`: the job's PriorityClass is the PodGroup's.
+    if let Some(class) = job.pointer("/spec/priorityClassName").and_then(Value::as_str).filter(|c| !c.is_empty()) {
+        pg["spec"]["priorityClassName"] = json!(class);
+    }
     match store.create(known::podgroups(), ns, pg) {
         Ok(pg) => Some(pg),
         Err(err) => {

@@ -84,6 +84,8 @@ pub(crate) static RESOURCES: &[ResourceInfo] = &[
     res!("coordination.k8s.io", "v1", "leases", "lease", "Lease", true, [], []),
     res!("bus.volcano.sh", "v1alpha1", "commands", "command", "Command", true, [], []),
     res!("networking.k8s.io", "v1", "networkpolicies", "networkpolicy", "NetworkPolicy", true, ["netpol"], []),
+    res!("", "v1", "serviceaccounts", "serviceaccount", "ServiceAccount", true, ["sa"], []),
+    res!("scheduling.k8s.io", "v1", "priorityclasses", "priorityclass", "PriorityClass", false, ["pc"], []),
 ];
 
 /// Well-known resources, for the controller and runtime.
@@ -136,6 +138,14 @@ pub(crate) mod known {
     /// Network policies (the svc plugin's).
     pub(crate) fn networkpolicies() -> &'static ResourceInfo {
         &RESOURCES[13]
+    }
+    /// `v1` service accounts.
+    pub(crate) fn serviceaccounts() -> &'static ResourceInfo {
+        &RESOURCES[14]
+    }
+    /// `scheduling.k8s.io/v1` priority classes.
+    pub(crate) fn priorityclasses() -> &'static ResourceInfo {
+        &RESOURCES[15]
     }
 }
 

@@ -208,8 +208,9 @@ fn ssh_key_path(job: &Value) -> String {
     path
 }
 
-/// Creates replica `index` of `task` (unbound: the gang scheduler binds it). Returns whether
-/// the pod exists now.
+/// Creates replica `index` of `task` (unbound: the gang scheduler binds it) through the API
+/// server's admission plugins, as the job controller's `Pods().Create` does. `Ok` when the pod
+/// exists now (made here or before); otherwise the creation error as `syncJob` words it.
 pub(crate) fn create_pod(
     shared: &Shared,
     job: &Value,
@@ -217,7 +218,7 @@ pub(crate) fn create_pod(
     task: &Task,
     index: usize,
     version: u64,
-) -> bool {
+) -> Result<(), String> {
     let store = &shared.store;
     let ns = str_at(job, "/metadata/namespace");
     let name = str_at(job, "/metadata/name");
@@ -249,6 +250,13 @@ pub(crate) fn create_pod(
     let spec = &mut pod["spec"];
     if spec["schedulerName"].is_null() {
         spec["schedulerName"] = job.pointer("/spec/schedulerName").cloned().unwrap_or(json!("volcano"));
+    }
+    // `createJobPod`: the job's PriorityClass when the template names none.
+    let job_class = job.pointer("/spec/priorityClassName").and_then(Value::as_str).filter(|c| !c.is_empty());
+    if let Some(class) = job_class
+        && spec["priorityClassName"].as_str().is_none_or(str::is_empty)
+    {
+        spec["priorityClassName"] = json!(class);
     }
     let mut extra_env = Vec::new();
     if plugins.contains("env") {
@@ -310,12 +318,27 @@ pub(crate) fn create_pod(
         }
     }
     pod["status"] = json!({"phase": "Pending"});
-    match store.create(known::pods(), ns, pod) {
-        Ok(_) => true,
-        Err(err) if err.code == 409 => true,
+    let created = crate::api_admission::admit_create(known::pods(), ns, &mut pod, store)
+        .and_then(|()| store.create(known::pods(), ns, pod));
+    match created {
+        Ok(_) => Ok(()),
+        Err(err) if err.code == 409 => Ok(()),
         Err(err) => {
-            tracing::warn!(%err, pod = %pod_name, "could not create a job pod");
-            false
+            // Every pass retries: at debug, or a refused create would fill the log.
+            tracing::debug!(%err, pod = %pod_name, "could not create a job pod");
+            Err(format!("failed to create pod {pod_name}, err: {}", go_status_error(&err)))
         }
     }
+}
+
+/// `%#v` of the `*errors.StatusError` client-go returns for a refused create, as `syncJob`
+/// quotes it. Go prints the address of `Details`; a fixed one stands for it here, so the
+/// message is the same on every pass (and events of the same message are one event).
+fn go_status_error(err: &crate::status::ApiError) -> String {
+    format!(
+        "&errors.StatusError{{ErrStatus:v1.Status{{TypeMeta:v1.TypeMeta{{Kind:\"\", APIVersion:\"\"}}, \
+         ListMeta:v1.ListMeta{{SelfLink:\"\", ResourceVersion:\"\", Continue:\"\", RemainingItemCount:(*int64)(nil)}}, \
+         Status:\"Failure\", Message:{:?}, Reason:{:?}, Details:(*v1.StatusDetails)(0xc000000000), Code:{}}}}}",
+        err.message, err.reason, err.code
+    )
 }

@@ -20,7 +20,11 @@
 //! validated against the vendored Volcano v1.15.1 CRDs (`schema`: `422 Invalid` with field
 //! paths, `Warning` headers for unknown fields, `?fieldValidation=Strict`), and Volcano's job
 //! admission webhooks run on create and update (`admission`: defaults, and denials such as a
-//! queue that does not exist or is not `Open`). Every rule names its upstream origin.
+//! queue that does not exist or is not `Open`). Kubernetes' own admission plugins refuse what a
+//! dispatcher can get wrong (`api_admission`: an object in a namespace that does not exist, a pod whose
+//! ServiceAccount does not exist; every namespace has its `default` ServiceAccount; a pod whose
+//! PriorityClass does not exist, and `spec.priority` from the class).
+//! Every rule names its upstream origin.
 //!
 //! Divergences from a real cluster are listed on [`SimConfig`] and in the module docs of
 //! `runtime` (where pod files live), `hosts` (name resolution in pods), `procs` (signals and restarts), `controller` (what the
@@ -34,6 +38,7 @@
 //! the server validates fields, so `kubectl --validate=strict` leaves it to the simulator.
 
 mod admission;
+mod api_admission;
 mod controller;
 mod core_objects;
 mod discovery;
@@ -201,6 +206,10 @@ pub struct SimConfig {
     /// Bearer tokens and RBAC (`--token-auth-file` and `--authorization-mode=RBAC`); `None`:
     /// every request is allowed, as with an admin kubeconfig.
     pub authz: Option<Authz>,
+    /// Namespaces that exist from the start, besides `default`, `kube-system`, `kube-public` and
+    /// `kube-node-lease` (which a real cluster has). Creating an object in any other namespace
+    /// is refused (`404`) until the namespace is created through the API.
+    pub namespaces: Vec<String>,
 }
 
 impl Default for SimConfig {
@@ -220,6 +229,7 @@ impl Default for SimConfig {
             scheduling_delay: None,
             missing_pvcs: HashSet::new(),
             authz: None,
+            namespaces: Vec::new(),
         }
     }
 }
@@ -284,7 +294,7 @@ pub struct Sim {
 impl Sim {
     /// Binds [`SimConfig::listen`] (127.0.0.1) on [`SimConfig::port`] (a free port by default)
     /// and starts serving HTTPS.
-    /// Creates the `default` namespace, the `default` queue (no capability) and one Node object
+    /// Creates the namespaces (`default`, the system ones and [`SimConfig::namespaces`]), the `default` queue (no capability) and one Node object
     /// per [`NodeConfig`].
     pub async fn start(config: SimConfig) -> Result<Sim, Error> {
         let listener = TcpListener::bind((config.listen, config.port)).await.map_err(Error::Bind)?;
@@ -440,8 +450,13 @@ pub fn kubeconfig_text(url: &str, ca_pem: &str, user: &str, namespace: &str) -> 
 
 fn seed(store: &store::Store, config: &SimConfig) -> Result<(), Error> {
     use discovery::known;
-    let _ =
-        store.create(known::namespaces(), "", json!({"metadata": {"name": "default"}, "status": {"phase": "Active"}}));
+    let system = ["default", "kube-system", "kube-public", "kube-node-lease"];
+    for name in system.iter().copied().chain(config.namespaces.iter().map(String::as_str)) {
+        let _ =
+            store.create(known::namespaces(), "", json!({"metadata": {"name": name}, "status": {"phase": "Active"}}));
+        api_admission::namespace_created(store, name);
+    }
+    api_admission::seed_priority_classes(store);
     let _ = store.create(
         known::queues(),
         "",

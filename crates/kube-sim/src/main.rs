@@ -25,6 +25,9 @@ usage: theseus-kube-sim [options]
   --node-taint NODE:KEY[=VALUE]:EFFECT
                            a taint on node NODE; EFFECT is NoSchedule, PreferNoSchedule or
                            NoExecute (repeatable)
+  --namespace NAME         a namespace that exists from the start (repeatable; default, kube-system,
+                           kube-public and kube-node-lease always do; objects in any other
+                           namespace are refused with 404 until it is created)
   --root DIR               pod sandboxes and logs (default: a temp dir, removed on exit)
   --kubeconfig-out PATH    write a kubeconfig pointing at the simulator (server, certificate-authority-data)
   --ca-out PATH            write the CA certificate (PEM), for `kubectl --certificate-authority`
@@ -261,6 +264,7 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Option<Args>, String>
             "--gpu-resource" => sim.gpu_resource = value()?,
             "--node-label" => node_labels.push(value()?),
             "--node-taint" => node_taints.push(value()?),
+            "--namespace" => sim.namespaces.push(value()?),
             "--root" => sim.root = Some(PathBuf::from(value()?)),
             "--kubeconfig-out" => kubeconfig_out = Some(PathBuf::from(value()?)),
             "--ca-out" => ca_out = Some(PathBuf::from(value()?)),
@@ -397,6 +401,8 @@ mod tests {
         let plain = args(&["--kubeconfig-cert", "researcher"]).unwrap().unwrap();
         assert_eq!(plain.user, KubeconfigUser::Cert("researcher".into(), None));
         let exec = args(&["--kubeconfig-exec", "/h/cred.sh", "--kubeconfig-namespace", "ml"]).unwrap().unwrap();
+        let made = args(&["--namespace", "ml", "--namespace", "team-a"]).unwrap().unwrap();
+        assert_eq!(made.sim.namespaces, ["ml", "team-a"]);
         assert_eq!((exec.user, exec.namespace.as_str()), (KubeconfigUser::Exec("/h/cred.sh".into()), "ml"));
     }
 

@@ -12,6 +12,7 @@ use serde_json::{Value, json};
 
 use crate::Shared;
 use crate::admission;
+use crate::api_admission;
 use crate::core_objects;
 use crate::discovery::{self, ResourceInfo};
 use crate::response::{Body, error_response, json_response, stream_body, text};
@@ -246,6 +247,8 @@ async fn route(shared: &Arc<Shared>, peer: Option<&crate::Identity>, req: Reques
                         // pkg/registry/customresource/strategy.go, `PrepareForCreate`).
                         body.as_object_mut().map(|m| m.remove("status"));
                     }
+                    // Mutating plugins, so before the schema's validation (a strategy's).
+                    api_admission::admit_create(res, ns, &mut body, &shared.store)?;
                     let mut warnings = schema::admit(res, &mut body, mode)?;
                     let unknown = core_objects::admit(res, &mut body, None)?;
                     warnings.extend(schema::unknown_fields(res, &unknown, mode)?);
@@ -262,6 +265,10 @@ async fn route(shared: &Arc<Shared>, peer: Option<&crate::Identity>, req: Reques
                     } else {
                         shared.store.create(res, ns, body)?
                     };
+                    if !dry && std::ptr::eq(res, crate::discovery::known::namespaces()) {
+                        let name = stored.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
+                        api_admission::namespace_created(&shared.store, name);
+                    }
                     Ok(with_warnings(shared, json_response(StatusCode::CREATED, &stored), &warnings))
                 }
                 Method::DELETE => {

@@ -6,6 +6,7 @@ mod https;
 mod lifecycle;
 mod objects;
 mod placement;
+mod refusals;
 mod support;
 mod ttl;
 mod volcano;

@@ -6,7 +6,7 @@ use kube::discovery::Discovery;
 use serde_json::json;
 use theseus_kube_sim::SimConfig;
 
-use crate::support::{api_code, start};
+use crate::support::{api_code, post_raw, start};
 
 fn cm(name: &str, labels: serde_json::Value) -> ConfigMap {
     serde_json::from_value(json!({"metadata": {"name": name, "labels": labels}, "data": {"k": "v"}})).unwrap()
@@ -14,7 +14,7 @@ fn cm(name: &str, labels: serde_json::Value) -> ConfigMap {
 
 #[tokio::test]
 async fn crud_and_status_errors() {
-    let ctx = start(SimConfig::default()).await;
+    let ctx = start(SimConfig { namespaces: vec!["team".into()], ..SimConfig::default() }).await;
     let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), "team");
     let created = api.create(&PostParams::default(), &cm("a", json!({}))).await.unwrap();
     assert_eq!(created.metadata.namespace.as_deref(), Some("team"));
@@ -61,7 +61,7 @@ async fn crud_and_status_errors() {
 /// compacted (then the client starts over).
 #[tokio::test]
 async fn lists_page_with_limit_and_continue() {
-    let ctx = start(SimConfig { watch_history: 8, ..SimConfig::default() }).await;
+    let ctx = start(SimConfig { watch_history: 8, namespaces: vec!["team".into()], ..SimConfig::default() }).await;
     let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), "team");
     for name in ["e", "b", "d", "a", "c"] {
         api.create(&PostParams::default(), &cm(name, json!({"odd": (name != "b" && name != "d").to_string()})))
@@ -112,7 +112,7 @@ async fn lists_page_with_limit_and_continue() {
 
 #[tokio::test]
 async fn label_and_field_selectors() {
-    let ctx = start(SimConfig::default()).await;
+    let ctx = start(SimConfig { namespaces: vec!["n1".into(), "n2".into()], ..SimConfig::default() }).await;
     for (ns, name, labels) in [
         ("n1", "a", json!({"app": "x", "tier": "gpu"})),
         ("n1", "b", json!({"app": "y"})),
@@ -243,23 +243,6 @@ async fn discovery_serves_core_and_volcano() {
     let node = nodes.get("sim-node-0").await.unwrap();
     let alloc = node.status.unwrap().allocatable.unwrap();
     assert_eq!(alloc["nvidia.com/gpu"].0, "8");
-}
-
-/// `POST` of `body` to `path` with raw HTTP: status, `Warning` headers and the JSON body.
-async fn post_raw(
-    client: &kube::Client,
-    path: &str,
-    body: &serde_json::Value,
-) -> (u16, Vec<String>, serde_json::Value) {
-    let req = http::Request::post(path)
-        .header("content-type", "application/json")
-        .body(body.to_string().into_bytes())
-        .unwrap();
-    let resp = client.send(req.map(kube::client::Body::from)).await.unwrap();
-    let status = resp.status().as_u16();
-    let warnings = resp.headers().get_all("warning").iter().map(|v| v.to_str().unwrap().to_owned()).collect();
-    let bytes = http_body_util::BodyExt::collect(resp.into_body()).await.unwrap().to_bytes();
-    (status, warnings, serde_json::from_slice(&bytes).unwrap())
 }
 
 #[tokio::test]

@@ -131,3 +131,20 @@ pub(crate) async fn events_about(ctx: &Ctx, name: &str) -> Vec<(String, String, 
         .map(|e| (e.type_.unwrap_or_default(), e.reason.unwrap_or_default(), e.message.unwrap_or_default()))
         .collect()
 }
+
+/// `POST` of `body` to `path` with raw HTTP: status, `Warning` headers and the JSON body.
+pub(crate) async fn post_raw(
+    client: &kube::Client,
+    path: &str,
+    body: &serde_json::Value,
+) -> (u16, Vec<String>, serde_json::Value) {
+    let req = http::Request::post(path)
+        .header("content-type", "application/json")
+        .body(body.to_string().into_bytes())
+        .unwrap();
+    let resp = client.send(req.map(kube::client::Body::from)).await.unwrap();
+    let status = resp.status().as_u16();
+    let warnings = resp.headers().get_all("warning").iter().map(|v| v.to_str().unwrap().to_owned()).collect();
+    let bytes = http_body_util::BodyExt::collect(resp.into_body()).await.unwrap().to_bytes();
+    (status, warnings, serde_json::from_slice(&bytes).unwrap())
+}
