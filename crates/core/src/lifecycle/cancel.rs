@@ -1,11 +1,14 @@
 //! The cancel rules: a run another client is still submitting refuses; a run recorded before
 //! its backend could name it is looked up instead; a run whose client stopped during submit is
-//! settled as cancelled, whatever its backend had started of it.
+//! settled as cancelled, whatever its backend had started of it; a run whose job is gone after
+//! a cancel was asked for (and interrupted) is settled as cancelled.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{LifecycleError, STOPPED_DURING_SUBMIT, refresh, save, status_of, stopped_during_submit};
+use super::{
+    CANCEL_ASKED, LifecycleError, STOPPED_DURING_SUBMIT, cancel_asked, refresh, save, status_of, stopped_during_submit,
+};
 use crate::backend::{DynBackend, JobState, JobStatus};
 use crate::ledger::{Ledger, Record, is_placeholder};
 
@@ -25,6 +28,12 @@ pub async fn cancel(
     if is_placeholder(&record.handle) {
         return refresh(ledger, record, backend, within()).await;
     }
+    if !record.state.is_terminal() && record.state != JobState::Submitting {
+        // Said before the backend is asked: a cancel stopped after its delete went out leaves
+        // this, and the next look that finds the job gone knows why (see `cancel_asked`).
+        let asked = format!("{CANCEL_ASKED}; not confirmed yet");
+        ledger.update_state(run_id, record.state, record.exit_code, Some(&asked))?;
+    }
     let status = match backend.cancel(&record.handle).await {
         // Stopped, and nothing will start it again: its client is gone.
         Ok(status) if !status.state.is_terminal() && stopped_during_submit(ledger, record) => status_of(
@@ -42,6 +51,10 @@ pub async fn cancel(
             JobState::Cancelled,
             format!("{STOPPED_DURING_SUBMIT} before it started anything ({what} not found); nothing to stop"),
         ),
+        // An earlier cancel deleted it and was stopped before it could say so.
+        Err(crate::Error::NotFound { what }) if cancel_asked(record) => {
+            status_of(JobState::Cancelled, format!("{what} is gone: an earlier cancel deleted it and was interrupted"))
+        }
         Err(e) => return Err(e.into()),
     };
     save(ledger, run_id, &status)?;

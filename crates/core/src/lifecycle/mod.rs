@@ -50,6 +50,16 @@ pub const STATUS_TIMEOUT: Duration = Duration::from_secs(10);
 /// What a run's state says when its client stopped in the middle of `submit`.
 const STOPPED_DURING_SUBMIT: &str = "the client stopped during submit (interrupted)";
 
+/// The start of a live run's message while its cancel is under way: a cancel interrupted after
+/// its backend deleted the job leaves it, so that a later look that finds the job gone settles
+/// the run as cancelled instead of unknown.
+const CANCEL_ASKED: &str = "a cancel was asked for";
+
+/// Whether `record` is a live run whose cancel was asked for and not confirmed.
+fn cancel_asked(record: &crate::ledger::Record) -> bool {
+    !record.state.is_terminal() && record.message.as_deref().is_some_and(|m| m.starts_with(CANCEL_ASKED))
+}
+
 /// Why a lifecycle step failed.
 #[derive(Debug, thiserror::Error)]
 pub enum LifecycleError {

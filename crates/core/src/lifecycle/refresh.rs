@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{LifecycleError, STOPPED_DURING_SUBMIT, save, status_of, stopped_during_submit};
+use super::{LifecycleError, STOPPED_DURING_SUBMIT, cancel_asked, save, status_of, stopped_during_submit};
 use crate::backend::{DynBackend, JobState, JobStatus};
 use crate::ledger::{Ledger, Record, is_placeholder};
 
@@ -50,6 +50,10 @@ pub async fn refresh(
                     message: Some(format!("last known state; {what} no longer exists")),
                     ranks: Vec::new(),
                 },
+                _ if cancel_asked(record) => status_of(
+                    JobState::Cancelled,
+                    format!("{what} is gone: an earlier cancel deleted it and was interrupted"),
+                ),
                 JobState::Submitting => status_of(
                     JobState::Unknown,
                     format!("{STOPPED_DURING_SUBMIT}; host `{}` has no such run ({what} not found)", record.host),

@@ -504,3 +504,34 @@ async fn a_session_gives_its_url_or_says_why_it_has_none() {
     assert!(said.contains("; the log's last lines:\n  "), "{said}");
     assert!(said.contains("\n  conformance: failing with 3"), "{said}");
 }
+
+/// A cancel stopped (Ctrl-C, SIGTERM) after its backend deleted the job leaves the run marked:
+/// a later `status` or `cancel` that finds the job gone settles it as cancelled, not unknown or
+/// an error. Found by hand: `theseus cancel` killed mid-way, then `status` said `unknown` and a
+/// second `cancel` failed with "not found".
+#[tokio::test]
+async fn a_cancel_interrupted_after_its_delete_is_settled_as_cancelled_later() {
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = Ledger::open(dir.path()).unwrap();
+    let said = "job `j-1` is gone: an earlier cancel deleted it and was interrupted";
+    for second_look in ["status", "cancel"] {
+        let run = recorded(&ledger, record(second_look, handle("j-1"), JobState::Running, Some("step 10")));
+        // The first cancel's delete went out, then its client was stopped before the answer.
+        let stopped = tokio::time::timeout(
+            Duration::from_millis(100),
+            cancel(&ledger, &run, &scripted(Answer::Hangs, Answer::Hangs), || WITHIN),
+        )
+        .await;
+        assert!(stopped.is_err(), "the first cancel was stopped mid-way");
+        let marked = ledger.find(&run.identity.run_id).unwrap().unwrap();
+        assert_eq!(marked.state, JobState::Running, "nothing is settled before the backend answers");
+        let gone = scripted(Answer::NotFound, Answer::NotFound);
+        let status = match second_look {
+            "status" => refresh(&ledger, &marked, &gone, WITHIN).await.unwrap(),
+            _ => cancel(&ledger, &marked, &gone, || WITHIN).await.unwrap(),
+        };
+        assert_eq!((status.state, status.message.as_deref()), (JobState::Cancelled, Some(said)), "{second_look}");
+        let stored = ledger.find(&run.identity.run_id).unwrap().unwrap();
+        assert_eq!(stored.state, JobState::Cancelled, "{second_look}");
+    }
+}
