@@ -51,6 +51,16 @@ pub async fn cancel(
             JobState::Cancelled,
             format!("{STOPPED_DURING_SUBMIT} before it started anything ({what} not found); nothing to stop"),
         ),
+        // Ended and settled before (its backend removes ended jobs): nothing to stop, and the
+        // last known state is the answer, as `status` gives it.
+        Err(crate::Error::NotFound { what }) if record.state.is_terminal() => {
+            return Ok(JobStatus {
+                state: record.state,
+                exit_code: record.exit_code,
+                message: Some(format!("already {}; {what} no longer exists", record.state.as_str())),
+                ranks: Vec::new(),
+            });
+        }
         // An earlier cancel deleted it and was stopped before it could say so.
         Err(crate::Error::NotFound { what }) if cancel_asked(record) => {
             status_of(JobState::Cancelled, format!("{what} is gone: an earlier cancel deleted it and was interrupted"))

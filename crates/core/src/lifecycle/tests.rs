@@ -533,5 +533,9 @@ async fn a_cancel_interrupted_after_its_delete_is_settled_as_cancelled_later() {
         assert_eq!((status.state, status.message.as_deref()), (JobState::Cancelled, Some(said)), "{second_look}");
         let stored = ledger.find(&run.identity.run_id).unwrap().unwrap();
         assert_eq!(stored.state, JobState::Cancelled, "{second_look}");
+        // Once settled, cancelling it again repeats its end instead of failing.
+        let again = cancel(&ledger, &stored, &gone, || WITHIN).await.unwrap();
+        assert_eq!(again.state, JobState::Cancelled);
+        assert_eq!(again.message.as_deref(), Some("already cancelled; job `j-1` no longer exists"));
     }
 }
