@@ -53,7 +53,9 @@ pub struct SbatchPaths {
     pub error: Option<String>,
 }
 
-/// The `#SBATCH` directives of one job, validated.
+/// The `#SBATCH` directives of one job, validated. Every job is requeue-able and appends to its
+/// log ([`Directives::lines`]); a host's `extra_directives` come last, so its `--no-requeue`
+/// wins.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Directives {
     /// `--job-name`.
@@ -152,6 +154,14 @@ impl Directives {
         }
         out.push(format!("--output={}", self.output));
         out.push(format!("--error={}", self.error));
+        // Requeue-able, so that a preempted job (PreemptMode=REQUEUE) comes back instead of
+        // being cancelled: sites often set JobRequeue=0, which makes jobs that do not ask
+        // non-requeue-able. The log of the run is one file for all its attempts: without
+        // append Slurm truncates it when a requeued job starts again (JobFileAppend=0, the
+        // default), and the first attempt's lines and Slurm's "CANCELLED AT ... DUE TO
+        // PREEMPTION" go with it.
+        out.push("--requeue".to_owned());
+        out.push("--open-mode=append".to_owned());
         if let Some(c) = &self.constraint {
             out.push(format!("--constraint={c}"));
         }
