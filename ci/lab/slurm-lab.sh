@@ -160,9 +160,11 @@ GresTypes=gpu
 # have): overlapping partitions with PriorityTier, like Stanford Sherlock's \`owners\` or Harvard
 # FASRC's \`serial_requeue\`. A pending job of the higher tier (\`urgent\`, the other team's)
 # requeues running jobs of the lower tier (\`gpu\`) on the nodes it needs; \`cpu\` and \`urgent\`
-# jobs are never preempted. The preempted job's tasks get SIGTERM, and SIGKILL KillWait seconds
-# later (GraceTime=0); a requeued job waits until it fits again and starts over with
-# SLURM_RESTART_COUNT set. A job that is not requeue-able is cancelled instead, and
+# jobs are never preempted. The preempted job's steps get SIGTERM at once and keep running for
+# the partition's GraceTime (10 s, time to write a checkpoint); then Slurm requeues the job (TERM
+# to all, SIGKILL KillWait seconds later). A job that ends within its grace is recorded FAILED
+# (or COMPLETED), not requeued: the bootstrap waits. A requeued job waits until it fits again and
+# starts over with SLURM_RESTART_COUNT set. A job that is not requeue-able is cancelled instead, and
 # JobRequeue=0, as at many sites (a node failure must not re-run a job that did not ask):
 # only \`sbatch --requeue\` jobs come back.
 PreemptType=preempt/partition_prio
@@ -183,7 +185,7 @@ CONF
   done
   local k nodelist
   nodelist=$(IFS=,; echo "${NODES[*]}")
-  echo "PartitionName=gpu Nodes=$nodelist Default=YES MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=REQUEUE" >> "$CONF"
+  echo "PartitionName=gpu Nodes=$nodelist Default=YES MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=REQUEUE GraceTime=10" >> "$CONF"
   echo "PartitionName=cpu Nodes=$nodelist MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=OFF" >> "$CONF"
   # The other team's partition: only its group may submit there.
   echo "PartitionName=urgent Nodes=$nodelist MaxTime=INFINITE State=UP PriorityTier=10 PreemptMode=OFF AllowGroups=$LAB_OTHER_USER,root" >> "$CONF"

@@ -47,6 +47,11 @@ pub struct History {
     pub interrupted_at: Option<i64>,
     /// The job's partition.
     pub partition: Option<String>,
+    /// Still running, preempted: within its partition's GraceTime, after which Slurm requeues
+    /// it (or cancels it, when it is not requeue-able).
+    pub in_grace: bool,
+    /// Whether the job is requeue-able (`requeue`).
+    pub requeue: bool,
     /// Jobs of other partitions that started at that second.
     pub preemptors: Vec<Preemptor>,
 }
@@ -95,12 +100,13 @@ pub fn history(squeue_json: &str, job_id: &str) -> Result<Option<History>, Parse
     let state = state_text(job.get("job_state"));
     let restarts = job.get("restart_cnt").and_then(Value::as_u64).and_then(|n| u32::try_from(n).ok()).unwrap_or(0);
     let partition = text(job.get("partition"));
-    let interrupted_at = if state.starts_with("PREEMPTED") {
-        seconds(job.get("preempt_time"))
-    } else if restarts > 0 {
-        seconds(job.get("submit_time"))
-    } else {
-        None
+    let preempt_time = seconds(job.get("preempt_time"));
+    let in_grace = preempt_time.is_some() && (state.starts_with("RUNNING") || state.starts_with("COMPLETING"));
+    let requeue = job.get("requeue").and_then(Value::as_bool).unwrap_or(false);
+    let interrupted_at = match preempt_time {
+        Some(at) => Some(at),
+        None if restarts > 0 => seconds(job.get("submit_time")),
+        None => None,
     };
     let preemptors = interrupted_at
         .map(|at| {
@@ -120,7 +126,7 @@ pub fn history(squeue_json: &str, job_id: &str) -> Result<Option<History>, Parse
                 .collect()
         })
         .unwrap_or_default();
-    Ok(Some(History { state, restarts, interrupted_at, partition, preemptors }))
+    Ok(Some(History { state, restarts, interrupted_at, partition, in_grace, requeue, preemptors }))
 }
 
 /// The last `CANCELLED AT <time> DUE TO <cause>` of slurmstepd in `log` (lines of the job's
@@ -147,7 +153,7 @@ pub fn utc(at: i64) -> String {
 impl History {
     /// Whether the job lost an attempt (requeued, or ended PREEMPTED).
     pub fn interrupted(&self) -> bool {
-        self.restarts > 0 || self.state.starts_with("PREEMPTED")
+        self.restarts > 0 || self.in_grace || self.state.starts_with("PREEMPTED")
     }
 
     /// The one line, or `None` for a job that never lost an attempt. `cancel` is
@@ -158,6 +164,7 @@ impl History {
         }
         let at = self.interrupted_at.map(utc);
         let preempted = cancel.map(|(_, c)| c == "preemption").unwrap_or(!self.preemptors.is_empty())
+            || self.in_grace
             || self.state.starts_with("PREEMPTED");
         let what = if preempted {
             let when = at.or_else(|| cancel.map(|(t, _)| t.clone())).map(|t| format!(" at {t}")).unwrap_or_default();
@@ -182,7 +189,14 @@ impl History {
                 None => format!("requeued{when} (Slurm does not say why)"),
             }
         };
-        let next = if self.state.starts_with("PREEMPTED") {
+        let next = if self.in_grace {
+            let then = if self.requeue {
+                format!("requeued as attempt {}", self.restarts + 2)
+            } else {
+                "cancelled (the job is not requeue-able)".to_owned()
+            };
+            format!("; stopping within its partition's GraceTime, then {then}")
+        } else if self.state.starts_with("PREEMPTED") {
             "; not requeued (the job is not requeue-able, or the site's PreemptMode cancels)".to_owned()
         } else {
             let pending = self.state.starts_with("PENDING");
@@ -250,6 +264,17 @@ mod tests {
             not_requeued.line(None, None).unwrap(),
             "preempted at 2026-11-27T17:54:51Z (partition urgent job 3 of u3); not requeued (the job is not \
              requeue-able, or the site's PreemptMode cancels)"
+        );
+        // Within its grace (still RUNNING, preempt_time set): what comes next.
+        let grace = format!(
+            r#"{{"jobs":[{},{}]}}"#,
+            job(5, "RUNNING", "gpu", 1_795_802_000, r#","preempt_time":1795802091,"requeue":true"#),
+            job(3, "RUNNING", "urgent", 1_795_802_091, ""),
+        );
+        assert_eq!(
+            history(&grace, "5").unwrap().unwrap().line(None, None).unwrap(),
+            "preempted at 2026-11-27T17:54:51Z (partition urgent job 3 of u3); stopping within its partition's \
+             GraceTime, then requeued as attempt 2"
         );
         // Never interrupted: no line.
         assert_eq!(history(&out, "3").unwrap().unwrap().line(None, None), None);
