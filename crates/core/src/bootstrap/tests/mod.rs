@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 
 use super::*;
 
+mod hold;
 mod setup;
 
 /// Values that break naive quoting. `{tmp}` is replaced by the temp dir.
