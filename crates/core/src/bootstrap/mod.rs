@@ -224,6 +224,24 @@ pub struct Resume {
     pub fresh: bool,
 }
 
+impl Resume {
+    /// One line for `plan` and `--dry-run`: where the job resumes from, given its
+    /// `THESEUS_CHECKPOINT_DIR`.
+    pub fn describe(&self, checkpoint_dir: &str) -> String {
+        match (&self.restore, self.fresh) {
+            (Some(path), _) => format!(
+                "from {path} (--restore), or from this run's own latest checkpoint once it wrote one; checkpoints \
+                 in {checkpoint_dir}"
+            ),
+            (None, true) => format!(
+                "from step 0 (--fresh: the latest marker an earlier run left in {checkpoint_dir} is ignored), or \
+                 from this run's own latest checkpoint once it wrote one"
+            ),
+            (None, false) => format!("from the latest checkpoint in {checkpoint_dir} when there is one"),
+        }
+    }
+}
+
 impl BootstrapInput {
     /// `THESEUS_CHECKPOINT_DIR`: `<checkpoints>/<project>/<group>/<name>`, by the job's name
     /// (not its run id), so that every run of the name finds the checkpoints of the earlier

@@ -73,7 +73,10 @@ fn an_earlier_runs_marker_resumes_and_this_runs_own_marker_wins_on_a_restart() {
     let own = checkpoint(&h, "step_60");
     let (attempt, from, line) = start(&h, &input, &[("THESEUS_RESTART_COUNT", "2")]);
     assert_eq!((attempt.as_str(), from), ("3", path(&own)));
-    assert!(line.contains(&format!("attempt 3: resuming from {} (latest, written by this run)", own.display())), "{line}");
+    assert!(
+        line.contains(&format!("attempt 3: resuming from {} (latest, written by this run)", own.display())),
+        "{line}"
+    );
 }
 
 #[test]
