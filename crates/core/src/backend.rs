@@ -375,6 +375,10 @@ pub struct JobStatus {
     pub message: Option<String>,
     /// Per-process state, when the backend knows it.
     pub ranks: Vec<RankStatus>,
+    /// Which start of the run this is (1 the first; a restarted or requeued job counts up),
+    /// when the backend knows it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attempt: Option<u32>,
 }
 
 /// State of one process of a job.

@@ -435,6 +435,7 @@ impl Backend for VolcanoBackend {
                     data.run_id.clone().unwrap_or_default()
                 )),
                 ranks: vec![],
+                attempt: None,
             }),
             None => Err(theseus_core::Error::NotFound {
                 what: format!(
@@ -590,6 +591,7 @@ impl Backend for VolcanoBackend {
                     exit_code: None,
                     message: Some(format!("the submit of vcjob `{}` was stopped before the job was created", data.job)),
                     ranks: vec![],
+                    attempt: None,
                 });
             }
             return Err(theseus_core::Error::NotFound {
@@ -636,6 +638,7 @@ impl Backend for VolcanoBackend {
                     r
                 })
                 .collect(),
+            attempt: None,
         })
     }
 

@@ -11,6 +11,7 @@ mod jax;
 mod lifecycle;
 mod probe;
 mod repl;
+mod resume;
 mod shell;
 mod ship;
 mod slurm;

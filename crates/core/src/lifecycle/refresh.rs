@@ -49,6 +49,7 @@ pub async fn refresh(
                     exit_code: record.exit_code,
                     message: Some(format!("last known state; {what} no longer exists")),
                     ranks: Vec::new(),
+                    attempt: None,
                 },
                 _ if cancel_asked(record) => status_of(
                     JobState::Cancelled,
