@@ -83,6 +83,7 @@ pub mod log_cursor;
 mod logs;
 mod pod_log;
 pub mod prebuilt;
+mod preflight;
 pub mod proxy;
 pub mod quantity;
 pub mod reclaim;

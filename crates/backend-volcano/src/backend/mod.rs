@@ -410,6 +410,11 @@ impl Backend for VolcanoBackend {
         let helper = render_helper(&self.host, &job.identity, &layout.work_dir)?;
         let cluster = self.cluster().await.map_err(|e| self.err_nothing_created(e))?;
         crate::availability::require_queue(cluster, &self.host).await.map_err(|e| self.err_nothing_created(e))?;
+        let unchecked =
+            crate::preflight::require_objects(cluster, &self.host).await.map_err(|e| self.err_nothing_created(e))?;
+        for note in &unchecked {
+            options.note(note);
+        }
         submit::submit(self, cluster, job, &layout, helper, rendered, options).await.map_err(|e| self.err(e))
     }
 

@@ -11,6 +11,7 @@ mod flow;
 mod follow;
 mod gang_env;
 mod lifecycle;
+mod preflight;
 mod props;
 mod render;
 mod schema;
