@@ -28,14 +28,11 @@ pub(crate) async fn require_objects(cluster: &Cluster, host: &VolcanoHost) -> Re
     } else {
         "fix `namespace` in the host config"
     };
-    match readable(cluster.get_namespace(&namespace).await, "namespace", &namespace, &mut unchecked)? {
-        Some(false) => {
-            return Err(missing(
-                format!("namespace {namespace:?}"),
-                format!("{ns_key}, or ask a cluster admin to create it (`kubectl get namespaces` lists them)"),
-            ));
-        }
-        Some(true) | None => {}
+    if readable(cluster.get_namespace(&namespace).await, "namespace", &namespace, &mut unchecked)? == Some(false) {
+        return Err(missing(
+            format!("namespace {namespace:?}"),
+            format!("{ns_key}, or ask a cluster admin to create it (`kubectl get namespaces` lists them)"),
+        ));
     }
     if let Some(sa) = host.service_account.as_deref().filter(|s| !s.is_empty()) {
         let found = readable(cluster.get_service_account(sa).await, "serviceaccount", sa, &mut unchecked)?;

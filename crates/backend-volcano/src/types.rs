@@ -155,6 +155,12 @@ pub struct PodGroupSpec {
     /// Queue of the group.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue: Option<String>,
+    /// PriorityClass of the group (the job's), which orders and preempts within the queue.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority_class_name: Option<String>,
+    /// What the gang needs to start (the sum of its first `minMember` pods' requests).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty", deserialize_with = "quantities")]
+    pub min_resources: BTreeMap<String, String>,
 }
 
 /// `status` of a [`PodGroup`].
@@ -209,6 +215,24 @@ pub struct QueueSpec {
     /// Share weight.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub weight: Option<i32>,
+    /// The share the capacity plugin gives the queue (the proportion plugin ignores it and
+    /// shares by weight).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty", deserialize_with = "quantities")]
+    pub deserved: BTreeMap<String, String>,
+    /// What the queue keeps whatever others need: never reclaimed below it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guarantee: Option<Guarantee>,
+    /// `false`: what the queue holds beyond its share is never reclaimed (absent: `true`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reclaimable: Option<bool>,
+}
+
+/// `spec.guarantee` of a [`Queue`].
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+pub struct Guarantee {
+    /// Guaranteed resources.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty", deserialize_with = "quantities")]
+    pub resource: BTreeMap<String, String>,
 }
 
 /// `status` of a [`Queue`].

@@ -403,6 +403,15 @@ impl Backend for VolcanoBackend {
         crate::availability::probe(cluster, &self.host, request).await.map_err(|e| self.err(e))
     }
 
+    async fn shares(
+        &self,
+        request: &Request,
+        plan: &Plan,
+    ) -> theseus_core::Result<Option<theseus_core::shares::QueueShares>> {
+        let cluster = self.cluster().await.map_err(|e| self.err(e))?;
+        crate::shares_read::read(cluster, &self.host, request, plan).await.map_err(|e| self.err(e))
+    }
+
     async fn submit(&self, job: &PreparedJob, options: &SubmitOptions) -> theseus_core::Result<JobHandle> {
         // Render everything before touching the cluster: a bad config writes nothing.
         let rendered = self.render(job)?;

@@ -15,6 +15,7 @@ mod preflight;
 mod props;
 mod render;
 mod schema;
+mod shares;
 mod ship;
 mod site_support;
 mod sites;

@@ -1,5 +1,7 @@
 //! `theseus plan`: where a job would go and why, without submitting, and which hosts did not
-//! answer their availability probe (`unknown: HOST: REASON` lines; `unanswered` in JSON).
+//! answer their availability probe (`unknown: HOST: REASON` lines; `unanswered` in JSON). On a
+//! host with shared queues (Volcano) also how the request stands among them: the verdict and a
+//! row per queue (`queues` in JSON), and what RBAC hid.
 
 use std::process::ExitCode;
 
@@ -9,19 +11,32 @@ use theseus_core::solver::render;
 use crate::args::{JobArgs, OutputFormat};
 use crate::context::Context;
 
+/// How long the queue report may take.
+const SHARES_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
+
 pub(crate) async fn run(ctx: &Context, args: JobArgs) -> Result<ExitCode> {
     let (dispatcher, _) = crate::prepare::dispatcher(ctx);
     let code = crate::prepare::Code { dir: None, clean: false };
     let solved = crate::prepare::solve(ctx, &dispatcher, &args, None, &code, true).await?;
+    let shares = match tokio::time::timeout(SHARES_TIMEOUT, solved.backend.shares(&solved.request, &solved.plan)).await
+    {
+        Ok(Ok(shares)) => Ok(shares),
+        Ok(Err(e)) => Err(format!("{e}")),
+        Err(_) => Err(format!("no answer within {}s", SHARES_TIMEOUT.as_secs())),
+    };
     if ctx.output == OutputFormat::Json {
         let unanswered: Vec<_> = solved
             .unanswered
             .iter()
             .map(|(host, reason)| serde_json::json!({"host": host, "reason": reason}))
             .collect();
-        crate::output::print_json(
-            &serde_json::json!({"request": solved.request, "plan": solved.plan, "unanswered": unanswered}),
-        )?;
+        crate::output::print_json(&serde_json::json!({
+            "request": solved.request,
+            "plan": solved.plan,
+            "unanswered": unanswered,
+            "queues": shares.as_ref().ok(),
+            "queues_error": shares.as_ref().err(),
+        }))?;
         return Ok(ExitCode::SUCCESS);
     }
     print!("{}", render::render_table(&solved.plan.considered));
@@ -30,6 +45,19 @@ pub(crate) async fn run(ctx: &Context, args: JobArgs) -> Result<ExitCode> {
     println!("chosen:  {}", render::describe_plan(&solved.plan));
     for note in &solved.plan.notes {
         println!("note:    {note}");
+    }
+    match &shares {
+        Ok(Some(shares)) => {
+            println!();
+            println!("queues of {} ({}; {}):", solved.plan.host, shares.resource, shares.model);
+            print!("{}", theseus_core::shares::render_table(shares));
+            println!("queue:   {}", shares.verdict.describe());
+            for unknown in &shares.unknown {
+                println!("unknown: {unknown}");
+            }
+        }
+        Ok(None) => {}
+        Err(e) => println!("queue:   the queues could not be read: {e}"),
     }
     print!("{}", crate::prepare::render_unanswered(&solved.unanswered));
     Ok(ExitCode::SUCCESS)
