@@ -81,6 +81,7 @@ mod gc;
 mod handle;
 pub mod helper;
 pub mod host;
+pub mod interruption;
 mod kubeconfig;
 pub mod log_cursor;
 mod logs;

@@ -116,6 +116,21 @@ pub struct JobStatus {
     /// Restarts so far.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_count: Option<i32>,
+    /// Every phase the job entered, with when (the controller appends one per transition).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<JobCondition>,
+}
+
+/// One entry of a Volcano Job's `status.conditions`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct JobCondition {
+    /// The phase entered (`Restarting`, `Running`, ...).
+    #[serde(default)]
+    pub status: String,
+    /// When, as RFC 3339 text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_transition_time: Option<String>,
 }
 
 /// `status.state` of a Volcano Job.

@@ -1,9 +1,10 @@
 //! Reads of the cluster objects a job names but theseus does not create: its namespace, its
 //! ServiceAccount and its PriorityClass (checked before a submit ships anything), and the
-//! PriorityClasses, PodGroups and queues `plan` weighs. Each is `None` when the object does not
+//! PriorityClasses, PodGroups and queues `plan` weighs, and the pods a status reads to tell who
+//! took an evicted job's place. Each is `None` when the object does not
 //! exist; a refusal (403) is the caller's to say.
 
-use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::Api;
 use kube::api::ListParams;
@@ -49,6 +50,14 @@ impl Cluster {
     pub async fn list_priority_classes(&self) -> Result<Vec<PriorityClass>, VolcanoError> {
         let api: Api<PriorityClass> = Api::all(self.client.clone());
         self.list(&api, &ListParams::default()).await
+    }
+
+    /// Pods of the namespace matching `field_selector`.
+    ///
+    /// # Errors
+    /// The mapped errors.
+    pub async fn list_pods_where(&self, field_selector: &str) -> Result<Vec<Pod>, VolcanoError> {
+        self.list(&self.pods(), &super::fields(field_selector)).await
     }
 
     /// Every Volcano queue.

@@ -2,6 +2,7 @@
 //! made on first use, so rendering (`--dry-run`) and layout need no cluster and no kubeconfig.
 //! [`submit`] is the submit's flow (claim, ship through the helper, create the gang).
 
+mod interrupted;
 pub(crate) mod submit;
 
 use std::fmt;
@@ -456,13 +457,21 @@ impl Backend for VolcanoBackend {
                     data.job, data.namespace
                 ),
             }),
-            Some((job, pods, o)) => Ok(summarize(&Observed {
-                job: &job,
-                pods: &pods,
-                group_phase: o.group_phase.as_deref(),
-                group_conditions: &o.conditions,
-                events: &o.events,
-            })),
+            Some((job, pods, o)) => {
+                let mut status = summarize(&Observed {
+                    job: &job,
+                    pods: &pods,
+                    group_phase: o.group_phase.as_deref(),
+                    group_conditions: &o.conditions,
+                    events: &o.events,
+                });
+                // An interrupted run says why and what happens next, in one line.
+                let cluster = self.cluster().await.map_err(|e| self.err(e))?;
+                if let Some(interruption) = interrupted::interruption_of(cluster, &job).await {
+                    status.message = Some(interruption.describe(cluster.namespace()));
+                }
+                Ok(status)
+            }
         }
     }
 
