@@ -62,6 +62,13 @@ pub trait Backend: Debug + Display + Send + Sync + 'static {
     /// Free capacity for `request` right now.
     async fn availability(&self, request: &Request) -> Result<Availability>;
 
+    /// How `request`, planned as `plan`, stands among the host's shared queues, for `plan` to
+    /// show. The default (a host without queues) has nothing to say.
+    async fn shares(&self, request: &Request, plan: &Plan) -> Result<Option<crate::shares::QueueShares>> {
+        let _ = (request, plan);
+        Ok(None)
+    }
+
     /// Ships and starts a prepared job.
     async fn submit(&self, job: &PreparedJob, options: &SubmitOptions) -> Result<JobHandle>;
 
