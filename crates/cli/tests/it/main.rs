@@ -20,6 +20,7 @@ mod targets;
 mod testhost;
 mod volcano;
 mod volcano_faults;
+mod volcano_gone;
 mod volcano_rbac;
 mod volcano_sites;
 mod volcano_start;
