@@ -56,7 +56,7 @@ impl Backend for Collected {
         Ok(Box::pin(futures::stream::iter([Ok(line)])))
     }
     async fn cancel(&self, _: &JobHandle) -> Result<JobStatus> {
-        Err(crate::backend::not_supported("cancel", self))
+        Err(Error::NotFound { what: "vcjob `j` (collected after its TTL)".into() })
     }
     async fn remains(&self, _: &JobHandle) -> Result<Option<JobStatus>> {
         *self.asked.lock().unwrap() += 1;
@@ -148,4 +148,20 @@ async fn a_follow_whose_job_is_collected_as_it_ends_ends_with_its_final_state() 
     assert_eq!((status.state, status.exit_code), (JobState::Completed, Some(0)), "{status:?}");
     assert_eq!(lines.len(), 1, "{lines:?}");
     assert_eq!(ledger.find(&run.identity.run_id).unwrap().unwrap().state, JobState::Completed);
+}
+
+#[tokio::test]
+async fn cancel_of_a_live_run_whose_job_was_collected_records_how_it_ended() {
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = Ledger::open(dir.path()).unwrap();
+    let run = running(&ledger, "late");
+    let (_, backend) = backend(Ok(Some(ended())));
+    let status = cancel(&ledger, &run, &backend, || WITHIN).await.unwrap();
+    assert_eq!((status.state, status.exit_code), (JobState::Completed, Some(0)), "{status:?}");
+    let stored = ledger.find(&run.identity.run_id).unwrap().unwrap();
+    assert_eq!(stored.state, JobState::Completed);
+    assert!(!stored.message.as_deref().unwrap().starts_with(CANCEL_ASKED), "{stored:?}");
+    // Asked again: the run ended; nothing is said to be cancelled.
+    let again = cancel(&ledger, &stored, &backend, || WITHIN).await.unwrap();
+    assert_eq!(again.state, JobState::Completed);
 }

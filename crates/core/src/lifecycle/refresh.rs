@@ -109,7 +109,7 @@ const REMAINS_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// The end of a run whose job is gone, from what it left; `Err` with what to add to the
 /// "no longer exists" sentence when that says nothing.
-async fn remains(record: &Record, backend: &Arc<DynBackend>) -> Result<JobStatus, String> {
+pub(super) async fn remains(record: &Record, backend: &Arc<DynBackend>) -> Result<JobStatus, String> {
     match tokio::time::timeout(REMAINS_TIMEOUT, backend.remains(&record.handle)).await {
         Ok(Ok(Some(status))) => Ok(status),
         Ok(Ok(None)) => Err(String::new()),

@@ -255,6 +255,9 @@ async fn cancel_of_a_run_whose_client_died_settles_it_as_cancelled() {
     let live = recorded(&ledger, record("live", handle("j-3"), JobState::Running, None));
     let err = cancel(&ledger, &live, &scripted(Answer::Hangs, Answer::NotFound), || WITHIN).await.unwrap_err();
     assert!(matches!(err, LifecycleError::Failed(Error::NotFound { .. })), "{err:?}");
+    // This cancel deleted nothing: the run is not taken for one a cancel stopped later.
+    let stored = ledger.find(&live.identity.run_id).unwrap().unwrap();
+    assert_eq!((stored.state, stored.message), (JobState::Running, None));
 }
 
 fn local_harness(root: &Path) -> Harness {
