@@ -177,7 +177,7 @@ pub(super) fn unsubmitted(run: &RunState, stale_after: u64, nodes: u32) -> JobSt
         None => (JobState::Unknown, "the run dir has no Slurm job id and no claim".to_owned()),
     };
     let ranks = (0..nodes.max(1)).map(|i| RankStatus { rank: i, state, exit_code: None, location: None }).collect();
-    JobStatus { state, exit_code: None, message: Some(message), ranks }
+    JobStatus { state, exit_code: None, message: Some(message), ranks, attempt: None }
 }
 
 /// Per-node ranks: rank `i` runs on the `i`-th node of the allocation (one task per node);
@@ -229,7 +229,7 @@ fn from_run_dir(run: &RunState) -> JobStatus {
         ),
         (None, _) => (JobState::Unknown, None, format!("{note} and the run never started (no metadata.json)")),
     };
-    JobStatus { state, exit_code, message: Some(message), ranks: Vec::new() }
+    JobStatus { state, exit_code, message: Some(message), ranks: Vec::new(), attempt: None }
 }
 
 #[cfg(test)]

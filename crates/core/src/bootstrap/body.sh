@@ -54,6 +54,10 @@ if [[ -n "$theseus_coordinator" ]]; then
 fi
 theseus_log "process $theseus_rank of $theseus_count (${theseus_launch})${theseus_coordinator:+, coordinator $theseus_coordinator}"
 
+# ---- resume: THESEUS_ATTEMPT and THESEUS_RESTORE_FROM (resume.sh) ----
+theseus_resume
+theseus_resume_env
+
 # ---- metadata ----
 if ((theseus_rank == 0)); then
   theseus_metadata="$THESEUS_RUN_DIR/metadata.json"
@@ -67,6 +71,13 @@ theseus_hostname=${theseus_hostname//\"/\\\"}
 theseus_start_time=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 theseus_slurm_job_id=null
 if [[ "${SLURM_JOB_ID:-}" =~ ^[0-9]+$ ]]; then theseus_slurm_job_id="\"$SLURM_JOB_ID\""; fi
+theseus_restore_json=null
+if [[ -n "${THESEUS_RESTORE_FROM+x}" ]]; then
+  theseus_restore_json=${THESEUS_RESTORE_FROM//[[:cntrl:]]/}
+  theseus_restore_json=${theseus_restore_json//\\/\\\\}
+  theseus_restore_json=${theseus_restore_json//\"/\\\"}
+  theseus_restore_json="\"$theseus_restore_json\""
+fi
 theseus_now() { date -u +%Y-%m-%dT%H:%M:%SZ; }
 
 # theseus_write_metadata STATUS [EXIT_CODE]: rewrites the metadata file atomically.
@@ -77,6 +88,7 @@ theseus_write_metadata() {
     printf '  "rank": %d,\n  "num_processes": %d,\n' "$theseus_rank" "$theseus_count"
     printf '  "hostname": "%s",\n  "pid": %d,\n' "$theseus_hostname" "$$"
     printf '  "slurm_job_id": %s,\n' "$theseus_slurm_job_id"
+    printf '  "attempt": %d,\n  "restore_from": %s,\n' "$THESEUS_ATTEMPT" "$theseus_restore_json"
     printf '  "start_time": "%s",\n  "last_heartbeat": "%s",\n' "$theseus_start_time" "$(theseus_now)"
     printf '  "status": "%s",\n  "exit_code": %s\n}\n' "$status" "$code"
   } > "$tmp"

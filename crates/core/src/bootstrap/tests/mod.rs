@@ -11,6 +11,7 @@ use serde_json::{Value, json};
 use super::*;
 
 mod hold;
+mod resume;
 mod setup;
 
 /// Values that break naive quoting. `{tmp}` is replaced by the temp dir.
@@ -107,6 +108,7 @@ impl Harness {
             distributed: Distributed::None,
             launch: Launch::Single,
             config: json!({"lr": 0.001}),
+            resume: Resume::default(),
         }
     }
 
