@@ -121,6 +121,9 @@ pub(super) async fn status(backend: &SlurmBackend, job_id: &str, data: &SlurmHan
     };
     if let Some(job) = job {
         let mut status = job.to_status();
+        // Slurm's restart count: a requeued job's next start is attempt restarts + 1, as
+        // THESEUS_ATTEMPT says in the job (the bootstrap maps SLURM_RESTART_COUNT).
+        status.attempt = history.as_ref().map(|h| h.restarts + 1);
         if let Some(history) = history.filter(preempt::History::interrupted) {
             let cancel = last_cancel(backend, data).await;
             if let Some(line) = history.line(cancel.as_ref(), job.reason.as_deref()) {
