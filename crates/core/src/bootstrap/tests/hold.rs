@@ -55,3 +55,25 @@ fn without_a_hold_a_signal_ends_the_attempt_as_before() {
         assert!(!stderr(&out).contains("preempted with a grace"), "{hold:?}: {}", stderr(&out));
     }
 }
+
+/// A hold script that hangs (the controller does not answer) is given up after 5 s: the job,
+/// already TERMed, ends as without one, and the bootstrap does not wait.
+#[test]
+fn a_hold_that_hangs_is_given_up() {
+    let h = Harness::new();
+    let input = h.input(&["/bin/sh", "-c", r#"touch "$THESEUS_RUN_DIR/started"; exec sleep 300"#]);
+    let script = h.tmp.path().join("hang.sh");
+    std::fs::write(&script, "sleep 60; echo 100\n").unwrap();
+    let script = script.display().to_string();
+    let (_, child) = h.spawn(&input, &[("THESEUS_PREEMPT_HOLD", script.as_str())]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !h.run.join("started").exists() {
+        assert!(Instant::now() < deadline, "the job never started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap().success());
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(143), "{}", stderr(&out));
+    assert!(!stderr(&out).contains("preempted with a grace"), "{}", stderr(&out));
+    assert_eq!(h.metadata("metadata.json")["status"], "preempted");
+}
