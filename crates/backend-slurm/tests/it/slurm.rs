@@ -238,8 +238,7 @@ pub(crate) fn prepare_with_config(
         env.iter().map(|(n, v)| EnvVar { name: n.to_string(), value: v.to_string(), secret: false }).collect();
     let experiment = Experiment { entrypoint: Entrypoint::Words(words.clone()), distributed, ..Experiment::default() };
     let layout = b.layout(&identity, plan).unwrap();
-    let input =
-        BootstrapInput::for_layout(identity.clone(), &layout, env.clone(), words, distributed, config);
+    let input = BootstrapInput::for_layout(identity.clone(), &layout, env.clone(), words, distributed, config);
     let bootstrap = bootstrap::render(&input).unwrap();
     (PreparedJob { identity, experiment, env, plan: plan.clone(), snapshot, bootstrap }, dir)
 }

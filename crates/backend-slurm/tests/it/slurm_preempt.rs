@@ -86,11 +86,7 @@ fn checksum(log: &str) -> String {
 /// preemptor asks for every GPU), the uninterrupted reference on node2 in `cpu`, which is never
 /// preempted.
 fn on(partition: &str, exclude: &str) -> SlurmHost {
-    SlurmHost {
-        partitions: vec![PartitionConfig::Name(partition.into())],
-        exclude: vec![exclude.into()],
-        ..host()
-    }
+    SlurmHost { partitions: vec![PartitionConfig::Name(partition.into())], exclude: vec![exclude.into()], ..host() }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -143,7 +139,10 @@ async fn a_preempted_training_is_requeued_and_resumes_to_the_same_parameters() {
     let log = log_text(b.as_ref(), &h).await;
     assert_eq!((done.state, done.exit_code), (JobState::Completed, Some(0)), "{done:?}\n{log}");
     assert!(log.contains("[theseus] received SIGTERM"), "the bootstrap got Slurm's TERM:\n{log}");
-    assert!(log.contains("CANCELLED AT ") && log.contains("DUE TO PREEMPTION"), "the first attempt's log stays:\n{log}");
+    assert!(
+        log.contains("CANCELLED AT ") && log.contains("DUE TO PREEMPTION"),
+        "the first attempt's log stays:\n{log}"
+    );
     let resumed: Vec<u32> = log
         .lines()
         .filter_map(|l| l.strip_prefix("resumed from step "))
@@ -151,7 +150,7 @@ async fn a_preempted_training_is_requeued_and_resumes_to_the_same_parameters() {
         .collect();
     // SLURM_RESTART_COUNT reached the bootstrap, which made it the attempt.
     assert!(log.lines().any(|l| l.starts_with("resumed from step ") && l.ends_with(", attempt 2)")), "{log}");
-    assert!(resumed.len() == 1 && resumed[0] >= 40 && resumed[0] % 20 == 0, "resumed from {resumed:?}:\n{log}");
+    assert!(resumed.len() == 1 && resumed[0] >= 40 && resumed[0].is_multiple_of(20), "resumed from {resumed:?}:\n{log}");
     let after = done.message.clone().unwrap_or_default();
     eprintln!("status at the end: {}: {after}; resumed from step {}", done.state, resumed[0]);
     assert!(after.starts_with("preempted at ") && after.ends_with("; requeued, attempt 2"), "{after}");
