@@ -15,6 +15,8 @@
 //!   partition: theseus infers it from the same `squeue --json --states=all` answer, which in
 //!   22.05 lists every job (other users' too, unless the site's `PrivateData` hides them).
 
+use std::collections::BTreeMap;
+
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -146,6 +148,20 @@ pub fn last_cancel(log: &str) -> Option<(String, String)> {
     })
 }
 
+/// Every partition with its `PriorityTier`, hidden ones (another team's) included: which
+/// partitions can preempt which ([`partition_tiers`]).
+pub const PARTITIONS_COMMAND: &str = "scontrol --all show partition -o";
+
+/// `PriorityTier` of each partition in [`PARTITIONS_COMMAND`] output.
+pub fn partition_tiers(text: &str) -> BTreeMap<String, u32> {
+    text.lines()
+        .filter_map(|line| {
+            let field = |key: &str| line.split_whitespace().find_map(|w| w.strip_prefix(key));
+            Some((field("PartitionName=")?.to_owned(), field("PriorityTier=")?.parse().ok()?))
+        })
+        .collect()
+}
+
 /// `2026-11-27T17:54:51Z` for Unix seconds `at`.
 pub fn utc(at: i64) -> String {
     let fmt = time::macros::format_description!("[year]-[month]-[day]T[hour]:[minute]:[second]Z");
@@ -156,6 +172,19 @@ pub fn utc(at: i64) -> String {
 }
 
 impl History {
+    /// Keeps, of the jobs that started (or were submitted) at the preemption, those whose
+    /// partition has a higher `PriorityTier` than the job's: with `preempt/partition_prio` only
+    /// they can have preempted it, and another partition's job of the same second is a
+    /// coincidence. Where no partition has a higher tier (preemption by QOS) or the tiers are
+    /// unknown, the candidates stay.
+    pub fn keep_higher_tiers(&mut self, tiers: &BTreeMap<String, u32>) {
+        let Some(ours) = self.partition.as_ref().and_then(|p| tiers.get(p)) else { return };
+        if !tiers.values().any(|t| t > ours) {
+            return;
+        }
+        self.preemptors.retain(|p| tiers.get(&p.partition).is_some_and(|t| t > ours));
+    }
+
     /// Whether the job lost an attempt (requeued, or ended PREEMPTED).
     pub fn interrupted(&self) -> bool {
         self.restarts > 0 || self.in_grace || self.ended_in_grace() || self.state.starts_with("PREEMPTED")

@@ -261,6 +261,8 @@ fn the_hold_is_the_partitions_grace_and_kill_wait_for_a_job_being_preempted() {
     let preempted = "JobId=52 JobName=jax-preempted JobState=RUNNING Reason=None Requeue=1 Restarts=0 \
                      PreemptEligibleTime=2026-11-27T18:10:50 PreemptTime=2026-11-27T18:10:59 SuspendTime=None";
     assert_eq!(hold(preempted, "10", &[]), "15");
+    // While slurmctld still delivers the TERM (seen on the lab with a 2-node job).
+    assert_eq!(hold(&preempted.replace("JobState=RUNNING", "JobState=SIGNALING"), "10", &[]), "15");
     assert_eq!(hold(preempted, "10", &[("THESEUS_KILL_DEADLINE_SECONDS", "")]), "40");
     assert_eq!(hold(preempted, "0", &[]), "", "no grace: Slurm requeues at once");
     let cancelled = preempted.replace("PreemptTime=2026-11-27T18:10:59", "PreemptTime=None");

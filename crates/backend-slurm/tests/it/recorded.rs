@@ -118,6 +118,17 @@ fn preemption_and_requeue_as_slurm_reports_them() {
         ended.line(cancel.as_ref(), None).unwrap(),
         format!("{by}; not requeued (the job is not requeue-able, or the site's PreemptMode cancels)")
     );
+    // A job of another partition that started that second is no preemptor when its partition's
+    // tier is not higher (found on the lab: a test's `cpu` job was named beside the real one).
+    let tiers = preempt::partition_tiers(&recorded("preempt_scontrol_partitions.txt"));
+    assert_eq!(
+        tiers.iter().map(|(p, t)| (p.as_str(), *t)).collect::<Vec<_>>(),
+        [("cpu", 1), ("gpu", 1), ("urgent", 10)]
+    );
+    let mut h = preempt::history(&waiting, "34").unwrap().unwrap();
+    h.preemptors.insert(0, preempt::Preemptor { job_id: "33".into(), partition: "cpu".into(), user: None });
+    h.keep_higher_tiers(&tiers);
+    assert_eq!(h.preemptors, [urgent.clone()]);
     // The preemptor itself and a job that was never interrupted have no such line.
     assert_eq!(preempt::history(&waiting, "36").unwrap().unwrap().line(None, None), None);
 }

@@ -82,11 +82,12 @@ fn checksum(log: &str) -> String {
     sums[0].trim().to_owned()
 }
 
-/// A host on `partition` that keeps off node `exclude`: the training runs on node1 (where the
-/// preemptor asks for every GPU), the uninterrupted reference on node2 in `cpu`, which is never
-/// preempted.
-fn on(partition: &str, exclude: &str) -> SlurmHost {
-    SlurmHost { partitions: vec![PartitionConfig::Name(partition.into())], exclude: vec![exclude.into()], ..host() }
+/// A host on `partition`: the training on `gpu` (both nodes, all their GPUs: no other test's job
+/// holds GPUs there, so the preemptor, which asks for node1's four, preempts only it), the
+/// uninterrupted reference on `cpu`, which is never preempted, with the same process count (the
+/// gradients are summed in rank order).
+fn on(partition: &str) -> SlurmHost {
+    SlurmHost { partitions: vec![PartitionConfig::Name(partition.into())], ..host() }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -96,24 +97,25 @@ async fn a_preempted_training_is_requeued_and_resumes_to_the_same_parameters() {
         None => return,
     };
     let env = [("THESEUS_PYTHON", lab.remote_python.as_str()), ("JAX_PLATFORMS", "cpu")];
-    let config = serde_json::json!({"steps": 200, "checkpoint_every": 20, "step_seconds": 0.1, "seed": 0});
+    let config = serde_json::json!({"steps": 200, "checkpoint_every": 20, "step_seconds": 0.25, "seed": 0});
     let files = [("train.py", TRAIN_PY)];
     let words = ["python", "train.py"];
     let jax = Distributed::Jax;
 
     // The reference: the same training, never interrupted.
-    let (reference, _) = backend(lab, "preempt-ref", on("cpu", "node1"));
+    let (reference, _) = backend(lab, "preempt-ref", on("cpu"));
     let (job, _d1) =
-        prepare_with_config(&reference, &plan("cpu", 1, 0), "jax-ref", &files, &words, &env, jax, config.clone());
+        prepare_with_config(&reference, &plan("cpu", 2, 0), "jax-ref", &files, &words, &env, jax, config.clone());
     let ref_handle = reference.submit(&job, &SubmitOptions::default()).await.expect("submit the reference");
 
-    // The training on gpu, node1, all four GPUs.
-    let (b, _) = backend(lab, "preempt", on("gpu", "node2"));
-    let (job, _d2) = prepare_with_config(&b, &plan("gpu", 1, 4), "jax-preempted", &files, &words, &env, jax, config);
+    // The training on gpu: two processes, one per node, with all four GPUs of each.
+    let (b, _) = backend(lab, "preempt", on("gpu"));
+    let (job, _d2) = prepare_with_config(&b, &plan("gpu", 2, 4), "jax-preempted", &files, &words, &env, jax, config);
     let h = b.submit(&job, &SubmitOptions::default()).await.expect("submit the training");
     wait_log(b.as_ref(), &h, "checkpoint at step 40", |l| l == "checkpoint step 40").await;
 
-    // The other team's job on urgent needs node1's four GPUs: Slurm requeues the training.
+    // The other team's job on urgent needs node1's four GPUs: Slurm preempts the training (both
+    // processes get TERM, hold through the partition's GraceTime) and requeues it.
     let preemptor = as_other_user(
         lab,
         "cd /tmp && /usr/bin/sbatch --parsable -p urgent -w node1 --gres=gpu:h100:4 --mem=300M -J preemptor \
@@ -138,7 +140,8 @@ async fn a_preempted_training_is_requeued_and_resumes_to_the_same_parameters() {
     let done = wait_status(b.as_ref(), &h, "end", |s| s.state.is_terminal()).await;
     let log = log_text(b.as_ref(), &h).await;
     assert_eq!((done.state, done.exit_code), (JobState::Completed, Some(0)), "{done:?}\n{log}");
-    assert!(log.contains("[theseus] received SIGTERM"), "the bootstrap got Slurm's TERM:\n{log}");
+    let held = log.lines().filter(|l| l.starts_with("[theseus] preempted with a grace")).count();
+    assert_eq!(held, 2, "both processes got Slurm's TERM and held through the grace:\n{log}");
     assert!(
         log.contains("CANCELLED AT ") && log.contains("DUE TO PREEMPTION"),
         "the first attempt's log stays:\n{log}"
@@ -150,7 +153,10 @@ async fn a_preempted_training_is_requeued_and_resumes_to_the_same_parameters() {
         .collect();
     // SLURM_RESTART_COUNT reached the bootstrap, which made it the attempt.
     assert!(log.lines().any(|l| l.starts_with("resumed from step ") && l.ends_with(", attempt 2)")), "{log}");
-    assert!(resumed.len() == 1 && resumed[0] >= 40 && resumed[0].is_multiple_of(20), "resumed from {resumed:?}:\n{log}");
+    assert!(
+        resumed.len() == 1 && resumed[0] >= 40 && resumed[0].is_multiple_of(20),
+        "resumed from {resumed:?}:\n{log}"
+    );
     let after = done.message.clone().unwrap_or_default();
     eprintln!("status at the end: {}: {after}; resumed from step {}", done.state, resumed[0]);
     assert!(after.starts_with("preempted at ") && after.ends_with("; requeued, attempt 2"), "{after}");

@@ -314,7 +314,10 @@ theseus_on_signal() {
   if [[ -n "${THESEUS_PREEMPT_HOLD:-}" && -f "$THESEUS_PREEMPT_HOLD" ]]; then
     local bound=()
     if command -v timeout > /dev/null 2>&1; then bound=(timeout 5); fi
-    hold=$(${bound[@]+"${bound[@]}"} bash "$THESEUS_PREEMPT_HOLD" 2> /dev/null < /dev/null || true)
+    local said="$THESEUS_RUN_DIR/.preempt-hold.$theseus_rank"
+    hold=$(${bound[@]+"${bound[@]}"} bash "$THESEUS_PREEMPT_HOLD" 2> "$said" < /dev/null || true)
+    [[ ! -s "$said" ]] || theseus_log "preemption check: $(head -c 300 -- "$said" | tr -d '[:cntrl:]')"
+    rm -f -- "$said"
   fi
   theseus_is_uint "$hold" && ((10#$hold > 0)) || hold=""
   if [[ -n "$hold" ]]; then hold=$((10#$hold - (SECONDS - asked))); ((hold > 1)) || hold=2; fi
