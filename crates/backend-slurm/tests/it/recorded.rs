@@ -128,7 +128,7 @@ fn preemption_and_requeue_as_slurm_reports_them() {
     let mut h = preempt::history(&waiting, "34").unwrap().unwrap();
     h.preemptors.insert(0, preempt::Preemptor { job_id: "33".into(), partition: "cpu".into(), user: None });
     h.keep_higher_tiers(&tiers);
-    assert_eq!(h.preemptors, [urgent.clone()]);
+    assert_eq!(h.preemptors, std::slice::from_ref(&urgent));
     // The preemptor itself and a job that was never interrupted have no such line.
     assert_eq!(preempt::history(&waiting, "36").unwrap().unwrap().line(None, None), None);
 }
