@@ -145,7 +145,7 @@ pub(super) async fn status(backend: &SlurmBackend, job_id: &str, data: &SlurmHan
                 history.keep_higher_tiers(&partition_tiers(backend).await);
             }
             if let Some(line) = history.line(cancel.as_ref(), job.reason.as_deref()) {
-                status.message = Some(line);
+                status.message = Some(after_requeue(line, history.restarts, status.state, status.message.take()));
             }
         }
         let run = if status.state.is_terminal() { Some(run_state(backend, data).await?) } else { None };
@@ -181,6 +181,18 @@ pub(super) async fn status(backend: &SlurmBackend, job_id: &str, data: &SlurmHan
         })
         .collect();
     Ok(status)
+}
+
+/// The interruption line, and how a requeued job ended when it did not complete (a cancel of the
+/// waiting job, a failure of its next attempt): `preempted at ...; requeued, attempt 2; then
+/// cancelled`.
+fn after_requeue(line: String, restarts: u32, state: JobState, message: Option<String>) -> String {
+    match message {
+        Some(m) if restarts > 0 && matches!(state, JobState::Cancelled | JobState::Failed) => {
+            format!("{line}; then {m}")
+        }
+        _ => line,
+    }
 }
 
 /// The status of a run that has no Slurm job yet: cancelled, still being submitted (a fresh
@@ -287,6 +299,19 @@ mod tests {
         assert_eq!(s(false, Some(601)), JobState::Failed);
         assert_eq!(s(true, Some(5)), JobState::Cancelled);
         assert_eq!(s(false, None), JobState::Unknown);
+    }
+
+    /// Found by cancelling a requeued job while it waited: the line alone said "requeued,
+    /// attempt 2" of a cancelled job.
+    #[test]
+    fn a_requeued_job_that_did_not_complete_says_how_it_ended() {
+        let line = || "preempted at T (partition urgent job 3); requeued, attempt 2".to_owned();
+        let cancelled = after_requeue(line(), 1, JobState::Cancelled, Some("cancelled by 1001".into()));
+        assert_eq!(cancelled, "preempted at T (partition urgent job 3); requeued, attempt 2; then cancelled by 1001");
+        assert_eq!(after_requeue(line(), 1, JobState::Completed, None), line());
+        assert_eq!(after_requeue(line(), 1, JobState::Running, Some("x".into())), line());
+        // Not requeued: the line says the end itself.
+        assert_eq!(after_requeue(line(), 0, JobState::Failed, Some("failed (NonZeroExitCode)".into())), line());
     }
 
     #[test]

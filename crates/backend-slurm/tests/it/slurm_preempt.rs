@@ -166,4 +166,25 @@ async fn a_preempted_training_is_requeued_and_resumes_to_the_same_parameters() {
     assert_eq!(reference_done.state, JobState::Completed, "{reference_done:?}\n{ref_log}");
     assert!(ref_log.contains("starting at step 0") && !ref_log.contains("resumed from"), "{ref_log}");
     assert_eq!(checksum(&log), checksum(&ref_log), "same parameters with and without the preemption");
+
+    // Then (in the same test, so that no other preemptor of this file hits it) a requeued run
+    // cancelled while it waits says both: found by cancelling one by hand.
+    let (job, _d3) = prepare_with_config(&b, &plan("gpu", 1, 4), "jax-cancelled", &files, &words, &env, jax, {
+        serde_json::json!({"steps": 400, "checkpoint_every": 20, "step_seconds": 0.25, "seed": 0})
+    });
+    let h = b.submit(&job, &SubmitOptions::default()).await.expect("submit");
+    wait_log(b.as_ref(), &h, "a first checkpoint", |l| l == "checkpoint step 20").await;
+    let ran_on = b.status(&h).await.expect("status").ranks[0].location.clone().expect("its node");
+    as_other_user(
+        lab,
+        &format!(
+            "cd /tmp && /usr/bin/sbatch --parsable -p urgent -w {ran_on} --gres=gpu:h100:4 --mem=300M -J preemptor \
+             -o /dev/null --wrap 'sleep 15'"
+        ),
+    );
+    wait_status(b.as_ref(), &h, "requeue", |s| s.state == JobState::Pending && s.attempt == Some(2)).await;
+    let cancelled = b.cancel(&h).await.expect("cancel");
+    let line = b.status(&h).await.expect("status").message.unwrap_or_default();
+    assert_eq!(cancelled.state, JobState::Cancelled, "{cancelled:?}");
+    assert!(line.starts_with("preempted at ") && line.contains("; requeued, attempt 2; then cancelled"), "{line}");
 }
