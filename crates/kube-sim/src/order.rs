@@ -237,8 +237,9 @@ impl Snapshot {
             });
             for &t in &job.tasks {
                 let task = &self.tasks[t];
+                // `AllocatedStatus`: a releasing task no longer counts for its queue.
                 match task.state {
-                    TaskState::Bound | TaskState::Releasing => {
+                    TaskState::Bound => {
                         share::add(&mut attr.allocated, &task.req);
                         share::add(&mut attr.request, &task.req);
                     }

@@ -1,33 +1,48 @@
-//! One Volcano scheduler session over every PodGroup, as the default `volcano-scheduler.conf` of
-//! the 1.15 chart runs it (`actions: "enqueue, allocate, backfill"`, tier 2 starting with
-//! `overcommit`, then `proportion`):
+//! One Volcano scheduler session over every PodGroup, running the actions of
+//! [`crate::SimConfig::scheduler`] in order (`volcano-scheduler.conf`; by default the 1.15
+//! chart's `actions: "enqueue, allocate, backfill"`, see `schedconf`). Shared clusters add
+//! `preempt` (`preempt.rs`) and `reclaim` (`reclaim.rs`); their evictions are `evict.rs`'s.
 //!
-//! - enqueue (pkg/scheduler/actions/enqueue/enqueue.go): a `Pending` PodGroup becomes `Inqueue`
-//!   when the `jobEnqueueableFn`s of pkg/scheduler/plugins/overcommit (cluster allocatable x 1.2
-//!   minus what is used and what other enqueued groups still need) and
-//!   pkg/scheduler/plugins/proportion (the queue's capability, at most the cluster) admit its
+//! - enqueue (pkg/scheduler/actions/enqueue/enqueue.go): queue by queue (`order.rs`), jobs in
+//!   the job order (priority, then creation), a `Pending` PodGroup becomes `Inqueue` when the
+//!   configured `jobEnqueueableFn`s of pkg/scheduler/plugins/overcommit (cluster allocatable x
+//!   the `overcommit-factor`, 1.2 by default, minus what is used and what other enqueued
+//!   groups still need) and of the queue plugin (the queue's real capability: the cluster less
+//!   every queue's `guarantee` plus its own, at most its `capability`) admit its
 //!   `minResources`; a rejection is a `Normal` `Unschedulable` event on the PodGroup
 //!   (`resource in cluster is overused: overused <res>` or `queue resource quota insufficient:
 //!   insufficient <res>`). Every session also records `RecordJobStatusEvent`'s `Warning`
 //!   `Unschedulable` event for a group still pending (`0/0 tasks in gang unschedulable: pod group
 //!   is not ready, N minAvailable` when it has no pods). A group that is not enqueued gets no
 //!   condition: the gang plugin skips jobs without tasks (`OnSessionClose` in plugins/gang).
-//! - allocate: the pods of an enqueued group are bound all together (first fit, on a node with
-//!   room whose labels and taints the pod's `nodeSelector`, required node affinity and
-//!   tolerations accept: the `predicates` plugin, see [`crate::sched::Cluster::place`]) once all
-//!   fit, or none are, and the group gets the gang plugin's `Unschedulable` condition with the
-//!   job's fit error (`0/N nodes are unavailable: 2 node(s) didn't match Pod's node
-//!   affinity/selector.`), its pods `PodScheduled=False` and a `FailedScheduling` event
-//!   (`taskUnschedulable` in pkg/scheduler/cache/cache.go). A claim named in
-//!   [`crate::SimConfig::missing_pvcs`] fails volume binding's PreFilter with
+//!   Without an enqueue action, allocate moves `Pending` groups to `Inqueue` itself
+//!   (allocate.go `Execute`).
+//! - allocate: queue by queue in the queue order (queue `spec.priority`, then the smaller share
+//!   of its deserved), jobs in the job order (`priority` plugin: the PodGroup's PriorityClass
+//!   value; `gang`: a job not yet ready first; then creation time), the pods of an enqueued group
+//!   are bound all together once all fit, or none are. A pod is taken only while its queue may
+//!   allocate it (`Session.Allocatable`: proportion, allocated plus the pod within the queue's
+//!   deserved share; capacity, within its real capability), and on the first node with room
+//!   whose labels and taints the pod's `nodeSelector`, required node affinity and tolerations
+//!   accept (the `predicates` plugin, see [`crate::sched::Cluster::place`]). A gang that does not
+//!   fit but would once the pods being deleted are gone is pipelined: what it needs is held from
+//!   the jobs after it in the session. A group that does not fit gets the gang plugin's
+//!   `Unschedulable` condition with the job's fit error (`0/N nodes are unavailable: 2 node(s)
+//!   didn't match Pod's node affinity/selector.`), its pods `PodScheduled=False` and a
+//!   `FailedScheduling` event (`taskUnschedulable` in pkg/scheduler/cache/cache.go). A claim named
+//!   in [`crate::SimConfig::missing_pvcs`] fails volume binding's PreFilter with
 //!   `persistentvolumeclaim "<name>" not found`.
+//! - backfill: accepted and does nothing of its own; allocate already places pods without
+//!   requests.
 //!
 //! Divergences: resources compare per dimension with the job's dimensions only, as Volcano's
-//! `LessEqualWithDimensionAndResourcesName` does, but guarantees, elastic resources and
-//! hierarchical queues are not modelled; a queue's `spec.deserved` is validated by its CRD
-//! schema and kept, but the chart's proportion plugin derives deserved shares from weights and
-//! never reads it (pkg/scheduler/plugins/capacity, which replaces proportion, does), so this
-//! session does not either; the fit error's task histogram is simplified.
+//! `LessEqualWithDimensionAndResourcesName` does; nodes are tried first fit, not by the
+//! `nodeorder`/`binpack` scores (placement is the same whenever one node's worth of room is
+//! what decides, as in these scenarios); hierarchical queues, elastic resources, `drf`, `sla`,
+//! `tdm`, the `gangpreempt`/`gangreclaim` actions and network topology are not modelled (the
+//! conf refuses actions it does not run); a queue that is overused is not skipped as a whole by
+//! allocate, each pod is checked against it instead; the fit error's task histogram is
+//! simplified. Followed from the source, read, not run.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -106,6 +121,7 @@ impl Scheduler {
                     let mut snap = Snapshot::build(store, conf);
                     let order = snap.allocation_order(&["Inqueue", "Running"]);
                     let mut queues = snap.queues.clone();
+                    let mut pipelined = Vec::new();
                     for j in order {
                         let job = &snap.jobs[j];
                         if held.contains(&job.uid) {
@@ -114,7 +130,7 @@ impl Scheduler {
                         // Re-read: an earlier group of this session may have changed what is free.
                         if let Ok(group) = store.get(known::podgroups(), &job.ns, &job.name) {
                             let gate = conf.queue_plugin().map(|plugin| (plugin, queues.get_mut(&job.queue)));
-                            allocate(shared, &group, gate);
+                            allocate(shared, &group, gate, &mut pipelined);
                         }
                     }
                 }
@@ -271,7 +287,14 @@ fn enqueueable(
         return Err(String::new());
     }
     let capability = sched::from_quantities(queue.pointer("/spec/capability"));
-    let mut real = total.clone();
+    // The real capability: the cluster less every queue's guarantee, plus this queue's.
+    let (queues, _) = store.list(known::queues(), None, &Selectors::default());
+    let mut guarantees = Resources::new();
+    for q in &queues {
+        add(&mut guarantees, &sched::from_quantities(q.pointer("/spec/guarantee/resource")));
+    }
+    let mut real = share::exceeded_part(&total, &guarantees);
+    add(&mut real, &sched::from_quantities(queue.pointer("/spec/guarantee/resource")));
     for (k, cap) in &capability {
         if matches!(k.as_str(), "cpu" | "memory") && *cap <= 0 {
             continue;
@@ -294,7 +317,16 @@ fn enqueueable(
 /// the queue plugin and the group's queue: a pod is taken only while the queue may allocate
 /// it (`Session.Allocatable`: proportion, allocated plus the pod within deserved; capacity,
 /// within the real capability; an `Open` queue), and what is bound is added to the queue.
-fn allocate(shared: &Arc<Shared>, group: &Value, gate: Option<(&str, Option<&mut QueueAttr>)>) {
+///
+/// A gang that does not fit what is idle but fits what is idle once pods being deleted are
+/// gone is pipelined (allocate.go: tasks placed on `FutureIdle` are `Pipelined`): what it
+/// would take is added to `pipelined` and held from the groups after it in this session.
+fn allocate(
+    shared: &Arc<Shared>,
+    group: &Value,
+    gate: Option<(&str, Option<&mut QueueAttr>)>,
+    pipelined: &mut Vec<(String, Resources)>,
+) {
     let store = &shared.store;
     let ns = str_at(group, "/metadata/namespace");
     let name = str_at(group, "/metadata/name");
@@ -305,6 +337,9 @@ fn allocate(shared: &Arc<Shared>, group: &Value, gate: Option<(&str, Option<&mut
         return;
     }
     let mut cluster = Cluster::from_store(store);
+    for (node, req) in pipelined.iter() {
+        cluster.reserve(node, req);
+    }
     let mut placed: Vec<(&Value, String)> = Vec::new();
     let mut failures: BTreeMap<String, String> = BTreeMap::new();
     let (plugin, mut queue) = match gate {
@@ -312,6 +347,7 @@ fn allocate(shared: &Arc<Shared>, group: &Value, gate: Option<(&str, Option<&mut
         None => ("", None),
     };
     let mut taken = Resources::new();
+    let mut gated = false;
     for pod in &unbound {
         let req = sched::pod_requests(&pod["spec"]);
         if let Some(q) = queue.as_deref() {
@@ -324,6 +360,7 @@ fn allocate(shared: &Arc<Shared>, group: &Value, gate: Option<(&str, Option<&mut
                 q.real_capability.clone()
             };
             if !q.open || !share::fits_in(&future, &limit, &req) {
+                gated = true;
                 continue;
             }
         }
@@ -365,6 +402,9 @@ fn allocate(shared: &Arc<Shared>, group: &Value, gate: Option<(&str, Option<&mut
         let phase = if allocated >= min_member.max(1) { "Running" } else { "Inqueue" };
         set_condition(store, ns, name, phase, None);
         return;
+    }
+    if !gated {
+        pipeline(store, &unbound, ready, min_member, pipelined);
     }
     // gang OnSessionClose and RecordJobStatusEvent.
     let pending = unbound.len();
@@ -412,6 +452,29 @@ fn allocate(shared: &Arc<Shared>, group: &Value, gate: Option<(&str, Option<&mut
         if let Ok(obj) = updated {
             events::emit(store, &obj, "Warning", "FailedScheduling", &message, "volcano");
         }
+    }
+}
+
+/// Holds what the gang would take on the nodes' future idle resources when it fits there.
+fn pipeline(
+    store: &Store,
+    unbound: &[&Value],
+    ready: usize,
+    min_member: usize,
+    pipelined: &mut Vec<(String, Resources)>,
+) {
+    let mut future = Cluster::from_store_future(store, true);
+    for (node, req) in pipelined.iter() {
+        future.reserve(node, req);
+    }
+    let mut held = Vec::new();
+    for pod in unbound {
+        if let Ok(node) = future.place(&pod["spec"]) {
+            held.push((node, sched::pod_requests(&pod["spec"])));
+        }
+    }
+    if ready + held.len() >= min_member.max(1) {
+        pipelined.extend(held);
     }
 }
 
