@@ -13,26 +13,17 @@ use crate::support::{
     Ctx, events_about, eventually, phase, podgroup_of, queue_resource, start, vcjob, vcjobs, wait_phase,
 };
 
-/// What a site that preempts and reclaims runs: the chart's tiers, with `enqueue` left out so
-/// a gang is `Inqueue` (and so a preemptor) while the cluster is full (allocate.go moves
-/// Pending groups to Inqueue when no enqueue action is configured).
-const SHARED: &str = "\
-actions: \"allocate, preempt, reclaim, backfill\"
-tiers:
-- plugins:
-  - name: priority
-  - name: gang
-    enablePreemptable: false
-  - name: conformance
-- plugins:
-  - name: overcommit
-  - name: drf
-    enablePreemptable: false
-  - name: predicates
-  - name: proportion
-  - name: nodeorder
-  - name: binpack
-";
+/// What a site that preempts and reclaims runs (the e2e's conf has the same actions and tiers).
+const SHARED: &str = include_str!("shared-cluster.conf");
+
+#[test]
+fn the_e2e_scheduler_conf_parses_as_is() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../xtask/e2e/volcano-scheduler.conf");
+    let e2e = SchedulerConf::parse(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let ours = SchedulerConf::parse(SHARED).unwrap();
+    assert_eq!(e2e.actions, ["allocate", "preempt", "reclaim", "backfill"]);
+    assert_eq!(e2e, ours);
+}
 
 fn config(conf: &str, gpus: u32) -> SimConfig {
     SimConfig {
@@ -61,7 +52,13 @@ async fn queue(ctx: &Ctx, name: &str, spec: Value) {
 /// A gang of `replicas` one-GPU pods running `secs` seconds, in `queue` with `class`, that
 /// restarts when a pod is evicted (theseus's policies).
 fn gang(name: &str, replicas: u32, min: u32, class: Option<&str>, queue: &str, secs: u32) -> DynamicObject {
-    let mut job = vcjob(name, replicas, 1, "img", &["sleep", &secs.to_string()]);
+    let script = format!("echo retry=$RC queue=$Q; exec sleep {secs}");
+    let mut job = vcjob(name, replicas, 1, "img", &["sh", "-c", &script]);
+    // The downward API: the retry count the job controller annotates, the queue label.
+    job.data["spec"]["tasks"][0]["template"]["spec"]["containers"][0]["env"] = json!([
+        {"name": "RC", "valueFrom": {"fieldRef": {"fieldPath": "metadata.annotations['volcano.sh/job-retry-count']"}}},
+        {"name": "Q", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['volcano.sh/queue-name']"}}},
+    ]);
     let spec = &mut job.data["spec"];
     spec["minAvailable"] = json!(min);
     spec["queue"] = json!(queue);
@@ -165,6 +162,12 @@ async fn preempt_evicts_a_lower_priority_gang_that_restarts_once_the_preemptor_e
     let pod = pods.get("dev-worker-0").await.unwrap();
     let annotations = pod.metadata.annotations.unwrap();
     assert_eq!(annotations["volcano.sh/job-retry-count"], "1");
+    let log = eventually("the restarted pod's log", 20, || async {
+        let log = pods.logs("dev-worker-0", &Default::default()).await.ok()?;
+        (!log.is_empty()).then_some(log)
+    })
+    .await;
+    assert_eq!(log, "retry=1 queue=default\n");
     assert_eq!(phase(&jobs.get("dev").await.unwrap()), "Running");
 }
 
