@@ -43,6 +43,7 @@ mod api_admission;
 mod controller;
 mod core_objects;
 mod discovery;
+mod enqueue;
 mod events;
 mod evict;
 pub mod exec;
