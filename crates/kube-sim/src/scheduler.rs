@@ -118,13 +118,19 @@ impl Scheduler {
                             }
                         }
                     }
+                    // Only groups with pods to bind take part: a pass over a cluster whose pods
+                    // are all bound reads the pods once.
+                    let waiting = waiting_groups(store);
+                    if waiting.is_empty() {
+                        continue;
+                    }
                     let mut snap = Snapshot::build(store, conf);
                     let order = snap.allocation_order(&["Inqueue", "Running"]);
                     let mut queues = snap.queues.clone();
                     let mut pipelined = Vec::new();
                     for j in order {
                         let job = &snap.jobs[j];
-                        if held.contains(&job.uid) {
+                        if held.contains(&job.uid) || !waiting.contains(&(job.ns.clone(), job.name.clone())) {
                             continue;
                         }
                         // Re-read: an earlier group of this session may have changed what is free.
@@ -134,12 +140,31 @@ impl Scheduler {
                         }
                     }
                 }
-                "preempt" => crate::preempt::run(store, conf, &mut Snapshot::build(store, conf)),
-                "reclaim" => crate::reclaim::run(store, conf, &mut Snapshot::build(store, conf)),
+                // Preemptors and reclaimers are jobs with pods to bind.
+                "preempt" if !waiting_groups(store).is_empty() => {
+                    crate::preempt::run(store, conf, &mut Snapshot::build(store, conf));
+                }
+                "reclaim" if !waiting_groups(store).is_empty() => {
+                    crate::reclaim::run(store, conf, &mut Snapshot::build(store, conf));
+                }
                 _ => {}
             }
         }
     }
+}
+
+/// The (namespace, PodGroup) of every pod waiting to be bound.
+fn waiting_groups(store: &Store) -> HashSet<(String, String)> {
+    let (pods, _) = store.list(known::pods(), None, &Selectors::default());
+    pods.iter()
+        .filter(|p| !bound(p) && str_at(p, "/status/phase") == "Pending")
+        .filter(|p| p.pointer("/metadata/deletionTimestamp").is_none())
+        .map(|p| {
+            let group = str_at(p, "/metadata/annotations/scheduling.k8s.io~1group-name");
+            (str_at(p, "/metadata/namespace").to_owned(), group.to_owned())
+        })
+        .filter(|(_, group)| !group.is_empty())
+        .collect()
 }
 
 /// The allocate action for one enqueued group: binds all its unbound pods or none. `gate` is
