@@ -190,3 +190,73 @@ fn a_jax_training_stopped_with_sigterm_resumes_and_ends_with_the_same_params() {
     assert!(!stdout.contains("starting at step 0"), "{stdout}");
     assert_eq!(checksum(&stdout), x, "the resumed training ends with other parameters");
 }
+
+/// A job that writes one checkpoint and waits, unless it was given one to resume from.
+const RESTARTABLE: &str = r#"import os, time
+ck = os.environ["THESEUS_CHECKPOINT_DIR"]
+restore = os.environ.get("THESEUS_RESTORE_FROM")
+print("restore", restore or "-", flush=True)
+if not restore:
+    os.makedirs(os.path.join(ck, "step_1"), exist_ok=True)
+    with open(os.path.join(ck, ".latest.tmp"), "w") as f:
+        f.write("step_1\n")
+    os.replace(os.path.join(ck, ".latest.tmp"), os.path.join(ck, "latest"))
+    print("checkpoint step 1", flush=True)
+    time.sleep(600)
+print("resumed", flush=True)
+"#;
+
+#[test]
+fn an_evicted_volcano_job_restarts_shows_attempt_2_and_resumes_its_own_checkpoint() {
+    let ctx = TestContext::new();
+    let world = crate::volcano::SimWorld::start(&ctx);
+    let code = tempfile::tempdir().unwrap();
+    std::fs::write(code.path().join("job.py"), RESTARTABLE).unwrap();
+    std::fs::write(code.path().join("exp.yaml"), "entrypoint: python job.py\n").unwrap();
+    let exp = code.path().join("exp.yaml");
+    let code_dir = code.path().to_str().unwrap();
+    let out =
+        ctx.run(&["submit", "evictee", exp.to_str().unwrap(), "--code", code_dir, "--host", "k8s", "--chip", "cpu"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let logs = || text(&ctx.run(&["logs", "evictee"]).stdout);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !logs().contains("checkpoint step 1") {
+        assert!(Instant::now() < deadline, "no checkpoint: {}", logs());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let status = ctx.run(&["status", "evictee"]);
+    assert!(!text(&status.stdout).contains("attempt"), "{}", text(&status.stdout));
+    // Its pod is deleted (evicted): Volcano's `PodEvicted -> RestartJob` starts it again.
+    let pods = world.sim.objects("v1", "Pod");
+    let pod = pods
+        .iter()
+        .filter_map(|p| p["metadata"]["name"].as_str())
+        .find(|n| n.contains("evictee"))
+        .unwrap_or_else(|| panic!("no pod of the job"))
+        .to_owned();
+    let ca = code.path().join("ca.pem");
+    std::fs::write(&ca, world.sim.ca_pem()).unwrap();
+    let url = format!("{}/api/v1/namespaces/default/pods/{pod}", world.sim.url());
+    let deleted = std::process::Command::new("curl")
+        .args(["-sS", "--fail", "-X", "DELETE", "--cacert"])
+        .arg(&ca)
+        .arg(&url)
+        .output()
+        .expect("curl runs");
+    assert!(deleted.status.success(), "{}", text(&deleted.stderr));
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let shown = loop {
+        let out = ctx.run(&["--output", "json", "status", "evictee"]);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        if v["status"]["attempt"] == 2 && v["status"]["state"] == "completed" {
+            break v;
+        }
+        assert!(Instant::now() < deadline, "never restarted and completed: {v}\n{}", logs());
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    let status = ctx.run(&["status", "evictee"]);
+    assert!(text(&status.stdout).contains(": completed, attempt 2 (exit code 0)"), "{}\n{shown}", text(&status.stdout));
+    let log = logs();
+    assert!(log.contains("(latest, written by this run)") && log.contains("resumed"), "{log}");
+    assert!(log.contains("/general/default/evictee/step_1"), "{log}");
+}
