@@ -260,3 +260,52 @@ fn an_evicted_volcano_job_restarts_shows_attempt_2_and_resumes_its_own_checkpoin
     assert!(log.contains("(latest, written by this run)") && log.contains("resumed"), "{log}");
     assert!(log.contains("/general/default/evictee/step_1"), "{log}");
 }
+
+#[test]
+fn jax_train_never_resumes_from_a_half_written_checkpoint_and_clears_it() {
+    let Some(python) = jax_python("jax_train_never_resumes_from_a_half_written_checkpoint_and_clears_it") else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let ckpt = tmp.path().join("ckpt");
+    std::fs::create_dir_all(&ckpt).unwrap();
+    let config = tmp.path().join("config.json");
+    std::fs::write(&config, r#"{"steps": 30, "checkpoint_every": 10}"#).unwrap();
+    let run = |restore: Option<&std::path::Path>| {
+        let mut cmd = std::process::Command::new(&python);
+        cmd.arg(crate::repo_root().join("examples/jax-train/train.py"))
+            .env("THESEUS_CONFIG", &config)
+            .env("THESEUS_CHECKPOINT_DIR", &ckpt)
+            .env("JAX_PLATFORMS", "cpu");
+        if let Some(path) = restore {
+            cmd.env("THESEUS_RESTORE_FROM", path);
+        }
+        let out = run_bounded(cmd, Duration::from_secs(120));
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        text(&out.stdout)
+    };
+    let whole = run(None);
+    assert_eq!(std::fs::read_to_string(ckpt.join("latest")).unwrap(), "step_30\n");
+    // A run killed while it wrote step 40: its temp dir and marker are there, `latest` is not moved.
+    std::fs::create_dir_all(ckpt.join(".step_40.tmp.999")).unwrap();
+    std::fs::write(ckpt.join(".step_40.tmp.999/params.bin"), b"half").unwrap();
+    std::fs::write(ckpt.join(".latest.tmp.999"), "step_40\n").unwrap();
+    let resumed = run(Some(&ckpt.join("step_20")));
+    assert!(resumed.contains("resumed from step 20"), "{resumed}");
+    let sum = |out: &str| out.lines().find(|l| l.starts_with("final params sha256 ")).unwrap().to_owned();
+    assert_eq!(sum(&resumed), sum(&whole));
+    let left: Vec<String> =
+        std::fs::read_dir(&ckpt).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    assert!(left.iter().all(|n| !n.contains(".tmp.")), "{left:?}");
+    // A checkpoint whose params do not match its state is refused, not used.
+    std::fs::write(ckpt.join("step_10/params.bin"), b"corrupt").unwrap();
+    let mut cmd = std::process::Command::new(&python);
+    cmd.arg(crate::repo_root().join("examples/jax-train/train.py"))
+        .env("THESEUS_CONFIG", &config)
+        .env("THESEUS_CHECKPOINT_DIR", &ckpt)
+        .env("THESEUS_RESTORE_FROM", ckpt.join("step_10"))
+        .env("JAX_PLATFORMS", "cpu");
+    let out = run_bounded(cmd, Duration::from_secs(120));
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains("does not match state.json"), "{}", text(&out.stderr));
+}
