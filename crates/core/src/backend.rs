@@ -62,6 +62,13 @@ pub trait Backend: Debug + Display + Send + Sync + 'static {
     /// Free capacity for `request` right now.
     async fn availability(&self, request: &Request) -> Result<Availability>;
 
+    /// How `request`, planned as `plan`, stands among the host's shared queues, for `plan` to
+    /// show. The default (a host without queues) has nothing to say.
+    async fn shares(&self, request: &Request, plan: &Plan) -> Result<Option<crate::shares::QueueShares>> {
+        let _ = (request, plan);
+        Ok(None)
+    }
+
     /// Ships and starts a prepared job.
     async fn submit(&self, job: &PreparedJob, options: &SubmitOptions) -> Result<JobHandle>;
 
@@ -109,6 +116,17 @@ pub trait Backend: Debug + Display + Send + Sync + 'static {
     /// node has), or `None` when it may start later or the backend cannot tell (the default).
     /// `submit --follow` gives up at once on such a job instead of after [`Backend::start_timeout`].
     async fn never_starts(&self, handle: &JobHandle) -> Result<Option<String>> {
+        let _ = handle;
+        Ok(None)
+    }
+
+    /// How the run of `handle` ended, for a run whose job `status` no longer finds
+    /// ([`crate::Error::NotFound`]: e.g. Volcano collected it after its `ttlSecondsAfterFinished`),
+    /// from what the run left on the cluster (the bootstrap's `metadata.json`); its message says
+    /// that the job is gone. `None` when nothing tells (the default). It may be slow (a helper pod
+    /// reads the files): [`crate::lifecycle::refresh`] asks it once, for a run the ledger still
+    /// has live, and records the answer.
+    async fn remains(&self, handle: &JobHandle) -> Result<Option<JobStatus>> {
         let _ = handle;
         Ok(None)
     }

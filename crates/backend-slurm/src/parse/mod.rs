@@ -4,6 +4,7 @@
 pub use theseus_backend_ssh::parse::ParseError;
 use theseus_core::backend::{JobState, JobStatus};
 
+pub mod preempt;
 pub mod sacct;
 pub mod sinfo;
 pub mod squeue;

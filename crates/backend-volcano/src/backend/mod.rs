@@ -2,6 +2,8 @@
 //! made on first use, so rendering (`--dry-run`) and layout need no cluster and no kubeconfig.
 //! [`submit`] is the submit's flow (claim, ship through the helper, create the gang).
 
+mod gone;
+mod interrupted;
 pub(crate) mod submit;
 
 use std::fmt;
@@ -104,8 +106,9 @@ impl VolcanoBackend {
         host.namespace = crate::client::effective_namespace(&host, &crate::client::ClientEnv::from_process());
         let mut settings = Settings::default();
         settings.render.max_retry = i32::try_from(host.max_retry).unwrap_or(i32::MAX);
+        // Checked by `validate` when the host was loaded (render refuses a bad one again).
         settings.render.ttl_seconds_after_finished =
-            host.ttl_seconds_after_finished.map(|t| i32::try_from(t).unwrap_or(i32::MAX));
+            host.ttl_seconds().ok().flatten().map(|t| i32::try_from(t).unwrap_or(i32::MAX));
         settings.render.restart_on_failure = host.restart_on_failure;
         VolcanoBackend { name: name.to_owned(), host, cluster_config: cluster, settings, connection: OnceCell::new() }
     }
@@ -229,6 +232,12 @@ impl VolcanoBackend {
             claim: Some(crate::claim::claim_name(&job.identity)),
             helper: Some(crate::helper::helper_name(&job.identity)),
             work_dir: self.run_layout(&job.identity).ok().map(|l| l.work_dir),
+            run_dir: self.run_layout(&job.identity).ok().map(|l| l.run_dir),
+            ttl_seconds_after_finished: rendered
+                .job
+                .spec
+                .ttl_seconds_after_finished
+                .and_then(|t| u32::try_from(t).ok()),
         }
     }
 
@@ -403,6 +412,15 @@ impl Backend for VolcanoBackend {
         crate::availability::probe(cluster, &self.host, request).await.map_err(|e| self.err(e))
     }
 
+    async fn shares(
+        &self,
+        request: &Request,
+        plan: &Plan,
+    ) -> theseus_core::Result<Option<theseus_core::shares::QueueShares>> {
+        let cluster = self.cluster().await.map_err(|e| self.err(e))?;
+        crate::shares_read::read(cluster, &self.host, request, plan).await.map_err(|e| self.err(e))
+    }
+
     async fn submit(&self, job: &PreparedJob, options: &SubmitOptions) -> theseus_core::Result<JobHandle> {
         // Render everything before touching the cluster: a bad config writes nothing.
         let rendered = self.render(job)?;
@@ -410,6 +428,11 @@ impl Backend for VolcanoBackend {
         let helper = render_helper(&self.host, &job.identity, &layout.work_dir)?;
         let cluster = self.cluster().await.map_err(|e| self.err_nothing_created(e))?;
         crate::availability::require_queue(cluster, &self.host).await.map_err(|e| self.err_nothing_created(e))?;
+        let unchecked =
+            crate::preflight::require_objects(cluster, &self.host).await.map_err(|e| self.err_nothing_created(e))?;
+        for note in &unchecked {
+            options.note(note);
+        }
         submit::submit(self, cluster, job, &layout, helper, rendered, options).await.map_err(|e| self.err(e))
     }
 
@@ -437,19 +460,22 @@ impl Backend for VolcanoBackend {
                 ranks: vec![],
                 attempt: None,
             }),
-            None => Err(theseus_core::Error::NotFound {
-                what: format!(
-                    "vcjob `{}` in namespace `{}` (deleted, or removed by ttlSecondsAfterFinished)",
-                    data.job, data.namespace
-                ),
-            }),
-            Some((job, pods, o)) => Ok(summarize(&Observed {
-                job: &job,
-                pods: &pods,
-                group_phase: o.group_phase.as_deref(),
-                group_conditions: &o.conditions,
-                events: &o.events,
-            })),
+            None => Err(theseus_core::Error::NotFound { what: crate::gone::gone_what(&data) }),
+            Some((job, pods, o)) => {
+                let mut status = summarize(&Observed {
+                    job: &job,
+                    pods: &pods,
+                    group_phase: o.group_phase.as_deref(),
+                    group_conditions: &o.conditions,
+                    events: &o.events,
+                });
+                // An interrupted run says why and what happens next, in one line.
+                let cluster = self.cluster().await.map_err(|e| self.err(e))?;
+                if let Some(interruption) = interrupted::interruption_of(cluster, &job).await {
+                    status.message = Some(interruption.describe(cluster.namespace()));
+                }
+                Ok(status)
+            }
         }
     }
 
@@ -457,9 +483,16 @@ impl Backend for VolcanoBackend {
         let data = self.handle_data(handle)?;
         let cluster = self.cluster().await.map_err(|e| self.err(e))?.clone();
         if cluster.get_job(&data.job).await.map_err(|e| self.err(e))?.is_none() {
-            return Err(theseus_core::Error::NotFound {
-                what: format!("vcjob `{}` in namespace `{}`", data.job, data.namespace),
-            });
+            if self.submitting(&data).await.map_err(|e| self.err(e))? {
+                return Err(theseus_core::Error::NotFound {
+                    what: format!(
+                        "vcjob `{}` in namespace `{}` (its run is being submitted)",
+                        data.job, data.namespace
+                    ),
+                });
+            }
+            // Collected (or deleted) with its pods and their logs: the run's log file on the PVC.
+            return self.logs_on_pvc(&data, options.rank).await;
         }
         let follow = crate::logs::FollowSettings {
             poll: self.settings.poll_interval,
@@ -467,6 +500,13 @@ impl Backend for VolcanoBackend {
             drain_for: self.settings.delete_timeout,
         };
         Ok(crate::logs::stream(cluster, data, options.clone(), follow, self.to_string()))
+    }
+
+    /// From the run's metadata files on the PVC, read through a short-lived helper pod
+    /// (`gone.rs`).
+    async fn remains(&self, handle: &JobHandle) -> theseus_core::Result<Option<JobStatus>> {
+        let data = self.handle_data(handle)?;
+        self.ended_on_pvc(&data).await
     }
 
     async fn reclaim(
@@ -686,12 +726,26 @@ impl Backend for VolcanoBackend {
                 text: value.yaml().map_err(|e| theseus_core::Error::backend(self, e))?,
             })
         };
-        let mut docs = vec![yaml("helper job: ships the code to the PVC, deleted after shipping", &helper)?];
+        let mut docs = vec![yaml(
+            &format!(
+                "helper job: ships the code to the PVC, deleted after shipping (one left behind is collected \
+                 {} s after it ends)",
+                crate::helper::HELPER_TTL_SECONDS
+            ),
+            &helper,
+        )?];
         if let Some(secret) = &rendered.secret {
             docs.push(yaml("secret env of the job (values redacted)", &redacted(secret))?);
         }
         docs.push(yaml("headless Service naming rank 0, the coordinator (owned by the gang job)", &rendered.service)?);
-        docs.push(yaml("gang job", &rendered.job)?);
+        let kept = match self.settings.render.ttl_seconds_after_finished {
+            Some(ttl) => format!(
+                "Volcano deletes it and its pods {ttl} s after it finishes (ttl_seconds_after_finished); then \
+                 `theseus status` and `logs` answer from the ledger and the run's files on the PVC"
+            ),
+            None => "kept after it finishes (ttl_seconds_after_finished: never)".to_owned(),
+        };
+        docs.push(yaml(&format!("gang job: {kept}"), &rendered.job)?);
         if let Some((key, job, files)) = self.prebuilt_job(job, &layout, &rendered)? {
             docs.push(yaml(
                 "the run's own files, when the code store already holds this code (owned by the gang job)",

@@ -1,6 +1,8 @@
 //! `theseus plan`: where a job would go and why, without submitting, and which hosts did not
 //! answer their availability probe (`unknown: HOST: REASON` lines; `unanswered` in JSON), and
-//! what the job would resume from (`resumes:`; `resume` in JSON).
+//! what the job would resume from (`resumes:`; `resume` in JSON). On a host with shared queues
+//! (Volcano) also how the request stands among them: the verdict and a row per queue (`queues`
+//! in JSON), and what RBAC hid.
 
 use std::process::ExitCode;
 
@@ -10,6 +12,9 @@ use theseus_core::solver::render;
 
 use crate::args::{JobArgs, OutputFormat};
 use crate::context::Context;
+
+/// How long the queue report may take.
+const SHARES_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
 
 pub(crate) async fn run(ctx: &Context, args: JobArgs) -> Result<ExitCode> {
     let (dispatcher, _) = crate::prepare::dispatcher(ctx);
@@ -22,6 +27,12 @@ pub(crate) async fn run(ctx: &Context, args: JobArgs) -> Result<ExitCode> {
     let resume = dispatcher.resume(&solved, &layout).map_err(crate::prepare::lift)?;
     let checkpoint_dir = theseus_core::bootstrap::checkpoint_dir(&layout.data_dirs.checkpoints, &identity);
     let from = resume.describe(&checkpoint_dir);
+    let shares = match tokio::time::timeout(SHARES_TIMEOUT, solved.backend.shares(&solved.request, &solved.plan)).await
+    {
+        Ok(Ok(shares)) => Ok(shares),
+        Ok(Err(e)) => Err(format!("{e}")),
+        Err(_) => Err(format!("no answer within {}s", SHARES_TIMEOUT.as_secs())),
+    };
     if ctx.output == OutputFormat::Json {
         let unanswered: Vec<_> = solved
             .unanswered
@@ -33,6 +44,8 @@ pub(crate) async fn run(ctx: &Context, args: JobArgs) -> Result<ExitCode> {
             "plan": solved.plan,
             "unanswered": unanswered,
             "resume": {"checkpoint_dir": checkpoint_dir, "restore": resume.restore, "fresh": resume.fresh, "from": from},
+            "queues": shares.as_ref().ok(),
+            "queues_error": shares.as_ref().err(),
         }))?;
         return Ok(ExitCode::SUCCESS);
     }
@@ -43,6 +56,19 @@ pub(crate) async fn run(ctx: &Context, args: JobArgs) -> Result<ExitCode> {
     println!("resumes: {from}");
     for note in &solved.plan.notes {
         println!("note:    {note}");
+    }
+    match &shares {
+        Ok(Some(shares)) => {
+            println!();
+            println!("queues of {} ({}; {}):", solved.plan.host, shares.resource, shares.model);
+            print!("{}", theseus_core::shares::render_table(shares));
+            println!("queue:   {}", shares.verdict.describe());
+            for unknown in &shares.unknown {
+                println!("unknown: {unknown}");
+            }
+        }
+        Ok(None) => {}
+        Err(e) => println!("queue:   the queues could not be read: {e}"),
     }
     print!("{}", crate::prepare::render_unanswered(&solved.unanswered));
     Ok(ExitCode::SUCCESS)

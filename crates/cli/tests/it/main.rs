@@ -21,6 +21,8 @@ mod targets;
 mod testhost;
 mod volcano;
 mod volcano_faults;
+mod volcano_gone;
+mod volcano_queues;
 mod volcano_rbac;
 mod volcano_sites;
 mod volcano_start;

@@ -303,6 +303,16 @@ theseus_job_alive() {
 theseus_on_signal() {
   trap '' TERM INT HUP
   theseus_log "received SIG$1; stopping the job"
+  # A preemption the scheduler ends itself after a grace (Slurm's GraceTime): the host type's
+  # script THESEUS_PREEMPT_HOLD prints the seconds left until its KILL. The job gets all of
+  # them (unless THESEUS_TERM_GRACE_SECONDS says otherwise), and the bootstrap then waits for
+  # the scheduler to end the attempt: a job that ends within its grace is not requeued (Slurm
+  # records it FAILED, or COMPLETED for exit 0).
+  local hold=""
+  if [[ -n "${THESEUS_PREEMPT_HOLD:-}" && -f "$THESEUS_PREEMPT_HOLD" ]]; then
+    hold=$(bash "$THESEUS_PREEMPT_HOLD" 2> /dev/null < /dev/null || true)
+  fi
+  theseus_is_uint "$hold" && ((10#$hold > 0)) || hold=""
   if [[ -n "$theseus_child" ]]; then
     theseus_signal_job TERM
     local grace=${THESEUS_TERM_GRACE_SECONDS:-10} i=0
@@ -311,6 +321,10 @@ theseus_on_signal() {
     # KillWait). The group is KILLed a second before that, while the bootstrap still can: a
     # process that left the step's process tree would otherwise outlive the job.
     local deadline=${THESEUS_KILL_DEADLINE_SECONDS:-}
+    if [[ -n "$hold" ]]; then
+      deadline=$hold
+      [[ -n "${THESEUS_TERM_GRACE_SECONDS:-}" ]] || grace=$((10#$hold))
+    fi
     if theseus_is_uint "$deadline" && ((10#$deadline > 1 && grace >= 10#$deadline)); then
       grace=$((10#$deadline - 1))
     fi
@@ -323,6 +337,20 @@ theseus_on_signal() {
       theseus_signal_job KILL
     fi
     wait "$theseus_child" 2> /dev/null || true
+  fi
+  if [[ -n "$hold" ]]; then
+    theseus_finished=1
+    theseus_stop_heartbeat
+    theseus_signal_job TERM group
+    theseus_write_metadata preempted "$2" || theseus_log "cannot write $theseus_metadata"
+    theseus_log "preempted with a grace: the job stopped; waiting for the scheduler to end this attempt (up to ${hold}s)"
+    trap "exit $2" TERM INT HUP
+    local t=0
+    while ((t < 10#$hold + 30)); do
+      sleep 1
+      t=$((t + 1))
+    done
+    exit "$2"
   fi
   theseus_finish preempted "$2"
 }

@@ -26,6 +26,8 @@ use crate::ledger::{Ledger, Record};
 mod cancel;
 mod follow;
 mod gc;
+#[cfg(test)]
+mod gone_tests;
 mod refresh;
 mod session;
 mod settle;
