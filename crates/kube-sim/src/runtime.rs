@@ -716,16 +716,35 @@ fn resolve_from(store: &Store, pod: &Value, ns: &str, from: &Value) -> Result<Op
         };
     }
     if let Some(path) = from.pointer("/fieldRef/fieldPath").and_then(Value::as_str) {
-        let value = match path {
-            "status.podIP" | "status.hostIP" => Some("127.0.0.1".to_owned()),
+        return Ok(Some(field_path(pod, path)));
+    }
+    Ok(Some(String::new()))
+}
+
+/// A pod's `fieldRef.fieldPath`, as the kubelet resolves it for an env var: a subscripted
+/// `metadata.labels['KEY']` or `metadata.annotations['KEY']` is that entry (empty when the pod
+/// has none), as upstream `SplitMaybeSubscriptedPath` and `ExtractFieldPathAsString`
+/// (k8s.io/kubernetes pkg/fieldpath/fieldpath.go) do; other paths are read from the pod
+/// object; the pod's IPs are loopback here. Read, not run against a kubelet.
+fn field_path(pod: &Value, path: &str) -> String {
+    let value = match path {
+        "status.podIP" | "status.hostIP" => Some("127.0.0.1".to_owned()),
+        _ => match path.strip_suffix("']").and_then(|p| p.split_once("['")) {
+            Some((map @ ("metadata.labels" | "metadata.annotations"), key)) => {
+                let map = map.trim_start_matches("metadata.");
+                pod.get("metadata")
+                    .and_then(|m| m.get(map))
+                    .and_then(|m| m.get(key))
+                    .and_then(Value::as_str)
+                    .map(str::to_owned)
+            }
             _ => {
                 let pointer = format!("/{}", path.replace('.', "/"));
                 pod.pointer(&pointer).and_then(Value::as_str).map(str::to_owned)
             }
-        };
-        return Ok(Some(value.unwrap_or_default()));
-    }
-    Ok(Some(String::new()))
+        },
+    };
+    value.unwrap_or_default()
 }
 
 /// Kubernetes `$(VAR)` expansion against the variables defined so far; `$$` escapes.
@@ -756,6 +775,20 @@ fn expand(text: &str, env: &[(String, String)]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn field_paths_read_subscripted_labels_and_annotations() {
+        let pod = serde_json::json!({"metadata": {
+            "name": "p", "labels": {"app.kubernetes.io/name": "x"},
+            "annotations": {"volcano.sh/job-retry-count": "2"}
+        }, "spec": {"nodeName": "n1"}});
+        assert_eq!(field_path(&pod, "metadata.annotations['volcano.sh/job-retry-count']"), "2");
+        assert_eq!(field_path(&pod, "metadata.labels['app.kubernetes.io/name']"), "x");
+        assert_eq!(field_path(&pod, "metadata.annotations['missing']"), "");
+        assert_eq!(field_path(&pod, "metadata.name"), "p");
+        assert_eq!(field_path(&pod, "spec.nodeName"), "n1");
+        assert_eq!(field_path(&pod, "status.podIP"), "127.0.0.1");
+    }
 
     #[test]
     fn expands_like_kubelet() {

@@ -257,7 +257,12 @@ fn an_evicted_volcano_job_restarts_shows_attempt_2_and_resumes_its_own_checkpoin
     let status = ctx.run(&["status", "evictee"]);
     assert!(text(&status.stdout).contains(": completed, attempt 2 (exit code 0)"), "{}\n{shown}", text(&status.stdout));
     let log = logs();
-    assert!(log.contains("(latest, written by this run)") && log.contains("resumed"), "{log}");
+    // The new pod's THESEUS_ATTEMPT comes from the annotation `volcano.sh/job-retry-count`.
+    assert!(
+        log.contains("[theseus] attempt 2: resuming from ") && log.contains("(latest, written by this run)"),
+        "{log}"
+    );
+    assert!(log.contains("resumed"), "{log}");
     assert!(log.contains("/general/default/evictee/step_1"), "{log}");
 }
 
