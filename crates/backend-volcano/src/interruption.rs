@@ -27,6 +27,9 @@ use k8s_openapi::jiff::Timestamp;
 
 use crate::types::Job;
 
+/// Event and condition times are whole seconds: two of them a second apart may be the same.
+const SLACK: k8s_openapi::jiff::SignedDuration = k8s_openapi::jiff::SignedDuration::from_secs(1);
+
 /// Pod annotation naming its Volcano queue.
 pub const QUEUE_ANNOTATION: &str = "volcano.sh/queue-name";
 
@@ -64,7 +67,7 @@ pub enum Preemptor {
         /// Queue.
         queue: String,
     },
-    /// No pod bound after the eviction was found.
+    /// No pod bound after the eviction was found (the preemptor's pods were deleted).
     NotFound,
     /// Other jobs' pods cannot be read (RBAC).
     Hidden,
@@ -90,7 +93,7 @@ impl Interruption {
                 let name = if ns == namespace { job.clone() } else { format!("{ns}/{job}") };
                 format!("{name} (priority {})", class.as_deref().unwrap_or("none"))
             }
-            Preemptor::NotFound => "a job not found among the pods bound since".to_owned(),
+            Preemptor::NotFound => "a job whose pods are no longer there".to_owned(),
             Preemptor::Hidden => "a job theseus may not see (RBAC refuses listing other pods)".to_owned(),
         };
         let what = match &self.cause {
@@ -142,7 +145,8 @@ pub fn interruption(evidence: &Evidence<'_>) -> Option<Interruption> {
         .iter()
         .filter(|e| e.reason.as_deref() == Some("Evict"))
         .filter(|e| own_pod(e) || e.involved_object.kind.as_deref() == Some("PodGroup"))
-        .filter(|e| since.is_none_or(|since| last_time(e).is_some_and(|t| t >= since)))
+        // Event times are whole seconds: one second of slack.
+        .filter(|e| since.is_none_or(|since| last_time(e).is_some_and(|t| t + SLACK >= since)))
         .max_by_key(|e| last_time(e));
     if evict.is_none() && retries == 0 && phase != "Restarting" {
         return None;

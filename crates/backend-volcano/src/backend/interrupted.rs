@@ -35,9 +35,10 @@ pub(crate) async fn interruption_of(cluster: &Cluster, job: &Job) -> Option<Inte
     interruption(&Evidence { job, events: &events, others: others.as_deref() })
 }
 
-/// Running pods of the cluster, else of the namespace; `None` when RBAC refuses both.
+/// Pods of the cluster, else of the namespace, bound or finished (a preemptor that has ended
+/// is still told while its pods are kept); `None` when RBAC refuses both.
 async fn other_pods(cluster: &Cluster) -> Option<Vec<Pod>> {
-    const RUNNING: &str = "status.phase=Running";
+    const RUNNING: &str = "status.phase!=Pending";
     match cluster.list_all_pods(RUNNING).await {
         Ok(pods) => return Some(pods),
         Err(VolcanoError::Forbidden { .. }) => {}
