@@ -67,6 +67,9 @@ fn evicted(why: &str) -> Vec<Event> {
     ]
 }
 
+/// A case: name, the job, its events, the other pods (`None`: hidden) and the line.
+type Case<'a> = (&'a str, Job, Vec<Event>, Option<&'a [Pod]>, Option<&'a str>);
+
 #[test]
 fn lines_by_case() {
     let others = vec![
@@ -77,7 +80,7 @@ fn lines_by_case() {
         pod("team-b", "sweep", "vision", "normal", "gpu-3", "2026-11-27T11:00:06Z"),
     ];
     let plain = vec![evicted("x").remove(0)];
-    let cases: Vec<(&str, Job, Vec<Event>, Option<&[Pod]>, Option<&str>)> = vec![
+    let cases: Vec<Case<'_>> = vec![
         ("never interrupted", job("Running", 0), vec![], Some(&others), None),
         (
             "preempted",
