@@ -93,7 +93,7 @@ impl Interruption {
                 let name = if ns == namespace { job.clone() } else { format!("{ns}/{job}") };
                 format!("{name} (priority {})", class.as_deref().unwrap_or("none"))
             }
-            Preemptor::NotFound => "a job whose pods are no longer there".to_owned(),
+            Preemptor::NotFound => "a job not found (no other pod was bound since)".to_owned(),
             Preemptor::Hidden => "a job theseus may not see (RBAC refuses listing other pods)".to_owned(),
         };
         let what = match &self.cause {

@@ -3,6 +3,7 @@
 //! [`submit`] is the submit's flow (claim, ship through the helper, create the gang).
 
 mod interrupted;
+pub(crate) use interrupted::interruption_of;
 pub(crate) mod submit;
 
 use std::fmt;

@@ -122,8 +122,8 @@ fn lines_by_case() {
             evicted("preempt"),
             Some(&others[..1]),
             Some(
-                "preempted by a job whose pods are no longer there at 2026-11-27T11:00:01Z; failed: no restarts \
-                 left (4 of 4 used)",
+                "preempted by a job not found (no other pod was bound since) at 2026-11-27T11:00:01Z; failed: no \
+                 restarts left (4 of 4 used)",
             ),
         ),
     ];

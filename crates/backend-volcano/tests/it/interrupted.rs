@@ -142,7 +142,7 @@ async fn status_says_who_preempted_the_run_and_which_attempt_comes_next() {
     // interrupts it next.
     pods.delete("serve-main-0", &Default::default()).await.unwrap();
     let message = message_with(&backend, &handle, "running again, attempt 2 of 4").await;
-    assert!(message.starts_with("preempted by a job whose pods are no longer there at "), "{message}");
+    assert!(message.starts_with("preempted by a job not found (no other pod was bound since) at "), "{message}");
     let pod = running_pod(&world, &data.job).await;
     let node = pod.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap();
     let pod_name = pod.metadata.name.clone().unwrap();
