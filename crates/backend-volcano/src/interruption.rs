@@ -51,6 +51,12 @@ pub enum Cause {
         /// The node, when known.
         node: Option<String>,
     },
+    /// Restarted without a scheduler's eviction by a job that also restarts on a failed rank
+    /// (`PodFailed -> RestartJob`): which of the two is not left behind.
+    Restarted {
+        /// The node, when known.
+        node: Option<String>,
+    },
 }
 
 /// Who took the freed place.
@@ -104,6 +110,10 @@ impl Interruption {
             Cause::Reclaimed { by } => format!("reclaimed by another queue (for {})", who(by)),
             Cause::Evicted { node: Some(node) } => format!("evicted from node {node}"),
             Cause::Evicted { node: None } => "evicted from its node".to_owned(),
+            Cause::Restarted { node } => format!(
+                "restarted after a failed rank or an eviction{}",
+                node.as_ref().map(|n| format!(" from node {n}")).unwrap_or_default()
+            ),
         };
         format!("{what}{at}; {}", self.next)
     }
@@ -170,7 +180,16 @@ pub fn interruption(evidence: &Evidence<'_>) -> Option<Interruption> {
         }
         // With no scheduler's eviction, a restart is a plain eviction: theseus restarts jobs
         // only on `PodEvicted` unless `restart_on_failure` is set.
-        None => Cause::Evicted { node: freed.iter().next_back().cloned().filter(|_| freed.len() == 1) },
+        None => {
+            let node = freed.iter().next_back().cloned().filter(|_| freed.len() == 1);
+            let on_failure = job
+                .spec
+                .policies
+                .iter()
+                .chain(job.spec.tasks.iter().flat_map(|t| &t.policies))
+                .any(|p| p.event.as_deref() == Some("PodFailed") && p.action.as_deref() == Some("RestartJob"));
+            if on_failure { Cause::Restarted { node } } else { Cause::Evicted { node } }
+        }
     };
     let max = job.spec.max_retry.map_or(3, |m| u32::try_from(m).unwrap_or(0));
     let attempt = retries + 1;

@@ -146,6 +146,15 @@ fn lines_by_case() {
     );
     let got = interruption(&Evidence { job: &twice, events: &evicted("preempt"), others: Some(&others) }).unwrap();
     assert_eq!(got.describe("ml"), "evicted from node gpu-3 at 2026-11-27T12:00:00Z; restarting, attempt 3 of 4");
+    // A job that restarts on a failed rank too: which one it was is not left behind.
+    let mut on_failure = job("Pending", 1);
+    on_failure.spec.policies = serde_json::from_value(json!([{"event": "PodFailed", "action": "RestartJob"}])).unwrap();
+    let plain = vec![evicted("x").remove(0)];
+    let got = interruption(&Evidence { job: &on_failure, events: &plain, others: Some(&others) }).unwrap();
+    assert_eq!(
+        got.describe("ml"),
+        "restarted after a failed rank or an eviction from node gpu-3 at 2026-11-27T11:00:03Z; restarting, attempt 2 of 4"
+    );
     for (name, job, events, others, want) in cases {
         let got = interruption(&Evidence { job: &job, events: &events, others }).map(|i| i.describe("ml"));
         assert_eq!(got.as_deref(), want, "{name}");
