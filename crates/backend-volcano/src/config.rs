@@ -112,9 +112,17 @@ pub struct VolcanoHost {
     /// fails.
     #[serde(default = "defaults::max_retry")]
     pub max_retry: u32,
-    /// `spec.ttlSecondsAfterFinished`: how long Volcano keeps a finished job (unset: kept).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ttl_seconds_after_finished: Option<u32>,
+    /// `spec.ttlSecondsAfterFinished`: how long Volcano keeps a finished job before its garbage
+    /// collector deletes it with its pods: seconds, or a duration (`12h`, `7d`); `never` keeps
+    /// finished jobs. Unset: [`DEFAULT_TTL_SECONDS`] (a day). Checked by [`Self::ttl_seconds`].
+    /// `status`, `logs` and `list` of a run whose job was collected answer from the ledger and
+    /// the run's files on the PVC.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "theseus_core::config::duration_text"
+    )]
+    pub ttl_seconds_after_finished: Option<String>,
     /// A failed rank restarts the whole job (`PodFailed -> RestartJob`, counted against
     /// `max_retry`) instead of ending it at once (`PodFailed -> TerminateJob`, the default).
     #[serde(default)]
@@ -137,6 +145,45 @@ pub struct VolcanoHost {
         deserialize_with = "theseus_core::config::duration_text"
     )]
     pub probe_timeout: Option<String>,
+}
+
+/// `ttl_seconds_after_finished` when unset: a day. Long enough that the job, its pods and their
+/// logs are there while anyone looks at a run that just ended (the next morning included); short
+/// enough that a shared namespace does not fill with finished jobs and their pods, which Volcano
+/// never deletes without a TTL (its garbage collector only acts on
+/// `spec.ttlSecondsAfterFinished`: pkg/controllers/garbagecollector/garbagecollector.go, read).
+pub const DEFAULT_TTL_SECONDS: u32 = 86_400;
+
+/// What `ttl_seconds_after_finished` says to keep a finished job for good.
+pub const TTL_NEVER: &str = "never";
+
+impl VolcanoHost {
+    /// `spec.ttlSecondsAfterFinished` of this host's jobs: [`DEFAULT_TTL_SECONDS`] when unset,
+    /// `None` for `never`.
+    ///
+    /// # Errors
+    /// A message starting with the key, saying what is accepted.
+    pub fn ttl_seconds(&self) -> Result<Option<u32>, String> {
+        let Some(text) = self.ttl_seconds_after_finished.as_deref() else { return Ok(Some(DEFAULT_TTL_SECONDS)) };
+        if text.trim() == TTL_NEVER {
+            return Ok(None);
+        }
+        let fix = format!(
+            "use a number of seconds (e.g. `{DEFAULT_TTL_SECONDS}`), a duration such as `12h` or `7d`, or \
+             `{TTL_NEVER}` to keep finished vcjobs"
+        );
+        let bad = |why: String| format!("ttl_seconds_after_finished: {text:?}: {why}; {fix}");
+        let duration = theseus_core::duration::parse(text).map_err(bad)?;
+        if duration.subsec_nanos() != 0 {
+            return Err(bad("not a whole number of seconds".into()));
+        }
+        // The field is an int32 in the Job CRD.
+        u32::try_from(duration.as_secs())
+            .ok()
+            .filter(|s| i32::try_from(*s).is_ok())
+            .map(Some)
+            .ok_or_else(|| bad(format!("more than {} seconds", i32::MAX)))
+    }
 }
 
 /// A Kubernetes toleration.

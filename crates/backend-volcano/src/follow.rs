@@ -237,7 +237,21 @@ pub(crate) async fn follow(
             Err(e) => tracing::debug!("listing the pods of vcjob {} once more: {e}", data.job),
         }
     }
-    drain(readers, data, settings).await
+    let vanished = job.is_none();
+    drain(readers, data, settings).await?;
+    let cut = contact.cut.load(std::sync::atomic::Ordering::Relaxed);
+    if vanished || cut && matches!(cluster.get_job(&data.job).await, Ok(None)) {
+        // Collected (or deleted) while followed: a pod deleted before its log was read to the
+        // end took the rest with it. The run's log file on the PVC has every line.
+        let run = data.run_id.as_deref().unwrap_or(&data.job);
+        let text = format!(
+            "{} no longer exists: lines its pods wrote after their logs were last read may be missing here; \
+             `theseus logs {run}` prints the run's whole log from the PVC",
+            crate::gone::gone_what(data)
+        );
+        let _ = tx.send(Ok(theseus_core::backend::LogLine { rank: None, text, source: Some("theseus".into()) })).await;
+    }
+    Ok(())
 }
 
 /// The job's restarts as the follow sees them: each one seen while following is said once, on

@@ -38,4 +38,12 @@ pub struct HandleData {
     /// The run's code dir on the PVC, as the pods see it (`theseus shell` starts there).
     #[serde(default)]
     pub work_dir: Option<String>,
+    /// The run's status dir on the PVC (the bootstrap's `metadata.json`), read once the vcjob
+    /// is gone. `None` in older handles.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_dir: Option<String>,
+    /// The `ttlSecondsAfterFinished` the vcjob was created with (`None`: none, or an older
+    /// handle): says whether a vcjob that is gone was collected after its TTL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl_seconds_after_finished: Option<u32>,
 }

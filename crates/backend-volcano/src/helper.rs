@@ -16,6 +16,12 @@ pub const HELPER_TASK: &str = "loader";
 /// Seconds the helper waits for the IO code before exiting on its own.
 pub const HELPER_SLEEP_SECONDS: u32 = 3600;
 
+/// The helper's own `ttlSecondsAfterFinished`: a helper its client left behind (killed while
+/// shipping) ends by itself after [`HELPER_SLEEP_SECONDS`], and Volcano then deletes it this
+/// soon, not after the gang jobs' day (`theseus gc` deletes it sooner). A live client deletes its
+/// helper itself.
+pub const HELPER_TTL_SECONDS: i32 = 300;
+
 /// The helper's name: `theseus-ship-<run id>`, unique per run.
 pub fn helper_name(identity: &JobIdentity) -> String {
     k8s_name(&format!("theseus-ship-{}", identity.run_id))
@@ -62,6 +68,7 @@ pub fn render_helper(host: &VolcanoHost, identity: &JobIdentity, work_dir: &str)
                 }),
                 policies: Vec::new(),
             }],
+            ttl_seconds_after_finished: Some(HELPER_TTL_SECONDS),
             ..JobSpec::default()
         },
         status: None,

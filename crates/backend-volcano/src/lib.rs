@@ -78,6 +78,7 @@ mod exec;
 pub mod fit;
 mod follow;
 mod gc;
+mod gone;
 mod handle;
 pub mod helper;
 pub mod host;

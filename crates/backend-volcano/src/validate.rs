@@ -131,6 +131,7 @@ pub(crate) fn check_host(host: &VolcanoHost) -> Result<(), String> {
                     which is what restart_on_failure: false does)"
             .into());
     }
+    host.ttl_seconds()?;
     if let Some(text) = &host.start_timeout {
         theseus_core::duration::parse(text).map_err(|e| format!("start_timeout: {text:?}: {e}"))?;
     }
@@ -276,6 +277,36 @@ mod tests {
             let err = check_host(&host(extra.clone())).unwrap_err();
             assert!(err.starts_with(key), "{extra}: {err}");
         }
+    }
+
+    #[test]
+    fn the_ttl_takes_seconds_a_duration_or_never_and_defaults_to_a_day() {
+        let host = |ttl: serde_json::Value| -> VolcanoHost {
+            serde_json::from_value(
+                serde_json::json!({"cluster": "c", "image": "i", "pvc_name": "p", "ttl_seconds_after_finished": ttl}),
+            )
+            .unwrap()
+        };
+        assert_eq!(host(serde_json::Value::Null).ttl_seconds(), Ok(Some(crate::config::DEFAULT_TTL_SECONDS)));
+        assert_eq!(crate::config::DEFAULT_TTL_SECONDS, 86_400);
+        assert_eq!(host(serde_json::json!(600)).ttl_seconds(), Ok(Some(600)));
+        assert_eq!(host(serde_json::json!(0)).ttl_seconds(), Ok(Some(0)), "0: collected as soon as it finishes");
+        assert_eq!(host(serde_json::json!("12h")).ttl_seconds(), Ok(Some(43_200)));
+        assert_eq!(host(serde_json::json!("never")).ttl_seconds(), Ok(None));
+        for bad in
+            [serde_json::json!(-5), serde_json::json!("soon"), serde_json::json!("1.5"), serde_json::json!("30000d")]
+        {
+            let err = check_host(&host(bad.clone())).unwrap_err();
+            assert!(
+                err.starts_with("ttl_seconds_after_finished: ") && err.contains("`never` to keep finished vcjobs"),
+                "{bad}: {err}"
+            );
+        }
+        let err = validate_host("k8s", &host(serde_json::json!("-1h"))).unwrap_err();
+        assert!(
+            err.starts_with("hosts.k8s.ttl_seconds_after_finished: \"-1h\": a duration cannot be negative"),
+            "{err}"
+        );
     }
 
     #[test]

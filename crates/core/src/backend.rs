@@ -120,6 +120,17 @@ pub trait Backend: Debug + Display + Send + Sync + 'static {
         Ok(None)
     }
 
+    /// How the run of `handle` ended, for a run whose job `status` no longer finds
+    /// ([`crate::Error::NotFound`]: e.g. Volcano collected it after its `ttlSecondsAfterFinished`),
+    /// from what the run left on the cluster (the bootstrap's `metadata.json`); its message says
+    /// that the job is gone. `None` when nothing tells (the default). It may be slow (a helper pod
+    /// reads the files): [`crate::lifecycle::refresh`] asks it once, for a run the ledger still
+    /// has live, and records the answer.
+    async fn remains(&self, handle: &JobHandle) -> Result<Option<JobStatus>> {
+        let _ = handle;
+        Ok(None)
+    }
+
     /// Frees space on this host's cluster (see [`crate::store::reclaim`]): code dirs of runs
     /// that are not live and older than [`ReclaimOptions::older_than`] (logs and status stay),
     /// leftovers of crashed submits, and objects no run links. Never touches a run in
@@ -382,6 +393,10 @@ pub struct JobStatus {
     pub message: Option<String>,
     /// Per-process state, when the backend knows it.
     pub ranks: Vec<RankStatus>,
+    /// Which start of the run this is (1 the first; a restarted or requeued job counts up),
+    /// when the backend knows it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attempt: Option<u32>,
 }
 
 /// State of one process of a job.

@@ -266,6 +266,8 @@ fn start_world_with(
     std::fs::write(home.join(".theseus.yaml"), target.dispatch_config())?;
     let world = World {
         theseus: bin.join("theseus"),
+        job_image: target.image.clone(),
+        queue: target.queue.clone(),
         home,
         code,
         pvc,

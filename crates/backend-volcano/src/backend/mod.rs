@@ -2,6 +2,7 @@
 //! made on first use, so rendering (`--dry-run`) and layout need no cluster and no kubeconfig.
 //! [`submit`] is the submit's flow (claim, ship through the helper, create the gang).
 
+mod gone;
 mod interrupted;
 pub(crate) use interrupted::interruption_of;
 pub(crate) mod submit;
@@ -106,8 +107,9 @@ impl VolcanoBackend {
         host.namespace = crate::client::effective_namespace(&host, &crate::client::ClientEnv::from_process());
         let mut settings = Settings::default();
         settings.render.max_retry = i32::try_from(host.max_retry).unwrap_or(i32::MAX);
+        // Checked by `validate` when the host was loaded (render refuses a bad one again).
         settings.render.ttl_seconds_after_finished =
-            host.ttl_seconds_after_finished.map(|t| i32::try_from(t).unwrap_or(i32::MAX));
+            host.ttl_seconds().ok().flatten().map(|t| i32::try_from(t).unwrap_or(i32::MAX));
         settings.render.restart_on_failure = host.restart_on_failure;
         VolcanoBackend { name: name.to_owned(), host, cluster_config: cluster, settings, connection: OnceCell::new() }
     }
@@ -231,6 +233,12 @@ impl VolcanoBackend {
             claim: Some(crate::claim::claim_name(&job.identity)),
             helper: Some(crate::helper::helper_name(&job.identity)),
             work_dir: self.run_layout(&job.identity).ok().map(|l| l.work_dir),
+            run_dir: self.run_layout(&job.identity).ok().map(|l| l.run_dir),
+            ttl_seconds_after_finished: rendered
+                .job
+                .spec
+                .ttl_seconds_after_finished
+                .and_then(|t| u32::try_from(t).ok()),
         }
     }
 
@@ -451,13 +459,9 @@ impl Backend for VolcanoBackend {
                     data.run_id.clone().unwrap_or_default()
                 )),
                 ranks: vec![],
+                attempt: None,
             }),
-            None => Err(theseus_core::Error::NotFound {
-                what: format!(
-                    "vcjob `{}` in namespace `{}` (deleted, or removed by ttlSecondsAfterFinished)",
-                    data.job, data.namespace
-                ),
-            }),
+            None => Err(theseus_core::Error::NotFound { what: crate::gone::gone_what(&data) }),
             Some((job, pods, o)) => {
                 let mut status = summarize(&Observed {
                     job: &job,
@@ -480,9 +484,16 @@ impl Backend for VolcanoBackend {
         let data = self.handle_data(handle)?;
         let cluster = self.cluster().await.map_err(|e| self.err(e))?.clone();
         if cluster.get_job(&data.job).await.map_err(|e| self.err(e))?.is_none() {
-            return Err(theseus_core::Error::NotFound {
-                what: format!("vcjob `{}` in namespace `{}`", data.job, data.namespace),
-            });
+            if self.submitting(&data).await.map_err(|e| self.err(e))? {
+                return Err(theseus_core::Error::NotFound {
+                    what: format!(
+                        "vcjob `{}` in namespace `{}` (its run is being submitted)",
+                        data.job, data.namespace
+                    ),
+                });
+            }
+            // Collected (or deleted) with its pods and their logs: the run's log file on the PVC.
+            return self.logs_on_pvc(&data, options.rank).await;
         }
         let follow = crate::logs::FollowSettings {
             poll: self.settings.poll_interval,
@@ -490,6 +501,13 @@ impl Backend for VolcanoBackend {
             drain_for: self.settings.delete_timeout,
         };
         Ok(crate::logs::stream(cluster, data, options.clone(), follow, self.to_string()))
+    }
+
+    /// From the run's metadata files on the PVC, read through a short-lived helper pod
+    /// (`gone.rs`).
+    async fn remains(&self, handle: &JobHandle) -> theseus_core::Result<Option<JobStatus>> {
+        let data = self.handle_data(handle)?;
+        self.ended_on_pvc(&data).await
     }
 
     async fn reclaim(
@@ -614,6 +632,7 @@ impl Backend for VolcanoBackend {
                     exit_code: None,
                     message: Some(format!("the submit of vcjob `{}` was stopped before the job was created", data.job)),
                     ranks: vec![],
+                    attempt: None,
                 });
             }
             return Err(theseus_core::Error::NotFound {
@@ -660,6 +679,7 @@ impl Backend for VolcanoBackend {
                     r
                 })
                 .collect(),
+            attempt: None,
         })
     }
 
@@ -707,12 +727,26 @@ impl Backend for VolcanoBackend {
                 text: value.yaml().map_err(|e| theseus_core::Error::backend(self, e))?,
             })
         };
-        let mut docs = vec![yaml("helper job: ships the code to the PVC, deleted after shipping", &helper)?];
+        let mut docs = vec![yaml(
+            &format!(
+                "helper job: ships the code to the PVC, deleted after shipping (one left behind is collected \
+                 {} s after it ends)",
+                crate::helper::HELPER_TTL_SECONDS
+            ),
+            &helper,
+        )?];
         if let Some(secret) = &rendered.secret {
             docs.push(yaml("secret env of the job (values redacted)", &redacted(secret))?);
         }
         docs.push(yaml("headless Service naming rank 0, the coordinator (owned by the gang job)", &rendered.service)?);
-        docs.push(yaml("gang job", &rendered.job)?);
+        let kept = match self.settings.render.ttl_seconds_after_finished {
+            Some(ttl) => format!(
+                "Volcano deletes it and its pods {ttl} s after it finishes (ttl_seconds_after_finished); then \
+                 `theseus status` and `logs` answer from the ledger and the run's files on the PVC"
+            ),
+            None => "kept after it finishes (ttl_seconds_after_finished: never)".to_owned(),
+        };
+        docs.push(yaml(&format!("gang job: {kept}"), &rendered.job)?);
         if let Some((key, job, files)) = self.prebuilt_job(job, &layout, &rendered)? {
             docs.push(yaml(
                 "the run's own files, when the code store already holds this code (owned by the gang job)",

@@ -1,11 +1,13 @@
 //! `theseus plan`: where a job would go and why, without submitting, and which hosts did not
-//! answer their availability probe (`unknown: HOST: REASON` lines; `unanswered` in JSON). On a
-//! host with shared queues (Volcano) also how the request stands among them: the verdict and a
-//! row per queue (`queues` in JSON), and what RBAC hid.
+//! answer their availability probe (`unknown: HOST: REASON` lines; `unanswered` in JSON), and
+//! what the job would resume from (`resumes:`; `resume` in JSON). On a host with shared queues
+//! (Volcano) also how the request stands among them: the verdict and a row per queue (`queues`
+//! in JSON), and what RBAC hid.
 
 use std::process::ExitCode;
 
 use anyhow::Result;
+use theseus_core::job::JobIdentity;
 use theseus_core::solver::render;
 
 use crate::args::{JobArgs, OutputFormat};
@@ -18,6 +20,13 @@ pub(crate) async fn run(ctx: &Context, args: JobArgs) -> Result<ExitCode> {
     let (dispatcher, _) = crate::prepare::dispatcher(ctx);
     let code = crate::prepare::Code { dir: None, clean: false };
     let solved = crate::prepare::solve(ctx, &dispatcher, &args, None, &code, true).await?;
+    // Where the job would keep its checkpoints and what it would resume from (a `--restore`
+    // that cannot be used fails here, as it would at submit).
+    let identity = JobIdentity::new(&args.name, args.project.as_deref(), args.group.as_deref());
+    let layout = solved.backend.layout(&identity, &solved.plan)?;
+    let resume = dispatcher.resume(&solved, &layout).map_err(crate::prepare::lift)?;
+    let checkpoint_dir = theseus_core::bootstrap::checkpoint_dir(&layout.data_dirs.checkpoints, &identity);
+    let from = resume.describe(&checkpoint_dir);
     let shares = match tokio::time::timeout(SHARES_TIMEOUT, solved.backend.shares(&solved.request, &solved.plan)).await
     {
         Ok(Ok(shares)) => Ok(shares),
@@ -34,6 +43,7 @@ pub(crate) async fn run(ctx: &Context, args: JobArgs) -> Result<ExitCode> {
             "request": solved.request,
             "plan": solved.plan,
             "unanswered": unanswered,
+            "resume": {"checkpoint_dir": checkpoint_dir, "restore": resume.restore, "fresh": resume.fresh, "from": from},
             "queues": shares.as_ref().ok(),
             "queues_error": shares.as_ref().err(),
         }))?;
@@ -43,6 +53,7 @@ pub(crate) async fn run(ctx: &Context, args: JobArgs) -> Result<ExitCode> {
     println!();
     println!("request: {}", solved.request);
     println!("chosen:  {}", render::describe_plan(&solved.plan));
+    println!("resumes: {from}");
     for note in &solved.plan.notes {
         println!("note:    {note}");
     }

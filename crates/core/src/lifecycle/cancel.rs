@@ -59,11 +59,24 @@ pub async fn cancel(
                 exit_code: record.exit_code,
                 message: Some(format!("already {}; {what} no longer exists", record.state.as_str())),
                 ranks: Vec::new(),
+                attempt: None,
             });
         }
         // An earlier cancel deleted it and was stopped before it could say so.
         Err(crate::Error::NotFound { what }) if cancel_asked(record) => {
             status_of(JobState::Cancelled, format!("{what} is gone: an earlier cancel deleted it and was interrupted"))
+        }
+        // Ended and collected before anyone looked (Volcano's `ttlSecondsAfterFinished`): nothing
+        // to stop. Its end is what the run left, when the backend can read that; otherwise the
+        // run is left as it was (this cancel deleted nothing) and the error says what is gone.
+        Err(crate::Error::NotFound { what }) if matches!(record.state, JobState::Pending | JobState::Running) => {
+            match super::refresh::remains(record, backend).await {
+                Ok(status) => status,
+                Err(_) => {
+                    ledger.update_state(run_id, record.state, record.exit_code, record.message.as_deref())?;
+                    return Err(crate::Error::NotFound { what }.into());
+                }
+            }
         }
         Err(e) => return Err(e.into()),
     };

@@ -134,7 +134,18 @@ pub async fn follow(
             }
         }
     }
-    let status = backend.status(handle).await?;
+    let status = match backend.status(handle).await {
+        Ok(status) => status,
+        // The job is gone as its output ended (collected after a short `ttlSecondsAfterFinished`,
+        // or deleted): its end as `status` tells it, from the ledger and what the run left.
+        Err(crate::Error::NotFound { what }) => {
+            let Some(record) = ledger.find(run_id)?.filter(|r| r.identity.run_id == run_id) else {
+                return Err(crate::Error::NotFound { what }.into());
+            };
+            return Ok(FollowEnd::Ended(super::refresh(ledger, &record, backend, STATUS_TIMEOUT).await?));
+        }
+        Err(e) => return Err(e.into()),
+    };
     save(ledger, run_id, &status)?;
     Ok(FollowEnd::Ended(status))
 }
@@ -150,7 +161,13 @@ async fn give_up(
 ) -> Result<FollowEnd, LifecycleError> {
     on_event(FollowEvent::Cancelling);
     let cancelled = backend.cancel(handle).await?;
-    let status = JobStatus { state: JobState::Cancelled, exit_code: None, message: Some(why), ranks: cancelled.ranks };
+    let status = JobStatus {
+        state: JobState::Cancelled,
+        exit_code: None,
+        message: Some(why),
+        ranks: cancelled.ranks,
+        attempt: None,
+    };
     save(ledger, run_id, &status)?;
     Ok(FollowEnd::GaveUp(status))
 }

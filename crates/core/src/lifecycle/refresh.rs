@@ -47,9 +47,24 @@ pub async fn refresh(
                 state if state.is_terminal() => JobStatus {
                     state,
                     exit_code: record.exit_code,
-                    message: Some(format!("last known state; {what} no longer exists")),
+                    message: Some(format!("last known state (as of {}); {what} no longer exists", record.updated_at)),
                     ranks: Vec::new(),
+                    attempt: None,
                 },
+                JobState::Pending | JobState::Running if !cancel_asked(record) => {
+                    // The job ended and was collected (or deleted) before anyone looked: how it
+                    // ended is in the files it left, when the backend can read them.
+                    match remains(record, backend).await {
+                        Ok(status) => status,
+                        Err(why) => status_of(
+                            JobState::Unknown,
+                            format!(
+                                "{what} no longer exists on host `{}` (replaced, deleted or cleaned up){why}",
+                                record.host
+                            ),
+                        ),
+                    }
+                }
                 _ if cancel_asked(record) => status_of(
                     JobState::Cancelled,
                     format!("{what} is gone: an earlier cancel deleted it and was interrupted"),
@@ -87,6 +102,21 @@ pub async fn refresh(
     }
     save(ledger, run_id, &status)?;
     Ok(status)
+}
+
+/// How long the files a run left are read for ([`crate::backend::Backend::remains`]: a helper
+/// pod may have to start), once per run whose job is gone.
+const REMAINS_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// The end of a run whose job is gone, from what it left; `Err` with what to add to the
+/// "no longer exists" sentence when that says nothing.
+pub(super) async fn remains(record: &Record, backend: &Arc<DynBackend>) -> Result<JobStatus, String> {
+    match tokio::time::timeout(REMAINS_TIMEOUT, backend.remains(&record.handle)).await {
+        Ok(Ok(Some(status))) => Ok(status),
+        Ok(Ok(None)) => Err(String::new()),
+        Ok(Err(e)) => Err(format!("; its files could not be read: {}", super::with_causes(&e))),
+        Err(_) => Err(format!("; its files could not be read within {} s", REMAINS_TIMEOUT.as_secs())),
+    }
 }
 
 /// What [`refresh_live`] could not learn.

@@ -39,6 +39,7 @@ impl Answer {
                 exit_code: None,
                 message: (!message.is_empty()).then(|| message.to_string()),
                 ranks: Vec::new(),
+                attempt: None,
             }),
             Answer::NotFound => Err(Error::NotFound { what: "job `j-1`".into() }),
             Answer::Fails => Err(Error::backend("scripted", "connection refused")),
@@ -214,7 +215,10 @@ async fn a_run_the_backend_deleted_keeps_its_last_known_end() {
     let backend = scripted(Answer::NotFound, Answer::NotFound);
     let status = refresh(&ledger, &done, &backend, WITHIN).await.unwrap();
     assert_eq!(status.state, JobState::Completed);
-    assert_eq!(status.message.as_deref(), Some("last known state; job `j-1` no longer exists"));
+    assert_eq!(
+        status.message.as_deref(),
+        Some(format!("last known state (as of {}); job `j-1` no longer exists", done.updated_at).as_str())
+    );
     let live = recorded(&ledger, record("live", handle("j-2"), JobState::Running, None));
     let status = refresh(&ledger, &live, &backend, WITHIN).await.unwrap();
     assert_eq!(status.state, JobState::Unknown);
@@ -252,6 +256,9 @@ async fn cancel_of_a_run_whose_client_died_settles_it_as_cancelled() {
     let live = recorded(&ledger, record("live", handle("j-3"), JobState::Running, None));
     let err = cancel(&ledger, &live, &scripted(Answer::Hangs, Answer::NotFound), || WITHIN).await.unwrap_err();
     assert!(matches!(err, LifecycleError::Failed(Error::NotFound { .. })), "{err:?}");
+    // This cancel deleted nothing: the run is not taken for one a cancel stopped later.
+    let stored = ledger.find(&live.identity.run_id).unwrap().unwrap();
+    assert_eq!((stored.state, stored.message), (JobState::Running, None));
 }
 
 fn local_harness(root: &Path) -> Harness {

@@ -114,6 +114,8 @@ pub(crate) fn e2e(root: &Path, flags: &Flags) -> Result<()> {
         std::fs::write(home.join(".theseus.yaml"), target().dispatch_config())?;
         let world = World {
             theseus: bin.join("theseus"),
+            job_image: plan::JOB_IMAGE.into(),
+            queue: NAMESPACE.into(),
             home,
             code,
             pvc: plan.pvc(),

@@ -1,0 +1,105 @@
+//! The IO half of `gone.rs`: reading what a run whose vcjob is gone left on the PVC (its
+//! metadata files, its log file) through a short-lived helper pod that mounts the PVC
+//! ([`VolcanoBackend::with_store_helper`]: deleted on every path, an interrupt included), one
+//! exec each.
+
+use k8s_openapi::jiff::Timestamp;
+use theseus_core::backend::{JobStatus, LogLine, LogStream};
+use theseus_core::store::{ScriptCall, Shell as _};
+
+use super::VolcanoBackend;
+use crate::gone::{LOG_TAIL_BYTES, READ_LOG, READ_METADATA, ended_from, gone_what, gone_why};
+use crate::handle::HandleData;
+
+impl VolcanoBackend {
+    /// The run's status dir on the PVC: the handle's, else (older handles) the log file's path
+    /// moved from the cluster's log dir to its status dir.
+    fn run_dir_of(&self, data: &HandleData) -> Option<String> {
+        if let Some(dir) = &data.run_dir {
+            return Some(dir.clone());
+        }
+        let log_dir = self.cluster_config.log_dir();
+        let rel = data.log_file.as_deref()?.strip_prefix(log_dir.trim_end_matches('/'))?.strip_suffix(".log")?;
+        Some(format!("{}{rel}", self.cluster_config.status_dir().trim_end_matches('/')))
+    }
+
+    /// How the run of `data`, whose vcjob is gone, ended: from its metadata files on the PVC,
+    /// said together with why the vcjob is gone. `None` when the handle does not say where they are.
+    pub(crate) async fn ended_on_pvc(&self, data: &HandleData) -> theseus_core::Result<Option<JobStatus>> {
+        let Some(dir) = self.run_dir_of(data) else { return Ok(None) };
+        let args = vec![dir.clone()];
+        let out = self
+            .with_store_helper("status", move |shell| async move {
+                let call = ScriptCall {
+                    script: READ_METADATA,
+                    args,
+                    stdin: None,
+                    stdin_len: None,
+                    progress: None,
+                    label: "the run's metadata files",
+                };
+                shell
+                    .run(call)
+                    .await
+                    .map_err(|e| theseus_core::Error::backend("volcano", format!("reading {}: {e}", shell.describe())))
+            })
+            .await?;
+        let (mut status, ended) = ended_from(&String::from_utf8_lossy(&out), &dir);
+        let why = gone_why(data, ended, Timestamp::now());
+        status.message = Some(format!("{why}; {}", status.message.unwrap_or_default()));
+        Ok(Some(status))
+    }
+
+    /// The output of the run of `data`, whose vcjob (and so its pods' logs) is gone: its log
+    /// file on the PVC, the ranks' lines as they were appended (without their pod), its last
+    /// [`LOG_TAIL_BYTES`] when longer. The first line says so.
+    pub(crate) async fn logs_on_pvc(&self, data: &HandleData, rank: Option<u32>) -> theseus_core::Result<LogStream> {
+        let gone = gone_what(data);
+        let Some(file) = data.log_file.clone() else {
+            return Err(theseus_core::Error::NotFound { what: format!("{gone}, and its handle names no log file") });
+        };
+        if let Some(rank) = rank {
+            return Err(theseus_core::Error::backend(
+                self,
+                format!(
+                    "{gone} is gone with its pods' logs; its log file `{file}` on the PVC holds every rank's \
+                     lines without their rank: run `theseus logs` without --rank {rank} to read it"
+                ),
+            ));
+        }
+        let args = vec![file.clone(), LOG_TAIL_BYTES.to_string()];
+        let out = self
+            .with_store_helper("logs", move |shell| async move {
+                let call = ScriptCall {
+                    script: READ_LOG,
+                    args,
+                    stdin: None,
+                    stdin_len: None,
+                    progress: None,
+                    label: "the run's log file",
+                };
+                shell
+                    .run(call)
+                    .await
+                    .map_err(|e| theseus_core::Error::backend("volcano", format!("reading {}: {e}", shell.describe())))
+            })
+            .await?;
+        let text = String::from_utf8_lossy(&out);
+        let (size, body) = text.split_once('\n').unwrap_or((&text, ""));
+        let size: u64 = size.trim().parse().unwrap_or(0);
+        let mut lines = vec![note(format!("{gone} no longer exists; its log file on the PVC, `{file}`, follows"))];
+        let mut body = body;
+        if size > LOG_TAIL_BYTES {
+            lines.push(note(format!("the log is {size} bytes; its last {LOG_TAIL_BYTES} follow")));
+            // The first line is cut: start at the next whole one.
+            body = body.split_once('\n').map_or("", |(_, rest)| rest);
+        }
+        lines.extend(body.lines().map(|l| Ok(LogLine { rank: None, text: l.to_owned(), source: None })));
+        Ok(Box::pin(futures::stream::iter(lines)))
+    }
+}
+
+/// A `[theseus]` line of the stream.
+fn note(text: String) -> theseus_core::Result<LogLine> {
+    Ok(LogLine { rank: None, text, source: Some("theseus".into()) })
+}

@@ -1,0 +1,168 @@
+//! Runs whose job the backend no longer has (Volcano collected it after its
+//! `ttlSecondsAfterFinished`): `status` and `list` take its end from what the run left
+//! ([`crate::backend::Backend::remains`]) once, then answer from the ledger; a follow whose job
+//! is collected as its output ends finishes with that end instead of an error.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use super::*;
+use crate::availability::Availability;
+use crate::backend::{
+    Backend, DynBackend, JobHandle, JobState, JobStatus, LogLine, LogOptions, LogStream, PreparedJob, RunLayout,
+    SubmitOptions,
+};
+use crate::config::HostKind;
+use crate::job::JobIdentity;
+use crate::ledger::{Ledger, Record, RunKind, now_rfc3339};
+use crate::solver::{Plan, Request};
+use crate::{Error, Result};
+
+/// A backend whose job is gone: `status` says not found, its logs give one line and end, and
+/// `remains` answers what the test set (counting the asks).
+#[derive(Debug)]
+struct Collected {
+    remains: std::result::Result<Option<JobStatus>, &'static str>,
+    asked: Mutex<u32>,
+}
+
+impl std::fmt::Display for Collected {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "collected")
+    }
+}
+
+#[async_trait]
+impl Backend for Collected {
+    fn kind(&self) -> HostKind {
+        HostKind::named("box")
+    }
+    fn layout(&self, _: &JobIdentity, _: &Plan) -> Result<RunLayout> {
+        Err(crate::backend::not_supported("layout", self))
+    }
+    async fn availability(&self, _: &Request) -> Result<Availability> {
+        Err(crate::backend::not_supported("availability", self))
+    }
+    async fn submit(&self, _: &PreparedJob, _: &SubmitOptions) -> Result<JobHandle> {
+        Err(crate::backend::not_supported("submit", self))
+    }
+    async fn status(&self, _: &JobHandle) -> Result<JobStatus> {
+        Err(Error::NotFound { what: "vcjob `j` (collected after its TTL)".into() })
+    }
+    async fn logs(&self, _: &JobHandle, _: &LogOptions) -> Result<LogStream> {
+        let line = LogLine { rank: Some(0), text: "step 9".into(), source: None };
+        Ok(Box::pin(futures::stream::iter([Ok(line)])))
+    }
+    async fn cancel(&self, _: &JobHandle) -> Result<JobStatus> {
+        Err(Error::NotFound { what: "vcjob `j` (collected after its TTL)".into() })
+    }
+    async fn remains(&self, _: &JobHandle) -> Result<Option<JobStatus>> {
+        *self.asked.lock().unwrap() += 1;
+        self.remains.clone().map_err(|m| Error::backend("collected", m))
+    }
+}
+
+fn ended() -> JobStatus {
+    JobStatus {
+        state: JobState::Completed,
+        exit_code: Some(0),
+        message: Some("vcjob `j` is gone: collected 1 d after it finished".into()),
+        ranks: Vec::new(),
+        attempt: None,
+    }
+}
+
+fn backend(remains: std::result::Result<Option<JobStatus>, &'static str>) -> (Arc<Collected>, Arc<DynBackend>) {
+    let b = Arc::new(Collected { remains, asked: Mutex::new(0) });
+    (b.clone(), b)
+}
+
+fn running(ledger: &Ledger, name: &str) -> Record {
+    let handle =
+        JobHandle { kind: HostKind::named("box"), host: "box".into(), id: "j".into(), data: Default::default() };
+    let record = Record {
+        identity: JobIdentity::new(name, None, None),
+        kind: RunKind::Job,
+        host: "box".into(),
+        handle,
+        submitted_at: now_rfc3339(),
+        updated_at: now_rfc3339(),
+        state: JobState::Running,
+        exit_code: None,
+        message: None,
+    };
+    ledger.insert(&record).unwrap();
+    ledger.find(&record.identity.run_id).unwrap().unwrap()
+}
+
+const WITHIN: Duration = Duration::from_secs(5);
+
+#[tokio::test]
+async fn a_live_run_whose_job_was_collected_ends_as_its_files_say_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = Ledger::open(dir.path()).unwrap();
+    let run = running(&ledger, "collected");
+    let (counter, backend) = backend(Ok(Some(ended())));
+    let status = refresh(&ledger, &run, &backend, WITHIN).await.unwrap();
+    assert_eq!((status.state, status.exit_code), (JobState::Completed, Some(0)), "{status:?}");
+    let stored = ledger.find(&run.identity.run_id).unwrap().unwrap();
+    assert_eq!((stored.state, stored.exit_code), (JobState::Completed, Some(0)));
+    assert!(stored.message.as_deref().unwrap().contains("collected 1 d after it finished"), "{stored:?}");
+    // From now on the ledger answers: the files are not read again.
+    let again = refresh(&ledger, &stored, &backend, WITHIN).await.unwrap();
+    assert_eq!((again.state, again.exit_code), (JobState::Completed, Some(0)));
+    let said = again.message.unwrap();
+    assert!(said.starts_with("last known state (as of ") && said.contains("no longer exists"), "{said}");
+    assert_eq!(*counter.asked.lock().unwrap(), 1);
+}
+
+#[tokio::test]
+async fn files_that_cannot_be_read_leave_the_run_unknown_saying_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = Ledger::open(dir.path()).unwrap();
+    let run = running(&ledger, "unread");
+    let (_, unread) = backend(Err("the helper pod did not start"));
+    let status = refresh(&ledger, &run, &unread, WITHIN).await.unwrap();
+    assert_eq!(status.state, JobState::Unknown);
+    let said = status.message.unwrap();
+    assert!(said.contains("no longer exists") && said.contains("the helper pod did not start"), "{said}");
+    let (_, nothing) = backend(Ok(None));
+    let run = running(&ledger, "nothing");
+    let status = refresh(&ledger, &run, &nothing, WITHIN).await.unwrap();
+    assert_eq!(status.state, JobState::Unknown);
+}
+
+#[tokio::test]
+async fn a_follow_whose_job_is_collected_as_it_ends_ends_with_its_final_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = Ledger::open(dir.path()).unwrap();
+    let run = running(&ledger, "followed");
+    let (_, backend) = backend(Ok(Some(ended())));
+    let mut lines = Vec::new();
+    let end =
+        follow(&ledger, &backend, (&run.handle, &run.identity.run_id), FollowOptions::watch(None), |e| lines.push(e))
+            .await
+            .unwrap();
+    let FollowEnd::Ended(status) = end else { panic!("{end:?}") };
+    assert_eq!((status.state, status.exit_code), (JobState::Completed, Some(0)), "{status:?}");
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert_eq!(ledger.find(&run.identity.run_id).unwrap().unwrap().state, JobState::Completed);
+}
+
+#[tokio::test]
+async fn cancel_of_a_live_run_whose_job_was_collected_records_how_it_ended() {
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = Ledger::open(dir.path()).unwrap();
+    let run = running(&ledger, "late");
+    let (_, backend) = backend(Ok(Some(ended())));
+    let status = cancel(&ledger, &run, &backend, || WITHIN).await.unwrap();
+    assert_eq!((status.state, status.exit_code), (JobState::Completed, Some(0)), "{status:?}");
+    let stored = ledger.find(&run.identity.run_id).unwrap().unwrap();
+    assert_eq!(stored.state, JobState::Completed);
+    assert!(!stored.message.as_deref().unwrap().starts_with(CANCEL_ASKED), "{stored:?}");
+    // Asked again: the run ended; nothing is said to be cancelled.
+    let again = cancel(&ledger, &stored, &backend, || WITHIN).await.unwrap();
+    assert_eq!(again.state, JobState::Completed);
+}
