@@ -154,3 +154,64 @@ async fn status_says_who_preempted_the_run_and_which_attempt_comes_next() {
     assert!(message.starts_with(&format!("evicted from node {node} at ")), "{message}");
     backend.cancel(&handle).await.unwrap();
 }
+
+/// A running job of `backend` of one 4-GPU pod, sleeping.
+async fn start_sleeping(backend: &Arc<VolcanoBackend>, name: &str) -> JobHandle {
+    let h = Harness {
+        backend: backend.clone(),
+        plan: plan(1, 4),
+        probe: Arc::new(RunProbe),
+        timeout: Duration::from_secs(60),
+    };
+    let (job, _code) = testing::prepare(&h, name, &["sleep"], vec![], json!({})).await.unwrap();
+    h.backend.submit(&job, &SubmitOptions::default()).await.expect("submit")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_names_the_job_the_simulators_preempt_action_ran_instead() {
+    // The scheduler as a shared cluster runs it: preempt and reclaim on.
+    let conf = include_str!("../../../../xtask/e2e/volcano-scheduler.conf");
+    let world =
+        World::start_with(2, |c| c.scheduler = theseus_kube_sim::SchedulerConf::parse(conf).expect("the e2e conf"))
+            .await;
+    let client = sim_client(&world.sim);
+    let classes: Api<PriorityClass> = Api::all(client.clone());
+    for (name, value) in [("dev", 10), ("prod", 1000)] {
+        let class: PriorityClass = serde_json::from_value(json!({"metadata": {"name": name}, "value": value})).unwrap();
+        classes.create(&Default::default(), &class).await.unwrap();
+    }
+    world.sim.put_queue("team-b", "Open");
+    let backend_of = |queue: &str, class: Option<&str>| {
+        let mut host = world.host.clone();
+        host.queue = queue.into();
+        host.priority_class = class.map(str::to_owned);
+        host.max_retry = 4;
+        let connection = Cluster::from_client(client.clone(), "default")
+            .with_server(world.sim.url())
+            .with_retry(RetryPolicy::fast());
+        Arc::new(VolcanoBackend::with_cluster("sim", host, world.cluster.clone(), connection))
+    };
+    // Another team holds one node; a dev experiment of queue default the other.
+    let (team_b, dev, prod) =
+        (backend_of("team-b", None), backend_of("default", Some("dev")), backend_of("default", Some("prod")));
+    let other = start_sleeping(&team_b, "other-team").await;
+    let other_job: theseus_backend_volcano::HandleData = serde_json::from_value(other.data.clone()).unwrap();
+    running_pod(&world, &other_job.job).await;
+    let experiment = start_sleeping(&dev, "experiment").await;
+    let data: theseus_backend_volcano::HandleData = serde_json::from_value(experiment.data.clone()).unwrap();
+    running_pod(&world, &data.job).await;
+    // A production job of queue default (which has room for it, the nodes have none): the
+    // preempt action evicts the experiment for it.
+    let serve = start_sleeping(&prod, "serve").await;
+    let serve_job: theseus_backend_volcano::HandleData = serde_json::from_value(serve.data.clone()).unwrap();
+    running_pod(&world, &serve_job.job).await;
+    let message = message_with(&dev, &experiment, "attempt 2 of 4").await;
+    assert!(
+        message.starts_with(&format!("preempted by {} (priority prod) at 20", serve_job.job)),
+        "the preemptor, named from what the simulator left: {message}"
+    );
+    assert!(message.ends_with("; restarting, attempt 2 of 4"), "it waits for a node: {message}");
+    for (backend, handle) in [(&prod, &serve), (&dev, &experiment), (&team_b, &other)] {
+        backend.cancel(handle).await.unwrap();
+    }
+}
