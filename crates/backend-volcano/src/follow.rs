@@ -277,8 +277,8 @@ impl Restarts {
         }
         self.seen = Some(retries);
         let name = job.metadata.name.as_deref().unwrap_or("?");
-        match crate::backend::interruption_of(cluster, job).await {
-            Some(interruption) => tracing::warn!("vcjob {name} was {}", interruption.describe(cluster.namespace())),
+        match crate::backend::interruption_line(cluster, job).await {
+            Some(line) => tracing::warn!("vcjob {name}: {line}"),
             None => tracing::warn!("vcjob {name} restarted (restart {retries})"),
         }
     }

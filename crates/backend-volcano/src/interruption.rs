@@ -86,36 +86,67 @@ pub struct Interruption {
     pub cause: Cause,
     /// When (RFC 3339, seconds), when known.
     pub at: Option<String>,
-    /// What happens next: `restarting, attempt 2 of 4`.
+    /// What happens next: `restarting, attempt 2 of 4`, or how the run ended.
     pub next: String,
+    /// The run has ended: the line leads with how.
+    pub ended: bool,
+    /// `retryCount` after the restart it caused (what a record of it is keyed by).
+    pub retries: u32,
 }
 
 impl Interruption {
-    /// The one line `status` shows.
-    pub fn describe(&self, namespace: &str) -> String {
+    /// What happened and when, as the run's namespace `namespace` reads it: `preempted by serve
+    /// (priority prod) at 2026-11-27T11:00:01Z`.
+    pub fn what(&self, namespace: &str) -> String {
         let at = self.at.as_ref().map(|t| format!(" at {t}")).unwrap_or_default();
-        let who = |by: &Preemptor| match by {
-            Preemptor::Job { namespace: ns, job, class, .. } => {
-                let name = if ns == namespace { job.clone() } else { format!("{ns}/{job}") };
-                format!("{name} (priority {})", class.as_deref().unwrap_or("none"))
+        let job = |ns: &str, job: &str, class: &Option<String>| {
+            let name = if ns == namespace { job.to_owned() } else { format!("{ns}/{job}") };
+            match class {
+                Some(class) => format!("{name} (priority {class})"),
+                None => name,
             }
-            Preemptor::NotFound => "a job not found (no other pod was bound since)".to_owned(),
-            Preemptor::Hidden => "a job theseus may not see (RBAC refuses listing other pods)".to_owned(),
         };
-        let what = match &self.cause {
-            Cause::Preempted { by } => format!("preempted by {}", who(by)),
-            Cause::Reclaimed { by: by @ Preemptor::Job { queue, .. } } => {
-                format!("reclaimed by queue {queue} (for {})", who(by))
+        const HIDDEN: &str = "theseus may not see which job: RBAC refuses listing other pods";
+        match &self.cause {
+            Cause::Preempted { by: Preemptor::Job { namespace: ns, job: name, class, .. } } => {
+                format!("preempted by {}{at}", job(ns, name, class))
             }
-            Cause::Reclaimed { by } => format!("reclaimed by another queue (for {})", who(by)),
-            Cause::Evicted { node: Some(node) } => format!("evicted from node {node}"),
-            Cause::Evicted { node: None } => "evicted from its node".to_owned(),
+            Cause::Preempted { by: Preemptor::NotFound } => format!("preempted{at} (the preemptor has ended)"),
+            Cause::Preempted { by: Preemptor::Hidden } => format!("preempted{at} ({HIDDEN})"),
+            Cause::Reclaimed { by: Preemptor::Job { namespace: ns, job: name, class, queue } } => {
+                format!("reclaimed by queue {queue} (for {}){at}", job(ns, name, class))
+            }
+            Cause::Reclaimed { by: Preemptor::NotFound } => {
+                format!("reclaimed by another queue{at} (its job has ended)")
+            }
+            Cause::Reclaimed { by: Preemptor::Hidden } => format!("reclaimed by another queue{at} ({HIDDEN})"),
+            Cause::Evicted { node: Some(node) } => format!("evicted from node {node}{at}"),
+            Cause::Evicted { node: None } => format!("evicted from its node{at}"),
             Cause::Restarted { node } => format!(
-                "restarted after a failed rank or an eviction{}",
+                "restarted after a failed rank or an eviction{}{at}",
                 node.as_ref().map(|n| format!(" from node {n}")).unwrap_or_default()
             ),
-        };
-        format!("{what}{at}; {}", self.next)
+        }
+    }
+
+    /// Whether [`Interruption::what`] names who took the place (worth keeping: the preemptor's
+    /// pods go away, and with them what tells it).
+    pub fn names_the_preemptor(&self) -> bool {
+        matches!(
+            self.cause,
+            Cause::Preempted { by: Preemptor::Job { .. } } | Cause::Reclaimed { by: Preemptor::Job { .. } }
+        )
+    }
+
+    /// The one line `status` shows, with `what` ([`Interruption::what`], or what was recorded
+    /// of it while the preemptor could still be told).
+    pub fn line(&self, what: &str) -> String {
+        if self.ended { format!("{} after being {what}", self.next) } else { format!("{what}; {}", self.next) }
+    }
+
+    /// [`Interruption::line`] with what is inferred now.
+    pub fn describe(&self, namespace: &str) -> String {
+        self.line(&self.what(namespace))
     }
 }
 
@@ -193,14 +224,15 @@ pub fn interruption(evidence: &Evidence<'_>) -> Option<Interruption> {
     };
     let max = job.spec.max_retry.map_or(3, |m| u32::try_from(m).unwrap_or(0));
     let attempt = retries + 1;
-    let next = match phase.as_str() {
-        "Failed" => format!("failed: no restarts left ({retries} of {max} used)"),
-        "Running" => format!("running again, attempt {attempt} of {max}"),
-        "Completed" => format!("completed on attempt {attempt} of {max}"),
-        "Aborted" | "Terminated" | "Aborting" | "Terminating" => format!("not restarted (vcjob phase {phase})"),
-        _ => format!("restarting, attempt {attempt} of {max}"),
+    let (next, ended) = match phase.as_str() {
+        "Failed" => (format!("failed with no restarts left ({retries} of {max} used)"), true),
+        "Running" => (format!("running again, attempt {attempt} of {max}"), false),
+        "Completed" => (format!("completed on attempt {attempt} of {max}"), true),
+        "Aborted" | "Terminated" | "Aborting" | "Terminating" => (format!("vcjob phase {phase}"), true),
+        _ => (format!("restarting, attempt {attempt} of {max}"), false),
     };
-    Some(Interruption { cause, at: at.map(|t| t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()), next })
+    let at = at.map(|t| t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string());
+    Some(Interruption { cause, at, next, ended, retries })
 }
 
 /// The job whose pod was bound first after `at` on a `freed` node (any node when none is

@@ -4,7 +4,7 @@
 
 mod gone;
 mod interrupted;
-pub(crate) use interrupted::interruption_of;
+pub(crate) use interrupted::interruption_line;
 pub(crate) mod submit;
 
 use std::fmt;
@@ -472,8 +472,8 @@ impl Backend for VolcanoBackend {
                 });
                 // An interrupted run says why and what happens next, in one line.
                 let cluster = self.cluster().await.map_err(|e| self.err(e))?;
-                if let Some(interruption) = interrupted::interruption_of(cluster, &job).await {
-                    status.message = Some(interruption.describe(cluster.namespace()));
+                if let Some(line) = interrupted::interruption_line(cluster, &job).await {
+                    status.message = Some(line);
                 }
                 Ok(status)
             }

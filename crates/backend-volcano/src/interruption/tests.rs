@@ -105,7 +105,7 @@ fn lines_by_case() {
             evicted("preempt"),
             None,
             Some(
-                "preempted by a job theseus may not see (RBAC refuses listing other pods) at 2026-11-27T11:00:01Z; \
+                "preempted at 2026-11-27T11:00:01Z (theseus may not see which job: RBAC refuses listing other pods); \
                  running again, attempt 3 of 4",
             ),
         ),
@@ -122,8 +122,8 @@ fn lines_by_case() {
             evicted("preempt"),
             Some(&others[..1]),
             Some(
-                "preempted by a job not found (no other pod was bound since) at 2026-11-27T11:00:01Z; failed: no \
-                 restarts left (4 of 4 used)",
+                "failed with no restarts left (4 of 4 used) after being preempted at 2026-11-27T11:00:01Z (the \
+                 preemptor has ended)",
             ),
         ),
     ];
@@ -159,4 +159,23 @@ fn lines_by_case() {
         let got = interruption(&Evidence { job: &job, events: &events, others }).map(|i| i.describe("ml"));
         assert_eq!(got.as_deref(), want, "{name}");
     }
+}
+
+#[test]
+fn an_ended_run_leads_with_its_end_and_no_class_is_no_priority() {
+    let mut others = vec![pod("team-b", "sweep", "vision", "", "gpu-3", "2026-11-27T11:00:06Z")];
+    others[0].spec.as_mut().unwrap().priority_class_name = None;
+    let got = interruption(&Evidence { job: &job("Completed", 1), events: &evicted("reclaim"), others: Some(&others) });
+    assert_eq!(
+        got.unwrap().describe("ml"),
+        "completed on attempt 2 of 4 after being reclaimed by queue vision (for team-b/sweep) at 2026-11-27T11:00:01Z"
+    );
+    // What was recorded while the preemptor could be told stands in for what can be told now.
+    let gone =
+        interruption(&Evidence { job: &job("Completed", 1), events: &evicted("preempt"), others: Some(&[]) }).unwrap();
+    assert!(!gone.names_the_preemptor());
+    assert_eq!(
+        gone.line("preempted by serve (priority prod) at 2026-11-27T11:00:01Z"),
+        "completed on attempt 2 of 4 after being preempted by serve (priority prod) at 2026-11-27T11:00:01Z"
+    );
 }

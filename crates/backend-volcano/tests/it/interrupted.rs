@@ -138,11 +138,12 @@ async fn status_says_who_preempted_the_run_and_which_attempt_comes_next() {
         "{message}"
     );
 
-    // The preemptor ends (its pod deleted); the job runs again, and a plain drain (no Evict)
-    // interrupts it next.
+    // The preemptor ends (its pod deleted, nothing left to tell it by); the job runs again, and
+    // status still names who preempted it (recorded when it was first told).
     pods.delete("serve-main-0", &Default::default()).await.unwrap();
     let message = message_with(&backend, &handle, "running again, attempt 2 of 4").await;
-    assert!(message.starts_with("preempted by a job not found (no other pod was bound since) at "), "{message}");
+    assert!(message.starts_with(&format!("preempted by serve (priority prod) at {evicted_at}; ")), "{message}");
+    // A plain drain (no Evict) interrupts it next.
     let pod = running_pod(&world, &data.job).await;
     let node = pod.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap();
     let pod_name = pod.metadata.name.clone().unwrap();
@@ -155,15 +156,15 @@ async fn status_says_who_preempted_the_run_and_which_attempt_comes_next() {
     backend.cancel(&handle).await.unwrap();
 }
 
-/// A running job of `backend` of one 4-GPU pod, sleeping.
-async fn start_sleeping(backend: &Arc<VolcanoBackend>, name: &str) -> JobHandle {
+/// A job of `backend` of one 4-GPU pod running the conformance job with `args`.
+async fn start(backend: &Arc<VolcanoBackend>, name: &str, args: &[&str]) -> JobHandle {
     let h = Harness {
         backend: backend.clone(),
         plan: plan(1, 4),
         probe: Arc::new(RunProbe),
         timeout: Duration::from_secs(60),
     };
-    let (job, _code) = testing::prepare(&h, name, &["sleep"], vec![], json!({})).await.unwrap();
+    let (job, _code) = testing::prepare(&h, name, args, vec![], json!({})).await.unwrap();
     h.backend.submit(&job, &SubmitOptions::default()).await.expect("submit")
 }
 
@@ -194,15 +195,16 @@ async fn status_names_the_job_the_simulators_preempt_action_ran_instead() {
     // Another team holds one node; a dev experiment of queue default the other.
     let (team_b, dev, prod) =
         (backend_of("team-b", None), backend_of("default", Some("dev")), backend_of("default", Some("prod")));
-    let other = start_sleeping(&team_b, "other-team").await;
+    let other = start(&team_b, "other-team", &["sleep"]).await;
     let other_job: theseus_backend_volcano::HandleData = serde_json::from_value(other.data.clone()).unwrap();
     running_pod(&world, &other_job.job).await;
-    let experiment = start_sleeping(&dev, "experiment").await;
+    // It runs for 15 s, each attempt.
+    let experiment = start(&dev, "experiment", &["last", "15"]).await;
     let data: theseus_backend_volcano::HandleData = serde_json::from_value(experiment.data.clone()).unwrap();
     running_pod(&world, &data.job).await;
     // A production job of queue default (which has room for it, the nodes have none): the
     // preempt action evicts the experiment for it.
-    let serve = start_sleeping(&prod, "serve").await;
+    let serve = start(&prod, "serve", &["sleep"]).await;
     let serve_job: theseus_backend_volcano::HandleData = serde_json::from_value(serve.data.clone()).unwrap();
     running_pod(&world, &serve_job.job).await;
     let message = message_with(&dev, &experiment, "attempt 2 of 4").await;
@@ -211,7 +213,16 @@ async fn status_names_the_job_the_simulators_preempt_action_ran_instead() {
         "the preemptor, named from what the simulator left: {message}"
     );
     assert!(message.ends_with("; restarting, attempt 2 of 4"), "it waits for a node: {message}");
-    for (backend, handle) in [(&prod, &serve), (&dev, &experiment), (&team_b, &other)] {
-        backend.cancel(handle).await.unwrap();
-    }
+    // The preemptor is cancelled (its pods gone): the experiment runs again and completes, and
+    // its status still says who preempted it.
+    prod.cancel(&serve).await.unwrap();
+    let message = message_with(&dev, &experiment, "completed on attempt 2 of 4").await;
+    assert_eq!(
+        message.split(" at ").next(),
+        Some(
+            format!("completed on attempt 2 of 4 after being preempted by {} (priority prod)", serve_job.job).as_str()
+        ),
+        "{message}"
+    );
+    team_b.cancel(&other).await.unwrap();
 }

@@ -138,7 +138,7 @@ fn status_and_logs_follow_say_why_a_run_was_interrupted_and_what_comes_next() {
     assert!(cancel.status.success(), "{}", text(&cancel.stderr));
     let followed = follow.wait_with_output().unwrap();
     let stderr = text(&followed.stderr);
-    let line = stderr.lines().find(|l| l.contains(" was preempted by ")).unwrap_or_else(|| panic!("{stderr}"));
-    assert!(line.contains(&format!("vcjob {job} was preempted by serve (priority prod) at ")), "{line}");
+    let line = stderr.lines().find(|l| l.contains(": preempted by ")).unwrap_or_else(|| panic!("{stderr}"));
+    assert!(line.contains(&format!("vcjob {job}: preempted by serve (priority prod) at ")), "{line}");
     assert!(line.ends_with("attempt 2 of 3"), "{line}");
 }
