@@ -277,7 +277,7 @@ impl Restarts {
         }
         self.seen = Some(retries);
         let name = job.metadata.name.as_deref().unwrap_or("?");
-        match crate::backend::interruption_line(cluster, job).await {
+        match crate::interrupted::interruption_line(cluster, job).await {
             Some(line) => tracing::warn!("vcjob {name}: {line}"),
             None => tracing::warn!("vcjob {name} restarted (restart {retries})"),
         }

@@ -3,8 +3,6 @@
 //! [`submit`] is the submit's flow (claim, ship through the helper, create the gang).
 
 mod gone;
-mod interrupted;
-pub(crate) use interrupted::interruption_line;
 pub(crate) mod submit;
 
 use std::fmt;
@@ -472,7 +470,7 @@ impl Backend for VolcanoBackend {
                 });
                 // An interrupted run says why and what happens next, in one line.
                 let cluster = self.cluster().await.map_err(|e| self.err(e))?;
-                if let Some(line) = interrupted::interruption_line(cluster, &job).await {
+                if let Some(line) = crate::interrupted::interruption_line(cluster, &job).await {
                     status.message = Some(line);
                 }
                 Ok(status)

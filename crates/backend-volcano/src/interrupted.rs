@@ -84,11 +84,16 @@ async fn interruption_of(cluster: &Cluster, job: &Job) -> Option<Interruption> {
         Ok(found) => events.extend(found),
         Err(e) => tracing::debug!("cannot read the events of the pods of {name}: {e}"),
     }
-    if let Some((group, _, _)) = super::podgroup_of(cluster, job).await {
-        match cluster.events_for("PodGroup", &group).await {
-            Ok(found) => events.extend(found),
-            Err(e) => tracing::debug!("cannot read the events of PodGroup {group}: {e}"),
+    match cluster.get_podgroup(&name).await {
+        Ok(Some(group)) => {
+            let group = group.metadata.name.unwrap_or_default();
+            match cluster.events_for("PodGroup", &group).await {
+                Ok(found) => events.extend(found),
+                Err(e) => tracing::debug!("cannot read the events of PodGroup {group}: {e}"),
+            }
         }
+        Ok(None) => {}
+        Err(e) => tracing::debug!("cannot read the PodGroup of {name}: {e}"),
     }
     let others = other_pods(cluster).await;
     interruption(&Evidence { job, events: &events, others: others.as_deref() })
