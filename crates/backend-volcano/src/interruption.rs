@@ -189,7 +189,9 @@ pub fn interruption(evidence: &Evidence<'_>) -> Option<Interruption> {
         // Event times are whole seconds: one second of slack.
         .filter(|e| since.is_none_or(|since| last_time(e).is_some_and(|t| t + SLACK >= since)))
         .max_by_key(|e| last_time(e));
-    if evict.is_none() && retries == 0 && phase != "Restarting" {
+    // Not restarted yet: an `Evict` event alone is a restart the controller has still to make
+    // (or an old job's), not this run's interruption.
+    if retries == 0 && phase != "Restarting" {
         return None;
     }
     let at = evict.and_then(last_time).or(restarted_at);

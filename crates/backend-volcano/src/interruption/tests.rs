@@ -82,6 +82,7 @@ fn lines_by_case() {
     let plain = vec![evicted("x").remove(0)];
     let cases: Vec<Case<'_>> = vec![
         ("never interrupted", job("Running", 0), vec![], Some(&others), None),
+        ("evicted, not restarted yet", job("Running", 0), evicted("preempt"), Some(&others), None),
         (
             "preempted",
             job("Pending", 1),
