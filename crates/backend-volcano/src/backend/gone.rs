@@ -11,7 +11,16 @@ use super::VolcanoBackend;
 use crate::gone::{LOG_TAIL_BYTES, READ_LOG, READ_METADATA, ended_from, gone_what, gone_why};
 use crate::handle::HandleData;
 
+/// How long the helper that reads a gone run's files may take to start, at most: well within
+/// core's bound on [`theseus_core::backend::Backend::remains`] (300 s), so that the helper is
+/// always deleted by this process, never left to a task that the end of the command would cut.
+const GONE_HELPER_START: std::time::Duration = std::time::Duration::from_secs(90);
+
 impl VolcanoBackend {
+    fn gone_helper_start(&self) -> std::time::Duration {
+        self.settings.helper_start_timeout.min(GONE_HELPER_START)
+    }
+
     /// The run's status dir on the PVC: the handle's, else (older handles) the log file's path
     /// moved from the cluster's log dir to its status dir.
     fn run_dir_of(&self, data: &HandleData) -> Option<String> {
@@ -20,6 +29,9 @@ impl VolcanoBackend {
         }
         let log_dir = self.cluster_config.log_dir();
         let rel = data.log_file.as_deref()?.strip_prefix(log_dir.trim_end_matches('/'))?.strip_suffix(".log")?;
+        if !rel.starts_with('/') || rel.split('/').any(|part| part == "..") {
+            return None;
+        }
         Some(format!("{}{rel}", self.cluster_config.status_dir().trim_end_matches('/')))
     }
 
@@ -29,7 +41,7 @@ impl VolcanoBackend {
         let Some(dir) = self.run_dir_of(data) else { return Ok(None) };
         let args = vec![dir.clone()];
         let out = self
-            .with_store_helper("status", move |shell| async move {
+            .with_store_helper_within("status", self.gone_helper_start(), move |shell| async move {
                 let call = ScriptCall {
                     script: READ_METADATA,
                     args,
@@ -69,7 +81,7 @@ impl VolcanoBackend {
         }
         let args = vec![file.clone(), LOG_TAIL_BYTES.to_string()];
         let out = self
-            .with_store_helper("logs", move |shell| async move {
+            .with_store_helper_within("logs", self.gone_helper_start(), move |shell| async move {
                 let call = ScriptCall {
                     script: READ_LOG,
                     args,
@@ -102,4 +114,36 @@ impl VolcanoBackend {
 /// A `[theseus]` line of the stream.
 fn note(text: String) -> theseus_core::Result<LogLine> {
     Ok(LogLine { rank: None, text, source: Some("theseus".into()) })
+}
+
+#[cfg(test)]
+mod tests {
+    use theseus_core::config::ClusterConfig;
+
+    use super::*;
+
+    #[test]
+    fn an_older_handle_finds_the_run_dir_from_its_log_file() {
+        let host: crate::config::VolcanoHost =
+            serde_json::from_value(serde_json::json!({"cluster": "k", "image": "i", "pvc_name": "p"})).unwrap();
+        let cluster = ClusterConfig {
+            root: "/ws".into(),
+            work: "/ws/work".into(),
+            log: Some("/ws/logs/".into()),
+            status: Some("/ws/status".into()),
+            ..ClusterConfig::default()
+        };
+        let backend = VolcanoBackend::new("k", host, cluster);
+        let data = |log: &str, run_dir: Option<&str>| -> HandleData {
+            serde_json::from_value(
+                serde_json::json!({"namespace": "n", "job": "j", "log_file": log, "run_dir": run_dir}),
+            )
+            .unwrap()
+        };
+        assert_eq!(backend.run_dir_of(&data("/ws/logs/p/g/n/r1.log", None)).as_deref(), Some("/ws/status/p/g/n/r1"));
+        assert_eq!(backend.run_dir_of(&data("/ws/logs/p/g/n/r1.log", Some("/else/r1"))).as_deref(), Some("/else/r1"));
+        assert_eq!(backend.run_dir_of(&data("/ws/logs2/p/r1.log", None)), None, "not under the log dir");
+        assert_eq!(backend.run_dir_of(&data("/ws/logs/../x/r1.log", None)), None);
+        assert_eq!(backend.run_dir_of(&data("/ws/logs/p/r1.txt", None)), None);
+    }
 }

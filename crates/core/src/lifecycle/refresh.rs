@@ -104,8 +104,9 @@ pub async fn refresh(
 }
 
 /// How long the files a run left are read for ([`crate::backend::Backend::remains`]: a helper
-/// pod may have to start), once per run whose job is gone.
-const REMAINS_TIMEOUT: Duration = Duration::from_secs(120);
+/// pod may have to start), once per run whose job is gone. A backstop: backends bound their own
+/// steps well within it, so that what they start is also taken back by them.
+const REMAINS_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// The end of a run whose job is gone, from what it left; `Err` with what to add to the
 /// "no longer exists" sentence when that says nothing.
