@@ -14,6 +14,9 @@ LAB_USER=${THESEUS_LAB_USER:-theseus-test}
 # Users whose login shell is tcsh and fish (same key, noisy rc files too).
 LAB_TCSH_USER=${THESEUS_LAB_TCSH_USER:-$LAB_USER-tcsh}
 LAB_FISH_USER=${THESEUS_LAB_FISH_USER:-$LAB_USER-fish}
+# The "other team" of the shared Slurm lab: a second bash user (same key) who submits the
+# higher-priority jobs that preempt the test user's (slurm-lab.sh).
+LAB_OTHER_USER=${THESEUS_LAB_OTHER_USER:-$LAB_USER-other}
 LAB_USER_GECOS="theseus lab test user"
 # Packages the lab (and other tests: busybox; the proxy tests: tinyproxy; the log follows: inotify-tools) needs; installed only
 # when one is missing (before the tests, so that parallel tests never race for the dpkg lock).
@@ -83,13 +86,14 @@ ensure_packages() {
   rm -f "$out"
 }
 
-# The unprivileged users the tests log in as: $LAB_USER (bash), $LAB_TCSH_USER (tcsh) and
-# $LAB_FISH_USER (fish). Created once (home dir) and kept: other labs on the machine may use them
+# The unprivileged users the tests log in as: $LAB_USER (bash), $LAB_TCSH_USER (tcsh),
+# $LAB_FISH_USER (fish) and $LAB_OTHER_USER (bash, the other team of the Slurm lab). Created once (home dir) and kept: other labs on the machine may use them
 # at the same time. Their rc files are (re)written on every start: see write_noisy_rc.
 ensure_test_user() {
   ensure_user "$LAB_USER" /bin/bash
   ensure_user "$LAB_TCSH_USER" /usr/bin/tcsh
   ensure_user "$LAB_FISH_USER" /usr/bin/fish
+  ensure_user "$LAB_OTHER_USER" /bin/bash
   write_noisy_rc
 }
 
@@ -117,7 +121,7 @@ ensure_user() {
 # `module load` in ~/.profile) and export THESEUS_LAB_PROFILE_TOKEN (a token in ~/.profile).
 write_noisy_rc() {
   local user home tool
-  for user in "$LAB_USER" "$LAB_TCSH_USER" "$LAB_FISH_USER"; do
+  for user in "$LAB_USER" "$LAB_TCSH_USER" "$LAB_FISH_USER" "$LAB_OTHER_USER"; do
     home=$(getent passwd "$user" | cut -d: -f6)
     mkdir -p "$home/site-tools/bin" "$home/.config/fish"
     tool=$home/site-tools/bin/theseus-site-tool
@@ -201,7 +205,7 @@ write_sshd_config() {
     echo "HostKey $dir/host_ed25519"
     echo "PidFile $dir/sshd.pid"
     echo "AuthorizedKeysFile $LAB/ssh/authorized_keys"
-    echo "AllowUsers $LAB_USER $LAB_TCSH_USER $LAB_FISH_USER"
+    echo "AllowUsers $LAB_USER $LAB_TCSH_USER $LAB_FISH_USER $LAB_OTHER_USER"
     echo "PubkeyAuthentication yes"
     echo "PasswordAuthentication no"
     echo "KbdInteractiveAuthentication no"
@@ -271,14 +275,14 @@ kill_pidfiles() {
   for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
 }
 
-# ssh_test PORT CMD...: run CMD (a bash command line) as the test user on 127.0.0.1:PORT with
-# the lab's key. The user's rc files print banners (write_noisy_rc): stdout is CMD's only, from a
+# ssh_test PORT CMD...: run CMD (a bash command line) as the test user (or $LAB_SSH_AS) on
+# 127.0.0.1:PORT with the lab's key. The user's rc files print banners (write_noisy_rc): stdout is CMD's only, from a
 # marker line on; their stderr lines stay on stderr.
 ssh_test() {
   local port=$1 rc
   shift
   ssh -q -o BatchMode=yes -o StrictHostKeyChecking=yes -o UserKnownHostsFile="$LAB/known_hosts" \
-    -o ConnectTimeout=5 -i "$LAB/ssh/client_key" -p "$port" "$LAB_USER@127.0.0.1" \
+    -o ConnectTimeout=5 -i "$LAB/ssh/client_key" -p "$port" "${LAB_SSH_AS:-$LAB_USER}@127.0.0.1" \
     "echo __theseus_lab_begin__; $*" | sed '0,/^__theseus_lab_begin__$/d'
   rc=${PIPESTATUS[0]}
   return "$rc"

@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
-# record-slurm.sh OUT_DIR: records real Slurm output from a running lab (as the test user, through
-# the login node, as the backend sees it) into OUT_DIR, for the parser tests in
+# record-slurm.sh OUT_DIR [preempt]: records real Slurm output from a running lab (as the test
+# user, through the login node, as the backend sees it) into OUT_DIR, for the parser tests in
 # crates/backend-slurm. Scenario: job 1 runs on both nodes with one GPU each, job 2 waits for
 # GPUs (needs 4 per node), job 3 failed with exit code 3, job 4 completed, job 5 was cancelled.
 # Start from a fresh lab (`cargo xtask lab down && cargo xtask lab up`) so the job ids match.
+#
+# With `preempt`, only the preemption scenario (files `preempt_*`, any lab state; the job ids
+# are in `preempt_ids.txt`): the test user's requeue-able job R (gpu, node1, 4 GPUs) and
+# non-requeue-able job N (gpu, node2, 4 GPUs) run; the other team's job P (urgent, both nodes,
+# 4 GPUs each) preempts both; R is requeued, N ends PREEMPTED; recorded while R waits, and
+# again once P ended and R runs its second attempt.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 out=${1:?usage: record-slurm.sh OUT_DIR}
@@ -19,11 +25,48 @@ rec() {
   local file=$1 rc=0
   shift
   login "$*" > "$out/$file" 2> "$out/$file.stderr" || rc=$?
+  # The users' ~/.bashrc talks on stderr too (lib.sh): not the command's.
+  sed -i '/^bashrc: quota notice/d' "$out/$file.stderr"
   [[ -s $out/$file.stderr ]] || rm "$out/$file.stderr"
   echo "$rc" > "$out/$file.exit"
   echo "$file: exit $rc" >&2
 }
 in_shared="cd $THESEUSTEST_SLURM_SHARED &&"
+
+# wait_for WHAT CMD PATTERN: up to 180 s until CMD's output matches PATTERN (a glob).
+wait_for() {
+  local what=$1 cmd=$2 pattern=$3 got=""
+  for _ in $(seq 1 900); do
+    got=$(login "$cmd")
+    # shellcheck disable=SC2053
+    [[ $got == $pattern ]] && return 0
+    sleep 0.2
+  done
+  echo "timed out waiting for $what: $got" >&2
+  exit 1
+}
+
+if [[ ${2:-} == preempt ]]; then
+  job='trap "echo TERM; exit 143" TERM; echo "attempt ${SLURM_RESTART_COUNT:-0}"; for i in $(seq 1 300); do sleep 1; done'
+  submit="$in_shared /usr/bin/sbatch --parsable -p gpu --gres=gpu:h100:4 --mem=300M"
+  r=$(login "$submit --requeue -w node1 -J requeued -o rec-%j.out --wrap '$job'")
+  n=$(login "$submit -w node2 -J not-requeued -o rec-%j.out --wrap '$job'")
+  wait_for "R and N to run" "squeue -h -o %T -j $r,$n | sort -u" RUNNING
+  p=$(LAB_SSH_AS=$THESEUSTEST_SLURM_OTHER_USER login "cd /tmp && /usr/bin/sbatch --parsable -p urgent -N2 --gres=gpu:h100:4 --mem=300M -J preemptor -o /dev/null --wrap 'sleep 20'")
+  echo "requeued=$r not_requeued=$n preemptor=$p" > "$out/preempt_ids.txt"
+  wait_for "R to be requeued" "squeue -h --states=all -o '%T %r' -j $r" "PENDING *"
+  wait_for "N to end PREEMPTED" "squeue -h --states=all -o %T -j $n" PREEMPTED
+  rec preempt_squeue_requeued.json "squeue --json --states=all --jobs $r"
+  rec preempt_scontrol_requeued.txt "scontrol show job -o $r"
+  rec preempt_scontrol_not_requeued.txt "scontrol show job -o $n"
+  rec preempt_log_not_requeued.txt "cat $THESEUSTEST_SLURM_SHARED/rec-$n.out"
+  wait_for "R's second attempt" "squeue -h -o %T -j $r" RUNNING
+  rec preempt_squeue_second_attempt.json "squeue --json --states=all --jobs $r"
+  rec preempt_scontrol_second_attempt.txt "scontrol show job -o $r"
+  rec preempt_log_requeued.txt "cat $THESEUSTEST_SLURM_SHARED/rec-$r.out"
+  login "scancel $r" || true
+  exit 0
+fi
 login "$in_shared sbatch --parsable -J running --nodes=2 --ntasks-per-node=1 --gres=gpu:h100:1 -o rec-%j.out --wrap 'srun sleep 60'"
 login "$in_shared sbatch --parsable -J pending --nodes=2 --gres=gpu:h100:4 -o rec-%j.out --wrap true"
 login "$in_shared sbatch --parsable -J failing -p cpu -o rec-%j.out --wrap 'exit 3'"

@@ -7,7 +7,8 @@
 # Layout (all under $LAB/slurm): munged, slurmctld and two slurmd ("node1", "node2", both
 # 127.0.0.1) run in a private network namespace that has only `lo`, because Slurm 22.05 daemons
 # always bind 0.0.0.0. Each node advertises gpu:h100:4 backed by placeholder device nodes.
-# Partitions: gpu (default) and cpu, both over the two nodes. The login node is an sshd inside
+# Partitions: gpu (default), cpu and urgent, all over the two nodes: a shared site that preempts
+# (see write_slurm_config): the other team's `urgent` jobs requeue the test user's `gpu` jobs. The login node is an sshd inside
 # the namespace on its 127.0.0.1:22, bridged by socat to 127.0.0.1:PORT on the host; sshd's
 # SetEnv gives every session SLURM_CONF. The login sshd also has a PID namespace (and /proc) of
 # its own, so what runs on the login node cannot see the jobs' processes on the nodes. No accounting (slurmdbd): `sacct` fails, on purpose.
@@ -28,7 +29,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 NODES=(node1 node2)
 GPU_TYPE=h100
 GPUS_PER_NODE=4
-PARTITIONS=gpu,cpu
+PARTITIONS=gpu,cpu,urgent
 SLURMD_PORT_BASE=17001
 
 setup_paths() {
@@ -117,7 +118,10 @@ SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
-AuthInfo=socket=$S/munge/munge.socket
+# cred_expire (120 s by default) is also how long a requeued job must wait before it may start
+# again (Reason=BeginTime); 30 s keeps the preemption tests short and still leaves a loaded
+# machine time to launch a step with its credential.
+AuthInfo=socket=$S/munge/munge.socket,cred_expire=30
 SlurmctldPort=6817
 StateSaveLocation=$S/state
 SlurmdSpoolDir=$S/spool/%n
@@ -137,7 +141,9 @@ MailProg=/bin/true
 SwitchType=switch/none
 SchedulerType=sched/backfill
 # Without these a new job can sit in PENDING for about 2 s.
-SchedulerParameters=batch_sched_delay=0,sched_min_interval=0
+# A requeued job whose BeginTime passed starts at the next scheduler pass, not on an event:
+# sched_interval and bf_interval (60 s and 30 s by default) bound that wait.
+SchedulerParameters=batch_sched_delay=0,sched_min_interval=0,sched_interval=5,bf_interval=5
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
 DefMemPerCPU=256
@@ -149,6 +155,21 @@ MinJobAge=300
 KillWait=5
 Waittime=0
 GresTypes=gpu
+# A shared site that preempts, as multi-team sites without slurmdbd run it (QOS-based preemption,
+# preempt/qos, needs QOS records, which live in the accounting database this lab does not
+# have): overlapping partitions with PriorityTier, like Stanford Sherlock's \`owners\` or Harvard
+# FASRC's \`serial_requeue\`. A pending job of the higher tier (\`urgent\`, the other team's)
+# requeues running jobs of the lower tier (\`gpu\`) on the nodes it needs; \`cpu\` and \`urgent\`
+# jobs are never preempted. The preempted job's steps get SIGTERM at once and keep running for
+# the partition's GraceTime (10 s, time to write a checkpoint); then Slurm requeues the job (TERM
+# to all, SIGKILL KillWait seconds later). A job that ends within its grace is recorded FAILED
+# (or COMPLETED), not requeued: the bootstrap waits. A requeued job waits until it fits again and
+# starts over with SLURM_RESTART_COUNT set. A job that is not requeue-able is cancelled instead, and
+# JobRequeue=0, as at many sites (a node failure must not re-run a job that did not ask):
+# only \`sbatch --requeue\` jobs come back.
+PreemptType=preempt/partition_prio
+PreemptMode=REQUEUE
+JobRequeue=0
 CONF
   : > "$S/etc/gres.conf"
   local i=0 n first last
@@ -164,8 +185,10 @@ CONF
   done
   local k nodelist
   nodelist=$(IFS=,; echo "${NODES[*]}")
-  echo "PartitionName=gpu Nodes=$nodelist Default=YES MaxTime=INFINITE State=UP" >> "$CONF"
-  echo "PartitionName=cpu Nodes=$nodelist MaxTime=INFINITE State=UP" >> "$CONF"
+  echo "PartitionName=gpu Nodes=$nodelist Default=YES MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=REQUEUE GraceTime=10" >> "$CONF"
+  echo "PartitionName=cpu Nodes=$nodelist MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=OFF" >> "$CONF"
+  # The other team's partition: only its group may submit there.
+  echo "PartitionName=urgent Nodes=$nodelist MaxTime=INFINITE State=UP PriorityTier=10 PreemptMode=OFF AllowGroups=$LAB_OTHER_USER,root" >> "$CONF"
   for ((k = 0; k < ${#NODES[@]} * GPUS_PER_NODE; k++)); do
     [[ -e $S/fakedev/nvidia$k ]] && continue
     mknod "$S/fakedev/nvidia$k" c 195 "$k" 2>/dev/null || : > "$S/fakedev/nvidia$k"
@@ -258,6 +281,7 @@ env_out() {
   echo "THESEUSTEST_SLURM_SSH_HOST=127.0.0.1"
   echo "THESEUSTEST_SLURM_SSH_PORT=$(cat "$S/login/port")"
   echo "THESEUSTEST_SLURM_SSH_USER=$LAB_USER"
+  echo "THESEUSTEST_SLURM_OTHER_USER=$LAB_OTHER_USER"
   echo "THESEUSTEST_SLURM_CONF=$CONF"
   echo "THESEUSTEST_SLURM_SHARED=$LAB/shared"
   echo "THESEUSTEST_SLURM_NODE_LOCAL=/scratch"

@@ -27,6 +27,7 @@ pub use paging::LIST_PAGE;
 pub(crate) use paging::Page;
 pub use pod_name::{PodName, PodNameEvents};
 
+mod lookups;
 mod paging;
 mod pod_name;
 

@@ -151,7 +151,7 @@ pub(crate) fn ended_from(out: &str, dir: &str) -> (JobStatus, Option<Timestamp>)
         )
     };
     let ended_at = ended.map(|t| format!(", last written {t}")).unwrap_or_default();
-    (JobStatus { state, exit_code, message: Some(format!("{said}{ended_at}")), ranks }, ended)
+    (JobStatus { state, exit_code, message: Some(format!("{said}{ended_at}")), ranks, attempt: None }, ended)
 }
 
 #[cfg(test)]

@@ -3,9 +3,12 @@
 //!
 //! Pure parts: the typed Volcano `Job` ([`types`]), Kubernetes quantities ([`quantity`]),
 //! rendering of the gang job, its Secret and the helper ([`render`], [`helper`]), host validation
-//! ([`validate_host`]) and the status summary ([`status`]). IO parts: the kube client and retries
+//! ([`validate_host`]), the status summary ([`status`]) and the weighing of a request among the
+//! cluster's queues for `plan` ([`shares`]). IO parts: the kube client and retries
 //! ([`client`]; its proxy choice [`proxy`], exec plugins [`credential`], connection failures
-//! [`diagnose`]), typed API calls ([`api`]), queue availability ([`availability`]), shipping over
+//! [`diagnose`]), typed API calls ([`api`]), queue availability ([`availability`]), the checks
+//! that a job's namespace, ServiceAccount and PriorityClass exist before anything ships
+//! (`preflight`), shipping over
 //! exec ([`ship`]) and the [`VolcanoBackend`] that ties them into theseus's `Backend`.
 //!
 //! # Volcano as it really behaves
@@ -79,11 +82,13 @@ mod gone;
 mod handle;
 pub mod helper;
 pub mod host;
+pub mod interruption;
 mod kubeconfig;
 pub mod log_cursor;
 mod logs;
 mod pod_log;
 pub mod prebuilt;
+mod preflight;
 pub mod proxy;
 pub mod quantity;
 pub mod reclaim;
@@ -91,6 +96,8 @@ pub mod render;
 mod resources;
 pub mod retry;
 pub mod rule;
+pub mod shares;
+mod shares_read;
 pub mod ship;
 pub mod status;
 pub mod store_shell;

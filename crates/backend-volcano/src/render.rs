@@ -21,9 +21,9 @@ use std::collections::BTreeMap;
 use crate::config::VolcanoHost;
 use k8s_openapi::api::core::v1::{
     Affinity, ConfigMap, Container, EmptyDirVolumeSource, EnvVar as K8sEnvVar, EnvVarSource, LocalObjectReference,
-    PersistentVolumeClaimVolumeSource, PodAffinity, PodAffinityTerm, PodSpec, PodTemplateSpec, ResourceRequirements,
-    Secret, SecretKeySelector, Service, ServicePort, ServiceSpec, Toleration as K8sToleration, Volume, VolumeMount,
-    WeightedPodAffinityTerm,
+    ObjectFieldSelector, PersistentVolumeClaimVolumeSource, PodAffinity, PodAffinityTerm, PodSpec, PodTemplateSpec,
+    ResourceRequirements, Secret, SecretKeySelector, Service, ServicePort, ServiceSpec, Toleration as K8sToleration,
+    Volume, VolumeMount, WeightedPodAffinityTerm,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
@@ -45,6 +45,13 @@ pub const ENV_NODES: &str = "THESEUS_VOLCANO_NODES";
 pub const TASK_INDEX_LABEL: &str = "volcano.sh/task-index";
 /// The pod label Volcano sets to the job's name.
 pub const JOB_NAME_LABEL: &str = "volcano.sh/job-name";
+/// Pod env: the job's restart count, from the pod annotation [`RETRY_COUNT_ANNOTATION`].
+pub const ENV_RESTART_COUNT: &str = "THESEUS_RESTART_COUNT";
+
+/// The annotation Volcano's job controller puts on every pod it creates: the job's
+/// `status.retryCount` at that time.
+pub const RETRY_COUNT_ANNOTATION: &str = "volcano.sh/job-retry-count";
+
 /// Volcano job plugins theseus enables: `env` (`VC_TASK_INDEX`, the rank). See the module doc
 /// for why not `svc` and `ssh`.
 pub const PLUGINS: &[&str] = &["env"];
@@ -354,15 +361,31 @@ exit "$theseus_rc"
 }
 
 /// Pod env: `THESEUS_VOLCANO_MODE=1`, the coordinator ([`ENV_COORDINATOR`], the Service named
-/// after the job) and the process count ([`ENV_NODES`]), then plain values, and secrets as
-/// `secretKeyRef`s.
+/// after the job), the process count ([`ENV_NODES`]) and the restart count
+/// ([`ENV_RESTART_COUNT`], downward API), then plain values, and secrets as `secretKeyRef`s.
 fn pod_env(env: &[EnvVar], secret_name: Option<&str>, job_name: &str, nodes: i32) -> Vec<K8sEnvVar> {
     let plain = |name: &str, value: String| K8sEnvVar { name: name.into(), value: Some(value), ..K8sEnvVar::default() };
-    let rendered = ["THESEUS_VOLCANO_MODE", ENV_COORDINATOR, ENV_NODES];
+    let rendered = ["THESEUS_VOLCANO_MODE", ENV_COORDINATOR, ENV_NODES, ENV_RESTART_COUNT];
+    // The job controller annotates each pod it creates with the job's `status.retryCount`
+    // (upstream v1.15.1 pkg/controllers/job/job_controller_util.go, `createJobPod`:
+    // `pod.Annotations[batch.JobRetryCountKey]`, key `volcano.sh/job-retry-count`); the
+    // downward API hands it to the bootstrap, which exports THESEUS_ATTEMPT = it + 1.
+    let restart_count = K8sEnvVar {
+        name: ENV_RESTART_COUNT.into(),
+        value_from: Some(EnvVarSource {
+            field_ref: Some(ObjectFieldSelector {
+                api_version: None,
+                field_path: format!("metadata.annotations['{RETRY_COUNT_ANNOTATION}']"),
+            }),
+            ..EnvVarSource::default()
+        }),
+        ..K8sEnvVar::default()
+    };
     let mut out = vec![
         plain("THESEUS_VOLCANO_MODE", "1".into()),
         plain(ENV_COORDINATOR, job_name.to_owned()),
         plain(ENV_NODES, nodes.to_string()),
+        restart_count,
     ];
     for var in env.iter().filter(|v| !rendered.contains(&v.name.as_str())) {
         let entry = match (var.secret, secret_name) {

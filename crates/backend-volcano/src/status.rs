@@ -108,7 +108,11 @@ pub fn summarize(observed: &Observed<'_>) -> JobStatus {
         }
         JobState::Completed | JobState::Unknown | JobState::Submitting => job_message.map(str::to_owned),
     };
-    JobStatus { state, exit_code, message, ranks }
+    // `status.retryCount` counts the job's restarts (`RestartJob`); the first start is attempt 1,
+    // as `THESEUS_ATTEMPT` in the pods (the annotation `volcano.sh/job-retry-count` + 1).
+    let attempt =
+        observed.job.status.as_ref().and_then(|s| s.retry_count).and_then(|r| u32::try_from(r).ok()).map(|r| r + 1);
+    JobStatus { state, exit_code, message, ranks, attempt }
 }
 
 /// Maps a vcjob phase (and reason) to theseus's states. `Terminated` and `Aborted` come from

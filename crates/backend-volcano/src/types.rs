@@ -116,6 +116,21 @@ pub struct JobStatus {
     /// Restarts so far.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_count: Option<i32>,
+    /// Every phase the job entered, with when (the controller appends one per transition).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<JobCondition>,
+}
+
+/// One entry of a Volcano Job's `status.conditions`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct JobCondition {
+    /// The phase entered (`Restarting`, `Running`, ...).
+    #[serde(default)]
+    pub status: String,
+    /// When, as RFC 3339 text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_transition_time: Option<String>,
 }
 
 /// `status.state` of a Volcano Job.
@@ -159,6 +174,12 @@ pub struct PodGroupSpec {
     /// Queue of the group.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue: Option<String>,
+    /// PriorityClass of the group (the job's), which orders and preempts within the queue.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority_class_name: Option<String>,
+    /// What the gang needs to start (the sum of its first `minMember` pods' requests).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty", deserialize_with = "quantities")]
+    pub min_resources: BTreeMap<String, String>,
 }
 
 /// `status` of a [`PodGroup`].
@@ -213,6 +234,24 @@ pub struct QueueSpec {
     /// Share weight.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub weight: Option<i32>,
+    /// The share the capacity plugin gives the queue (the proportion plugin ignores it and
+    /// shares by weight).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty", deserialize_with = "quantities")]
+    pub deserved: BTreeMap<String, String>,
+    /// What the queue keeps whatever others need: never reclaimed below it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guarantee: Option<Guarantee>,
+    /// `false`: what the queue holds beyond its share is never reclaimed (absent: `true`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reclaimable: Option<bool>,
+}
+
+/// `spec.guarantee` of a [`Queue`].
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+pub struct Guarantee {
+    /// Guaranteed resources.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty", deserialize_with = "quantities")]
+    pub resource: BTreeMap<String, String>,
 }
 
 /// `status` of a [`Queue`].

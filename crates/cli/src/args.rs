@@ -172,6 +172,15 @@ pub(crate) struct JobArgs {
     /// Memory per pod (Volcano: a quantity such as `64Gi`) or per node (Slurm: `--mem`, e.g. `64G`).
     #[arg(long, value_name = "QUANTITY")]
     pub(crate) mem: Option<String>,
+    /// Start from this checkpoint: a dir relative to the cluster's checkpoints dir (e.g.
+    /// `general/default/NAME/step_40`, as in the original), or absolute. The job finds it in
+    /// `THESEUS_RESTORE_FROM`; a restarted attempt that wrote its own `latest` resumes from that.
+    #[arg(long, value_name = "PATH", conflicts_with = "fresh")]
+    pub(crate) restore: Option<String>,
+    /// Ignore the `latest` checkpoint an earlier run of the same name left (start from step 0);
+    /// a restarted attempt still resumes from what this run wrote.
+    #[arg(long)]
+    pub(crate) fresh: bool,
 }
 
 /// `theseus gc`.

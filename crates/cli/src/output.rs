@@ -17,14 +17,25 @@ pub(crate) fn print_json<T: serde::Serialize>(value: &T) -> Result<()> {
 
 /// Prints the state of `record`'s run (`status`, `cancel`): JSON, or a line with its message
 /// and, for several ranks, one line per rank.
-pub(crate) fn print_status(ctx: &Context, record: &Record, status: &JobStatus) -> Result<()> {
+///
+/// `resume` is what the run was submitted to resume from (`--restore`, `--fresh`), as the
+/// ledger keeps it; the attempt is shown when the backend counts more than one start.
+pub(crate) fn print_status(
+    ctx: &Context,
+    record: &Record,
+    status: &JobStatus,
+    resume: Option<&serde_json::Value>,
+) -> Result<()> {
     if ctx.output == OutputFormat::Json {
-        return print_json(
-            &json!({"name": record.identity.name, "run_id": record.identity.run_id, "host": record.host, "status": status}),
-        );
+        let mut shown = json!({"name": record.identity.name, "run_id": record.identity.run_id, "host": record.host, "status": status});
+        if let Some(resume) = resume {
+            shown["resume"] = resume.clone();
+        }
+        return print_json(&shown);
     }
     let code = status.exit_code.map(|c| format!(" (exit code {c})")).unwrap_or_default();
-    println!("{} {} on {}: {}{}", record.identity.name, record.identity.run_id, record.host, status.state, code);
+    let attempt = status.attempt.filter(|a| *a > 1).map(|a| format!(", attempt {a}")).unwrap_or_default();
+    println!("{} {} on {}: {}{attempt}{code}", record.identity.name, record.identity.run_id, record.host, status.state);
     if let Some(m) = &status.message {
         println!("  {m}");
     }

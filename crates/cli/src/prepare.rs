@@ -159,6 +159,8 @@ pub(crate) async fn solve(
         code: code.dir.clone(),
         snapshot_mode: if code.clean { SnapshotMode::Clean } else { SnapshotMode::Dirty },
         hash_cache: Some(ctx.hash_cache_dir()),
+        restore: args.restore.clone(),
+        fresh: args.fresh,
     };
     dispatcher.solve(loaded, spec).await.map_err(lift)
 }

@@ -62,6 +62,13 @@ pub trait Backend: Debug + Display + Send + Sync + 'static {
     /// Free capacity for `request` right now.
     async fn availability(&self, request: &Request) -> Result<Availability>;
 
+    /// How `request`, planned as `plan`, stands among the host's shared queues, for `plan` to
+    /// show. The default (a host without queues) has nothing to say.
+    async fn shares(&self, request: &Request, plan: &Plan) -> Result<Option<crate::shares::QueueShares>> {
+        let _ = (request, plan);
+        Ok(None)
+    }
+
     /// Ships and starts a prepared job.
     async fn submit(&self, job: &PreparedJob, options: &SubmitOptions) -> Result<JobHandle>;
 
@@ -387,6 +394,10 @@ pub struct JobStatus {
     pub message: Option<String>,
     /// Per-process state, when the backend knows it.
     pub ranks: Vec<RankStatus>,
+    /// Which start of the run this is (1 the first; a restarted or requeued job counts up),
+    /// when the backend knows it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attempt: Option<u32>,
 }
 
 /// State of one process of a job.

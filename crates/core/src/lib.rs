@@ -10,6 +10,7 @@
 //!   [`plan`] (the request and plan types) and [`fit`] (what a host type's fit rule is made of).
 //! - [`backend`]: the one async [`Backend`](backend::Backend) trait every backend implements, and
 //!   [`availability`] gathering across backends with per-host timeouts.
+//! - [`shares`]: how a request stands among a shared cluster's queues (`plan` shows it).
 //! - [`job`]: experiment files, job identity, Kubernetes-safe names.
 //! - [`snapshot`]: streamed code snapshots of a git repository or a plain directory.
 //! - [`bootstrap`]: the rendered bash bootstrap and Python launcher each process runs.
@@ -48,6 +49,7 @@ pub mod paths;
 pub mod plan;
 pub mod probe;
 pub mod session;
+pub mod shares;
 pub mod shell;
 pub mod snapshot;
 pub mod solver;

@@ -43,6 +43,7 @@ mod controller;
 mod core_objects;
 mod discovery;
 mod events;
+mod evict;
 pub mod exec;
 mod faults;
 mod gc;
@@ -50,20 +51,25 @@ mod hosts;
 mod jobpods;
 mod logs;
 mod openapi;
+mod order;
 mod portforward;
 mod predicates;
+mod preempt;
 mod procs;
 mod pty;
 mod quantity;
 mod queues;
 mod rbac;
+mod reclaim;
 mod response;
 mod runtime;
 mod sched;
+mod schedconf;
 mod scheduler;
 mod schema;
 mod selector;
 mod server;
+mod share;
 mod spdy;
 mod status;
 mod store;
@@ -87,6 +93,7 @@ use tokio::task::JoinHandle;
 pub use faults::{Faults, Outage, RequestFault};
 pub use quantity::{QuantityError, format_milli, parse_milli};
 pub use rbac::Authz;
+pub use schedconf::{DEFAULT_CONF as DEFAULT_SCHEDULER_CONF, PluginOption, SchedulerConf};
 pub use server::ExecContext;
 pub use status::{ApiError, Cause, InvalidDetails};
 pub use tinyproxy::Tinyproxy;
@@ -210,6 +217,10 @@ pub struct SimConfig {
     /// `kube-node-lease` (which a real cluster has). Creating an object in any other namespace
     /// is refused (`404`) until the namespace is created through the API.
     pub namespaces: Vec<String>,
+    /// The Volcano scheduler's `volcano-scheduler.conf`: the actions a session runs and the
+    /// plugin tiers; by default the v1.15.1 chart's (`enqueue, allocate, backfill`). Shared
+    /// clusters add `preempt` and `reclaim` ([`SchedulerConf::parse`]).
+    pub scheduler: SchedulerConf,
 }
 
 impl Default for SimConfig {
@@ -230,6 +241,7 @@ impl Default for SimConfig {
             missing_pvcs: HashSet::new(),
             authz: None,
             namespaces: Vec::new(),
+            scheduler: SchedulerConf::default(),
         }
     }
 }

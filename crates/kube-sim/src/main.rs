@@ -28,6 +28,9 @@ usage: theseus-kube-sim [options]
   --namespace NAME         a namespace that exists from the start (repeatable; default, kube-system,
                            kube-public and kube-node-lease always do; objects in any other
                            namespace are refused with 404 until it is created)
+  --scheduler-conf FILE    the Volcano scheduler's volcano-scheduler.conf (YAML `actions:` and `tiers:`;
+                           default: the v1.15.1 chart's, `enqueue, allocate, backfill`; shared
+                           clusters add `preempt, reclaim`)
   --root DIR               pod sandboxes and logs (default: a temp dir, removed on exit)
   --kubeconfig-out PATH    write a kubeconfig pointing at the simulator (server, certificate-authority-data)
   --ca-out PATH            write the CA certificate (PEM), for `kubectl --certificate-authority`
@@ -266,6 +269,11 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Option<Args>, String>
             "--node-taint" => node_taints.push(value()?),
             "--namespace" => sim.namespaces.push(value()?),
             "--root" => sim.root = Some(PathBuf::from(value()?)),
+            "--scheduler-conf" => {
+                let path = value()?;
+                let text = std::fs::read_to_string(&path).map_err(|e| format!("cannot read `{path}`: {e}"))?;
+                sim.scheduler = theseus_kube_sim::SchedulerConf::parse(&text).map_err(|e| format!("`{path}`: {e}"))?;
+            }
             "--kubeconfig-out" => kubeconfig_out = Some(PathBuf::from(value()?)),
             "--ca-out" => ca_out = Some(PathBuf::from(value()?)),
             "--kubeconfig-token" => user = KubeconfigUser::Token(value()?),

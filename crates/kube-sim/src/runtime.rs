@@ -387,6 +387,10 @@ impl Runtime {
                     for cond in
                         conds.iter_mut().filter(|c| matches!(c["type"].as_str(), Some("Ready" | "ContainersReady")))
                     {
+                        // The scheduler's eviction reason stays (`defaultEvictor.Evict`).
+                        if c_is_evict(cond) {
+                            continue;
+                        }
                         cond["status"] = json!("False");
                         cond["reason"] = json!("PodCompleted");
                     }
@@ -440,6 +444,11 @@ impl Runtime {
         });
         started.map(|(child, rx, _)| (child, rx))
     }
+}
+
+/// A `Ready` condition the scheduler set when it evicted the pod.
+fn c_is_evict(cond: &Value) -> bool {
+    cond["type"] == "Ready" && cond["reason"] == "Evict"
 }
 
 fn add_finalizer(obj: &mut Value) {

@@ -29,7 +29,7 @@
 //! never reads it (pkg/scheduler/plugins/capacity, which replaces proportion, does), so this
 //! session does not either; the fit error's task histogram is simplified.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -39,13 +39,13 @@ use crate::Shared;
 use crate::discovery::known;
 use crate::events;
 use crate::jobpods::str_at;
+use crate::order::Snapshot;
 use crate::sched::{self, Cluster, Resources};
+use crate::schedconf::SchedulerConf;
 use crate::selector::Selectors;
+use crate::share::{self, QueueAttr};
 use crate::store::Store;
 use crate::util;
-
-/// `defaultOverCommitFactor` of the overcommit plugin.
-const OVERCOMMIT_FACTOR_PERCENT: i128 = 120;
 
 /// Scheduler state between sessions: when each PodGroup (by uid) was first seen, for
 /// [`crate::Faults::delay_scheduling`].
@@ -55,28 +55,71 @@ pub(crate) struct Scheduler {
 }
 
 impl Scheduler {
-    /// One session: enqueue, then allocate, over the PodGroups oldest first.
+    /// One session: the configured actions in order ([`crate::SimConfig::scheduler`]).
     pub(crate) fn session(&mut self, shared: &Arc<Shared>) {
         let store = &shared.store;
+        let conf = &shared.config.scheduler;
         let (mut groups, _) = store.list(known::podgroups(), None, &Selectors::default());
         groups.retain(|g| g.pointer("/metadata/deletionTimestamp").is_none());
-        groups.sort_by_key(|g| str_at(g, "/metadata/resourceVersion").parse::<u64>().unwrap_or(0));
-        let uids: Vec<String> = groups.iter().map(|g| str_at(g, "/metadata/uid").to_owned()).collect();
+        if groups.is_empty() {
+            self.first_seen.clear();
+            return;
+        }
+        let uids: HashSet<String> = groups.iter().map(|g| str_at(g, "/metadata/uid").to_owned()).collect();
         self.first_seen.retain(|uid, _| uids.contains(uid));
+        // Groups a scheduling delay still holds back.
+        let mut held = HashSet::new();
         for group in &groups {
-            let first = *self.first_seen.entry(str_at(group, "/metadata/uid").to_owned()).or_insert_with(Instant::now);
+            let uid = str_at(group, "/metadata/uid");
+            let first = *self.first_seen.entry(uid.to_owned()).or_insert_with(Instant::now);
             if shared.faults.scheduling_delay().is_some_and(|d| first.elapsed() < d) {
-                continue;
+                held.insert(uid.to_owned());
             }
-            // Re-read: an earlier group of this session may have changed what is free.
-            let Ok(group) =
-                store.get(known::podgroups(), str_at(group, "/metadata/namespace"), str_at(group, "/metadata/name"))
-            else {
-                continue;
-            };
-            match str_at(&group, "/status/phase") {
-                "" | "Pending" => enqueue(store, &group),
-                "Inqueue" | "Running" => allocate(shared, &group),
+        }
+        let phase_of = |g: &Value| str_at(g, "/status/phase").to_owned();
+        for action in &conf.actions {
+            match action.as_str() {
+                "enqueue" if groups.iter().any(|g| matches!(phase_of(g).as_str(), "" | "Pending")) => {
+                    let mut snap = Snapshot::build(store, conf);
+                    for j in snap.allocation_order(&["", "Pending"]) {
+                        let job = &snap.jobs[j];
+                        if held.contains(&job.uid) {
+                            continue;
+                        }
+                        if let Ok(group) = store.get(known::podgroups(), &job.ns, &job.name) {
+                            enqueue(store, conf, &group);
+                        }
+                    }
+                }
+                "allocate" => {
+                    if !conf.runs("enqueue") {
+                        // allocate.go: without an enqueue action a Pending group becomes Inqueue.
+                        for g in groups.iter().filter(|g| matches!(phase_of(g).as_str(), "" | "Pending")) {
+                            if !held.contains(str_at(g, "/metadata/uid")) {
+                                let (ns, name) = (str_at(g, "/metadata/namespace"), str_at(g, "/metadata/name"));
+                                let _ = store.update(known::podgroups(), ns, name, |pg| {
+                                    pg["status"]["phase"] = json!("Inqueue");
+                                });
+                            }
+                        }
+                    }
+                    let mut snap = Snapshot::build(store, conf);
+                    let order = snap.allocation_order(&["Inqueue", "Running"]);
+                    let mut queues = snap.queues.clone();
+                    for j in order {
+                        let job = &snap.jobs[j];
+                        if held.contains(&job.uid) {
+                            continue;
+                        }
+                        // Re-read: an earlier group of this session may have changed what is free.
+                        if let Ok(group) = store.get(known::podgroups(), &job.ns, &job.name) {
+                            let gate = conf.queue_plugin().map(|plugin| (plugin, queues.get_mut(&job.queue)));
+                            allocate(shared, &group, gate);
+                        }
+                    }
+                }
+                "preempt" => crate::preempt::run(store, conf, &mut Snapshot::build(store, conf)),
+                "reclaim" => crate::reclaim::run(store, conf, &mut Snapshot::build(store, conf)),
                 _ => {}
             }
         }
@@ -150,7 +193,7 @@ fn format_names(prefix: &str, verb: &str, names: &[String]) -> String {
 }
 
 /// The enqueue action for one `Pending` group.
-fn enqueue(store: &Store, group: &Value) {
+fn enqueue(store: &Store, conf: &SchedulerConf, group: &Value) {
     let ns = str_at(group, "/metadata/namespace");
     let name = str_at(group, "/metadata/name");
     let min_member = group.pointer("/spec/minMember").and_then(Value::as_u64).unwrap_or(0);
@@ -180,7 +223,7 @@ fn enqueue(store: &Store, group: &Value) {
         return;
     };
     let min = sched::from_quantities(group.pointer("/spec/minResources"));
-    if let Err(message) = enqueueable(store, group, &queue, &min) {
+    if let Err(message) = enqueueable(store, conf, group, &queue, &min) {
         if !message.is_empty() {
             events::emit(store, group, "Normal", "Unschedulable", &message, "volcano");
         }
@@ -189,9 +232,16 @@ fn enqueue(store: &Store, group: &Value) {
     let _ = store.update(known::podgroups(), ns, name, |pg| pg["status"]["phase"] = json!("Inqueue"));
 }
 
-/// The tier-2 `jobEnqueueableFn`s in order: overcommit, then proportion. `Err` is the event
-/// message of the rejecting plugin (empty when it records none).
-fn enqueueable(store: &Store, group: &Value, queue: &Value, min: &Resources) -> Result<(), String> {
+/// The configured `jobEnqueueableFn`s in order: overcommit (with its factor), then the queue
+/// plugin (proportion's capability check; capacity's is the same for a flat queue). `Err` is
+/// the event message of the rejecting plugin (empty when it records none).
+fn enqueueable(
+    store: &Store,
+    conf: &SchedulerConf,
+    group: &Value,
+    queue: &Value,
+    min: &Resources,
+) -> Result<(), String> {
     let state = str_at(queue, "/status/state");
     if min.values().all(|v| *v <= 0) {
         return Ok(());
@@ -201,15 +251,20 @@ fn enqueueable(store: &Store, group: &Value, queue: &Value, min: &Resources) -> 
     let used = cluster.used();
     let (inqueue, inqueue_per_queue) = inqueue_resources(store, str_at(group, "/metadata/uid"));
     // overcommit: inqueue + min <= total x factor - used.
-    let mut idle = Resources::new();
-    for (k, v) in &total {
-        idle.insert(k.clone(), v * OVERCOMMIT_FACTOR_PERCENT / 100 - used.get(k).copied().unwrap_or(0));
+    if let Some(factor) = conf.overcommit_percent() {
+        let mut idle = Resources::new();
+        for (k, v) in &total {
+            idle.insert(k.clone(), v * factor / 100 - used.get(k).copied().unwrap_or(0));
+        }
+        let mut want = inqueue.clone();
+        add(&mut want, min);
+        let over = exceeded(&want, &idle, min);
+        if !over.is_empty() {
+            return Err(format_names("resource in cluster is overused", "overused", &over));
+        }
     }
-    let mut want = inqueue.clone();
-    add(&mut want, min);
-    let over = exceeded(&want, &idle, min);
-    if !over.is_empty() {
-        return Err(format_names("resource in cluster is overused", "overused", &over));
+    if conf.queue_plugin().is_none() {
+        return Ok(());
     }
     // proportion: a queue that is not open takes nothing (only logged).
     if !state.is_empty() && state != "Open" {
@@ -235,8 +290,11 @@ fn enqueueable(store: &Store, group: &Value, queue: &Value, min: &Resources) -> 
     Ok(())
 }
 
-/// The allocate action for one enqueued group: binds all its unbound pods or none.
-fn allocate(shared: &Arc<Shared>, group: &Value) {
+/// The allocate action for one enqueued group: binds all its unbound pods or none. `gate` is
+/// the queue plugin and the group's queue: a pod is taken only while the queue may allocate
+/// it (`Session.Allocatable`: proportion, allocated plus the pod within deserved; capacity,
+/// within the real capability; an `Open` queue), and what is bound is added to the queue.
+fn allocate(shared: &Arc<Shared>, group: &Value, gate: Option<(&str, Option<&mut QueueAttr>)>) {
     let store = &shared.store;
     let ns = str_at(group, "/metadata/namespace");
     let name = str_at(group, "/metadata/name");
@@ -249,7 +307,26 @@ fn allocate(shared: &Arc<Shared>, group: &Value) {
     let mut cluster = Cluster::from_store(store);
     let mut placed: Vec<(&Value, String)> = Vec::new();
     let mut failures: BTreeMap<String, String> = BTreeMap::new();
+    let (plugin, mut queue) = match gate {
+        Some((plugin, queue)) => (plugin, queue),
+        None => ("", None),
+    };
+    let mut taken = Resources::new();
     for pod in &unbound {
+        let req = sched::pod_requests(&pod["spec"]);
+        if let Some(q) = queue.as_deref() {
+            let mut future = q.allocated.clone();
+            add(&mut future, &taken);
+            add(&mut future, &req);
+            let limit = if plugin == "proportion" {
+                crate::preempt::with_zeros(&q.deserved, &req)
+            } else {
+                q.real_capability.clone()
+            };
+            if !q.open || !share::fits_in(&future, &limit, &req) {
+                continue;
+            }
+        }
         let missing_pvc = pod
             .pointer("/spec/volumes")
             .and_then(Value::as_array)
@@ -263,7 +340,10 @@ fn allocate(shared: &Arc<Shared>, group: &Value) {
             None => cluster.place(&pod["spec"]),
         };
         match result {
-            Ok(node) => placed.push((pod, node)),
+            Ok(node) => {
+                add(&mut taken, &req);
+                placed.push((pod, node));
+            }
             Err(message) => {
                 failures.insert(str_at(pod, "/metadata/name").to_owned(), message);
             }
@@ -271,6 +351,9 @@ fn allocate(shared: &Arc<Shared>, group: &Value) {
     }
     let ready = pods.len() - unbound.len();
     if ready + placed.len() >= min_member.max(1) {
+        if let Some(q) = queue.as_deref_mut() {
+            add(&mut q.allocated, &taken);
+        }
         for (pod, node) in &placed {
             let _ = store.update(known::pods(), ns, str_at(pod, "/metadata/name"), |obj| {
                 obj["spec"]["nodeName"] = json!(node);
@@ -288,10 +371,15 @@ fn allocate(shared: &Arc<Shared>, group: &Value) {
     let (first_pod, first_error) = failures.iter().next().map(|(p, e)| (p.clone(), e.clone())).unwrap_or_default();
     let mut histogram = [format!("{pending} Pending"), format!("{min_member} minAvailable")];
     histogram.sort();
-    let fit = format!(
-        "pod group is not ready, {}; Pending: {pending} Unschedulable. Origin reason is {first_pod}: {first_error}",
-        histogram.join(", ")
-    );
+    // `FitError`: without a task's fit error (the queue refused the tasks) only the histogram.
+    let fit = if failures.is_empty() {
+        format!("pod group is not ready, {}", histogram.join(", "))
+    } else {
+        format!(
+            "pod group is not ready, {}; Pending: {pending} Unschedulable. Origin reason is {first_pod}: {first_error}",
+            histogram.join(", ")
+        )
+    };
     let unready = min_member.saturating_sub(ready);
     set_condition(
         store,

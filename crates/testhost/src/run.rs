@@ -72,7 +72,7 @@ pub fn read_status(data: &HandleData) -> JobStatus {
         None if sid.is_none() => (JobState::Pending, Some("the runner has not started yet".to_owned())),
         None => (JobState::Unknown, Some("no process of the run is alive and it left no exit code".to_owned())),
     };
-    JobStatus { state, exit_code, message, ranks }
+    JobStatus { state, exit_code, message, ranks, attempt: None }
 }
 
 /// Held while a submit looks for a live run of its name and starts its own.

@@ -16,6 +16,7 @@ mod passes;
 mod proxy;
 mod refusals;
 mod scenarios;
+mod shared;
 mod sim;
 
 use std::path::{Path, PathBuf};
@@ -121,10 +122,16 @@ impl Target {
         let queue = format!("    queue: {}\n", self.queue);
         let no_queue = host.replace(&queue, "    queue: e2e-no-such-queue\n");
         let closed = host.replace(&queue, &format!("    queue: {CLOSED_QUEUE}\n"));
+        let team_a = host.replace(&queue, &format!("    queue: {}\n", shared::TEAM_A));
+        let (key, value) = shared::NOWHERE_SELECTOR;
         format!(
             "# Written by `cargo xtask e2e`.\nclusters:\n  e2e:\n    root: {m}\n    work: {m}/work\n    log: {m}/logs\n\
              \x20   status: {m}/status\nhosts:\n  {HOST}:\n{host}  {BROKEN_HOST}:\n{host}    helper_image: {UNPULLABLE_IMAGE}\n\
-             \x20 {NO_QUEUE_HOST}:\n{no_queue}  {CLOSED_QUEUE_HOST}:\n{closed}"
+             \x20 {NO_QUEUE_HOST}:\n{no_queue}  {CLOSED_QUEUE_HOST}:\n{closed}  {dev}:\n{host}    priority_class: e2e-dev\n\
+             \x20 {team_a_host}:\n{team_a}  {nowhere}:\n{host}    node_selector: {{{key}: {value}}}\n",
+            dev = shared::DEV_HOST,
+            team_a_host = shared::TEAM_A_HOST,
+            nowhere = shared::NOWHERE_HOST,
         )
     }
 }
@@ -133,6 +140,10 @@ impl Target {
 pub(crate) struct World {
     /// The `theseus` binary.
     pub(crate) theseus: PathBuf,
+    /// The image of job pods (also of the other team's jobs the harness creates).
+    pub(crate) job_image: String,
+    /// The queue of the `e2e` host.
+    pub(crate) queue: String,
     /// The temp `HOME` (kubeconfig, dispatch config, ledger).
     pub(crate) home: PathBuf,
     /// The code dir shipped by every submit.
@@ -214,6 +225,8 @@ impl World {
             ),
             ("hello.yaml", "entrypoint: python hello.py\n"),
             ("sleep.yaml", "entrypoint: python -c \"import time; time.sleep(600)\"\n"),
+            ("train.py", include_str!("../../../examples/jax-train/train.py")),
+            ("train.yaml", shared::TRAIN_YAML),
         ];
         for (name, body) in files {
             std::fs::write(dir.join(name), body)

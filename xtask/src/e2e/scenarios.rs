@@ -7,7 +7,10 @@
 //! 4. 20 parallel submits all complete, with distinct job names and run dirs;
 //! 5. to 7. what a cluster refuses and how it recovers (`refusals.rs`): a queue that does not
 //!    exist, a Closed queue, an evicted pod that restarts the job;
-//! 8. no helper job or pod and no orphaned Secret or coordinator Service of theseus remains.
+//! 8. to 10. a cluster many teams share (`shared.rs`): a training preempted by a higher
+//!    PriorityClass resumes from its checkpoint to the same final parameters; a borrowed share is
+//!    reclaimed; a node selector no node matches keeps a job pending with the scheduler's reason;
+//! 11. no helper job or pod and no orphaned Secret or coordinator Service of theseus remains.
 //!
 //! Then, against the simulator, `kubectl get vcjob,pods -A` (NOT RUN without kubectl, or a
 //! failure when it is required, as `cargo xtask test` requires it).
@@ -20,8 +23,8 @@ use anyhow::{Context, Result, bail, ensure};
 use serde_json::Value;
 
 use super::api::names;
-use super::refusals;
 use super::{BROKEN_HOST, HOST, World, text, wait_for, wait_seen};
+use super::{refusals, shared};
 
 /// Number of parallel submits in scenario 4.
 const PARALLEL: usize = 20;
@@ -34,7 +37,7 @@ const HELPER_GONE_TIMEOUT: Duration = Duration::from_secs(120);
 type Scenario = fn(&World) -> Result<()>;
 
 /// Scenario number, title, body.
-const SCENARIOS: [(u32, &str, Scenario); 8] = [
+const SCENARIOS: [(u32, &str, Scenario); 11] = [
     (1, "2-node JAX job (2 pods x 4 GPUs) completes", two_node_jax),
     (2, "job larger than the cluster: pending with a reason, cancelled", too_big),
     (3, "unpullable helper image: clear error, no helper left", unpullable_helper),
@@ -42,7 +45,18 @@ const SCENARIOS: [(u32, &str, Scenario); 8] = [
     (5, "queue that does not exist: passed over, submit refused before anything is created", refusals::missing_queue),
     (6, "Closed queue: submit refused before anything is created", refusals::closed_queue),
     (7, "evicted pod: the job restarts and status counts it, then cancel", refusals::evicted_pod_restarts),
-    (8, "no helper job, pod, or orphaned Secret or Service of theseus remains", nothing_left),
+    (
+        8,
+        "training preempted by a higher PriorityClass resumes to the same final parameters",
+        shared::preempted_training_resumes,
+    ),
+    (9, "a borrowed share is reclaimed by its queue's owner, and status says so", shared::borrowed_share_is_reclaimed),
+    (
+        10,
+        "node selector no node matches: pending with the scheduler's reason, cancelled",
+        shared::unmatched_node_selector_stays_pending,
+    ),
+    (11, "no helper job, pod, or orphaned Secret or Service of theseus remains", nothing_left),
 ];
 
 /// The commands each scenario runs, for `--dry-run`.
@@ -164,6 +178,7 @@ fn commands(n: u32) -> Vec<Vec<String>> {
             args("list --output json --limit 100   # until every run is completed"),
         ],
         5..=7 => refusals::commands(n).iter().map(|c| args(c)).collect(),
+        8..=10 => shared::commands(n).iter().map(|c| args(c)).collect(),
         _ => vec![args(
             "gc --older-than 0s --dry-run   # prints 0; before it, helper jobs and pods must be gone (120 s) and no Secret orphaned",
         )],

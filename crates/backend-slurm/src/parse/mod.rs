@@ -4,6 +4,7 @@
 pub use theseus_backend_ssh::parse::ParseError;
 use theseus_core::backend::{JobState, JobStatus};
 
+pub mod preempt;
 pub mod sacct;
 pub mod sinfo;
 pub mod squeue;
@@ -100,7 +101,13 @@ impl SlurmJob {
 
     /// The job as a [`JobStatus`] (no per-rank detail).
     pub fn to_status(&self) -> JobStatus {
-        JobStatus { state: self.state, exit_code: self.exit_code, message: self.message.clone(), ranks: Vec::new() }
+        JobStatus {
+            state: self.state,
+            exit_code: self.exit_code,
+            message: self.message.clone(),
+            ranks: Vec::new(),
+            attempt: None,
+        }
     }
 }
 

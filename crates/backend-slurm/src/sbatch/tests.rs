@@ -84,6 +84,8 @@ fn multi_node_gpu_job() {
 #SBATCH --time=2-00:00:00
 #SBATCH --output=/share/logs/%x-%j.out
 #SBATCH --error=/share/logs/%x-%j.out
+#SBATCH --requeue
+#SBATCH --open-mode=append
 #SBATCH --constraint=ib&h100
 #SBATCH --account=ml
 #SBATCH --qos=high
@@ -114,6 +116,23 @@ fn cpu_job_and_untyped_gres() {
     let d = Directives::new(&host(), &plan(1, 1, "debug", Some("h100")), "x", &paths()).unwrap();
     assert_eq!(d.constraint.as_deref(), Some("sxm"));
     bash_n(&render(&cpu, "/b.sh"));
+}
+
+/// Issue 26: a preempted job comes back (sites often set JobRequeue=0, and then only jobs that
+/// ask are requeued) and its attempts share one log, which Slurm would truncate on the requeue.
+#[test]
+fn jobs_are_requeue_able_and_append_to_their_log() {
+    let minimal = SlurmHost { ssh: "login".into(), cluster: "lab".into(), ..SlurmHost::default() };
+    let lines = Directives::new(&minimal, &plan(1, 0, "debug", None), "cpu", &paths()).unwrap().lines();
+    for line in ["#SBATCH --requeue", "#SBATCH --open-mode=append"] {
+        assert_eq!(lines.iter().filter(|l| *l == line).count(), 1, "{line}: {lines:?}");
+    }
+    // A host that wants otherwise says so last.
+    let mut h = host();
+    h.extra_directives.push("--no-requeue".into());
+    let lines = Directives::new(&h, &plan(1, 0, "debug", None), "cpu", &paths()).unwrap().lines();
+    let at = |l: &str| lines.iter().position(|x| x == l).unwrap();
+    assert!(at("#SBATCH --requeue") < at("#SBATCH --no-requeue"), "{lines:?}");
 }
 
 /// Issue 23 point 10: the original always sent `--time=14-0`; without it a job gets the

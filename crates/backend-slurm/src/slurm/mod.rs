@@ -456,6 +456,12 @@ impl Backend for SlurmBackend {
         let script = self.batch_script(job)?;
         let mut extra = ExtraFile::bootstrap(&job.bootstrap);
         extra.push(ExtraFile { path: BATCH_SCRIPT.into(), contents: script.into_bytes(), mode: 0o644 });
+        let hold = std::path::Path::new(&job.bootstrap.entry).with_file_name(sbatch::PREEMPT_HOLD_FILE);
+        extra.push(ExtraFile {
+            path: hold.to_string_lossy().into_owned(),
+            contents: sbatch::PREEMPT_HOLD.as_bytes().to_vec(),
+            mode: 0o644,
+        });
         debug_assert!(BATCH_SCRIPT.starts_with(BOOTSTRAP_DIR));
 
         self.claim(job, &run_dir, options).await?;

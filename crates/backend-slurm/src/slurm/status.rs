@@ -1,6 +1,9 @@
 //! A Slurm job's status from what is still known about it, in order: `squeue` (JSON, or the
 //! text form on Slurms without JSON support), `sacct` (when the cluster keeps accounting), and
 //! what the run left in its status dir (the bootstrap's `metadata.json`, the `cancelled` mark).
+//! A job that lost an attempt (requeued, or ended PREEMPTED) says why in its message, in one line
+//! ([`preempt`]: the requeue from `squeue --json`, the cause from slurmstepd's line in the log,
+//! the preemptor inferred from the jobs that started then).
 //!
 //! Slurm 22.05 ignores `--jobs` with `--json` and lists every job: the parser picks ours by id.
 //! The text form exits 1 (`Invalid job id specified`) for jobs it no longer knows; `sacct`
@@ -12,6 +15,7 @@ use theseus_core::{Error, Result};
 use super::scripts::{self, RunState};
 use super::{SlurmBackend, SlurmHandleData};
 use crate::nodelist;
+use crate::parse::preempt;
 use crate::parse::sacct::{self, SACCT_COMMAND};
 use crate::parse::squeue::{self, SQUEUE_JSON_COMMAND, SQUEUE_TEXT_COMMAND};
 use crate::parse::{ParseError, SlurmJob};
@@ -35,13 +39,24 @@ fn parse_error(backend: &SlurmBackend, e: ParseError) -> Error {
 
 /// What `squeue` says about the job; `None` when it no longer lists it.
 pub(crate) async fn from_squeue(backend: &SlurmBackend, job_id: &str) -> Result<Option<SlurmJob>> {
+    Ok(squeue_job(backend, job_id).await?.map(|(job, _)| job))
+}
+
+/// What `squeue` says about the job, with its earlier attempts when the JSON form answered
+/// ([`preempt::history`]); `None` when it no longer lists it.
+async fn squeue_job(backend: &SlurmBackend, job_id: &str) -> Result<Option<(SlurmJob, Option<preempt::History>)>> {
     let ssh = &backend.remote.ssh;
     let json = ssh
         .output(&command(backend, SQUEUE_JSON_COMMAND, job_id))
         .await
         .map_err(|e| backend.remote.ssh_error("ask squeue about the job", e))?;
     if json.success() {
-        return squeue::parse_json(&json.stdout_text(), job_id).map_err(|e| parse_error(backend, e));
+        let text = json.stdout_text();
+        let Some(job) = squeue::parse_json(&text, job_id).map_err(|e| parse_error(backend, e))? else {
+            return Ok(None);
+        };
+        let history = preempt::history(&text, job_id).map_err(|e| parse_error(backend, e))?;
+        return Ok(Some((job, history)));
     }
     // No JSON support (built without it, or older than 21.08): the text form.
     let text = ssh
@@ -49,7 +64,8 @@ pub(crate) async fn from_squeue(backend: &SlurmBackend, job_id: &str) -> Result<
         .await
         .map_err(|e| backend.remote.ssh_error("ask squeue about the job", e))?;
     if text.success() {
-        return squeue::parse_text(&text.stdout_text(), job_id).map_err(|e| parse_error(backend, e));
+        let job = squeue::parse_text(&text.stdout_text(), job_id).map_err(|e| parse_error(backend, e))?;
+        return Ok(job.map(|job| (job, None)));
     }
     let stderr = text.stderr_text();
     if stderr.contains("Invalid job id") {
@@ -82,14 +98,35 @@ pub(super) async fn run_state(backend: &SlurmBackend, data: &SlurmHandleData) ->
     Ok(scripts::parse_run_state(&out.stdout_text()))
 }
 
+/// slurmstepd's last `CANCELLED AT ... DUE TO ...` line in the run's log (read only for a job
+/// that lost an attempt: the log is the one record of the cause without accounting).
+async fn last_cancel(backend: &SlurmBackend, data: &SlurmHandleData) -> Option<(String, String)> {
+    let cmd = RemoteCommand::script(scripts::LAST_CANCEL, [data.log_file.clone()])
+        .retry_safe()
+        .timeout(backend.remote.settings.command_timeout);
+    match backend.remote.ssh.run(&cmd).await {
+        Ok(out) => preempt::last_cancel(&out.stdout_text()),
+        Err(e) => {
+            tracing::debug!(backend = %backend, error = %e, "cannot read the log for the cause of a requeue");
+            None
+        }
+    }
+}
+
 /// The job's status.
 pub(super) async fn status(backend: &SlurmBackend, job_id: &str, data: &SlurmHandleData) -> Result<JobStatus> {
-    let job = match from_squeue(backend, job_id).await? {
-        Some(job) => Some(job),
-        None => from_sacct(backend, job_id).await?,
+    let (job, history) = match squeue_job(backend, job_id).await? {
+        Some((job, history)) => (Some(job), history),
+        None => (from_sacct(backend, job_id).await?, None),
     };
     if let Some(job) = job {
         let mut status = job.to_status();
+        if let Some(history) = history.filter(preempt::History::interrupted) {
+            let cancel = last_cancel(backend, data).await;
+            if let Some(line) = history.line(cancel.as_ref(), job.reason.as_deref()) {
+                status.message = Some(line);
+            }
+        }
         let run = if status.state.is_terminal() { Some(run_state(backend, data).await?) } else { None };
         if let Some(run) = &run
             && status.state == JobState::Failed
@@ -140,7 +177,7 @@ pub(super) fn unsubmitted(run: &RunState, stale_after: u64, nodes: u32) -> JobSt
         None => (JobState::Unknown, "the run dir has no Slurm job id and no claim".to_owned()),
     };
     let ranks = (0..nodes.max(1)).map(|i| RankStatus { rank: i, state, exit_code: None, location: None }).collect();
-    JobStatus { state, exit_code: None, message: Some(message), ranks }
+    JobStatus { state, exit_code: None, message: Some(message), ranks, attempt: None }
 }
 
 /// Per-node ranks: rank `i` runs on the `i`-th node of the allocation (one task per node);
@@ -192,7 +229,7 @@ fn from_run_dir(run: &RunState) -> JobStatus {
         ),
         (None, _) => (JobState::Unknown, None, format!("{note} and the run never started (no metadata.json)")),
     };
-    JobStatus { state, exit_code, message: Some(message), ranks: Vec::new() }
+    JobStatus { state, exit_code, message: Some(message), ranks: Vec::new(), attempt: None }
 }
 
 #[cfg(test)]

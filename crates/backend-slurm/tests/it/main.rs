@@ -8,5 +8,6 @@ mod recorded;
 mod slurm;
 mod slurm_lifecycle;
 mod slurm_login_env;
+mod slurm_preempt;
 mod slurm_site;
 mod store;

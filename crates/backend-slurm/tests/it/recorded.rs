@@ -75,3 +75,52 @@ fn sacct_without_accounting() {
     assert_eq!(recorded("sacct_job3.txt.stderr").trim(), "Slurm accounting storage is disabled");
     assert_eq!(sacct::parse(&recorded("sacct_job3.txt"), "3").unwrap(), None);
 }
+
+/// Issue 26, recorded by `record-slurm.sh DIR preempt` on the preempting lab: job 34
+/// (requeue-able) and 35 (not) ran on `gpu`; the other team's 36 on `urgent` preempted both. 34
+/// was requeued (PENDING, BeginTime, `restart_cnt` 1, `submit_time` = the preemption), then ran
+/// its second attempt; 35 ended PREEMPTED. Nothing of 34 or 35 names 36: it is the job of
+/// another partition that started at that second.
+#[test]
+fn preemption_and_requeue_as_slurm_reports_them() {
+    use theseus_backend_slurm::parse::preempt;
+    assert_eq!(recorded("preempt_ids.txt").trim(), "requeued=34 not_requeued=35 preemptor=36");
+    let urgent = preempt::Preemptor {
+        job_id: "36".into(),
+        partition: "urgent".into(),
+        user: Some("theseus-test-other".into()),
+    };
+    let by = "preempted at 2026-11-27T18:01:01Z (partition urgent job 36 of theseus-test-other)";
+
+    let waiting = recorded("preempt_squeue_requeued.json");
+    let job = squeue::parse_json(&waiting, "34").unwrap().unwrap();
+    assert_eq!((job.state, job.reason.as_deref()), (JobState::Pending, Some("BeginTime")));
+    let h = preempt::history(&waiting, "34").unwrap().unwrap();
+    assert_eq!((h.restarts, h.interrupted_at, &h.preemptors), (1, Some(1_795_802_461), &vec![urgent.clone()]));
+    assert!(recorded("preempt_scontrol_requeued.txt").contains(" Requeue=1 Restarts=1 "));
+    assert_eq!(
+        h.line(None, job.reason.as_deref()).unwrap(),
+        format!("{by}; requeued, attempt 2, waiting to start (BeginTime)")
+    );
+
+    let second = recorded("preempt_squeue_second_attempt.json");
+    assert_eq!(squeue::parse_json(&second, "34").unwrap().unwrap().state, JobState::Running);
+    let h = preempt::history(&second, "34").unwrap().unwrap();
+    assert_eq!(h.line(None, None).unwrap(), format!("{by}; requeued, attempt 2"));
+    // Without --open-mode=append Slurm truncated the log when the second attempt started: the
+    // first attempt's lines and slurmstepd's line are gone (theseus asks for append).
+    let log = recorded("preempt_log_requeued.txt");
+    assert_eq!(log.trim(), "attempt 1");
+    assert_eq!(preempt::last_cancel(&log), None);
+
+    let ended = preempt::history(&waiting, "35").unwrap().unwrap();
+    assert_eq!(squeue::parse_json(&waiting, "35").unwrap().unwrap().state, JobState::Preempted);
+    let cancel = preempt::last_cancel(&recorded("preempt_log_not_requeued.txt"));
+    assert_eq!(cancel, Some(("2026-11-27T18:01:01".to_owned(), "preemption".to_owned())));
+    assert_eq!(
+        ended.line(cancel.as_ref(), None).unwrap(),
+        format!("{by}; not requeued (the job is not requeue-able, or the site's PreemptMode cancels)")
+    );
+    // The preemptor itself and a job that was never interrupted have no such line.
+    assert_eq!(preempt::history(&waiting, "36").unwrap().unwrap().line(None, None), None);
+}

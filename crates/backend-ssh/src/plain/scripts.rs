@@ -227,7 +227,7 @@ pub(crate) fn status_from(report: &Report, processes: u32, location: &str, stale
         let ranks = (0..processes.max(1))
             .map(|i| RankStatus { rank: i, state, exit_code: None, location: Some(location.to_owned()) })
             .collect();
-        return JobStatus { state, exit_code: None, message: Some(message), ranks };
+        return JobStatus { state, exit_code: None, message: Some(message), ranks, attempt: None };
     }
     let ranks = (0..processes.max(1))
         .map(|i| {
@@ -259,7 +259,7 @@ pub(crate) fn status_from(report: &Report, processes: u32, location: &str, stale
             Some("no process of the run is alive and it left no exit code (was the machine restarted?)".into()),
         ),
     };
-    JobStatus { state, exit_code, message, ranks }
+    JobStatus { state, exit_code, message, ranks, attempt: None }
 }
 
 /// Parses the `left=` line of [`CANCEL`] into PIDs.

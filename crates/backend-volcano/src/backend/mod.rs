@@ -3,6 +3,7 @@
 //! [`submit`] is the submit's flow (claim, ship through the helper, create the gang).
 
 mod gone;
+mod interrupted;
 pub(crate) mod submit;
 
 use std::fmt;
@@ -411,6 +412,15 @@ impl Backend for VolcanoBackend {
         crate::availability::probe(cluster, &self.host, request).await.map_err(|e| self.err(e))
     }
 
+    async fn shares(
+        &self,
+        request: &Request,
+        plan: &Plan,
+    ) -> theseus_core::Result<Option<theseus_core::shares::QueueShares>> {
+        let cluster = self.cluster().await.map_err(|e| self.err(e))?;
+        crate::shares_read::read(cluster, &self.host, request, plan).await.map_err(|e| self.err(e))
+    }
+
     async fn submit(&self, job: &PreparedJob, options: &SubmitOptions) -> theseus_core::Result<JobHandle> {
         // Render everything before touching the cluster: a bad config writes nothing.
         let rendered = self.render(job)?;
@@ -418,6 +428,11 @@ impl Backend for VolcanoBackend {
         let helper = render_helper(&self.host, &job.identity, &layout.work_dir)?;
         let cluster = self.cluster().await.map_err(|e| self.err_nothing_created(e))?;
         crate::availability::require_queue(cluster, &self.host).await.map_err(|e| self.err_nothing_created(e))?;
+        let unchecked =
+            crate::preflight::require_objects(cluster, &self.host).await.map_err(|e| self.err_nothing_created(e))?;
+        for note in &unchecked {
+            options.note(note);
+        }
         submit::submit(self, cluster, job, &layout, helper, rendered, options).await.map_err(|e| self.err(e))
     }
 
@@ -443,15 +458,24 @@ impl Backend for VolcanoBackend {
                     data.run_id.clone().unwrap_or_default()
                 )),
                 ranks: vec![],
+                attempt: None,
             }),
             None => Err(theseus_core::Error::NotFound { what: crate::gone::gone_what(&data) }),
-            Some((job, pods, o)) => Ok(summarize(&Observed {
-                job: &job,
-                pods: &pods,
-                group_phase: o.group_phase.as_deref(),
-                group_conditions: &o.conditions,
-                events: &o.events,
-            })),
+            Some((job, pods, o)) => {
+                let mut status = summarize(&Observed {
+                    job: &job,
+                    pods: &pods,
+                    group_phase: o.group_phase.as_deref(),
+                    group_conditions: &o.conditions,
+                    events: &o.events,
+                });
+                // An interrupted run says why and what happens next, in one line.
+                let cluster = self.cluster().await.map_err(|e| self.err(e))?;
+                if let Some(interruption) = interrupted::interruption_of(cluster, &job).await {
+                    status.message = Some(interruption.describe(cluster.namespace()));
+                }
+                Ok(status)
+            }
         }
     }
 
@@ -607,6 +631,7 @@ impl Backend for VolcanoBackend {
                     exit_code: None,
                     message: Some(format!("the submit of vcjob `{}` was stopped before the job was created", data.job)),
                     ranks: vec![],
+                    attempt: None,
                 });
             }
             return Err(theseus_core::Error::NotFound {
@@ -653,6 +678,7 @@ impl Backend for VolcanoBackend {
                     r
                 })
                 .collect(),
+            attempt: None,
         })
     }
 

@@ -171,6 +171,18 @@ pub enum VolcanoError {
         namespace: String,
     },
 
+    /// An object the job names (its namespace, ServiceAccount or PriorityClass) does not exist:
+    /// the cluster would refuse the job or its pods, so nothing is shipped.
+    #[error("{what} does not exist on cluster {cluster:?}: {fix}")]
+    MissingObject {
+        /// The object, e.g. `serviceaccount "trainer" in namespace "ml"`.
+        what: String,
+        /// Theseus cluster name of the host.
+        cluster: String,
+        /// The config key to fix and how to list what exists.
+        fix: String,
+    },
+
     /// The host's Volcano queue exists but is not `Open`: Volcano's admission webhook refuses
     /// every job sent to it.
     #[error(
@@ -326,7 +338,9 @@ impl VolcanoError {
         match self {
             VolcanoError::Unauthorized { .. } => Some(401),
             VolcanoError::Forbidden { .. } => Some(403),
-            VolcanoError::NotFound { .. } | VolcanoError::QueueNotFound { .. } => Some(404),
+            VolcanoError::NotFound { .. } | VolcanoError::QueueNotFound { .. } | VolcanoError::MissingObject { .. } => {
+                Some(404)
+            }
             VolcanoError::AlreadyExists { .. } | VolcanoError::Conflict { .. } => Some(409),
             VolcanoError::Api { code, .. } => Some(*code),
             _ => None,

@@ -69,6 +69,19 @@ fn completed_job_exits_zero() {
 }
 
 #[test]
+fn the_attempt_is_the_jobs_retry_count_plus_one() {
+    let mut restarted = job(Some("Running"), "");
+    restarted.status.as_mut().unwrap().retry_count = Some(2);
+    let pods = [pod(0, "Running", json!({"running": {}}))];
+    assert_eq!(summarize(&observed(&restarted, &pods, &[], &[])).attempt, Some(3));
+    let mut first = job(Some("Running"), "");
+    first.status.as_mut().unwrap().retry_count = Some(0);
+    assert_eq!(summarize(&observed(&first, &pods, &[], &[])).attempt, Some(1));
+    // Not reported yet (a new vcjob without status): unknown, not 1.
+    assert_eq!(summarize(&observed(&job(None, ""), &[], &[], &[])).attempt, None);
+}
+
+#[test]
 fn aborted_is_cancelled_unless_evicted() {
     assert_eq!(job_state("Aborted", "", &[]), JobState::Cancelled);
     assert_eq!(job_state("Terminated", "PodEvicted", &[]), JobState::Preempted);

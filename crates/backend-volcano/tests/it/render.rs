@@ -31,6 +31,19 @@ fn container(job: &Value) -> &Value {
 }
 
 #[test]
+fn pods_get_the_jobs_restart_count_from_volcanos_pod_annotation() {
+    let (job, _) = render(&cpu_plan());
+    let env = container(&job)["env"].as_array().unwrap();
+    let restart: Vec<&Value> = env.iter().filter(|e| e["name"] == "THESEUS_RESTART_COUNT").collect();
+    assert_eq!(
+        restart,
+        [
+            &json!({"name": "THESEUS_RESTART_COUNT", "valueFrom": {"fieldRef": {"fieldPath": "metadata.annotations['volcano.sh/job-retry-count']"}}})
+        ]
+    );
+}
+
+#[test]
 fn gpu_job_is_schema_valid_and_sized_by_the_plan() {
     let (job, _) = render(&gpu_plan(2, 4));
     assert_valid(&job);
@@ -118,7 +131,7 @@ fn secrets_are_only_referenced() {
         wandb,
         &json!({"name": "WANDB_API_KEY", "valueFrom": {"secretKeyRef": {"name": name, "key": "WANDB_API_KEY"}}})
     );
-    assert_eq!(env.len(), 7, "mode, coordinator, count and the four variables");
+    assert_eq!(env.len(), 8, "mode, coordinator, count, restart count and the four variables");
 
     let secret = secret.expect("a secret");
     assert_eq!(secret["metadata"]["name"], name);

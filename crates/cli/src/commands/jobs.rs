@@ -20,7 +20,8 @@ pub(crate) async fn status(ctx: &Context, args: TargetArgs) -> Result<ExitCode> 
     let (record, backend) = find(ctx, &ledger, &args.job)?;
     let within = answer_within(ctx.config().ok().as_ref(), &record.host);
     let status = lifecycle::refresh(&ledger, &record, &backend, within).await?;
-    print_status(ctx, &record, &status)?;
+    let resume = ledger.resume(&record.identity.run_id).unwrap_or_default();
+    print_status(ctx, &record, &status, resume.as_ref())?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -44,6 +45,6 @@ pub(crate) async fn cancel(ctx: &Context, args: TargetArgs) -> Result<ExitCode> 
     let (record, backend) = find(ctx, &ledger, &args.job)?;
     let within = || answer_within(ctx.config().ok().as_ref(), &record.host);
     let status = lifecycle::cancel(&ledger, &record, &backend, within).await?;
-    print_status(ctx, &record, &status)?;
+    print_status(ctx, &record, &status, None)?;
     Ok(ExitCode::SUCCESS)
 }

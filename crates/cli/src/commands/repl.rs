@@ -126,6 +126,8 @@ fn job_args(args: &ReplArgs) -> JobArgs {
         volcano_namespace: None,
         cpu: None,
         mem: None,
+        restore: None,
+        fresh: false,
     }
 }
 

@@ -7,7 +7,8 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use serde_json::json;
-use theseus_core::backend::{DryRunDocument, PreparedJob};
+use theseus_core::backend::{DryRunDocument, PreparedJob, RunLayout};
+use theseus_core::bootstrap::Resume;
 use theseus_core::ledger::RunKind;
 use theseus_core::lifecycle::{self, FollowOptions, Unsettled};
 use theseus_core::solver::render;
@@ -29,9 +30,11 @@ pub(crate) async fn run(ctx: &Context, args: SubmitArgs) -> Result<ExitCode> {
     let (solved, job, layout) = signals::or_interrupted(prepared).await?;
     let plan = &solved.plan;
     let identity = job.identity.clone();
+    let resume = dispatcher.resume(&solved, &layout).map_err(crate::prepare::lift)?;
+    let resume_shown = resume_json(&resume, &layout, &identity);
     if args.dry_run {
         let documents = solved.backend.dry_run(&job)?;
-        return dry_run(ctx, &job, &layout, &documents);
+        return dry_run(ctx, &job, &layout, &documents, &resume_shown);
     }
     ctx.info(format!(
         "theseus: submitting {} files ({}) to {}",
@@ -40,9 +43,16 @@ pub(crate) async fn run(ctx: &Context, args: SubmitArgs) -> Result<ExitCode> {
         solved.backend
     ));
     let ledger = ctx.ledger()?;
-    let handle =
+    let submitted =
         submit_recorded(&dispatcher, &ledger, &solved.loaded.config, &solved.backend, &job, RunKind::Job, args.replace)
-            .await?;
+            .await;
+    // What the run resumes from, for `status` (a run that was never recorded has no row).
+    if (resume.restore.is_some() || resume.fresh)
+        && let Err(e) = ledger.set_resume(&identity.run_id, &resume)
+    {
+        tracing::warn!("cannot record the resume of run {}: {e}", identity.run_id);
+    }
+    let handle = submitted?;
     if args.replace {
         // Older runs of the name that the ledger still shows as live are recorded as replaced.
         let warn = |u: Unsettled| ctx.info(format!("theseus: warning: {u}"));
@@ -72,11 +82,19 @@ pub(crate) async fn run(ctx: &Context, args: SubmitArgs) -> Result<ExitCode> {
     follow(ctx, &solved.backend, &ledger, (&handle, &identity.run_id), options).await
 }
 
+/// `{checkpoint_dir, restore, fresh, from}` for the dry run: the job's `THESEUS_CHECKPOINT_DIR`
+/// and what it resumes from (`from`: one line).
+fn resume_json(resume: &Resume, layout: &RunLayout, identity: &theseus_core::job::JobIdentity) -> serde_json::Value {
+    let dir = theseus_core::bootstrap::checkpoint_dir(&layout.data_dirs.checkpoints, identity);
+    json!({"checkpoint_dir": dir, "restore": resume.restore, "fresh": resume.fresh, "from": resume.describe(&dir)})
+}
+
 fn dry_run(
     ctx: &Context,
     job: &PreparedJob,
-    layout: &theseus_core::backend::RunLayout,
+    layout: &RunLayout,
     documents: &[DryRunDocument],
+    resume: &serde_json::Value,
 ) -> Result<ExitCode> {
     let (identity, plan, snapshot, bootstrap) = (&job.identity, &job.plan, &job.snapshot, &job.bootstrap);
     let env_shown: Vec<_> =
@@ -89,6 +107,7 @@ fn dry_run(
             "layout": layout,
             "ship": {"root": snapshot.root, "files": snapshot.file_count(), "bytes": snapshot.total_bytes()},
             "env": env_shown,
+            "resume": resume,
             "bootstrap": bootstrap,
             "documents": documents,
         }))?;
@@ -104,6 +123,7 @@ fn dry_run(
         progress::human(snapshot.total_bytes()),
         snapshot.root.display()
     );
+    println!("# resumes {}", resume["from"].as_str().unwrap_or_default());
     for v in &job.env {
         println!("# env {}={}", v.name, v.display_value());
     }

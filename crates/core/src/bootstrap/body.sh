@@ -54,6 +54,10 @@ if [[ -n "$theseus_coordinator" ]]; then
 fi
 theseus_log "process $theseus_rank of $theseus_count (${theseus_launch})${theseus_coordinator:+, coordinator $theseus_coordinator}"
 
+# ---- resume: THESEUS_ATTEMPT and THESEUS_RESTORE_FROM (resume.sh) ----
+theseus_resume
+theseus_resume_env
+
 # ---- metadata ----
 if ((theseus_rank == 0)); then
   theseus_metadata="$THESEUS_RUN_DIR/metadata.json"
@@ -67,6 +71,13 @@ theseus_hostname=${theseus_hostname//\"/\\\"}
 theseus_start_time=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 theseus_slurm_job_id=null
 if [[ "${SLURM_JOB_ID:-}" =~ ^[0-9]+$ ]]; then theseus_slurm_job_id="\"$SLURM_JOB_ID\""; fi
+theseus_restore_json=null
+if [[ -n "${THESEUS_RESTORE_FROM+x}" ]]; then
+  theseus_restore_json=${THESEUS_RESTORE_FROM//[[:cntrl:]]/}
+  theseus_restore_json=${theseus_restore_json//\\/\\\\}
+  theseus_restore_json=${theseus_restore_json//\"/\\\"}
+  theseus_restore_json="\"$theseus_restore_json\""
+fi
 theseus_now() { date -u +%Y-%m-%dT%H:%M:%SZ; }
 
 # theseus_write_metadata STATUS [EXIT_CODE]: rewrites the metadata file atomically.
@@ -77,6 +88,7 @@ theseus_write_metadata() {
     printf '  "rank": %d,\n  "num_processes": %d,\n' "$theseus_rank" "$theseus_count"
     printf '  "hostname": "%s",\n  "pid": %d,\n' "$theseus_hostname" "$$"
     printf '  "slurm_job_id": %s,\n' "$theseus_slurm_job_id"
+    printf '  "attempt": %d,\n  "restore_from": %s,\n' "$THESEUS_ATTEMPT" "$theseus_restore_json"
     printf '  "start_time": "%s",\n  "last_heartbeat": "%s",\n' "$theseus_start_time" "$(theseus_now)"
     printf '  "status": "%s",\n  "exit_code": %s\n}\n' "$status" "$code"
   } > "$tmp"
@@ -291,6 +303,16 @@ theseus_job_alive() {
 theseus_on_signal() {
   trap '' TERM INT HUP
   theseus_log "received SIG$1; stopping the job"
+  # A preemption the scheduler ends itself after a grace (Slurm's GraceTime): the host type's
+  # script THESEUS_PREEMPT_HOLD prints the seconds left until its KILL. The job gets all of
+  # them (unless THESEUS_TERM_GRACE_SECONDS says otherwise), and the bootstrap then waits for
+  # the scheduler to end the attempt: a job that ends within its grace is not requeued (Slurm
+  # records it FAILED, or COMPLETED for exit 0).
+  local hold=""
+  if [[ -n "${THESEUS_PREEMPT_HOLD:-}" && -f "$THESEUS_PREEMPT_HOLD" ]]; then
+    hold=$(bash "$THESEUS_PREEMPT_HOLD" 2> /dev/null < /dev/null || true)
+  fi
+  theseus_is_uint "$hold" && ((10#$hold > 0)) || hold=""
   if [[ -n "$theseus_child" ]]; then
     theseus_signal_job TERM
     local grace=${THESEUS_TERM_GRACE_SECONDS:-10} i=0
@@ -299,6 +321,10 @@ theseus_on_signal() {
     # KillWait). The group is KILLed a second before that, while the bootstrap still can: a
     # process that left the step's process tree would otherwise outlive the job.
     local deadline=${THESEUS_KILL_DEADLINE_SECONDS:-}
+    if [[ -n "$hold" ]]; then
+      deadline=$hold
+      [[ -n "${THESEUS_TERM_GRACE_SECONDS:-}" ]] || grace=$((10#$hold))
+    fi
     if theseus_is_uint "$deadline" && ((10#$deadline > 1 && grace >= 10#$deadline)); then
       grace=$((10#$deadline - 1))
     fi
@@ -311,6 +337,20 @@ theseus_on_signal() {
       theseus_signal_job KILL
     fi
     wait "$theseus_child" 2> /dev/null || true
+  fi
+  if [[ -n "$hold" ]]; then
+    theseus_finished=1
+    theseus_stop_heartbeat
+    theseus_signal_job TERM group
+    theseus_write_metadata preempted "$2" || theseus_log "cannot write $theseus_metadata"
+    theseus_log "preempted with a grace: the job stopped; waiting for the scheduler to end this attempt (up to ${hold}s)"
+    trap "exit $2" TERM INT HUP
+    local t=0
+    while ((t < 10#$hold + 30)); do
+      sleep 1
+      t=$((t + 1))
+    done
+    exit "$2"
   fi
   theseus_finish preempted "$2"
 }

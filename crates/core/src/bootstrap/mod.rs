@@ -11,13 +11,22 @@
 //!    exports the job's other variables, then `THESEUS_RUN_ID`, `THESEUS_JOB_NAME`,
 //!    `THESEUS_PROJECT`, `THESEUS_GROUP`, `THESEUS_WORK_DIR`, `THESEUS_RUN_DIR`, `THESEUS_ROOT`,
 //!    `THESEUS_DATA_DIR`, `THESEUS_CHECKPOINTS_DIR`, `THESEUS_RESULTS_DIR` ([`DataDirs`]),
-//!    `THESEUS_CONFIG`, `UV_CACHE_DIR` (if given) and `XLA_PYTHON_CLIENT_MEM_FRACTION=0.95`
-//!    (only if unset);
+//!    `THESEUS_CHECKPOINT_DIR` (this job name's own, [`checkpoint_dir`]), `THESEUS_CONFIG`,
+//!    `UV_CACHE_DIR` (if given) and `XLA_PYTHON_CLIENT_MEM_FRACTION=0.95` (only if unset);
 //! 2. `cd`s to the work dir and creates the run dir and the data dirs (best effort);
 //! 3. finds its rank, the process count and the coordinator ([`Launch`]) and exports
 //!    `THESEUS_PROCESS_ID`, `THESEUS_NUM_PROCESSES`, `RANK`, `WORLD_SIZE`, `LOCAL_RANK` and, when
 //!    there is a coordinator, `JAX_COORDINATOR_ADDRESS`, `JAX_NUM_PROCESSES`, `JAX_PROCESS_ID`,
 //!    `MASTER_ADDR`, `MASTER_PORT` (`THESEUS_COORDINATOR_ADDRESS` overrides the coordinator);
+//!    then (`resume.sh`) creates `THESEUS_CHECKPOINT_DIR` and exports `THESEUS_ATTEMPT` (1 +
+//!    `THESEUS_RESTART_COUNT`, which a backend sets, else 1 + `SLURM_RESTART_COUNT`) and
+//!    `THESEUS_RESTORE_FROM`: the checkpoint the `latest` marker names when it was written after
+//!    this run first started (`$THESEUS_RUN_DIR/resume-base` records the marker as the first
+//!    start found it), else `submit --restore` ([`Resume`]), else, unless `--fresh`, what the
+//!    marker an earlier run left names, else unset; one `[theseus]` line says which and why. A
+//!    marker that is empty, holds control characters, has a `..` component or names no
+//!    directory is ignored with a line saying so; a `--restore` dir missing on the target stops
+//!    the job. Both values are appended to `env.sh`;
 //! 4. with a `pyproject.toml`, sets up once per start of the run: rank 0 runs `uv sync`
 //!    (`--frozen` when `uv.lock` exists, failing rather than re-locking), first installing uv
 //!    where it is missing into a private venv under `UV_CACHE_DIR` (else the work dir), never
@@ -32,8 +41,8 @@
 //! 5. writes `$THESEUS_RUN_DIR/metadata.json` (rank 0; others `metadata.rank-<i>.json`)
 //!    atomically, rewritten every `THESEUS_HEARTBEAT_SECONDS` (30) while the job runs: name,
 //!    project, group, run id, `job_key` (`project/group/name/run`), `hardware` ([`Hardware`]),
-//!    the job's `config`, rank, host, pid, `slurm_job_id` (from `SLURM_JOB_ID`), times, status
-//!    and exit code;
+//!    the job's `config`, rank, host, pid, `slurm_job_id` (from `SLURM_JOB_ID`), `attempt`,
+//!    `restore_from`, times, status and exit code;
 //! 6. runs the entrypoint as a waited child that leads its own process group (Python
 //!    entrypoints through `launcher.py`, which calls `jax.distributed.initialize` for
 //!    `distributed: jax`), and exits with its exit code, recording `completed` or `failed`;
@@ -199,9 +208,48 @@ pub struct BootstrapInput {
     pub launch: Launch,
     /// The experiment's `config` section.
     pub config: serde_json::Value,
+    /// Resuming: `submit --restore` and `--fresh` ([`Resume`]).
+    pub resume: Resume,
+}
+
+/// What the job resumes from, besides its own progress (see the module docs, step 3).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Resume {
+    /// `submit --restore PATH`, as an absolute path on the target (a relative PATH is joined to
+    /// the checkpoints dir before it gets here).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub restore: Option<String>,
+    /// `submit --fresh`: the `latest` marker of an earlier run of the same name is ignored.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub fresh: bool,
+}
+
+impl Resume {
+    /// One line for `plan` and `--dry-run`: where the job resumes from, given its
+    /// `THESEUS_CHECKPOINT_DIR`.
+    pub fn describe(&self, checkpoint_dir: &str) -> String {
+        match (&self.restore, self.fresh) {
+            (Some(path), _) => format!(
+                "from {path} (--restore), or from this run's own latest checkpoint once it wrote one; checkpoints \
+                 in {checkpoint_dir}"
+            ),
+            (None, true) => format!(
+                "from step 0 (--fresh: the latest marker an earlier run left in {checkpoint_dir} is ignored), or \
+                 from this run's own latest checkpoint once it wrote one"
+            ),
+            (None, false) => format!("from the latest checkpoint in {checkpoint_dir} when there is one"),
+        }
+    }
 }
 
 impl BootstrapInput {
+    /// `THESEUS_CHECKPOINT_DIR`: `<checkpoints>/<project>/<group>/<name>`, by the job's name
+    /// (not its run id), so that every run of the name finds the checkpoints of the earlier
+    /// ones, as the original's `RestoreableJob` did.
+    pub fn checkpoint_dir(&self) -> String {
+        checkpoint_dir(&self.data_dirs.checkpoints, &self.identity)
+    }
+
     /// The input for a run laid out by a backend (`Backend::layout`).
     pub fn for_layout(
         identity: JobIdentity,
@@ -225,8 +273,15 @@ impl BootstrapInput {
             distributed,
             launch: layout.launch.clone(),
             config,
+            resume: Resume::default(),
         }
     }
+}
+
+/// `<checkpoints>/<project>/<group>/<name>` of `identity` (see [`BootstrapInput::checkpoint_dir`]).
+pub fn checkpoint_dir(checkpoints: &str, identity: &JobIdentity) -> String {
+    let base = script::trim_dir(checkpoints).trim_end_matches('/');
+    format!("{base}/{}/{}/{}", identity.project, identity.group, identity.name)
 }
 
 /// One rendered file.

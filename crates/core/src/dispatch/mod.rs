@@ -73,6 +73,11 @@ pub struct JobSpec {
     pub snapshot_mode: SnapshotMode,
     /// Where file hashes are remembered between ships.
     pub hash_cache: Option<PathBuf>,
+    /// `--restore PATH`: the checkpoint to start from, relative to the cluster's checkpoints
+    /// dir (as in the original) or absolute.
+    pub restore: Option<String>,
+    /// `--fresh`: ignore the `latest` marker an earlier run of the name left.
+    pub fresh: bool,
 }
 
 /// Progress of the flow, for the caller to show.
@@ -225,6 +230,12 @@ impl Dispatcher {
     /// layout.
     pub fn prepare(&self, solved: &Solved) -> Result<(PreparedJob, RunLayout), DispatchError> {
         Ok(submit::prepare(solved)?)
+    }
+
+    /// What the job resumes from besides its own progress: `--restore` as an absolute path on
+    /// the target, and `--fresh` (see [`submit::resume`]).
+    pub fn resume(&self, solved: &Solved, layout: &RunLayout) -> Result<crate::bootstrap::Resume, DispatchError> {
+        Ok(submit::resume(solved, layout)?)
     }
 
     /// Records, submits and settles `job` (see the module docs); `kind` says what the ledger

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use crate::backend::{DynBackend, JobHandle, JobState, PreparedJob, RunLayout, SubmitOptions};
-use crate::bootstrap::{self, BootstrapInput};
+use crate::bootstrap::{self, BootstrapInput, Resume};
 use crate::job::JobIdentity;
 use crate::ledger::{Ledger, Record, RunKind, now_rfc3339, placeholder_handle};
 use crate::snapshot::Snapshot;
@@ -39,6 +39,7 @@ pub(super) fn prepare(solved: &Solved) -> Result<(PreparedJob, RunLayout)> {
         spec.experiment.config.clone(),
     );
     input.uv_groups = uv_groups;
+    input.resume = resume(solved, &layout)?;
     input.hardware = Some(bootstrap::Hardware {
         chip: plan.chip.map(|c| c.name.to_owned()),
         count: plan.total_chips,
@@ -54,6 +55,46 @@ pub(super) fn prepare(solved: &Solved) -> Result<(PreparedJob, RunLayout)> {
     let job =
         PreparedJob { identity, experiment: spec.experiment.clone(), env, plan: plan.clone(), snapshot, bootstrap };
     Ok((job, layout))
+}
+
+/// `--restore` and `--fresh` of `solved` for a run laid out as `layout`: a relative PATH is
+/// joined to the cluster's checkpoints dir on the target (it may not lead out of it with `..`),
+/// an absolute one is taken as it is. On this machine's own host type the dir must exist now:
+/// a missing one fails here, before anything starts (on other hosts the bootstrap checks it).
+pub(super) fn resume(solved: &Solved, layout: &RunLayout) -> Result<Resume> {
+    let spec = &solved.spec;
+    let Some(given) = spec.restore.as_deref() else {
+        return Ok(Resume { restore: None, fresh: spec.fresh });
+    };
+    if spec.fresh {
+        return Err(Error::InvalidConfig("--restore and --fresh cannot be used together".into()));
+    }
+    let bad = |why: &str| Error::InvalidConfig(format!("--restore {given:?}: {why}"));
+    if given.trim().is_empty() {
+        return Err(bad("the path is empty"));
+    }
+    if given.chars().any(char::is_control) {
+        return Err(bad("the path holds control characters"));
+    }
+    let checkpoints = layout.data_dirs.checkpoints.trim_end_matches('/');
+    let path = if given.starts_with('/') {
+        given.trim_end_matches('/').to_owned()
+    } else {
+        if given.split('/').any(|part| part == "..") {
+            return Err(bad(&format!(
+                "a relative path is under the checkpoints dir {checkpoints} and may not leave it with `..`; give an \
+                 absolute path instead"
+            )));
+        }
+        let rel = given.trim_start_matches("./").trim_end_matches('/');
+        format!("{checkpoints}/{rel}")
+    };
+    if solved.plan.kind == crate::plan::HostKind::LOCAL && !std::path::Path::new(&path).is_dir() {
+        return Err(bad(&format!(
+            "{path} is not a directory on this machine (a relative path is under the checkpoints dir {checkpoints})"
+        )));
+    }
+    Ok(Resume { restore: Some(path), fresh: false })
 }
 
 /// The backend's [`SubmitOptions`], reporting through the dispatcher's events.

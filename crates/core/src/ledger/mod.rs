@@ -184,6 +184,7 @@ impl Ledger {
             damaged(&path, e).unwrap_or_else(|e| ledger_err(format!("cannot read `{}`", path.display()))(e))
         })?;
         schema::ensure_host_config(&conn, &path)?;
+        schema::ensure_resume(&conn, &path)?;
         Ok(Ledger { conn, path, state_dir: state_dir.to_owned(), read_only: false })
     }
 
@@ -242,6 +243,29 @@ impl Ledger {
     /// before it was kept).
     pub fn host_config(&self, run_id: &str) -> Result<Option<serde_json::Value>> {
         let Ok(mut stmt) = self.conn.prepare("SELECT host_config FROM runs WHERE run_id = ?1") else {
+            return Ok(None);
+        };
+        let text: Option<Option<String>> =
+            stmt.query_row([run_id], |r| r.get(0)).optional().map_err(ledger_err("cannot read runs"))?;
+        Ok(text.flatten().and_then(|t| serde_json::from_str(&t).ok()))
+    }
+
+    /// Keeps what a run was submitted to resume from (`--restore`, `--fresh`: a
+    /// [`crate::bootstrap::Resume`]).
+    pub fn set_resume(&self, run_id: &str, resume: &crate::bootstrap::Resume) -> Result<()> {
+        if self.read_only {
+            return Ok(());
+        }
+        let text = serde_json::to_string(resume).unwrap_or_else(|_| "{}".into());
+        self.conn
+            .execute("UPDATE runs SET resume = ?2 WHERE run_id = ?1", params![run_id, text])
+            .map_err(ledger_err(format!("cannot update run `{run_id}`")))?;
+        Ok(())
+    }
+
+    /// What [`Ledger::set_resume`] kept, if anything (as JSON: `restore`, `fresh`).
+    pub fn resume(&self, run_id: &str) -> Result<Option<serde_json::Value>> {
+        let Ok(mut stmt) = self.conn.prepare("SELECT resume FROM runs WHERE run_id = ?1") else {
             return Ok(None);
         };
         let text: Option<Option<String>> =

@@ -4,7 +4,8 @@
 //!   may lack `kind`).
 //! - 1: `runs` with `kind`; later `host_config` (the run's host, for commands without the
 //!   `-d FILE` it was submitted with) was added in place by [`ensure_host_config`]: older
-//!   versions read and write such a ledger as before (their rows have none).
+//!   versions read and write such a ledger as before (their rows have none); `resume` (the
+//!   run's `--restore`/`--fresh`) the same way.
 //!
 //! [`migrate`] brings an older ledger to [`SCHEMA_VERSION`] in one `BEGIN IMMEDIATE`
 //! transaction, so that a client killed in the middle leaves the previous schema and two
@@ -64,7 +65,17 @@ pub(crate) fn refuse_newer(conn: &Connection, path: &Path) -> Result<()> {
 
 /// Adds `runs.host_config` to a ledger that lacks it, once, under the write lock.
 pub(crate) fn ensure_host_config(conn: &Connection, path: &Path) -> Result<()> {
-    let has = || conn.prepare("SELECT host_config FROM runs LIMIT 0").is_ok();
+    ensure_text_column(conn, path, "host_config")
+}
+
+/// Adds `runs.resume` (the run's `--restore`/`--fresh` as JSON) the same way.
+pub(crate) fn ensure_resume(conn: &Connection, path: &Path) -> Result<()> {
+    ensure_text_column(conn, path, "resume")
+}
+
+/// Adds the TEXT column `column` to `runs` when it lacks it, once, under the write lock.
+fn ensure_text_column(conn: &Connection, path: &Path, column: &str) -> Result<()> {
+    let has = || conn.prepare(&format!("SELECT {column} FROM runs LIMIT 0")).is_ok();
     if has() {
         return Ok(());
     }
@@ -72,7 +83,7 @@ pub(crate) fn ensure_host_config(conn: &Connection, path: &Path) -> Result<()> {
         damaged(path, e).unwrap_or_else(|e| ledger_err(format!("cannot upgrade `{}`", path.display()))(e))
     };
     conn.execute_batch("BEGIN IMMEDIATE").map_err(fail)?;
-    let added = if has() { Ok(()) } else { conn.execute_batch("ALTER TABLE runs ADD COLUMN host_config TEXT") };
+    let added = if has() { Ok(()) } else { conn.execute_batch(&format!("ALTER TABLE runs ADD COLUMN {column} TEXT")) };
     match added {
         Ok(()) => conn.execute_batch("COMMIT").map_err(fail),
         Err(e) => {

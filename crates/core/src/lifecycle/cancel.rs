@@ -59,6 +59,7 @@ pub async fn cancel(
                 exit_code: record.exit_code,
                 message: Some(format!("already {}; {what} no longer exists", record.state.as_str())),
                 ranks: Vec::new(),
+                attempt: None,
             });
         }
         // An earlier cancel deleted it and was stopped before it could say so.

@@ -161,7 +161,13 @@ async fn give_up(
 ) -> Result<FollowEnd, LifecycleError> {
     on_event(FollowEvent::Cancelling);
     let cancelled = backend.cancel(handle).await?;
-    let status = JobStatus { state: JobState::Cancelled, exit_code: None, message: Some(why), ranks: cancelled.ranks };
+    let status = JobStatus {
+        state: JobState::Cancelled,
+        exit_code: None,
+        message: Some(why),
+        ranks: cancelled.ranks,
+        attempt: None,
+    };
     save(ledger, run_id, &status)?;
     Ok(FollowEnd::GaveUp(status))
 }

@@ -70,6 +70,7 @@ fn ended() -> JobStatus {
         exit_code: Some(0),
         message: Some("vcjob `j` is gone: collected 1 d after it finished".into()),
         ranks: Vec::new(),
+        attempt: None,
     }
 }
 

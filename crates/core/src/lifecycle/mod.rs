@@ -97,7 +97,7 @@ fn stopped_during_submit(ledger: &Ledger, record: &Record) -> bool {
 }
 
 fn status_of(state: JobState, message: String) -> JobStatus {
-    JobStatus { state, exit_code: None, message: Some(message), ranks: Vec::new() }
+    JobStatus { state, exit_code: None, message: Some(message), ranks: Vec::new(), attempt: None }
 }
 
 /// Records `status` as the run's state.

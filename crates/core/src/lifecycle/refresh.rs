@@ -49,6 +49,7 @@ pub async fn refresh(
                     exit_code: record.exit_code,
                     message: Some(format!("last known state (as of {}); {what} no longer exists", record.updated_at)),
                     ranks: Vec::new(),
+                    attempt: None,
                 },
                 JobState::Pending | JobState::Running if !cancel_asked(record) => {
                     // The job ended and was collected (or deleted) before anyone looked: how it

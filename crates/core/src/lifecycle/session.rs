@@ -214,7 +214,7 @@ mod tests {
                 Some(end) if now >= self.at(self.lines.len()) => end,
                 _ => JobState::Running,
             };
-            Ok(JobStatus { state, exit_code: None, message: None, ranks: Vec::new() })
+            Ok(JobStatus { state, exit_code: None, message: None, ranks: Vec::new(), attempt: None })
         }
         async fn logs(&self, _: &JobHandle, options: &LogOptions) -> Result<LogStream> {
             *self.logs.lock().unwrap() += 1;

@@ -77,7 +77,7 @@ mod tests {
     use super::*;
 
     fn status(state: JobState, message: &str) -> JobStatus {
-        JobStatus { state, exit_code: None, message: Some(message.to_owned()), ranks: Vec::new() }
+        JobStatus { state, exit_code: None, message: Some(message.to_owned()), ranks: Vec::new(), attempt: None }
     }
 
     #[test]

@@ -39,6 +39,7 @@ impl Answer {
                 exit_code: None,
                 message: (!message.is_empty()).then(|| message.to_string()),
                 ranks: Vec::new(),
+                attempt: None,
             }),
             Answer::NotFound => Err(Error::NotFound { what: "job `j-1`".into() }),
             Answer::Fails => Err(Error::backend("scripted", "connection refused")),

@@ -522,7 +522,7 @@ pub(crate) fn read_status(run_id: &str, data: &LocalHandleData) -> JobStatus {
             Some("no process of the run is alive and it left no exit code (was the machine restarted?)".to_owned()),
         ),
     };
-    JobStatus { state, exit_code, message, ranks }
+    JobStatus { state, exit_code, message, ranks, attempt: None }
 }
 
 #[cfg(test)]

@@ -52,6 +52,7 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 
 use super::{Flags, Target, World, api::Api, build_binaries, scenarios};
+pub(crate) use plan::SCHEDULER_CONF;
 use plan::{CLUSTER, DOCKERFILE, MOUNT_PATH, NAMESPACE, NODE_PVC_DIR, PACING, Plan};
 use runner::{Processes, Runner, Step, execute};
 use teardown::Teardown;
@@ -114,6 +115,8 @@ pub(crate) fn e2e(root: &Path, flags: &Flags) -> Result<()> {
         std::fs::write(home.join(".theseus.yaml"), target().dispatch_config())?;
         let world = World {
             theseus: bin.join("theseus"),
+            job_image: plan::JOB_IMAGE.into(),
+            queue: NAMESPACE.into(),
             home,
             code,
             pvc: plan.pvc(),

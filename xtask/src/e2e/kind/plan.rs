@@ -29,6 +29,9 @@ pub(crate) const NODE_IMAGE: &str =
     "kindest/node:v1.35.0@sha256:452d707d4862f52530247495d180205e029056831160e22870e37e3f6c1ac31f";
 /// Volcano release, and the version of its Helm chart.
 pub(crate) const VOLCANO_VERSION: &str = "1.15.1";
+/// The Volcano scheduler configuration of the e2e clusters (kind and the simulator), relative
+/// to the repository root.
+pub(crate) const SCHEDULER_CONF: &str = "xtask/e2e/volcano-scheduler.conf";
 /// The chart repository, given to `helm install --repo` (no `helm repo add`: the user's own
 /// repository list stays as it is).
 pub(crate) const VOLCANO_CHART_REPO: &str = "https://volcano-sh.github.io/helm-charts";
@@ -131,6 +134,9 @@ impl Plan {
             steps.extend(self.preload(image, true));
         }
         let e2e_dir = self.root.join("xtask/e2e").display().to_string();
+        // The scheduler of a cluster many teams share (preempt and reclaim on), the same file
+        // the simulator runs with.
+        let scheduler_conf = self.root.join(SCHEDULER_CONF).display().to_string();
         let dockerfile = self.root.join("xtask/e2e/Dockerfile").display().to_string();
         steps.push(Step::new(
             "build the job image (Python + JAX on CPU)",
@@ -155,6 +161,8 @@ impl Plan {
                 &kc,
                 "--set",
                 "basic.image_pull_policy=IfNotPresent",
+                "--set-file",
+                &format!("custom.scheduler_config_override={scheduler_conf}"),
                 "--wait",
                 "--timeout",
                 "10m",
@@ -330,6 +338,7 @@ mod tests {
         let helm = lines.iter().position(|l| l.starts_with("helm install")).unwrap();
         assert!(lines[helm].contains(&format!("--repo {VOLCANO_CHART_REPO} --version 1.15.1")), "{}", lines[helm]);
         assert!(lines[helm].contains("--set basic.image_pull_policy=IfNotPresent"), "{}", lines[helm]);
+        assert!(lines[helm].contains("--set-file custom.scheduler_config_override="), "{}", lines[helm]);
         let last_load = lines.iter().rposition(|l| l.starts_with("kind load")).unwrap();
         assert!(last_load < helm, "images are loaded before Volcano starts");
     }

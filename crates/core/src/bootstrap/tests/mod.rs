@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 
 use super::*;
 
+mod resume;
 mod setup;
 
 /// Values that break naive quoting. `{tmp}` is replaced by the temp dir.
@@ -106,6 +107,7 @@ impl Harness {
             distributed: Distributed::None,
             launch: Launch::Single,
             config: json!({"lr": 0.001}),
+            resume: Resume::default(),
         }
     }
 
