@@ -221,7 +221,9 @@ mod tests {
         let log = "0: step 10\nslurmstepd-node1: error: *** JOB 1 ON node1 CANCELLED AT 2026-11-27T17:54:51 DUE TO \
                    PREEMPTION ***\n0: resumed\n";
         assert_eq!(last_cancel(log), Some(("2026-11-27T17:54:51".into(), "preemption".into())));
-        let two = format!("{log}slurmstepd-node2: error: *** JOB 1 ON node2 CANCELLED AT 2026-11-27T18:00:00 DUE TO JOB REQUEUE ***\n");
+        let two = format!(
+            "{log}slurmstepd-node2: error: *** JOB 1 ON node2 CANCELLED AT 2026-11-27T18:00:00 DUE TO JOB REQUEUE ***\n"
+        );
         assert_eq!(last_cancel(&two), Some(("2026-11-27T18:00:00".into(), "job requeue".into())));
         assert_eq!(last_cancel("CANCELLED AT x\nno\n"), None);
         assert_eq!(last_cancel(""), None);

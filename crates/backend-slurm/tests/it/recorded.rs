@@ -85,11 +85,8 @@ fn sacct_without_accounting() {
 fn preemption_and_requeue_as_slurm_reports_them() {
     use theseus_backend_slurm::parse::preempt;
     assert_eq!(recorded("preempt_ids.txt").trim(), "requeued=34 not_requeued=35 preemptor=36");
-    let urgent = preempt::Preemptor {
-        job_id: "36".into(),
-        partition: "urgent".into(),
-        user: Some("theseus-test-other".into()),
-    };
+    let urgent =
+        preempt::Preemptor { job_id: "36".into(), partition: "urgent".into(), user: Some("theseus-test-other".into()) };
     let by = "preempted at 2026-11-27T18:01:01Z (partition urgent job 36 of theseus-test-other)";
 
     let waiting = recorded("preempt_squeue_requeued.json");

@@ -142,11 +142,7 @@ fn checksum(log: &str) -> String {
 /// preemptor asks for every GPU), the uninterrupted reference on node2 in `cpu`, which is never
 /// preempted.
 fn on(partition: &str, exclude: &str) -> SlurmHost {
-    SlurmHost {
-        partitions: vec![PartitionConfig::Name(partition.into())],
-        exclude: vec![exclude.into()],
-        ..host()
-    }
+    SlurmHost { partitions: vec![PartitionConfig::Name(partition.into())], exclude: vec![exclude.into()], ..host() }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -201,7 +197,10 @@ async fn a_preempted_training_is_requeued_and_resumes_to_the_same_parameters() {
     let log = log_text(b.as_ref(), &h).await;
     assert_eq!((done.state, done.exit_code), (JobState::Completed, Some(0)), "{done:?}\n{log}");
     assert!(log.contains("[theseus] received SIGTERM"), "the bootstrap got Slurm's TERM:\n{log}");
-    assert!(log.contains("CANCELLED AT ") && log.contains("DUE TO PREEMPTION"), "the first attempt's log stays:\n{log}");
+    assert!(
+        log.contains("CANCELLED AT ") && log.contains("DUE TO PREEMPTION"),
+        "the first attempt's log stays:\n{log}"
+    );
     assert!(log.contains("SLURM_RESTART_COUNT 1"), "the requeued job reaches the bootstrap with its count:\n{log}");
     let resumed: Vec<u32> =
         log.lines().filter_map(|l| l.strip_prefix("resumed from step ")).map(|k| k.trim().parse().unwrap()).collect();
