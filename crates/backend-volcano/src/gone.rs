@@ -48,14 +48,22 @@ fn human(ttl: u32) -> String {
     }
 }
 
+/// `ttl` seconds, in words too when that says more: `86400 s (1 d)`, `90 s`.
+fn seconds(ttl: u32) -> String {
+    match human(ttl) {
+        words if words == format!("{ttl} s") => words,
+        words => format!("{ttl} s ({words})"),
+    }
+}
+
 /// The job that no longer exists and the likely reason, for `NotFound` (core's sentence reads
 /// "... no longer exists").
 pub(crate) fn gone_what(data: &HandleData) -> String {
     let why = match data.ttl_seconds_after_finished {
         Some(ttl) => format!(
-            "Volcano collects a finished vcjob after its ttlSecondsAfterFinished, here {ttl} s ({}), unless it \
-             is deleted sooner",
-            human(ttl)
+            "Volcano collects a finished vcjob after its ttlSecondsAfterFinished, here {}, unless it is \
+             deleted sooner",
+            seconds(ttl)
         ),
         None => "deleted, or collected after its ttlSecondsAfterFinished".to_owned(),
     };
@@ -202,7 +210,8 @@ mod tests {
         assert!(why.contains("deleted before its ttlSecondsAfterFinished"), "{why}");
         let why = gone_why(&data(None), Some(ended), at("2026-11-28T11:00:00Z"));
         assert!(why.contains("is gone (deleted, or collected"), "{why}");
-        assert!(gone_what(&data(Some(600))).contains("ttlSecondsAfterFinished, here 600 s (10 min)"));
+        assert!(gone_what(&data(Some(600))).contains("ttlSecondsAfterFinished, here 600 s (10 min), unless"));
+        assert!(gone_what(&data(Some(0))).contains("here 0 s, unless"));
         assert_eq!(human(90), "90 s");
         assert_eq!(human(7200), "2 h");
     }

@@ -5,7 +5,7 @@
 
 use k8s_openapi::jiff::Timestamp;
 use theseus_core::backend::{JobStatus, LogLine, LogStream};
-use theseus_core::store::{ScriptCall, Shell as _};
+use theseus_core::store::{ScriptCall, Shell as _, ShellError};
 
 use super::VolcanoBackend;
 use crate::gone::{LOG_TAIL_BYTES, READ_LOG, READ_METADATA, ended_from, gone_what, gone_why};
@@ -39,27 +39,54 @@ impl VolcanoBackend {
     /// said together with why the vcjob is gone. `None` when the handle does not say where they are.
     pub(crate) async fn ended_on_pvc(&self, data: &HandleData) -> theseus_core::Result<Option<JobStatus>> {
         let Some(dir) = self.run_dir_of(data) else { return Ok(None) };
-        let args = vec![dir.clone()];
         let out = self
-            .with_store_helper_within("status", self.gone_helper_start(), move |shell| async move {
-                let call = ScriptCall {
-                    script: READ_METADATA,
-                    args,
-                    stdin: None,
-                    stdin_len: None,
-                    progress: None,
-                    label: "the run's metadata files",
-                };
-                shell
-                    .run(call)
-                    .await
-                    .map_err(|e| theseus_core::Error::backend("volcano", format!("reading {}: {e}", shell.describe())))
-            })
-            .await?;
+            .read_on_pvc("status", READ_METADATA, vec![dir.clone()], "the run's metadata files")
+            .await
+            .map_err(|e| self.unread(data, "status", &e))?;
         let (mut status, ended) = ended_from(&String::from_utf8_lossy(&out), &dir);
         let why = gone_why(data, ended, Timestamp::now());
         status.message = Some(format!("{why}; {}", status.message.unwrap_or_default()));
         Ok(Some(status))
+    }
+
+    /// Runs `script` with `args` in a short-lived helper pod that mounts the PVC and returns its
+    /// stdout. An exec refused or cut on its way (an API server's hiccup, not the files') is
+    /// tried once more.
+    async fn read_on_pvc(
+        &self,
+        purpose: &str,
+        script: &'static str,
+        args: Vec<String>,
+        label: &'static str,
+    ) -> theseus_core::Result<Vec<u8>> {
+        self.with_store_helper_within(purpose, self.gone_helper_start(), move |shell| async move {
+            let call =
+                || ScriptCall { script, args: args.clone(), stdin: None, stdin_len: None, progress: None, label };
+            let out = match shell.run(call()).await {
+                Err(ShellError::Transport(e)) => {
+                    tracing::debug!("reading {label} in {} failed ({e}); once more", shell.describe());
+                    shell.run(call()).await
+                }
+                other => other,
+            };
+            out.map_err(|e| {
+                theseus_core::Error::backend("volcano", format!("reading {label} in {}: {e}", shell.describe()))
+            })
+        })
+        .await
+    }
+
+    /// The error of a gone run whose files could not be read: what is gone, what failed, and
+    /// that the run is left as it was.
+    fn unread(&self, data: &HandleData, command: &str, e: &theseus_core::Error) -> theseus_core::Error {
+        theseus_core::Error::backend(
+            self,
+            format!(
+                "{} no longer exists, and its files on the PVC could not be read: {e}; the run is left as \
+                 it was (`theseus {command}` tries again)",
+                gone_what(data)
+            ),
+        )
     }
 
     /// The output of the run of `data`, whose vcjob (and so its pods' logs) is gone: its log
@@ -81,21 +108,9 @@ impl VolcanoBackend {
         }
         let args = vec![file.clone(), LOG_TAIL_BYTES.to_string()];
         let out = self
-            .with_store_helper_within("logs", self.gone_helper_start(), move |shell| async move {
-                let call = ScriptCall {
-                    script: READ_LOG,
-                    args,
-                    stdin: None,
-                    stdin_len: None,
-                    progress: None,
-                    label: "the run's log file",
-                };
-                shell
-                    .run(call)
-                    .await
-                    .map_err(|e| theseus_core::Error::backend("volcano", format!("reading {}: {e}", shell.describe())))
-            })
-            .await?;
+            .read_on_pvc("logs", READ_LOG, args, "the run's log file")
+            .await
+            .map_err(|e| self.unread(data, "logs", &e))?;
         let text = String::from_utf8_lossy(&out);
         let (size, body) = text.split_once('\n').unwrap_or((&text, ""));
         let size: u64 = size.trim().parse().unwrap_or(0);
