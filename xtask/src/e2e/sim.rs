@@ -1,5 +1,6 @@
 //! The simulator target: `theseus-kube-sim` as a child process serving HTTPS with its own CA
-//! (2 nodes x 4 GPUs, the helper image of the broken host unpullable, RBAC on: theseus's user
+//! (2 nodes x 4 GPUs, the multi-team scheduler conf of the kind cluster, the helper image of the
+//! broken host unpullable, RBAC on: theseus's user
 //! holds exactly `docs/rbac.yaml`, then the namespaced Role alone), the `e2e` host in a temp
 //! `HOME`, the scenarios, then the simulator stopped with SIGTERM (it kills its pod processes on
 //! the way out). The passes differ in how theseus's user authenticates (a bearer token, a client
@@ -250,6 +251,8 @@ fn start_world_with(
     }
     let ca = scratch.join("ca.pem");
     args.extend(["--ca-out".to_owned(), ca.display().to_string()]);
+    // The scheduler of a cluster many teams share, as the kind cluster runs it.
+    args.extend(["--scheduler-conf".to_owned(), root.join(super::kind::SCHEDULER_CONF).display().to_string()]);
     let access_log = scratch.join("access.log");
     args.extend(["--access-log".to_owned(), access_log.display().to_string()]);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();

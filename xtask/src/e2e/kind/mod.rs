@@ -52,6 +52,7 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 
 use super::{Flags, Target, World, api::Api, build_binaries, scenarios};
+pub(crate) use plan::SCHEDULER_CONF;
 use plan::{CLUSTER, DOCKERFILE, MOUNT_PATH, NAMESPACE, NODE_PVC_DIR, PACING, Plan};
 use runner::{Processes, Runner, Step, execute};
 use teardown::Teardown;
