@@ -73,6 +73,7 @@ fn list_status_and_logs_of_a_collected_run_answer_from_the_ledger_and_the_pvc() 
     assert!(stdout.contains(&format!("brief {run_id} on k8s: completed (exit code 0)")), "{stdout}");
     assert!(stdout.contains("last known state (as of ") && stdout.contains("no longer exists"), "{stdout}");
     assert!(stdout.contains("ttlSecondsAfterFinished, here 1 s"), "says why the job is gone: {stdout}");
+    assert!(stdout.contains("every rank completed, as "), "and how it ended, as recorded: {stdout}");
 
     let logs = ctx.run(&["logs", "brief"]);
     let stdout = text(&logs.stdout);
