@@ -175,6 +175,7 @@ pub(crate) async fn follow(
     let silence = cluster.watch_silence();
     let mut watches = Watches { pods: cluster.watch_pods(&selector(data)), job: Some(cluster.watch_job(&data.job)) };
     let mut last_news = Instant::now();
+    let mut restarts = Restarts::default();
     let job = loop {
         let look_at = last_news + if watches.job.is_some() { silence } else { settings.poll };
         tokio::select! {
@@ -202,6 +203,7 @@ pub(crate) async fn follow(
                 match event {
                     Some(Ok(now)) => {
                         contact.ok();
+                        restarts.saw(cluster, now.as_ref()).await;
                         if terminal(now.as_ref()) {
                             break now;
                         }
@@ -220,6 +222,7 @@ pub(crate) async fn follow(
                 match cluster.get_job(&data.job).await {
                     Ok(now) => {
                         let back = contact.ok();
+                        restarts.saw(cluster, now.as_ref()).await;
                         if terminal(now.as_ref()) {
                             break now;
                         }
@@ -259,6 +262,36 @@ pub(crate) async fn follow(
         let _ = tx.send(Ok(theseus_core::backend::LogLine { rank: None, text, source: Some("theseus".into()) })).await;
     }
     Ok(())
+}
+
+/// The job's restarts as the follow sees them: each one seen while following is said once, on
+/// stderr, with why ([`crate::interruption`]), once the job has left `Restarting` (the
+/// preemptor's pods are bound by then).
+#[derive(Default)]
+struct Restarts {
+    /// `retryCount` when last looked at (`None`: not yet).
+    seen: Option<i32>,
+}
+
+impl Restarts {
+    async fn saw(&mut self, cluster: &Cluster, job: Option<&Job>) {
+        let Some((job, status)) = job.and_then(|j| Some((j, j.status.as_ref()?))) else { return };
+        let retries = status.retry_count.unwrap_or(0);
+        let phase = status.state.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("");
+        let Some(seen) = self.seen else {
+            self.seen = Some(retries);
+            return;
+        };
+        if retries <= seen || phase == "Restarting" {
+            return;
+        }
+        self.seen = Some(retries);
+        let name = job.metadata.name.as_deref().unwrap_or("?");
+        match crate::interrupted::interruption_line(cluster, job).await {
+            Some(line) => tracing::warn!("vcjob {name}: {line}"),
+            None => tracing::warn!("vcjob {name} restarted (restart {retries})"),
+        }
+    }
 }
 
 /// The next state of the job from its watch (never, when it is not watched).

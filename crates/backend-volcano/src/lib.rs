@@ -90,6 +90,7 @@ mod gone;
 mod handle;
 pub mod helper;
 pub mod host;
+mod interrupted;
 pub mod interruption;
 mod kubeconfig;
 pub mod log_cursor;

@@ -28,7 +28,8 @@
 //!
 //! Divergences from a real cluster are listed on [`SimConfig`] and in the module docs of
 //! `runtime` (where pod files live), `hosts` (name resolution in pods), `procs` (signals and restarts), `controller` (what the
-//! Volcano job controller does), `scheduler` (what a Volcano scheduler session does),
+//! Volcano job controller does), `scheduler` (what a Volcano scheduler session does, with
+//! `schedconf`, `order`, `share`, `preempt`, `reclaim` and `evict`),
 //! `predicates` (which node labels and taints a pod may land on), `gc` (`ttlSecondsAfterFinished`),
 //! `schema` and `admission`. With `SimConfig::authz` it authenticates bearer tokens and authorises by RBAC
 //! (`rbac`); client certificates authenticate with or without it. `dryRun=All` runs every check and stores nothing; a custom resource's `status` is
@@ -42,6 +43,7 @@ mod api_admission;
 mod controller;
 mod core_objects;
 mod discovery;
+mod enqueue;
 mod events;
 mod evict;
 pub mod exec;

@@ -191,7 +191,7 @@ impl Snapshot {
                 req,
                 priority: pod.pointer("/spec/priority").and_then(Value::as_i64).unwrap_or(0),
                 state,
-                preemptable: flag.map_or(true, |v| parse_bool(v).unwrap_or(false)),
+                preemptable: flag.is_none_or(|v| parse_bool(v).unwrap_or(false)),
                 critical: matches!(class, "system-cluster-critical" | "system-node-critical") || key.0 == "kube-system",
                 never_preempts: str_at(&pod, "/spec/preemptionPolicy") == "Never",
                 pod,
@@ -237,8 +237,9 @@ impl Snapshot {
             });
             for &t in &job.tasks {
                 let task = &self.tasks[t];
+                // `AllocatedStatus`: a releasing task no longer counts for its queue.
                 match task.state {
-                    TaskState::Bound | TaskState::Releasing => {
+                    TaskState::Bound => {
                         share::add(&mut attr.allocated, &task.req);
                         share::add(&mut attr.request, &task.req);
                     }

@@ -695,6 +695,18 @@ fn data_of(obj: &Value, is_secret: bool) -> Vec<(String, String)> {
 }
 
 /// Resolves `valueFrom`; `Ok(None)` for an optional reference that is missing.
+/// `metadata.annotations['KEY']` or `metadata.labels['KEY']` as (`annotations`|`labels`, KEY).
+fn subscript(path: &str) -> Option<(&'static str, &str)> {
+    let (map, rest) = if let Some(rest) = path.strip_prefix("metadata.annotations[") {
+        ("annotations", rest)
+    } else {
+        ("labels", path.strip_prefix("metadata.labels[")?)
+    };
+    let key = rest.strip_suffix(']')?;
+    let key = key.strip_prefix('\'').and_then(|k| k.strip_suffix('\'')).unwrap_or(key);
+    Some((map, key))
+}
+
 fn resolve_from(store: &Store, pod: &Value, ns: &str, from: &Value) -> Result<Option<String>, String> {
     for (field, res, is_secret, kind) in [
         ("secretKeyRef", known::secrets(), true, "Secret"),
@@ -716,8 +728,14 @@ fn resolve_from(store: &Store, pod: &Value, ns: &str, from: &Value) -> Result<Op
         };
     }
     if let Some(path) = from.pointer("/fieldRef/fieldPath").and_then(Value::as_str) {
-        let value = match path {
-            "status.podIP" | "status.hostIP" => Some("127.0.0.1".to_owned()),
+        let value = match (path, subscript(path)) {
+            ("status.podIP" | "status.hostIP", _) => Some("127.0.0.1".to_owned()),
+            // `metadata.annotations['KEY']` and `metadata.labels['KEY']`: the value, empty when
+            // the key is absent (`ExtractFieldPathAsString` in
+            // k8s.io/kubernetes pkg/fieldpath/fieldpath.go; read, not run).
+            (_, Some((map, key))) => {
+                Some(pod["metadata"][map].get(key).and_then(Value::as_str).unwrap_or("").to_owned())
+            }
             _ => {
                 let pointer = format!("/{}", path.replace('.', "/"));
                 pod.pointer(&pointer).and_then(Value::as_str).map(str::to_owned)
@@ -756,6 +774,21 @@ fn expand(text: &str, env: &[(String, String)]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn field_paths_subscript_annotations_and_labels() {
+        assert_eq!(
+            subscript("metadata.annotations['volcano.sh/job-retry-count']"),
+            Some(("annotations", "volcano.sh/job-retry-count"))
+        );
+        assert_eq!(subscript("metadata.labels['app']"), Some(("labels", "app")));
+        assert_eq!(subscript("metadata.name"), None);
+        let pod = serde_json::json!({"metadata": {"annotations": {"a": "1"}, "labels": {}}});
+        let from = |p: &str| serde_json::json!({"fieldRef": {"fieldPath": p}});
+        let store = Store::new(10);
+        assert_eq!(resolve_from(&store, &pod, "default", &from("metadata.annotations['a']")), Ok(Some("1".into())));
+        assert_eq!(resolve_from(&store, &pod, "default", &from("metadata.labels['x']")), Ok(Some(String::new())));
+    }
 
     #[test]
     fn expands_like_kubelet() {

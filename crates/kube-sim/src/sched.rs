@@ -90,6 +90,12 @@ pub(crate) struct Cluster {
 impl Cluster {
     /// Reads nodes and bound pods from the store.
     pub(crate) fn from_store(store: &Store) -> Self {
+        Self::from_store_future(store, false)
+    }
+
+    /// Reads nodes and bound pods from the store; with `future`, what pods being deleted hold
+    /// counts as free (a node's `FutureIdle` in Volcano).
+    pub(crate) fn from_store_future(store: &Store, future: bool) -> Self {
         let (nodes, _) = store.list(known::nodes(), None, &Selectors::default());
         let (pods, _) = store.list(known::pods(), None, &Selectors::default());
         let mut cluster = Cluster {
@@ -103,7 +109,8 @@ impl Cluster {
                 })
                 .collect(),
         };
-        for pod in pods.iter().filter(|p| holds_resources(p)) {
+        let counts = |p: &&Value| holds_resources(p) && !(future && p.pointer("/metadata/deletionTimestamp").is_some());
+        for pod in pods.iter().filter(counts) {
             if let Some(node) = pod.pointer("/spec/nodeName").and_then(Value::as_str) {
                 cluster.reserve(node, &pod_requests(&pod["spec"]));
             }
@@ -133,7 +140,8 @@ impl Cluster {
         total
     }
 
-    fn reserve(&mut self, node: &str, req: &Resources) {
+    /// Counts `req` as used on `node`.
+    pub(crate) fn reserve(&mut self, node: &str, req: &Resources) {
         if let Some(n) = self.nodes.iter_mut().find(|n| n.name == node) {
             for (k, v) in req {
                 *n.used.entry(k.clone()).or_default() += v;

@@ -1,33 +1,48 @@
-//! One Volcano scheduler session over every PodGroup, as the default `volcano-scheduler.conf` of
-//! the 1.15 chart runs it (`actions: "enqueue, allocate, backfill"`, tier 2 starting with
-//! `overcommit`, then `proportion`):
+//! One Volcano scheduler session over every PodGroup, running the actions of
+//! [`crate::SimConfig::scheduler`] in order (`volcano-scheduler.conf`; by default the 1.15
+//! chart's `actions: "enqueue, allocate, backfill"`, see `schedconf`). Shared clusters add
+//! `preempt` (`preempt.rs`) and `reclaim` (`reclaim.rs`); their evictions are `evict.rs`'s.
 //!
-//! - enqueue (pkg/scheduler/actions/enqueue/enqueue.go): a `Pending` PodGroup becomes `Inqueue`
-//!   when the `jobEnqueueableFn`s of pkg/scheduler/plugins/overcommit (cluster allocatable x 1.2
-//!   minus what is used and what other enqueued groups still need) and
-//!   pkg/scheduler/plugins/proportion (the queue's capability, at most the cluster) admit its
+//! - enqueue (pkg/scheduler/actions/enqueue/enqueue.go): queue by queue (`order.rs`), jobs in
+//!   the job order (priority, then creation), a `Pending` PodGroup becomes `Inqueue` when the
+//!   configured `jobEnqueueableFn`s of pkg/scheduler/plugins/overcommit (cluster allocatable x
+//!   the `overcommit-factor`, 1.2 by default, minus what is used and what other enqueued
+//!   groups still need) and of the queue plugin (the queue's real capability: the cluster less
+//!   every queue's `guarantee` plus its own, at most its `capability`) admit its
 //!   `minResources`; a rejection is a `Normal` `Unschedulable` event on the PodGroup
 //!   (`resource in cluster is overused: overused <res>` or `queue resource quota insufficient:
 //!   insufficient <res>`). Every session also records `RecordJobStatusEvent`'s `Warning`
 //!   `Unschedulable` event for a group still pending (`0/0 tasks in gang unschedulable: pod group
 //!   is not ready, N minAvailable` when it has no pods). A group that is not enqueued gets no
 //!   condition: the gang plugin skips jobs without tasks (`OnSessionClose` in plugins/gang).
-//! - allocate: the pods of an enqueued group are bound all together (first fit, on a node with
-//!   room whose labels and taints the pod's `nodeSelector`, required node affinity and
-//!   tolerations accept: the `predicates` plugin, see [`crate::sched::Cluster::place`]) once all
-//!   fit, or none are, and the group gets the gang plugin's `Unschedulable` condition with the
-//!   job's fit error (`0/N nodes are unavailable: 2 node(s) didn't match Pod's node
-//!   affinity/selector.`), its pods `PodScheduled=False` and a `FailedScheduling` event
-//!   (`taskUnschedulable` in pkg/scheduler/cache/cache.go). A claim named in
-//!   [`crate::SimConfig::missing_pvcs`] fails volume binding's PreFilter with
+//!   Without an enqueue action, allocate moves `Pending` groups to `Inqueue` itself
+//!   (allocate.go `Execute`).
+//! - allocate: queue by queue in the queue order (queue `spec.priority`, then the smaller share
+//!   of its deserved), jobs in the job order (`priority` plugin: the PodGroup's PriorityClass
+//!   value; `gang`: a job not yet ready first; then creation time), the pods of an enqueued group
+//!   are bound all together once all fit, or none are. A pod is taken only while its queue may
+//!   allocate it (`Session.Allocatable`: proportion, allocated plus the pod within the queue's
+//!   deserved share; capacity, within its real capability), and on the first node with room
+//!   whose labels and taints the pod's `nodeSelector`, required node affinity and tolerations
+//!   accept (the `predicates` plugin, see [`crate::sched::Cluster::place`]). A gang that does not
+//!   fit but would once the pods being deleted are gone is pipelined: what it needs is held from
+//!   the jobs after it in the session. A group that does not fit gets the gang plugin's
+//!   `Unschedulable` condition with the job's fit error (`0/N nodes are unavailable: 2 node(s)
+//!   didn't match Pod's node affinity/selector.`), its pods `PodScheduled=False` and a
+//!   `FailedScheduling` event (`taskUnschedulable` in pkg/scheduler/cache/cache.go). A claim named
+//!   in [`crate::SimConfig::missing_pvcs`] fails volume binding's PreFilter with
 //!   `persistentvolumeclaim "<name>" not found`.
+//! - backfill: accepted and does nothing of its own; allocate already places pods without
+//!   requests.
 //!
 //! Divergences: resources compare per dimension with the job's dimensions only, as Volcano's
-//! `LessEqualWithDimensionAndResourcesName` does, but guarantees, elastic resources and
-//! hierarchical queues are not modelled; a queue's `spec.deserved` is validated by its CRD
-//! schema and kept, but the chart's proportion plugin derives deserved shares from weights and
-//! never reads it (pkg/scheduler/plugins/capacity, which replaces proportion, does), so this
-//! session does not either; the fit error's task histogram is simplified.
+//! `LessEqualWithDimensionAndResourcesName` does; nodes are tried first fit, not by the
+//! `nodeorder`/`binpack` scores (placement is the same whenever one node's worth of room is
+//! what decides, as in these scenarios); hierarchical queues, elastic resources, `drf`, `sla`,
+//! `tdm`, the `gangpreempt`/`gangreclaim` actions and network topology are not modelled (the
+//! conf refuses actions it does not run); a queue that is overused is not skipped as a whole by
+//! allocate, each pod is checked against it instead; the fit error's task histogram is
+//! simplified. Followed from the source, read, not run.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -37,13 +52,13 @@ use serde_json::{Value, json};
 
 use crate::Shared;
 use crate::discovery::known;
+use crate::enqueue::{bound, group_pods};
 use crate::events;
 use crate::jobpods::str_at;
 use crate::order::Snapshot;
 use crate::sched::{self, Cluster, Resources};
-use crate::schedconf::SchedulerConf;
 use crate::selector::Selectors;
-use crate::share::{self, QueueAttr};
+use crate::share::{self, QueueAttr, add};
 use crate::store::Store;
 use crate::util;
 
@@ -87,7 +102,7 @@ impl Scheduler {
                             continue;
                         }
                         if let Ok(group) = store.get(known::podgroups(), &job.ns, &job.name) {
-                            enqueue(store, conf, &group);
+                            crate::enqueue::enqueue(store, conf, &group);
                         }
                     }
                 }
@@ -103,198 +118,69 @@ impl Scheduler {
                             }
                         }
                     }
+                    // Only groups with pods to bind take part: a pass over a cluster whose pods
+                    // are all bound reads the pods once.
+                    let waiting = waiting_groups(store);
+                    if waiting.is_empty() {
+                        continue;
+                    }
                     let mut snap = Snapshot::build(store, conf);
                     let order = snap.allocation_order(&["Inqueue", "Running"]);
                     let mut queues = snap.queues.clone();
+                    let mut pipelined = Vec::new();
                     for j in order {
                         let job = &snap.jobs[j];
-                        if held.contains(&job.uid) {
+                        if held.contains(&job.uid) || !waiting.contains(&(job.ns.clone(), job.name.clone())) {
                             continue;
                         }
                         // Re-read: an earlier group of this session may have changed what is free.
                         if let Ok(group) = store.get(known::podgroups(), &job.ns, &job.name) {
                             let gate = conf.queue_plugin().map(|plugin| (plugin, queues.get_mut(&job.queue)));
-                            allocate(shared, &group, gate);
+                            allocate(shared, &group, gate, &mut pipelined);
                         }
                     }
                 }
-                "preempt" => crate::preempt::run(store, conf, &mut Snapshot::build(store, conf)),
-                "reclaim" => crate::reclaim::run(store, conf, &mut Snapshot::build(store, conf)),
+                // Preemptors and reclaimers are jobs with pods to bind.
+                "preempt" if !waiting_groups(store).is_empty() => {
+                    crate::preempt::run(store, conf, &mut Snapshot::build(store, conf));
+                }
+                "reclaim" if !waiting_groups(store).is_empty() => {
+                    crate::reclaim::run(store, conf, &mut Snapshot::build(store, conf));
+                }
                 _ => {}
             }
         }
     }
 }
 
-/// The pods of a group: in its namespace, annotated with its name.
-fn group_pods(store: &Store, group: &Value) -> Vec<Value> {
-    let name = str_at(group, "/metadata/name");
-    let (pods, _) = store.list(known::pods(), Some(str_at(group, "/metadata/namespace")), &Selectors::default());
-    pods.into_iter()
-        .filter(|p| str_at(p, "/metadata/annotations/scheduling.k8s.io~1group-name") == name)
+/// The (namespace, PodGroup) of every pod waiting to be bound.
+fn waiting_groups(store: &Store) -> HashSet<(String, String)> {
+    let (pods, _) = store.list(known::pods(), None, &Selectors::default());
+    pods.iter()
+        .filter(|p| !bound(p) && str_at(p, "/status/phase") == "Pending")
         .filter(|p| p.pointer("/metadata/deletionTimestamp").is_none())
+        .map(|p| {
+            let group = str_at(p, "/metadata/annotations/scheduling.k8s.io~1group-name");
+            (str_at(p, "/metadata/namespace").to_owned(), group.to_owned())
+        })
+        .filter(|(_, group)| !group.is_empty())
         .collect()
-}
-
-fn bound(pod: &Value) -> bool {
-    !str_at(pod, "/spec/nodeName").is_empty()
-}
-
-fn add(into: &mut Resources, from: &Resources) {
-    for (k, v) in from {
-        *into.entry(k.clone()).or_default() += v;
-    }
-}
-
-/// What enqueued groups still need beyond what their bound pods hold (`GetInqueueResource`),
-/// in total and per queue. Only `Inqueue` groups count: a `Running` one counts only while its
-/// allocated pods reach `minMember`, and then it holds what it needs already (the overcommit
-/// and proportion plugins' `OnSessionOpen`).
-fn inqueue_resources(store: &Store, except: &str) -> (Resources, HashMap<String, Resources>) {
-    let (groups, _) = store.list(known::podgroups(), None, &Selectors::default());
-    let mut total = Resources::new();
-    let mut per_queue: HashMap<String, Resources> = HashMap::new();
-    for g in groups.iter().filter(|g| str_at(g, "/metadata/uid") != except) {
-        if str_at(g, "/status/phase") != "Inqueue" {
-            continue;
-        }
-        let mut need = sched::from_quantities(g.pointer("/spec/minResources"));
-        for pod in group_pods(store, g).iter().filter(|p| bound(p) && sched::holds_resources(p)) {
-            for (k, v) in sched::pod_requests(&pod["spec"]) {
-                let e = need.entry(k).or_default();
-                *e = (*e - v).max(0);
-            }
-        }
-        add(&mut total, &need);
-        add(per_queue.entry(str_at(g, "/spec/queue").to_owned()).or_default(), &need);
-    }
-    (total, per_queue)
-}
-
-/// The resource names of `want` (its positive dimensions) that exceed `limit`, cpu and memory
-/// first (`LessEqualWithDimensionAndResourcesName` in pkg/scheduler/api/resource_info.go).
-fn exceeded(want: &Resources, limit: &Resources, wanted: &Resources) -> Vec<String> {
-    let mut names: Vec<&String> = wanted.iter().filter(|(_, v)| **v > 0).map(|(k, _)| k).collect();
-    names.sort_by_key(|k| (k.as_str() != "cpu", k.as_str() != "memory", (*k).clone()));
-    names
-        .into_iter()
-        .filter(|k| want.get(*k).copied().unwrap_or(0) > limit.get(*k).copied().unwrap_or(0))
-        .cloned()
-        .collect()
-}
-
-/// `FormatResourceNames` in pkg/scheduler/plugins/util/util.go.
-fn format_names(prefix: &str, verb: &str, names: &[String]) -> String {
-    if names.is_empty() {
-        return prefix.to_owned();
-    }
-    let parts: Vec<String> = names.iter().map(|n| format!("{verb} {n}")).collect();
-    format!("{prefix}: {}", parts.join(", "))
-}
-
-/// The enqueue action for one `Pending` group.
-fn enqueue(store: &Store, conf: &SchedulerConf, group: &Value) {
-    let ns = str_at(group, "/metadata/namespace");
-    let name = str_at(group, "/metadata/name");
-    let min_member = group.pointer("/spec/minMember").and_then(Value::as_u64).unwrap_or(0);
-    let pods = group_pods(store, group);
-    // RecordJobStatusEvent, every session for a group that is not scheduled.
-    let pending_tasks = pods.iter().filter(|p| !bound(p)).count();
-    let mut histogram = vec![format!("{min_member} minAvailable")];
-    if pending_tasks > 0 {
-        histogram.push(format!("{pending_tasks} Pending"));
-    }
-    histogram.sort();
-    events::emit(
-        store,
-        group,
-        "Warning",
-        "Unschedulable",
-        &format!(
-            "{pending_tasks}/{} tasks in gang unschedulable: pod group is not ready, {}",
-            pods.len(),
-            histogram.join(", ")
-        ),
-        "volcano",
-    );
-    let queue_name = str_at(group, "/spec/queue");
-    let Ok(queue) = store.get(known::queues(), "", queue_name) else {
-        // enqueue.go: "Failed to find Queue" is only logged.
-        return;
-    };
-    let min = sched::from_quantities(group.pointer("/spec/minResources"));
-    if let Err(message) = enqueueable(store, conf, group, &queue, &min) {
-        if !message.is_empty() {
-            events::emit(store, group, "Normal", "Unschedulable", &message, "volcano");
-        }
-        return;
-    }
-    let _ = store.update(known::podgroups(), ns, name, |pg| pg["status"]["phase"] = json!("Inqueue"));
-}
-
-/// The configured `jobEnqueueableFn`s in order: overcommit (with its factor), then the queue
-/// plugin (proportion's capability check; capacity's is the same for a flat queue). `Err` is
-/// the event message of the rejecting plugin (empty when it records none).
-fn enqueueable(
-    store: &Store,
-    conf: &SchedulerConf,
-    group: &Value,
-    queue: &Value,
-    min: &Resources,
-) -> Result<(), String> {
-    let state = str_at(queue, "/status/state");
-    if min.values().all(|v| *v <= 0) {
-        return Ok(());
-    }
-    let cluster = Cluster::from_store(store);
-    let total = cluster.allocatable();
-    let used = cluster.used();
-    let (inqueue, inqueue_per_queue) = inqueue_resources(store, str_at(group, "/metadata/uid"));
-    // overcommit: inqueue + min <= total x factor - used.
-    if let Some(factor) = conf.overcommit_percent() {
-        let mut idle = Resources::new();
-        for (k, v) in &total {
-            idle.insert(k.clone(), v * factor / 100 - used.get(k).copied().unwrap_or(0));
-        }
-        let mut want = inqueue.clone();
-        add(&mut want, min);
-        let over = exceeded(&want, &idle, min);
-        if !over.is_empty() {
-            return Err(format_names("resource in cluster is overused", "overused", &over));
-        }
-    }
-    if conf.queue_plugin().is_none() {
-        return Ok(());
-    }
-    // proportion: a queue that is not open takes nothing (only logged).
-    if !state.is_empty() && state != "Open" {
-        return Err(String::new());
-    }
-    let capability = sched::from_quantities(queue.pointer("/spec/capability"));
-    let mut real = total.clone();
-    for (k, cap) in &capability {
-        if matches!(k.as_str(), "cpu" | "memory") && *cap <= 0 {
-            continue;
-        }
-        let t = real.entry(k.clone()).or_insert(*cap);
-        *t = (*t).min(*cap);
-    }
-    let queue_name = str_at(group, "/spec/queue");
-    let mut want = min.clone();
-    add(&mut want, &sched::queue_usage(store).remove(queue_name).unwrap_or_default());
-    add(&mut want, &inqueue_per_queue.get(queue_name).cloned().unwrap_or_default());
-    let short = exceeded(&want, &real, min);
-    if !short.is_empty() {
-        return Err(format_names("queue resource quota insufficient", "insufficient", &short));
-    }
-    Ok(())
 }
 
 /// The allocate action for one enqueued group: binds all its unbound pods or none. `gate` is
 /// the queue plugin and the group's queue: a pod is taken only while the queue may allocate
 /// it (`Session.Allocatable`: proportion, allocated plus the pod within deserved; capacity,
 /// within the real capability; an `Open` queue), and what is bound is added to the queue.
-fn allocate(shared: &Arc<Shared>, group: &Value, gate: Option<(&str, Option<&mut QueueAttr>)>) {
+///
+/// A gang that does not fit what is idle but fits what is idle once pods being deleted are
+/// gone is pipelined (allocate.go: tasks placed on `FutureIdle` are `Pipelined`): what it
+/// would take is added to `pipelined` and held from the groups after it in this session.
+fn allocate(
+    shared: &Arc<Shared>,
+    group: &Value,
+    gate: Option<(&str, Option<&mut QueueAttr>)>,
+    pipelined: &mut Vec<(String, Resources)>,
+) {
     let store = &shared.store;
     let ns = str_at(group, "/metadata/namespace");
     let name = str_at(group, "/metadata/name");
@@ -305,13 +191,17 @@ fn allocate(shared: &Arc<Shared>, group: &Value, gate: Option<(&str, Option<&mut
         return;
     }
     let mut cluster = Cluster::from_store(store);
+    for (node, req) in pipelined.iter() {
+        cluster.reserve(node, req);
+    }
     let mut placed: Vec<(&Value, String)> = Vec::new();
     let mut failures: BTreeMap<String, String> = BTreeMap::new();
-    let (plugin, mut queue) = match gate {
+    let (plugin, queue) = match gate {
         Some((plugin, queue)) => (plugin, queue),
         None => ("", None),
     };
     let mut taken = Resources::new();
+    let mut gated = false;
     for pod in &unbound {
         let req = sched::pod_requests(&pod["spec"]);
         if let Some(q) = queue.as_deref() {
@@ -324,6 +214,7 @@ fn allocate(shared: &Arc<Shared>, group: &Value, gate: Option<(&str, Option<&mut
                 q.real_capability.clone()
             };
             if !q.open || !share::fits_in(&future, &limit, &req) {
+                gated = true;
                 continue;
             }
         }
@@ -351,7 +242,7 @@ fn allocate(shared: &Arc<Shared>, group: &Value, gate: Option<(&str, Option<&mut
     }
     let ready = pods.len() - unbound.len();
     if ready + placed.len() >= min_member.max(1) {
-        if let Some(q) = queue.as_deref_mut() {
+        if let Some(q) = queue {
             add(&mut q.allocated, &taken);
         }
         for (pod, node) in &placed {
@@ -365,6 +256,9 @@ fn allocate(shared: &Arc<Shared>, group: &Value, gate: Option<(&str, Option<&mut
         let phase = if allocated >= min_member.max(1) { "Running" } else { "Inqueue" };
         set_condition(store, ns, name, phase, None);
         return;
+    }
+    if !gated {
+        pipeline(store, &unbound, ready, min_member, pipelined);
     }
     // gang OnSessionClose and RecordJobStatusEvent.
     let pending = unbound.len();
@@ -412,6 +306,29 @@ fn allocate(shared: &Arc<Shared>, group: &Value, gate: Option<(&str, Option<&mut
         if let Ok(obj) = updated {
             events::emit(store, &obj, "Warning", "FailedScheduling", &message, "volcano");
         }
+    }
+}
+
+/// Holds what the gang would take on the nodes' future idle resources when it fits there.
+fn pipeline(
+    store: &Store,
+    unbound: &[&Value],
+    ready: usize,
+    min_member: usize,
+    pipelined: &mut Vec<(String, Resources)>,
+) {
+    let mut future = Cluster::from_store_future(store, true);
+    for (node, req) in pipelined.iter() {
+        future.reserve(node, req);
+    }
+    let mut held = Vec::new();
+    for pod in unbound {
+        if let Ok(node) = future.place(&pod["spec"]) {
+            held.push((node, sched::pod_requests(&pod["spec"])));
+        }
+    }
+    if ready + held.len() >= min_member.max(1) {
+        pipelined.extend(held);
     }
 }
 

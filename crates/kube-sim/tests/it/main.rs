@@ -7,6 +7,7 @@ mod lifecycle;
 mod objects;
 mod placement;
 mod refusals;
+mod shared;
 mod support;
 mod ttl;
 mod volcano;
