@@ -73,6 +73,7 @@ fn list_status_and_logs_of_a_collected_run_answer_from_the_ledger_and_the_pvc() 
     assert!(stdout.contains(&format!("brief {run_id} on k8s: completed (exit code 0)")), "{stdout}");
     assert!(stdout.contains("last known state (as of ") && stdout.contains("no longer exists"), "{stdout}");
     assert!(stdout.contains("ttlSecondsAfterFinished, here 1 s"), "says why the job is gone: {stdout}");
+    assert!(stdout.contains("every rank completed, as "), "and how it ended, as recorded: {stdout}");
 
     let logs = ctx.run(&["logs", "brief"]);
     let stdout = text(&logs.stdout);
@@ -159,6 +160,11 @@ fn a_failed_run_collected_before_anyone_looked_is_failed_with_its_exit_code() {
     let out = ctx.run(&["submit", "broken", &exp, "--code", world.code(), "--host", "k8s", "--chip", "cpu"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     wait_collected(&world);
+    // A cancel now finds nothing to stop: it says how the run ended (and records it).
+    let cancel = ctx.run(&["cancel", "broken"]);
+    let said = text(&cancel.stdout);
+    assert!(cancel.status.success(), "{said}{}", text(&cancel.stderr));
+    assert!(said.contains("failed (exit code 3)") && said.contains("is gone: collected"), "{said}");
     let status = ctx.run(&["status", "broken", "--output", "json"]);
     let v: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
     assert_eq!((v["status"]["state"].as_str(), v["status"]["exit_code"].as_i64()), (Some("failed"), Some(3)), "{v}");

@@ -115,6 +115,7 @@ async fn a_live_run_whose_job_was_collected_ends_as_its_files_say_once() {
     assert_eq!((again.state, again.exit_code), (JobState::Completed, Some(0)));
     let said = again.message.unwrap();
     assert!(said.starts_with("last known state (as of ") && said.contains("no longer exists"), "{said}");
+    assert!(said.contains("collected 1 d after it finished"), "how it ended is still said: {said}");
     assert_eq!(*counter.asked.lock().unwrap(), 1);
 }
 

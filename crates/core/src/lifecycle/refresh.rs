@@ -47,7 +47,13 @@ pub async fn refresh(
                 state if state.is_terminal() => JobStatus {
                     state,
                     exit_code: record.exit_code,
-                    message: Some(format!("last known state (as of {}); {what} no longer exists", record.updated_at)),
+                    // What the ledger said of its end (how it ended, why), then what is gone.
+                    message: Some(match record.message.as_deref().filter(|m| !m.is_empty()) {
+                        Some(said) => {
+                            format!("last known state (as of {}): {said}; {what} no longer exists", record.updated_at)
+                        }
+                        None => format!("last known state (as of {}); {what} no longer exists", record.updated_at),
+                    }),
                     ranks: Vec::new(),
                     attempt: None,
                 },

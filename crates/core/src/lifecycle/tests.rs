@@ -217,7 +217,7 @@ async fn a_run_the_backend_deleted_keeps_its_last_known_end() {
     assert_eq!(status.state, JobState::Completed);
     assert_eq!(
         status.message.as_deref(),
-        Some(format!("last known state (as of {}); job `j-1` no longer exists", done.updated_at).as_str())
+        Some(format!("last known state (as of {}): exited 0; job `j-1` no longer exists", done.updated_at).as_str())
     );
     let live = recorded(&ledger, record("live", handle("j-2"), JobState::Running, None));
     let status = refresh(&ledger, &live, &backend, WITHIN).await.unwrap();
