@@ -26,6 +26,8 @@ use crate::{Error, Result};
 struct Collected {
     remains: std::result::Result<Option<JobStatus>, &'static str>,
     asked: Mutex<u32>,
+    /// Reads under way, and the most at once.
+    reads: Mutex<(u32, u32)>,
 }
 
 impl std::fmt::Display for Collected {
@@ -60,6 +62,14 @@ impl Backend for Collected {
     }
     async fn remains(&self, _: &JobHandle) -> Result<Option<JobStatus>> {
         *self.asked.lock().unwrap() += 1;
+        {
+            let mut reads = self.reads.lock().unwrap();
+            reads.0 += 1;
+            reads.1 = reads.1.max(reads.0);
+        }
+        // A read takes a while (a helper pod starts), so reads asked together overlap.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        self.reads.lock().unwrap().0 -= 1;
         self.remains.clone().map_err(|m| Error::backend("collected", m))
     }
 }
@@ -75,7 +85,7 @@ fn ended() -> JobStatus {
 }
 
 fn backend(remains: std::result::Result<Option<JobStatus>, &'static str>) -> (Arc<Collected>, Arc<DynBackend>) {
-    let b = Arc::new(Collected { remains, asked: Mutex::new(0) });
+    let b = Arc::new(Collected { remains, asked: Mutex::new(0), reads: Mutex::new((0, 0)) });
     (b.clone(), b)
 }
 
@@ -175,4 +185,20 @@ async fn cancel_of_a_live_run_whose_job_was_collected_records_how_it_ended() {
     // Asked again: the run ended; nothing is said to be cancelled.
     let again = cancel(&ledger, &stored, &backend, || WITHIN).await.unwrap();
     assert_eq!(again.state, JobState::Completed);
+}
+
+/// `list` settles every gone run of a big ledger at once; their remains are read a few at a
+/// time (a read may start a helper pod on a shared cluster), and every run is still settled.
+#[tokio::test]
+async fn a_list_of_many_gone_runs_reads_their_remains_a_few_at_a_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = Ledger::open(dir.path()).unwrap();
+    let mut records: Vec<Record> = (0..12).map(|i| running(&ledger, &format!("gone-{i}"))).collect();
+    let (counter, backend) = backend(Ok(Some(ended())));
+    let seen = refresh_live(&ledger, &mut records, |_| Ok(backend.clone()), |_| WITHIN).await;
+    assert!(seen.unanswered.is_empty(), "{seen:?}");
+    assert!(records.iter().all(|r| r.state == JobState::Completed), "every run settled");
+    assert_eq!(*counter.asked.lock().unwrap(), 12);
+    let most = counter.reads.lock().unwrap().1;
+    assert!((1..=4).contains(&most), "{most} remains read at once");
 }

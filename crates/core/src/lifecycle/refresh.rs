@@ -115,10 +115,16 @@ pub async fn refresh(
 /// steps well within it, so that what they start is also taken back by them.
 const REMAINS_TIMEOUT: Duration = Duration::from_secs(300);
 
+/// How many runs' remains are read at once by this process.
+static REMAINS_AT_ONCE: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(4);
+
 /// The end of a run whose job is gone, from what it left; `None` when the backend cannot tell.
 /// A failure to read it is an error, and the run is left as the ledger has it: a later look
 /// tries again.
 pub(super) async fn remains(record: &Record, backend: &Arc<DynBackend>) -> Result<Option<JobStatus>, LifecycleError> {
+    // `list` may settle many gone runs at once, and a backend may start a pod for each read:
+    // a few at a time, so a look at a big ledger never floods a shared cluster with helpers.
+    let _turn = REMAINS_AT_ONCE.acquire().await;
     match tokio::time::timeout(REMAINS_TIMEOUT, backend.remains(&record.handle)).await {
         Ok(answer) => Ok(answer?),
         Err(_) => Err(LifecycleError::NoAnswer {
