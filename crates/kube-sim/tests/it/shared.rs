@@ -303,3 +303,26 @@ async fn a_queue_guarantee_is_kept_from_other_queues() {
     jobs.create(&PostParams::default(), &gang("fits", 2, 2, None, "team-a", 120)).await.unwrap();
     wait_bound(&ctx, "fits", 2).await;
 }
+
+#[tokio::test]
+async fn with_the_capacity_plugin_reclaim_follows_the_queues_spec_deserved() {
+    // capacity replaces proportion: a queue's deserved share is its `spec.deserved`.
+    let conf = SHARED.replace("  - name: proportion\n", "  - name: capacity\n");
+    let ctx = start(config(&conf, 4)).await;
+    queue(&ctx, "small", json!({"weight": 1, "deserved": {"nvidia.com/gpu": "1"}})).await;
+    queue(&ctx, "big", json!({"weight": 1, "deserved": {"nvidia.com/gpu": "3"}})).await;
+    let jobs = vcjobs(&ctx.client, "default");
+    // small borrows the whole node while big asks for nothing.
+    jobs.create(&PostParams::default(), &gang("borrower", 4, 4, None, "small", 120)).await.unwrap();
+    wait_bound(&ctx, "borrower", 4).await;
+    jobs.create(&PostParams::default(), &gang("owner", 3, 3, None, "big", 120)).await.unwrap();
+    wait_bound(&ctx, "owner", 3).await;
+    let borrower = eventually("the borrower restarted", 30, || async {
+        let job = jobs.get("borrower").await.ok()?;
+        (job.data["status"]["retryCount"] == 1).then_some(job)
+    })
+    .await;
+    assert_ne!(phase(&borrower), "Running");
+    let events = events_about(&ctx, &podgroup_of(&ctx, "owner").await.metadata.name.unwrap()).await;
+    assert!(!events.iter().any(|(_, r, _)| r == "Evict"), "the reclaimer is not evicted: {events:?}");
+}
