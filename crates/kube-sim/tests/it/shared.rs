@@ -115,7 +115,15 @@ async fn preempt_evicts_a_lower_priority_gang_that_restarts_once_the_preemptor_e
     priority_class(&ctx, "high", 1000, None).await;
     priority_class(&ctx, "low", 10, None).await;
     let jobs = vcjobs(&ctx.client, "default");
-    jobs.create(&PostParams::default(), &gang("dev", 4, 4, Some("low"), "default", 120)).await.unwrap();
+    // dev's ranks note the SIGTERM the eviction's graceful delete sends them.
+    let dir = tempfile::tempdir().unwrap();
+    let mut dev = gang("dev", 4, 4, Some("low"), "default", 120);
+    let script = format!(
+        "trap 'touch {}/term-$VC_TASK_INDEX; exit 143' TERM; echo retry=$RC queue=$Q; sleep 120 & wait",
+        dir.path().display()
+    );
+    dev.data["spec"]["tasks"][0]["template"]["spec"]["containers"][0]["command"] = json!(["sh", "-c", script]);
+    jobs.create(&PostParams::default(), &dev).await.unwrap();
     wait_bound(&ctx, "dev", 4).await;
     let dev_group = podgroup_of(&ctx, "dev").await.metadata.name.unwrap();
     jobs.create(&PostParams::default(), &gang("prod", 2, 2, Some("high"), "default", 2)).await.unwrap();
@@ -148,6 +156,11 @@ async fn preempt_evicts_a_lower_priority_gang_that_restarts_once_the_preemptor_e
         assert_eq!(target.message.as_deref(), Some("volcano: preempting to accommodate a higher priority pod"));
     });
 
+    eventually("an evicted rank's SIGTERM", 20, || async {
+        let terms = std::fs::read_dir(dir.path()).ok()?.count();
+        (terms > 0).then_some(())
+    })
+    .await;
     // PodEvicted -> RestartJob: the dev gang restarts (retry 1) and waits while prod runs.
     let dev = eventually("dev restarted", 30, || async {
         let job = jobs.get("dev").await.ok()?;
