@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# record-slurm.sh OUT_DIR [preempt]: records real Slurm output from a running lab (as the test
+# record-slurm.sh OUT_DIR [preempt|preempt-grace]: records real Slurm output from a running lab (as the test
 # user, through the login node, as the backend sees it) into OUT_DIR, for the parser tests in
 # crates/backend-slurm. Scenario: job 1 runs on both nodes with one GPU each, job 2 waits for
 # GPUs (needs 4 per node), job 3 failed with exit code 3, job 4 completed, job 5 was cancelled.
@@ -65,6 +65,39 @@ if [[ ${2:-} == preempt ]]; then
   rec preempt_scontrol_second_attempt.txt "scontrol show job -o $r"
   rec preempt_log_requeued.txt "cat $THESEUSTEST_SLURM_SHARED/rec-$r.out"
   login "scancel $r" || true
+  exit 0
+fi
+
+# With `preempt-grace`, the same on `gpu` with its GraceTime (files `grace_*`, ids in
+# `grace_ids.txt`): G (node1) keeps running after its TERM, as theseus's bootstrap does; E
+# (node2) exits 143 on its TERM. Recorded within the grace, and after it.
+if [[ ${2:-} == preempt-grace ]]; then
+  # Within the grace Slurm signals the job's steps only, not the batch shell: the work runs
+  # in an srun step, as theseus's batch script does.
+  for mode in hold exit; do
+    cat > "$THESEUSTEST_SLURM_SHARED/rec-grace-$mode.sh" <<SCRIPT
+#!/bin/bash
+echo "attempt \${SLURM_RESTART_COUNT:-0}"
+exec srun bash -c 'trap "echo step TERM; [ $mode = exit ] && exit 143" TERM; for i in \$(seq 1 300); do sleep 1; done'
+SCRIPT
+    chmod 644 "$THESEUSTEST_SLURM_SHARED/rec-grace-$mode.sh"
+  done
+  submit="$in_shared /usr/bin/sbatch --parsable -p gpu --gres=gpu:h100:4 --mem=300M --requeue --open-mode=append"
+  g=$(login "$submit -w node1 -J holds -o rec-%j.out rec-grace-hold.sh")
+  e=$(login "$submit -w node2 -J exits -o rec-%j.out rec-grace-exit.sh")
+  wait_for "G and E to run" "squeue -h -o %T -j $g,$e | sort -u" RUNNING
+  p=$(LAB_SSH_AS=$THESEUSTEST_SLURM_OTHER_USER login "cd /tmp && /usr/bin/sbatch --parsable -p urgent -N2 --gres=gpu:h100:4 --mem=300M -J preemptor -o /dev/null --wrap 'sleep 20'")
+  echo "holds=$g exits=$e preemptor=$p" > "$out/grace_ids.txt"
+  wait_for "E to fail" "squeue -h --states=all -o %T -j $e" FAILED
+  rec grace_squeue_within.json "squeue --json --states=all --jobs $g"
+  rec grace_scontrol_within.txt "scontrol show job -o $g"
+  rec grace_scontrol_exited.txt "scontrol show job -o $e"
+  rec grace_scontrol_partition.txt "scontrol show partition gpu -o"
+  wait_for "G to be requeued" "squeue -h --states=all -o '%T %r' -j $g" "PENDING *"
+  rec grace_squeue_requeued.json "squeue --json --states=all --jobs $g"
+  rec grace_log_holds.txt "cat $THESEUSTEST_SLURM_SHARED/rec-$g.out"
+  rec grace_log_exits.txt "cat $THESEUSTEST_SLURM_SHARED/rec-$e.out"
+  login "scancel $g" || true
   exit 0
 fi
 login "$in_shared sbatch --parsable -J running --nodes=2 --ntasks-per-node=1 --gres=gpu:h100:1 -o rec-%j.out --wrap 'srun sleep 60'"

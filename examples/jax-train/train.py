@@ -130,6 +130,16 @@ def main():
     steps, every, step_seconds, seed = load_config()
     rank, count = jax.process_index(), jax.process_count()
     ckpt_dir = os.environ["THESEUS_CHECKPOINT_DIR"]
+    os.makedirs(ckpt_dir, exist_ok=True)
+    if rank == 0:
+        # What a run killed while it wrote a checkpoint left (never named by `latest`).
+        for leftover in os.listdir(ckpt_dir):
+            if leftover.startswith(".") and (".tmp." in leftover or ".old." in leftover):
+                path = os.path.join(ckpt_dir, leftover)
+                if os.path.isdir(path):
+                    shutil.rmtree(path, ignore_errors=True)
+                else:
+                    os.remove(path)
     restore_from = os.environ.get("THESEUS_RESTORE_FROM")
     if restore_from:
         start, params = restore(restore_from)

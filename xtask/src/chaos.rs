@@ -1,6 +1,6 @@
 //! `cargo xtask chaos [--full] [--flows=submit,cancel,..] [--backends=volcano,plain,slurm,crash] [--jobs=N]`:
 //! builds `theseus` and the fault matrix runner (`crates/chaos`) and runs it: every API request
-//! of `submit`, `status`, `logs -f`, `cancel` and `gc` against the Kubernetes simulator fails in
+//! of `submit`, `status`, `logs -f`, `cancel`, `gc` and `logs -f` of a collected run against the Kubernetes simulator fails in
 //! turn; every remote command of `submit` and `cancel` on the lab's plain and Slurm hosts is
 //! refused, loses its connection, or runs unheard; and the client is killed with SIGKILL at each
 //! phase of `submit --follow` on all four backends. Each case must end in success or one clear

@@ -4,7 +4,9 @@
 //! in the first second); one that only waits for others to finish is left to wait.
 //!
 //! The nodes are those the job may use (the host's `node_selector`), as they are now: a
-//! cluster autoscaler that would add nodes is not foreseen. Pure: objects in, a reason out.
+//! cluster autoscaler that would add larger nodes is not foreseen, but when no node matches at
+//! all the job is left to wait (a pool that scales from zero has no node until a pod waits for
+//! one), with the scheduler's reason in `status`. Pure: objects in, a reason out.
 
 use std::collections::BTreeMap;
 
@@ -77,6 +79,11 @@ pub fn never_fits(
         }
     }
     let nodes = nodes?;
+    // No node matches the selector (yet): a node pool that scales from zero adds its first node
+    // only for a pending pod, so this waits with the scheduler's reason instead of giving up.
+    if nodes.is_empty() {
+        return None;
+    }
     for (task, _, pod) in &per_pod {
         for (key, need) in pod {
             let largest = nodes.iter().map(|n| allocatable(n, key)).fold(0.0, f64::max);
@@ -143,5 +150,10 @@ mod tests {
         let queue = never_fits(&job(2, "4"), None, Some(("research", &cap))).unwrap();
         assert!(queue.contains("queue \"research\" caps nvidia.com/gpu at 4"), "{queue}");
         assert_eq!(never_fits(&job(1, "4"), None, Some(("research", &cap))), None);
+    }
+
+    #[test]
+    fn a_selector_no_node_matches_yet_is_left_to_wait() {
+        assert_eq!(never_fits(&job(1, "4"), Some(&[]), None), None, "a pool scaling from zero has no node yet");
     }
 }

@@ -51,6 +51,17 @@ fn terminal(job: Option<&Job>) -> bool {
     })
 }
 
+/// Whether Volcano's garbage collector may have deleted the finished `job` by `now`: its
+/// `ttlSecondsAfterFinished` has passed since it finished (`status.state.lastTransitionTime`).
+fn collectable(job: &Job, now: k8s_openapi::jiff::Timestamp) -> bool {
+    let Some(ttl) = job.spec.ttl_seconds_after_finished else { return false };
+    let finished = job.status.as_ref().and_then(|s| s.state.as_ref()).and_then(|s| s.last_transition_time.as_deref());
+    match finished.and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok()) {
+        Some(finished) => finished.as_second().saturating_add(i64::from(ttl)) <= now.as_second(),
+        None => ttl == 0,
+    }
+}
+
 /// How many pods of the job the caller reads: every replica, or one for `--rank`.
 fn expected(job: &Job, rank: Option<u32>) -> usize {
     let replicas: i32 = job.spec.tasks.iter().map(|t| t.replicas.unwrap_or(1).max(0)).sum();
@@ -164,6 +175,7 @@ pub(crate) async fn follow(
     let silence = cluster.watch_silence();
     let mut watches = Watches { pods: cluster.watch_pods(&selector(data)), job: Some(cluster.watch_job(&data.job)) };
     let mut last_news = Instant::now();
+    let mut restarts = Restarts::default();
     let job = loop {
         let look_at = last_news + if watches.job.is_some() { silence } else { settings.poll };
         tokio::select! {
@@ -191,6 +203,7 @@ pub(crate) async fn follow(
                 match event {
                     Some(Ok(now)) => {
                         contact.ok();
+                        restarts.saw(cluster, now.as_ref()).await;
                         if terminal(now.as_ref()) {
                             break now;
                         }
@@ -209,6 +222,7 @@ pub(crate) async fn follow(
                 match cluster.get_job(&data.job).await {
                     Ok(now) => {
                         let back = contact.ok();
+                        restarts.saw(cluster, now.as_ref()).await;
                         if terminal(now.as_ref()) {
                             break now;
                         }
@@ -234,12 +248,11 @@ pub(crate) async fn follow(
             Err(e) => tracing::debug!("listing the pods of vcjob {} once more: {e}", data.job),
         }
     }
-    let vanished = job.is_none();
     drain(readers, data, settings).await?;
-    let cut = contact.cut.load(std::sync::atomic::Ordering::Relaxed);
-    if vanished || cut && matches!(cluster.get_job(&data.job).await, Ok(None)) {
-        // Collected (or deleted) while followed: a pod deleted before its log was read to the
-        // end took the rest with it. The run's log file on the PVC has every line.
+    if job.as_ref().is_none_or(|j| collectable(j, k8s_openapi::jiff::Timestamp::now())) {
+        // Gone, or Volcano's garbage collector may have deleted it (and its pods, with their
+        // logs) while they were read: a pod deleted before its log was read to the end took
+        // the rest with it. The run's log file on the PVC has every line.
         let run = data.run_id.as_deref().unwrap_or(&data.job);
         let text = format!(
             "{} no longer exists: lines its pods wrote after their logs were last read may be missing here; \
@@ -249,6 +262,36 @@ pub(crate) async fn follow(
         let _ = tx.send(Ok(theseus_core::backend::LogLine { rank: None, text, source: Some("theseus".into()) })).await;
     }
     Ok(())
+}
+
+/// The job's restarts as the follow sees them: each one seen while following is said once, on
+/// stderr, with why ([`crate::interruption`]), once the job has left `Restarting` (the
+/// preemptor's pods are bound by then).
+#[derive(Default)]
+struct Restarts {
+    /// `retryCount` when last looked at (`None`: not yet).
+    seen: Option<i32>,
+}
+
+impl Restarts {
+    async fn saw(&mut self, cluster: &Cluster, job: Option<&Job>) {
+        let Some((job, status)) = job.and_then(|j| Some((j, j.status.as_ref()?))) else { return };
+        let retries = status.retry_count.unwrap_or(0);
+        let phase = status.state.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("");
+        let Some(seen) = self.seen else {
+            self.seen = Some(retries);
+            return;
+        };
+        if retries <= seen || phase == "Restarting" {
+            return;
+        }
+        self.seen = Some(retries);
+        let name = job.metadata.name.as_deref().unwrap_or("?");
+        match crate::interrupted::interruption_line(cluster, job).await {
+            Some(line) => tracing::warn!("vcjob {name}: {line}"),
+            None => tracing::warn!("vcjob {name} restarted (restart {retries})"),
+        }
+    }
 }
 
 /// The next state of the job from its watch (never, when it is not watched).
@@ -316,6 +359,24 @@ mod tests {
         assert_eq!(expected(&gang, None), 5);
         assert_eq!(expected(&gang, Some(4)), 1);
         assert_eq!(expected(&gang, Some(5)), 0, "a rank the job does not have is never waited for");
+    }
+
+    #[test]
+    fn a_finished_job_is_collectable_once_its_ttl_passed() {
+        let finished = |ttl: Option<i32>, at: Option<&str>| -> Job {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "metadata": {"name": "j"},
+                "spec": {"tasks": [], "ttlSecondsAfterFinished": ttl},
+                "status": {"state": {"phase": "Completed", "lastTransitionTime": at}}
+            }))
+            .unwrap()
+        };
+        let now: k8s_openapi::jiff::Timestamp = "2026-11-27T10:00:10Z".parse().unwrap();
+        assert!(collectable(&finished(Some(10), Some("2026-11-27T10:00:00Z")), now));
+        assert!(!collectable(&finished(Some(11), Some("2026-11-27T10:00:00Z")), now));
+        assert!(!collectable(&finished(None, Some("2026-11-27T10:00:00Z")), now), "kept without a TTL");
+        assert!(collectable(&finished(Some(0), None), now));
+        assert!(!collectable(&finished(Some(5), None), now));
     }
 
     #[test]

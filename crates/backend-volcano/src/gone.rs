@@ -16,10 +16,12 @@ use crate::handle::HandleData;
 /// The most of a log file `logs` prints of a run whose vcjob is gone: its end, when longer.
 pub(crate) const LOG_TAIL_BYTES: u64 = 16 << 20;
 
-/// Prints each metadata file of a run dir as `==> NAME` and its text (busybox `sh`).
+/// Prints each metadata file of a run dir as `==> NAME` and its text (busybox `sh`); nothing
+/// when the dir does not exist.
 pub(crate) const READ_METADATA: &str = r#"set -u
 dir=$1
-[ -d "$dir" ] || { echo "theseus: no run dir $dir on the PVC" >&2; exit 3; }
+# No run dir: no rank ever started its bootstrap (nothing to print).
+[ -d "$dir" ] || exit 0
 for f in "$dir"/metadata.json "$dir"/metadata.rank-*.json; do
   [ -f "$f" ] || continue
   printf '==> %s\n' "${f##*/}"
@@ -46,14 +48,22 @@ fn human(ttl: u32) -> String {
     }
 }
 
+/// `ttl` seconds, in words too when that says more: `86400 s (1 d)`, `90 s`.
+fn seconds(ttl: u32) -> String {
+    match human(ttl) {
+        words if words == format!("{ttl} s") => words,
+        words => format!("{ttl} s ({words})"),
+    }
+}
+
 /// The job that no longer exists and the likely reason, for `NotFound` (core's sentence reads
 /// "... no longer exists").
 pub(crate) fn gone_what(data: &HandleData) -> String {
     let why = match data.ttl_seconds_after_finished {
         Some(ttl) => format!(
-            "Volcano collects a finished vcjob after its ttlSecondsAfterFinished, here {ttl} s ({}), unless it \
-             is deleted sooner",
-            human(ttl)
+            "Volcano collects a finished vcjob after its ttlSecondsAfterFinished, here {}, unless it is \
+             deleted sooner",
+            seconds(ttl)
         ),
         None => "deleted, or collected after its ttlSecondsAfterFinished".to_owned(),
     };
@@ -200,7 +210,8 @@ mod tests {
         assert!(why.contains("deleted before its ttlSecondsAfterFinished"), "{why}");
         let why = gone_why(&data(None), Some(ended), at("2026-11-28T11:00:00Z"));
         assert!(why.contains("is gone (deleted, or collected"), "{why}");
-        assert!(gone_what(&data(Some(600))).contains("ttlSecondsAfterFinished, here 600 s (10 min)"));
+        assert!(gone_what(&data(Some(600))).contains("ttlSecondsAfterFinished, here 600 s (10 min), unless"));
+        assert!(gone_what(&data(Some(0))).contains("here 0 s, unless"));
         assert_eq!(human(90), "90 s");
         assert_eq!(human(7200), "2 h");
     }
@@ -224,7 +235,9 @@ mod tests {
         let (s, _) = ended_from(&String::from_utf8_lossy(&out.stdout), "d");
         assert_eq!((s.state, s.exit_code, s.ranks.len()), (JobState::Failed, Some(2), 2), "{s:?}");
         let missing = run(READ_METADATA, &["/nonexistent/run"]);
-        assert_eq!(missing.status.code(), Some(3));
+        assert!(missing.status.success() && missing.stdout.is_empty(), "{missing:?}");
+        let (s, _) = ended_from("", "/nonexistent/run");
+        assert!(s.message.unwrap().contains("never started its bootstrap"));
         let log = dir.path().join("run.log");
         std::fs::write(&log, "one\ntwo\nthree\n").unwrap();
         let out = run(READ_LOG, &[log.to_str().unwrap(), "6"]);

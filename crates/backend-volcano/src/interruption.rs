@@ -27,6 +27,9 @@ use k8s_openapi::jiff::Timestamp;
 
 use crate::types::Job;
 
+/// Event and condition times are whole seconds: two of them a second apart may be the same.
+const SLACK: k8s_openapi::jiff::SignedDuration = k8s_openapi::jiff::SignedDuration::from_secs(1);
+
 /// Pod annotation naming its Volcano queue.
 pub const QUEUE_ANNOTATION: &str = "volcano.sh/queue-name";
 
@@ -48,6 +51,12 @@ pub enum Cause {
         /// The node, when known.
         node: Option<String>,
     },
+    /// Restarted without a scheduler's eviction by a job that also restarts on a failed rank
+    /// (`PodFailed -> RestartJob`): which of the two is not left behind.
+    Restarted {
+        /// The node, when known.
+        node: Option<String>,
+    },
 }
 
 /// Who took the freed place.
@@ -64,7 +73,7 @@ pub enum Preemptor {
         /// Queue.
         queue: String,
     },
-    /// No pod bound after the eviction was found.
+    /// No pod bound after the eviction was found (the preemptor's pods were deleted).
     NotFound,
     /// Other jobs' pods cannot be read (RBAC).
     Hidden,
@@ -77,32 +86,67 @@ pub struct Interruption {
     pub cause: Cause,
     /// When (RFC 3339, seconds), when known.
     pub at: Option<String>,
-    /// What happens next: `restarting, attempt 2 of 4`.
+    /// What happens next: `restarting, attempt 2 of 4`, or how the run ended.
     pub next: String,
+    /// The run has ended: the line leads with how.
+    pub ended: bool,
+    /// `retryCount` after the restart it caused (what a record of it is keyed by).
+    pub retries: u32,
 }
 
 impl Interruption {
-    /// The one line `status` shows.
-    pub fn describe(&self, namespace: &str) -> String {
+    /// What happened and when, as the run's namespace `namespace` reads it: `preempted by serve
+    /// (priority prod) at 2026-11-27T11:00:01Z`.
+    pub fn what(&self, namespace: &str) -> String {
         let at = self.at.as_ref().map(|t| format!(" at {t}")).unwrap_or_default();
-        let who = |by: &Preemptor| match by {
-            Preemptor::Job { namespace: ns, job, class, .. } => {
-                let name = if ns == namespace { job.clone() } else { format!("{ns}/{job}") };
-                format!("{name} (priority {})", class.as_deref().unwrap_or("none"))
+        let job = |ns: &str, job: &str, class: &Option<String>| {
+            let name = if ns == namespace { job.to_owned() } else { format!("{ns}/{job}") };
+            match class {
+                Some(class) => format!("{name} (priority {class})"),
+                None => name,
             }
-            Preemptor::NotFound => "a job not found among the pods bound since".to_owned(),
-            Preemptor::Hidden => "a job theseus may not see (RBAC refuses listing other pods)".to_owned(),
         };
-        let what = match &self.cause {
-            Cause::Preempted { by } => format!("preempted by {}", who(by)),
-            Cause::Reclaimed { by: by @ Preemptor::Job { queue, .. } } => {
-                format!("reclaimed by queue {queue} (for {})", who(by))
+        const HIDDEN: &str = "theseus may not see which job: RBAC refuses listing other pods";
+        match &self.cause {
+            Cause::Preempted { by: Preemptor::Job { namespace: ns, job: name, class, .. } } => {
+                format!("preempted by {}{at}", job(ns, name, class))
             }
-            Cause::Reclaimed { by } => format!("reclaimed by another queue (for {})", who(by)),
-            Cause::Evicted { node: Some(node) } => format!("evicted from node {node}"),
-            Cause::Evicted { node: None } => "evicted from its node".to_owned(),
-        };
-        format!("{what}{at}; {}", self.next)
+            Cause::Preempted { by: Preemptor::NotFound } => format!("preempted{at} (the preemptor has ended)"),
+            Cause::Preempted { by: Preemptor::Hidden } => format!("preempted{at} ({HIDDEN})"),
+            Cause::Reclaimed { by: Preemptor::Job { namespace: ns, job: name, class, queue } } => {
+                format!("reclaimed by queue {queue} (for {}){at}", job(ns, name, class))
+            }
+            Cause::Reclaimed { by: Preemptor::NotFound } => {
+                format!("reclaimed by another queue{at} (its job has ended)")
+            }
+            Cause::Reclaimed { by: Preemptor::Hidden } => format!("reclaimed by another queue{at} ({HIDDEN})"),
+            Cause::Evicted { node: Some(node) } => format!("evicted from node {node}{at}"),
+            Cause::Evicted { node: None } => format!("evicted from its node{at}"),
+            Cause::Restarted { node } => format!(
+                "restarted after a failed rank or an eviction{}{at}",
+                node.as_ref().map(|n| format!(" from node {n}")).unwrap_or_default()
+            ),
+        }
+    }
+
+    /// Whether [`Interruption::what`] names who took the place (worth keeping: the preemptor's
+    /// pods go away, and with them what tells it).
+    pub fn names_the_preemptor(&self) -> bool {
+        matches!(
+            self.cause,
+            Cause::Preempted { by: Preemptor::Job { .. } } | Cause::Reclaimed { by: Preemptor::Job { .. } }
+        )
+    }
+
+    /// The one line `status` shows, with `what` ([`Interruption::what`], or what was recorded
+    /// of it while the preemptor could still be told).
+    pub fn line(&self, what: &str) -> String {
+        if self.ended { format!("{} after being {what}", self.next) } else { format!("{what}; {}", self.next) }
+    }
+
+    /// [`Interruption::line`] with what is inferred now.
+    pub fn describe(&self, namespace: &str) -> String {
+        self.line(&self.what(namespace))
     }
 }
 
@@ -142,9 +186,12 @@ pub fn interruption(evidence: &Evidence<'_>) -> Option<Interruption> {
         .iter()
         .filter(|e| e.reason.as_deref() == Some("Evict"))
         .filter(|e| own_pod(e) || e.involved_object.kind.as_deref() == Some("PodGroup"))
-        .filter(|e| since.is_none_or(|since| last_time(e).is_some_and(|t| t >= since)))
+        // Event times are whole seconds: one second of slack.
+        .filter(|e| since.is_none_or(|since| last_time(e).is_some_and(|t| t + SLACK >= since)))
         .max_by_key(|e| last_time(e));
-    if evict.is_none() && retries == 0 && phase != "Restarting" {
+    // Not restarted yet: an `Evict` event alone is a restart the controller has still to make
+    // (or an old job's), not this run's interruption.
+    if retries == 0 && phase != "Restarting" {
         return None;
     }
     let at = evict.and_then(last_time).or(restarted_at);
@@ -166,18 +213,28 @@ pub fn interruption(evidence: &Evidence<'_>) -> Option<Interruption> {
         }
         // With no scheduler's eviction, a restart is a plain eviction: theseus restarts jobs
         // only on `PodEvicted` unless `restart_on_failure` is set.
-        None => Cause::Evicted { node: freed.iter().next_back().cloned().filter(|_| freed.len() == 1) },
+        None => {
+            let node = freed.iter().next_back().cloned().filter(|_| freed.len() == 1);
+            let on_failure = job
+                .spec
+                .policies
+                .iter()
+                .chain(job.spec.tasks.iter().flat_map(|t| &t.policies))
+                .any(|p| p.event.as_deref() == Some("PodFailed") && p.action.as_deref() == Some("RestartJob"));
+            if on_failure { Cause::Restarted { node } } else { Cause::Evicted { node } }
+        }
     };
     let max = job.spec.max_retry.map_or(3, |m| u32::try_from(m).unwrap_or(0));
     let attempt = retries + 1;
-    let next = match phase.as_str() {
-        "Failed" => format!("failed: no restarts left ({retries} of {max} used)"),
-        "Running" => format!("running again, attempt {attempt} of {max}"),
-        "Completed" => format!("completed on attempt {attempt} of {max}"),
-        "Aborted" | "Terminated" | "Aborting" | "Terminating" => format!("not restarted (vcjob phase {phase})"),
-        _ => format!("restarting, attempt {attempt} of {max}"),
+    let (next, ended) = match phase.as_str() {
+        "Failed" => (format!("failed with no restarts left ({retries} of {max} used)"), true),
+        "Running" => (format!("running again, attempt {attempt} of {max}"), false),
+        "Completed" => (format!("completed on attempt {attempt} of {max}"), true),
+        "Aborted" | "Terminated" | "Aborting" | "Terminating" => (format!("vcjob phase {phase}"), true),
+        _ => (format!("restarting, attempt {attempt} of {max}"), false),
     };
-    Some(Interruption { cause, at: at.map(|t| t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()), next })
+    let at = at.map(|t| t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string());
+    Some(Interruption { cause, at, next, ended, retries })
 }
 
 /// The job whose pod was bound first after `at` on a `freed` node (any node when none is

@@ -52,6 +52,14 @@
 //!   `submit --follow` as soon as it is seen pending (`Backend::never_starts`): on Volcano its pods
 //!   against the largest node, the nodes' sum and the queue's capability (`fit.rs`), on Slurm a
 //!   pending reason that never passes (`never.rs`: `PartitionConfig`, per-job limits, ...).
+//! - **Finished jobs are collected.** Volcano keeps a finished Job (and its pods, and so their
+//!   logs) until something deletes it; its garbage collector deletes it
+//!   `spec.ttlSecondsAfterFinished` after it finished (`Completed`, `Failed`, `Terminated`; not
+//!   `Aborted`), counted from `status.state.lastTransitionTime`
+//!   (pkg/controllers/garbagecollector/garbagecollector.go, read). theseus renders one on every
+//!   gang job (`ttl_seconds_after_finished`, a day by default, `never` to keep them) and 300 s on
+//!   its helpers. A run whose vcjob is gone still answers from the ledger and its files on the PVC
+//!   (`gone.rs`).
 //!
 //! # Deadlines
 //!
@@ -82,6 +90,7 @@ mod gone;
 mod handle;
 pub mod helper;
 pub mod host;
+mod interrupted;
 pub mod interruption;
 mod kubeconfig;
 pub mod log_cursor;

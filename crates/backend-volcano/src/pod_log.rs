@@ -125,9 +125,6 @@ pub(crate) struct Contact {
     limit: Duration,
     lost_since: Mutex<Option<Instant>>,
     pub(crate) nudges: watch::Sender<Nudge>,
-    /// Set when a pod was deleted before its log was read to the end (its last lines went with
-    /// it: e.g. Volcano collected the job right after it finished).
-    pub(crate) cut: std::sync::atomic::AtomicBool,
 }
 
 impl Contact {
@@ -137,7 +134,6 @@ impl Contact {
             limit,
             lost_since: Mutex::new(None),
             nudges: watch::channel(Nudge::default()).0,
-            cut: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -262,7 +258,6 @@ pub(crate) async fn follow_pod(
     loop {
         let now = *state.borrow_and_update();
         if now.gone {
-            contact.cut.store(true, std::sync::atomic::Ordering::Relaxed);
             return Ok(());
         }
         if now.restarts != restarts_seen {
@@ -294,10 +289,7 @@ pub(crate) async fn follow_pod(
                     return Ok(());
                 }
             }
-            Err(VolcanoError::NotFound { .. }) => {
-                contact.cut.store(true, std::sync::atomic::Ordering::Relaxed);
-                return Ok(());
-            }
+            Err(VolcanoError::NotFound { .. }) => return Ok(()),
             Err(e) if transient(&e) => contact.failed(&e)?,
             // e.g. 400 "container is waiting to start" after a restart: wait for news of the pod.
             Err(e) => tracing::debug!("opening the log of pod {name}: {e}"),

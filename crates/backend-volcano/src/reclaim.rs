@@ -93,6 +93,20 @@ impl VolcanoBackend {
         F: FnOnce(ExecShell) -> Fut,
         Fut: Future<Output = theseus_core::Result<T>>,
     {
+        self.with_store_helper_within(purpose, self.settings.helper_start_timeout, work).await
+    }
+
+    /// [`Self::with_store_helper`], the helper given at most `start_timeout` to start.
+    pub(crate) async fn with_store_helper_within<T, F, Fut>(
+        &self,
+        purpose: &str,
+        start_timeout: std::time::Duration,
+        work: F,
+    ) -> theseus_core::Result<T>
+    where
+        F: FnOnce(ExecShell) -> Fut,
+        Fut: Future<Output = theseus_core::Result<T>>,
+    {
         let root = self.cluster_config.work.trim_end_matches('/').to_owned();
         let identity = JobIdentity::new(purpose, Some("theseus"), Some("store"));
         let mut helper = render_helper(&self.host, &identity, &format!("{root}/.theseus/{purpose}"))?;
@@ -103,8 +117,7 @@ impl VolcanoBackend {
         let mut guard = HelperGuard { cluster: cluster.clone(), name: name.clone(), armed: true };
         let timeout = self.settings.ship_timeout;
         let run = async {
-            let pod =
-                wait_running(cluster, &helper, self.settings.helper_start_timeout).await.map_err(|e| self.err(e))?;
+            let pod = wait_running(cluster, &helper, start_timeout).await.map_err(|e| self.err(e))?;
             let shell = ExecShell::new(cluster.pods(), &pod, Some(HELPER_TASK), &root)
                 .with_open_timeout(cluster.watch_silence());
             tokio::time::timeout(timeout, work(shell)).await.map_err(|_| {

@@ -146,6 +146,10 @@ pub struct JobState {
     /// Human-readable message of the last transition.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// When the phase was entered (RFC 3339): for a finished job, when it finished, from which
+    /// Volcano's garbage collector counts `ttlSecondsAfterFinished`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_transition_time: Option<String>,
 }
 
 /// Volcano phases after which a job does not change any more.

@@ -1,5 +1,6 @@
 //! `theseus-chaos`: the fault matrix that `cargo xtask chaos` runs. For each flow of the real `theseus` binary against the Kubernetes simulator
-//! (`submit`, `status`, `logs -f`, `cancel`, `gc`), it first counts the API requests a clean run
+//! (`submit`, `status`, `logs -f`, `cancel`, `gc`, and `logs -f` of a run whose vcjob was
+//! collected: `gone`), it first counts the API requests a clean run
 //! makes, then, in a fresh cluster each time, fails the n-th request (for every n) with each
 //! fault (HTTP 500, 429, 409, a reset connection; a request that never answers with `--full`)
 //! and judges the case: the command succeeded, or failed with one clear `error:` line; it did not

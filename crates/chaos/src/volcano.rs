@@ -30,7 +30,19 @@ const FLOWS: &[Flow] = &[
     Flow { name: "logs", setup: Some("quick.yaml"), command: &["logs", "-f", "chaos"] },
     Flow { name: "cancel", setup: Some("sleep.yaml"), command: &["cancel", "chaos"] },
     Flow { name: "gc", setup: Some("quick.yaml"), command: &["gc", "--older-than", "0s", "--host", "k8s"] },
+    // The run's vcjob was collected (`ttl_seconds_after_finished: 0`) before anyone looked:
+    // its log and its end are read from the PVC through short-lived helper pods.
+    Flow { name: "gone", setup: Some("quick.yaml"), command: &["logs", "-f", "chaos"] },
 ];
+
+/// Runs a flow's setup, if it has one (see [`FLOWS`]).
+fn prepare(world: &World, flow: &Flow) -> Result<(), String> {
+    match flow.setup {
+        None => Ok(()),
+        Some(experiment) if flow.name == "gone" => world.setup_collected(experiment),
+        Some(experiment) => world.setup(experiment),
+    }
+}
 
 /// A fresh simulated cluster with a HOME configured for it.
 pub(crate) struct World {
@@ -120,6 +132,29 @@ impl World {
             }
             std::thread::sleep(Duration::from_millis(200));
         }
+    }
+
+    /// A clean submit of `experiment` as job `chaos` to a host whose finished vcjobs are
+    /// collected at once, returning once its vcjob is gone (nothing asked about it meanwhile: the
+    /// ledger still has it live).
+    fn setup_collected(&self, experiment: &str) -> Result<(), String> {
+        let config = self.home.path().join(".theseus.yaml");
+        let text = std::fs::read_to_string(&config).map_err(|e| e.to_string())?;
+        write(&config, &format!("{text}    ttl_seconds_after_finished: 0\n"))?;
+        let ran = self.run(&["submit", "chaos", experiment], Duration::from_secs(120))?;
+        if ran.code != Some(0) {
+            return Err(format!("the setup submit failed: {}", ran.stderr));
+        }
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !self.sim.objects("batch.volcano.sh/v1alpha1", "Job").is_empty()
+            || !self.sim.objects("v1", "Pod").is_empty()
+        {
+            if Instant::now() > deadline {
+                return Err("the setup job was never collected".into());
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        Ok(())
     }
 
     /// Run ids the ledger knows.
@@ -222,7 +257,7 @@ fn faults(full: bool, flow: &str) -> Vec<(String, RequestFault)> {
     if full || flow == "submit" {
         faults.push(("409".to_owned(), RequestFault::Status(409)));
     }
-    if full || matches!(flow, "logs" | "cancel") {
+    if full || matches!(flow, "logs" | "cancel" | "gone") {
         faults.push(("drop-streams".to_owned(), RequestFault::DropStreams));
     }
     if full {
@@ -252,9 +287,7 @@ pub(crate) fn run(theseus: &Path, full: bool, only: &[String], jobs: usize) -> R
     let mut counted = Vec::new();
     for flow in FLOWS.iter().filter(|f| only.is_empty() || only.iter().any(|o| o == f.name)) {
         let world = World::start(theseus)?;
-        if let Some(experiment) = flow.setup {
-            world.setup(experiment)?;
-        }
+        prepare(&world, flow)?;
         let before = world.sim.requests().len();
         let clean = world.run(flow.command, bound)?;
         if clean.code != Some(0) {
@@ -289,9 +322,7 @@ fn run_case(theseus: &Path, planned: &Planned<'_>, bound: Duration) -> Result<Ca
     if fault.is_none() {
         faults.delay_scheduling(Some(SCHEDULING_DELAY));
     }
-    if let Some(experiment) = flow.setup {
-        world.setup(experiment)?;
-    }
+    prepare(&world, flow)?;
     if let Some((_, fault)) = fault {
         faults.fail_nth_request(*n, *fault);
     }

@@ -34,7 +34,9 @@ pub(crate) fn print_status(
         return print_json(&shown);
     }
     let code = status.exit_code.map(|c| format!(" (exit code {c})")).unwrap_or_default();
-    let attempt = status.attempt.filter(|a| *a > 1).map(|a| format!(", attempt {a}")).unwrap_or_default();
+    // Said once: a backend's interruption line ("restarting, attempt 2 of 4") already names it.
+    let said = status.message.as_deref().is_some_and(|m| m.contains("attempt "));
+    let attempt = status.attempt.filter(|a| *a > 1 && !said).map(|a| format!(", attempt {a}")).unwrap_or_default();
     println!("{} {} on {}: {}{attempt}{code}", record.identity.name, record.identity.run_id, record.host, status.state);
     if let Some(m) = &status.message {
         println!("  {m}");

@@ -125,7 +125,8 @@ pub trait Backend: Debug + Display + Send + Sync + 'static {
     /// from what the run left on the cluster (the bootstrap's `metadata.json`); its message says
     /// that the job is gone. `None` when nothing tells (the default). It may be slow (a helper pod
     /// reads the files): [`crate::lifecycle::refresh`] asks it once, for a run the ledger still
-    /// has live, and records the answer.
+    /// has live, and records the answer; it gives up after 300 s, so a backend bounds its own
+    /// steps well within that and takes back what it started.
     async fn remains(&self, handle: &JobHandle) -> Result<Option<JobStatus>> {
         let _ = handle;
         Ok(None)

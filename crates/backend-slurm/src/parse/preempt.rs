@@ -15,6 +15,8 @@
 //!   partition: theseus infers it from the same `squeue --json --states=all` answer, which in
 //!   22.05 lists every job (other users' too, unless the site's `PrivateData` hides them).
 
+use std::collections::BTreeMap;
+
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -114,8 +116,13 @@ pub fn history(squeue_json: &str, job_id: &str) -> Result<Option<History>, Parse
                 .iter()
                 .filter(|j| text(j.get("job_id")).as_deref() != Some(job_id))
                 .filter(|j| text(j.get("partition")) != partition)
-                .filter(|j| seconds(j.get("start_time")).is_some_and(|s| (s - at).abs() <= SAME_PASS))
-                .filter(|j| !state_text(j.get("job_state")).starts_with("PENDING"))
+                .filter(|j| {
+                    // Started then (preempted without grace, or requeued at the grace's end), or
+                    // submitted or eligible then (it waits, or waited, for the grace to end).
+                    ["start_time", "submit_time", "eligible_time"]
+                        .iter()
+                        .any(|k| seconds(j.get(*k)).is_some_and(|s| (s - at).abs() <= SAME_PASS))
+                })
                 .filter_map(|j| {
                     Some(Preemptor {
                         job_id: text(j.get("job_id"))?,
@@ -141,6 +148,20 @@ pub fn last_cancel(log: &str) -> Option<(String, String)> {
     })
 }
 
+/// Every partition with its `PriorityTier`, hidden ones (another team's) included: which
+/// partitions can preempt which ([`partition_tiers`]).
+pub const PARTITIONS_COMMAND: &str = "scontrol --all show partition -o";
+
+/// `PriorityTier` of each partition in [`PARTITIONS_COMMAND`] output.
+pub fn partition_tiers(text: &str) -> BTreeMap<String, u32> {
+    text.lines()
+        .filter_map(|line| {
+            let field = |key: &str| line.split_whitespace().find_map(|w| w.strip_prefix(key));
+            Some((field("PartitionName=")?.to_owned(), field("PriorityTier=")?.parse().ok()?))
+        })
+        .collect()
+}
+
 /// `2026-11-27T17:54:51Z` for Unix seconds `at`.
 pub fn utc(at: i64) -> String {
     let fmt = time::macros::format_description!("[year]-[month]-[day]T[hour]:[minute]:[second]Z");
@@ -151,9 +172,32 @@ pub fn utc(at: i64) -> String {
 }
 
 impl History {
+    /// Keeps, of the jobs that started (or were submitted) at the preemption, those whose
+    /// partition has a higher `PriorityTier` than the job's: with `preempt/partition_prio` only
+    /// they can have preempted it, and another partition's job of the same second is a
+    /// coincidence. Where no partition has a higher tier (preemption by QOS) or the tiers are
+    /// unknown, the candidates stay.
+    pub fn keep_higher_tiers(&mut self, tiers: &BTreeMap<String, u32>) {
+        let Some(ours) = self.partition.as_ref().and_then(|p| tiers.get(p)) else { return };
+        if !tiers.values().any(|t| t > ours) {
+            return;
+        }
+        self.preemptors.retain(|p| tiers.get(&p.partition).is_some_and(|t| t > ours));
+    }
+
     /// Whether the job lost an attempt (requeued, or ended PREEMPTED).
     pub fn interrupted(&self) -> bool {
-        self.restarts > 0 || self.in_grace || self.state.starts_with("PREEMPTED")
+        self.restarts > 0 || self.in_grace || self.ended_in_grace() || self.state.starts_with("PREEMPTED")
+    }
+
+    /// Preempted with a grace, and ended within it by itself: Slurm records it FAILED (or
+    /// COMPLETED) and does not requeue it.
+    fn ended_in_grace(&self) -> bool {
+        !self.in_grace
+            && !self.state.starts_with("PREEMPTED")
+            && self.restarts == 0
+            && self.interrupted_at.is_some()
+            && ["FAILED", "COMPLETED", "CANCELLED"].iter().any(|s| self.state.starts_with(s))
     }
 
     /// The one line, or `None` for a job that never lost an attempt. `cancel` is
@@ -165,6 +209,7 @@ impl History {
         let at = self.interrupted_at.map(utc);
         let preempted = cancel.map(|(_, c)| c == "preemption").unwrap_or(!self.preemptors.is_empty())
             || self.in_grace
+            || self.ended_in_grace()
             || self.state.starts_with("PREEMPTED");
         let what = if preempted {
             let when = at.or_else(|| cancel.map(|(t, _)| t.clone())).map(|t| format!(" at {t}")).unwrap_or_default();
@@ -196,6 +241,10 @@ impl History {
                 "cancelled (the job is not requeue-able)".to_owned()
             };
             format!("; stopping within its partition's GraceTime, then {then}")
+        } else if self.ended_in_grace() {
+            "; it ended within its partition's GraceTime, so Slurm did not requeue it (a job must run on until \
+             Slurm ends it)"
+                .to_owned()
         } else if self.state.starts_with("PREEMPTED") {
             "; not requeued (the job is not requeue-able, or the site's PreemptMode cancels)".to_owned()
         } else {
@@ -221,7 +270,9 @@ mod tests {
         let log = "0: step 10\nslurmstepd-node1: error: *** JOB 1 ON node1 CANCELLED AT 2026-11-27T17:54:51 DUE TO \
                    PREEMPTION ***\n0: resumed\n";
         assert_eq!(last_cancel(log), Some(("2026-11-27T17:54:51".into(), "preemption".into())));
-        let two = format!("{log}slurmstepd-node2: error: *** JOB 1 ON node2 CANCELLED AT 2026-11-27T18:00:00 DUE TO JOB REQUEUE ***\n");
+        let two = format!(
+            "{log}slurmstepd-node2: error: *** JOB 1 ON node2 CANCELLED AT 2026-11-27T18:00:00 DUE TO JOB REQUEUE ***\n"
+        );
         assert_eq!(last_cancel(&two), Some(("2026-11-27T18:00:00".into(), "job requeue".into())));
         assert_eq!(last_cancel("CANCELLED AT x\nno\n"), None);
         assert_eq!(last_cancel(""), None);

@@ -229,3 +229,50 @@ fn the_kill_deadline_is_slurms_kill_wait() {
             .contains(KILL_DEADLINE)
     );
 }
+
+/// `preempt-hold.sh` against `scontrol` lines as Slurm 22.05 printed them on the lab: a job in
+/// its preemption grace (RUNNING with a PreemptTime) holds for GraceTime + KillWait; a cancel, a
+/// job already requeued, a partition without grace or a job outside Slurm do not.
+#[test]
+fn the_hold_is_the_partitions_grace_and_kill_wait_for_a_job_being_preempted() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("hold.sh");
+    std::fs::write(&script, PREEMPT_HOLD).unwrap();
+    let scontrol = dir.path().join("scontrol");
+    let hold = |job: &str, grace: &str, env: &[(&str, &str)]| {
+        let fake = format!(
+            "#!/bin/sh\ncase \"$2\" in job) printf '%s\\n' {};; partition) printf '%s\\n' {};; esac\n",
+            shell::quote(job),
+            shell::quote(&format!("PartitionName=gpu AllowGroups=ALL PriorityTier=1 GraceTime={grace} Hidden=NO"))
+        );
+        std::fs::write(&scontrol, fake).unwrap();
+        Command::new("chmod").arg("755").arg(&scontrol).status().unwrap();
+        let path = format!("{}:{}", dir.path().display(), std::env::var("PATH").unwrap());
+        let mut cmd = Command::new("bash");
+        cmd.arg(&script).env("PATH", path).env("SLURM_JOB_ID", "52").env("SLURM_JOB_PARTITION", "gpu");
+        cmd.env("THESEUS_KILL_DEADLINE_SECONDS", "5");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let out = cmd.output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap().trim().to_owned()
+    };
+    let preempted = "JobId=52 JobName=jax-preempted JobState=RUNNING Reason=None Requeue=1 Restarts=0 \
+                     PreemptEligibleTime=2026-11-27T18:10:50 PreemptTime=2026-11-27T18:10:59 SuspendTime=None";
+    assert_eq!(hold(preempted, "10", &[]), "15");
+    // While slurmctld still delivers the TERM (seen on the lab with a 2-node job).
+    assert_eq!(hold(&preempted.replace("JobState=RUNNING", "JobState=SIGNALING"), "10", &[]), "15");
+    assert_eq!(hold(preempted, "10", &[("THESEUS_KILL_DEADLINE_SECONDS", "")]), "40");
+    assert_eq!(hold(preempted, "0", &[]), "", "no grace: Slurm requeues at once");
+    let cancelled = preempted.replace("PreemptTime=2026-11-27T18:10:59", "PreemptTime=None");
+    assert_eq!(hold(&cancelled, "10", &[]), "", "a cancel");
+    let requeued = preempted.replace("JobState=RUNNING", "JobState=PENDING");
+    assert_eq!(hold(&requeued, "10", &[]), "");
+    assert_eq!(hold(preempted, "10", &[("SLURM_JOB_ID", "")]), "", "not a Slurm job");
+    // The batch script names it, next to the bootstrap.
+    let d = Directives::new(&host(), &plan(1, 0, "cpu", None), "j", &paths()).unwrap();
+    let batch = render_job(&d, "/w/.theseus/bootstrap.sh", None, None);
+    assert!(batch.contains("export THESEUS_PREEMPT_HOLD=/w/.theseus/preempt-hold.sh\n"), "{batch}");
+    bash_n(&batch);
+}

@@ -186,8 +186,7 @@ printf '%s\n' "$out"
 
 /// slurmstepd's last `*** JOB N ON NODE CANCELLED AT TIME DUE TO CAUSE ***` line in the log
 /// `$1` (nothing when there is none or the log is gone).
-pub(crate) const LAST_CANCEL: &str =
-    r#"grep -a ' CANCELLED AT [^ ]* DUE TO ' -- "$1" 2>/dev/null | tail -n 1; exit 0"#;
+pub(crate) const LAST_CANCEL: &str = r#"grep -a ' CANCELLED AT [^ ]* DUE TO ' -- "$1" 2>/dev/null | tail -n 1; exit 0"#;
 
 /// `NODE`: the node's `NodeAddr` as Slurm knows it (empty when `scontrol` does not say).
 pub(crate) const NODE_ADDR: &str = r#"unset SLURM_TIME_FORMAT; scontrol show node "$1" -o 2>/dev/null | sed -n 's/.*NodeAddr=\([^ ]*\).*/\1/p' | head -n1

@@ -113,6 +113,21 @@ async fn last_cancel(backend: &SlurmBackend, data: &SlurmHandleData) -> Option<(
     }
 }
 
+/// Each partition's `PriorityTier` ([`preempt::PARTITIONS_COMMAND`]); empty when `scontrol`
+/// does not say.
+async fn partition_tiers(backend: &SlurmBackend) -> std::collections::BTreeMap<String, u32> {
+    let argv = theseus_core::shell::split(preempt::PARTITIONS_COMMAND).expect("a valid command");
+    let cmd = RemoteCommand::new("env")
+        .args(crate::parse::clean_env().into_iter().skip(1))
+        .args(argv)
+        .retry_safe()
+        .timeout(backend.remote.settings.command_timeout);
+    match backend.remote.ssh.output(&cmd).await {
+        Ok(out) if out.success() => preempt::partition_tiers(&out.stdout_text()),
+        _ => Default::default(),
+    }
+}
+
 /// The job's status.
 pub(super) async fn status(backend: &SlurmBackend, job_id: &str, data: &SlurmHandleData) -> Result<JobStatus> {
     let (job, history) = match squeue_job(backend, job_id).await? {
@@ -121,8 +136,14 @@ pub(super) async fn status(backend: &SlurmBackend, job_id: &str, data: &SlurmHan
     };
     if let Some(job) = job {
         let mut status = job.to_status();
-        if let Some(history) = history.filter(preempt::History::interrupted) {
+        // Slurm's restart count: a requeued job's next start is attempt restarts + 1, as
+        // THESEUS_ATTEMPT says in the job (the bootstrap maps SLURM_RESTART_COUNT).
+        status.attempt = history.as_ref().map(|h| h.restarts + 1);
+        if let Some(mut history) = history.filter(preempt::History::interrupted) {
             let cancel = last_cancel(backend, data).await;
+            if !history.preemptors.is_empty() {
+                history.keep_higher_tiers(&partition_tiers(backend).await);
+            }
             if let Some(line) = history.line(cancel.as_ref(), job.reason.as_deref()) {
                 status.message = Some(line);
             }

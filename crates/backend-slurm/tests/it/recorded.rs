@@ -85,11 +85,8 @@ fn sacct_without_accounting() {
 fn preemption_and_requeue_as_slurm_reports_them() {
     use theseus_backend_slurm::parse::preempt;
     assert_eq!(recorded("preempt_ids.txt").trim(), "requeued=34 not_requeued=35 preemptor=36");
-    let urgent = preempt::Preemptor {
-        job_id: "36".into(),
-        partition: "urgent".into(),
-        user: Some("theseus-test-other".into()),
-    };
+    let urgent =
+        preempt::Preemptor { job_id: "36".into(), partition: "urgent".into(), user: Some("theseus-test-other".into()) };
     let by = "preempted at 2026-11-27T18:01:01Z (partition urgent job 36 of theseus-test-other)";
 
     let waiting = recorded("preempt_squeue_requeued.json");
@@ -121,6 +118,59 @@ fn preemption_and_requeue_as_slurm_reports_them() {
         ended.line(cancel.as_ref(), None).unwrap(),
         format!("{by}; not requeued (the job is not requeue-able, or the site's PreemptMode cancels)")
     );
+    // A job of another partition that started that second is no preemptor when its partition's
+    // tier is not higher (found on the lab: a test's `cpu` job was named beside the real one).
+    let tiers = preempt::partition_tiers(&recorded("preempt_scontrol_partitions.txt"));
+    assert_eq!(
+        tiers.iter().map(|(p, t)| (p.as_str(), *t)).collect::<Vec<_>>(),
+        [("cpu", 1), ("gpu", 1), ("urgent", 10)]
+    );
+    let mut h = preempt::history(&waiting, "34").unwrap().unwrap();
+    h.preemptors.insert(0, preempt::Preemptor { job_id: "33".into(), partition: "cpu".into(), user: None });
+    h.keep_higher_tiers(&tiers);
+    assert_eq!(h.preemptors, std::slice::from_ref(&urgent));
     // The preemptor itself and a job that was never interrupted have no such line.
     assert_eq!(preempt::history(&waiting, "36").unwrap().unwrap().line(None, None), None);
+}
+
+/// Issue 26, recorded by `record-slurm.sh DIR preempt-grace` (`gpu` has `GraceTime=10`): the
+/// steps of 63 and 64 got TERM at once (the batch shells nothing); 63 ran on (as theseus's
+/// bootstrap does) and was requeued when the grace ended, when the other team's 65 started; 64
+/// exited 143 on its TERM and was recorded FAILED, not requeued, although requeue-able.
+#[test]
+fn preemption_with_a_grace_as_slurm_reports_it() {
+    use theseus_backend_slurm::parse::preempt;
+    assert_eq!(recorded("grace_ids.txt").trim(), "holds=63 exits=64 preemptor=65");
+    assert!(recorded("grace_scontrol_partition.txt").contains(" GraceTime=10 "));
+    let by = "preempted at 2026-11-27T18:31:37Z (partition urgent job 65 of theseus-test-other)";
+
+    let within = recorded("grace_squeue_within.json");
+    assert_eq!(squeue::parse_json(&within, "63").unwrap().unwrap().state, JobState::Running);
+    let h = preempt::history(&within, "63").unwrap().unwrap();
+    assert!(h.in_grace && h.requeue, "{h:?}");
+    assert_eq!(
+        h.line(None, None).unwrap(),
+        format!("{by}; stopping within its partition's GraceTime, then requeued as attempt 2")
+    );
+    let exited = preempt::history(&within, "64").unwrap().unwrap();
+    assert_eq!(squeue::parse_json(&within, "64").unwrap().unwrap().exit_code, Some(143));
+    assert!(recorded("grace_scontrol_exited.txt").contains(" JobState=FAILED Reason=NonZeroExitCode "));
+    assert_eq!(
+        exited.line(None, None).unwrap(),
+        format!(
+            "{by}; it ended within its partition's GraceTime, so Slurm did not requeue it (a job must run on until \
+             Slurm ends it)"
+        )
+    );
+
+    // Requeued at the grace's end, when the preemptor started: that is the time the line gives.
+    let requeued = recorded("grace_squeue_requeued.json");
+    let h = preempt::history(&requeued, "63").unwrap().unwrap();
+    let cancel = preempt::last_cancel(&recorded("grace_log_holds.txt"));
+    assert_eq!(cancel, Some(("2026-11-27T18:31:54".to_owned(), "preemption".to_owned())));
+    assert_eq!(
+        h.line(cancel.as_ref(), Some("BeginTime")).unwrap(),
+        "preempted at 2026-11-27T18:32:02Z (partition urgent job 65 of theseus-test-other); requeued, attempt 2, \
+         waiting to start (BeginTime)"
+    );
 }

@@ -212,6 +212,21 @@ pub(crate) fn prepare(
     env: &[(&str, &str)],
     distributed: Distributed,
 ) -> (PreparedJob, tempfile::TempDir) {
+    prepare_with_config(b, plan, name, files, words, env, distributed, serde_json::json!({}))
+}
+
+/// [`prepare`] with the experiment's `config` (`$THESEUS_CONFIG`).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn prepare_with_config(
+    b: &SlurmBackend,
+    plan: &Plan,
+    name: &str,
+    files: &[(&str, &str)],
+    words: &[&str],
+    env: &[(&str, &str)],
+    distributed: Distributed,
+    config: serde_json::Value,
+) -> (PreparedJob, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     for (path, text) in files {
         std::fs::write(dir.path().join(path), text).unwrap();
@@ -223,8 +238,7 @@ pub(crate) fn prepare(
         env.iter().map(|(n, v)| EnvVar { name: n.to_string(), value: v.to_string(), secret: false }).collect();
     let experiment = Experiment { entrypoint: Entrypoint::Words(words.clone()), distributed, ..Experiment::default() };
     let layout = b.layout(&identity, plan).unwrap();
-    let input =
-        BootstrapInput::for_layout(identity.clone(), &layout, env.clone(), words, distributed, serde_json::json!({}));
+    let input = BootstrapInput::for_layout(identity.clone(), &layout, env.clone(), words, distributed, config);
     let bootstrap = bootstrap::render(&input).unwrap();
     (PreparedJob { identity, experiment, env, plan: plan.clone(), snapshot, bootstrap }, dir)
 }

@@ -5,9 +5,10 @@
 //! says what happened in one line. No timed assertions: every wait is on a state, with a
 //! generous deadline.
 //!
-//! The training is a stand-in of `examples/jax-train` (part `resume`) with the same contract:
-//! `starting at step 0` or `resumed from step K`, `step K loss L`, a checkpoint every N steps
-//! named by an atomically replaced `latest` marker, and `final params sha256 HEX`.
+//! The training is `examples/jax-train` (part `resume`): `starting at step 0` or `resumed from
+//! step K (PATH, attempt N)`, `step K loss L`, `checkpoint step K` every N steps (named by an
+//! atomically replaced `latest` marker), and `final params sha256 HEX`; the bootstrap gives it
+//! `THESEUS_CHECKPOINT_DIR`, `THESEUS_ATTEMPT` and `THESEUS_RESTORE_FROM`.
 
 use std::time::{Duration, Instant};
 
@@ -17,70 +18,13 @@ use theseus_backend_slurm::config::PartitionConfig;
 use theseus_core::backend::{Backend, JobHandle, JobState, JobStatus, LogOptions, SubmitOptions};
 use theseus_core::job::Distributed;
 
-use crate::slurm::{ALIAS, SlurmLab, backend, host, lab, plan, prepare};
+use crate::slurm::{ALIAS, SlurmLab, backend, host, lab, plan, prepare_with_config};
 
 /// Deadline of each wait: a requeued job waits for the preemptor and Slurm's `cred_expire`.
 const DEADLINE: Duration = Duration::from_secs(300);
 
-/// The stand-in training (see the module doc). Deterministic: the data of step k depends on k
-/// only, and a checkpoint holds the exact parameters.
-const TRAIN_PY: &str = r#"
-import hashlib, json, os, sys, time
-import numpy as np
-import jax, jax.numpy as jnp
-
-steps = int(os.environ["TRAIN_STEPS"])
-every = int(os.environ["TRAIN_CHECKPOINT_EVERY"])
-pause = float(os.environ.get("TRAIN_STEP_SECONDS", "0"))
-ckpt = os.environ.get("THESEUS_CHECKPOINT_DIR") or os.path.join(
-    os.environ["THESEUS_CHECKPOINTS_DIR"], os.environ.get("THESEUS_PROJECT") or "default",
-    os.environ.get("THESEUS_GROUP") or "default", os.environ["THESEUS_JOB_NAME"])
-os.makedirs(ckpt, exist_ok=True)
-print("attempt", os.environ.get("THESEUS_ATTEMPT", "?"), "SLURM_RESTART_COUNT", os.environ.get("SLURM_RESTART_COUNT", "unset"), flush=True)
-
-restore = os.environ.get("THESEUS_RESTORE_FROM")
-if not restore and os.path.exists(os.path.join(ckpt, "latest")):
-    with open(os.path.join(ckpt, "latest")) as f:
-        restore = os.path.join(ckpt, f.readline().strip())
-w = jnp.zeros((8,), jnp.float32)
-start = 0
-if restore:
-    w = jnp.asarray(np.load(os.path.join(restore, "params.npy")))
-    with open(os.path.join(restore, "step")) as f:
-        start = int(f.read())
-    print("resumed from step", start, flush=True)
-else:
-    print("starting at step 0", flush=True)
-
-true_w = jnp.arange(8, dtype=jnp.float32) / 8.0
-key = jax.random.PRNGKey(0)
-
-@jax.jit
-def update(w, k):
-    x = jax.random.normal(jax.random.fold_in(key, k), (32, 8))
-    y = x @ true_w
-    loss, g = jax.value_and_grad(lambda w: jnp.mean((x @ w - y) ** 2))(w)
-    return w - 0.05 * g, loss
-
-for k in range(start, steps):
-    w, loss = update(w, k)
-    done = k + 1
-    print("step", done, "loss", float(loss), flush=True)
-    if done % every == 0 and done < steps:
-        d = os.path.join(ckpt, "step-%06d" % done)
-        tmp = d + ".tmp.%d" % os.getpid()
-        os.makedirs(tmp)
-        np.save(os.path.join(tmp, "params.npy"), np.asarray(w))
-        with open(os.path.join(tmp, "step"), "w") as f:
-            f.write(str(done))
-        os.replace(tmp, d) if not os.path.exists(d) else None
-        with open(os.path.join(ckpt, "latest.tmp"), "w") as f:
-            f.write(os.path.basename(d) + "\n")
-        os.replace(os.path.join(ckpt, "latest.tmp"), os.path.join(ckpt, "latest"))
-        print("checkpoint step", done, flush=True)
-    time.sleep(pause)
-print("final params sha256", hashlib.sha256(np.asarray(w).tobytes()).hexdigest(), flush=True)
-"#;
+/// The JAX training of the resume contract (part `resume`), as shipped in the repository.
+const TRAIN_PY: &str = include_str!("../../../../examples/jax-train/train.py");
 
 /// Runs `command` on the login node as the lab's other user (the other team), through the same
 /// SSH config as the test user's (the command line's `-l` wins over its `User`).
@@ -138,15 +82,12 @@ fn checksum(log: &str) -> String {
     sums[0].trim().to_owned()
 }
 
-/// A host on `partition` that keeps off node `exclude`: the training runs on node1 (where the
-/// preemptor asks for every GPU), the uninterrupted reference on node2 in `cpu`, which is never
-/// preempted.
-fn on(partition: &str, exclude: &str) -> SlurmHost {
-    SlurmHost {
-        partitions: vec![PartitionConfig::Name(partition.into())],
-        exclude: vec![exclude.into()],
-        ..host()
-    }
+/// A host on `partition`: the training on `gpu` (both nodes, all their GPUs: no other test's job
+/// holds GPUs there, so the preemptor, which asks for node1's four, preempts only it), the
+/// uninterrupted reference on `cpu`, which is never preempted, with the same process count (the
+/// gradients are summed in rank order).
+fn on(partition: &str) -> SlurmHost {
+    SlurmHost { partitions: vec![PartitionConfig::Name(partition.into())], ..host() }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -155,28 +96,26 @@ async fn a_preempted_training_is_requeued_and_resumes_to_the_same_parameters() {
         Some(lab) => lab,
         None => return,
     };
-    let env = [
-        ("THESEUS_PYTHON", lab.remote_python.as_str()),
-        ("JAX_PLATFORMS", "cpu"),
-        ("TRAIN_STEPS", "200"),
-        ("TRAIN_CHECKPOINT_EVERY", "20"),
-        ("TRAIN_STEP_SECONDS", "0.1"),
-    ];
+    let env = [("THESEUS_PYTHON", lab.remote_python.as_str()), ("JAX_PLATFORMS", "cpu")];
+    let config = serde_json::json!({"steps": 200, "checkpoint_every": 20, "step_seconds": 0.25, "seed": 0});
     let files = [("train.py", TRAIN_PY)];
     let words = ["python", "train.py"];
+    let jax = Distributed::Jax;
 
     // The reference: the same training, never interrupted.
-    let (reference, _) = backend(lab, "preempt-ref", on("cpu", "node1"));
-    let (job, _d1) = prepare(&reference, &plan("cpu", 1, 0), "jax-ref", &files, &words, &env, Distributed::None);
+    let (reference, _) = backend(lab, "preempt-ref", on("cpu"));
+    let (job, _d1) =
+        prepare_with_config(&reference, &plan("cpu", 2, 0), "jax-ref", &files, &words, &env, jax, config.clone());
     let ref_handle = reference.submit(&job, &SubmitOptions::default()).await.expect("submit the reference");
 
-    // The training on gpu, node1, all four GPUs.
-    let (b, _) = backend(lab, "preempt", on("gpu", "node2"));
-    let (job, _d2) = prepare(&b, &plan("gpu", 1, 4), "jax-preempted", &files, &words, &env, Distributed::None);
+    // The training on gpu: two processes, one per node, with all four GPUs of each.
+    let (b, _) = backend(lab, "preempt", on("gpu"));
+    let (job, _d2) = prepare_with_config(&b, &plan("gpu", 2, 4), "jax-preempted", &files, &words, &env, jax, config);
     let h = b.submit(&job, &SubmitOptions::default()).await.expect("submit the training");
     wait_log(b.as_ref(), &h, "checkpoint at step 40", |l| l == "checkpoint step 40").await;
 
-    // The other team's job on urgent needs node1's four GPUs: Slurm requeues the training.
+    // The other team's job on urgent needs node1's four GPUs: Slurm preempts the training (both
+    // processes get TERM, hold through the partition's GraceTime) and requeues it.
     let preemptor = as_other_user(
         lab,
         "cd /tmp && /usr/bin/sbatch --parsable -p urgent -w node1 --gres=gpu:h100:4 --mem=300M -J preemptor \
@@ -187,6 +126,7 @@ async fn a_preempted_training_is_requeued_and_resumes_to_the_same_parameters() {
         s.state == JobState::Pending && s.message.as_deref().is_some_and(|m| m.contains("requeued"))
     })
     .await;
+    assert_eq!(requeued.attempt, Some(2), "{requeued:?}");
     let line = requeued.message.clone().unwrap();
     eprintln!("status while requeued: {}: {line}", requeued.state);
     assert!(
@@ -200,12 +140,23 @@ async fn a_preempted_training_is_requeued_and_resumes_to_the_same_parameters() {
     let done = wait_status(b.as_ref(), &h, "end", |s| s.state.is_terminal()).await;
     let log = log_text(b.as_ref(), &h).await;
     assert_eq!((done.state, done.exit_code), (JobState::Completed, Some(0)), "{done:?}\n{log}");
-    assert!(log.contains("[theseus] received SIGTERM"), "the bootstrap got Slurm's TERM:\n{log}");
-    assert!(log.contains("CANCELLED AT ") && log.contains("DUE TO PREEMPTION"), "the first attempt's log stays:\n{log}");
-    assert!(log.contains("SLURM_RESTART_COUNT 1"), "the requeued job reaches the bootstrap with its count:\n{log}");
-    let resumed: Vec<u32> =
-        log.lines().filter_map(|l| l.strip_prefix("resumed from step ")).map(|k| k.trim().parse().unwrap()).collect();
-    assert!(resumed.len() == 1 && resumed[0] >= 40 && resumed[0] % 20 == 0, "resumed from {resumed:?}:\n{log}");
+    let held = log.lines().filter(|l| l.starts_with("[theseus] preempted with a grace")).count();
+    assert_eq!(held, 2, "both processes got Slurm's TERM and held through the grace:\n{log}");
+    assert!(
+        log.contains("CANCELLED AT ") && log.contains("DUE TO PREEMPTION"),
+        "the first attempt's log stays:\n{log}"
+    );
+    let resumed: Vec<u32> = log
+        .lines()
+        .filter_map(|l| l.strip_prefix("resumed from step "))
+        .map(|rest| rest.split_whitespace().next().unwrap().parse().unwrap())
+        .collect();
+    // SLURM_RESTART_COUNT reached the bootstrap, which made it the attempt.
+    assert!(log.lines().any(|l| l.starts_with("resumed from step ") && l.ends_with(", attempt 2)")), "{log}");
+    assert!(
+        resumed.len() == 1 && resumed[0] >= 40 && resumed[0].is_multiple_of(20),
+        "resumed from {resumed:?}:\n{log}"
+    );
     let after = done.message.clone().unwrap_or_default();
     eprintln!("status at the end: {}: {after}; resumed from step {}", done.state, resumed[0]);
     assert!(after.starts_with("preempted at ") && after.ends_with("; requeued, attempt 2"), "{after}");

@@ -17,6 +17,9 @@ async fn slurm_run_dirs_hold_exactly_the_snapshot_and_share_unchanged_files() {
     let extra = |job: &PreparedJob| {
         let mut extra: Vec<String> = job.bootstrap.files.iter().map(|f| f.path.clone()).collect();
         extra.push(theseus_backend_slurm::slurm::BATCH_SCRIPT.into());
+        // Issue 26: the script the bootstrap asks whether a signal is a preemption with a grace.
+        let hold = Path::new(&job.bootstrap.entry).with_file_name(theseus_backend_slurm::sbatch::PREEMPT_HOLD_FILE);
+        extra.push(hold.display().to_string());
         extra
     };
     let seen = Seen::default();

@@ -3,7 +3,6 @@
 //! [`submit`] is the submit's flow (claim, ship through the helper, create the gang).
 
 mod gone;
-mod interrupted;
 pub(crate) mod submit;
 
 use std::fmt;
@@ -471,8 +470,8 @@ impl Backend for VolcanoBackend {
                 });
                 // An interrupted run says why and what happens next, in one line.
                 let cluster = self.cluster().await.map_err(|e| self.err(e))?;
-                if let Some(interruption) = interrupted::interruption_of(cluster, &job).await {
-                    status.message = Some(interruption.describe(cluster.namespace()));
+                if let Some(line) = crate::interrupted::interruption_line(cluster, &job).await {
+                    status.message = Some(line);
                 }
                 Ok(status)
             }

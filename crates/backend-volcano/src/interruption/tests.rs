@@ -67,6 +67,9 @@ fn evicted(why: &str) -> Vec<Event> {
     ]
 }
 
+/// A case: name, the job, its events, the other pods (`None`: hidden) and the line.
+type Case<'a> = (&'a str, Job, Vec<Event>, Option<&'a [Pod]>, Option<&'a str>);
+
 #[test]
 fn lines_by_case() {
     let others = vec![
@@ -77,8 +80,9 @@ fn lines_by_case() {
         pod("team-b", "sweep", "vision", "normal", "gpu-3", "2026-11-27T11:00:06Z"),
     ];
     let plain = vec![evicted("x").remove(0)];
-    let cases: Vec<(&str, Job, Vec<Event>, Option<&[Pod]>, Option<&str>)> = vec![
+    let cases: Vec<Case<'_>> = vec![
         ("never interrupted", job("Running", 0), vec![], Some(&others), None),
+        ("evicted, not restarted yet", job("Running", 0), evicted("preempt"), Some(&others), None),
         (
             "preempted",
             job("Pending", 1),
@@ -102,7 +106,7 @@ fn lines_by_case() {
             evicted("preempt"),
             None,
             Some(
-                "preempted by a job theseus may not see (RBAC refuses listing other pods) at 2026-11-27T11:00:01Z; \
+                "preempted at 2026-11-27T11:00:01Z (theseus may not see which job: RBAC refuses listing other pods); \
                  running again, attempt 3 of 4",
             ),
         ),
@@ -119,8 +123,8 @@ fn lines_by_case() {
             evicted("preempt"),
             Some(&others[..1]),
             Some(
-                "preempted by a job not found among the pods bound since at 2026-11-27T11:00:01Z; failed: no \
-                 restarts left (4 of 4 used)",
+                "failed with no restarts left (4 of 4 used) after being preempted at 2026-11-27T11:00:01Z (the \
+                 preemptor has ended)",
             ),
         ),
     ];
@@ -143,8 +147,36 @@ fn lines_by_case() {
     );
     let got = interruption(&Evidence { job: &twice, events: &evicted("preempt"), others: Some(&others) }).unwrap();
     assert_eq!(got.describe("ml"), "evicted from node gpu-3 at 2026-11-27T12:00:00Z; restarting, attempt 3 of 4");
+    // A job that restarts on a failed rank too: which one it was is not left behind.
+    let mut on_failure = job("Pending", 1);
+    on_failure.spec.policies = serde_json::from_value(json!([{"event": "PodFailed", "action": "RestartJob"}])).unwrap();
+    let plain = vec![evicted("x").remove(0)];
+    let got = interruption(&Evidence { job: &on_failure, events: &plain, others: Some(&others) }).unwrap();
+    assert_eq!(
+        got.describe("ml"),
+        "restarted after a failed rank or an eviction from node gpu-3 at 2026-11-27T11:00:03Z; restarting, attempt 2 of 4"
+    );
     for (name, job, events, others, want) in cases {
         let got = interruption(&Evidence { job: &job, events: &events, others }).map(|i| i.describe("ml"));
         assert_eq!(got.as_deref(), want, "{name}");
     }
+}
+
+#[test]
+fn an_ended_run_leads_with_its_end_and_no_class_is_no_priority() {
+    let mut others = vec![pod("team-b", "sweep", "vision", "", "gpu-3", "2026-11-27T11:00:06Z")];
+    others[0].spec.as_mut().unwrap().priority_class_name = None;
+    let got = interruption(&Evidence { job: &job("Completed", 1), events: &evicted("reclaim"), others: Some(&others) });
+    assert_eq!(
+        got.unwrap().describe("ml"),
+        "completed on attempt 2 of 4 after being reclaimed by queue vision (for team-b/sweep) at 2026-11-27T11:00:01Z"
+    );
+    // What was recorded while the preemptor could be told stands in for what can be told now.
+    let gone =
+        interruption(&Evidence { job: &job("Completed", 1), events: &evicted("preempt"), others: Some(&[]) }).unwrap();
+    assert!(!gone.names_the_preemptor());
+    assert_eq!(
+        gone.line("preempted by serve (priority prod) at 2026-11-27T11:00:01Z"),
+        "completed on attempt 2 of 4 after being preempted by serve (priority prod) at 2026-11-27T11:00:01Z"
+    );
 }

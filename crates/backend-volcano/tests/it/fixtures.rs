@@ -93,3 +93,12 @@ pub(crate) fn env() -> Vec<EnvVar> {
         var("HF_TOKEN", "hf_other_secret_987", true),
     ]
 }
+
+/// A bootstrap file as found in a run dir, without what the bootstrap appends to `env.sh` at
+/// each start (THESEUS_ATTEMPT, THESEUS_RESTORE_FROM): what was rendered and shipped.
+pub(crate) fn as_shipped(path: &str, found: String) -> String {
+    match found.split_once("# ---- set by the bootstrap at start ----\n") {
+        Some((before, _)) if path.ends_with("env.sh") => before.to_owned(),
+        _ => found,
+    }
+}

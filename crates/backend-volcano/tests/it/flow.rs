@@ -235,7 +235,8 @@ async fn submit_ships_the_code_deletes_the_helper_and_starts_the_gang() {
     let work = PathBuf::from(&world.backend().run_layout(&job.identity).unwrap().work_dir);
     assert_eq!(std::fs::read(work.join("job.py")).unwrap(), std::fs::read(code.path().join("job.py")).unwrap());
     for file in &job.bootstrap.files {
-        assert_eq!(std::fs::read_to_string(work.join(&file.path)).unwrap(), file.contents, "{}", file.path);
+        let found = std::fs::read_to_string(work.join(&file.path)).unwrap();
+        assert_eq!(crate::fixtures::as_shipped(&file.path, found), file.contents, "{}", file.path);
     }
     assert!(!files_under(&work).iter().any(|p| p.to_string_lossy().contains("theseus-ship")), "no temp archive left");
 

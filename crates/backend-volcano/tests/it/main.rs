@@ -10,6 +10,7 @@ mod fixtures;
 mod flow;
 mod follow;
 mod gang_env;
+mod interrupted;
 mod lifecycle;
 mod preflight;
 mod props;

@@ -74,7 +74,8 @@ async fn submit_builds_the_run_dir_from_the_store_and_a_one_line_edit_sends_one_
     let run = work_dir(&world, &first);
     assert_run_dir_matches(&first.snapshot.root, &run, Materialize::Link);
     for file in &first.bootstrap.files {
-        assert_eq!(std::fs::read_to_string(run.join(&file.path)).unwrap(), file.contents, "{}", file.path);
+        let found = std::fs::read_to_string(run.join(&file.path)).unwrap();
+        assert_eq!(crate::fixtures::as_shipped(&file.path, found), file.contents, "{}", file.path);
     }
     let report = reports.lock().unwrap().clone();
     assert_eq!(report.len(), 1, "one report per submit: {report:?}");

@@ -61,7 +61,9 @@ pub(crate) async fn run(ctx: &Context, args: JobArgs) -> Result<ExitCode> {
         Ok(Some(shares)) => {
             println!();
             println!("queues of {} ({}; {}):", solved.plan.host, shares.resource, shares.model);
-            print!("{}", theseus_core::shares::render_table(shares));
+            if !shares.queues.is_empty() {
+                print!("{}", theseus_core::shares::render_table(shares));
+            }
             println!("queue:   {}", shares.verdict.describe());
             for unknown in &shares.unknown {
                 println!("unknown: {unknown}");

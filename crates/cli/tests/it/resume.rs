@@ -190,3 +190,132 @@ fn a_jax_training_stopped_with_sigterm_resumes_and_ends_with_the_same_params() {
     assert!(!stdout.contains("starting at step 0"), "{stdout}");
     assert_eq!(checksum(&stdout), x, "the resumed training ends with other parameters");
 }
+
+/// A job that writes one checkpoint and waits, unless it was given one to resume from.
+const RESTARTABLE: &str = r#"import os, time
+ck = os.environ["THESEUS_CHECKPOINT_DIR"]
+restore = os.environ.get("THESEUS_RESTORE_FROM")
+print("restore", restore or "-", flush=True)
+if not restore:
+    os.makedirs(os.path.join(ck, "step_1"), exist_ok=True)
+    with open(os.path.join(ck, ".latest.tmp"), "w") as f:
+        f.write("step_1\n")
+    os.replace(os.path.join(ck, ".latest.tmp"), os.path.join(ck, "latest"))
+    print("checkpoint step 1", flush=True)
+    time.sleep(600)
+print("resumed", flush=True)
+"#;
+
+#[test]
+fn an_evicted_volcano_job_restarts_shows_attempt_2_and_resumes_its_own_checkpoint() {
+    let ctx = TestContext::new();
+    let world = crate::volcano::SimWorld::start(&ctx);
+    let code = tempfile::tempdir().unwrap();
+    std::fs::write(code.path().join("job.py"), RESTARTABLE).unwrap();
+    std::fs::write(code.path().join("exp.yaml"), "entrypoint: python job.py\n").unwrap();
+    let exp = code.path().join("exp.yaml");
+    let code_dir = code.path().to_str().unwrap();
+    let out =
+        ctx.run(&["submit", "evictee", exp.to_str().unwrap(), "--code", code_dir, "--host", "k8s", "--chip", "cpu"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let logs = || text(&ctx.run(&["logs", "evictee"]).stdout);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !logs().contains("checkpoint step 1") {
+        assert!(Instant::now() < deadline, "no checkpoint: {}", logs());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let status = ctx.run(&["status", "evictee"]);
+    assert!(!text(&status.stdout).contains("attempt"), "{}", text(&status.stdout));
+    // Its pod is deleted (evicted): Volcano's `PodEvicted -> RestartJob` starts it again.
+    let pods = world.sim.objects("v1", "Pod");
+    let pod = pods
+        .iter()
+        .filter_map(|p| p["metadata"]["name"].as_str())
+        .find(|n| n.contains("evictee"))
+        .unwrap_or_else(|| panic!("no pod of the job"))
+        .to_owned();
+    let ca = code.path().join("ca.pem");
+    std::fs::write(&ca, world.sim.ca_pem()).unwrap();
+    let url = format!("{}/api/v1/namespaces/default/pods/{pod}", world.sim.url());
+    let deleted = std::process::Command::new("curl")
+        .args(["-sS", "--fail", "-X", "DELETE", "--cacert"])
+        .arg(&ca)
+        .arg(&url)
+        .output()
+        .expect("curl runs");
+    assert!(deleted.status.success(), "{}", text(&deleted.stderr));
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let shown = loop {
+        let out = ctx.run(&["--output", "json", "status", "evictee"]);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        if v["status"]["attempt"] == 2 && v["status"]["state"] == "completed" {
+            break v;
+        }
+        assert!(Instant::now() < deadline, "never restarted and completed: {v}\n{}", logs());
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    // The attempt is said once: by the backend's interruption line, else after the state.
+    let status = text(&ctx.run(&["status", "evictee"]).stdout);
+    assert_eq!(status.matches("attempt 2").count(), 1, "{status}\n{shown}");
+    assert!(
+        status.contains(": completed, attempt 2 (exit code 0)") || status.contains("completed on attempt 2"),
+        "{status}"
+    );
+    let log = logs();
+    // The new pod's THESEUS_ATTEMPT comes from the annotation `volcano.sh/job-retry-count`.
+    assert!(
+        log.contains("[theseus] attempt 2: resuming from ") && log.contains("(latest, written by this run)"),
+        "{log}"
+    );
+    assert!(log.contains("resumed"), "{log}");
+    assert!(log.contains("/general/default/evictee/step_1"), "{log}");
+}
+
+#[test]
+fn jax_train_never_resumes_from_a_half_written_checkpoint_and_clears_it() {
+    let Some(python) = jax_python("jax_train_never_resumes_from_a_half_written_checkpoint_and_clears_it") else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let ckpt = tmp.path().join("ckpt");
+    std::fs::create_dir_all(&ckpt).unwrap();
+    let config = tmp.path().join("config.json");
+    std::fs::write(&config, r#"{"steps": 30, "checkpoint_every": 10}"#).unwrap();
+    let run = |restore: Option<&std::path::Path>| {
+        let mut cmd = std::process::Command::new(&python);
+        cmd.arg(crate::repo_root().join("examples/jax-train/train.py"))
+            .env("THESEUS_CONFIG", &config)
+            .env("THESEUS_CHECKPOINT_DIR", &ckpt)
+            .env("JAX_PLATFORMS", "cpu");
+        if let Some(path) = restore {
+            cmd.env("THESEUS_RESTORE_FROM", path);
+        }
+        let out = run_bounded(cmd, Duration::from_secs(120));
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        text(&out.stdout)
+    };
+    let whole = run(None);
+    assert_eq!(std::fs::read_to_string(ckpt.join("latest")).unwrap(), "step_30\n");
+    // A run killed while it wrote step 40: its temp dir and marker are there, `latest` is not moved.
+    std::fs::create_dir_all(ckpt.join(".step_40.tmp.999")).unwrap();
+    std::fs::write(ckpt.join(".step_40.tmp.999/params.bin"), b"half").unwrap();
+    std::fs::write(ckpt.join(".latest.tmp.999"), "step_40\n").unwrap();
+    let resumed = run(Some(&ckpt.join("step_20")));
+    assert!(resumed.contains("resumed from step 20"), "{resumed}");
+    let sum = |out: &str| out.lines().find(|l| l.starts_with("final params sha256 ")).unwrap().to_owned();
+    assert_eq!(sum(&resumed), sum(&whole));
+    let left: Vec<String> =
+        std::fs::read_dir(&ckpt).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    assert!(left.iter().all(|n| !n.contains(".tmp.")), "{left:?}");
+    // A checkpoint whose params do not match its state is refused, not used.
+    std::fs::write(ckpt.join("step_10/params.bin"), b"corrupt").unwrap();
+    let mut cmd = std::process::Command::new(&python);
+    cmd.arg(crate::repo_root().join("examples/jax-train/train.py"))
+        .env("THESEUS_CONFIG", &config)
+        .env("THESEUS_CHECKPOINT_DIR", &ckpt)
+        .env("THESEUS_RESTORE_FROM", ckpt.join("step_10"))
+        .env("JAX_PLATFORMS", "cpu");
+    let out = run_bounded(cmd, Duration::from_secs(120));
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains("does not match state.json"), "{}", text(&out.stderr));
+}

@@ -71,6 +71,11 @@ impl SimWorld {
         SimWorld { sim, _runtime: runtime, _pvc: pvc, code }
     }
 
+    /// Runs `future` on the simulator's runtime (for tests that talk to it directly).
+    pub(crate) fn block_on<F: std::future::Future>(&self, future: F) -> F::Output {
+        self._runtime.block_on(future)
+    }
+
     pub(crate) fn code(&self) -> &str {
         self.code.path().to_str().unwrap()
     }

@@ -146,3 +146,25 @@ fn the_ttl_is_on_every_job_by_default_and_shown_in_the_dry_run() {
     );
     drop(world);
 }
+
+#[test]
+fn a_failed_run_collected_before_anyone_looked_is_failed_with_its_exit_code() {
+    let ctx = TestContext::new();
+    let world = SimWorld::start(&ctx);
+    set_ttl(&ctx, "1s");
+    let code = std::path::Path::new(world.code());
+    std::fs::write(code.join("fail.py"), "import sys\nprint('failing now', flush=True)\nsys.exit(3)\n").unwrap();
+    std::fs::write(code.join("fail.yaml"), "entrypoint: python fail.py\n").unwrap();
+    let exp = world.exp("fail.yaml");
+    let out = ctx.run(&["submit", "broken", &exp, "--code", world.code(), "--host", "k8s", "--chip", "cpu"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    wait_collected(&world);
+    let status = ctx.run(&["status", "broken", "--output", "json"]);
+    let v: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert_eq!((v["status"]["state"].as_str(), v["status"]["exit_code"].as_i64()), (Some("failed"), Some(3)), "{v}");
+    let said = v["status"]["message"].as_str().unwrap_or_default();
+    assert!(said.contains("is gone: collected 1 s after it finished") && said.contains("rank 0 failed"), "{said}");
+    let logs = text(&ctx.run(&["logs", "broken"]).stdout);
+    assert!(logs.contains("failing now") && logs.contains("the job exited with 3"), "{logs}");
+    wait_collected(&world);
+}

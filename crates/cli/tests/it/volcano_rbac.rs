@@ -45,6 +45,8 @@ fn every_command_works_with_the_least_privilege_role() {
     let plan: serde_json::Value = serde_json::from_slice(&plan.stdout).unwrap();
     let verdict = plan.to_string();
     assert!(verdict.contains("allocatable"), "live capacity was read: {verdict}");
+    assert_eq!(plan["queues"]["unknown"], serde_json::json!([]), "the ClusterRole reads every queue: {verdict}");
+    assert_eq!(plan["queues"]["verdict"]["kind"], "fits_now", "{verdict}");
 
     let out = ctx.run(&[
         "submit",
@@ -61,6 +63,7 @@ fn every_command_works_with_the_least_privilege_role() {
         "--follow",
     ]);
     assert!(out.status.success(), "stdout:\n{}\nstderr:\n{}", text(&out.stdout), text(&out.stderr));
+    assert!(!text(&out.stderr).contains("could not check"), "the documented roles check it all: {}", text(&out.stderr));
     let sleeper = ctx.run(&[
         "submit",
         "sleeper",
@@ -97,6 +100,7 @@ fn without_the_cluster_role_capacity_is_unknown_naming_the_permission_and_submit
     let row = all.lines().find(|l| l.starts_with("k8s ")).unwrap_or_else(|| panic!("{all}")).to_owned();
     assert!(row.contains("unknown"), "{row}");
     assert!(all.contains("queues") && all.contains("ClusterRole"), "the plan names the missing permission: {all}");
+    assert!(all.contains("queue:   unknown: the queues cannot be read"), "the queue verdict is not guessed: {all}");
 
     let out = ctx.run(&[
         "submit",
@@ -113,6 +117,11 @@ fn without_the_cluster_role_capacity_is_unknown_naming_the_permission_and_submit
         "--follow",
     ]);
     assert!(out.status.success(), "stdout:\n{}\nstderr:\n{}", text(&out.stdout), text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("could not check that namespace \"default\" exists"),
+        "a check RBAC refuses is said, not a refusal: {}",
+        text(&out.stderr)
+    );
 }
 
 #[test]

@@ -303,18 +303,25 @@ theseus_job_alive() {
 theseus_on_signal() {
   trap '' TERM INT HUP
   theseus_log "received SIG$1; stopping the job"
+  # The job gets TERM at once; what follows may take a moment to learn.
+  [[ -z "$theseus_child" ]] || theseus_signal_job TERM
   # A preemption the scheduler ends itself after a grace (Slurm's GraceTime): the host type's
-  # script THESEUS_PREEMPT_HOLD prints the seconds left until its KILL. The job gets all of
-  # them (unless THESEUS_TERM_GRACE_SECONDS says otherwise), and the bootstrap then waits for
-  # the scheduler to end the attempt: a job that ends within its grace is not requeued (Slurm
-  # records it FAILED, or COMPLETED for exit 0).
-  local hold=""
+  # script THESEUS_PREEMPT_HOLD prints the seconds left until its KILL (asked for at most 5 s,
+  # which count against them). The job gets all of them (unless THESEUS_TERM_GRACE_SECONDS says
+  # otherwise), and the bootstrap then waits for the scheduler to end the attempt: a job that
+  # ends within its grace is not requeued (Slurm records it FAILED, or COMPLETED for exit 0).
+  local hold="" asked=$SECONDS
   if [[ -n "${THESEUS_PREEMPT_HOLD:-}" && -f "$THESEUS_PREEMPT_HOLD" ]]; then
-    hold=$(bash "$THESEUS_PREEMPT_HOLD" 2> /dev/null < /dev/null || true)
+    local bound=()
+    if command -v timeout > /dev/null 2>&1; then bound=(timeout 5); fi
+    local said="$THESEUS_RUN_DIR/.preempt-hold.$theseus_rank"
+    hold=$(${bound[@]+"${bound[@]}"} bash "$THESEUS_PREEMPT_HOLD" 2> "$said" < /dev/null || true)
+    [[ ! -s "$said" ]] || theseus_log "preemption check: $(head -c 300 -- "$said" | tr -d '[:cntrl:]')"
+    rm -f -- "$said"
   fi
   theseus_is_uint "$hold" && ((10#$hold > 0)) || hold=""
+  if [[ -n "$hold" ]]; then hold=$((10#$hold - (SECONDS - asked))); ((hold > 1)) || hold=2; fi
   if [[ -n "$theseus_child" ]]; then
-    theseus_signal_job TERM
     local grace=${THESEUS_TERM_GRACE_SECONDS:-10} i=0
     if theseus_is_uint "$grace"; then grace=$((10#$grace)); else grace=10; fi
     # The scheduler KILLs the bootstrap THESEUS_KILL_DEADLINE_SECONDS after its TERM (Slurm's
@@ -323,7 +330,11 @@ theseus_on_signal() {
     local deadline=${THESEUS_KILL_DEADLINE_SECONDS:-}
     if [[ -n "$hold" ]]; then
       deadline=$hold
-      [[ -n "${THESEUS_TERM_GRACE_SECONDS:-}" ]] || grace=$((10#$hold))
+      [[ -n "${THESEUS_TERM_GRACE_SECONDS:-}" ]] || grace=$hold
+    elif theseus_is_uint "$deadline" && ((SECONDS > asked)); then
+      # The seconds spent asking came off the scheduler's deadline too.
+      deadline=$((10#$deadline - (SECONDS - asked)))
+      ((deadline > 1)) || deadline=2
     fi
     if theseus_is_uint "$deadline" && ((10#$deadline > 1 && grace >= 10#$deadline)); then
       grace=$((10#$deadline - 1))

@@ -51,7 +51,11 @@
 //!    the scheduler's own KILL, when that comes sooner) then sends KILL, records `preempted` and exits
 //!    143/130/129. The group reaches what the job left in the background after its parent
 //!    exited, which Slurm's `proctrack/linuxproc` loses; what is left of the group when the
-//!    job ends gets TERM too, as a cgroup would end it.
+//!    job ends gets TERM too, as a cgroup would end it. When `THESEUS_PREEMPT_HOLD` names a
+//!    script (the Slurm backend's, asked for at most 5 s) that prints a number of seconds, the
+//!    signal is a preemption the scheduler ends itself after a grace: the job gets those
+//!    seconds, `preempted` is recorded, and the bootstrap waits for the scheduler's next signal
+//!    instead of exiting (a Slurm job that ends within its GraceTime is never requeued).
 //!
 //! Everything the bootstrap itself prints goes to stderr, prefixed `[theseus]`.
 

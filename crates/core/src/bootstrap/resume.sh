@@ -89,7 +89,10 @@ theseus_resume() {
       rm -f -- "$tmp"
     fi
   fi
-  base=$(head -n 1 -- "$base_file" 2> /dev/null) || base=$now
+  if ! base=$(head -n 1 -- "$base_file" 2> /dev/null); then
+    base=$now
+    theseus_log "note: cannot record the latest marker in $base_file; a restart will take it for an earlier run's"
+  fi
   local theseus_target theseus_why="" own=0
   if [[ "$now" != none && "$now" != "$base" ]]; then own=1; fi
   unset THESEUS_RESTORE_FROM

@@ -253,6 +253,26 @@ fn a_read_only_ledger_opens_for_reading() {
     assert_eq!(ledger.find("a").unwrap().unwrap().state, JobState::Running, "nothing is written");
 }
 
+/// A run keeps what it was submitted to resume from; a ledger from before gains the column
+/// in place (its rows have none), and an older ledger's reader still finds every run.
+#[test]
+fn a_run_keeps_its_resume_and_an_older_ledger_gains_the_column() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let ledger = Ledger::open(dir.path()).unwrap();
+        ledger.insert(&record("a", "r1", "2026-01-01T00:00:00Z")).unwrap();
+        ledger.conn.execute_batch("ALTER TABLE runs DROP COLUMN resume").unwrap();
+    }
+    let ledger = Ledger::open(dir.path()).unwrap();
+    assert_eq!(ledger.resume("r1").unwrap(), None);
+    let resume = crate::bootstrap::Resume { restore: Some("/ck/general/default/a/step_40".into()), fresh: false };
+    ledger.set_resume("r1", &resume).unwrap();
+    assert_eq!(ledger.resume("r1").unwrap(), Some(serde_json::json!({"restore": "/ck/general/default/a/step_40"})));
+    ledger.set_resume("r1", &crate::bootstrap::Resume { restore: None, fresh: true }).unwrap();
+    assert_eq!(ledger.resume("r1").unwrap(), Some(serde_json::json!({"fresh": true})));
+    assert_eq!(ledger.find("a").unwrap().unwrap().identity.run_id, "r1");
+}
+
 /// The config of a run's host is kept with the run, for commands run without `-d FILE`.
 #[test]
 fn a_run_keeps_its_host_config() {

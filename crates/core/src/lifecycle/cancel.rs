@@ -70,11 +70,12 @@ pub async fn cancel(
         // to stop. Its end is what the run left, when the backend can read that; otherwise the
         // run is left as it was (this cancel deleted nothing) and the error says what is gone.
         Err(crate::Error::NotFound { what }) if matches!(record.state, JobState::Pending | JobState::Running) => {
-            match super::refresh::remains(record, backend).await {
-                Ok(status) => status,
-                Err(_) => {
+            let ended = super::refresh::remains(record, backend).await;
+            match ended {
+                Ok(Some(status)) => status,
+                Ok(None) | Err(_) => {
                     ledger.update_state(run_id, record.state, record.exit_code, record.message.as_deref())?;
-                    return Err(crate::Error::NotFound { what }.into());
+                    return Err(ended.err().unwrap_or_else(|| crate::Error::NotFound { what }.into()));
                 }
             }
         }

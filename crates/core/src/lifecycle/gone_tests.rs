@@ -119,15 +119,24 @@ async fn a_live_run_whose_job_was_collected_ends_as_its_files_say_once() {
 }
 
 #[tokio::test]
-async fn files_that_cannot_be_read_leave_the_run_unknown_saying_why() {
+async fn files_that_cannot_be_read_are_an_error_and_the_run_is_left_to_try_again() {
     let dir = tempfile::tempdir().unwrap();
     let ledger = Ledger::open(dir.path()).unwrap();
     let run = running(&ledger, "unread");
     let (_, unread) = backend(Err("the helper pod did not start"));
-    let status = refresh(&ledger, &run, &unread, WITHIN).await.unwrap();
-    assert_eq!(status.state, JobState::Unknown);
-    let said = status.message.unwrap();
-    assert!(said.contains("no longer exists") && said.contains("the helper pod did not start"), "{said}");
+    let err = refresh(&ledger, &run, &unread, WITHIN).await.unwrap_err();
+    assert!(err.to_string().contains("the helper pod did not start"), "{err}");
+    let stored = ledger.find(&run.identity.run_id).unwrap().unwrap();
+    assert_eq!(
+        (stored.state, stored.message.as_deref()),
+        (JobState::Running, None),
+        "kept live: the next look tries again"
+    );
+    let err = cancel(&ledger, &stored, &unread, || WITHIN).await.unwrap_err();
+    assert!(err.to_string().contains("the helper pod did not start"), "{err}");
+    let stored = ledger.find(&run.identity.run_id).unwrap().unwrap();
+    assert_eq!((stored.state, stored.message), (JobState::Running, None), "the cancel deleted nothing");
+    // A backend that cannot tell: the run is unknown, as before.
     let (_, nothing) = backend(Ok(None));
     let run = running(&ledger, "nothing");
     let status = refresh(&ledger, &run, &nothing, WITHIN).await.unwrap();

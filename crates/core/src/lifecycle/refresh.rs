@@ -54,12 +54,12 @@ pub async fn refresh(
                 JobState::Pending | JobState::Running if !cancel_asked(record) => {
                     // The job ended and was collected (or deleted) before anyone looked: how it
                     // ended is in the files it left, when the backend can read them.
-                    match remains(record, backend).await {
-                        Ok(status) => status,
-                        Err(why) => status_of(
+                    match remains(record, backend).await? {
+                        Some(status) => status,
+                        None => status_of(
                             JobState::Unknown,
                             format!(
-                                "{what} no longer exists on host `{}` (replaced, deleted or cleaned up){why}",
+                                "{what} no longer exists on host `{}` (replaced, deleted or cleaned up)",
                                 record.host
                             ),
                         ),
@@ -105,17 +105,21 @@ pub async fn refresh(
 }
 
 /// How long the files a run left are read for ([`crate::backend::Backend::remains`]: a helper
-/// pod may have to start), once per run whose job is gone.
-const REMAINS_TIMEOUT: Duration = Duration::from_secs(120);
+/// pod may have to start), once per run whose job is gone. A backstop: backends bound their own
+/// steps well within it, so that what they start is also taken back by them.
+const REMAINS_TIMEOUT: Duration = Duration::from_secs(300);
 
-/// The end of a run whose job is gone, from what it left; `Err` with what to add to the
-/// "no longer exists" sentence when that says nothing.
-pub(super) async fn remains(record: &Record, backend: &Arc<DynBackend>) -> Result<JobStatus, String> {
+/// The end of a run whose job is gone, from what it left; `None` when the backend cannot tell.
+/// A failure to read it is an error, and the run is left as the ledger has it: a later look
+/// tries again.
+pub(super) async fn remains(record: &Record, backend: &Arc<DynBackend>) -> Result<Option<JobStatus>, LifecycleError> {
     match tokio::time::timeout(REMAINS_TIMEOUT, backend.remains(&record.handle)).await {
-        Ok(Ok(Some(status))) => Ok(status),
-        Ok(Ok(None)) => Err(String::new()),
-        Ok(Err(e)) => Err(format!("; its files could not be read: {}", super::with_causes(&e))),
-        Err(_) => Err(format!("; its files could not be read within {} s", REMAINS_TIMEOUT.as_secs())),
+        Ok(answer) => Ok(answer?),
+        Err(_) => Err(LifecycleError::NoAnswer {
+            host: record.host.clone(),
+            run_id: record.identity.run_id.clone(),
+            within: REMAINS_TIMEOUT,
+        }),
     }
 }
 

@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 
 use super::*;
 
+mod hold;
 mod resume;
 mod setup;
 
