@@ -339,3 +339,30 @@ async fn with_the_capacity_plugin_reclaim_follows_the_queues_spec_deserved() {
     let events = events_about(&ctx, &podgroup_of(&ctx, "owner").await.metadata.name.unwrap()).await;
     assert!(!events.iter().any(|(_, r, _)| r == "Evict"), "the reclaimer is not evicted: {events:?}");
 }
+
+#[tokio::test]
+async fn conformance_keeps_kube_system_pods_from_preemption() {
+    // Without conformance in the tiers the same pods are evicted (checked by hand).
+    let ctx = start(config(SHARED, 4)).await;
+    priority_class(&ctx, "high", 1000, None).await;
+    let system = vcjobs(&ctx.client, "kube-system");
+    system.create(&PostParams::default(), &gang("agent", 4, 4, None, "default", 120)).await.unwrap();
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), "kube-system");
+    eventually("the kube-system gang bound", 30, || async {
+        let listed = pods.list(&Default::default()).await.ok()?;
+        let n = listed.items.iter().filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some()).count();
+        (n == 4).then_some(())
+    })
+    .await;
+    let jobs = vcjobs(&ctx.client, "default");
+    jobs.create(&PostParams::default(), &gang("prod", 2, 2, Some("high"), "default", 120)).await.unwrap();
+    eventually("prod unschedulable", 30, || async {
+        let pg = podgroup_of(&ctx, "prod").await;
+        (pg.data["status"]["conditions"][0]["type"] == "Unschedulable").then_some(())
+    })
+    .await;
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    let listed = pods.list(&Default::default()).await.unwrap();
+    assert!(listed.items.iter().all(|p| p.metadata.deletion_timestamp.is_none()), "no kube-system pod is evicted");
+    assert!(bound(&ctx, "prod").await.is_empty());
+}
