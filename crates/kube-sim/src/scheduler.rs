@@ -262,7 +262,9 @@ fn allocate(
         set_condition(store, ns, name, phase, None);
         return;
     }
-    if !gated {
+    // A gang a missing claim holds back waits for no resources.
+    let claim_missing = failures.values().any(|m| m.starts_with("persistentvolumeclaim "));
+    if !gated && !claim_missing {
         pipeline(store, &unbound, ready, min_member, pipelined);
     }
     // gang OnSessionClose and RecordJobStatusEvent.
