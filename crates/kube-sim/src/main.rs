@@ -376,6 +376,24 @@ mod tests {
     }
 
     #[test]
+    fn scheduler_conf_is_read_from_the_file_and_bad_ones_name_it() {
+        let dir = std::env::temp_dir().join(format!("kube-sim-conf-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let good = dir.join("good.conf");
+        std::fs::write(&good, "# a comment\nactions: \"enqueue, allocate, preempt, reclaim, backfill\"\n").unwrap();
+        let parsed = args(&["--scheduler-conf", good.to_str().unwrap()]).unwrap().unwrap();
+        assert_eq!(parsed.sim.scheduler.actions, ["enqueue", "allocate", "preempt", "reclaim", "backfill"]);
+        assert_eq!(args(&[]).unwrap().unwrap().sim.scheduler, theseus_kube_sim::SchedulerConf::default());
+        let bad = dir.join("bad.conf");
+        std::fs::write(&bad, "actions: \"allocate, shuffle\"\n").unwrap();
+        let err = args(&["--scheduler-conf", bad.to_str().unwrap()]).err().unwrap();
+        assert!(err.contains("bad.conf") && err.contains("`shuffle`"), "{err}");
+        let err = args(&["--scheduler-conf", "/nonexistent/x.conf"]).err().unwrap();
+        assert!(err.contains("cannot read `/nonexistent/x.conf`"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn fault_flags_parse() {
         let a = args(&[
             "--cut-log-streams-after",

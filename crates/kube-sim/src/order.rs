@@ -5,7 +5,8 @@
 //! Orders followed (read, not run): jobs by the `priority` plugin's `JobOrderFn` (the
 //! PodGroup's `spec.priorityClassName` resolved to its PriorityClass value; the job controller
 //! copies the job's class there, `createOrUpdatePodGroup`), then the `gang` plugin's (a job not
-//! yet ready first), then the framework's fallback (creation time, then uid;
+//! yet ready first), then the framework's fallback (creation time, then uid; the simulator puts
+//! the order it first saw the groups in before the uid, creation times having whole seconds;
 //! pkg/scheduler/framework/session_plugins.go `JobOrderFn`); queues by proportion's or
 //! capacity's `QueueOrderFn` (`spec.priority` higher first, then the smaller share); victims
 //! by `BuildVictimsPriorityQueue` (the job order reversed, then the lower task priority).
@@ -62,6 +63,8 @@ pub(crate) struct Job {
     pub(crate) queue: String,
     pub(crate) priority: i64,
     pub(crate) created: String,
+    /// When the scheduler first saw the group: the order within one second of creation.
+    pub(crate) seen: Option<std::time::Instant>,
     pub(crate) min_member: usize,
     pub(crate) phase: String,
     pub(crate) tasks: Vec<usize>,
@@ -134,6 +137,7 @@ impl Snapshot {
                 queue: str_at(g, "/spec/queue").to_owned(),
                 priority: class_value.get(class).copied().unwrap_or(default_priority),
                 created: str_at(g, "/metadata/creationTimestamp").to_owned(),
+                seen: None,
                 min_member: g.pointer("/spec/minMember").and_then(Value::as_u64).unwrap_or(0) as usize,
                 phase: str_at(g, "/status/phase").to_owned(),
                 tasks: Vec::new(),
@@ -271,6 +275,13 @@ impl Snapshot {
         pending
     }
 
+    /// Notes when the scheduler first saw each group (by uid).
+    pub(crate) fn set_seen(&mut self, seen: &HashMap<String, std::time::Instant>) {
+        for job in &mut self.jobs {
+            job.seen = seen.get(&job.uid).copied();
+        }
+    }
+
     /// Whether job `a` goes before job `b`.
     pub(crate) fn job_order(&self, a: usize, b: usize) -> Ordering {
         let (ja, jb) = (&self.jobs[a], &self.jobs[b]);
@@ -279,6 +290,7 @@ impl Snapshot {
             .cmp(&ja.priority)
             .then_with(|| ready(a).cmp(&ready(b)))
             .then_with(|| ja.created.cmp(&jb.created))
+            .then_with(|| ja.seen.cmp(&jb.seen))
             .then_with(|| ja.uid.cmp(&jb.uid))
     }
 

@@ -13,6 +13,10 @@
 //! also never takes a queue below its `guarantee`), and the lowest victims are evicted until
 //! the task fits the node's future idle; it is then pipelined. A job's evictions are committed
 //! only when it is pipelined.
+//!
+//! Divergences: nodes are tried in their order; capacity's hierarchy, its ancestor reclaim and
+//! `shouldSkipReclaimee` (reclaimees without a dimension the reclaimer asks for) are not
+//! modelled.
 
 use crate::order::{Snapshot, TaskState};
 use crate::preempt::{Statement, gang_vote, pipelined, starving, with_zeros};
@@ -80,6 +84,7 @@ fn preemptive(conf: &SchedulerConf, st: &Statement, queue: &str, req: &Resources
 fn reclaim_task(conf: &SchedulerConf, snap: &Snapshot, st: &mut Statement, t: usize) {
     let task = &snap.tasks[t];
     let queue = &snap.jobs[task.job].queue;
+    let evicted: std::collections::HashSet<usize> = st.evicted.iter().copied().collect();
     for (n, node) in snap.nodes.iter().enumerate() {
         if !node.admits(&task.pod["spec"]) {
             continue;
@@ -87,7 +92,7 @@ fn reclaim_task(conf: &SchedulerConf, snap: &Snapshot, st: &mut Statement, t: us
         let reclaimees: Vec<usize> = snap.on_node[n]
             .iter()
             .copied()
-            .filter(|i| !st.evicted.contains(i))
+            .filter(|i| !evicted.contains(i))
             .filter(|i| {
                 let v = &snap.tasks[*i];
                 let vq = &snap.jobs[v.job].queue;

@@ -92,10 +92,15 @@ impl Scheduler {
             }
         }
         let phase_of = |g: &Value| str_at(g, "/status/phase").to_owned();
+        let build = |store: &Store| {
+            let mut snap = Snapshot::build(store, conf);
+            snap.set_seen(&self.first_seen);
+            snap
+        };
         for action in &conf.actions {
             match action.as_str() {
                 "enqueue" if groups.iter().any(|g| matches!(phase_of(g).as_str(), "" | "Pending")) => {
-                    let mut snap = Snapshot::build(store, conf);
+                    let mut snap = build(store);
                     for j in snap.allocation_order(&["", "Pending"]) {
                         let job = &snap.jobs[j];
                         if held.contains(&job.uid) {
@@ -124,7 +129,7 @@ impl Scheduler {
                     if waiting.is_empty() {
                         continue;
                     }
-                    let mut snap = Snapshot::build(store, conf);
+                    let mut snap = build(store);
                     let order = snap.allocation_order(&["Inqueue", "Running"]);
                     let mut queues = snap.queues.clone();
                     let mut pipelined = Vec::new();
@@ -142,10 +147,10 @@ impl Scheduler {
                 }
                 // Preemptors and reclaimers are jobs with pods to bind.
                 "preempt" if !waiting_groups(store).is_empty() => {
-                    crate::preempt::run(store, conf, &mut Snapshot::build(store, conf));
+                    crate::preempt::run(store, conf, &mut build(store));
                 }
                 "reclaim" if !waiting_groups(store).is_empty() => {
-                    crate::reclaim::run(store, conf, &mut Snapshot::build(store, conf));
+                    crate::reclaim::run(store, conf, &mut build(store));
                 }
                 _ => {}
             }
@@ -257,7 +262,9 @@ fn allocate(
         set_condition(store, ns, name, phase, None);
         return;
     }
-    if !gated {
+    // A gang a missing claim holds back waits for no resources.
+    let claim_missing = failures.values().any(|m| m.starts_with("persistentvolumeclaim "));
+    if !gated && !claim_missing {
         pipeline(store, &unbound, ready, min_member, pipelined);
     }
     // gang OnSessionClose and RecordJobStatusEvent.

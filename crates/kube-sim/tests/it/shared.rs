@@ -115,7 +115,15 @@ async fn preempt_evicts_a_lower_priority_gang_that_restarts_once_the_preemptor_e
     priority_class(&ctx, "high", 1000, None).await;
     priority_class(&ctx, "low", 10, None).await;
     let jobs = vcjobs(&ctx.client, "default");
-    jobs.create(&PostParams::default(), &gang("dev", 4, 4, Some("low"), "default", 120)).await.unwrap();
+    // dev's ranks note the SIGTERM the eviction's graceful delete sends them.
+    let dir = tempfile::tempdir().unwrap();
+    let mut dev = gang("dev", 4, 4, Some("low"), "default", 120);
+    let script = format!(
+        "trap 'touch {}/term-$VC_TASK_INDEX; exit 143' TERM; echo retry=$RC queue=$Q; sleep 120 & wait",
+        dir.path().display()
+    );
+    dev.data["spec"]["tasks"][0]["template"]["spec"]["containers"][0]["command"] = json!(["sh", "-c", script]);
+    jobs.create(&PostParams::default(), &dev).await.unwrap();
     wait_bound(&ctx, "dev", 4).await;
     let dev_group = podgroup_of(&ctx, "dev").await.metadata.name.unwrap();
     jobs.create(&PostParams::default(), &gang("prod", 2, 2, Some("high"), "default", 2)).await.unwrap();
@@ -148,6 +156,11 @@ async fn preempt_evicts_a_lower_priority_gang_that_restarts_once_the_preemptor_e
         assert_eq!(target.message.as_deref(), Some("volcano: preempting to accommodate a higher priority pod"));
     });
 
+    eventually("an evicted rank's SIGTERM", 20, || async {
+        let terms = std::fs::read_dir(dir.path()).ok()?.count();
+        (terms > 0).then_some(())
+    })
+    .await;
     // PodEvicted -> RestartJob: the dev gang restarts (retry 1) and waits while prod runs.
     let dev = eventually("dev restarted", 30, || async {
         let job = jobs.get("dev").await.ok()?;
@@ -302,4 +315,54 @@ async fn a_queue_guarantee_is_kept_from_other_queues() {
     assert!(bound(&ctx, "greedy").await.is_empty());
     jobs.create(&PostParams::default(), &gang("fits", 2, 2, None, "team-a", 120)).await.unwrap();
     wait_bound(&ctx, "fits", 2).await;
+}
+
+#[tokio::test]
+async fn with_the_capacity_plugin_reclaim_follows_the_queues_spec_deserved() {
+    // capacity replaces proportion: a queue's deserved share is its `spec.deserved`.
+    let conf = SHARED.replace("  - name: proportion\n", "  - name: capacity\n");
+    let ctx = start(config(&conf, 4)).await;
+    queue(&ctx, "small", json!({"weight": 1, "deserved": {"nvidia.com/gpu": "1"}})).await;
+    queue(&ctx, "big", json!({"weight": 1, "deserved": {"nvidia.com/gpu": "3"}})).await;
+    let jobs = vcjobs(&ctx.client, "default");
+    // small borrows the whole node while big asks for nothing.
+    jobs.create(&PostParams::default(), &gang("borrower", 4, 4, None, "small", 120)).await.unwrap();
+    wait_bound(&ctx, "borrower", 4).await;
+    jobs.create(&PostParams::default(), &gang("owner", 3, 3, None, "big", 120)).await.unwrap();
+    wait_bound(&ctx, "owner", 3).await;
+    let borrower = eventually("the borrower restarted", 30, || async {
+        let job = jobs.get("borrower").await.ok()?;
+        (job.data["status"]["retryCount"] == 1).then_some(job)
+    })
+    .await;
+    assert_ne!(phase(&borrower), "Running");
+    let events = events_about(&ctx, &podgroup_of(&ctx, "owner").await.metadata.name.unwrap()).await;
+    assert!(!events.iter().any(|(_, r, _)| r == "Evict"), "the reclaimer is not evicted: {events:?}");
+}
+
+#[tokio::test]
+async fn conformance_keeps_kube_system_pods_from_preemption() {
+    // Without conformance in the tiers the same pods are evicted (checked by hand).
+    let ctx = start(config(SHARED, 4)).await;
+    priority_class(&ctx, "high", 1000, None).await;
+    let system = vcjobs(&ctx.client, "kube-system");
+    system.create(&PostParams::default(), &gang("agent", 4, 4, None, "default", 120)).await.unwrap();
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), "kube-system");
+    eventually("the kube-system gang bound", 30, || async {
+        let listed = pods.list(&Default::default()).await.ok()?;
+        let n = listed.items.iter().filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some()).count();
+        (n == 4).then_some(())
+    })
+    .await;
+    let jobs = vcjobs(&ctx.client, "default");
+    jobs.create(&PostParams::default(), &gang("prod", 2, 2, Some("high"), "default", 120)).await.unwrap();
+    eventually("prod unschedulable", 30, || async {
+        let pg = podgroup_of(&ctx, "prod").await;
+        (pg.data["status"]["conditions"][0]["type"] == "Unschedulable").then_some(())
+    })
+    .await;
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    let listed = pods.list(&Default::default()).await.unwrap();
+    assert!(listed.items.iter().all(|p| p.metadata.deletion_timestamp.is_none()), "no kube-system pod is evicted");
+    assert!(bound(&ctx, "prod").await.is_empty());
 }
