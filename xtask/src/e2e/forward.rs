@@ -17,7 +17,9 @@ pub(crate) fn kubectl_port_forward(world: &World, server: &str) -> Result<()> {
     let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
     std::fs::write(
         world.code.join("serve.yaml"),
-        format!("entrypoint: python -m http.server {port} --bind 127.0.0.1\nrequest: {{chip: cpu}}\n"),
+        format!(
+            "entrypoint: python -m http.server {port} --bind 127.0.0.1\nrequest: {{chip: cpu}}\nenv:\n  PYTHONUNBUFFERED: \"1\"\n"
+        ),
     )?;
     std::fs::write(world.code.join("forward-hello.txt"), "through kubectl port-forward\n")?;
     world.theseus_ok(&["submit", "e2e-forward", "serve.yaml", "--code", ".", "--host", HOST])?;
@@ -35,6 +37,13 @@ fn forward_and_fetch(world: &World, server: &str, port: u16) -> Result<()> {
             .output()
             .context("cannot run kubectl")?;
         Ok(text(&out.stdout).lines().find(|l| l.contains("e2e-forward")).map(str::to_owned))
+    })?;
+    // kubectl port-forward ends at the first connection the pod refuses ("lost connection to
+    // pod"), so the server must listen before it starts: http.server says so once it does.
+    wait_seen("the pod's server to listen", Duration::from_secs(120), Duration::from_millis(300), || {
+        let logs = world.theseus(&["logs", "e2e-forward"])?;
+        let logs = text(&logs.stdout);
+        Ok(if logs.contains("Serving HTTP on") { Ok(()) } else { Err(logs) })
     })?;
     let mut child = world
         .kubectl_sim(server)
