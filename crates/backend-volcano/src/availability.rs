@@ -1,12 +1,18 @@
 //! Free GPUs of a Volcano host for the solver: the queue's capability minus what it has
-//! allocated, or, when the queue caps no GPUs, the GPUs the host's nodes can still give. The
-//! arithmetic is pure ([`queue_free`], [`node_free`]); [`probe`] does the calls.
+//! allocated, or, when the queue caps no GPUs, the GPUs the host's nodes can still give, or,
+//! when they are busy, what the scheduler would give this job back by reclaiming from queues
+//! over their share or preempting lower-priority jobs of its queue (the queue weighing of
+//! `shares_read`). The arithmetic is pure ([`queue_free`], [`node_free`]); [`probe`] does the
+//! calls.
+
+pub(crate) mod shares_read;
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::config::VolcanoHost;
 use k8s_openapi::api::core::v1::{Container, Node, Pod};
 use theseus_core::availability::Availability;
+use theseus_core::shares::ShareVerdict;
 use theseus_core::solver::{ChipRequest, Request};
 
 use crate::api::Cluster;
@@ -154,16 +160,38 @@ pub async fn probe(cluster: &Cluster, host: &VolcanoHost, request: &Request) -> 
     };
     let gpus = node_free(&nodes, &pods, key)?;
     let matching = if selector.is_empty() { String::new() } else { format!(" matching {selector}") };
-    Ok(Availability::Free {
-        chips: gpus.free(),
-        source: format!(
-            "{} node{}{matching}: {} allocatable minus {} requested (queue {name} caps no {key})",
-            gpus.nodes,
-            if gpus.nodes == 1 { "" } else { "s" },
-            gpus.allocatable,
-            gpus.requested
-        ),
-    })
+    let source = format!(
+        "{} node{}{matching}: {} allocatable minus {} requested (queue {name} caps no {key})",
+        gpus.nodes,
+        if gpus.nodes == 1 { "" } else { "s" },
+        gpus.allocatable,
+        gpus.requested
+    );
+    if gpus.free() < request.count {
+        // Busy nodes are not a full share: what other queues borrowed beyond theirs, or what
+        // lower-priority jobs of this queue hold, the scheduler gives back to this job.
+        if let Some(verdict) = given_back(cluster, host, request).await {
+            return Ok(Availability::Free { chips: request.count, source: format!("{source}; {verdict}") });
+        }
+    }
+    Ok(Availability::Free { chips: gpus.free(), source })
+}
+
+/// The queue verdict, when `request` fits only once the scheduler reclaims from other queues or
+/// preempts lower-priority jobs (Volcano's `reclaim` and `preempt` actions); `None` otherwise,
+/// or when the queues cannot be weighed (the nodes' answer stands).
+async fn given_back(cluster: &Cluster, host: &VolcanoHost, request: &Request) -> Option<String> {
+    match shares_read::read(cluster, host, request, request.count).await {
+        Ok(Some(shares)) => match &shares.verdict {
+            ShareVerdict::Reclaim { .. } | ShareVerdict::Preempt { .. } => Some(shares.verdict.describe()),
+            _ => None,
+        },
+        Ok(None) => None,
+        Err(e) => {
+            tracing::debug!("the queues of {} could not be weighed: {e}", host.queue);
+            None
+        }
+    }
 }
 
 fn usable(node: &Node) -> bool {

@@ -106,7 +106,6 @@ mod resources;
 pub mod retry;
 pub mod rule;
 pub mod shares;
-mod shares_read;
 pub mod ship;
 pub mod status;
 pub mod store_shell;

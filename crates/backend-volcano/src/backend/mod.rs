@@ -417,7 +417,9 @@ impl Backend for VolcanoBackend {
         plan: &Plan,
     ) -> theseus_core::Result<Option<theseus_core::shares::QueueShares>> {
         let cluster = self.cluster().await.map_err(|e| self.err(e))?;
-        crate::shares_read::read(cluster, &self.host, request, plan).await.map_err(|e| self.err(e))
+        crate::availability::shares_read::read(cluster, &self.host, request, plan.total_chips)
+            .await
+            .map_err(|e| self.err(e))
     }
 
     async fn submit(&self, job: &PreparedJob, options: &SubmitOptions) -> theseus_core::Result<JobHandle> {

@@ -142,3 +142,45 @@ fn status_and_logs_follow_say_why_a_run_was_interrupted_and_what_comes_next() {
     assert!(line.contains(&format!("vcjob {job}: preempted by serve (priority prod) at ")), "{line}");
     assert!(line.ends_with("attempt 2 of 3"), "{line}");
 }
+
+/// Busy nodes are not a full share: when another queue borrowed every GPU beyond its deserved
+/// share, the solver takes what Volcano's reclaim gives back, and `plan` (without `--no-check`)
+/// chooses the host saying how, where it used to refuse with "no host can serve".
+#[test]
+fn plan_counts_what_reclaim_gives_back_from_a_queue_over_its_share() {
+    let ctx = TestContext::new();
+    let world = SimWorld::start(&ctx);
+    world.sim.put_queue("team-b", "Open");
+    world.block_on(async {
+        use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
+        let gvk = GroupVersionKind::gvk("batch.volcano.sh", "v1alpha1", "Job");
+        let jobs: Api<DynamicObject> = Api::namespaced_with(client(&world), "default", &ApiResource::from_gvk(&gvk));
+        let job: DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "metadata": {"name": "borrower"},
+            "spec": {"schedulerName": "volcano", "queue": "team-b", "minAvailable": 2, "tasks": [{
+                "name": "w", "replicas": 2, "template": {"spec": {"restartPolicy": "Never", "containers": [{
+                    "name": "main", "image": "theseus-test:local", "command": ["sleep", "600"],
+                    "resources": {"limits": {"nvidia.com/gpu": "4"}, "requests": {"cpu": "100m"}}
+                }]}}
+            }]}
+        }))
+        .unwrap();
+        jobs.create(&Default::default(), &job).await.unwrap();
+    });
+    let args = ["plan", "p", &world.exp("exp.yaml"), "--host", "k8s", "--chip", "h100", "-n", "4"];
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let stdout = loop {
+        let out = ctx.run(&args);
+        let all = text(&out.stdout) + &text(&out.stderr);
+        // Until the borrower runs, the GPUs are simply free.
+        if all.contains("0 free") || all.contains("reclaiming") {
+            assert!(out.status.success(), "plan refused a job that fits by reclaim:\n{all}");
+            break text(&out.stdout);
+        }
+        assert!(std::time::Instant::now() < deadline, "the borrower never ran:\n{all}");
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    };
+    let row = stdout.lines().find(|l| l.starts_with("k8s ")).expect("the host's row");
+    assert!(row.contains("chosen") && row.contains("fits only by reclaiming 4 from queue team-b"), "{row}");
+    assert!(stdout.contains("queue:   fits only by reclaiming 4 from queue team-b"), "{stdout}");
+}

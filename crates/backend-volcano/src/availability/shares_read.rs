@@ -7,18 +7,19 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Node;
 use theseus_core::shares::QueueShares;
-use theseus_core::solver::{ChipRequest, Plan, Request};
+use theseus_core::solver::{ChipRequest, Request};
 
+use super::node_free;
 use crate::api::Cluster;
-use crate::availability::node_free;
 use crate::config::VolcanoHost;
 use crate::error::VolcanoError;
 use crate::quantity::Quantity;
 use crate::shares::{Ask, ClassSnap, GroupSnap, QueueSnap, Snapshot, weigh};
 use crate::types::{PodGroup, Queue};
 
-/// The queue report for `plan` of `request` on `host`; `None` for a host without a queue or a
-/// CPU-only request (GPUs are what queues share here).
+/// The queue report for `total_chips` GPUs of `request` on `host` (what the plan or the solver
+/// asks); `None` for a host without a queue or a CPU-only request (GPUs are what queues share
+/// here).
 ///
 /// # Errors
 /// Call errors other than RBAC refusals.
@@ -26,9 +27,9 @@ pub(crate) async fn read(
     cluster: &Cluster,
     host: &VolcanoHost,
     request: &Request,
-    plan: &Plan,
+    total_chips: u32,
 ) -> Result<Option<QueueShares>, VolcanoError> {
-    if host.queue.is_empty() || matches!(request.chip, ChipRequest::Cpu) || plan.total_chips == 0 {
+    if host.queue.is_empty() || matches!(request.chip, ChipRequest::Cpu) || total_chips == 0 {
         return Ok(None);
     }
     let cluster = &cluster.clone().with_retry(cluster.retry_policy().for_probe());
@@ -64,11 +65,8 @@ pub(crate) async fn read(
         None => None,
     };
     let snapshot = Snapshot { resource: key.to_owned(), queues, groups, groups_only_in, classes, nodes };
-    let ask = Ask {
-        queue: host.queue.clone(),
-        amount: f64::from(plan.total_chips),
-        priority_class: host.priority_class.clone(),
-    };
+    let ask =
+        Ask { queue: host.queue.clone(), amount: f64::from(total_chips), priority_class: host.priority_class.clone() };
     Ok(Some(weigh(&snapshot, &ask)))
 }
 
