@@ -117,6 +117,28 @@ impl Statement {
 /// `JobStarving` over the tiers: `gang` (ready plus pipelined below `minAvailable`) and
 /// `priority` (below the job's task count) must both say so; without either plugin no job
 /// starves.
+/// The starving jobs past `Pending` of known queues, both actions' preemptors and
+/// reclaimers: per queue in the queue order, each queue's jobs in the job order.
+pub(crate) fn starving_by_queue(conf: &SchedulerConf, snap: &Snapshot) -> Vec<(String, Vec<usize>)> {
+    let candidates: Vec<usize> = (0..snap.jobs.len())
+        .filter(|j| !matches!(snap.jobs[*j].phase.as_str(), "" | "Pending"))
+        .filter(|j| snap.queues.contains_key(&snap.jobs[*j].queue))
+        .filter(|j| starving(conf, snap, snap.ready[*j], *j))
+        .collect();
+    let mut queues: Vec<String> = candidates.iter().map(|j| snap.jobs[*j].queue.clone()).collect();
+    queues.sort();
+    queues.dedup();
+    queues.sort_by(|a, b| snap.queue_order(a, b));
+    queues
+        .into_iter()
+        .map(|queue| {
+            let mut jobs: Vec<usize> = candidates.iter().copied().filter(|j| snap.jobs[*j].queue == queue).collect();
+            jobs.sort_by(|a, b| snap.job_order(*a, *b));
+            (queue, jobs)
+        })
+        .collect()
+}
+
 pub(crate) fn starving(conf: &SchedulerConf, snap: &Snapshot, have: usize, job: usize) -> bool {
     let gang = conf.plugin("gang").is_some();
     let priority = conf.plugin("priority").is_some();
@@ -171,18 +193,7 @@ pub(crate) fn gang_vote(snap: &Snapshot, st: &Statement, preemptees: &[usize]) -
 
 /// Runs the action over the snapshot.
 pub(crate) fn run(store: &Store, conf: &SchedulerConf, snap: &mut Snapshot) {
-    let candidates: Vec<usize> = (0..snap.jobs.len())
-        .filter(|j| !matches!(snap.jobs[*j].phase.as_str(), "" | "Pending"))
-        .filter(|j| snap.queues.contains_key(&snap.jobs[*j].queue))
-        .filter(|j| starving(conf, snap, snap.ready[*j], *j))
-        .collect();
-    let mut queues: Vec<String> = candidates.iter().map(|j| snap.jobs[*j].queue.clone()).collect();
-    queues.sort();
-    queues.dedup();
-    queues.sort_by(|a, b| snap.queue_order(a, b));
-    for queue in queues {
-        let mut jobs: Vec<usize> = candidates.iter().copied().filter(|j| snap.jobs[*j].queue == queue).collect();
-        jobs.sort_by(|a, b| snap.job_order(*a, *b));
+    for (_, jobs) in starving_by_queue(conf, snap) {
         for job in jobs {
             let mut st = Statement::open(snap);
             for t in snap.pending_tasks(job) {

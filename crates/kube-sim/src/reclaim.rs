@@ -19,7 +19,7 @@
 //! modelled.
 
 use crate::order::{Snapshot, TaskState};
-use crate::preempt::{Statement, gang_vote, pipelined, starving, with_zeros};
+use crate::preempt::{Statement, gang_vote, pipelined, starving, starving_by_queue, with_zeros};
 use crate::sched::Resources;
 use crate::schedconf::{Eviction, SchedulerConf, vote};
 use crate::share;
@@ -27,22 +27,11 @@ use crate::store::Store;
 
 /// Runs the action over the snapshot.
 pub(crate) fn run(store: &Store, conf: &SchedulerConf, snap: &mut Snapshot) {
-    let candidates: Vec<usize> = (0..snap.jobs.len())
-        .filter(|j| !matches!(snap.jobs[*j].phase.as_str(), "" | "Pending"))
-        .filter(|j| snap.queues.contains_key(&snap.jobs[*j].queue))
-        .filter(|j| starving(conf, snap, snap.ready[*j], *j))
-        .collect();
-    let mut queues: Vec<String> = candidates.iter().map(|j| snap.jobs[*j].queue.clone()).collect();
-    queues.sort();
-    queues.dedup();
-    queues.sort_by(|a, b| snap.queue_order(a, b));
-    for queue in queues {
+    for (queue, jobs) in starving_by_queue(conf, snap) {
         // Only proportion has an `OverusedFn`.
         if conf.queue_plugin() == Some("proportion") && snap.queues.get(&queue).is_some_and(|q| q.overused()) {
             continue;
         }
-        let mut jobs: Vec<usize> = candidates.iter().copied().filter(|j| snap.jobs[*j].queue == queue).collect();
-        jobs.sort_by(|a, b| snap.job_order(*a, *b));
         for job in jobs {
             let mut st = Statement::open(snap);
             for t in snap.pending_tasks(job) {
