@@ -58,7 +58,7 @@ theseus_marker_target() {
     return 1
   fi
   if [[ "/$line/" == */../* ]]; then
-    theseus_why="the latest marker $marker names "$line", which leads out of the checkpoint dir (..); ignoring it"
+    theseus_why="the latest marker $marker names $line, which leads out of the checkpoint dir (..); ignoring it"
     return 1
   fi
   if [[ "$line" != /* ]]; then line="$THESEUS_CHECKPOINT_DIR/$line"; fi
