@@ -83,15 +83,32 @@ impl RemoteDirs<'_> {
 }
 
 /// A coordinator port derived from the run id, so that `layout` stays pure (no remote probing):
-/// in 20000..40000, the same for every rank of a run.
+/// in 20000..40000, the same for every rank of a run. The id is hashed (64-bit FNV-1a): run ids
+/// differ in a few characters, and a plain byte sum gave runs of the same minute, or with the
+/// same characters in another order, the same port, so two such jobs sharing a node (the Slurm
+/// lab's preempted training and another test's job) tore down each other's JAX coordinator.
 pub fn coordinator_port(run_id: &str) -> u16 {
-    let sum: u32 = run_id.bytes().map(u32::from).sum();
-    20000 + (sum % 20000) as u16
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in run_id.bytes() {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    20000 + (hash % 20000) as u16
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn runs_of_the_same_second_get_coordinator_ports_apart() {
+        // Same characters in another order: a byte sum gave both one port.
+        assert_ne!(coordinator_port("20261127-193056-fb6123"), coordinator_port("20261127-193056-fb6132"));
+        let ports: std::collections::BTreeSet<u16> =
+            (0..200).map(|i| coordinator_port(&format!("20261127-193056-{i:06x}"))).collect();
+        assert!(ports.len() >= 195, "{} distinct ports for 200 runs of one second", ports.len());
+        assert!(ports.iter().all(|p| (20000..40000).contains(p)));
+    }
 
     #[test]
     fn run_paths_stay_under_the_cluster_dirs() {
