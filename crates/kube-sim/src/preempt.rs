@@ -89,6 +89,38 @@ impl Statement {
 
     /// Whether the evicted tasks and `victims` together would make room for `t` on `n`
     /// (`ValidateVictims`).
+    /// On node `n`, evicts `victims` (the lowest first) until task `t` fits there and `room`
+    /// (what the action asks of the task's queue) holds, then pipelines `t` there. When they
+    /// cannot make room, this node's evictions are discarded. Whether `t` was placed.
+    pub(crate) fn evict_for(
+        &mut self,
+        snap: &Snapshot,
+        t: usize,
+        n: usize,
+        mut victims: Vec<usize>,
+        room: impl Fn(&Statement) -> bool,
+    ) -> bool {
+        if victims.is_empty() || !self.victims_make_room(snap, t, n, &victims) {
+            return false;
+        }
+        snap.sort_victims(&mut victims);
+        let before = self.evicted.len();
+        let saved = (self.nodes[n].clone(), self.queues.clone(), self.ready.clone());
+        for v in victims {
+            if room(self) && self.fits(snap, t, n) {
+                break;
+            }
+            self.evict(snap, v);
+        }
+        if room(self) && self.fits(snap, t, n) {
+            self.pipeline(snap, t, n);
+            return true;
+        }
+        self.evicted.truncate(before);
+        (self.nodes[n], self.queues, self.ready) = saved;
+        false
+    }
+
     pub(crate) fn victims_make_room(&self, snap: &Snapshot, t: usize, n: usize, victims: &[usize]) -> bool {
         let mut idle = self.future_idle(&snap.nodes[n], n);
         for v in victims {
@@ -231,7 +263,7 @@ fn preempt_task(conf: &SchedulerConf, snap: &Snapshot, st: &mut Statement, t: us
                 v.preemptable && v.job != preemptor.job && snap.jobs[v.job].queue == job.queue
             })
             .collect();
-        let mut victims = vote(conf, Eviction::Preempt, |plugin| match plugin {
+        let victims = vote(conf, Eviction::Preempt, |plugin| match plugin {
             "priority" => Some(
                 preemptees.iter().copied().filter(|v| snap.jobs[snap.tasks[*v].job].priority < job.priority).collect(),
             ),
@@ -239,24 +271,8 @@ fn preempt_task(conf: &SchedulerConf, snap: &Snapshot, st: &mut Statement, t: us
             "conformance" => Some(preemptees.iter().copied().filter(|v| !snap.tasks[*v].critical).collect()),
             _ => None,
         });
-        if victims.is_empty() || !st.victims_make_room(snap, t, n, &victims) {
-            continue;
-        }
-        snap.sort_victims(&mut victims);
-        let before = st.evicted.len();
-        let saved = (st.nodes[n].clone(), st.queues.clone(), st.ready.clone());
-        for v in victims {
-            if allocatable(conf, snap, st, t) && st.fits(snap, t, n) {
-                break;
-            }
-            st.evict(snap, v);
-        }
-        if allocatable(conf, snap, st, t) && st.fits(snap, t, n) {
-            st.pipeline(snap, t, n);
+        if st.evict_for(snap, t, n, victims, |st| allocatable(conf, snap, st, t)) {
             return;
         }
-        // Discard this node's evictions.
-        st.evicted.truncate(before);
-        (st.nodes[n], st.queues, st.ready) = saved;
     }
 }

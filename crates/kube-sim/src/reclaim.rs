@@ -95,30 +95,15 @@ fn reclaim_task(conf: &SchedulerConf, snap: &Snapshot, st: &mut Statement, t: us
         if reclaimees.is_empty() {
             continue;
         }
-        let mut victims = vote(conf, Eviction::Reclaim, |plugin| match plugin {
+        let victims = vote(conf, Eviction::Reclaim, |plugin| match plugin {
             "gang" => Some(gang_vote(snap, st, &reclaimees)),
             "conformance" => Some(reclaimees.iter().copied().filter(|v| !snap.tasks[*v].critical).collect()),
             "proportion" | "capacity" => Some(queue_vote(snap, st, &reclaimees, plugin == "capacity")),
             _ => None,
         });
-        if victims.is_empty() || !st.victims_make_room(snap, t, n, &victims) {
-            continue;
-        }
-        snap.sort_victims(&mut victims);
-        let before = st.evicted.len();
-        let saved = (st.nodes[n].clone(), st.queues.clone(), st.ready.clone());
-        for v in victims {
-            if st.fits(snap, t, n) {
-                break;
-            }
-            st.evict(snap, v);
-        }
-        if st.fits(snap, t, n) {
-            st.pipeline(snap, t, n);
+        if st.evict_for(snap, t, n, victims, |_| true) {
             return;
         }
-        st.evicted.truncate(before);
-        (st.nodes[n], st.queues, st.ready) = saved;
     }
 }
 
