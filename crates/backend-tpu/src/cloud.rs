@@ -1,0 +1,1 @@
+//! (part of issue 27: filled by its part)

@@ -1,0 +1,1 @@
+//! Integration tests of the TPU backend (one binary: modules per area).
