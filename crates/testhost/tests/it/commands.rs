@@ -247,6 +247,10 @@ fn what_a_host_would_create_is_listed_by_plan_and_the_dry_run_and_created_only_w
     let dry: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(dry["creates"], serde_json::json!(["a sandbox VM"]), "{dry}");
 
+    // A secret the shell does not have is the submit's to refuse, not a reason to not know.
+    let out = ctx.run(&["plan", "j", &exp, "--host", "sb", "--secret-env", "NOT_SET_HERE"]);
+    assert!(text(&out.stdout).contains("will create:\n  - a sandbox VM\n"), "{}", text(&out.stdout));
+
     // No terminal to ask on and no --yes: refused before anything is shipped or recorded.
     let out = ctx.run(&["submit", "j", &exp, "--host", "sb"]);
     let stderr = text(&out.stderr);
