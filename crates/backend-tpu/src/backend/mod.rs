@@ -1,0 +1,527 @@
+//! The `Backend` of `tpu` hosts: a job runs on every worker of the host's TPU VM.
+//!
+//! `submit` makes the VM ready through [`Vm`] (reused when `READY`; created only when the
+//! caller confirmed it; a preempted VM theseus created is recreated), connects to each worker
+//! over SSH (the user's ssh config; user from `ssh_user` or the node's `ssh-keys`), and starts
+//! one run per worker as the plain backend does (its claim, its ship through the store, its
+//! detached supervisor: see [`workers`]), all workers at once. The bootstrap is wired by
+//! `wiring.sh` from each worker's metadata server. A failed submit leaves nothing: the workers'
+//! runs that started are cancelled, and a VM this submit created is deleted.
+//!
+//! `status` reads the VM first (a preempted, stopped or recreated VM ends the run as
+//! preempted), then every worker; `logs` merges the workers' logs, each line's source
+//! `worker-N`; `cancel` stops the run on every worker, then deletes a VM theseus created unless
+//! the run keeps it; `shell` and `connect_port` enter worker `rank`; `sync` pushes to every
+//! worker. Worker 0's wrapper deletes a VM theseus created once the job ends (`worker.sh`).
+
+mod combine;
+pub mod vm;
+pub mod workers;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::StreamExt;
+use serde::{Deserialize, Serialize};
+use theseus_backend_ssh::plain::PlainHandleData;
+use theseus_core::availability::Availability;
+use theseus_core::backend::{
+    Backend, JobHandle, JobState, JobStatus, LogLine, LogOptions, LogStream, PortStream, PreparedJob, RunLayout,
+    SubmitOptions, SyncOptions, SyncReport,
+};
+use theseus_core::bootstrap::{Launch, Wiring};
+use theseus_core::config::ClusterConfig;
+use theseus_core::job::JobIdentity;
+use theseus_core::plan::HostKind;
+use theseus_core::session::{ShellRequest, ShellSession};
+use theseus_core::snapshot::Snapshot;
+use theseus_core::solver::{Plan, Request};
+use theseus_core::{Error, Result};
+
+pub use vm::{Progress, Ready, Vm, VmNode};
+pub use workers::Connector;
+use workers::{Pool, SelfDelete, Worker};
+
+/// The kind of TPU hosts.
+pub const KIND: HostKind = HostKind::named("tpu");
+
+/// How the workers find their rank: the metadata server (see `wiring.sh`).
+pub const WIRING: Wiring = Wiring { scheme: "tpu", shell: include_str!("wiring.sh") };
+
+/// What a TPU [`JobHandle`] carries in `data`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TpuHandleData {
+    /// The node id.
+    pub node: String,
+    /// The node's incarnation the run started on ([`VmNode::id`]).
+    pub node_id: String,
+    /// Whether this run's submit created the VM.
+    pub created: bool,
+    /// `--keep`: the VM stays when the run ends or is cancelled.
+    pub keep: bool,
+    /// The run on each worker, worker 0 first.
+    pub workers: Vec<WorkerRun>,
+}
+
+/// The run on one worker.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerRun {
+    /// How the worker was reached.
+    pub address: String,
+    /// As whom.
+    pub user: Option<String>,
+    /// The worker's run, as the plain backend keeps it.
+    pub run: PlainHandleData,
+}
+
+/// Runs jobs on the workers of one TPU VM.
+#[derive(Debug)]
+pub struct TpuBackend {
+    name: String,
+    cluster_name: String,
+    cluster: ClusterConfig,
+    vm: Arc<dyn Vm>,
+    connector: Connector,
+    self_delete: Option<SelfDelete>,
+    pool: Pool,
+}
+
+impl fmt::Display for TpuBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "tpu({})", self.name)
+    }
+}
+
+/// Where worker 0 deletes the VM from when the job ends ([`TpuBackend::with_self_delete`]).
+#[derive(Debug, Clone)]
+pub struct SelfDeleteTarget {
+    /// The node's URL as a worker reaches the API (`{endpoint}/v2/projects/P/locations/Z/nodes/ID`).
+    pub url: String,
+    /// A CA file for that endpoint, as the workers see it (empty: the system's).
+    pub ca: String,
+    /// How long after the run's end (so that a following client reads its end first).
+    pub after: Duration,
+}
+
+impl TpuBackend {
+    /// The backend of host `name` (cluster `cluster_name`) over `vm`, reaching workers by
+    /// `connector`. Worker 0 deletes nothing until [`TpuBackend::with_self_delete`].
+    pub fn new(name: &str, cluster_name: &str, cluster: ClusterConfig, vm: Arc<dyn Vm>, connector: Connector) -> Self {
+        TpuBackend {
+            name: name.to_owned(),
+            cluster_name: cluster_name.to_owned(),
+            cluster,
+            vm,
+            connector,
+            self_delete: None,
+            pool: Pool::default(),
+        }
+    }
+
+    /// Worker 0 deletes a VM theseus created at `target` when the job ends (unless kept).
+    pub fn with_self_delete(mut self, target: SelfDeleteTarget) -> Self {
+        self.self_delete = Some(SelfDelete { url: target.url, ca: target.ca, after: target.after.as_secs() });
+        self
+    }
+
+    /// The lines a submit would create now (one per VM), for `plan` and `--dry-run`.
+    pub async fn creates(&self, _job: &PreparedJob) -> Result<Vec<String>> {
+        Ok(self.vm.plan_creation().await?.into_iter().collect())
+    }
+
+    /// Labels of a VM this run creates.
+    fn labels(&self, identity: &JobIdentity) -> BTreeMap<String, String> {
+        let label = |s: &str| -> String {
+            let mut v: String = s
+                .to_lowercase()
+                .chars()
+                .map(|c| if c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-' { c } else { '-' })
+                .collect();
+            v.truncate(63);
+            v
+        };
+        let user = std::env::var("USER").or_else(|_| std::env::var("LOGNAME")).unwrap_or_default();
+        BTreeMap::from([
+            ("theseus-created".to_owned(), "true".to_owned()),
+            ("theseus-run".to_owned(), label(&identity.run_id)),
+            ("theseus-user".to_owned(), label(&user)),
+        ])
+    }
+
+    fn data(&self, handle: &JobHandle) -> Result<TpuHandleData> {
+        if handle.kind != KIND {
+            return Err(Error::backend(self, format!("handle of a {} job given to the tpu backend", handle.kind)));
+        }
+        let data: TpuHandleData = serde_json::from_value(handle.data.clone())
+            .map_err(|e| Error::backend(self, format!("malformed tpu job handle: {e}")))?;
+        // Each worker's run dir is the run's own: a handle whose id is not the runs' is unknown.
+        for w in &data.workers {
+            if !w.run.run_dir.ends_with(&format!("/{}", handle.id)) {
+                return Err(Error::NotFound {
+                    what: format!("run `{}` on `{}` (the handle's run dirs are another run's)", handle.id, self.name),
+                });
+            }
+        }
+        Ok(data)
+    }
+
+    /// The plain handle of `run` of this run.
+    fn plain_handle(&self, handle: &JobHandle, run: &PlainHandleData) -> JobHandle {
+        JobHandle {
+            kind: theseus_backend_ssh::plain::KIND,
+            host: self.name.clone(),
+            id: handle.id.clone(),
+            data: serde_json::to_value(run).expect("handle data serializes"),
+        }
+    }
+
+    /// The plain handles of every worker's run.
+    fn plain_handles(&self, handle: &JobHandle, data: &TpuHandleData) -> Vec<JobHandle> {
+        data.workers.iter().map(|r| self.plain_handle(handle, &r.run)).collect()
+    }
+
+    /// Worker `index` of `node`, connected.
+    async fn worker(&self, node_id: &str, index: u32, address: &str, user: Option<&str>) -> Result<Arc<Worker>> {
+        self.pool
+            .get(&self.connector, &self.name, &self.cluster_name, &self.cluster, node_id, index, address, user)
+            .await
+    }
+
+    /// The workers of `data`'s run, connected.
+    async fn run_workers(&self, data: &TpuHandleData) -> Result<Vec<Arc<Worker>>> {
+        let all = data
+            .workers
+            .iter()
+            .enumerate()
+            .map(|(i, w)| self.worker(&data.node_id, i as u32, &w.address, w.user.as_deref()));
+        futures::future::try_join_all(all).await
+    }
+
+    /// The node the run of `data` started on, when it still stands: `Err` is the run's status
+    /// when it is gone (deleted, recreated, preempted or stopped).
+    async fn standing(
+        &self,
+        handle: &JobHandle,
+        data: &TpuHandleData,
+    ) -> Result<std::result::Result<VmNode, JobStatus>> {
+        let node = self.vm.node().await?;
+        let ended = |state: JobState, message: String| {
+            Ok(Err(JobStatus { state, exit_code: None, message: Some(message), ranks: vec![], attempt: None }))
+        };
+        match node {
+            None => ended(
+                JobState::Unknown,
+                format!(
+                    "VM `{}` no longer exists (deleted when run `{}` ended, by cancel, or by hand): its workers' files \
+                     went with it",
+                    data.node, handle.id
+                ),
+            ),
+            Some(n) if n.id != data.node_id => ended(
+                JobState::Preempted,
+                format!(
+                    "VM `{}` was created again since run `{}` started: the run's processes are gone",
+                    n.name, handle.id
+                ),
+            ),
+            Some(n) if n.is_interrupted() => ended(
+                JobState::Preempted,
+                format!("VM `{}` is {}: the run was interrupted on every worker", n.name, n.state),
+            ),
+            Some(n) => Ok(Ok(n)),
+        }
+    }
+
+    /// Submits `job`: see the module docs. `create_confirmed`: a missing VM may be created;
+    /// `keep`: a VM this submit creates stays when the run ends.
+    pub async fn submit_with(
+        &self,
+        job: &PreparedJob,
+        options: &SubmitOptions,
+        create_confirmed: bool,
+        keep: bool,
+    ) -> Result<JobHandle> {
+        let note = |s: &str| options.note(s);
+        let ready = self.vm.ensure_ready(create_confirmed, &self.labels(&job.identity), &note).await?;
+        match self.start_on_workers(job, options, &ready, keep).await {
+            Ok(handle) => Ok(handle),
+            Err(e) => {
+                if ready.created && !keep {
+                    options.note(&format!("deleting VM `{}`, which this submit created", ready.node.name));
+                    if let Err(d) = self.vm.delete(&note).await {
+                        return Err(Error::backend(
+                            self,
+                            format!(
+                                "{e}; and deleting the VM this submit created failed too ({d}): `theseus gc` lists it"
+                            ),
+                        ));
+                    }
+                }
+                Err(e)
+            }
+        }
+    }
+
+    async fn start_on_workers(
+        &self,
+        job: &PreparedJob,
+        options: &SubmitOptions,
+        ready: &Ready,
+        keep: bool,
+    ) -> Result<JobHandle> {
+        let node = &ready.node;
+        if node.workers.is_empty() {
+            return Err(Error::backend(
+                self,
+                format!("VM `{}` is READY but the API lists no worker address", node.name),
+            ));
+        }
+        let user = self.connector.user.clone().or_else(|| node.ssh_user.clone());
+        options.note(&format!("connecting to the {} worker(s) of VM `{}`", node.workers.len(), node.name));
+        let workers = futures::future::try_join_all(
+            node.workers.iter().enumerate().map(|(i, a)| self.worker(&node.id, i as u32, a, user.as_deref())),
+        )
+        .await?;
+        let template = self.layout(&job.identity, &job.plan)?;
+        let created = ready.created;
+        let delete = (created && !keep).then_some(()).and(self.self_delete.as_ref());
+        let mut jobs = Vec::new();
+        for w in &workers {
+            let dirs = workers::dirs(&self.name, &self.cluster_name, &self.cluster, &w.home);
+            let layout = dirs.layout(&job.identity, template.launch.clone())?;
+            jobs.push(workers::worker_job(job, &template, &layout, if w.index == 0 { delete } else { None }));
+        }
+        let quiet = SubmitOptions { replace: options.replace, ..SubmitOptions::default() };
+        let results = futures::future::join_all(workers.iter().zip(&jobs).map(|(w, j)| {
+            let o = if w.index == 0 { options } else { &quiet };
+            w.plain.submit(j, o)
+        }))
+        .await;
+        let mut runs = Vec::new();
+        let mut first_error = None;
+        for (w, r) in workers.iter().zip(results) {
+            match r {
+                Ok(h) => runs.push((w, h)),
+                Err(e) => {
+                    first_error.get_or_insert(Error::Backend {
+                        backend: self.to_string(),
+                        message: format!("failed to start the run on worker {} of VM `{}`", w.index, node.name),
+                        source: Some(Box::new(e)),
+                    });
+                }
+            }
+        }
+        if let Some(e) = first_error {
+            // Nothing half-started: the workers where it started stop again.
+            for (w, h) in &runs {
+                let _ = w.plain.cancel(h).await;
+            }
+            return Err(e);
+        }
+        let mut worker_runs = Vec::new();
+        for ((w, h), address) in runs.iter().zip(&node.workers) {
+            let run: PlainHandleData = serde_json::from_value(h.data.clone())
+                .map_err(|e| Error::backend(self, format!("worker {}'s handle: {e}", w.index)))?;
+            worker_runs.push(WorkerRun { address: address.clone(), user: user.clone(), run });
+        }
+        let data =
+            TpuHandleData { node: node.name.clone(), node_id: node.id.clone(), created, keep, workers: worker_runs };
+        Ok(JobHandle {
+            kind: KIND,
+            host: self.name.clone(),
+            id: job.identity.run_id.clone(),
+            data: serde_json::to_value(&data).expect("handle data serializes"),
+        })
+    }
+
+    /// The worker `rank` of a running run, with its plain handle.
+    async fn running_worker(&self, handle: &JobHandle, rank: u32) -> Result<(Arc<Worker>, JobHandle)> {
+        let data = self.data(handle)?;
+        let Some(run) = data.workers.get(rank as usize) else {
+            return Err(Error::backend(
+                self,
+                format!("run `{}` has {} worker(s); there is no rank {rank}", handle.id, data.workers.len()),
+            ));
+        };
+        if let Err(status) = self.standing(handle, &data).await? {
+            return Err(Error::backend(self, status.message.unwrap_or_default()));
+        }
+        let worker = self.worker(&data.node_id, rank, &run.address, run.user.as_deref()).await?;
+        let plain = self.plain_handle(handle, &run.run);
+        Ok((worker, plain))
+    }
+}
+
+#[async_trait]
+impl Backend for TpuBackend {
+    fn kind(&self) -> HostKind {
+        KIND
+    }
+
+    /// More than one worker: wired by the metadata server (`wiring.sh`).
+    fn layout(&self, identity: &JobIdentity, plan: &Plan) -> Result<RunLayout> {
+        let launch = if plan.processes() > 1 {
+            Launch::Wired {
+                coordinator_port: theseus_backend_ssh::paths::coordinator_port(&identity.run_id),
+                wiring: WIRING,
+            }
+        } else {
+            Launch::Single
+        };
+        workers::template_layout(&self.name, &self.cluster_name, &self.cluster, identity, launch)
+    }
+
+    async fn availability(&self, _request: &Request) -> Result<Availability> {
+        Ok(match self.vm.node().await? {
+            None => Availability::Free { chips: 0, source: format!("VM `{}` absent (will be created)", self.name) },
+            Some(n) => Availability::Free { chips: 0, source: format!("VM `{}` {}", n.name, n.state) },
+        })
+    }
+
+    async fn submit(&self, job: &PreparedJob, options: &SubmitOptions) -> Result<JobHandle> {
+        self.submit_with(job, options, false, false).await
+    }
+
+    async fn status(&self, handle: &JobHandle) -> Result<JobStatus> {
+        let data = self.data(handle)?;
+        if let Err(status) = self.standing(handle, &data).await? {
+            return Ok(status);
+        }
+        let workers = self.run_workers(&data).await?;
+        let all = futures::future::join_all(
+            workers.iter().zip(&self.plain_handles(handle, &data)).map(|(w, h)| w.plain.status(h)),
+        )
+        .await;
+        let mut statuses = Vec::new();
+        for (i, s) in all.into_iter().enumerate() {
+            statuses.push((i as u32, data.workers[i].address.clone(), s?));
+        }
+        Ok(combine::combine(&statuses))
+    }
+
+    async fn logs(&self, handle: &JobHandle, options: &LogOptions) -> Result<LogStream> {
+        let data = self.data(handle)?;
+        let workers = self.run_workers(&data).await?;
+        let mut streams = Vec::new();
+        for (w, r) in workers.iter().zip(&data.workers) {
+            if options.rank.is_some_and(|rank| rank != w.index) {
+                continue;
+            }
+            let plain = LogOptions { follow: options.follow, rank: None };
+            let stream = w.plain.logs(&self.plain_handle(handle, &r.run), &plain).await?;
+            let index = w.index;
+            streams.push(
+                stream
+                    .map(move |line| {
+                        line.map(|l| LogLine {
+                            rank: Some(index),
+                            text: l.text,
+                            source: Some(format!("worker-{index}")),
+                        })
+                    })
+                    .boxed(),
+            );
+        }
+        Ok(Box::pin(futures::stream::select_all(streams)))
+    }
+
+    async fn cancel(&self, handle: &JobHandle) -> Result<JobStatus> {
+        let data = self.data(handle)?;
+        let mut status = match self.standing(handle, &data).await? {
+            Err(status) => status,
+            Ok(_) => {
+                let workers = self.run_workers(&data).await?;
+                let all = futures::future::join_all(
+                    workers.iter().zip(&self.plain_handles(handle, &data)).map(|(w, h)| w.plain.cancel(h)),
+                )
+                .await;
+                let mut statuses = Vec::new();
+                for (i, s) in all.into_iter().enumerate() {
+                    statuses.push((i as u32, data.workers[i].address.clone(), s?));
+                }
+                combine::combine(&statuses)
+            }
+        };
+        if data.created && !data.keep && self.vm.node().await?.is_some_and(|n| n.id == data.node_id) {
+            self.vm.delete(&|_| {}).await?;
+            let was = status.message.take().map(|m| format!(" ({m})")).unwrap_or_default();
+            status.message = Some(format!("VM `{}`, which the run created, is deleted{was}", data.node));
+        }
+        Ok(status)
+    }
+
+    async fn shell(&self, handle: &JobHandle, request: &ShellRequest) -> Result<ShellSession> {
+        let (worker, plain) = self.running_worker(handle, request.rank).await?;
+        let one = ShellRequest { rank: 0, command: request.command.clone(), tty: request.tty };
+        worker.plain.shell(&plain, &one).await
+    }
+
+    async fn connect_port(&self, handle: &JobHandle, rank: u32, port: u16) -> Result<PortStream> {
+        let (worker, plain) = self.running_worker(handle, rank).await?;
+        worker.plain.connect_port(&plain, 0, port).await
+    }
+
+    async fn sync(&self, handle: &JobHandle, snapshot: &Snapshot, options: &SyncOptions) -> Result<SyncReport> {
+        let data = self.data(handle)?;
+        if let Err(status) = self.standing(handle, &data).await? {
+            return Err(Error::backend(self, status.message.unwrap_or_default()));
+        }
+        let workers = self.run_workers(&data).await?;
+        let quiet = SyncOptions::default();
+        let handles = self.plain_handles(handle, &data);
+        let all = futures::future::join_all(workers.iter().zip(&handles).map(|(w, h)| {
+            let o = if w.index == 0 { options } else { &quiet };
+            w.plain.sync(h, snapshot, o)
+        }))
+        .await;
+        let mut first = None;
+        for r in all {
+            let r = r?;
+            first.get_or_insert(r);
+        }
+        first.ok_or_else(|| Error::backend(self, "the run has no worker"))
+    }
+
+    async fn leftovers(&self, older_than: Duration, dry_run: bool) -> Result<Option<Vec<String>>> {
+        let Some(node) = self.vm.node().await? else { return Ok(Some(vec![])) };
+        if !node.created_by_theseus {
+            return Ok(Some(vec![]));
+        }
+        let run = node.labels.get("theseus-run").cloned().unwrap_or_default();
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        if !combine::started_before(&run, older_than, now) {
+            return Ok(Some(vec![]));
+        }
+        let over = node.is_interrupted() || node.state == "READY" && !self.run_alive(&node, &run).await?;
+        if !over {
+            return Ok(Some(vec![]));
+        }
+        let line =
+            format!("TPU VM `{}` ({}; created by theseus for run `{run}`, which is over)", node.name, node.state);
+        if !dry_run {
+            self.vm.delete(&|_| {}).await?;
+        }
+        Ok(Some(vec![line]))
+    }
+}
+
+impl TpuBackend {
+    /// Whether any process of run `run` lives on worker 0 of `node`.
+    async fn run_alive(&self, node: &VmNode, run: &str) -> Result<bool> {
+        let Some(address) = node.workers.first() else { return Ok(false) };
+        let user = self.connector.user.clone().or_else(|| node.ssh_user.clone());
+        let worker = self.worker(&node.id, 0, address, user.as_deref()).await?;
+        let script = r#"grep -lzxF -- "THESEUS_LOCAL_RUN=$1" /proc/[0-9]*/environ 2>/dev/null | head -n1"#;
+        let cmd = theseus_backend_ssh::ssh::RemoteCommand::script(script, [run.to_owned()]).retry_safe();
+        let out = worker
+            .plain
+            .ssh()
+            .run(&cmd)
+            .await
+            .map_err(|e| worker.plain.ssh_error(&format!("look for processes of run `{run}`"), e))?;
+        Ok(!out.stdout_text().trim().is_empty())
+    }
+}
