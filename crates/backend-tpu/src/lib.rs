@@ -5,8 +5,8 @@
 
 pub mod api;
 pub mod auth;
+pub mod backend;
 pub mod cloud;
 pub mod config;
 pub mod fit;
 pub mod host;
-pub mod backend;
