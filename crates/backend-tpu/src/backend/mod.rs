@@ -23,6 +23,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::config::run_label;
 use async_trait::async_trait;
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
@@ -45,8 +46,7 @@ pub use vm::{Progress, Ready, Vm, VmNode};
 pub use workers::Connector;
 use workers::{Pool, SelfDelete, Worker};
 
-/// The kind of TPU hosts.
-pub const KIND: HostKind = HostKind::named("tpu");
+pub use crate::config::KIND;
 
 /// How the workers find their rank: the metadata server (see `wiring.sh`).
 pub const WIRING: Wiring = Wiring { scheme: "tpu", shell: include_str!("wiring.sh") };
@@ -85,7 +85,7 @@ pub struct TpuBackend {
     cluster: ClusterConfig,
     vm: Arc<dyn Vm>,
     connector: Connector,
-    self_delete: Option<SelfDelete>,
+    self_delete_after: Option<Duration>,
     pool: Pool,
 }
 
@@ -93,17 +93,6 @@ impl fmt::Display for TpuBackend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "tpu({})", self.name)
     }
-}
-
-/// Where worker 0 deletes the VM from when the job ends ([`TpuBackend::with_self_delete`]).
-#[derive(Debug, Clone)]
-pub struct SelfDeleteTarget {
-    /// The node's URL as a worker reaches the API (`{endpoint}/v2/projects/P/locations/Z/nodes/ID`).
-    pub url: String,
-    /// A CA file for that endpoint, as the workers see it (empty: the system's).
-    pub ca: String,
-    /// How long after the run's end (so that a following client reads its end first).
-    pub after: Duration,
 }
 
 impl TpuBackend {
@@ -116,14 +105,15 @@ impl TpuBackend {
             cluster,
             vm,
             connector,
-            self_delete: None,
+            self_delete_after: None,
             pool: Pool::default(),
         }
     }
 
-    /// Worker 0 deletes a VM theseus created at `target` when the job ends (unless kept).
-    pub fn with_self_delete(mut self, target: SelfDeleteTarget) -> Self {
-        self.self_delete = Some(SelfDelete { url: target.url, ca: target.ca, after: target.after.as_secs() });
+    /// Worker 0 deletes a VM theseus created for the run `after` the run's end (unless kept),
+    /// through the API as the VM's own gcloud would reach it (see `worker.sh`).
+    pub fn with_self_delete(mut self, after: Duration) -> Self {
+        self.self_delete_after = Some(after);
         self
     }
 
@@ -134,20 +124,11 @@ impl TpuBackend {
 
     /// Labels of a VM this run creates.
     fn labels(&self, identity: &JobIdentity) -> BTreeMap<String, String> {
-        let label = |s: &str| -> String {
-            let mut v: String = s
-                .to_lowercase()
-                .chars()
-                .map(|c| if c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-' { c } else { '-' })
-                .collect();
-            v.truncate(63);
-            v
-        };
         let user = std::env::var("USER").or_else(|_| std::env::var("LOGNAME")).unwrap_or_default();
         BTreeMap::from([
             ("theseus-created".to_owned(), "true".to_owned()),
-            ("theseus-run".to_owned(), label(&identity.run_id)),
-            ("theseus-user".to_owned(), label(&user)),
+            ("theseus-run".to_owned(), run_label(&identity.run_id)),
+            ("theseus-user".to_owned(), run_label(&user)),
         ])
     }
 
@@ -287,12 +268,15 @@ impl TpuBackend {
         .await?;
         let template = self.layout(&job.identity, &job.plan)?;
         let created = ready.created;
-        let delete = (created && !keep).then_some(()).and(self.self_delete.as_ref());
+        let delete = self
+            .self_delete_after
+            .filter(|_| created && !keep)
+            .map(|after| SelfDelete { resource: node.resource.clone(), after: after.as_secs() });
         let mut jobs = Vec::new();
         for w in &workers {
             let dirs = workers::dirs(&self.name, &self.cluster_name, &self.cluster, &w.home);
             let layout = dirs.layout(&job.identity, template.launch.clone())?;
-            jobs.push(workers::worker_job(job, &template, &layout, if w.index == 0 { delete } else { None }));
+            jobs.push(workers::worker_job(job, &template, &layout, if w.index == 0 { delete.as_ref() } else { None }));
         }
         let quiet = SubmitOptions { replace: options.replace, ..SubmitOptions::default() };
         let results = futures::future::join_all(workers.iter().zip(&jobs).map(|(w, j)| {

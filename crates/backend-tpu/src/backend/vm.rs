@@ -17,6 +17,8 @@ pub type Progress<'a> = &'a (dyn Fn(&str) + Send + Sync);
 pub struct VmNode {
     /// The node id (the host's name).
     pub name: String,
+    /// The node's full resource name, `projects/P/locations/Z/nodes/ID`.
+    pub resource: String,
     /// The API's unique id of this incarnation (a recreated node gets a new one).
     pub id: String,
     /// The API's state (`READY`, `CREATING`, `PREEMPTED`, ...).

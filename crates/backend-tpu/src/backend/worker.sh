@@ -3,10 +3,15 @@
 # not kept with `--keep`), then deletes the VM through the Cloud TPU API with the token of the
 # VM's own service account (metadata server), once the run's exit code is written and
 # `theseus_tpu_delete_after` seconds have passed, so that a client following the job still
-# reads its end. The deleter leaves the run's session and marker: it is not the job.
+# reads its end. The deleter leaves the run's session and marker: it is not the job. The API is
+# where gcloud on the VM would look: CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU, else Google's, with
+# CLOUDSDK_CORE_CUSTOM_CA_CERTS_FILE as an extra CA when set.
 bash -- "$theseus_tpu_bootstrap"
 theseus_tpu_rc=$?
 if [[ "$theseus_tpu_delete" == 1 ]]; then
+  theseus_tpu_endpoint=${CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU:-https://tpu.googleapis.com/}
+  theseus_tpu_url="${theseus_tpu_endpoint%/}/v2/$theseus_tpu_resource"
+  theseus_tpu_ca=${CLOUDSDK_CORE_CUSTOM_CA_CERTS_FILE:-}
   env -u THESEUS_LOCAL_RUN setsid nohup bash -c '
 exit_file=$1 after=$2 url=$3 ca=$4 log=$5
 exec >> "$log" 2>&1

@@ -146,13 +146,11 @@ pub(crate) fn dirs<'a>(
     RemoteDirs { kind: "tpu", host, cluster_name, cluster, home: Some(home) }
 }
 
-/// What the wrapper of one worker does after its bootstrap.
+/// What the wrapper of worker 0 does after its bootstrap: delete the node.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct SelfDelete {
-    /// The node's API URL (`.../v2/projects/P/locations/Z/nodes/ID`).
-    pub(crate) url: String,
-    /// A CA file for the API, if any.
-    pub(crate) ca: String,
+    /// The node's resource name (`projects/P/locations/Z/nodes/ID`).
+    pub(crate) resource: String,
     /// Seconds between the run's end and the delete.
     pub(crate) after: u64,
 }
@@ -216,12 +214,11 @@ fn wrapper(bootstrap: &str, worker: &RunLayout, delete: Option<&SelfDelete>) -> 
     let log = theseus_core::config::join(&worker.run_dir, "tpu-delete.log");
     format!(
         "#!/usr/bin/env bash\n# theseus TPU worker wrapper (rendered per worker).\n\
-         theseus_tpu_bootstrap={}\ntheseus_tpu_delete={}\ntheseus_tpu_url={}\ntheseus_tpu_ca={}\n\
+         theseus_tpu_bootstrap={}\ntheseus_tpu_delete={}\ntheseus_tpu_resource={}\n\
          theseus_tpu_delete_after={}\ntheseus_tpu_exit_file={}\ntheseus_tpu_delete_log={}\n{}",
         quote(bootstrap),
         u8::from(delete.is_some()),
-        quote(&d.url),
-        quote(&d.ca),
+        quote(&d.resource),
         d.after,
         quote(&exit_file),
         quote(&log),

@@ -1,1 +1,3 @@
 //! Integration tests of the TPU backend (one binary: modules per area).
+
+mod config;
