@@ -260,10 +260,24 @@ impl TpuBackend {
                 format!("VM `{}` is READY but the API lists no worker address", node.name),
             ));
         }
+        // One process per worker, on as many workers as the plan has processes (the fit rule
+        // plans the whole slice).
+        let processes = job.plan.processes().max(1) as usize;
+        if processes > node.workers.len() {
+            return Err(Error::backend(
+                self,
+                format!(
+                    "the plan has {processes} processes but VM `{}` has {} worker(s) (one process each)",
+                    node.name,
+                    node.workers.len()
+                ),
+            ));
+        }
+        let addresses = &node.workers[..processes];
         let user = self.connector.user.clone().or_else(|| node.ssh_user.clone());
-        options.note(&format!("connecting to the {} worker(s) of VM `{}`", node.workers.len(), node.name));
+        options.note(&format!("connecting to {} worker(s) of VM `{}`", addresses.len(), node.name));
         let workers = futures::future::try_join_all(
-            node.workers.iter().enumerate().map(|(i, a)| self.worker(&node.id, i as u32, a, user.as_deref())),
+            addresses.iter().enumerate().map(|(i, a)| self.worker(&node.id, i as u32, a, user.as_deref())),
         )
         .await?;
         let template = self.layout(&job.identity, &job.plan)?;

@@ -72,7 +72,4 @@ pub trait Vm: Debug + Send + Sync {
 
     /// Deletes the node and waits until it is gone (absent already: done).
     async fn delete(&self, progress: Progress<'_>) -> Result<()>;
-
-    /// Nodes of this host's zone and project that theseus created (label `theseus-created`).
-    async fn created_nodes(&self) -> Result<Vec<VmNode>>;
 }

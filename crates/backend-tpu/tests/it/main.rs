@@ -1,3 +1,5 @@
 //! Integration tests of the TPU backend (one binary: modules per area).
 
 mod config;
+mod support;
+mod workers;

@@ -1,0 +1,141 @@
+//! The backend's worker half over real sshds (see [`crate::support`]): the conformance suite on
+//! a VM of two workers, rank wiring from each worker's metadata server, logs merged per worker,
+//! a preempted VM, cancel deleting a VM theseus created, and submit refusing to create unconfirmed.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::StreamExt;
+use theseus_backend_tpu::backend::{KIND, TpuHandleData};
+use theseus_core::backend::{Backend, JobHandle, JobState, LogOptions, SubmitOptions};
+use theseus_core::testing::{self, Harness, ProcessProbe};
+
+use crate::require_lab;
+use crate::support::{self, WORKERS, ready_node};
+
+/// The workers run on this machine: their processes are in the local `/proc`, found by the
+/// marker the plain runs carry.
+struct LocalProcProbe;
+
+#[async_trait]
+impl ProcessProbe for LocalProcProbe {
+    async fn alive(&self, handle: &JobHandle) -> theseus_core::Result<usize> {
+        Ok(theseus_core::local::process::job_processes(&handle.id).len())
+    }
+}
+
+fn harness(backend: Arc<theseus_backend_tpu::backend::TpuBackend>, processes: u32) -> Harness {
+    let mut plan = testing::cpu_plan("tpu", KIND, 1);
+    plan.nodes = processes;
+    Harness { backend, plan, probe: Arc::new(LocalProcProbe), timeout: Duration::from_secs(90) }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_backend_passes_the_conformance_suite_on_worker_0_of_two() {
+    let lab = require_lab!();
+    let (backend, vm) = support::backend(lab, "conformance", Some(ready_node("1", false)));
+    // A one-process plan runs on worker 0 only (the fit rule plans every worker of the slice).
+    testing::run_all(&harness(backend, 1)).await;
+    let s = vm.0.lock().unwrap();
+    assert_eq!((s.creates, s.deletes), (0, 0), "a READY VM of the user is used as it is");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_worker_runs_the_job_wired_from_its_metadata_server_and_logs_are_merged_per_worker() {
+    let lab = require_lab!();
+    let (backend, _vm) = support::backend(lab, "wired", Some(ready_node("1", false)));
+    let h = harness(backend.clone(), WORKERS as u32);
+    let script = "print(__import__('os').environ.get('RANK'), __import__('os').environ.get('WORLD_SIZE'), \
+                  __import__('os').environ.get('JAX_COORDINATOR_ADDRESS'), __import__('os').environ.get('THESEUS_TPU_WORKER'), \
+                  __import__('os').environ.get('THESEUS_TPU_MODE'), __import__('os').environ['HOME'])";
+    let (job, _dir) = testing::prepare(&h, "wired", &[], vec![], serde_json::json!({})).await.unwrap();
+    let mut job = job;
+    // The job prints its wiring instead of running job.py.
+    for f in &mut job.bootstrap.files {
+        f.contents = f.contents.replace("job.py", &format!("-c {}", theseus_core::shell::quote(script)));
+    }
+    let handle = backend.submit(&job, &SubmitOptions::default()).await.expect("submit");
+    let status = testing::wait_terminal(&h, &handle).await;
+    assert_eq!((status.state, status.exit_code), (JobState::Completed, Some(0)), "{status:?}");
+    assert_eq!(status.ranks.len(), WORKERS);
+    let lines: Vec<_> = backend
+        .logs(&handle, &LogOptions::default())
+        .await
+        .unwrap()
+        .collect::<Vec<_>>()
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    let port = theseus_backend_ssh::paths::coordinator_port(&handle.id);
+    for w in 0..WORKERS {
+        let home = lab.dir.join(format!("w{w}"));
+        let want = format!("{w} {WORKERS} 127.0.0.1:{port} {w} 1 {}", home.display());
+        assert!(
+            lines.iter().any(|l| l.text == want
+                && l.rank == Some(w as u32)
+                && l.source.as_deref() == Some(&format!("worker-{w}"))),
+            "worker {w} should print `{want}`: {lines:?}"
+        );
+    }
+    // One worker's log only.
+    let one: Vec<_> =
+        backend.logs(&handle, &LogOptions { follow: false, rank: Some(1) }).await.unwrap().collect::<Vec<_>>().await;
+    assert!(one.iter().all(|l| l.as_ref().unwrap().rank == Some(1)) && !one.is_empty());
+    // Each worker's code is in its own home.
+    let data: TpuHandleData = serde_json::from_value(handle.data.clone()).unwrap();
+    for (w, run) in data.workers.iter().enumerate() {
+        assert!(run.run.work_dir.starts_with(&lab.dir.join(format!("w{w}")).display().to_string()), "{run:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_preempted_vm_ends_the_run_as_preempted_and_a_recreated_one_too() {
+    let lab = require_lab!();
+    let (backend, vm) = support::backend(lab, "preempted", Some(ready_node("1", false)));
+    let h = harness(backend.clone(), 1);
+    let (job, _dir) = testing::prepare(&h, "preempted", &["sleep", "60"], vec![], serde_json::json!({})).await.unwrap();
+    let handle = backend.submit(&job, &SubmitOptions::default()).await.expect("submit");
+    vm.0.lock().unwrap().node.as_mut().unwrap().state = "PREEMPTED".into();
+    let status = backend.status(&handle).await.unwrap();
+    assert_eq!(status.state, JobState::Preempted, "{status:?}");
+    assert!(status.message.as_deref().unwrap_or("").contains("PREEMPTED"), "{status:?}");
+    vm.0.lock().unwrap().node = Some(ready_node("2", false));
+    let status = backend.status(&handle).await.unwrap();
+    assert_eq!(status.state, JobState::Preempted, "{status:?}");
+    assert!(status.message.as_deref().unwrap_or("").contains("created again"), "{status:?}");
+    // The old incarnation's processes are still here (the fake VM does not kill them): stop them.
+    vm.0.lock().unwrap().node = Some(ready_node("1", false));
+    backend.cancel(&handle).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn submit_creates_only_when_confirmed_and_cancel_deletes_what_it_created_unless_kept() {
+    let lab = require_lab!();
+    let (backend, vm) = support::backend(lab, "create", None);
+    let h = harness(backend.clone(), 1);
+    let (job, _dir) = testing::prepare(&h, "create", &["sleep", "60"], vec![], serde_json::json!({})).await.unwrap();
+    assert_eq!(backend.creates(&job).await.unwrap().len(), 1, "plan shows the VM it would create");
+    let err = backend.submit(&job, &SubmitOptions::default()).await.unwrap_err().to_string();
+    assert!(err.contains("--yes"), "{err}");
+    assert_eq!(vm.0.lock().unwrap().creates, 0, "nothing created without confirmation");
+
+    let handle = backend.submit_with(&job, &SubmitOptions::default(), true, false).await.expect("submit");
+    assert_eq!(vm.0.lock().unwrap().creates, 1);
+    let data: TpuHandleData = serde_json::from_value(handle.data.clone()).unwrap();
+    assert!(data.created && !data.keep);
+    let status = backend.cancel(&handle).await.unwrap();
+    assert_eq!(status.state, JobState::Cancelled, "{status:?}");
+    assert!(status.message.as_deref().unwrap_or("").contains("deleted"), "{status:?}");
+    assert_eq!(vm.0.lock().unwrap().deletes, 1, "cancel deletes the VM the run created");
+
+    // --keep: the VM stays.
+    let (job, _dir) =
+        testing::prepare(&h, "create-keep", &["sleep", "60"], vec![], serde_json::json!({})).await.unwrap();
+    let handle = backend.submit_with(&job, &SubmitOptions::default(), true, true).await.expect("submit");
+    backend.cancel(&handle).await.unwrap();
+    let s = vm.0.lock().unwrap();
+    assert_eq!((s.creates, s.deletes), (2, 1), "a kept VM stays");
+    assert!(s.node.is_some());
+}
