@@ -15,6 +15,7 @@ use serde_json::{Map, Value};
 use super::SshSettings;
 use crate::availability::Availability;
 use crate::backend::DynBackend;
+use crate::chips::Chip;
 use crate::cluster::ClusterConfig;
 use crate::fit::{Outcome, Want};
 use crate::keys::KeyError;
@@ -150,6 +151,13 @@ pub trait HostSettings: Debug + Send + Sync {
 
     /// The GPUs the host offers.
     fn gpus(&self) -> Gpus<'_>;
+
+    /// The accelerators other than GPUs the host offers, with how many of each (a host of a
+    /// type with such chips), for the hints of a failed solve: without it a request for one
+    /// of them reads "no host offers" it.
+    fn accelerators(&self) -> Vec<(&'static Chip, u32)> {
+        Vec::new()
+    }
 
     /// The solver's rule for this type: how the host would run `want` given what its backend
     /// measured. `gres_mapping` is the config's chip-to-GRES table.
