@@ -1,1 +1,98 @@
-//! (part of issue 27: filled by its part)
+//! The `tpu` host type ([`TpuType`]): reads a host's keys into [`TpuSettings`] strictly, checks
+//! them, gives the solver the TPU rule ([`crate::fit`]) and the dispatcher the backend
+//! ([`TpuBackend`]) over the host's VM.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+use theseus_core::availability::Availability;
+use theseus_core::backend::DynBackend;
+use theseus_core::chips::Chip;
+use theseus_core::cluster::ClusterConfig;
+use theseus_core::config::{Gpus, HostSettings, HostType};
+use theseus_core::fit::{Outcome, Want};
+use theseus_core::keys::{KeyError, de_strict};
+use theseus_core::plan::HostKind;
+
+use crate::backend::{Connector, TpuBackend};
+use crate::config::{KIND, TpuSettings};
+
+/// How long after a job's end worker 0 deletes the VM theseus created for it, unless the client's
+/// environment says otherwise in `THESEUS_TPU_SELF_DELETE_AFTER_SECONDS` (so that a client
+/// following the job reads its end first).
+pub const SELF_DELETE_AFTER: Duration = Duration::from_secs(30);
+
+/// The `tpu` host type, for the registry.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TpuType;
+
+impl HostType for TpuType {
+    fn kind(&self) -> HostKind {
+        KIND
+    }
+
+    fn required_keys(&self) -> &'static [&'static str] {
+        &["cluster", "zone", "accelerator_type"]
+    }
+
+    fn parse(&self, body: Map<String, Value>, path: &str) -> Result<Box<dyn HostSettings>, KeyError> {
+        let host: TpuSettings = de_strict(Value::Object(body), path)?;
+        Ok(Box::new(host))
+    }
+}
+
+/// No GPUs on a TPU VM.
+static NO_GPUS: BTreeMap<String, u32> = BTreeMap::new();
+
+impl HostSettings for TpuSettings {
+    theseus_core::common_host_settings!(KIND);
+
+    fn probe_timeout(&self) -> Option<Duration> {
+        TpuSettings::probe_timeout(self)
+    }
+
+    fn api_timeout(&self) -> Option<Duration> {
+        Some(TpuSettings::api_timeout(self))
+    }
+
+    fn validate(&mut self, path: &str) -> Result<(), KeyError> {
+        if let Some(name) = path.strip_prefix("hosts.") {
+            TpuSettings::check_name(name)?;
+        }
+        self.check_keys(path)
+    }
+
+    fn gpus(&self) -> Gpus<'_> {
+        Gpus::Listed(&NO_GPUS)
+    }
+
+    fn accelerators(&self) -> Vec<(&'static Chip, u32)> {
+        self.accelerator().map(|a| vec![(a.chip, a.chips)]).unwrap_or_default()
+    }
+
+    fn fit(&self, _gres_mapping: &BTreeMap<String, String>, want: &Want, availability: &Availability) -> Outcome {
+        crate::fit::fit(self, want, availability)
+    }
+
+    fn backend(&self, name: &str, cluster: &ClusterConfig, home: &Path) -> Arc<DynBackend> {
+        let connector = Connector {
+            user: self.ssh_user.clone(),
+            // A recreated VM has new host keys: each incarnation gets a known-hosts file here.
+            known_hosts_dir: Some(home.join(".ssh").join("theseus-tpu-known-hosts")),
+            ..Connector::default()
+        };
+        let after = std::env::var("THESEUS_TPU_SELF_DELETE_AFTER_SECONDS")
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .map_or(SELF_DELETE_AFTER, Duration::from_secs);
+        let vm = crate::backend::cloud_vm::vm(name, self, home);
+        let mut backend = TpuBackend::new(name, &self.cluster, cluster.clone(), vm, connector).with_self_delete(after);
+        if let Some(accel) = self.accelerator() {
+            backend = backend.with_accelerator(accel);
+        }
+        Arc::new(backend)
+    }
+}

@@ -14,6 +14,7 @@
 //! the run keeps it; `shell` and `connect_port` enter worker `rank`; `sync` pushes to every
 //! worker. Worker 0's wrapper deletes a VM theseus created once the job ends (`worker.sh`).
 
+pub(crate) mod cloud_vm;
 mod combine;
 pub mod vm;
 pub mod workers;
@@ -23,7 +24,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::config::run_label;
+use crate::config::{Accelerator, run_label};
+use crate::fit::VmSeen;
 use async_trait::async_trait;
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
@@ -86,6 +88,7 @@ pub struct TpuBackend {
     vm: Arc<dyn Vm>,
     connector: Connector,
     self_delete_after: Option<Duration>,
+    accelerator: Option<Accelerator>,
     pool: Pool,
 }
 
@@ -106,6 +109,7 @@ impl TpuBackend {
             vm,
             connector,
             self_delete_after: None,
+            accelerator: None,
             pool: Pool::default(),
         }
     }
@@ -114,6 +118,12 @@ impl TpuBackend {
     /// through the API as the VM's own gcloud would reach it (see `worker.sh`).
     pub fn with_self_delete(mut self, after: Duration) -> Self {
         self.self_delete_after = Some(after);
+        self
+    }
+
+    /// The host's accelerator, for availability.
+    pub fn with_accelerator(mut self, accelerator: Accelerator) -> Self {
+        self.accelerator = Some(accelerator);
         self
     }
 
@@ -373,10 +383,15 @@ impl Backend for TpuBackend {
     }
 
     async fn availability(&self, _request: &Request) -> Result<Availability> {
-        Ok(match self.vm.node().await? {
-            None => Availability::Free { chips: 0, source: format!("VM `{}` absent (will be created)", self.name) },
-            Some(n) => Availability::Free { chips: 0, source: format!("VM `{}` {}", n.name, n.state) },
-        })
+        let Some(accel) = &self.accelerator else {
+            return Ok(Availability::Unknown { reason: "the host's accelerator_type is not known".into() });
+        };
+        let seen = match self.vm.node().await? {
+            None => VmSeen::Absent,
+            Some(n) if n.state == "READY" => VmSeen::Ready,
+            Some(n) => VmSeen::Other(n.state),
+        };
+        Ok(crate::fit::availability(&self.name, accel, &seen))
     }
 
     async fn submit(&self, job: &PreparedJob, options: &SubmitOptions) -> Result<JobHandle> {

@@ -1,5 +1,6 @@
 //! Integration tests of the TPU backend (one binary: modules per area).
 
 mod config;
+mod host;
 mod support;
 mod workers;
