@@ -111,7 +111,7 @@ impl Pool {
         let home = out.stdout_text().trim().to_owned();
         if !home.starts_with('/') || home.contains('\'') || home.chars().any(char::is_control) {
             return Err(Error::backend(
-                &format!("tpu({host})"),
+                format!("tpu({host})"),
                 format!("worker {index} of VM `{host}` has no usable $HOME (`{home}`)"),
             ));
         }

@@ -18,6 +18,12 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 /// Workers of the fake VM.
 pub(crate) const WORKERS: usize = 2;
 
+/// The token the workers' metadata servers give.
+pub(crate) const TOKEN: &str = "ya29.fake-worker-token";
+
+/// Requests the fake API got from the workers: `METHOD PATH AUTHORIZATION`.
+pub(crate) static API_REQUESTS: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
 /// The sshds, their ssh config and the metadata servers' ports.
 #[derive(Debug)]
 pub(crate) struct Lab {
@@ -80,6 +86,7 @@ fn start() -> std::result::Result<Lab, String> {
     let d = dir.display();
     let (mut client, mut known) = (String::new(), String::new());
     let mut pids = Vec::new();
+    let api = start_api()?;
     for w in 0..WORKERS {
         let port = free_port()?;
         let md = start_metadata(w)?;
@@ -93,7 +100,7 @@ fn start() -> std::result::Result<Lab, String> {
                  AuthorizedKeysFile {d}/authorized_keys\nPermitRootLogin prohibit-password\nPubkeyAuthentication yes\n\
                  PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\n\
                  X11Forwarding no\nPrintMotd no\nMaxStartups 100:30:200\nMaxSessions 64\nLogLevel INFO\n\
-                 SetEnv HOME={} GCE_METADATA_HOST={md}\n",
+                 SetEnv HOME={} GCE_METADATA_HOST={md} CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU=http://{api}/\n",
                 home.display()
             ),
         )
@@ -162,6 +169,9 @@ fn start_metadata(w: usize) -> std::result::Result<String, String> {
                         _ if !flavor => None,
                         "agent-worker-number" => Some(w.to_string()),
                         "worker-network-endpoints" => Some(endpoints.join(",")),
+                        "token" if path.ends_with("/service-accounts/default/token") => {
+                            Some(format!(r#"{{"access_token":"{TOKEN}","expires_in":3599,"token_type":"Bearer"}}"#))
+                        }
                         _ => None,
                     };
                     let reply = match body {
@@ -174,6 +184,38 @@ fn start_metadata(w: usize) -> std::result::Result<String, String> {
                 });
             }
         });
+    });
+    Ok(addr)
+}
+
+/// A fake Cloud TPU API for the workers' self-delete: records each request in [`API_REQUESTS`]
+/// and answers an Operation.
+fn start_api() -> std::result::Result<String, String> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?.to_string();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut s) = stream else { continue };
+            use std::io::{Read, Write};
+            let mut buf = vec![0u8; 8192];
+            let n = s.read(&mut buf).unwrap_or(0);
+            let req = String::from_utf8_lossy(&buf[..n]).to_string();
+            let mut words = req.split_whitespace();
+            let (method, path) = (words.next().unwrap_or("").to_owned(), words.next().unwrap_or("").to_owned());
+            let auth = req
+                .lines()
+                .find_map(|l| l.strip_prefix("Authorization: ").or_else(|| l.strip_prefix("authorization: ")))
+                .unwrap_or("")
+                .trim()
+                .to_owned();
+            API_REQUESTS.lock().unwrap().push(format!("{method} {path} {auth}"));
+            let body = r#"{"name":"projects/p/locations/us-central2-b/operations/op-1","done":false}"#;
+            let _ = write!(
+                s,
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
     });
     Ok(addr)
 }

@@ -139,3 +139,42 @@ async fn submit_creates_only_when_confirmed_and_cancel_deletes_what_it_created_u
     assert_eq!((s.creates, s.deletes), (2, 1), "a kept VM stays");
     assert!(s.node.is_some());
 }
+
+/// Worker 0 of a VM the run created deletes it through the API once the job ended, with the
+/// token of the VM's service account from its metadata server; worker 1 does not, nor does a
+/// kept VM's worker 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn worker_0_deletes_the_vm_the_run_created_when_the_job_ends_unless_kept() {
+    let lab = require_lab!();
+    let (backend, vm) = support::backend(lab, "self-delete", None);
+    let backend = Arc::new(Arc::into_inner(backend).unwrap().with_self_delete(Duration::ZERO));
+    let h = harness(backend.clone(), WORKERS as u32);
+    let deletes = || {
+        support::API_REQUESTS
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|r| r.starts_with("DELETE /v2/projects/p/locations/us-central2-b/nodes/tpu "))
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    let before = deletes().len();
+    let (job, _dir) = testing::prepare(&h, "self-delete-keep", &["ok"], vec![], serde_json::json!({})).await.unwrap();
+    let handle = backend.submit_with(&job, &SubmitOptions::default(), true, true).await.expect("submit");
+    assert_eq!(testing::wait_terminal(&h, &handle).await.state, JobState::Completed);
+
+    let (job, _dir) = testing::prepare(&h, "self-delete", &["ok"], vec![], serde_json::json!({})).await.unwrap();
+    // The VM stands (kept): make it look created by this run's submit.
+    vm.0.lock().unwrap().node = None;
+    let handle = backend.submit_with(&job, &SubmitOptions::default(), true, false).await.expect("submit");
+    assert_eq!(testing::wait_terminal(&h, &handle).await.state, JobState::Completed);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while deletes().len() == before && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let seen = deletes();
+    assert_eq!(seen.len(), before + 1, "one delete, from worker 0 of the created VM only: {seen:?}");
+    assert!(seen.last().unwrap().ends_with(&format!("Bearer {}", support::TOKEN)), "{seen:?}");
+    // The deleter is not the job: the run ended when the job did.
+    assert_eq!(theseus_core::local::process::job_processes(&handle.id).len(), 0);
+}
