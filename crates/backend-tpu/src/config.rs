@@ -2,6 +2,7 @@
 //! version, spot/preemptible and the VM's network keys, as the original's config writes them;
 //! their checks; and the accelerator table ([`accelerator`]) that turns `v4-32` into a chip, a
 //! chip count and a worker count. Plain data and pure functions.
+//! Pure: no IO (checked by `cargo xtask tidy`).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -167,7 +168,7 @@ pub fn shape(accelerator_type: &str) -> Result<Shape, String> {
     };
     let (chips, chips_per_worker) = if generation.counts_cores {
         // Two TensorCores per chip, four chips per host: sizes are whole hosts (8, 16, 32, ...).
-        if size % (2 * CHIPS_PER_HOST) != 0 {
+        if !size.is_multiple_of(2 * CHIPS_PER_HOST) {
             return Err(format!(
                 "{text:?}: {prefix} sizes count TensorCores (2 per chip, 8 per worker) and are multiples of 8, e.g. {prefix}-8 or {prefix}-32"
             ));
@@ -176,7 +177,7 @@ pub fn shape(accelerator_type: &str) -> Result<Shape, String> {
     } else {
         match size {
             1 | 4 | 8 => (size, size),
-            n if n % 16 == 0 => (n, CHIPS_PER_HOST),
+            n if n.is_multiple_of(16) => (n, CHIPS_PER_HOST),
             _ => {
                 return Err(format!(
                     "{text:?}: {prefix} sizes count chips: 1, 4 or 8 on one worker, or a multiple of 16 on workers of 4 chips"
