@@ -8,19 +8,25 @@
 //! `wiring.sh` from each worker's metadata server. A failed submit leaves nothing: the workers'
 //! runs that started are cancelled, and a VM this submit created is deleted.
 //!
-//! `status` reads the VM first (a preempted, stopped or recreated VM ends the run as
-//! preempted), then every worker; `logs` merges the workers' logs, each line's source
+//! `status` reads the VM first, then every worker. A preempted VM theseus created is created
+//! anew by `status`, and the run starts again on it from what the client kept ([`spool`]:
+//! code, bootstrap; not for a job with secrets), as the next attempt (`THESEUS_RESTART_COUNT`,
+//! so the bootstrap resumes from the run's latest checkpoint); any other preempted, stopped or
+//! recreated VM ends the run as preempted. Once a VM is deleted, `status` answers the last
+//! final status it saw; `logs` merges the workers' logs, each line's source
 //! `worker-N`; `cancel` stops the run on every worker, then deletes a VM theseus created unless
 //! the run keeps it; `shell` and `connect_port` enter worker `rank`; `sync` pushes to every
 //! worker. Worker 0's wrapper deletes a VM theseus created once the job ends (`worker.sh`).
 
 pub(crate) mod cloud_vm;
 mod combine;
+mod spool;
 pub mod vm;
 pub mod workers;
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -89,8 +95,30 @@ pub struct TpuBackend {
     connector: Connector,
     self_delete_after: Option<Duration>,
     accelerator: Option<Accelerator>,
+    spool_root: Option<PathBuf>,
     pool: Pool,
 }
+
+/// Whether the run of a handle still stands on the VM, and where.
+enum Standing {
+    /// On `node`, as `runs` (one per worker), started for the `attempt`-th time.
+    Live { node: VmNode, runs: Vec<WorkerRun>, attempt: u32 },
+    /// Not on any worker now: what `status` answers.
+    Report(JobStatus),
+}
+
+/// What [`TpuBackend::resume`] did.
+enum Resume {
+    /// The run runs again.
+    Started,
+    /// Another client is at it.
+    Busy,
+    /// Nothing was kept to start it from.
+    NotKept,
+}
+
+/// How long a client's resume lock holds off others (a recreation takes minutes).
+const RESUME_LOCK: Duration = Duration::from_secs(1800);
 
 impl fmt::Display for TpuBackend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -110,6 +138,7 @@ impl TpuBackend {
             connector,
             self_delete_after: None,
             accelerator: None,
+            spool_root: None,
             pool: Pool::default(),
         }
     }
@@ -119,6 +148,17 @@ impl TpuBackend {
     pub fn with_self_delete(mut self, after: Duration) -> Self {
         self.self_delete_after = Some(after);
         self
+    }
+
+    /// Keeps runs on VMs theseus created under `root` (see [`spool`]), so that `status` starts
+    /// them again on the VM it creates anew after a preemption.
+    pub fn with_spool(mut self, root: PathBuf) -> Self {
+        self.spool_root = Some(root);
+        self
+    }
+
+    fn spool(&self, run: &str) -> Option<spool::Spool> {
+        self.spool_root.as_deref().map(|root| spool::Spool::new(root, &self.name, run))
     }
 
     /// The host's accelerator, for availability.
@@ -170,8 +210,8 @@ impl TpuBackend {
     }
 
     /// The plain handles of every worker's run.
-    fn plain_handles(&self, handle: &JobHandle, data: &TpuHandleData) -> Vec<JobHandle> {
-        data.workers.iter().map(|r| self.plain_handle(handle, &r.run)).collect()
+    fn plain_handles(&self, handle: &JobHandle, runs: &[WorkerRun]) -> Vec<JobHandle> {
+        runs.iter().map(|r| self.plain_handle(handle, &r.run)).collect()
     }
 
     /// Worker `index` of `node`, connected.
@@ -181,49 +221,131 @@ impl TpuBackend {
             .await
     }
 
-    /// The workers of `data`'s run, connected.
-    async fn run_workers(&self, data: &TpuHandleData) -> Result<Vec<Arc<Worker>>> {
-        let all = data
-            .workers
-            .iter()
-            .enumerate()
-            .map(|(i, w)| self.worker(&data.node_id, i as u32, &w.address, w.user.as_deref()));
+    /// The workers of `runs` on node incarnation `node_id`, connected.
+    async fn run_workers(&self, node_id: &str, runs: &[WorkerRun]) -> Result<Vec<Arc<Worker>>> {
+        let all = runs.iter().enumerate().map(|(i, w)| self.worker(node_id, i as u32, &w.address, w.user.as_deref()));
         futures::future::try_join_all(all).await
     }
 
-    /// The node the run of `data` started on, when it still stands: `Err` is the run's status
-    /// when it is gone (deleted, recreated, preempted or stopped).
-    async fn standing(
-        &self,
-        handle: &JobHandle,
-        data: &TpuHandleData,
-    ) -> Result<std::result::Result<VmNode, JobStatus>> {
-        let node = self.vm.node().await?;
-        let ended = |state: JobState, message: String| {
-            Ok(Err(JobStatus { state, exit_code: None, message: Some(message), ranks: vec![], attempt: None }))
+    /// Where the run of `data` stands: on the node it started on, or on the node created anew
+    /// after a preemption where it was started again; else what `status` answers. With
+    /// `may_resume`, a run interrupted by a preemption of a VM theseus created is started again
+    /// first (the VM created anew, see [`TpuBackend::resume`]).
+    async fn standing(&self, handle: &JobHandle, data: &TpuHandleData, may_resume: bool) -> Result<Standing> {
+        let report = |state: JobState, message: String| {
+            Ok(Standing::Report(JobStatus {
+                state,
+                exit_code: None,
+                message: Some(message),
+                ranks: vec![],
+                attempt: None,
+            }))
         };
-        match node {
-            None => ended(
-                JobState::Unknown,
-                format!(
-                    "VM `{}` no longer exists (deleted when run `{}` ended, by cancel, or by hand): its workers' files \
-                     went with it",
-                    data.node, handle.id
-                ),
-            ),
-            Some(n) if n.id != data.node_id => ended(
-                JobState::Preempted,
-                format!(
-                    "VM `{}` was created again since run `{}` started: the run's processes are gone",
-                    n.name, handle.id
-                ),
-            ),
-            Some(n) if n.is_interrupted() => ended(
-                JobState::Preempted,
-                format!("VM `{}` is {}: the run was interrupted on every worker", n.name, n.state),
-            ),
-            Some(n) => Ok(Ok(n)),
+        let spool = self.spool(&handle.id);
+        let mut node = self.vm.node().await?;
+        if may_resume
+            && let Some(n) = &node
+            && n.is_interrupted()
+            && n.created_by_theseus
+            && let Some(spool) = &spool
+        {
+            match self.resume(data, spool).await? {
+                Resume::Started => node = self.vm.node().await?,
+                Resume::Busy => {
+                    return report(
+                        JobState::Running,
+                        format!("VM `{}` was {}; it is being created again to restart the run", n.name, n.state),
+                    );
+                }
+                Resume::NotKept => {}
+            }
         }
+        match node {
+            None => match spool.as_ref().and_then(spool::Spool::final_status) {
+                Some(mut last) => {
+                    let was = last.message.take().map(|m| format!("; {m}")).unwrap_or_default();
+                    last.message = Some(format!("VM `{}` is deleted since the run ended{was}", data.node));
+                    Ok(Standing::Report(last))
+                }
+                None => report(
+                    JobState::Unknown,
+                    format!(
+                        "VM `{}` no longer exists (deleted when run `{}` ended, by cancel, or by hand): its workers' \
+                         files went with it",
+                        data.node, handle.id
+                    ),
+                ),
+            },
+            Some(n) if n.is_interrupted() => {
+                let again = if n.created_by_theseus && spool.as_ref().is_some_and(|s| s.load().is_some()) {
+                    ""
+                } else {
+                    "; submit it again to resume from its latest checkpoint"
+                };
+                report(
+                    JobState::Preempted,
+                    format!("VM `{}` is {}: the run was interrupted on every worker{again}", n.name, n.state),
+                )
+            }
+            Some(n) if n.id == data.node_id => Ok(Standing::Live { node: n, runs: data.workers.clone(), attempt: 1 }),
+            Some(n) => match spool.as_ref().and_then(|s| s.incarnation(&n.id).map(|runs| (runs, s.restarts()))) {
+                Some((runs, restarts)) => Ok(Standing::Live { node: n, runs, attempt: restarts + 1 }),
+                None => report(
+                    JobState::Preempted,
+                    format!(
+                        "VM `{}` was created again since run `{}` started: the run's processes are gone",
+                        n.name, handle.id
+                    ),
+                ),
+            },
+        }
+    }
+
+    /// Starts the run again on its VM created anew after a preemption, from what the spool
+    /// kept: the same code and bootstrap, `THESEUS_RESTART_COUNT` counting the restarts, so that
+    /// the bootstrap resumes from the run's latest checkpoint (issue 26's resume).
+    async fn resume(&self, data: &TpuHandleData, spool: &spool::Spool) -> Result<Resume> {
+        let Some(kept) = spool.load() else { return Ok(Resume::NotKept) };
+        if !spool.lock(RESUME_LOCK) {
+            return Ok(Resume::Busy);
+        }
+        let result = async {
+            let ready = self.vm.ensure_ready(true, &self.labels(&kept.identity), &|_| {}).await?;
+            let snapshot = Snapshot::collect(&spool.code(), theseus_core::snapshot::SnapshotMode::Dirty)?;
+            let plan = Plan {
+                host: self.name.clone(),
+                kind: KIND,
+                cluster: self.cluster_name.clone(),
+                chip: self.accelerator.map(|a| a.chip),
+                nodes: kept.processes,
+                chips_per_node: self.accelerator.map_or(0, |a| a.chips_per_worker),
+                processes_per_node: 1,
+                total_chips: self.accelerator.map_or(0, |a| a.chips),
+                placement: Default::default(),
+                placement_text: String::new(),
+                queued: false,
+                notes: vec![],
+                considered: vec![],
+            };
+            let job = PreparedJob {
+                identity: kept.identity.clone(),
+                experiment: Default::default(),
+                env: vec![],
+                plan,
+                snapshot,
+                bootstrap: kept.bootstrap(),
+            };
+            let restarts = spool.restarts() + 1;
+            // The run's dirs on a worker that kept its disk are this run's leftovers: they go first.
+            let created = data.created || ready.created;
+            let options = SubmitOptions::default();
+            let started = self.start_on_workers(&job, &options, &ready, created, data.keep, restarts, true).await?;
+            let runs: TpuHandleData = serde_json::from_value(started.data).expect("own handle data");
+            spool.save_incarnation(&ready.node.id, &runs.workers)
+        }
+        .await;
+        spool.unlock();
+        result.map(|()| Resume::Started)
     }
 
     /// Submits `job`: see the module docs. `create_confirmed`: a missing VM may be created;
@@ -237,8 +359,23 @@ impl TpuBackend {
     ) -> Result<JobHandle> {
         let note = |s: &str| options.note(s);
         let ready = self.vm.ensure_ready(create_confirmed, &self.labels(&job.identity), &note).await?;
-        match self.start_on_workers(job, options, &ready, keep).await {
-            Ok(handle) => Ok(handle),
+        match self.start_on_workers(job, options, &ready, ready.created, keep, 0, false).await {
+            Ok(handle) => {
+                // Kept for a restart after a preemption (a VM theseus created is created anew).
+                if (ready.created || ready.node.created_by_theseus)
+                    && let Some(spool) = self.spool(&handle.id)
+                {
+                    match spool.save(job) {
+                        Ok(true) => {}
+                        Ok(false) => options.note(
+                            "the job has secrets, which theseus never writes to a file: after a preemption, submit it \
+                             again to resume",
+                        ),
+                        Err(e) => options.note(&format!("cannot keep the job for a restart after a preemption: {e}")),
+                    }
+                }
+                Ok(handle)
+            }
             Err(e) => {
                 if ready.created && !keep {
                     options.note(&format!("deleting VM `{}`, which this submit created", ready.node.name));
@@ -256,12 +393,19 @@ impl TpuBackend {
         }
     }
 
+    /// Starts `job` on the workers of `ready`'s node (see the module docs): `created`, the run's
+    /// VM was created by theseus for it; `restarts`, how many times the run started before;
+    /// `clear`, the run's dirs on the workers go first (a restart's leftovers).
+    #[allow(clippy::too_many_arguments)]
     async fn start_on_workers(
         &self,
         job: &PreparedJob,
         options: &SubmitOptions,
         ready: &Ready,
+        created: bool,
         keep: bool,
+        restarts: u32,
+        clear: bool,
     ) -> Result<JobHandle> {
         let node = &ready.node;
         if node.workers.is_empty() {
@@ -291,7 +435,6 @@ impl TpuBackend {
         )
         .await?;
         let template = self.layout(&job.identity, &job.plan)?;
-        let created = ready.created;
         let delete = self
             .self_delete_after
             .filter(|_| created && !keep)
@@ -300,7 +443,11 @@ impl TpuBackend {
         for w in &workers {
             let dirs = workers::dirs(&self.name, &self.cluster_name, &self.cluster, &w.home);
             let layout = dirs.layout(&job.identity, template.launch.clone())?;
-            jobs.push(workers::worker_job(job, &template, &layout, if w.index == 0 { delete.as_ref() } else { None }));
+            if clear {
+                w.plain.remove(&layout.work_dir, &[&layout.run_dir]).await;
+            }
+            let delete = if w.index == 0 { delete.as_ref() } else { None };
+            jobs.push(workers::worker_job(job, &template, &layout, delete, restarts));
         }
         let quiet = SubmitOptions { replace: options.replace, ..SubmitOptions::default() };
         let results = futures::future::join_all(workers.iter().zip(&jobs).map(|(w, j)| {
@@ -348,18 +495,24 @@ impl TpuBackend {
     /// The worker `rank` of a running run, with its plain handle.
     async fn running_worker(&self, handle: &JobHandle, rank: u32) -> Result<(Arc<Worker>, JobHandle)> {
         let data = self.data(handle)?;
-        let Some(run) = data.workers.get(rank as usize) else {
+        let (node, runs) = self.live(handle, &data).await?;
+        let Some(run) = runs.get(rank as usize) else {
             return Err(Error::backend(
                 self,
-                format!("run `{}` has {} worker(s); there is no rank {rank}", handle.id, data.workers.len()),
+                format!("run `{}` has {} worker(s); there is no rank {rank}", handle.id, runs.len()),
             ));
         };
-        if let Err(status) = self.standing(handle, &data).await? {
-            return Err(Error::backend(self, status.message.unwrap_or_default()));
-        }
-        let worker = self.worker(&data.node_id, rank, &run.address, run.user.as_deref()).await?;
+        let worker = self.worker(&node.id, rank, &run.address, run.user.as_deref()).await?;
         let plain = self.plain_handle(handle, &run.run);
         Ok((worker, plain))
+    }
+
+    /// The node and workers' runs of a run that stands; an error saying why when it does not.
+    async fn live(&self, handle: &JobHandle, data: &TpuHandleData) -> Result<(VmNode, Vec<WorkerRun>)> {
+        match self.standing(handle, data, false).await? {
+            Standing::Live { node, runs, .. } => Ok((node, runs)),
+            Standing::Report(status) => Err(Error::backend(self, status.message.unwrap_or_default())),
+        }
     }
 }
 
@@ -400,26 +553,35 @@ impl Backend for TpuBackend {
 
     async fn status(&self, handle: &JobHandle) -> Result<JobStatus> {
         let data = self.data(handle)?;
-        if let Err(status) = self.standing(handle, &data).await? {
-            return Ok(status);
-        }
-        let workers = self.run_workers(&data).await?;
+        let (node, runs, attempt) = match self.standing(handle, &data, true).await? {
+            Standing::Live { node, runs, attempt } => (node, runs, attempt),
+            Standing::Report(status) => return Ok(status),
+        };
+        let workers = self.run_workers(&node.id, &runs).await?;
         let all = futures::future::join_all(
-            workers.iter().zip(&self.plain_handles(handle, &data)).map(|(w, h)| w.plain.status(h)),
+            workers.iter().zip(&self.plain_handles(handle, &runs)).map(|(w, h)| w.plain.status(h)),
         )
         .await;
         let mut statuses = Vec::new();
         for (i, s) in all.into_iter().enumerate() {
-            statuses.push((i as u32, data.workers[i].address.clone(), s?));
+            statuses.push((i as u32, runs[i].address.clone(), s?));
         }
-        Ok(combine::combine(&statuses))
+        let mut status = combine::combine(&statuses);
+        status.attempt = Some(attempt);
+        if status.state.is_terminal()
+            && let Some(spool) = self.spool(&handle.id)
+        {
+            spool.save_final(&status);
+        }
+        Ok(status)
     }
 
     async fn logs(&self, handle: &JobHandle, options: &LogOptions) -> Result<LogStream> {
         let data = self.data(handle)?;
-        let workers = self.run_workers(&data).await?;
+        let (node, runs) = self.live(handle, &data).await?;
+        let workers = self.run_workers(&node.id, &runs).await?;
         let mut streams = Vec::new();
-        for (w, r) in workers.iter().zip(&data.workers) {
+        for (w, r) in workers.iter().zip(&runs) {
             if options.rank.is_some_and(|rank| rank != w.index) {
                 continue;
             }
@@ -443,22 +605,27 @@ impl Backend for TpuBackend {
 
     async fn cancel(&self, handle: &JobHandle) -> Result<JobStatus> {
         let data = self.data(handle)?;
-        let mut status = match self.standing(handle, &data).await? {
-            Err(status) => status,
-            Ok(_) => {
-                let workers = self.run_workers(&data).await?;
+        let (mut status, node_id) = match self.standing(handle, &data, false).await? {
+            Standing::Report(status) => (status, data.node_id.clone()),
+            Standing::Live { node, runs, .. } => {
+                let workers = self.run_workers(&node.id, &runs).await?;
                 let all = futures::future::join_all(
-                    workers.iter().zip(&self.plain_handles(handle, &data)).map(|(w, h)| w.plain.cancel(h)),
+                    workers.iter().zip(&self.plain_handles(handle, &runs)).map(|(w, h)| w.plain.cancel(h)),
                 )
                 .await;
                 let mut statuses = Vec::new();
                 for (i, s) in all.into_iter().enumerate() {
-                    statuses.push((i as u32, data.workers[i].address.clone(), s?));
+                    statuses.push((i as u32, runs[i].address.clone(), s?));
                 }
-                combine::combine(&statuses)
+                (combine::combine(&statuses), node.id)
             }
         };
-        if data.created && !data.keep && self.vm.node().await?.is_some_and(|n| n.id == data.node_id) {
+        if let Some(spool) = self.spool(&handle.id) {
+            // A cancelled run is not started again after a preemption.
+            spool.save_final(&status);
+            spool.forget_job();
+        }
+        if data.created && !data.keep && self.vm.node().await?.is_some_and(|n| n.id == node_id) {
             self.vm.delete(&|_| {}).await?;
             let was = status.message.take().map(|m| format!(" ({m})")).unwrap_or_default();
             status.message = Some(format!("VM `{}`, which the run created, is deleted{was}", data.node));
@@ -479,12 +646,10 @@ impl Backend for TpuBackend {
 
     async fn sync(&self, handle: &JobHandle, snapshot: &Snapshot, options: &SyncOptions) -> Result<SyncReport> {
         let data = self.data(handle)?;
-        if let Err(status) = self.standing(handle, &data).await? {
-            return Err(Error::backend(self, status.message.unwrap_or_default()));
-        }
-        let workers = self.run_workers(&data).await?;
+        let (node, runs) = self.live(handle, &data).await?;
+        let workers = self.run_workers(&node.id, &runs).await?;
         let quiet = SyncOptions::default();
-        let handles = self.plain_handles(handle, &data);
+        let handles = self.plain_handles(handle, &runs);
         let all = futures::future::join_all(workers.iter().zip(&handles).map(|(w, h)| {
             let o = if w.index == 0 { options } else { &quiet };
             w.plain.sync(h, snapshot, o)

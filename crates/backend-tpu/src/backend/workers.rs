@@ -163,6 +163,7 @@ pub(crate) fn worker_job(
     template: &RunLayout,
     worker: &RunLayout,
     delete: Option<&SelfDelete>,
+    restarts: u32,
 ) -> PreparedJob {
     let mut pairs: Vec<(&str, &str)> = vec![
         (&template.work_dir, &worker.work_dir),
@@ -194,7 +195,7 @@ pub(crate) fn worker_job(
     let bootstrap = theseus_core::config::join(&worker.work_dir, &job.bootstrap.entry);
     files.push(RenderedFile {
         path: format!("{BOOTSTRAP_DIR}/{WRAPPER}"),
-        contents: wrapper(&bootstrap, worker, delete),
+        contents: wrapper(&bootstrap, worker, delete, restarts),
         executable: true,
     });
     let mut plan = job.plan.clone();
@@ -208,20 +209,22 @@ pub(crate) fn worker_job(
 }
 
 /// The wrapper script of one worker.
-fn wrapper(bootstrap: &str, worker: &RunLayout, delete: Option<&SelfDelete>) -> String {
+fn wrapper(bootstrap: &str, worker: &RunLayout, delete: Option<&SelfDelete>, restarts: u32) -> String {
     let d = delete.cloned().unwrap_or_default();
     let exit_file = theseus_core::config::join(&worker.run_dir, "exit_code");
     let log = theseus_core::config::join(&worker.run_dir, "tpu-delete.log");
     format!(
         "#!/usr/bin/env bash\n# theseus TPU worker wrapper (rendered per worker).\n\
          theseus_tpu_bootstrap={}\ntheseus_tpu_delete={}\ntheseus_tpu_resource={}\n\
-         theseus_tpu_delete_after={}\ntheseus_tpu_exit_file={}\ntheseus_tpu_delete_log={}\n{}",
+         theseus_tpu_delete_after={}\ntheseus_tpu_exit_file={}\ntheseus_tpu_delete_log={}\n{}{}",
         quote(bootstrap),
         u8::from(delete.is_some()),
         quote(&d.resource),
         d.after,
         quote(&exit_file),
         quote(&log),
+        // The bootstrap counts attempts from the restarts its backend reports (resume.sh).
+        if restarts > 0 { format!("export THESEUS_RESTART_COUNT={restarts}\n") } else { String::new() },
         include_str!("worker.sh"),
     )
 }

@@ -292,8 +292,13 @@ impl Vm for FakeVm {
         progress: Progress<'_>,
     ) -> Result<Ready> {
         let mut s = self.0.lock().unwrap();
-        if let Some(n) = &s.node {
-            return Ok(Ready { node: n.clone(), created: false });
+        match &s.node {
+            // As Cloud::ensure_ready: a preempted VM theseus created is created anew.
+            Some(n) if n.is_interrupted() && !(n.created_by_theseus && create_confirmed) => {
+                return Err(Error::backend("tpu(tpu)", format!("VM `tpu` is {}", n.state)));
+            }
+            Some(n) if !n.is_interrupted() => return Ok(Ready { node: n.clone(), created: false }),
+            _ => {}
         }
         if !create_confirmed {
             return Err(Error::backend(
@@ -336,6 +341,7 @@ pub(crate) fn backend(lab: &Lab, name: &str, node: Option<VmNode>) -> (Arc<TpuBa
         },
         ..Connector::default()
     };
-    let backend = TpuBackend::new("tpu", "lab", cluster, Arc::new(vm.clone()), connector);
+    let spool = lab.dir.join("spool");
+    let backend = TpuBackend::new("tpu", "lab", cluster, Arc::new(vm.clone()), connector).with_spool(spool);
     (Arc::new(backend), vm)
 }

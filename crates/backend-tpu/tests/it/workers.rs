@@ -178,3 +178,63 @@ async fn worker_0_deletes_the_vm_the_run_created_when_the_job_ends_unless_kept()
     // The deleter is not the job: the run ended when the job did.
     assert_eq!(theseus_core::local::process::job_processes(&handle.id).len(), 0);
 }
+
+/// A preempted VM theseus created is created anew by the next `status`, and the run starts
+/// again on it from the code and bootstrap the client kept, as attempt 2 (the bootstrap's
+/// resume reads the restart count); a cancelled run is not started again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_recreates_a_preempted_vm_theseus_created_and_restarts_the_run_as_attempt_2() {
+    let lab = require_lab!();
+    let (backend, vm) = support::backend(lab, "resume", None);
+    let h = harness(backend.clone(), WORKERS as u32);
+    let script = "import os, time; a = os.environ['THESEUS_ATTEMPT']; print('attempt', a, 'worker', \
+                  os.environ['THESEUS_TPU_WORKER'], flush=True); time.sleep(60 if a == '1' else 0)";
+    let (mut job, _dir) = testing::prepare(&h, "resume", &[], vec![], serde_json::json!({})).await.unwrap();
+    for f in &mut job.bootstrap.files {
+        f.contents = f.contents.replace("job.py", &format!("-c {}", theseus_core::shell::quote(script)));
+    }
+    let handle = backend.submit_with(&job, &SubmitOptions::default(), true, false).await.expect("submit");
+    wait_for(&backend, &handle, "attempt 1 worker 1").await;
+    // The preemption: the VM's state, and its processes gone.
+    vm.0.lock().unwrap().node.as_mut().unwrap().state = "PREEMPTED".into();
+    kill_run(&handle.id);
+    let status = backend.status(&handle).await.unwrap();
+    assert_eq!((status.state, status.attempt), (JobState::Running, Some(2)), "{status:?}");
+    assert_eq!(vm.0.lock().unwrap().creates, 2, "the VM was created anew");
+    let status = testing::wait_terminal(&h, &handle).await;
+    assert_eq!((status.state, status.attempt), (JobState::Completed, Some(2)), "{status:?}");
+    wait_for(&backend, &handle, "attempt 2 worker 1").await;
+
+    // Cancelled, then preempted: not started again.
+    let (mut job, _dir) = testing::prepare(&h, "resume-cancel", &[], vec![], serde_json::json!({})).await.unwrap();
+    for f in &mut job.bootstrap.files {
+        f.contents = f.contents.replace("job.py", &format!("-c {}", theseus_core::shell::quote(script)));
+    }
+    vm.0.lock().unwrap().node = None;
+    let handle = backend.submit_with(&job, &SubmitOptions::default(), true, true).await.expect("submit");
+    backend.cancel(&handle).await.unwrap();
+    vm.0.lock().unwrap().node.as_mut().unwrap().state = "PREEMPTED".into();
+    let status = backend.status(&handle).await.unwrap();
+    assert_eq!(status.state, JobState::Preempted, "{status:?}");
+    assert_eq!(vm.0.lock().unwrap().creates, 3, "a cancelled run's VM is not created anew");
+}
+
+/// Kills every process of run `run` on this machine (a preemption of the fake VM).
+fn kill_run(run: &str) {
+    for pid in theseus_core::local::process::job_processes(run) {
+        let _ = std::process::Command::new("kill").arg("-KILL").arg(pid.to_string()).status();
+    }
+}
+
+/// Waits until the run's logs have a line `text`.
+async fn wait_for(backend: &theseus_backend_tpu::backend::TpuBackend, handle: &JobHandle, text: &str) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let lines: Vec<_> = backend.logs(handle, &LogOptions::default()).await.unwrap().collect::<Vec<_>>().await;
+        if lines.iter().any(|l| l.as_ref().is_ok_and(|l| l.text == text)) {
+            return;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no line `{text}`: {lines:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
