@@ -136,6 +136,10 @@ fn start() -> std::result::Result<Lab, String> {
         .spawn()
         .map_err(|e| format!("start the sshd watchdog: {e}"))?;
     std::fs::write(dir.join("known_hosts"), known).map_err(|e| e.to_string())?;
+    client.push_str(&format!(
+        "Host tpu-unreachable\n  HostName 127.0.0.1\n  Port {}\n  ConnectionAttempts 1\n",
+        free_port()?
+    ));
     let config = dir.join("ssh_config");
     std::fs::write(&config, client).map_err(|e| e.to_string())?;
     let lab = Lab { dir, config };
@@ -249,6 +253,8 @@ pub(crate) struct FakeState {
     pub(crate) deletes: usize,
     /// Creates done.
     pub(crate) creates: usize,
+    /// A worker whose address a created node lists wrong (nobody answers there).
+    pub(crate) unreachable_worker: Option<usize>,
 }
 
 /// A fake VM over the lab's sshds.
@@ -309,6 +315,9 @@ impl Vm for FakeVm {
         progress("creating VM `tpu`");
         s.creates += 1;
         let mut node = ready_node(&format!("created-{}", s.creates), true);
+        if let Some(w) = s.unreachable_worker {
+            node.workers[w] = "tpu-unreachable".into();
+        }
         node.labels.extend(labels.clone());
         s.node = Some(node.clone());
         Ok(Ready { node, created: true })

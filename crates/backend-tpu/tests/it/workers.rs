@@ -238,3 +238,46 @@ async fn wait_for(backend: &theseus_backend_tpu::backend::TpuBackend, handle: &J
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+/// A submit that cannot start on every worker leaves nothing: the workers where it started
+/// stop again and the VM it created is deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_submit_failing_on_one_worker_stops_the_others_and_deletes_the_vm_it_created() {
+    let lab = require_lab!();
+    let (backend, vm) = support::backend(lab, "half", None);
+    let h = harness(backend.clone(), WORKERS as u32);
+    let (job, _dir) = testing::prepare(&h, "half", &["sleep", "60"], vec![], serde_json::json!({})).await.unwrap();
+    vm.0.lock().unwrap().unreachable_worker = Some(1);
+    let err = backend.submit_with(&job, &SubmitOptions::default(), true, false).await.unwrap_err();
+    let text = theseus_backend_ssh::testing::error_chain(&err);
+    assert!(text.contains("worker 1"), "{text}");
+    let s = vm.0.lock().unwrap();
+    assert_eq!((s.creates, s.deletes), (1, 1), "the VM the submit created is deleted");
+    assert_eq!(theseus_core::local::process::job_processes(&job.identity.run_id).len(), 0);
+}
+
+/// `gc` finds a VM theseus created whose run is over (no process of it on worker 0), e.g. after
+/// the client was killed during the create, and deletes it; a VM whose run lives stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leftovers_are_vms_theseus_created_whose_run_is_over() {
+    let lab = require_lab!();
+    let (backend, vm) = support::backend(lab, "leftovers", None);
+    let h = harness(backend.clone(), 1);
+    let (job, _dir) = testing::prepare(&h, "leftovers", &["sleep", "60"], vec![], serde_json::json!({})).await.unwrap();
+    let handle = backend.submit_with(&job, &SubmitOptions::default(), true, false).await.expect("submit");
+    let live = backend.leftovers(Duration::ZERO, true).await.unwrap().unwrap();
+    assert!(live.is_empty(), "a VM whose run lives is no leftover: {live:?}");
+    let user_vm = support::ready_node("user", false);
+    let mut orphan = support::ready_node("orphan", true);
+    orphan.labels.insert("theseus-run".into(), "20200101-000000-abcdef".into());
+    vm.0.lock().unwrap().node = Some(user_vm);
+    assert!(backend.leftovers(Duration::ZERO, false).await.unwrap().unwrap().is_empty(), "the user's VM stays");
+    vm.0.lock().unwrap().node = Some(orphan);
+    let listed = backend.leftovers(Duration::from_secs(3600), true).await.unwrap().unwrap();
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert!(listed[0].contains("20200101-000000-abcdef"), "{listed:?}");
+    assert_eq!(vm.0.lock().unwrap().deletes, 0, "a dry run deletes nothing");
+    backend.leftovers(Duration::from_secs(3600), false).await.unwrap();
+    assert_eq!(vm.0.lock().unwrap().deletes, 1);
+    kill_run(&handle.id);
+}
