@@ -358,7 +358,13 @@ impl TpuBackend {
         keep: bool,
     ) -> Result<JobHandle> {
         let note = |s: &str| options.note(s);
-        let ready = self.vm.ensure_ready(create_confirmed, &self.labels(&job.identity), &note).await?;
+        let labels = self.labels(&job.identity);
+        let ready = tokio::select! {
+            ready = self.vm.ensure_ready(create_confirmed, &labels, &note) => ready?,
+            signal = theseus_core::interrupt::wait() => {
+                return Err(self.take_back_interrupted_create(&labels, signal.name(), &note).await);
+            }
+        };
         match self.start_on_workers(job, options, &ready, ready.created, keep, 0, false).await {
             Ok(handle) => {
                 // Kept for a restart after a preemption (a VM theseus created is created anew).
@@ -391,6 +397,33 @@ impl TpuBackend {
                 Err(e)
             }
         }
+    }
+
+    /// After an interrupt during [`Vm::ensure_ready`]: deletes the VM when this submit's create
+    /// made it (labelled with its run), within two minutes; the error says what is left.
+    async fn take_back_interrupted_create(
+        &self,
+        labels: &BTreeMap<String, String>,
+        signal: &str,
+        note: Progress<'_>,
+    ) -> Error {
+        let ours = |n: &VmNode| n.created_by_theseus && n.labels.get("theseus-run") == labels.get("theseus-run");
+        let left = match tokio::time::timeout(Duration::from_secs(120), async {
+            match self.vm.node().await? {
+                Some(n) if ours(&n) => {
+                    note(&format!("{signal}: deleting VM `{}`, which this submit was creating", n.name));
+                    self.vm.delete(note).await.map(|()| "the VM it was creating is deleted".to_owned())
+                }
+                _ => Ok("nothing was created".to_owned()),
+            }
+        })
+        .await
+        {
+            Ok(Ok(what)) => what,
+            Ok(Err(e)) => format!("deleting the VM it was creating failed ({e}): `theseus gc` lists it"),
+            Err(_) => "the VM it was creating is still being deleted or created: `theseus gc` lists it".to_owned(),
+        };
+        Error::backend(self, format!("{signal} while the VM was being made ready: {left}"))
     }
 
     /// Starts `job` on the workers of `ready`'s node (see the module docs): `created`, the run's
