@@ -287,6 +287,13 @@ impl TpuBackend {
                     format!("VM `{}` is {}: the run was interrupted on every worker{again}", n.name, n.state),
                 )
             }
+            Some(n) if n.state != "READY" => {
+                let health = n.health.as_deref().map(|h| format!(" ({h})")).unwrap_or_default();
+                report(
+                    JobState::Unknown,
+                    format!("VM `{}` is {}{health}: its workers cannot be asked now", n.name, n.state),
+                )
+            }
             Some(n) if n.id == data.node_id => Ok(Standing::Live { node: n, runs: data.workers.clone(), attempt: 1 }),
             Some(n) => match spool.as_ref().and_then(|s| s.incarnation(&n.id).map(|runs| (runs, s.restarts()))) {
                 Some((runs, restarts)) => Ok(Standing::Live { node: n, runs, attempt: restarts + 1 }),

@@ -101,6 +101,10 @@ async fn a_preempted_vm_ends_the_run_as_preempted_and_a_recreated_one_too() {
     let status = backend.status(&handle).await.unwrap();
     assert_eq!(status.state, JobState::Preempted, "{status:?}");
     assert!(status.message.as_deref().unwrap_or("").contains("PREEMPTED"), "{status:?}");
+    vm.0.lock().unwrap().node.as_mut().unwrap().state = "REPAIRING".into();
+    let status = backend.status(&handle).await.unwrap();
+    assert_eq!(status.state, JobState::Unknown, "{status:?}");
+    assert!(status.message.as_deref().unwrap_or("").contains("REPAIRING"), "{status:?}");
     vm.0.lock().unwrap().node = Some(ready_node("2", false));
     let status = backend.status(&handle).await.unwrap();
     assert_eq!(status.state, JobState::Preempted, "{status:?}");
