@@ -18,9 +18,15 @@ use crate::config::TpuSettings;
 /// call says why.
 pub(crate) fn vm(name: &str, settings: &TpuSettings, home: &Path) -> Arc<dyn Vm> {
     match Cloud::new(name, settings) {
-        Ok(cloud) => Arc::new(CloudVm { cloud, settings: settings.clone(), home: home.to_owned() }),
+        Ok(cloud) => over_cloud(cloud, settings, home),
         Err(e) => Arc::new(Broken { name: name.to_owned(), why: e.to_string() }),
     }
+}
+
+/// The VM of `cloud` (made by the caller, e.g. over a simulator), whose host has `settings`;
+/// `home` holds the local user's `.ssh` keys.
+pub fn over_cloud(cloud: Cloud, settings: &TpuSettings, home: &Path) -> Arc<dyn Vm> {
+    Arc::new(CloudVm { cloud, settings: settings.clone(), home: home.to_owned() })
 }
 
 /// The API-backed VM.

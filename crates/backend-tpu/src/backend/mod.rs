@@ -18,7 +18,7 @@
 //! the run keeps it; `shell` and `connect_port` enter worker `rank`; `sync` pushes to every
 //! worker. Worker 0's wrapper deletes a VM theseus created once the job ends (`worker.sh`).
 
-pub(crate) mod cloud_vm;
+pub mod cloud_vm;
 mod combine;
 mod spool;
 pub mod vm;
@@ -96,6 +96,7 @@ pub struct TpuBackend {
     self_delete_after: Option<Duration>,
     accelerator: Option<Accelerator>,
     spool_root: Option<PathBuf>,
+    zone: Option<String>,
     pool: Pool,
 }
 
@@ -139,6 +140,7 @@ impl TpuBackend {
             self_delete_after: None,
             accelerator: None,
             spool_root: None,
+            zone: None,
             pool: Pool::default(),
         }
     }
@@ -154,6 +156,12 @@ impl TpuBackend {
     /// them again on the VM it creates anew after a preemption.
     pub fn with_spool(mut self, root: PathBuf) -> Self {
         self.spool_root = Some(root);
+        self
+    }
+
+    /// The VM's zone, for the lines [`Backend::locate`] prints.
+    pub fn with_zone(mut self, zone: &str) -> Self {
+        self.zone = Some(zone.to_owned());
         self
     }
 
@@ -573,6 +581,21 @@ impl Backend for TpuBackend {
             Launch::Single
         };
         workers::template_layout(&self.name, &self.cluster_name, &self.cluster, identity, launch)
+    }
+
+    fn locate(&self, handle: &JobHandle) -> Vec<String> {
+        let Ok(data) = self.data(handle) else { return Vec::new() };
+        let zone = self.zone.as_deref().map(|z| format!(" --zone {z}")).unwrap_or_default();
+        let log = data.workers.first().map(|w| w.run.log_file.clone()).unwrap_or_default();
+        vec![
+            format!(
+                "TPU VM `{}`, {} worker(s){}",
+                data.node,
+                data.workers.len(),
+                if data.created && !data.keep { ", deleted by theseus when the run ends" } else { "" }
+            ),
+            format!("gcloud compute tpus tpu-vm ssh {}{zone} --worker=0 --command='tail -f {log}'", data.node),
+        ]
     }
 
     async fn availability(&self, _request: &Request) -> Result<Availability> {
