@@ -192,7 +192,7 @@ async fn status_recreates_a_preempted_vm_theseus_created_and_restarts_the_run_as
     let (backend, vm) = support::backend(lab, "resume", None);
     let h = harness(backend.clone(), WORKERS as u32);
     let script = "import os, time; a = os.environ['THESEUS_ATTEMPT']; print('attempt', a, 'worker', \
-                  os.environ['THESEUS_TPU_WORKER'], flush=True); time.sleep(60 if a == '1' else 0)";
+                  os.environ['THESEUS_TPU_WORKER'], flush=True); time.sleep(60 if a == '1' else 2)";
     let (mut job, _dir) = testing::prepare(&h, "resume", &[], vec![], serde_json::json!({})).await.unwrap();
     for f in &mut job.bootstrap.files {
         f.contents = f.contents.replace("job.py", &format!("-c {}", theseus_core::shell::quote(script)));
@@ -203,7 +203,9 @@ async fn status_recreates_a_preempted_vm_theseus_created_and_restarts_the_run_as
     vm.0.lock().unwrap().node.as_mut().unwrap().state = "PREEMPTED".into();
     kill_run(&handle.id);
     let status = backend.status(&handle).await.unwrap();
-    assert_eq!((status.state, status.attempt), (JobState::Running, Some(2)), "{status:?}");
+    // Attempt 2 lasts 2 s; a slow machine may see it over already.
+    assert!(matches!(status.state, JobState::Running | JobState::Completed), "{status:?}");
+    assert_eq!(status.attempt, Some(2), "{status:?}");
     assert_eq!(vm.0.lock().unwrap().creates, 2, "the VM was created anew");
     let status = testing::wait_terminal(&h, &handle).await;
     assert_eq!((status.state, status.attempt), (JobState::Completed, Some(2)), "{status:?}");
