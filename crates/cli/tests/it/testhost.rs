@@ -139,7 +139,9 @@ fn a_host_type_of_a_test_crate_loads_checks_solves_and_builds_its_backend() {
 
     let error = load_text(home.path(), "hosts:\n  box: {cluster: local, ssh: x}\n").unwrap_err().to_string();
     assert!(
-        error.contains("hosts.box.ssh: unknown key \"ssh\" (expected one of: cluster, chips, accelerators, env, uv_groups)"),
+        error.contains(
+            "hosts.box.ssh: unknown key \"ssh\" (expected one of: cluster, chips, accelerators, env, uv_groups)"
+        ),
         "{error}"
     );
     let error = load_text(home.path(), "hosts:\n  box: {type: slurm, cluster: local}\n").unwrap_err().to_string();
