@@ -12,7 +12,7 @@ use theseus_core::availability::Availability;
 use theseus_core::backend::DynBackend;
 use theseus_core::chips::Chip;
 use theseus_core::cluster::ClusterConfig;
-use theseus_core::config::{Gpus, HostSettings, HostType};
+use theseus_core::config::{FlagConstant, FlagSets, Gpus, HostFlag, HostSettings, HostType};
 use theseus_core::fit::{Outcome, Want};
 use theseus_core::keys::{KeyError, de_strict};
 use theseus_core::plan::HostKind;
@@ -42,7 +42,40 @@ impl HostType for TpuType {
         let host: TpuSettings = de_strict(Value::Object(body), path)?;
         Ok(Box::new(host))
     }
+
+    fn flags(&self) -> &'static [HostFlag] {
+        FLAGS
+    }
 }
+
+/// The original's TPU flags of `submit`, `plan` and `repl`: each sets a key of every `tpu` host.
+pub const FLAGS: &[HostFlag] = &[
+    HostFlag {
+        name: "tpu-version",
+        help: "TPU runtime version to create TPU VMs with (sets `version` of every tpu host)",
+        sets: FlagSets::Value { key: "version", value_name: "VERSION" },
+    },
+    HostFlag {
+        name: "tpu-spot",
+        help: "create spot TPU VMs (sets `spot: true` of every tpu host)",
+        sets: FlagSets::Constant { key: "spot", value: FlagConstant::Bool(true) },
+    },
+    HostFlag {
+        name: "tpu-on-demand",
+        help: "create on-demand TPU VMs (sets `spot: false` of every tpu host)",
+        sets: FlagSets::Constant { key: "spot", value: FlagConstant::Bool(false) },
+    },
+    HostFlag {
+        name: "tpu-preemptible",
+        help: "create preemptible TPU VMs (sets `preemptible: true` of every tpu host)",
+        sets: FlagSets::Constant { key: "preemptible", value: FlagConstant::Bool(true) },
+    },
+    HostFlag {
+        name: "tpu-no-preemptible",
+        help: "create TPU VMs that are not preemptible (sets `preemptible: false` of every tpu host)",
+        sets: FlagSets::Constant { key: "preemptible", value: FlagConstant::Bool(false) },
+    },
+];
 
 /// No GPUs on a TPU VM.
 static NO_GPUS: BTreeMap<String, u32> = BTreeMap::new();

@@ -175,11 +175,6 @@ impl TpuBackend {
         self
     }
 
-    /// The lines a submit would create now (one per VM), for `plan` and `--dry-run`.
-    pub async fn creates(&self, _job: &PreparedJob) -> Result<Vec<String>> {
-        Ok(self.vm.plan_creation().await?.into_iter().collect())
-    }
-
     /// Labels of a VM this run creates.
     fn labels(&self, identity: &JobIdentity) -> BTreeMap<String, String> {
         let user = std::env::var("USER").or_else(|_| std::env::var("LOGNAME")).unwrap_or_default();
@@ -365,7 +360,7 @@ impl TpuBackend {
 
     /// Submits `job`: see the module docs. `create_confirmed`: a missing VM may be created;
     /// `keep`: a VM this submit creates stays when the run ends.
-    pub async fn submit_with(
+    async fn submit_with(
         &self,
         job: &PreparedJob,
         options: &SubmitOptions,
@@ -610,8 +605,13 @@ impl Backend for TpuBackend {
         Ok(crate::fit::availability(&self.name, accel, &seen))
     }
 
+    /// The VM a submit would create now (absent, or preempted and theseus created it).
+    async fn creates(&self, _job: &PreparedJob) -> Result<Vec<String>> {
+        Ok(self.vm.plan_creation().await?.into_iter().collect())
+    }
+
     async fn submit(&self, job: &PreparedJob, options: &SubmitOptions) -> Result<JobHandle> {
-        self.submit_with(job, options, false, false).await
+        self.submit_with(job, options, options.create_confirmed, options.keep).await
     }
 
     async fn status(&self, handle: &JobHandle) -> Result<JobStatus> {

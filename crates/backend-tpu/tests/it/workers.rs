@@ -25,6 +25,11 @@ impl ProcessProbe for LocalProcProbe {
     }
 }
 
+/// Submit options of a user who confirmed the creation, with `--keep` or not.
+fn confirmed(keep: bool) -> SubmitOptions {
+    SubmitOptions { create_confirmed: true, keep, ..SubmitOptions::default() }
+}
+
 fn harness(backend: Arc<theseus_backend_tpu::backend::TpuBackend>, processes: u32) -> Harness {
     let mut plan = testing::cpu_plan("tpu", KIND, 1);
     plan.nodes = processes;
@@ -125,7 +130,7 @@ async fn submit_creates_only_when_confirmed_and_cancel_deletes_what_it_created_u
     assert!(err.contains("--yes"), "{err}");
     assert_eq!(vm.0.lock().unwrap().creates, 0, "nothing created without confirmation");
 
-    let handle = backend.submit_with(&job, &SubmitOptions::default(), true, false).await.expect("submit");
+    let handle = backend.submit(&job, &confirmed(false)).await.expect("submit");
     assert_eq!(vm.0.lock().unwrap().creates, 1);
     let data: TpuHandleData = serde_json::from_value(handle.data.clone()).unwrap();
     assert!(data.created && !data.keep);
@@ -137,7 +142,7 @@ async fn submit_creates_only_when_confirmed_and_cancel_deletes_what_it_created_u
     // --keep: the VM stays.
     let (job, _dir) =
         testing::prepare(&h, "create-keep", &["sleep", "60"], vec![], serde_json::json!({})).await.unwrap();
-    let handle = backend.submit_with(&job, &SubmitOptions::default(), true, true).await.expect("submit");
+    let handle = backend.submit(&job, &confirmed(true)).await.expect("submit");
     backend.cancel(&handle).await.unwrap();
     let s = vm.0.lock().unwrap();
     assert_eq!((s.creates, s.deletes), (2, 1), "a kept VM stays");
@@ -164,13 +169,13 @@ async fn worker_0_deletes_the_vm_the_run_created_when_the_job_ends_unless_kept()
     };
     let before = deletes().len();
     let (job, _dir) = testing::prepare(&h, "self-delete-keep", &["ok"], vec![], serde_json::json!({})).await.unwrap();
-    let handle = backend.submit_with(&job, &SubmitOptions::default(), true, true).await.expect("submit");
+    let handle = backend.submit(&job, &confirmed(true)).await.expect("submit");
     assert_eq!(testing::wait_terminal(&h, &handle).await.state, JobState::Completed);
 
     let (job, _dir) = testing::prepare(&h, "self-delete", &["ok"], vec![], serde_json::json!({})).await.unwrap();
     // The VM stands (kept): make it look created by this run's submit.
     vm.0.lock().unwrap().node = None;
-    let handle = backend.submit_with(&job, &SubmitOptions::default(), true, false).await.expect("submit");
+    let handle = backend.submit(&job, &confirmed(false)).await.expect("submit");
     assert_eq!(testing::wait_terminal(&h, &handle).await.state, JobState::Completed);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     while deletes().len() == before && tokio::time::Instant::now() < deadline {
@@ -197,7 +202,7 @@ async fn status_recreates_a_preempted_vm_theseus_created_and_restarts_the_run_as
     for f in &mut job.bootstrap.files {
         f.contents = f.contents.replace("job.py", &format!("-c {}", theseus_core::shell::quote(script)));
     }
-    let handle = backend.submit_with(&job, &SubmitOptions::default(), true, false).await.expect("submit");
+    let handle = backend.submit(&job, &confirmed(false)).await.expect("submit");
     wait_for(&backend, &handle, "attempt 1 worker 1").await;
     // The preemption: the VM's state, and its processes gone.
     vm.0.lock().unwrap().node.as_mut().unwrap().state = "PREEMPTED".into();
@@ -217,7 +222,7 @@ async fn status_recreates_a_preempted_vm_theseus_created_and_restarts_the_run_as
         f.contents = f.contents.replace("job.py", &format!("-c {}", theseus_core::shell::quote(script)));
     }
     vm.0.lock().unwrap().node = None;
-    let handle = backend.submit_with(&job, &SubmitOptions::default(), true, true).await.expect("submit");
+    let handle = backend.submit(&job, &confirmed(true)).await.expect("submit");
     backend.cancel(&handle).await.unwrap();
     vm.0.lock().unwrap().node.as_mut().unwrap().state = "PREEMPTED".into();
     let status = backend.status(&handle).await.unwrap();
@@ -254,7 +259,7 @@ async fn a_submit_failing_on_one_worker_stops_the_others_and_deletes_the_vm_it_c
     let h = harness(backend.clone(), WORKERS as u32);
     let (job, _dir) = testing::prepare(&h, "half", &["sleep", "60"], vec![], serde_json::json!({})).await.unwrap();
     vm.0.lock().unwrap().unreachable_worker = Some(1);
-    let err = backend.submit_with(&job, &SubmitOptions::default(), true, false).await.unwrap_err();
+    let err = backend.submit(&job, &confirmed(false)).await.unwrap_err();
     let text = theseus_backend_ssh::testing::error_chain(&err);
     assert!(text.contains("worker 1"), "{text}");
     let s = vm.0.lock().unwrap();
@@ -270,7 +275,7 @@ async fn leftovers_are_vms_theseus_created_whose_run_is_over() {
     let (backend, vm) = support::backend(lab, "leftovers", None);
     let h = harness(backend.clone(), 1);
     let (job, _dir) = testing::prepare(&h, "leftovers", &["sleep", "60"], vec![], serde_json::json!({})).await.unwrap();
-    let handle = backend.submit_with(&job, &SubmitOptions::default(), true, false).await.expect("submit");
+    let handle = backend.submit(&job, &confirmed(false)).await.expect("submit");
     let live = backend.leftovers(Duration::ZERO, true).await.unwrap().unwrap();
     assert!(live.is_empty(), "a VM whose run lives is no leftover: {live:?}");
     let user_vm = support::ready_node("user", false);
