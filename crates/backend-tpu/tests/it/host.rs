@@ -46,3 +46,23 @@ fn bad_keys_and_names_are_refused_naming_the_key() {
     let err = parse(serde_json::json!({"cluster": "c", "zone": "z-1", "accelerator_type": "v4-7"}), "t").unwrap_err();
     assert!(err.contains("hosts.t.accelerator_type"), "{err}");
 }
+
+#[test]
+fn the_type_declares_the_originals_tpu_flags_each_setting_a_key_it_reads() {
+    let names: Vec<_> = TpuType.flags().iter().map(|f| f.name).collect();
+    assert_eq!(names, ["tpu-version", "tpu-spot", "tpu-on-demand", "tpu-preemptible", "tpu-no-preemptible"]);
+    for flag in TpuType.flags() {
+        let value = match flag.sets {
+            theseus_core::config::FlagSets::Value { .. } => serde_json::json!("tpu-ubuntu2204-base"),
+            theseus_core::config::FlagSets::Constant { value: theseus_core::config::FlagConstant::Bool(b), .. } => {
+                serde_json::json!(b)
+            }
+            theseus_core::config::FlagSets::Constant { value: theseus_core::config::FlagConstant::Text(t), .. } => {
+                serde_json::json!(t)
+            }
+        };
+        let mut body = serde_json::json!({"cluster": "c", "zone": "z-1", "accelerator_type": "v4-8"});
+        body[flag.key()] = value;
+        parse(body, "t").unwrap_or_else(|e| panic!("--{}: {e}", flag.name));
+    }
+}
