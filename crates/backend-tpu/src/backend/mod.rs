@@ -246,11 +246,19 @@ impl TpuBackend {
         };
         let spool = self.spool(&handle.id);
         let mut node = self.vm.node().await?;
+        // Created anew for this run by a resume whose client stopped before it started the run
+        // again (its status was given up on): READY, labelled with this run, not started on.
+        let unstarted = |n: &VmNode, spool: &spool::Spool| {
+            n.state == "READY"
+                && n.id != data.node_id
+                && n.labels.get("theseus-run").is_some_and(|r| *r == run_label(&handle.id))
+                && spool.incarnation(&n.id).is_none()
+        };
         if may_resume
             && let Some(n) = &node
-            && n.is_interrupted()
-            && n.created_by_theseus
             && let Some(spool) = &spool
+            && n.created_by_theseus
+            && (n.is_interrupted() || unstarted(n, spool))
         {
             match self.resume(data, spool).await? {
                 Resume::Started => node = self.vm.node().await?,
@@ -316,10 +324,8 @@ impl TpuBackend {
     /// the bootstrap resumes from the run's latest checkpoint (issue 26's resume).
     async fn resume(&self, data: &TpuHandleData, spool: &spool::Spool) -> Result<Resume> {
         let Some(kept) = spool.load() else { return Ok(Resume::NotKept) };
-        if !spool.lock(RESUME_LOCK) {
-            return Ok(Resume::Busy);
-        }
-        let result = async {
+        let Some(_lock) = spool.lock(RESUME_LOCK) else { return Ok(Resume::Busy) };
+        async {
             let ready = self.vm.ensure_ready(true, &self.labels(&kept.identity), &|_| {}).await?;
             let snapshot = Snapshot::collect(&spool.code(), theseus_core::snapshot::SnapshotMode::Dirty)?;
             let plan = Plan {
@@ -351,11 +357,10 @@ impl TpuBackend {
             let options = SubmitOptions::default();
             let started = self.start_on_workers(&job, &options, &ready, created, data.keep, restarts, true).await?;
             let runs: TpuHandleData = serde_json::from_value(started.data).expect("own handle data");
-            spool.save_incarnation(&ready.node.id, &runs.workers)
+            spool.save_incarnation(&ready.node.id, &runs.workers)?;
+            Ok(Resume::Started)
         }
-        .await;
-        spool.unlock();
-        result.map(|()| Resume::Started)
+        .await
     }
 
     /// Submits `job`: see the module docs. `create_confirmed`: a missing VM may be created;

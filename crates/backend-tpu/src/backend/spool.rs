@@ -155,23 +155,32 @@ impl Spool {
         })
     }
 
-    /// Takes the run's resume lock (one client recreates at a time); `false` when another holds
-    /// it (a lock older than `stale` is taken over).
-    pub(crate) fn lock(&self, stale: Duration) -> bool {
+    /// Takes the run's resume lock (one client recreates at a time), given back when the guard
+    /// drops (also when a client's status is given up on mid-way); `None` when another holds it
+    /// (a lock older than `stale` is taken over).
+    pub(crate) fn lock(&self, stale: Duration) -> Option<LockGuard> {
         let path = self.dir.join("resume.lock");
         let fresh = std::fs::metadata(&path)
             .and_then(|m| m.modified())
             .is_ok_and(|t| SystemTime::now().duration_since(t).unwrap_or_default() < stale);
         if fresh {
-            return false;
+            return None;
         }
         let _ = std::fs::remove_file(&path);
-        std::fs::OpenOptions::new().write(true).create_new(true).open(&path).is_ok()
+        std::fs::OpenOptions::new().write(true).create_new(true).open(&path).ok()?;
+        Some(LockGuard { path })
     }
+}
 
-    /// Gives the resume lock back.
-    pub(crate) fn unlock(&self) {
-        let _ = std::fs::remove_file(self.dir.join("resume.lock"));
+/// A held resume lock ([`Spool::lock`]).
+#[derive(Debug)]
+pub(crate) struct LockGuard {
+    path: PathBuf,
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
     }
 }
 

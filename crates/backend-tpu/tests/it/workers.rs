@@ -216,6 +216,23 @@ async fn status_recreates_a_preempted_vm_theseus_created_and_restarts_the_run_as
     assert_eq!((status.state, status.attempt), (JobState::Completed, Some(2)), "{status:?}");
     wait_for(&backend, &handle, "attempt 2 worker 1").await;
 
+    // A VM created anew for the run by a client that stopped before starting the run again
+    // (READY, new incarnation, labelled with the run): the next status starts it there.
+    let (mut job, _dir) = testing::prepare(&h, "resume-stopped", &[], vec![], serde_json::json!({})).await.unwrap();
+    for f in &mut job.bootstrap.files {
+        f.contents = f.contents.replace("job.py", &format!("-c {}", theseus_core::shell::quote(script)));
+    }
+    vm.0.lock().unwrap().node = None;
+    let handle = backend.submit(&job, &confirmed(false)).await.expect("submit");
+    wait_for(&backend, &handle, "attempt 1 worker 1").await;
+    kill_run(&handle.id);
+    let mut anew = ready_node("anew", true);
+    anew.labels.insert("theseus-run".into(), handle.id.clone());
+    vm.0.lock().unwrap().node = Some(anew);
+    let status = backend.status(&handle).await.unwrap();
+    assert_eq!(status.attempt, Some(2), "{status:?}");
+    assert_eq!(testing::wait_terminal(&h, &handle).await.state, JobState::Completed);
+
     // Cancelled, then preempted: not started again.
     let (mut job, _dir) = testing::prepare(&h, "resume-cancel", &[], vec![], serde_json::json!({})).await.unwrap();
     for f in &mut job.bootstrap.files {
@@ -227,7 +244,7 @@ async fn status_recreates_a_preempted_vm_theseus_created_and_restarts_the_run_as
     vm.0.lock().unwrap().node.as_mut().unwrap().state = "PREEMPTED".into();
     let status = backend.status(&handle).await.unwrap();
     assert_eq!(status.state, JobState::Preempted, "{status:?}");
-    assert_eq!(vm.0.lock().unwrap().creates, 3, "a cancelled run's VM is not created anew");
+    assert_eq!(vm.0.lock().unwrap().creates, 4, "a cancelled run's VM is not created anew");
 }
 
 /// Kills every process of run `run` on this machine (a preemption of the fake VM).
