@@ -24,3 +24,6 @@ theseus_first_host=${theseus_tpu_list[0]##*:}
 [[ -n "$theseus_first_host" ]] || theseus_die "tpu: no address for worker 0 in '$theseus_tpu_endpoints'"
 theseus_local_rank=0
 export THESEUS_TPU_MODE=1 THESEUS_TPU_WORKER=$theseus_rank
+# Each worker has its own disk (the simulator: its own home): every worker sets up its own work
+# dir, and no rank waits for another worker's files (jax.distributed.initialize is the barrier).
+theseus_private_dirs=1
