@@ -640,13 +640,32 @@ impl Backend for TpuBackend {
             && let Some(spool) = self.spool(&handle.id)
         {
             spool.save_final(&status);
+            // The logs outlive a VM deleted after the run (worker 0's self-delete, cancel).
+            if !spool.has_logs()
+                && let Ok(stream) = self.logs(handle, &LogOptions::default()).await
+            {
+                let lines: Vec<LogLine> = stream.filter_map(|l| async move { l.ok() }).collect().await;
+                spool.save_logs(&lines);
+            }
         }
         Ok(status)
     }
 
     async fn logs(&self, handle: &JobHandle, options: &LogOptions) -> Result<LogStream> {
         let data = self.data(handle)?;
-        let (node, runs) = self.live(handle, &data).await?;
+        let (node, runs) = match self.standing(handle, &data, false).await? {
+            Standing::Live { node, runs, .. } => (node, runs),
+            Standing::Report(status) => {
+                // Gone with the VM: the logs kept when the run ended, if any.
+                let kept = self.spool(&handle.id).and_then(|s| s.logs());
+                let Some(lines) = kept else {
+                    return Err(Error::backend(self, status.message.unwrap_or_default()));
+                };
+                let lines = lines.into_iter().filter(move |l| options.rank.is_none_or(|r| l.rank == Some(r)));
+                let lines: Vec<Result<LogLine>> = lines.map(Ok).collect();
+                return Ok(Box::pin(futures::stream::iter(lines)));
+            }
+        };
         let workers = self.run_workers(&node.id, &runs).await?;
         let mut streams = Vec::new();
         for (w, r) in workers.iter().zip(&runs) {

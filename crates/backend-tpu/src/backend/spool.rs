@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
-use theseus_core::backend::{JobState, JobStatus, PreparedJob};
+use theseus_core::backend::{JobState, JobStatus, LogLine, PreparedJob};
 use theseus_core::bootstrap::{RenderedBootstrap, RenderedFile};
 use theseus_core::job::JobIdentity;
 use theseus_core::{Error, Result};
@@ -153,6 +153,39 @@ impl Spool {
             ranks: vec![],
             attempt: v.get("attempt").and_then(serde_json::Value::as_u64).map(|a| a as u32),
         })
+    }
+
+    /// Keeps the run's final logs (what `logs` answers once the VM is gone), once.
+    pub(crate) fn save_logs(&self, lines: &[LogLine]) {
+        let path = self.dir.join("logs.json");
+        if path.exists() {
+            return;
+        }
+        let _ = std::fs::create_dir_all(&self.dir);
+        let tmp = self.dir.join("logs.json.tmp");
+        if std::fs::write(&tmp, serde_json::to_vec(lines).expect("log lines serialize")).is_ok() {
+            let _ = std::fs::rename(tmp, path);
+        }
+    }
+
+    /// Whether the run's final logs are kept.
+    pub(crate) fn has_logs(&self) -> bool {
+        self.dir.join("logs.json").exists()
+    }
+
+    /// The run's final logs, when kept.
+    pub(crate) fn logs(&self) -> Option<Vec<LogLine>> {
+        let v: Vec<serde_json::Value> =
+            serde_json::from_slice(&std::fs::read(self.dir.join("logs.json")).ok()?).ok()?;
+        Some(
+            v.into_iter()
+                .map(|l| LogLine {
+                    rank: l.get("rank").and_then(serde_json::Value::as_u64).map(|r| r as u32),
+                    text: l.get("text").and_then(serde_json::Value::as_str).unwrap_or_default().to_owned(),
+                    source: l.get("source").and_then(serde_json::Value::as_str).map(str::to_owned),
+                })
+                .collect(),
+        )
     }
 
     /// Takes the run's resume lock (one client recreates at a time), given back when the guard

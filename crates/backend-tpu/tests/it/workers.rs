@@ -309,3 +309,28 @@ async fn leftovers_are_vms_theseus_created_whose_run_is_over() {
     assert_eq!(vm.0.lock().unwrap().deletes, 1);
     kill_run(&handle.id);
 }
+
+/// Once the VM a run created is deleted after the run (worker 0's self-delete), `status` answers
+/// the final status it saw and `logs` the logs kept then, per worker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_and_logs_outlive_the_vm_deleted_after_the_run() {
+    let lab = require_lab!();
+    let (backend, vm) = support::backend(lab, "outlive", None);
+    let h = harness(backend.clone(), WORKERS as u32);
+    let (job, _dir) =
+        testing::prepare(&h, "outlive", &["ok"], vec![], serde_json::json!({"greeting": "bye"})).await.unwrap();
+    let handle = backend.submit(&job, &confirmed(false)).await.expect("submit");
+    assert_eq!(testing::wait_terminal(&h, &handle).await.state, JobState::Completed);
+    vm.0.lock().unwrap().node = None;
+    let status = backend.status(&handle).await.unwrap();
+    assert_eq!((status.state, status.exit_code), (JobState::Completed, Some(0)), "{status:?}");
+    assert!(status.message.as_deref().unwrap_or("").contains("deleted"), "{status:?}");
+    let lines: Vec<_> =
+        backend.logs(&handle, &LogOptions { follow: false, rank: Some(1) }).await.unwrap().collect().await;
+    let lines: Vec<_> = lines.into_iter().map(Result::unwrap).collect();
+    assert!(
+        lines.iter().any(|l| l.text == "conformance: ok bye" && l.source.as_deref() == Some("worker-1")),
+        "{lines:?}"
+    );
+    assert!(lines.iter().all(|l| l.rank == Some(1)), "{lines:?}");
+}
