@@ -93,25 +93,35 @@ live() {
     crate::claim::claim_body!()
 );
 
-/// `RUN_DIR RUN_ID PROCESSES`: prints `key=value` lines read by [`parse_report`].
+/// `RUN_DIR RUN_ID PROCESSES`: prints `key=value` lines read by [`parse_report`]. The run's
+/// processes are counted after its files are read, so that a run started in between counts as
+/// alive; a count of none then reads what a run ends with (exit codes, the cancel mark, the
+/// preemption) once more, since a run that ended in between wrote them before its last process
+/// exited (the supervisor writes `exit_code`, then exits): later lines win.
 pub(crate) const STATUS: &str = concat!(
     job_pids_fn!(),
     r#"
 run_dir=$1; n=$3
 if [ ! -d "$run_dir" ]; then echo "exists=0"; exit 0; fi
+ended() {
+  [ -e "$run_dir/cancelled" ] && echo "cancelled=1"
+  [ -r "$run_dir/exit_code" ] && echo "exit=$(cat -- "$run_dir/exit_code")"
+  i=0
+  while [ "$i" -lt "$n" ]; do
+    [ -r "$run_dir/rank-$i.exit" ] && echo "rank.$i=$(cat -- "$run_dir/rank-$i.exit")"
+    i=$((i + 1))
+  done
+  grep -q '"preempted"' "$run_dir/metadata.json" 2>/dev/null && echo "preempted=1"
+  return 0
+}
 echo "exists=1"
-[ -e "$run_dir/cancelled" ] && echo "cancelled=1"
-[ -r "$run_dir/exit_code" ] && echo "exit=$(cat -- "$run_dir/exit_code")"
+ended
 [ -e "$run_dir/supervisor.pid" ] && echo "started=1"
 t=$(cat -- "$run_dir/claimed" 2>/dev/null || true)
 case $t in ''|*[!0-9]*) ;; *) echo "claimed_age=$(( $(date +%s) - t ))" ;; esac
-i=0
-while [ "$i" -lt "$n" ]; do
-  [ -r "$run_dir/rank-$i.exit" ] && echo "rank.$i=$(cat -- "$run_dir/rank-$i.exit")"
-  i=$((i + 1))
-done
-grep -q '"preempted"' "$run_dir/metadata.json" 2>/dev/null && echo "preempted=1"
-echo "alive=$(job_pids "$2" "$run_dir" | wc -l)"
+alive=$(( $(job_pids "$2" "$run_dir" | wc -l) ))
+echo "alive=$alive"
+if [ "$alive" -eq 0 ]; then ended; fi
 "#
 );
 
@@ -197,6 +207,8 @@ pub(crate) fn parse_report(text: &str) -> Report {
                 if let Some(rank) = key.strip_prefix("rank.").and_then(|n| n.parse().ok())
                     && let Ok(code) = value.trim().parse()
                 {
+                    // A later line of the same rank (read again) wins.
+                    r.rank_exits.retain(|(r, _)| *r != rank);
                     r.rank_exits.push((rank, code));
                 }
             }
@@ -303,6 +315,35 @@ mod tests {
         assert_eq!(check("exists=1\nclaimed_age=5\ncancelled=1\nalive=0\n"), (JobState::Cancelled, None));
         let s = status_from(&parse_report("exists=1\nrank.1=3\nrank.0=0\nalive=1"), 2, "h", 600);
         assert_eq!(s.ranks.iter().map(|r| r.state).collect::<Vec<_>>(), [JobState::Completed, JobState::Failed]);
+    }
+
+    /// The race of a status taken while the run ends: its files are read (no exit code yet),
+    /// the supervisor writes `exit_code` and exits, then its processes are counted (none). A
+    /// fake `wc` (the count's last step) plays the supervisor's end, deterministically.
+    #[test]
+    fn a_run_that_ends_between_the_reads_and_the_count_is_completed_not_unknown() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (bin, run_dir) = (tmp.path().join("bin"), tmp.path().join("run"));
+        std::fs::create_dir_all(&bin).unwrap();
+        std::fs::create_dir_all(&run_dir).unwrap();
+        std::fs::write(run_dir.join("supervisor.pid"), "1\n").unwrap();
+        let fake_wc =
+            "#!/bin/sh\ncat > /dev/null\necho 0 > \"$END_DIR/rank-0.exit\"\necho 0 > \"$END_DIR/exit_code\"\necho 0\n";
+        std::fs::write(bin.join("wc"), fake_wc).unwrap();
+        std::fs::set_permissions(bin.join("wc"), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        let out = std::process::Command::new("sh")
+            .args(["-c", STATUS, "sh"])
+            .arg(&run_dir)
+            .args(["20260101-000000-abcdef", "1"])
+            .env("PATH", format!("{}:{}", bin.display(), std::env::var("PATH").unwrap()))
+            .env("END_DIR", &run_dir)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let text = String::from_utf8_lossy(&out.stdout);
+        let status = status_from(&parse_report(&text), 1, "h", 600);
+        assert_eq!((status.state, status.exit_code), (JobState::Completed, Some(0)), "{text}");
+        assert_eq!(status.ranks[0].state, JobState::Completed, "{text}");
     }
 
     #[test]

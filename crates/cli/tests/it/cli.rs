@@ -210,9 +210,12 @@ fn a_gpu_job_on_a_machine_without_gpus_ends_with_a_hint_to_use_the_cpu() {
 }
 
 #[test]
-fn a_tpu_request_without_a_tpu_host_is_refused_by_the_solver_with_a_hint() {
+fn a_tpu_request_without_a_tpu_host_is_refused_by_the_solver_with_a_hint_and_no_gpu_host_is_probed() {
     let ctx = TestContext::new();
-    std::fs::write(ctx.home().join(".theseus.yaml"), "hosts:\n  laptop: {type: local, chips: {h100: 8}}\n").unwrap();
+    // `box` cannot be reached: probed, it would be "unknown" and named in a hint.
+    let config = "clusters:\n  c: {root: /r, work: /w}\nhosts:\n  laptop: {type: local, chips: {h100: 8}}\n  \
+                  box: {type: plain, ssh: box.invalid, cluster: c, chips: {h100: 8}}\n";
+    std::fs::write(ctx.home().join(".theseus.yaml"), config).unwrap();
     let out = ctx.run(&["plan", "p", "examples/hello/experiment.yaml", "--chip", "v4", "-n", "8"]);
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
@@ -223,6 +226,8 @@ fn a_tpu_request_without_a_tpu_host_is_refused_by_the_solver_with_a_hint() {
         "{stderr}"
     );
     assert!(!stderr.contains("not supported"), "{stderr}");
+    assert!(stderr.contains("tpu-v4 is not a GPU; a plain host runs GPU and CPU jobs only"), "{stderr}");
+    assert!(!stderr.contains("did not answer") && !stderr.contains("unknown: box"), "box was probed: {stderr}");
 }
 
 #[test]

@@ -166,6 +166,18 @@ pub trait HostSettings: Debug + Send + Sync {
         Vec::new()
     }
 
+    /// Whether the solver asks this host's backend for its availability for `want` (a probe
+    /// costs a round trip, and a host that does not answer shows up in the hints and warnings
+    /// of a request it could never serve). Default: for CPU and GPU requests, and for another
+    /// accelerator only when the host offers it ([`HostSettings::accelerators`]). A type that
+    /// serves only other accelerators says no to CPU and GPU requests.
+    fn probes_for(&self, want: &Want) -> bool {
+        match want {
+            Want::Accelerator { chip, .. } => self.accelerators().iter().any(|(c, n)| c.name == chip.name && *n > 0),
+            Want::Cpu { .. } | Want::Gpu { .. } => true,
+        }
+    }
+
     /// The solver's rule for this type: how the host would run `want` given what its backend
     /// measured. `gres_mapping` is the config's chip-to-GRES table.
     fn fit(&self, gres_mapping: &BTreeMap<String, String>, want: &Want, availability: &Availability) -> Outcome;

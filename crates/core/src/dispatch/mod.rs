@@ -175,10 +175,14 @@ impl Dispatcher {
     pub async fn solve(&self, loaded: LoadedConfig, spec: JobSpec) -> Result<Solved, DispatchError> {
         crate::job::validate_name("job name", &spec.name)?;
         let request = request::request(&spec)?;
+        // Hosts that could never serve the request are not asked (an impossible request is
+        // the solver's to refuse: then every host is).
+        let want = crate::fit::Want::of(&request).ok();
         let candidates: Vec<String> = loaded
             .config
             .ordered_hosts()
             .into_iter()
+            .filter(|(_, host)| want.as_ref().is_none_or(|w| host.probes_for(w)))
             .map(|(name, _)| name.to_owned())
             .filter(|name| spec.host.as_ref().is_none_or(|h| h == name))
             .collect();

@@ -489,9 +489,11 @@ fn read_code(path: &Path) -> Option<i32> {
 
 /// The status of a local run from its files and live processes.
 pub(crate) fn read_status(run_id: &str, data: &LocalHandleData) -> JobStatus {
-    let cancelled = data.run_dir.join(files::CANCELLED).exists();
+    // Processes first, files after: a run that ends in between wrote its exit codes (and a
+    // cancel its mark) before its last process was gone, so they are read.
     let session = process::Session::read(&data.run_dir);
     let alive = !process::run_processes(run_id, session.as_ref()).is_empty();
+    let cancelled = data.run_dir.join(files::CANCELLED).exists();
     let ranks: Vec<RankStatus> = (0..data.processes)
         .map(|i| {
             let code = read_code(&data.run_dir.join(files::rank_exit(i)));

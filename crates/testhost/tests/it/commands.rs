@@ -259,6 +259,13 @@ fn what_a_host_would_create_is_listed_by_plan_and_the_dry_run_and_created_only_w
     let run = text(&out.stdout).trim().to_owned();
     assert_eq!(ctx.status_until(&run, |s| s["state"] != "running" && s["state"] != "pending")["state"], "completed");
 
+    // `repl` submits through the same check.
+    let out = ctx.run(&["repl", "--host", "sb", "--chip", "cpu", "--name", "r"]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("would create: a sandbox VM; pass --yes to create it"), "{stderr}");
+    assert!(!ctx.sandbox().join("runs/repl").exists(), "the session was not started: {stderr}");
+
     // A host that creates nothing needs no --yes.
     let out = ctx.run(&["submit", "k", &exp, "--host", "here"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
