@@ -106,6 +106,12 @@ impl HostSettings for TpuSettings {
         self.accelerator().map(|a| vec![(a.chip, a.chips)]).unwrap_or_default()
     }
 
+    /// Only a request for the host's own chip asks the API (a CPU or GPU job never does).
+    fn probes_for(&self, want: &Want) -> bool {
+        matches!(want, Want::Accelerator { chip, .. }
+            if self.accelerator().is_some_and(|a| a.chip.name == chip.name))
+    }
+
     fn fit(&self, _gres_mapping: &BTreeMap<String, String>, want: &Want, availability: &Availability) -> Outcome {
         crate::fit::fit(self, want, availability)
     }

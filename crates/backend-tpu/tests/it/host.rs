@@ -33,6 +33,11 @@ fn a_tpu_host_parses_checks_and_takes_a_request_for_its_chip_whole() {
         other => panic!("{other:?}"),
     }
     assert!(matches!(host.fit(&Default::default(), &Want::Cpu { processes: 1 }, &free), Outcome::Pass { .. }));
+    // Only a request for its chip asks the API.
+    assert!(host.probes_for(&Want::Accelerator { chip: v4, count: 1 }));
+    assert!(!host.probes_for(&Want::Cpu { processes: 1 }));
+    assert!(!host.probes_for(&Want::Gpu { chip: None, count: 1 }));
+    assert!(!host.probes_for(&Want::Accelerator { chip: chips::lookup("tpu-v5p").unwrap(), count: 1 }));
 }
 
 #[test]
