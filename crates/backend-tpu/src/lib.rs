@@ -10,3 +10,5 @@ pub mod cloud;
 pub mod config;
 pub mod fit;
 pub mod host;
+
+pub use host::TpuType;
