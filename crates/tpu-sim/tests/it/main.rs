@@ -4,3 +4,4 @@
 mod api;
 mod auth;
 mod support;
+mod workers;
