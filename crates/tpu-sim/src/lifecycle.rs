@@ -100,9 +100,11 @@ async fn create(shared: &Arc<Shared>, name: &str, uid: u64) -> Result<Value, (i3
             }
             return Err(failure);
         }
-        let rec = &st.nodes[name];
-        worker_specs(shared, rec, &zone)
+        let rec = st.nodes.get_mut(name).expect("checked above");
+        rec.starting = shared.net.is_some();
+        (worker_specs(shared, rec, &zone), rec.ips.clone())
     };
+    let (specs, ips) = specs;
     let running = match &shared.net {
         Some(_) => {
             let sh = shared.clone();
@@ -119,10 +121,13 @@ async fn create(shared: &Arc<Shared>, name: &str, uid: u64) -> Result<Value, (i3
                 Err(err) => {
                     tracing::error!(node = name, %err, "cannot start the node's workers");
                     let mut st = shared.lock();
-                    if still_creating(st.nodes.get(name), uid)
-                        && let Some(rec) = st.nodes.remove(name)
-                    {
-                        st.release_ips(&rec.ips);
+                    match st.nodes.get_mut(name).filter(|n| n.uid == uid) {
+                        Some(rec) if rec.json["state"] == "CREATING" => {
+                            let rec = st.nodes.remove(name).expect("checked");
+                            st.release_ips(&rec.ips);
+                        }
+                        Some(rec) => rec.starting = false,
+                        None => st.release_ips(&ips),
                     }
                     return Err((13, format!("the simulator could not start the workers: {err}")));
                 }
@@ -132,18 +137,27 @@ async fn create(shared: &Arc<Shared>, name: &str, uid: u64) -> Result<Value, (i3
     };
     let leftover = {
         let mut st = shared.lock();
-        match st.nodes.get_mut(name) {
-            Some(rec) if still_creating(Some(rec), uid) => {
+        match st.nodes.get_mut(name).filter(|n| n.uid == uid) {
+            Some(rec) => {
+                rec.starting = false;
                 rec.workers = running;
-                rec.json["state"] = json!("READY");
-                rec.json["health"] = json!("HEALTHY");
-                return Ok(rec.json.clone());
+                if rec.json["state"] == "CREATING" {
+                    rec.json["state"] = json!("READY");
+                    rec.json["health"] = json!("HEALTHY");
+                    return Ok(rec.json.clone());
+                }
+                // Being deleted: its deletion stops the workers when it removes the node.
+                return Err(aborted());
             }
-            _ => running,
+            None => running,
         }
     };
+    // Deleted (and removed) while its workers started: stop them, then free the addresses.
     if let Some(running) = leftover {
         stop_workers(shared, running, Duration::ZERO).await;
+    }
+    if shared.net.is_some() {
+        shared.lock().release_ips(&ips);
     }
     Err(aborted())
 }
@@ -226,16 +240,30 @@ pub(crate) async fn delete_node(shared: &Arc<Shared>, name: &str, uid: u64) {
         stop_workers(shared, running, Duration::from_secs(1)).await;
     }
     tokio::time::sleep(shared.config.delete_seconds).await;
-    let mut st = shared.lock();
-    if st.nodes.get(name).is_some_and(|n| n.uid == uid) {
-        let rec = st.nodes.remove(name).expect("checked");
-        st.release_ips(&rec.ips);
-        if let Some(qr) = rec.json["queuedResource"].as_str()
-            && st.qrs.get(qr).is_some_and(|q| q["state"]["state"] != "DELETING")
-        {
-            drop(st);
-            set_qr_state(shared, qr, "SUSPENDED", Some(("suspendedData", json!({}))));
+    let removed = {
+        let mut st = shared.lock();
+        match st.nodes.get(name).filter(|n| n.uid == uid) {
+            Some(_) => {
+                let mut rec = st.nodes.remove(name).expect("checked");
+                // Addresses of workers still starting or still up are freed once they stop.
+                if !rec.starting && rec.workers.is_none() {
+                    st.release_ips(&rec.ips);
+                }
+                let qr = rec.json["queuedResource"].as_str().map(str::to_owned);
+                let suspend = qr.filter(|qr| st.qrs.get(qr).is_some_and(|q| q["state"]["state"] != "DELETING"));
+                Some((rec.workers.take(), rec.ips, suspend))
+            }
+            None => None,
         }
+    };
+    let Some((late_workers, ips, suspend)) = removed else { return };
+    if let Some(qr) = suspend {
+        set_qr_state(shared, &qr, "SUSPENDED", Some(("suspendedData", json!({}))));
+    }
+    // Workers whose start ended while the node was DELETING.
+    if let Some(running) = late_workers {
+        stop_workers(shared, running, Duration::ZERO).await;
+        shared.lock().release_ips(&ips);
     }
 }
 
@@ -313,7 +341,7 @@ pub(crate) fn spawn_queued(
                 let uid = st.next_uid();
                 let mut node = crate::model::new_node(&spec, &node_name, &project, uid, &ips, shared.subnet, Some(&qr));
                 node["schedulingConfig"]["spot"] = json!(st.qrs[&qr].get("spot").is_some());
-                st.nodes.insert(node_name.clone(), NodeRec { json: node, uid, ips, workers: None });
+                st.nodes.insert(node_name.clone(), NodeRec { json: node, uid, ips, workers: None, starting: false });
                 Ok(uid)
             } else {
                 Err("the simulator's subnet has no free addresses".to_owned())

@@ -21,6 +21,9 @@ pub(crate) struct NodeRec {
     pub(crate) ips: Vec<u8>,
     /// The workers while the node is READY.
     pub(crate) workers: Option<Running>,
+    /// Its workers are being started: their addresses stay taken until the start ends, even if
+    /// the node is deleted meanwhile (the start then stops them and frees the addresses).
+    pub(crate) starting: bool,
 }
 
 /// Everything the API serves.

@@ -3,5 +3,6 @@
 
 mod api;
 mod auth;
+mod breaks;
 mod support;
 mod workers;
