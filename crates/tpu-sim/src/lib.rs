@@ -122,6 +122,12 @@ pub struct SimInfo {
     pub metadata_host: String,
     /// A ProxyCommand reaching worker addresses (`%h:%p`); absent without workers.
     pub ssh_proxy: Option<String>,
+    /// An ssh_config `Host` pattern matching every worker address (`10.X.Y.*`); absent
+    /// without workers.
+    pub ssh_host_pattern: Option<String>,
+    /// The same API as workers reach it (`https://10.X.Y.1/`, the bridge's gateway; the CA
+    /// names that address); absent without workers.
+    pub worker_endpoint: Option<String>,
     /// The short id that prefixes this simulator's network namespaces.
     pub prefix: String,
 }
@@ -174,7 +180,10 @@ impl Sim {
     /// Starts serving (inside a tokio runtime).
     pub async fn start(config: SimConfig) -> Result<Sim, Error> {
         std::fs::create_dir_all(&config.root).map_err(|source| Error::Write { path: config.root.clone(), source })?;
-        let pki = tls::Pki::generate(&[])?;
+        let random: u32 = rand::random();
+        let prefix = format!("tps{:05x}", random & 0xfffff);
+        let subnet = [64 + (random >> 20) as u8 % 64, (random >> 26) as u8];
+        let pki = tls::Pki::generate(&[workers::gateway(subnet)])?;
         let ca = config.root.join("ca.pem");
         std::fs::write(&ca, &pki.ca_pem).map_err(|source| Error::Write { path: ca.clone(), source })?;
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", config.port))
@@ -184,10 +193,15 @@ impl Sim {
         let meta_listener =
             tokio::net::TcpListener::bind(("127.0.0.1", 0)).await.map_err(|source| Error::Bind { port: 0, source })?;
         let meta_port = meta_listener.local_addr().map_err(|source| Error::Bind { port: 0, source })?.port();
-        let random: u32 = rand::random();
-        let prefix = format!("tps{:05x}", random & 0xfffff);
-        let subnet = [64 + (random >> 20) as u8 % 64, (random >> 26) as u8];
-        let net = if config.workers { Some(workers::Net::create(&config.root, &prefix, subnet)?) } else { None };
+        let net = if config.workers { Some(workers::Net::create(&config.root, &prefix, subnet, &ca)?) } else { None };
+        // The same API for workers, on the bridge's gateway (port 443, as Google's).
+        let gateway_listener = match &net {
+            Some(net) => Some(net.listen_gateway(443).map_err(|source| {
+                net.sweep();
+                Error::Bind { port: 443, source }
+            })?),
+            None => None,
+        };
         let endpoint = format!("https://127.0.0.1:{port}/");
         let token_uri = format!("https://127.0.0.1:{port}/token");
         let info = SimInfo {
@@ -196,6 +210,8 @@ impl Sim {
             token_uri: token_uri.clone(),
             metadata_host: format!("127.0.0.1:{meta_port}"),
             ssh_proxy: net.as_ref().map(workers::Net::ssh_proxy),
+            ssh_host_pattern: net.as_ref().map(workers::Net::host_pattern),
+            worker_endpoint: net.as_ref().map(|_| format!("https://{}/", workers::gateway(subnet))),
             prefix,
         };
         let auth = Arc::new(auth::Auth::default());
@@ -209,10 +225,15 @@ impl Sim {
             token_uri,
         });
         let meta_ctx = Arc::new(metadata::Context { project: shared.config.project.clone(), auth, instance: None });
-        let tasks = vec![
-            tokio::spawn(server::accept_loop(listener, shared.clone(), pki.acceptor)),
+        let mut tasks = vec![
+            tokio::spawn(server::accept_loop(listener, shared.clone(), pki.acceptor.clone())),
             tokio::spawn(metadata::serve(meta_listener, meta_ctx)),
         ];
+        if let Some(std_listener) = gateway_listener {
+            let listener =
+                tokio::net::TcpListener::from_std(std_listener).map_err(|source| Error::Bind { port: 443, source })?;
+            tasks.push(tokio::spawn(server::accept_loop(listener, shared.clone(), pki.acceptor)));
+        }
         Ok(Sim { shared, info, tasks })
     }
 

@@ -14,7 +14,11 @@ use crate::workers::{Ssh, client_key, test_user, workers};
 
 fn namespaces() -> Vec<String> {
     let out = Command::new("ip").args(["netns", "list"]).output().unwrap();
-    String::from_utf8_lossy(&out.stdout).lines().filter_map(|l| l.split_whitespace().next()).map(str::to_owned).collect()
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .map(str::to_owned)
+        .collect()
 }
 
 /// Processes whose command line names `needle`.
@@ -112,12 +116,22 @@ async fn sigterm_during_create(create_seconds: &str, after: Duration) {
     let mut line = String::new();
     std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
     let info: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"));
-    let (endpoint, ca, prefix) = (info["endpoint"].as_str().unwrap(), Path::new(info["ca"].as_str().unwrap()), info["prefix"].as_str().unwrap());
-    let (_, token) = curl(ca, "POST", &format!("{endpoint}sim/v1/tokens"), Some("{}".into()), &[], "application/json").await;
+    assert!(info["ssh_host_pattern"].as_str().is_some_and(|p| p.starts_with("10.") && p.ends_with(".*")), "{info}");
+    let (endpoint, ca, prefix) =
+        (info["endpoint"].as_str().unwrap(), Path::new(info["ca"].as_str().unwrap()), info["prefix"].as_str().unwrap());
+    let (_, token) =
+        curl(ca, "POST", &format!("{endpoint}sim/v1/tokens"), Some("{}".into()), &[], "application/json").await;
     let auth = format!("Authorization: Bearer {}", token["access_token"].as_str().unwrap());
     let body = json!({"acceleratorType": "v4-32", "runtimeVersion": "tpu-vm-base", "metadata": {"ssh-keys": "root:ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl x"}});
-    let (status, op) =
-        curl(ca, "POST", &format!("{endpoint}{PARENT}/nodes?nodeId=doomed"), Some(body.to_string()), &[&auth], "application/json").await;
+    let (status, op) = curl(
+        ca,
+        "POST",
+        &format!("{endpoint}{PARENT}/nodes?nodeId=doomed"),
+        Some(body.to_string()),
+        &[&auth],
+        "application/json",
+    )
+    .await;
     assert_eq!(status, 200, "{op}");
     tokio::time::sleep(after).await;
     let pid = rustix::process::Pid::from_raw(child.id() as i32).unwrap();

@@ -127,6 +127,21 @@ async fn two_workers_log_in_see_each_other_and_die_with_a_preemption() {
         assert_eq!(lines[2], "jax", "the node's own metadata is there too");
     }
 
+    // A worker calls the API (as worker 0 deleting its own VM does) with the metadata
+    // server's token, through the endpoint and CA its sessions are given.
+    let call = "t=$(curl -sf -H Metadata-Flavor:Google http://$GCE_METADATA_IP/computeMetadata/v1/instance/service-accounts/default/token \
+        | python3 -c 'import json,sys; print(json.load(sys.stdin)[\"access_token\"])') && \
+        curl -sf --cacert \"$CLOUDSDK_CORE_CUSTOM_CA_CERTS_FILE\" -H \"Authorization: Bearer $t\" \
+        \"${CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU}v2/projects/p1/locations/us-central2-b/nodes/w2\"";
+    let (code, out) = ssh.run(&ip(1), call).await;
+    assert_eq!(code, 0, "{out}");
+    let seen: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(seen["state"], "READY");
+    assert_eq!(
+        Some(format!("https://{}/", ip(0).rsplit_once('.').unwrap().0.to_owned() + ".1")),
+        fx.sim.info().worker_endpoint
+    );
+
     // Each worker has its own home, backed by the simulator's directory.
     let (code, _) = ssh.run(&ip(0), "echo zero > ~/marker").await;
     assert_eq!(code, 0);
