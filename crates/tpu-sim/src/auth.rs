@@ -10,7 +10,7 @@
 //!   `authorized_user` file it made (`POST /sim/v1/authorized-user`).
 //!
 //! Errors are OAuth2's (`{"error": "invalid_grant", "error_description": ...}`, HTTP 400;
-//! `invalid_client` 401). Tokens live `expires_in` seconds (default 3600; the admin API
+//! `invalid_client` 401). Tokens live `expires_in` seconds (default 3599, as Google's; the admin API
 //! shortens it or expires every token at once to test refresh).
 //!
 //! Google's signing keys are RSA; ring verifies RSA but cannot make keys, so the simulator asks
@@ -78,7 +78,8 @@ impl Auth {
     /// A new access token: the reply of the token endpoint.
     pub(crate) fn issue(&self) -> Value {
         let mut state = self.lock();
-        let lifetime = state.lifetime.unwrap_or(Duration::from_secs(3600));
+        // Google's token endpoint answers `expires_in: 3599`.
+        let lifetime = state.lifetime.unwrap_or(Duration::from_secs(3599));
         let token = format!("ya29.sim-{}", random_string(48));
         state.tokens.insert(token.clone(), Instant::now() + lifetime);
         json!({"access_token": token, "expires_in": lifetime.as_secs(), "token_type": "Bearer"})

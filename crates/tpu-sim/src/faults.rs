@@ -1,7 +1,9 @@
 //! The request log (`GET /sim/v1/requests`: method, path with query, status of every API and
 //! token request, in order) and injected faults (`POST /sim/v1/faults`): fail the next request
 //! matching a method and a path fragment with a status, or make the next operation that
-//! completes end with a given `google.rpc.Status` instead.
+//! completes end with a given `google.rpc.Status` instead. With a flaky seed, about one read
+//! (GET) in twenty answers 503 UNAVAILABLE, as Google's front ends now and then do; the seed
+//! makes a run repeatable.
 
 use std::sync::Mutex;
 
@@ -56,6 +58,7 @@ pub(crate) struct OperationFault {
 
 #[derive(Default)]
 struct State {
+    flaky: Option<rand::rngs::StdRng>,
     log: Vec<Logged>,
     requests: Vec<(FaultSpec, u32)>,
     operations: Vec<OperationFault>,
@@ -70,6 +73,18 @@ pub(crate) struct Faults {
 impl Faults {
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Reads fail now and then from here on, drawn from `seed`.
+    pub(crate) fn set_flaky(&self, seed: u64) {
+        use rand::SeedableRng as _;
+        self.lock().flaky = Some(rand::rngs::StdRng::seed_from_u64(seed));
+    }
+
+    /// Whether this request is one of the flaky failures.
+    pub(crate) fn flaky_hit(&self, method: &str) -> bool {
+        use rand::Rng as _;
+        method == "GET" && self.lock().flaky.as_mut().is_some_and(|rng| rng.random_range(0..20) == 0)
     }
 
     /// Queues a fault; an error names what is wrong with it.
@@ -140,6 +155,16 @@ mod tests {
         assert_eq!(faults.take_request("get", "/v2/x/nodes/a").map(|f| f.0), Some(503));
         assert_eq!(faults.take_request("GET", "/v2/x/nodes/a").map(|f| f.0), Some(503));
         assert_eq!(faults.take_request("GET", "/v2/x/nodes/a"), None);
+    }
+
+    #[test]
+    fn flaky_reads_fail_sometimes_and_writes_never() {
+        let faults = Faults::default();
+        assert!(!(0..200).any(|_| faults.flaky_hit("GET")), "off without a seed");
+        faults.set_flaky(7);
+        let hits = (0..400).filter(|_| faults.flaky_hit("GET")).count();
+        assert!((5..60).contains(&hits), "{hits}");
+        assert!(!(0..200).any(|_| faults.flaky_hit("POST")));
     }
 
     #[test]

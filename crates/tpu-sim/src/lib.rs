@@ -36,6 +36,21 @@
 //!   the rest of the file system is this machine's. See the `workers` module.
 //! - Timings are short and fixed (`SimConfig`): CREATING lasts `create_seconds`, DELETING
 //!   `delete_seconds`; a preemption gives `preempt_grace` between SIGTERM and SIGKILL (GCE: 30 s).
+//!
+//! # Dirt (on by default: a lab as rough as a real site)
+//! - Every API and token call takes `latency` (30 ms); with `flaky_seed` (`--flaky SEED`) about
+//!   one API read in twenty answers 503 UNAVAILABLE, as Google's front ends sometimes do.
+//! - Tokens expire: `expires_in` 3599 as Google's; the admin API shortens it or expires all.
+//! - Every worker's sshd shows a pre-authentication banner on every connection (on the client's
+//!   stderr) and a message of the day on interactive logins, as TPU VM images do.
+//! - A worker's local disk (its homes under `ROOT/workers/NODE/wN`) is wiped when the node is
+//!   deleted or made again (a recreated VM is a new VM); a preempted node keeps it until it is
+//!   deleted. Only absolute paths outside the workers' directories survive (a shared mount, as
+//!   gcsfuse or Filestore on a real site).
+//! - Worker sessions get the environment a site's TPU VM image gives gcloud and Google's client
+//!   libraries: `GCE_METADATA_HOST`/`GCE_METADATA_IP`/`GCE_METADATA_ROOT` (the metadata server at
+//!   169.254.169.254), `CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU` (this API on the bridge's gateway,
+//!   [`SimInfo::worker_endpoint`]) and `CLOUDSDK_CORE_CUSTOM_CA_CERTS_FILE` (the CA file).
 //! - The admin API (`/sim/v1/`, module `admin`) is the simulator's own.
 
 mod accel;
@@ -81,6 +96,10 @@ pub struct SimConfig {
     pub max_workers: Option<u32>,
     /// The project the host's metadata server names.
     pub project: String,
+    /// Added to every API and token call (Google's answer in a few tens of ms).
+    pub latency: Duration,
+    /// With a seed, about one API read in twenty answers 503 UNAVAILABLE.
+    pub flaky_seed: Option<u64>,
 }
 
 impl Default for SimConfig {
@@ -105,6 +124,8 @@ impl Default for SimConfig {
             workers: true,
             max_workers: None,
             project: "sim-project".into(),
+            latency: Duration::from_millis(30),
+            flaky_seed: None,
         }
     }
 }
@@ -224,6 +245,9 @@ impl Sim {
             subnet,
             token_uri,
         });
+        if let Some(seed) = shared.config.flaky_seed {
+            shared.faults.set_flaky(seed);
+        }
         let meta_ctx = Arc::new(metadata::Context { project: shared.config.project.clone(), auth, instance: None });
         let mut tasks = vec![
             tokio::spawn(server::accept_loop(listener, shared.clone(), pki.acceptor.clone())),
@@ -265,7 +289,7 @@ fn teardown(shared: &Shared) {
     let Some(net) = &shared.net else { return };
     let running: Vec<workers::Running> = shared.lock().nodes.values_mut().filter_map(|n| n.workers.take()).collect();
     for r in running {
-        net.down(r, Duration::ZERO);
+        net.down(r, Duration::ZERO, false);
     }
     net.sweep();
 }

@@ -154,7 +154,7 @@ async fn create(shared: &Arc<Shared>, name: &str, uid: u64) -> Result<Value, (i3
     };
     // Deleted (and removed) while its workers started: stop them, then free the addresses.
     if let Some(running) = leftover {
-        stop_workers(shared, running, Duration::ZERO).await;
+        stop_workers(shared, running, Duration::ZERO, true).await;
     }
     if shared.net.is_some() {
         shared.lock().release_ips(&ips);
@@ -204,14 +204,15 @@ fn worker_specs(shared: &Shared, rec: &NodeRec, zone: &str) -> Vec<WorkerSpec> {
 }
 
 /// Stops workers off the async threads.
-pub(crate) async fn stop_workers(shared: &Arc<Shared>, running: Running, grace: Duration) {
+/// `wipe`: their disks go too (a deleted VM's do; a preempted one keeps them until deleted).
+pub(crate) async fn stop_workers(shared: &Arc<Shared>, running: Running, grace: Duration, wipe: bool) {
     if shared.net.is_none() {
         return;
     }
     let sh = shared.clone();
     let _ = tokio::task::spawn_blocking(move || {
         if let Some(net) = &sh.net {
-            net.down(running, grace);
+            net.down(running, grace, wipe);
         }
     })
     .await;
@@ -237,7 +238,7 @@ pub(crate) fn spawn_delete(shared: Arc<Shared>, name: String, uid: u64, op: Stri
 pub(crate) async fn delete_node(shared: &Arc<Shared>, name: &str, uid: u64) {
     let running = shared.lock().nodes.get_mut(name).filter(|n| n.uid == uid).and_then(|n| n.workers.take());
     if let Some(running) = running {
-        stop_workers(shared, running, Duration::from_secs(1)).await;
+        stop_workers(shared, running, Duration::from_secs(1), true).await;
     }
     tokio::time::sleep(shared.config.delete_seconds).await;
     let removed = {
@@ -257,12 +258,15 @@ pub(crate) async fn delete_node(shared: &Arc<Shared>, name: &str, uid: u64) {
         }
     };
     let Some((late_workers, ips, suspend)) = removed else { return };
+    if let Some(net) = &shared.net {
+        net.wipe(name.rsplit('/').next().unwrap_or_default());
+    }
     if let Some(qr) = suspend {
         set_qr_state(shared, &qr, "SUSPENDED", Some(("suspendedData", json!({}))));
     }
     // Workers whose start ended while the node was DELETING.
     if let Some(running) = late_workers {
-        stop_workers(shared, running, Duration::ZERO).await;
+        stop_workers(shared, running, Duration::ZERO, true).await;
         shared.lock().release_ips(&ips);
     }
 }
@@ -293,7 +297,7 @@ pub(crate) async fn preempt(shared: &Arc<Shared>, name: &str) -> Result<Value, A
         set_qr_state(shared, &qr, "SUSPENDED", Some(("suspendedData", json!({}))));
     }
     if let Some(running) = running {
-        stop_workers(shared, running, shared.config.preempt_grace).await;
+        stop_workers(shared, running, shared.config.preempt_grace, false).await;
     }
     Ok(node)
 }

@@ -19,6 +19,8 @@ usage: theseus-tpu-sim --root DIR [options]
   --delete-seconds S         how long a node is DELETING (default 0.5)
   --preempt-grace S          SIGTERM to SIGKILL on preemption (default 2)
   --workers-per-host auto|N  workers per node: auto (the accelerator type's) or at most N
+  --latency-ms N             added to every API call (default 30)
+  --flaky SEED               about one API read in twenty answers 503 UNAVAILABLE (seeded)
   --no-workers               no network namespaces or sshd (nodes still go READY)";
 
 #[tokio::main]
@@ -109,6 +111,14 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Option<SimConfig>, St
                 }
             }
             "--project" => config.project = value,
+            "--latency-ms" => {
+                let ms = value.parse().map_err(|_| format!("`--latency-ms` needs a number, not `{value}`"))?;
+                config.latency = Duration::from_millis(ms);
+            }
+            "--flaky" => {
+                let seed = value.parse().map_err(|_| format!("`--flaky` needs a number (the seed), not `{value}`"))?;
+                config.flaky_seed = Some(seed);
+            }
             "--create-seconds" => config.create_seconds = seconds(&flag, &value)?,
             "--delete-seconds" => config.delete_seconds = seconds(&flag, &value)?,
             "--preempt-grace" => config.preempt_grace = seconds(&flag, &value)?,

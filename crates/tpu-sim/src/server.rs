@@ -90,8 +90,14 @@ async fn handle(shared: &Arc<Shared>, req: Request<Incoming>) -> Response<Full<B
             Err(err) => json_response(err.http, &err.body()),
         };
     }
-    let (status, value) = if let Some((status, message)) = shared.faults.take_request(method.as_str(), &path_and_query)
-    {
+    // The API's own latency, a few tens of milliseconds per call.
+    if !shared.config.latency.is_zero() {
+        tokio::time::sleep(shared.config.latency).await;
+    }
+    let flaky = path.starts_with("/v2/") && shared.faults.flaky_hit(method.as_str());
+    let (status, value) = if flaky {
+        (503, ApiError::new(503, "The service is currently unavailable.").body())
+    } else if let Some((status, message)) = shared.faults.take_request(method.as_str(), &path_and_query) {
         let mut err = ApiError::new(status, message);
         if status == 429 {
             err.details.push(serde_json::json!({"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "RATE_LIMIT_EXCEEDED", "domain": "googleapis.com"}));

@@ -202,7 +202,7 @@ impl Net {
                 Ok(worker) => running.workers.push(worker),
                 Err(e) => {
                     drop(closing);
-                    self.down(running, Duration::ZERO);
+                    self.down(running, Duration::ZERO, true);
                     return Err(e);
                 }
             }
@@ -238,6 +238,7 @@ impl Net {
             Ok(()) => Ok(worker),
             Err(e) => {
                 self.down_one(&worker, Duration::ZERO);
+                let _ = std::fs::remove_dir_all(&worker.dir);
                 Err(e)
             }
         }
@@ -312,6 +313,14 @@ impl Net {
                 binds.push(home);
             }
         }
+        // What a TPU VM image greets with: a pre-authentication banner on every connection
+        // (ssh prints it on stderr) and a message of the day on interactive logins.
+        std::fs::write(dir.join("ssh/banner"), BANNER).map_err(io_err("cannot write the worker's banner"))?;
+        std::fs::write(dir.join("ssh/motd"), MOTD).map_err(io_err("cannot write the worker's motd"))?;
+        if Path::new("/etc/motd").is_file() {
+            binds.push(dir.join("ssh/motd").to_string_lossy().into_owned());
+            binds.push("/etc/motd".into());
+        }
         let config = dir.join("ssh/sshd_config");
         std::fs::write(&config, sshd_config(&worker.ip, dir, &allowed, &self.session_env))
             .map_err(io_err(format!("cannot write {}", config.display())))?;
@@ -381,13 +390,19 @@ impl Net {
 
     /// Stops a node's workers: SIGTERM to every process in their namespaces, SIGKILL after
     /// `grace`, then the namespaces and veths go.
-    pub(crate) fn down(&self, running: Running, grace: Duration) {
+    /// With `wipe` their directories (homes, host keys, logs) go too.
+    pub(crate) fn down(&self, running: Running, grace: Duration, wipe: bool) {
         let threads: Vec<_> = running
             .workers
             .into_iter()
             .map(|w| {
                 let vpc = self.vpc.clone();
-                std::thread::spawn(move || down_worker(&vpc, &w, grace))
+                std::thread::spawn(move || {
+                    down_worker(&vpc, &w, grace);
+                    if wipe {
+                        let _ = std::fs::remove_dir_all(&w.dir);
+                    }
+                })
             })
             .collect();
         for t in threads {
@@ -397,6 +412,13 @@ impl Net {
 
     fn down_one(&self, worker: &Worker, grace: Duration) {
         down_worker(&self.vpc, worker, grace);
+    }
+
+    /// Wipes a deleted node's worker directories (what a preempted node kept).
+    pub(crate) fn wipe(&self, node_id: &str) {
+        if !node_id.is_empty() {
+            let _ = std::fs::remove_dir_all(self.root.join("workers").join(node_id));
+        }
     }
 
     /// Stops making workers and removes every namespace of this simulator, whatever the state
@@ -482,6 +504,20 @@ pub(crate) fn parse_ssh_keys(text: &str) -> Vec<(String, Vec<String>)> {
     users.into_iter().collect()
 }
 
+const BANNER: &str = "\
+This is a Cloud TPU VM (theseus-tpu-sim). Unauthorized access is prohibited.\n";
+
+const MOTD: &str = "\
+Welcome to Ubuntu 22.04.4 LTS (GNU/Linux 6.5.0-1013-gcp x86_64)
+
+ * Documentation:  https://help.ubuntu.com
+ * Cloud TPU:      https://cloud.google.com/tpu/docs
+
+  System information as of boot
+
+  Usage of /:   12.3% of 96.73GB
+";
+
 /// The bridge's own address, where the API is served to workers.
 pub(crate) fn gateway(subnet: [u8; 2]) -> String {
     format!("10.{}.{}.1", subnet[0], subnet[1])
@@ -494,7 +530,7 @@ fn sshd_config(ip: &str, dir: &Path, allowed: &[String], session_env: &str) -> S
          Port 22\nListenAddress {ip}\nHostKey {dir}/ssh/host_ed25519\nPidFile {dir}/ssh/sshd.pid\n\
          AuthorizedKeysFile {dir}/authorized_keys/%u\nAllowUsers {allow}\n\
          PubkeyAuthentication yes\nPasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\n\
-         StrictModes no\nX11Forwarding no\nPrintMotd no\nPrintLastLog no\nMaxStartups 100:30:200\nMaxSessions 64\n\
+         StrictModes no\nX11Forwarding no\nPrintMotd yes\nBanner {dir}/ssh/banner\nPrintLastLog no\nMaxStartups 100:30:200\nMaxSessions 64\n\
          AllowTcpForwarding yes\nAcceptEnv LANG LC_* THESEUS_*\nSubsystem sftp /usr/lib/openssh/sftp-server\n\
          SetEnv {session_env}\nLogLevel INFO\n",
         dir = dir.display()

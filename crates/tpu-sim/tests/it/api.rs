@@ -191,3 +191,24 @@ async fn faults_fail_requests_and_operations_and_the_log_shows_them() {
     assert!(log.iter().all(|r| !r["path"].as_str().unwrap().starts_with("/sim/")), "admin calls are not logged");
     assert_eq!(fx.sim.requests().len(), log.len());
 }
+
+#[tokio::test]
+async fn a_flaky_api_fails_some_reads_with_503() {
+    let fx = Fixture::start(|c| {
+        c.workers = false;
+        c.latency = std::time::Duration::ZERO;
+        c.flaky_seed = Some(42);
+    })
+    .await;
+    let mut statuses = Vec::new();
+    for _ in 0..80 {
+        statuses.push(fx.api("GET", &format!("{PARENT}/nodes"), None).await.0);
+    }
+    assert!(statuses.contains(&503) && statuses.contains(&200), "{statuses:?}");
+    assert!(statuses.iter().all(|s| [200, 503].contains(s)));
+    let (_, log) = fx.admin("GET", "requests", json!({})).await;
+    assert_eq!(
+        log.as_array().unwrap().iter().filter(|r| r["status"] == 503).count(),
+        statuses.iter().filter(|s| **s == 503).count()
+    );
+}

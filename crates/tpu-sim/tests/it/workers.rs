@@ -44,6 +44,12 @@ pub(crate) struct Ssh {
 impl Ssh {
     /// Runs `command` on the worker at `ip`: (exit code, stdout).
     pub(crate) async fn run(&self, ip: &str, command: &str) -> (i32, String) {
+        let (code, out, _) = self.run_full(ip, command).await;
+        (code, out)
+    }
+
+    /// Runs `command` on the worker at `ip`: (exit code, stdout, stderr).
+    pub(crate) async fn run_full(&self, ip: &str, command: &str) -> (i32, String, String) {
         let mut cmd = Command::new("ssh");
         cmd.args(["-F", "/dev/null", "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes", "-o", "ConnectTimeout=5"])
             .arg("-o")
@@ -55,7 +61,8 @@ impl Ssh {
             .arg(format!("{}@{ip}", self.user))
             .arg(command);
         let out = tokio::task::spawn_blocking(move || cmd.output()).await.unwrap().unwrap();
-        (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).trim().to_owned())
+        let text = |b: &[u8]| String::from_utf8_lossy(b).trim().to_owned();
+        (out.status.code().unwrap_or(-1), text(&out.stdout), text(&out.stderr))
     }
 }
 
@@ -142,6 +149,10 @@ async fn two_workers_log_in_see_each_other_and_die_with_a_preemption() {
         fx.sim.info().worker_endpoint
     );
 
+    // A TPU VM image greets every connection (on ssh's stderr), as real ones do.
+    let (_, _, stderr) = ssh.run_full(&ip(0), "true").await;
+    assert!(stderr.contains("Cloud TPU VM"), "{stderr}");
+
     // Each worker has its own home, backed by the simulator's directory.
     let (code, _) = ssh.run(&ip(0), "echo zero > ~/marker").await;
     assert_eq!(code, 0);
@@ -174,8 +185,10 @@ async fn two_workers_log_in_see_each_other_and_die_with_a_preemption() {
     let (code, _) = ssh.run(&ip(0), "true").await;
     assert_ne!(code, 0, "sshd is gone");
 
+    assert!(home0.exists(), "a preempted node keeps its disks until it is deleted");
     let (_, op) = fx.api("DELETE", &format!("{PARENT}/nodes/w2"), None).await;
     fx.wait_op(&op).await;
+    assert!(!home0.exists(), "a deleted node's disks are wiped");
     let vpc = format!("{}-vpc", fx.sim.info().prefix);
     assert!(netns_exists(&vpc));
     fx.sim.shutdown().await;
