@@ -37,7 +37,8 @@ pub(crate) fn parse(text: &str) -> Option<AcceleratorType> {
     let (prefix, number) = text.split_once('-')?;
     let size: u32 = number.parse().ok().filter(|n: &u32| n.to_string() == number)?;
     let &(generation, counts_cores, sizes) = GENERATIONS.iter().find(|(g, _, _)| *g == prefix)?;
-    let allowed = if sizes.is_empty() { (8..=12288).contains(&size) && size.is_multiple_of(8) } else { sizes.contains(&size) };
+    let allowed =
+        if sizes.is_empty() { (8..=12288).contains(&size) && size.is_multiple_of(8) } else { sizes.contains(&size) };
     if !allowed {
         return None;
     }

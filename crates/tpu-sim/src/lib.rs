@@ -62,7 +62,9 @@ mod faults;
 mod lifecycle;
 mod metadata;
 mod model;
+mod netns;
 mod server;
+mod sshd;
 mod tls;
 mod workers;
 
@@ -71,8 +73,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 pub use faults::Logged;
+pub use netns::WorkerError;
 pub use tls::TlsError;
-pub use workers::WorkerError;
 
 /// How a simulator runs.
 #[derive(Debug, Clone)]

@@ -19,7 +19,8 @@ use crate::Shared;
 use crate::error::ApiError;
 use crate::metadata::Instance;
 use crate::model::NodeRec;
-use crate::workers::{Running, WorkerSpec, parse_ssh_keys};
+use crate::sshd::parse_ssh_keys;
+use crate::workers::{Running, WorkerSpec};
 
 const NODE_TYPE: &str = "type.googleapis.com/google.cloud.tpu.v2.Node";
 const QR_TYPE: &str = "type.googleapis.com/google.cloud.tpu.v2.QueuedResource";

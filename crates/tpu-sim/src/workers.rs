@@ -20,70 +20,16 @@
 //!   all (sshd, sessions, what they started); preempt and delete send them SIGTERM, and SIGKILL
 //!   after a grace, then remove the namespace.
 
-use std::collections::BTreeMap;
 use std::io::{Read as _, Write as _};
-use std::os::fd::AsFd as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::metadata::{Context, Instance};
-
-/// Making or tearing down workers failed.
-#[derive(Debug, thiserror::Error)]
-pub enum WorkerError {
-    /// A command (ip, nsenter, ssh-keygen) failed.
-    #[error(
-        "`{command}` failed: {detail} (the simulator's workers need root, iproute2, util-linux and OpenSSH's sshd)"
-    )]
-    Command { command: String, detail: String },
-    /// A file or socket could not be made.
-    #[error("{what}: {source}")]
-    Io { what: String, source: std::io::Error },
-    /// sshd did not answer in time.
-    #[error("sshd of worker {0} did not answer on port 22 within 10 s; see {1}")]
-    SshdTimeout(String, PathBuf),
-    /// The simulator is stopping.
-    #[error("the simulator is stopping")]
-    Closing,
-}
-
-fn io_err(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> WorkerError {
-    let what = what.into();
-    move |source| WorkerError::Io { what, source }
-}
-
-fn run(args: &[&str]) -> Result<String, WorkerError> {
-    let out = Command::new(args[0])
-        .args(&args[1..])
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| WorkerError::Command { command: args.join(" "), detail: e.to_string() })?;
-    if !out.status.success() {
-        return Err(WorkerError::Command {
-            command: args.join(" "),
-            detail: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
-        });
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
-/// Runs `f` on a new thread that entered the network namespace `ns` (`setns` moves only the
-/// calling thread; sockets keep the namespace they were made in).
-fn in_netns<T: Send + 'static>(
-    ns: &str,
-    f: impl FnOnce() -> std::io::Result<T> + Send + 'static,
-) -> std::io::Result<T> {
-    let path = format!("/run/netns/{ns}");
-    std::thread::spawn(move || {
-        let file = std::fs::File::open(&path)?;
-        rustix::thread::move_into_link_name_space(file.as_fd(), Some(rustix::thread::LinkNameSpaceType::Network))?;
-        f()
-    })
-    .join()
-    .map_err(|_| std::io::Error::other("a namespace thread panicked"))?
-}
+pub(crate) use crate::netns::pids_in;
+use crate::netns::{WorkerError, in_netns, io_err, kill_all, run};
+use crate::sshd::{BANNER, MOTD, passwd_entry, sshd_config};
 
 /// The simulator's private network.
 pub(crate) struct Net {
@@ -450,110 +396,7 @@ fn down_worker(vpc: &str, worker: &Worker, grace: Duration) {
     let _ = run(&["ip", "netns", "del", &worker.netns]);
 }
 
-/// The processes in a network namespace.
-pub(crate) fn pids_in(ns: &str) -> Vec<i32> {
-    run(&["ip", "netns", "pids", ns]).unwrap_or_default().split_whitespace().filter_map(|p| p.parse().ok()).collect()
-}
-
-fn signal(pids: &[i32], sig: rustix::process::Signal) {
-    for pid in pids {
-        if let Some(pid) = rustix::process::Pid::from_raw(*pid) {
-            let _ = rustix::process::kill_process(pid, sig);
-        }
-    }
-}
-
-/// SIGTERM, up to `grace` for them to end, SIGKILL, and up to 5 s for them to be gone.
-fn kill_all(ns: &str, grace: Duration) {
-    signal(&pids_in(ns), rustix::process::Signal::TERM);
-    let deadline = Instant::now() + grace;
-    while Instant::now() < deadline && !pids_in(ns).is_empty() {
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let left = pids_in(ns);
-        if left.is_empty() || Instant::now() > deadline {
-            break;
-        }
-        signal(&left, rustix::process::Signal::KILL);
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-/// `(uid, gid, home)` of `user` in /etc/passwd's text.
-fn passwd_entry(passwd: &str, user: &str) -> Option<(String, String, String)> {
-    passwd.lines().find_map(|line| {
-        let fields: Vec<&str> = line.split(':').collect();
-        (fields.len() >= 7 && fields[0] == user)
-            .then(|| (fields[2].to_owned(), fields[3].to_owned(), fields[5].to_owned()))
-    })
-}
-
-/// `user:ssh-ed25519 AAAA... comment` lines of GCE's `ssh-keys` metadata, grouped by user
-/// (lines without a user or a key are skipped, as the guest agent skips them).
-pub(crate) fn parse_ssh_keys(text: &str) -> Vec<(String, Vec<String>)> {
-    let mut users: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for line in text.lines() {
-        let Some((user, key)) = line.trim().split_once(':') else { continue };
-        if user.is_empty() || key.split_whitespace().count() < 2 {
-            continue;
-        }
-        users.entry(user.to_owned()).or_default().push(key.trim().to_owned());
-    }
-    users.into_iter().collect()
-}
-
-const BANNER: &str = "\
-This is a Cloud TPU VM (theseus-tpu-sim). Unauthorized access is prohibited.\n";
-
-const MOTD: &str = "\
-Welcome to Ubuntu 22.04.4 LTS (GNU/Linux 6.5.0-1013-gcp x86_64)
-
- * Documentation:  https://help.ubuntu.com
- * Cloud TPU:      https://cloud.google.com/tpu/docs
-
-  System information as of boot
-
-  Usage of /:   12.3% of 96.73GB
-";
-
 /// The bridge's own address, where the API is served to workers.
 pub(crate) fn gateway(subnet: [u8; 2]) -> String {
     format!("10.{}.{}.1", subnet[0], subnet[1])
-}
-
-fn sshd_config(ip: &str, dir: &Path, allowed: &[String], session_env: &str) -> String {
-    let allow = if allowed.is_empty() { "theseus-tpu-sim-nobody".to_owned() } else { allowed.join(" ") };
-    format!(
-        "# Generated by theseus-tpu-sim for one TPU worker.\n\
-         Port 22\nListenAddress {ip}\nHostKey {dir}/ssh/host_ed25519\nPidFile {dir}/ssh/sshd.pid\n\
-         AuthorizedKeysFile {dir}/authorized_keys/%u\nAllowUsers {allow}\n\
-         PubkeyAuthentication yes\nPasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\n\
-         StrictModes no\nX11Forwarding no\nPrintMotd yes\nBanner {dir}/ssh/banner\nPrintLastLog no\nMaxStartups 100:30:200\nMaxSessions 64\n\
-         AllowTcpForwarding yes\nAcceptEnv LANG LC_* THESEUS_*\nSubsystem sftp /usr/lib/openssh/sftp-server\n\
-         SetEnv {session_env}\nLogLevel INFO\n",
-        dir = dir.display()
-    )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ssh_keys_group_by_user_and_skip_junk() {
-        let text = "alice:ssh-ed25519 AAAA a@x\nbob:ssh-rsa BBBB\n\nnouser\n:ssh-ed25519 CCCC\nalice:ssh-ed25519 DDDD second\ncarol:onlyonefield";
-        let parsed = parse_ssh_keys(text);
-        assert_eq!(parsed.len(), 2);
-        assert_eq!(
-            parsed[0],
-            ("alice".to_owned(), vec!["ssh-ed25519 AAAA a@x".to_owned(), "ssh-ed25519 DDDD second".to_owned()])
-        );
-        assert_eq!(
-            passwd_entry("root:x:0:0:root:/root:/bin/bash\n", "root"),
-            Some(("0".into(), "0".into(), "/root".into()))
-        );
-        assert_eq!(passwd_entry("root:x:0:0:root:/root:/bin/bash\n", "ro"), None);
-    }
 }
