@@ -1,6 +1,8 @@
 //! Network namespaces as the simulator uses them: commands (`ip`, `nsenter`) with their
 //! errors, running code on a thread inside a namespace, and killing every process of a
-//! namespace (SIGTERM, a grace, SIGKILL).
+//! namespace (SIGTERM, a grace, SIGKILL). Each simulator records its pid under
+//! `/run/theseus-tpu-sim/PREFIX.pid`; the next one to start removes the namespaces of those
+//! whose process is gone (killed with SIGKILL, which no handler sees).
 
 use std::os::fd::AsFd as _;
 use std::path::PathBuf;
@@ -90,5 +92,51 @@ pub(crate) fn kill_all(ns: &str, grace: Duration) {
         }
         signal(&left, rustix::process::Signal::KILL);
         std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Where simulators record which process owns which namespace prefix.
+const OWNERS: &str = "/run/theseus-tpu-sim";
+
+/// Kills every process in, and removes, each namespace named `{prefix}-...` (workers first,
+/// the vpc last).
+pub(crate) fn sweep_prefix(prefix: &str) {
+    let list = run(&["ip", "netns", "list"]).unwrap_or_default();
+    let mut mine: Vec<String> = list
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|n| n.starts_with(&format!("{prefix}-")))
+        .map(str::to_owned)
+        .collect();
+    mine.sort_by_key(|n| n.ends_with("-vpc"));
+    for ns in &mine {
+        kill_all(ns, Duration::ZERO);
+        let _ = run(&["ip", "netns", "del", ns]);
+    }
+}
+
+/// Records this process as the owner of `prefix`.
+pub(crate) fn record_owner(prefix: &str) {
+    let _ = std::fs::create_dir_all(OWNERS);
+    let _ = std::fs::write(format!("{OWNERS}/{prefix}.pid"), std::process::id().to_string());
+}
+
+pub(crate) fn forget_owner(prefix: &str) {
+    let _ = std::fs::remove_file(format!("{OWNERS}/{prefix}.pid"));
+}
+
+/// Sweeps the prefixes whose owner process is gone.
+pub(crate) fn reap_stale() {
+    let Ok(entries) = std::fs::read_dir(OWNERS) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(prefix) = name.strip_suffix(".pid") else { continue };
+        let pid = std::fs::read_to_string(entry.path()).unwrap_or_default();
+        let alive = pid.trim().parse::<u32>().is_ok_and(|p| std::path::Path::new(&format!("/proc/{p}")).exists());
+        if !alive {
+            tracing::warn!(prefix, "removing the namespaces of a simulator that died");
+            sweep_prefix(prefix);
+            let _ = std::fs::remove_file(entry.path());
+        }
     }
 }

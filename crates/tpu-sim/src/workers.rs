@@ -72,8 +72,11 @@ pub(crate) struct Running {
 impl Net {
     /// Makes the vpc namespace and its bridge; fails loudly without root or iproute2.
     pub(crate) fn create(root: &Path, prefix: &str, subnet: [u8; 2], ca: &Path) -> Result<Net, WorkerError> {
+        // What a simulator killed with SIGKILL left behind goes first.
+        crate::netns::reap_stale();
         let vpc = format!("{prefix}-vpc");
         run(&["ip", "netns", "add", &vpc])?;
+        crate::netns::record_owner(prefix);
         // What a site's TPU VM image sets for gcloud and Google's client libraries: the
         // metadata server (GCE_METADATA_IP is the one JAX's and google-auth's Python read), and
         // the simulator's API on the bridge with its CA.
@@ -372,19 +375,8 @@ impl Net {
     pub(crate) fn sweep(&self) {
         let mut closing = self.closing.lock().unwrap_or_else(|e| e.into_inner());
         *closing = true;
-        let list = run(&["ip", "netns", "list"]).unwrap_or_default();
-        let mine: Vec<String> = list
-            .lines()
-            .filter_map(|l| l.split_whitespace().next())
-            .filter(|n| n.starts_with(&format!("{}-", self.prefix)))
-            .map(str::to_owned)
-            .collect();
-        for ns in mine.iter().filter(|n| **n != self.vpc) {
-            kill_all(ns, Duration::ZERO);
-            let _ = run(&["ip", "netns", "del", ns]);
-        }
-        kill_all(&self.vpc, Duration::ZERO);
-        let _ = run(&["ip", "netns", "del", &self.vpc]);
+        crate::netns::sweep_prefix(&self.prefix);
+        crate::netns::forget_owner(&self.prefix);
         drop(closing);
     }
 }

@@ -152,3 +152,52 @@ async fn sigterm_while_creating_or_starting_workers_leaves_nothing() {
         sigterm_during_create("0", Duration::from_millis(ms)).await;
     }
 }
+
+#[tokio::test]
+async fn the_next_simulator_removes_what_a_killed_one_left() {
+    let root = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_theseus-tpu-sim"))
+        .args(["--root", root.path().to_str().unwrap(), "--create-seconds", "0"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let info: Value = serde_json::from_str(&line).unwrap();
+    let (endpoint, ca, prefix) = (
+        info["endpoint"].as_str().unwrap(),
+        Path::new(info["ca"].as_str().unwrap()),
+        info["prefix"].as_str().unwrap().to_owned(),
+    );
+    let (_, token) =
+        curl(ca, "POST", &format!("{endpoint}sim/v1/tokens"), Some("{}".into()), &[], "application/json").await;
+    let auth = format!("Authorization: Bearer {}", token["access_token"].as_str().unwrap());
+    let body = json!({"acceleratorType": "v4-8", "runtimeVersion": "tpu-vm-base"});
+    curl(
+        ca,
+        "POST",
+        &format!("{endpoint}{PARENT}/nodes?nodeId=orphan"),
+        Some(body.to_string()),
+        &[&auth],
+        "application/json",
+    )
+    .await;
+    for _ in 0..200 {
+        let (_, node) = curl(ca, "GET", &format!("{endpoint}{PARENT}/nodes/orphan"), None, &[&auth], "").await;
+        if node["state"] == "READY" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(
+        namespaces().iter().any(|n| n.starts_with(&format!("{prefix}-orphan-"))),
+        "SIGKILL leaves the worker: {:?}",
+        namespaces()
+    );
+    let next = Fixture::start(|c| c.create_seconds = Duration::from_millis(100)).await;
+    assert!(namespaces().iter().all(|n| !n.starts_with(&prefix)), "{:?}", namespaces());
+    assert!(processes_naming(&root.path().display().to_string()).is_empty());
+    next.sim.shutdown().await;
+}
