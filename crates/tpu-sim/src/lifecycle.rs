@@ -185,7 +185,13 @@ fn worker_specs(shared: &Shared, rec: &NodeRec, zone: &str) -> Vec<WorkerSpec> {
             attributes.insert("worker-network-endpoints".into(), endpoints.join(","));
             attributes.insert("accelerator-type".into(), node["acceleratorType"].as_str().unwrap_or_default().into());
             attributes.insert("ssh-keys".into(), ssh_keys.clone());
-            attributes.insert("tpu-env".into(), format!("WORKER_ID: '{i}'\nZONE: '{zone}'\n"));
+            // `KEY: 'value'` lines, as JAX's `get_tpu_env_value` parses them; no
+            // MEGASCALE_* keys: one slice.
+            let accelerator = node["acceleratorType"].as_str().unwrap_or_default();
+            attributes.insert(
+                "tpu-env".into(),
+                format!("ACCELERATOR_TYPE: '{accelerator}'\nNODE_ID: '{node_id}'\nWORKER_ID: '{i}'\nZONE: '{zone}'\n"),
+            );
             WorkerSpec {
                 node_id: node_id.clone(),
                 index: i as u32,

@@ -61,6 +61,21 @@ async fn bad_requests_get_googles_errors() {
     let spot = json!({"acceleratorType": "v4-8", "runtimeVersion": "tpu-vm-base", "schedulingConfig": {"spot": true}});
     let (status, _) = fx.api("POST", &format!("{PARENT}/nodes?nodeId=x"), Some(spot)).await;
     assert_eq!(status, 400, "spot goes through queued resources");
+    for junk in [json!([1, 2]), json!("v4-8"), json!({"acceleratorType": 8, "runtimeVersion": "tpu-vm-base"})] {
+        let (status, err) = fx.api("POST", &format!("{PARENT}/nodes?nodeId=junk"), Some(junk.clone())).await;
+        assert_eq!((status, err["error"]["status"].as_str()), (400, Some("INVALID_ARGUMENT")), "{junk}: {err}");
+    }
+    let auth = format!("Authorization: Bearer {}", fx.token);
+    let (status, err) = crate::support::curl(
+        &fx.sim.info().ca,
+        "POST",
+        &fx.url(&format!("{PARENT}/nodes?nodeId=junk")),
+        Some("{not json".into()),
+        &[&auth],
+        "application/json",
+    )
+    .await;
+    assert_eq!((status, err["error"]["status"].as_str()), (400, Some("INVALID_ARGUMENT")), "{err}");
     let (status, err) = fx.api("GET", &format!("{PARENT}/operations/operation-nope"), None).await;
     assert_eq!((status, err["error"]["code"].as_u64()), (404, Some(404)));
     // Nothing was made by any of them.

@@ -123,15 +123,20 @@ async fn two_workers_log_in_see_each_other_and_die_with_a_preemption() {
         let (code, out) = ssh
             .run(
                 &ip(i),
-                &format!("{meta}/agent-worker-number; echo; {meta}/worker-network-endpoints; echo; {meta}/team"),
+                &format!(
+                    "{meta}/agent-worker-number; echo; {meta}/worker-network-endpoints; echo; {meta}/team; echo; \
+                     {meta}/tpu-env | grep WORKER_ID"
+                ),
             )
             .await;
         assert_eq!(code, 0, "worker {i}: {out}");
         let lines: Vec<&str> = out.lines().collect();
         assert_eq!(lines[0], i.to_string());
-        let ips: Vec<&str> = lines[1].split(',').map(|e| e.rsplit(':').next().unwrap()).collect();
+        // As JAX reads it: `worker.split(':')[2]` of each comma-separated entry.
+        let ips: Vec<&str> = lines[1].split(',').map(|e| e.split(':').nth(2).unwrap()).collect();
         assert_eq!(ips, [ip(0), ip(1)], "{out}");
         assert_eq!(lines[2], "jax", "the node's own metadata is there too");
+        assert_eq!(lines[3], format!("WORKER_ID: '{i}'"));
     }
 
     // A worker calls the API (as worker 0 deleting its own VM does) with the metadata
