@@ -2,5 +2,6 @@
 
 mod config;
 mod host;
+mod sim;
 mod support;
 mod workers;
