@@ -5,8 +5,10 @@
 
 pub mod api;
 pub mod auth;
+pub mod backend;
 pub mod cloud;
 pub mod config;
 pub mod fit;
 pub mod host;
-pub mod backend;
+
+pub use host::TpuType;

@@ -13,14 +13,14 @@ pub static HOST_TYPES: &[&dyn HostType] = &[
     &theseus_backend_ssh::plain::PlainType,
     &theseus_backend_slurm::SlurmType,
     &theseus_backend_volcano::VolcanoType,
+    &theseus_backend_tpu::TpuType,
     &theseus_core::local::LocalType,
 ];
 
 /// The registry config loading reads hosts with: `types` ([`HOST_TYPES`] in the `theseus`
-/// binary); a host without `type:` is a plain one, and the original dispatcher's `tpu` hosts are
-/// set aside with a warning.
+/// binary); a host without `type:` is a plain one.
 pub fn registry(types: &[&'static dyn HostType]) -> HostTypes {
-    HostTypes::new(types).with_default("plain").with_not_built(&["tpu"])
+    HostTypes::new(types).with_default("plain")
 }
 
 /// The backend of host `name`.

@@ -442,23 +442,20 @@ fn yaml_syntax_error_has_line_and_column() {
 }
 
 #[test]
-fn tpu_hosts_are_set_aside_with_a_warning_and_so_are_priority_entries_naming_them() {
+fn tpu_hosts_load_as_tpu_hosts_and_priority_entries_naming_them_stay() {
     Jail::expect_with(|jail| {
         let setup = Setup::new(
             jail,
-            Some("priority: [pod, local]\nhosts:\n  pod: {type: tpu, cluster: local, zone: us-central2-b}\n"),
+            Some(
+                "priority: [pod, local]\nhosts:\n  pod: {type: tpu, cluster: local, zone: us-central2-b, \
+                 accelerator_type: v4-8}\n",
+            ),
             None,
         );
         let loaded = setup.load();
-        assert!(!loaded.config.hosts.contains_key("pod"));
-        assert_eq!(loaded.config.priority, ["local"]);
-        assert_eq!(
-            loaded.warnings,
-            [
-                "~/.theseus.yaml: hosts.pod: type `tpu` is not supported by theseus yet; the host is left out of solving",
-                "priority: `pod` is a `tpu` host, which theseus does not support yet; the entry is ignored",
-            ]
-        );
+        assert_eq!(loaded.config.hosts["pod"].kind().to_string(), "tpu");
+        assert_eq!(loaded.config.priority, ["pod", "local"]);
+        assert!(loaded.warnings.is_empty(), "{:#?}", loaded.warnings);
         Ok(())
     });
 }
@@ -471,12 +468,12 @@ fn the_original_example_config_loads_with_warnings() {
         let loaded = setup.load();
         let hosts: Vec<&str> = loaded.config.hosts.keys().map(String::as_str).collect();
         assert!(
-            !hosts.contains(&"my-tpu-v4") && hosts.contains(&"gpu-cluster") && hosts.contains(&"hpc-login"),
+            hosts.contains(&"my-tpu-v4") && hosts.contains(&"gpu-cluster") && hosts.contains(&"hpc-login"),
             "{hosts:?}"
         );
-        assert_eq!(loaded.warnings.len(), 2, "{:#?}", loaded.warnings);
-        assert!(loaded.warnings[0].contains("hosts.my-tpu-v4: type `tpu` is not supported"), "{:#?}", loaded.warnings);
-        let juicefs = &loaded.warnings[1];
+        assert_eq!(loaded.config.hosts["my-tpu-v4"].kind().to_string(), "tpu");
+        assert_eq!(loaded.warnings.len(), 1, "{:#?}", loaded.warnings);
+        let juicefs = &loaded.warnings[0];
         assert!(
             juicefs.starts_with("~/.theseus.yaml: clusters.hpc: mount, cache_size, cache_dir, all_squash are ignored"),
             "{juicefs}"
@@ -525,7 +522,7 @@ fn unknown_host_type_lists_valid_types() {
         let setup = Setup::new(jail, Some("hosts:\n  pod: {type: gpu, cluster: local}\n"), None);
         assert_eq!(
             setup.error(),
-            "~/.theseus.yaml: hosts.pod.type: unknown host type \"gpu\" (expected one of: plain, slurm, volcano, local)"
+            "~/.theseus.yaml: hosts.pod.type: unknown host type \"gpu\" (expected one of: plain, slurm, volcano, tpu, local)"
         );
         Ok(())
     });
@@ -618,8 +615,9 @@ fn host_config_reads_with_default_type() {
     };
     let host = read(serde_json::json!({"ssh": "a", "cluster": "c"})).unwrap();
     assert_eq!(host.kind(), theseus_backend_ssh::plain::KIND);
-    let error = read(serde_json::json!({"type": "tpu", "cluster": "c"})).unwrap_err();
-    assert_eq!(error.message, "TPU hosts are not supported yet");
+    // A tpu host reads as one (its zone and accelerator type are checked once layers merge).
+    let host = read(serde_json::json!({"type": "tpu", "cluster": "c"})).unwrap();
+    assert_eq!(host.kind().to_string(), "tpu");
     let error = read(serde_json::json!({"type": "local", "ssh": "x"})).unwrap_err();
     let error = format!("{}: {}", error.path, error.message);
     assert!(error.starts_with("host.ssh: unknown key \"ssh\""), "{error}");

@@ -1,1 +1,0 @@
-//! (part of issue 27: filled by its part)

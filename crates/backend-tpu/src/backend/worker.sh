@@ -1,0 +1,34 @@
+# The body of theseus's TPU worker wrapper (`.theseus/tpu-worker.sh`, the values above it are
+# rendered per worker): runs the bootstrap; on worker 0 of a VM theseus created for the job (and
+# not kept with `--keep`), then deletes the VM through the Cloud TPU API with the token of the
+# VM's own service account (metadata server), once the run's exit code is written and
+# `theseus_tpu_delete_after` seconds have passed, so that a client following the job still
+# reads its end. The deleter leaves the run's session and marker: it is not the job. The API is
+# where gcloud on the VM would look: CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU, else Google's, with
+# CLOUDSDK_CORE_CUSTOM_CA_CERTS_FILE as an extra CA when set.
+bash -- "$theseus_tpu_bootstrap"
+theseus_tpu_rc=$?
+if [[ "$theseus_tpu_delete" == 1 ]]; then
+  theseus_tpu_endpoint=${CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU:-https://tpu.googleapis.com/}
+  theseus_tpu_url="${theseus_tpu_endpoint%/}/v2/$theseus_tpu_resource"
+  theseus_tpu_ca=${CLOUDSDK_CORE_CUSTOM_CA_CERTS_FILE:-}
+  env -u THESEUS_LOCAL_RUN setsid nohup bash -c '
+exit_file=$1 after=$2 url=$3 ca=$4 log=$5
+exec >> "$log" 2>&1
+i=0
+while [ ! -e "$exit_file" ] && [ "$i" -lt 600 ]; do sleep 1; i=$((i + 1)); done
+sleep "$after"
+md=${GCE_METADATA_HOST:-metadata.google.internal}
+token=$(curl -fsS --max-time 10 -H "Metadata-Flavor: Google" \
+  "http://$md/computeMetadata/v1/instance/service-accounts/default/token" \
+  | sed -n "s/.*\"access_token\" *: *\"\([^\"]*\)\".*/\1/p")
+[ -n "$token" ] || { echo "theseus: no token from the metadata server $md: the VM stays"; exit 1; }
+cacert=()
+[ -n "$ca" ] && cacert=(--cacert "$ca")
+echo "theseus: deleting the VM (the job ended): DELETE $url"
+printf "Authorization: Bearer %s\n" "$token" | curl -fsS --max-time 60 "${cacert[@]}" -H @- -X DELETE "$url" > /dev/null \
+  || echo "theseus: the delete failed: the VM stays (theseus gc lists it)"
+' bash "$theseus_tpu_exit_file" "$theseus_tpu_delete_after" "$theseus_tpu_url" "$theseus_tpu_ca" \
+    "$theseus_tpu_delete_log" > /dev/null 2>&1 < /dev/null &
+fi
+exit "$theseus_tpu_rc"

@@ -1,0 +1,361 @@
+//! The simulator's state: nodes (`google.cloud.tpu.v2.Node`), queued resources
+//! (`QueuedResource`), long-running operations (`google.longrunning.Operation` with
+//! `google.cloud.tpu.v2.OperationMetadata`), quota and capacity per zone; and how a create
+//! request's body becomes a Node (validation as the API does it: unknown fields, required
+//! fields, label syntax; field names in errors as Google's `BadRequest` gives them).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+
+use serde_json::{Map, Value, json};
+
+use crate::accel;
+use crate::error::{ApiError, rpc_status};
+use crate::workers::Running;
+
+/// A node and what the simulator keeps beside its resource.
+pub(crate) struct NodeRec {
+    pub(crate) json: Value,
+    /// Unique per create: a node deleted and made again under its name is another node.
+    pub(crate) uid: u64,
+    /// Last octets of the workers' addresses (worker order).
+    pub(crate) ips: Vec<u8>,
+    /// The workers while the node is READY.
+    pub(crate) workers: Option<Running>,
+    /// Its workers are being started: their addresses stay taken until the start ends, even if
+    /// the node is deleted meanwhile (the start then stops them and frees the addresses).
+    pub(crate) starting: bool,
+}
+
+/// Everything the API serves.
+#[derive(Default)]
+pub(crate) struct State {
+    pub(crate) nodes: BTreeMap<String, NodeRec>,
+    pub(crate) qrs: BTreeMap<String, Value>,
+    pub(crate) ops: BTreeMap<String, Value>,
+    /// Accelerator cores allowed per (project, zone); absent: no limit.
+    pub(crate) quota: HashMap<(String, String), u32>,
+    /// Zones out of capacity.
+    pub(crate) stockout: HashSet<String>,
+    used_ips: BTreeSet<u8>,
+    next_uid: u64,
+}
+
+/// Top-level fields of `google.cloud.tpu.v2.Node` (JSON names); others are refused as the
+/// API's JSON parser refuses them.
+const NODE_FIELDS: &[&str] = &[
+    "name",
+    "description",
+    "acceleratorType",
+    "state",
+    "healthDescription",
+    "runtimeVersion",
+    "networkConfig",
+    "networkConfigs",
+    "cidrBlock",
+    "serviceAccount",
+    "createTime",
+    "schedulingConfig",
+    "networkEndpoints",
+    "health",
+    "labels",
+    "metadata",
+    "tags",
+    "id",
+    "dataDisks",
+    "apiVersion",
+    "symptoms",
+    "shieldedInstanceConfig",
+    "acceleratorConfig",
+    "queuedResource",
+    "multisliceNode",
+    "bootDiskConfig",
+    "upcomingMaintenance",
+];
+
+/// RFC 1035 labels, as the API wants node and queued-resource ids.
+pub(crate) fn valid_id(id: &str) -> bool {
+    let bytes = id.as_bytes();
+    !bytes.is_empty()
+        && bytes.len() <= 63
+        && bytes[0].is_ascii_lowercase()
+        && bytes.iter().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
+        && !id.ends_with('-')
+}
+
+/// GCE label rules: keys start with a lowercase letter; keys and values use `[a-z0-9_-]`
+/// (and international lowercase letters, not modelled), at most 63 characters.
+fn valid_label(key: &str, value: &str) -> bool {
+    let ok = |s: &str| {
+        s.len() <= 63 && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
+    };
+    key.as_bytes().first().is_some_and(u8::is_ascii_lowercase) && ok(key) && ok(value)
+}
+
+fn string_map(body: &Value, field: &str, json_field: &str) -> Result<(), ApiError> {
+    match body.get(json_field) {
+        None => Ok(()),
+        Some(Value::Object(map)) if map.values().all(Value::is_string) => Ok(()),
+        Some(_) => Err(ApiError::invalid(field, format!("Invalid value at '{field}': a map of strings is expected"))),
+    }
+}
+
+/// The current time as Google's JSON timestamps are written (RFC 3339, UTC).
+pub(crate) fn now_rfc3339() -> String {
+    time::OffsetDateTime::now_utc()
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_else(|_| "1970-01-01T00:00:00Z".into())
+}
+
+impl State {
+    /// Reserves `count` worker addresses (last octets 2..=254 of the sim's /24).
+    pub(crate) fn take_ips(&mut self, count: u32) -> Option<Vec<u8>> {
+        let free: Vec<u8> = (2..=254u8).filter(|ip| !self.used_ips.contains(ip)).take(count as usize).collect();
+        if free.len() != count as usize {
+            return None;
+        }
+        self.used_ips.extend(&free);
+        Some(free)
+    }
+
+    pub(crate) fn release_ips(&mut self, ips: &[u8]) {
+        for ip in ips {
+            self.used_ips.remove(ip);
+        }
+    }
+
+    pub(crate) fn next_uid(&mut self) -> u64 {
+        self.next_uid += 1;
+        // A 19-digit id as the API's; the counter keeps it unique.
+        7_000_000_000_000_000_000 + self.next_uid
+    }
+
+    /// Accelerator cores in use by the nodes of a project and zone.
+    pub(crate) fn cores_used(&self, project: &str, zone: &str) -> u32 {
+        let prefix = format!("projects/{project}/locations/{zone}/nodes/");
+        self.nodes
+            .iter()
+            .filter(|(name, _)| name.starts_with(&prefix))
+            .filter_map(|(_, n)| n.json["acceleratorType"].as_str().and_then(accel::parse))
+            .map(|a| a.size)
+            .sum()
+    }
+
+    /// Refuses a create of `cores` over the zone's quota.
+    pub(crate) fn check_quota(&self, project: &str, zone: &str, cores: u32) -> Result<(), ApiError> {
+        let Some(&limit) = self.quota.get(&(project.to_owned(), zone.to_owned())) else { return Ok(()) };
+        let used = self.cores_used(project, zone);
+        if used + cores > limit { Err(ApiError::quota(project, zone, limit, cores, used)) } else { Ok(()) }
+    }
+
+    /// A new, running operation of `verb` on `target` in `parent` (`projects/P/locations/Z`).
+    pub(crate) fn new_operation(&mut self, parent: &str, verb: &str, target: &str) -> String {
+        let id: String = format!("operation-{}-{:016x}", time_millis(), rand::random::<u64>());
+        let name = format!("{parent}/operations/{id}");
+        let op = json!({
+            "name": name,
+            "metadata": {
+                "@type": "type.googleapis.com/google.cloud.tpu.v2.OperationMetadata",
+                "createTime": now_rfc3339(),
+                "target": target,
+                "verb": verb,
+                "cancelRequested": false,
+                "apiVersion": "v2",
+            },
+            "done": false,
+        });
+        self.ops.insert(name.clone(), op);
+        name
+    }
+
+    /// Ends an operation with a response or a `google.rpc.Status`.
+    pub(crate) fn finish_operation(&mut self, name: &str, result: Result<Value, (i32, String)>) {
+        let Some(op) = self.ops.get_mut(name) else { return };
+        if op["done"] == true {
+            return;
+        }
+        op["done"] = json!(true);
+        op["metadata"]["endTime"] = json!(now_rfc3339());
+        match result {
+            Ok(response) => op["response"] = response,
+            Err((code, message)) => op["error"] = rpc_status(code, &message),
+        }
+    }
+}
+
+fn time_millis() -> u128 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0)
+}
+
+/// What a create request asks for, checked.
+#[derive(Debug)]
+pub(crate) struct NodeRequest {
+    pub(crate) body: Map<String, Value>,
+    pub(crate) accel: accel::AcceleratorType,
+}
+
+/// Checks a Node body of `nodes.create` or a queued resource's node spec; `field` prefixes
+/// field names in errors (`node`, `queued_resource.tpu.node_spec[0].node`).
+pub(crate) fn check_node_body(body: &Value, field: &str) -> Result<NodeRequest, ApiError> {
+    let Value::Object(map) = body else {
+        return Err(ApiError::invalid(field, format!("Invalid JSON payload received: '{field}' must be an object.")));
+    };
+    if let Some(unknown) = map.keys().find(|k| !NODE_FIELDS.contains(&k.as_str())) {
+        return Err(ApiError::invalid(
+            field,
+            format!("Invalid JSON payload received. Unknown name \"{unknown}\" at '{field}': Cannot find field."),
+        ));
+    }
+    if map.contains_key("acceleratorConfig") && !map.contains_key("acceleratorType") {
+        return Err(ApiError::invalid(
+            &format!("{field}.accelerator_config"),
+            "acceleratorConfig is not modelled by the simulator; give acceleratorType",
+        ));
+    }
+    let accel_text = map.get("acceleratorType").and_then(Value::as_str).unwrap_or_default();
+    if accel_text.is_empty() {
+        return Err(ApiError::invalid(&format!("{field}.accelerator_type"), "Field accelerator_type is required."));
+    }
+    let accel = accel::parse(accel_text).ok_or_else(|| {
+        ApiError::invalid(
+            &format!("{field}.accelerator_type"),
+            format!(
+                "Accelerator type \"{accel_text}\" is not available in this zone. Valid types: {}",
+                accel::all().join(", ")
+            ),
+        )
+    })?;
+    let runtime = map.get("runtimeVersion").and_then(Value::as_str).unwrap_or_default();
+    if runtime.is_empty() {
+        return Err(ApiError::invalid(&format!("{field}.runtime_version"), "Field runtime_version is required."));
+    }
+    if !accel::RUNTIME_VERSIONS.contains(&runtime) {
+        return Err(ApiError::invalid(
+            &format!("{field}.runtime_version"),
+            format!(
+                "Runtime version \"{runtime}\" is not found. Valid versions: {}",
+                accel::RUNTIME_VERSIONS.join(", ")
+            ),
+        ));
+    }
+    string_map(body, &format!("{field}.labels"), "labels")?;
+    string_map(body, &format!("{field}.metadata"), "metadata")?;
+    if let Some(Value::Object(labels)) = map.get("labels")
+        && let Some((k, _)) = labels.iter().find(|(k, v)| !valid_label(k, v.as_str().unwrap_or_default()))
+    {
+        return Err(ApiError::invalid(
+            &format!("{field}.labels"),
+            format!(
+                "Invalid label \"{k}\": keys and values use lowercase letters, digits, '_' and '-', at most 63 characters; keys start with a letter."
+            ),
+        ));
+    }
+    Ok(NodeRequest { body: map.clone(), accel })
+}
+
+/// The Node resource for a checked request, in state CREATING.
+pub(crate) fn new_node(
+    req: &NodeRequest,
+    name: &str,
+    project: &str,
+    uid: u64,
+    ips: &[u8],
+    subnet: [u8; 2],
+    queued_resource: Option<&str>,
+) -> Value {
+    let mut node = Value::Object(req.body.clone());
+    let region = zone_region(name.split('/').nth(3).unwrap_or_default());
+    let network = node["networkConfig"].as_object().cloned().unwrap_or_default();
+    let external = network.get("enableExternalIps").and_then(Value::as_bool).unwrap_or(false);
+    node["networkConfig"] = json!({
+        "network": network.get("network").cloned().unwrap_or_else(|| json!(format!("projects/{project}/global/networks/default"))),
+        "subnetwork": network.get("subnetwork").cloned().unwrap_or_else(|| json!(format!("projects/{project}/regions/{region}/subnetworks/default"))),
+        "enableExternalIps": external,
+    });
+    if node.get("serviceAccount").is_none() {
+        node["serviceAccount"] = json!({
+            "email": format!("{project}-compute@developer.gserviceaccount.com"),
+            "scope": [crate::auth::CLOUD_PLATFORM],
+        });
+    }
+    let endpoints: Vec<Value> = ips
+        .iter()
+        .map(|ip| {
+            let address = format!("10.{}.{}.{ip}", subnet[0], subnet[1]);
+            // In the simulator the "external" address is the internal one: both are reached
+            // through the `ssh_proxy` (a documented divergence).
+            if external {
+                json!({"ipAddress": address, "port": 8470, "accessConfig": {"externalIp": address}})
+            } else {
+                json!({"ipAddress": address, "port": 8470})
+            }
+        })
+        .collect();
+    node["name"] = json!(name);
+    node["state"] = json!("CREATING");
+    node["networkEndpoints"] = json!(endpoints);
+    node["cidrBlock"] = json!(format!("10.{}.{}.0/24", subnet[0], subnet[1]));
+    node["createTime"] = json!(now_rfc3339());
+    node["id"] = json!(uid.to_string());
+    node["apiVersion"] = json!("V2");
+    if let Some(qr) = queued_resource {
+        node["queuedResource"] = json!(qr);
+    }
+    for output_only in ["health", "healthDescription", "symptoms", "multisliceNode"] {
+        if let Some(map) = node.as_object_mut() {
+            map.remove(output_only);
+        }
+    }
+    node
+}
+
+/// `us-central2-b` -> `us-central2`.
+pub(crate) fn zone_region(zone: &str) -> &str {
+    zone.rsplit_once('-').map_or(zone, |(region, _)| region)
+}
+
+/// A node's spot or preemptible setting (a queued resource's node is spot when the QR is).
+pub(crate) fn is_spot_or_preemptible(node: &Value) -> bool {
+    let sc = &node["schedulingConfig"];
+    sc["spot"] == true || sc["preemptible"] == true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(body: Value) -> Result<NodeRequest, ApiError> {
+        check_node_body(&body, "node")
+    }
+
+    #[test]
+    fn node_bodies_are_checked_as_the_api_does() {
+        let good = json!({"acceleratorType": "v4-16", "runtimeVersion": "tpu-ubuntu2204-base", "labels": {"theseus-run": "r1_x"}});
+        assert_eq!(req(good).unwrap().accel.workers, 2);
+        let field = |body: Value| req(body).unwrap_err().details[0]["fieldViolations"][0]["field"].clone();
+        assert_eq!(field(json!({"runtimeVersion": "tpu-vm-base"})), "node.accelerator_type");
+        assert_eq!(field(json!({"acceleratorType": "v4-7", "runtimeVersion": "tpu-vm-base"})), "node.accelerator_type");
+        assert_eq!(field(json!({"acceleratorType": "v4-8"})), "node.runtime_version");
+        assert_eq!(field(json!({"acceleratorType": "v4-8", "runtimeVersion": "tpu-vm-9"})), "node.runtime_version");
+        let bad_label = json!({"acceleratorType": "v4-8", "runtimeVersion": "tpu-vm-base", "labels": {"Run": "x"}});
+        assert_eq!(field(bad_label), "node.labels");
+        let unknown =
+            req(json!({"acceleratorType": "v4-8", "runtimeVersion": "tpu-vm-base", "zone": "x"})).unwrap_err();
+        assert!(unknown.message.contains("Unknown name \"zone\""), "{}", unknown.message);
+        assert!(valid_id("my-tpu-1") && !valid_id("My") && !valid_id("1a") && !valid_id("a-") && !valid_id(""));
+    }
+
+    #[test]
+    fn a_new_node_has_one_endpoint_per_worker_and_output_fields() {
+        let r = req(json!({"acceleratorType": "v4-16", "runtimeVersion": "tpu-vm-base", "state": "READY"})).unwrap();
+        let node = new_node(&r, "projects/p/locations/us-central2-b/nodes/n", "p", 7, &[2, 3], [77, 1], None);
+        assert_eq!(node["state"], "CREATING");
+        assert_eq!(node["networkEndpoints"][1]["ipAddress"], "10.77.1.3");
+        assert!(node["networkEndpoints"][0].get("accessConfig").is_none());
+        assert_eq!(node["networkConfig"]["subnetwork"], "projects/p/regions/us-central2/subnetworks/default");
+        let mut state = State::default();
+        assert_eq!(state.take_ips(252).map(|v| v.len()), Some(252));
+        assert_eq!(state.take_ips(2), None);
+        state.release_ips(&[9]);
+        assert_eq!(state.take_ips(1), Some(vec![9]));
+    }
+}
