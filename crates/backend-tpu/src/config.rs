@@ -341,17 +341,29 @@ pub fn run_label(run_id: &str) -> String {
     out
 }
 
-/// Checks an API endpoint: an `https://` URL with a host (a trailing `/` is optional).
+/// Checks an API endpoint: an `https://` URL with a host (a trailing `/` is optional), or
+/// `http://` to this machine (`127.0.0.1`, `localhost`, `[::1]`: a local emulator).
 ///
 /// # Errors
 /// What is wrong and an example.
 pub fn check_endpoint(endpoint: &str) -> Result<(), String> {
-    let Some(rest) = endpoint.strip_prefix("https://") else {
-        return Err(format!("{endpoint:?} is not an https:// URL (e.g. https://tpu.googleapis.com/)"));
+    let bad = || format!("{endpoint:?} is not an https:// URL (e.g. https://tpu.googleapis.com/)");
+    let (rest, plain) = match (endpoint.strip_prefix("https://"), endpoint.strip_prefix("http://")) {
+        (Some(rest), _) => (rest, false),
+        (None, Some(rest)) => (rest, true),
+        (None, None) => return Err(bad()),
     };
     let host = rest.split('/').next().unwrap_or_default();
     if host.is_empty() || host.contains(char::is_whitespace) || rest.contains(['?', '#']) {
-        return Err(format!("{endpoint:?} is not an https:// URL (e.g. https://tpu.googleapis.com/)"));
+        return Err(bad());
+    }
+    let name = host
+        .rsplit_once(':')
+        .map_or(host, |(name, port)| if port.chars().all(|c| c.is_ascii_digit()) { name } else { host });
+    if plain && !matches!(name, "127.0.0.1" | "localhost" | "[::1]") {
+        return Err(format!(
+            "{endpoint:?}: plain http:// only reaches this machine (127.0.0.1, localhost); use https://"
+        ));
     }
     Ok(())
 }
@@ -466,6 +478,8 @@ mod tests {
                 "hosts.t.metadata.bad key",
             ),
             (TpuSettings { api_endpoint: Some("http://x/".into()), ..host() }, "hosts.t.api_endpoint"),
+            (TpuSettings { api_endpoint: Some("ftp://x/".into()), ..host() }, "hosts.t.api_endpoint"),
+            (TpuSettings { api_endpoint: Some("https:///v2".into()), ..host() }, "hosts.t.api_endpoint"),
             (TpuSettings { api_timeout: Some("0s".into()), ..host() }, "hosts.t.api_timeout"),
             (TpuSettings { probe_timeout: Some("soon".into()), ..host() }, "hosts.t.probe_timeout"),
             (TpuSettings { ssh_user: Some("a b".into()), ..host() }, "hosts.t.ssh_user"),
@@ -475,6 +489,11 @@ mod tests {
         }
         let ok = TpuSettings { project: Some("example.com:my-proj".into()), ..host() };
         assert!(ok.check_keys("hosts.t").is_ok());
+        for endpoint in
+            ["https://tpu.googleapis.com/", "https://127.0.0.1:8443", "http://127.0.0.1:9/", "http://localhost/"]
+        {
+            assert!(check_endpoint(endpoint).is_ok(), "{endpoint}");
+        }
     }
 
     #[test]
