@@ -34,10 +34,13 @@ fn auth(env: Env) -> Auth {
     Auth::new(env, Http::new(None, None).unwrap()).with_metadata_timeout(Duration::from_millis(500))
 }
 
+/// One request's form fields.
+type Form = Vec<(String, String)>;
+
 /// A token endpoint that keeps each request's form and answers `answer`.
 #[derive(Clone)]
 struct TokenEndpoint {
-    forms: Arc<Mutex<Vec<Vec<(String, String)>>>>,
+    forms: Arc<Mutex<Vec<Form>>>,
     answer: ResponseTemplate,
 }
 
