@@ -158,7 +158,10 @@ impl Client {
     /// Any failure but `NOT_FOUND`.
     pub async fn get_node(&self, id: &str) -> Result<Option<ApiNode>, TpuError> {
         let ctx = self.context(format!("get TPU VM {id}"), "");
-        absent_is_none(self.call(Method::Get, &format!("{}/nodes/{id}", self.parent()), None::<&()>, &ctx).await)
+        absent_is_none(
+            self.call(Method::Get, &format!("{}/nodes/{id}", self.parent()), None::<&()>, &ctx).await,
+            &self.zone,
+        )
     }
 
     /// `GET nodes` with every page.
@@ -201,7 +204,10 @@ impl Client {
     /// Any failure but `NOT_FOUND`.
     pub async fn delete_node(&self, id: &str) -> Result<Option<Operation>, TpuError> {
         let ctx = self.context(format!("delete TPU VM {id}"), "");
-        absent_is_none(self.call(Method::Delete, &format!("{}/nodes/{id}", self.parent()), None::<&()>, &ctx).await)
+        absent_is_none(
+            self.call(Method::Delete, &format!("{}/nodes/{id}", self.parent()), None::<&()>, &ctx).await,
+            &self.zone,
+        )
     }
 
     /// `POST queuedResources?queuedResourceId={id}`.
@@ -227,7 +233,7 @@ impl Client {
     pub async fn get_queued_resource(&self, id: &str) -> Result<Option<QueuedResource>, TpuError> {
         let ctx = self.context(format!("get queued resource {id}"), "");
         let path = format!("{}/queuedResources/{id}", self.parent());
-        absent_is_none(self.call(Method::Get, &path, None::<&()>, &ctx).await)
+        absent_is_none(self.call(Method::Get, &path, None::<&()>, &ctx).await, &self.zone)
     }
 
     /// `DELETE queuedResources/{id}` (`force`: with its node); `None` when there is none.
@@ -240,7 +246,7 @@ impl Client {
         if force {
             path.push_str("?force=true");
         }
-        absent_is_none(self.call(Method::Delete, &path, None::<&()>, &ctx).await)
+        absent_is_none(self.call(Method::Delete, &path, None::<&()>, &ctx).await, &self.zone)
     }
 
     /// `GET {name}` of an operation (`projects/P/locations/Z/operations/X`).
@@ -343,13 +349,28 @@ fn path_of(url: &str) -> &str {
     url.split_once("://").and_then(|(_, rest)| rest.find('/').map(|i| &rest[i..])).unwrap_or(url)
 }
 
-/// `NOT_FOUND` as `None`.
-fn absent_is_none<T>(result: Result<T, TpuError>) -> Result<Option<T>, TpuError> {
+/// `NOT_FOUND` of the resource as `None`. A `NOT_FOUND` of the location (an unknown zone, or one
+/// the project cannot use) is an error naming the zone: Google's message then names the
+/// location and not the resource (`Location us-x1-a is not found or access is unauthorized`).
+fn absent_is_none<T>(result: Result<T, TpuError>, zone: &str) -> Result<Option<T>, TpuError> {
     match result {
         Ok(v) => Ok(Some(v)),
+        Err(e) if e.kind == ErrorKind::NotFound && is_location_error(&e.message) => Err(TpuError::new(
+            ErrorKind::Invalid,
+            format!(
+                "{}; check the host's `zone` ({zone}): it must be a zone with Cloud TPUs that the project may use",
+                e.message
+            ),
+        )),
         Err(e) if e.kind == ErrorKind::NotFound => Ok(None),
         Err(e) => Err(e),
     }
+}
+
+/// Whether a `NOT_FOUND` line is about the location rather than a node or queued resource.
+fn is_location_error(message: &str) -> bool {
+    let lower = message.to_ascii_lowercase();
+    lower.contains("location") && !lower.contains("/nodes/") && !lower.contains("/queuedresources/")
 }
 
 /// Percent-encodes a query value (ids and page tokens are mostly safe; `+`, `/`, `=` are not).
@@ -379,6 +400,17 @@ mod tests {
     fn query_values_are_escaped() {
         assert_eq!(query_escape("a+b/c=="), "a%2Bb%2Fc%3D%3D");
         assert_eq!(query_escape("node-1"), "node-1");
+    }
+
+    #[test]
+    fn a_missing_location_is_not_a_missing_node() {
+        assert!(is_location_error(
+            "not found (get TPU VM t): Location us-x1-a is not found or access is unauthorized."
+        ));
+        assert!(!is_location_error(
+            "not found (get TPU VM t): Resource 'projects/p/locations/z/nodes/t' was not found"
+        ));
+        assert!(!is_location_error("not found (get TPU VM t): node t not found"));
     }
 
     #[test]

@@ -249,3 +249,58 @@ async fn transient_failures_are_tried_again() {
     let e = cloud.node().await.unwrap_err();
     assert!(e.is_transient() && e.message.contains("HTTP 503"), "{e}");
 }
+
+#[tokio::test]
+async fn a_create_whose_answer_was_lost_is_still_ours() {
+    let (server, fake) = FakeTpu::start().await;
+    fake.with(|s| s.lose_next_post = true);
+    let cloud = cloud_for(&settings(&server.uri()));
+    let (_, progress) = lines();
+    let ensured = cloud.ensure_ready(true, &labels("r9", "me"), &[], &progress).await.unwrap();
+    // The retried POST met the node the first one made: this run made it, so it deletes it.
+    assert_eq!(fake.count("POST"), 2);
+    assert!(ensured.created);
+}
+
+#[tokio::test]
+async fn a_vm_made_meanwhile_by_another_run_is_not_ours() {
+    let (server, fake) = FakeTpu::start().await;
+    fake.put_node("t", "CREATING", true);
+    let cloud = cloud_for(&settings(&server.uri()));
+    let (_, progress) = lines();
+    let ensured = cloud.ensure_ready(true, &labels("r9", "me"), &[], &progress).await.unwrap();
+    assert!(!ensured.created, "a VM this call did not make is not deleted by it");
+    assert_eq!(fake.count("POST"), 0);
+}
+
+#[tokio::test]
+async fn an_ended_queued_resource_is_replaced() {
+    let (server, fake) = FakeTpu::start().await;
+    let stale = serde_json::json!({
+        "name": "projects/p/locations/us-central2-b/queuedResources/t",
+        "tpu": {"nodeSpec": [{"parent": "projects/p/locations/us-central2-b", "nodeId": "t", "node": {}}]},
+        "spot": {},
+        "state": {"state": "SUSPENDED"}
+    });
+    fake.with(|s| s.queued.insert("t".into(), stale));
+    let cloud = cloud_for(&TpuSettings { spot: true, ..settings(&server.uri()) });
+    let (_, progress) = lines();
+    let ensured = cloud.ensure_ready(true, &labels("r", "me"), &[], &progress).await.unwrap();
+    assert!(ensured.created && ensured.node.is_ready());
+    assert_eq!(fake.count(&format!("DELETE {QUEUED}/t?force=true")), 1);
+    assert_eq!(fake.count(&format!("POST {QUEUED}")), 2);
+}
+
+#[tokio::test]
+async fn an_unknown_zone_is_not_an_absent_vm() {
+    let (server, fake) = FakeTpu::start().await;
+    let cloud = cloud_for(&TpuSettings { zone: "us-x1-a".into(), ..settings(&server.uri()) });
+    let e = cloud.plan_creation().await.unwrap_err();
+    assert!(
+        e.message.contains("Location us-x1-a is not found") && e.message.contains("check the host's `zone` (us-x1-a)"),
+        "{e}"
+    );
+    let (_, progress) = lines();
+    assert!(cloud.ensure_ready(true, &labels("r", "me"), &[], &progress).await.is_err());
+    assert_eq!(fake.count("POST"), 0);
+}

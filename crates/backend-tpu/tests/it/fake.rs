@@ -35,6 +35,8 @@ pub(crate) struct State {
     pub accepted_polls: u32,
     /// Answer the next N requests with this status (transient failures).
     pub fail_next: Vec<u16>,
+    /// Do the next POST's work but answer 503, as a lost answer looks to the client.
+    pub lose_next_post: bool,
     /// Every request: `METHOD /path?query`.
     pub log: Vec<String>,
     next_op: u32,
@@ -108,7 +110,16 @@ impl State {
     }
 
     fn handle(&mut self, method: &str, path: &str, query: &str, body: &[u8]) -> ResponseTemplate {
-        let rest = path.strip_prefix(&format!("/v2/{PARENT}/")).unwrap_or("");
+        let Some(rest) = path.strip_prefix(&format!("/v2/{PARENT}/")) else {
+            // Google's answer for a zone it does not know (or the project may not use).
+            let zone = path.split('/').nth(5).unwrap_or_default();
+            return error(
+                404,
+                "NOT_FOUND",
+                &format!("Location {zone} is not found or access is unauthorized."),
+                json!([]),
+            );
+        };
         let parts: Vec<&str> = rest.split('/').collect();
         match (method, parts.as_slice()) {
             ("GET", ["nodes"]) => {
@@ -230,6 +241,10 @@ impl Respond for FakeTpu {
         if auth != format!("Bearer {TOKEN}") {
             return error(401, "UNAUTHENTICATED", "Request had invalid authentication credentials.", json!([]));
         }
-        state.handle(&method, &path, &query, &request.body)
+        let answer = state.handle(&method, &path, &query, &request.body);
+        if method == "POST" && std::mem::take(&mut state.lose_next_post) {
+            return error(503, "UNAVAILABLE", "The service is currently unavailable.", json!([]));
+        }
+        answer
     }
 }
