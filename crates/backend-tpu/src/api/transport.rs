@@ -168,5 +168,14 @@ fn transport(host: &str, what: &str, error: &(dyn std::error::Error + 'static)) 
         }
         source = s.source();
     }
-    TpuError::new(ErrorKind::Transient, format!("could not reach {host} ({what}): {}", causes.join(": ")))
+    let mut message = format!("could not reach {host} ({what}): {}", causes.join(": "));
+    // A certificate that does not verify will not verify on the next attempt either.
+    let mut kind = ErrorKind::Transient;
+    if message.contains("certificate") {
+        kind = ErrorKind::Other;
+        message.push_str(
+            "; if the endpoint's certificate comes from a CA of its own, name its PEM file in CLOUDSDK_CORE_CUSTOM_CA_CERTS_FILE",
+        );
+    }
+    TpuError::new(kind, message)
 }

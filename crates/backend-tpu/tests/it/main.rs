@@ -4,3 +4,4 @@ mod auth;
 mod cloud;
 mod config;
 mod fake;
+mod tls;
