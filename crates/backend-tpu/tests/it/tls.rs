@@ -60,7 +60,7 @@ async fn https_server(ca: &Path) -> String {
 fn cloud(endpoint: &str, env: &Env) -> Result<Cloud, theseus_backend_tpu::api::TpuError> {
     let http = Http::new(env.extra_ca().as_deref(), None)?;
     let tokens = Arc::new(StaticToken(AccessToken::new("tok")));
-    Ok(Cloud::with_tokens("t", &settings(endpoint), env, http, tokens)?)
+    Cloud::with_tokens("t", &settings(endpoint), env, http, tokens)
 }
 
 #[tokio::test]
