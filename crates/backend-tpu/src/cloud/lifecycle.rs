@@ -297,7 +297,13 @@ async fn wait_operation(
                 format!("{}: the API answered an operation without a name", ctx.action),
             ));
         }
-        op = client.get_operation(&op.name).await?;
+        op = match client.get_operation(&op.name).await {
+            Ok(op) => op,
+            // The API forgot the operation (it keeps them for a while only): what it was about
+            // is read from the resource itself by the caller's next step.
+            Err(e) if e.kind == ErrorKind::NotFound => return Ok(op),
+            Err(e) => return Err(e),
+        };
     }
 }
 

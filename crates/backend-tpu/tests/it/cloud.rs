@@ -304,3 +304,15 @@ async fn an_unknown_zone_is_not_an_absent_vm() {
     assert!(cloud.ensure_ready(true, &labels("r", "me"), &[], &progress).await.is_err());
     assert_eq!(fake.count("POST"), 0);
 }
+
+#[tokio::test]
+async fn a_forgotten_operation_is_followed_through_the_vm() {
+    let (server, fake) = FakeTpu::start().await;
+    fake.with(|s| s.forget_ops = true);
+    let cloud = cloud_for(&settings(&server.uri()));
+    let (_, progress) = lines();
+    let ensured = cloud.ensure_ready(true, &labels("r", "me"), &[], &progress).await.unwrap();
+    assert!(ensured.created && ensured.node.is_ready());
+    assert!(cloud.delete(&progress).await.unwrap());
+    assert!(fake.with(|s| s.nodes.is_empty()));
+}

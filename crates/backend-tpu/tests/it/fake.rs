@@ -37,6 +37,8 @@ pub(crate) struct State {
     pub fail_next: Vec<u16>,
     /// Do the next POST's work but answer 503, as a lost answer looks to the client.
     pub lose_next_post: bool,
+    /// Answer 404 for every operation (the API no longer keeps them).
+    pub forget_ops: bool,
     /// Every request: `METHOD /path?query`.
     pub log: Vec<String>,
     next_op: u32,
@@ -215,7 +217,7 @@ impl State {
             },
             ("GET", ["operations", _]) => {
                 let name = path.trim_start_matches("/v2/");
-                match self.ops.get(name) {
+                match self.ops.get(name).filter(|_| !self.forget_ops) {
                     Some(op) => ResponseTemplate::new(200).set_body_json(op.clone()),
                     None => not_found(name),
                 }
