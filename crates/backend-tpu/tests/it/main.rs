@@ -1,5 +1,6 @@
 //! Integration tests of the TPU backend (one binary: modules per area).
 
+mod api;
 mod auth;
 mod cloud;
 mod config;
