@@ -82,7 +82,7 @@ pub(super) async fn ensure_ready(
                 }
                 // Someone else's create of the same id won the race: follow that VM.
             }
-            Some(node) if matches!(node.state.as_str(), "PREEMPTED" | "TERMINATED") => {
+            Some(node) if node.is_lost() => {
                 if !node.created_by_theseus {
                     return Err(TpuError::new(
                         ErrorKind::Refused,

@@ -197,7 +197,7 @@ impl Cloud {
     /// The API failed, or the host cannot create a VM (no `version`).
     pub async fn plan_creation(&self) -> Result<Option<String>, TpuError> {
         match self.node().await? {
-            Some(node) if !matches!(node.state.as_str(), "PREEMPTED" | "TERMINATED") => Ok(None),
+            Some(node) if !node.is_lost() => Ok(None),
             _ => {
                 self.check_creatable()?;
                 let project = self.client().await?.project().to_owned();
@@ -255,7 +255,7 @@ impl Cloud {
     /// Makes the VM `READY`: absent → create it (refused unless `create_confirmed`), with
     /// `labels` (plus `theseus-created=true`) and `ssh_keys` (`user:ssh-ed25519 AAAA...`
     /// lines) in its `ssh-keys` metadata; `CREATING`, `STARTING`, `RESTARTING`, `REPAIRING` →
-    /// wait, telling `progress` the API's state and health words; `PREEMPTED`/`TERMINATED` →
+    /// wait, telling `progress` the API's state and health words; `PREEMPTED`/`TERMINATED`/`UNKNOWN` →
     /// delete and create again when theseus created it (and `create_confirmed`), else refused;
     /// `READY` → used as it is. A spot VM is created through a queued resource. A creation that
     /// fails (quota, no capacity, timeout) leaves nothing behind: what it made is deleted.

@@ -76,6 +76,12 @@ impl Node {
         self.state == "READY"
     }
 
+    /// Whether it is gone for good and must be made anew: `PREEMPTED`, `TERMINATED`, or
+    /// `UNKNOWN` (googleapis `cloud_tpu.proto` v2: "unknown state after a failed repair").
+    pub fn is_lost(&self) -> bool {
+        matches!(self.state.as_str(), "PREEMPTED" | "TERMINATED" | "UNKNOWN")
+    }
+
     /// The run that created it (label `theseus-run`).
     pub fn run(&self) -> Option<&str> {
         self.labels.get(RUN_LABEL).map(String::as_str)

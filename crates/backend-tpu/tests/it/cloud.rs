@@ -106,6 +106,18 @@ async fn a_preempted_vm_theseus_made_is_deleted_and_made_again() {
 }
 
 #[tokio::test]
+async fn a_vm_lost_after_a_failed_repair_is_made_again() {
+    let (server, fake) = FakeTpu::start().await;
+    fake.put_node("t", "UNKNOWN", true);
+    let cloud = cloud_for(&settings(&server.uri()));
+    let (_, progress) = lines();
+    assert!(cloud.plan_creation().await.unwrap().is_some());
+    let ensured = cloud.ensure_ready(true, &labels("r3", "me"), &[], &progress).await.unwrap();
+    assert!(ensured.created && ensured.node.is_ready());
+    assert_eq!(fake.count(&format!("DELETE {NODE}/t")), 1);
+}
+
+#[tokio::test]
 async fn a_preempted_vm_of_someone_else_is_left_alone() {
     let (server, fake) = FakeTpu::start().await;
     fake.put_node("t", "TERMINATED", false);
