@@ -175,6 +175,8 @@ async fn create(
                     watch_queued(cloud, client, None, &ctx, reporter, deadline).await
                 }
             }
+            // No answer: it may have been made all the same.
+            Err(e) if e.is_transient() => Err(e),
             // Refused at once (quota, permission, bad argument): nothing was made.
             Err(e) => return Err(e),
         }
@@ -195,13 +197,20 @@ async fn create(
                 }
                 wait_node_ready(cloud, client, reporter, deadline).await
             }
+            Err(e) if e.is_transient() => Err(e),
             Err(e) => return Err(e),
         }
     };
     match made {
         Ok(node) => Ok(Some(node)),
         Err(error) => {
-            reporter.say(format!("creating TPU VM {name} failed: deleting what was made"));
+            // Only what this run made: a VM labelled with another run is someone else's.
+            let ours = labels.get(RUN_LABEL).map(String::as_str);
+            let foreign = client.get_node(name).await.ok().flatten().map(Node::from).is_some_and(|n| n.run() != ours);
+            if foreign {
+                return Err(error);
+            }
+            reporter.say(format!("creating TPU VM {name} failed; deleting what it made, if anything"));
             let cleanup = delete(cloud, reporter.progress).await;
             Err(match cleanup {
                 Ok(_) => error,

@@ -265,13 +265,27 @@ async fn transient_failures_are_tried_again() {
 #[tokio::test]
 async fn a_create_whose_answer_was_lost_is_still_ours() {
     let (server, fake) = FakeTpu::start().await;
-    fake.with(|s| s.lose_next_post = true);
+    fake.with(|s| s.lose_posts = 1);
     let cloud = cloud_for(&settings(&server.uri()));
     let (_, progress) = lines();
     let ensured = cloud.ensure_ready(true, &labels("r9", "me"), &[], &progress).await.unwrap();
     // The retried POST met the node the first one made: this run made it, so it deletes it.
     assert_eq!(fake.count("POST"), 2);
     assert!(ensured.created);
+}
+
+#[tokio::test]
+async fn a_create_that_never_answers_leaves_nothing() {
+    let (server, fake) = FakeTpu::start().await;
+    // Every attempt is done by the API but its answer lost: the first makes the VM.
+    fake.with(|s| s.lose_posts = 3);
+    let cloud = cloud_for(&settings(&server.uri()));
+    let (_, progress) = lines();
+    let e = cloud.ensure_ready(true, &labels("r9", "me"), &[], &progress).await.unwrap_err();
+    assert!(e.is_transient(), "{e}");
+    assert_eq!(fake.count("POST"), 3);
+    assert_eq!(fake.count(&format!("DELETE {NODE}/t")), 1);
+    assert!(fake.with(|s| s.nodes.is_empty()), "nothing left behind");
 }
 
 #[tokio::test]

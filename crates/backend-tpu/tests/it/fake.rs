@@ -35,8 +35,8 @@ pub(crate) struct State {
     pub accepted_polls: u32,
     /// Answer the next N requests with this status (transient failures).
     pub fail_next: Vec<u16>,
-    /// Do the next POST's work but answer 503, as a lost answer looks to the client.
-    pub lose_next_post: bool,
+    /// Do the next POSTs' work but answer 503, as a lost answer looks to the client.
+    pub lose_posts: u32,
     /// Answer 404 for every operation (the API no longer keeps them).
     pub forget_ops: bool,
     /// Every request: `METHOD /path?query`.
@@ -244,7 +244,8 @@ impl Respond for FakeTpu {
             return error(401, "UNAUTHENTICATED", "Request had invalid authentication credentials.", json!([]));
         }
         let answer = state.handle(&method, &path, &query, &request.body);
-        if method == "POST" && std::mem::take(&mut state.lose_next_post) {
+        if method == "POST" && state.lose_posts > 0 {
+            state.lose_posts -= 1;
             return error(503, "UNAVAILABLE", "The service is currently unavailable.", json!([]));
         }
         answer
