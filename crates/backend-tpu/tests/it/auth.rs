@@ -30,6 +30,10 @@ fn bare(dir: &Path) -> Env {
     ])
 }
 
+fn auth_of(env: Env) -> Auth {
+    auth(env)
+}
+
 fn auth(env: Env) -> Auth {
     Auth::new(env, Http::new(None, None).unwrap()).with_metadata_timeout(Duration::from_millis(500))
 }
@@ -223,8 +227,18 @@ async fn application_default_credentials_refresh_a_users_token() {
     assert_eq!(field(&forms[0], "grant_type"), "refresh_token");
     assert_eq!(field(&forms[0], "refresh_token"), "rt-secret");
     assert_eq!(field(&forms[0], "client_secret"), "cs-secret");
-    // No quota project in the file: gcloud's configured project.
+    // No quota project in the file: gcloud's configured project, of the active configuration.
     assert_eq!(auth.project().await.unwrap().as_deref(), Some("gproj"));
+    std::fs::write(config.join("configurations/config_other"), "[core]\nproject = other-proj\n").unwrap();
+    std::fs::write(config.join("active_config"), "other").unwrap();
+    let env = bare(dir.path())
+        .with("CLOUDSDK_CONFIG", config.display().to_string())
+        .with("THESEUS_GOOGLE_TOKEN_URI", format!("{}/token", server.uri()));
+    assert_eq!(auth_of(env.clone()).project().await.unwrap().as_deref(), Some("other-proj"));
+    let env = env.with("CLOUDSDK_ACTIVE_CONFIG_NAME", "default");
+    assert_eq!(auth_of(env.clone()).project().await.unwrap().as_deref(), Some("gproj"));
+    let env = env.with("GOOGLE_CLOUD_PROJECT", "env-proj");
+    assert_eq!(auth_of(env).project().await.unwrap().as_deref(), Some("env-proj"));
     let shown = format!("{auth:?}");
     assert!(!shown.contains("rt-secret") && !shown.contains("cs-secret"), "{shown}");
 }
