@@ -171,21 +171,51 @@ impl Client {
     pub async fn list_nodes(&self) -> Result<Vec<ApiNode>, TpuError> {
         let ctx = self.context("list TPU VMs", "");
         let mut nodes = Vec::new();
+        self.pages("nodes", &ctx, |page: NodeList| {
+            nodes.extend(page.nodes);
+            page.next_page_token
+        })
+        .await?;
+        Ok(nodes)
+    }
+
+    /// `GET queuedResources` with every page.
+    ///
+    /// # Errors
+    /// Any failure.
+    pub async fn list_queued_resources(&self) -> Result<Vec<QueuedResource>, TpuError> {
+        let ctx = self.context("list queued resources", "");
+        let mut resources = Vec::new();
+        self.pages("queuedResources", &ctx, |page: types::QueuedResourceList| {
+            resources.extend(page.queued_resources);
+            page.next_page_token
+        })
+        .await?;
+        Ok(resources)
+    }
+
+    /// Reads every page of a list (`collection` under the parent); `take` keeps a page's
+    /// items and returns its `nextPageToken`.
+    async fn pages<P: DeserializeOwned>(
+        &self,
+        collection: &str,
+        ctx: &Context,
+        mut take: impl FnMut(P) -> String,
+    ) -> Result<(), TpuError> {
         let mut token = String::new();
         // A page token that repeats would loop for ever: stop at a generous page count.
         for _ in 0..1000 {
-            let mut path = format!("{}/nodes", self.parent());
+            let mut path = format!("{}/{collection}", self.parent());
             if !token.is_empty() {
                 path.push_str(&format!("?pageToken={}", query_escape(&token)));
             }
-            let page: NodeList = self.call(Method::Get, &path, None::<&()>, &ctx).await?;
-            nodes.extend(page.nodes);
-            if page.next_page_token.is_empty() || page.next_page_token == token {
+            let next = take(self.call(Method::Get, &path, None::<&()>, ctx).await?);
+            if next.is_empty() || next == token {
                 break;
             }
-            token = page.next_page_token;
+            token = next;
         }
-        Ok(nodes)
+        Ok(())
     }
 
     /// `POST nodes?nodeId={id}`.

@@ -132,6 +132,16 @@ pub struct NodeList {
     pub unreachable: Vec<String>,
 }
 
+/// `ListQueuedResourcesResponse`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct QueuedResourceList {
+    /// This page's queued resources.
+    pub queued_resources: Vec<QueuedResource>,
+    /// Empty on the last page.
+    pub next_page_token: String,
+}
+
 /// A `QueuedResource` (spot VMs are created through one).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default)]

@@ -243,13 +243,32 @@ impl Cloud {
         Ok(())
     }
 
-    /// The VMs of this host's project and zone labelled `theseus-created=true` (for `gc`).
+    /// The VMs of this host's project and zone labelled `theseus-created=true` (for `gc`),
+    /// with the spot VMs still queued (a queued resource whose VM is not made yet, e.g. when
+    /// the client was killed while it waited): those are listed as their node would be, in
+    /// state `QUEUED` (and [`Cloud::delete`] of a spot host deletes them).
     ///
     /// # Errors
     /// The API failed or refused.
     pub async fn created_nodes(&self) -> Result<Vec<Node>, TpuError> {
-        let nodes = self.client().await?.list_nodes().await?;
-        Ok(nodes.into_iter().map(Node::from).filter(|n| n.created_by_theseus).collect())
+        let client = self.client().await?;
+        let mut nodes: Vec<Node> =
+            client.list_nodes().await?.into_iter().map(Node::from).filter(|n| n.created_by_theseus).collect();
+        // An API without queued resources (or a project that may not list them) has none queued.
+        let queued = match client.list_queued_resources().await {
+            Ok(queued) => queued,
+            Err(e) if matches!(e.kind, ErrorKind::NotFound | ErrorKind::Invalid | ErrorKind::PermissionDenied) => {
+                Vec::new()
+            }
+            Err(e) => return Err(e),
+        };
+        for resource in queued {
+            let Some(node) = node::queued_node(&resource) else { continue };
+            if node.created_by_theseus && !nodes.iter().any(|n| n.name == node.name) {
+                nodes.push(node);
+            }
+        }
+        Ok(nodes)
     }
 
     /// Makes the VM `READY`: absent → create it (refused unless `create_confirmed`), with

@@ -234,6 +234,30 @@ async fn gc_lists_only_what_theseus_created() {
 }
 
 #[tokio::test]
+async fn gc_lists_a_spot_vm_still_queued_and_delete_removes_it() {
+    let (server, fake) = FakeTpu::start().await;
+    // The client was killed while its queued resource waited for capacity.
+    fake.with(|s| s.accepted_polls = 1000);
+    let cloud = cloud_for(&TpuSettings { spot: true, ..settings(&server.uri()) });
+    let run = labels("r", "me");
+    let waiting = async {
+        while fake.count(&format!("GET {QUEUED}/t")) == 0 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    };
+    tokio::select! {
+        _ = cloud.ensure_ready(true, &run, &[], &|_: &str| {}) => panic!("the queued resource is never served"),
+        () = waiting => {}
+    }
+    let found = cloud.created_nodes().await.unwrap();
+    assert_eq!(found.len(), 1);
+    assert_eq!((found[0].name.as_str(), found[0].state.as_str()), ("t", "QUEUED"));
+    assert!(found[0].created_by_theseus && found[0].spot);
+    assert!(cloud.delete(&|_: &str| {}).await.unwrap());
+    assert!(fake.with(|s| s.queued.is_empty()));
+}
+
+#[tokio::test]
 async fn plan_names_what_would_be_created() {
     let (server, fake) = FakeTpu::start().await;
     let cloud = cloud_for(&TpuSettings { spot: true, ..settings(&server.uri()) });

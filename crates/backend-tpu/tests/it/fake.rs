@@ -171,6 +171,10 @@ impl State {
                 None => not_found(id),
                 Some(_) => self.operation(json!({"response": {}})),
             },
+            ("GET", ["queuedResources"]) => {
+                let queued: Vec<Value> = self.queued.values().cloned().collect();
+                ResponseTemplate::new(200).set_body_json(json!({"queuedResources": queued}))
+            }
             ("POST", ["queuedResources"]) => {
                 let id = query.strip_prefix("queuedResourceId=").unwrap_or_default().to_owned();
                 if self.queued.contains_key(&id) {
