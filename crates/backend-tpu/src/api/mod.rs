@@ -397,10 +397,11 @@ fn absent_is_none<T>(result: Result<T, TpuError>, zone: &str) -> Result<Option<T
     }
 }
 
-/// Whether a `NOT_FOUND` line is about the location rather than a node or queued resource.
+/// Whether a `NOT_FOUND` line is about the location rather than a node or queued resource:
+/// Google's part of it names a location and no node or queued resource.
 fn is_location_error(message: &str) -> bool {
-    let lower = message.to_ascii_lowercase();
-    lower.contains("location") && !lower.contains("/nodes/") && !lower.contains("/queuedresources/")
+    let google = message.split_once("): ").map_or(message, |(_, rest)| rest).to_ascii_lowercase();
+    google.contains("location") && !google.contains("node") && !google.contains("queuedresource")
 }
 
 /// Percent-encodes a query value (ids and page tokens are mostly safe; `+`, `/`, `=` are not).
@@ -434,13 +435,20 @@ mod tests {
 
     #[test]
     fn a_missing_location_is_not_a_missing_node() {
-        assert!(is_location_error(
-            "not found (get TPU VM t): Location us-x1-a is not found or access is unauthorized."
-        ));
-        assert!(!is_location_error(
-            "not found (get TPU VM t): Resource 'projects/p/locations/z/nodes/t' was not found"
-        ));
-        assert!(!is_location_error("not found (get TPU VM t): node t not found"));
+        for location in [
+            "Location us-x1-a is not found or access is unauthorized.",
+            "Resource 'projects/p/locations/us-x1-a' was not found",
+        ] {
+            assert!(is_location_error(&format!("not found (get TPU VM t): {location}")), "{location}");
+        }
+        for absent in [
+            "Resource 'projects/p/locations/z/nodes/t' was not found",
+            "node t not found",
+            "Node t not found in location z",
+            "Resource 'projects/p/locations/z/queuedResources/t' was not found",
+        ] {
+            assert!(!is_location_error(&format!("not found (get TPU VM t): {absent}")), "{absent}");
+        }
     }
 
     #[test]
