@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 
 use theseus_core::availability::{Availability, NodeAvailability, PartitionReport};
 use theseus_core::chips::Chip;
-use theseus_core::fit::{Layout, Outcome, Want, spread};
+use theseus_core::fit::{Layout, Outcome, Want, not_a_gpu, spread};
 
 use crate::config::SlurmHost;
 use crate::placement::SlurmPlacement;
@@ -22,6 +22,7 @@ pub fn fit(gres_mapping: &BTreeMap<String, String>, host: &SlurmHost, want: &Wan
     match *want {
         Want::Cpu { processes } => cpu(host, processes),
         Want::Gpu { chip, count } => gpu(gres_mapping, host, chip, count, avail),
+        Want::Accelerator { chip, .. } => not_a_gpu(chip, "a Slurm host"),
     }
 }
 

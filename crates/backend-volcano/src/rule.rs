@@ -7,7 +7,7 @@
 
 use theseus_core::availability::Availability;
 use theseus_core::chips;
-use theseus_core::fit::{Layout, Outcome, Want, largest_chip, list_chips, spread};
+use theseus_core::fit::{Layout, Outcome, Want, largest_chip, list_chips, not_a_gpu, spread};
 
 use crate::config::VolcanoHost;
 
@@ -21,6 +21,7 @@ pub fn solve(host: &VolcanoHost, want: &Want, avail: &Availability) -> Outcome {
             };
         }
         Want::Gpu { chip, count } => (chip, count),
+        Want::Accelerator { chip, .. } => return not_a_gpu(chip, "a Volcano host"),
     };
     let mut notes = Vec::new();
     let (chip, label, from_chips) = match chip {

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use theseus_core::config::GivenFlag;
 
 /// Send ML training jobs to the compute you already have: this machine, SSH boxes, Slurm and
 /// Kubernetes + Volcano.
@@ -181,6 +182,9 @@ pub(crate) struct JobArgs {
     /// a restarted attempt still resumes from what this run wrote.
     #[arg(long)]
     pub(crate) fresh: bool,
+    /// The host types' own flags given (`--tpu-spot`; see `crate::host_flags`).
+    #[arg(skip)]
+    pub(crate) host_flags: Vec<GivenFlag>,
 }
 
 /// `theseus gc`.
@@ -231,6 +235,21 @@ pub(crate) struct SubmitArgs {
     /// Replace an existing job of the same name (backends with named jobs).
     #[arg(long)]
     pub(crate) replace: bool,
+    #[command(flatten)]
+    pub(crate) create: CreateArgs,
+}
+
+/// Consent to what a host must create for a job (a cloud VM; `plan` lists it).
+#[derive(Debug, Clone, Args)]
+pub(crate) struct CreateArgs {
+    /// Create what the host must create for the job (a cloud VM; `plan` lists it under `will
+    /// create:`) without asking. Without it theseus asks on a terminal, and refuses elsewhere.
+    #[arg(short = 'y', long)]
+    pub(crate) yes: bool,
+    /// Leave what the host created for the job (a cloud VM) when the job ends, instead of
+    /// deleting it.
+    #[arg(long)]
+    pub(crate) keep: bool,
 }
 
 /// A job to act on.
@@ -311,6 +330,11 @@ pub(crate) struct ReplArgs {
     /// Do not ask hosts for free capacity; trust the config.
     #[arg(long)]
     pub(crate) no_check: bool,
+    #[command(flatten)]
+    pub(crate) create: CreateArgs,
+    /// The host types' own flags given (`--tpu-spot`; see `crate::host_flags`).
+    #[arg(skip)]
+    pub(crate) host_flags: Vec<GivenFlag>,
 }
 
 /// `theseus sync`.

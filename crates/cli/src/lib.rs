@@ -10,7 +10,9 @@ mod backends;
 mod code_sync;
 mod commands;
 mod context;
+mod creates;
 mod follow;
+mod host_flags;
 mod hosts;
 mod output;
 mod prepare;
@@ -21,7 +23,6 @@ mod tunnel;
 
 use std::process::ExitCode;
 
-use clap::Parser;
 use theseus_core::config::HostType;
 
 pub use backends::{HOST_TYPES, registry};
@@ -30,7 +31,8 @@ pub use backends::{HOST_TYPES, registry};
 /// messages list them) and returns its exit code.
 pub fn main(host_types: &[&'static dyn HostType]) -> ExitCode {
     quiet_on_closed_stdout();
-    let cli = args::Cli::parse();
+    let registry = backends::registry(host_types);
+    let cli = host_flags::parse(&registry);
     init_tracing(&cli.global);
     let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
         Ok(rt) => rt,
@@ -41,7 +43,7 @@ pub fn main(host_types: &[&'static dyn HostType]) -> ExitCode {
     };
     let result = runtime.block_on(async {
         signals::install().map_err(|e| anyhow::anyhow!("cannot listen for SIGINT and SIGTERM: {e}"))?;
-        commands::run(cli, backends::registry(host_types)).await
+        commands::run(cli, registry).await
     });
     // Work a signal cut short (a blocking copy) is not waited for.
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));

@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex};
 
 use anyhow::{Result, anyhow, bail};
 use serde_json::Value;
-use theseus_core::backend::{DynBackend, JobHandle, PreparedJob, RunLayout};
-use theseus_core::config::{DispatchConfig, LoadedConfig};
+use theseus_core::backend::{DynBackend, JobHandle, PreparedJob, RunLayout, SubmitOptions};
+use theseus_core::config::{DispatchConfig, GivenFlag, LoadedConfig};
 use theseus_core::dispatch::{BackendFactory, DispatchError, Dispatcher, Event, JobSpec, Solved};
 use theseus_core::job::Experiment;
 use theseus_core::ledger::{Ledger, RunKind};
@@ -130,6 +130,7 @@ pub(crate) async fn solve(
 ) -> Result<Solved> {
     let mut loaded = ctx.config()?;
     apply_resource_flags(ctx, &mut loaded, args)?;
+    apply_host_flags(ctx, &mut loaded, &args.host_flags)?;
     if args.oversubscribe {
         ctx.host_types()
             .apply_override(&mut loaded.config, "oversubscribe", &Value::Bool(true))
@@ -197,6 +198,38 @@ fn apply_resource_flags(ctx: &Context, loaded: &mut LoadedConfig, args: &JobArgs
     Ok(())
 }
 
+/// The host types' own flags (`--tpu-spot`) applied to the hosts of their type, each value
+/// checked like the key it sets, then the hosts changed checked against their cluster. A flag
+/// of a type without hosts in the config changes nothing: a warning says so.
+fn apply_host_flags(ctx: &Context, loaded: &mut LoadedConfig, given: &[GivenFlag]) -> Result<()> {
+    let changed = ctx.host_types().apply_flags(&mut loaded.config, given).map_err(|e| anyhow!("{e}"))?;
+    for flag in given {
+        if !loaded.config.hosts.values().any(|h| h.kind() == flag.kind) {
+            ctx.info(format!(
+                "theseus: warning: {}: the config has no `{}` host; the flag changes nothing",
+                flag.shown(),
+                flag.kind
+            ));
+        }
+    }
+    for (name, host) in &loaded.config.hosts {
+        if changed.contains(name)
+            && let Some(cluster) = loaded.config.clusters.get(host.cluster())
+            && let Err(e) = host.check(name, cluster)
+        {
+            let flags: Vec<String> = given.iter().filter(|f| f.kind == host.kind()).map(GivenFlag::shown).collect();
+            bail!(
+                "{}: {}: {} (after {} were applied; fix the flag)",
+                flags.join(" "),
+                e.path,
+                e.message,
+                flags.join(", ")
+            );
+        }
+    }
+    Ok(())
+}
+
 /// Solves (`experiment` given, e.g. by `repl`, else loaded from `job_args`), reports the plan
 /// and prepares the job: what the backend gets, and its layout.
 pub(crate) async fn prepare_job(
@@ -232,9 +265,10 @@ pub(crate) async fn submit_recorded(
     backend: &Arc<DynBackend>,
     job: &PreparedJob,
     kind: RunKind,
-    replace: bool,
+    choices: SubmitOptions,
 ) -> Result<JobHandle> {
-    let submitted = dispatcher.submit(ledger, backend, job, kind, replace).await;
+    let replace = choices.replace;
+    let submitted = dispatcher.submit(ledger, backend, job, kind, choices).await;
     // The run's host as configured now, for `status`, `logs` and `cancel` without `-d FILE`.
     if let Some(snapshot) = crate::runs::host_snapshot(config, &job.plan.host)
         && let Err(e) = ledger.set_host_config(&job.identity.run_id, &snapshot)

@@ -69,6 +69,18 @@ pub trait Backend: Debug + Display + Send + Sync + 'static {
         Ok(None)
     }
 
+    /// What `submit` of `job` would create now that is billed or outlives the job (a cloud VM),
+    /// one line each, e.g. "TPU VM `pod` (v4-32, spot) in us-central2-b": it may ask the host
+    /// whether the thing exists already (then it is not listed). `plan` and `submit --dry-run`
+    /// show the lines; `submit` with any goes on only when the user confirmed, and says so in
+    /// [`SubmitOptions::create_confirmed`]. `plan` asks with a job whose snapshot and bootstrap
+    /// are empty (it lists no code): decide from the identity, the plan and the host. The
+    /// default (a backend that creates nothing billed) has none.
+    async fn creates(&self, job: &PreparedJob) -> Result<Vec<String>> {
+        let _ = job;
+        Ok(Vec::new())
+    }
+
     /// Ships and starts a prepared job.
     async fn submit(&self, job: &PreparedJob, options: &SubmitOptions) -> Result<JobHandle>;
 
@@ -263,6 +275,13 @@ pub struct SubmitOptions {
     pub status: Option<StatusFn>,
     /// Called once with what shipping the code did (files already on the cluster, bytes sent).
     pub shipped: Option<ShippedFn>,
+    /// The user confirmed what [`Backend::creates`] listed (`--yes`, or answered yes on a
+    /// terminal), or it listed nothing. A backend that would create something billed refuses
+    /// without it (defence in depth: the CLI asks first).
+    pub create_confirmed: bool,
+    /// Leave what the backend created for the job (`--keep`) when the job ends, instead of
+    /// deleting it.
+    pub keep: bool,
 }
 
 impl SubmitOptions {
@@ -291,6 +310,8 @@ impl Debug for SubmitOptions {
             .field("progress", &self.progress.is_some())
             .field("status", &self.status.is_some())
             .field("shipped", &self.shipped.is_some())
+            .field("create_confirmed", &self.create_confirmed)
+            .field("keep", &self.keep)
             .finish()
     }
 }

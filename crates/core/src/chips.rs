@@ -1,5 +1,5 @@
-//! The chip catalog: the 18 chips of the original dispatcher with their memory, case-insensitive
-//! aliases, "did you mean" suggestions and mapping of `nvidia-smi` GPU names to chips.
+//! The chip catalog: the 18 chips of the original dispatcher and TPU v6e, with their memory,
+//! case-insensitive aliases, "did you mean" suggestions and mapping of `nvidia-smi` GPU names to chips.
 
 use std::fmt;
 
@@ -44,7 +44,7 @@ macro_rules! chip {
     };
 }
 
-/// Every chip theseus knows, in the original's order.
+/// Every chip theseus knows, in the original's order, then the chips it added.
 pub static CATALOG: &[Chip] = &[
     chip!("cpu", "CPU", 32 * GIB, Cpu, []),
     chip!("gb10", "Nvidia GB10", 64 * GIB, Gpu, ["nvidia-gb10"]),
@@ -77,6 +77,8 @@ pub static CATALOG: &[Chip] = &[
     chip!("tpu-v5p", "Google TPU v5p", 95 * GIB, Tpu, ["v5p"]),
     chip!("drive-pg199", "Nvidia Drive PG199", 32 * GIB, Gpu, ["pg199"]),
     chip!("rtx5090", "Nvidia RTX 5090", 32 * GIB, Gpu, ["rtx-5090", "5090"]),
+    // Trillium: 32 GiB of HBM per chip (Google's v6e system architecture page).
+    chip!("tpu-v6e", "Google TPU v6e", 32 * GIB, Tpu, ["v6e", "trillium"]),
 ];
 
 /// A chip name that is not in the catalog, with the closest known name if one is close.
@@ -166,10 +168,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn catalog_has_the_originals_eighteen_chips() {
-        assert_eq!(CATALOG.len(), 18);
+    fn catalog_has_the_originals_eighteen_chips_and_v6e() {
+        assert_eq!(CATALOG.len(), 19);
         let names: std::collections::HashSet<_> = CATALOG.iter().map(|c| c.name).collect();
-        assert_eq!(names.len(), 18, "names are unique");
+        assert_eq!(names.len(), 19, "names are unique");
+        let v6e = lookup("V6E").unwrap();
+        assert_eq!((v6e.name, v6e.kind, v6e.memory_bytes), ("tpu-v6e", ChipKind::Tpu, 32 * GIB));
         assert_eq!(lookup("h200").unwrap().memory_bytes, (143.8 * (1u64 << 30) as f64) as u64);
     }
 

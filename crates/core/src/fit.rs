@@ -7,7 +7,8 @@ use crate::availability::Availability;
 use crate::chips::{self, Chip, ChipKind};
 use crate::plan::{ChipRequest, MAX_COUNT, Request};
 
-/// The request, normalized: CPU processes, or a GPU chip (any if `None`) and count.
+/// The request, normalized: CPU processes, a GPU chip (any if `None`) and count, or another
+/// accelerator (a chip of the catalog that is neither a GPU nor a CPU) and count.
 #[derive(Debug, Clone, Copy)]
 pub enum Want {
     /// CPU-only: this many processes.
@@ -22,6 +23,14 @@ pub enum Want {
         /// Chips in all.
         count: u32,
     },
+    /// An accelerator that is not a GPU, named by the request (never "any"): only a host type
+    /// that offers this chip takes it; GPU and CPU host types pass on it ([`not_a_gpu`]).
+    Accelerator {
+        /// The chip.
+        chip: &'static Chip,
+        /// Chips in all.
+        count: u32,
+    },
 }
 
 impl Want {
@@ -33,20 +42,24 @@ impl Want {
                 request.count
             ));
         }
-        let gpu = |chip: Option<&'static Chip>| {
-            if request.count == 0 {
-                Err(format!("a {} request needs at least one chip", chip.map_or("GPU", |c| c.name)))
-            } else {
-                Ok(Want::Gpu { chip, count: request.count })
-            }
-        };
+        let count = request.count;
+        let none = |name: &str| Err(format!("a {name} request needs at least one chip"));
         match request.chip {
-            ChipRequest::Cpu => Ok(Want::Cpu { processes: request.count.max(1) }),
-            ChipRequest::Chip(c) if c.kind == ChipKind::Cpu => Ok(Want::Cpu { processes: request.count.max(1) }),
-            ChipRequest::AnyGpu => gpu(None),
-            ChipRequest::Chip(c) => gpu(Some(c)),
+            ChipRequest::Cpu => Ok(Want::Cpu { processes: count.max(1) }),
+            ChipRequest::Chip(c) if c.kind == ChipKind::Cpu => Ok(Want::Cpu { processes: count.max(1) }),
+            ChipRequest::AnyGpu if count == 0 => none("GPU"),
+            ChipRequest::AnyGpu => Ok(Want::Gpu { chip: None, count }),
+            ChipRequest::Chip(c) if count == 0 => none(c.name),
+            ChipRequest::Chip(c) if c.kind == ChipKind::Gpu => Ok(Want::Gpu { chip: Some(c), count }),
+            ChipRequest::Chip(chip) => Ok(Want::Accelerator { chip, count }),
         }
     }
+}
+
+/// The pass of a host type that runs GPU and CPU jobs only on a request for another
+/// accelerator: `what` names the host (`this machine`, `a plain host`).
+pub fn not_a_gpu(chip: &Chip, what: &str) -> Outcome {
+    Outcome::pass(format!("{} is not a GPU; {what} runs GPU and CPU jobs only", chip.name))
 }
 
 /// How one host would run the request.
@@ -243,4 +256,31 @@ fn gpus(
 /// `es` unless `n` is 1 (`process`/`processes`).
 pub fn plural_es(n: u32) -> &'static str {
     if n == 1 { "" } else { "es" }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::Request;
+
+    fn want(chip: ChipRequest, count: u32) -> Result<Want, String> {
+        Want::of(&Request { chip, count, preferred_clusters: vec![], forbidden_clusters: vec![], host: None })
+    }
+
+    #[test]
+    fn a_chip_that_is_neither_gpu_nor_cpu_is_an_accelerator_and_any_gpu_stays_a_gpu() {
+        let accelerator = chips::CATALOG.iter().find(|c| !matches!(c.kind, ChipKind::Gpu | ChipKind::Cpu)).unwrap();
+        let Ok(Want::Accelerator { chip, count: 8 }) = want(ChipRequest::Chip(accelerator), 8) else {
+            panic!("{} is an accelerator", accelerator.name)
+        };
+        assert_eq!(chip.name, accelerator.name);
+        assert_eq!(
+            want(ChipRequest::Chip(accelerator), 0).unwrap_err(),
+            format!("a {accelerator} request needs at least one chip")
+        );
+        assert!(matches!(want(ChipRequest::AnyGpu, 2), Ok(Want::Gpu { chip: None, count: 2 })));
+        let h100 = chips::lookup("h100").unwrap();
+        assert!(matches!(want(ChipRequest::Chip(h100), 2), Ok(Want::Gpu { chip: Some(_), count: 2 })));
+        assert_eq!(want(ChipRequest::AnyGpu, 0).unwrap_err(), "a GPU request needs at least one chip");
+    }
 }

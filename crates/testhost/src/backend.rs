@@ -130,7 +130,18 @@ impl Backend for SandboxBackend {
         Ok(Availability::Free { chips: self.host.slots, source: "sandbox slots".into() })
     }
 
+    async fn creates(&self, _job: &PreparedJob) -> Result<Vec<String>> {
+        Ok(self.host.creates.iter().cloned().collect())
+    }
+
     async fn submit(&self, job: &PreparedJob, options: &SubmitOptions) -> Result<JobHandle> {
+        if let Some(what) = self.host.creates.as_ref().filter(|_| !options.create_confirmed) {
+            return Err(Error::Backend {
+                backend: self.to_string(),
+                message: format!("will not create {what} without the user's confirmation (`--yes`)"),
+                source: Some(Box::new(theseus_core::NothingCreated)),
+            });
+        }
         let (work_dir, run_dir) = self.paths(&job.identity);
         let name_dir = run_dir.parent().ok_or_else(|| Error::InvalidConfig("run dir has no parent".into()))?;
         let Some(_claim) = Claim::take(name_dir).map_err(|e| Error::io("create", name_dir, e))? else {

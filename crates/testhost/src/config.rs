@@ -30,6 +30,11 @@ pub struct SandboxHost {
     /// Environment for jobs on this host.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// A billed thing each submit pretends to create (e.g. "a sandbox VM"), to test the CLI's
+    /// confirmation: `Backend::creates` lists it, and `submit` refuses without the user's
+    /// confirmation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub creates: Option<String>,
 }
 
 impl SandboxHost {

@@ -20,6 +20,7 @@ pub fn fit(slots: u32, want: &Want) -> Outcome {
             free: Some(slots),
         },
         Want::Gpu { .. } => Outcome::pass("a sandbox has no GPUs"),
+        Want::Accelerator { chip, .. } => Outcome::pass(format!("a sandbox has no {chip}")),
     }
 }
 

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use serde_json::{Map, Value};
 use theseus_core::availability::Availability;
 use theseus_core::backend::DynBackend;
-use theseus_core::config::{ClusterConfig, Gpus, HostKind, HostSettings, HostType};
+use theseus_core::config::{ClusterConfig, FlagSets, Gpus, HostFlag, HostKind, HostSettings, HostType};
 use theseus_core::fit::{Outcome, Want};
 use theseus_core::keys::{KeyError, de_strict};
 
@@ -28,11 +28,22 @@ impl HostType for SandboxType {
         &["cluster", "slots"]
     }
 
+    fn flags(&self) -> &'static [HostFlag] {
+        FLAGS
+    }
+
     fn parse(&self, body: Map<String, Value>, path: &str) -> Result<Box<dyn HostSettings>, KeyError> {
         let host: SandboxHost = de_strict(Value::Object(body), path)?;
         Ok(Box::new(host))
     }
 }
+
+/// `--sandbox-slots N` on `submit`, `plan` and `repl` sets `slots` of every sandbox host.
+static FLAGS: &[HostFlag] = &[HostFlag {
+    name: "sandbox-slots",
+    help: "Processes a job may run on a sandbox host, instead of its `slots`",
+    sets: FlagSets::Value { key: "slots", value_name: "N" },
+}];
 
 /// No GPUs: a sandbox lists none.
 static NO_GPUS: BTreeMap<String, u32> = BTreeMap::new();

@@ -16,10 +16,8 @@ use super::source;
 const KIND_WORDS: &[&str] = &["slurm", "volcano", "plain", "kubernetes", "sbatch", "tpu"];
 
 /// Identifiers core may still name, by file (relative to the workspace root), with why.
-const KNOWN: &[(&str, &str, &str)] = &[
-    ("crates/core/src/chips.rs", "Tpu", "the TPU chip family of the catalog, not a host type"),
-    ("crates/core/src/dispatch/request.rs", "Tpu", "refuses TPU chips, not a host type"),
-];
+const KNOWN: &[(&str, &str, &str)] =
+    &[("crates/core/src/chips.rs", "Tpu", "the TPU chip family of the catalog, not a host type")];
 
 /// Each identifier of core's non-test code that names another host type and is not in
 /// [`KNOWN`], as `file: identifier`, then each [`KNOWN`] entry that no longer matches.

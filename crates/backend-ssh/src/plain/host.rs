@@ -15,7 +15,7 @@ use theseus_core::cluster::ClusterConfig;
 use theseus_core::config::ssh::parse_with_connection;
 use theseus_core::config::validate::{canonical_chips, check_ssh_destination};
 use theseus_core::config::{Gpus, HostSettings, HostType, SshSettings};
-use theseus_core::fit::{Layout, Outcome, Want, one_machine};
+use theseus_core::fit::{Layout, Outcome, Want, not_a_gpu, one_machine};
 use theseus_core::keys::KeyError;
 use theseus_core::plan::HostKind;
 
@@ -125,5 +125,6 @@ fn fit(host: &PlainHost, want: &Want, avail: &Availability) -> Outcome {
         Want::Cpu { processes: 1 } => Outcome::Fits { layout: Layout::cpu(1, 1), reason: "runs one process".into() },
         Want::Cpu { processes } => Outcome::pass(format!("plain hosts run one process; asked for {processes}")),
         Want::Gpu { chip, count } => one_machine(&host.chips, chip, count, avail, 1),
+        Want::Accelerator { chip, .. } => not_a_gpu(chip, "a plain host"),
     }
 }

@@ -221,7 +221,7 @@ async fn submit_ships_the_code_deletes_the_helper_and_starts_the_gang() {
             let notes = notes.clone();
             Arc::new(move |n: &str| notes.lock().unwrap().push(n.to_owned()))
         }),
-        shipped: None,
+        ..SubmitOptions::default()
     };
     let handle = h.backend.submit(&job, &options).await.expect("submit");
     let data: HandleData = serde_json::from_value(handle.data.clone()).unwrap();

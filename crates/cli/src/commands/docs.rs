@@ -1,27 +1,26 @@
 //! `theseus completions SHELL` (clap_complete) and the hidden `theseus man --out DIR`
 //! (clap_mangen), which `cargo xtask man` runs to write `docs/man/`: both from the one clap
-//! definition in [`crate::args`], so they list every subcommand and flag there is.
+//! definition in [`crate::args`] with the host types' flags ([`crate::host_flags`]), so they
+//! list every subcommand and flag there is.
 
 use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::{Context as _, Result};
-use clap::CommandFactory;
-
-use crate::args::Cli;
+use theseus_core::config::HostTypes;
 
 /// Prints the completion script of `shell` on stdout.
-pub(crate) fn completions(shell: clap_complete::Shell) -> Result<ExitCode> {
-    let mut command = Cli::command();
+pub(crate) fn completions(shell: clap_complete::Shell, host_types: &HostTypes) -> Result<ExitCode> {
+    let mut command = crate::host_flags::command(host_types);
     clap_complete::generate(shell, &mut command, "theseus", &mut std::io::stdout());
     Ok(ExitCode::SUCCESS)
 }
 
 /// Writes `theseus.1` and `theseus-<sub>.1` for every visible subcommand (nested ones too)
 /// into `out`, and prints the files written.
-pub(crate) fn man(out: &Path) -> Result<ExitCode> {
+pub(crate) fn man(out: &Path, host_types: &HostTypes) -> Result<ExitCode> {
     std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
-    let mut command = Cli::command();
+    let mut command = crate::host_flags::command(host_types);
     command.build();
     let mut written = Vec::new();
     write_pages(&command, "theseus", out, &mut written)?;

@@ -29,8 +29,8 @@ use crate::signals;
 pub(crate) async fn run(cli: Cli, host_types: HostTypes) -> Result<ExitCode> {
     // These read no config and touch no state.
     match &cli.command {
-        Command::Completions { shell } => return docs::completions(*shell),
-        Command::Man { out } => return docs::man(out),
+        Command::Completions { shell } => return docs::completions(*shell, &host_types),
+        Command::Man { out } => return docs::man(out, &host_types),
         _ => {}
     }
     let ctx = Context::new(&cli.global, host_types)?;

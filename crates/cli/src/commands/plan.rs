@@ -33,6 +33,7 @@ pub(crate) async fn run(ctx: &Context, args: JobArgs) -> Result<ExitCode> {
         Ok(Err(e)) => Err(format!("{e}")),
         Err(_) => Err(format!("no answer within {}s", SHARES_TIMEOUT.as_secs())),
     };
+    let creates = crate::creates::bounded(dispatcher.creates(&solved)).await;
     if ctx.output == OutputFormat::Json {
         let unanswered: Vec<_> = solved
             .unanswered
@@ -46,6 +47,8 @@ pub(crate) async fn run(ctx: &Context, args: JobArgs) -> Result<ExitCode> {
             "resume": {"checkpoint_dir": checkpoint_dir, "restore": resume.restore, "fresh": resume.fresh, "from": from},
             "queues": shares.as_ref().ok(),
             "queues_error": shares.as_ref().err(),
+            "creates": creates.as_ref().ok(),
+            "creates_error": creates.as_ref().err(),
         }))?;
         return Ok(ExitCode::SUCCESS);
     }
@@ -57,6 +60,7 @@ pub(crate) async fn run(ctx: &Context, args: JobArgs) -> Result<ExitCode> {
     for note in &solved.plan.notes {
         println!("note:    {note}");
     }
+    print!("{}", crate::creates::render(&creates, ""));
     match &shares {
         Ok(Some(shares)) => {
             println!();

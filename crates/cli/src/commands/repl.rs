@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, Result, anyhow};
 use futures::StreamExt as _;
-use theseus_core::backend::{DynBackend, JobHandle, JobState, LogOptions};
+use theseus_core::backend::{DynBackend, JobHandle, JobState, LogOptions, SubmitOptions};
 use theseus_core::config::HostKind;
 use theseus_core::job::{Distributed, Entrypoint, Experiment};
 use theseus_core::ledger::{Ledger, RunKind};
@@ -42,6 +42,8 @@ pub(crate) async fn run(ctx: &Context, args: ReplArgs) -> Result<ExitCode> {
     let (solved, job, _layout) = signals::or_interrupted(prepared).await?;
     let backend = solved.backend.clone();
     let name = job.identity.name.clone();
+    let create_confirmed = crate::creates::confirm(ctx, &*backend, &job, args.create.yes).await?;
+    let choices = SubmitOptions { create_confirmed, keep: args.create.keep, ..SubmitOptions::default() };
     let ledger = ctx.ledger()?;
     let handle = crate::prepare::submit_recorded(
         &dispatcher,
@@ -50,7 +52,7 @@ pub(crate) async fn run(ctx: &Context, args: ReplArgs) -> Result<ExitCode> {
         &backend,
         &job,
         RunKind::Repl,
-        false,
+        choices,
     )
     .await?;
     ctx.info(format!(
@@ -115,6 +117,7 @@ fn job_args(args: &ReplArgs) -> JobArgs {
         experiment: args.experiment.clone().unwrap_or_else(|| PathBuf::from("(repl)")),
         overrides: Vec::new(),
         place: args.place.clone(),
+        host_flags: args.host_flags.clone(),
         project: Some(args.project.clone().unwrap_or_else(|| "repl".into())),
         group: Some("interactive".into()),
         env: args.env.clone(),

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use serde_json::json;
-use theseus_core::backend::{DryRunDocument, PreparedJob, RunLayout};
+use theseus_core::backend::{DryRunDocument, PreparedJob, RunLayout, SubmitOptions};
 use theseus_core::bootstrap::Resume;
 use theseus_core::ledger::RunKind;
 use theseus_core::lifecycle::{self, FollowOptions, Unsettled};
@@ -19,7 +19,7 @@ use crate::follow::follow;
 use crate::output::print_json;
 use crate::prepare::{Code, prepare_job, submit_recorded};
 use crate::progress;
-use crate::signals;
+use crate::{creates, signals};
 
 pub(crate) async fn run(ctx: &Context, args: SubmitArgs) -> Result<ExitCode> {
     let (dispatcher, reporter) = crate::prepare::dispatcher(ctx);
@@ -34,8 +34,13 @@ pub(crate) async fn run(ctx: &Context, args: SubmitArgs) -> Result<ExitCode> {
     let resume_shown = resume_json(&resume, &layout, &identity);
     if args.dry_run {
         let documents = solved.backend.dry_run(&job)?;
-        return dry_run(ctx, &job, &layout, &documents, &resume_shown);
+        let creates = signals::or_interrupted(async { Ok(creates::listed(&*solved.backend, &job).await) }).await?;
+        return dry_run(ctx, &job, &layout, &documents, &resume_shown, &creates);
     }
+    // What the host would create (a cloud VM) is confirmed before anything is shipped.
+    let create_confirmed = creates::confirm(ctx, &*solved.backend, &job, args.create.yes).await?;
+    let choices =
+        SubmitOptions { replace: args.replace, create_confirmed, keep: args.create.keep, ..SubmitOptions::default() };
     ctx.info(format!(
         "theseus: submitting {} files ({}) to {}",
         job.snapshot.file_count(),
@@ -44,7 +49,7 @@ pub(crate) async fn run(ctx: &Context, args: SubmitArgs) -> Result<ExitCode> {
     ));
     let ledger = ctx.ledger()?;
     let submitted =
-        submit_recorded(&dispatcher, &ledger, &solved.loaded.config, &solved.backend, &job, RunKind::Job, args.replace)
+        submit_recorded(&dispatcher, &ledger, &solved.loaded.config, &solved.backend, &job, RunKind::Job, choices)
             .await;
     // What the run resumes from, for `status` (a run that was never recorded has no row).
     if (resume.restore.is_some() || resume.fresh)
@@ -95,6 +100,7 @@ fn dry_run(
     layout: &RunLayout,
     documents: &[DryRunDocument],
     resume: &serde_json::Value,
+    creates: &Result<Vec<String>, String>,
 ) -> Result<ExitCode> {
     let (identity, plan, snapshot, bootstrap) = (&job.identity, &job.plan, &job.snapshot, &job.bootstrap);
     let env_shown: Vec<_> =
@@ -110,10 +116,12 @@ fn dry_run(
             "resume": resume,
             "bootstrap": bootstrap,
             "documents": documents,
+            "creates": creates.as_ref().ok(),
+            "creates_error": creates.as_ref().err(),
         }))?;
         return Ok(ExitCode::SUCCESS);
     }
-    println!("# dry run: nothing was shipped or started, and no host was contacted");
+    println!("# dry run: nothing was created, shipped or started");
     println!("# job: {} project={} group={} run={}", identity.name, identity.project, identity.group, identity.run_id);
     println!("# host: {}", render::describe_plan(plan));
     println!("# work dir: {}", layout.work_dir);
@@ -124,6 +132,7 @@ fn dry_run(
         snapshot.root.display()
     );
     println!("# resumes {}", resume["from"].as_str().unwrap_or_default());
+    print!("{}", creates::render(creates, "# "));
     for v in &job.env {
         println!("# env {}={}", v.name, v.display_value());
     }

@@ -210,6 +210,22 @@ fn a_gpu_job_on_a_machine_without_gpus_ends_with_a_hint_to_use_the_cpu() {
 }
 
 #[test]
+fn a_tpu_request_without_a_tpu_host_is_refused_by_the_solver_with_a_hint() {
+    let ctx = TestContext::new();
+    std::fs::write(ctx.home().join(".theseus.yaml"), "hosts:\n  laptop: {type: local, chips: {h100: 8}}\n").unwrap();
+    let out = ctx.run(&["plan", "p", "examples/hello/experiment.yaml", "--chip", "v4", "-n", "8"]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("error: cannot satisfy 8 x tpu-v4: no host can serve 8 x tpu-v4"), "{stderr}");
+    assert!(stderr.contains("tpu-v4 is not a GPU; this machine runs GPU and CPU jobs only"), "{stderr}");
+    assert!(
+        stderr.contains("hint: no host offers tpu-v4: add a host that has tpu-v4 chips to ~/.theseus.yaml"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("not supported"), "{stderr}");
+}
+
+#[test]
 fn chip_cpu_without_n_is_one_process_whatever_gpu_count_the_experiment_asks_for() {
     let ctx = TestContext::new();
     let code = tempfile::tempdir().unwrap();

@@ -952,6 +952,30 @@ fn counts_beyond_the_limit_are_refused_before_any_arithmetic() {
 }
 
 #[test]
+fn an_accelerator_that_is_not_a_gpu_is_passed_over_by_every_gpu_and_cpu_host_type() {
+    check(
+        "
+gres_mapping: {h100: h100}
+hosts:
+  laptop: {type: local, chips: {h100: 8}}
+  box: {type: plain, ssh: b, cluster: c, chips: {h100: 8}}
+  hpc: {type: slurm, ssh: h, cluster: c, partitions: [gpu], chips: {h100: 8}}
+  k8s: {type: volcano, cluster: c, chips: {h100: 8}}
+",
+        req("8 tpu-v4"),
+        vec![],
+        "
+        error: cannot satisfy 8 x tpu-v4: no host can serve 8 x tpu-v4
+        - laptop Passed: tpu-v4 is not a GPU; this machine runs GPU and CPU jobs only
+        - box Passed: tpu-v4 is not a GPU; a plain host runs GPU and CPU jobs only
+        - hpc Passed: tpu-v4 is not a GPU; a Slurm host runs GPU and CPU jobs only
+        - k8s Passed: tpu-v4 is not a GPU; a Volcano host runs GPU and CPU jobs only
+        hint: no host offers tpu-v4: add a host that has tpu-v4 chips to ~/.theseus.yaml
+    ",
+    );
+}
+
+#[test]
 fn a_gpu_request_on_a_machine_without_gpus_hints_at_the_cpu() {
     check(
         "hosts:\n  laptop: {type: local}\n",

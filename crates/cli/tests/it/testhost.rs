@@ -1,5 +1,5 @@
-//! A host type defined only here, in a test crate: `testbox`, a machine with a `chips` map whose
-//! jobs run on this machine. Config loading, validation, the solver's loop and hints, and
+//! A host type defined only here, in a test crate: `testbox`, a machine with a `chips` map of
+//! GPUs and an `accelerators` map of other chips, whose jobs run on this machine. Config loading, validation, the solver's loop and hints, and
 //! building its backend take it through core's `HostType`/`HostSettings` traits alone: adding a
 //! host type needs no change to core.
 
@@ -11,11 +11,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use theseus_core::availability::Availability;
 use theseus_core::backend::DynBackend;
-use theseus_core::chips;
+use theseus_core::chips::{self, Chip};
 use theseus_core::cluster::ClusterConfig;
 use theseus_core::config::validate::canonical_chips;
 use theseus_core::config::{ConfigSources, Gpus, HostSettings, HostType, HostTypes, load};
-use theseus_core::fit::{Layout, Outcome, Want, one_machine};
+use theseus_core::fit::{Layout, Outcome, Want, not_a_gpu, one_machine};
 use theseus_core::keys::{KeyError, de_strict};
 use theseus_core::local::{LocalBackend, LocalHost, LocalType};
 use theseus_core::plan::HostKind;
@@ -45,6 +45,8 @@ struct TestboxHost {
     #[serde(default)]
     chips: BTreeMap<String, u32>,
     #[serde(default)]
+    accelerators: BTreeMap<String, u32>,
+    #[serde(default)]
     env: BTreeMap<String, String>,
     #[serde(default)]
     uv_groups: Vec<String>,
@@ -55,10 +57,14 @@ impl HostSettings for TestboxHost {
 
     fn validate(&mut self, path: &str) -> Result<(), KeyError> {
         self.chips = canonical_chips(&self.chips, &format!("{path}.chips"))?;
+        self.accelerators = canonical_chips(&self.accelerators, &format!("{path}.accelerators"))?;
         Ok(())
     }
     fn gpus(&self) -> Gpus<'_> {
         Gpus::Listed(&self.chips)
+    }
+    fn accelerators(&self) -> Vec<(&'static Chip, u32)> {
+        self.accelerators.iter().filter_map(|(name, n)| Some((chips::lookup(name)?, *n))).collect()
     }
     fn fit(&self, _gres_mapping: &BTreeMap<String, String>, want: &Want, availability: &Availability) -> Outcome {
         match *want {
@@ -66,6 +72,20 @@ impl HostSettings for TestboxHost {
                 Outcome::Fits { layout: Layout::cpu(1, 1), reason: "a testbox runs one process".into() }
             }
             Want::Gpu { chip, count } => one_machine(&self.chips, chip, count, availability, 1),
+            Want::Accelerator { chip, count } => match self.accelerators.get(chip.name) {
+                Some(&n) if n >= count => Outcome::Fits {
+                    layout: Layout {
+                        chip: Some(chip),
+                        nodes: 1,
+                        chips_per_node: n,
+                        processes_per_node: 1,
+                        ..Layout::default()
+                    },
+                    reason: format!("has {n} {chip}"),
+                },
+                Some(&n) => Outcome::Pass { reason: format!("needs {count} {chip}, has {n}"), free: Some(n) },
+                None => not_a_gpu(chip, "a testbox without it"),
+            },
         }
     }
     fn backend(&self, name: &str, cluster: &ClusterConfig, home: &Path) -> Arc<DynBackend> {
@@ -87,8 +107,12 @@ fn load_text(home: &Path, text: &str) -> theseus_core::Result<load::LoadedConfig
 }
 
 fn gpus(count: u32) -> Request {
+    of("h100", count)
+}
+
+fn of(chip: &str, count: u32) -> Request {
     Request {
-        chip: ChipRequest::Chip(chips::lookup("h100").unwrap()),
+        chip: ChipRequest::Chip(chips::lookup(chip).unwrap()),
         count,
         preferred_clusters: vec![],
         forbidden_clusters: vec![],
@@ -115,9 +139,32 @@ fn a_host_type_of_a_test_crate_loads_checks_solves_and_builds_its_backend() {
 
     let error = load_text(home.path(), "hosts:\n  box: {cluster: local, ssh: x}\n").unwrap_err().to_string();
     assert!(
-        error.contains("hosts.box.ssh: unknown key \"ssh\" (expected one of: cluster, chips, env, uv_groups)"),
+        error.contains(
+            "hosts.box.ssh: unknown key \"ssh\" (expected one of: cluster, chips, accelerators, env, uv_groups)"
+        ),
         "{error}"
     );
     let error = load_text(home.path(), "hosts:\n  box: {type: slurm, cluster: local}\n").unwrap_err().to_string();
     assert!(error.contains("unknown host type \"slurm\" (expected one of: testbox, local)"), "{error}");
+}
+
+#[test]
+fn a_host_type_that_offers_another_accelerator_takes_its_requests_and_the_hints_name_it() {
+    let home = tempfile::tempdir().unwrap();
+    let config = "hosts:\n  box: {cluster: local, chips: {h100: 2}}\n  pod: {cluster: local, accelerators: {V5E: 8}}\n";
+    let loaded = load_text(home.path(), config).unwrap();
+    let plan = solve(&loaded.config, &of("tpu-v5e", 4), &BTreeMap::new()).unwrap();
+    assert_eq!((plan.host.as_str(), plan.total_chips), ("pod", 8), "{:?}", plan.considered);
+    assert_eq!(plan.considered[0].reason, "tpu-v5e is not a GPU; a testbox without it runs GPU and CPU jobs only");
+
+    let error = solve(&loaded.config, &of("tpu-v5e", 16), &BTreeMap::new()).unwrap_err();
+    assert_eq!(error.hints, ["largest fit is 8 x tpu-v5e on pod: `-n 8` runs now"]);
+    let error = solve(&loaded.config, &of("tpu-v4", 4), &BTreeMap::new()).unwrap_err();
+    assert_eq!(
+        error.hints,
+        ["no host offers tpu-v4; the config has tpu-v5e on pod: ask for one of those with `--chip`"]
+    );
+    // A GPU request never goes to the accelerator: its host has no GPUs.
+    let error = solve(&loaded.config, &gpus(4), &BTreeMap::new()).unwrap_err();
+    assert_eq!(error.considered[1].reason, "no h100 in chips (none)");
 }

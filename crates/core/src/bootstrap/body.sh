@@ -15,6 +15,7 @@ done
 theseus_rank=0
 theseus_count=1
 theseus_local_rank=0
+theseus_private_dirs=0
 theseus_coordinator=""
 case "$theseus_launch" in
   single) ;;
@@ -28,7 +29,8 @@ case "$theseus_launch" in
     ;;
   *)
     # A host type's own wiring (`theseus_wire`, rendered above): it sets theseus_rank,
-    # theseus_count, theseus_local_rank and theseus_first_host.
+    # theseus_count, theseus_local_rank and theseus_first_host, and theseus_private_dirs=1
+    # when each host has a work dir of its own (see the setup below).
     declare -F theseus_wire > /dev/null || theseus_die "unknown launch scheme $theseus_launch"
     theseus_first_host=""
     theseus_wire
@@ -42,6 +44,7 @@ fi
 theseus_is_uint "$theseus_rank" || theseus_die "the process rank is not a number: $theseus_rank"
 theseus_is_uint "$theseus_count" || theseus_die "the process count is not a number: $theseus_count"
 theseus_is_uint "$theseus_local_rank" || theseus_die "the local rank is not a number: $theseus_local_rank"
+[[ "$theseus_private_dirs" == [01] ]] || theseus_die "theseus_private_dirs is not 0 or 1: $theseus_private_dirs"
 # Base 10 even with leading zeros.
 theseus_rank=$((10#$theseus_rank)) theseus_count=$((10#$theseus_count)) theseus_local_rank=$((10#$theseus_local_rank))
 ((theseus_rank < theseus_count)) || theseus_die "rank $theseus_rank is not below the process count $theseus_count"
@@ -100,6 +103,9 @@ theseus_write_metadata() {
 # wait for its `done` (or `failed`) marker instead of syncing the same dir at once. Then every
 # rank says it is ready and waits for all the others, so that none enters
 # `jax.distributed.initialize` while another is still setting up (phase one of a two-phase start).
+# With private dirs (each host has its own work dir: theseus_private_dirs=1) the first local
+# rank of each host sets up that host's dir and only the host's own ranks wait for it: no file
+# is seen across hosts, so `jax.distributed.initialize` is the barrier between them.
 theseus_py=("${THESEUS_PYTHON:-python3}")
 theseus_uv=""
 theseus_last_error=""
@@ -187,13 +193,17 @@ theseus_setup_failed() {
 }
 
 theseus_setup_token=""
+# Who sets up: rank 0 in the shared work dir, or each host's first local rank in its own.
+theseus_setup_leader=0 theseus_leader="rank 0"
+if ((theseus_private_dirs)); then theseus_leader="local rank 0 of this host"; fi
+if ((theseus_private_dirs ? theseus_local_rank == 0 : theseus_rank == 0)); then theseus_setup_leader=1; fi
 # Without a pyproject.toml there is nothing to set up, and so nothing to wait for.
 theseus_barrier=0
 if ((theseus_count > 1)) && [[ -f pyproject.toml ]]; then theseus_barrier=1; fi
 if ((theseus_barrier)); then
   mkdir -p -- "$theseus_setup_dir"
 fi
-if ((theseus_rank == 0)); then
+if ((theseus_setup_leader)); then
   if ((theseus_barrier)); then
     # A fresh token per start, so that markers of an earlier start of this run (a restarted
     # job) are not taken for this one's: they go first, then the new token is published.
@@ -216,11 +226,11 @@ if ((theseus_barrier)); then
     theseus_token=""
     [[ -r "$theseus_setup_dir/epoch" ]] && theseus_token=$(< "$theseus_setup_dir/epoch")
     if [[ -z "$theseus_token" ]]; then
-      theseus_waiting_for="rank 0 to start its setup"
+      theseus_waiting_for="$theseus_leader to start its setup"
     elif [[ -f "$theseus_setup_dir/failed.$theseus_token" ]]; then
-      theseus_die "rank 0 failed to set up the job: $(head -c 2000 -- "$theseus_setup_dir/failed.$theseus_token")"
+      theseus_die "$theseus_leader failed to set up the job: $(head -c 2000 -- "$theseus_setup_dir/failed.$theseus_token")"
     elif [[ ! -f "$theseus_setup_dir/done.$theseus_token" ]]; then
-      theseus_waiting_for="rank 0 to finish its setup (uv sync)"
+      theseus_waiting_for="$theseus_leader to finish its setup (uv sync)"
     else
       if [[ "$theseus_token" != "$theseus_setup_token" ]]; then
         # First time past rank 0's setup for this start: this rank's own part, then ready.
@@ -229,6 +239,8 @@ if ((theseus_barrier)); then
           theseus_find_uv || theseus_install_uv
         fi
       fi
+      # Ranks of other hosts write their markers into their own dirs: nothing to wait for here.
+      ((theseus_private_dirs)) && break
       [[ -f "$theseus_setup_dir/ready.$theseus_token.$theseus_rank" ]] \
         || theseus_write_marker "ready.$theseus_token.$theseus_rank" ok
       theseus_missing=()
@@ -243,7 +255,11 @@ if ((theseus_barrier)); then
     fi
     sleep 0.2
   done
-  theseus_log "every rank finished its setup"
+  if ((theseus_private_dirs)); then
+    theseus_log "this host's setup is done (its own work dir; other hosts set up theirs)"
+  else
+    theseus_log "every rank finished its setup"
+  fi
 fi
 if [[ -f pyproject.toml ]]; then
   [[ -n "$theseus_uv" ]] || theseus_find_uv || theseus_install_uv

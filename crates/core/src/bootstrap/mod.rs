@@ -97,7 +97,11 @@ pub enum Launch {
 /// How a host type's processes find their rank: `shell` is bash that the bootstrap runs (as
 /// the function `theseus_wire`) to set `theseus_rank`, `theseus_count`, `theseus_local_rank`
 /// (else 0) and `theseus_first_host`, the coordinator's host; it may stop with
-/// `theseus_die MESSAGE`. `scheme` names it in the log and the layout.
+/// `theseus_die MESSAGE`. `scheme` names it in the log and the layout. A wiring whose hosts
+/// each have their own disk (no work dir shared between hosts) also sets
+/// `theseus_private_dirs=1`: then the first local rank of each host sets up that host's dir
+/// (`uv sync`), the host's other ranks wait for it, and no rank waits for another host (the
+/// job's own `jax.distributed.initialize` is the barrier across hosts).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Wiring {
     /// The scheme's name (`[a-z_]+`).

@@ -13,8 +13,10 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use super::SshSettings;
+use super::flags::{GivenFlag, HostFlag};
 use crate::availability::Availability;
 use crate::backend::DynBackend;
+use crate::chips::Chip;
 use crate::cluster::ClusterConfig;
 use crate::fit::{Outcome, Want};
 use crate::keys::KeyError;
@@ -35,6 +37,12 @@ pub trait HostType: Send + Sync {
     /// `namespace`, `cpu`, `mem`, `oversubscribe`: the CLI's flags), the config keys it sets.
     /// An override a type does not list leaves its hosts alone.
     fn overrides(&self) -> &'static [(&'static str, &'static [&'static str])] {
+        &[]
+    }
+
+    /// The flags this type adds to `submit`, `plan` and `repl` (`--tpu-spot`), each setting a
+    /// key of every host of the type ([`HostTypes::apply_flags`]). The default: none.
+    fn flags(&self) -> &'static [HostFlag] {
         &[]
     }
 
@@ -150,6 +158,13 @@ pub trait HostSettings: Debug + Send + Sync {
 
     /// The GPUs the host offers.
     fn gpus(&self) -> Gpus<'_>;
+
+    /// The accelerators other than GPUs the host offers, with how many of each (a host of a
+    /// type with such chips), for the hints of a failed solve: without it a request for one
+    /// of them reads "no host offers" it.
+    fn accelerators(&self) -> Vec<(&'static Chip, u32)> {
+        Vec::new()
+    }
 
     /// The solver's rule for this type: how the host would run `want` given what its backend
     /// measured. `gres_mapping` is the config's chip-to-GRES table.
@@ -325,6 +340,34 @@ impl HostTypes {
             let keys = keys.iter().map(|k| (*k, value.clone())).collect();
             *host = self.with_keys(host, &format!("hosts.{host_name}"), keys)?;
             changed.push(host_name.clone());
+        }
+        Ok(changed)
+    }
+
+    /// Every registered type's flags, with the type, in registry order.
+    pub fn flags(&self) -> Vec<(HostKind, HostFlag)> {
+        self.types.iter().flat_map(|t| t.flags().iter().map(|f| (t.kind(), *f))).collect()
+    }
+
+    /// Sets each of `given` on every host of its type, as a `--set hosts.NAME.KEY=...` layer
+    /// would, each value checked like the key it replaces. Returns the hosts it changed; an
+    /// error is one line naming the flag, the key and the fix.
+    pub fn apply_flags(&self, config: &mut super::DispatchConfig, given: &[GivenFlag]) -> Result<Vec<String>, String> {
+        let mut changed = Vec::new();
+        for flag in given {
+            let value = flag.value().map_err(|m| format!("{}: {m}", flag.shown()))?;
+            for (name, host) in config.hosts.iter_mut() {
+                if host.kind() != flag.kind {
+                    continue;
+                }
+                let path = format!("hosts.{name}");
+                *host = self.with_keys(host, &path, vec![(flag.flag.key(), value.clone())]).map_err(|e| {
+                    format!("{}: {}: {} (fix the flag, or the key in the config)", flag.shown(), e.path, e.message)
+                })?;
+                if !changed.contains(name) {
+                    changed.push(name.clone());
+                }
+            }
         }
         Ok(changed)
     }

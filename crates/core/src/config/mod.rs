@@ -13,6 +13,7 @@ use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
 
 pub mod compat;
+pub mod flags;
 pub mod host;
 pub mod load;
 pub mod ssh;
@@ -21,6 +22,7 @@ pub mod validate;
 pub use crate::cluster::{ClusterConfig, Materialize, join};
 pub use crate::keys::Provenance;
 pub use crate::plan::{HostKind, MAX_COUNT};
+pub use flags::{FlagConstant, FlagSets, GivenFlag, HostFlag};
 pub use host::{Gpus, HostConfig, HostSettings, HostType, HostTypes};
 pub use load::{ConfigSources, ENV_PREFIX, LoadedConfig, display_path, expand_tilde};
 pub use ssh::{KnownHosts, SshSettings};

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::availability::Availability;
-use crate::backend::{DynBackend, JobHandle, PreparedJob, RunLayout};
+use crate::backend::{DynBackend, JobHandle, PreparedJob, RunLayout, SubmitOptions};
 use crate::config::{DispatchConfig, LoadedConfig};
 use crate::interrupt::InterruptSignal;
 use crate::job::Experiment;
@@ -239,16 +239,25 @@ impl Dispatcher {
     }
 
     /// Records, submits and settles `job` (see the module docs); `kind` says what the ledger
-    /// shows it as.
+    /// shows it as; `choices` are the caller's [`SubmitOptions`] (`replace`, `create_confirmed`,
+    /// `keep`), to which the dispatcher adds its progress reports.
     pub async fn submit(
         &self,
         ledger: &crate::ledger::Ledger,
         backend: &Arc<DynBackend>,
         job: &PreparedJob,
         kind: crate::ledger::RunKind,
-        replace: bool,
+        choices: SubmitOptions,
     ) -> Result<JobHandle, DispatchError> {
-        submit::submit_recorded(self, ledger, backend, job, kind, replace).await
+        submit::submit_recorded(self, ledger, backend, job, kind, choices).await
+    }
+
+    /// What submitting `solved` would create that is billed ([`crate::backend::Backend::creates`]),
+    /// for `plan`, which prepares no code: asked with the job's identity, experiment, environment
+    /// and plan, its snapshot and bootstrap left empty.
+    pub async fn creates(&self, solved: &Solved) -> Result<Vec<String>, DispatchError> {
+        let job = submit::outline(solved)?;
+        Ok(solved.backend.creates(&job).await?)
     }
 }
 

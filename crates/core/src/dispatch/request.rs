@@ -29,17 +29,8 @@ pub fn request(spec: &JobSpec) -> Result<Request> {
         None => ChipRequest::AnyGpu,
         Some(name) => {
             let chip = chips::parse(&name).map_err(|e| Error::InvalidConfig(format!("{chip_source}: {e}")))?;
-            match chip.kind {
-                ChipKind::Cpu => ChipRequest::Cpu,
-                ChipKind::Tpu => {
-                    return Err(Error::InvalidConfig(format!(
-                        "{chip_source}: TPU chips are not supported yet (chip \"{}\")",
-                        chip.name
-                    )));
-                }
-                ChipKind::Gpu if count == 0 => ChipRequest::Cpu,
-                ChipKind::Gpu => ChipRequest::Chip(chip),
-            }
+            // As the original: a count of 0 is CPU-only, whatever the chip.
+            if chip.kind == ChipKind::Cpu || count == 0 { ChipRequest::Cpu } else { ChipRequest::Chip(chip) }
         }
     };
     let overlap: Vec<_> = spec.clusters.iter().filter(|c| spec.exclude_clusters.contains(c)).collect();

@@ -57,6 +57,26 @@ pub(super) fn prepare(solved: &Solved) -> Result<(PreparedJob, RunLayout)> {
     Ok((job, layout))
 }
 
+/// The job of `solved` without its code: identity, experiment, environment and plan, with an
+/// empty snapshot and bootstrap (what `plan` asks [`crate::backend::Backend::creates`] with).
+pub(super) fn outline(solved: &Solved) -> Result<PreparedJob> {
+    let spec = &solved.spec;
+    let snapshot = Snapshot {
+        root: spec.code.clone().unwrap_or_default(),
+        source: crate::snapshot::SnapshotSource::Directory,
+        files: Vec::new(),
+        hash_cache: None,
+    };
+    Ok(PreparedJob {
+        identity: JobIdentity::new(&spec.name, spec.project.as_deref(), spec.group.as_deref()),
+        experiment: spec.experiment.clone(),
+        env: super::request::environment(solved)?,
+        plan: solved.plan.clone(),
+        snapshot,
+        bootstrap: bootstrap::RenderedBootstrap { files: Vec::new(), entry: String::new() },
+    })
+}
+
 /// `--restore` and `--fresh` of `solved` for a run laid out as `layout`: a relative PATH is
 /// joined to the cluster's checkpoints dir on the target (it may not lead out of it with `..`),
 /// an absolute one is taken as it is. On this machine's own host type the dir must exist now:
@@ -97,14 +117,15 @@ pub(super) fn resume(solved: &Solved, layout: &RunLayout) -> Result<Resume> {
     Ok(Resume { restore: Some(path), fresh: false })
 }
 
-/// The backend's [`SubmitOptions`], reporting through the dispatcher's events.
-fn options(dispatcher: &Dispatcher, replace: bool) -> SubmitOptions {
+/// The backend's [`SubmitOptions`]: the caller's choices, reporting through the dispatcher's
+/// events.
+fn options(dispatcher: &Dispatcher, choices: SubmitOptions) -> SubmitOptions {
     let (progress, step, shipped) = (dispatcher.events.clone(), dispatcher.events.clone(), dispatcher.events.clone());
     SubmitOptions {
-        replace,
         progress: Some(Arc::new(move |done, total| progress(&Event::Progress { done, total }))),
         status: Some(Arc::new(move |note: &str| step(&Event::Step(note)))),
         shipped: Some(Arc::new(move |report| shipped(&Event::Shipped(report)))),
+        ..choices
     }
 }
 
@@ -118,7 +139,7 @@ pub(super) async fn submit_recorded(
     backend: &Arc<DynBackend>,
     job: &PreparedJob,
     kind: RunKind,
-    replace: bool,
+    choices: SubmitOptions,
 ) -> std::result::Result<JobHandle, DispatchError> {
     let identity = &job.identity;
     let host = job.plan.host.clone();
@@ -136,7 +157,7 @@ pub(super) async fn submit_recorded(
         exit_code: None,
         message: None,
     })?;
-    let result = backend.submit(job, &options(dispatcher, replace)).await;
+    let result = backend.submit(job, &options(dispatcher, choices)).await;
     let run_id = &identity.run_id;
     if let Some(signal) = crate::interrupt::triggered() {
         let (handle, what) = match result {

@@ -135,7 +135,7 @@ async fn submit(
     let (job, _code) = testing::prepare(&harness, "scripted", &["ok"], vec![], serde_json::json!({})).await.unwrap();
     let ledger = Ledger::open(&state_dir).unwrap();
     let dispatcher = Dispatcher::new(Arc::new(NoFactory), Arc::new(|_| {}));
-    let result = dispatcher.submit(&ledger, &backend, &job, RunKind::Job, false).await;
+    let result = dispatcher.submit(&ledger, &backend, &job, RunKind::Job, SubmitOptions::default()).await;
     let seen = *scripted.seen_during_submit.lock().unwrap();
     (result, seen, ledger, job.identity.run_id.clone())
 }

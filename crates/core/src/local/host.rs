@@ -15,7 +15,7 @@ use crate::backend::DynBackend;
 use crate::cluster::ClusterConfig;
 use crate::config::validate::{canonical_chips, check_count};
 use crate::config::{Gpus, HostSettings, HostType};
-use crate::fit::{Layout, Outcome, Want, one_machine, plural_es};
+use crate::fit::{Layout, Outcome, Want, not_a_gpu, one_machine, plural_es};
 use crate::keys::{KeyError, de_strict};
 use crate::plan::HostKind;
 
@@ -139,5 +139,6 @@ fn fit(host: &LocalHost, want: &Want, avail: &Availability) -> Outcome {
             }
         }
         Want::Gpu { chip, count } => one_machine(&host.chips, chip, count, avail, host.processes.unwrap_or(1).max(1)),
+        Want::Accelerator { chip, .. } => not_a_gpu(chip, "this machine"),
     }
 }

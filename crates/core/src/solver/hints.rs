@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::{Consideration, Request, Verdict, Want};
 use crate::availability::Availability;
+use crate::chips::Chip;
 use crate::config::{DispatchConfig, Gpus, HostConfig, HostKind};
 
 /// Hints for a failed solve, most useful first. `closest` is the host that came closest and how
@@ -52,6 +53,12 @@ pub(super) fn hints(
             }
         }
     }
+    if let Want::Accelerator { chip, .. } = want
+        && !looked_at.is_empty()
+        && let Some(hint) = accelerator_hint(chip, &looked_at)
+    {
+        hints.push(hint);
+    }
     if let Some((host, free)) = closest
         && *free > 0
     {
@@ -59,6 +66,7 @@ pub(super) fn hints(
             Want::Cpu { .. } => format!("{free} processes"),
             Want::Gpu { chip: Some(chip), .. } => format!("{free} x {}", chip.name),
             Want::Gpu { chip: None, .. } => format!("{free} x any-gpu"),
+            Want::Accelerator { chip, .. } => format!("{free} x {}", chip.name),
         };
         hints.push(format!("largest fit is {what} on {host}: `-n {free}` runs now"));
     }
@@ -68,6 +76,26 @@ pub(super) fn hints(
         }
     }
     hints
+}
+
+/// When no host looked at offers `chip` (a non-GPU accelerator): what the config has instead.
+fn accelerator_hint(chip: &Chip, looked_at: &[(&Consideration, &HostConfig)]) -> Option<String> {
+    let mut offered = BTreeSet::new();
+    for (c, host) in looked_at {
+        for (other, n) in host.accelerators() {
+            if other.name == chip.name && n > 0 {
+                return None;
+            }
+            if n > 0 {
+                offered.insert((other.name, c.host.as_str()));
+            }
+        }
+    }
+    if offered.is_empty() {
+        return Some(format!("no host offers {chip}: add a host that has {chip} chips to ~/.theseus.yaml"));
+    }
+    let list: Vec<String> = offered.iter().map(|(name, host)| format!("{name} on {host}")).collect();
+    Some(format!("no host offers {chip}; the config has {}: ask for one of those with `--chip`", list.join(", ")))
 }
 
 /// Every host was filtered out before looking at its capacity.

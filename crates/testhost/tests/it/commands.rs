@@ -1,6 +1,9 @@
-//! `plan`, `submit --dry-run`, `submit` (`--follow`, `--replace`), `status`, `logs`, `cancel`
-//! and `gc` of the `theseus` command line on a sandbox host, a type neither core nor the CLI
-//! knows.
+//! `plan`, `submit --dry-run`, `submit` (`--follow`, `--replace`, `--yes`), `status`, `logs`,
+//! `cancel` and `gc` of the `theseus` command line on a sandbox host, a type neither core nor
+//! the CLI knows.
+
+use std::io::Write as _;
+use std::process::Stdio;
 
 use crate::{CancelOnDrop, SECRET, TestContext, text};
 
@@ -216,4 +219,100 @@ fn submit_follow_streams_the_output_and_exits_with_the_jobs_code() {
     assert!(stderr.contains("failed (exit code 3)"), "{stderr}");
     let out = ctx.run(&["submit", "followed-ok", &ctx.experiment("0"), "--follow"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+}
+
+/// The sandbox `sb` pretends each submit creates "a sandbox VM" (its `creates` key).
+fn creating(ctx: &TestContext) {
+    let config = ctx.home().join(".theseus.yaml");
+    let before = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, before.replace("slots: 2", "slots: 2\n    creates: a sandbox VM")).unwrap();
+}
+
+#[test]
+fn what_a_host_would_create_is_listed_by_plan_and_the_dry_run_and_created_only_when_confirmed() {
+    let ctx = TestContext::new();
+    creating(&ctx);
+    let exp = ctx.experiment("0");
+    let out = ctx.run(&["plan", "j", &exp, "--host", "sb"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("will create:\n  - a sandbox VM\n"), "{}", text(&out.stdout));
+    let out = ctx.run(&["plan", "j", &exp, "--host", "sb", "--output", "json"]);
+    let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(plan["creates"], serde_json::json!(["a sandbox VM"]), "{plan}");
+    let out = ctx.run(&["submit", "--dry-run", "j", &exp, "--host", "sb"]);
+    assert!(text(&out.stdout).contains("# will create:\n#   - a sandbox VM\n"), "{}", text(&out.stdout));
+    let out = ctx.run(&["submit", "--dry-run", "j", &exp, "--host", "sb", "--output", "json"]);
+    let dry: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(dry["creates"], serde_json::json!(["a sandbox VM"]), "{dry}");
+
+    // No terminal to ask on and no --yes: refused before anything is shipped or recorded.
+    let out = ctx.run(&["submit", "j", &exp, "--host", "sb"]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("error: submitting to sb would create: a sandbox VM; pass --yes to create it"), "{stderr}");
+    assert!(!ctx.sandbox().exists(), "nothing was shipped: {stderr}");
+    assert_eq!(text(&ctx.run(&["list", "--output", "json"]).stdout).trim(), "[]", "no run was recorded");
+
+    let out = ctx.run(&["submit", "j", &exp, "--host", "sb", "--yes"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("theseus: creating (--yes): a sandbox VM"), "{}", text(&out.stderr));
+    let run = text(&out.stdout).trim().to_owned();
+    assert_eq!(ctx.status_until(&run, |s| s["state"] != "running" && s["state"] != "pending")["state"], "completed");
+
+    // A host that creates nothing needs no --yes.
+    let out = ctx.run(&["submit", "k", &exp, "--host", "here"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+}
+
+#[test]
+fn on_a_terminal_submit_asks_before_it_creates_and_a_no_creates_nothing() {
+    let ctx = TestContext::new();
+    creating(&ctx);
+    let exp = ctx.experiment("0");
+    // `script` (util-linux) gives the command a terminal; the answer is typed into it.
+    let on_terminal = |name: &str, answer: &str| {
+        let line = format!("{} submit {name} {exp} --host sb", env!("CARGO_BIN_EXE_theseus-testhost"));
+        let mut script = ctx.cmd_of("script");
+        script.args(["-qec", &line, "/dev/null"]).stdin(Stdio::piped()).stdout(Stdio::piped());
+        let mut child = script.spawn().expect("script runs");
+        child.stdin.take().unwrap().write_all(answer.as_bytes()).unwrap();
+        let out = child.wait_with_output().unwrap();
+        (out.status.code(), text(&out.stdout))
+    };
+    let (code, shown) = on_terminal("no", "n\n");
+    assert_eq!(code, Some(2), "{shown}");
+    assert!(shown.contains("will create:\r\ntheseus:   - a sandbox VM\r\nCreate? [y/N]"), "{shown}");
+    assert!(shown.contains("not confirmed: nothing was created"), "{shown}");
+    assert!(!ctx.sandbox().exists(), "nothing was shipped: {shown}");
+    let (code, shown) = on_terminal("yes", "y\n");
+    assert_eq!(code, Some(0), "{shown}");
+    assert!(ctx.sandbox().join("runs/general/default/yes").is_dir(), "{shown}");
+}
+
+#[test]
+fn the_sandbox_flag_sets_its_key_on_sandbox_hosts_and_a_bad_value_names_the_flag() {
+    let ctx = TestContext::new();
+    let exp = ctx.experiment("0");
+    let out = ctx.run(&["plan", "j", &exp, "--chip", "cpu", "-n", "3", "--sandbox-slots", "4"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = squeeze(&text(&out.stdout));
+    assert!(stdout.contains("sb sandbox chosen runs 3 processes in the sandbox (4 slots)"), "{stdout}");
+
+    let out = ctx.run(&["plan", "j", &exp, "--sandbox-slots", "many"]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(
+            "error: --sandbox-slots many: hosts.sb.slots: invalid type: string \"many\", expected u32 (fix the flag"
+        ),
+        "{stderr}"
+    );
+    let out = ctx.run(&["submit", "j", &exp, "--sandbox-slots", "0"]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("--sandbox-slots 0: hosts.sb.slots: a sandbox needs at least 1 slot"), "{stderr}");
+    assert!(!ctx.sandbox().exists(), "nothing was shipped");
+
+    let help = text(&ctx.run(&["submit", "--help"]).stdout);
+    assert!(help.contains("Options of `sandbox` hosts") && help.contains("--sandbox-slots <N>"), "{help}");
 }

@@ -61,7 +61,12 @@ impl TestContext {
 
     /// `theseus-testhost ARGS` in the code dir.
     pub(crate) fn cmd(&self) -> Command {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_theseus-testhost"));
+        self.cmd_of(env!("CARGO_BIN_EXE_theseus-testhost"))
+    }
+
+    /// `program` in the code dir with the test's HOME and state dir.
+    pub(crate) fn cmd_of(&self, program: &str) -> Command {
+        let mut cmd = Command::new(program);
         cmd.current_dir(self.code.path())
             .env_clear()
             .env("HOME", self.home())

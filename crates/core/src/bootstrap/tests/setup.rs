@@ -1,6 +1,9 @@
 //! Tests of the setup phase: one `uv sync` per run, the start barrier across ranks, a failure
-//! or a missing rank that stops the others with a sentence naming it, and uv installed
-//! privately on a Python that PEP 668 marks "externally managed".
+//! or a missing rank that stops the others with a sentence naming it, hosts with private work
+//! dirs (one sync per host, no wait across hosts), and uv installed privately on a Python that
+//! PEP 668 marks "externally managed".
+
+use std::process::Child;
 
 use super::*;
 
@@ -130,6 +133,86 @@ fn a_rank_that_never_comes_ends_the_wait_with_the_timeout_named() {
         stderr(&out)
     );
     assert!(s.calls().is_empty(), "rank 1 never syncs");
+}
+
+/// A wiring whose hosts each have their own disk (`TEST_PRIVATE_DIRS=1`), as a cloud VM's
+/// workers: the ranks from `TEST_*` variables.
+fn private_wired() -> Launch {
+    const SHELL: &str = r#"theseus_rank=$TEST_RANK
+theseus_count=$TEST_COUNT
+theseus_local_rank=$TEST_LOCAL_RANK
+theseus_first_host=127.0.0.1
+theseus_private_dirs=${TEST_PRIVATE_DIRS:-1}"#;
+    Launch::Wired { coordinator_port: 1, wiring: super::super::Wiring { scheme: "test_private", shell: SHELL } }
+}
+
+/// Two "hosts", each with its own work dir (a [`Setup`] of its own) and a job of three ranks:
+/// rank 0 on host `a`, ranks 1 and 2 (local ranks 0 and 1) on host `b`; the fake uv logs into
+/// one file.
+fn two_hosts() -> [(Setup, RenderedBootstrap); 2] {
+    let (a, _) = Setup::new();
+    let (b, _) = Setup::new();
+    let log = a.h.tmp.path().join("uv of both hosts.log");
+    [a, b].map(|mut s| {
+        let mut input = s.h.input(&["/bin/sh", "-c", STAMP]);
+        input.launch = private_wired();
+        let rendered = s.h.install(&input);
+        s.log = log.clone();
+        (s, rendered)
+    })
+}
+
+impl Setup {
+    /// Starts rank `rank` of [`two_hosts`]'s three-rank job on this host as local rank `local`.
+    fn start_wired(&self, rendered: &RenderedBootstrap, rank: &str, local: &str, extra: &[(&str, &str)]) -> Child {
+        let mut env = vec![
+            ("PATH", self.path.as_str()),
+            ("UV_LOG", self.log.to_str().unwrap()),
+            ("TEST_RANK", rank),
+            ("TEST_COUNT", "3"),
+            ("TEST_LOCAL_RANK", local),
+        ];
+        env.extend_from_slice(extra);
+        self.h.start(rendered, &env)
+    }
+}
+
+#[test]
+fn with_private_dirs_each_host_sets_up_its_own_dir_and_waits_for_no_other_host() {
+    let [(a, on_a), (b, on_b)] = two_hosts();
+    // Host b's second rank comes first and waits for its own host's first rank, never for rank 0.
+    let slow = [("UV_SYNC_SLEEP", "1"), ("THESEUS_SETUP_TIMEOUT_SECONDS", "20")];
+    let second = b.start_wired(&on_b, "2", "1", &slow);
+    std::thread::sleep(Duration::from_millis(300));
+    let first = b.start_wired(&on_b, "1", "0", &slow);
+    for (child, rank) in [(second, 2), (first, 1)] {
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "rank {rank}: {}", stderr(&out));
+        assert!(stderr(&out).contains("this host's setup is done"), "rank {rank}: {}", stderr(&out));
+    }
+    let calls = b.calls();
+    let syncs: Vec<&str> = calls.iter().filter(|(_, _, what)| what == "sync").map(|(_, r, _)| r.as_str()).collect();
+    assert_eq!(syncs, ["1"], "host b's first local rank syncs its dir, alone: {calls:?}");
+    let sync_end = calls.iter().find(|(_, _, what)| what == "sync-end").unwrap().0;
+    assert!(b.started(2).unwrap() >= sync_end, "rank 2 started before its host's sync ended");
+    assert!(!a.h.work.join(".theseus/start").exists(), "nothing of host b's setup is in host a's dir");
+
+    // Host a, later: its rank 0 syncs its own dir.
+    let out = a.start_wired(&on_a, "0", "0", &[]).wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let syncs = a.calls().iter().filter(|(_, _, what)| what == "sync").count();
+    assert_eq!(syncs, 2, "one sync per host");
+}
+
+#[test]
+fn without_private_dirs_a_rank_of_another_host_waits_for_rank_0_as_before() {
+    let [_a, (b, on_b)] = two_hosts();
+    let shared = [("TEST_PRIVATE_DIRS", "0"), ("THESEUS_SETUP_TIMEOUT_SECONDS", "1")];
+    let out = b.start_wired(&on_b, "1", "0", &shared).wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("waited 1s for rank 0 to start its setup"), "{}", stderr(&out));
+    let bad = b.start_wired(&on_b, "1", "0", &[("TEST_PRIVATE_DIRS", "yes")]).wait_with_output().unwrap();
+    assert!(stderr(&bad).contains("theseus_private_dirs is not 0 or 1: yes"), "{}", stderr(&bad));
 }
 
 /// Debian's own python3, whose stdlib dir carries PEP 668's `EXTERNALLY-MANAGED` marker, from
