@@ -142,6 +142,19 @@ mod tests {
         assert_eq!((a.chip.name, a.chips, a.workers), ("tpu-v4", 16, 4));
         assert_eq!(accelerator("v5litepod-16").unwrap().chip.name, "tpu-v5e");
         assert_eq!(accelerator("v5p-8").unwrap().chip.name, "tpu-v5p");
+        for (t, chip, chips, workers) in [
+            ("v2-8", "tpu-v2", 4, 1),
+            ("v3-32", "tpu-v3", 16, 4),
+            ("v4-8", "tpu-v4", 4, 1),
+            ("v5litepod-1", "tpu-v5e", 1, 1),
+            ("v5litepod-8", "tpu-v5e", 8, 1),
+            ("v6e-8", "tpu-v6e", 8, 1),
+            ("v6e-16", "tpu-v6e", 16, 4),
+            ("v6e-256", "tpu-v6e", 256, 64),
+        ] {
+            let a = accelerator(t).unwrap();
+            assert_eq!((a.chip.name, a.chips, a.workers), (chip, chips, workers), "{t}");
+        }
     }
 
     #[test]
