@@ -102,6 +102,8 @@ pub struct SimConfig {
     pub latency: Duration,
     /// With a seed, about one API read in twenty answers 503 UNAVAILABLE.
     pub flaky_seed: Option<u64>,
+    /// `expires_in` of the tokens it issues (Google's: 3599 s).
+    pub token_lifetime: Duration,
 }
 
 impl Default for SimConfig {
@@ -128,6 +130,7 @@ impl Default for SimConfig {
             project: "sim-project".into(),
             latency: Duration::from_millis(30),
             flaky_seed: None,
+            token_lifetime: Duration::from_secs(3599),
         }
     }
 }
@@ -238,6 +241,7 @@ impl Sim {
             prefix,
         };
         let auth = Arc::new(auth::Auth::default());
+        auth.set_lifetime(config.token_lifetime.as_secs().max(1));
         let shared = Arc::new(Shared {
             config,
             state: Mutex::new(model::State::default()),
