@@ -12,7 +12,7 @@
 //!   `AccessConfig`, `ServiceAccount`, `SchedulingConfig`), `QueuedResource` with `Tpu.NodeSpec`,
 //!   `Spot`, and `QueuedResourceState` (ACCEPTED, WAITING_FOR_RESOURCES, PROVISIONING, ACTIVE,
 //!   FAILED, SUSPENDED, DELETING), `AcceleratorType`, `RuntimeVersion`, `OperationMetadata`,
-//!   and the HTTP bindings of the `Tpu` service ([`api`](crate) module docs list the calls).
+//!   and the HTTP bindings of the `Tpu` service (the `api` module's docs list the calls served).
 //! - `google/longrunning/operations.proto`: create and delete answer an `Operation`
 //!   (`name`, `metadata`, `done`, then `response` or `error`) that `GET .../operations/X` polls.
 //! - `google/rpc/status.proto`, `code.proto`, `error_details.proto`: error bodies
