@@ -245,6 +245,7 @@ fn create_node(
     if st.nodes.contains_key(&name) {
         return Err(ApiError::new(409, format!("Resource '{name}' already exists")));
     }
+    same_id_elsewhere(shared, &st, id)?;
     st.check_quota(project, zone, req.accel.size)?;
     let ips = st
         .take_ips(shared.workers_of(&req.accel))
@@ -257,6 +258,20 @@ fn create_node(
     drop(st);
     lifecycle::spawn_create(shared.clone(), name, uid, Some(op), None);
     Ok(answer)
+}
+
+/// Workers are named by node id (`ROOT/workers/NODE`, namespace `PREFIX-NODE-wN`), so with
+/// workers one simulator holds one node of an id across its projects and zones (a divergence:
+/// Google scopes ids by project and zone).
+fn same_id_elsewhere(shared: &Shared, st: &model::State, id: &str) -> Result<(), ApiError> {
+    let suffix = format!("/nodes/{id}");
+    match st.nodes.keys().find(|k| k.ends_with(&suffix)) {
+        Some(other) if shared.net.is_some() => Err(ApiError::new(
+            409,
+            format!("The simulator already has a node '{other}'; with real workers node ids are unique per simulator."),
+        )),
+        _ => Ok(()),
+    }
 }
 
 fn delete_node(shared: &Arc<Shared>, name: &str, parent: &str) -> Result<Value, ApiError> {
@@ -315,6 +330,7 @@ fn create_queued(
     if st.nodes.contains_key(&node_name) {
         return Err(ApiError::new(409, format!("Resource '{node_name}' already exists")));
     }
+    same_id_elsewhere(shared, &st, node_id)?;
     st.check_quota(project, &zone, req.accel.size)?;
     let mut qr = json!({
         "name": name,

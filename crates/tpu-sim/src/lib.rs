@@ -30,6 +30,7 @@
 //!   INVALID_ARGUMENT); one node spec per queued resource; `acceleratorConfig`, multislice,
 //!   `nodes:stop`/`:start` are not modelled.
 //! - Names use the project id where Google's answers sometimes carry the project number.
+//! - With real workers a node id is unique per simulator, not per project and zone (409).
 //! - A node's "external" IP is its internal one; both are reached only through
 //!   [`SimInfo::ssh_proxy`]. Worker accounts are the machine's existing users (the guest agent
 //!   would create them); each worker has its own home directories (a private mount namespace),
