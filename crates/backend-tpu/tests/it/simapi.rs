@@ -27,6 +27,11 @@ struct Lab {
 
 impl Lab {
     async fn start() -> Lab {
+        Lab::start_with(None).await
+    }
+
+    /// With `flaky`: about one API read in twenty answers 503 (a seed makes it repeatable).
+    async fn start_with(flaky: Option<u64>) -> Lab {
         let dir = tempfile::tempdir().unwrap();
         let config = SimConfig {
             root: dir.path().join("sim"),
@@ -34,6 +39,7 @@ impl Lab {
             create_seconds: Duration::from_millis(300),
             delete_seconds: Duration::from_millis(100),
             latency: Duration::from_millis(1),
+            flaky_seed: flaky,
             ..SimConfig::default()
         };
         let sim = Sim::start(config).await.unwrap();
@@ -279,4 +285,49 @@ async fn without_credentials_nothing_is_asked_of_the_api() {
         "{e}"
     );
     assert!(lab.sim.requests().is_empty());
+}
+
+#[tokio::test]
+async fn a_create_whose_operation_fails_leaves_nothing() {
+    let lab = Lab::start().await;
+    let cloud = cloud(&settings(), lab.env_with_key().await);
+    lab.admin("faults", json!({"operation": {"code": 13, "message": "Internal error.", "verb": "create"}})).await;
+    let e = cloud.ensure_ready(true, &labels("r", "me"), &[], &quiet()).await.unwrap_err();
+    assert!(e.message.contains("Internal error."), "{e}");
+    assert!(cloud.node().await.unwrap().is_none(), "nothing left behind");
+}
+
+#[tokio::test]
+async fn a_cleanup_that_fails_says_what_to_delete() {
+    let lab = Lab::start().await;
+    // Given up on before the VM is READY (300 ms); deleting it fails as well.
+    let waits =
+        Waits { poll: Duration::from_millis(20), ready: Duration::from_millis(100), delete: Duration::from_secs(60) };
+    let cloud = cloud(&settings(), lab.env_with_key().await).with_waits(waits);
+    lab.admin("faults", json!({"method": "DELETE", "path": "/nodes/simtpu", "status": 500, "times": 3})).await;
+    let e = cloud.ensure_ready(true, &labels("r", "me"), &[], &quiet()).await.unwrap_err();
+    assert!(
+        e.message.contains("did not finish in time")
+            && e.message.contains("deleting what was made failed too")
+            && e.message.contains("(`gcloud compute tpus tpu-vm delete simtpu --zone us-central2-b`)"),
+        "{e}"
+    );
+    assert!(!e.message.contains('\n'));
+    assert!(cloud.node().await.unwrap().is_some(), "what the line names is there");
+    // The faults are spent: theseus's own delete (cancel, gc) removes it.
+    assert!(cloud.delete(&quiet()).await.unwrap());
+}
+
+#[tokio::test]
+async fn a_flaky_api_does_not_break_the_lifecycle() {
+    for seed in [1, 2, 3] {
+        let lab = Lab::start_with(Some(seed)).await;
+        let cloud = cloud(&TpuSettings { spot: seed % 2 == 0, ..settings() }, lab.env_with_key().await);
+        let ensured = cloud.ensure_ready(true, &labels("r", "me"), &[], &quiet()).await.unwrap();
+        assert!(ensured.node.is_ready());
+        assert!(cloud.delete(&quiet()).await.unwrap());
+        assert!(cloud.node().await.unwrap().is_none());
+        let failed = lab.sim.requests().iter().filter(|r| r.status == 503).count();
+        eprintln!("seed {seed}: {failed} answers 503 of {}", lab.sim.requests().len());
+    }
 }
