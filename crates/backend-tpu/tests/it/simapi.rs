@@ -331,3 +331,63 @@ async fn a_flaky_api_does_not_break_the_lifecycle() {
         eprintln!("seed {seed}: {failed} answers 503 of {}", lab.sim.requests().len());
     }
 }
+
+/// The kinds of requests of a lifecycle, as fault paths: `(method, path fragment)`.
+fn kinds(lab: &Lab) -> Vec<(String, String)> {
+    let mut kinds: Vec<(String, String)> = Vec::new();
+    for r in lab.sim.requests() {
+        // `nodes/simtpu`, `nodes?nodeId=simtpu`, `queuedResources/simtpu?force=true`, `/token`...
+        let fragment = match r.path.split_once(&format!("/locations/{ZONE}/")) {
+            Some((_, rest)) if rest.starts_with("operations/") => "/operations/".to_owned(),
+            Some((_, rest)) => rest.to_owned(),
+            None => r.path.clone(),
+        };
+        let kind = (r.method.clone(), fragment);
+        if !kinds.contains(&kind) {
+            kinds.push(kind);
+        }
+    }
+    kinds
+}
+
+#[tokio::test]
+async fn every_kind_of_request_failed_in_turn_leaves_nothing_unnamed() {
+    for spot in [false, true] {
+        let settings = TpuSettings { spot, ..settings() };
+        let clean = Lab::start().await;
+        let cloud_clean = cloud(&settings, clean.env_with_key().await);
+        cloud_clean.ensure_ready(true, &labels("r", "me"), &[], &quiet()).await.unwrap();
+        cloud_clean.delete(&quiet()).await.unwrap();
+        let kinds = kinds(&clean);
+        assert!(kinds.len() >= 5, "{kinds:?}");
+        for (method, fragment) in kinds {
+            let lab = Lab::start().await;
+            let cloud = cloud(&settings, lab.env_with_key().await);
+            // More failures than the client's attempts.
+            lab.admin("faults", json!({"method": method, "path": fragment, "status": 503, "times": 3})).await;
+            let case = format!("spot={spot} {method} {fragment}");
+            match cloud.ensure_ready(true, &labels("r", "me"), &[], &quiet()).await {
+                Ok(ensured) => {
+                    assert!(ensured.node.is_ready(), "{case}");
+                    if let Err(e) = cloud.delete(&quiet()).await {
+                        assert!(!e.message.contains('\n'), "{case}: {e}");
+                        assert!(
+                            cloud.node().await.unwrap().is_some(),
+                            "{case}: a failed delete leaves the VM to delete again"
+                        );
+                        assert!(cloud.delete(&quiet()).await.unwrap(), "{case}");
+                    }
+                }
+                Err(e) => {
+                    assert!(!e.message.contains('\n'), "{case}: {e}");
+                    let left = cloud.created_nodes().await.unwrap();
+                    assert!(
+                        left.is_empty() || e.message.contains("gcloud compute tpus tpu-vm delete simtpu"),
+                        "{case}: {e}; left {left:?}"
+                    );
+                }
+            }
+            assert!(cloud.node().await.unwrap().is_none(), "{case}: nothing left");
+        }
+    }
+}
