@@ -186,8 +186,9 @@ impl Net {
         match self.fill(&mut worker, &spec, project, auth, rt) {
             Ok(()) => Ok(worker),
             Err(e) => {
+                // Its directory stays: the error may name its sshd log (the next create of
+                // the node wipes it).
                 self.down_one(&worker, Duration::ZERO);
-                let _ = std::fs::remove_dir_all(&worker.dir);
                 Err(e)
             }
         }
