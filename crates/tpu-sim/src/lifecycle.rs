@@ -22,7 +22,7 @@ use crate::model::NodeRec;
 use crate::sshd::parse_ssh_keys;
 use crate::workers::{Running, WorkerSpec};
 
-const NODE_TYPE: &str = "type.googleapis.com/google.cloud.tpu.v2.Node";
+pub(crate) const NODE_TYPE: &str = "type.googleapis.com/google.cloud.tpu.v2.Node";
 const QR_TYPE: &str = "type.googleapis.com/google.cloud.tpu.v2.QueuedResource";
 const EMPTY_TYPE: &str = "type.googleapis.com/google.protobuf.Empty";
 
@@ -32,7 +32,7 @@ pub(crate) fn project_zone(name: &str) -> (String, String) {
     (parts.get(1).copied().unwrap_or_default().to_owned(), parts.get(3).copied().unwrap_or_default().to_owned())
 }
 
-fn with_type(mut value: Value, type_url: &str) -> Value {
+pub(crate) fn with_type(mut value: Value, type_url: &str) -> Value {
     if let Some(map) = value.as_object_mut() {
         map.insert("@type".into(), json!(type_url));
     }
