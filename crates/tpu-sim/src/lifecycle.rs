@@ -176,6 +176,13 @@ fn worker_specs(shared: &Shared, rec: &NodeRec, zone: &str) -> Vec<WorkerSpec> {
         .unwrap_or_default();
     let ssh_keys = user_meta.iter().find(|(k, _)| k == "ssh-keys").map(|(_, v)| v.clone()).unwrap_or_default();
     let email = node["serviceAccount"]["email"].as_str().unwrap_or_default().to_owned();
+    let project = project_zone(node["name"].as_str().unwrap_or_default()).0;
+    let mut hosts = String::from("127.0.0.1 localhost\n::1 localhost ip6-localhost ip6-loopback\n");
+    for (i, octet) in rec.ips.iter().enumerate() {
+        let name = format!("t1v-n-{short}-w-{i}");
+        hosts.push_str(&format!("{} {name}.{zone}.c.{project}.internal {name}  # Added by Google\n", ip(*octet)));
+    }
+    hosts.push_str("169.254.169.254 metadata.google.internal metadata  # Added by Google\n");
     rec.ips
         .iter()
         .enumerate()
@@ -197,6 +204,7 @@ fn worker_specs(shared: &Shared, rec: &NodeRec, zone: &str) -> Vec<WorkerSpec> {
                 index: i as u32,
                 ip: *octet,
                 users: parse_ssh_keys(&ssh_keys),
+                hosts: hosts.clone(),
                 instance: Instance {
                     name: format!("t1v-n-{short}-w-{i}"),
                     id: format!("{}{i}", rec.uid),
