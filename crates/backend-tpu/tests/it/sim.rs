@@ -205,7 +205,7 @@ async fn the_backend_runs_on_the_simulators_workers_through_create_conformance_p
     let port = theseus_backend_ssh::paths::coordinator_port(&handle.id);
     for w in 0..2 {
         let want = format!("worker-{w} wired {w} 2 {w0}:{port} {w} 1 attempt 1");
-        assert!(out.iter().any(|l| *l == want), "no `{want}` in {out:#?}");
+        assert!(out.contains(&want), "no `{want}` in {out:#?}");
     }
     assert!(backend.creates(&job).await.unwrap().is_empty(), "the VM exists now");
 
