@@ -6,7 +6,9 @@
 //! one run per worker as the plain backend does (its claim, its ship through the store, its
 //! detached supervisor: see [`workers`]), all workers at once. The bootstrap is wired by
 //! `wiring.sh` from each worker's metadata server. A failed submit leaves nothing: the workers'
-//! runs that started are cancelled, and a VM this submit created is deleted.
+//! runs that started are cancelled, and a VM this submit created is deleted. One live run per
+//! name: each worker's claim decides (the plain backend's); two submits of one name at once
+//! leave at most one live run, none when each won a worker (both are refused, naming the other).
 //!
 //! `status` reads the VM first, then every worker. A preempted VM theseus created is created
 //! anew by `status`, and the run starts again on it from what the client kept ([`spool`]:

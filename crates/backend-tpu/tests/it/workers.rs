@@ -334,3 +334,35 @@ async fn status_and_logs_outlive_the_vm_deleted_after_the_run() {
     );
     assert!(lines.iter().all(|l| l.rank == Some(1)), "{lines:?}");
 }
+
+/// Two submits of one name at once on a VM of two workers: at most one runs (on every worker;
+/// each worker's claim decides, so when each wins a worker both are refused), a refused one
+/// names the live run, and no refused run leaves a process behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_submits_of_one_name_at_once_leave_at_most_one_live_run() {
+    let lab = require_lab!();
+    let (backend, _vm) = support::backend(lab, "race", Some(ready_node("1", false)));
+    let h = harness(backend.clone(), WORKERS as u32);
+    let (a, _da) = testing::prepare(&h, "race", &["sleep", "60"], vec![], serde_json::json!({})).await.unwrap();
+    let (b, _db) = testing::prepare(&h, "race", &["sleep", "60"], vec![], serde_json::json!({})).await.unwrap();
+    let options = SubmitOptions::default();
+    let (ra, rb) = tokio::join!(backend.submit(&a, &options), backend.submit(&b, &options));
+    assert!(!(ra.is_ok() && rb.is_ok()), "two live runs of one name");
+    for (job, result) in [(&a, &ra), (&b, &rb)] {
+        match result {
+            Ok(won) => assert_eq!(backend.status(won).await.unwrap().state, JobState::Running),
+            Err(e) => {
+                let text = theseus_backend_ssh::testing::error_chain(e);
+                assert!(text.contains("live run"), "{text}");
+                let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+                while !theseus_core::local::process::job_processes(&job.identity.run_id).is_empty() {
+                    assert!(tokio::time::Instant::now() < deadline, "a refused run left processes");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            }
+        }
+    }
+    for won in [&ra, &rb].into_iter().flatten() {
+        backend.cancel(won).await.unwrap();
+    }
+}
