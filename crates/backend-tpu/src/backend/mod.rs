@@ -262,7 +262,34 @@ impl TpuBackend {
             && n.created_by_theseus
             && (n.is_interrupted() || unstarted(n, spool))
         {
-            match self.resume(data, spool).await? {
+            // What the run is if the restart fails, even after the VM is gone.
+            let interrupted = |why: String| JobStatus {
+                state: JobState::Preempted,
+                exit_code: None,
+                message: Some(why),
+                ranks: vec![],
+                attempt: Some(spool.restarts() + 1),
+            };
+            if n.is_interrupted() {
+                spool.save_final(&interrupted(format!(
+                    "VM `{}` was {} and the run stopped; submit it again to resume from its latest checkpoint",
+                    n.name, n.state
+                )));
+            }
+            let resumed = match self.resume(data, spool).await {
+                Ok(r) => r,
+                Err(e) => {
+                    let why = format!(
+                        "VM `{}` was {}; starting the run again failed: {e}; submit it again to resume from its \
+                         latest checkpoint",
+                        n.name, n.state
+                    );
+                    spool.save_final(&interrupted(why.clone()));
+                    spool.forget_job();
+                    return Ok(Standing::Report(interrupted(why)));
+                }
+            };
+            match resumed {
                 Resume::Started => node = self.vm.node().await?,
                 Resume::Busy => {
                     return report(

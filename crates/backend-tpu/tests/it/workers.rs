@@ -366,3 +366,28 @@ async fn two_submits_of_one_name_at_once_leave_at_most_one_live_run() {
         backend.cancel(won).await.unwrap();
     }
 }
+
+/// When creating the preempted VM anew fails (after the old one was deleted), the run ends
+/// preempted saying why and what to do, now and once the VM is gone; no further attempt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_that_cannot_create_the_vm_ends_the_run_preempted_saying_why() {
+    let lab = require_lab!();
+    let (backend, vm) = support::backend(lab, "resume-fails", None);
+    let h = harness(backend.clone(), 1);
+    let (job, _dir) =
+        testing::prepare(&h, "resume-fails", &["sleep", "60"], vec![], serde_json::json!({})).await.unwrap();
+    let handle = backend.submit(&job, &confirmed(false)).await.expect("submit");
+    {
+        let mut s = vm.0.lock().unwrap();
+        s.node.as_mut().unwrap().state = "PREEMPTED".into();
+        s.recreate_fails = true;
+    }
+    kill_run(&handle.id);
+    let status = backend.status(&handle).await.unwrap();
+    assert_eq!(status.state, JobState::Preempted, "{status:?}");
+    let message = status.message.unwrap_or_default();
+    assert!(message.contains("version is not set") && message.contains("submit it again"), "{message}");
+    let status = backend.status(&handle).await.unwrap();
+    assert_eq!(status.state, JobState::Preempted, "the VM is gone, the run stays preempted: {status:?}");
+    assert_eq!(vm.0.lock().unwrap().creates, 1, "no further attempt");
+}
