@@ -290,7 +290,11 @@ impl TpuBackend {
                 }
             };
             match resumed {
-                Resume::Started => node = self.vm.node().await?,
+                Resume::Started => {
+                    // Running again: the interrupted status above is not its end.
+                    spool.clear_final();
+                    node = self.vm.node().await?;
+                }
                 Resume::Busy => {
                     return report(
                         JobState::Running,
@@ -329,9 +333,14 @@ impl TpuBackend {
             }
             Some(n) if n.state != "READY" => {
                 let health = n.health.as_deref().map(|h| format!(" ({h})")).unwrap_or_default();
+                let why = if n.state == "DELETING" && data.created && !data.keep {
+                    " (worker 0 deletes the VM the run created once the run has ended)"
+                } else {
+                    ""
+                };
                 report(
                     JobState::Unknown,
-                    format!("VM `{}` is {}{health}: its workers cannot be asked now", n.name, n.state),
+                    format!("VM `{}` is {}{health}: its workers cannot be asked now{why}", n.name, n.state),
                 )
             }
             Some(n) if n.id == data.node_id => Ok(Standing::Live { node: n, runs: data.workers.clone(), attempt: 1 }),

@@ -142,6 +142,11 @@ impl Spool {
         let _ = std::fs::write(self.dir.join("final.json"), serde_json::to_vec(status).expect("status serializes"));
     }
 
+    /// Forgets a recorded final status (the run started again).
+    pub(crate) fn clear_final(&self) {
+        let _ = std::fs::remove_file(self.dir.join("final.json"));
+    }
+
     /// The run's final status, when one was recorded.
     pub(crate) fn final_status(&self) -> Option<JobStatus> {
         let v: serde_json::Value = serde_json::from_slice(&std::fs::read(self.dir.join("final.json")).ok()?).ok()?;

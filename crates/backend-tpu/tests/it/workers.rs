@@ -212,6 +212,12 @@ async fn status_recreates_a_preempted_vm_theseus_created_and_restarts_the_run_as
     assert!(matches!(status.state, JobState::Running | JobState::Completed), "{status:?}");
     assert_eq!(status.attempt, Some(2), "{status:?}");
     assert_eq!(vm.0.lock().unwrap().creates, 2, "the VM was created anew");
+    // Had the VM gone away before anyone saw the run's end, its status would not fall back to
+    // the interruption the restart recovered from.
+    let node = vm.0.lock().unwrap().node.take();
+    let gone = backend.status(&handle).await.unwrap();
+    assert_ne!(gone.state, JobState::Preempted, "{gone:?}");
+    vm.0.lock().unwrap().node = node;
     let status = testing::wait_terminal(&h, &handle).await;
     assert_eq!((status.state, status.attempt), (JobState::Completed, Some(2)), "{status:?}");
     wait_for(&backend, &handle, "attempt 2 worker 1").await;
