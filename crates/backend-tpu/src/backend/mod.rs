@@ -18,7 +18,9 @@
 //! final status it saw; `logs` merges the workers' logs, each line's source
 //! `worker-N`; `cancel` stops the run on every worker, then deletes a VM theseus created unless
 //! the run keeps it; `shell` and `connect_port` enter worker `rank`; `sync` pushes to every
-//! worker. Worker 0's wrapper deletes a VM theseus created once the job ends (`worker.sh`).
+//! worker; `gc` reclaims on every worker of a READY VM as the plain backend does, and lists as
+//! leftovers a VM theseus created whose run is over. Worker 0's wrapper deletes a VM theseus
+//! created once the job ends (`worker.sh`).
 
 pub mod cloud_vm;
 mod combine;
@@ -40,8 +42,8 @@ use serde::{Deserialize, Serialize};
 use theseus_backend_ssh::plain::PlainHandleData;
 use theseus_core::availability::Availability;
 use theseus_core::backend::{
-    Backend, JobHandle, JobState, JobStatus, LogLine, LogOptions, LogStream, PortStream, PreparedJob, RunLayout,
-    SubmitOptions, SyncOptions, SyncReport,
+    Backend, JobHandle, JobState, JobStatus, LogLine, LogOptions, LogStream, PortStream, PreparedJob, ReclaimOptions,
+    ReclaimReport, RunLayout, SubmitOptions, SyncOptions, SyncReport,
 };
 use theseus_core::bootstrap::{Launch, Wiring};
 use theseus_core::config::ClusterConfig;
@@ -786,6 +788,30 @@ impl Backend for TpuBackend {
             first.get_or_insert(r);
         }
         first.ok_or_else(|| Error::backend(self, "the run has no worker"))
+    }
+
+    /// On every worker of a READY VM (a kept one holds old runs): what the plain backend frees
+    /// there, paths prefixed with the worker. A VM that is absent or not READY holds nothing to
+    /// reach.
+    async fn reclaim(&self, options: &ReclaimOptions) -> Result<ReclaimReport> {
+        let mut report = ReclaimReport { dry_run: options.dry_run, ..ReclaimReport::default() };
+        let Some(node) = self.vm.node().await?.filter(|n| n.state == "READY") else { return Ok(report) };
+        let user = self.connector.user.clone().or_else(|| node.ssh_user.clone());
+        let workers = futures::future::try_join_all(
+            node.workers.iter().enumerate().map(|(i, a)| self.worker(&node.id, i as u32, a, user.as_deref())),
+        )
+        .await?;
+        let all = futures::future::join_all(workers.iter().map(|w| w.plain.reclaim(options))).await;
+        for (w, r) in workers.iter().zip(all) {
+            let r = r?;
+            report.freed_bytes += r.freed_bytes;
+            report.items.extend(r.items.into_iter().map(|mut i| {
+                i.path = format!("worker-{}:{}", w.index, i.path);
+                i
+            }));
+            report.failed.extend(r.failed.into_iter().map(|f| format!("worker-{}:{f}", w.index)));
+        }
+        Ok(report)
     }
 
     async fn leftovers(&self, older_than: Duration, dry_run: bool) -> Result<Option<Vec<String>>> {

@@ -397,3 +397,24 @@ async fn a_restart_that_cannot_create_the_vm_ends_the_run_preempted_saying_why()
     assert_eq!(status.state, JobState::Preempted, "the VM is gone, the run stays preempted: {status:?}");
     assert_eq!(vm.0.lock().unwrap().creates, 1, "no further attempt");
 }
+
+/// `gc` frees on every worker of a READY VM what the plain backend frees there: a finished
+/// run's code dir on each worker, named with its worker; a running one stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reclaim_frees_a_finished_runs_code_on_every_worker() {
+    let lab = require_lab!();
+    let (backend, _vm) = support::backend(lab, "reclaim", Some(ready_node("1", false)));
+    let h = harness(backend.clone(), WORKERS as u32);
+    let (job, _dir) = testing::prepare(&h, "reclaim", &["ok"], vec![], serde_json::json!({})).await.unwrap();
+    let handle = backend.submit(&job, &SubmitOptions::default()).await.expect("submit");
+    assert_eq!(testing::wait_terminal(&h, &handle).await.state, JobState::Completed);
+    let report = backend.reclaim(&theseus_backend_ssh::testing::everything_old()).await.unwrap();
+    for w in 0..WORKERS {
+        let prefix = format!("worker-{w}:");
+        assert!(
+            report.items.iter().any(|i| i.path.starts_with(&prefix) && i.path.ends_with(&handle.id)),
+            "worker {w}'s code dir of the run: {report:#?}"
+        );
+    }
+    assert!(report.failed.is_empty(), "{report:#?}");
+}
