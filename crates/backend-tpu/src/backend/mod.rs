@@ -43,7 +43,7 @@ use theseus_backend_ssh::plain::PlainHandleData;
 use theseus_core::availability::Availability;
 use theseus_core::backend::{
     Backend, JobHandle, JobState, JobStatus, LogLine, LogOptions, LogStream, PortStream, PreparedJob, ReclaimOptions,
-    ReclaimReport, RunLayout, SubmitOptions, SyncOptions, SyncReport,
+    ReclaimReport, RunLayout, StoreUsage, SubmitOptions, SyncOptions, SyncReport,
 };
 use theseus_core::bootstrap::{Launch, Wiring};
 use theseus_core::config::ClusterConfig;
@@ -812,6 +812,29 @@ impl Backend for TpuBackend {
             report.failed.extend(r.failed.into_iter().map(|f| format!("worker-{}:{f}", w.index)));
         }
         Ok(report)
+    }
+
+    /// The stores of every worker of a READY VM, summed (nothing when it is absent or not READY).
+    async fn usage(&self) -> Result<StoreUsage> {
+        let mut total = StoreUsage::default();
+        let Some(node) = self.vm.node().await?.filter(|n| n.state == "READY") else { return Ok(total) };
+        let user = self.connector.user.clone().or_else(|| node.ssh_user.clone());
+        let workers = futures::future::try_join_all(
+            node.workers.iter().enumerate().map(|(i, a)| self.worker(&node.id, i as u32, a, user.as_deref())),
+        )
+        .await?;
+        for u in futures::future::join_all(workers.iter().map(|w| w.plain.usage())).await {
+            let u = u?;
+            total.objects += u.objects;
+            total.object_bytes += u.object_bytes;
+            total.unused_objects += u.unused_objects;
+            total.unused_object_bytes += u.unused_object_bytes;
+            total.run_dirs += u.run_dirs;
+            total.run_dir_bytes += u.run_dir_bytes;
+            total.leftovers += u.leftovers;
+            total.leftover_bytes += u.leftover_bytes;
+        }
+        Ok(total)
     }
 
     async fn leftovers(&self, older_than: Duration, dry_run: bool) -> Result<Option<Vec<String>>> {

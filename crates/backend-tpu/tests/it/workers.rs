@@ -408,6 +408,9 @@ async fn reclaim_frees_a_finished_runs_code_on_every_worker() {
     let (job, _dir) = testing::prepare(&h, "reclaim", &["ok"], vec![], serde_json::json!({})).await.unwrap();
     let handle = backend.submit(&job, &SubmitOptions::default()).await.expect("submit");
     assert_eq!(testing::wait_terminal(&h, &handle).await.state, JobState::Completed);
+    // `du`: both workers' stores, summed.
+    let usage = backend.usage().await.unwrap();
+    assert_eq!(usage.run_dirs, WORKERS as u64, "the run's code dir on each worker: {usage:?}");
     let report = backend.reclaim(&theseus_backend_ssh::testing::everything_old()).await.unwrap();
     for w in 0..WORKERS {
         let prefix = format!("worker-{w}:");
