@@ -366,7 +366,8 @@ impl TpuBackend {
         let Some(kept) = spool.load() else { return Ok(Resume::NotKept) };
         let Some(_lock) = spool.lock(RESUME_LOCK) else { return Ok(Resume::Busy) };
         async {
-            let ready = self.vm.ensure_ready(true, &self.labels(&kept.identity), &|_| {}).await?;
+            let labels = self.labels(&kept.identity);
+            let ready = self.vm.ensure_ready_as(kept.creation.as_ref(), true, &labels, &|_| {}).await?;
             let snapshot = Snapshot::collect(&spool.code(), theseus_core::snapshot::SnapshotMode::Dirty)?;
             let plan = Plan {
                 host: self.name.clone(),
@@ -426,7 +427,7 @@ impl TpuBackend {
                 if (ready.created || ready.node.created_by_theseus)
                     && let Some(spool) = self.spool(&handle.id)
                 {
-                    match spool.save(job) {
+                    match spool.save(job, self.vm.creation()) {
                         Ok(true) => {}
                         Ok(false) => options.note(
                             "the job has secrets, which theseus never writes to a file: after a preemption, submit it \

@@ -22,6 +22,9 @@ pub(crate) struct Kept {
     pub(crate) processes: u32,
     pub(crate) entry: String,
     pub(crate) files: Vec<KeptFile>,
+    /// What the VM was created with at submit ([`super::Vm::creation`]).
+    #[serde(default)]
+    pub(crate) creation: Option<serde_json::Value>,
 }
 
 /// One rendered bootstrap file.
@@ -68,7 +71,7 @@ impl Spool {
     }
 
     /// Keeps `job` (a job with secrets is not kept: `Ok(false)`).
-    pub(crate) fn save(&self, job: &PreparedJob) -> Result<bool> {
+    pub(crate) fn save(&self, job: &PreparedJob, creation: Option<serde_json::Value>) -> Result<bool> {
         if job.env.iter().any(|v| v.secret) {
             return Ok(false);
         }
@@ -99,6 +102,7 @@ impl Spool {
                 .iter()
                 .map(|f| KeptFile { path: f.path.clone(), contents: f.contents.clone(), executable: f.executable })
                 .collect(),
+            creation,
         };
         let path = self.dir.join("job.json");
         std::fs::write(&path, serde_json::to_vec_pretty(&kept).expect("kept job serializes"))
