@@ -11,7 +11,7 @@
 //! leave at most one live run, none when each won a worker (both are refused, naming the other).
 //!
 //! `status` reads the VM first, then every worker. A preempted VM theseus created is created
-//! anew by `status`, and the run starts again on it from what the client kept ([`spool`]:
+//! anew by `status`, and the run starts again on it from what the client kept (`spool`:
 //! code, bootstrap; not for a job with secrets), as the next attempt (`THESEUS_RESTART_COUNT`,
 //! so the bootstrap resumes from the run's latest checkpoint); any other preempted, stopped or
 //! recreated VM ends the run as preempted. Once a VM is deleted, `status` answers the last
@@ -144,7 +144,7 @@ impl TpuBackend {
         self
     }
 
-    /// Keeps runs on VMs theseus created under `root` (see [`spool`]), so that `status` starts
+    /// Keeps runs on VMs theseus created under `root` (see `spool`), so that `status` starts
     /// them again on the VM it creates anew after a preemption.
     pub fn with_spool(mut self, root: PathBuf) -> Self {
         self.spool_root = Some(root);

@@ -1,6 +1,6 @@
 //! Where a run stands on its VM, and its restart after a preemption: a VM theseus created is
 //! created anew (with the settings of the submit) and the run starts again on it from what the
-//! client kept ([`super::spool`]), as the next attempt.
+//! client kept (`super::spool`), as the next attempt.
 
 use std::time::Duration;
 
