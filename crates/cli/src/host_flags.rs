@@ -128,6 +128,33 @@ mod tests {
         }
     }
 
+    /// A type whose flag is one the commands already have.
+    struct Clashing;
+
+    impl HostType for Clashing {
+        fn kind(&self) -> HostKind {
+            HostKind::named("clashing")
+        }
+        fn flags(&self) -> &'static [HostFlag] {
+            &[HostFlag { name: "replace", help: "No.", sets: FlagSets::Value { key: "k", value_name: "V" } }]
+        }
+        fn parse(&self, _: Map<String, Value>, _: &str) -> Result<Box<dyn HostSettings>, KeyError> {
+            unreachable!("not read")
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "host type `clashing` declares flag --replace, which `submit` already has")]
+    fn a_flag_that_clashes_with_a_commands_own_is_refused_at_once() {
+        command(&HostTypes::new(&[&Clashing]));
+    }
+
+    #[test]
+    #[should_panic(expected = "host type `flagged` declares flag --flagged-size, which `submit` already has")]
+    fn two_types_with_one_flag_name_are_refused_at_once() {
+        command(&HostTypes::new(&[&Flagged, &Flagged]));
+    }
+
     fn parsed(args: &[&str]) -> Result<Cli, clap::Error> {
         let registry = HostTypes::new(&[&Flagged]);
         let matches = command(&registry).try_get_matches_from(args)?;

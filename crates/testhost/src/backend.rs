@@ -131,7 +131,11 @@ impl Backend for SandboxBackend {
     }
 
     async fn creates(&self, _job: &PreparedJob) -> Result<Vec<String>> {
-        Ok(self.host.creates.iter().cloned().collect())
+        match self.host.creates.as_deref().map(|c| (c, c.strip_prefix("error: "))) {
+            Some((_, Some(error))) => Err(Error::backend(self, error)),
+            Some((what, None)) => Ok(vec![what.to_owned()]),
+            None => Ok(Vec::new()),
+        }
     }
 
     async fn submit(&self, job: &PreparedJob, options: &SubmitOptions) -> Result<JobHandle> {

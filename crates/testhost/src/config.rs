@@ -32,7 +32,7 @@ pub struct SandboxHost {
     pub env: BTreeMap<String, String>,
     /// A billed thing each submit pretends to create (e.g. "a sandbox VM"), to test the CLI's
     /// confirmation: `Backend::creates` lists it, and `submit` refuses without the user's
-    /// confirmation.
+    /// confirmation. `error: TEXT` makes `creates` fail with TEXT (a host that cannot say).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub creates: Option<String>,
 }

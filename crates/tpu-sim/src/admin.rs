@@ -110,23 +110,20 @@ pub(crate) async fn route(
 }
 
 fn workers(shared: &Shared, name: &str) -> Result<Value, ApiError> {
-    let st = shared.lock();
-    let rec = st.nodes.get(name).ok_or_else(|| ApiError::not_found(name))?;
-    let list: Vec<Value> = rec
-        .workers
-        .iter()
-        .flat_map(|r| r.workers.iter())
-        .enumerate()
-        .map(|(i, w)| {
-            json!({
-                "worker": i,
-                "ip": w.ip,
-                "netns": w.netns,
-                "dir": w.dir,
-                "hostKey": w.host_key,
-                "pids": crate::workers::pids_in(&w.netns),
-            })
-        })
-        .collect();
+    let mut list: Vec<Value> = {
+        let st = shared.lock();
+        let rec = st.nodes.get(name).ok_or_else(|| ApiError::not_found(name))?;
+        rec.workers
+            .iter()
+            .flat_map(|r| r.workers.iter())
+            .enumerate()
+            .map(|(i, w)| json!({"worker": i, "ip": w.ip, "netns": w.netns, "dir": w.dir, "hostKey": w.host_key}))
+            .collect()
+    };
+    // Outside the lock: each is a command.
+    for w in &mut list {
+        let pids = crate::workers::pids_in(w["netns"].as_str().unwrap_or_default());
+        w["pids"] = json!(pids);
+    }
     Ok(json!({"workers": list}))
 }

@@ -3,8 +3,9 @@
 //! (get/list), `acceleratorTypes` and `runtimeVersions` (list/get) and `locations` (list), all
 //! under `/v2/projects/{project}/locations/{zone}/`. Lists page with `pageSize`/`pageToken`
 //! and answer `nextPageToken` (default page size 50 here; Google does not document one).
-//! `nodes:stop`/`:start`, `getGuestAttributes` and `generateServiceIdentity` answer
-//! UNIMPLEMENTED (501).
+//! `nodes:getGuestAttributes` serves the `hostkeys/` namespace (each worker's sshd host key, as
+//! the guest agent publishes it and gcloud reads it into known_hosts); other custom methods
+//! (`:stop`, `:start`, ...) answer UNIMPLEMENTED (501).
 //!
 //! An unknown zone is `404 NOT_FOUND` ("Location Z is not found or access is unauthorized.",
 //! the message Google's front ends give an unknown location; the code is one of the two the
@@ -128,6 +129,10 @@ async fn located(
         (Method::GET, ["runtimeVersions", id]) if crate::accel::RUNTIME_VERSIONS.contains(id) => {
             Ok((200, runtime_version(parent, id)))
         }
+        (Method::POST, ["nodes", id]) if id.ends_with(":getGuestAttributes") => {
+            let name = format!("{parent}/nodes/{}", id.trim_end_matches(":getGuestAttributes"));
+            guest_attributes(shared, &name, &parse_body(body)?).map(|v| (200, v))
+        }
         (_, ["nodes", id]) if id.contains(':') => Err(ApiError::new(
             501,
             format!("Method {} is not implemented by the simulator.", id.split(':').nth(1).unwrap_or("")),
@@ -137,6 +142,30 @@ async fn located(
             format!("The requested URL {parent}/{} was not found on this server.", rest.join("/")),
         )),
     }
+}
+
+/// `GetGuestAttributesResponse`: one `GuestAttributes` per worker (in worker order, or those
+/// `workerIds` names), with the `hostkeys/` entries (`{namespace, key, value}`) of a READY node.
+fn guest_attributes(shared: &Shared, name: &str, body: &Value) -> Result<Value, ApiError> {
+    let path = body["queryPath"].as_str().unwrap_or("");
+    let wanted: Option<Vec<String>> =
+        body["workerIds"].as_array().map(|ids| ids.iter().filter_map(|i| i.as_str().map(str::to_owned)).collect());
+    let st = shared.lock();
+    let rec = st.nodes.get(name).ok_or_else(|| ApiError::not_found(name))?;
+    let workers = rec.workers.as_ref().map(|r| r.workers.as_slice()).unwrap_or_default();
+    let list: Vec<Value> = workers
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| wanted.as_ref().is_none_or(|w| w.is_empty() || w.contains(&i.to_string())))
+        .map(|(_, w)| {
+            let (kind, key) = w.host_key.split_once(' ').unwrap_or(("ssh-ed25519", ""));
+            let entry = json!({"namespace": "hostkeys", "key": kind, "value": key});
+            let items: Vec<Value> =
+                if "hostkeys/".starts_with(path) || path.starts_with("hostkeys") { vec![entry] } else { vec![] };
+            json!({"queryPath": path, "queryValue": {"items": items}})
+        })
+        .collect();
+    Ok(json!({"guestAttributes": list}))
 }
 
 fn accelerator_type(parent: &str, t: &str) -> Value {
@@ -216,6 +245,7 @@ fn create_node(
     if st.nodes.contains_key(&name) {
         return Err(ApiError::new(409, format!("Resource '{name}' already exists")));
     }
+    same_id_elsewhere(shared, &st, id)?;
     st.check_quota(project, zone, req.accel.size)?;
     let ips = st
         .take_ips(shared.workers_of(&req.accel))
@@ -228,6 +258,20 @@ fn create_node(
     drop(st);
     lifecycle::spawn_create(shared.clone(), name, uid, Some(op), None);
     Ok(answer)
+}
+
+/// Workers are named by node id (`ROOT/workers/NODE`, namespace `PREFIX-NODE-wN`), so with
+/// workers one simulator holds one node of an id across its projects and zones (a divergence:
+/// Google scopes ids by project and zone).
+fn same_id_elsewhere(shared: &Shared, st: &model::State, id: &str) -> Result<(), ApiError> {
+    let suffix = format!("/nodes/{id}");
+    match st.nodes.keys().find(|k| k.ends_with(&suffix)) {
+        Some(other) if shared.net.is_some() => Err(ApiError::new(
+            409,
+            format!("The simulator already has a node '{other}'; with real workers node ids are unique per simulator."),
+        )),
+        _ => Ok(()),
+    }
 }
 
 fn delete_node(shared: &Arc<Shared>, name: &str, parent: &str) -> Result<Value, ApiError> {
@@ -286,6 +330,7 @@ fn create_queued(
     if st.nodes.contains_key(&node_name) {
         return Err(ApiError::new(409, format!("Resource '{node_name}' already exists")));
     }
+    same_id_elsewhere(shared, &st, node_id)?;
     st.check_quota(project, &zone, req.accel.size)?;
     let mut qr = json!({
         "name": name,

@@ -12,7 +12,7 @@
 //!   `AccessConfig`, `ServiceAccount`, `SchedulingConfig`), `QueuedResource` with `Tpu.NodeSpec`,
 //!   `Spot`, and `QueuedResourceState` (ACCEPTED, WAITING_FOR_RESOURCES, PROVISIONING, ACTIVE,
 //!   FAILED, SUSPENDED, DELETING), `AcceleratorType`, `RuntimeVersion`, `OperationMetadata`,
-//!   and the HTTP bindings of the `Tpu` service ([`api`](crate) module docs list the calls).
+//!   and the HTTP bindings of the `Tpu` service (the `api` module's docs list the calls served).
 //! - `google/longrunning/operations.proto`: create and delete answer an `Operation`
 //!   (`name`, `metadata`, `done`, then `response` or `error`) that `GET .../operations/X` polls.
 //! - `google/rpc/status.proto`, `code.proto`, `error_details.proto`: error bodies
@@ -30,6 +30,7 @@
 //!   INVALID_ARGUMENT); one node spec per queued resource; `acceleratorConfig`, multislice,
 //!   `nodes:stop`/`:start` are not modelled.
 //! - Names use the project id where Google's answers sometimes carry the project number.
+//! - With real workers a node id is unique per simulator, not per project and zone (409).
 //! - A node's "external" IP is its internal one; both are reached only through
 //!   [`SimInfo::ssh_proxy`]. Worker accounts are the machine's existing users (the guest agent
 //!   would create them); each worker has its own home directories (a private mount namespace),
@@ -102,6 +103,8 @@ pub struct SimConfig {
     pub latency: Duration,
     /// With a seed, about one API read in twenty answers 503 UNAVAILABLE.
     pub flaky_seed: Option<u64>,
+    /// `expires_in` of the tokens it issues (Google's: 3599 s).
+    pub token_lifetime: Duration,
 }
 
 impl Default for SimConfig {
@@ -128,6 +131,7 @@ impl Default for SimConfig {
             project: "sim-project".into(),
             latency: Duration::from_millis(30),
             flaky_seed: None,
+            token_lifetime: Duration::from_secs(3599),
         }
     }
 }
@@ -238,6 +242,7 @@ impl Sim {
             prefix,
         };
         let auth = Arc::new(auth::Auth::default());
+        auth.set_lifetime(config.token_lifetime.as_secs().max(1));
         let shared = Arc::new(Shared {
             config,
             state: Mutex::new(model::State::default()),

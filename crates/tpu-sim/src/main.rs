@@ -20,6 +20,7 @@ usage: theseus-tpu-sim --root DIR [options]
   --preempt-grace S          SIGTERM to SIGKILL on preemption (default 2)
   --workers-per-host auto|N  workers per node: auto (the accelerator type's) or at most N
   --latency-ms N             added to every API call (default 30)
+  --token-seconds N          expires_in of issued tokens (default 3599, as Google's)
   --flaky SEED               about one API read in twenty answers 503 UNAVAILABLE (seeded)
   --no-workers               no network namespaces or sshd (nodes still go READY)";
 
@@ -115,6 +116,10 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Option<SimConfig>, St
                 let ms = value.parse().map_err(|_| format!("`--latency-ms` needs a number, not `{value}`"))?;
                 config.latency = Duration::from_millis(ms);
             }
+            "--token-seconds" => {
+                let secs = value.parse().map_err(|_| format!("`--token-seconds` needs a number, not `{value}`"))?;
+                config.token_lifetime = Duration::from_secs(secs);
+            }
             "--flaky" => {
                 let seed = value.parse().map_err(|_| format!("`--flaky` needs a number (the seed), not `{value}`"))?;
                 config.flaky_seed = Some(seed);
@@ -152,6 +157,8 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!((c.zones.len(), c.create_seconds, c.max_workers), (2, Duration::from_millis(500), Some(2)));
+        let t = args(&["--root", "/r", "--token-seconds", "20", "--flaky", "3", "--latency-ms", "0"]).unwrap().unwrap();
+        assert_eq!((t.token_lifetime, t.flaky_seed, t.latency), (Duration::from_secs(20), Some(3), Duration::ZERO));
         assert!(args(&["--zones", "x"]).unwrap_err().contains("--root"));
         assert!(args(&["--root", "/r", "--create-seconds", "-1"]).unwrap_err().contains("--create-seconds"));
         assert!(args(&["--root", "/r", "--workers-per-host", "0"]).unwrap_err().contains("--workers-per-host"));

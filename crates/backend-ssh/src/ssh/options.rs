@@ -224,7 +224,7 @@ impl SshOptions {
         if let Some(file) = &self.known_hosts_file {
             b.user_known_hosts_file(file);
         }
-        if let Some(dir) = &self.control_dir {
+        if let Some(dir) = self.control_dir.clone().or_else(short_control_dir) {
             b.control_directory(dir);
         }
         let idle = self.control_persist.and_then(|d| std::num::NonZeroUsize::new(d.as_secs().max(1) as usize));
@@ -371,5 +371,81 @@ mod tests {
         let args: Vec<String> =
             options.config_args(Some(Path::new("/tmp/c"))).into_iter().map(|a| a.into_string().unwrap()).collect();
         assert_eq!(args, ["-F", "/tmp/c", "-p", "2222", "-l", "me", "-J", "bastion"]);
+    }
+}
+
+/// The longest control directory whose sockets still fit a Unix socket's path (108 bytes with
+/// its NUL): openssh adds `/.ssh-connectionXXXXXX/master.XXXXXXXXXXXXXXXX` (46 bytes) and ssh a
+/// temporary `.XXXXXXXXXXXXXXXX` (17) while it binds.
+const MAX_CONTROL_DIR: usize = 107 - 46 - 17;
+
+/// Where the control sockets go when the options say nothing: openssh's default
+/// (`~/.local/state`) when its sockets fit a socket path, else `$XDG_RUNTIME_DIR`, else a
+/// private dir of ours under `/tmp`. A home such as `/gpfs/fs1/home/department/username` is
+/// long enough that openssh's default fails with "path too long for Unix domain socket".
+fn short_control_dir() -> Option<PathBuf> {
+    let state = std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state"));
+    let runtime = std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from);
+    match pick_control_dir(state.as_deref(), runtime.as_deref()) {
+        ControlDir::Default => None,
+        ControlDir::Runtime(dir) => Some(dir),
+        ControlDir::Private => private_tmp_dir(),
+    }
+}
+
+/// What [`short_control_dir`] chose.
+#[derive(Debug, PartialEq, Eq)]
+enum ControlDir {
+    Default,
+    Runtime(PathBuf),
+    Private,
+}
+
+/// Pure: openssh's default dir `state` if short enough, else `runtime`, else a private dir.
+fn pick_control_dir(state: Option<&Path>, runtime: Option<&Path>) -> ControlDir {
+    let fits = |p: &Path| p.as_os_str().len() <= MAX_CONTROL_DIR;
+    match (state, runtime) {
+        (Some(s), _) if fits(s) => ControlDir::Default,
+        (_, Some(r)) if fits(r) && r.is_absolute() => ControlDir::Runtime(r.to_owned()),
+        _ => ControlDir::Private,
+    }
+}
+
+/// `/tmp/theseus-ssh-UID`, made private (0700) when missing; `None` (openssh's default, whose
+/// error then says why) when it exists and is not ours alone.
+fn private_tmp_dir() -> Option<PathBuf> {
+    use std::os::unix::fs::{DirBuilderExt as _, MetadataExt as _, PermissionsExt as _};
+    let uid = std::fs::metadata("/proc/self").ok()?.uid();
+    let dir = PathBuf::from(format!("/tmp/theseus-ssh-{uid}"));
+    let _ = std::fs::DirBuilder::new().mode(0o700).create(&dir);
+    let meta = std::fs::symlink_metadata(&dir).ok()?;
+    (meta.is_dir() && meta.uid() == uid && meta.permissions().mode() & 0o077 == 0).then_some(dir)
+}
+
+#[cfg(test)]
+mod control_dir_tests {
+    use super::*;
+
+    #[test]
+    fn a_long_home_gets_a_short_control_dir() {
+        let short = Path::new("/home/me/.local/state");
+        assert_eq!(pick_control_dir(Some(short), None), ControlDir::Default);
+        let long = PathBuf::from(format!("/gpfs/fs1/home/{}/.local/state", "d".repeat(40)));
+        let runtime = Path::new("/run/user/1000");
+        assert_eq!(pick_control_dir(Some(&long), Some(runtime)), ControlDir::Runtime(runtime.to_owned()));
+        assert_eq!(pick_control_dir(Some(&long), None), ControlDir::Private);
+        assert_eq!(pick_control_dir(None, Some(Path::new("relative"))), ControlDir::Private);
+        // The limit is what fits: a socket under the longest default dir fits 108 bytes.
+        let longest = PathBuf::from(format!("/{}", "x".repeat(MAX_CONTROL_DIR - 1)));
+        assert_eq!(pick_control_dir(Some(&longest), None), ControlDir::Default);
+        let socket = format!("{}/.ssh-connectionABCDEF/master.0123456789abcdef.0123456789abcdef", longest.display());
+        assert!(socket.len() < 108, "{}", socket.len());
+    }
+
+    #[test]
+    fn the_private_dir_is_ours_alone() {
+        let dir = private_tmp_dir().expect("a private dir under /tmp");
+        use std::os::unix::fs::PermissionsExt as _;
+        assert_eq!(std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777, 0o700);
     }
 }

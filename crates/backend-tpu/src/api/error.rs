@@ -128,14 +128,6 @@ fn is_quota(details: &[Value]) -> bool {
     })
 }
 
-/// The quota a `QuotaFailure` names (`violations[0].subject` or `.description`), when it does.
-fn quota_subject(details: &[Value]) -> Option<String> {
-    details.iter().find_map(|d| {
-        let v = d.get("violations")?.get(0)?;
-        v.get("subject").or_else(|| v.get("description")).and_then(Value::as_str).map(str::to_owned)
-    })
-}
-
 /// Reads an HTTP error answer of the API into a [`TpuError`]. `body` is Google's error JSON
 /// (anything else is shown shortened).
 pub fn from_response(http: u16, body: &[u8], ctx: &Context) -> TpuError {
@@ -148,7 +140,9 @@ pub fn from_response(http: u16, body: &[u8], ctx: &Context) -> TpuError {
     let Context { action, project, zone, accelerator_type } = ctx;
     match (http, status.as_str()) {
         (429, _) | (_, "RESOURCE_EXHAUSTED") if is_quota(&details) => {
-            let what = quota_subject(&details).unwrap_or_else(|| format!("{} cores", family(accelerator_type)));
+            // The quota's own name and numbers are in Google's message; its `QuotaFailure`
+            // subject is a resource path, not words for the user.
+            let what = format!("{} cores", family(accelerator_type));
             TpuError::new(
                 ErrorKind::Quota,
                 format!(
@@ -194,7 +188,7 @@ pub fn from_status(status: &Status, ctx: &Context) -> TpuError {
     let Context { action, project, zone, accelerator_type } = ctx;
     match status.code {
         code::RESOURCE_EXHAUSTED if is_quota(&status.details) => {
-            let what = quota_subject(&status.details).unwrap_or_else(|| format!("{} cores", family(accelerator_type)));
+            let what = format!("{} cores", family(accelerator_type));
             TpuError::new(
                 ErrorKind::Quota,
                 format!(
@@ -244,7 +238,7 @@ mod tests {
         let e = answer(
             429,
             json!({"error": {"code": 429, "status": "RESOURCE_EXHAUSTED", "message": "Quota limit 'TPUV4PodPerProjectPerZoneForTPUAPI' exceeded.\n Limit: 8",
-                "details": [{"@type": "type.googleapis.com/google.rpc.QuotaFailure", "violations": [{"description": "TPU v4 cores"}]}]}}),
+                "details": [{"@type": "type.googleapis.com/google.rpc.QuotaFailure", "violations": [{"subject": "projects/p/locations/us-central2-b", "description": "d"}]}]}}),
         );
         assert_eq!(e.kind, ErrorKind::Quota);
         assert!(

@@ -158,7 +158,10 @@ impl Client {
     /// Any failure but `NOT_FOUND`.
     pub async fn get_node(&self, id: &str) -> Result<Option<ApiNode>, TpuError> {
         let ctx = self.context(format!("get TPU VM {id}"), "");
-        absent_is_none(self.call(Method::Get, &format!("{}/nodes/{id}", self.parent()), None::<&()>, &ctx).await)
+        absent_is_none(
+            self.call(Method::Get, &format!("{}/nodes/{id}", self.parent()), None::<&()>, &ctx).await,
+            &self.zone,
+        )
     }
 
     /// `GET nodes` with every page.
@@ -168,21 +171,51 @@ impl Client {
     pub async fn list_nodes(&self) -> Result<Vec<ApiNode>, TpuError> {
         let ctx = self.context("list TPU VMs", "");
         let mut nodes = Vec::new();
+        self.pages("nodes", &ctx, |page: NodeList| {
+            nodes.extend(page.nodes);
+            page.next_page_token
+        })
+        .await?;
+        Ok(nodes)
+    }
+
+    /// `GET queuedResources` with every page.
+    ///
+    /// # Errors
+    /// Any failure.
+    pub async fn list_queued_resources(&self) -> Result<Vec<QueuedResource>, TpuError> {
+        let ctx = self.context("list queued resources", "");
+        let mut resources = Vec::new();
+        self.pages("queuedResources", &ctx, |page: types::QueuedResourceList| {
+            resources.extend(page.queued_resources);
+            page.next_page_token
+        })
+        .await?;
+        Ok(resources)
+    }
+
+    /// Reads every page of a list (`collection` under the parent); `take` keeps a page's
+    /// items and returns its `nextPageToken`.
+    async fn pages<P: DeserializeOwned>(
+        &self,
+        collection: &str,
+        ctx: &Context,
+        mut take: impl FnMut(P) -> String,
+    ) -> Result<(), TpuError> {
         let mut token = String::new();
         // A page token that repeats would loop for ever: stop at a generous page count.
         for _ in 0..1000 {
-            let mut path = format!("{}/nodes", self.parent());
+            let mut path = format!("{}/{collection}", self.parent());
             if !token.is_empty() {
                 path.push_str(&format!("?pageToken={}", query_escape(&token)));
             }
-            let page: NodeList = self.call(Method::Get, &path, None::<&()>, &ctx).await?;
-            nodes.extend(page.nodes);
-            if page.next_page_token.is_empty() || page.next_page_token == token {
+            let next = take(self.call(Method::Get, &path, None::<&()>, ctx).await?);
+            if next.is_empty() || next == token {
                 break;
             }
-            token = page.next_page_token;
+            token = next;
         }
-        Ok(nodes)
+        Ok(())
     }
 
     /// `POST nodes?nodeId={id}`.
@@ -201,7 +234,10 @@ impl Client {
     /// Any failure but `NOT_FOUND`.
     pub async fn delete_node(&self, id: &str) -> Result<Option<Operation>, TpuError> {
         let ctx = self.context(format!("delete TPU VM {id}"), "");
-        absent_is_none(self.call(Method::Delete, &format!("{}/nodes/{id}", self.parent()), None::<&()>, &ctx).await)
+        absent_is_none(
+            self.call(Method::Delete, &format!("{}/nodes/{id}", self.parent()), None::<&()>, &ctx).await,
+            &self.zone,
+        )
     }
 
     /// `POST queuedResources?queuedResourceId={id}`.
@@ -227,7 +263,7 @@ impl Client {
     pub async fn get_queued_resource(&self, id: &str) -> Result<Option<QueuedResource>, TpuError> {
         let ctx = self.context(format!("get queued resource {id}"), "");
         let path = format!("{}/queuedResources/{id}", self.parent());
-        absent_is_none(self.call(Method::Get, &path, None::<&()>, &ctx).await)
+        absent_is_none(self.call(Method::Get, &path, None::<&()>, &ctx).await, &self.zone)
     }
 
     /// `DELETE queuedResources/{id}` (`force`: with its node); `None` when there is none.
@@ -240,7 +276,7 @@ impl Client {
         if force {
             path.push_str("?force=true");
         }
-        absent_is_none(self.call(Method::Delete, &path, None::<&()>, &ctx).await)
+        absent_is_none(self.call(Method::Delete, &path, None::<&()>, &ctx).await, &self.zone)
     }
 
     /// `GET {name}` of an operation (`projects/P/locations/Z/operations/X`).
@@ -343,13 +379,29 @@ fn path_of(url: &str) -> &str {
     url.split_once("://").and_then(|(_, rest)| rest.find('/').map(|i| &rest[i..])).unwrap_or(url)
 }
 
-/// `NOT_FOUND` as `None`.
-fn absent_is_none<T>(result: Result<T, TpuError>) -> Result<Option<T>, TpuError> {
+/// `NOT_FOUND` of the resource as `None`. A `NOT_FOUND` of the location (an unknown zone, or one
+/// the project cannot use) is an error naming the zone: Google's message then names the
+/// location and not the resource (`Location us-x1-a is not found or access is unauthorized`).
+fn absent_is_none<T>(result: Result<T, TpuError>, zone: &str) -> Result<Option<T>, TpuError> {
     match result {
         Ok(v) => Ok(Some(v)),
+        Err(e) if e.kind == ErrorKind::NotFound && is_location_error(&e.message) => Err(TpuError::new(
+            ErrorKind::Invalid,
+            format!(
+                "{}; check the host's `zone` ({zone}): it must be a zone with Cloud TPUs that the project may use",
+                e.message
+            ),
+        )),
         Err(e) if e.kind == ErrorKind::NotFound => Ok(None),
         Err(e) => Err(e),
     }
+}
+
+/// Whether a `NOT_FOUND` line is about the location rather than a node or queued resource:
+/// Google's part of it names a location and no node or queued resource.
+fn is_location_error(message: &str) -> bool {
+    let google = message.split_once("): ").map_or(message, |(_, rest)| rest).to_ascii_lowercase();
+    google.contains("location") && !google.contains("node") && !google.contains("queuedresource")
 }
 
 /// Percent-encodes a query value (ids and page tokens are mostly safe; `+`, `/`, `=` are not).
@@ -379,6 +431,24 @@ mod tests {
     fn query_values_are_escaped() {
         assert_eq!(query_escape("a+b/c=="), "a%2Bb%2Fc%3D%3D");
         assert_eq!(query_escape("node-1"), "node-1");
+    }
+
+    #[test]
+    fn a_missing_location_is_not_a_missing_node() {
+        for location in [
+            "Location us-x1-a is not found or access is unauthorized.",
+            "Resource 'projects/p/locations/us-x1-a' was not found",
+        ] {
+            assert!(is_location_error(&format!("not found (get TPU VM t): {location}")), "{location}");
+        }
+        for absent in [
+            "Resource 'projects/p/locations/z/nodes/t' was not found",
+            "node t not found",
+            "Node t not found in location z",
+            "Resource 'projects/p/locations/z/queuedResources/t' was not found",
+        ] {
+            assert!(!is_location_error(&format!("not found (get TPU VM t): {absent}")), "{absent}");
+        }
     }
 
     #[test]

@@ -129,7 +129,10 @@ impl Http {
     /// The connection failed, or no whole answer came within `timeout`.
     pub async fn send(&self, request: Request<Full<Bytes>>, timeout: Duration, what: &str) -> Result<Answer, TpuError> {
         let host = request.uri().host().unwrap_or_default().to_owned();
+        // This machine is never reached through a proxy (local emulators, the simulator).
+        let local = matches!(host.as_str(), "127.0.0.1" | "localhost" | "[::1]" | "::1");
         let via_proxy = request.uri().scheme_str() == Some("https")
+            && !local
             && self.proxied.as_ref().is_some_and(|(m, _)| m.intercept(request.uri()).is_some());
         let exchange = async {
             let response = match (&self.proxied, via_proxy) {
@@ -165,5 +168,14 @@ fn transport(host: &str, what: &str, error: &(dyn std::error::Error + 'static)) 
         }
         source = s.source();
     }
-    TpuError::new(ErrorKind::Transient, format!("could not reach {host} ({what}): {}", causes.join(": ")))
+    let mut message = format!("could not reach {host} ({what}): {}", causes.join(": "));
+    // A certificate that does not verify will not verify on the next attempt either.
+    let mut kind = ErrorKind::Transient;
+    if message.contains("certificate") {
+        kind = ErrorKind::Other;
+        message.push_str(
+            "; if the endpoint's certificate comes from a CA of its own, name its PEM file in CLOUDSDK_CORE_CUSTOM_CA_CERTS_FILE",
+        );
+    }
+    TpuError::new(kind, message)
 }

@@ -2,8 +2,9 @@
 //! proto (camelCase, enums as their names, absent fields at their defaults): `Node`,
 //! `QueuedResource`, `google.longrunning.Operation` and `google.rpc.Status`. Plain data.
 //!
-//! Fields follow googleapis `google/cloud/tpu/v2/cloud_tpu.proto` (messages `Node`,
-//! `NetworkEndpoint`, `SchedulingConfig`, `QueuedResource`, `QueuedResourceState`) and
+//! Fields follow googleapis `google/cloud/tpu/v2/cloud_tpu.proto` (read at commit 9415ba04:
+//! messages `Node`, `NetworkEndpoint`, `SchedulingConfig`, `QueuedResource`,
+//! `QueuedResourceState` with its `failedData.error`, `OperationMetadata.statusDetail`) and
 //! `google/longrunning/operations.proto` (`Operation`); unknown fields are ignored, as Google's
 //! clients do, so newer API fields do not break reading.
 
@@ -129,6 +130,16 @@ pub struct NodeList {
     pub next_page_token: String,
     /// Locations that could not be reached.
     pub unreachable: Vec<String>,
+}
+
+/// `ListQueuedResourcesResponse`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct QueuedResourceList {
+    /// This page's queued resources.
+    pub queued_resources: Vec<QueuedResource>,
+    /// Empty on the last page.
+    pub next_page_token: String,
 }
 
 /// A `QueuedResource` (spot VMs are created through one).

@@ -248,11 +248,16 @@ pub(super) async fn metadata_project(http: &Http, host: &str, timeout: Duration)
 }
 
 /// gcloud's configured project: `core/project` of the active configuration
-/// (`$CLOUDSDK_CONFIG/active_config`, default `default`, in `configurations/config_NAME`).
+/// (`CLOUDSDK_ACTIVE_CONFIG_NAME`, else `$CLOUDSDK_CONFIG/active_config`, else `default`; in
+/// `configurations/config_NAME`).
 pub(super) fn gcloud_config_project(env: &Env) -> Option<String> {
     let dir: PathBuf = env.gcloud_config_dir()?;
-    let active = std::fs::read_to_string(dir.join("active_config")).ok();
-    let active = active.as_deref().map(str::trim).filter(|a| !a.is_empty()).unwrap_or("default");
+    let file = std::fs::read_to_string(dir.join("active_config")).ok();
+    let active = env
+        .get("CLOUDSDK_ACTIVE_CONFIG_NAME")
+        .or(file.as_deref().map(str::trim))
+        .filter(|a| !a.is_empty())
+        .unwrap_or("default");
     let text = std::fs::read_to_string(dir.join("configurations").join(format!("config_{active}"))).ok()?;
     ini_value(&text, "core", "project")
 }

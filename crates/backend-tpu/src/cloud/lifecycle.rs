@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use serde_json::json;
 
-use super::node::{Node, node_to_create};
+use super::node::{Node, RUN_LABEL, node_to_create};
 use super::{Cloud, Ensured, Progress};
 use crate::api::error::{Context, from_status};
 use crate::api::types::{NodeSpec, Operation, QueuedResource, QueuedTpu, Status};
@@ -82,7 +82,7 @@ pub(super) async fn ensure_ready(
                 }
                 // Someone else's create of the same id won the race: follow that VM.
             }
-            Some(node) if matches!(node.state.as_str(), "PREEMPTED" | "TERMINATED") => {
+            Some(node) if node.is_lost() => {
                 if !node.created_by_theseus {
                     return Err(TpuError::new(
                         ErrorKind::Refused,
@@ -154,10 +154,29 @@ async fn create(
         };
         match client.create_queued_resource(name, &resource).await {
             Ok(op) => watch_queued(cloud, client, Some(op), &ctx, reporter, deadline).await,
-            // A queued resource of that id exists (an earlier, interrupted submit): follow it.
+            // A queued resource of that id exists (an earlier, interrupted submit): follow it,
+            // or replace it when it ended without a VM.
             Err(e) if e.kind == ErrorKind::AlreadyExists => {
-                watch_queued(cloud, client, None, &ctx, reporter, deadline).await
+                let stale = client
+                    .get_queued_resource(name)
+                    .await?
+                    .is_some_and(|q| matches!(q.state_name(), "FAILED" | "SUSPENDED" | "SUSPENDING"));
+                if stale {
+                    reporter
+                        .say(format!("TPU VM {name}: replacing its earlier queued resource, which ended without a VM"));
+                    if let Some(op) = client.delete_queued_resource(name, true).await? {
+                        wait_deleted_op(cloud, client, op, &ctx, reporter, deadline).await?;
+                    }
+                    match client.create_queued_resource(name, &resource).await {
+                        Ok(op) => watch_queued(cloud, client, Some(op), &ctx, reporter, deadline).await,
+                        Err(e) => return Err(e),
+                    }
+                } else {
+                    watch_queued(cloud, client, None, &ctx, reporter, deadline).await
+                }
             }
+            // No answer: it may have been made all the same.
+            Err(e) if e.is_transient() => Err(e),
             // Refused at once (quota, permission, bad argument): nothing was made.
             Err(e) => return Err(e),
         }
@@ -167,14 +186,31 @@ async fn create(
                 Ok(_) => wait_node_ready(cloud, client, reporter, deadline).await,
                 Err(e) => Err(e),
             },
-            Err(e) if e.kind == ErrorKind::AlreadyExists => return Ok(None),
+            // The node exists: made by this create when an earlier attempt's answer was lost
+            // (its labels name this run), else by someone else meanwhile.
+            Err(e) if e.kind == ErrorKind::AlreadyExists => {
+                let ours = client.get_node(name).await?.map(Node::from).is_some_and(|n| {
+                    n.created_by_theseus && n.run().is_some() && n.run() == labels.get(RUN_LABEL).map(String::as_str)
+                });
+                if !ours {
+                    return Ok(None);
+                }
+                wait_node_ready(cloud, client, reporter, deadline).await
+            }
+            Err(e) if e.is_transient() => Err(e),
             Err(e) => return Err(e),
         }
     };
     match made {
         Ok(node) => Ok(Some(node)),
         Err(error) => {
-            reporter.say(format!("creating TPU VM {name} failed: deleting what was made"));
+            // Only what this run made: a VM labelled with another run is someone else's.
+            let ours = labels.get(RUN_LABEL).map(String::as_str);
+            let foreign = client.get_node(name).await.ok().flatten().map(Node::from).is_some_and(|n| n.run() != ours);
+            if foreign {
+                return Err(error);
+            }
+            reporter.say(format!("creating TPU VM {name} failed; deleting what it made, if anything"));
             let cleanup = delete(cloud, reporter.progress).await;
             Err(match cleanup {
                 Ok(_) => error,
@@ -270,7 +306,13 @@ async fn wait_operation(
                 format!("{}: the API answered an operation without a name", ctx.action),
             ));
         }
-        op = client.get_operation(&op.name).await?;
+        op = match client.get_operation(&op.name).await {
+            Ok(op) => op,
+            // The API forgot the operation (it keeps them for a while only): what it was about
+            // is read from the resource itself by the caller's next step.
+            Err(e) if e.kind == ErrorKind::NotFound => return Ok(op),
+            Err(e) => return Err(e),
+        };
     }
 }
 

@@ -197,7 +197,7 @@ impl Cloud {
     /// The API failed, or the host cannot create a VM (no `version`).
     pub async fn plan_creation(&self) -> Result<Option<String>, TpuError> {
         match self.node().await? {
-            Some(node) if !matches!(node.state.as_str(), "PREEMPTED" | "TERMINATED") => Ok(None),
+            Some(node) if !node.is_lost() => Ok(None),
             _ => {
                 self.check_creatable()?;
                 let project = self.client().await?.project().to_owned();
@@ -243,19 +243,38 @@ impl Cloud {
         Ok(())
     }
 
-    /// The VMs of this host's project and zone labelled `theseus-created=true` (for `gc`).
+    /// The VMs of this host's project and zone labelled `theseus-created=true` (for `gc`),
+    /// with the spot VMs still queued (a queued resource whose VM is not made yet, e.g. when
+    /// the client was killed while it waited): those are listed as their node would be, in
+    /// state `QUEUED` (and [`Cloud::delete`] of a spot host deletes them).
     ///
     /// # Errors
     /// The API failed or refused.
     pub async fn created_nodes(&self) -> Result<Vec<Node>, TpuError> {
-        let nodes = self.client().await?.list_nodes().await?;
-        Ok(nodes.into_iter().map(Node::from).filter(|n| n.created_by_theseus).collect())
+        let client = self.client().await?;
+        let mut nodes: Vec<Node> =
+            client.list_nodes().await?.into_iter().map(Node::from).filter(|n| n.created_by_theseus).collect();
+        // An API without queued resources (or a project that may not list them) has none queued.
+        let queued = match client.list_queued_resources().await {
+            Ok(queued) => queued,
+            Err(e) if matches!(e.kind, ErrorKind::NotFound | ErrorKind::Invalid | ErrorKind::PermissionDenied) => {
+                Vec::new()
+            }
+            Err(e) => return Err(e),
+        };
+        for resource in queued {
+            let Some(node) = node::queued_node(&resource) else { continue };
+            if node.created_by_theseus && !nodes.iter().any(|n| n.name == node.name) {
+                nodes.push(node);
+            }
+        }
+        Ok(nodes)
     }
 
     /// Makes the VM `READY`: absent → create it (refused unless `create_confirmed`), with
     /// `labels` (plus `theseus-created=true`) and `ssh_keys` (`user:ssh-ed25519 AAAA...`
     /// lines) in its `ssh-keys` metadata; `CREATING`, `STARTING`, `RESTARTING`, `REPAIRING` →
-    /// wait, telling `progress` the API's state and health words; `PREEMPTED`/`TERMINATED` →
+    /// wait, telling `progress` the API's state and health words; `PREEMPTED`/`TERMINATED`/`UNKNOWN` →
     /// delete and create again when theseus created it (and `create_confirmed`), else refused;
     /// `READY` → used as it is. A spot VM is created through a queued resource. A creation that
     /// fails (quota, no capacity, timeout) leaves nothing behind: what it made is deleted.

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::api::types::{ApiNode, NetworkConfig, SchedulingConfig, ServiceAccount};
+use crate::api::types::{ApiNode, NetworkConfig, QueuedResource, SchedulingConfig, ServiceAccount};
 use crate::config::{TpuSettings, run_label};
 
 /// The label on every VM theseus creates.
@@ -44,7 +44,8 @@ impl WorkerAddr {
 pub struct Node {
     /// The node id (the host's name).
     pub name: String,
-    /// `READY`, `CREATING`, `PREEMPTED`, ... as the API says.
+    /// `READY`, `CREATING`, `PREEMPTED`, ... as the API says; `QUEUED` (theseus's word) for a
+    /// spot VM whose queued resource has not made it yet ([`queued_node`]).
     pub state: String,
     /// `HEALTHY`, ... when the API says.
     pub health: Option<String>,
@@ -74,6 +75,12 @@ impl Node {
     /// Whether it is `READY`.
     pub fn is_ready(&self) -> bool {
         self.state == "READY"
+    }
+
+    /// Whether it is gone for good and must be made anew: `PREEMPTED`, `TERMINATED`, or
+    /// `UNKNOWN` (googleapis `cloud_tpu.proto` v2: "unknown state after a failed repair").
+    pub fn is_lost(&self) -> bool {
+        matches!(self.state.as_str(), "PREEMPTED" | "TERMINATED" | "UNKNOWN")
     }
 
     /// The run that created it (label `theseus-run`).
@@ -123,6 +130,19 @@ impl From<ApiNode> for Node {
             create_time: non_empty(&n.create_time),
         }
     }
+}
+
+/// The node a queued resource will make, while it has not made it (state `QUEUED`); `None`
+/// when it names no node.
+pub fn queued_node(resource: &QueuedResource) -> Option<Node> {
+    let spec = resource.tpu.as_ref()?.node_spec.first()?;
+    let mut node = Node::from(spec.node.clone());
+    node.name = spec.node_id.clone();
+    node.state = "QUEUED".to_owned();
+    node.spot = resource.spot.is_some();
+    node.queued_resource = non_empty(resource.name.rsplit('/').next().unwrap_or_default());
+    node.workers.clear();
+    Some(node)
 }
 
 /// The labels of a VM theseus creates for `run_id` of `user`: `theseus-created=true`,

@@ -167,4 +167,13 @@ fn a_host_type_that_offers_another_accelerator_takes_its_requests_and_the_hints_
     // A GPU request never goes to the accelerator: its host has no GPUs.
     let error = solve(&loaded.config, &gpus(4), &BTreeMap::new()).unwrap_err();
     assert_eq!(error.considered[1].reason, "no h100 in chips (none)");
+    // Without GPU hosts, the hint names the accelerator a request could name.
+    let loaded = load_text(home.path(), "hosts:\n  pod: {cluster: local, accelerators: {v5e: 8}}\n").unwrap();
+    let error = solve(&loaded.config, &gpus(1), &BTreeMap::new()).unwrap_err();
+    assert_eq!(
+        error.hints.last().map(String::as_str),
+        Some("the config has tpu-v5e on pod: ask for it with `--chip tpu-v5e`"),
+        "{:?}",
+        error.hints
+    );
 }

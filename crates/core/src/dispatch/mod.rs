@@ -260,7 +260,7 @@ impl Dispatcher {
     /// for `plan`, which prepares no code: asked with the job's identity, experiment, environment
     /// and plan, its snapshot and bootstrap left empty.
     pub async fn creates(&self, solved: &Solved) -> Result<Vec<String>, DispatchError> {
-        let job = submit::outline(solved)?;
+        let job = submit::outline(solved);
         Ok(solved.backend.creates(&job).await?)
     }
 }

@@ -59,7 +59,9 @@ pub(super) fn prepare(solved: &Solved) -> Result<(PreparedJob, RunLayout)> {
 
 /// The job of `solved` without its code: identity, experiment, environment and plan, with an
 /// empty snapshot and bootstrap (what `plan` asks [`crate::backend::Backend::creates`] with).
-pub(super) fn outline(solved: &Solved) -> Result<PreparedJob> {
+/// An environment that cannot be made (a `--secret-env` not set) is left empty: it is the
+/// submit's to refuse, and what a host creates does not depend on it.
+pub(super) fn outline(solved: &Solved) -> PreparedJob {
     let spec = &solved.spec;
     let snapshot = Snapshot {
         root: spec.code.clone().unwrap_or_default(),
@@ -67,14 +69,14 @@ pub(super) fn outline(solved: &Solved) -> Result<PreparedJob> {
         files: Vec::new(),
         hash_cache: None,
     };
-    Ok(PreparedJob {
+    PreparedJob {
         identity: JobIdentity::new(&spec.name, spec.project.as_deref(), spec.group.as_deref()),
         experiment: spec.experiment.clone(),
-        env: super::request::environment(solved)?,
+        env: super::request::environment(solved).unwrap_or_default(),
         plan: solved.plan.clone(),
         snapshot,
         bootstrap: bootstrap::RenderedBootstrap { files: Vec::new(), entry: String::new() },
-    })
+    }
 }
 
 /// `--restore` and `--fresh` of `solved` for a run laid out as `layout`: a relative PATH is

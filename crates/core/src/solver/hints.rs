@@ -39,6 +39,12 @@ pub(super) fn hints(
                  or add a GPU host to ~/.theseus.yaml"
                     .to_owned()
             });
+            // Hosts of other accelerators (TPUs) take only requests that name their chip.
+            let others = accelerators_offered(&looked_at);
+            if let Some((chip, _)) = others.first() {
+                let list: Vec<String> = others.iter().map(|(name, host)| format!("{name} on {host}")).collect();
+                hints.push(format!("the config has {}: ask for it with `--chip {chip}`", list.join(", ")));
+            }
         } else if let Some(chip) = chip {
             // A host whose GPUs are not listed may have any GPU: then nothing can be said.
             let all_listed = with_gpus.iter().all(|(_, h)| matches!(h.gpus(), Gpus::Listed(_)));
@@ -78,18 +84,24 @@ pub(super) fn hints(
     hints
 }
 
-/// When no host looked at offers `chip` (a non-GPU accelerator): what the config has instead.
-fn accelerator_hint(chip: &Chip, looked_at: &[(&Consideration, &HostConfig)]) -> Option<String> {
+/// The accelerators other than GPUs that `looked_at` offer (`(chip, host)`, sorted).
+fn accelerators_offered<'a>(looked_at: &[(&'a Consideration, &HostConfig)]) -> Vec<(&'static str, &'a str)> {
     let mut offered = BTreeSet::new();
     for (c, host) in looked_at {
-        for (other, n) in host.accelerators() {
-            if other.name == chip.name && n > 0 {
-                return None;
-            }
+        for (chip, n) in host.accelerators() {
             if n > 0 {
-                offered.insert((other.name, c.host.as_str()));
+                offered.insert((chip.name, c.host.as_str()));
             }
         }
+    }
+    offered.into_iter().collect()
+}
+
+/// When no host looked at offers `chip` (a non-GPU accelerator): what the config has instead.
+fn accelerator_hint(chip: &Chip, looked_at: &[(&Consideration, &HostConfig)]) -> Option<String> {
+    let offered = accelerators_offered(looked_at);
+    if offered.iter().any(|(name, _)| *name == chip.name) {
+        return None;
     }
     if offered.is_empty() {
         return Some(format!("no host offers {chip}: add a host that has {chip} chips to ~/.theseus.yaml"));

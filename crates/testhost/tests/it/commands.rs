@@ -2,8 +2,10 @@
 //! `cancel` and `gc` of the `theseus` command line on a sandbox host, a type neither core nor
 //! the CLI knows.
 
-use std::io::Write as _;
+use std::io::{Read as _, Write as _};
 use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use crate::{CancelOnDrop, SECRET, TestContext, text};
 
@@ -245,6 +247,10 @@ fn what_a_host_would_create_is_listed_by_plan_and_the_dry_run_and_created_only_w
     let dry: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(dry["creates"], serde_json::json!(["a sandbox VM"]), "{dry}");
 
+    // A secret the shell does not have is the submit's to refuse, not a reason to not know.
+    let out = ctx.run(&["plan", "j", &exp, "--host", "sb", "--secret-env", "NOT_SET_HERE"]);
+    assert!(text(&out.stdout).contains("will create:\n  - a sandbox VM\n"), "{}", text(&out.stdout));
+
     // No terminal to ask on and no --yes: refused before anything is shipped or recorded.
     let out = ctx.run(&["submit", "j", &exp, "--host", "sb"]);
     let stderr = text(&out.stderr);
@@ -277,19 +283,43 @@ fn on_a_terminal_submit_asks_before_it_creates_and_a_no_creates_nothing() {
     creating(&ctx);
     let exp = ctx.experiment("0");
     // `script` (util-linux) gives the command a terminal; the answer is typed into it.
+    // The answer is typed once the question is shown (`script` merges stderr into its stdout).
     let on_terminal = |name: &str, answer: &str| {
         let line = format!("{} submit {name} {exp} --host sb", env!("CARGO_BIN_EXE_theseus-testhost"));
         let mut script = ctx.cmd_of("script");
         script.args(["-qec", &line, "/dev/null"]).stdin(Stdio::piped()).stdout(Stdio::piped());
         let mut child = script.spawn().expect("script runs");
-        child.stdin.take().unwrap().write_all(answer.as_bytes()).unwrap();
-        let out = child.wait_with_output().unwrap();
-        (out.status.code(), text(&out.stdout))
+        let mut stdout = child.stdout.take().unwrap();
+        let shown = Arc::new(Mutex::new(Vec::new()));
+        let reader = {
+            let shown = shown.clone();
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                while let Ok(n @ 1..) = stdout.read(&mut buf) {
+                    shown.lock().unwrap().extend_from_slice(&buf[..n]);
+                }
+            })
+        };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !text(&shown.lock().unwrap()).contains("Create? [y/N]") && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(answer.as_bytes()).unwrap();
+        let status = child.wait().unwrap();
+        drop(stdin);
+        reader.join().unwrap();
+        let shown = text(&shown.lock().unwrap());
+        (status.code(), shown)
     };
     let (code, shown) = on_terminal("no", "n\n");
     assert_eq!(code, Some(2), "{shown}");
     assert!(shown.contains("will create:\r\ntheseus:   - a sandbox VM\r\nCreate? [y/N]"), "{shown}");
     assert!(shown.contains("not confirmed: nothing was created"), "{shown}");
+    assert!(!ctx.sandbox().exists(), "nothing was shipped: {shown}");
+    // Ctrl-C at the question (or before it): interrupted, nothing created.
+    let (code, shown) = on_terminal("interrupted", "\x03");
+    assert_eq!(code, Some(130), "{shown}");
     assert!(!ctx.sandbox().exists(), "nothing was shipped: {shown}");
     let (code, shown) = on_terminal("yes", "y\n");
     assert_eq!(code, Some(0), "{shown}");
@@ -322,4 +352,50 @@ fn the_sandbox_flag_sets_its_key_on_sandbox_hosts_and_a_bad_value_names_the_flag
 
     let help = text(&ctx.run(&["submit", "--help"]).stdout);
     assert!(help.contains("Options of `sandbox` hosts") && help.contains("--sandbox-slots <N>"), "{help}");
+}
+
+#[test]
+fn a_host_that_cannot_say_what_it_would_create_shows_why_in_plan_and_refuses_the_submit() {
+    let ctx = TestContext::new();
+    let config = ctx.home().join(".theseus.yaml");
+    let before = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, before.replace("slots: 2", "slots: 2\n    creates: 'error: the API did not answer'"))
+        .unwrap();
+    let exp = ctx.experiment("0");
+    let out = ctx.run(&["plan", "j", &exp, "--host", "sb"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("will create: unknown, the host did not say: sandbox(sb): the API did not answer"),
+        "{}",
+        text(&out.stdout)
+    );
+    let dry = ctx.run(&["submit", "--dry-run", "j", &exp, "--host", "sb", "--output", "json"]);
+    assert!(dry.status.success(), "a dry run still works: {}", text(&dry.stderr));
+    let dry: serde_json::Value = serde_json::from_slice(&dry.stdout).unwrap();
+    assert_eq!(dry["creates_error"], "sandbox(sb): the API did not answer", "{dry}");
+    let out = ctx.run(&["submit", "j", &exp, "--host", "sb", "--yes"]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("error: cannot tell what submitting to sb would create: sandbox(sb): the API did not answer; nothing was created"),
+        "{stderr}"
+    );
+    assert!(!ctx.sandbox().exists(), "nothing was shipped");
+}
+
+#[test]
+fn a_host_flag_of_a_type_without_hosts_changes_nothing_and_says_so() {
+    let ctx = TestContext::new();
+    let config = ctx.home().join(".theseus.yaml");
+    let before = std::fs::read_to_string(&config).unwrap();
+    let only_local = before.split("  sb:").next().unwrap().to_owned() + "  here:\n    type: local\n";
+    std::fs::write(&config, only_local).unwrap();
+    let out = ctx.run(&["plan", "j", &ctx.experiment("0"), "--sandbox-slots", "3"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr)
+            .contains("warning: --sandbox-slots 3: the config has no `sandbox` host; the flag changes nothing"),
+        "{}",
+        text(&out.stderr)
+    );
 }

@@ -192,6 +192,12 @@ async fn faults_fail_requests_and_operations_and_the_log_shows_them() {
     fx.admin("POST", "faults", json!({"operation": {"code": 13, "verb": "create", "message": "boom"}})).await;
     let done = fx.create_node("f1", v4_16()).await;
     assert_eq!((done["error"]["code"].as_i64(), done["error"]["message"].as_str()), (Some(13), Some("boom")));
+    fx.create_node("f2", v4_16()).await;
+    fx.admin("POST", "faults", json!({"operation": {"code": 14, "verb": "delete"}})).await;
+    let (_, op) = fx.api("DELETE", &format!("{PARENT}/nodes/f2"), None).await;
+    assert_eq!(fx.wait_op(&op).await["error"]["code"], 14);
+    let (_, node) = fx.api("GET", &format!("{PARENT}/nodes/f2"), None).await;
+    assert_eq!(node["state"], "READY", "a failed delete leaves the node as it was");
     let (status, _) = fx.admin("POST", "faults", json!({"status": 200})).await;
     assert_eq!(status, 400, "a fault that is not a failure is refused");
 

@@ -101,6 +101,11 @@ async fn a_delete_racing_the_worker_start_leaves_no_worker() {
     let list = workers(&fx, "after", &kh).await;
     let ssh = Ssh { key, known_hosts: kh, proxy: fx.sim.info().ssh_proxy.clone().unwrap(), user };
     assert_eq!(ssh.run(list[0]["ip"].as_str().unwrap(), "echo up").await.1, "up");
+    // The same id in another zone would share the workers' names and directories: refused.
+    let other_zone = "v2/projects/p1/locations/us-east5-a/nodes?nodeId=after";
+    let (status, err) = fx.api("POST", other_zone, Some(ssh_body(&ssh.user, &public))).await;
+    assert_eq!((status, err["error"]["status"].as_str()), (409, Some("ALREADY_EXISTS")), "{err}");
+    assert_eq!(ssh.run(list[0]["ip"].as_str().unwrap(), "echo still").await.1, "still");
 }
 
 /// Starts the binary, makes a node, SIGTERMs the binary `after` the create; then nothing of

@@ -116,6 +116,17 @@ async fn two_workers_log_in_see_each_other_and_die_with_a_preemption() {
         .map(|e| e["ipAddress"].as_str().unwrap().to_owned())
         .collect();
     assert_eq!(endpoints, [ip(0), ip(1)], "worker 0 first");
+    // The host keys as gcloud learns them: guest attributes `hostkeys/`, one per worker.
+    let (status, attrs) =
+        fx.api("POST", &format!("{PARENT}/nodes/w2:getGuestAttributes"), Some(json!({"queryPath": "hostkeys/"}))).await;
+    assert_eq!(status, 200, "{attrs}");
+    for (i, w) in list.iter().enumerate() {
+        let item = &attrs["guestAttributes"][i]["queryValue"]["items"][0];
+        assert_eq!(
+            format!("{} {}", item["key"].as_str().unwrap(), item["value"].as_str().unwrap()),
+            w["hostKey"].as_str().unwrap()
+        );
+    }
     let ssh = Ssh { key, known_hosts, proxy: fx.sim.info().ssh_proxy.clone().unwrap(), user: user.clone() };
 
     let meta = "curl -sf -H Metadata-Flavor:Google http://$GCE_METADATA_HOST/computeMetadata/v1/instance/attributes";
