@@ -69,12 +69,17 @@ impl TpuBackend {
         if !combine::started_before(&run, older_than, now) {
             return Ok(Some(vec![]));
         }
-        let over = node.is_interrupted() || node.state == "READY" && !self.run_alive(&node, &run).await?;
-        if !over {
-            return Ok(Some(vec![]));
-        }
-        let line =
-            format!("TPU VM `{}` ({}; created by theseus for run `{run}`, which is over)", node.name, node.state);
+        // READY: over when no process of its run lives on worker 0. Still being made (CREATING,
+        // STARTING, ...) past `older_than`: the submit that asked for it is gone (a client killed
+        // during the create). Preempted or stopped: nothing runs there.
+        let why = match node.state.as_str() {
+            "READY" if self.run_alive(&node, &run).await? => return Ok(Some(vec![])),
+            "READY" => "which is over",
+            "DELETING" => return Ok(Some(vec![])),
+            _ if node.is_interrupted() => "which it stopped",
+            _ => "whose submit is gone",
+        };
+        let line = format!("TPU VM `{}` ({}; created by theseus for run `{run}`, {why})", node.name, node.state);
         if !dry_run {
             self.vm.delete(&|_| {}).await?;
         }

@@ -313,6 +313,13 @@ async fn leftovers_are_vms_theseus_created_whose_run_is_over() {
     assert_eq!(vm.0.lock().unwrap().deletes, 0, "a dry run deletes nothing");
     backend.leftovers(Duration::from_secs(3600), false).await.unwrap();
     assert_eq!(vm.0.lock().unwrap().deletes, 1);
+    // Still CREATING when its client was killed: a leftover too, once old enough.
+    let mut creating = support::ready_node("creating", true);
+    creating.state = "CREATING".into();
+    creating.labels.insert("theseus-run".into(), "20200101-000000-abcdef".into());
+    vm.0.lock().unwrap().node = Some(creating);
+    let listed = backend.leftovers(Duration::ZERO, true).await.unwrap().unwrap();
+    assert!(listed.len() == 1 && listed[0].contains("CREATING"), "{listed:?}");
     kill_run(&handle.id);
 }
 
