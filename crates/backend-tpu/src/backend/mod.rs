@@ -318,6 +318,13 @@ impl Backend for TpuBackend {
         }
         let mut status = combine::combine(&statuses);
         status.attempt = Some(attempt);
+        if attempt > 1
+            && status.message.is_none()
+            && let Some(why) = self.spool(&handle.id).and_then(|s| s.restart_reason())
+        {
+            status.message =
+                Some(format!("{why}; theseus created it anew and started the run again: attempt {attempt}"));
+        }
         if status.state.is_terminal()
             && let Some(spool) = self.spool(&handle.id)
         {

@@ -100,6 +100,8 @@ impl TpuBackend {
                 Resume::Started => {
                     // Running again: the interrupted status above is not its end.
                     spool.clear_final();
+                    let state = n.state.to_lowercase();
+                    spool.save_restart_reason(&format!("VM `{}` was {state} ({})", n.name, n.state));
                     node = self.vm.node().await?;
                 }
                 Resume::Busy => {

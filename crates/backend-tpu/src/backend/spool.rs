@@ -146,6 +146,16 @@ impl Spool {
         let _ = std::fs::write(self.dir.join("final.json"), serde_json::to_vec(status).expect("status serializes"));
     }
 
+    /// Records why the run was last started again (`VM x was preempted (PREEMPTED)`).
+    pub(crate) fn save_restart_reason(&self, why: &str) {
+        let _ = std::fs::write(self.dir.join("restarted"), why);
+    }
+
+    /// Why the run was last started again, when it was.
+    pub(crate) fn restart_reason(&self) -> Option<String> {
+        std::fs::read_to_string(self.dir.join("restarted")).ok().filter(|s| !s.is_empty())
+    }
+
     /// Forgets a recorded final status (the run started again).
     pub(crate) fn clear_final(&self) {
         let _ = std::fs::remove_file(self.dir.join("final.json"));

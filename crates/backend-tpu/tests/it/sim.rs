@@ -237,6 +237,7 @@ async fn the_backend_runs_on_the_simulators_workers_through_create_conformance_p
     assert_eq!(node["schedulingConfig"]["spot"], true, "{node}");
     assert_eq!(node["runtimeVersion"], "tpu-ubuntu2204-base", "{node}");
     assert_eq!(status.attempt, Some(2), "{status:?}");
+    assert!(status.message.as_deref().unwrap_or("").contains("was preempted"), "{status:?}");
     let status = testing::wait_terminal(&wired, &handle).await;
     assert_eq!((status.state, status.attempt), (JobState::Completed, Some(2)), "{status:?}");
     wait_line(&backend, &handle, "worker-1 wired 1 2").await;

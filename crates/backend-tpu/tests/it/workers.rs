@@ -211,6 +211,8 @@ async fn status_recreates_a_preempted_vm_theseus_created_and_restarts_the_run_as
     // Attempt 2 lasts 2 s; a slow machine may see it over already.
     assert!(matches!(status.state, JobState::Running | JobState::Completed), "{status:?}");
     assert_eq!(status.attempt, Some(2), "{status:?}");
+    let message = status.message.clone().unwrap_or_default();
+    assert!(message.contains("was preempted") && message.contains("attempt 2"), "{status:?}");
     assert_eq!(vm.0.lock().unwrap().creates, 2, "the VM was created anew");
     // Had the VM gone away before anyone saw the run's end, its status would not fall back to
     // the interruption the restart recovered from.
