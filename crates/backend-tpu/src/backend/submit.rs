@@ -144,7 +144,7 @@ impl TpuBackend {
                 w.plain.remove(&layout.work_dir, &[&layout.run_dir]).await;
             }
             let delete = if w.index == 0 { delete.as_ref() } else { None };
-            jobs.push(workers::worker_job(job, &template, &layout, delete, restarts));
+            jobs.push(workers::worker_job(job, &template, &layout, w.index == 0, delete, restarts));
         }
         let quiet = SubmitOptions { replace: options.replace, ..SubmitOptions::default() };
         let results = futures::future::join_all(workers.iter().zip(&jobs).map(|(w, j)| {

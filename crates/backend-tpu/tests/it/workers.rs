@@ -196,8 +196,13 @@ async fn status_recreates_a_preempted_vm_theseus_created_and_restarts_the_run_as
     let lab = require_lab!();
     let (backend, vm) = support::backend(lab, "resume", None);
     let h = harness(backend.clone(), WORKERS as u32);
-    let script = "import os, time; a = os.environ['THESEUS_ATTEMPT']; print('attempt', a, 'worker', \
-                  os.environ['THESEUS_TPU_WORKER'], flush=True); time.sleep(60 if a == '1' else 2)";
+    // Attempt 1 of worker 0 writes a checkpoint and its `latest` marker, then waits to be
+    // preempted.
+    let script = "import os, time; a = os.environ['THESEUS_ATTEMPT']; w = os.environ['THESEUS_TPU_WORKER']; \
+                  c = os.environ['THESEUS_CHECKPOINT_DIR']; \
+                  (a == '1' and w == '0') and (os.makedirs(c + '/step_1', exist_ok=True), \
+                  open(c + '/latest', 'w').write('step_1')); time.sleep(1); \
+                  print('attempt', a, 'worker', w, flush=True); time.sleep(60 if a == '1' else 2)";
     let (mut job, _dir) = testing::prepare(&h, "resume", &[], vec![], serde_json::json!({})).await.unwrap();
     for f in &mut job.bootstrap.files {
         f.contents = f.contents.replace("job.py", &format!("-c {}", theseus_core::shell::quote(script)));
@@ -223,6 +228,15 @@ async fn status_recreates_a_preempted_vm_theseus_created_and_restarts_the_run_as
     let status = testing::wait_terminal(&h, &handle).await;
     assert_eq!((status.state, status.attempt), (JobState::Completed, Some(2)), "{status:?}");
     wait_for(&backend, &handle, "attempt 2 worker 1").await;
+    // Worker 0's attempt 2 resumes from the checkpoint attempt 1 wrote, as its own (the run dir
+    // that told the bootstrap so went with the VM; the wrapper put its resume base back).
+    let lines: Vec<_> = backend.logs(&handle, &LogOptions::default()).await.unwrap().collect::<Vec<_>>().await;
+    assert!(
+        lines.iter().flatten().any(|l| l.rank == Some(0)
+            && l.text.contains("attempt 2: resuming from")
+            && l.text.contains("(latest, written by this run)")),
+        "{lines:#?}"
+    );
 
     // A VM created anew for the run by a client that stopped before starting the run again
     // (READY, new incarnation, labelled with the run): the next status starts it there.
