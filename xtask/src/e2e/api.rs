@@ -150,6 +150,23 @@ fn https(
     token: Option<&str>,
     body: Option<&str>,
 ) -> Result<Vec<u8>> {
+    let (status, body) = https_status(addr, ca_pem, method, path, token, body)?;
+    if !(200..300).contains(&status) {
+        bail!("{method} {path}: HTTP {status}: {}", String::from_utf8_lossy(&body));
+    }
+    Ok(body)
+}
+
+/// One HTTPS request to `addr` trusting `ca_pem`: the status and the (de-chunked) body,
+/// whatever the status.
+pub(crate) fn https_status(
+    addr: &str,
+    ca_pem: &str,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Option<&str>,
+) -> Result<(u16, Vec<u8>)> {
     let tcp = TcpStream::connect(addr).with_context(|| format!("cannot connect to {addr}"))?;
     tcp.set_read_timeout(Some(Duration::from_secs(30)))?;
     let host = addr.rsplit_once(':').map_or(addr, |(host, _)| host).to_owned();
@@ -181,10 +198,8 @@ fn https(
         l.starts_with("transfer-encoding:") && l.contains("chunked")
     });
     let body = if chunked { dechunk(body)? } else { body.to_vec() };
-    if !status.starts_with('2') {
-        bail!("{method} {path}: HTTP {status}: {}", String::from_utf8_lossy(&body));
-    }
-    Ok(body)
+    let status = status.parse().with_context(|| format!("{method} {path}: bad status line `{head}`"))?;
+    Ok((status, body))
 }
 
 fn dechunk(mut body: &[u8]) -> Result<Vec<u8>> {

@@ -18,6 +18,7 @@ mod refusals;
 mod scenarios;
 mod shared;
 mod sim;
+mod tpu;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -288,12 +289,12 @@ pub(crate) fn build_binaries(root: &Path, with_sim: bool, release: bool) -> Resu
     let mut cmd = Command::new(cargo);
     cmd.current_dir(root).args(["build", "--bins", "-p", "theseus-cli"]);
     if with_sim {
-        cmd.args(["-p", "theseus-kube-sim"]);
+        cmd.args(["-p", "theseus-kube-sim", "-p", "theseus-tpu-sim"]);
     }
     if release {
         cmd.arg("--release");
     }
-    eprintln!("e2e: building {}", if with_sim { "theseus and theseus-kube-sim" } else { "theseus" });
+    eprintln!("e2e: building {}", if with_sim { "theseus and the simulators" } else { "theseus" });
     let status = cmd.status().context("cannot run cargo build")?;
     if !status.success() {
         bail!("cargo build failed ({status})");

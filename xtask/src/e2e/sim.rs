@@ -135,7 +135,9 @@ pub(crate) fn e2e(root: &Path, flags: &Flags) -> Result<()> {
     let started = Instant::now();
     let bin = build_binaries(root, true, false)?;
     let mut failed = Vec::new();
-    for pass in &PASSES {
+    // `--only` naming TPU scenarios alone skips the Kubernetes passes.
+    let kube_wanted = flags.only.is_empty() || flags.only.iter().any(|n| !super::tpu::is_tpu(*n));
+    for pass in PASSES.iter().filter(|_| kube_wanted) {
         let what = pass.what;
         let only: Vec<u32> = match (flags.only.as_slice(), pass.only) {
             ([], only) => only.to_vec(),
@@ -192,6 +194,13 @@ pub(crate) fn e2e(root: &Path, flags: &Flags) -> Result<()> {
             failed.push(what);
         }
     }
+    // The Cloud TPU scenarios, in a simulator of their own.
+    let t = Instant::now();
+    if let Err(e) = super::tpu::run(root, &bin, &flags.only, flags.keep) {
+        eprintln!("e2e: FAILED the TPU scenarios: {e:#}");
+        failed.push("the TPU scenarios");
+    }
+    eprintln!("e2e: TPU scenarios: {:.1}s", t.elapsed().as_secs_f64());
     eprintln!("e2e --sim: {:.1}s including the build", started.elapsed().as_secs_f64());
     if !failed.is_empty() {
         bail!("e2e --sim failed {} of {} passes: {}", failed.len(), PASSES.len(), failed.join("; "));
