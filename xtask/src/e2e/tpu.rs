@@ -454,8 +454,13 @@ fn killed_during_create(world: &TpuWorld) -> Result<()> {
     })?;
     child.kill()?;
     child.wait()?;
-    let dry = world.theseus_ok(&["gc", "--host", KILL_HOST, "--dry-run", "--older-than", "0s"])?;
-    ensure!(dry.contains(KILL_HOST), "gc --dry-run does not list the VM:\n{dry}");
+    let dry = world.theseus_ok(&["gc", "--host", KILL_HOST, "--dry-run", "--older-than", "0s", "--output", "json"])?;
+    let listed: Value = serde_json::from_str(&dry).with_context(|| format!("gc --output json: {dry}"))?;
+    let names_vm = listed.as_array().into_iter().flatten().flat_map(|h| h["deleted"].as_array().into_iter().flatten());
+    let names_vm: Vec<&Value> = names_vm.filter(|item| item.as_str().is_some_and(|i| i.contains(KILL_HOST))).collect();
+    ensure!(!names_vm.is_empty(), "gc --dry-run does not list the VM:\n{dry}");
+    eprintln!("e2e:       gc --dry-run: {}", names_vm[0]);
+    ensure!(world.sim.node(ZONE, KILL_HOST)?.is_some(), "gc --dry-run removed the VM");
     world.theseus_ok(&["gc", "--host", KILL_HOST, "--older-than", "0s"])?;
     wait_for("gc to delete the VM", SHOW_TIMEOUT, Duration::from_secs(1), || {
         Ok(world.sim.node(ZONE, KILL_HOST)?.is_none().then_some(()))
