@@ -16,6 +16,9 @@
 //!   accepted user's home directory (from /etc/passwd) is a bind mount of
 //!   `ROOT/workers/NODE/wN/home/USER`, made fresh from /etc/skel as the guest agent would. The
 //!   rest of the file system is this machine's, as with the lab's nodes.
+//! - Each worker has its own /tmp (a bind mount of `ROOT/workers/NODE/wN/tmp`, wiped with
+//!   its disk); when the simulator's root is itself under /tmp (tests), sessions get `TMPDIR`
+//!   pointing there instead, since hiding /tmp would hide sshd's own files.
 //! - Each worker has its own host name (a UTS namespace): the instance name
 //!   `t1v-n-XXXXXXXX-w-N` that the metadata's `instance/name` gives; its /etc/hostname and
 //!   /etc/hosts are bind mounts in its mount namespace, and the hosts file resolves every
@@ -223,7 +226,7 @@ impl Net {
             run(args)?;
         }
         let dir = &worker.dir;
-        for sub in ["ssh", "authorized_keys", "home"] {
+        for sub in ["ssh", "authorized_keys", "home", "tmp"] {
             std::fs::create_dir_all(dir.join(sub))
                 .map_err(io_err(format!("cannot make {}", dir.join(sub).display())))?;
         }
@@ -287,7 +290,20 @@ impl Net {
             }
         }
         let config = dir.join("ssh/sshd_config");
-        std::fs::write(&config, sshd_config(&worker.ip, dir, &allowed, &self.session_env))
+        // A private /tmp, as a VM has (mode 1777); when the simulator's own files are under
+        // /tmp, hiding it would hide them from sshd: then TMPDIR points at it instead.
+        use std::os::unix::fs::PermissionsExt as _;
+        let tmp = dir.join("tmp");
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o1777))
+            .map_err(io_err(format!("cannot set the mode of {}", tmp.display())))?;
+        let mut session_env = self.session_env.clone();
+        if self.root.starts_with("/tmp") {
+            session_env.push_str(&format!(" TMPDIR={}", tmp.display()));
+        } else {
+            binds.push(tmp.to_string_lossy().into_owned());
+            binds.push("/tmp".into());
+        }
+        std::fs::write(&config, sshd_config(&worker.ip, dir, &allowed, &session_env))
             .map_err(io_err(format!("cannot write {}", config.display())))?;
         run(&["/usr/sbin/sshd", "-t", "-f", &config.to_string_lossy()])?;
         std::fs::create_dir_all("/run/sshd").map_err(io_err("cannot make /run/sshd"))?;

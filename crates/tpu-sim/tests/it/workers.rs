@@ -162,6 +162,13 @@ async fn two_workers_log_in_see_each_other_and_die_with_a_preemption() {
     let host_name = std::fs::read_to_string("/etc/hostname").unwrap_or_default();
     assert!(!host_name.contains("t1v-n-"), "the host keeps its own name");
 
+    // Each worker has its own /tmp.
+    let (_, t0) = ssh.run(&ip(0), "echo zero > /tmp/scratch-w; echo ${TMPDIR:-unset}").await;
+    assert_eq!(t0, "unset");
+    let (_, t1) = ssh.run(&ip(1), "cat /tmp/scratch-w 2>/dev/null || echo none").await;
+    assert_eq!(t1, "none");
+    assert!(!Path::new("/tmp/scratch-w").exists(), "nor is it the host's /tmp");
+
     // A worker calls the API (as worker 0 deleting its own VM does) with the metadata
     // server's token, through the endpoint and CA its sessions are given.
     let call = "t=$(curl -sf -H Metadata-Flavor:Google http://$GCE_METADATA_IP/computeMetadata/v1/instance/service-accounts/default/token \
