@@ -63,6 +63,7 @@
 //!   namespaces and processes (owners are recorded in `/run/theseus-tpu-sim`).
 
 mod accel;
+mod address;
 mod admin;
 mod api;
 mod auth;
@@ -219,7 +220,7 @@ impl Sim {
         let random: u32 = rand::random();
         let prefix = format!("tps{:05x}", random & 0xfffff);
         let net_octet = 64 + ((random >> 20) % 64) as u8;
-        let pki = tls::Pki::generate(&[model::gateway(net_octet)])?;
+        let pki = tls::Pki::generate(&[address::gateway(net_octet)])?;
         let ca = config.root.join("ca.pem");
         std::fs::write(&ca, &pki.ca_pem).map_err(|source| Error::Write { path: ca.clone(), source })?;
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", config.port))
@@ -248,7 +249,7 @@ impl Sim {
             metadata_host: format!("127.0.0.1:{meta_port}"),
             ssh_proxy: net.as_ref().map(workers::Net::ssh_proxy),
             ssh_host_pattern: net.as_ref().map(workers::Net::host_pattern),
-            worker_endpoint: net.as_ref().map(|_| format!("https://{}/", model::gateway(net_octet))),
+            worker_endpoint: net.as_ref().map(|_| format!("https://{}/", address::gateway(net_octet))),
             prefix,
         };
         let auth = Arc::new(auth::Auth::default());

@@ -160,7 +160,7 @@ fn worker_specs(shared: &Shared, rec: &NodeRec, zone: &str) -> Vec<WorkerSpec> {
     let node = &rec.json;
     let node_id = node["name"].as_str().unwrap_or_default().rsplit('/').next().unwrap_or_default().to_owned();
     let net = shared.net_octet;
-    let ip = |n: u32| crate::model::worker_address(net, n);
+    let ip = |n: u32| crate::address::worker_address(net, n);
     let short = format!("{:08x}", rec.uid as u32);
     let endpoints: Vec<String> = rec.ips.iter().enumerate().map(|(i, o)| format!("{short}:{i}:{}", ip(*o))).collect();
     let user_meta: Vec<(String, String)> = node["metadata"]

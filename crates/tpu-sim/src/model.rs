@@ -17,7 +17,7 @@ pub(crate) struct NodeRec {
     pub(crate) json: Value,
     /// Unique per create: a node deleted and made again under its name is another node.
     pub(crate) uid: u64,
-    /// Address numbers of the workers (worker order; see [`worker_address`]).
+    /// Address numbers of the workers (worker order; see `address::worker_address`).
     pub(crate) ips: Vec<u32>,
     /// The workers while the node is READY.
     pub(crate) workers: Option<Running>,
@@ -99,20 +99,6 @@ fn string_map(body: &Value, field: &str, json_field: &str) -> Result<(), ApiErro
     }
 }
 
-/// Worker addresses a simulator hands out: its network is `10.X.0.0/16`, `10.X.0.1` is the
-/// bridge (gateway), workers get `.2`-`.254` of each /24 in turn.
-const MAX_ADDRESSES: u32 = 253 * 256;
-
-/// The address of worker address number `n` in the network `10.{net}.0.0/16`.
-pub(crate) fn worker_address(net: u8, n: u32) -> String {
-    format!("10.{net}.{}.{}", n / 253, n % 253 + 2)
-}
-
-/// The bridge's own address, where the API is served to workers.
-pub(crate) fn gateway(net: u8) -> String {
-    format!("10.{net}.0.1")
-}
-
 /// The current time as Google's JSON timestamps are written (RFC 3339, UTC).
 pub(crate) fn now_rfc3339() -> String {
     time::OffsetDateTime::now_utc()
@@ -125,7 +111,7 @@ impl State {
     /// a new VM never gets the address of one still being torn down, nor one a client still
     /// has a connection or known host for.
     pub(crate) fn take_ips(&mut self, count: u32) -> Option<Vec<u32>> {
-        let end = self.next_ip.checked_add(count).filter(|end| *end <= MAX_ADDRESSES)?;
+        let end = self.next_ip.checked_add(count).filter(|end| *end <= crate::address::MAX_ADDRESSES)?;
         let taken = (self.next_ip..end).collect();
         self.next_ip = end;
         Some(taken)
@@ -335,7 +321,7 @@ pub(crate) fn new_node(
     let endpoints: Vec<Value> = ips
         .iter()
         .map(|ip| {
-            let address = worker_address(net, *ip);
+            let address = crate::address::worker_address(net, *ip);
             // In the simulator the "external" address is the internal one: both are reached
             // through the `ssh_proxy` (a documented divergence).
             if external {
@@ -427,10 +413,14 @@ mod tests {
         assert_eq!(state.take_ips(2), Some(vec![0, 1]));
         assert_eq!(state.take_ips(1), Some(vec![2]), "never reused");
         assert_eq!(
-            (worker_address(77, 0), worker_address(77, 252), worker_address(77, 253)),
+            (
+                crate::address::worker_address(77, 0),
+                crate::address::worker_address(77, 252),
+                crate::address::worker_address(77, 253)
+            ),
             ("10.77.0.2".into(), "10.77.0.254".into(), "10.77.1.2".into())
         );
-        assert_eq!(worker_address(77, MAX_ADDRESSES - 1), "10.77.255.254");
-        assert_eq!(state.take_ips(MAX_ADDRESSES), None);
+        assert_eq!(crate::address::worker_address(77, crate::address::MAX_ADDRESSES - 1), "10.77.255.254");
+        assert_eq!(state.take_ips(crate::address::MAX_ADDRESSES), None);
     }
 }

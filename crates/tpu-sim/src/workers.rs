@@ -34,8 +34,8 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::address::gateway;
 use crate::metadata::{Context, Instance};
-use crate::model::gateway;
 pub(crate) use crate::netns::pids_in;
 use crate::netns::{WorkerError, in_netns, io_err, kill_all, run};
 use crate::sshd::{BANNER, MOTD, passwd_entry, sshd_config};
@@ -57,7 +57,7 @@ pub(crate) struct Net {
 pub(crate) struct WorkerSpec {
     pub(crate) node_id: String,
     pub(crate) index: u32,
-    /// Its address number (see `model::worker_address`).
+    /// Its address number (see `address::worker_address`).
     pub(crate) ip: u32,
     /// `(user, public key lines)` from `ssh-keys`.
     pub(crate) users: Vec<(String, Vec<String>)>,
@@ -144,7 +144,7 @@ impl Net {
     }
 
     fn address(&self, n: u32) -> String {
-        crate::model::worker_address(self.net_octet, n)
+        crate::address::worker_address(self.net_octet, n)
     }
 
     /// Makes the workers of a node (all or none: a failure removes those already made).
