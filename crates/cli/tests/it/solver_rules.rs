@@ -404,6 +404,18 @@ fn local_and_plain_gpus() {
         hint: host l40-box did not answer its probe, so it was not used (see `-v`)
     ",
     );
+    // One host left: the error is its reason, said once.
+    check(
+        MACHINES,
+        on("l40-box", "1 l40"),
+        vec![("l40-box", unknown("probe failed: permission denied"))],
+        "
+        error: cannot satisfy 1 x l40: l40-box: availability unknown: probe failed: permission denied
+        - laptop Filtered: not the requested host l40-box
+        - l40-box Passed: availability unknown: probe failed: permission denied
+        - a100-box Filtered: not the requested host l40-box
+    ",
+    );
     // A probe that answered with an error is not one that did not answer.
     check(
         MACHINES,

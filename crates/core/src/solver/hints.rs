@@ -76,7 +76,9 @@ pub(super) fn hints(
         };
         hints.push(format!("largest fit is {what} on {host}: `-n {free}` runs now"));
     }
-    for (c, _) in &looked_at {
+    // With one host looked at and nothing free, the error is that host's reason already.
+    let said = looked_at.len() == 1 && closest.is_none();
+    for (c, _) in looked_at.iter().filter(|_| !said) {
         if let Some(Availability::Unknown { reason }) = availability.get(&c.host) {
             // A probe that answered with an error (a bad zone, a refused login) has its own
             // reason in the table; one that timed out did not answer.
