@@ -9,8 +9,8 @@ use std::fmt::Write as _;
 use super::BOOTSTRAP_DIR;
 use crate::shell::{join, quote};
 
-/// The `sh` script that runs `command` (or, when empty, an interactive shell: `$SHELL` when it
-/// exists there, else bash, else sh) as rank `rank` of the run whose code is in `work_dir`
+/// The `sh` script that runs `command` (or, when empty, a shell: `$SHELL` when it exists there,
+/// else bash, else sh; interactive when stdin is a terminal, else reading commands from stdin) as rank `rank` of the run whose code is in `work_dir`
 /// (`None`: stay where the process starts, e.g. a pod's working dir).
 pub fn script(work_dir: Option<&str>, rank: u32, command: &[String]) -> String {
     let mut s = String::new();
@@ -21,10 +21,13 @@ pub fn script(work_dir: Option<&str>, rank: u32, command: &[String]) -> String {
     let _ = writeln!(s, "export THESEUS_PROCESS_ID={rank} RANK={rank} THESEUS_SHELL=1");
     s.push_str("if [ -d .venv/bin ]; then PATH=\"$PWD/.venv/bin:$PATH\"; export PATH; fi\n");
     if command.is_empty() {
+        // Interactive on a terminal; without one (`shell -T` fed by a pipe) the shell reads its
+        // commands from stdin, without a prompt or job-control noise.
         s.push_str(
-            "if [ -n \"${SHELL:-}\" ] && [ -x \"$SHELL\" ]; then exec \"$SHELL\" -i; fi\n\
-             if command -v bash >/dev/null 2>&1; then exec bash -i; fi\n\
-             exec sh -i\n",
+            "i=; if [ -t 0 ]; then i=-i; fi\n\
+             if [ -n \"${SHELL:-}\" ] && [ -x \"$SHELL\" ]; then exec \"$SHELL\" $i; fi\n\
+             if command -v bash >/dev/null 2>&1; then exec bash $i; fi\n\
+             exec sh $i\n",
         );
     } else {
         let _ = writeln!(s, "exec {}", join(command));
@@ -62,6 +65,25 @@ mod tests {
         assert_eq!(out.status.code(), Some(7));
         let out = run(&script(Some("/nonexistent/theseus"), 0, &["true".into()]));
         assert_eq!(out.status.code(), Some(127));
+    }
+
+    #[test]
+    fn without_a_command_or_a_terminal_the_shell_reads_stdin_quietly() {
+        use std::io::Write as _;
+        let dir = tempfile::tempdir().unwrap();
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", &script(Some(dir.path().to_str().unwrap()), 2, &[])])
+            .env("SHELL", "/bin/bash")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(b"echo rank $RANK; exit 3\n").unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(out.status.code(), Some(3));
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "rank 2\n");
+        assert_eq!(String::from_utf8_lossy(&out.stderr), "", "no prompt or job-control noise");
     }
 
     #[test]
