@@ -37,6 +37,16 @@ exec >> "$log" 2>&1
 i=0
 while [ ! -e "$exit_file" ] && [ "$i" -lt 600 ]; do sleep 1; i=$((i + 1)); done
 sleep "$after"
+# Another run may have been started on this VM since (a later submit reuses a READY VM): its
+# bootstrap runs from a run dir under the same work dir. Then the VM stays, for `theseus gc` once
+# no run uses it. (The brackets keep this script'"'"'s own text from matching.)
+work=${exit_file%/*/*/*/*/*}
+pattern="$(printf "%s" "$work" | sed "s#[][\\.*^\$+?(){}|]#\\\\&#g")/.*/[.]theseus/bootstrap[.]sh"
+others=$(pgrep -u "$(id -u)" -f -- "$pattern" | tr "\n" " ")
+if [ -n "$others" ]; then
+  echo "theseus: another run is still running on this VM (pids $others): the VM stays; theseus gc deletes it once no run uses it"
+  exit 0
+fi
 md=${GCE_METADATA_HOST:-metadata.google.internal}
 token=$(curl -fsS --max-time 10 -H "Metadata-Flavor: Google" \
   "http://$md/computeMetadata/v1/instance/service-accounts/default/token" \

@@ -259,4 +259,59 @@ mod tests {
         let w = dirs("h", "c", &cluster, "/home/w1").layout(&id, Launch::Single).unwrap();
         assert!(w.work_dir.starts_with("/home/w1/t/work/p/"), "{}", w.work_dir);
     }
+
+    /// Runs `wrapper`'s text for a worker 0 whose job ends at once and waits for its deleter to
+    /// say what it did.
+    fn deleter_says(home: &std::path::Path, run: &RunLayout) -> String {
+        let bootstrap = home.join("ok.sh");
+        std::fs::write(&bootstrap, "exit 0\n").unwrap();
+        std::fs::create_dir_all(&run.run_dir).unwrap();
+        std::fs::write(format!("{}/exit_code", run.run_dir), "0\n").unwrap();
+        let log = format!("{}/tpu-delete.log", run.run_dir);
+        let _ = std::fs::remove_file(&log);
+        let delete = SelfDelete { resource: "projects/p/locations/z/nodes/n".into(), after: 0 };
+        let text = wrapper(&bootstrap.display().to_string(), run, true, Some(&delete), 0, "/nonexistent/base");
+        let status = std::process::Command::new("bash")
+            .arg("-c")
+            .arg(&text)
+            .env("GCE_METADATA_HOST", "127.0.0.1:1")
+            .env("CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU", "https://127.0.0.1:1/")
+            .status()
+            .unwrap();
+        assert!(status.success());
+        for _ in 0..100 {
+            if let Ok(said) = std::fs::read_to_string(&log)
+                && said.contains("the VM stays")
+            {
+                return said;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        panic!("the deleter said nothing in 10 s: {:?}", std::fs::read_to_string(&log));
+    }
+
+    /// A later run on the VM (a submit that reused it) keeps it: the deleter of the run that
+    /// created it leaves it while that run's bootstrap runs, and goes on once it is over.
+    #[test]
+    fn worker_0_leaves_the_vm_while_another_run_uses_it() {
+        let home = tempfile::tempdir().unwrap();
+        let cluster = ClusterConfig { root: "~/t".into(), work: "~/t/work".into(), ..ClusterConfig::default() };
+        let h = home.path().display().to_string();
+        let ours =
+            dirs("h", "c", &cluster, &h).layout(&JobIdentity::new("made", Some("p"), None), Launch::Single).unwrap();
+        let other =
+            dirs("h", "c", &cluster, &h).layout(&JobIdentity::new("reuse", Some("p"), None), Launch::Single).unwrap();
+        let other_boot = format!("{}/.theseus/bootstrap.sh", other.run_dir);
+        std::fs::create_dir_all(format!("{}/.theseus", other.run_dir)).unwrap();
+        std::fs::write(&other_boot, "sleep 30\n").unwrap();
+        let mut running = std::process::Command::new("bash").arg("--").arg(&other_boot).spawn().unwrap();
+        let said = deleter_says(home.path(), &ours);
+        assert!(said.contains("another run is still running on this VM"), "{said}");
+        assert!(!said.contains("metadata server"), "{said}");
+        running.kill().unwrap();
+        running.wait().unwrap();
+        // Nothing else runs: it asks the metadata server for a token (none here).
+        let said = deleter_says(home.path(), &ours);
+        assert!(said.contains("no token from the metadata server"), "{said}");
+    }
 }
