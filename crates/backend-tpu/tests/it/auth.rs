@@ -305,6 +305,23 @@ async fn a_failing_gcloud_says_why_without_tokens() {
     assert!(!e.message.contains("ya29"), "{e}");
 }
 
+/// A GCE metadata server that answers its ping and gives `token`.
+async fn metadata_server(token: &str) -> MockServer {
+    let server = MockServer::start().await;
+    let flavor = || header("Metadata-Flavor", "Google");
+    Mock::given(path("/computeMetadata/v1/"))
+        .and(flavor())
+        .respond_with(ResponseTemplate::new(200).insert_header("Metadata-Flavor", "Google"))
+        .mount(&server)
+        .await;
+    Mock::given(path("/computeMetadata/v1/instance/service-accounts/default/token"))
+        .and(flavor())
+        .respond_with(granted(token, 3599))
+        .mount(&server)
+        .await;
+    server
+}
+
 /// gcloud installed but logged out (a shared image's) is passed over: on a GCE VM the metadata
 /// server still gives a token; elsewhere the one line names gcloud's refusal with the rest.
 #[tokio::test]
@@ -325,18 +342,7 @@ async fn a_logged_out_gcloud_is_passed_over_for_the_metadata_server() {
         let place = if place == "no active account" { "do not currently have an active account" } else { place };
         assert!(e.message.contains(place), "{place}: {e}");
     }
-    let server = MockServer::start().await;
-    let flavor = || header("Metadata-Flavor", "Google");
-    Mock::given(path("/computeMetadata/v1/"))
-        .and(flavor())
-        .respond_with(ResponseTemplate::new(200).insert_header("Metadata-Flavor", "Google"))
-        .mount(&server)
-        .await;
-    Mock::given(path("/computeMetadata/v1/instance/service-accounts/default/token"))
-        .and(flavor())
-        .respond_with(granted("ya29.vm", 3599))
-        .mount(&server)
-        .await;
+    let server = metadata_server("ya29.vm").await;
     let host = server.uri().trim_start_matches("http://").to_owned();
     let auth = auth(bare(dir.path()).with("GCE_METADATA_HOST", host));
     assert_eq!(auth.token().await.unwrap().secret(), "ya29.vm");
@@ -345,20 +351,9 @@ async fn a_logged_out_gcloud_is_passed_over_for_the_metadata_server() {
 #[tokio::test]
 async fn the_metadata_server_gives_token_and_project() {
     let dir = tempfile::tempdir().unwrap();
-    let server = MockServer::start().await;
-    let flavor = || header("Metadata-Flavor", "Google");
-    Mock::given(path("/computeMetadata/v1/"))
-        .and(flavor())
-        .respond_with(ResponseTemplate::new(200).insert_header("Metadata-Flavor", "Google"))
-        .mount(&server)
-        .await;
-    Mock::given(path("/computeMetadata/v1/instance/service-accounts/default/token"))
-        .and(flavor())
-        .respond_with(granted("ya29.vm", 3599))
-        .mount(&server)
-        .await;
+    let server = metadata_server("ya29.vm").await;
     Mock::given(path("/computeMetadata/v1/project/project-id"))
-        .and(flavor())
+        .and(header("Metadata-Flavor", "Google"))
         .respond_with(ResponseTemplate::new(200).set_body_string("vm-project"))
         .mount(&server)
         .await;
