@@ -19,7 +19,7 @@
 //! 200 local and 50 simulator submits at once.
 //!
 //! Usage: `theseus-chaos --theseus PATH [--full] [--flows submit,cancel,...]
-//! [--backends volcano,plain,slurm,crash,load] [--require-lab] [--jobs N]`. The cases of the
+//! [--backends volcano,plain,slurm,tpu,crash,load] [--require-lab] [--jobs N]`. The cases of the
 //! Volcano and lab matrices run `--jobs` at a time (default: twice the cores, at most 4), each in a
 //! world of its own; the crash and load cases run alone, as their timing matters.
 //!
@@ -37,6 +37,7 @@ mod load;
 mod matrix;
 mod pool;
 mod proc;
+mod tpu;
 mod volcano;
 
 use std::path::PathBuf;
@@ -65,7 +66,7 @@ fn main() -> ExitCode {
             other => {
                 eprintln!(
                     "theseus-chaos: unknown argument `{other}`; usage: --theseus PATH [--full] [--flows a,b] \
-                     [--backends volcano,plain,slurm] [--require-lab] [--jobs N]"
+                     [--backends volcano,plain,slurm,tpu,crash,load] [--require-lab] [--jobs N]"
                 );
                 return ExitCode::from(2);
             }
@@ -118,6 +119,16 @@ fn main() -> ExitCode {
             Err(why) => {
                 not_run.push(format!("{}: NOT RUN: the lab is not up ({why}; `cargo xtask lab up`)", kind.name()))
             }
+        }
+    }
+    if chosen("tpu") {
+        match tpu::Lab::from_env() {
+            Ok(lab) => {
+                if !record("tpu (TPU simulator, lab's sshd)", tpu::run(&theseus, &lab, full, &flows, jobs)) {
+                    return ExitCode::from(2);
+                }
+            }
+            Err(why) => not_run.push(format!("tpu: NOT RUN: the lab is not up ({why}; `cargo xtask lab up`)")),
         }
     }
     if chosen("crash") {

@@ -1,0 +1,529 @@
+//! The Cloud TPU flows against `theseus-tpu-sim` (the binary next to `theseus`): a fresh
+//! simulator per case (Google's TPU API v2 over HTTPS with its own CA, real sshd workers in
+//! network namespaces reached through its ssh proxy), the real binary with a service-account
+//! key, and one API request of the flow failed through the simulator's fault API
+//! (`POST /sim/v1/faults`). After each case a recovery without faults runs (`cancel` when the
+//! ledger has a run that is not over, then `gc`), and what is left is read from the API: a node
+//! or queued resource labelled `theseus-created=true` is a leftover, and a `cancel` that said it
+//! succeeded must have deleted its VM.
+//!
+//! The simulator fails the NEXT request that matches a method and a path fragment, and has no
+//! connection-reset fault: so each distinct request of a flow is failed at its first occurrence
+//! only (later rounds of an operation's or a node's polls are not faulted, as the short lab
+//! matrix skips later rounds of a wait loop), with HTTP 500, 503 UNAVAILABLE and 429
+//! RESOURCE_EXHAUSTED; a create or delete operation that ends with `google.rpc.Code` 13
+//! (INTERNAL) is one more case per flow that waits on one. Remote commands on the workers are
+//! not faulted here.
+//!
+//! The workers need what the SSH/Slurm lab installs (sshd, socat, its user, its Python): the
+//! lab's `THESEUSTEST_SSH_USER` and `THESEUSTEST_REMOTE_PYTHON` say who and which.
+
+use std::io::{BufRead as _, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::matrix::{Case, classify};
+use crate::pool;
+use crate::proc::{self, KillAt, Ran, indent};
+
+const ZONE: &str = "us-central2-b";
+const PROJECT: &str = "chaos-project";
+/// The host, and so the VM's node id.
+const HOST: &str = "chaos-tpu";
+/// The arguments that send a job to it: v4-8 is one worker of 4 chips.
+const TO_TPU: &[&str] = &["--host", HOST, "--chip", "tpu-v4", "-n", "4"];
+
+/// One flow: what runs before (cleanly) and the command under test.
+struct Flow {
+    name: &'static str,
+    /// Experiment the setup submits as job `chaos`, and whether with `--keep`.
+    setup: Option<(&'static str, bool)>,
+    command: &'static [&'static str],
+}
+
+const FLOWS: &[Flow] = &[
+    Flow { name: "submit", setup: None, command: &["submit", "chaos", "long.yaml", "--yes"] },
+    Flow { name: "status", setup: Some(("sleep.yaml", false)), command: &["status", "chaos"] },
+    Flow { name: "cancel", setup: Some(("sleep.yaml", false)), command: &["cancel", "chaos"] },
+    // The run ended on a VM it kept: `gc` deletes it.
+    Flow { name: "gc", setup: Some(("quick.yaml", true)), command: &["gc", "--older-than", "0s", "--host", HOST] },
+];
+
+/// Who logs in to the workers, and their Python.
+#[derive(Debug, Clone)]
+pub(crate) struct Lab {
+    user: String,
+    python: String,
+}
+
+impl Lab {
+    /// The lab's user and Python, or why they cannot be used.
+    pub(crate) fn from_env() -> Result<Lab, String> {
+        let get = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty()).ok_or_else(|| format!("{k} is not set"));
+        Ok(Lab { user: get("THESEUSTEST_SSH_USER")?, python: get("THESEUSTEST_REMOTE_PYTHON")? })
+    }
+}
+
+/// A running `theseus-tpu-sim`, stopped with SIGTERM (it removes its workers) on drop.
+struct Sim {
+    child: Child,
+    endpoint: String,
+    ca: PathBuf,
+    ssh_proxy: String,
+    pattern: String,
+}
+
+impl Sim {
+    fn start(bin: &Path, root: &Path) -> Result<Sim, String> {
+        let log = std::fs::File::create(root.join("sim.log")).map_err(|e| e.to_string())?;
+        let mut child = Command::new(bin)
+            .arg("--root")
+            .arg(root.join("sim"))
+            .args(["--port", "0", "--zones", ZONE, "--create-seconds", "1"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(log)
+            .spawn()
+            .map_err(|e| format!("cannot run {}: {e}", bin.display()))?;
+        let mut line = String::new();
+        let read = child.stdout.take().map(|out| BufReader::new(out).read_line(&mut line));
+        let ready: Value = serde_json::from_str(line.trim()).unwrap_or_default();
+        let field = |k: &str| ready[k].as_str().map(str::to_owned);
+        let sim = match (read, field("endpoint"), field("ca"), field("ssh_proxy"), field("ssh_host_pattern")) {
+            (Some(Ok(_)), Some(endpoint), Some(ca), Some(ssh_proxy), Some(pattern)) => {
+                Sim { child, endpoint, ca: PathBuf::from(ca), ssh_proxy, pattern }
+            }
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                let log = std::fs::read_to_string(root.join("sim.log")).unwrap_or_default();
+                return Err(format!("the TPU simulator did not start (it printed `{}`):\n{}", line.trim(), indent(&log)));
+            }
+        };
+        Ok(sim)
+    }
+
+    /// `METHOD PATH` on the simulator with curl (its CA trusted): the status and the JSON.
+    fn call(&self, method: &str, path: &str, token: Option<&str>, body: Option<&Value>) -> Result<(u16, Value), String> {
+        let url = format!("{}{}", self.endpoint, path.trim_start_matches('/'));
+        let mut cmd = Command::new("curl");
+        cmd.args(["-sS", "--max-time", "30", "-X", method, "-w", "\n%{http_code}", "--cacert"]).arg(&self.ca);
+        cmd.args(["-H", "Content-Type: application/json"]);
+        if let Some(token) = token {
+            cmd.args(["-H", &format!("Authorization: Bearer {token}")]);
+        }
+        if let Some(body) = body {
+            cmd.args(["--data-binary", &body.to_string()]);
+        }
+        let out = cmd.arg(&url).output().map_err(|e| format!("cannot run curl: {e}"))?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        let (body, code) = text.rsplit_once('\n').unwrap_or(("", &text));
+        let code: u16 = code
+            .trim()
+            .parse()
+            .map_err(|_| format!("{method} {path}: curl failed: {}", String::from_utf8_lossy(&out.stderr).trim()))?;
+        Ok((code, serde_json::from_str(body).unwrap_or(Value::Null)))
+    }
+
+    fn admin(&self, method: &str, path: &str, body: Option<&Value>) -> Result<Value, String> {
+        match self.call(method, &format!("sim/v1/{path}"), None, body)? {
+            (200, value) => Ok(value),
+            (status, value) => Err(format!("{method} /sim/v1/{path}: HTTP {status}: {value}")),
+        }
+    }
+
+    /// Google's API with a token of the harness's own: the `items` of a list.
+    fn list(&self, what: &str) -> Result<Vec<Value>, String> {
+        let token = self.admin("POST", "tokens", Some(&json!({})))?;
+        let token = token["access_token"].as_str().unwrap_or_default().to_owned();
+        let path = format!("v2/projects/{PROJECT}/locations/{ZONE}/{what}");
+        match self.call("GET", &path, Some(&token), None)? {
+            (200, v) => Ok(v[what].as_array().cloned().unwrap_or_default()),
+            (status, v) => Err(format!("GET {what}: HTTP {status}: {v}")),
+        }
+    }
+
+    /// Nodes and queued resources labelled `theseus-created=true`, with their state.
+    fn created(&self) -> Result<Vec<(String, String)>, String> {
+        let mut found = Vec::new();
+        for node in self.list("nodes")? {
+            if node["labels"]["theseus-created"] == "true" {
+                found.push((format!("TPU VM {}", short(&node["name"])), node["state"].as_str().unwrap_or("?").to_owned()));
+            }
+        }
+        for qr in self.list("queuedResources")? {
+            let labelled = qr["tpu"]["nodeSpec"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|spec| spec["node"]["labels"]["theseus-created"] == "true");
+            if labelled {
+                found.push((format!("queued resource {}", short(&qr["name"])), qr["state"]["state"].to_string()));
+            }
+        }
+        Ok(found)
+    }
+
+    /// The API and token requests served so far: method and path.
+    fn requests(&self) -> Result<Vec<(String, String)>, String> {
+        let log = self.admin("GET", "requests", None)?;
+        Ok(log
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|r| (r["method"].as_str().unwrap_or("").to_owned(), r["path"].as_str().unwrap_or("").to_owned()))
+            .collect())
+    }
+}
+
+impl Drop for Sim {
+    fn drop(&mut self) {
+        // SIGTERM (by PID: our child) lets it tear down its namespaces and sshd.
+        let pid = self.child.id().to_string();
+        if !Command::new("kill").args(["-TERM", &pid]).status().is_ok_and(|s| s.success()) {
+            let _ = self.child.kill();
+        }
+        let _ = self.child.wait();
+    }
+}
+
+/// The last part of a resource name.
+fn short(name: &Value) -> String {
+    name.as_str().unwrap_or("?").rsplit('/').next().unwrap_or("?").to_owned()
+}
+
+/// A fresh simulator with a HOME whose config has one TPU host on it.
+struct World {
+    // Dropped first: the simulator stops before its root goes.
+    sim: Sim,
+    home: tempfile::TempDir,
+    code: tempfile::TempDir,
+    theseus: PathBuf,
+    /// Base64 lines of the service-account key, which no output may show.
+    secrets: Vec<String>,
+}
+
+fn write(path: &Path, text: &str) -> Result<(), String> {
+    std::fs::write(path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))
+}
+
+impl World {
+    fn start(theseus: &Path, lab: &Lab) -> Result<World, String> {
+        let home = tempfile::Builder::new().prefix("chaos-tpu-").tempdir().map_err(|e| e.to_string())?;
+        let code = tempfile::tempdir().map_err(|e| e.to_string())?;
+        let sim = Sim::start(&theseus.with_file_name("theseus-tpu-sim"), home.path())?;
+        let ssh = home.path().join(".ssh");
+        std::fs::create_dir_all(&ssh).map_err(|e| e.to_string())?;
+        // The key gcloud would put in the VM's metadata.
+        let key = ssh.join("google_compute_engine");
+        let made = Command::new("ssh-keygen")
+            .args(["-q", "-t", "ed25519", "-N", "", "-C", "chaos", "-f"])
+            .arg(&key)
+            .status()
+            .map_err(|e| format!("cannot run ssh-keygen: {e}"))?;
+        if !made.success() {
+            return Err(format!("ssh-keygen failed ({made})"));
+        }
+        write(
+            &ssh.join("config"),
+            &format!(
+                "Host {}\n  ProxyCommand {}\n  IdentityFile {}\n  StrictHostKeyChecking accept-new\n  UserKnownHostsFile {}\n",
+                sim.pattern,
+                sim.ssh_proxy,
+                key.display(),
+                ssh.join("known_hosts").display()
+            ),
+        )?;
+        let sa = sim.admin("POST", "keys", Some(&json!({"project": PROJECT})))?;
+        let secrets = sa["private_key"].as_str().unwrap_or("").lines().filter(|l| l.len() > 40).map(str::to_owned).collect();
+        write(&home.path().join("sa-key.json"), &sa.to_string())?;
+        write(
+            &home.path().join(".theseus.yaml"),
+            &format!(
+                "clusters:\n  gcp:\n    root: ~/theseus\n    work: ~/theseus/work\nhosts:\n  {HOST}:\n    type: tpu\n    \
+                 cluster: gcp\n    zone: {ZONE}\n    project: {PROJECT}\n    accelerator_type: v4-8\n    \
+                 version: tpu-ubuntu2204-base\n    ssh_user: {}\n    env:\n      THESEUS_PYTHON: {}\n",
+                lab.user, lab.python
+            ),
+        )?;
+        let job = "import sys, time\nprint('chaos: started', flush=True)\ntime.sleep(float(sys.argv[1]))\n";
+        write(&code.path().join("job.py"), job)?;
+        write(&code.path().join("quick.yaml"), "entrypoint: python job.py 1\n")?;
+        // Long enough that a submit's job still runs when the case is judged.
+        write(&code.path().join("long.yaml"), "entrypoint: python job.py 30\n")?;
+        write(&code.path().join("sleep.yaml"), "entrypoint: python job.py 600\n")?;
+        Ok(World { sim, home, code, theseus: theseus.to_owned(), secrets })
+    }
+
+    /// `theseus ARGS` in this world (a submit goes to the TPU host).
+    fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = proc::theseus(&self.theseus, self.home.path(), self.code.path());
+        let home = self.home.path();
+        cmd.env("CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU", &self.sim.endpoint)
+            .env("CLOUDSDK_CORE_CUSTOM_CA_CERTS_FILE", &self.sim.ca)
+            .env("GOOGLE_APPLICATION_CREDENTIALS", home.join("sa-key.json"))
+            .env("THESEUS_SSH_CONFIG", home.join(".ssh/config"))
+            // Not a GCE VM: no metadata server answers.
+            .env("GCE_METADATA_HOST", "127.0.0.1:9")
+            .args(args);
+        if args.first() == Some(&"submit") {
+            cmd.args(["--code", "."]).args(TO_TPU);
+        }
+        cmd
+    }
+
+    /// Runs `theseus ARGS`, killing it after `bound`; refuses output that shows the key.
+    fn run(&self, args: &[&str], bound: Duration) -> Result<Ran, String> {
+        let ran = proc::run(self.command(args), bound, KillAt::Never)?;
+        if self.secrets.iter().any(|s| ran.stdout.contains(s) || ran.stderr.contains(s)) {
+            return Err(format!("`theseus {}` printed the service-account key", args.join(" ")));
+        }
+        Ok(ran)
+    }
+
+    /// A clean submit of `experiment` as job `chaos`; with `wait_end`, returns once it ended.
+    fn setup(&self, experiment: &str, keep: bool) -> Result<(), String> {
+        let mut args = vec!["submit", "chaos", experiment, "--yes"];
+        if keep {
+            args.push("--keep");
+        }
+        let ran = self.run(&args, Duration::from_secs(240))?;
+        if ran.code != Some(0) {
+            return Err(format!("the setup submit failed:\n{}", indent(&ran.stderr)));
+        }
+        if !keep {
+            return Ok(());
+        }
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let state = self.ledger().get("chaos").cloned().unwrap_or_default();
+            if matches!(state.as_str(), "completed" | "failed" | "cancelled") {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(format!("the setup job did not end (last state `{state}`)"));
+            }
+            std::thread::sleep(Duration::from_secs(1));
+        }
+    }
+
+    /// Job name -> state, as `status --output json` reports each job (asking the backend).
+    fn ledger(&self) -> std::collections::BTreeMap<String, String> {
+        let Ok(list) = self.run(&["list", "--output", "json"], Duration::from_secs(60)) else { return Default::default() };
+        let rows: Value = serde_json::from_str(&list.stdout).unwrap_or_default();
+        rows.as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|r| Some((r["identity"]["name"].as_str()?.to_owned(), r["state"].as_str()?.to_owned())))
+            .collect()
+    }
+
+    /// Uses up a request fault the command never met (the simulator has no way to withdraw
+    /// one), so that it does not fail the recovery or the harness's own reads.
+    fn consume(&self, fault: &Value, before: usize) -> Result<(), String> {
+        let (Some(method), Some(fragment)) = (fault["method"].as_str(), fault["path"].as_str()) else { return Ok(()) };
+        let met = self.sim.requests()?.iter().skip(before).any(|(m, p)| m == method && p.contains(fragment));
+        if !met {
+            self.sim.call(method, fragment, None, None)?;
+        }
+        Ok(())
+    }
+
+    /// What the API still has once a recovery without faults ran (`cancel` when a run is not
+    /// over, then `gc`) and the deletes it started had time to end.
+    fn recover_and_judge(&self) -> Result<Vec<String>, String> {
+        let mut left = Vec::new();
+        let ledger = self.ledger();
+        if ledger.values().any(|state| !matches!(state.as_str(), "completed" | "failed" | "cancelled")) {
+            let ran = self.run(&["cancel", "chaos"], Duration::from_secs(120))?;
+            if ran.code != Some(0) && !ran.stderr.contains("already") {
+                left.push(format!("the recovery `cancel` failed: {}", ran.stderr.trim()));
+            }
+        }
+        let gc = || self.run(&["gc", "--older-than", "0s", "--host", HOST], Duration::from_secs(120));
+        let mut ran = gc()?;
+        // A pending operation fault the command never met fails the first delete it meets.
+        if ran.code != Some(0) {
+            ran = gc()?;
+        }
+        if ran.code != Some(0) {
+            left.push(format!("the recovery `gc` failed: {}", ran.stderr.trim()));
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let created = self.sim.created()?;
+            if created.is_empty() {
+                break;
+            }
+            if Instant::now() > deadline {
+                left.extend(created.into_iter().map(|(what, state)| format!("{what} ({state})")));
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        Ok(left)
+    }
+}
+
+/// `GET node`, `POST nodes`, `GET operation`, `POST token`: the method and the resource.
+fn request_name(method: &str, path: &str) -> String {
+    let path = path.split('?').next().unwrap_or(path);
+    let rest = path.split_once("/locations/").map_or(path, |(_, r)| r.split_once('/').map_or(r, |(_, r)| r));
+    let parts: Vec<&str> = rest.split('/').filter(|p| !p.is_empty()).collect();
+    let resource = match parts.as_slice() {
+        [collection] => (*collection).to_owned(),
+        [collection, name, ..] => {
+            let verb = name.split_once(':').map(|(_, v)| format!(":{v}")).unwrap_or_default();
+            format!("{}{verb}", collection.strip_suffix('s').unwrap_or(collection))
+        }
+        [] => "?".into(),
+    };
+    format!("{method} {resource}")
+}
+
+/// The path fragment a fault matches the request at `path` by: its path without the query,
+/// and with an operation's id dropped (each run has its own).
+fn fragment(path: &str) -> String {
+    let path = path.split('?').next().unwrap_or(path);
+    match path.split_once("/operations/") {
+        Some((before, _)) => format!("{before}/operations/"),
+        None => path.to_owned(),
+    }
+}
+
+/// The requests a fault can single out: for each, the request (1-based) that a fault on its
+/// method and [`fragment`] fails (the first of the run that matches), each once.
+fn targets(requests: &[(String, String)]) -> Vec<(usize, String, String)> {
+    let mut found: Vec<(usize, String, String)> = Vec::new();
+    for (method, path) in requests {
+        let fragment = fragment(path);
+        let Some(hit) = requests.iter().position(|(m, p)| m == method && p.contains(&fragment)) else { continue };
+        if !found.iter().any(|(n, ..)| *n == hit + 1) {
+            found.push((hit + 1, method.clone(), fragment));
+        }
+    }
+    found.sort_by_key(|(n, ..)| *n);
+    found
+}
+
+/// One case: a flow, and its n-th request failed with `fault` (a fault spec for the simulator).
+struct Planned<'a> {
+    flow: &'a Flow,
+    names: &'a [String],
+    n: usize,
+    label: String,
+    fault: Value,
+}
+
+/// Runs the TPU matrix for the selected flows (all when empty).
+pub(crate) fn run(theseus: &Path, lab: &Lab, full: bool, only: &[String], jobs: usize) -> Result<Vec<Case>, String> {
+    let bound = Duration::from_secs(240);
+    let mut counted = Vec::new();
+    for flow in FLOWS.iter().filter(|f| only.is_empty() || only.iter().any(|o| o == f.name)) {
+        let world = World::start(theseus, lab)?;
+        if let Some((experiment, keep)) = flow.setup {
+            world.setup(experiment, keep)?;
+        }
+        let before = world.sim.requests()?.len();
+        let clean = world.run(flow.command, bound)?;
+        if clean.code != Some(0) {
+            return Err(format!("the clean `{}` failed:\n{}", flow.command.join(" "), indent(&clean.stderr)));
+        }
+        let requests: Vec<(String, String)> = world.sim.requests()?.split_off(before);
+        let left = world.recover_and_judge()?;
+        if !left.is_empty() {
+            return Err(format!("the clean `{}` left {}", flow.command.join(" "), left.join(", ")));
+        }
+        let names: Vec<String> = requests.iter().map(|(m, p)| request_name(m, p)).collect();
+        eprintln!("chaos: tpu {} makes {} API requests: {}", flow.name, names.len(), names.join(" | "));
+        counted.push((flow, requests, names));
+    }
+    let statuses: &[u16] = if full { &[500, 503, 429] } else { &[500, 503] };
+    let mut planned = Vec::new();
+    for (flow, requests, names) in &counted {
+        for (n, method, fragment) in targets(requests) {
+            for status in statuses {
+                let fault = json!({"method": method, "path": fragment, "status": status});
+                planned.push(Planned { flow, names, n, label: status.to_string(), fault });
+            }
+        }
+        // The first operation the flow waits on ends with INTERNAL.
+        let waited = requests.iter().enumerate().find_map(|(i, (method, path))| match method.as_str() {
+            "POST" if path.contains("/nodes?") || path.contains("/queuedResources?") => Some((i, "create")),
+            "DELETE" => Some((i, "delete")),
+            _ => None,
+        });
+        if let Some((i, verb)) = waited {
+            let fault = json!({"operation": {"code": 13, "verb": verb}});
+            planned.push(Planned { flow, names, n: i + 1, label: format!("{verb} op code 13"), fault });
+        }
+    }
+    // Each case has a simulator with its workers' sshd: fewer at once than the other matrices.
+    let workers = vec![(); jobs.clamp(1, 3)];
+    let (cases, _) = pool::run(&planned, workers, |(), case| run_case(theseus, lab, case, bound));
+    cases
+}
+
+fn run_case(theseus: &Path, lab: &Lab, planned: &Planned<'_>, bound: Duration) -> Result<Case, String> {
+    let Planned { flow, names, n, label, fault } = planned;
+    let started = Instant::now();
+    let world = World::start(theseus, lab)?;
+    if let Some((experiment, keep)) = flow.setup {
+        world.setup(experiment, keep)?;
+    }
+    let before = world.sim.requests()?.len();
+    world.sim.admin("POST", "faults", Some(fault))?;
+    let ran = world.run(flow.command, bound)?;
+    world.consume(fault, before)?;
+    let mut left = Vec::new();
+    // A `cancel` that says it succeeded has deleted (or is deleting) the VM.
+    if flow.name == "cancel" && ran.code == Some(0) {
+        for (what, state) in world.sim.created()? {
+            if what.starts_with("TPU VM") && state != "DELETING" {
+                left.push(format!("{what} is {state} after `cancel` succeeded"));
+            }
+        }
+    }
+    left.extend(world.recover_and_judge()?);
+    let case = Case {
+        flow: flow.name,
+        step: names.get(n - 1).cloned().unwrap_or_default(),
+        n: *n,
+        of: names.len(),
+        fault: label.clone(),
+        verdict: classify(ran.code, &ran.stderr, ran.timed_out),
+        left,
+        seconds: started.elapsed().as_secs_f64(),
+    };
+    if case.is_bad() {
+        eprintln!("chaos: BAD tpu {case}\n{}", indent(&ran.stderr));
+    }
+    Ok(case)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_are_named_by_method_and_resource() {
+        let base = "/v2/projects/p/locations/us-central2-b";
+        assert_eq!(request_name("POST", &format!("{base}/nodes?nodeId=x")), "POST nodes");
+        assert_eq!(request_name("GET", &format!("{base}/nodes/x")), "GET node");
+        assert_eq!(request_name("GET", &format!("{base}/operations/op-1")), "GET operation");
+        assert_eq!(request_name("POST", &format!("{base}/nodes/x:getGuestAttributes")), "POST node:getGuestAttributes");
+        assert_eq!(request_name("DELETE", &format!("{base}/queuedResources/x?force=true")), "DELETE queuedResource");
+        assert_eq!(request_name("POST", "/token"), "POST token");
+    }
+
+    #[test]
+    fn a_fault_matches_every_operation_and_no_query() {
+        let base = "/v2/projects/p/locations/z";
+        assert_eq!(fragment(&format!("{base}/operations/op-7")), format!("{base}/operations/"));
+        assert_eq!(fragment(&format!("{base}/nodes?nodeId=x")), format!("{base}/nodes"));
+        assert_eq!(fragment("/token"), "/token");
+    }
+}
