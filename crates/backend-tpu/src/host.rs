@@ -128,7 +128,13 @@ impl HostSettings for TpuSettings {
             .and_then(|s| s.trim().parse().ok())
             .map_or(SELF_DELETE_AFTER, Duration::from_secs);
         let vm = crate::backend::cloud_vm::vm(name, self, home);
-        let mut backend = TpuBackend::new(name, &self.cluster, cluster.clone(), vm, connector).with_self_delete(after);
+        // Runs on VMs theseus created are kept for a restart after a preemption, beside the
+        // ledger's default place (`--state-dir` does not reach a backend).
+        let state = theseus_core::ledger::default_state_dir(home, std::env::var("XDG_STATE_HOME").ok().as_deref());
+        let mut backend = TpuBackend::new(name, &self.cluster, cluster.clone(), vm, connector)
+            .with_self_delete(after)
+            .with_zone(&self.zone)
+            .with_spool(state.join("tpu-runs"));
         if let Some(accel) = self.accelerator() {
             backend = backend.with_accelerator(accel);
         }

@@ -3,6 +3,8 @@
 //! (get/list), `acceleratorTypes` and `runtimeVersions` (list/get) and `locations` (list), all
 //! under `/v2/projects/{project}/locations/{zone}/`. Lists page with `pageSize`/`pageToken`
 //! and answer `nextPageToken` (default page size 50 here; Google does not document one).
+//! `PATCH nodes/ID?updateMask=` (UpdateNode) changes `description`, `labels`, `metadata`,
+//! `tags` of a READY node (at once; its operation is done 100 ms later).
 //! `nodes:getGuestAttributes` serves the `hostkeys/` namespace (each worker's sshd host key, as
 //! the guest agent publishes it and gcloud reads it into known_hosts); other custom methods
 //! (`:stop`, `:start`, ...) answer UNIMPLEMENTED (501).
@@ -82,6 +84,11 @@ async fn located(
             let name = format!("{parent}/nodes/{id}");
             let st = shared.lock();
             st.nodes.get(&name).map(|r| (200, r.json.clone())).ok_or_else(|| ApiError::not_found(&name))
+        }
+        (Method::PATCH, ["nodes", id]) if !id.contains(':') => {
+            let name = format!("{parent}/nodes/{id}");
+            let mask = query.get("updateMask").map(String::as_str).unwrap_or_default();
+            update_node(shared, &name, parent, &parse_body(body)?, mask).map(|op| (200, op))
         }
         (Method::DELETE, ["nodes", id]) => {
             delete_node(shared, &format!("{parent}/nodes/{id}"), parent).map(|op| (200, op))
@@ -272,6 +279,33 @@ fn same_id_elsewhere(shared: &Shared, st: &model::State, id: &str) -> Result<(),
         )),
         _ => Ok(()),
     }
+}
+
+/// UpdateNode: a READY node's user fields change; the operation ends with the node.
+fn update_node(shared: &Arc<Shared>, name: &str, parent: &str, body: &Value, mask: &str) -> Result<Value, ApiError> {
+    let mut st = shared.lock();
+    let rec = st.nodes.get_mut(name).ok_or_else(|| ApiError::not_found(name))?;
+    if rec.json["state"] != "READY" {
+        return Err(ApiError::precondition(format!(
+            "node {name} is {}; only a READY node is updated",
+            rec.json["state"].as_str().unwrap_or("?")
+        )));
+    }
+    model::apply_update(&mut rec.json, body, mask)?;
+    let node = rec.json.clone();
+    let op = st.new_operation(parent, "update", name);
+    let answer = st.ops[&op].clone();
+    drop(st);
+    let shared = shared.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        let result = match shared.faults.take_operation("update") {
+            Some(failure) => Err(failure),
+            None => Ok(lifecycle::with_type(node, lifecycle::NODE_TYPE)),
+        };
+        shared.lock().finish_operation(&op, result);
+    });
+    Ok(answer)
 }
 
 fn delete_node(shared: &Arc<Shared>, name: &str, parent: &str) -> Result<Value, ApiError> {

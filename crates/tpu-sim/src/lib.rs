@@ -41,7 +41,8 @@
 //! # Dirt (on by default: a lab as rough as a real site)
 //! - Every API and token call takes `latency` (30 ms); with `flaky_seed` (`--flaky SEED`) about
 //!   one API read in twenty answers 503 UNAVAILABLE, as Google's front ends sometimes do.
-//! - Tokens expire: `expires_in` 3599 as Google's; the admin API shortens it or expires all.
+//! - Tokens expire: `expires_in` 3599 as Google's; `--token-seconds` or the admin API shortens
+//!   it, and the admin API expires every token at once.
 //! - Every worker's sshd shows a pre-authentication banner on every connection (on the client's
 //!   stderr) and a message of the day on interactive logins, as TPU VM images do.
 //! - A worker's local disk (its homes under `ROOT/workers/NODE/wN`) is wiped when the node is
@@ -52,7 +53,14 @@
 //!   libraries: `GCE_METADATA_HOST`/`GCE_METADATA_IP`/`GCE_METADATA_ROOT` (the metadata server at
 //!   169.254.169.254), `CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU` (this API on the bridge's gateway,
 //!   [`SimInfo::worker_endpoint`]) and `CLOUDSDK_CORE_CUSTOM_CA_CERTS_FILE` (the CA file).
-//! - The admin API (`/sim/v1/`, module `admin`) is the simulator's own.
+//!
+//! # Its own parts
+//! - The admin API (`/sim/v1/`, module `admin`): preempt, quota, capacity, tokens, key files,
+//!   the request log, faults, each worker's address and processes.
+//! - Workers' host keys are published as the guest agent does: `nodes:getGuestAttributes`
+//!   with `queryPath: "hostkeys/"`.
+//! - A simulator killed with SIGKILL cannot clean up; the next one to start removes its
+//!   namespaces and processes (owners are recorded in `/run/theseus-tpu-sim`).
 
 mod accel;
 mod admin;

@@ -22,7 +22,7 @@ use crate::model::NodeRec;
 use crate::sshd::parse_ssh_keys;
 use crate::workers::{Running, WorkerSpec};
 
-const NODE_TYPE: &str = "type.googleapis.com/google.cloud.tpu.v2.Node";
+pub(crate) const NODE_TYPE: &str = "type.googleapis.com/google.cloud.tpu.v2.Node";
 const QR_TYPE: &str = "type.googleapis.com/google.cloud.tpu.v2.QueuedResource";
 const EMPTY_TYPE: &str = "type.googleapis.com/google.protobuf.Empty";
 
@@ -32,7 +32,7 @@ pub(crate) fn project_zone(name: &str) -> (String, String) {
     (parts.get(1).copied().unwrap_or_default().to_owned(), parts.get(3).copied().unwrap_or_default().to_owned())
 }
 
-fn with_type(mut value: Value, type_url: &str) -> Value {
+pub(crate) fn with_type(mut value: Value, type_url: &str) -> Value {
     if let Some(map) = value.as_object_mut() {
         map.insert("@type".into(), json!(type_url));
     }
@@ -176,6 +176,13 @@ fn worker_specs(shared: &Shared, rec: &NodeRec, zone: &str) -> Vec<WorkerSpec> {
         .unwrap_or_default();
     let ssh_keys = user_meta.iter().find(|(k, _)| k == "ssh-keys").map(|(_, v)| v.clone()).unwrap_or_default();
     let email = node["serviceAccount"]["email"].as_str().unwrap_or_default().to_owned();
+    let project = project_zone(node["name"].as_str().unwrap_or_default()).0;
+    let mut hosts = String::from("127.0.0.1 localhost\n::1 localhost ip6-localhost ip6-loopback\n");
+    for (i, octet) in rec.ips.iter().enumerate() {
+        let name = format!("t1v-n-{short}-w-{i}");
+        hosts.push_str(&format!("{} {name}.{zone}.c.{project}.internal {name}  # Added by Google\n", ip(*octet)));
+    }
+    hosts.push_str("169.254.169.254 metadata.google.internal metadata  # Added by Google\n");
     rec.ips
         .iter()
         .enumerate()
@@ -197,6 +204,7 @@ fn worker_specs(shared: &Shared, rec: &NodeRec, zone: &str) -> Vec<WorkerSpec> {
                 index: i as u32,
                 ip: *octet,
                 users: parse_ssh_keys(&ssh_keys),
+                hosts: hosts.clone(),
                 instance: Instance {
                     name: format!("t1v-n-{short}-w-{i}"),
                     id: format!("{}{i}", rec.uid),

@@ -92,7 +92,9 @@ fn answer(ctx: &Context, path: &str, flavor: Option<&str>) -> (StatusCode, &'sta
         "instance/service-accounts/default/scopes" => text(format!("{}\n", crate::auth::CLOUD_PLATFORM)),
         "instance/service-accounts/default/token" => (StatusCode::OK, "application/json", ctx.auth.issue().to_string()),
         _ => match (instance, rest) {
-            (Some(i), "instance/name" | "instance/hostname") => text(i.name.clone()),
+            (Some(i), "instance/name") => text(i.name.clone()),
+            // GCE's zonal DNS name, which the worker's /etc/hosts also resolves.
+            (Some(i), "instance/hostname") => text(format!("{}.{}.c.{}.internal", i.name, i.zone, ctx.project)),
             (Some(i), "instance/id") => text(i.id.clone()),
             (Some(i), "instance/zone") => text(format!("projects/{PROJECT_NUMBER}/zones/{}", i.zone)),
             (Some(i), "instance/network-interfaces/0/ip") => text(i.ip.clone()),
@@ -130,6 +132,7 @@ mod tests {
         assert_eq!(get("/computeMetadata/v1/instance/attributes/agent-worker-number").2, "1");
         assert_eq!(get("/computeMetadata/v1/instance/attributes/nope").0, StatusCode::NOT_FOUND);
         assert_eq!(get("/computeMetadata/v1/instance/zone").2, "projects/123456789012/zones/us-central2-b");
+        assert_eq!(get("/computeMetadata/v1/instance/hostname").2, "t1v-n-0a1b2c3d-w-1.us-central2-b.c.p.internal");
         let token: serde_json::Value =
             serde_json::from_str(&get("/computeMetadata/v1/instance/service-accounts/default/token").2).unwrap();
         assert!(ctx.auth.check(Some(&format!("Bearer {}", token["access_token"].as_str().unwrap()))).is_ok());

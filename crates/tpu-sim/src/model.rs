@@ -252,6 +252,53 @@ pub(crate) fn check_node_body(body: &Value, field: &str) -> Result<NodeRequest, 
     Ok(NodeRequest { body: map.clone(), accel })
 }
 
+/// Applies `nodes.patch` (UpdateNode) to a node: the fields of `update_mask` (JSON or proto
+/// names) are taken from `body`; only the user's own fields may change (`description`,
+/// `labels`, `metadata`, `tags`); anything else is INVALID_ARGUMENT, as the API refuses output
+/// and immutable fields. Workers see metadata as of their start (a divergence: the guest agent
+/// would apply new `ssh-keys`).
+pub(crate) fn apply_update(node: &mut Value, body: &Value, update_mask: &str) -> Result<(), ApiError> {
+    let Value::Object(_) = body else {
+        return Err(ApiError::invalid("node", "Invalid JSON payload received: 'node' must be an object."));
+    };
+    let fields: Vec<&str> = update_mask.split(',').map(str::trim).filter(|f| !f.is_empty()).collect();
+    if fields.is_empty() {
+        return Err(ApiError::invalid("update_mask", "Field update_mask is required."));
+    }
+    let mut updated = node.clone();
+    for field in fields {
+        let json = match field {
+            "description" => "description",
+            "labels" => "labels",
+            "metadata" => "metadata",
+            "tags" => "tags",
+            other => {
+                return Err(ApiError::invalid(
+                    "update_mask",
+                    format!("Field \"{other}\" cannot be updated (updatable: description, labels, metadata, tags)."),
+                ));
+            }
+        };
+        match body.get(json) {
+            Some(v) => updated[json] = v.clone(),
+            None => {
+                if let Some(map) = updated.as_object_mut() {
+                    map.remove(json);
+                }
+            }
+        }
+    }
+    string_map(&updated, "node.labels", "labels")?;
+    string_map(&updated, "node.metadata", "metadata")?;
+    if let Some(Value::Object(labels)) = updated.get("labels")
+        && let Some((k, _)) = labels.iter().find(|(k, v)| !valid_label(k, v.as_str().unwrap_or_default()))
+    {
+        return Err(ApiError::invalid("node.labels", format!("Invalid label \"{k}\".")));
+    }
+    *node = updated;
+    Ok(())
+}
+
 /// The Node resource for a checked request, in state CREATING.
 pub(crate) fn new_node(
     req: &NodeRequest,
@@ -342,6 +389,22 @@ mod tests {
             req(json!({"acceleratorType": "v4-8", "runtimeVersion": "tpu-vm-base", "zone": "x"})).unwrap_err();
         assert!(unknown.message.contains("Unknown name \"zone\""), "{}", unknown.message);
         assert!(valid_id("my-tpu-1") && !valid_id("My") && !valid_id("1a") && !valid_id("a-") && !valid_id(""));
+    }
+
+    #[test]
+    fn updates_touch_only_the_masked_user_fields() {
+        let mut node = json!({"name": "n", "state": "READY", "labels": {"a": "1"}, "description": "old"});
+        apply_update(&mut node, &json!({"labels": {"theseus-run": "r2"}, "description": "new"}), "labels").unwrap();
+        assert_eq!((node["labels"]["theseus-run"].as_str(), node["description"].as_str()), (Some("r2"), Some("old")));
+        apply_update(&mut node, &json!({}), "description").unwrap();
+        assert!(node.get("description").is_none(), "a masked field absent from the body is cleared");
+        let before = node.clone();
+        for (body, mask) in
+            [(json!({"state": "X"}), "state"), (json!({"labels": {"Bad": "x"}}), "labels"), (json!({}), "")]
+        {
+            assert_eq!(apply_update(&mut node, &body, mask).unwrap_err().http, 400, "{mask}");
+        }
+        assert_eq!(node, before, "a refused update changes nothing");
     }
 
     #[test]

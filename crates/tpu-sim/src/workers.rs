@@ -16,6 +16,11 @@
 //!   accepted user's home directory (from /etc/passwd) is a bind mount of
 //!   `ROOT/workers/NODE/wN/home/USER`, made fresh from /etc/skel as the guest agent would. The
 //!   rest of the file system is this machine's, as with the lab's nodes.
+//! - Each worker has its own host name (a UTS namespace): the instance name
+//!   `t1v-n-XXXXXXXX-w-N` that the metadata's `instance/name` gives; its /etc/hostname and
+//!   /etc/hosts are bind mounts in its mount namespace, and the hosts file resolves every
+//!   worker of the node by name to its internal address (as GCE's internal DNS does, so that
+//!   Gloo and JAX's coordinator publish a reachable address) and `metadata.google.internal`.
 //! - Every process of a worker lives in its network namespace, so `ip netns pids` finds them
 //!   all (sshd, sessions, what they started); preempt and delete send them SIGTERM, and SIGKILL
 //!   after a grace, then remove the namespace.
@@ -51,6 +56,9 @@ pub(crate) struct WorkerSpec {
     /// `(user, public key lines)` from `ssh-keys`.
     pub(crate) users: Vec<(String, Vec<String>)>,
     pub(crate) instance: Instance,
+    /// The worker's /etc/hosts: every worker of the node by name, as GCE's internal DNS
+    /// resolves a VM's name to its internal address.
+    pub(crate) hosts: String,
 }
 
 /// A running worker.
@@ -186,8 +194,9 @@ impl Net {
         match self.fill(&mut worker, &spec, project, auth, rt) {
             Ok(()) => Ok(worker),
             Err(e) => {
+                // Its directory stays: the error may name its sshd log (the next create of
+                // the node wipes it).
                 self.down_one(&worker, Duration::ZERO);
-                let _ = std::fs::remove_dir_all(&worker.dir);
                 Err(e)
             }
         }
@@ -266,9 +275,16 @@ impl Net {
         // (ssh prints it on stderr) and a message of the day on interactive logins.
         std::fs::write(dir.join("ssh/banner"), BANNER).map_err(io_err("cannot write the worker's banner"))?;
         std::fs::write(dir.join("ssh/motd"), MOTD).map_err(io_err("cannot write the worker's motd"))?;
-        if Path::new("/etc/motd").is_file() {
-            binds.push(dir.join("ssh/motd").to_string_lossy().into_owned());
-            binds.push("/etc/motd".into());
+        // The worker's own name: /etc/hostname and /etc/hosts (with every worker of the node)
+        // in its mount namespace, the kernel's host name in its UTS namespace (set below).
+        std::fs::write(dir.join("ssh/hosts"), &spec.hosts).map_err(io_err("cannot write the worker's hosts file"))?;
+        std::fs::write(dir.join("ssh/hostname"), format!("{}\n", spec.instance.name))
+            .map_err(io_err("cannot write the worker's hostname file"))?;
+        for (file, target) in [("motd", "/etc/motd"), ("hosts", "/etc/hosts"), ("hostname", "/etc/hostname")] {
+            if Path::new(target).is_file() {
+                binds.push(dir.join("ssh").join(file).to_string_lossy().into_owned());
+                binds.push(target.into());
+            }
         }
         let config = dir.join("ssh/sshd_config");
         std::fs::write(&config, sshd_config(&worker.ip, dir, &allowed, &self.session_env))
@@ -299,11 +315,12 @@ impl Net {
         let log_path = dir.join("sshd.log");
         let log = std::fs::File::create(&log_path).map_err(io_err(format!("cannot write {}", log_path.display())))?;
         let log2 = log.try_clone().map_err(io_err("cannot dup the sshd log"))?;
-        let script = r#"set -e; cfg=$1; shift; while [ $# -gt 1 ]; do mount --bind "$1" "$2"; shift 2; done; exec /usr/sbin/sshd -D -e -f "$cfg""#;
+        let script = r#"set -e; cfg=$1; name=$2; shift 2; printf '%s' "$name" > /proc/sys/kernel/hostname; while [ $# -gt 1 ]; do mount --bind "$1" "$2"; shift 2; done; exec /usr/sbin/sshd -D -e -f "$cfg""#;
         let mut child = Command::new("nsenter")
             .arg(format!("--net=/run/netns/{ns}"))
-            .args(["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", script, "sh"])
+            .args(["unshare", "--mount", "--uts", "--propagation", "private", "--", "/bin/sh", "-c", script, "sh"])
             .arg(&config)
+            .arg(&spec.instance.name)
             .args(&binds)
             .stdin(Stdio::null())
             .stdout(log)

@@ -15,7 +15,7 @@ use serde::Deserialize;
 use super::file::{self, CredentialFile, GOOGLE_TOKEN_URI};
 use super::{Env, METADATA_HOST, Source, refused};
 use crate::api::transport::Http;
-use crate::api::{AccessToken, ErrorKind, TpuError};
+use crate::api::{AccessToken, ErrorKind, Retry, TpuError};
 
 /// How long a token request may take.
 const TOKEN_TIMEOUT: Duration = Duration::from_secs(30);
@@ -91,11 +91,28 @@ fn from_file(env: &Env, path: &Path, text: &[u8], origin: &str) -> Result<Source
     })
 }
 
-/// A token from `source` and how long it lives.
+/// A token from `source` and how long it lives; a token endpoint or metadata server that fails
+/// for a while (5xx, 429, no answer) is asked again as `retry` says.
 ///
 /// # Errors
 /// The source refused or failed (the message names it and the fix, not the secrets).
-pub(super) async fn token(source: &Source, http: &Http) -> Result<(AccessToken, Duration), TpuError> {
+pub(super) async fn token(source: &Source, http: &Http, retry: Retry) -> Result<(AccessToken, Duration), TpuError> {
+    let mut wait = retry.first_wait;
+    let mut attempt = 1;
+    loop {
+        match token_once(source, http).await {
+            Err(e) if e.is_transient() && attempt < retry.attempts => {
+                tracing::debug!(attempt, error = %e, "token: trying again");
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(retry.max_wait);
+                attempt += 1;
+            }
+            other => return other,
+        }
+    }
+}
+
+async fn token_once(source: &Source, http: &Http) -> Result<(AccessToken, Duration), TpuError> {
     match source {
         Source::ServiceAccount { key, .. } => {
             let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or_default();
@@ -118,7 +135,10 @@ pub(super) async fn token(source: &Source, http: &Http) -> Result<(AccessToken, 
         Source::Gcloud { program } => gcloud_token(source, program).await,
         Source::Metadata { host } => {
             let url = format!("http://{host}/computeMetadata/v1/instance/service-accounts/default/token");
-            let answer = metadata_get(http, &url, TOKEN_TIMEOUT).await.map_err(|e| refused(source, &e.message))?;
+            let answer = metadata_get(http, &url, TOKEN_TIMEOUT).await.map_err(|e| unavailable(source, &e.message))?;
+            if is_passing(answer.status) {
+                return Err(unavailable(source, &format!("it answered HTTP {}", answer.status)));
+            }
             if answer.status != 200 {
                 return Err(refused(source, &format!("it answered HTTP {}", answer.status)));
             }
@@ -165,8 +185,13 @@ async fn token_endpoint(
         .header(http::header::ACCEPT, "application/json")
         .body(Full::new(Bytes::from(form)))
         .map_err(|e| refused(source, &format!("its token URI {uri:?} is not a URL ({e})")))?;
-    let answer =
-        http.send(request, TOKEN_TIMEOUT, "get an access token").await.map_err(|e| refused(source, &e.message))?;
+    let answer = http
+        .send(request, TOKEN_TIMEOUT, "get an access token")
+        .await
+        .map_err(|e| if e.is_transient() { unavailable(source, &e.message) } else { refused(source, &e.message) })?;
+    if is_passing(answer.status) {
+        return Err(unavailable(source, &format!("{uri} answered HTTP {}", answer.status)));
+    }
     if answer.status != 200 {
         let refusal: TokenRefusal = serde_json::from_slice(&answer.body).unwrap_or_default();
         let mut why = format!("{uri} answered HTTP {}", answer.status);
@@ -179,6 +204,19 @@ async fn token_endpoint(
         return Err(refused(source, &why));
     }
     read_token(source, &answer.body)
+}
+
+/// Statuses of an endpoint that fails for a while.
+fn is_passing(status: u16) -> bool {
+    matches!(status, 429 | 500 | 502 | 503 | 504)
+}
+
+/// A source that did not answer or failed for a while: worth another try.
+fn unavailable(source: &Source, why: &str) -> TpuError {
+    TpuError::new(
+        ErrorKind::Transient,
+        format!("no Google access token from {}: {why}; try again later", source.describe()),
+    )
 }
 
 async fn gcloud_token(source: &Source, program: &Path) -> Result<(AccessToken, Duration), TpuError> {

@@ -18,7 +18,7 @@ pub use env::Env;
 pub use file::{CredentialFile, Secret, ServiceAccountKey};
 
 use crate::api::transport::Http;
-use crate::api::{AccessToken, ErrorKind, TokenSource, TpuError};
+use crate::api::{AccessToken, ErrorKind, Retry, TokenSource, TpuError};
 
 /// The metadata server's name on GCE (`GCE_METADATA_HOST` overrides it).
 pub const METADATA_HOST: &str = "metadata.google.internal";
@@ -100,6 +100,7 @@ pub struct Auth {
     /// Same as `cached`, readable without waiting, for `invalidate`.
     dropped: std::sync::Mutex<Option<AccessToken>>,
     metadata_timeout: Duration,
+    retry: std::sync::Mutex<Retry>,
 }
 
 impl Auth {
@@ -112,6 +113,15 @@ impl Auth {
             cached: Mutex::new(None),
             dropped: std::sync::Mutex::new(None),
             metadata_timeout: METADATA_PING_TIMEOUT,
+            retry: std::sync::Mutex::new(Retry::default()),
+        }
+    }
+
+    /// How a token endpoint or metadata server that fails for a while is asked again (the
+    /// API client's policy, [`Retry::default`] unless set).
+    pub fn set_retry(&self, retry: Retry) {
+        if let Ok(mut r) = self.retry.lock() {
+            *r = retry;
         }
     }
 
@@ -158,7 +168,8 @@ impl Auth {
             return Ok(c.token.clone());
         }
         let source = self.source().await?;
-        let (token, life) = fetch::token(source, &self.http).await?;
+        let retry = self.retry.lock().map(|r| *r).unwrap_or_default();
+        let (token, life) = fetch::token(source, &self.http, retry).await?;
         let life = match source {
             Source::Gcloud { .. } => GCLOUD_TOKEN_LIFE,
             _ => life.saturating_sub(EXPIRY_MARGIN),

@@ -11,22 +11,24 @@ use async_trait::async_trait;
 use theseus_core::{Error, Result};
 
 use super::vm::{Progress, Ready, Vm, VmNode};
-use crate::cloud::{Cloud, Node, ssh_key_line};
+use crate::auth::Env;
+use crate::cloud::{Cloud, Node, Waits, ssh_key_line};
 use crate::config::TpuSettings;
 
 /// The VM of host `name`; when its API client cannot be made (a bad endpoint or CA file), every
 /// call says why.
 pub(crate) fn vm(name: &str, settings: &TpuSettings, home: &Path) -> Arc<dyn Vm> {
-    match Cloud::new(name, settings) {
-        Ok(cloud) => over_cloud(cloud, settings, home),
+    let env = Env::from_process();
+    match Cloud::with_env(name, settings, env.clone()) {
+        Ok(cloud) => over_cloud(cloud, settings, home, env, None),
         Err(e) => Arc::new(Broken { name: name.to_owned(), why: e.to_string() }),
     }
 }
 
-/// The VM of `cloud` (made by the caller, e.g. over a simulator), whose host has `settings`;
-/// `home` holds the local user's `.ssh` keys.
-pub fn over_cloud(cloud: Cloud, settings: &TpuSettings, home: &Path) -> Arc<dyn Vm> {
-    Arc::new(CloudVm { cloud, settings: settings.clone(), home: home.to_owned() })
+/// The VM of `cloud` (made by the caller, e.g. over a simulator, from `env` and with `waits`),
+/// whose host has `settings`; `home` holds the local user's `.ssh` keys.
+pub fn over_cloud(cloud: Cloud, settings: &TpuSettings, home: &Path, env: Env, waits: Option<Waits>) -> Arc<dyn Vm> {
+    Arc::new(CloudVm { cloud, settings: settings.clone(), home: home.to_owned(), env, waits })
 }
 
 /// The API-backed VM.
@@ -35,6 +37,9 @@ struct CloudVm {
     cloud: Cloud,
     settings: TpuSettings,
     home: PathBuf,
+    /// What `cloud` was made from, to make one with the settings a run was submitted with.
+    env: Env,
+    waits: Option<Waits>,
 }
 
 impl CloudVm {
@@ -101,6 +106,31 @@ impl Vm for CloudVm {
     async fn delete(&self, progress: Progress<'_>) -> Result<()> {
         self.cloud.delete(progress).await?;
         Ok(())
+    }
+
+    fn creation(&self) -> Option<serde_json::Value> {
+        serde_json::to_value(&self.settings).ok()
+    }
+
+    /// With the settings of the submit (`--tpu-version`, `--tpu-spot` and the config then), not
+    /// the config now: a preempted spot VM is created anew as the same spot VM.
+    async fn ensure_ready_as(
+        &self,
+        creation: Option<&serde_json::Value>,
+        create_confirmed: bool,
+        labels: &BTreeMap<String, String>,
+        progress: Progress<'_>,
+    ) -> Result<Ready> {
+        let then: Option<TpuSettings> = creation.and_then(|v| serde_json::from_value(v.clone()).ok());
+        let Some(then) = then.filter(|t| *t != self.settings) else {
+            return self.ensure_ready(create_confirmed, labels, progress).await;
+        };
+        let mut cloud = Cloud::with_env(self.cloud.name(), &then, self.env.clone())?;
+        if let Some(waits) = self.waits {
+            cloud = cloud.with_waits(waits);
+        }
+        let vm = CloudVm { cloud, settings: then, home: self.home.clone(), env: self.env.clone(), waits: self.waits };
+        vm.ensure_ready(create_confirmed, labels, progress).await
     }
 }
 

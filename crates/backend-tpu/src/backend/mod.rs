@@ -6,21 +6,33 @@
 //! one run per worker as the plain backend does (its claim, its ship through the store, its
 //! detached supervisor: see [`workers`]), all workers at once. The bootstrap is wired by
 //! `wiring.sh` from each worker's metadata server. A failed submit leaves nothing: the workers'
-//! runs that started are cancelled, and a VM this submit created is deleted.
+//! runs that started are cancelled, and a VM this submit created is deleted. One live run per
+//! name: each worker's claim decides (the plain backend's); two submits of one name at once
+//! leave at most one live run, none when each won a worker (both are refused, naming the other).
 //!
 //! `status` reads the VM first, then every worker. A preempted VM theseus created is created
-//! anew by `status`, and the run starts again on it from what the client kept ([`spool`]:
+//! anew by `status`, and the run starts again on it from what the client kept (`spool`:
 //! code, bootstrap; not for a job with secrets), as the next attempt (`THESEUS_RESTART_COUNT`,
 //! so the bootstrap resumes from the run's latest checkpoint); any other preempted, stopped or
 //! recreated VM ends the run as preempted. Once a VM is deleted, `status` answers the last
 //! final status it saw; `logs` merges the workers' logs, each line's source
 //! `worker-N`; `cancel` stops the run on every worker, then deletes a VM theseus created unless
 //! the run keeps it; `shell` and `connect_port` enter worker `rank`; `sync` pushes to every
-//! worker. Worker 0's wrapper deletes a VM theseus created once the job ends (`worker.sh`).
+//! worker; `gc` reclaims on every worker of a READY VM as the plain backend does, and lists as
+//! leftovers a VM theseus created whose run is over. Worker 0's wrapper deletes a VM theseus
+//! created once the job ends (`worker.sh`).
+//!
+//! Files: [`vm`] (what the backend needs of the VM) and [`cloud_vm`] (it over the API),
+//! [`workers`] (a worker as a plain host), `submit`, `restart` (where a run stands, and its
+//! restart), `gc`, `combine` (the run's state from its workers', pure), `spool` (what the
+//! client keeps of a run).
 
 pub mod cloud_vm;
 mod combine;
+mod gc;
+mod restart;
 mod spool;
+mod submit;
 pub mod vm;
 pub mod workers;
 
@@ -38,8 +50,8 @@ use serde::{Deserialize, Serialize};
 use theseus_backend_ssh::plain::PlainHandleData;
 use theseus_core::availability::Availability;
 use theseus_core::backend::{
-    Backend, JobHandle, JobState, JobStatus, LogLine, LogOptions, LogStream, PortStream, PreparedJob, RunLayout,
-    SubmitOptions, SyncOptions, SyncReport,
+    Backend, JobHandle, JobStatus, LogLine, LogOptions, LogStream, PortStream, PreparedJob, ReclaimOptions,
+    ReclaimReport, RunLayout, StoreUsage, SubmitOptions, SyncOptions, SyncReport,
 };
 use theseus_core::bootstrap::{Launch, Wiring};
 use theseus_core::config::ClusterConfig;
@@ -50,9 +62,10 @@ use theseus_core::snapshot::Snapshot;
 use theseus_core::solver::{Plan, Request};
 use theseus_core::{Error, Result};
 
+use restart::Standing;
 pub use vm::{Progress, Ready, Vm, VmNode};
 pub use workers::Connector;
-use workers::{Pool, SelfDelete, Worker};
+use workers::{Pool, Worker};
 
 pub use crate::config::KIND;
 
@@ -100,27 +113,6 @@ pub struct TpuBackend {
     pool: Pool,
 }
 
-/// Whether the run of a handle still stands on the VM, and where.
-enum Standing {
-    /// On `node`, as `runs` (one per worker), started for the `attempt`-th time.
-    Live { node: VmNode, runs: Vec<WorkerRun>, attempt: u32 },
-    /// Not on any worker now: what `status` answers.
-    Report(JobStatus),
-}
-
-/// What [`TpuBackend::resume`] did.
-enum Resume {
-    /// The run runs again.
-    Started,
-    /// Another client is at it.
-    Busy,
-    /// Nothing was kept to start it from.
-    NotKept,
-}
-
-/// How long a client's resume lock holds off others (a recreation takes minutes).
-const RESUME_LOCK: Duration = Duration::from_secs(1800);
-
 impl fmt::Display for TpuBackend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "tpu({})", self.name)
@@ -152,7 +144,7 @@ impl TpuBackend {
         self
     }
 
-    /// Keeps runs on VMs theseus created under `root` (see [`spool`]), so that `status` starts
+    /// Keeps runs on VMs theseus created under `root` (see `spool`), so that `status` starts
     /// them again on the VM it creates anew after a preemption.
     pub fn with_spool(mut self, root: PathBuf) -> Self {
         self.spool_root = Some(root);
@@ -228,316 +220,6 @@ impl TpuBackend {
     async fn run_workers(&self, node_id: &str, runs: &[WorkerRun]) -> Result<Vec<Arc<Worker>>> {
         let all = runs.iter().enumerate().map(|(i, w)| self.worker(node_id, i as u32, &w.address, w.user.as_deref()));
         futures::future::try_join_all(all).await
-    }
-
-    /// Where the run of `data` stands: on the node it started on, or on the node created anew
-    /// after a preemption where it was started again; else what `status` answers. With
-    /// `may_resume`, a run interrupted by a preemption of a VM theseus created is started again
-    /// first (the VM created anew, see [`TpuBackend::resume`]).
-    async fn standing(&self, handle: &JobHandle, data: &TpuHandleData, may_resume: bool) -> Result<Standing> {
-        let report = |state: JobState, message: String| {
-            Ok(Standing::Report(JobStatus {
-                state,
-                exit_code: None,
-                message: Some(message),
-                ranks: vec![],
-                attempt: None,
-            }))
-        };
-        let spool = self.spool(&handle.id);
-        let mut node = self.vm.node().await?;
-        // Created anew for this run by a resume whose client stopped before it started the run
-        // again (its status was given up on): READY, labelled with this run, not started on.
-        let unstarted = |n: &VmNode, spool: &spool::Spool| {
-            n.state == "READY"
-                && n.id != data.node_id
-                && n.labels.get("theseus-run").is_some_and(|r| *r == run_label(&handle.id))
-                && spool.incarnation(&n.id).is_none()
-        };
-        if may_resume
-            && let Some(n) = &node
-            && let Some(spool) = &spool
-            && n.created_by_theseus
-            && (n.is_interrupted() || unstarted(n, spool))
-        {
-            match self.resume(data, spool).await? {
-                Resume::Started => node = self.vm.node().await?,
-                Resume::Busy => {
-                    return report(
-                        JobState::Running,
-                        format!("VM `{}` was {}; it is being created again to restart the run", n.name, n.state),
-                    );
-                }
-                Resume::NotKept => {}
-            }
-        }
-        match node {
-            None => match spool.as_ref().and_then(spool::Spool::final_status) {
-                Some(mut last) => {
-                    let was = last.message.take().map(|m| format!("; {m}")).unwrap_or_default();
-                    last.message = Some(format!("VM `{}` is deleted since the run ended{was}", data.node));
-                    Ok(Standing::Report(last))
-                }
-                None => report(
-                    JobState::Unknown,
-                    format!(
-                        "VM `{}` no longer exists (deleted when run `{}` ended, by cancel, or by hand): its workers' \
-                         files went with it",
-                        data.node, handle.id
-                    ),
-                ),
-            },
-            Some(n) if n.is_interrupted() => {
-                let again = if n.created_by_theseus && spool.as_ref().is_some_and(|s| s.load().is_some()) {
-                    ""
-                } else {
-                    "; submit it again to resume from its latest checkpoint"
-                };
-                report(
-                    JobState::Preempted,
-                    format!("VM `{}` is {}: the run was interrupted on every worker{again}", n.name, n.state),
-                )
-            }
-            Some(n) if n.state != "READY" => {
-                let health = n.health.as_deref().map(|h| format!(" ({h})")).unwrap_or_default();
-                report(
-                    JobState::Unknown,
-                    format!("VM `{}` is {}{health}: its workers cannot be asked now", n.name, n.state),
-                )
-            }
-            Some(n) if n.id == data.node_id => Ok(Standing::Live { node: n, runs: data.workers.clone(), attempt: 1 }),
-            Some(n) => match spool.as_ref().and_then(|s| s.incarnation(&n.id).map(|runs| (runs, s.restarts()))) {
-                Some((runs, restarts)) => Ok(Standing::Live { node: n, runs, attempt: restarts + 1 }),
-                None => report(
-                    JobState::Preempted,
-                    format!(
-                        "VM `{}` was created again since run `{}` started: the run's processes are gone",
-                        n.name, handle.id
-                    ),
-                ),
-            },
-        }
-    }
-
-    /// Starts the run again on its VM created anew after a preemption, from what the spool
-    /// kept: the same code and bootstrap, `THESEUS_RESTART_COUNT` counting the restarts, so that
-    /// the bootstrap resumes from the run's latest checkpoint (issue 26's resume).
-    async fn resume(&self, data: &TpuHandleData, spool: &spool::Spool) -> Result<Resume> {
-        let Some(kept) = spool.load() else { return Ok(Resume::NotKept) };
-        let Some(_lock) = spool.lock(RESUME_LOCK) else { return Ok(Resume::Busy) };
-        async {
-            let ready = self.vm.ensure_ready(true, &self.labels(&kept.identity), &|_| {}).await?;
-            let snapshot = Snapshot::collect(&spool.code(), theseus_core::snapshot::SnapshotMode::Dirty)?;
-            let plan = Plan {
-                host: self.name.clone(),
-                kind: KIND,
-                cluster: self.cluster_name.clone(),
-                chip: self.accelerator.map(|a| a.chip),
-                nodes: kept.processes,
-                chips_per_node: self.accelerator.map_or(0, |a| a.chips_per_worker),
-                processes_per_node: 1,
-                total_chips: self.accelerator.map_or(0, |a| a.chips),
-                placement: Default::default(),
-                placement_text: String::new(),
-                queued: false,
-                notes: vec![],
-                considered: vec![],
-            };
-            let job = PreparedJob {
-                identity: kept.identity.clone(),
-                experiment: Default::default(),
-                env: vec![],
-                plan,
-                snapshot,
-                bootstrap: kept.bootstrap(),
-            };
-            let restarts = spool.restarts() + 1;
-            // The run's dirs on a worker that kept its disk are this run's leftovers: they go first.
-            let created = data.created || ready.created;
-            let options = SubmitOptions::default();
-            let started = self.start_on_workers(&job, &options, &ready, created, data.keep, restarts, true).await?;
-            let runs: TpuHandleData = serde_json::from_value(started.data).expect("own handle data");
-            spool.save_incarnation(&ready.node.id, &runs.workers)?;
-            Ok(Resume::Started)
-        }
-        .await
-    }
-
-    /// Submits `job`: see the module docs. `create_confirmed`: a missing VM may be created;
-    /// `keep`: a VM this submit creates stays when the run ends.
-    async fn submit_with(
-        &self,
-        job: &PreparedJob,
-        options: &SubmitOptions,
-        create_confirmed: bool,
-        keep: bool,
-    ) -> Result<JobHandle> {
-        let note = |s: &str| options.note(s);
-        let labels = self.labels(&job.identity);
-        let ready = tokio::select! {
-            ready = self.vm.ensure_ready(create_confirmed, &labels, &note) => ready?,
-            signal = theseus_core::interrupt::wait() => {
-                return Err(self.take_back_interrupted_create(&labels, signal.name(), &note).await);
-            }
-        };
-        match self.start_on_workers(job, options, &ready, ready.created, keep, 0, false).await {
-            Ok(handle) => {
-                // Kept for a restart after a preemption (a VM theseus created is created anew).
-                if (ready.created || ready.node.created_by_theseus)
-                    && let Some(spool) = self.spool(&handle.id)
-                {
-                    match spool.save(job) {
-                        Ok(true) => {}
-                        Ok(false) => options.note(
-                            "the job has secrets, which theseus never writes to a file: after a preemption, submit it \
-                             again to resume",
-                        ),
-                        Err(e) => options.note(&format!("cannot keep the job for a restart after a preemption: {e}")),
-                    }
-                }
-                Ok(handle)
-            }
-            Err(e) => {
-                if ready.created && !keep {
-                    options.note(&format!("deleting VM `{}`, which this submit created", ready.node.name));
-                    if let Err(d) = self.vm.delete(&note).await {
-                        return Err(Error::backend(
-                            self,
-                            format!(
-                                "{e}; and deleting the VM this submit created failed too ({d}): `theseus gc` lists it"
-                            ),
-                        ));
-                    }
-                }
-                Err(e)
-            }
-        }
-    }
-
-    /// After an interrupt during [`Vm::ensure_ready`]: deletes the VM when this submit's create
-    /// made it (labelled with its run), within two minutes; the error says what is left.
-    async fn take_back_interrupted_create(
-        &self,
-        labels: &BTreeMap<String, String>,
-        signal: &str,
-        note: Progress<'_>,
-    ) -> Error {
-        let ours = |n: &VmNode| n.created_by_theseus && n.labels.get("theseus-run") == labels.get("theseus-run");
-        let left = match tokio::time::timeout(Duration::from_secs(120), async {
-            match self.vm.node().await? {
-                Some(n) if ours(&n) => {
-                    note(&format!("{signal}: deleting VM `{}`, which this submit was creating", n.name));
-                    self.vm.delete(note).await.map(|()| "the VM it was creating is deleted".to_owned())
-                }
-                _ => Ok("nothing was created".to_owned()),
-            }
-        })
-        .await
-        {
-            Ok(Ok(what)) => what,
-            Ok(Err(e)) => format!("deleting the VM it was creating failed ({e}): `theseus gc` lists it"),
-            Err(_) => "the VM it was creating is still being deleted or created: `theseus gc` lists it".to_owned(),
-        };
-        Error::backend(self, format!("{signal} while the VM was being made ready: {left}"))
-    }
-
-    /// Starts `job` on the workers of `ready`'s node (see the module docs): `created`, the run's
-    /// VM was created by theseus for it; `restarts`, how many times the run started before;
-    /// `clear`, the run's dirs on the workers go first (a restart's leftovers).
-    #[allow(clippy::too_many_arguments)]
-    async fn start_on_workers(
-        &self,
-        job: &PreparedJob,
-        options: &SubmitOptions,
-        ready: &Ready,
-        created: bool,
-        keep: bool,
-        restarts: u32,
-        clear: bool,
-    ) -> Result<JobHandle> {
-        let node = &ready.node;
-        if node.workers.is_empty() {
-            return Err(Error::backend(
-                self,
-                format!("VM `{}` is READY but the API lists no worker address", node.name),
-            ));
-        }
-        // One process per worker, on as many workers as the plan has processes (the fit rule
-        // plans the whole slice).
-        let processes = job.plan.processes().max(1) as usize;
-        if processes > node.workers.len() {
-            return Err(Error::backend(
-                self,
-                format!(
-                    "the plan has {processes} processes but VM `{}` has {} worker(s) (one process each)",
-                    node.name,
-                    node.workers.len()
-                ),
-            ));
-        }
-        let addresses = &node.workers[..processes];
-        let user = self.connector.user.clone().or_else(|| node.ssh_user.clone());
-        options.note(&format!("connecting to {} worker(s) of VM `{}`", addresses.len(), node.name));
-        let workers = futures::future::try_join_all(
-            addresses.iter().enumerate().map(|(i, a)| self.worker(&node.id, i as u32, a, user.as_deref())),
-        )
-        .await?;
-        let template = self.layout(&job.identity, &job.plan)?;
-        let delete = self
-            .self_delete_after
-            .filter(|_| created && !keep)
-            .map(|after| SelfDelete { resource: node.resource.clone(), after: after.as_secs() });
-        let mut jobs = Vec::new();
-        for w in &workers {
-            let dirs = workers::dirs(&self.name, &self.cluster_name, &self.cluster, &w.home);
-            let layout = dirs.layout(&job.identity, template.launch.clone())?;
-            if clear {
-                w.plain.remove(&layout.work_dir, &[&layout.run_dir]).await;
-            }
-            let delete = if w.index == 0 { delete.as_ref() } else { None };
-            jobs.push(workers::worker_job(job, &template, &layout, delete, restarts));
-        }
-        let quiet = SubmitOptions { replace: options.replace, ..SubmitOptions::default() };
-        let results = futures::future::join_all(workers.iter().zip(&jobs).map(|(w, j)| {
-            let o = if w.index == 0 { options } else { &quiet };
-            w.plain.submit(j, o)
-        }))
-        .await;
-        let mut runs = Vec::new();
-        let mut first_error = None;
-        for (w, r) in workers.iter().zip(results) {
-            match r {
-                Ok(h) => runs.push((w, h)),
-                Err(e) => {
-                    first_error.get_or_insert(Error::Backend {
-                        backend: self.to_string(),
-                        message: format!("failed to start the run on worker {} of VM `{}`", w.index, node.name),
-                        source: Some(Box::new(e)),
-                    });
-                }
-            }
-        }
-        if let Some(e) = first_error {
-            // Nothing half-started: the workers where it started stop again.
-            for (w, h) in &runs {
-                let _ = w.plain.cancel(h).await;
-            }
-            return Err(e);
-        }
-        let mut worker_runs = Vec::new();
-        for ((w, h), address) in runs.iter().zip(&node.workers) {
-            let run: PlainHandleData = serde_json::from_value(h.data.clone())
-                .map_err(|e| Error::backend(self, format!("worker {}'s handle: {e}", w.index)))?;
-            worker_runs.push(WorkerRun { address: address.clone(), user: user.clone(), run });
-        }
-        let data =
-            TpuHandleData { node: node.name.clone(), node_id: node.id.clone(), created, keep, workers: worker_runs };
-        Ok(JobHandle {
-            kind: KIND,
-            host: self.name.clone(),
-            id: job.identity.run_id.clone(),
-            data: serde_json::to_value(&data).expect("handle data serializes"),
-        })
     }
 
     /// The worker `rank` of a running run, with its plain handle.
@@ -636,6 +318,13 @@ impl Backend for TpuBackend {
         }
         let mut status = combine::combine(&statuses);
         status.attempt = Some(attempt);
+        if attempt > 1
+            && status.message.is_none()
+            && let Some(why) = self.spool(&handle.id).and_then(|s| s.restart_reason())
+        {
+            status.message =
+                Some(format!("{why}; theseus created it anew and started the run again: attempt {attempt}"));
+        }
         if status.state.is_terminal()
             && let Some(spool) = self.spool(&handle.id)
         {
@@ -750,43 +439,15 @@ impl Backend for TpuBackend {
         first.ok_or_else(|| Error::backend(self, "the run has no worker"))
     }
 
-    async fn leftovers(&self, older_than: Duration, dry_run: bool) -> Result<Option<Vec<String>>> {
-        let Some(node) = self.vm.node().await? else { return Ok(Some(vec![])) };
-        if !node.created_by_theseus {
-            return Ok(Some(vec![]));
-        }
-        let run = node.labels.get("theseus-run").cloned().unwrap_or_default();
-        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-        if !combine::started_before(&run, older_than, now) {
-            return Ok(Some(vec![]));
-        }
-        let over = node.is_interrupted() || node.state == "READY" && !self.run_alive(&node, &run).await?;
-        if !over {
-            return Ok(Some(vec![]));
-        }
-        let line =
-            format!("TPU VM `{}` ({}; created by theseus for run `{run}`, which is over)", node.name, node.state);
-        if !dry_run {
-            self.vm.delete(&|_| {}).await?;
-        }
-        Ok(Some(vec![line]))
+    async fn reclaim(&self, options: &ReclaimOptions) -> Result<ReclaimReport> {
+        self.reclaim_on_workers(options).await
     }
-}
 
-impl TpuBackend {
-    /// Whether any process of run `run` lives on worker 0 of `node`.
-    async fn run_alive(&self, node: &VmNode, run: &str) -> Result<bool> {
-        let Some(address) = node.workers.first() else { return Ok(false) };
-        let user = self.connector.user.clone().or_else(|| node.ssh_user.clone());
-        let worker = self.worker(&node.id, 0, address, user.as_deref()).await?;
-        let script = r#"grep -lzxF -- "THESEUS_LOCAL_RUN=$1" /proc/[0-9]*/environ 2>/dev/null | head -n1"#;
-        let cmd = theseus_backend_ssh::ssh::RemoteCommand::script(script, [run.to_owned()]).retry_safe();
-        let out = worker
-            .plain
-            .ssh()
-            .run(&cmd)
-            .await
-            .map_err(|e| worker.plain.ssh_error(&format!("look for processes of run `{run}`"), e))?;
-        Ok(!out.stdout_text().trim().is_empty())
+    async fn usage(&self) -> Result<StoreUsage> {
+        self.usage_on_workers().await
+    }
+
+    async fn leftovers(&self, older_than: Duration, dry_run: bool) -> Result<Option<Vec<String>>> {
+        self.leftover_vm(older_than, dry_run).await
     }
 }

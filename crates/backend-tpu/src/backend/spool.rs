@@ -22,6 +22,9 @@ pub(crate) struct Kept {
     pub(crate) processes: u32,
     pub(crate) entry: String,
     pub(crate) files: Vec<KeptFile>,
+    /// What the VM was created with at submit ([`super::Vm::creation`]).
+    #[serde(default)]
+    pub(crate) creation: Option<serde_json::Value>,
 }
 
 /// One rendered bootstrap file.
@@ -68,7 +71,7 @@ impl Spool {
     }
 
     /// Keeps `job` (a job with secrets is not kept: `Ok(false)`).
-    pub(crate) fn save(&self, job: &PreparedJob) -> Result<bool> {
+    pub(crate) fn save(&self, job: &PreparedJob, creation: Option<serde_json::Value>) -> Result<bool> {
         if job.env.iter().any(|v| v.secret) {
             return Ok(false);
         }
@@ -99,6 +102,7 @@ impl Spool {
                 .iter()
                 .map(|f| KeptFile { path: f.path.clone(), contents: f.contents.clone(), executable: f.executable })
                 .collect(),
+            creation,
         };
         let path = self.dir.join("job.json");
         std::fs::write(&path, serde_json::to_vec_pretty(&kept).expect("kept job serializes"))
@@ -140,6 +144,21 @@ impl Spool {
     pub(crate) fn save_final(&self, status: &JobStatus) {
         let _ = std::fs::create_dir_all(&self.dir);
         let _ = std::fs::write(self.dir.join("final.json"), serde_json::to_vec(status).expect("status serializes"));
+    }
+
+    /// Records why the run was last started again (`VM x was preempted (PREEMPTED)`).
+    pub(crate) fn save_restart_reason(&self, why: &str) {
+        let _ = std::fs::write(self.dir.join("restarted"), why);
+    }
+
+    /// Why the run was last started again, when it was.
+    pub(crate) fn restart_reason(&self) -> Option<String> {
+        std::fs::read_to_string(self.dir.join("restarted")).ok().filter(|s| !s.is_empty())
+    }
+
+    /// Forgets a recorded final status (the run started again).
+    pub(crate) fn clear_final(&self) {
+        let _ = std::fs::remove_file(self.dir.join("final.json"));
     }
 
     /// The run's final status, when one was recorded.

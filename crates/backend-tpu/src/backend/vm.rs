@@ -70,6 +70,26 @@ pub trait Vm: Debug + Send + Sync {
         progress: Progress<'_>,
     ) -> Result<Ready>;
 
+    /// What the node would be created with now (the host's settings as JSON), kept with a run
+    /// so that a restart after a preemption creates the same VM whatever the config says then;
+    /// `None`: nothing to keep.
+    fn creation(&self) -> Option<serde_json::Value> {
+        None
+    }
+
+    /// [`Vm::ensure_ready`] creating (or creating anew) with `creation` (from [`Vm::creation`]
+    /// at submit) instead of the settings now.
+    async fn ensure_ready_as(
+        &self,
+        creation: Option<&serde_json::Value>,
+        create_confirmed: bool,
+        labels: &BTreeMap<String, String>,
+        progress: Progress<'_>,
+    ) -> Result<Ready> {
+        let _ = creation;
+        self.ensure_ready(create_confirmed, labels, progress).await
+    }
+
     /// Deletes the node and waits until it is gone (absent already: done).
     async fn delete(&self, progress: Progress<'_>) -> Result<()>;
 }

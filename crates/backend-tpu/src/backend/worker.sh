@@ -6,6 +6,27 @@
 # reads its end. The deleter leaves the run's session and marker: it is not the job. The API is
 # where gcloud on the VM would look: CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU, else Google's, with
 # CLOUDSDK_CORE_CUSTOM_CA_CERTS_FILE as an extra CA when set.
+# The bootstrap's `resume-base` (the checkpoint marker as the run first found it, in the run
+# dir) is what tells a restarted attempt that the latest checkpoint is its own. The run dir is on
+# the VM's disk, which a preemption takes: worker 0 keeps a copy beside the checkpoints (shared
+# storage when the run is to survive a preemption), and a restart puts it back first.
+if [[ ! -f "$theseus_tpu_run_dir/resume-base" && -f "$theseus_tpu_base_copy" ]]; then
+  mkdir -p -- "$theseus_tpu_run_dir" && cp -- "$theseus_tpu_base_copy" "$theseus_tpu_run_dir/resume-base" 2> /dev/null || true
+fi
+if [[ "$theseus_tpu_worker0" == 1 && ! -f "$theseus_tpu_base_copy" ]]; then
+  (
+    i=0
+    # Only while this wrapper (`$$`) waits for the bootstrap: never outlives the job.
+    while [[ ! -f "$theseus_tpu_run_dir/resume-base" ]] && ((i < 3600)) && kill -0 $$ 2> /dev/null; do
+      sleep 1
+      i=$((i + 1))
+    done
+    if [[ -f "$theseus_tpu_run_dir/resume-base" ]] && mkdir -p -- "${theseus_tpu_base_copy%/*}" 2> /dev/null; then
+      cp -- "$theseus_tpu_run_dir/resume-base" "$theseus_tpu_base_copy.tmp.$$" 2> /dev/null \
+        && mv -f -- "$theseus_tpu_base_copy.tmp.$$" "$theseus_tpu_base_copy" 2> /dev/null
+    fi
+  ) < /dev/null > /dev/null 2>&1 &
+fi
 bash -- "$theseus_tpu_bootstrap"
 theseus_tpu_rc=$?
 if [[ "$theseus_tpu_delete" == 1 ]]; then

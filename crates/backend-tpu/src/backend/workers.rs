@@ -155,13 +155,15 @@ pub(crate) struct SelfDelete {
     pub(crate) after: u64,
 }
 
-/// The job as worker `worker` (home `home`) runs it: one process, the rendered files with the
-/// template's `~` paths replaced by the worker's, started by the TPU wrapper (which deletes the
-/// VM afterwards when `delete` is set, on worker 0 only).
+/// The job as a worker with layout `worker` runs it (`worker0`: the first): one process, the
+/// rendered files with the template's `~` paths replaced by the worker's, started by the TPU
+/// wrapper (which keeps the resume base beside the checkpoints on worker 0, puts it back on a
+/// restart, and deletes the VM afterwards when `delete` is set, on worker 0 only).
 pub(crate) fn worker_job(
     job: &PreparedJob,
     template: &RunLayout,
     worker: &RunLayout,
+    worker0: bool,
     delete: Option<&SelfDelete>,
     restarts: u32,
 ) -> PreparedJob {
@@ -193,9 +195,13 @@ pub(crate) fn worker_job(
         })
         .collect();
     let bootstrap = theseus_core::config::join(&worker.work_dir, &job.bootstrap.entry);
+    let base_copy = theseus_core::config::join(
+        &theseus_core::bootstrap::checkpoint_dir(&worker.data_dirs.checkpoints, &job.identity),
+        &format!(".theseus-resume-base-{}", job.identity.run_id),
+    );
     files.push(RenderedFile {
         path: format!("{BOOTSTRAP_DIR}/{WRAPPER}"),
-        contents: wrapper(&bootstrap, worker, delete, restarts),
+        contents: wrapper(&bootstrap, worker, worker0, delete, restarts, &base_copy),
         executable: true,
     });
     let mut plan = job.plan.clone();
@@ -209,20 +215,31 @@ pub(crate) fn worker_job(
 }
 
 /// The wrapper script of one worker.
-fn wrapper(bootstrap: &str, worker: &RunLayout, delete: Option<&SelfDelete>, restarts: u32) -> String {
+fn wrapper(
+    bootstrap: &str,
+    worker: &RunLayout,
+    worker0: bool,
+    delete: Option<&SelfDelete>,
+    restarts: u32,
+    base_copy: &str,
+) -> String {
     let d = delete.cloned().unwrap_or_default();
     let exit_file = theseus_core::config::join(&worker.run_dir, "exit_code");
     let log = theseus_core::config::join(&worker.run_dir, "tpu-delete.log");
     format!(
         "#!/usr/bin/env bash\n# theseus TPU worker wrapper (rendered per worker).\n\
          theseus_tpu_bootstrap={}\ntheseus_tpu_delete={}\ntheseus_tpu_resource={}\n\
-         theseus_tpu_delete_after={}\ntheseus_tpu_exit_file={}\ntheseus_tpu_delete_log={}\n{}{}",
+         theseus_tpu_delete_after={}\ntheseus_tpu_exit_file={}\ntheseus_tpu_delete_log={}\n\
+         theseus_tpu_run_dir={}\ntheseus_tpu_base_copy={}\ntheseus_tpu_worker0={}\n{}{}",
         quote(bootstrap),
         u8::from(delete.is_some()),
         quote(&d.resource),
         d.after,
         quote(&exit_file),
         quote(&log),
+        quote(&worker.run_dir),
+        quote(base_copy),
+        u8::from(worker0),
         // The bootstrap counts attempts from the restarts its backend reports (resume.sh).
         if restarts > 0 { format!("export THESEUS_RESTART_COUNT={restarts}\n") } else { String::new() },
         include_str!("worker.sh"),

@@ -157,10 +157,15 @@ async fn create(
             // A queued resource of that id exists (an earlier, interrupted submit): follow it,
             // or replace it when it ended without a VM.
             Err(e) if e.kind == ErrorKind::AlreadyExists => {
-                let stale = client
-                    .get_queued_resource(name)
-                    .await?
-                    .is_some_and(|q| matches!(q.state_name(), "FAILED" | "SUSPENDED" | "SUSPENDING"));
+                let existing = client.get_queued_resource(name).await?;
+                let stale =
+                    existing.as_ref().is_some_and(|q| matches!(q.state_name(), "FAILED" | "SUSPENDED" | "SUSPENDING"));
+                // Made by this run (an earlier attempt whose answer was lost) or by another
+                // submit meanwhile: that one's VM is followed, not owned (nor cleaned up).
+                let ours = existing.as_ref().and_then(queued_run).is_some_and(|run| Some(run) == labels.get(RUN_LABEL));
+                if !stale && !ours {
+                    return watch_queued(cloud, client, None, &ctx, reporter, deadline).await.map(|_| None);
+                }
                 if stale {
                     reporter
                         .say(format!("TPU VM {name}: replacing its earlier queued resource, which ended without a VM"));
@@ -224,6 +229,11 @@ async fn create(
             })
         }
     }
+}
+
+/// The `theseus-run` label of the node a queued resource makes.
+fn queued_run(resource: &QueuedResource) -> Option<&String> {
+    resource.tpu.as_ref()?.node_spec.first()?.node.labels.get(RUN_LABEL)
 }
 
 /// Follows a spot queued resource to `ACTIVE` and its node to `READY`.

@@ -124,9 +124,12 @@ impl Cloud {
         self
     }
 
-    /// The same VM with another retry policy of API requests.
+    /// The same VM with another retry policy of API requests (and of token requests).
     pub fn with_retry(mut self, retry: Retry) -> Cloud {
         self.retry = retry;
+        if let Some(auth) = &self.auth {
+            auth.set_retry(retry);
+        }
         self
     }
 

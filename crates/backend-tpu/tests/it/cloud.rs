@@ -342,6 +342,27 @@ async fn an_ended_queued_resource_is_replaced() {
 }
 
 #[tokio::test]
+async fn a_queued_resource_of_another_submit_is_followed_not_owned() {
+    for (run, ours) in [("other-run", false), ("r", true)] {
+        let (server, fake) = FakeTpu::start().await;
+        let queued = serde_json::json!({
+            "name": "projects/p/locations/us-central2-b/queuedResources/t",
+            "tpu": {"nodeSpec": [{"parent": "projects/p/locations/us-central2-b", "nodeId": "t",
+                "node": {"labels": {"theseus-created": "true", "theseus-run": run}}}]},
+            "spot": {},
+            "state": {"state": "ACCEPTED"}
+        });
+        fake.with(|s| s.queued.insert("t".into(), queued));
+        let cloud = cloud_for(&TpuSettings { spot: true, ..settings(&server.uri()) });
+        let (_, progress) = lines();
+        let ensured = cloud.ensure_ready(true, &labels("r", "me"), &[], &progress).await.unwrap();
+        assert!(ensured.node.is_ready(), "{run}");
+        assert_eq!(ensured.created, ours, "{run}: only this run's own request is its VM");
+        assert_eq!(fake.count("DELETE"), 0, "{run}");
+    }
+}
+
+#[tokio::test]
 async fn an_unknown_zone_is_not_an_absent_vm() {
     let (server, fake) = FakeTpu::start().await;
     let cloud = cloud_for(&TpuSettings { zone: "us-x1-a".into(), ..settings(&server.uri()) });

@@ -7,6 +7,7 @@ mod config;
 mod fake;
 mod host;
 mod sim;
+mod simapi;
 mod support;
 mod tls;
 mod workers;

@@ -68,19 +68,21 @@ fn settings() -> TpuSettings {
 
 /// The backend of host `simtpu` over the simulator: a service-account key it issued, its CA,
 /// an ssh config sending worker addresses through its proxy, a key of ours in `home/.ssh`.
-fn backend(sim: &Sim, dir: &Path) -> Arc<TpuBackend> {
+fn sim_backend(sim: &Sim, dir: &Path, s: TpuSettings) -> Arc<TpuBackend> {
     let info = sim.info();
-    let key = admin(sim, "keys", &format!(r#"{{"project":"{PROJECT}"}}"#));
     let key_file = dir.join("sa.json");
-    std::fs::write(&key_file, key.to_string()).unwrap();
     let home = dir.join("home");
-    std::fs::create_dir_all(home.join(".ssh")).unwrap();
-    let ok = Command::new("ssh-keygen")
-        .args(["-q", "-t", "ed25519", "-N", "", "-f"])
-        .arg(home.join(".ssh/id_ed25519"))
-        .status()
-        .unwrap();
-    assert!(ok.success());
+    if !key_file.exists() {
+        let key = admin(sim, "keys", &format!(r#"{{"project":"{PROJECT}"}}"#));
+        std::fs::write(&key_file, key.to_string()).unwrap();
+        std::fs::create_dir_all(home.join(".ssh")).unwrap();
+        let ok = Command::new("ssh-keygen")
+            .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+            .arg(home.join(".ssh/id_ed25519"))
+            .status()
+            .unwrap();
+        assert!(ok.success());
+    }
     let config = dir.join("ssh_config");
     std::fs::write(
         &config,
@@ -98,11 +100,10 @@ fn backend(sim: &Sim, dir: &Path) -> Arc<TpuBackend> {
         ("CLOUDSDK_CORE_CUSTOM_CA_CERTS_FILE", info.ca.display().to_string()),
         ("HOME", home.display().to_string()),
     ]);
-    let s = settings();
     let waits =
         Waits { poll: Duration::from_millis(200), ready: Duration::from_secs(120), delete: Duration::from_secs(60) };
-    let cloud = Cloud::with_env(NAME, &s, env).unwrap().with_waits(waits);
-    let vm = cloud_vm::over_cloud(cloud, &s, &home);
+    let cloud = Cloud::with_env(NAME, &s, env.clone()).unwrap().with_waits(waits);
+    let vm = cloud_vm::over_cloud(cloud, &s, &home, env, Some(waits));
     let connector = Connector {
         user: s.ssh_user.clone(),
         config_file: Some(config),
@@ -181,7 +182,7 @@ async fn the_backend_runs_on_the_simulators_workers_through_create_conformance_p
         ..SimConfig::default()
     };
     let sim = Sim::start(config).await.unwrap();
-    let backend = backend(&sim, dir.path());
+    let backend = sim_backend(&sim, dir.path(), settings());
     let wired = harness(backend.clone(), 2);
 
     // Nothing is created without confirmation; plan says what would be.
@@ -205,7 +206,7 @@ async fn the_backend_runs_on_the_simulators_workers_through_create_conformance_p
     let port = theseus_backend_ssh::paths::coordinator_port(&handle.id);
     for w in 0..2 {
         let want = format!("worker-{w} wired {w} 2 {w0}:{port} {w} 1 attempt 1");
-        assert!(out.iter().any(|l| *l == want), "no `{want}` in {out:#?}");
+        assert!(out.contains(&want), "no `{want}` in {out:#?}");
     }
     assert!(backend.creates(&job).await.unwrap().is_empty(), "the VM exists now");
 
@@ -224,10 +225,19 @@ async fn the_backend_runs_on_the_simulators_workers_through_create_conformance_p
     let node = format!("projects/{PROJECT}/locations/{ZONE}/nodes/{NAME}:preempt");
     let preempted = admin(&sim, &node, "{}");
     assert_eq!(preempted["state"], "PREEMPTED", "{preempted}");
+    // The status is asked by a client whose config now lacks the version and says on-demand
+    // (as when the submit gave --tpu-version and --tpu-spot): the VM is created anew as it was
+    // submitted, a spot VM of that version.
+    let now = TpuSettings { version: String::new(), spot: false, ..settings() };
+    let later = sim_backend(&sim, dir.path(), now);
     let started = Instant::now();
-    let status = backend.status(&handle).await.unwrap();
+    let status = later.status(&handle).await.unwrap();
     eprintln!("status that recreated the VM and restarted the run: {:?}", started.elapsed());
+    let node = get_node(&sim).expect("created anew");
+    assert_eq!(node["schedulingConfig"]["spot"], true, "{node}");
+    assert_eq!(node["runtimeVersion"], "tpu-ubuntu2204-base", "{node}");
     assert_eq!(status.attempt, Some(2), "{status:?}");
+    assert!(status.message.as_deref().unwrap_or("").contains("was preempted"), "{status:?}");
     let status = testing::wait_terminal(&wired, &handle).await;
     assert_eq!((status.state, status.attempt), (JobState::Completed, Some(2)), "{status:?}");
     wait_line(&backend, &handle, "worker-1 wired 1 2").await;

@@ -255,6 +255,8 @@ pub(crate) struct FakeState {
     pub(crate) creates: usize,
     /// A worker whose address a created node lists wrong (nobody answers there).
     pub(crate) unreachable_worker: Option<usize>,
+    /// Recreating a preempted node deletes it, then fails (as a create the API refuses).
+    pub(crate) recreate_fails: bool,
 }
 
 /// A fake VM over the lab's sshds.
@@ -304,6 +306,10 @@ impl Vm for FakeVm {
                 return Err(Error::backend("tpu(tpu)", format!("VM `tpu` is {}", n.state)));
             }
             Some(n) if !n.is_interrupted() => return Ok(Ready { node: n.clone(), created: false }),
+            Some(_) if s.recreate_fails => {
+                s.node = None;
+                return Err(Error::backend("tpu", "hosts.tpu.version is not set"));
+            }
             _ => {}
         }
         if !create_confirmed {

@@ -196,8 +196,13 @@ async fn status_recreates_a_preempted_vm_theseus_created_and_restarts_the_run_as
     let lab = require_lab!();
     let (backend, vm) = support::backend(lab, "resume", None);
     let h = harness(backend.clone(), WORKERS as u32);
-    let script = "import os, time; a = os.environ['THESEUS_ATTEMPT']; print('attempt', a, 'worker', \
-                  os.environ['THESEUS_TPU_WORKER'], flush=True); time.sleep(60 if a == '1' else 2)";
+    // Attempt 1 of worker 0 writes a checkpoint and its `latest` marker, then waits to be
+    // preempted.
+    let script = "import os, time; a = os.environ['THESEUS_ATTEMPT']; w = os.environ['THESEUS_TPU_WORKER']; \
+                  c = os.environ['THESEUS_CHECKPOINT_DIR']; \
+                  (a == '1' and w == '0') and (os.makedirs(c + '/step_1', exist_ok=True), \
+                  open(c + '/latest', 'w').write('step_1')); time.sleep(1); \
+                  print('attempt', a, 'worker', w, flush=True); time.sleep(60 if a == '1' else 2)";
     let (mut job, _dir) = testing::prepare(&h, "resume", &[], vec![], serde_json::json!({})).await.unwrap();
     for f in &mut job.bootstrap.files {
         f.contents = f.contents.replace("job.py", &format!("-c {}", theseus_core::shell::quote(script)));
@@ -211,10 +216,27 @@ async fn status_recreates_a_preempted_vm_theseus_created_and_restarts_the_run_as
     // Attempt 2 lasts 2 s; a slow machine may see it over already.
     assert!(matches!(status.state, JobState::Running | JobState::Completed), "{status:?}");
     assert_eq!(status.attempt, Some(2), "{status:?}");
+    let message = status.message.clone().unwrap_or_default();
+    assert!(message.contains("was preempted") && message.contains("attempt 2"), "{status:?}");
     assert_eq!(vm.0.lock().unwrap().creates, 2, "the VM was created anew");
+    // Had the VM gone away before anyone saw the run's end, its status would not fall back to
+    // the interruption the restart recovered from.
+    let node = vm.0.lock().unwrap().node.take();
+    let gone = backend.status(&handle).await.unwrap();
+    assert_ne!(gone.state, JobState::Preempted, "{gone:?}");
+    vm.0.lock().unwrap().node = node;
     let status = testing::wait_terminal(&h, &handle).await;
     assert_eq!((status.state, status.attempt), (JobState::Completed, Some(2)), "{status:?}");
     wait_for(&backend, &handle, "attempt 2 worker 1").await;
+    // Worker 0's attempt 2 resumes from the checkpoint attempt 1 wrote, as its own (the run dir
+    // that told the bootstrap so went with the VM; the wrapper put its resume base back).
+    let lines: Vec<_> = backend.logs(&handle, &LogOptions::default()).await.unwrap().collect::<Vec<_>>().await;
+    assert!(
+        lines.iter().flatten().any(|l| l.rank == Some(0)
+            && l.text.contains("attempt 2: resuming from")
+            && l.text.contains("(latest, written by this run)")),
+        "{lines:#?}"
+    );
 
     // A VM created anew for the run by a client that stopped before starting the run again
     // (READY, new incarnation, labelled with the run): the next status starts it there.
@@ -307,6 +329,13 @@ async fn leftovers_are_vms_theseus_created_whose_run_is_over() {
     assert_eq!(vm.0.lock().unwrap().deletes, 0, "a dry run deletes nothing");
     backend.leftovers(Duration::from_secs(3600), false).await.unwrap();
     assert_eq!(vm.0.lock().unwrap().deletes, 1);
+    // Still CREATING when its client was killed: a leftover too, once old enough.
+    let mut creating = support::ready_node("creating", true);
+    creating.state = "CREATING".into();
+    creating.labels.insert("theseus-run".into(), "20200101-000000-abcdef".into());
+    vm.0.lock().unwrap().node = Some(creating);
+    let listed = backend.leftovers(Duration::ZERO, true).await.unwrap().unwrap();
+    assert!(listed.len() == 1 && listed[0].contains("CREATING"), "{listed:?}");
     kill_run(&handle.id);
 }
 
@@ -333,4 +362,85 @@ async fn status_and_logs_outlive_the_vm_deleted_after_the_run() {
         "{lines:?}"
     );
     assert!(lines.iter().all(|l| l.rank == Some(1)), "{lines:?}");
+}
+
+/// Two submits of one name at once on a VM of two workers: at most one runs (on every worker;
+/// each worker's claim decides, so when each wins a worker both are refused), a refused one
+/// names the live run, and no refused run leaves a process behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_submits_of_one_name_at_once_leave_at_most_one_live_run() {
+    let lab = require_lab!();
+    let (backend, _vm) = support::backend(lab, "race", Some(ready_node("1", false)));
+    let h = harness(backend.clone(), WORKERS as u32);
+    let (a, _da) = testing::prepare(&h, "race", &["sleep", "60"], vec![], serde_json::json!({})).await.unwrap();
+    let (b, _db) = testing::prepare(&h, "race", &["sleep", "60"], vec![], serde_json::json!({})).await.unwrap();
+    let options = SubmitOptions::default();
+    let (ra, rb) = tokio::join!(backend.submit(&a, &options), backend.submit(&b, &options));
+    assert!(!(ra.is_ok() && rb.is_ok()), "two live runs of one name");
+    for (job, result) in [(&a, &ra), (&b, &rb)] {
+        match result {
+            Ok(won) => assert_eq!(backend.status(won).await.unwrap().state, JobState::Running),
+            Err(e) => {
+                let text = theseus_backend_ssh::testing::error_chain(e);
+                assert!(text.contains("live run"), "{text}");
+                let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+                while !theseus_core::local::process::job_processes(&job.identity.run_id).is_empty() {
+                    assert!(tokio::time::Instant::now() < deadline, "a refused run left processes");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            }
+        }
+    }
+    for won in [&ra, &rb].into_iter().flatten() {
+        backend.cancel(won).await.unwrap();
+    }
+}
+
+/// When creating the preempted VM anew fails (after the old one was deleted), the run ends
+/// preempted saying why and what to do, now and once the VM is gone; no further attempt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_that_cannot_create_the_vm_ends_the_run_preempted_saying_why() {
+    let lab = require_lab!();
+    let (backend, vm) = support::backend(lab, "resume-fails", None);
+    let h = harness(backend.clone(), 1);
+    let (job, _dir) =
+        testing::prepare(&h, "resume-fails", &["sleep", "60"], vec![], serde_json::json!({})).await.unwrap();
+    let handle = backend.submit(&job, &confirmed(false)).await.expect("submit");
+    {
+        let mut s = vm.0.lock().unwrap();
+        s.node.as_mut().unwrap().state = "PREEMPTED".into();
+        s.recreate_fails = true;
+    }
+    kill_run(&handle.id);
+    let status = backend.status(&handle).await.unwrap();
+    assert_eq!(status.state, JobState::Preempted, "{status:?}");
+    let message = status.message.unwrap_or_default();
+    assert!(message.contains("version is not set") && message.contains("submit it again"), "{message}");
+    let status = backend.status(&handle).await.unwrap();
+    assert_eq!(status.state, JobState::Preempted, "the VM is gone, the run stays preempted: {status:?}");
+    assert_eq!(vm.0.lock().unwrap().creates, 1, "no further attempt");
+}
+
+/// `gc` frees on every worker of a READY VM what the plain backend frees there: a finished
+/// run's code dir on each worker, named with its worker; a running one stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reclaim_frees_a_finished_runs_code_on_every_worker() {
+    let lab = require_lab!();
+    let (backend, _vm) = support::backend(lab, "reclaim", Some(ready_node("1", false)));
+    let h = harness(backend.clone(), WORKERS as u32);
+    let (job, _dir) = testing::prepare(&h, "reclaim", &["ok"], vec![], serde_json::json!({})).await.unwrap();
+    let handle = backend.submit(&job, &SubmitOptions::default()).await.expect("submit");
+    assert_eq!(testing::wait_terminal(&h, &handle).await.state, JobState::Completed);
+    // `du`: both workers' stores, summed.
+    let usage = backend.usage().await.unwrap();
+    assert_eq!(usage.run_dirs, WORKERS as u64, "the run's code dir on each worker: {usage:?}");
+    let report = backend.reclaim(&theseus_backend_ssh::testing::everything_old()).await.unwrap();
+    for w in 0..WORKERS {
+        let prefix = format!("worker-{w}:");
+        assert!(
+            report.items.iter().any(|i| i.path.starts_with(&prefix) && i.path.ends_with(&handle.id)),
+            "worker {w}'s code dir of the run: {report:#?}"
+        );
+    }
+    assert!(report.failed.is_empty(), "{report:#?}");
 }

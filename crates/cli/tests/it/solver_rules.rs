@@ -317,7 +317,7 @@ fn cpu_requests_on_each_host_type() {
         on("hpc3", "cpu"),
         vec![],
         "
-        error: cannot satisfy cpu-only (1 process): no host can serve cpu-only (1 process)
+        error: cannot satisfy cpu-only (1 process): hpc3: no cpu_partitions or partitions configured
         - hpc Filtered: not the requested host hpc3
         - hpc2 Filtered: not the requested host hpc3
         - hpc3 Passed: no cpu_partitions or partitions configured
@@ -467,7 +467,7 @@ fn volcano_nodes_and_queue() {
         req("1 l40"),
         vec![],
         "
-        error: cannot satisfy 1 x l40: no host can serve 1 x l40
+        error: cannot satisfy 1 x l40: k8s: no l40 in chips (a100-sxm4-80gb: 4, h100: 8)
         - k8s Passed: no l40 in chips (a100-sxm4-80gb: 4, h100: 8)
         hint: no host has l40 GPUs; the config has a100-sxm4-80gb on k8s, h100 on k8s: ask for one of those with `--chip`
     ",
@@ -509,7 +509,7 @@ fn volcano_nodes_and_queue() {
         req("1 h100"),
         vec![],
         "
-        error: cannot satisfy 1 x h100: no host can serve 1 x h100
+        error: cannot satisfy 1 x h100: k8s: no h100 in chips (none)
         - k8s Passed: no h100 in chips (none)
         hint: no host in the config has GPUs: add `--chip cpu` or `request: {chip: cpu}` to run on CPUs, or add a GPU host to ~/.theseus.yaml
     ",
@@ -596,7 +596,7 @@ fn slurm_partitions_and_nodes() {
         req("1 l40"),
         vec![("hpc", hpc_report())],
         "
-        error: cannot satisfy 1 x l40: no host can serve 1 x l40
+        error: cannot satisfy 1 x l40: hpc: no gres_mapping for l40
         - hpc Passed: no gres_mapping for l40
     ",
     );
@@ -605,7 +605,7 @@ fn slurm_partitions_and_nodes() {
         req("1 a100-80gb"),
         vec![("hpc", hpc_report())],
         "
-        error: cannot satisfy 1 x a100-sxm4-80gb: no host can serve 1 x a100-sxm4-80gb
+        error: cannot satisfy 1 x a100-sxm4-80gb: hpc: no usable gres a100 nodes in partitions big, small
         - hpc Passed: no usable gres a100 nodes in partitions big, small
     ",
     );
@@ -701,7 +701,7 @@ fn slurm_caps_and_unchecked_availability() {
         req("8 h100"),
         vec![("hpc", span_report())],
         "
-        error: cannot satisfy 8 x h100: no host can serve 8 x h100
+        error: cannot satisfy 8 x h100: hpc: needs 8 h100; chips allows at most 4
         - hpc Passed: needs 8 h100; chips allows at most 4
     ",
     );
@@ -710,7 +710,7 @@ fn slurm_caps_and_unchecked_availability() {
         req("1 a100-80gb"),
         vec![],
         "
-        error: cannot satisfy 1 x a100-sxm4-80gb: no host can serve 1 x a100-sxm4-80gb
+        error: cannot satisfy 1 x a100-sxm4-80gb: hpc: chips allows no a100-sxm4-80gb
         - hpc Passed: chips allows no a100-sxm4-80gb
         hint: no host has a100-sxm4-80gb GPUs; the config has h100 on hpc: ask for one of those with `--chip`
     ",
@@ -721,7 +721,7 @@ fn slurm_caps_and_unchecked_availability() {
         req("5 any"),
         vec![("hpc", span_report())],
         "
-        error: cannot satisfy 5 x any-gpu: no host can serve 5 x any-gpu
+        error: cannot satisfy 5 x any-gpu: hpc: needs 5 GPU; chips allows at most 4
         - hpc Passed: needs 5 GPU; chips allows at most 4
     ",
     );
@@ -741,7 +741,7 @@ fn slurm_caps_and_unchecked_availability() {
         req("12 h100"),
         vec![],
         "
-        error: cannot satisfy 12 x h100: no host can serve 12 x h100
+        error: cannot satisfy 12 x h100: hpc: needs 16 h100 on whole nodes; chips allows at most 12
         - hpc Passed: needs 16 h100 on whole nodes; chips allows at most 12
     ",
     );
@@ -773,7 +773,7 @@ fn slurm_caps_and_unchecked_availability() {
         req("1 h100"),
         vec![],
         "
-        error: cannot satisfy 1 x h100: no host can serve 1 x h100
+        error: cannot satisfy 1 x h100: hpc: no partitions configured and availability not checked
         - hpc Passed: no partitions configured and availability not checked
     ",
     );
@@ -982,7 +982,7 @@ fn a_gpu_request_on_a_machine_without_gpus_hints_at_the_cpu() {
         req("1 any"),
         vec![],
         "
-        error: cannot satisfy 1 x any-gpu: no host can serve 1 x any-gpu
+        error: cannot satisfy 1 x any-gpu: laptop: no GPUs in chips
         - laptop Passed: no GPUs in chips
         hint: this machine has no GPUs: add `--chip cpu` or `request: {chip: cpu}` to run on its CPUs
     ",
@@ -993,7 +993,7 @@ fn a_gpu_request_on_a_machine_without_gpus_hints_at_the_cpu() {
         req("1 h100"),
         vec![("box", Availability::Unusable { reason: "host key verification failed for `b`".into() })],
         "
-        error: cannot satisfy 1 x h100: no host can serve 1 x h100
+        error: cannot satisfy 1 x h100: box: host key verification failed for `b`
         - box Passed: host key verification failed for `b`
     ",
     );

@@ -127,11 +127,15 @@ pub fn solve(
         return Ok(plan(name, host, layout, true, considered));
     }
 
-    let looked_at = considered.iter().any(|c| c.verdict != Verdict::Filtered);
-    let summary = if !looked_at {
+    let looked_at: Vec<&Consideration> = considered.iter().filter(|c| c.verdict != Verdict::Filtered).collect();
+    let summary = if looked_at.is_empty() {
         "every host was filtered out".to_owned()
     } else if let Some((host, free)) = &closest {
         format!("no host has {request}; largest fit: {host} with {free} free")
+    } else if let [only] = looked_at.as_slice() {
+        // One host was left (`--host`, or one of its kind): its own reason is the answer (e.g.
+        // the probe's failure naming the missing credentials), not a bare "no host".
+        format!("{}: {}", only.host, only.reason)
     } else {
         format!("no host can serve {request}")
     };

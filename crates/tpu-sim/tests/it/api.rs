@@ -233,3 +233,25 @@ async fn a_flaky_api_fails_some_reads_with_503() {
         statuses.iter().filter(|s| **s == 503).count()
     );
 }
+
+#[tokio::test]
+async fn labels_of_a_ready_node_are_updated_through_an_operation() {
+    let fx = Fixture::api_only().await;
+    let body = json!({"acceleratorType": "v4-8", "runtimeVersion": "tpu-vm-base", "labels": {"theseus-run": "r1"}});
+    fx.create_node("relabel", body).await;
+    let path = format!("{PARENT}/nodes/relabel?updateMask=labels");
+    let (status, op) = fx.api("PATCH", &path, Some(json!({"labels": {"theseus-run": "r2"}}))).await;
+    assert_eq!(status, 200, "{op}");
+    assert_eq!(fx.wait_op(&op).await["response"]["labels"]["theseus-run"], "r2");
+    let (_, node) = fx.api("GET", &format!("{PARENT}/nodes/relabel"), None).await;
+    assert_eq!(node["labels"]["theseus-run"], "r2");
+    let (status, err) = fx
+        .api(
+            "PATCH",
+            &format!("{PARENT}/nodes/relabel?updateMask=acceleratorType"),
+            Some(json!({"acceleratorType": "v4-16"})),
+        )
+        .await;
+    assert_eq!((status, err["error"]["status"].as_str()), (400, Some("INVALID_ARGUMENT")));
+    assert_eq!(fx.api("PATCH", &format!("{PARENT}/nodes/gone?updateMask=labels"), Some(json!({}))).await.0, 404);
+}

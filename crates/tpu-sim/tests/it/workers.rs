@@ -150,6 +150,18 @@ async fn two_workers_log_in_see_each_other_and_die_with_a_preemption() {
         assert_eq!(lines[3], format!("WORKER_ID: '{i}'"));
     }
 
+    // Each worker is named as its instance, and names resolve to workers' addresses (what
+    // Gloo and JAX's coordinator publish), worker 0's too from worker 1.
+    let (code, out) = ssh.run(&ip(1), "hostname; getent hosts $(hostname) | cut -d' ' -f1; getent hosts t1v-n-$(hostname | cut -d- -f3)-w-0 | cut -d' ' -f1; getent hosts metadata.google.internal | cut -d' ' -f1").await;
+    assert_eq!(code, 0, "{out}");
+    let lines: Vec<&str> = out.lines().map(str::trim).collect();
+    assert!(lines[0].starts_with("t1v-n-") && lines[0].ends_with("-w-1"), "{out}");
+    assert_eq!(lines[1..], [ip(1).as_str(), ip(0).as_str(), "169.254.169.254"], "{out}");
+    let (_, name0) = fx.api("GET", &format!("{PARENT}/nodes/w2"), None).await;
+    assert!(name0["state"] == "READY");
+    let host_name = std::fs::read_to_string("/etc/hostname").unwrap_or_default();
+    assert!(!host_name.contains("t1v-n-"), "the host keeps its own name");
+
     // A worker calls the API (as worker 0 deleting its own VM does) with the metadata
     // server's token, through the endpoint and CA its sessions are given.
     let call = "t=$(curl -sf -H Metadata-Flavor:Google http://$GCE_METADATA_IP/computeMetadata/v1/instance/service-accounts/default/token \
