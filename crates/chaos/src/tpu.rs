@@ -25,7 +25,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::matrix::{Case, classify};
+use crate::inject::{FAULTS, Injector};
+use crate::matrix::{self, Case, classify};
 use crate::pool;
 use crate::proc::{self, KillAt, Ran, indent};
 
@@ -39,17 +40,24 @@ const TO_TPU: &[&str] = &["--host", HOST, "--chip", "tpu-v4", "-n", "4"];
 /// One flow: what runs before (cleanly) and the command under test.
 struct Flow {
     name: &'static str,
+    /// The name of its remote-command cases in the report.
+    ssh_name: &'static str,
     /// Experiment the setup submits as job `chaos`, and whether with `--keep`.
     setup: Option<(&'static str, bool)>,
     command: &'static [&'static str],
 }
 
 const FLOWS: &[Flow] = &[
-    Flow { name: "submit", setup: None, command: &["submit", "chaos", "long.yaml", "--yes"] },
-    Flow { name: "status", setup: Some(("sleep.yaml", false)), command: &["status", "chaos"] },
-    Flow { name: "cancel", setup: Some(("sleep.yaml", false)), command: &["cancel", "chaos"] },
+    Flow { name: "submit", ssh_name: "submit/ssh", setup: None, command: &["submit", "chaos", "long.yaml", "--yes"] },
+    Flow { name: "status", ssh_name: "status/ssh", setup: Some(("sleep.yaml", false)), command: &["status", "chaos"] },
+    Flow { name: "cancel", ssh_name: "cancel/ssh", setup: Some(("sleep.yaml", false)), command: &["cancel", "chaos"] },
     // The run ended on a VM it kept: `gc` deletes it.
-    Flow { name: "gc", setup: Some(("quick.yaml", true)), command: &["gc", "--older-than", "0s", "--host", HOST] },
+    Flow {
+        name: "gc",
+        ssh_name: "gc/ssh",
+        setup: Some(("quick.yaml", true)),
+        command: &["gc", "--older-than", "0s", "--host", HOST],
+    },
 ];
 
 /// Who logs in to the workers, and their Python.
@@ -100,14 +108,24 @@ impl Sim {
                 let _ = child.kill();
                 let _ = child.wait();
                 let log = std::fs::read_to_string(root.join("sim.log")).unwrap_or_default();
-                return Err(format!("the TPU simulator did not start (it printed `{}`):\n{}", line.trim(), indent(&log)));
+                return Err(format!(
+                    "the TPU simulator did not start (it printed `{}`):\n{}",
+                    line.trim(),
+                    indent(&log)
+                ));
             }
         };
         Ok(sim)
     }
 
     /// `METHOD PATH` on the simulator with curl (its CA trusted): the status and the JSON.
-    fn call(&self, method: &str, path: &str, token: Option<&str>, body: Option<&Value>) -> Result<(u16, Value), String> {
+    fn call(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: Option<&Value>,
+    ) -> Result<(u16, Value), String> {
         let url = format!("{}{}", self.endpoint, path.trim_start_matches('/'));
         let mut cmd = Command::new("curl");
         cmd.args(["-sS", "--max-time", "30", "-X", method, "-w", "\n%{http_code}", "--cacert"]).arg(&self.ca);
@@ -151,7 +169,10 @@ impl Sim {
         let mut found = Vec::new();
         for node in self.list("nodes")? {
             if node["labels"]["theseus-created"] == "true" {
-                found.push((format!("TPU VM {}", short(&node["name"])), node["state"].as_str().unwrap_or("?").to_owned()));
+                found.push((
+                    format!("TPU VM {}", short(&node["name"])),
+                    node["state"].as_str().unwrap_or("?").to_owned(),
+                ));
             }
         }
         for qr in self.list("queuedResources")? {
@@ -211,21 +232,22 @@ fn write(path: &Path, text: &str) -> Result<(), String> {
 }
 
 impl World {
-    fn start(theseus: &Path, lab: &Lab) -> Result<World, String> {
+    /// `injector`'s key is the user's (`~/.ssh/google_compute_engine`, which theseus puts in
+    /// the VM's `ssh-keys`), and the host's own `ssh-keys` metadata has its forced-command line
+    /// first: the guest agent copies each line as it is, so sshd runs every command of that key
+    /// through the injector's script.
+    fn start(theseus: &Path, lab: &Lab, injector: &Injector) -> Result<World, String> {
         let home = tempfile::Builder::new().prefix("chaos-tpu-").tempdir().map_err(|e| e.to_string())?;
         let code = tempfile::tempdir().map_err(|e| e.to_string())?;
         let sim = Sim::start(&theseus.with_file_name("theseus-tpu-sim"), home.path())?;
         let ssh = home.path().join(".ssh");
         std::fs::create_dir_all(&ssh).map_err(|e| e.to_string())?;
-        // The key gcloud would put in the VM's metadata.
         let key = ssh.join("google_compute_engine");
-        let made = Command::new("ssh-keygen")
-            .args(["-q", "-t", "ed25519", "-N", "", "-C", "chaos", "-f"])
-            .arg(&key)
-            .status()
-            .map_err(|e| format!("cannot run ssh-keygen: {e}"))?;
-        if !made.success() {
-            return Err(format!("ssh-keygen failed ({made})"));
+        for (from, to) in
+            [(injector.key(), key.clone()), (injector.key().with_extension("pub"), key.with_extension("pub"))]
+        {
+            std::fs::copy(&from, &to)
+                .map_err(|e| format!("cannot copy {} to {}: {e}", from.display(), to.display()))?;
         }
         write(
             &ssh.join("config"),
@@ -238,15 +260,19 @@ impl World {
             ),
         )?;
         let sa = sim.admin("POST", "keys", Some(&json!({"project": PROJECT})))?;
-        let secrets = sa["private_key"].as_str().unwrap_or("").lines().filter(|l| l.len() > 40).map(str::to_owned).collect();
+        let secrets =
+            sa["private_key"].as_str().unwrap_or("").lines().filter(|l| l.len() > 40).map(str::to_owned).collect();
         write(&home.path().join("sa-key.json"), &sa.to_string())?;
         write(
             &home.path().join(".theseus.yaml"),
             &format!(
                 "clusters:\n  gcp:\n    root: ~/theseus\n    work: ~/theseus/work\nhosts:\n  {HOST}:\n    type: tpu\n    \
                  cluster: gcp\n    zone: {ZONE}\n    project: {PROJECT}\n    accelerator_type: v4-8\n    \
-                 version: tpu-ubuntu2204-base\n    ssh_user: {}\n    env:\n      THESEUS_PYTHON: {}\n",
-                lab.user, lab.python
+                 version: tpu-ubuntu2204-base\n    ssh_user: {user}\n    metadata:\n      ssh-keys: '{user}:{forced}'\n    \
+                 env:\n      THESEUS_PYTHON: {}\n",
+                lab.python,
+                user = lab.user,
+                forced = injector.line(),
             ),
         )?;
         let job = "import sys, time\nprint('chaos: started', flush=True)\ntime.sleep(float(sys.argv[1]))\n";
@@ -312,7 +338,9 @@ impl World {
 
     /// Job name -> state, as `status --output json` reports each job (asking the backend).
     fn ledger(&self) -> std::collections::BTreeMap<String, String> {
-        let Ok(list) = self.run(&["list", "--output", "json"], Duration::from_secs(60)) else { return Default::default() };
+        let Ok(list) = self.run(&["list", "--output", "json"], Duration::from_secs(60)) else {
+            return Default::default();
+        };
         let rows: Value = serde_json::from_str(&list.stdout).unwrap_or_default();
         rows.as_array()
             .into_iter()
@@ -409,44 +437,76 @@ fn targets(requests: &[(String, String)]) -> Vec<(usize, String, String)> {
     found
 }
 
-/// One case: a flow, and its n-th request failed with `fault` (a fault spec for the simulator).
+/// What a case fails.
+enum Fault {
+    /// A request of Google's API (a fault spec for the simulator).
+    Api(Value),
+    /// A remote command on the workers ([`crate::inject`]'s faults).
+    Remote(&'static str),
+}
+
+/// One case: a flow, and its n-th request or remote command failed.
 struct Planned<'a> {
     flow: &'a Flow,
+    /// The requests or the remote commands of the clean run.
     names: &'a [String],
     n: usize,
     label: String,
-    fault: Value,
+    fault: Fault,
 }
 
-/// Runs the TPU matrix for the selected flows (all when empty).
+/// What a clean run of a flow does.
+struct Counted<'a> {
+    flow: &'a Flow,
+    requests: Vec<(String, String)>,
+    names: Vec<String>,
+    commands: Vec<String>,
+}
+
+/// Runs the TPU matrix for the selected flows (all when empty): a clean run of each flow counts
+/// its API requests and its remote commands, then every case runs, a few at once, each in a
+/// simulator of its own with a fault key of its own.
 pub(crate) fn run(theseus: &Path, lab: &Lab, full: bool, only: &[String], jobs: usize) -> Result<Vec<Case>, String> {
     let bound = Duration::from_secs(240);
+    // Each case has a simulator with its workers' sshd: fewer at once than the other matrices.
+    let injectors = (0..jobs.clamp(1, 3)).map(|_| Injector::make()).collect::<Result<Vec<_>, _>>()?;
     let mut counted = Vec::new();
     for flow in FLOWS.iter().filter(|f| only.is_empty() || only.iter().any(|o| o == f.name)) {
-        let world = World::start(theseus, lab)?;
+        let injector = &injectors[0];
+        injector.clear()?;
+        let world = World::start(theseus, lab, injector)?;
         if let Some((experiment, keep)) = flow.setup {
             world.setup(experiment, keep)?;
         }
         let before = world.sim.requests()?.len();
+        let commands_before = injector.count();
         let clean = world.run(flow.command, bound)?;
         if clean.code != Some(0) {
             return Err(format!("the clean `{}` failed:\n{}", flow.command.join(" "), indent(&clean.stderr)));
         }
         let requests: Vec<(String, String)> = world.sim.requests()?.split_off(before);
+        let commands: Vec<String> = (commands_before + 1..=injector.count()).map(|n| injector.command(n)).collect();
+        if std::env::var_os("THESEUS_CHAOS_VERBOSE").is_some() {
+            for n in commands_before + 1..=injector.count() {
+                eprintln!("chaos: command {}: {}", n - commands_before, injector.full_command(n));
+            }
+        }
         let left = world.recover_and_judge()?;
         if !left.is_empty() {
             return Err(format!("the clean `{}` left {}", flow.command.join(" "), left.join(", ")));
         }
         let names: Vec<String> = requests.iter().map(|(m, p)| request_name(m, p)).collect();
         eprintln!("chaos: tpu {} makes {} API requests: {}", flow.name, names.len(), names.join(" | "));
-        counted.push((flow, requests, names));
+        eprintln!("chaos: tpu {} runs {} remote commands: {}", flow.name, commands.len(), commands.join(" | "));
+        counted.push(Counted { flow, requests, names, commands });
     }
     let statuses: &[u16] = if full { &[500, 503, 429] } else { &[500, 503] };
+    let remote: &[&'static str] = if full { FAULTS } else { &["fail", "drop", "lost"] };
     let mut planned = Vec::new();
-    for (flow, requests, names) in &counted {
+    for Counted { flow, requests, names, commands } in &counted {
         for (n, method, fragment) in targets(requests) {
             for status in statuses {
-                let fault = json!({"method": method, "path": fragment, "status": status});
+                let fault = Fault::Api(json!({"method": method, "path": fragment, "status": status}));
                 planned.push(Planned { flow, names, n, label: status.to_string(), fault });
             }
         }
@@ -457,27 +517,50 @@ pub(crate) fn run(theseus: &Path, lab: &Lab, full: bool, only: &[String], jobs: 
             _ => None,
         });
         if let Some((i, verb)) = waited {
-            let fault = json!({"operation": {"code": 13, "verb": verb}});
+            let fault = Fault::Api(json!({"operation": {"code": 13, "verb": verb}}));
             planned.push(Planned { flow, names, n: i + 1, label: format!("{verb} op code 13"), fault });
         }
+        for fault in remote {
+            for n in (1..=commands.len()).filter(|n| full || !matrix::repeats_a_poll(commands, n - 1)) {
+                planned.push(Planned {
+                    flow,
+                    names: commands,
+                    n,
+                    label: format!("ssh {fault}"),
+                    fault: Fault::Remote(fault),
+                });
+            }
+        }
     }
-    // Each case has a simulator with its workers' sshd: fewer at once than the other matrices.
-    let workers = vec![(); jobs.clamp(1, 3)];
-    let (cases, _) = pool::run(&planned, workers, |(), case| run_case(theseus, lab, case, bound));
+    let (cases, _injectors) =
+        pool::run(&planned, injectors, |injector, case| run_case(theseus, lab, injector, case, bound));
     cases
 }
 
-fn run_case(theseus: &Path, lab: &Lab, planned: &Planned<'_>, bound: Duration) -> Result<Case, String> {
+fn run_case(
+    theseus: &Path,
+    lab: &Lab,
+    injector: &mut Injector,
+    planned: &Planned<'_>,
+    bound: Duration,
+) -> Result<Case, String> {
     let Planned { flow, names, n, label, fault } = planned;
     let started = Instant::now();
-    let world = World::start(theseus, lab)?;
+    injector.clear()?;
+    let world = World::start(theseus, lab, injector)?;
     if let Some((experiment, keep)) = flow.setup {
         world.setup(experiment, keep)?;
     }
     let before = world.sim.requests()?.len();
-    world.sim.admin("POST", "faults", Some(fault))?;
+    match fault {
+        Fault::Api(spec) => drop(world.sim.admin("POST", "faults", Some(spec))?),
+        Fault::Remote(fault) => injector.plan(injector.count() + n, fault)?,
+    }
     let ran = world.run(flow.command, bound)?;
-    world.consume(fault, before)?;
+    injector.clear()?;
+    if let Fault::Api(spec) = fault {
+        world.consume(spec, before)?;
+    }
     let mut left = Vec::new();
     // A `cancel` that says it succeeded has deleted (or is deleting) the VM.
     if flow.name == "cancel" && ran.code == Some(0) {
@@ -489,7 +572,7 @@ fn run_case(theseus: &Path, lab: &Lab, planned: &Planned<'_>, bound: Duration) -
     }
     left.extend(world.recover_and_judge()?);
     let case = Case {
-        flow: flow.name,
+        flow: if matches!(fault, Fault::Remote(_)) { flow.ssh_name } else { flow.name },
         step: names.get(n - 1).cloned().unwrap_or_default(),
         n: *n,
         of: names.len(),
