@@ -199,6 +199,8 @@ pub(crate) fn step_name(cmd: &str) -> String {
         (has("export -p") && has("-l"), "login env"),
         (has("sinfo") || has("nproc") || has("nvidia-smi"), "probe"),
         (has("live()"), "name check"),
+        (has("THESEUS_LOCAL_RUN="), "run alive?"),
+        (has("printf") && has("\"$HOME\"") && cmd.len() < 60, "home"),
         (has("theseus-store") && has("tar -x"), "store upload"),
         (has("theseus-store") && has(".partial"), "materialise+rename"),
         (has("theseus-store"), "store lookup"),
@@ -242,6 +244,11 @@ mod tests {
         assert_eq!(step_name("squeue --json --states=all --jobs 37"), "squeue");
         assert_eq!(step_name("sh -c 'flock -w 120 9; date > \"$run_dir/cancelled\"; kill'"), "mark+kill");
         assert_eq!(step_name("echo hello world"), "echo hello");
+        assert_eq!(step_name(r#"sh -c 'printf '\''%s'\'' "$HOME"' sh"#), "home");
+        assert_eq!(
+            step_name(r#"sh -c 'grep -lzxF -- "THESEUS_LOCAL_RUN=$1" /proc/[0-9]*/environ' sh r"#),
+            "run alive?"
+        );
         assert_eq!(step_name("sh -c 'echo m1; export -p; echo m2\nprintf ... | \"$SHELL\" -l'"), "login env");
         assert!(step_name(&"x".repeat(100)).chars().count() <= 31);
     }

@@ -1,19 +1,25 @@
 //! The Cloud TPU flows against `theseus-tpu-sim` (the binary next to `theseus`): a fresh
 //! simulator per case (Google's TPU API v2 over HTTPS with its own CA, real sshd workers in
 //! network namespaces reached through its ssh proxy), the real binary with a service-account
-//! key, and one API request of the flow failed through the simulator's fault API
-//! (`POST /sim/v1/faults`). After each case a recovery without faults runs (`cancel` when the
-//! ledger has a run that is not over, then `gc`), and what is left is read from the API: a node
-//! or queued resource labelled `theseus-created=true` is a leftover, and a `cancel` that said it
-//! succeeded must have deleted its VM.
+//! key, and one API request or one remote command of the flow failed. After each case a
+//! recovery without faults runs (`cancel` when the ledger has a run that is not over, then
+//! `gc`), and what is left is read from the API: a node or queued resource labelled
+//! `theseus-created=true` is a leftover (a run still alive keeps `gc` from deleting its VM, so
+//! a run the client lost shows here too), and a `cancel` that said it succeeded must have
+//! deleted its VM.
 //!
-//! The simulator fails the NEXT request that matches a method and a path fragment, and has no
-//! connection-reset fault: so each distinct request of a flow is failed at its first occurrence
-//! only (later rounds of an operation's or a node's polls are not faulted, as the short lab
-//! matrix skips later rounds of a wait loop), with HTTP 500, 503 UNAVAILABLE and 429
-//! RESOURCE_EXHAUSTED; a create or delete operation that ends with `google.rpc.Code` 13
-//! (INTERNAL) is one more case per flow that waits on one. Remote commands on the workers are
-//! not faulted here.
+//! API requests fail through the simulator's fault API (`POST /sim/v1/faults`), which fails the
+//! NEXT request that matches a method and a path fragment: so each distinct request of a flow is
+//! failed at its first occurrence only (later rounds of an operation's or a node's polls are not,
+//! as the short lab matrix skips later rounds of a wait loop), with HTTP 500 (503 UNAVAILABLE
+//! and 429 with `--full`); the first create or delete operation the flow waits on ending with
+//! `google.rpc.Code` 13 (INTERNAL) is one more case. The simulator has no connection-reset
+//! fault yet.
+//!
+//! Remote commands on the workers fail as on the lab ([`crate::inject`]): the injector's
+//! forced-command line is the first `ssh-keys` entry of the host's metadata, which Google's
+//! guest agent (and the simulator) copy as they are into the worker's `authorized_keys`, and
+//! its key is the user's `~/.ssh/google_compute_engine`, which theseus adds after it.
 //!
 //! The workers need what the SSH/Slurm lab installs (sshd, socat, its user, its Python): the
 //! lab's `THESEUSTEST_SSH_USER` and `THESEUSTEST_REMOTE_PYTHON` say who and which.
@@ -437,6 +443,17 @@ fn targets(requests: &[(String, String)]) -> Vec<(usize, String, String)> {
     found
 }
 
+/// The remote-command faults of a flow: the short matrix fails the commands of `submit` and
+/// `cancel` (which start and stop things) every way, and those of `status` and `gc` (which
+/// read, then delete through the API) by a dropped connection only; `--full` every way.
+fn remote_faults(full: bool, flow: &str) -> &'static [&'static str] {
+    match (full, flow) {
+        (true, _) => FAULTS,
+        (false, "submit" | "cancel") => &["fail", "drop", "lost"],
+        (false, _) => &["drop"],
+    }
+}
+
 /// What a case fails.
 enum Fault {
     /// A request of Google's API (a fault spec for the simulator).
@@ -468,8 +485,8 @@ struct Counted<'a> {
 /// simulator of its own with a fault key of its own.
 pub(crate) fn run(theseus: &Path, lab: &Lab, full: bool, only: &[String], jobs: usize) -> Result<Vec<Case>, String> {
     let bound = Duration::from_secs(240);
-    // Each case has a simulator with its workers' sshd: fewer at once than the other matrices.
-    let injectors = (0..jobs.clamp(1, 3)).map(|_| Injector::make()).collect::<Result<Vec<_>, _>>()?;
+    // Each case has a simulator with its workers' sshd; they mostly wait, as the other matrices' do.
+    let injectors = (0..jobs.clamp(1, 4)).map(|_| Injector::make()).collect::<Result<Vec<_>, _>>()?;
     let mut counted = Vec::new();
     for flow in FLOWS.iter().filter(|f| only.is_empty() || only.iter().any(|o| o == f.name)) {
         let injector = &injectors[0];
@@ -500,8 +517,7 @@ pub(crate) fn run(theseus: &Path, lab: &Lab, full: bool, only: &[String], jobs: 
         eprintln!("chaos: tpu {} runs {} remote commands: {}", flow.name, commands.len(), commands.join(" | "));
         counted.push(Counted { flow, requests, names, commands });
     }
-    let statuses: &[u16] = if full { &[500, 503, 429] } else { &[500, 503] };
-    let remote: &[&'static str] = if full { FAULTS } else { &["fail", "drop", "lost"] };
+    let statuses: &[u16] = if full { &[500, 503, 429] } else { &[500] };
     let mut planned = Vec::new();
     for Counted { flow, requests, names, commands } in &counted {
         for (n, method, fragment) in targets(requests) {
@@ -520,7 +536,7 @@ pub(crate) fn run(theseus: &Path, lab: &Lab, full: bool, only: &[String], jobs: 
             let fault = Fault::Api(json!({"operation": {"code": 13, "verb": verb}}));
             planned.push(Planned { flow, names, n: i + 1, label: format!("{verb} op code 13"), fault });
         }
-        for fault in remote {
+        for fault in remote_faults(full, flow.name) {
             for n in (1..=commands.len()).filter(|n| full || !matrix::repeats_a_poll(commands, n - 1)) {
                 planned.push(Planned {
                     flow,
