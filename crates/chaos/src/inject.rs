@@ -199,8 +199,6 @@ pub(crate) fn step_name(cmd: &str) -> String {
         (has("export -p") && has("-l"), "login env"),
         (has("sinfo") || has("nproc") || has("nvidia-smi"), "probe"),
         (has("live()"), "name check"),
-        (has("THESEUS_LOCAL_RUN="), "run alive?"),
-        (has("printf") && has("\"$HOME\"") && cmd.len() < 60, "home"),
         (has("theseus-store") && has("tar -x"), "store upload"),
         (has("theseus-store") && has(".partial"), "materialise+rename"),
         (has("theseus-store"), "store lookup"),
@@ -212,6 +210,8 @@ pub(crate) fn step_name(cmd: &str) -> String {
         (has("squeue"), "squeue"),
         (has("exists=1"), "read run dir"),
         (has("kill"), "kill"),
+        (has("THESEUS_LOCAL_RUN="), "run alive?"),
+        (has("printf") && has("\"$HOME\"") && cmd.len() < 60, "home"),
     ];
     if let Some((_, name)) = named.iter().find(|(hit, _)| *hit) {
         return (*name).to_owned();
