@@ -133,7 +133,7 @@ impl HostSettings for TpuSettings {
         let state = theseus_core::ledger::default_state_dir(home, std::env::var("XDG_STATE_HOME").ok().as_deref());
         let mut backend = TpuBackend::new(name, &self.cluster, cluster.clone(), vm, connector)
             .with_self_delete(after)
-            .with_zone(&self.zone)
+            .with_zone(&self.zone, self.project.as_deref())
             .with_spool(state.join("tpu-runs"));
         if let Some(accel) = self.accelerator() {
             backend = backend.with_accelerator(accel);

@@ -65,7 +65,7 @@ pub fn main(host_types: &[&'static dyn HostType]) -> ExitCode {
         }
         Err(err) => {
             eprintln!("error: {err}");
-            for cause in err.chain().skip(1) {
+            for cause in causes(&err) {
                 eprintln!("  caused by: {cause}");
             }
             for hint in hints(&err) {
@@ -74,6 +74,21 @@ pub fn main(host_types: &[&'static dyn HostType]) -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// The causes of `err` worth a line: one whose text the line before already holds (a
+/// backend's error that repeats its cause with its name in front) is left out.
+fn causes(err: &anyhow::Error) -> Vec<String> {
+    let mut shown = err.to_string();
+    let mut out = Vec::new();
+    for cause in err.chain().skip(1) {
+        let text = cause.to_string();
+        if !shown.contains(&text) {
+            out.push(text.clone());
+        }
+        shown = text;
+    }
+    out
 }
 
 /// What to change so that the command works, from the errors of the chain that carry hints.
@@ -138,4 +153,32 @@ fn quiet_on_closed_stdout() {
         }
         default(info);
     }));
+}
+
+#[cfg(test)]
+mod tests {
+    #[derive(Debug)]
+    struct E(String, Option<Box<E>>);
+
+    impl std::fmt::Display for E {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(&self.0)
+        }
+    }
+
+    impl std::error::Error for E {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            self.1.as_deref().map(|e| e as _)
+        }
+    }
+
+    #[test]
+    fn a_cause_the_line_before_already_says_is_not_repeated() {
+        let inner = E("the remote process has terminated".into(), None);
+        let middle = E("connection to `h` broke".into(), Some(Box::new(inner)));
+        let top = E("plain(h): connection to `h` broke".into(), Some(Box::new(middle)));
+        assert_eq!(super::causes(&anyhow::Error::new(top)), ["the remote process has terminated"]);
+        let plain = E("cannot read x".into(), Some(Box::new(E("permission denied".into(), None))));
+        assert_eq!(super::causes(&anyhow::Error::new(plain)), ["permission denied"]);
+    }
 }

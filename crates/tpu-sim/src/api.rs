@@ -258,7 +258,7 @@ fn create_node(
         .take_ips(shared.workers_of(&req.accel))
         .ok_or_else(|| ApiError::new(429, "The simulator's subnet has no free addresses for the node's workers."))?;
     let uid = st.next_uid();
-    let node = model::new_node(&req, &name, project, uid, &ips, shared.subnet, None);
+    let node = model::new_node(&req, &name, project, uid, &ips, shared.net_octet, None);
     st.nodes.insert(name.clone(), NodeRec { json: node, uid, ips, workers: None, starting: false });
     let op = st.new_operation(parent, "create", &name);
     let answer = st.ops[&op].clone();

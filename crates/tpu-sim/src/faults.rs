@@ -1,6 +1,7 @@
 //! The request log (`GET /sim/v1/requests`: method, path with query, status of every API and
 //! token request, in order) and injected faults (`POST /sim/v1/faults`): fail the next request
-//! matching a method and a path fragment with a status, or make the next operation that
+//! matching a method and a path fragment with a status or by closing the connection without an
+//! answer (`reset`), after letting `skip` of them pass; or make the next operation that
 //! completes end with a given `google.rpc.Status` instead. With a flaky seed, about one read
 //! (GET) in twenty answers 503 UNAVAILABLE, as Google's front ends now and then do; the seed
 //! makes a run repeatable.
@@ -33,6 +34,12 @@ pub(crate) struct FaultSpec {
     /// Answer with this HTTP status and Google's error body...
     #[serde(default)]
     pub(crate) status: Option<u16>,
+    /// ...or close the connection without an answer (a front end dropping it)...
+    #[serde(default)]
+    pub(crate) reset: bool,
+    /// Let this many matching requests pass before the fault applies (default 0).
+    #[serde(default)]
+    pub(crate) skip: u32,
     /// ...or end the next matching operation (by verb: `create`, `delete`; any when absent)
     /// with this `google.rpc.Status` (`{"code": 13, "message": "..."}`).
     #[serde(default)]
@@ -43,6 +50,15 @@ pub(crate) struct FaultSpec {
     /// How many matching requests fail (default 1).
     #[serde(default)]
     pub(crate) times: Option<u32>,
+}
+
+/// What an injected request fault does.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Injected {
+    /// Answer with this status and message.
+    Status(u16, String),
+    /// Close the connection without an answer.
+    Reset,
 }
 
 /// An operation's injected end.
@@ -90,7 +106,12 @@ impl Faults {
     /// Queues a fault; an error names what is wrong with it.
     pub(crate) fn add(&self, spec: FaultSpec) -> Result<(), String> {
         match (&spec.status, &spec.operation) {
-            (Some(status), None) if (400..600).contains(status) => {
+            (None, None) if spec.reset => {
+                let times = spec.times.unwrap_or(1);
+                self.lock().requests.push((spec, times));
+                Ok(())
+            }
+            (Some(status), None) if (400..600).contains(status) && !spec.reset => {
                 let times = spec.times.unwrap_or(1);
                 self.lock().requests.push((spec, times));
                 Ok(())
@@ -99,25 +120,36 @@ impl Faults {
                 self.lock().operations.push(op.clone());
                 Ok(())
             }
-            _ => Err("a fault has either `status` (400-599) or `operation` ({\"code\": 1-16})".into()),
+            _ => Err("a fault has one of `status` (400-599), `reset: true` or `operation` ({\"code\": 1-16})".into()),
         }
     }
 
     /// The injected status and message for this request, if a fault matches (and is used up).
-    pub(crate) fn take_request(&self, method: &str, path: &str) -> Option<(u16, String)> {
+    pub(crate) fn take_request(&self, method: &str, path: &str) -> Option<Injected> {
         let mut state = self.lock();
         let index = state.requests.iter().position(|(spec, _)| {
             spec.method.as_deref().is_none_or(|m| m.eq_ignore_ascii_case(method))
                 && spec.path.as_deref().is_none_or(|p| path.contains(p))
         })?;
         let (spec, left) = &mut state.requests[index];
+        if spec.skip > 0 {
+            spec.skip -= 1;
+            return None;
+        }
+        if spec.reset {
+            *left -= 1;
+            if *left == 0 {
+                state.requests.remove(index);
+            }
+            return Some(Injected::Reset);
+        }
         let status = spec.status.unwrap_or(500);
         let message = spec.message.clone().unwrap_or_else(|| format!("injected fault: {status} for {method} {path}"));
         *left -= 1;
         if *left == 0 {
             state.requests.remove(index);
         }
-        Some((status, message))
+        Some(Injected::Status(status, message))
     }
 
     /// The injected end of an operation of `verb`, if one is pending (and is used up).
@@ -152,9 +184,24 @@ mod tests {
         faults.add(spec(r#"{"method":"GET","path":"/nodes/a","status":503,"times":2}"#)).unwrap();
         assert_eq!(faults.take_request("POST", "/v2/x/nodes/a"), None);
         assert_eq!(faults.take_request("GET", "/v2/x/nodes/b"), None);
-        assert_eq!(faults.take_request("get", "/v2/x/nodes/a").map(|f| f.0), Some(503));
-        assert_eq!(faults.take_request("GET", "/v2/x/nodes/a").map(|f| f.0), Some(503));
+        let status = |f: Option<Injected>| match f {
+            Some(Injected::Status(s, _)) => Some(s),
+            _ => None,
+        };
+        assert_eq!(status(faults.take_request("get", "/v2/x/nodes/a")), Some(503));
+        assert_eq!(status(faults.take_request("GET", "/v2/x/nodes/a")), Some(503));
         assert_eq!(faults.take_request("GET", "/v2/x/nodes/a"), None);
+    }
+
+    #[test]
+    fn a_reset_fault_after_skipping_lets_the_first_ones_pass() {
+        let faults = Faults::default();
+        faults.add(spec(r#"{"path":"/operations/","reset":true,"skip":2}"#)).unwrap();
+        assert_eq!(faults.take_request("GET", "/v2/p/operations/1"), None);
+        assert_eq!(faults.take_request("GET", "/v2/p/operations/1"), None);
+        assert_eq!(faults.take_request("GET", "/v2/p/operations/1"), Some(Injected::Reset));
+        assert_eq!(faults.take_request("GET", "/v2/p/operations/1"), None, "used up");
+        assert!(faults.add(spec(r#"{"reset":true,"status":500}"#)).is_err());
     }
 
     #[test]

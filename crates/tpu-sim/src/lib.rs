@@ -63,6 +63,7 @@
 //!   namespaces and processes (owners are recorded in `/run/theseus-tpu-sim`).
 
 mod accel;
+mod address;
 mod admin;
 mod api;
 mod auth;
@@ -157,10 +158,10 @@ pub struct SimInfo {
     pub metadata_host: String,
     /// A ProxyCommand reaching worker addresses (`%h:%p`); absent without workers.
     pub ssh_proxy: Option<String>,
-    /// An ssh_config `Host` pattern matching every worker address (`10.X.Y.*`); absent
+    /// An ssh_config `Host` pattern matching every worker address (`10.X.*`); absent
     /// without workers.
     pub ssh_host_pattern: Option<String>,
-    /// The same API as workers reach it (`https://10.X.Y.1/`, the bridge's gateway; the CA
+    /// The same API as workers reach it (`https://10.X.0.1/`, the bridge's gateway; the CA
     /// names that address); absent without workers.
     pub worker_endpoint: Option<String>,
     /// The short id that prefixes this simulator's network namespaces.
@@ -190,7 +191,8 @@ pub(crate) struct Shared {
     pub(crate) auth: Arc<auth::Auth>,
     pub(crate) faults: faults::Faults,
     pub(crate) net: Option<workers::Net>,
-    pub(crate) subnet: [u8; 2],
+    /// The simulator's network is `10.{net_octet}.0.0/16`.
+    pub(crate) net_octet: u8,
     pub(crate) token_uri: String,
 }
 
@@ -217,8 +219,8 @@ impl Sim {
         std::fs::create_dir_all(&config.root).map_err(|source| Error::Write { path: config.root.clone(), source })?;
         let random: u32 = rand::random();
         let prefix = format!("tps{:05x}", random & 0xfffff);
-        let subnet = [64 + (random >> 20) as u8 % 64, (random >> 26) as u8];
-        let pki = tls::Pki::generate(&[workers::gateway(subnet)])?;
+        let net_octet = 64 + ((random >> 20) % 64) as u8;
+        let pki = tls::Pki::generate(&[address::gateway(net_octet)])?;
         let ca = config.root.join("ca.pem");
         std::fs::write(&ca, &pki.ca_pem).map_err(|source| Error::Write { path: ca.clone(), source })?;
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", config.port))
@@ -228,7 +230,8 @@ impl Sim {
         let meta_listener =
             tokio::net::TcpListener::bind(("127.0.0.1", 0)).await.map_err(|source| Error::Bind { port: 0, source })?;
         let meta_port = meta_listener.local_addr().map_err(|source| Error::Bind { port: 0, source })?.port();
-        let net = if config.workers { Some(workers::Net::create(&config.root, &prefix, subnet, &ca)?) } else { None };
+        let net =
+            if config.workers { Some(workers::Net::create(&config.root, &prefix, net_octet, &ca)?) } else { None };
         // The same API for workers, on the bridge's gateway (port 443, as Google's).
         let gateway_listener = match &net {
             Some(net) => Some(net.listen_gateway(443).map_err(|source| {
@@ -246,7 +249,7 @@ impl Sim {
             metadata_host: format!("127.0.0.1:{meta_port}"),
             ssh_proxy: net.as_ref().map(workers::Net::ssh_proxy),
             ssh_host_pattern: net.as_ref().map(workers::Net::host_pattern),
-            worker_endpoint: net.as_ref().map(|_| format!("https://{}/", workers::gateway(subnet))),
+            worker_endpoint: net.as_ref().map(|_| format!("https://{}/", address::gateway(net_octet))),
             prefix,
         };
         let auth = Arc::new(auth::Auth::default());
@@ -257,7 +260,7 @@ impl Sim {
             auth: auth.clone(),
             faults: faults::Faults::default(),
             net,
-            subnet,
+            net_octet,
             token_uri,
         });
         if let Some(seed) = shared.config.flaky_seed {

@@ -96,16 +96,13 @@ async fn create(shared: &Arc<Shared>, name: &str, uid: u64) -> Result<Value, (i3
             shared.faults.take_operation("create")
         };
         if let Some(failure) = failure {
-            if let Some(rec) = st.nodes.remove(name) {
-                st.release_ips(&rec.ips);
-            }
+            st.nodes.remove(name);
             return Err(failure);
         }
         let rec = st.nodes.get_mut(name).expect("checked above");
         rec.starting = shared.net.is_some();
-        (worker_specs(shared, rec, &zone), rec.ips.clone())
+        worker_specs(shared, rec, &zone)
     };
-    let (specs, ips) = specs;
     let running = match &shared.net {
         Some(_) => {
             let sh = shared.clone();
@@ -124,11 +121,10 @@ async fn create(shared: &Arc<Shared>, name: &str, uid: u64) -> Result<Value, (i3
                     let mut st = shared.lock();
                     match st.nodes.get_mut(name).filter(|n| n.uid == uid) {
                         Some(rec) if rec.json["state"] == "CREATING" => {
-                            let rec = st.nodes.remove(name).expect("checked");
-                            st.release_ips(&rec.ips);
+                            st.nodes.remove(name);
                         }
                         Some(rec) => rec.starting = false,
-                        None => st.release_ips(&ips),
+                        None => {}
                     }
                     return Err((13, format!("the simulator could not start the workers: {err}")));
                 }
@@ -157,17 +153,14 @@ async fn create(shared: &Arc<Shared>, name: &str, uid: u64) -> Result<Value, (i3
     if let Some(running) = leftover {
         stop_workers(shared, running, Duration::ZERO, true).await;
     }
-    if shared.net.is_some() {
-        shared.lock().release_ips(&ips);
-    }
     Err(aborted())
 }
 
 fn worker_specs(shared: &Shared, rec: &NodeRec, zone: &str) -> Vec<WorkerSpec> {
     let node = &rec.json;
     let node_id = node["name"].as_str().unwrap_or_default().rsplit('/').next().unwrap_or_default().to_owned();
-    let subnet = shared.subnet;
-    let ip = |octet: u8| format!("10.{}.{}.{octet}", subnet[0], subnet[1]);
+    let net = shared.net_octet;
+    let ip = |n: u32| crate::address::worker_address(net, n);
     let short = format!("{:08x}", rec.uid as u32);
     let endpoints: Vec<String> = rec.ips.iter().enumerate().map(|(i, o)| format!("{short}:{i}:{}", ip(*o))).collect();
     let user_meta: Vec<(String, String)> = node["metadata"]
@@ -261,18 +254,14 @@ pub(crate) async fn delete_node(shared: &Arc<Shared>, name: &str, uid: u64) {
         match st.nodes.get(name).filter(|n| n.uid == uid) {
             Some(_) => {
                 let mut rec = st.nodes.remove(name).expect("checked");
-                // Addresses of workers still starting or still up are freed once they stop.
-                if !rec.starting && rec.workers.is_none() {
-                    st.release_ips(&rec.ips);
-                }
                 let qr = rec.json["queuedResource"].as_str().map(str::to_owned);
                 let suspend = qr.filter(|qr| st.qrs.get(qr).is_some_and(|q| q["state"]["state"] != "DELETING"));
-                Some((rec.workers.take(), rec.ips, suspend))
+                Some((rec.workers.take(), suspend))
             }
             None => None,
         }
     };
-    let Some((late_workers, ips, suspend)) = removed else { return };
+    let Some((late_workers, suspend)) = removed else { return };
     if let Some(net) = &shared.net {
         net.wipe(name.rsplit('/').next().unwrap_or_default());
     }
@@ -282,7 +271,6 @@ pub(crate) async fn delete_node(shared: &Arc<Shared>, name: &str, uid: u64) {
     // Workers whose start ended while the node was DELETING.
     if let Some(running) = late_workers {
         stop_workers(shared, running, Duration::ZERO, true).await;
-        shared.lock().release_ips(&ips);
     }
 }
 
@@ -358,7 +346,8 @@ pub(crate) fn spawn_queued(
                 Err(format!("node {node_name} already exists"))
             } else if let Some(ips) = st.take_ips(shared.workers_of(&spec.accel)) {
                 let uid = st.next_uid();
-                let mut node = crate::model::new_node(&spec, &node_name, &project, uid, &ips, shared.subnet, Some(&qr));
+                let mut node =
+                    crate::model::new_node(&spec, &node_name, &project, uid, &ips, shared.net_octet, Some(&qr));
                 node["schedulingConfig"]["spot"] = json!(st.qrs[&qr].get("spot").is_some());
                 st.nodes.insert(node_name.clone(), NodeRec { json: node, uid, ips, workers: None, starting: false });
                 Ok(uid)

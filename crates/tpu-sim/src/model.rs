@@ -4,7 +4,7 @@
 //! request's body becomes a Node (validation as the API does it: unknown fields, required
 //! fields, label syntax; field names in errors as Google's `BadRequest` gives them).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use serde_json::{Map, Value, json};
 
@@ -17,8 +17,8 @@ pub(crate) struct NodeRec {
     pub(crate) json: Value,
     /// Unique per create: a node deleted and made again under its name is another node.
     pub(crate) uid: u64,
-    /// Last octets of the workers' addresses (worker order).
-    pub(crate) ips: Vec<u8>,
+    /// Address numbers of the workers (worker order; see `address::worker_address`).
+    pub(crate) ips: Vec<u32>,
     /// The workers while the node is READY.
     pub(crate) workers: Option<Running>,
     /// Its workers are being started: their addresses stay taken until the start ends, even if
@@ -36,7 +36,7 @@ pub(crate) struct State {
     pub(crate) quota: HashMap<(String, String), u32>,
     /// Zones out of capacity.
     pub(crate) stockout: HashSet<String>,
-    used_ips: BTreeSet<u8>,
+    next_ip: u32,
     next_uid: u64,
 }
 
@@ -107,20 +107,14 @@ pub(crate) fn now_rfc3339() -> String {
 }
 
 impl State {
-    /// Reserves `count` worker addresses (last octets 2..=254 of the sim's /24).
-    pub(crate) fn take_ips(&mut self, count: u32) -> Option<Vec<u8>> {
-        let free: Vec<u8> = (2..=254u8).filter(|ip| !self.used_ips.contains(ip)).take(count as usize).collect();
-        if free.len() != count as usize {
-            return None;
-        }
-        self.used_ips.extend(&free);
-        Some(free)
-    }
-
-    pub(crate) fn release_ips(&mut self, ips: &[u8]) {
-        for ip in ips {
-            self.used_ips.remove(ip);
-        }
+    /// Takes `count` new worker addresses. Addresses are never reused in a simulator's life:
+    /// a new VM never gets the address of one still being torn down, nor one a client still
+    /// has a connection or known host for.
+    pub(crate) fn take_ips(&mut self, count: u32) -> Option<Vec<u32>> {
+        let end = self.next_ip.checked_add(count).filter(|end| *end <= crate::address::MAX_ADDRESSES)?;
+        let taken = (self.next_ip..end).collect();
+        self.next_ip = end;
+        Some(taken)
     }
 
     pub(crate) fn next_uid(&mut self) -> u64 {
@@ -305,8 +299,8 @@ pub(crate) fn new_node(
     name: &str,
     project: &str,
     uid: u64,
-    ips: &[u8],
-    subnet: [u8; 2],
+    ips: &[u32],
+    net: u8,
     queued_resource: Option<&str>,
 ) -> Value {
     let mut node = Value::Object(req.body.clone());
@@ -327,7 +321,7 @@ pub(crate) fn new_node(
     let endpoints: Vec<Value> = ips
         .iter()
         .map(|ip| {
-            let address = format!("10.{}.{}.{ip}", subnet[0], subnet[1]);
+            let address = crate::address::worker_address(net, *ip);
             // In the simulator the "external" address is the internal one: both are reached
             // through the `ssh_proxy` (a documented divergence).
             if external {
@@ -340,7 +334,7 @@ pub(crate) fn new_node(
     node["name"] = json!(name);
     node["state"] = json!("CREATING");
     node["networkEndpoints"] = json!(endpoints);
-    node["cidrBlock"] = json!(format!("10.{}.{}.0/24", subnet[0], subnet[1]));
+    node["cidrBlock"] = json!(format!("10.{net}.0.0/16"));
     node["createTime"] = json!(now_rfc3339());
     node["id"] = json!(uid.to_string());
     node["apiVersion"] = json!("V2");
@@ -410,15 +404,23 @@ mod tests {
     #[test]
     fn a_new_node_has_one_endpoint_per_worker_and_output_fields() {
         let r = req(json!({"acceleratorType": "v4-16", "runtimeVersion": "tpu-vm-base", "state": "READY"})).unwrap();
-        let node = new_node(&r, "projects/p/locations/us-central2-b/nodes/n", "p", 7, &[2, 3], [77, 1], None);
+        let node = new_node(&r, "projects/p/locations/us-central2-b/nodes/n", "p", 7, &[0, 1], 77, None);
         assert_eq!(node["state"], "CREATING");
-        assert_eq!(node["networkEndpoints"][1]["ipAddress"], "10.77.1.3");
+        assert_eq!(node["networkEndpoints"][1]["ipAddress"], "10.77.0.3");
         assert!(node["networkEndpoints"][0].get("accessConfig").is_none());
         assert_eq!(node["networkConfig"]["subnetwork"], "projects/p/regions/us-central2/subnetworks/default");
         let mut state = State::default();
-        assert_eq!(state.take_ips(252).map(|v| v.len()), Some(252));
-        assert_eq!(state.take_ips(2), None);
-        state.release_ips(&[9]);
-        assert_eq!(state.take_ips(1), Some(vec![9]));
+        assert_eq!(state.take_ips(2), Some(vec![0, 1]));
+        assert_eq!(state.take_ips(1), Some(vec![2]), "never reused");
+        assert_eq!(
+            (
+                crate::address::worker_address(77, 0),
+                crate::address::worker_address(77, 252),
+                crate::address::worker_address(77, 253)
+            ),
+            ("10.77.0.2".into(), "10.77.0.254".into(), "10.77.1.2".into())
+        );
+        assert_eq!(crate::address::worker_address(77, crate::address::MAX_ADDRESSES - 1), "10.77.255.254");
+        assert_eq!(state.take_ips(crate::address::MAX_ADDRESSES), None);
     }
 }

@@ -14,6 +14,7 @@ use serde_json::Value;
 
 use crate::Shared;
 use crate::error::ApiError;
+use crate::faults::Injected;
 
 /// Accepts connections until the task is aborted.
 pub(crate) async fn accept_loop(
@@ -28,7 +29,7 @@ pub(crate) async fn accept_loop(
             let Ok(stream) = acceptor.accept(stream).await else { return };
             let service = hyper::service::service_fn(move |req| {
                 let shared = shared.clone();
-                async move { Ok::<_, std::convert::Infallible>(handle(&shared, req).await) }
+                async move { handle(&shared, req).await }
             });
             let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
         });
@@ -74,7 +75,8 @@ pub(crate) fn form_decode(text: &str) -> HashMap<String, String> {
         .collect()
 }
 
-async fn handle(shared: &Arc<Shared>, req: Request<Incoming>) -> Response<Full<Bytes>> {
+/// Serves one request; an `Err` (an injected reset) closes the connection without an answer.
+async fn handle(shared: &Arc<Shared>, req: Request<Incoming>) -> Result<Response<Full<Bytes>>, std::io::Error> {
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
     let path_and_query = req.uri().path_and_query().map(|p| p.as_str().to_owned()).unwrap_or_else(|| path.clone());
@@ -82,22 +84,27 @@ async fn handle(shared: &Arc<Shared>, req: Request<Incoming>) -> Response<Full<B
     let authorization = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).map(str::to_owned);
     let body = match req.into_body().collect().await {
         Ok(b) => b.to_bytes(),
-        Err(_) => return json_response(400, &ApiError::new(400, "cannot read the request body").body()),
+        Err(_) => return Ok(json_response(400, &ApiError::new(400, "cannot read the request body").body())),
     };
     if path.starts_with("/sim/v1/") {
-        return match crate::admin::route(shared, &method, &path, &body).await {
+        return Ok(match crate::admin::route(shared, &method, &path, &body).await {
             Ok((status, value)) => json_response(status, &value),
             Err(err) => json_response(err.http, &err.body()),
-        };
+        });
     }
     // The API's own latency, a few tens of milliseconds per call.
     if !shared.config.latency.is_zero() {
         tokio::time::sleep(shared.config.latency).await;
     }
     let flaky = path.starts_with("/v2/") && shared.faults.flaky_hit(method.as_str());
+    let injected = if flaky { None } else { shared.faults.take_request(method.as_str(), &path_and_query) };
     let (status, value) = if flaky {
         (503, ApiError::new(503, "The service is currently unavailable.").body())
-    } else if let Some((status, message)) = shared.faults.take_request(method.as_str(), &path_and_query) {
+    } else if let Some(Injected::Reset) = injected {
+        // Logged with status 0: no answer.
+        shared.faults.record(method.as_str(), &path_and_query, 0);
+        return Err(std::io::Error::new(std::io::ErrorKind::ConnectionReset, "injected connection reset"));
+    } else if let Some(Injected::Status(status, message)) = injected {
         let mut err = ApiError::new(status, message);
         if status == 429 {
             err.details.push(serde_json::json!({"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "RATE_LIMIT_EXCEEDED", "domain": "googleapis.com"}));
@@ -123,7 +130,7 @@ async fn handle(shared: &Arc<Shared>, req: Request<Incoming>) -> Response<Full<B
         (404, err.body())
     };
     shared.faults.record(method.as_str(), &path_and_query, status);
-    json_response(status, &value)
+    Ok(json_response(status, &value))
 }
 
 #[cfg(test)]

@@ -73,6 +73,9 @@ mod tests {
             passwd_entry("root:x:0:0:root:/root:/bin/bash\n", "root"),
             Some(("0".into(), "0".into(), "/root".into()))
         );
+        // The key text is kept verbatim, options included, as Google's guest agent writes it.
+        let forced = parse_ssh_keys("u:command=\"/bin/false x\",no-pty ssh-ed25519 AAAA c");
+        assert_eq!(forced, [("u".to_owned(), vec!["command=\"/bin/false x\",no-pty ssh-ed25519 AAAA c".to_owned()])]);
         assert_eq!(passwd_entry("root:x:0:0:root:/root:/bin/bash\n", "ro"), None);
     }
 }

@@ -1,11 +1,11 @@
 //! Real workers for READY nodes (contract §3), made the way the Slurm lab makes its nodes
 //! (ci/lab/slurm-lab.sh): network namespaces and `nsenter --net=`, never `ip netns exec`.
 //!
-//! - One "vpc" namespace per simulator (`{prefix}-vpc`) holds a bridge `br0` at `10.X.Y.1/24`;
+//! - One "vpc" namespace per simulator (`{prefix}-vpc`) holds a bridge `br0` at `10.X.0.1/16`;
 //!   nothing routes out of it. Clients reach workers through [`Net::ssh_proxy`], a ProxyCommand
 //!   that runs socat inside it.
 //! - Each worker is a namespace `{prefix}-{node}-w{N}` with a veth into the bridge
-//!   (`10.X.Y.K/24`), `169.254.169.254` on its loopback with the worker's metadata server (a
+//!   (`10.X.Y.Z/16`, never reused in the simulator's life), `169.254.169.254` on its loopback with the worker's metadata server (a
 //!   socket the simulator binds from a thread that entered the namespace), and one sshd on
 //!   port 22 of its address.
 //! - Accounts: as GCE's guest agent, the node's `metadata.ssh-keys` lines (`user:KEY`) decide
@@ -16,6 +16,9 @@
 //!   accepted user's home directory (from /etc/passwd) is a bind mount of
 //!   `ROOT/workers/NODE/wN/home/USER`, made fresh from /etc/skel as the guest agent would. The
 //!   rest of the file system is this machine's, as with the lab's nodes.
+//! - Each worker has its own /tmp (a bind mount of `ROOT/workers/NODE/wN/tmp`, wiped with
+//!   its disk); when the simulator's root is itself under /tmp (tests), sessions get `TMPDIR`
+//!   pointing there instead, since hiding /tmp would hide sshd's own files.
 //! - Each worker has its own host name (a UTS namespace): the instance name
 //!   `t1v-n-XXXXXXXX-w-N` that the metadata's `instance/name` gives; its /etc/hostname and
 //!   /etc/hosts are bind mounts in its mount namespace, and the hosts file resolves every
@@ -31,6 +34,7 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::address::gateway;
 use crate::metadata::{Context, Instance};
 pub(crate) use crate::netns::pids_in;
 use crate::netns::{WorkerError, in_netns, io_err, kill_all, run};
@@ -40,7 +44,8 @@ use crate::sshd::{BANNER, MOTD, passwd_entry, sshd_config};
 pub(crate) struct Net {
     pub(crate) prefix: String,
     pub(crate) vpc: String,
-    pub(crate) subnet: [u8; 2],
+    /// The network is `10.{net_octet}.0.0/16`.
+    pub(crate) net_octet: u8,
     root: PathBuf,
     /// `SetEnv` of every worker's sshd: `NAME=VALUE` words.
     session_env: String,
@@ -52,7 +57,8 @@ pub(crate) struct Net {
 pub(crate) struct WorkerSpec {
     pub(crate) node_id: String,
     pub(crate) index: u32,
-    pub(crate) ip: u8,
+    /// Its address number (see `address::worker_address`).
+    pub(crate) ip: u32,
     /// `(user, public key lines)` from `ssh-keys`.
     pub(crate) users: Vec<(String, Vec<String>)>,
     pub(crate) instance: Instance,
@@ -79,7 +85,7 @@ pub(crate) struct Running {
 
 impl Net {
     /// Makes the vpc namespace and its bridge; fails loudly without root or iproute2.
-    pub(crate) fn create(root: &Path, prefix: &str, subnet: [u8; 2], ca: &Path) -> Result<Net, WorkerError> {
+    pub(crate) fn create(root: &Path, prefix: &str, net_octet: u8, ca: &Path) -> Result<Net, WorkerError> {
         // What a simulator killed with SIGKILL left behind goes first.
         crate::netns::reap_stale();
         let vpc = format!("{prefix}-vpc");
@@ -91,18 +97,18 @@ impl Net {
         let session_env = format!(
             "GCE_METADATA_HOST=169.254.169.254 GCE_METADATA_IP=169.254.169.254 GCE_METADATA_ROOT=169.254.169.254 \
              CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU=https://{gw}/ CLOUDSDK_CORE_CUSTOM_CA_CERTS_FILE={ca}",
-            gw = gateway(subnet),
+            gw = gateway(net_octet),
             ca = ca.display()
         );
         let net = Net {
             prefix: prefix.to_owned(),
             vpc: vpc.clone(),
-            subnet,
+            net_octet,
             root: root.to_owned(),
             session_env,
             closing: Mutex::new(false),
         };
-        let gateway = format!("10.{}.{}.1/24", subnet[0], subnet[1]);
+        let gateway = format!("{}/16", gateway(net_octet));
         for args in [
             &["ip", "-n", &vpc, "link", "set", "lo", "up"][..],
             &["ip", "-n", &vpc, "link", "add", "br0", "type", "bridge"],
@@ -117,9 +123,9 @@ impl Net {
         Ok(net)
     }
 
-    /// A socket on the bridge's gateway address (`10.X.Y.1:port`), for the API workers call.
+    /// A socket on the bridge's gateway address (`10.X.0.1:port`), for the API workers call.
     pub(crate) fn listen_gateway(&self, port: u16) -> std::io::Result<std::net::TcpListener> {
-        let addr = gateway(self.subnet);
+        let addr = gateway(self.net_octet);
         in_netns(&self.vpc, move || {
             let l = std::net::TcpListener::bind((addr.as_str(), port))?;
             l.set_nonblocking(true)?;
@@ -129,7 +135,7 @@ impl Net {
 
     /// An ssh_config `Host` pattern matching every worker address.
     pub(crate) fn host_pattern(&self) -> String {
-        format!("10.{}.{}.*", self.subnet[0], self.subnet[1])
+        format!("10.{}.*", self.net_octet)
     }
 
     /// The ProxyCommand that reaches `%h:%p` on the bridge.
@@ -137,8 +143,8 @@ impl Net {
         format!("nsenter --net=/run/netns/{} socat STDIO TCP:%h:%p", self.vpc)
     }
 
-    fn address(&self, ip: u8) -> String {
-        format!("10.{}.{}.{ip}", self.subnet[0], self.subnet[1])
+    fn address(&self, n: u32) -> String {
+        crate::address::worker_address(self.net_octet, n)
     }
 
     /// Makes the workers of a node (all or none: a failure removes those already made).
@@ -211,7 +217,7 @@ impl Net {
         rt: &tokio::runtime::Handle,
     ) -> Result<(), WorkerError> {
         let (ns, vpc, veth) = (worker.netns.as_str(), self.vpc.as_str(), worker.veth.as_str());
-        let cidr = format!("{}/24", worker.ip);
+        let cidr = format!("{}/16", worker.ip);
         for args in [
             &["ip", "-n", vpc, "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns][..],
             &["ip", "-n", vpc, "link", "set", veth, "master", "br0", "up"],
@@ -223,7 +229,7 @@ impl Net {
             run(args)?;
         }
         let dir = &worker.dir;
-        for sub in ["ssh", "authorized_keys", "home"] {
+        for sub in ["ssh", "authorized_keys", "home", "tmp"] {
             std::fs::create_dir_all(dir.join(sub))
                 .map_err(io_err(format!("cannot make {}", dir.join(sub).display())))?;
         }
@@ -287,7 +293,20 @@ impl Net {
             }
         }
         let config = dir.join("ssh/sshd_config");
-        std::fs::write(&config, sshd_config(&worker.ip, dir, &allowed, &self.session_env))
+        // A private /tmp, as a VM has (mode 1777); when the simulator's own files are under
+        // /tmp, hiding it would hide them from sshd: then TMPDIR points at it instead.
+        use std::os::unix::fs::PermissionsExt as _;
+        let tmp = dir.join("tmp");
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o1777))
+            .map_err(io_err(format!("cannot set the mode of {}", tmp.display())))?;
+        let mut session_env = self.session_env.clone();
+        if self.root.starts_with("/tmp") {
+            session_env.push_str(&format!(" TMPDIR={}", tmp.display()));
+        } else {
+            binds.push(tmp.to_string_lossy().into_owned());
+            binds.push("/tmp".into());
+        }
+        std::fs::write(&config, sshd_config(&worker.ip, dir, &allowed, &session_env))
             .map_err(io_err(format!("cannot write {}", config.display())))?;
         run(&["/usr/sbin/sshd", "-t", "-f", &config.to_string_lossy()])?;
         std::fs::create_dir_all("/run/sshd").map_err(io_err("cannot make /run/sshd"))?;
@@ -403,9 +422,4 @@ fn down_worker(vpc: &str, worker: &Worker, grace: Duration) {
     kill_all(&worker.netns, grace);
     let _ = run(&["ip", "-n", vpc, "link", "del", &worker.veth]);
     let _ = run(&["ip", "netns", "del", &worker.netns]);
-}
-
-/// The bridge's own address, where the API is served to workers.
-pub(crate) fn gateway(subnet: [u8; 2]) -> String {
-    format!("10.{}.{}.1", subnet[0], subnet[1])
 }

@@ -67,6 +67,8 @@ pub(crate) struct TpuWorld {
     /// The shared checkpoints dir (the bucket).
     bucket: PathBuf,
     sim: TpuSim,
+    /// The user the workers let in.
+    user: String,
     /// The environment of every `theseus` command (endpoint, CA, credentials).
     env: Vec<(String, String)>,
 }
@@ -171,10 +173,12 @@ impl TpuWorld {
             ("GOOGLE_APPLICATION_CREDENTIALS".to_owned(), credentials.display().to_string()),
             // ssh reads the config of the passwd entry's home, not of `$HOME`.
             ("THESEUS_SSH_CONFIG".to_owned(), home.join(".ssh/config").display().to_string()),
+            // Worker 0 deletes the VM this long after the job ended (default 30 s).
+            ("THESEUS_TPU_SELF_DELETE_AFTER_SECONDS".to_owned(), "2".to_owned()),
             // Not a GCE VM: the metadata server does not answer.
             ("GCE_METADATA_HOST".to_owned(), "127.0.0.1:9".to_owned()),
         ];
-        Ok(TpuWorld { theseus: bin.join("theseus"), home, code, bucket, sim, env })
+        Ok(TpuWorld { theseus: bin.join("theseus"), home, code, bucket, sim, user: user.to_owned(), env })
     }
 
     /// A `theseus` command with a clean environment, the world's `HOME` and credentials.
@@ -291,7 +295,8 @@ fn create_run_delete(world: &TpuWorld) -> Result<()> {
 }
 
 fn reuse_ready(world: &TpuWorld) -> Result<()> {
-    world.sim.create_node(ZONE, REUSE_HOST, ACCELERATOR, false)?;
+    let key = std::fs::read_to_string(world.home.join(".ssh/google_compute_engine.pub"))?;
+    world.sim.create_node(ZONE, REUSE_HOST, ACCELERATOR, &format!("{}:{}", world.user, key.trim()))?;
     wait_for("the user's VM to be READY", SHOW_TIMEOUT, Duration::from_secs(1), || {
         Ok(world.sim.node(ZONE, REUSE_HOST)?.filter(|n| n["state"] == "READY").map(|_| ()))
     })?;
@@ -449,8 +454,13 @@ fn killed_during_create(world: &TpuWorld) -> Result<()> {
     })?;
     child.kill()?;
     child.wait()?;
-    let dry = world.theseus_ok(&["gc", "--host", KILL_HOST, "--dry-run", "--older-than", "0s"])?;
-    ensure!(dry.contains(KILL_HOST), "gc --dry-run does not list the VM:\n{dry}");
+    let dry = world.theseus_ok(&["gc", "--host", KILL_HOST, "--dry-run", "--older-than", "0s", "--output", "json"])?;
+    let listed: Value = serde_json::from_str(&dry).with_context(|| format!("gc --output json: {dry}"))?;
+    let names_vm = listed.as_array().into_iter().flatten().flat_map(|h| h["deleted"].as_array().into_iter().flatten());
+    let names_vm: Vec<&Value> = names_vm.filter(|item| item.as_str().is_some_and(|i| i.contains(KILL_HOST))).collect();
+    ensure!(!names_vm.is_empty(), "gc --dry-run does not list the VM:\n{dry}");
+    eprintln!("e2e:       gc --dry-run: {}", names_vm[0]);
+    ensure!(world.sim.node(ZONE, KILL_HOST)?.is_some(), "gc --dry-run removed the VM");
     world.theseus_ok(&["gc", "--host", KILL_HOST, "--older-than", "0s"])?;
     wait_for("gc to delete the VM", SHOW_TIMEOUT, Duration::from_secs(1), || {
         Ok(world.sim.node(ZONE, KILL_HOST)?.is_none().then_some(()))

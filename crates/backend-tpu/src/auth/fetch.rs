@@ -58,7 +58,15 @@ pub(super) async fn discover(env: &Env, http: &Http, metadata_timeout: Duration)
         None => looked.push("~/.config/gcloud (HOME is not set)".to_owned()),
     }
     match env.which("gcloud") {
-        Some(program) => return Ok(Source::Gcloud { program }),
+        // gcloud installed but not logged in (a shared machine's image often has it) is not a
+        // source: its refusal joins the list and the metadata server is asked next.
+        Some(program) => {
+            let source = Source::Gcloud { program: program.clone() };
+            match gcloud_token(&source, &program).await {
+                Ok(_) => return Ok(source),
+                Err(e) => looked.push(format!("gcloud ({})", e.message)),
+            }
+        }
         None => looked.push("gcloud (not on PATH)".to_owned()),
     }
     let host = env.get("GCE_METADATA_HOST").unwrap_or(METADATA_HOST).to_owned();

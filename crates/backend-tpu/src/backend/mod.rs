@@ -110,6 +110,7 @@ pub struct TpuBackend {
     accelerator: Option<Accelerator>,
     spool_root: Option<PathBuf>,
     zone: Option<String>,
+    project: Option<String>,
     pool: Pool,
 }
 
@@ -133,6 +134,7 @@ impl TpuBackend {
             accelerator: None,
             spool_root: None,
             zone: None,
+            project: None,
             pool: Pool::default(),
         }
     }
@@ -151,9 +153,11 @@ impl TpuBackend {
         self
     }
 
-    /// The VM's zone, for the lines [`Backend::locate`] prints.
-    pub fn with_zone(mut self, zone: &str) -> Self {
+    /// The VM's zone and project (when the host names one), for the lines [`Backend::locate`]
+    /// prints.
+    pub fn with_zone(mut self, zone: &str, project: Option<&str>) -> Self {
         self.zone = Some(zone.to_owned());
+        self.project = project.map(str::to_owned);
         self
     }
 
@@ -268,6 +272,7 @@ impl Backend for TpuBackend {
     fn locate(&self, handle: &JobHandle) -> Vec<String> {
         let Ok(data) = self.data(handle) else { return Vec::new() };
         let zone = self.zone.as_deref().map(|z| format!(" --zone {z}")).unwrap_or_default();
+        let project = self.project.as_deref().map(|p| format!(" --project {p}")).unwrap_or_default();
         let log = data.workers.first().map(|w| w.run.log_file.clone()).unwrap_or_default();
         vec![
             format!(
@@ -276,7 +281,7 @@ impl Backend for TpuBackend {
                 data.workers.len(),
                 if data.created && !data.keep { ", deleted by theseus when the run ends" } else { "" }
             ),
-            format!("gcloud compute tpus tpu-vm ssh {}{zone} --worker=0 --command='tail -f {log}'", data.node),
+            format!("gcloud compute tpus tpu-vm ssh {}{zone}{project} --worker=0 --command='tail -f {log}'", data.node),
         ]
     }
 
@@ -284,7 +289,13 @@ impl Backend for TpuBackend {
         let Some(accel) = &self.accelerator else {
             return Ok(Availability::Unknown { reason: "the host's accelerator_type is not known".into() });
         };
-        let seen = match self.vm.node().await? {
+        // The API's refusal (no credentials, no permission, a bad endpoint) is the host's reason
+        // for the plan and the solver's error: the user must fix it before the host can serve.
+        let node = match self.vm.node().await {
+            Ok(node) => node,
+            Err(e) => return Ok(Availability::Unusable { reason: e.to_string() }),
+        };
+        let seen = match node {
             None => VmSeen::Absent,
             Some(n) if n.state == "READY" => VmSeen::Ready,
             Some(n) => VmSeen::Other(n.state),

@@ -124,7 +124,8 @@ impl TpuBackend {
                     JobState::Unknown,
                     format!(
                         "VM `{}` no longer exists (deleted when run `{}` ended, by cancel, or by hand): its workers' \
-                         files went with it",
+                         files, exit codes and logs went with it; to keep them, follow a run to its end \
+                         (`submit --follow`, `logs -f`) or submit with `--keep`",
                         data.node, handle.id
                     ),
                 ),

@@ -13,21 +13,19 @@
 if [[ ! -f "$theseus_tpu_run_dir/resume-base" && -f "$theseus_tpu_base_copy" ]]; then
   mkdir -p -- "$theseus_tpu_run_dir" && cp -- "$theseus_tpu_base_copy" "$theseus_tpu_run_dir/resume-base" 2> /dev/null || true
 fi
+# The bootstrap runs as this wrapper's child; worker 0 waits for it to record its resume base
+# (it does so before the job starts), copies it, then waits for the bootstrap to end: no helper
+# process outlives the job.
+bash -- "$theseus_tpu_bootstrap" &
+theseus_tpu_boot=$!
 if [[ "$theseus_tpu_worker0" == 1 && ! -f "$theseus_tpu_base_copy" ]]; then
-  (
-    i=0
-    # Only while this wrapper (`$$`) waits for the bootstrap: never outlives the job.
-    while [[ ! -f "$theseus_tpu_run_dir/resume-base" ]] && ((i < 3600)) && kill -0 $$ 2> /dev/null; do
-      sleep 1
-      i=$((i + 1))
-    done
-    if [[ -f "$theseus_tpu_run_dir/resume-base" ]] && mkdir -p -- "${theseus_tpu_base_copy%/*}" 2> /dev/null; then
-      cp -- "$theseus_tpu_run_dir/resume-base" "$theseus_tpu_base_copy.tmp.$$" 2> /dev/null \
-        && mv -f -- "$theseus_tpu_base_copy.tmp.$$" "$theseus_tpu_base_copy" 2> /dev/null
-    fi
-  ) < /dev/null > /dev/null 2>&1 &
+  while [[ ! -f "$theseus_tpu_run_dir/resume-base" ]] && kill -0 "$theseus_tpu_boot" 2> /dev/null; do sleep 0.2; done
+  if [[ -f "$theseus_tpu_run_dir/resume-base" ]] && mkdir -p -- "${theseus_tpu_base_copy%/*}" 2> /dev/null; then
+    cp -- "$theseus_tpu_run_dir/resume-base" "$theseus_tpu_base_copy.tmp.$$" 2> /dev/null \
+      && mv -f -- "$theseus_tpu_base_copy.tmp.$$" "$theseus_tpu_base_copy" 2> /dev/null
+  fi
 fi
-bash -- "$theseus_tpu_bootstrap"
+wait "$theseus_tpu_boot"
 theseus_tpu_rc=$?
 if [[ "$theseus_tpu_delete" == 1 ]]; then
   theseus_tpu_endpoint=${CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU:-https://tpu.googleapis.com/}

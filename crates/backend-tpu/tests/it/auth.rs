@@ -305,6 +305,43 @@ async fn a_failing_gcloud_says_why_without_tokens() {
     assert!(!e.message.contains("ya29"), "{e}");
 }
 
+/// gcloud installed but logged out (a shared image's) is passed over: on a GCE VM the metadata
+/// server still gives a token; elsewhere the one line names gcloud's refusal with the rest.
+#[tokio::test]
+async fn a_logged_out_gcloud_is_passed_over_for_the_metadata_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let env = bare(dir.path());
+    fake_gcloud(
+        dir.path(),
+        "echo 'ERROR: (gcloud.auth.print-access-token) You do not currently have an active account selected.' >&2; exit 1",
+    );
+    let e = auth(env).token().await.unwrap_err();
+    for place in [
+        "GOOGLE_APPLICATION_CREDENTIALS",
+        "application_default_credentials.json",
+        "no active account",
+        "metadata server",
+    ] {
+        let place = if place == "no active account" { "do not currently have an active account" } else { place };
+        assert!(e.message.contains(place), "{place}: {e}");
+    }
+    let server = MockServer::start().await;
+    let flavor = || header("Metadata-Flavor", "Google");
+    Mock::given(path("/computeMetadata/v1/"))
+        .and(flavor())
+        .respond_with(ResponseTemplate::new(200).insert_header("Metadata-Flavor", "Google"))
+        .mount(&server)
+        .await;
+    Mock::given(path("/computeMetadata/v1/instance/service-accounts/default/token"))
+        .and(flavor())
+        .respond_with(granted("ya29.vm", 3599))
+        .mount(&server)
+        .await;
+    let host = server.uri().trim_start_matches("http://").to_owned();
+    let auth = auth(bare(dir.path()).with("GCE_METADATA_HOST", host));
+    assert_eq!(auth.token().await.unwrap().secret(), "ya29.vm");
+}
+
 #[tokio::test]
 async fn the_metadata_server_gives_token_and_project() {
     let dir = tempfile::tempdir().unwrap();

@@ -404,6 +404,32 @@ fn local_and_plain_gpus() {
         hint: host l40-box did not answer its probe, so it was not used (see `-v`)
     ",
     );
+    // One host left: the error is its reason, said once.
+    check(
+        MACHINES,
+        on("l40-box", "1 l40"),
+        vec![("l40-box", unknown("probe failed: permission denied"))],
+        "
+        error: cannot satisfy 1 x l40: l40-box: availability unknown: probe failed: permission denied
+        - laptop Filtered: not the requested host l40-box
+        - l40-box Passed: availability unknown: probe failed: permission denied
+        - a100-box Filtered: not the requested host l40-box
+    ",
+    );
+    // A probe that answered with an error is not one that did not answer.
+    check(
+        MACHINES,
+        req("1 l40"),
+        vec![("laptop", unknown("probe failed: permission denied")), ("l40-box", unknown("no answer within 5s"))],
+        "
+        error: cannot satisfy 1 x l40: no host can serve 1 x l40
+        - laptop Passed: availability unknown: probe failed: permission denied
+        - l40-box Passed: availability unknown: no answer within 5s
+        - a100-box Passed: no l40 in chips (a100-sxm4-80gb: 4)
+        hint: host laptop's probe failed (its reason is above), so it was not used
+        hint: host l40-box did not answer its probe, so it was not used (see `-v`)
+    ",
+    );
 }
 
 const VOLCANO: &str = "

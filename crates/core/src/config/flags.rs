@@ -75,7 +75,7 @@ impl GivenFlag {
     /// The flag as written (`--tpu-version v2-alpha`, `--tpu-spot`), for messages.
     pub fn shown(&self) -> String {
         match &self.raw {
-            Some(raw) => format!("--{} {raw}", self.flag.name),
+            Some(raw) => format!("--{} {}", self.flag.name, crate::shell::quote(raw)),
             None => format!("--{}", self.flag.name),
         }
     }

@@ -76,9 +76,17 @@ pub(super) fn hints(
         };
         hints.push(format!("largest fit is {what} on {host}: `-n {free}` runs now"));
     }
-    for (c, _) in &looked_at {
-        if let Some(Availability::Unknown { .. }) = availability.get(&c.host) {
-            hints.push(format!("host {} did not answer its probe, so it was not used (see `-v`)", c.host));
+    // With one host looked at and nothing free, the error is that host's reason already.
+    let said = looked_at.len() == 1 && closest.is_none();
+    for (c, _) in looked_at.iter().filter(|_| !said) {
+        if let Some(Availability::Unknown { reason }) = availability.get(&c.host) {
+            // A probe that answered with an error (a bad zone, a refused login) has its own
+            // reason in the table; one that timed out did not answer.
+            hints.push(if reason.starts_with("probe failed") {
+                format!("host {}'s probe failed (its reason is above), so it was not used", c.host)
+            } else {
+                format!("host {} did not answer its probe, so it was not used (see `-v`)", c.host)
+            });
         }
     }
     hints

@@ -55,14 +55,17 @@ if [ -d del ]; then
       done
     done' theseus-store "$work" {} + || fail 25 "cannot delete files from $work"
 fi
-find add ! -type d -exec sh -c '
-  w=$1; shift
-  for f do
-    r=${f#add/}
-    case $r in */*) mkdir -p -- "$w/${r%/*}" || exit 1 ;; esac
-    if [ -d "$w/$r" ] && [ ! -L "$w/$r" ]; then rmdir -- "$w/$r" || exit 1; fi
-    mv -f -- "$f" "$w/$r" || exit 1
-  done' theseus-store "$work" {} + || fail 26 "cannot move synced files into $work"
+# A sync that only deletes sends no file: no `add` dir.
+if [ -d add ]; then
+  find add ! -type d -exec sh -c '
+    w=$1; shift
+    for f do
+      r=${f#add/}
+      case $r in */*) mkdir -p -- "$w/${r%/*}" || exit 1 ;; esac
+      if [ -d "$w/$r" ] && [ ! -L "$w/$r" ]; then rmdir -- "$w/$r" || exit 1; fi
+      mv -f -- "$f" "$w/$r" || exit 1
+    done' theseus-store "$work" {} + || fail 26 "cannot move synced files into $work"
+fi
 # Last: a sync cut before this point is done again in full by the next one.
 mv -f -- manifest.json "$work/.theseus/code-manifest.json" || fail 26 "cannot update the code manifest of $work"
 echo synced

@@ -119,6 +119,27 @@ async fn a_sync_moves_exactly_what_changed_in_copy_mode() {
     edit_and_sync(Materialize::Copy).await;
 }
 
+/// A sync whose only change is a deletion sends no file: its archive has no `add` dir.
+async fn delete_only(mode: Materialize) {
+    let code = tempfile::tempdir().unwrap();
+    write(&code.path().join("a.py"), "a\n", 0o644);
+    write(&code.path().join("b.py"), "b\n", 0o644);
+    let root = tempfile::tempdir().unwrap();
+    ship(&LocalShell, ship_request(code.path(), root.path(), mode)).await.unwrap();
+    std::fs::remove_file(code.path().join("b.py")).unwrap();
+    let report = sync(&LocalShell, sync_request(code.path(), root.path(), mode)).await.unwrap();
+    assert_eq!((report.diff.deleted.as_slice(), report.objects_sent), (["b.py".to_owned()].as_slice(), 0));
+    assert_eq!(tree(&root.path().join("p/n/r1")), ["a.py"]);
+    let again = sync(&LocalShell, sync_request(code.path(), root.path(), mode)).await.unwrap();
+    assert!(again.diff.is_empty(), "{again:?}");
+}
+
+#[tokio::test]
+async fn a_sync_that_only_deletes_works_in_both_modes() {
+    delete_only(Materialize::Link).await;
+    delete_only(Materialize::Copy).await;
+}
+
 #[tokio::test]
 async fn a_local_ship_writes_the_manifest_a_sync_reads() {
     let code = tempfile::tempdir().unwrap();

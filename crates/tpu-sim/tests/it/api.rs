@@ -198,6 +198,27 @@ async fn faults_fail_requests_and_operations_and_the_log_shows_them() {
     assert_eq!(fx.wait_op(&op).await["error"]["code"], 14);
     let (_, node) = fx.api("GET", &format!("{PARENT}/nodes/f2"), None).await;
     assert_eq!(node["state"], "READY", "a failed delete leaves the node as it was");
+    // A reset after one matching request passed: the second gets no answer at all.
+    fx.admin("POST", "faults", json!({"method": "GET", "path": "/nodes/f2", "reset": true, "skip": 1})).await;
+    assert_eq!(fx.api("GET", &format!("{PARENT}/nodes/f2"), None).await.0, 200);
+    let (ca, url, auth) = (
+        fx.sim.info().ca.clone(),
+        fx.url(&format!("{PARENT}/nodes/f2")),
+        format!("Authorization: Bearer {}", fx.token),
+    );
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("curl")
+            .arg("-sS")
+            .arg("--cacert")
+            .arg(&ca)
+            .args(["-H", &auth, &url])
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(!out.status.success() && out.stdout.is_empty(), "no answer: {}", String::from_utf8_lossy(&out.stdout));
+    assert_eq!(fx.api("GET", &format!("{PARENT}/nodes/f2"), None).await.0, 200, "a reset is used up");
     let (status, _) = fx.admin("POST", "faults", json!({"status": 200})).await;
     assert_eq!(status, 400, "a fault that is not a failure is refused");
 

@@ -206,3 +206,32 @@ async fn the_next_simulator_removes_what_a_killed_one_left() {
     assert!(processes_naming(&root.path().display().to_string()).is_empty());
     next.sim.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_node_made_right_after_a_delete_gets_new_addresses_and_answers() {
+    let user = test_user();
+    let fx = Fixture::start(|c| {
+        c.create_seconds = Duration::ZERO;
+        c.delete_seconds = Duration::ZERO;
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let (key, public) = client_key(dir.path());
+    let kh = dir.path().join("known_hosts");
+    let proxy = fx.sim.info().ssh_proxy.clone().unwrap();
+    let ssh = Ssh { key, known_hosts: kh.clone(), proxy, user: user.clone() };
+    let mut seen = std::collections::BTreeSet::new();
+    for round in 0..5 {
+        let id = format!("again-{round}");
+        let done = fx.create_node(&id, ssh_body(&user, &public)).await;
+        assert_eq!(done["response"]["state"], "READY", "{done}");
+        let list = workers(&fx, &id, &kh).await;
+        let ip0 = list[0]["ip"].as_str().unwrap().to_owned();
+        assert!(seen.insert(ip0.clone()), "round {round}: {ip0} was handed out before");
+        let (code, out) = ssh.run(&ip0, "hostname").await;
+        assert_eq!(code, 0, "round {round}: {out}");
+        // Delete and, without waiting for anything else, the next round creates.
+        let (_, op) = fx.api("DELETE", &format!("{PARENT}/nodes/{id}"), None).await;
+        fx.wait_op(&op).await;
+    }
+}

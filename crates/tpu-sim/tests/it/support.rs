@@ -27,7 +27,8 @@ impl Fixture {
     }
 
     pub(crate) async fn start(tune: impl FnOnce(&mut SimConfig)) -> Fixture {
-        let root = tempfile::tempdir().unwrap();
+        // Under /var/tmp: a root under /tmp would keep the workers from a private /tmp.
+        let root = tempfile::tempdir_in("/var/tmp").unwrap();
         let mut config = SimConfig { root: root.path().to_owned(), ..SimConfig::default() };
         tune(&mut config);
         let sim = Sim::start(config).await.unwrap();

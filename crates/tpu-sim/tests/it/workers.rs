@@ -162,6 +162,13 @@ async fn two_workers_log_in_see_each_other_and_die_with_a_preemption() {
     let host_name = std::fs::read_to_string("/etc/hostname").unwrap_or_default();
     assert!(!host_name.contains("t1v-n-"), "the host keeps its own name");
 
+    // Each worker has its own /tmp.
+    let (_, t0) = ssh.run(&ip(0), "echo zero > /tmp/scratch-w; echo ${TMPDIR:-unset}").await;
+    assert_eq!(t0, "unset");
+    let (_, t1) = ssh.run(&ip(1), "cat /tmp/scratch-w 2>/dev/null || echo none").await;
+    assert_eq!(t1, "none");
+    assert!(!Path::new("/tmp/scratch-w").exists(), "nor is it the host's /tmp");
+
     // A worker calls the API (as worker 0 deleting its own VM does) with the metadata
     // server's token, through the endpoint and CA its sessions are given.
     let call = "t=$(curl -sf -H Metadata-Flavor:Google http://$GCE_METADATA_IP/computeMetadata/v1/instance/service-accounts/default/token \
@@ -172,10 +179,9 @@ async fn two_workers_log_in_see_each_other_and_die_with_a_preemption() {
     assert_eq!(code, 0, "{out}");
     let seen: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(seen["state"], "READY");
-    assert_eq!(
-        Some(format!("https://{}/", ip(0).rsplit_once('.').unwrap().0.to_owned() + ".1")),
-        fx.sim.info().worker_endpoint
-    );
+    let first = ip(0);
+    let net: Vec<&str> = first.split('.').take(2).collect();
+    assert_eq!(Some(format!("https://{}.0.1/", net.join("."))), fx.sim.info().worker_endpoint);
 
     // A TPU VM image greets every connection (on ssh's stderr), as real ones do.
     let (_, _, stderr) = ssh.run_full(&ip(0), "true").await;

@@ -124,11 +124,12 @@ impl TpuSim {
         }
     }
 
-    /// Creates node `id` as its user would (not labelled by theseus).
-    pub(crate) fn create_node(&self, zone: &str, id: &str, accelerator: &str, spot: bool) -> Result<()> {
+    /// Creates node `id` as its user would (not labelled by theseus), with `ssh_keys` in its
+    /// metadata (what `gcloud compute tpus tpu-vm ssh` adds on a first login).
+    pub(crate) fn create_node(&self, zone: &str, id: &str, accelerator: &str, ssh_keys: &str) -> Result<()> {
         let body = json!({
             "acceleratorType": accelerator, "runtimeVersion": "tpu-ubuntu2204-base",
-            "schedulingConfig": {"spot": spot},
+            "metadata": {"ssh-keys": ssh_keys},
         });
         match self.google("POST", &format!("{zone}/nodes?nodeId={id}"), Some(&body))? {
             (200, _) => Ok(()),
