@@ -16,11 +16,11 @@
 //!
 //! The Cloud TPU flows (`submit`, `status`, `cancel`, `gc`) run against `theseus-tpu-sim`, a
 //! fresh one per case, whose workers are real sshd that let in the lab's user ([`tpu`]): each
-//! distinct API request of the flow in turn answers 500 or 503 (429 with `--full`), the first
-//! operation it waits on ends with INTERNAL, and each remote command on the workers is failed as
-//! on the lab, through a forced-command line in the VM's `ssh-keys` metadata. A recovery
-//! (`cancel`, `gc`) follows; a node or queued resource labelled `theseus-created` that is still
-//! there is left behind.
+//! API request of the flow in turn answers 500, 503, 429 or a reset, the first operation it waits
+//! on ends with INTERNAL, and each remote command on the workers is failed as on the lab,
+//! through a forced-command line in the VM's `ssh-keys` metadata. A recovery (`cancel`, `gc`)
+//! follows; a node or queued resource labelled `theseus-created` still there is left behind.
+//! The short matrix keeps a few of these cases ([`tpu`] says which).
 //!
 //! The client-crash matrix ([`crash`]) kills `submit --follow` with SIGKILL at each phase on
 //! every backend and judges what a user's next commands find; the load cases ([`load`]) start

@@ -8,15 +8,18 @@
 //! a run the client lost shows here too), and a `cancel` that said it succeeded must have
 //! deleted its VM.
 //!
-//! API requests fail through the simulator's fault API (`POST /sim/v1/faults`), which fails the
-//! NEXT request that matches a method and a path fragment: so each distinct request of a flow is
-//! failed at its first occurrence only (later rounds of an operation's or a node's polls are not,
-//! as the short lab matrix skips later rounds of a wait loop), with HTTP 500 (503 UNAVAILABLE
-//! and 429 with `--full`); the first create or delete operation the flow waits on ending with
-//! `google.rpc.Code` 13 (INTERNAL) is one more case. The simulator has no connection-reset
-//! fault yet.
+//! API requests fail through the simulator's fault API (`POST /sim/v1/faults`): a method, a
+//! path fragment and a `skip` (how many matching requests of the clean run come before it)
+//! single out each request of the run in turn. `--full` (every flow) fails every request with
+//! 500, 503 UNAVAILABLE, 429 and a reset connection, and ends the first create or delete
+//! operation the flow waits on with `google.rpc.Code` 13 (INTERNAL).
 //!
-//! Remote commands on the workers fail as on the lab ([`crate::inject`]): the injector's
+//! The short matrix (in every `cargo xtask test`, about 150 s at most) runs `submit` and
+//! `cancel` only: 500 on the first request of each kind, each remote command of `submit`
+//! refused, its launch's connection dropped, and the answer of `cancel`'s kill lost.
+//!
+//! Remote commands on the workers fail as on the lab ([`crate::inject`]; with `--full` every
+//! command of every flow each way): the injector's
 //! forced-command line is the first `ssh-keys` entry of the host's metadata, which Google's
 //! guest agent (and the simulator) copy as they are into the worker's `authorized_keys`, and
 //! its key is the user's `~/.ssh/google_compute_engine`, which theseus adds after it.
@@ -359,9 +362,11 @@ impl World {
     /// one), so that it does not fail the recovery or the harness's own reads.
     fn consume(&self, fault: &Value, before: usize) -> Result<(), String> {
         let (Some(method), Some(fragment)) = (fault["method"].as_str(), fault["path"].as_str()) else { return Ok(()) };
-        let met = self.sim.requests()?.iter().skip(before).any(|(m, p)| m == method && p.contains(fragment));
-        if !met {
-            self.sim.call(method, fragment, None, None)?;
+        let skip = fault["skip"].as_u64().unwrap_or(0) as usize;
+        let met = self.sim.requests()?.iter().skip(before).filter(|(m, p)| m == method && p.contains(fragment)).count();
+        // A reset answers nothing: curl fails, as it should.
+        for _ in met..=skip {
+            let _ = self.sim.call(method, fragment, None, None);
         }
         Ok(())
     }
@@ -428,29 +433,33 @@ fn fragment(path: &str) -> String {
     }
 }
 
-/// The requests a fault can single out: for each, the request (1-based) that a fault on its
-/// method and [`fragment`] fails (the first of the run that matches), each once.
-fn targets(requests: &[(String, String)]) -> Vec<(usize, String, String)> {
-    let mut found: Vec<(usize, String, String)> = Vec::new();
-    for (method, path) in requests {
-        let fragment = fragment(path);
-        let Some(hit) = requests.iter().position(|(m, p)| m == method && p.contains(&fragment)) else { continue };
-        if !found.iter().any(|(n, ..)| *n == hit + 1) {
-            found.push((hit + 1, method.clone(), fragment));
-        }
-    }
-    found.sort_by_key(|(n, ..)| *n);
-    found
+/// Each request of a clean run as a fault singles it out: its number (1-based), method, path
+/// [`fragment`], how many earlier requests match those (the fault's `skip`), and whether it is
+/// the first of its kind ([`request_name`]).
+fn targets(requests: &[(String, String)]) -> Vec<(usize, String, String, usize, bool)> {
+    requests
+        .iter()
+        .enumerate()
+        .map(|(i, (method, path))| {
+            let fragment = fragment(path);
+            let skip = requests[..i].iter().filter(|(m, p)| m == method && p.contains(&fragment)).count();
+            let name = request_name(method, path);
+            let first = !requests[..i].iter().any(|(m, p)| request_name(m, p) == name);
+            (i + 1, method.clone(), fragment, skip, first)
+        })
+        .collect()
 }
 
-/// The remote-command faults of a flow: the short matrix fails the commands of `submit` and
-/// `cancel` (which start and stop things) every way, and those of `status` and `gc` (which
-/// read, then delete through the API) by a dropped connection only; `--full` every way.
-fn remote_faults(full: bool, flow: &str) -> &'static [&'static str] {
-    match (full, flow) {
-        (true, _) => FAULTS,
-        (false, "submit" | "cancel") => &["fail", "drop", "lost"],
-        (false, _) => &["drop"],
+/// The remote-command faults of step `n` of a flow: `--full` fails every step every way; the
+/// short matrix refuses each command of `submit`, drops the connection of its launch, and loses
+/// the answer of `cancel`'s kill.
+fn remote_faults(full: bool, flow: &str, step: &str) -> &'static [&'static str] {
+    match (full, flow, step) {
+        (true, ..) => FAULTS,
+        (false, "submit", "claim+launch") => &["fail", "drop"],
+        (false, "submit", _) => &["fail"],
+        (false, "cancel", "mark+kill") => &["lost"],
+        _ => &[],
     }
 }
 
@@ -488,7 +497,12 @@ pub(crate) fn run(theseus: &Path, lab: &Lab, full: bool, only: &[String], jobs: 
     // Each case has a simulator with its workers' sshd; they mostly wait, as the other matrices' do.
     let injectors = (0..jobs.clamp(1, 4)).map(|_| Injector::make()).collect::<Result<Vec<_>, _>>()?;
     let mut counted = Vec::new();
-    for flow in FLOWS.iter().filter(|f| only.is_empty() || only.iter().any(|o| o == f.name)) {
+    // The short matrix (in every CI run) takes the flows that start and stop things.
+    let chosen = |f: &&Flow| match only {
+        [] => full || matches!(f.name, "submit" | "cancel"),
+        only => only.iter().any(|o| o == f.name),
+    };
+    for flow in FLOWS.iter().filter(chosen) {
         let injector = &injectors[0];
         injector.clear()?;
         let world = World::start(theseus, lab, injector)?;
@@ -517,13 +531,23 @@ pub(crate) fn run(theseus: &Path, lab: &Lab, full: bool, only: &[String], jobs: 
         eprintln!("chaos: tpu {} runs {} remote commands: {}", flow.name, commands.len(), commands.join(" | "));
         counted.push(Counted { flow, requests, names, commands });
     }
-    let statuses: &[u16] = if full { &[500, 503, 429] } else { &[500] };
     let mut planned = Vec::new();
     for Counted { flow, requests, names, commands } in &counted {
-        for (n, method, fragment) in targets(requests) {
-            for status in statuses {
-                let fault = Fault::Api(json!({"method": method, "path": fragment, "status": status}));
-                planned.push(Planned { flow, names, n, label: status.to_string(), fault });
+        for (n, method, fragment, skip, first) in targets(requests) {
+            let mut faults = vec![("500".to_owned(), json!({"status": 500}))];
+            if full {
+                faults.push(("503".to_owned(), json!({"status": 503})));
+                faults.push(("429".to_owned(), json!({"status": 429})));
+                faults.push(("reset".to_owned(), json!({"reset": true})));
+            } else if !first {
+                // The short matrix: the first request of each kind.
+                continue;
+            }
+            for (label, mut fault) in faults {
+                fault["method"] = json!(method);
+                fault["path"] = json!(fragment);
+                fault["skip"] = json!(skip);
+                planned.push(Planned { flow, names, n, label, fault: Fault::Api(fault) });
             }
         }
         // The first operation the flow waits on ends with INTERNAL.
@@ -532,12 +556,12 @@ pub(crate) fn run(theseus: &Path, lab: &Lab, full: bool, only: &[String], jobs: 
             "DELETE" => Some((i, "delete")),
             _ => None,
         });
-        if let Some((i, verb)) = waited {
+        if let Some((i, verb)) = waited.filter(|_| full) {
             let fault = Fault::Api(json!({"operation": {"code": 13, "verb": verb}}));
             planned.push(Planned { flow, names, n: i + 1, label: format!("{verb} op code 13"), fault });
         }
-        for fault in remote_faults(full, flow.name) {
-            for n in (1..=commands.len()).filter(|n| full || !matrix::repeats_a_poll(commands, n - 1)) {
+        for n in (1..=commands.len()).filter(|n| full || !matrix::repeats_a_poll(commands, n - 1)) {
+            for fault in remote_faults(full, flow.name, &commands[n - 1]) {
                 planned.push(Planned {
                     flow,
                     names: commands,
@@ -616,6 +640,39 @@ mod tests {
         assert_eq!(request_name("POST", &format!("{base}/nodes/x:getGuestAttributes")), "POST node:getGuestAttributes");
         assert_eq!(request_name("DELETE", &format!("{base}/queuedResources/x?force=true")), "DELETE queuedResource");
         assert_eq!(request_name("POST", "/token"), "POST token");
+    }
+
+    #[test]
+    fn every_request_is_singled_out_by_how_many_before_it_match() {
+        let base = "/v2/projects/p/locations/z";
+        let requests: Vec<(String, String)> = [
+            ("POST", "/token".to_owned()),
+            ("GET", format!("{base}/nodes/x")),
+            ("POST", format!("{base}/nodes?nodeId=x")),
+            ("GET", format!("{base}/operations/op-1")),
+            ("GET", format!("{base}/operations/op-1")),
+            ("GET", format!("{base}/nodes/x")),
+            ("GET", format!("{base}/nodes")),
+        ]
+        .into_iter()
+        .map(|(m, p)| (m.to_owned(), p))
+        .collect();
+        let got: Vec<(usize, usize, bool)> =
+            targets(&requests).into_iter().map(|(n, _, _, skip, first)| (n, skip, first)).collect();
+        // The list's fragment (`.../nodes`) is in both reads of node x before it.
+        assert_eq!(
+            got,
+            [(1, 0, true), (2, 0, true), (3, 0, true), (4, 0, true), (5, 1, false), (6, 1, false), (7, 2, true)]
+        );
+    }
+
+    #[test]
+    fn the_short_matrix_fails_each_submit_command_and_the_launch_and_kill_every_way_it_matters() {
+        assert_eq!(remote_faults(false, "submit", "store upload"), ["fail"]);
+        assert_eq!(remote_faults(false, "submit", "claim+launch"), ["fail", "drop"]);
+        assert_eq!(remote_faults(false, "cancel", "mark+kill"), ["lost"]);
+        assert!(remote_faults(false, "cancel", "login env").is_empty());
+        assert_eq!(remote_faults(true, "gc", "home"), FAULTS);
     }
 
     #[test]
