@@ -31,7 +31,9 @@ impl Sim {
             .stdout(Stdio::piped())
             .stderr(log)
             .spawn()
-            .map_err(|e| format!("cannot run {}: {e}", bin.display()))?;
+            .map_err(|e| {
+                format!("cannot run {}: {e} (`cargo build -p theseus-tpu-sim` puts it beside `theseus`)", bin.display())
+            })?;
         let mut line = String::new();
         let read = child.stdout.take().map(|out| BufReader::new(out).read_line(&mut line));
         let ready: Value = serde_json::from_str(line.trim()).unwrap_or_default();
