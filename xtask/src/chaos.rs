@@ -1,8 +1,10 @@
-//! `cargo xtask chaos [--full] [--flows=submit,cancel,..] [--backends=volcano,plain,slurm,crash] [--jobs=N]`:
+//! `cargo xtask chaos [--full] [--flows=submit,cancel,..] [--backends=volcano,plain,slurm,tpu,crash,load] [--jobs=N]`:
 //! builds `theseus` and the fault matrix runner (`crates/chaos`) and runs it: every API request
 //! of `submit`, `status`, `logs -f`, `cancel`, `gc` and `logs -f` of a collected run against the Kubernetes simulator fails in
 //! turn; every remote command of `submit` and `cancel` on the lab's plain and Slurm hosts is
-//! refused, loses its connection, or runs unheard; and the client is killed with SIGKILL at each
+//! refused, loses its connection, or runs unheard; every API request and every remote command
+//! of `submit`, `status`, `cancel` and `gc` on a Cloud TPU host against `theseus-tpu-sim`
+//! (whose workers log in the lab's user) fails in turn; and the client is killed with SIGKILL at each
 //! phase of `submit --follow` on all four backends. Each case must end in success or one clear
 //! error, without a hang, a panic, or anything left behind. `test` runs the short matrix (500,
 //! reset, and 409 on submit against the simulator); `--full` adds 429 and requests that never
@@ -40,10 +42,10 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
 
 fn run_with(root: &Path, args: &[String], lab: Option<&crate::lab::Lab>, require_all: bool) -> Result<()> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    eprintln!("chaos: building theseus and theseus-chaos");
+    eprintln!("chaos: building theseus, theseus-tpu-sim and theseus-chaos");
     let status = Command::new(cargo)
         .current_dir(root)
-        .args(["build", "--bins", "-p", "theseus-cli", "-p", "theseus-chaos"])
+        .args(["build", "--bins", "-p", "theseus-cli", "-p", "theseus-tpu-sim", "-p", "theseus-chaos"])
         .status()
         .context("cannot run cargo build")?;
     if !status.success() {
@@ -74,7 +76,7 @@ fn run_with(root: &Path, args: &[String], lab: Option<&crate::lab::Lab>, require
             }
             other => bail!(
                 "unknown argument `{other}`: cargo xtask chaos [--full] [--flows=submit,cancel,..] \
-                 [--backends=volcano,plain,slurm,crash] [--jobs=N]"
+                 [--backends=volcano,plain,slurm,tpu,crash,load] [--jobs=N]"
             ),
         }
     }

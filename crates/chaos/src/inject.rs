@@ -60,13 +60,30 @@ pub(crate) const FAULTS: &[&str] = &["fail", "drop", "lost", "lost+down"];
 /// A forced-command key in the lab's `authorized_keys`.
 pub(crate) struct Injector {
     dir: tempfile::TempDir,
-    authorized: PathBuf,
+    /// The file [`Injector::install`] added the line to (it is removed again on drop).
+    authorized: Option<PathBuf>,
     line_mark: String,
+    line: String,
 }
 
 impl Injector {
     /// Makes the key and adds its line to `authorized` (the lab's `authorized_keys`).
     pub(crate) fn install(authorized: &Path) -> Result<Injector, String> {
+        let mut injector = Injector::make()?;
+        remove_stale_lines(authorized)?;
+        let mut text = std::fs::read_to_string(authorized).map_err(|e| format!("{}: {e}", authorized.display()))?;
+        if !text.is_empty() && !text.ends_with('\n') {
+            text.push('\n');
+        }
+        text.push_str(&format!("{}\n", injector.line));
+        std::fs::write(authorized, text).map_err(|e| format!("{}: {e}", authorized.display()))?;
+        injector.authorized = Some(authorized.to_owned());
+        Ok(injector)
+    }
+
+    /// Makes the key and the script only: [`Injector::line`] goes where the host takes its keys
+    /// from (a TPU VM's `ssh-keys` metadata).
+    pub(crate) fn make() -> Result<Injector, String> {
         let dir = tempfile::Builder::new().prefix("theseus-chaos-ssh-").tempdir().map_err(|e| e.to_string())?;
         // The lab's user runs the script and writes its counter and log.
         set_mode(dir.path(), 0o777)?;
@@ -94,14 +111,13 @@ impl Injector {
         // One process may install several keys (one per worker): the pid, then which key.
         static INSTALLED: AtomicUsize = AtomicUsize::new(0);
         let line_mark = format!("{MARK}{}-{}", std::process::id(), INSTALLED.fetch_add(1, Ordering::SeqCst));
-        remove_stale_lines(authorized)?;
-        let mut text = std::fs::read_to_string(authorized).map_err(|e| format!("{}: {e}", authorized.display()))?;
-        if !text.is_empty() && !text.ends_with('\n') {
-            text.push('\n');
-        }
-        text.push_str(&format!("command=\"{}\" {kind} {blob} {line_mark}\n", script.display()));
-        std::fs::write(authorized, text).map_err(|e| format!("{}: {e}", authorized.display()))?;
-        Ok(Injector { dir, authorized: authorized.to_owned(), line_mark })
+        let line = format!("command=\"{}\" {kind} {blob} {line_mark}", script.display());
+        Ok(Injector { dir, authorized: None, line_mark, line })
+    }
+
+    /// The `authorized_keys` line that forces the key's commands through the script.
+    pub(crate) fn line(&self) -> &str {
+        &self.line
     }
 
     /// The private key that goes through the script.
@@ -147,10 +163,11 @@ impl Injector {
 
 impl Drop for Injector {
     fn drop(&mut self) {
-        if let Ok(text) = std::fs::read_to_string(&self.authorized) {
+        let Some(authorized) = &self.authorized else { return };
+        if let Ok(text) = std::fs::read_to_string(authorized) {
             let kept: String =
                 text.lines().filter(|l| !l.ends_with(&self.line_mark)).map(|l| format!("{l}\n")).collect();
-            let _ = std::fs::write(&self.authorized, kept);
+            let _ = std::fs::write(authorized, kept);
         }
     }
 }
@@ -193,6 +210,8 @@ pub(crate) fn step_name(cmd: &str) -> String {
         (has("squeue"), "squeue"),
         (has("exists=1"), "read run dir"),
         (has("kill"), "kill"),
+        (has("THESEUS_LOCAL_RUN="), "run alive?"),
+        (has("printf") && has("\"$HOME\"") && cmd.len() < 60, "home"),
     ];
     if let Some((_, name)) = named.iter().find(|(hit, _)| *hit) {
         return (*name).to_owned();
@@ -225,6 +244,11 @@ mod tests {
         assert_eq!(step_name("squeue --json --states=all --jobs 37"), "squeue");
         assert_eq!(step_name("sh -c 'flock -w 120 9; date > \"$run_dir/cancelled\"; kill'"), "mark+kill");
         assert_eq!(step_name("echo hello world"), "echo hello");
+        assert_eq!(step_name(r#"sh -c 'printf '\''%s'\'' "$HOME"' sh"#), "home");
+        assert_eq!(
+            step_name(r#"sh -c 'grep -lzxF -- "THESEUS_LOCAL_RUN=$1" /proc/[0-9]*/environ' sh r"#),
+            "run alive?"
+        );
         assert_eq!(step_name("sh -c 'echo m1; export -p; echo m2\nprintf ... | \"$SHELL\" -l'"), "login env");
         assert!(step_name(&"x".repeat(100)).chars().count() <= 31);
     }
