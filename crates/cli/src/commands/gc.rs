@@ -153,7 +153,15 @@ async fn host_gc(
         Err(Error::NotSupported { .. }) => out.notes.push(not_yet(host.kind(), "reclaimed")),
         Err(e) => out.errors.push(e.to_string()),
     }
+    out.errors = distinct(std::mem::take(&mut out.errors));
     out
+}
+
+/// `errors` without repeats, in order: a host that cannot be reached fails its leftover check
+/// and its store cleanup with the same sentence, which is said once.
+fn distinct(errors: Vec<String>) -> Vec<String> {
+    let mut seen = BTreeSet::new();
+    errors.into_iter().filter(|e| seen.insert(e.clone())).collect()
 }
 
 /// One line per run code dir and leftover, one for all objects, one total for the host.
@@ -172,6 +180,12 @@ fn describe(ctx: &Context, host: &str, verb: &str, report: &ReclaimReport) {
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
+
+    #[test]
+    fn a_hosts_repeated_error_is_said_once() {
+        let errors = ["unreachable", "other", "unreachable"].map(String::from).to_vec();
+        assert_eq!(super::distinct(errors), ["unreachable", "other"]);
+    }
 
     #[test]
     fn ages_parse_with_units() {
