@@ -87,8 +87,9 @@ pub(crate) async fn run(ctx: &Context, args: GcArgs) -> Result<ExitCode> {
         for note in &r.notes {
             ctx.info(format!("theseus: {}: {note}", r.host));
         }
-        for error in &r.errors {
-            eprintln!("error: {}: {error}", r.host);
+        // One line per host: an unreachable host fails its leftover check and its store cleanup.
+        if !r.errors.is_empty() {
+            eprintln!("error: {}: {}", r.host, r.errors.join("; also: "));
         }
     }
     let freed_verb = if args.dry_run { "would free" } else { "freed" };
