@@ -40,7 +40,7 @@ impl Gpu {
     /// Whether a job is already using the GPU.
     pub fn is_busy(&self) -> bool {
         match self.total_mib {
-            Some(total) if total > 0 => self.used_mib * 10 >= total,
+            Some(total) if total > 0 => self.used_mib.saturating_mul(10) >= total,
             _ => self.used_mib >= UNKNOWN_TOTAL_BUSY_MIB,
         }
     }
@@ -106,7 +106,7 @@ pub fn parse(gpus_output: &str, apps_output: &str) -> Result<GpuInventory, Parse
         let Some((uuid, used)) = raw.split_once(',') else { continue };
         let Ok(used) = used.trim().parse::<u64>() else { continue };
         if let Some(gpu) = inv.gpus.iter_mut().find(|g| g.uuid == uuid.trim()) {
-            gpu.used_mib += used;
+            gpu.used_mib = gpu.used_mib.saturating_add(used);
         }
     }
     Ok(inv)
@@ -170,6 +170,17 @@ mod tests {
         let by_chip = inv.by_chip();
         assert_eq!(by_chip["l40"], (1, 1));
         assert_eq!(by_chip["Tesla K80"], (1, 1));
+    }
+
+    #[test]
+    fn absurd_memory_figures_saturate_instead_of_overflowing() {
+        // Found by the fuzzer: a use of 2^61 MiB overflowed the 10 % rule's product.
+        let huge = format!("GPU-aaaa, {}\nGPU-aaaa, {}\n", u64::MAX / 4, u64::MAX / 4);
+        let inv = parse(H100X2, &huge).unwrap();
+        assert_eq!(inv.free(None), 1);
+        assert_eq!(inv.gpus[0].used_mib, u64::MAX / 4 * 2);
+        let more = format!("GPU-aaaa, {}\nGPU-aaaa, {}\n", u64::MAX, u64::MAX);
+        assert_eq!(parse(H100X2, &more).unwrap().gpus[0].used_mib, u64::MAX);
     }
 
     #[test]
