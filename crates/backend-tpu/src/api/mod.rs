@@ -404,8 +404,9 @@ fn is_location_error(message: &str) -> bool {
     google.contains("location") && !google.contains("node") && !google.contains("queuedresource")
 }
 
-/// Percent-encodes a query value (ids and page tokens are mostly safe; `+`, `/`, `=` are not).
-fn query_escape(text: &str) -> String {
+/// Percent-encodes a query or form value (ids and page tokens are mostly safe; `+`, `/`, `=`
+/// are not): every byte but RFC 3986's unreserved ones.
+pub(crate) fn query_escape(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for b in text.bytes() {
         if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {

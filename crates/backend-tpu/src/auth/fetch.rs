@@ -327,17 +327,7 @@ fn ini_value(text: &str, section: &str, key: &str) -> Option<String> {
 
 /// `application/x-www-form-urlencoded`.
 fn form(pairs: &[(&str, &str)]) -> String {
-    let escape = |text: &str| {
-        let mut out = String::new();
-        for b in text.bytes() {
-            if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
-                out.push(b as char);
-            } else {
-                out.push_str(&format!("%{b:02X}"));
-            }
-        }
-        out
-    };
+    let escape = crate::api::query_escape;
     pairs.iter().map(|(k, v)| format!("{}={}", escape(k), escape(v))).collect::<Vec<_>>().join("&")
 }
 
