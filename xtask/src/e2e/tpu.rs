@@ -98,7 +98,16 @@ pub(crate) fn run(root: &Path, bin: &Path, only: &[u32], keep: bool) -> Result<(
         "the TPU scenarios log in to the simulator's workers as `{user}`, who does not exist here: run `cargo xtask lab up` first (it makes the user)"
     );
     let scratch = scratch_dir(root, "tpu")?;
-    let world = TpuWorld::start(bin, &scratch, &user, &python)?;
+    // What the workers' user reads or writes (the simulator's root with their authorized keys,
+    // the shared bucket) must be reachable by that user, which a checkout inside a private dir
+    // (`mktemp -d` is 0700) is not: it lives under /var/tmp, as the lab does.
+    let shared = PathBuf::from(format!("/var/tmp/theseus-tpu-e2e-{}", std::process::id()));
+    std::fs::create_dir_all(&shared)?;
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o755))?;
+    }
+    let world = TpuWorld::start(bin, &scratch, &shared, &user, &python)?;
     eprintln!("e2e: TPU simulator at {}, scratch dir {}", world.sim.endpoint, scratch.display());
     let mut failed = Vec::new();
     for (n, title, scenario) in wanted {
@@ -120,7 +129,9 @@ pub(crate) fn run(root: &Path, bin: &Path, only: &[u32], keep: bool) -> Result<(
     drop(world);
     if failed.is_empty() && !keep {
         let _ = std::fs::remove_dir_all(&scratch);
+        let _ = std::fs::remove_dir_all(&shared);
     } else {
+        eprintln!("e2e: kept {} (the simulator's root and the bucket)", shared.display());
         eprintln!("e2e: kept {} (HOME, the simulator's root and worker disks)", scratch.display());
     }
     if !failed.is_empty() {
@@ -130,20 +141,17 @@ pub(crate) fn run(root: &Path, bin: &Path, only: &[u32], keep: bool) -> Result<(
 }
 
 impl TpuWorld {
-    fn start(bin: &Path, scratch: &Path, user: &str, python: &Path) -> Result<TpuWorld> {
-        let (home, code, bucket) = (scratch.join("home"), scratch.join("code"), scratch.join("bucket"));
+    fn start(bin: &Path, scratch: &Path, shared: &Path, user: &str, python: &Path) -> Result<TpuWorld> {
+        let (home, code, bucket) = (scratch.join("home"), scratch.join("code"), shared.join("bucket"));
         for dir in [&home.join(".ssh"), &bucket] {
             std::fs::create_dir_all(dir)?;
         }
         // The bucket is a mount every worker's user writes to; the dirs above it must let them in.
         use std::os::unix::fs::PermissionsExt as _;
         std::fs::set_permissions(&bucket, std::fs::Permissions::from_mode(0o1777))?;
-        for dir in bucket.ancestors().skip(1).take_while(|d| d.starts_with(scratch.parent().unwrap_or(scratch))) {
-            let mode = std::fs::metadata(dir)?.permissions().mode();
-            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode | 0o711))?;
-        }
+
         super::World::write_code(&code)?;
-        let sim = TpuSim::start(&bin.join("theseus-tpu-sim"), &scratch.join("sim"), &[ZONE, QUOTA_ZONE])?;
+        let sim = TpuSim::start(&bin.join("theseus-tpu-sim"), &shared.join("sim"), &[ZONE, QUOTA_ZONE])?;
         // The user's key, where gcloud keeps the one it puts in a TPU VM's metadata.
         let key = home.join(".ssh/google_compute_engine");
         let out = Command::new("ssh-keygen")
