@@ -137,11 +137,21 @@ pub(crate) async fn solve(
             .map_err(|e| anyhow!("{}: {} (after --oversubscribe was applied)", e.path, e.message))?;
     }
     theseus_core::job::validate_name("job name", &args.name)?;
-    let mut experiment = match experiment {
-        Some(experiment) => experiment,
-        None => Experiment::load(&args.experiment)?,
+    let experiment = match experiment {
+        Some(mut experiment) => {
+            experiment.apply_overrides(&args.overrides)?;
+            experiment
+        }
+        // An experiment, or a job config of the original (`job:`; `-j`, `--n_shards`, `--load`).
+        None => {
+            let options = theseus_core::original::Options {
+                job: args.original.job.clone(),
+                n_shards: args.original.n_shards,
+                load: args.original.load.clone(),
+            };
+            theseus_core::original::load(&args.experiment, &options, &args.overrides)?
+        }
     };
-    experiment.apply_overrides(&args.overrides)?;
     let spec = JobSpec {
         name: args.name.clone(),
         project: args.project.clone(),

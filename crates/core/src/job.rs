@@ -36,6 +36,10 @@ pub struct Experiment {
     /// Free-form config the job reads from the file named by `THESEUS_CONFIG`.
     #[serde(default)]
     pub config: serde_json::Value,
+    /// The registry key of a job config of the original ([`crate::original`]), which this
+    /// experiment runs; never read from an experiment file.
+    #[serde(default, skip_deserializing, skip_serializing_if = "Option::is_none")]
+    pub job_key: Option<String>,
 }
 
 /// The `entrypoint` of an [`Experiment`].

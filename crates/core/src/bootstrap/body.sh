@@ -98,6 +98,73 @@ theseus_write_metadata() {
   mv -f -- "$tmp" "$theseus_metadata"
 }
 
+# ---- output.log: the job's stdout and stderr, also copied beside metadata.json ----
+# As the original's status tree had it: `output.log` (rank 0; `output.rank-<i>.log` for the
+# others) in $THESEUS_RUN_DIR. theseus_capture_begin starts two `tee`s reading from FIFOs (the
+# job's stdout and stderr go on where they went before) and opens their write ends as
+# theseus_capture_out/theseus_capture_err, the fds the job's command is given. The tees ignore
+# TERM/INT/HUP, so that the last lines of a stopped job are still copied, and are not children
+# of the bootstrap (a double fork; same process group): a child that outlives a TERM to the
+# whole group makes bash's later `wait` for the dead heartbeat hang. theseus_capture_end closes
+# the write ends and waits for the copies (at most THESEUS_CAPTURE_WAIT_SECONDS, 10: what the
+# job left running may hold a write end), so that the log is complete before the final
+# metadata. Without mkfifo or tee: no copy, one line.
+if ((theseus_rank == 0)); then
+  theseus_output_log="$THESEUS_RUN_DIR/output.log"
+else
+  theseus_output_log="$THESEUS_RUN_DIR/output.rank-$theseus_rank.log"
+fi
+theseus_capture_out=1 theseus_capture_err=2 theseus_capture_pids=()
+
+# theseus_capture_alive PID: whether the copy PID still runs (a zombie has ended).
+theseus_capture_alive() {
+  kill -0 "$1" 2> /dev/null || return 1
+  local stat=""
+  read -r stat < "/proc/$1/stat" 2> /dev/null || return 0
+  [[ "${stat##*) }" != Z* ]]
+}
+
+theseus_capture_begin() {
+  local fifo="$THESEUS_RUN_DIR/.output.$theseus_rank.$$" stream pid
+  theseus_capture_out=1 theseus_capture_err=2 theseus_capture_pids=()
+  if ! command -v tee > /dev/null 2>&1 || ! mkfifo -- "$fifo.out" "$fifo.err" 2> /dev/null; then
+    rm -f -- "$fifo.out" "$fifo.err"
+    theseus_log "note: cannot copy the job's output into $theseus_output_log (no mkfifo or tee)"
+    return 0
+  fi
+  # Each tee writes its PID before it opens its FIFO; opening the write end below waits for
+  # that open, so the PID file is there once it returns.
+  ( (trap '' TERM INT HUP; printf '%s' "$BASHPID" > "$fifo.out.pid"; exec tee -a -- "$theseus_output_log" < "$fifo.out" 2> /dev/null) &)
+  ( (trap '' TERM INT HUP; printf '%s' "$BASHPID" > "$fifo.err.pid"; exec tee -a -- "$theseus_output_log" < "$fifo.err" >&2 2> /dev/null) &)
+  exec {theseus_capture_out}> "$fifo.out" {theseus_capture_err}> "$fifo.err"
+  for stream in out err; do
+    pid=$(head -c 20 -- "$fifo.$stream.pid" 2> /dev/null || true)
+    if theseus_is_uint "$pid"; then theseus_capture_pids+=("$pid"); fi
+  done
+  rm -f -- "$fifo.out" "$fifo.err" "$fifo.out.pid" "$fifo.err.pid"
+}
+
+theseus_capture_end() {
+  ((theseus_capture_out == 1)) || exec {theseus_capture_out}>&-
+  ((theseus_capture_err == 2)) || exec {theseus_capture_err}>&-
+  theseus_capture_out=1 theseus_capture_err=2
+  local wait=${THESEUS_CAPTURE_WAIT_SECONDS:-10} i=0 pid alive
+  theseus_is_uint "$wait" || wait=10
+  while ((${#theseus_capture_pids[@]} && i < 10#$wait * 10)); do
+    alive=0
+    for pid in "${theseus_capture_pids[@]}"; do
+      if theseus_capture_alive "$pid"; then alive=1; fi
+    done
+    ((alive)) || break
+    sleep 0.1
+    i=$((i + 1))
+  done
+  for pid in ${theseus_capture_pids[@]+"${theseus_capture_pids[@]}"}; do
+    if theseus_capture_alive "$pid"; then kill -KILL "$pid" 2> /dev/null || true; fi
+  done
+  theseus_capture_pids=()
+}
+
 # ---- setup: uv and the project's environment, once per run, then a start barrier ----
 # Rank 0 finds (or installs) uv and runs `uv sync` in the shared work dir; the other ranks
 # wait for its `done` (or `failed`) marker instead of syncing the same dir at once. Then every
@@ -294,6 +361,7 @@ theseus_finish() {
   theseus_stop_heartbeat
   # What the job left running in the background ends with it, as it would in a cgroup.
   theseus_signal_job TERM group
+  theseus_capture_end
   theseus_write_metadata "$1" "$2" || theseus_log "cannot write $theseus_metadata"
   exit "$2"
 }
@@ -369,6 +437,7 @@ theseus_on_signal() {
     theseus_finished=1
     theseus_stop_heartbeat
     theseus_signal_job TERM group
+    theseus_capture_end
     theseus_write_metadata preempted "$2" || theseus_log "cannot write $theseus_metadata"
     theseus_log "preempted with a grace: the job stopped; waiting for the scheduler to end this attempt (up to ${hold}s)"
     trap "exit $2" TERM INT HUP
@@ -420,8 +489,16 @@ theseus_log "running:$(printf ' %q' "${theseus_cmd[@]}")"
 # signal reaches everything it started even after a parent in between has exited: Slurm's
 # proctrack/linuxproc follows parent links only, and loses such processes. Without job control
 # bash gave a background job /dev/null as stdin; it still does.
+theseus_capture_begin
 set -m
-"${theseus_cmd[@]}" < /dev/null &
+# Its stdout and stderr go through the output.log copy (theseus_capture_begin), whose own fds it
+# does not keep.
+if ((theseus_capture_out == 1)); then
+  "${theseus_cmd[@]}" < /dev/null &
+else
+  "${theseus_cmd[@]}" < /dev/null >&"$theseus_capture_out" 2>&"$theseus_capture_err" \
+    {theseus_capture_out}>&- {theseus_capture_err}>&- &
+fi
 theseus_child=$!
 set +m
 theseus_rc=0

@@ -40,7 +40,8 @@
 //!    `$THESEUS_PYTHON` (default `python3`);
 //! 5. writes `$THESEUS_RUN_DIR/metadata.json` (rank 0; others `metadata.rank-<i>.json`)
 //!    atomically, rewritten every `THESEUS_HEARTBEAT_SECONDS` (30) while the job runs: name,
-//!    project, group, run id, `job_key` (`project/group/name/run`), `hardware` ([`Hardware`]),
+//!    project, group, run id, `job_key` (a job config's registry key, else the entrypoint line),
+//!    `run_key` (`project/group/name/run`), `hardware` ([`Hardware`]),
 //!    the job's `config`, rank, host, pid, `slurm_job_id` (from `SLURM_JOB_ID`), `attempt`,
 //!    `restore_from`, times, status and exit code;
 //! 6. runs the entrypoint as a waited child that leads its own process group (Python
@@ -218,6 +219,20 @@ pub struct BootstrapInput {
     pub config: serde_json::Value,
     /// Resuming: `submit --restore` and `--fresh` ([`Resume`]).
     pub resume: Resume,
+    /// A job config of the original, run through `job.py` (`None`: an experiment).
+    pub job_config: Option<JobConfigRun>,
+}
+
+/// A job config of the original that the bootstrap runs through the static runner `job.py`
+/// ([`crate::original`]): its registry key becomes `job_key` in `metadata.json`, and the runner
+/// finds it, the cluster's name and the hardware in `THESEUS_JOB_KEY`, `THESEUS_CLUSTER`,
+/// `THESEUS_CHIP`, `THESEUS_TOTAL_CHIPS`, `THESEUS_NODES` and `THESEUS_HOST`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobConfigRun {
+    /// The job's registry key.
+    pub key: String,
+    /// The name of the host's cluster (the original's `Cluster.name`).
+    pub cluster: String,
 }
 
 /// What the job resumes from, besides its own progress (see the module docs, step 3).
@@ -282,6 +297,7 @@ impl BootstrapInput {
             launch: layout.launch.clone(),
             config,
             resume: Resume::default(),
+            job_config: None,
         }
     }
 }
@@ -315,6 +331,10 @@ pub struct RenderedBootstrap {
 /// The Python launcher, a static file: values reach it through argv and the environment.
 const LAUNCHER: &str = include_str!("launcher.py");
 
+/// The runner of job configs of the original, a static file: values reach it through the
+/// environment and `config.json`.
+const JOB_RUNNER: &str = include_str!("job.py");
+
 /// Renders the bootstrap for one job.
 ///
 /// # Errors
@@ -333,13 +353,14 @@ pub fn render(input: &BootstrapInput) -> Result<RenderedBootstrap> {
         contents,
         executable,
     };
-    Ok(RenderedBootstrap {
-        files: vec![
-            file("bootstrap.sh", script, true),
-            file("launcher.py", LAUNCHER.to_owned(), false),
-            file("config.json", config, false),
-            file("env.sh", script::render_env_file(input)?, false),
-        ],
-        entry: format!("{BOOTSTRAP_DIR}/bootstrap.sh"),
-    })
+    let mut files = vec![
+        file("bootstrap.sh", script, true),
+        file("launcher.py", LAUNCHER.to_owned(), false),
+        file("config.json", config, false),
+        file("env.sh", script::render_env_file(input)?, false),
+    ];
+    if input.job_config.is_some() {
+        files.push(file("job.py", JOB_RUNNER.to_owned(), false));
+    }
+    Ok(RenderedBootstrap { files, entry: format!("{BOOTSTRAP_DIR}/bootstrap.sh") })
 }

@@ -40,6 +40,8 @@ pub(super) fn prepare(solved: &Solved) -> Result<(PreparedJob, RunLayout)> {
     );
     input.uv_groups = uv_groups;
     input.resume = resume(solved, &layout)?;
+    input.job_config =
+        spec.experiment.job_key.clone().map(|key| bootstrap::JobConfigRun { key, cluster: host.cluster().to_owned() });
     input.hardware = Some(bootstrap::Hardware {
         chip: plan.chip.map(|c| c.name.to_owned()),
         count: plan.total_chips,

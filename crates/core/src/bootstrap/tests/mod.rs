@@ -11,6 +11,7 @@ use serde_json::{Value, json};
 use super::*;
 
 mod hold;
+mod output;
 mod resume;
 mod setup;
 
@@ -109,6 +110,7 @@ impl Harness {
             launch: Launch::Single,
             config: json!({"lr": 0.001}),
             resume: Resume::default(),
+            job_config: None,
         }
     }
 
@@ -268,10 +270,14 @@ fn hostile_values_reach_a_python_job_byte_for_byte() {
     assert!(metadata["hostname"].as_str().is_some_and(|h| !h.is_empty()));
     assert!(metadata["pid"].as_u64().is_some());
     let id = &input.identity;
-    assert_eq!(metadata["job_key"], Value::from(format!("{}/{}/{}/{}", id.project, id.group, id.name, id.run_id)));
+    assert_eq!(metadata["run_key"], Value::from(format!("{}/{}/{}/{}", id.project, id.group, id.name, id.run_id)));
+    // As in the original: `job_key` names what runs (an experiment's entrypoint line here), and
+    // `hardware` has `total_chips` and the `hosts` names beside theseus's own fields.
+    assert_eq!(metadata["job_key"], Value::from(crate::shell::join(&input.entrypoint)));
     assert_eq!(
         metadata["hardware"],
-        json!({"chip": "h100", "count": 16, "total_chips": 16, "nodes": 2, "host": hostile[4]})
+        json!({"chip": "h100", "count": 16, "total_chips": 16, "nodes": 2, "host": hostile[4],
+               "hosts": [hostile[4], "host-1"]})
     );
     assert_eq!(metadata["config"], input.config);
     assert_eq!(metadata["slurm_job_id"], Value::Null);
