@@ -234,6 +234,18 @@ impl Backend for LocalBackend {
         Ok(read_status(&handle.id, &data))
     }
 
+    async fn run_file(&self, handle: &JobHandle, name: &str) -> Result<Option<Vec<u8>>> {
+        if !crate::backend::is_run_file_name(name) {
+            return Ok(None);
+        }
+        let path = self.data(handle)?.run_dir.join(name);
+        match crate::files::read_bounded(&path, crate::backend::RUN_FILE_LIMIT, "run file") {
+            Ok(text) => Ok(Some(text.into_bytes())),
+            Err(_) if !path.exists() => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
     async fn logs(&self, handle: &JobHandle, options: &LogOptions) -> Result<LogStream> {
         let data = self.data(handle)?;
         Ok(logs::stream(handle.id.clone(), data, options.clone()))
