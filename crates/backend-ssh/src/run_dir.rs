@@ -184,6 +184,7 @@ mod tests {
         assert_valid_shell(&[
             ("prologue", start_prologue!(), "bash"),
             ("cat", CAT_LOG, "sh"),
+            ("read run file", READ_RUN_FILE, "sh"),
             ("follow loop", FOLLOW, "bash"),
             ("plain launch", plain::scripts::LAUNCH, "bash"),
             ("plain claim", plain::scripts::CLAIM, "sh"),
