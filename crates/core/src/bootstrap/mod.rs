@@ -28,7 +28,8 @@
 //!    directory is ignored with a line saying so; a `--restore` dir missing on the target stops
 //!    the job. Both values are appended to `env.sh`;
 //! 4. with a `pyproject.toml`, sets up once per start of the run: rank 0 runs `uv sync`
-//!    (`--frozen` when `uv.lock` exists, failing rather than re-locking), first installing uv
+//!    (`--frozen` when `uv.lock` exists; when that fails, plain `uv sync` with a warning that
+//!    the lock is stale and the job runs re-resolved, as the original did), first installing uv
 //!    where it is missing into a private venv under `UV_CACHE_DIR` (else the work dir), never
 //!    `pip install --user` (PEP 668 refuses it on Debian-based images). With more than one
 //!    process this is phase one of a two-phase start: markers under
