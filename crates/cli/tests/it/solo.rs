@@ -42,3 +42,36 @@ fn target_groups_follow_the_hosts_and_the_experiments_once_each_in_plan_and_dry_
     assert_eq!(bad.status.code(), Some(2));
     assert!(text(&bad.stderr).contains("is not a uv dependency group name"), "{}", text(&bad.stderr));
 }
+
+#[test]
+fn dot_env_of_the_current_dir_feeds_the_client_never_overrides_and_names_bad_lines() {
+    let ctx = TestContext::new();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("exp.yaml"), "entrypoint: sh -c 'echo \"tok=$TOK\"'\nrequest: {chip: cpu}\n")
+        .unwrap();
+    std::fs::write(dir.path().join(".env"), "export TOK='from dotenv'\nbroken line sEcReT\nOTHER=o\n").unwrap();
+    let submit = |env: &[(&str, &str)]| {
+        let mut cmd = ctx.cmd();
+        cmd.current_dir(dir.path()).args(["submit", "e", "exp.yaml", "--secret-env", "TOK", "--follow", "--replace"]);
+        cmd.envs(env.iter().copied());
+        crate::run_bounded(cmd, std::time::Duration::from_secs(120))
+    };
+    let out = submit(&[]);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    // The secret reached the job through --secret-env (a local job also inherits the rest of
+    // the client's environment; a remote one gets only what is forwarded).
+    assert!(stdout.contains("tok=from dotenv\n"), "{stdout}");
+    let warning = format!("{}:2: not `KEY=VALUE`; the line is ignored", dir.path().join(".env").display());
+    assert!(stderr.contains(&warning), "{stderr}");
+    assert_eq!(stderr.matches(":2: not").count(), 1, "warned once: {stderr}");
+    assert!(!stderr.contains("sEcReT") && !stderr.contains("from dotenv"), "no value is printed: {stderr}");
+    // A variable already set wins over the file.
+    let out = submit(&[("TOK", "from env")]);
+    assert!(text(&out.stdout).contains("tok=from env\n"), "{}", text(&out.stdout));
+    // Without the file the secret is missing, and submit says so.
+    std::fs::remove_file(dir.path().join(".env")).unwrap();
+    let out = submit(&[]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("TOK"), "{}", text(&out.stderr));
+}
