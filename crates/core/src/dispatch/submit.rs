@@ -37,6 +37,7 @@ pub(super) fn prepare(solved: &Solved) -> Result<(PreparedJob, RunLayout)> {
     );
     input.uv_groups = solved.uv_groups();
     input.resume = resume(solved, &layout)?;
+    input.batch_search = crate::batch_search::decide(&spec.experiment, &env, plan)?.is_some();
     input.hardware = Some(bootstrap::Hardware {
         chip: plan.chip.map(|c| c.name.to_owned()),
         count: plan.total_chips,

@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 
 use super::*;
 
+mod batch;
 mod hold;
 mod resume;
 mod setup;
@@ -109,6 +110,7 @@ impl Harness {
             launch: Launch::Single,
             config: json!({"lr": 0.001}),
             resume: Resume::default(),
+            batch_search: false,
         }
     }
 
@@ -334,6 +336,7 @@ fn every_rendered_script_parses() {
                     [
                         (".theseus/bootstrap.sh", true),
                         (".theseus/launcher.py", false),
+                        (".theseus/batch_search.py", false),
                         (".theseus/config.json", false),
                         (".theseus/env.sh", false)
                     ]
