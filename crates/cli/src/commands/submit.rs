@@ -105,6 +105,7 @@ fn dry_run(
     let (identity, plan, snapshot, bootstrap) = (&job.identity, &job.plan, &job.snapshot, &job.bootstrap);
     let env_shown: Vec<_> =
         job.env.iter().map(|v| json!({"name": v.name, "value": v.display_value(), "secret": v.secret})).collect();
+    let jax = super::plan::jax_distributed(&job.experiment, plan.processes());
     if ctx.output == OutputFormat::Json {
         print_json(&json!({
             "dry_run": true,
@@ -114,6 +115,7 @@ fn dry_run(
             "ship": {"root": snapshot.root, "files": snapshot.file_count(), "bytes": snapshot.total_bytes()},
             "env": env_shown,
             "resume": resume,
+            "jax_distributed": jax,
             "bootstrap": bootstrap,
             "documents": documents,
             "creates": creates.as_ref().ok(),
@@ -132,6 +134,7 @@ fn dry_run(
         snapshot.root.display()
     );
     println!("# resumes {}", resume["from"].as_str().unwrap_or_default());
+    println!("# JAX distributed: {jax}");
     print!("{}", creates::render(creates, "# "));
     for v in &job.env {
         println!("# env {}={}", v.name, v.display_value());
