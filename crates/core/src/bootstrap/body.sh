@@ -1,7 +1,7 @@
 # The static part of bootstrap.sh (theseus). It only reads the variables set above it:
 # theseus_launch, theseus_coordinator_port, theseus_identity_json, theseus_python_entry,
-# theseus_jax, theseus_args, theseus_uv_groups, theseus_batch_search and the exported THESEUS_*
-# values.
+# theseus_jax (none|jax|auto), theseus_args, theseus_uv_groups, theseus_batch_search and the
+# exported THESEUS_* values.
 
 theseus_is_uint() { [[ "$1" =~ ^[0-9]+$ ]]; }
 
@@ -277,7 +277,7 @@ fi
 # ---- the job ----
 if ((theseus_python_entry)); then
   theseus_cmd=("${theseus_py[@]}" "$THESEUS_WORK_DIR/.theseus/launcher.py")
-  if ((theseus_jax)); then theseus_cmd+=(--jax); fi
+  case $theseus_jax in jax) theseus_cmd+=(--jax) ;; auto) theseus_cmd+=(--jax-auto) ;; esac
   theseus_cmd+=(-- ${theseus_args[@]+"${theseus_args[@]}"})
 else
   theseus_cmd=("${theseus_args[@]}")
