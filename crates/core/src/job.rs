@@ -71,12 +71,17 @@ pub struct ExperimentRequest {
     pub count: Option<u32>,
 }
 
-/// How the processes of a job find each other.
+/// How the processes of a job find each other. Every mode exports the coordinator variables
+/// (JAX and torch style); the modes differ in whether theseus initialises JAX distributed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Distributed {
-    /// Only export the coordinator variables (JAX and torch style).
+    /// The default (issue 28, as the original did): a Python entrypoint of a multi-process job
+    /// gets `jax.distributed.initialize` right after its first `import jax`, before it can use
+    /// a device; a job that never imports jax is untouched.
     #[default]
+    Auto,
+    /// Never: the job initialises (or not) itself.
     None,
     /// Call `jax.distributed.initialize` before the entrypoint's code runs.
     Jax,

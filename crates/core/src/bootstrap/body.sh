@@ -1,7 +1,7 @@
 # The static part of bootstrap.sh (theseus). It only reads the variables set above it:
 # theseus_launch, theseus_coordinator_port, theseus_identity_json, theseus_python_entry,
-# theseus_jax, theseus_args, theseus_uv_groups, theseus_batch_search and the exported THESEUS_*
-# values.
+# theseus_jax (none|jax|auto), theseus_args, theseus_uv_groups, theseus_batch_search and the
+# exported THESEUS_* values.
 
 theseus_is_uint() { [[ "$1" =~ ^[0-9]+$ ]]; }
 
@@ -169,15 +169,21 @@ theseus_install_uv() {
   theseus_uv="$theseus_uv_home/bin/uv"
 }
 
+# The original's `uv sync --frozen || uv sync`: a uv.lock that the frozen sync cannot use (out of
+# date with pyproject.toml, a group it lacks, written by another uv) falls back to a re-resolved
+# environment, said in one warning line, rather than stopping the job.
 theseus_sync() {
   theseus_find_uv || theseus_install_uv
+  local groups="${theseus_uv_groups[@]+$(printf ' %q' "${theseus_uv_groups[@]}")}"
   if [[ -f uv.lock ]]; then
-    theseus_log "uv sync --frozen${theseus_uv_groups[@]+$(printf ' %q' "${theseus_uv_groups[@]}")}"
-    if ! "$theseus_uv" sync --frozen ${theseus_uv_groups[@]+"${theseus_uv_groups[@]}"} >&2; then
-      theseus_die "uv sync --frozen failed; if uv.lock is out of date, run uv lock and submit again"
-    fi
+    theseus_log "uv sync --frozen$groups"
+    if "$theseus_uv" sync --frozen ${theseus_uv_groups[@]+"${theseus_uv_groups[@]}"} >&2; then return 0; fi
+    theseus_log "warning: uv sync --frozen failed: uv.lock is stale (or unreadable by this uv); running uv sync$groups," \
+      "so this job runs with a re-resolved environment, not the locked one (run uv lock and commit uv.lock to pin it)"
+    "$theseus_uv" sync ${theseus_uv_groups[@]+"${theseus_uv_groups[@]}"} >&2 ||
+      theseus_die "uv sync failed after uv sync --frozen failed; run uv lock where the code is and submit again"
   else
-    theseus_log "uv sync${theseus_uv_groups[@]+$(printf ' %q' "${theseus_uv_groups[@]}")} (no uv.lock)"
+    theseus_log "uv sync$groups (no uv.lock)"
     "$theseus_uv" sync ${theseus_uv_groups[@]+"${theseus_uv_groups[@]}"} >&2 || theseus_die "uv sync failed"
   fi
 }
@@ -271,7 +277,7 @@ fi
 # ---- the job ----
 if ((theseus_python_entry)); then
   theseus_cmd=("${theseus_py[@]}" "$THESEUS_WORK_DIR/.theseus/launcher.py")
-  if ((theseus_jax)); then theseus_cmd+=(--jax); fi
+  case $theseus_jax in jax) theseus_cmd+=(--jax) ;; auto) theseus_cmd+=(--jax-auto) ;; esac
   theseus_cmd+=(-- ${theseus_args[@]+"${theseus_args[@]}"})
 else
   theseus_cmd=("${theseus_args[@]}")

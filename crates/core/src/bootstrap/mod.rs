@@ -29,7 +29,8 @@
 //!    directory is ignored with a line saying so; a `--restore` dir missing on the target stops
 //!    the job. Both values are appended to `env.sh`;
 //! 4. with a `pyproject.toml`, sets up once per start of the run: rank 0 runs `uv sync`
-//!    (`--frozen` when `uv.lock` exists, failing rather than re-locking), first installing uv
+//!    (`--frozen` when `uv.lock` exists; when that fails, plain `uv sync` with a warning that
+//!    the lock is stale and the job runs re-resolved, as the original did), first installing uv
 //!    where it is missing into a private venv under `UV_CACHE_DIR` (else the work dir), never
 //!    `pip install --user` (PEP 668 refuses it on Debian-based images). With more than one
 //!    process this is phase one of a two-phase start: markers under
@@ -46,9 +47,11 @@
 //!    `restore_from`, times, status and exit code;
 //! 6. runs the entrypoint (through `batch_search.py` when the job asks for a batch-size search:
 //!    probes, then the real run; its progress in `$THESEUS_RUN_DIR/batch-search.json`, which
-//!    `metadata.json` includes as `batch_search`) as a waited child that leads its own process group (Python
-//!    entrypoints through `launcher.py`, which calls `jax.distributed.initialize` for
-//!    `distributed: jax`), and exits with its exit code, recording `completed` or `failed`;
+//!    `metadata.json` includes as `batch_search`) as a waited child that leads its own process
+//!    group (Python entrypoints through `launcher.py`, which calls `jax.distributed.initialize`
+//!    before the job for `distributed: jax`, and right after the job's first `import jax` for
+//!    `distributed: auto`, the default; see the launcher's own doc), and exits with its exit
+//!    code, recording `completed` or `failed`;
 //!    on SIGTERM/SIGINT/SIGHUP it sends TERM to the job's process group, waits up to
 //!    `THESEUS_TERM_GRACE_SECONDS` (10; a second less than `THESEUS_KILL_DEADLINE_SECONDS`,
 //!    the scheduler's own KILL, when that comes sooner) then sends KILL, records `preempted` and exits
@@ -69,6 +72,8 @@ use crate::{Error, Result};
 
 pub mod enter;
 mod script;
+
+pub use script::describe_distributed;
 #[cfg(test)]
 mod tests;
 
