@@ -36,6 +36,11 @@ pub struct Experiment {
     /// Free-form config the job reads from the file named by `THESEUS_CONFIG`.
     #[serde(default)]
     pub config: serde_json::Value,
+    /// Search the per-device batch size before the run (issue 28, part batch): the entrypoint
+    /// reads `THESEUS_DISPATCH_BATCH_SIZE`. Set for a job config of the original whose
+    /// `training.per_device_batch_size` is `-1` ([`crate::batch_search`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub batch_search: bool,
 }
 
 /// The `entrypoint` of an [`Experiment`].

@@ -59,6 +59,7 @@ pub(crate) async fn run(ctx: &Context, args: JobArgs) -> Result<ExitCode> {
             "queues_error": shares.as_ref().err(),
             "creates": creates.as_ref().ok(),
             "creates_error": creates.as_ref().err(),
+            "uv_groups": solved.uv_groups(),
         }))?;
         return Ok(ExitCode::SUCCESS);
     }
@@ -67,6 +68,7 @@ pub(crate) async fn run(ctx: &Context, args: JobArgs) -> Result<ExitCode> {
     println!("request: {}", solved.request);
     println!("chosen:  {}", render::describe_plan(&solved.plan));
     println!("resumes: {from}");
+    println!("uv groups: {}", crate::output::uv_groups(&solved.uv_groups()));
     println!("jax:     {jax}");
     for note in &solved.plan.notes {
         println!("note:    {note}");

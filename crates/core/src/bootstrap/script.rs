@@ -168,6 +168,7 @@ fn render_entrypoint(s: &mut String, input: &BootstrapInput) -> Result<()> {
     let _ = writeln!(s, "theseus_args=({})", shell::join(args));
     let groups: Vec<String> = input.uv_groups.iter().flat_map(|g| ["--group".to_owned(), g.clone()]).collect();
     let _ = writeln!(s, "theseus_uv_groups=({})", shell::join(&groups));
+    let _ = writeln!(s, "theseus_batch_search={}", u8::from(input.batch_search));
     Ok(())
 }
 

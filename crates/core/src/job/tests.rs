@@ -50,7 +50,7 @@ config: {lr: 0.1, model: {layers: 2}}
 fn experiment_errors_name_the_file_and_key() {
     assert_eq!(
         error("entrypoint: x\nfoo: 1\n"),
-        "exp.yaml: foo: unknown key \"foo\" (expected one of: entrypoint, request, env, secret_env, distributed, uv_groups, config)"
+        "exp.yaml: foo: unknown key \"foo\" (expected one of: entrypoint, request, env, secret_env, distributed, uv_groups, config, batch_search)"
     );
     assert!(
         error("entrypoint: x\nrequest: {chipp: h100}\n").starts_with("exp.yaml: request.chipp: unknown key \"chipp\"")

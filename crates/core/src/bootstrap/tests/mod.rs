@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 
 use super::*;
 
+mod batch;
 mod hold;
 mod resume;
 mod setup;
@@ -109,6 +110,7 @@ impl Harness {
             launch: Launch::Single,
             config: json!({"lr": 0.001}),
             resume: Resume::default(),
+            batch_search: false,
         }
     }
 
@@ -334,6 +336,7 @@ fn every_rendered_script_parses() {
                     [
                         (".theseus/bootstrap.sh", true),
                         (".theseus/launcher.py", false),
+                        (".theseus/batch_search.py", false),
                         (".theseus/config.json", false),
                         (".theseus/env.sh", false)
                     ]
@@ -718,11 +721,12 @@ fn what_a_finished_job_left_in_the_background_ends_with_it() {
 }
 
 #[test]
-fn pyproject_runs_uv_sync_frozen_and_fails_loudly() {
+fn pyproject_runs_uv_sync_frozen_and_falls_back_to_uv_sync_with_a_warning() {
     let h = Harness::new();
     let bin = h.tmp.path().join("bin");
     std::fs::create_dir_all(&bin).unwrap();
     let fake_uv = "#!/bin/sh\nprintf '%s\\n' \"$*\" >> \"$UV_LOG\"\n\
+        if [ \"$1 $2\" = \"sync --frozen\" ] && [ -n \"$UV_FROZEN_EXIT\" ]; then exit \"$UV_FROZEN_EXIT\"; fi\n\
         if [ \"$1\" = sync ]; then exit \"${UV_SYNC_EXIT:-0}\"; fi\n\
         if [ \"$1\" = run ]; then shift 3; exec python3 \"$@\"; fi\nexit 9\n";
     std::fs::write(bin.join("uv"), fake_uv).unwrap();
@@ -746,11 +750,35 @@ fn pyproject_runs_uv_sync_frozen_and_fails_loudly() {
     );
     assert_eq!(h.dump()["argv"][1], "a");
 
+    // A stale lock (the frozen sync fails): the original's fallback to `uv sync`, said once,
+    // and the job runs.
+    std::fs::remove_file(&log).unwrap();
+    let (_, out) = h.run(&input, &[env[0], env[1], ("UV_FROZEN_EXIT", "1")]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let warnings: Vec<String> = stderr(&out).lines().filter(|l| l.contains("warning")).map(str::to_owned).collect();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(warnings[0].starts_with("[theseus] warning: uv sync --frozen failed: uv.lock is stale"), "{warnings:?}");
+    assert!(warnings[0].contains("re-resolved environment, not the locked one"), "{warnings:?}");
+    assert_eq!(
+        std::fs::read_to_string(&log).unwrap(),
+        format!(
+            "sync --frozen --group gpu --group it's\nsync --group gpu --group it's\n\
+             run --no-sync python {}/.theseus/launcher.py -- dump.py a\n",
+            h.work.display()
+        )
+    );
+    assert_eq!(h.metadata("metadata.json")["status"], "completed");
+
+    // Both fail: the job stops before it runs, saying what to do.
     std::fs::remove_file(&log).unwrap();
     let (_, out) = h.run(&input, &[env[0], env[1], ("UV_SYNC_EXIT", "1")]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(stderr(&out).contains("uv sync --frozen failed"), "{}", stderr(&out));
-    assert_eq!(std::fs::read_to_string(&log).unwrap(), "sync --frozen --group gpu --group it's\n", "no silent re-lock");
+    assert!(stderr(&out).contains("uv sync failed after uv sync --frozen failed; run uv lock"), "{}", stderr(&out));
+    assert_eq!(
+        std::fs::read_to_string(&log).unwrap(),
+        "sync --frozen --group gpu --group it's\nsync --group gpu --group it's\n",
+        "the job does not run"
+    );
 
     std::fs::remove_file(&log).unwrap();
     std::fs::remove_file(h.work.join("uv.lock")).unwrap();
