@@ -12,6 +12,7 @@ use super::*;
 
 mod batch;
 mod hold;
+mod overrides;
 mod resume;
 mod setup;
 
@@ -96,6 +97,7 @@ impl Harness {
             work_dir: self.work.to_str().unwrap().to_owned(),
             run_dir: self.run.to_str().unwrap().to_owned(),
             root_dir: "/srv/theseus".into(),
+            log_dir: None,
             uv_cache_dir: None,
             data_dirs: DataDirs {
                 data: self.dir("data"),
