@@ -10,6 +10,8 @@ use sha2::{Digest, Sha256};
 use crate::keys;
 use crate::{Error, Result, chips};
 
+pub mod stages;
+
 /// An experiment file (YAML): what to run and how.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -36,6 +38,9 @@ pub struct Experiment {
     /// Free-form config the job reads from the file named by `THESEUS_CONFIG`.
     #[serde(default)]
     pub config: serde_json::Value,
+    /// Stages 2, 3, ... (`-s/--stage FILE`, [`stages`]); never read from the file itself.
+    #[serde(skip)]
+    pub stages: Vec<stages::Stage>,
 }
 
 /// The `entrypoint` of an [`Experiment`].

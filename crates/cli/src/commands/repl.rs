@@ -131,6 +131,7 @@ fn job_args(args: &ReplArgs) -> JobArgs {
         mem: None,
         restore: None,
         fresh: false,
+        stages: Vec::new(),
     }
 }
 

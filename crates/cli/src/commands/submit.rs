@@ -35,7 +35,8 @@ pub(crate) async fn run(ctx: &Context, args: SubmitArgs) -> Result<ExitCode> {
     if args.dry_run {
         let documents = solved.backend.dry_run(&job)?;
         let creates = signals::or_interrupted(async { Ok(creates::listed(&*solved.backend, &job).await) }).await?;
-        return dry_run(ctx, &job, &layout, &documents, &resume_shown, &creates);
+        let stages = theseus_core::job::stages::list(&solved.spec.experiment, &solved.spec.experiment_source);
+        return dry_run(ctx, &job, &layout, &documents, &resume_shown, &creates, &stages);
     }
     // What the host would create (a cloud VM) is confirmed before anything is shipped.
     let create_confirmed = creates::confirm(ctx, &*solved.backend, &job, args.create.yes).await?;
@@ -101,6 +102,7 @@ fn dry_run(
     documents: &[DryRunDocument],
     resume: &serde_json::Value,
     creates: &Result<Vec<String>, String>,
+    stages: &[theseus_core::job::stages::Listed],
 ) -> Result<ExitCode> {
     let (identity, plan, snapshot, bootstrap) = (&job.identity, &job.plan, &job.snapshot, &job.bootstrap);
     let env_shown: Vec<_> =
@@ -114,6 +116,7 @@ fn dry_run(
             "ship": {"root": snapshot.root, "files": snapshot.file_count(), "bytes": snapshot.total_bytes()},
             "env": env_shown,
             "resume": resume,
+            "stages": stages,
             "bootstrap": bootstrap,
             "documents": documents,
             "creates": creates.as_ref().ok(),
@@ -132,6 +135,14 @@ fn dry_run(
         snapshot.root.display()
     );
     println!("# resumes {}", resume["from"].as_str().unwrap_or_default());
+    for stage in stages {
+        println!(
+            "# stage {}: {}: {}",
+            stage.stage,
+            stage.file.replace(char::is_control, "?"),
+            stage.runs.replace(char::is_control, "?")
+        );
+    }
     print!("{}", creates::render(creates, "# "));
     for v in &job.env {
         println!("# env {}={}", v.name, v.display_value());

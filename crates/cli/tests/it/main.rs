@@ -16,6 +16,7 @@ mod shell;
 mod ship;
 mod slurm;
 mod solver_rules;
+mod stages;
 mod sync;
 mod targets;
 mod testhost;

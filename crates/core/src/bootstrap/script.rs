@@ -143,24 +143,51 @@ fn render_launch(s: &mut String, launch: &Launch) {
     }
 }
 
-/// The command to run, as a bash array, and whether it goes through the Python launcher.
+/// The command to run, as a bash array, and whether it goes through the Python launcher; then
+/// the stages after the first (`theseus_num_stages`, their names as JSON strings for
+/// `metadata.json`, and each one's command as `theseus_stage<i>_*`, which the body selects).
 fn render_entrypoint(s: &mut String, input: &BootstrapInput) -> Result<()> {
-    let Some(first) = input.entrypoint.first() else {
-        return Err(Error::InvalidConfig("the entrypoint is empty: nothing to run".into()));
-    };
-    let python = is_python(first);
-    if !python && input.distributed == Distributed::Jax {
-        return Err(Error::InvalidConfig(format!(
-            "distributed: jax needs a python entrypoint (`python ...`), got `{}`",
-            shell::join(&input.entrypoint)
-        )));
-    }
-    let args = if python { &input.entrypoint[1..] } else { &input.entrypoint[..] };
-    let _ = writeln!(s, "theseus_python_entry={}", u8::from(python));
-    let _ = writeln!(s, "theseus_jax={}", u8::from(input.distributed == Distributed::Jax));
-    let _ = writeln!(s, "theseus_args=({})", shell::join(args));
+    render_command(s, "theseus_", &input.entrypoint, input.distributed, "")?;
     let groups: Vec<String> = input.uv_groups.iter().flat_map(|g| ["--group".to_owned(), g.clone()]).collect();
     let _ = writeln!(s, "theseus_uv_groups=({})", shell::join(&groups));
+    let _ = writeln!(s, "theseus_num_stages={}", input.stages.len() + 1);
+    let mut names = Vec::new();
+    if !input.stages.is_empty() {
+        for name in std::iter::once(&input.source).chain(input.stages.iter().map(|stage| &stage.source)) {
+            names.push(serde_json::to_string(name).map_err(|e| Error::InvalidConfig(format!("stage name: {e}")))?);
+        }
+    }
+    let _ = writeln!(s, "theseus_stage_names_json=('' {})", shell::join(&names));
+    for (i, stage) in input.stages.iter().enumerate() {
+        let what = format!("stage {} ({}): ", i + 2, stage.source);
+        render_command(s, &format!("theseus_stage{}_", i + 2), &stage.entrypoint, stage.distributed, &what)?;
+    }
+    Ok(())
+}
+
+/// One command as `<prefix>python_entry`, `<prefix>jax` and `<prefix>args`; `what` starts
+/// its errors (which stage).
+fn render_command(
+    s: &mut String,
+    prefix: &str,
+    entrypoint: &[String],
+    distributed: Distributed,
+    what: &str,
+) -> Result<()> {
+    let Some(first) = entrypoint.first() else {
+        return Err(Error::InvalidConfig(format!("{what}the entrypoint is empty: nothing to run")));
+    };
+    let python = is_python(first);
+    if !python && distributed == Distributed::Jax {
+        return Err(Error::InvalidConfig(format!(
+            "{what}distributed: jax needs a python entrypoint (`python ...`), got `{}`",
+            shell::join(entrypoint)
+        )));
+    }
+    let args = if python { &entrypoint[1..] } else { entrypoint };
+    let _ = writeln!(s, "{prefix}python_entry={}", u8::from(python));
+    let _ = writeln!(s, "{prefix}jax={}", u8::from(distributed == Distributed::Jax));
+    let _ = writeln!(s, "{prefix}args=({})", shell::join(args));
     Ok(())
 }
 

@@ -39,6 +39,8 @@ pub(super) fn prepare(solved: &Solved) -> Result<(PreparedJob, RunLayout)> {
         spec.experiment.config.clone(),
     );
     input.uv_groups = uv_groups;
+    input.stages = spec.experiment.stages.clone();
+    input.source = spec.experiment_source.clone();
     input.resume = resume(solved, &layout)?;
     input.hardware = Some(bootstrap::Hardware {
         chip: plan.chip.map(|c| c.name.to_owned()),

@@ -13,6 +13,7 @@ use super::*;
 mod hold;
 mod resume;
 mod setup;
+mod stages;
 
 /// Values that break naive quoting. `{tmp}` is replaced by the temp dir.
 const HOSTILE: &[&str] = &[
@@ -109,6 +110,8 @@ impl Harness {
             launch: Launch::Single,
             config: json!({"lr": 0.001}),
             resume: Resume::default(),
+            stages: Vec::new(),
+            source: String::new(),
         }
     }
 
