@@ -137,13 +137,15 @@ pub(crate) async fn solve(
             .map_err(|e| anyhow!("{}: {} (after --oversubscribe was applied)", e.path, e.message))?;
     }
     theseus_core::job::validate_name("job name", &args.name)?;
-    let experiment = match experiment {
+    let mut experiment = match experiment {
         Some(mut experiment) => {
             experiment.apply_overrides(&args.overrides)?;
             experiment
         }
         None => load_experiment(args)?,
     };
+    // `--target GROUP`: after the experiment's own groups (the host's come first).
+    experiment.uv_groups.extend(args.target.iter().cloned());
     let spec = JobSpec {
         name: args.name.clone(),
         project: args.project.clone(),

@@ -132,6 +132,7 @@ fn job_args(args: &ReplArgs) -> JobArgs {
         restore: None,
         fresh: false,
         stages: Vec::new(),
+        target: args.target.clone(),
     }
 }
 

@@ -147,7 +147,7 @@ fn render_launch(s: &mut String, launch: &Launch) {
 /// the stages after the first (`theseus_num_stages`, their names as JSON strings for
 /// `metadata.json`, and each one's command as `theseus_stage<i>_*`, which the body selects).
 fn render_entrypoint(s: &mut String, input: &BootstrapInput) -> Result<()> {
-    render_command(s, "theseus_", &input.entrypoint, input.distributed, "")?;
+    render_command(s, "theseus_", &input.entrypoint, input.distributed, input.batch_search, "")?;
     let groups: Vec<String> = input.uv_groups.iter().flat_map(|g| ["--group".to_owned(), g.clone()]).collect();
     let _ = writeln!(s, "theseus_uv_groups=({})", shell::join(&groups));
     let _ = writeln!(s, "theseus_num_stages={}", input.stages.len() + 1);
@@ -160,18 +160,22 @@ fn render_entrypoint(s: &mut String, input: &BootstrapInput) -> Result<()> {
     let _ = writeln!(s, "theseus_stage_names_json=('' {})", shell::join(&names));
     for (i, stage) in input.stages.iter().enumerate() {
         let what = format!("stage {} ({}): ", i + 2, stage.source);
-        render_command(s, &format!("theseus_stage{}_", i + 2), &stage.entrypoint, stage.distributed, &what)?;
+        let prefix = format!("theseus_stage{}_", i + 2);
+        render_command(s, &prefix, &stage.entrypoint, stage.distributed, stage.batch_search, &what)?;
     }
     Ok(())
 }
 
-/// One command as `<prefix>python_entry`, `<prefix>jax` and `<prefix>args`; `what` starts
-/// its errors (which stage).
+/// One command as `<prefix>python_entry`, `<prefix>jax` (the launcher's JAX mode: `jax`
+/// (--jax), `auto` (--jax-auto) or `none`; auto cannot reach an entrypoint that does not run
+/// through the launcher), `<prefix>args` and `<prefix>batch_search`; `what` starts its errors
+/// (which stage).
 fn render_command(
     s: &mut String,
     prefix: &str,
     entrypoint: &[String],
     distributed: Distributed,
+    batch_search: bool,
     what: &str,
 ) -> Result<()> {
     let Some(first) = entrypoint.first() else {
@@ -186,8 +190,14 @@ fn render_command(
     }
     let args = if python { &entrypoint[1..] } else { entrypoint };
     let _ = writeln!(s, "{prefix}python_entry={}", u8::from(python));
-    let _ = writeln!(s, "{prefix}jax={}", u8::from(distributed == Distributed::Jax));
+    let jax = match distributed {
+        Distributed::Jax => "jax",
+        Distributed::Auto if python => "auto",
+        Distributed::Auto | Distributed::None => "none",
+    };
+    let _ = writeln!(s, "{prefix}jax={jax}");
     let _ = writeln!(s, "{prefix}args=({})", shell::join(args));
+    let _ = writeln!(s, "{prefix}batch_search={}", u8::from(batch_search));
     Ok(())
 }
 
@@ -195,6 +205,19 @@ fn render_command(
 fn render_resume(s: &mut String, input: &BootstrapInput) {
     let _ = writeln!(s, "theseus_restore={}", quote(input.resume.restore.as_deref().unwrap_or("")));
     let _ = writeln!(s, "theseus_fresh={}", u8::from(input.resume.fresh));
+}
+
+/// One line for `plan` and `--dry-run`: what theseus does about JAX distributed for a job with
+/// this mode, entrypoint (words) and number of processes.
+pub fn describe_distributed(distributed: Distributed, entrypoint: &[String], processes: u32) -> String {
+    let python = entrypoint.first().is_some_and(|w| is_python(w));
+    match distributed {
+        Distributed::None => "off (distributed: none)".to_owned(),
+        _ if processes <= 1 => "off: one process".to_owned(),
+        Distributed::Auto if !python => "off: not a python entrypoint (auto cannot reach it)".to_owned(),
+        Distributed::Auto => "auto (on import of jax)".to_owned(),
+        Distributed::Jax => "jax (before the entrypoint runs)".to_owned(),
+    }
 }
 
 /// `python`, `python3` or `pythonX.Y`.

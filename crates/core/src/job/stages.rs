@@ -32,6 +32,8 @@ pub struct Stage {
     pub distributed: Distributed,
     /// Its own `config` (overrides applied), its `THESEUS_CONFIG`.
     pub config: serde_json::Value,
+    /// It asks for the batch-size search ([`Experiment::batch_search`]).
+    pub batch_search: bool,
 }
 
 impl Stage {
@@ -47,6 +49,7 @@ impl Stage {
             entrypoint,
             distributed: experiment.distributed,
             config: experiment.config.clone(),
+            batch_search: experiment.batch_search,
         })
     }
 }

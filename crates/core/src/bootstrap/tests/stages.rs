@@ -23,6 +23,7 @@ fn stage(n: usize) -> Stage {
         entrypoint: vec!["/bin/sh".into(), "-c".into(), STAGE_SH.into(), "sh".into()],
         distributed: Distributed::None,
         config: json!({"stage": n}),
+        batch_search: false,
     }
 }
 
