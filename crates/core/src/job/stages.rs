@@ -79,6 +79,16 @@ pub fn list(main: &Experiment, main_source: &str) -> Vec<Listed> {
         .collect()
 }
 
+/// The current stage of a run as its `metadata.json` says it (`stage 2 of 3 (b.yaml)`), for
+/// `status`; `None` for a job of one stage or metadata without the fields.
+pub fn current(metadata: &serde_json::Value) -> Option<String> {
+    let stages = metadata.get("stages")?.as_array()?;
+    let stage = metadata.get("stage")?.as_u64()?;
+    let index = usize::try_from(stage).ok()?.checked_sub(1)?;
+    let name = stages.get(index)?.get("name")?.as_str()?.replace(char::is_control, "?");
+    Some(format!("stage {stage} of {} ({name})", stages.len()))
+}
+
 /// Adds `stages` (each file as given, and its experiment with the overrides applied) to `main`
 /// as stages 2, 3, ...: their environments, secrets and uv groups merge into `main`'s; see the
 /// module docs. `hardware_from_flags`: `--chip` or `-n` was given (it decides for every stage).
@@ -175,6 +185,15 @@ mod tests {
         assert_eq!((listed[0].stage, listed[0].file.as_str(), listed[0].runs.as_str()), (1, "a.yaml", "python a.py"));
         assert_eq!((listed[1].stage, listed[1].file.as_str()), (2, "b.yaml"));
         assert!(list(&exp("entrypoint: x\n"), "a.yaml").is_empty());
+    }
+
+    #[test]
+    fn the_current_stage_is_read_from_metadata() {
+        let metadata = serde_json::json!({"stage": 2, "stages": [{"name": "a.yaml"}, {"name": "b\n.yaml"}]});
+        assert_eq!(current(&metadata).as_deref(), Some("stage 2 of 2 (b?.yaml)"));
+        for bad in [serde_json::json!({"status": "running"}), serde_json::json!({"stage": 0, "stages": []})] {
+            assert_eq!(current(&bad), None);
+        }
     }
 
     #[test]
