@@ -132,6 +132,11 @@ fn the_scan_then_the_bisection_pick_the_largest_size_that_fits() {
     );
     assert_eq!(state["chosen"], 40);
     assert_eq!(state["phase"], "done");
+    // The original's timeouts: an hour until something ran out of memory, then
+    // max(5, THESEUS_DISPATCH_MIN_STABLE_CHECK_SECONDS = 60, 1.5 x the longest such probe).
+    let timeouts: Vec<f64> =
+        state["probes"].as_array().unwrap().iter().map(|p| p["timeout"].as_f64().unwrap()).collect();
+    assert_eq!(timeouts, [3600.0, 60.0, 60.0, 60.0, 60.0]);
     assert_eq!(state["run"]["exit_code"], 0);
     assert_eq!(state["candidates"], json!([64, 32, 16]));
     // Probes without W&B and with checkpoints of their own; one run id for all; the real run
@@ -279,6 +284,19 @@ fn a_restarted_run_reuses_the_size_it_chose() {
     assert_eq!(state["reused"], true);
     assert_eq!(state["phase"], "done");
     assert_eq!(outcomes(&state).len(), 3, "the first start's probes are kept");
+}
+
+#[test]
+fn a_choice_made_among_other_candidates_is_not_reused() {
+    let s = Search::new();
+    let out = s.run(&[("FAKE_FITS", "20"), ("THESEUS_DISPATCH_BISECT_STEPS", "0")]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(s.state()["chosen"], 16);
+    std::fs::remove_file(s.path("log")).unwrap();
+    let out = s.run(&[("FAKE_FITS", "20"), ("THESEUS_DISPATCH_BATCH_CANDIDATES", "24,12")]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(s.sizes()[..2], [(24, true), (12, true)], "searched again");
+    assert_eq!(s.state()["reused"], Value::Null);
 }
 
 #[test]
