@@ -182,6 +182,11 @@ pub(crate) struct JobArgs {
     /// a restarted attempt still resumes from what this run wrote.
     #[arg(long)]
     pub(crate) fresh: bool,
+    // ---- issue 28, part `standalone` ----
+    /// Extra `uv sync --group` name for the job (repeatable), after the host's `uv_groups` and
+    /// the experiment's (each group once).
+    #[arg(long = "target", value_name = "GROUP", value_parser = group_arg)]
+    pub(crate) target: Vec<String>,
     /// The host types' own flags given (`--tpu-spot`; see `crate::host_flags`).
     #[arg(skip)]
     pub(crate) host_flags: Vec<GivenFlag>,
@@ -332,6 +337,11 @@ pub(crate) struct ReplArgs {
     pub(crate) no_check: bool,
     #[command(flatten)]
     pub(crate) create: CreateArgs,
+    // ---- issue 28, part `standalone` ----
+    /// Extra `uv sync --group` name for the job (repeatable), after the host's `uv_groups` and
+    /// the experiment's (each group once).
+    #[arg(long = "target", value_name = "GROUP", value_parser = group_arg)]
+    pub(crate) target: Vec<String>,
     /// The host types' own flags given (`--tpu-spot`; see `crate::host_flags`).
     #[arg(skip)]
     pub(crate) host_flags: Vec<GivenFlag>,
@@ -406,6 +416,19 @@ fn name_arg(text: &str) -> Result<String, String> {
     match theseus_core::job::name_problem(text) {
         None => Ok(text.to_owned()),
         Some(problem) => Err(problem),
+    }
+}
+
+/// Clap parser of `--target` groups: a uv dependency group name (letters, digits, `.`, `_`, `-`).
+fn group_arg(text: &str) -> Result<String, String> {
+    let ok = !text.is_empty() && text.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
+    if ok {
+        Ok(text.to_owned())
+    } else {
+        Err(format!(
+            "{text:?} is not a uv dependency group name (letters, digits, `.`, `_`, `-`; as in pyproject.toml's \
+             [dependency-groups])"
+        ))
     }
 }
 

@@ -58,3 +58,8 @@ pub(crate) fn print_line(line: &LogLine) {
         (None, None) => println!("{}", line.text),
     }
 }
+
+/// The `uv sync --group` names of a job, for `plan` and `--dry-run`: `a, b`, or `none`.
+pub(crate) fn uv_groups(groups: &[String]) -> String {
+    if groups.is_empty() { "none".to_owned() } else { groups.join(", ") }
+}

@@ -142,6 +142,8 @@ pub(crate) async fn solve(
         None => Experiment::load(&args.experiment)?,
     };
     experiment.apply_overrides(&args.overrides)?;
+    // `--target GROUP`: after the experiment's own groups (the host's come first).
+    experiment.uv_groups.extend(args.target.iter().cloned());
     let spec = JobSpec {
         name: args.name.clone(),
         project: args.project.clone(),

@@ -15,6 +15,7 @@ mod resume;
 mod shell;
 mod ship;
 mod slurm;
+mod solo;
 mod solver_rules;
 mod sync;
 mod targets;

@@ -1,6 +1,7 @@
 # The static part of bootstrap.sh (theseus). It only reads the variables set above it:
 # theseus_launch, theseus_coordinator_port, theseus_identity_json, theseus_python_entry,
-# theseus_jax, theseus_args, theseus_uv_groups and the exported THESEUS_* values.
+# theseus_jax (none|jax|auto), theseus_args, theseus_uv_groups, theseus_batch_search and the
+# exported THESEUS_* values.
 
 theseus_is_uint() { [[ "$1" =~ ^[0-9]+$ ]]; }
 
@@ -88,6 +89,7 @@ theseus_write_metadata() {
   local status=$1 code=${2:-null} tmp="$theseus_metadata.tmp.$BASHPID"
   {
     printf '{\n%s' "$theseus_identity_json"
+    theseus_batch_search_field
     printf '  "rank": %d,\n  "num_processes": %d,\n' "$theseus_rank" "$theseus_count"
     printf '  "hostname": "%s",\n  "pid": %d,\n' "$theseus_hostname" "$$"
     printf '  "slurm_job_id": %s,\n' "$theseus_slurm_job_id"
@@ -275,11 +277,36 @@ fi
 # ---- the job ----
 if ((theseus_python_entry)); then
   theseus_cmd=("${theseus_py[@]}" "$THESEUS_WORK_DIR/.theseus/launcher.py")
-  if ((theseus_jax)); then theseus_cmd+=(--jax); fi
+  case $theseus_jax in jax) theseus_cmd+=(--jax) ;; auto) theseus_cmd+=(--jax-auto) ;; esac
   theseus_cmd+=(-- ${theseus_args[@]+"${theseus_args[@]}"})
 else
   theseus_cmd=("${theseus_args[@]}")
 fi
+
+# ---- batch-size search (issue 28, part batch) ----
+# theseus_wrap_batch_search: with theseus_batch_search=1 (a job config whose
+# training.per_device_batch_size is -1), theseus_cmd runs through the search driver, which probes
+# it at candidate sizes and then runs it with the largest that fits (batch_search.py). A
+# THESEUS_DISPATCH_BATCH_SIZE in the environment names the size: then nothing is searched.
+theseus_wrap_batch_search() {
+  ((theseus_batch_search)) || return 0
+  if [[ -n "${THESEUS_DISPATCH_BATCH_SIZE:-}" ]]; then
+    theseus_log "batch search: THESEUS_DISPATCH_BATCH_SIZE=$THESEUS_DISPATCH_BATCH_SIZE is set; not searching"
+    return 0
+  fi
+  theseus_cmd=("${theseus_py[@]}" "$THESEUS_WORK_DIR/.theseus/batch_search.py" -- "${theseus_cmd[@]}")
+}
+
+# theseus_batch_search_field: the `"batch_search": {...},` line of metadata.json, once the
+# search wrote its progress (atomically, as one JSON object) to the run dir.
+theseus_batch_search_field() {
+  local file="$THESEUS_RUN_DIR/batch-search.json" doc=""
+  [[ -f "$file" ]] || return 0
+  doc=$(< "$file") 2> /dev/null || return 0
+  [[ "$doc" == "{"*"}" ]] || return 0
+  printf '  "batch_search": %s,\n' "$doc"
+}
+theseus_wrap_batch_search
 
 theseus_child=""
 theseus_heartbeat=""

@@ -27,9 +27,6 @@ pub(super) fn prepare(solved: &Solved) -> Result<(PreparedJob, RunLayout)> {
     let mut snapshot = Snapshot::collect(&code_dir, spec.snapshot_mode)?;
     snapshot.hash_cache = spec.hash_cache.clone();
     let layout = solved.backend.layout(&identity, plan)?;
-    let host = &solved.loaded.config.hosts[&plan.host];
-    let mut uv_groups: Vec<String> = host.uv_groups().to_vec();
-    uv_groups.extend(spec.experiment.uv_groups.iter().cloned());
     let mut input = BootstrapInput::for_layout(
         identity.clone(),
         &layout,
@@ -38,8 +35,9 @@ pub(super) fn prepare(solved: &Solved) -> Result<(PreparedJob, RunLayout)> {
         spec.experiment.distributed,
         spec.experiment.config.clone(),
     );
-    input.uv_groups = uv_groups;
+    input.uv_groups = solved.uv_groups();
     input.resume = resume(solved, &layout)?;
+    input.batch_search = crate::batch_search::decide(&spec.experiment, &env, plan)?.is_some();
     input.hardware = Some(bootstrap::Hardware {
         chip: plan.chip.map(|c| c.name.to_owned()),
         count: plan.total_chips,

@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 
 use super::*;
 
+mod batch;
 mod hold;
 mod resume;
 mod setup;
@@ -109,6 +110,7 @@ impl Harness {
             launch: Launch::Single,
             config: json!({"lr": 0.001}),
             resume: Resume::default(),
+            batch_search: false,
         }
     }
 
@@ -315,7 +317,7 @@ fn every_rendered_script_parses() {
     let h = Harness::new();
     let launches = [Launch::Single, Launch::Local { coordinator_port: 1234 }, wired(1), wired(65535)];
     for launch in launches {
-        for distributed in [Distributed::None, Distributed::Jax] {
+        for distributed in [Distributed::Auto, Distributed::None, Distributed::Jax] {
             for value in h.hostile() {
                 let mut input = h.input(&["python3.11", "-m", "pkg.main", &value]);
                 input.launch = launch.clone();
@@ -334,6 +336,7 @@ fn every_rendered_script_parses() {
                     [
                         (".theseus/bootstrap.sh", true),
                         (".theseus/launcher.py", false),
+                        (".theseus/batch_search.py", false),
                         (".theseus/config.json", false),
                         (".theseus/env.sh", false)
                     ]
@@ -416,6 +419,69 @@ fn jax_needs_a_python_entrypoint() {
     input.entrypoint.clear();
     input.distributed = Distributed::None;
     assert!(render(&input).unwrap_err().to_string().contains("entrypoint is empty"));
+}
+
+/// The launcher's flag per mode, from the bootstrap's `running:` line; `auto` (the default)
+/// cannot reach an entrypoint that does not run through the launcher, and says nothing of it.
+#[test]
+fn each_distributed_mode_gives_the_launcher_its_flag() {
+    let h = Harness::new();
+    for (mode, flag) in
+        [(Distributed::Auto, " --jax-auto --"), (Distributed::Jax, " --jax --"), (Distributed::None, " --")]
+    {
+        let mut input = h.input(&["python", "dump.py"]);
+        input.distributed = mode;
+        let (_, out) = h.run(&input, &[]);
+        assert!(out.status.success(), "{mode:?}: {}", stderr(&out));
+        let running = stderr(&out).lines().find(|l| l.starts_with("[theseus] running: ")).unwrap().to_owned();
+        assert!(running.ends_with(&format!("/.theseus/launcher.py{flag} dump.py")), "{mode:?}: {running}");
+    }
+    let mut input = h.input(&["bash", "-c", "exit 0"]);
+    input.distributed = Distributed::Auto;
+    let (_, out) = h.run(&input, &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stderr(&out).contains("[theseus] running: bash -c exit\\ 0"), "{}", stderr(&out));
+}
+
+/// `plan` and `--dry-run` say which mode applies.
+#[test]
+fn the_distributed_mode_is_described() {
+    let words = |w: &[&str]| w.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let python = words(&["python3", "train.py"]);
+    let bash = words(&["bash", "run.sh"]);
+    assert_eq!(describe_distributed(Distributed::Auto, &python, 2), "auto (on import of jax)");
+    assert_eq!(
+        describe_distributed(Distributed::Auto, &bash, 2),
+        "off: not a python entrypoint (auto cannot reach it)"
+    );
+    assert_eq!(describe_distributed(Distributed::Auto, &python, 1), "off: one process");
+    assert_eq!(describe_distributed(Distributed::Jax, &python, 8), "jax (before the entrypoint runs)");
+    assert_eq!(describe_distributed(Distributed::None, &python, 8), "off (distributed: none)");
+}
+
+/// Without jax installed (the system python3), `--jax-auto` with several processes leaves a job
+/// that never imports jax untouched, and a job's `import jax` fails as it would without theseus.
+#[test]
+fn auto_without_jax_leaves_the_job_alone() {
+    let h = Harness::new();
+    let probe = "import sys, json, os; json.dump({'jax': 'jax' in sys.modules, 'finders': [type(f).__name__ for f in sys.meta_path]}, open(os.environ['THESEUS_RUN_DIR'] + '/probe.json', 'w'))";
+    let mut input = h.input(&["python3", "-c", probe]);
+    input.distributed = Distributed::Auto;
+    input.launch = Launch::Local { coordinator_port: 1 };
+    let env = [("THESEUS_LOCAL_RANK", "0"), ("THESEUS_LOCAL_WORLD_SIZE", "2")];
+    let (_, out) = h.run(&input, &env);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let probe = read_json(&h.run.join("probe.json"));
+    assert_eq!(probe["jax"], false, "{probe}");
+    assert!(probe["finders"].as_array().unwrap().iter().any(|f| f == "JaxImportHook"), "the hook waits: {probe}");
+    assert!(!stderr(&out).contains("jax.distributed"), "{}", stderr(&out));
+
+    let mut input = h.input(&["python3", "-c", "import jax"]);
+    input.distributed = Distributed::Auto;
+    input.launch = Launch::Local { coordinator_port: 1 };
+    let (_, out) = h.run(&input, &env);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(stderr(&out).contains("ModuleNotFoundError: No module named 'jax'"), "{}", stderr(&out));
 }
 
 #[test]
