@@ -184,7 +184,7 @@ class Driver:
             outcome, seconds, code = self.probe(size, limit)
             self.record(size, outcome, seconds, code, limit)
             log("batch size %d: %s after %.1fs%s" % (
-                size, OUTCOME_TEXT[outcome], seconds, "" if code is None else " (exit code %d)" % code))
+                size, OUTCOME_TEXT[outcome], seconds, " (exit code %d)" % code if code else ""))
             return outcome, seconds, code
 
         for size in candidates:
@@ -247,7 +247,7 @@ class Driver:
 OUTCOME_TEXT = {
     "oom": "out of memory",
     "stable": "stable (still running at its timeout)",
-    "completed": "exited 0 during the probe",
+    "completed": "fits (the job exited 0 within the probe; it runs again in full, as in the original)",
     "error": "failed",
 }
 
