@@ -184,6 +184,19 @@ pub(crate) struct JobArgs {
     /// a restarted attempt still resumes from what this run wrote.
     #[arg(long)]
     pub(crate) fresh: bool,
+    // ---- issue 28, part `standalone` ----
+    /// Extra `uv sync --group` name for the job (repeatable), after the host's `uv_groups` and
+    /// the experiment's (each group once).
+    #[arg(long = "target", value_name = "GROUP", value_parser = group_arg)]
+    pub(crate) target: Vec<String>,
+    // Issue 28, part `stages`.
+    /// A further stage: an experiment run after the main file (and the stages before it) in the
+    /// same allocation and work dir, with its own entrypoint, `distributed` and `config`
+    /// (the overrides apply to every stage); repeatable, run in order, stopping at the first
+    /// that fails. Its `env` joins the job's; the main file's `request` (or --chip/-n) decides
+    /// the hardware.
+    #[arg(short = 's', long = "stage", value_name = "FILE")]
+    pub(crate) stages: Vec<PathBuf>,
     /// The host types' own flags given (`--tpu-spot`; see `crate::host_flags`).
     #[arg(skip)]
     pub(crate) host_flags: Vec<GivenFlag>,
@@ -353,9 +366,30 @@ pub(crate) struct ReplArgs {
     pub(crate) no_check: bool,
     #[command(flatten)]
     pub(crate) create: CreateArgs,
+    // ---- issue 28, part `standalone` ----
+    /// Extra `uv sync --group` name for the job (repeatable), after the host's `uv_groups` and
+    /// the experiment's (each group once).
+    #[arg(long = "target", value_name = "GROUP", value_parser = group_arg)]
+    pub(crate) target: Vec<String>,
     /// The host types' own flags given (`--tpu-spot`; see `crate::host_flags`).
     #[arg(skip)]
     pub(crate) host_flags: Vec<GivenFlag>,
+    // Issue 28, part `parity`: the original's `repl` flags.
+    /// Ship the working tree (the default): tracked files as modified plus untracked, not
+    /// ignored files.
+    #[arg(long, conflicts_with = "clean")]
+    pub(crate) dirty: bool,
+    /// CPU per pod (Volcano hosts; a Kubernetes quantity such as `16` or `500m`).
+    #[arg(long, value_name = "QUANTITY")]
+    pub(crate) cpu: Option<String>,
+    /// Memory per pod (Volcano: a quantity such as `64Gi`) or per node (Slurm: `--mem`, e.g.
+    /// `64G`).
+    #[arg(long, value_name = "QUANTITY")]
+    pub(crate) mem: Option<String>,
+    /// Accepted as the original's `repl` accepted it; a session runs no job config, so it
+    /// changes nothing (a warning says so).
+    #[arg(long = "n-shards", alias = "n_shards", value_name = "N")]
+    pub(crate) n_shards: Option<u32>,
 }
 
 /// `theseus sync`.
@@ -411,6 +445,19 @@ fn name_arg(text: &str) -> Result<String, String> {
     match theseus_core::job::name_problem(text) {
         None => Ok(text.to_owned()),
         Some(problem) => Err(problem),
+    }
+}
+
+/// Clap parser of `--target` groups: a uv dependency group name (letters, digits, `.`, `_`, `-`).
+fn group_arg(text: &str) -> Result<String, String> {
+    let ok = !text.is_empty() && text.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
+    if ok {
+        Ok(text.to_owned())
+    } else {
+        Err(format!(
+            "{text:?} is not a uv dependency group name (letters, digits, `.`, `_`, `-`; as in pyproject.toml's \
+             [dependency-groups])"
+        ))
     }
 }
 

@@ -11,6 +11,7 @@ mod code_sync;
 mod commands;
 mod context;
 mod creates;
+mod dotenv;
 mod follow;
 mod host_flags;
 mod hosts;
@@ -30,6 +31,8 @@ pub use backends::{HOST_TYPES, registry};
 /// Runs the command line of this process with the host types `host_types` (in the order
 /// messages list them) and returns its exit code.
 pub fn main(host_types: &[&'static dyn HostType]) -> ExitCode {
+    // `./.env`, as the original's `load_dotenv()`: may run this program again with its variables.
+    dotenv::load();
     quiet_on_closed_stdout();
     let registry = backends::registry(host_types);
     let cli = host_flags::parse(&registry);

@@ -137,21 +137,15 @@ pub(crate) async fn solve(
             .map_err(|e| anyhow!("{}: {} (after --oversubscribe was applied)", e.path, e.message))?;
     }
     theseus_core::job::validate_name("job name", &args.name)?;
-    let experiment = match experiment {
+    let mut experiment = match experiment {
         Some(mut experiment) => {
             experiment.apply_overrides(&args.overrides)?;
             experiment
         }
-        // An experiment, or a job config of the original (`job:`; `-j`, `--n_shards`, `--load`).
-        None => {
-            let options = theseus_core::original::Options {
-                job: args.original.job.clone(),
-                n_shards: args.original.n_shards,
-                load: args.original.load.clone(),
-            };
-            theseus_core::original::load(&args.experiment, &options, &args.overrides)?
-        }
+        None => load_experiment(args)?,
     };
+    // `--target GROUP`: after the experiment's own groups (the host's come first).
+    experiment.uv_groups.extend(args.target.iter().cloned());
     let spec = JobSpec {
         name: args.name.clone(),
         project: args.project.clone(),
@@ -174,6 +168,35 @@ pub(crate) async fn solve(
         fresh: args.fresh,
     };
     dispatcher.solve(loaded, spec).await.map_err(lift)
+}
+
+/// The experiment of `args`: its file, then each `-s/--stage FILE` as a further stage, the
+/// overrides applied to every one (`theseus bootstrap` loads its experiment with this too).
+/// Each file is an experiment or a job config of the original ([`theseus_core::original`]):
+/// `-j` is the main file's key, `--n_shards` and `--load` apply to every job config.
+pub(crate) fn load_experiment(args: &JobArgs) -> Result<Experiment> {
+    let options = theseus_core::original::Options {
+        job: args.original.job.clone(),
+        n_shards: args.original.n_shards,
+        load: args.original.load.clone(),
+        stage: false,
+    };
+    let mut experiment = theseus_core::original::load(&args.experiment, &options, &args.overrides)?;
+    let stage_options = theseus_core::original::Options { job: None, stage: true, ..options };
+    let mut stages = Vec::new();
+    for path in &args.stages {
+        let stage = theseus_core::original::load(path, &stage_options, &args.overrides)
+            .map_err(|e| anyhow!("-s/--stage {}: {e}", path.display()))?;
+        stages.push((path.display().to_string(), stage));
+    }
+    let hardware_from_flags = args.place.chip.is_some() || args.place.n_chips.is_some();
+    theseus_core::job::stages::attach(
+        &mut experiment,
+        &args.experiment.display().to_string(),
+        stages,
+        hardware_from_flags,
+    )?;
+    Ok(experiment)
 }
 
 /// One line per host that did not answer its probe: `unknown: HOST: REASON`.

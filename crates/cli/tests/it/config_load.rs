@@ -386,14 +386,25 @@ fn negative_chip_count() {
     });
 }
 
+/// A `priority` entry naming no host is skipped with a warning, as the original skipped it: a
+/// host removed from `hosts` does not stop every command.
 #[test]
-fn unknown_priority_host_from_env() {
+fn unknown_priority_host_is_skipped_with_a_warning() {
     Jail::expect_with(|jail| {
         let setup = Setup::new(jail, Some("hosts:\n  gpu-box: {ssh: g, cluster: local}\n"), None)
-            .env("THESEUSCFG_PRIORITY", "[local, gpu-bx]");
+            .env("THESEUSCFG_PRIORITY", "[gpu-bx, local, gone, gpu-box]");
+        let loaded = setup.load();
+        assert_eq!(loaded.config.priority, ["local", "gpu-box"]);
+        let order: Vec<&str> = loaded.config.ordered_hosts().into_iter().map(|(n, _)| n).collect();
+        assert_eq!(order, ["local", "gpu-box"]);
         assert_eq!(
-            setup.error(),
-            "env THESEUSCFG_PRIORITY: priority[1]: unknown host \"gpu-bx\" (did you mean \"gpu-box\"?)"
+            loaded.warnings,
+            [
+                "env THESEUSCFG_PRIORITY: priority[0]: unknown host \"gpu-bx\" (did you mean \"gpu-box\"?); the entry \
+                 is skipped",
+                "env THESEUSCFG_PRIORITY: priority[2]: unknown host \"gone\" (known hosts: gpu-box, local); the entry is \
+                 skipped",
+            ]
         );
         Ok(())
     });
@@ -479,6 +490,23 @@ fn the_original_example_config_loads_with_warnings() {
             "{juicefs}"
         );
         assert!(juicefs.contains("nothing will be mounted at `/mnt/juicefs/theseus`"), "{juicefs}");
+        Ok(())
+    });
+}
+
+/// JuiceFS keys of a cluster that Volcano hosts use are ignored with a warning, as the
+/// original ignored them there: pods see only the PVC.
+#[test]
+fn juicefs_keys_of_a_volcano_cluster_are_named_in_a_warning() {
+    Jail::expect_with(|jail| {
+        let text = "clusters:\n  k8s: {root: /workspace/r, work: /workspace/w, mount: \"redis://h:6379/1\"}\n\
+                    hosts:\n  vk: {type: volcano, cluster: k8s, image: i, pvc_name: p}\n";
+        let loaded = Setup::new(jail, Some(text), None).load();
+        assert_eq!(
+            loaded.warnings,
+            ["~/.theseus.yaml: clusters.k8s: mount is ignored for volcano hosts (vk): their pods see only the PVC; \
+              to use JuiceFS there, put it behind the PVC (the JuiceFS CSI driver)"]
+        );
         Ok(())
     });
 }

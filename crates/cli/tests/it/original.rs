@@ -246,3 +246,26 @@ fn plan_and_dry_run_show_the_job_key_and_bad_input_is_named() {
         text(&out.stderr)
     );
 }
+
+#[test]
+fn job_configs_run_as_stages_in_one_allocation() {
+    let Some(python) = jax_python("job_configs_run_as_stages_in_one_allocation") else { return };
+    let ctx = TestContext::new();
+    let code = code();
+    let count = code.path().join("count.yaml");
+    let (ok, _, all) =
+        submit(&ctx, &python, code.path(), "staged", "hello.yaml", &["-s", count.to_str().unwrap(), "--n_shards", "3"]);
+    assert!(ok, "{all}");
+    assert!(line(&all, "[toy] hello ").contains(" shards=3 "), "{all}");
+    assert!(all.contains("[toy] count done at 3 (started at 0)"), "{all}");
+    let run = &run_dirs(&ctx, "general", "staged")[0];
+    let meta = metadata(run);
+    assert_eq!(meta["job_key"], "toy/hello");
+    assert_eq!(meta["status"], "completed");
+    let log = std::fs::read_to_string(run.join("output.log")).unwrap();
+    assert!(log.contains("[toy] hello ") && log.contains("[toy] count done at 3"), "{log}");
+    // `--n_shards` reached the job config stage too.
+    let plan =
+        ctx.run(&["plan", "staged", code.path().join("hello.yaml").to_str().unwrap(), "-s", count.to_str().unwrap()]);
+    assert!(text(&plan.stdout).contains("job toy/count"), "{}", text(&plan.stdout));
+}

@@ -2,22 +2,30 @@
 //! rendered from typed data with every value shell-quoted (or JSON-encoded for Python).
 //!
 //! The files are placed in the run's work dir under [`BOOTSTRAP_DIR`]:
-//! `bootstrap.sh` (the entry), `launcher.py`, `config.json` (the experiment's `config`,
+//! `bootstrap.sh` (the entry), `launcher.py`, `batch_search.py` (the batch-size search of
+//! [`crate::batch_search`]), `config.json` (the experiment's `config`,
 //! read by the job from `THESEUS_CONFIG`) and `env.sh` (the job's non-secret variables of
 //! step 1, which [`enter::script`] sources for `theseus shell`).
 //!
 //! At run time `bootstrap.sh`:
 //! 1. checks that every secret variable is set (secret values are never in the script) and
 //!    exports the job's other variables, then `THESEUS_RUN_ID`, `THESEUS_JOB_NAME`,
-//!    `THESEUS_PROJECT`, `THESEUS_GROUP`, `THESEUS_WORK_DIR`, `THESEUS_RUN_DIR`, `THESEUS_ROOT`,
-//!    `THESEUS_DATA_DIR`, `THESEUS_CHECKPOINTS_DIR`, `THESEUS_RESULTS_DIR` ([`DataDirs`]),
-//!    `THESEUS_CHECKPOINT_DIR` (this job name's own, [`checkpoint_dir`]), `THESEUS_CONFIG`,
-//!    `UV_CACHE_DIR` (if given) and `XLA_PYTHON_CLIENT_MEM_FRACTION=0.95` (only if unset);
+//!    `THESEUS_PROJECT`, `THESEUS_GROUP`, `THESEUS_WORK_DIR`, `THESEUS_RUN_DIR`,
+//!    `THESEUS_STATUS_DIR`, `THESEUS_LOG_DIR`, `THESEUS_ROOT`, `THESEUS_DATA_DIR`,
+//!    `THESEUS_CHECKPOINTS_DIR`, `THESEUS_RESULTS_DIR` ([`DataDirs`]), `THESEUS_CHECKPOINT_DIR`
+//!    (this job name's own, [`checkpoint_dir`]), `THESEUS_CONFIG`, `UV_CACHE_DIR` (if given) and
+//!    `XLA_PYTHON_CLIENT_MEM_FRACTION=0.95` (only if unset); the paths as rendered, unless the
+//!    `THESEUS_DISPATCH_{ROOT,WORK,LOG,DATA,CHECKPOINTS,RESULTS,STATUS}_OVERRIDE` variables of
+//!    the job's environment move them (`paths.sh`: a moved work dir must hold the job's code;
+//!    [`RUNTIME_ROOT`] demands the root override);
 //! 2. `cd`s to the work dir and creates the run dir and the data dirs (best effort);
 //! 3. finds its rank, the process count and the coordinator ([`Launch`]) and exports
 //!    `THESEUS_PROCESS_ID`, `THESEUS_NUM_PROCESSES`, `RANK`, `WORLD_SIZE`, `LOCAL_RANK` and, when
 //!    there is a coordinator, `JAX_COORDINATOR_ADDRESS`, `JAX_NUM_PROCESSES`, `JAX_PROCESS_ID`,
-//!    `MASTER_ADDR`, `MASTER_PORT` (`THESEUS_COORDINATOR_ADDRESS` overrides the coordinator);
+//!    `MASTER_ADDR`, `MASTER_PORT` (`THESEUS_COORDINATOR_ADDRESS` overrides the coordinator;
+//!    `MASTER_PORT` is the coordinator's port + 1, so that a job that starts both JAX's
+//!    coordinator and torch's rendezvous gets two ports: every backend's port plan leaves the
+//!    next port to it);
 //!    then (`resume.sh`) creates `THESEUS_CHECKPOINT_DIR` and exports `THESEUS_ATTEMPT` (1 +
 //!    `THESEUS_RESTART_COUNT`, which a backend sets, else 1 + `SLURM_RESTART_COUNT`) and
 //!    `THESEUS_RESTORE_FROM`: the checkpoint the `latest` marker names when it was written after
@@ -28,7 +36,8 @@
 //!    directory is ignored with a line saying so; a `--restore` dir missing on the target stops
 //!    the job. Both values are appended to `env.sh`;
 //! 4. with a `pyproject.toml`, sets up once per start of the run: rank 0 runs `uv sync`
-//!    (`--frozen` when `uv.lock` exists, failing rather than re-locking), first installing uv
+//!    (`--frozen` when `uv.lock` exists; when that fails, plain `uv sync` with a warning that
+//!    the lock is stale and the job runs re-resolved, as the original did), first installing uv
 //!    where it is missing into a private venv under `UV_CACHE_DIR` (else the work dir), never
 //!    `pip install --user` (PEP 668 refuses it on Debian-based images). With more than one
 //!    process this is phase one of a two-phase start: markers under
@@ -44,9 +53,13 @@
 //!    `run_key` (`project/group/name/run`), `hardware` ([`Hardware`]),
 //!    the job's `config`, rank, host, pid, `slurm_job_id` (from `SLURM_JOB_ID`), `attempt`,
 //!    `restore_from`, times, status and exit code;
-//! 6. runs the entrypoint as a waited child that leads its own process group (Python
-//!    entrypoints through `launcher.py`, which calls `jax.distributed.initialize` for
-//!    `distributed: jax`), and exits with its exit code, recording `completed` or `failed`;
+//! 6. runs the entrypoint (through `batch_search.py` when the job asks for a batch-size search:
+//!    probes, then the real run; its progress in `$THESEUS_RUN_DIR/batch-search.json`, which
+//!    `metadata.json` includes as `batch_search`) as a waited child that leads its own process
+//!    group (Python entrypoints through `launcher.py`, which calls `jax.distributed.initialize`
+//!    before the job for `distributed: jax`, and right after the job's first `import jax` for
+//!    `distributed: auto`, the default; see the launcher's own doc), and exits with its exit
+//!    code, recording `completed` or `failed`;
 //!    on SIGTERM/SIGINT/SIGHUP it sends TERM to the job's process group, waits up to
 //!    `THESEUS_TERM_GRACE_SECONDS` (10; a second less than `THESEUS_KILL_DEADLINE_SECONDS`,
 //!    the scheduler's own KILL, when that comes sooner) then sends KILL, records `preempted` and exits
@@ -57,16 +70,30 @@
 //!    signal is a preemption the scheduler ends itself after a grace: the job gets those
 //!    seconds, `preempted` is recorded, and the bootstrap waits for the scheduler's next signal
 //!    instead of exiting (a Slurm job that ends within its GraceTime is never requeued).
+//!    With stages (`-s FILE`, [`BootstrapInput::stages`]) the entrypoint is stage 1 and each
+//!    stage runs this way in turn, in the same work dir, with `THESEUS_STAGE` (1-based) and
+//!    `THESEUS_NUM_STAGES`, its own `THESEUS_CONFIG` (`.theseus/stage-<i>/config.json`) and,
+//!    from stage 2, its own `THESEUS_JOB_NAME` (`<name>_stage<i>`, as the original named them),
+//!    `THESEUS_CHECKPOINT_DIR` and resume (`--restore` is stage 1's); the first stage that fails
+//!    ends the job with its exit code. `metadata.json` gains `stage` (the current one) and
+//!    `stages` (name, status, exit code, start, end of each); each stage's output is also copied
+//!    to `stage-<i>.log` (rank 0; `stage-<i>.rank-<r>.log` for the others) beside it; and a stage
+//!    that completed in an earlier attempt of the run (`.stages/` in the run dir) is not run again.
 //!
 //! Everything the bootstrap itself prints goes to stderr, prefixed `[theseus]`.
 
 use serde::Serialize;
 
+use crate::job::stages::Stage;
 use crate::job::{Distributed, EnvVar, JobIdentity};
 use crate::{Error, Result};
 
 pub mod enter;
+mod paths;
 mod script;
+
+pub use paths::RUNTIME_ROOT;
+pub use script::describe_distributed;
 #[cfg(test)]
 mod tests;
 
@@ -196,8 +223,11 @@ pub struct BootstrapInput {
     pub work_dir: String,
     /// Absolute path of the run's status dir (`metadata.json`) on the target.
     pub run_dir: String,
-    /// The cluster root, exported as `THESEUS_ROOT`.
+    /// The cluster root, exported as `THESEUS_ROOT` ([`RUNTIME_ROOT`]: given at run time).
     pub root_dir: String,
+    /// The cluster's log dir, exported as `THESEUS_LOG_DIR` (`None`: not exported unless
+    /// `THESEUS_DISPATCH_LOG_OVERRIDE` names one).
+    pub log_dir: Option<String>,
     /// `UV_CACHE_DIR`, when the cluster sets one.
     pub uv_cache_dir: Option<String>,
     /// The cluster's data, checkpoints and results dirs.
@@ -219,6 +249,14 @@ pub struct BootstrapInput {
     pub config: serde_json::Value,
     /// Resuming: `submit --restore` and `--fresh` ([`Resume`]).
     pub resume: Resume,
+    /// Stages 2, 3, ... (`-s FILE`), run after the entrypoint above (stage 1) in order; each
+    /// with its config in `.theseus/stage-<i>/config.json` (see the module docs, step 6).
+    pub stages: Vec<Stage>,
+    /// The main file (stage 1's name in `metadata.json` when there are stages).
+    pub source: String,
+    /// Run the command through the batch-size search (`batch_search.py`, see
+    /// [`crate::batch_search`]).
+    pub batch_search: bool,
     /// A job config of the original, run through `job.py` (`None`: an experiment).
     pub job_config: Option<JobConfigRun>,
 }
@@ -282,10 +320,12 @@ impl BootstrapInput {
         distributed: Distributed,
         config: serde_json::Value,
     ) -> BootstrapInput {
+        let log_dir = paths::log_dir(&layout.log_file, &identity);
         BootstrapInput {
             identity,
             work_dir: layout.work_dir.clone(),
             run_dir: layout.run_dir.clone(),
+            log_dir: Some(log_dir),
             root_dir: layout.root_dir.clone(),
             uv_cache_dir: layout.uv_cache_dir.clone(),
             data_dirs: layout.data_dirs.clone(),
@@ -297,6 +337,9 @@ impl BootstrapInput {
             launch: layout.launch.clone(),
             config,
             resume: Resume::default(),
+            stages: Vec::new(),
+            source: String::new(),
+            batch_search: false,
             job_config: None,
         }
     }
@@ -334,6 +377,8 @@ const LAUNCHER: &str = include_str!("launcher.py");
 /// The runner of job configs of the original, a static file: values reach it through the
 /// environment and `config.json`.
 const JOB_RUNNER: &str = include_str!("job.py");
+/// The batch-size search driver, a static file: values reach it through argv and the environment.
+const BATCH_SEARCH: &str = include_str!("batch_search.py");
 
 /// Renders the bootstrap for one job.
 ///
@@ -345,9 +390,11 @@ pub fn render(input: &BootstrapInput) -> Result<RenderedBootstrap> {
         return Err(Error::InvalidConfig("the bootstrap needs a work dir and a run dir".into()));
     }
     let script = script::render(input)?;
-    let mut config = serde_json::to_string_pretty(&input.config)
-        .map_err(|e| Error::InvalidConfig(format!("cannot encode the experiment's config as JSON: {e}")))?;
-    config.push('\n');
+    let json = |config: &serde_json::Value| {
+        serde_json::to_string_pretty(config)
+            .map(|text| text + "\n")
+            .map_err(|e| Error::InvalidConfig(format!("cannot encode the experiment's config as JSON: {e}")))
+    };
     let file = |name: &str, contents: String, executable: bool| RenderedFile {
         path: format!("{BOOTSTRAP_DIR}/{name}"),
         contents,
@@ -356,10 +403,19 @@ pub fn render(input: &BootstrapInput) -> Result<RenderedBootstrap> {
     let mut files = vec![
         file("bootstrap.sh", script, true),
         file("launcher.py", LAUNCHER.to_owned(), false),
-        file("config.json", config, false),
+        file("batch_search.py", BATCH_SEARCH.to_owned(), false),
+        file("config.json", json(&input.config)?, false),
         file("env.sh", script::render_env_file(input)?, false),
     ];
-    if input.job_config.is_some() {
+    for (i, stage) in input.stages.iter().enumerate() {
+        files.push(file(&format!("stage-{}/config.json", i + 2), json(&stage.config)?, false));
+    }
+    // The runner, when the job or one of its stages is a job config of the original.
+    let runs_job_config = |words: &[String]| words.get(1).is_some_and(|w| w == crate::original::RUNNER);
+    if input.job_config.is_some()
+        || runs_job_config(&input.entrypoint)
+        || input.stages.iter().any(|s| runs_job_config(&s.entrypoint))
+    {
         files.push(file("job.py", JOB_RUNNER.to_owned(), false));
     }
     Ok(RenderedBootstrap { files, entry: format!("{BOOTSTRAP_DIR}/bootstrap.sh") })

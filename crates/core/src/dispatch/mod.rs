@@ -155,6 +155,21 @@ pub struct Solved {
     pub unanswered: Vec<(String, String)>,
 }
 
+impl Solved {
+    /// The job's `uv sync --group` names: the chosen host's `uv_groups`, then the experiment's
+    /// (which hold `--target`'s last), each once, in that order.
+    pub fn uv_groups(&self) -> Vec<String> {
+        let host = self.loaded.config.hosts.get(&self.plan.host).map(|h| h.uv_groups()).unwrap_or_default();
+        let mut groups: Vec<String> = Vec::new();
+        for group in host.iter().chain(&self.spec.experiment.uv_groups) {
+            if !groups.contains(group) {
+                groups.push(group.clone());
+            }
+        }
+        groups
+    }
+}
+
 /// Runs the flow against one loaded config.
 pub struct Dispatcher {
     factory: Arc<dyn BackendFactory>,
@@ -218,7 +233,14 @@ impl Dispatcher {
             Some((_, backend, _)) => backend,
             None => self.factory.backend(&loaded.config, &plan.host)?,
         };
-        Ok(Solved { loaded, spec, request, plan, backend, unanswered })
+        let mut solved = Solved { loaded, spec, request, plan, backend, unanswered };
+        // A batch-size search that cannot run is refused before anything starts; one that runs
+        // is said in the plan.
+        let env = request::environment(&solved).unwrap_or_default();
+        if let Some(note) = crate::batch_search::decide(&solved.spec.experiment, &env, &solved.plan)? {
+            solved.plan.notes.push(note);
+        }
+        Ok(solved)
     }
 
     /// Reports the plan ([`Event::Considered`], [`Event::Chosen`], [`Event::SkippedUnanswered`]).

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use crate::backend::{DynBackend, JobHandle, JobState, PreparedJob, RunLayout, SubmitOptions};
 use crate::bootstrap::{self, BootstrapInput, Resume};
-use crate::job::JobIdentity;
+use crate::job::{Experiment, JobIdentity};
 use crate::ledger::{Ledger, Record, RunKind, now_rfc3339, placeholder_handle};
 use crate::snapshot::Snapshot;
 use crate::{Error, Result};
@@ -27,9 +27,6 @@ pub(super) fn prepare(solved: &Solved) -> Result<(PreparedJob, RunLayout)> {
     let mut snapshot = Snapshot::collect(&code_dir, spec.snapshot_mode)?;
     snapshot.hash_cache = spec.hash_cache.clone();
     let layout = solved.backend.layout(&identity, plan)?;
-    let host = &solved.loaded.config.hosts[&plan.host];
-    let mut uv_groups: Vec<String> = host.uv_groups().to_vec();
-    uv_groups.extend(spec.experiment.uv_groups.iter().cloned());
     let mut input = BootstrapInput::for_layout(
         identity.clone(),
         &layout,
@@ -38,10 +35,28 @@ pub(super) fn prepare(solved: &Solved) -> Result<(PreparedJob, RunLayout)> {
         spec.experiment.distributed,
         spec.experiment.config.clone(),
     );
-    input.uv_groups = uv_groups;
+    input.uv_groups = solved.uv_groups();
+    input.source = spec.experiment_source.clone();
     input.resume = resume(solved, &layout)?;
-    input.job_config =
-        spec.experiment.job_key.clone().map(|key| bootstrap::JobConfigRun { key, cluster: host.cluster().to_owned() });
+    input.batch_search = crate::batch_search::decide(&spec.experiment, &env, plan)?.is_some();
+    input.stages = spec.experiment.stages.clone();
+    for stage in &mut input.stages {
+        // Each stage asks (or not) for the search on its own.
+        let asks =
+            Experiment { batch_search: stage.batch_search, config: stage.config.clone(), ..Experiment::default() };
+        stage.batch_search = crate::batch_search::decide(&asks, &env, plan)
+            .map_err(|e| Error::InvalidConfig(format!("{}: {e}", stage.source)))?
+            .is_some();
+    }
+    // A job config of the original (the main file's, else the first stage's): its key, and what
+    // its runner builds the original's hardware from.
+    let stage_key = || {
+        let runner = |s: &&crate::job::stages::Stage| s.entrypoint.get(1).is_some_and(|w| w == crate::original::RUNNER);
+        input.stages.iter().find(runner).and_then(|s| s.config["job"].as_str().map(str::to_owned))
+    };
+    let key = spec.experiment.job_key.clone().or_else(stage_key);
+    let cluster = solved.loaded.config.hosts.get(&plan.host).map(|h| h.cluster().to_owned()).unwrap_or_default();
+    input.job_config = key.map(|key| bootstrap::JobConfigRun { key, cluster });
     input.hardware = Some(bootstrap::Hardware {
         chip: plan.chip.map(|c| c.name.to_owned()),
         count: plan.total_chips,

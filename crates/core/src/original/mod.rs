@@ -29,6 +29,9 @@ pub struct Options {
     pub n_shards: Option<u32>,
     /// `--load MODULE`, as given (normalised by [`normalize_module`]).
     pub load: Vec<String>,
+    /// A further stage (`-s FILE`): `--n_shards` and `--load` apply to it only if it is a job
+    /// config (an experiment stage is loaded without them, not refused).
+    pub stage: bool,
 }
 
 impl Options {
@@ -57,7 +60,7 @@ pub fn from_yaml(text: &str, source: &str, options: &Options, overrides: &[Strin
         .map_err(|e| fail(format!("invalid YAML: {}", keys::yaml_message(&e.to_string()))))?;
     let Some(map) = value.as_object().filter(|m| !m.contains_key("entrypoint")) else {
         // An experiment (or not a map, which the experiment's loader explains).
-        if options.any() {
+        if options.any() && !(options.stage && options.job.is_none()) {
             let flags: Vec<&str> = [
                 options.job.as_ref().map(|_| "-j/--job"),
                 options.n_shards.map(|_| "--n_shards"),
@@ -131,6 +134,7 @@ pub fn from_yaml(text: &str, source: &str, options: &Options, overrides: &[Strin
         entrypoint: Entrypoint::Words(vec!["python".into(), RUNNER.into()]),
         request,
         distributed: Distributed::Jax,
+        batch_search: crate::batch_search::asks_for_search(&config),
         config,
         job_key: Some(key),
         ..Experiment::default()

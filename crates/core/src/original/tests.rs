@@ -29,12 +29,19 @@ fn a_job_config_becomes_an_experiment_running_the_runner() {
     assert_eq!(e.config["model"]["depth"], json!(2));
     assert_eq!(e.config["job"], json!("toy/train"));
     assert!(e.env.is_empty());
+    assert!(!e.batch_search);
+    // `training.per_device_batch_size: -1` asks for the batch-size search (part `batch`).
+    assert!(load(JOB, &Options::default(), &["training.per_device_batch_size=-1"]).unwrap().batch_search);
 }
 
 #[test]
 fn flags_set_the_key_the_shards_and_the_modules() {
-    let options =
-        Options { job: Some("other/key".into()), n_shards: Some(4), load: vec!["plugins.py".into(), "a.b_c".into()] };
+    let options = Options {
+        job: Some("other/key".into()),
+        n_shards: Some(4),
+        load: vec!["plugins.py".into(), "a.b_c".into()],
+        ..Options::default()
+    };
     let e = load(JOB, &options, &[]).unwrap();
     assert_eq!(e.job_key.as_deref(), Some("other/key"));
     assert_eq!(e.config["job"], json!("other/key"));
@@ -57,8 +64,14 @@ fn an_experiment_is_loaded_as_before_and_refuses_the_flags_of_job_configs() {
     assert_eq!((e.job_key, e.config), (None, json!({"lr": 2})));
     let m = message(load(text, &Options { job: Some("k".into()), ..Options::default() }, &[]));
     assert!(m.contains("job.yaml") && m.contains("-j/--job") && m.contains("experiment"), "{m}");
-    let m = message(load(text, &Options { n_shards: Some(2), load: vec!["m".into()], ..Options::default() }, &[]));
+    let shards_and_load = Options { n_shards: Some(2), load: vec!["m".into()], ..Options::default() };
+    let m = message(load(text, &shards_and_load, &[]));
     assert!(m.contains("--n_shards, --load"), "{m}");
+    // A further stage that is an experiment is loaded without them (they are for job configs).
+    let stage = Options { stage: true, ..shards_and_load };
+    assert_eq!(load(text, &stage, &[]).unwrap().config, json!({"lr": 1}));
+    let m = message(load(text, &Options { job: Some("k".into()), ..stage }, &[]));
+    assert!(m.contains("-j/--job"), "{m}");
 }
 
 #[test]

@@ -1,5 +1,6 @@
-//! `output.log`: the job's stdout and stderr copied beside `metadata.json` (as the original's
-//! status tree had it), while they still go where they went before; and what a job config of the
+//! `output.log`: the job's stdout and stderr (and the bootstrap's lines from the job's start)
+//! copied beside `metadata.json` (as the original's status tree had it), while they still go
+//! where they went before; and what a job config of the
 //! original adds to the bootstrap (`job.py`, the runner's variables, `job_key`).
 
 use std::os::unix::process::CommandExt;
@@ -38,7 +39,8 @@ fn the_jobs_output_is_copied_into_output_log_and_still_reaches_its_streams() {
     assert!(stderr(&out).contains("\nstderr line\n"), "{}", stderr(&out));
     let log = read(&h.run.join("output.log"));
     assert!(log.contains("stdout line\n") && log.contains("stderr line\n"), "{log:?}");
-    assert!(!log.contains("[theseus]"), "only the job's own output: {log:?}");
+    // With the bootstrap's own lines from the job's start on, as the original's had its own.
+    assert!(log.contains("[theseus] running: "), "{log:?}");
     assert_eq!(h.metadata("metadata.json")["status"], "completed");
     // No FIFO is left behind.
     let names: Vec<String> =
