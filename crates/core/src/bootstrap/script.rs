@@ -178,11 +178,12 @@ fn render_resume(s: &mut String, input: &BootstrapInput) {
     let _ = writeln!(s, "theseus_fresh={}", u8::from(input.resume.fresh));
 }
 
-/// One line for `plan` and `--dry-run`: what theseus does about JAX distributed for a job with
-/// this mode, entrypoint (words) and number of processes.
-pub fn describe_distributed(distributed: Distributed, entrypoint: &[String], processes: u32) -> String {
-    let python = entrypoint.first().is_some_and(|w| is_python(w));
-    match distributed {
+/// One line for `plan` and `--dry-run`: what theseus does about JAX distributed for the
+/// experiment run as `processes` processes.
+pub fn describe_distributed(experiment: &crate::job::Experiment, processes: u32) -> String {
+    let words = experiment.entrypoint_words().unwrap_or_default();
+    let python = words.first().is_some_and(|w| is_python(w));
+    match experiment.distributed {
         Distributed::None => "off (distributed: none)".to_owned(),
         _ if processes <= 1 => "off: one process".to_owned(),
         Distributed::Auto if !python => "off: not a python entrypoint (auto cannot reach it)".to_owned(),

@@ -446,17 +446,21 @@ fn each_distributed_mode_gives_the_launcher_its_flag() {
 /// `plan` and `--dry-run` say which mode applies.
 #[test]
 fn the_distributed_mode_is_described() {
-    let words = |w: &[&str]| w.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-    let python = words(&["python3", "train.py"]);
-    let bash = words(&["bash", "run.sh"]);
-    assert_eq!(describe_distributed(Distributed::Auto, &python, 2), "auto (on import of jax)");
+    use crate::job::{Entrypoint, Experiment};
+    let experiment = |line: &str, distributed| Experiment {
+        entrypoint: Entrypoint::Line(line.into()),
+        distributed,
+        ..Experiment::default()
+    };
+    let (python, bash) = ("python3 train.py", "bash run.sh");
+    assert_eq!(describe_distributed(&experiment(python, Distributed::Auto), 2), "auto (on import of jax)");
     assert_eq!(
-        describe_distributed(Distributed::Auto, &bash, 2),
+        describe_distributed(&experiment(bash, Distributed::Auto), 2),
         "off: not a python entrypoint (auto cannot reach it)"
     );
-    assert_eq!(describe_distributed(Distributed::Auto, &python, 1), "off: one process");
-    assert_eq!(describe_distributed(Distributed::Jax, &python, 8), "jax (before the entrypoint runs)");
-    assert_eq!(describe_distributed(Distributed::None, &python, 8), "off (distributed: none)");
+    assert_eq!(describe_distributed(&experiment(python, Distributed::Auto), 1), "off: one process");
+    assert_eq!(describe_distributed(&experiment(python, Distributed::Jax), 8), "jax (before the entrypoint runs)");
+    assert_eq!(describe_distributed(&experiment(python, Distributed::None), 8), "off (distributed: none)");
 }
 
 /// Without jax installed (the system python3), `--jax-auto` with several processes leaves a job
