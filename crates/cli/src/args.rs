@@ -187,6 +187,14 @@ pub(crate) struct JobArgs {
     /// the experiment's (each group once).
     #[arg(long = "target", value_name = "GROUP", value_parser = group_arg)]
     pub(crate) target: Vec<String>,
+    // Issue 28, part `stages`.
+    /// A further stage: an experiment run after the main file (and the stages before it) in the
+    /// same allocation and work dir, with its own entrypoint, `distributed` and `config`
+    /// (the overrides apply to every stage); repeatable, run in order, stopping at the first
+    /// that fails. Its `env` joins the job's; the main file's `request` (or --chip/-n) decides
+    /// the hardware.
+    #[arg(short = 's', long = "stage", value_name = "FILE")]
+    pub(crate) stages: Vec<PathBuf>,
     /// The host types' own flags given (`--tpu-spot`; see `crate::host_flags`).
     #[arg(skip)]
     pub(crate) host_flags: Vec<GivenFlag>,
@@ -345,6 +353,22 @@ pub(crate) struct ReplArgs {
     /// The host types' own flags given (`--tpu-spot`; see `crate::host_flags`).
     #[arg(skip)]
     pub(crate) host_flags: Vec<GivenFlag>,
+    // Issue 28, part `parity`: the original's `repl` flags.
+    /// Ship the working tree (the default): tracked files as modified plus untracked, not
+    /// ignored files.
+    #[arg(long, conflicts_with = "clean")]
+    pub(crate) dirty: bool,
+    /// CPU per pod (Volcano hosts; a Kubernetes quantity such as `16` or `500m`).
+    #[arg(long, value_name = "QUANTITY")]
+    pub(crate) cpu: Option<String>,
+    /// Memory per pod (Volcano: a quantity such as `64Gi`) or per node (Slurm: `--mem`, e.g.
+    /// `64G`).
+    #[arg(long, value_name = "QUANTITY")]
+    pub(crate) mem: Option<String>,
+    /// Accepted as the original's `repl` accepted it; a session runs no job config, so it
+    /// changes nothing (a warning says so).
+    #[arg(long = "n-shards", alias = "n_shards", value_name = "N")]
+    pub(crate) n_shards: Option<u32>,
 }
 
 /// `theseus sync`.

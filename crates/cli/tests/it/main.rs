@@ -1,6 +1,7 @@
 //! End-to-end tests of the `theseus` binary: each test runs the real binary in a fresh HOME
 //! (no config file unless the test writes one) and checks exit code, stdout and stderr.
 
+mod batch;
 mod cli;
 mod config_load;
 mod everyday;
@@ -17,6 +18,7 @@ mod ship;
 mod slurm;
 mod solo;
 mod solver_rules;
+mod stages;
 mod sync;
 mod targets;
 mod testhost;

@@ -10,10 +10,14 @@
 //! At run time `bootstrap.sh`:
 //! 1. checks that every secret variable is set (secret values are never in the script) and
 //!    exports the job's other variables, then `THESEUS_RUN_ID`, `THESEUS_JOB_NAME`,
-//!    `THESEUS_PROJECT`, `THESEUS_GROUP`, `THESEUS_WORK_DIR`, `THESEUS_RUN_DIR`, `THESEUS_ROOT`,
-//!    `THESEUS_DATA_DIR`, `THESEUS_CHECKPOINTS_DIR`, `THESEUS_RESULTS_DIR` ([`DataDirs`]),
-//!    `THESEUS_CHECKPOINT_DIR` (this job name's own, [`checkpoint_dir`]), `THESEUS_CONFIG`,
-//!    `UV_CACHE_DIR` (if given) and `XLA_PYTHON_CLIENT_MEM_FRACTION=0.95` (only if unset);
+//!    `THESEUS_PROJECT`, `THESEUS_GROUP`, `THESEUS_WORK_DIR`, `THESEUS_RUN_DIR`,
+//!    `THESEUS_STATUS_DIR`, `THESEUS_LOG_DIR`, `THESEUS_ROOT`, `THESEUS_DATA_DIR`,
+//!    `THESEUS_CHECKPOINTS_DIR`, `THESEUS_RESULTS_DIR` ([`DataDirs`]), `THESEUS_CHECKPOINT_DIR`
+//!    (this job name's own, [`checkpoint_dir`]), `THESEUS_CONFIG`, `UV_CACHE_DIR` (if given) and
+//!    `XLA_PYTHON_CLIENT_MEM_FRACTION=0.95` (only if unset); the paths as rendered, unless the
+//!    `THESEUS_DISPATCH_{ROOT,WORK,LOG,DATA,CHECKPOINTS,RESULTS,STATUS}_OVERRIDE` variables of
+//!    the job's environment move them (`paths.sh`: a moved work dir must hold the job's code;
+//!    [`RUNTIME_ROOT`] demands the root override);
 //! 2. `cd`s to the work dir and creates the run dir and the data dirs (best effort);
 //! 3. finds its rank, the process count and the coordinator ([`Launch`]) and exports
 //!    `THESEUS_PROCESS_ID`, `THESEUS_NUM_PROCESSES`, `RANK`, `WORLD_SIZE`, `LOCAL_RANK` and, when
@@ -65,17 +69,29 @@
 //!    signal is a preemption the scheduler ends itself after a grace: the job gets those
 //!    seconds, `preempted` is recorded, and the bootstrap waits for the scheduler's next signal
 //!    instead of exiting (a Slurm job that ends within its GraceTime is never requeued).
+//!    With stages (`-s FILE`, [`BootstrapInput::stages`]) the entrypoint is stage 1 and each
+//!    stage runs this way in turn, in the same work dir, with `THESEUS_STAGE` (1-based) and
+//!    `THESEUS_NUM_STAGES`, its own `THESEUS_CONFIG` (`.theseus/stage-<i>/config.json`) and,
+//!    from stage 2, its own `THESEUS_JOB_NAME` (`<name>_stage<i>`, as the original named them),
+//!    `THESEUS_CHECKPOINT_DIR` and resume (`--restore` is stage 1's); the first stage that fails
+//!    ends the job with its exit code. `metadata.json` gains `stage` (the current one) and
+//!    `stages` (name, status, exit code, start, end of each); each stage's output is also copied
+//!    to `stage-<i>.log` (rank 0; `stage-<i>.rank-<r>.log` for the others) beside it; and a stage
+//!    that completed in an earlier attempt of the run (`.stages/` in the run dir) is not run again.
 //!
 //! Everything the bootstrap itself prints goes to stderr, prefixed `[theseus]`.
 
 use serde::Serialize;
 
+use crate::job::stages::Stage;
 use crate::job::{Distributed, EnvVar, JobIdentity};
 use crate::{Error, Result};
 
 pub mod enter;
+mod paths;
 mod script;
 
+pub use paths::RUNTIME_ROOT;
 pub use script::describe_distributed;
 #[cfg(test)]
 mod tests;
@@ -206,8 +222,11 @@ pub struct BootstrapInput {
     pub work_dir: String,
     /// Absolute path of the run's status dir (`metadata.json`) on the target.
     pub run_dir: String,
-    /// The cluster root, exported as `THESEUS_ROOT`.
+    /// The cluster root, exported as `THESEUS_ROOT` ([`RUNTIME_ROOT`]: given at run time).
     pub root_dir: String,
+    /// The cluster's log dir, exported as `THESEUS_LOG_DIR` (`None`: not exported unless
+    /// `THESEUS_DISPATCH_LOG_OVERRIDE` names one).
+    pub log_dir: Option<String>,
     /// `UV_CACHE_DIR`, when the cluster sets one.
     pub uv_cache_dir: Option<String>,
     /// The cluster's data, checkpoints and results dirs.
@@ -229,6 +248,11 @@ pub struct BootstrapInput {
     pub config: serde_json::Value,
     /// Resuming: `submit --restore` and `--fresh` ([`Resume`]).
     pub resume: Resume,
+    /// Stages 2, 3, ... (`-s FILE`), run after the entrypoint above (stage 1) in order; each
+    /// with its config in `.theseus/stage-<i>/config.json` (see the module docs, step 6).
+    pub stages: Vec<Stage>,
+    /// The main file (stage 1's name in `metadata.json` when there are stages).
+    pub source: String,
     /// Run the command through the batch-size search (`batch_search.py`, see
     /// [`crate::batch_search`]).
     pub batch_search: bool,
@@ -281,10 +305,12 @@ impl BootstrapInput {
         distributed: Distributed,
         config: serde_json::Value,
     ) -> BootstrapInput {
+        let log_dir = paths::log_dir(&layout.log_file, &identity);
         BootstrapInput {
             identity,
             work_dir: layout.work_dir.clone(),
             run_dir: layout.run_dir.clone(),
+            log_dir: Some(log_dir),
             root_dir: layout.root_dir.clone(),
             uv_cache_dir: layout.uv_cache_dir.clone(),
             data_dirs: layout.data_dirs.clone(),
@@ -296,6 +322,8 @@ impl BootstrapInput {
             launch: layout.launch.clone(),
             config,
             resume: Resume::default(),
+            stages: Vec::new(),
+            source: String::new(),
             batch_search: false,
         }
     }
@@ -343,22 +371,25 @@ pub fn render(input: &BootstrapInput) -> Result<RenderedBootstrap> {
         return Err(Error::InvalidConfig("the bootstrap needs a work dir and a run dir".into()));
     }
     let script = script::render(input)?;
-    let mut config = serde_json::to_string_pretty(&input.config)
-        .map_err(|e| Error::InvalidConfig(format!("cannot encode the experiment's config as JSON: {e}")))?;
-    config.push('\n');
+    let json = |config: &serde_json::Value| {
+        serde_json::to_string_pretty(config)
+            .map(|text| text + "\n")
+            .map_err(|e| Error::InvalidConfig(format!("cannot encode the experiment's config as JSON: {e}")))
+    };
     let file = |name: &str, contents: String, executable: bool| RenderedFile {
         path: format!("{BOOTSTRAP_DIR}/{name}"),
         contents,
         executable,
     };
-    Ok(RenderedBootstrap {
-        files: vec![
-            file("bootstrap.sh", script, true),
-            file("launcher.py", LAUNCHER.to_owned(), false),
-            file("batch_search.py", BATCH_SEARCH.to_owned(), false),
-            file("config.json", config, false),
-            file("env.sh", script::render_env_file(input)?, false),
-        ],
-        entry: format!("{BOOTSTRAP_DIR}/bootstrap.sh"),
-    })
+    let mut files = vec![
+        file("bootstrap.sh", script, true),
+        file("launcher.py", LAUNCHER.to_owned(), false),
+        file("batch_search.py", BATCH_SEARCH.to_owned(), false),
+        file("config.json", json(&input.config)?, false),
+        file("env.sh", script::render_env_file(input)?, false),
+    ];
+    for (i, stage) in input.stages.iter().enumerate() {
+        files.push(file(&format!("stage-{}/config.json", i + 2), json(&stage.config)?, false));
+    }
+    Ok(RenderedBootstrap { files, entry: format!("{BOOTSTRAP_DIR}/bootstrap.sh") })
 }

@@ -12,8 +12,10 @@ use super::*;
 
 mod batch;
 mod hold;
+mod overrides;
 mod resume;
 mod setup;
+mod stages;
 
 /// Values that break naive quoting. `{tmp}` is replaced by the temp dir.
 const HOSTILE: &[&str] = &[
@@ -96,6 +98,7 @@ impl Harness {
             work_dir: self.work.to_str().unwrap().to_owned(),
             run_dir: self.run.to_str().unwrap().to_owned(),
             root_dir: "/srv/theseus".into(),
+            log_dir: None,
             uv_cache_dir: None,
             data_dirs: DataDirs {
                 data: self.dir("data"),
@@ -110,6 +113,8 @@ impl Harness {
             launch: Launch::Single,
             config: json!({"lr": 0.001}),
             resume: Resume::default(),
+            stages: Vec::new(),
+            source: String::new(),
             batch_search: false,
         }
     }
