@@ -137,13 +137,7 @@ pub(crate) async fn solve(
             .map_err(|e| anyhow!("{}: {} (after --oversubscribe was applied)", e.path, e.message))?;
     }
     theseus_core::job::validate_name("job name", &args.name)?;
-    let mut experiment = match experiment {
-        Some(experiment) => experiment,
-        None => Experiment::load(&args.experiment)?,
-    };
-    experiment.apply_overrides(&args.overrides)?;
-    // `--target GROUP`: after the experiment's own groups (the host's come first).
-    experiment.uv_groups.extend(args.target.iter().cloned());
+    let experiment = load_experiment(args, experiment)?;
     let spec = JobSpec {
         name: args.name.clone(),
         project: args.project.clone(),
@@ -166,6 +160,19 @@ pub(crate) async fn solve(
         fresh: args.fresh,
     };
     dispatcher.solve(loaded, spec).await.map_err(lift)
+}
+
+/// The experiment of `args` (`given`, e.g. by `repl`, else loaded from `args.experiment`) with
+/// its overrides and `--target` groups: what `submit`, `plan`, `repl` and `bootstrap` run.
+pub(crate) fn load_experiment(args: &JobArgs, given: Option<Experiment>) -> Result<Experiment> {
+    let mut experiment = match given {
+        Some(experiment) => experiment,
+        None => Experiment::load(&args.experiment)?,
+    };
+    experiment.apply_overrides(&args.overrides)?;
+    // `--target GROUP`: after the experiment's own groups (the host's come first).
+    experiment.uv_groups.extend(args.target.iter().cloned());
+    Ok(experiment)
 }
 
 /// One line per host that did not answer its probe: `unknown: HOST: REASON`.

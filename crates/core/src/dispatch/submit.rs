@@ -27,31 +27,67 @@ pub(super) fn prepare(solved: &Solved) -> Result<(PreparedJob, RunLayout)> {
     let mut snapshot = Snapshot::collect(&code_dir, spec.snapshot_mode)?;
     snapshot.hash_cache = spec.hash_cache.clone();
     let layout = solved.backend.layout(&identity, plan)?;
-    let mut input = BootstrapInput::for_layout(
-        identity.clone(),
-        &layout,
-        env.clone(),
-        spec.experiment.entrypoint_words()?,
-        spec.experiment.distributed,
-        spec.experiment.config.clone(),
-    );
-    input.uv_groups = solved.uv_groups();
-    input.resume = resume(solved, &layout)?;
-    input.hardware = Some(bootstrap::Hardware {
-        chip: plan.chip.map(|c| c.name.to_owned()),
-        count: plan.total_chips,
-        nodes: plan.nodes,
-        host: plan.host.clone(),
-    });
-    let bootstrap = bootstrap::render(&input).map_err(|e| match e {
-        Error::InvalidConfig(m) => {
-            Error::InvalidConfig(format!("cannot render the bootstrap for {}: {m}", spec.experiment_source))
-        }
-        e => e,
+    let bootstrap = render_bootstrap(&Bootstrap {
+        identity: &identity,
+        layout: &layout,
+        env: env.clone(),
+        experiment: &spec.experiment,
+        experiment_source: &spec.experiment_source,
+        uv_groups: solved.uv_groups(),
+        resume: resume(solved, &layout)?,
+        hardware: bootstrap::Hardware {
+            chip: plan.chip.map(|c| c.name.to_owned()),
+            count: plan.total_chips,
+            nodes: plan.nodes,
+            host: plan.host.clone(),
+        },
     })?;
     let job =
         PreparedJob { identity, experiment: spec.experiment.clone(), env, plan: plan.clone(), snapshot, bootstrap };
     Ok((job, layout))
+}
+
+/// What a job's bootstrap is rendered from: for a submit, and for `theseus bootstrap`'s
+/// standalone script ([`crate::standalone`]), which renders it the same way.
+pub(crate) struct Bootstrap<'a> {
+    /// Who the job is.
+    pub(crate) identity: &'a JobIdentity,
+    /// Where it runs.
+    pub(crate) layout: &'a RunLayout,
+    /// Its environment.
+    pub(crate) env: Vec<crate::backend::EnvVar>,
+    /// What it runs.
+    pub(crate) experiment: &'a crate::job::Experiment,
+    /// Where the experiment came from, for messages.
+    pub(crate) experiment_source: &'a str,
+    /// `uv sync --group` names.
+    pub(crate) uv_groups: Vec<String>,
+    /// What it resumes from.
+    pub(crate) resume: Resume,
+    /// What it was given.
+    pub(crate) hardware: bootstrap::Hardware,
+}
+
+/// The rendered bootstrap of `job`.
+pub(crate) fn render_bootstrap(job: &Bootstrap<'_>) -> Result<bootstrap::RenderedBootstrap> {
+    let experiment = job.experiment;
+    let mut input = BootstrapInput::for_layout(
+        job.identity.clone(),
+        job.layout,
+        job.env.clone(),
+        experiment.entrypoint_words()?,
+        experiment.distributed,
+        experiment.config.clone(),
+    );
+    input.uv_groups = job.uv_groups.clone();
+    input.resume = job.resume.clone();
+    input.hardware = Some(job.hardware.clone());
+    bootstrap::render(&input).map_err(|e| match e {
+        Error::InvalidConfig(m) => {
+            Error::InvalidConfig(format!("cannot render the bootstrap for {}: {m}", job.experiment_source))
+        }
+        e => e,
+    })
 }
 
 /// The job of `solved` without its code: identity, experiment, environment and plan, with an
