@@ -29,6 +29,7 @@
 
 pub mod availability;
 pub mod backend;
+pub mod batch_search;
 pub mod bootstrap;
 pub mod chips;
 pub mod cluster;

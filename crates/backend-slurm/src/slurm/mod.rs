@@ -505,6 +505,10 @@ impl Backend for SlurmBackend {
         }
     }
 
+    async fn run_file(&self, handle: &JobHandle, name: &str) -> Result<Option<Vec<u8>>> {
+        self.remote.read_run_file(&self.data(handle)?.run_dir, name).await
+    }
+
     async fn logs(&self, handle: &JobHandle, options: &LogOptions) -> Result<LogStream> {
         let (data, id, _) = self.resolve(handle).await?;
         let Some(id) = id else {
@@ -674,14 +678,16 @@ impl Backend for SlurmBackend {
     }
 }
 
-/// `--job-name`: the job's name, with what sbatch cannot read in a directive replaced.
-fn job_name(identity: &JobIdentity) -> String {
-    let name: String = identity
-        .name
-        .chars()
+/// `--job-name`: `<project>-<group>-<name>` as the original dispatcher named its Slurm jobs
+/// (so `squeue` tells apart two projects' `train`), with what sbatch cannot read in a directive
+/// replaced. Nothing finds a job by this name: a run's job is its id, recorded in the run dir,
+/// or its `--comment` ([`scripts::COMMENT_PREFIX`]), so jobs an older theseus named `<name>`
+/// are found as before.
+pub fn job_name(identity: &JobIdentity) -> String {
+    let full = format!("{}-{}-{}", identity.project, identity.group, identity.name);
+    full.chars()
         .map(|c| if c.is_whitespace() || c.is_control() || matches!(c, '"' | '\'' | '\\') { '_' } else { c })
-        .collect();
-    if name.is_empty() { "theseus".into() } else { name }
+        .collect()
 }
 
 /// A Slurm job id: `123`, or `123_4` for an array task.
@@ -694,6 +700,18 @@ fn is_job_id(id: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Slurm jobs are named `<project>-<group>-<name>` as the original named them, the defaults
+    /// filled in; what a directive cannot carry is replaced.
+    #[test]
+    fn slurm_jobs_are_named_project_group_name() {
+        let named =
+            |name: &str, project: Option<&str>, group: Option<&str>| job_name(&JobIdentity::new(name, project, group));
+        assert_eq!(named("train", Some("lm"), Some("sweep")), "lm-sweep-train");
+        assert_eq!(named("train", None, None), "general-default-train");
+        assert_eq!(named("train", Some(""), Some("ablate")), "general-ablate-train");
+        assert_eq!(named("a b\"c", Some("p"), None), "p-default-a_b_c");
+    }
 
     /// Ranks' ports are reached from the login node, so what they serve (a `repl`'s Jupyter)
     /// listens beyond loopback; an address the user set stays.

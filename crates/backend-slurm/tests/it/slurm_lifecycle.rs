@@ -7,12 +7,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use theseus_backend_slurm::slurm::{Settings, SlurmBackend, SlurmHandleData};
+use theseus_backend_slurm::slurm::{Settings, SlurmBackend, SlurmHandleData, job_name};
 use theseus_backend_ssh::ssh::{RemoteCommand, SshHost};
 use theseus_backend_ssh::testing::{cancel_while_shipping, make_big};
 use theseus_core::Error;
 use theseus_core::backend::{Backend, JobHandle, JobState, LogOptions, PreparedJob, SubmitOptions};
-use theseus_core::job::Distributed;
+use theseus_core::job::{Distributed, JobIdentity};
 
 use crate::slurm::{SlurmLab, TIMEOUT, backend_at, host, lab, plan, prepare, wait_terminal};
 
@@ -40,14 +40,16 @@ fn sleeper(b: &SlurmBackend, name: &str) -> (PreparedJob, tempfile::TempDir) {
     prepare(b, &plan("cpu", 1, 0), name, &[("x", "")], &["sleep", "600"], &[], Distributed::None)
 }
 
-/// Slurm job ids of non-terminal jobs named `name`, from `squeue` on the login node.
+/// Slurm job ids of non-terminal jobs of the run name `name` (project `slurm-it`, as
+/// [`prepare`] names them), from `squeue` on the login node.
 async fn live_jobs(ssh: &SshHost, name: &str) -> Vec<String> {
+    let slurm_name = job_name(&JobIdentity::new(name, Some("slurm-it"), None));
     let cmd = RemoteCommand::new("squeue").args([
         "--noheader",
         "--states=PENDING,RUNNING,COMPLETING,CONFIGURING,SUSPENDED,REQUEUED",
         "--format=%i",
         "--name",
-        name,
+        &slurm_name,
     ]);
     let out = ssh.run(&cmd).await.expect("squeue");
     out.stdout_text().split_whitespace().map(str::to_owned).collect()

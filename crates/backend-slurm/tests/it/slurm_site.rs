@@ -54,6 +54,8 @@ async fn the_job_id_is_read_through_the_sites_sbatch_wrapper_and_the_time_limit_
     // The job carries its run's comment, and the original's 14 days when the host sets no `time:`.
     assert_eq!(squeue_field(&ssh, &handle.id, "%k").await, format!("theseus-run:{}", job.identity.run_id));
     assert_eq!(squeue_field(&ssh, &handle.id, "%l").await, "14-00:00:00");
+    // Named as the original named its Slurm jobs: `<project>-<group>-<name>`.
+    assert_eq!(squeue_field(&ssh, &handle.id, "%j").await, "slurm-it-default-wrapped");
     let doc = &b.dry_run(&job).unwrap()[0].text;
     assert!(doc.contains("#SBATCH --time=14-0\n"), "{doc}");
 }

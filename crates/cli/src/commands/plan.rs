@@ -1,6 +1,7 @@
 //! `theseus plan`: where a job would go and why, without submitting, and which hosts did not
 //! answer their availability probe (`unknown: HOST: REASON` lines; `unanswered` in JSON), and
-//! what the job would resume from (`resumes:`; `resume` in JSON). On a host with shared queues
+//! what the job would resume from (`resumes:`; `resume` in JSON), and whether theseus initialises
+//! JAX distributed for it (`jax:`; `jax_distributed` in JSON). On a host with shared queues
 //! (Volcano) also how the request stands among them: the verdict and a row per queue (`queues`
 //! in JSON), and what RBAC hid.
 
@@ -16,6 +17,13 @@ use crate::context::Context;
 /// How long the queue report may take.
 const SHARES_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
 
+/// What theseus does about JAX distributed for the experiment (`plan`, `--dry-run`): `auto (on
+/// import of jax)`, `off: not a python entrypoint ...`, ...
+pub(crate) fn jax_distributed(experiment: &theseus_core::job::Experiment, processes: u32) -> String {
+    let words = experiment.entrypoint_words().unwrap_or_default();
+    theseus_core::bootstrap::describe_distributed(experiment.distributed, &words, processes)
+}
+
 pub(crate) async fn run(ctx: &Context, args: JobArgs) -> Result<ExitCode> {
     let (dispatcher, _) = crate::prepare::dispatcher(ctx);
     let code = crate::prepare::Code { dir: None, clean: false };
@@ -27,6 +35,7 @@ pub(crate) async fn run(ctx: &Context, args: JobArgs) -> Result<ExitCode> {
     let resume = dispatcher.resume(&solved, &layout).map_err(crate::prepare::lift)?;
     let checkpoint_dir = theseus_core::bootstrap::checkpoint_dir(&layout.data_dirs.checkpoints, &identity);
     let from = resume.describe(&checkpoint_dir);
+    let jax = jax_distributed(&solved.spec.experiment, solved.plan.processes());
     let shares = match tokio::time::timeout(SHARES_TIMEOUT, solved.backend.shares(&solved.request, &solved.plan)).await
     {
         Ok(Ok(shares)) => Ok(shares),
@@ -45,6 +54,7 @@ pub(crate) async fn run(ctx: &Context, args: JobArgs) -> Result<ExitCode> {
             "plan": solved.plan,
             "unanswered": unanswered,
             "resume": {"checkpoint_dir": checkpoint_dir, "restore": resume.restore, "fresh": resume.fresh, "from": from},
+            "jax_distributed": jax,
             "queues": shares.as_ref().ok(),
             "queues_error": shares.as_ref().err(),
             "creates": creates.as_ref().ok(),
@@ -59,6 +69,7 @@ pub(crate) async fn run(ctx: &Context, args: JobArgs) -> Result<ExitCode> {
     println!("chosen:  {}", render::describe_plan(&solved.plan));
     println!("resumes: {from}");
     println!("uv groups: {}", crate::output::uv_groups(&solved.uv_groups()));
+    println!("jax:     {jax}");
     for note in &solved.plan.notes {
         println!("note:    {note}");
     }

@@ -106,6 +106,7 @@ fn dry_run(
     let (identity, plan, snapshot, bootstrap) = (&job.identity, &job.plan, &job.snapshot, &job.bootstrap);
     let env_shown: Vec<_> =
         job.env.iter().map(|v| json!({"name": v.name, "value": v.display_value(), "secret": v.secret})).collect();
+    let jax = super::plan::jax_distributed(&job.experiment, plan.processes());
     if ctx.output == OutputFormat::Json {
         print_json(&json!({
             "dry_run": true,
@@ -115,6 +116,7 @@ fn dry_run(
             "ship": {"root": snapshot.root, "files": snapshot.file_count(), "bytes": snapshot.total_bytes()},
             "env": env_shown,
             "resume": resume,
+            "jax_distributed": jax,
             "bootstrap": bootstrap,
             "documents": documents,
             "creates": creates.as_ref().ok(),
@@ -135,6 +137,7 @@ fn dry_run(
     );
     println!("# resumes {}", resume["from"].as_str().unwrap_or_default());
     println!("# uv groups: {}", crate::output::uv_groups(uv_groups));
+    println!("# JAX distributed: {jax}");
     print!("{}", creates::render(creates, "# "));
     for v in &job.env {
         println!("# env {}={}", v.name, v.display_value());

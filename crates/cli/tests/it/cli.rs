@@ -190,6 +190,28 @@ fn plan_explains_the_choice() {
     assert!(text(&gpu.stderr).contains("cannot satisfy 4 x h100"), "{}", text(&gpu.stderr));
 }
 
+/// A `priority` entry naming a host that is gone is skipped as the original skipped it: every
+/// command runs, with one warning line naming the entry and the closest host.
+#[test]
+fn a_priority_entry_naming_a_gone_host_is_a_warning_and_every_command_runs() {
+    let ctx = TestContext::new();
+    std::fs::write(ctx.home().join(".theseus.yaml"), "priority: [locl, local]\n").unwrap();
+    let warning = r#"theseus: warning: ~/.theseus.yaml: priority[0]: unknown host "locl" (did you mean "local"?); the entry is skipped"#;
+    for args in [
+        &["config", "check"][..],
+        &["plan", "p", "examples/hello/experiment.yaml", "--chip", "cpu"],
+        &["du"],
+        &["gc", "--dry-run"],
+    ] {
+        let out = ctx.run(args);
+        let stderr = text(&out.stderr);
+        assert!(out.status.success(), "{args:?}: {stderr}");
+        assert_eq!(stderr.lines().filter(|l| l.contains("priority")).collect::<Vec<_>>(), [warning], "{args:?}");
+    }
+    let plan = text(&ctx.run(&["plan", "p", "examples/hello/experiment.yaml", "--chip", "cpu"]).stdout);
+    assert!(plan.contains("chosen:  local"), "{plan}");
+}
+
 #[test]
 fn a_gpu_job_on_a_machine_without_gpus_ends_with_a_hint_to_use_the_cpu() {
     let ctx = TestContext::new();

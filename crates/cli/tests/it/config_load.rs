@@ -386,14 +386,25 @@ fn negative_chip_count() {
     });
 }
 
+/// A `priority` entry naming no host is skipped with a warning, as the original skipped it: a
+/// host removed from `hosts` does not stop every command.
 #[test]
-fn unknown_priority_host_from_env() {
+fn unknown_priority_host_is_skipped_with_a_warning() {
     Jail::expect_with(|jail| {
         let setup = Setup::new(jail, Some("hosts:\n  gpu-box: {ssh: g, cluster: local}\n"), None)
-            .env("THESEUSCFG_PRIORITY", "[local, gpu-bx]");
+            .env("THESEUSCFG_PRIORITY", "[gpu-bx, local, gone, gpu-box]");
+        let loaded = setup.load();
+        assert_eq!(loaded.config.priority, ["local", "gpu-box"]);
+        let order: Vec<&str> = loaded.config.ordered_hosts().into_iter().map(|(n, _)| n).collect();
+        assert_eq!(order, ["local", "gpu-box"]);
         assert_eq!(
-            setup.error(),
-            "env THESEUSCFG_PRIORITY: priority[1]: unknown host \"gpu-bx\" (did you mean \"gpu-box\"?)"
+            loaded.warnings,
+            [
+                "env THESEUSCFG_PRIORITY: priority[0]: unknown host \"gpu-bx\" (did you mean \"gpu-box\"?); the entry \
+                 is skipped",
+                "env THESEUSCFG_PRIORITY: priority[2]: unknown host \"gone\" (known hosts: gpu-box, local); the entry is \
+                 skipped",
+            ]
         );
         Ok(())
     });

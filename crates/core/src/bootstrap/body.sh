@@ -1,6 +1,7 @@
 # The static part of bootstrap.sh (theseus). It only reads the variables set above it:
 # theseus_launch, theseus_coordinator_port, theseus_identity_json, theseus_python_entry,
-# theseus_jax, theseus_args, theseus_uv_groups and the exported THESEUS_* values.
+# theseus_jax (none|jax|auto), theseus_args, theseus_uv_groups, theseus_batch_search and the
+# exported THESEUS_* values.
 
 theseus_is_uint() { [[ "$1" =~ ^[0-9]+$ ]]; }
 
@@ -53,7 +54,11 @@ export RANK=$theseus_rank WORLD_SIZE=$theseus_count LOCAL_RANK=$theseus_local_ra
 if [[ -n "$theseus_coordinator" ]]; then
   export JAX_COORDINATOR_ADDRESS=$theseus_coordinator
   export JAX_NUM_PROCESSES=$theseus_count JAX_PROCESS_ID=$theseus_rank
-  export MASTER_ADDR=${theseus_coordinator%:*} MASTER_PORT=${theseus_coordinator##*:}
+  # torch's rendezvous gets the port after JAX's coordinator: a job may start both (issue 28).
+  theseus_port=${theseus_coordinator##*:}
+  theseus_is_uint "$theseus_port" && ((10#$theseus_port < 65535)) \
+    || theseus_die "the coordinator's port is not a number below 65535: $theseus_coordinator"
+  export MASTER_ADDR=${theseus_coordinator%:*} MASTER_PORT=$((10#$theseus_port + 1))
 fi
 theseus_log "process $theseus_rank of $theseus_count (${theseus_launch})${theseus_coordinator:+, coordinator $theseus_coordinator}"
 
@@ -88,6 +93,7 @@ theseus_write_metadata() {
   local status=$1 code=${2:-null} tmp="$theseus_metadata.tmp.$BASHPID"
   {
     printf '{\n%s' "$theseus_identity_json"
+    theseus_batch_search_field
     printf '  "rank": %d,\n  "num_processes": %d,\n' "$theseus_rank" "$theseus_count"
     printf '  "hostname": "%s",\n  "pid": %d,\n' "$theseus_hostname" "$$"
     printf '  "slurm_job_id": %s,\n' "$theseus_slurm_job_id"
@@ -167,15 +173,21 @@ theseus_install_uv() {
   theseus_uv="$theseus_uv_home/bin/uv"
 }
 
+# The original's `uv sync --frozen || uv sync`: a uv.lock that the frozen sync cannot use (out of
+# date with pyproject.toml, a group it lacks, written by another uv) falls back to a re-resolved
+# environment, said in one warning line, rather than stopping the job.
 theseus_sync() {
   theseus_find_uv || theseus_install_uv
+  local groups="${theseus_uv_groups[@]+$(printf ' %q' "${theseus_uv_groups[@]}")}"
   if [[ -f uv.lock ]]; then
-    theseus_log "uv sync --frozen${theseus_uv_groups[@]+$(printf ' %q' "${theseus_uv_groups[@]}")}"
-    if ! "$theseus_uv" sync --frozen ${theseus_uv_groups[@]+"${theseus_uv_groups[@]}"} >&2; then
-      theseus_die "uv sync --frozen failed; if uv.lock is out of date, run uv lock and submit again"
-    fi
+    theseus_log "uv sync --frozen$groups"
+    if "$theseus_uv" sync --frozen ${theseus_uv_groups[@]+"${theseus_uv_groups[@]}"} >&2; then return 0; fi
+    theseus_log "warning: uv sync --frozen failed: uv.lock is stale (or unreadable by this uv); running uv sync$groups," \
+      "so this job runs with a re-resolved environment, not the locked one (run uv lock and commit uv.lock to pin it)"
+    "$theseus_uv" sync ${theseus_uv_groups[@]+"${theseus_uv_groups[@]}"} >&2 ||
+      theseus_die "uv sync failed after uv sync --frozen failed; run uv lock where the code is and submit again"
   else
-    theseus_log "uv sync${theseus_uv_groups[@]+$(printf ' %q' "${theseus_uv_groups[@]}")} (no uv.lock)"
+    theseus_log "uv sync$groups (no uv.lock)"
     "$theseus_uv" sync ${theseus_uv_groups[@]+"${theseus_uv_groups[@]}"} >&2 || theseus_die "uv sync failed"
   fi
 }
@@ -269,11 +281,36 @@ fi
 # ---- the job ----
 if ((theseus_python_entry)); then
   theseus_cmd=("${theseus_py[@]}" "$THESEUS_WORK_DIR/.theseus/launcher.py")
-  if ((theseus_jax)); then theseus_cmd+=(--jax); fi
+  case $theseus_jax in jax) theseus_cmd+=(--jax) ;; auto) theseus_cmd+=(--jax-auto) ;; esac
   theseus_cmd+=(-- ${theseus_args[@]+"${theseus_args[@]}"})
 else
   theseus_cmd=("${theseus_args[@]}")
 fi
+
+# ---- batch-size search (issue 28, part batch) ----
+# theseus_wrap_batch_search: with theseus_batch_search=1 (a job config whose
+# training.per_device_batch_size is -1), theseus_cmd runs through the search driver, which probes
+# it at candidate sizes and then runs it with the largest that fits (batch_search.py). A
+# THESEUS_DISPATCH_BATCH_SIZE in the environment names the size: then nothing is searched.
+theseus_wrap_batch_search() {
+  ((theseus_batch_search)) || return 0
+  if [[ -n "${THESEUS_DISPATCH_BATCH_SIZE:-}" ]]; then
+    theseus_log "batch search: THESEUS_DISPATCH_BATCH_SIZE=$THESEUS_DISPATCH_BATCH_SIZE is set; not searching"
+    return 0
+  fi
+  theseus_cmd=("${theseus_py[@]}" "$THESEUS_WORK_DIR/.theseus/batch_search.py" -- "${theseus_cmd[@]}")
+}
+
+# theseus_batch_search_field: the `"batch_search": {...},` line of metadata.json, once the
+# search wrote its progress (atomically, as one JSON object) to the run dir.
+theseus_batch_search_field() {
+  local file="$THESEUS_RUN_DIR/batch-search.json" doc=""
+  [[ -f "$file" ]] || return 0
+  doc=$(< "$file") 2> /dev/null || return 0
+  [[ "$doc" == "{"*"}" ]] || return 0
+  printf '  "batch_search": %s,\n' "$doc"
+}
+theseus_wrap_batch_search
 
 theseus_child=""
 theseus_heartbeat=""

@@ -2,7 +2,8 @@
 //! rendered from typed data with every value shell-quoted (or JSON-encoded for Python).
 //!
 //! The files are placed in the run's work dir under [`BOOTSTRAP_DIR`]:
-//! `bootstrap.sh` (the entry), `launcher.py`, `config.json` (the experiment's `config`,
+//! `bootstrap.sh` (the entry), `launcher.py`, `batch_search.py` (the batch-size search of
+//! [`crate::batch_search`]), `config.json` (the experiment's `config`,
 //! read by the job from `THESEUS_CONFIG`) and `env.sh` (the job's non-secret variables of
 //! step 1, which [`enter::script`] sources for `theseus shell`).
 //!
@@ -21,7 +22,10 @@
 //! 3. finds its rank, the process count and the coordinator ([`Launch`]) and exports
 //!    `THESEUS_PROCESS_ID`, `THESEUS_NUM_PROCESSES`, `RANK`, `WORLD_SIZE`, `LOCAL_RANK` and, when
 //!    there is a coordinator, `JAX_COORDINATOR_ADDRESS`, `JAX_NUM_PROCESSES`, `JAX_PROCESS_ID`,
-//!    `MASTER_ADDR`, `MASTER_PORT` (`THESEUS_COORDINATOR_ADDRESS` overrides the coordinator);
+//!    `MASTER_ADDR`, `MASTER_PORT` (`THESEUS_COORDINATOR_ADDRESS` overrides the coordinator;
+//!    `MASTER_PORT` is the coordinator's port + 1, so that a job that starts both JAX's
+//!    coordinator and torch's rendezvous gets two ports: every backend's port plan leaves the
+//!    next port to it);
 //!    then (`resume.sh`) creates `THESEUS_CHECKPOINT_DIR` and exports `THESEUS_ATTEMPT` (1 +
 //!    `THESEUS_RESTART_COUNT`, which a backend sets, else 1 + `SLURM_RESTART_COUNT`) and
 //!    `THESEUS_RESTORE_FROM`: the checkpoint the `latest` marker names when it was written after
@@ -32,7 +36,8 @@
 //!    directory is ignored with a line saying so; a `--restore` dir missing on the target stops
 //!    the job. Both values are appended to `env.sh`;
 //! 4. with a `pyproject.toml`, sets up once per start of the run: rank 0 runs `uv sync`
-//!    (`--frozen` when `uv.lock` exists, failing rather than re-locking), first installing uv
+//!    (`--frozen` when `uv.lock` exists; when that fails, plain `uv sync` with a warning that
+//!    the lock is stale and the job runs re-resolved, as the original did), first installing uv
 //!    where it is missing into a private venv under `UV_CACHE_DIR` (else the work dir), never
 //!    `pip install --user` (PEP 668 refuses it on Debian-based images). With more than one
 //!    process this is phase one of a two-phase start: markers under
@@ -47,9 +52,13 @@
 //!    project, group, run id, `job_key` (`project/group/name/run`), `hardware` ([`Hardware`]),
 //!    the job's `config`, rank, host, pid, `slurm_job_id` (from `SLURM_JOB_ID`), `attempt`,
 //!    `restore_from`, times, status and exit code;
-//! 6. runs the entrypoint as a waited child that leads its own process group (Python
-//!    entrypoints through `launcher.py`, which calls `jax.distributed.initialize` for
-//!    `distributed: jax`), and exits with its exit code, recording `completed` or `failed`;
+//! 6. runs the entrypoint (through `batch_search.py` when the job asks for a batch-size search:
+//!    probes, then the real run; its progress in `$THESEUS_RUN_DIR/batch-search.json`, which
+//!    `metadata.json` includes as `batch_search`) as a waited child that leads its own process
+//!    group (Python entrypoints through `launcher.py`, which calls `jax.distributed.initialize`
+//!    before the job for `distributed: jax`, and right after the job's first `import jax` for
+//!    `distributed: auto`, the default; see the launcher's own doc), and exits with its exit
+//!    code, recording `completed` or `failed`;
 //!    on SIGTERM/SIGINT/SIGHUP it sends TERM to the job's process group, waits up to
 //!    `THESEUS_TERM_GRACE_SECONDS` (10; a second less than `THESEUS_KILL_DEADLINE_SECONDS`,
 //!    the scheduler's own KILL, when that comes sooner) then sends KILL, records `preempted` and exits
@@ -73,6 +82,7 @@ mod paths;
 mod script;
 
 pub use paths::{PATHS as PATHS_SH, RUNTIME_ROOT, render_path_values};
+pub use script::describe_distributed;
 #[cfg(test)]
 mod tests;
 
@@ -228,6 +238,9 @@ pub struct BootstrapInput {
     pub config: serde_json::Value,
     /// Resuming: `submit --restore` and `--fresh` ([`Resume`]).
     pub resume: Resume,
+    /// Run the command through the batch-size search (`batch_search.py`, see
+    /// [`crate::batch_search`]).
+    pub batch_search: bool,
 }
 
 /// What the job resumes from, besides its own progress (see the module docs, step 3).
@@ -294,6 +307,7 @@ impl BootstrapInput {
             launch: layout.launch.clone(),
             config,
             resume: Resume::default(),
+            batch_search: false,
         }
     }
 }
@@ -327,6 +341,9 @@ pub struct RenderedBootstrap {
 /// The Python launcher, a static file: values reach it through argv and the environment.
 const LAUNCHER: &str = include_str!("launcher.py");
 
+/// The batch-size search driver, a static file: values reach it through argv and the environment.
+const BATCH_SEARCH: &str = include_str!("batch_search.py");
+
 /// Renders the bootstrap for one job.
 ///
 /// # Errors
@@ -349,6 +366,7 @@ pub fn render(input: &BootstrapInput) -> Result<RenderedBootstrap> {
         files: vec![
             file("bootstrap.sh", script, true),
             file("launcher.py", LAUNCHER.to_owned(), false),
+            file("batch_search.py", BATCH_SEARCH.to_owned(), false),
             file("config.json", config, false),
             file("env.sh", script::render_env_file(input)?, false),
         ],

@@ -147,10 +147,18 @@ fn render_entrypoint(s: &mut String, input: &BootstrapInput) -> Result<()> {
     }
     let args = if python { &input.entrypoint[1..] } else { &input.entrypoint[..] };
     let _ = writeln!(s, "theseus_python_entry={}", u8::from(python));
-    let _ = writeln!(s, "theseus_jax={}", u8::from(input.distributed == Distributed::Jax));
+    // The launcher's JAX mode: `jax` (--jax), `auto` (--jax-auto) or `none`; auto cannot reach
+    // an entrypoint that does not run through the launcher.
+    let jax = match input.distributed {
+        Distributed::Jax => "jax",
+        Distributed::Auto if python => "auto",
+        Distributed::Auto | Distributed::None => "none",
+    };
+    let _ = writeln!(s, "theseus_jax={jax}");
     let _ = writeln!(s, "theseus_args=({})", shell::join(args));
     let groups: Vec<String> = input.uv_groups.iter().flat_map(|g| ["--group".to_owned(), g.clone()]).collect();
     let _ = writeln!(s, "theseus_uv_groups=({})", shell::join(&groups));
+    let _ = writeln!(s, "theseus_batch_search={}", u8::from(input.batch_search));
     Ok(())
 }
 
@@ -158,6 +166,19 @@ fn render_entrypoint(s: &mut String, input: &BootstrapInput) -> Result<()> {
 fn render_resume(s: &mut String, input: &BootstrapInput) {
     let _ = writeln!(s, "theseus_restore={}", quote(input.resume.restore.as_deref().unwrap_or("")));
     let _ = writeln!(s, "theseus_fresh={}", u8::from(input.resume.fresh));
+}
+
+/// One line for `plan` and `--dry-run`: what theseus does about JAX distributed for a job with
+/// this mode, entrypoint (words) and number of processes.
+pub fn describe_distributed(distributed: Distributed, entrypoint: &[String], processes: u32) -> String {
+    let python = entrypoint.first().is_some_and(|w| is_python(w));
+    match distributed {
+        Distributed::None => "off (distributed: none)".to_owned(),
+        _ if processes <= 1 => "off: one process".to_owned(),
+        Distributed::Auto if !python => "off: not a python entrypoint (auto cannot reach it)".to_owned(),
+        Distributed::Auto => "auto (on import of jax)".to_owned(),
+        Distributed::Jax => "jax (before the entrypoint runs)".to_owned(),
+    }
 }
 
 /// `python`, `python3` or `pythonX.Y`.

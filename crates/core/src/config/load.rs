@@ -150,6 +150,7 @@ pub fn load(sources: &ConfigSources) -> Result<LoadedConfig> {
     let provenance = provenance(&layers, &merged);
     let mut config = build(&merged, &layers, &sources.host_types)?;
     validate::validate(&mut config, &provenance)?;
+    warnings.extend(validate::drop_unknown_priority(&mut config, &provenance));
     warnings.extend(super::compat::juicefs_warnings(&config, |key| validate::source_of(&provenance, key)));
     Ok(LoadedConfig { config, files, provenance, warnings })
 }

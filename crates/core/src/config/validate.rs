@@ -4,8 +4,9 @@
 //!
 //! Two stages: [`check_layer`] checks one layer (one file, one env var, one `--set`) on its own,
 //! before merging, so that its errors name that layer; [`validate`] checks the merged config
-//! (cross references such as `priority` names and host clusters) and canonicalizes chip names,
-//! naming the layer that set each offending value through the provenance.
+//! (cross references such as host clusters) and canonicalizes chip names, naming the layer that
+//! set each offending value through the provenance. A `priority` entry naming no host is only a
+//! warning ([`drop_unknown_priority`]), as the original skipped it.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -51,14 +52,29 @@ pub fn validate(config: &mut DispatchConfig, provenance: &[Provenance]) -> Resul
     for (chip, gres) in &config.gres_mapping {
         check_gres_type(gres).map_err(|m| fail(&format!("gres_mapping.{chip}"), m))?;
     }
+    Ok(())
+}
+
+/// Drops the `priority` entries that name no host, as the original skipped them (a host taken
+/// out of `hosts` must not stop every command), and returns one warning per entry, naming the
+/// layer that set `priority` and the closest host name.
+pub fn drop_unknown_priority(config: &mut DispatchConfig, provenance: &[Provenance]) -> Vec<String> {
     let known: Vec<&str> = config.hosts.keys().map(String::as_str).collect();
+    let mut warnings = Vec::new();
+    let mut kept = Vec::new();
     for (i, name) in config.priority.iter().enumerate() {
-        if !config.hosts.contains_key(name) {
-            let message = format!("priority[{i}]: unknown host {name:?}{}", suggestion(name, &known, "hosts"));
-            return Err(Error::InvalidConfig(format!("{}: {message}", source_of(provenance, "priority"))));
+        if config.hosts.contains_key(name) {
+            kept.push(name.clone());
+        } else {
+            warnings.push(format!(
+                "{}: priority[{i}]: unknown host {name:?}{}; the entry is skipped",
+                source_of(provenance, "priority"),
+                suggestion(name, &known, "hosts")
+            ));
         }
     }
-    Ok(())
+    config.priority = kept;
+    warnings
 }
 
 /// Checks an `ssh:` destination (an `~/.ssh/config` alias or `[user@]host[:port]`): not empty,

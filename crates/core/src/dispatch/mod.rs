@@ -233,7 +233,14 @@ impl Dispatcher {
             Some((_, backend, _)) => backend,
             None => self.factory.backend(&loaded.config, &plan.host)?,
         };
-        Ok(Solved { loaded, spec, request, plan, backend, unanswered })
+        let mut solved = Solved { loaded, spec, request, plan, backend, unanswered };
+        // A batch-size search that cannot run is refused before anything starts; one that runs
+        // is said in the plan.
+        let env = request::environment(&solved).unwrap_or_default();
+        if let Some(note) = crate::batch_search::decide(&solved.spec.experiment, &env, &solved.plan)? {
+            solved.plan.notes.push(note);
+        }
+        Ok(solved)
     }
 
     /// Reports the plan ([`Event::Considered`], [`Event::Chosen`], [`Event::SkippedUnanswered`]).

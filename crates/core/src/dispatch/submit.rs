@@ -35,6 +35,7 @@ pub(super) fn prepare(solved: &Solved) -> Result<(PreparedJob, RunLayout)> {
         experiment_source: &spec.experiment_source,
         uv_groups: solved.uv_groups(),
         resume: resume(solved, &layout)?,
+        batch_search: crate::batch_search::decide(&spec.experiment, &env, plan)?.is_some(),
         hardware: bootstrap::Hardware {
             chip: plan.chip.map(|c| c.name.to_owned()),
             count: plan.total_chips,
@@ -64,6 +65,8 @@ pub(crate) struct Bootstrap<'a> {
     pub(crate) uv_groups: Vec<String>,
     /// What it resumes from.
     pub(crate) resume: Resume,
+    /// Whether the bootstrap runs the batch-size search ([`crate::batch_search::decide`]).
+    pub(crate) batch_search: bool,
     /// What it was given.
     pub(crate) hardware: bootstrap::Hardware,
 }
@@ -81,6 +84,7 @@ pub(crate) fn render_bootstrap(job: &Bootstrap<'_>) -> Result<bootstrap::Rendere
     );
     input.uv_groups = job.uv_groups.clone();
     input.resume = job.resume.clone();
+    input.batch_search = job.batch_search;
     input.hardware = Some(job.hardware.clone());
     bootstrap::render(&input).map_err(|e| match e {
         Error::InvalidConfig(m) => {

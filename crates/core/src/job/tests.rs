@@ -19,8 +19,12 @@ fn error(text: &str) -> String {
 fn minimal_experiment() {
     let e = parse("entrypoint: python train.py --lr 3e-4\n").unwrap();
     assert_eq!(e.entrypoint_words().unwrap(), ["python", "train.py", "--lr", "3e-4"]);
-    assert_eq!(e.distributed, Distributed::None);
+    assert_eq!(e.distributed, Distributed::Auto, "JAX distributed on import of jax unless the file says otherwise");
     assert_eq!(e.config, serde_json::Value::Null);
+    for (text, mode) in [("auto", Distributed::Auto), ("none", Distributed::None), ("jax", Distributed::Jax)] {
+        let e = parse(&format!("entrypoint: python t.py\ndistributed: {text}\n")).unwrap();
+        assert_eq!(e.distributed, mode, "{text}");
+    }
 }
 
 #[test]
@@ -46,7 +50,7 @@ config: {lr: 0.1, model: {layers: 2}}
 fn experiment_errors_name_the_file_and_key() {
     assert_eq!(
         error("entrypoint: x\nfoo: 1\n"),
-        "exp.yaml: foo: unknown key \"foo\" (expected one of: entrypoint, request, env, secret_env, distributed, uv_groups, config)"
+        "exp.yaml: foo: unknown key \"foo\" (expected one of: entrypoint, request, env, secret_env, distributed, uv_groups, config, batch_search)"
     );
     assert!(
         error("entrypoint: x\nrequest: {chipp: h100}\n").starts_with("exp.yaml: request.chipp: unknown key \"chipp\"")
@@ -74,7 +78,7 @@ fn experiment_errors_name_the_file_and_key() {
     );
     assert_eq!(
         error("entrypoint: x\ndistributed: mpi\n"),
-        "exp.yaml: distributed: unknown value \"mpi\" (expected one of: none, jax)"
+        "exp.yaml: distributed: unknown value \"mpi\" (expected one of: auto, none, jax)"
     );
     assert!(error("entrypoint: [x\n").starts_with("exp.yaml: invalid YAML: line "));
     assert!(error("entrypoint: \"python 'x\"\n").starts_with("exp.yaml: entrypoint: "));

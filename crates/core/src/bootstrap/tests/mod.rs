@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 
 use super::*;
 
+mod batch;
 mod hold;
 mod overrides;
 mod resume;
@@ -111,6 +112,7 @@ impl Harness {
             launch: Launch::Single,
             config: json!({"lr": 0.001}),
             resume: Resume::default(),
+            batch_search: false,
         }
     }
 
@@ -317,7 +319,7 @@ fn every_rendered_script_parses() {
     let h = Harness::new();
     let launches = [Launch::Single, Launch::Local { coordinator_port: 1234 }, wired(1), wired(65535)];
     for launch in launches {
-        for distributed in [Distributed::None, Distributed::Jax] {
+        for distributed in [Distributed::Auto, Distributed::None, Distributed::Jax] {
             for value in h.hostile() {
                 let mut input = h.input(&["python3.11", "-m", "pkg.main", &value]);
                 input.launch = launch.clone();
@@ -336,6 +338,7 @@ fn every_rendered_script_parses() {
                     [
                         (".theseus/bootstrap.sh", true),
                         (".theseus/launcher.py", false),
+                        (".theseus/batch_search.py", false),
                         (".theseus/config.json", false),
                         (".theseus/env.sh", false)
                     ]
@@ -420,6 +423,69 @@ fn jax_needs_a_python_entrypoint() {
     assert!(render(&input).unwrap_err().to_string().contains("entrypoint is empty"));
 }
 
+/// The launcher's flag per mode, from the bootstrap's `running:` line; `auto` (the default)
+/// cannot reach an entrypoint that does not run through the launcher, and says nothing of it.
+#[test]
+fn each_distributed_mode_gives_the_launcher_its_flag() {
+    let h = Harness::new();
+    for (mode, flag) in
+        [(Distributed::Auto, " --jax-auto --"), (Distributed::Jax, " --jax --"), (Distributed::None, " --")]
+    {
+        let mut input = h.input(&["python", "dump.py"]);
+        input.distributed = mode;
+        let (_, out) = h.run(&input, &[]);
+        assert!(out.status.success(), "{mode:?}: {}", stderr(&out));
+        let running = stderr(&out).lines().find(|l| l.starts_with("[theseus] running: ")).unwrap().to_owned();
+        assert!(running.ends_with(&format!("/.theseus/launcher.py{flag} dump.py")), "{mode:?}: {running}");
+    }
+    let mut input = h.input(&["bash", "-c", "exit 0"]);
+    input.distributed = Distributed::Auto;
+    let (_, out) = h.run(&input, &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stderr(&out).contains("[theseus] running: bash -c exit\\ 0"), "{}", stderr(&out));
+}
+
+/// `plan` and `--dry-run` say which mode applies.
+#[test]
+fn the_distributed_mode_is_described() {
+    let words = |w: &[&str]| w.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let python = words(&["python3", "train.py"]);
+    let bash = words(&["bash", "run.sh"]);
+    assert_eq!(describe_distributed(Distributed::Auto, &python, 2), "auto (on import of jax)");
+    assert_eq!(
+        describe_distributed(Distributed::Auto, &bash, 2),
+        "off: not a python entrypoint (auto cannot reach it)"
+    );
+    assert_eq!(describe_distributed(Distributed::Auto, &python, 1), "off: one process");
+    assert_eq!(describe_distributed(Distributed::Jax, &python, 8), "jax (before the entrypoint runs)");
+    assert_eq!(describe_distributed(Distributed::None, &python, 8), "off (distributed: none)");
+}
+
+/// Without jax installed (the system python3), `--jax-auto` with several processes leaves a job
+/// that never imports jax untouched, and a job's `import jax` fails as it would without theseus.
+#[test]
+fn auto_without_jax_leaves_the_job_alone() {
+    let h = Harness::new();
+    let probe = "import sys, json, os; json.dump({'jax': 'jax' in sys.modules, 'finders': [type(f).__name__ for f in sys.meta_path]}, open(os.environ['THESEUS_RUN_DIR'] + '/probe.json', 'w'))";
+    let mut input = h.input(&["python3", "-c", probe]);
+    input.distributed = Distributed::Auto;
+    input.launch = Launch::Local { coordinator_port: 1 };
+    let env = [("THESEUS_LOCAL_RANK", "0"), ("THESEUS_LOCAL_WORLD_SIZE", "2")];
+    let (_, out) = h.run(&input, &env);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let probe = read_json(&h.run.join("probe.json"));
+    assert_eq!(probe["jax"], false, "{probe}");
+    assert!(probe["finders"].as_array().unwrap().iter().any(|f| f == "JaxImportHook"), "the hook waits: {probe}");
+    assert!(!stderr(&out).contains("jax.distributed"), "{}", stderr(&out));
+
+    let mut input = h.input(&["python3", "-c", "import jax"]);
+    input.distributed = Distributed::Auto;
+    input.launch = Launch::Local { coordinator_port: 1 };
+    let (_, out) = h.run(&input, &env);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(stderr(&out).contains("ModuleNotFoundError: No module named 'jax'"), "{}", stderr(&out));
+}
+
 #[test]
 fn jax_with_one_process_runs_without_initializing() {
     let h = Harness::new();
@@ -461,7 +527,7 @@ fn local_launch_exports_rank_and_coordinator() {
         ("JAX_NUM_PROCESSES", "2"),
         ("JAX_PROCESS_ID", "1"),
         ("MASTER_ADDR", "127.0.0.1"),
-        ("MASTER_PORT", "4567"),
+        ("MASTER_PORT", "4568"),
         ("WORLD_SIZE", "2"),
         ("RANK", "1"),
         ("LOCAL_RANK", "1"),
@@ -495,7 +561,8 @@ fn a_wired_launch_exports_what_the_host_types_wiring_found() {
     assert!(out.status.success(), "{}", stderr(&out));
     let env = &h.dump()["env"];
     assert_eq!(env["JAX_COORDINATOR_ADDRESS"], "node-a:1234");
-    assert_eq!((env["MASTER_ADDR"].clone(), env["MASTER_PORT"].clone()), (json!("node-a"), json!("1234")));
+    // torch's rendezvous gets the next port: a job may start both it and JAX's coordinator.
+    assert_eq!((env["MASTER_ADDR"].clone(), env["MASTER_PORT"].clone()), (json!("node-a"), json!("1235")));
     assert_eq!((env["RANK"].clone(), env["WORLD_SIZE"].clone()), (json!("2"), json!("3")));
     assert_eq!((env["JAX_PROCESS_ID"].clone(), env["JAX_NUM_PROCESSES"].clone()), (json!("2"), json!("3")));
     assert_eq!(env["LOCAL_RANK"], "1");
@@ -505,6 +572,14 @@ fn a_wired_launch_exports_what_the_host_types_wiring_found() {
     let (_, out) = h.run(&input, &[ranks[0], ranks[1], ranks[3], ("THESEUS_COORDINATOR_ADDRESS", "127.0.0.1:9999")]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(h.dump()["env"]["JAX_COORDINATOR_ADDRESS"], "127.0.0.1:9999");
+    assert_eq!(h.dump()["env"]["MASTER_PORT"], "10000");
+    // A port with no next port, or none at all, stops the job naming it.
+    for bad in ["127.0.0.1:65535", "node-a:x", "node-a"] {
+        let (_, out) = h.run(&input, &[ranks[0], ranks[1], ranks[3], ("THESEUS_COORDINATOR_ADDRESS", bad)]);
+        assert_eq!(out.status.code(), Some(2), "{bad}: {}", stderr(&out));
+        let expected = format!("the coordinator's port is not a number below 65535: {bad}");
+        assert!(stderr(&out).contains(&expected), "{bad}: {}", stderr(&out));
+    }
 
     // A wiring that cannot find the ranks stops the job with its reason.
     let (_, out) = h.run(&input, &[]);
@@ -648,11 +723,12 @@ fn what_a_finished_job_left_in_the_background_ends_with_it() {
 }
 
 #[test]
-fn pyproject_runs_uv_sync_frozen_and_fails_loudly() {
+fn pyproject_runs_uv_sync_frozen_and_falls_back_to_uv_sync_with_a_warning() {
     let h = Harness::new();
     let bin = h.tmp.path().join("bin");
     std::fs::create_dir_all(&bin).unwrap();
     let fake_uv = "#!/bin/sh\nprintf '%s\\n' \"$*\" >> \"$UV_LOG\"\n\
+        if [ \"$1 $2\" = \"sync --frozen\" ] && [ -n \"$UV_FROZEN_EXIT\" ]; then exit \"$UV_FROZEN_EXIT\"; fi\n\
         if [ \"$1\" = sync ]; then exit \"${UV_SYNC_EXIT:-0}\"; fi\n\
         if [ \"$1\" = run ]; then shift 3; exec python3 \"$@\"; fi\nexit 9\n";
     std::fs::write(bin.join("uv"), fake_uv).unwrap();
@@ -676,11 +752,35 @@ fn pyproject_runs_uv_sync_frozen_and_fails_loudly() {
     );
     assert_eq!(h.dump()["argv"][1], "a");
 
+    // A stale lock (the frozen sync fails): the original's fallback to `uv sync`, said once,
+    // and the job runs.
+    std::fs::remove_file(&log).unwrap();
+    let (_, out) = h.run(&input, &[env[0], env[1], ("UV_FROZEN_EXIT", "1")]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let warnings: Vec<String> = stderr(&out).lines().filter(|l| l.contains("warning")).map(str::to_owned).collect();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(warnings[0].starts_with("[theseus] warning: uv sync --frozen failed: uv.lock is stale"), "{warnings:?}");
+    assert!(warnings[0].contains("re-resolved environment, not the locked one"), "{warnings:?}");
+    assert_eq!(
+        std::fs::read_to_string(&log).unwrap(),
+        format!(
+            "sync --frozen --group gpu --group it's\nsync --group gpu --group it's\n\
+             run --no-sync python {}/.theseus/launcher.py -- dump.py a\n",
+            h.work.display()
+        )
+    );
+    assert_eq!(h.metadata("metadata.json")["status"], "completed");
+
+    // Both fail: the job stops before it runs, saying what to do.
     std::fs::remove_file(&log).unwrap();
     let (_, out) = h.run(&input, &[env[0], env[1], ("UV_SYNC_EXIT", "1")]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(stderr(&out).contains("uv sync --frozen failed"), "{}", stderr(&out));
-    assert_eq!(std::fs::read_to_string(&log).unwrap(), "sync --frozen --group gpu --group it's\n", "no silent re-lock");
+    assert!(stderr(&out).contains("uv sync failed after uv sync --frozen failed; run uv lock"), "{}", stderr(&out));
+    assert_eq!(
+        std::fs::read_to_string(&log).unwrap(),
+        "sync --frozen --group gpu --group it's\nsync --group gpu --group it's\n",
+        "the job does not run"
+    );
 
     std::fs::remove_file(&log).unwrap();
     std::fs::remove_file(h.work.join("uv.lock")).unwrap();
