@@ -137,15 +137,7 @@ pub(crate) async fn solve(
             .map_err(|e| anyhow!("{}: {} (after --oversubscribe was applied)", e.path, e.message))?;
     }
     theseus_core::job::validate_name("job name", &args.name)?;
-    let mut experiment = match experiment {
-        Some(mut experiment) => {
-            experiment.apply_overrides(&args.overrides)?;
-            experiment
-        }
-        None => load_experiment(args)?,
-    };
-    // `--target GROUP`: after the experiment's own groups (the host's come first).
-    experiment.uv_groups.extend(args.target.iter().cloned());
+    let experiment = load_experiment(args, experiment)?;
     let spec = JobSpec {
         name: args.name.clone(),
         project: args.project.clone(),
@@ -170,10 +162,14 @@ pub(crate) async fn solve(
     dispatcher.solve(loaded, spec).await.map_err(lift)
 }
 
-/// The experiment of `args`: its file, then each `-s/--stage FILE` as a further stage, the
-/// overrides applied to every one (`theseus bootstrap` loads its experiment with this too).
-pub(crate) fn load_experiment(args: &JobArgs) -> Result<Experiment> {
-    let mut experiment = load_one(&args.experiment)?;
+/// The experiment of `args` (`given`, e.g. by `repl`, else loaded from `args.experiment`): its
+/// file, then each `-s/--stage FILE` as a further stage, the overrides applied to every one, and
+/// the `--target` groups: what `submit`, `plan`, `repl` and `bootstrap` run.
+pub(crate) fn load_experiment(args: &JobArgs, given: Option<Experiment>) -> Result<Experiment> {
+    let mut experiment = match given {
+        Some(experiment) => experiment,
+        None => load_one(&args.experiment)?,
+    };
     experiment.apply_overrides(&args.overrides)?;
     let mut stages = Vec::new();
     for path in &args.stages {
@@ -188,9 +184,10 @@ pub(crate) fn load_experiment(args: &JobArgs) -> Result<Experiment> {
         stages,
         hardware_from_flags,
     )?;
+    // `--target GROUP`: after the experiment's own groups (the host's come first).
+    experiment.uv_groups.extend(args.target.iter().cloned());
     Ok(experiment)
 }
-
 /// One file of a job: an experiment. A job config of the original (a `job:` key and no
 /// `entrypoint:`) is named as such, since it needs the job config loader.
 fn load_one(path: &std::path::Path) -> Result<Experiment> {

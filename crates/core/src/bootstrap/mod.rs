@@ -91,7 +91,7 @@ pub mod enter;
 mod paths;
 mod script;
 
-pub use paths::RUNTIME_ROOT;
+pub use paths::{PATHS as PATHS_SH, RUNTIME_ROOT, render_path_values};
 pub use script::describe_distributed;
 #[cfg(test)]
 mod tests;
@@ -331,7 +331,7 @@ impl BootstrapInput {
 
 /// `<checkpoints>/<project>/<group>/<name>` of `identity` (see [`BootstrapInput::checkpoint_dir`]).
 pub fn checkpoint_dir(checkpoints: &str, identity: &JobIdentity) -> String {
-    let base = script::trim_dir(checkpoints).trim_end_matches('/');
+    let base = paths::trim_dir(checkpoints).trim_end_matches('/');
     format!("{base}/{}/{}/{}", identity.project, identity.group, identity.name)
 }
 

@@ -4,7 +4,8 @@
 
 use std::fmt::Write as _;
 
-use super::{BootstrapInput, Launch, paths};
+use super::paths::{self, export};
+use super::{BootstrapInput, Launch};
 use crate::job::Distributed;
 use crate::shell::{self, quote};
 use crate::{Error, Result};
@@ -55,11 +56,6 @@ pub(super) fn render_env_file(input: &BootstrapInput) -> Result<String> {
     paths::render_env_file_tail(&mut s);
     // `theseus_require_secret` is the bootstrap's; here a missing secret is not an error.
     Ok(s.lines().filter(|l| !l.starts_with("theseus_require_secret ")).map(|l| format!("{l}\n")).collect())
-}
-
-/// Appends `export NAME=<quoted value>`.
-pub(super) fn export(s: &mut String, name: &str, value: &str) {
-    let _ = writeln!(s, "export {name}={}", quote(value));
 }
 
 /// Job environment (non-secret values exported, secrets only checked) and theseus' own
@@ -227,12 +223,6 @@ fn is_python(word: &str) -> bool {
         }
         _ => false,
     }
-}
-
-/// A directory without trailing slashes (but `/` stays `/`).
-pub(super) fn trim_dir(dir: &str) -> &str {
-    let trimmed = dir.trim_end_matches('/');
-    if trimmed.is_empty() && !dir.is_empty() { "/" } else { trimmed }
 }
 
 #[cfg(test)]
