@@ -378,16 +378,29 @@ theseus_stage_settle() {
   theseus_stage_end[theseus_stage]="\"$(theseus_now)\""
 }
 
-# theseus_stage_done_file I: where this rank records that stage I completed.
-theseus_stage_done_file() { printf '%s/done-%d%s' "$theseus_stages_dir" "$1" "$theseus_rank_suffix"; }
+# theseus_stage_done_file I [RANK]: where RANK (default this one) records that stage I completed.
+theseus_stage_done_file() {
+  local rank=${2:-$theseus_rank}
+  printf '%s/done-%d' "$theseus_stages_dir" "$1"
+  ((rank == 0)) || printf '.rank-%d' "$rank"
+}
 
-# theseus_stage_skip I: whether stage I completed in an earlier attempt of this run (then it is
-# recorded as such and not run again).
+# theseus_stage_skip I: whether stage I completed in an earlier attempt of this run on every
+# rank (then it is recorded as such and not run again). Every rank decides alike from the same
+# files, so no rank skips a stage another runs (their collectives would wait forever); where
+# ranks cannot see each other's files (a run dir per host), none skips.
 theseus_stage_skip() {
   ((theseus_num_stages > 1)) || return 1
-  local file start end
+  local file start end r missing=()
   file=$(theseus_stage_done_file "$1")
   [[ -f "$file" ]] || return 1
+  for ((r = 0; r < theseus_count; r++)); do
+    [[ -f "$(theseus_stage_done_file "$1" "$r")" ]] || missing+=("$r")
+  done
+  if ((${#missing[@]})); then
+    theseus_log "$(theseus_stage_label "$1") completed on this rank in an earlier attempt, but not on rank(s) ${missing[*]}; running it again"
+    return 1
+  fi
   read -r start end < "$file" || true
   [[ "$start" =~ ^[0-9TZ:-]+$ ]] || start=""
   [[ "$end" =~ ^[0-9TZ:-]+$ ]] || end=""
