@@ -83,7 +83,8 @@ impl RemoteDirs<'_> {
 }
 
 /// A coordinator port derived from the run id, so that `layout` stays pure (no remote probing):
-/// in 20000..40000, the same for every rank of a run. The id is hashed (64-bit FNV-1a): run ids
+/// an even port in 20000..40000, the same for every rank of a run; torch's `MASTER_PORT` is the
+/// odd one after it, which no other run's coordinator takes. The id is hashed (64-bit FNV-1a): run ids
 /// differ in a few characters, and a plain byte sum gave runs of the same minute, or with the
 /// same characters in another order, the same port, so two such jobs sharing a node (the Slurm
 /// lab's preempted training and another test's job) tore down each other's JAX coordinator.
@@ -93,7 +94,7 @@ pub fn coordinator_port(run_id: &str) -> u16 {
         hash ^= u64::from(byte);
         hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
     }
-    20000 + (hash % 20000) as u16
+    20000 + 2 * (hash % 10000) as u16
 }
 
 #[cfg(test)]
@@ -107,7 +108,7 @@ mod tests {
         let ports: std::collections::BTreeSet<u16> =
             (0..200).map(|i| coordinator_port(&format!("20261127-193056-{i:06x}"))).collect();
         assert!(ports.len() >= 195, "{} distinct ports for 200 runs of one second", ports.len());
-        assert!(ports.iter().all(|p| (20000..40000).contains(p)));
+        assert!(ports.iter().all(|p| (20000..40000).contains(p) && p % 2 == 0), "torch takes the odd port after");
     }
 
     #[test]

@@ -211,6 +211,20 @@ impl<H: HostEntry, S: RemoteSettings> SshBackend<H, S> {
         }))
     }
 
+    /// [`theseus_core::backend::Backend::run_file`] of a run whose status dir is `run_dir`.
+    pub async fn read_run_file(&self, run_dir: &str, name: &str) -> Result<Option<Vec<u8>>> {
+        if !theseus_core::backend::is_run_file_name(name) {
+            return Ok(None);
+        }
+        let cmd =
+            crate::ssh::RemoteCommand::script(crate::run_dir::READ_RUN_FILE, [run_dir.to_owned(), name.to_owned()])
+                .retry_safe()
+                .timeout(self.settings.command_timeout())
+                .label(format!("read `{run_dir}/{name}`"));
+        let out = self.ssh.run(&cmd).await.map_err(|e| self.ssh_error(&format!("read `{run_dir}/{name}`"), e))?;
+        Ok(out.stdout.strip_prefix(b"present\n".as_slice()).map(<[u8]>::to_vec))
+    }
+
     /// The dir of the job's name on the host (the parent of its runs' status dirs).
     pub fn name_dir<'a>(&self, run_id: &str, run_dir: &'a str) -> Result<&'a str> {
         claim::name_dir(run_dir, run_id)

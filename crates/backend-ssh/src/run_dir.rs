@@ -74,6 +74,13 @@ pub fn secret_records(job: &PreparedJob) -> Result<Vec<u8>> {
     Ok(secrets)
 }
 
+/// `RUN_DIR NAME`: `present` and the file's first MiB ([`theseus_core::backend::RUN_FILE_LIMIT`]),
+/// or `absent` (see [`theseus_core::backend::Backend::run_file`]).
+pub const READ_RUN_FILE: &str = r#"[ -f "$1/$2" ] || { echo absent; exit 0; }
+echo present
+exec head -c 1048576 -- "$1/$2"
+"#;
+
 /// `LOG_FILE`: the log so far (nothing when it does not exist yet).
 pub const CAT_LOG: &str = r#"[ -e "$1" ] || exit 0
 exec cat -- "$1"
@@ -177,6 +184,7 @@ mod tests {
         assert_valid_shell(&[
             ("prologue", start_prologue!(), "bash"),
             ("cat", CAT_LOG, "sh"),
+            ("read run file", READ_RUN_FILE, "sh"),
             ("follow loop", FOLLOW, "bash"),
             ("plain launch", plain::scripts::LAUNCH, "bash"),
             ("plain claim", plain::scripts::CLAIM, "sh"),

@@ -105,7 +105,7 @@ pub struct VolcanoHost {
     /// `imagePullSecrets` of job and helper pods.
     #[serde(default)]
     pub image_pull_secrets: Vec<String>,
-    /// Port of the JAX coordinator on the first pod.
+    /// Port of the JAX coordinator on the first pod; torch's `MASTER_PORT` is the next one.
     #[serde(default = "defaults::coordinator_port")]
     pub coordinator_port: u16,
     /// `spec.maxRetry` of the gang job: restarts of the whole job (after an eviction) before it

@@ -460,12 +460,21 @@ pub fn render_coordinator_service(
             cluster_ip: Some("None".into()),
             selector: Some(selector),
             publish_not_ready_addresses: Some(true),
-            ports: Some(vec![ServicePort {
-                name: Some("coordinator".into()),
-                port: i32::from(port),
-                protocol: Some("TCP".into()),
-                ..ServicePort::default()
-            }]),
+            // JAX's coordinator, and torch's rendezvous (`MASTER_PORT`) on the next port.
+            ports: Some(vec![
+                ServicePort {
+                    name: Some("coordinator".into()),
+                    port: i32::from(port),
+                    protocol: Some("TCP".into()),
+                    ..ServicePort::default()
+                },
+                ServicePort {
+                    name: Some("torch".into()),
+                    port: i32::from(port) + 1,
+                    protocol: Some("TCP".into()),
+                    ..ServicePort::default()
+                },
+            ]),
             ..ServiceSpec::default()
         }),
         status: None,

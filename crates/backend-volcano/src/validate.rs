@@ -66,6 +66,13 @@ pub(crate) fn check_host(host: &VolcanoHost) -> Result<(), String> {
     if host.pvc_name.trim().is_empty() {
         return Err("pvc_name: a volcano host needs a PVC for code and logs".into());
     }
+    // torch's MASTER_PORT is the next port (see theseus_core::bootstrap); a Service port is 1..65535.
+    if host.coordinator_port == 0 || host.coordinator_port == u16::MAX {
+        return Err(format!(
+            "coordinator_port: {} cannot be used: a port from 1 to 65534 (torch's MASTER_PORT is the next one)",
+            host.coordinator_port
+        ));
+    }
     if !host.pvc_mount_path.starts_with('/') {
         return Err(format!("pvc_mount_path: {:?} is not an absolute path", host.pvc_mount_path));
     }
@@ -273,6 +280,9 @@ mod tests {
             (serde_json::json!({"labels": {"a b": "x"}}), "labels:"),
             (serde_json::json!({"node_selector": {"bad key": "x"}}), "node_selector:"),
             (serde_json::json!({"node_selector": {"k": "-x"}}), "node_selector.k:"),
+            // torch's MASTER_PORT is the next port: 65535 has none.
+            (serde_json::json!({"coordinator_port": 65535}), "coordinator_port:"),
+            (serde_json::json!({"coordinator_port": 0}), "coordinator_port:"),
         ] {
             let err = check_host(&host(extra.clone())).unwrap_err();
             assert!(err.starts_with(key), "{extra}: {err}");

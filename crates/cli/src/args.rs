@@ -353,6 +353,22 @@ pub(crate) struct ReplArgs {
     /// The host types' own flags given (`--tpu-spot`; see `crate::host_flags`).
     #[arg(skip)]
     pub(crate) host_flags: Vec<GivenFlag>,
+    // Issue 28, part `parity`: the original's `repl` flags.
+    /// Ship the working tree (the default): tracked files as modified plus untracked, not
+    /// ignored files.
+    #[arg(long, conflicts_with = "clean")]
+    pub(crate) dirty: bool,
+    /// CPU per pod (Volcano hosts; a Kubernetes quantity such as `16` or `500m`).
+    #[arg(long, value_name = "QUANTITY")]
+    pub(crate) cpu: Option<String>,
+    /// Memory per pod (Volcano: a quantity such as `64Gi`) or per node (Slurm: `--mem`, e.g.
+    /// `64G`).
+    #[arg(long, value_name = "QUANTITY")]
+    pub(crate) mem: Option<String>,
+    /// Accepted as the original's `repl` accepted it; a session runs no job config, so it
+    /// changes nothing (a warning says so).
+    #[arg(long = "n-shards", alias = "n_shards", value_name = "N")]
+    pub(crate) n_shards: Option<u32>,
 }
 
 /// `theseus sync`.

@@ -20,16 +20,22 @@ pub(crate) fn print_json<T: serde::Serialize>(value: &T) -> Result<()> {
 ///
 /// `resume` is what the run was submitted to resume from (`--restore`, `--fresh`), as the
 /// ledger keeps it; the attempt is shown when the backend counts more than one start.
+/// `batch_search` is the run's `batch-search.json` when it has one (shown as one line of its
+/// probes, see [`theseus_core::batch_search::summary`]).
 pub(crate) fn print_status(
     ctx: &Context,
     record: &Record,
     status: &JobStatus,
     resume: Option<&serde_json::Value>,
+    batch_search: Option<&serde_json::Value>,
 ) -> Result<()> {
     if ctx.output == OutputFormat::Json {
         let mut shown = json!({"name": record.identity.name, "run_id": record.identity.run_id, "host": record.host, "status": status});
         if let Some(resume) = resume {
             shown["resume"] = resume.clone();
+        }
+        if let Some(search) = batch_search {
+            shown["batch_search"] = search.clone();
         }
         return print_json(&shown);
     }
@@ -40,6 +46,9 @@ pub(crate) fn print_status(
     println!("{} {} on {}: {}{attempt}{code}", record.identity.name, record.identity.run_id, record.host, status.state);
     if let Some(m) = &status.message {
         println!("  {m}");
+    }
+    if let Some(line) = batch_search.and_then(theseus_core::batch_search::summary) {
+        println!("  {line}");
     }
     if status.ranks.len() > 1 {
         for r in &status.ranks {

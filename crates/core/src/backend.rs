@@ -144,6 +144,15 @@ pub trait Backend: Debug + Display + Send + Sync + 'static {
         Ok(None)
     }
 
+    /// A small file the run wrote in its status dir (`batch-search.json`, see
+    /// [`crate::batch_search`]), for `status` to show: `name` is a plain file name, the
+    /// contents are at most [`RUN_FILE_LIMIT`] bytes. `None` when the file is not there, or the
+    /// backend cannot read the run's files (the default).
+    async fn run_file(&self, handle: &JobHandle, name: &str) -> Result<Option<Vec<u8>>> {
+        let _ = (handle, name);
+        Ok(None)
+    }
+
     /// Frees space on this host's cluster (see [`crate::store::reclaim`]): code dirs of runs
     /// that are not live and older than [`ReclaimOptions::older_than`] (logs and status stay),
     /// leftovers of crashed submits, and objects no run links. Never touches a run in
@@ -432,6 +441,17 @@ pub struct RankStatus {
     pub exit_code: Option<i32>,
     /// Where it runs (node, pod or pid).
     pub location: Option<String>,
+}
+
+/// The most [`Backend::run_file`] reads of a file.
+pub const RUN_FILE_LIMIT: u64 = 1 << 20;
+
+/// Whether `name` is a plain file name [`Backend::run_file`] may read: `[A-Za-z0-9._-]`, not
+/// starting with `.`.
+pub fn is_run_file_name(name: &str) -> bool {
+    !name.is_empty()
+        && !name.starts_with('.')
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
 }
 
 /// Error for an operation a backend does not implement.

@@ -104,10 +104,7 @@ impl Backend for SandboxBackend {
     fn layout(&self, identity: &JobIdentity, plan: &Plan) -> Result<RunLayout> {
         let (work, run) = self.paths(identity);
         let launch = if plan.processes() > 1 {
-            let listener =
-                std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| Error::io("bind", "127.0.0.1:0", e))?;
-            let port = listener.local_addr().map_err(|e| Error::io("bind", "127.0.0.1:0", e))?.port();
-            Launch::Local { coordinator_port: port }
+            Launch::Local { coordinator_port: theseus_core::local::free_port()? }
         } else {
             Launch::Single
         };

@@ -220,10 +220,8 @@ impl World {
         let files = [
             ("allgather.py", include_str!("../../../examples/jax-cpu/allgather.py")),
             ("hello.py", HELLO_PY),
-            (
-                "jax.yaml",
-                "entrypoint: python allgather.py\ndistributed: jax\nenv:\n  JAX_PLATFORMS: cpu\nconfig:\n  multiplier: 10\n",
-            ),
+            // No `distributed` key: the default (auto) initialises JAX on the job's import of jax.
+            ("jax.yaml", "entrypoint: python allgather.py\nenv:\n  JAX_PLATFORMS: cpu\nconfig:\n  multiplier: 10\n"),
             ("hello.yaml", "entrypoint: python hello.py\n"),
             ("sleep.yaml", "entrypoint: python -c \"import time; time.sleep(600)\"\n"),
             ("train.py", include_str!("../../../examples/jax-train/train.py")),

@@ -1,7 +1,8 @@
 //! The scenarios of the Volcano end-to-end test, each a sequence of real `theseus`
 //! commands plus checks through the cluster API and on the PVC:
 //!
-//! 1. a 2-node JAX job (2 pods x 4 GPUs, JAX on CPU) completes and both ranks log an allgather;
+//! 1. a 2-node JAX job (2 pods x 4 GPUs, JAX on CPU; no `distributed` key, so JAX is initialised
+//!    on the job's import of jax) completes and both ranks log an allgather;
 //! 2. a job larger than the cluster stays pending, `status` says why, `cancel` removes it;
 //! 3. a submit whose helper image cannot be pulled fails clearly and leaves no helper;
 //! 4. 20 parallel submits all complete, with distinct job names and run dirs;
@@ -243,6 +244,12 @@ fn two_node_jax(world: &World) -> Result<()> {
             .with_context(|| format!("no line of rank {rank} in the logs:\n{logs}"))?;
         ensure!(line.contains("process_count=2") && line.contains("allgather=[1, 11]"), "rank {rank}: {line}");
         eprintln!("e2e:       {line}");
+        // jax.yaml has no `distributed` key: the launcher initialised on the job's import of jax.
+        let init = format!("[worker-{rank}] [theseus] jax.distributed.initialize(");
+        ensure!(
+            logs.lines().any(|l| l.starts_with(&init) && l.ends_with("on the job's import of jax")),
+            "rank {rank} did not initialise on import:\n{logs}"
+        );
     }
     let text_status = world.theseus_ok(&["status", "e2e-jax"])?;
     ensure!(text_status.contains("completed"), "status: {text_status}");

@@ -505,6 +505,10 @@ impl Backend for SlurmBackend {
         }
     }
 
+    async fn run_file(&self, handle: &JobHandle, name: &str) -> Result<Option<Vec<u8>>> {
+        self.remote.read_run_file(&self.data(handle)?.run_dir, name).await
+    }
+
     async fn logs(&self, handle: &JobHandle, options: &LogOptions) -> Result<LogStream> {
         let (data, id, _) = self.resolve(handle).await?;
         let Some(id) = id else {

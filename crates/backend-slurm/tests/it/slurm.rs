@@ -392,7 +392,8 @@ async fn a_two_node_jax_job_sees_both_processes() {
     let two = plan("cpu", 2, 0);
     let env =
         [("THESEUS_PYTHON", lab.remote_python.as_str()), ("JAX_PLATFORMS", "cpu"), ("THESEUS_JAX_INIT_TIMEOUT", "90")];
-    let (job, _d) = prepare(&b, &two, "jax", &[("j.py", JAX_PY)], &["python", "j.py"], &env, Distributed::Jax);
+    // The default mode (no `distributed` key, issue 28): JAX distributed on the job's import of jax.
+    let (job, _d) = prepare(&b, &two, "jax", &[("j.py", JAX_PY)], &["python", "j.py"], &env, Distributed::Auto);
     let h = b.submit(&job, &SubmitOptions::default()).await.unwrap();
     // Follow the log to its end: it ends when the job does.
     let stream = b.logs(&h, &LogOptions { follow: true, rank: None }).await.unwrap();
@@ -417,6 +418,14 @@ async fn a_two_node_jax_job_sees_both_processes() {
     );
     // The coordinator is the first node's NodeAddr (the lab's names do not resolve).
     assert!(lines.iter().any(|l| l.text.contains("coordinator 127.0.0.1:")), "{lines:#?}");
+    for rank in 0..2 {
+        assert!(
+            lines.iter().any(|l| l.rank == Some(rank)
+                && l.text.starts_with("[theseus] jax.distributed.initialize(")
+                && l.text.ends_with("on the job's import of jax")),
+            "rank {rank} initialised on import: {lines:#?}"
+        );
+    }
     eprintln!("2-node JAX job took {:?}", started.elapsed());
 }
 

@@ -297,6 +297,10 @@ impl Backend for PlainBackend {
         Ok(scripts::status_from(&report, data.processes, &self.host.ssh, self.settings.claim_stale.as_secs()))
     }
 
+    async fn run_file(&self, handle: &JobHandle, name: &str) -> Result<Option<Vec<u8>>> {
+        self.read_run_file(&self.data(handle)?.run_dir, name).await
+    }
+
     async fn logs(&self, handle: &JobHandle, options: &LogOptions) -> Result<LogStream> {
         let data = self.data(handle)?;
         let cmd = if options.follow {

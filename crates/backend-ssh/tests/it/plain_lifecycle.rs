@@ -191,3 +191,21 @@ async fn a_planned_handle_reads_and_cancels_the_run_before_and_after_it_starts()
     assert_eq!(b.cancel(&planned2).await.unwrap().state, JobState::Cancelled);
     assert!(job_processes(&job2.identity.run_id).is_empty());
 }
+
+/// `run_file` reads a file the run wrote in its status dir (`batch-search.json` for `status`),
+/// says `None` for one that is not there, and reads nothing outside the run dir.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn run_file_reads_a_file_of_the_runs_status_dir() {
+    let lab = require_lab!();
+    let b = backends(lab, "runfile", 1).remove(0);
+    let write = r#"printf '{"phase": "done", "chosen": 8}' > "$THESEUS_RUN_DIR/batch-search.json""#;
+    let (job, _dir) = prepare(&b, "runfile", &["sh", "-c", write]);
+    let h = b.submit(&job, &SubmitOptions::default()).await.unwrap();
+    wait_terminal(&b, &h).await;
+    let file = b.run_file(&h, "batch-search.json").await.unwrap();
+    assert_eq!(file.as_deref(), Some(br#"{"phase": "done", "chosen": 8}"#.as_slice()));
+    assert_eq!(b.run_file(&h, "nothing-here.json").await.unwrap(), None);
+    for name in ["../runfile", "", ".lock", "a/b"] {
+        assert_eq!(b.run_file(&h, name).await.unwrap(), None, "{name:?}");
+    }
+}

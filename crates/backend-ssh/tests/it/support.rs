@@ -124,7 +124,22 @@ impl Lab {
     }
 }
 
+/// Removes the dirs earlier test processes left (a static lab is never dropped, so each run
+/// leaves its dir of some 60 MB): those whose process is gone.
+fn remove_stale_dirs() {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(|n| n.strip_prefix("theseus-ssh-it-")) else { continue };
+        let Ok(pid) = pid.parse::<u32>() else { continue };
+        if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
 fn start() -> Result<Lab, String> {
+    remove_stale_dirs();
     let dir = std::env::temp_dir().join(format!("theseus-ssh-it-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     let lab = match std::env::var("THESEUSTEST_SSH_HOST") {

@@ -143,5 +143,13 @@ fn the_coordinator_is_a_headless_service_selecting_rank_0() {
     assert_eq!(spec["clusterIP"], "None");
     assert_eq!(spec["publishNotReadyAddresses"], true, "ranks connect while rank 0 starts");
     assert_eq!(spec["selector"], json!({"volcano.sh/job-name": name, TASK_INDEX_LABEL: "0"}));
-    assert_eq!(spec["ports"], json!([{"name": "coordinator", "port": host().coordinator_port, "protocol": "TCP"}]));
+    let port = host().coordinator_port;
+    assert_eq!(
+        spec["ports"],
+        json!([
+            {"name": "coordinator", "port": port, "protocol": "TCP"},
+            {"name": "torch", "port": port + 1, "protocol": "TCP"}
+        ]),
+        "torch's MASTER_PORT is the next port"
+    );
 }

@@ -21,7 +21,12 @@ pub(crate) async fn status(ctx: &Context, args: TargetArgs) -> Result<ExitCode> 
     let within = answer_within(ctx.config().ok().as_ref(), &record.host);
     let status = lifecycle::refresh(&ledger, &record, &backend, within).await?;
     let resume = ledger.resume(&record.identity.run_id).unwrap_or_default();
-    print_status(ctx, &record, &status, resume.as_ref())?;
+    // The batch-size search's probes, where the backend reads the run's files: best effort,
+    // within the same bound as the status itself.
+    let search = tokio::time::timeout(within, backend.run_file(&record.handle, "batch-search.json")).await;
+    let search: Option<serde_json::Value> =
+        search.ok().and_then(Result::ok).flatten().and_then(|bytes| serde_json::from_slice(&bytes).ok());
+    print_status(ctx, &record, &status, resume.as_ref(), search.as_ref())?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -45,6 +50,6 @@ pub(crate) async fn cancel(ctx: &Context, args: TargetArgs) -> Result<ExitCode> 
     let (record, backend) = find(ctx, &ledger, &args.job)?;
     let within = || answer_within(ctx.config().ok().as_ref(), &record.host);
     let status = lifecycle::cancel(&ledger, &record, &backend, within).await?;
-    print_status(ctx, &record, &status, None)?;
+    print_status(ctx, &record, &status, None, None)?;
     Ok(ExitCode::SUCCESS)
 }

@@ -29,6 +29,11 @@ use crate::context::Context;
 use crate::signals::{self, Interrupted};
 
 pub(crate) async fn run(ctx: &Context, args: ReplArgs) -> Result<ExitCode> {
+    if let Some(n) = args.n_shards {
+        ctx.info(format!(
+            "theseus: warning: --n-shards {n}: a session runs no job config, so it changes nothing (as in the original)"
+        ));
+    }
     let job_args = job_args(&args);
     let mut experiment = match &args.experiment {
         Some(path) => Experiment::load(path)?,
@@ -127,8 +132,8 @@ fn job_args(args: &ReplArgs) -> JobArgs {
         oversubscribe: false,
         volcano_image: None,
         volcano_namespace: None,
-        cpu: None,
-        mem: None,
+        cpu: args.cpu.clone(),
+        mem: args.mem.clone(),
         restore: None,
         fresh: false,
         stages: Vec::new(),
@@ -226,5 +231,37 @@ async fn ask_to_stop(name: &str) -> bool {
     match tokio::time::timeout(Duration::from_secs(60), answer).await {
         Ok(Ok(Ok(line))) => matches!(line.trim(), "y" | "Y" | "yes" | "Yes"),
         _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser as _;
+
+    use super::*;
+    use crate::args::{Cli, Command};
+
+    fn repl(args: &[&str]) -> Result<ReplArgs, clap::Error> {
+        let argv = ["theseus", "repl"].into_iter().chain(args.iter().copied());
+        match Cli::try_parse_from(argv)?.command {
+            Command::Repl(repl) => Ok(repl),
+            other => panic!("not repl: {other:?}"),
+        }
+    }
+
+    /// The original's `repl` flags are taken: `--dirty` (the default), `--mem` and `--cpu` as
+    /// `submit` takes them, `--n_shards` (which a session has no use for).
+    #[test]
+    fn the_originals_repl_flags_are_accepted() {
+        let args = repl(&["--dirty", "--mem", "64G", "--cpu", "8", "--n_shards", "2", "--chip", "h100"]).unwrap();
+        assert!(args.dirty && !args.clean);
+        assert_eq!(args.n_shards, Some(2));
+        let job = job_args(&args);
+        assert_eq!((job.mem.as_deref(), job.cpu.as_deref()), (Some("64G"), Some("8")));
+        assert_eq!(repl(&["--n-shards", "4"]).unwrap().n_shards, Some(4));
+        let both = repl(&["--dirty", "--clean"]).unwrap_err().to_string();
+        assert!(both.contains("cannot be used with"), "{both}");
+        let plain = job_args(&repl(&[]).unwrap());
+        assert_eq!((plain.mem, plain.cpu), (None, None));
     }
 }

@@ -89,12 +89,14 @@ fn a_slow_uv_sync_does_not_time_out_the_rendezvous() {
 /// The job of the `distributed` mode tests: `python probe.py MODE`. `plain`, `noargs` and `args`
 /// import jax (the last two then call `jax.distributed.initialize` themselves, as scripts
 /// written for other launchers do); `torch` never imports jax and wires its ranks over
-/// `MASTER_ADDR:MASTER_PORT` as torch's TCPStore does (rank 0 listens, the others connect).
+/// `MASTER_ADDR:MASTER_PORT` as torch's TCPStore does (rank 0 listens, the others connect);
+/// `both` imports jax, then does the same.
 const PROBE_PY: &str = r#"
 import os, socket, sys, time
 mode = sys.argv[1]
 rank = int(os.environ["RANK"])
-if mode == "torch":
+
+def rendezvous():
     addr, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
     if rank == 0:
         server = socket.socket()
@@ -115,9 +117,17 @@ if mode == "torch":
                 time.sleep(0.2)
         conn.sendall(b"hello")
         got = "sent"
+    return got
+
+if mode == "torch":
+    got = rendezvous()
     print(f"torch-like rank={rank} got={got} jax_imported={'jax' in sys.modules}", flush=True)
     sys.exit(0)
 import jax
+if mode == "both":
+    got = rendezvous()
+    print(f"both rank={rank} got={got} process_count={jax.process_count()}", flush=True)
+    sys.exit(0)
 if mode == "noargs":
     jax.distributed.initialize()
 elif mode == "args":
@@ -208,4 +218,16 @@ fn auto_leaves_a_job_that_never_imports_jax_alone() {
     assert!(rank_line(&stdout, 0, "torch-like ").ends_with("got=hello jax_imported=False"), "{stdout}");
     assert!(rank_line(&stdout, 1, "torch-like ").ends_with("got=sent jax_imported=False"), "{stdout}");
     assert!(!stdout.contains("jax.distributed.initialize"), "{stdout}");
+}
+
+/// A job that imports jax and also starts a torch-style rendezvous on MASTER_PORT gets both:
+/// MASTER_PORT is the port after JAX's coordinator (on one port, the second bind failed with
+/// EADDRINUSE, whichever came first).
+#[test]
+fn a_job_with_jax_and_a_torch_rendezvous_gets_two_ports() {
+    let Some(python) = jax_python("a_job_with_jax_and_a_torch_rendezvous_gets_two_ports") else { return };
+    let ctx = TestContext::new();
+    let (stdout, _) = submit_probe(&ctx, &python, "both", None);
+    assert!(rank_line(&stdout, 0, "both ").ends_with("got=hello process_count=2"), "{stdout}");
+    assert!(rank_line(&stdout, 1, "both ").ends_with("got=sent process_count=2"), "{stdout}");
 }

@@ -1,6 +1,7 @@
 //! End-to-end tests of the `theseus` binary: each test runs the real binary in a fresh HOME
 //! (no config file unless the test writes one) and checks exit code, stdout and stderr.
 
+mod batch;
 mod cli;
 mod config_load;
 mod everyday;

@@ -54,7 +54,11 @@ export RANK=$theseus_rank WORLD_SIZE=$theseus_count LOCAL_RANK=$theseus_local_ra
 if [[ -n "$theseus_coordinator" ]]; then
   export JAX_COORDINATOR_ADDRESS=$theseus_coordinator
   export JAX_NUM_PROCESSES=$theseus_count JAX_PROCESS_ID=$theseus_rank
-  export MASTER_ADDR=${theseus_coordinator%:*} MASTER_PORT=${theseus_coordinator##*:}
+  # torch's rendezvous gets the port after JAX's coordinator: a job may start both (issue 28).
+  theseus_port=${theseus_coordinator##*:}
+  theseus_is_uint "$theseus_port" && ((10#$theseus_port < 65535)) \
+    || theseus_die "the coordinator's port is not a number below 65535: $theseus_coordinator"
+  export MASTER_ADDR=${theseus_coordinator%:*} MASTER_PORT=$((10#$theseus_port + 1))
 fi
 theseus_log "process $theseus_rank of $theseus_count (${theseus_launch})${theseus_coordinator:+, coordinator $theseus_coordinator}"
 

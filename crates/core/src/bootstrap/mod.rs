@@ -10,15 +10,22 @@
 //! At run time `bootstrap.sh`:
 //! 1. checks that every secret variable is set (secret values are never in the script) and
 //!    exports the job's other variables, then `THESEUS_RUN_ID`, `THESEUS_JOB_NAME`,
-//!    `THESEUS_PROJECT`, `THESEUS_GROUP`, `THESEUS_WORK_DIR`, `THESEUS_RUN_DIR`, `THESEUS_ROOT`,
-//!    `THESEUS_DATA_DIR`, `THESEUS_CHECKPOINTS_DIR`, `THESEUS_RESULTS_DIR` ([`DataDirs`]),
-//!    `THESEUS_CHECKPOINT_DIR` (this job name's own, [`checkpoint_dir`]), `THESEUS_CONFIG`,
-//!    `UV_CACHE_DIR` (if given) and `XLA_PYTHON_CLIENT_MEM_FRACTION=0.95` (only if unset);
+//!    `THESEUS_PROJECT`, `THESEUS_GROUP`, `THESEUS_WORK_DIR`, `THESEUS_RUN_DIR`,
+//!    `THESEUS_STATUS_DIR`, `THESEUS_LOG_DIR`, `THESEUS_ROOT`, `THESEUS_DATA_DIR`,
+//!    `THESEUS_CHECKPOINTS_DIR`, `THESEUS_RESULTS_DIR` ([`DataDirs`]), `THESEUS_CHECKPOINT_DIR`
+//!    (this job name's own, [`checkpoint_dir`]), `THESEUS_CONFIG`, `UV_CACHE_DIR` (if given) and
+//!    `XLA_PYTHON_CLIENT_MEM_FRACTION=0.95` (only if unset); the paths as rendered, unless the
+//!    `THESEUS_DISPATCH_{ROOT,WORK,LOG,DATA,CHECKPOINTS,RESULTS,STATUS}_OVERRIDE` variables of
+//!    the job's environment move them (`paths.sh`: a moved work dir must hold the job's code;
+//!    [`RUNTIME_ROOT`] demands the root override);
 //! 2. `cd`s to the work dir and creates the run dir and the data dirs (best effort);
 //! 3. finds its rank, the process count and the coordinator ([`Launch`]) and exports
 //!    `THESEUS_PROCESS_ID`, `THESEUS_NUM_PROCESSES`, `RANK`, `WORLD_SIZE`, `LOCAL_RANK` and, when
 //!    there is a coordinator, `JAX_COORDINATOR_ADDRESS`, `JAX_NUM_PROCESSES`, `JAX_PROCESS_ID`,
-//!    `MASTER_ADDR`, `MASTER_PORT` (`THESEUS_COORDINATOR_ADDRESS` overrides the coordinator);
+//!    `MASTER_ADDR`, `MASTER_PORT` (`THESEUS_COORDINATOR_ADDRESS` overrides the coordinator;
+//!    `MASTER_PORT` is the coordinator's port + 1, so that a job that starts both JAX's
+//!    coordinator and torch's rendezvous gets two ports: every backend's port plan leaves the
+//!    next port to it);
 //!    then (`resume.sh`) creates `THESEUS_CHECKPOINT_DIR` and exports `THESEUS_ATTEMPT` (1 +
 //!    `THESEUS_RESTART_COUNT`, which a backend sets, else 1 + `SLURM_RESTART_COUNT`) and
 //!    `THESEUS_RESTORE_FROM`: the checkpoint the `latest` marker names when it was written after
@@ -81,8 +88,10 @@ use crate::job::{Distributed, EnvVar, JobIdentity};
 use crate::{Error, Result};
 
 pub mod enter;
+mod paths;
 mod script;
 
+pub use paths::RUNTIME_ROOT;
 pub use script::describe_distributed;
 #[cfg(test)]
 mod tests;
@@ -213,8 +222,11 @@ pub struct BootstrapInput {
     pub work_dir: String,
     /// Absolute path of the run's status dir (`metadata.json`) on the target.
     pub run_dir: String,
-    /// The cluster root, exported as `THESEUS_ROOT`.
+    /// The cluster root, exported as `THESEUS_ROOT` ([`RUNTIME_ROOT`]: given at run time).
     pub root_dir: String,
+    /// The cluster's log dir, exported as `THESEUS_LOG_DIR` (`None`: not exported unless
+    /// `THESEUS_DISPATCH_LOG_OVERRIDE` names one).
+    pub log_dir: Option<String>,
     /// `UV_CACHE_DIR`, when the cluster sets one.
     pub uv_cache_dir: Option<String>,
     /// The cluster's data, checkpoints and results dirs.
@@ -293,10 +305,12 @@ impl BootstrapInput {
         distributed: Distributed,
         config: serde_json::Value,
     ) -> BootstrapInput {
+        let log_dir = paths::log_dir(&layout.log_file, &identity);
         BootstrapInput {
             identity,
             work_dir: layout.work_dir.clone(),
             run_dir: layout.run_dir.clone(),
+            log_dir: Some(log_dir),
             root_dir: layout.root_dir.clone(),
             uv_cache_dir: layout.uv_cache_dir.clone(),
             data_dirs: layout.data_dirs.clone(),

@@ -55,7 +55,8 @@ pub struct LocalHost {
     /// Processes to start as one distributed job (default 1; `-n N` for CPU jobs overrides).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub processes: Option<u32>,
-    /// Port of the JAX coordinator on 127.0.0.1 (default: a free port chosen at submit).
+    /// Port of the JAX coordinator on 127.0.0.1 (default: a free port chosen at submit);
+    /// torch's `MASTER_PORT` is the next one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub coordinator_port: Option<u16>,
     /// Allow CPU jobs with more processes than this machine has CPUs (default false: such a

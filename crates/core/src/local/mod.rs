@@ -104,10 +104,23 @@ fn path_str(p: &Path) -> Result<String> {
         .ok_or_else(|| Error::InvalidConfig(format!("path `{}` is not valid UTF-8", p.display())))
 }
 
-/// A free TCP port on 127.0.0.1 (bound and released; the small race is accepted).
-fn free_port() -> Result<u16> {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| Error::io("bind", "127.0.0.1:0", e))?;
-    Ok(listener.local_addr().map_err(|e| Error::io("bind", "127.0.0.1:0", e))?.port())
+/// A coordinator port on 127.0.0.1 whose next port is free too (torch's `MASTER_PORT`, see
+/// [`crate::bootstrap`]): both bound and released (the small race is accepted).
+pub fn free_port() -> Result<u16> {
+    let bind = |addr: &str| std::net::TcpListener::bind(addr).map_err(|e| Error::io("bind", addr, e));
+    let mut last = None;
+    for _ in 0..32 {
+        let listener = bind("127.0.0.1:0")?;
+        let port = listener.local_addr().map_err(|e| Error::io("bind", "127.0.0.1:0", e))?.port();
+        if port == u16::MAX {
+            continue;
+        }
+        match bind(&format!("127.0.0.1:{}", port + 1)) {
+            Ok(_) => return Ok(port),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| Error::InvalidConfig("no free pair of ports on 127.0.0.1".into())))
 }
 
 #[async_trait]
@@ -120,6 +133,13 @@ impl Backend for LocalBackend {
         let (work, run, log) = self.paths(identity)?;
         let launch = if plan.processes() > 1 {
             let port = match self.host.coordinator_port {
+                Some(p @ (0 | u16::MAX)) => {
+                    return Err(Error::InvalidConfig(format!(
+                        "hosts.{}.coordinator_port: {p} cannot be used: a port from 1 to 65534 (torch's MASTER_PORT \
+                         is the next one)",
+                        self.name
+                    )));
+                }
                 Some(p) => p,
                 None => free_port()?,
             };
@@ -232,6 +252,18 @@ impl Backend for LocalBackend {
             });
         }
         Ok(read_status(&handle.id, &data))
+    }
+
+    async fn run_file(&self, handle: &JobHandle, name: &str) -> Result<Option<Vec<u8>>> {
+        if !crate::backend::is_run_file_name(name) {
+            return Ok(None);
+        }
+        let path = self.data(handle)?.run_dir.join(name);
+        match crate::files::read_bounded(&path, crate::backend::RUN_FILE_LIMIT, "run file") {
+            Ok(text) => Ok(Some(text.into_bytes())),
+            Err(_) if !path.exists() => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
     async fn logs(&self, handle: &JobHandle, options: &LogOptions) -> Result<LogStream> {

@@ -12,6 +12,7 @@ use super::*;
 
 mod batch;
 mod hold;
+mod overrides;
 mod resume;
 mod setup;
 mod stages;
@@ -97,6 +98,7 @@ impl Harness {
             work_dir: self.work.to_str().unwrap().to_owned(),
             run_dir: self.run.to_str().unwrap().to_owned(),
             root_dir: "/srv/theseus".into(),
+            log_dir: None,
             uv_cache_dir: None,
             data_dirs: DataDirs {
                 data: self.dir("data"),
@@ -528,7 +530,7 @@ fn local_launch_exports_rank_and_coordinator() {
         ("JAX_NUM_PROCESSES", "2"),
         ("JAX_PROCESS_ID", "1"),
         ("MASTER_ADDR", "127.0.0.1"),
-        ("MASTER_PORT", "4567"),
+        ("MASTER_PORT", "4568"),
         ("WORLD_SIZE", "2"),
         ("RANK", "1"),
         ("LOCAL_RANK", "1"),
@@ -562,7 +564,8 @@ fn a_wired_launch_exports_what_the_host_types_wiring_found() {
     assert!(out.status.success(), "{}", stderr(&out));
     let env = &h.dump()["env"];
     assert_eq!(env["JAX_COORDINATOR_ADDRESS"], "node-a:1234");
-    assert_eq!((env["MASTER_ADDR"].clone(), env["MASTER_PORT"].clone()), (json!("node-a"), json!("1234")));
+    // torch's rendezvous gets the next port: a job may start both it and JAX's coordinator.
+    assert_eq!((env["MASTER_ADDR"].clone(), env["MASTER_PORT"].clone()), (json!("node-a"), json!("1235")));
     assert_eq!((env["RANK"].clone(), env["WORLD_SIZE"].clone()), (json!("2"), json!("3")));
     assert_eq!((env["JAX_PROCESS_ID"].clone(), env["JAX_NUM_PROCESSES"].clone()), (json!("2"), json!("3")));
     assert_eq!(env["LOCAL_RANK"], "1");
@@ -572,6 +575,14 @@ fn a_wired_launch_exports_what_the_host_types_wiring_found() {
     let (_, out) = h.run(&input, &[ranks[0], ranks[1], ranks[3], ("THESEUS_COORDINATOR_ADDRESS", "127.0.0.1:9999")]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(h.dump()["env"]["JAX_COORDINATOR_ADDRESS"], "127.0.0.1:9999");
+    assert_eq!(h.dump()["env"]["MASTER_PORT"], "10000");
+    // A port with no next port, or none at all, stops the job naming it.
+    for bad in ["127.0.0.1:65535", "node-a:x", "node-a"] {
+        let (_, out) = h.run(&input, &[ranks[0], ranks[1], ranks[3], ("THESEUS_COORDINATOR_ADDRESS", bad)]);
+        assert_eq!(out.status.code(), Some(2), "{bad}: {}", stderr(&out));
+        let expected = format!("the coordinator's port is not a number below 65535: {bad}");
+        assert!(stderr(&out).contains(&expected), "{bad}: {}", stderr(&out));
+    }
 
     // A wiring that cannot find the ranks stops the job with its reason.
     let (_, out) = h.run(&input, &[]);
