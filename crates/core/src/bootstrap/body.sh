@@ -363,15 +363,17 @@ theseus_stage_log_open() {
 
 # theseus_stage_log_close: back to the bootstrap's own output, once the copies are written
 # (at most 5 s: a process that left the job's group may still hold them open).
+# Marked closed first: a signal's handler that calls it again while it waits returns at once
+# (restoring from the saved fds twice would fail, and a failed `exec` ends the shell).
 theseus_stage_log_close() {
   [[ -n "$theseus_tee_out" ]] || return 0
+  local out=$theseus_tee_out err=$theseus_tee_err i=0
+  theseus_tee_out="" theseus_tee_err=""
   exec 1>&"$theseus_out_fd" 2>&"$theseus_err_fd" {theseus_out_fd}>&- {theseus_err_fd}>&-
-  local i=0
-  while ((i < 50)) && { kill -0 "$theseus_tee_out" 2> /dev/null || kill -0 "$theseus_tee_err" 2> /dev/null; }; do
+  while ((i < 50)) && { kill -0 "$out" 2> /dev/null || kill -0 "$err" 2> /dev/null; }; do
     sleep 0.1
     i=$((i + 1))
   done
-  theseus_tee_out="" theseus_tee_err=""
 }
 
 # theseus_stage_settle STATUS CODE: the current stage's end, if it is running.

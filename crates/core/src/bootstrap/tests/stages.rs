@@ -275,3 +275,34 @@ fn each_rank_keeps_its_own_stage_logs_status_and_completion() {
     assert_eq!(order(&h).len(), 10);
     assert!(stderr(&out).contains("stage 2 of 3 (stage 2.yaml) completed in an earlier attempt"), "{}", stderr(&out));
 }
+
+#[test]
+fn a_signal_between_two_stages_records_the_first_as_completed_and_stops() {
+    let h = Harness::new();
+    let mut input = three(&h);
+    // Stage 1 leaves a process outside its group holding its output open: the bootstrap then
+    // waits (at most 5 s) for the stage log's copy, and the signal arrives meanwhile.
+    let escape = r#"setsid sleep 60 & echo $! > "$THESEUS_RUN_DIR/escaped"; exit 0"#;
+    input.entrypoint = vec!["/bin/sh".into(), "-c".into(), escape.into()];
+    let (_, child) = h.spawn(&input, &[]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !h.run.join(".stages/done-1").exists() {
+        assert!(Instant::now() < deadline, "stage 1 never completed");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap().success());
+    // The escaped process holds the output pipes: it goes first, or the wait would last its 60 s.
+    std::thread::sleep(Duration::from_millis(500));
+    let escaped = read(&h.run.join("escaped")).trim().to_owned();
+    let _ = Command::new("kill").args(["-KILL", &escaped]).status();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(143), "{}", stderr(&out));
+    let metadata = h.metadata("metadata.json");
+    assert_eq!(metadata["status"], "preempted");
+    assert_eq!(
+        statuses(&metadata),
+        [("completed".into(), json!(0)), ("pending".into(), Value::Null), ("pending".into(), Value::Null)]
+    );
+    assert!(order(&h).is_empty(), "stage 2 did not start");
+}
