@@ -363,15 +363,17 @@ theseus_stage_log_open() {
 
 # theseus_stage_log_close: back to the bootstrap's own output, once the copies are written
 # (at most 5 s: a process that left the job's group may still hold them open).
+# Marked closed first: a signal's handler that calls it again while it waits returns at once
+# (restoring from the saved fds twice would fail, and a failed `exec` ends the shell).
 theseus_stage_log_close() {
   [[ -n "$theseus_tee_out" ]] || return 0
+  local out=$theseus_tee_out err=$theseus_tee_err i=0
+  theseus_tee_out="" theseus_tee_err=""
   exec 1>&"$theseus_out_fd" 2>&"$theseus_err_fd" {theseus_out_fd}>&- {theseus_err_fd}>&-
-  local i=0
-  while ((i < 50)) && { kill -0 "$theseus_tee_out" 2> /dev/null || kill -0 "$theseus_tee_err" 2> /dev/null; }; do
+  while ((i < 50)) && { kill -0 "$out" 2> /dev/null || kill -0 "$err" 2> /dev/null; }; do
     sleep 0.1
     i=$((i + 1))
   done
-  theseus_tee_out="" theseus_tee_err=""
 }
 
 # theseus_stage_settle STATUS CODE: the current stage's end, if it is running.
@@ -382,16 +384,29 @@ theseus_stage_settle() {
   theseus_stage_end[theseus_stage]="\"$(theseus_now)\""
 }
 
-# theseus_stage_done_file I: where this rank records that stage I completed.
-theseus_stage_done_file() { printf '%s/done-%d%s' "$theseus_stages_dir" "$1" "$theseus_rank_suffix"; }
+# theseus_stage_done_file I [RANK]: where RANK (default this one) records that stage I completed.
+theseus_stage_done_file() {
+  local rank=${2:-$theseus_rank}
+  printf '%s/done-%d' "$theseus_stages_dir" "$1"
+  ((rank == 0)) || printf '.rank-%d' "$rank"
+}
 
-# theseus_stage_skip I: whether stage I completed in an earlier attempt of this run (then it is
-# recorded as such and not run again).
+# theseus_stage_skip I: whether stage I completed in an earlier attempt of this run on every
+# rank (then it is recorded as such and not run again). Every rank decides alike from the same
+# files, so no rank skips a stage another runs (their collectives would wait forever); where
+# ranks cannot see each other's files (a run dir per host), none skips.
 theseus_stage_skip() {
   ((theseus_num_stages > 1)) || return 1
-  local file start end
+  local file start end r missing=()
   file=$(theseus_stage_done_file "$1")
   [[ -f "$file" ]] || return 1
+  for ((r = 0; r < theseus_count; r++)); do
+    [[ -f "$(theseus_stage_done_file "$1" "$r")" ]] || missing+=("$r")
+  done
+  if ((${#missing[@]})); then
+    theseus_log "$(theseus_stage_label "$1") completed on this rank in an earlier attempt, but not on rank(s) ${missing[*]}; running it again"
+    return 1
+  fi
   read -r start end < "$file" || true
   [[ "$start" =~ ^[0-9TZ:-]+$ ]] || start=""
   [[ "$end" =~ ^[0-9TZ:-]+$ ]] || end=""
