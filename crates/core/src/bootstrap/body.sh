@@ -61,6 +61,12 @@ if [[ -n "$theseus_coordinator" ]]; then
   export MASTER_ADDR=${theseus_coordinator%:*} MASTER_PORT=$((10#$theseus_port + 1))
 fi
 theseus_log "process $theseus_rank of $theseus_count (${theseus_launch})${theseus_coordinator:+, coordinator $theseus_coordinator}"
+# As the original's banner: the host and the GPUs the scheduler gave this process (the variables set).
+theseus_gpus=""
+for theseus_v in CUDA_VISIBLE_DEVICES SLURM_JOB_GPUS SLURM_STEP_GPUS; do
+  [[ -z "${!theseus_v+x}" ]] || theseus_gpus+=", $theseus_v=${!theseus_v}"
+done
+theseus_log "on ${HOSTNAME:-$(uname -n)}${theseus_gpus}"
 
 # ---- resume: THESEUS_ATTEMPT and THESEUS_RESTORE_FROM (resume.sh) ----
 theseus_resume

@@ -551,6 +551,18 @@ fn single_launch_exports_no_coordinator() {
     }
 }
 
+/// As the original's banner: the host and the GPU variables the scheduler set, one line.
+#[test]
+fn the_log_names_the_host_and_the_gpus_it_was_given() {
+    let h = Harness::new();
+    let env = [("HOSTNAME", "node7"), ("CUDA_VISIBLE_DEVICES", "0,1"), ("SLURM_JOB_GPUS", "0,1")];
+    let (_, out) = h.run(&h.input(&["python", "dump.py"]), &env);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let err = stderr(&out);
+    let line = err.lines().find(|l| l.starts_with("[theseus] on ")).unwrap_or_else(|| panic!("{err}"));
+    assert!(line.starts_with("[theseus] on node7, CUDA_VISIBLE_DEVICES=0,1, SLURM_JOB_GPUS=0,1"), "{line}");
+}
+
 #[test]
 fn a_wired_launch_exports_what_the_host_types_wiring_found() {
     let h = Harness::new();
