@@ -43,6 +43,7 @@ pub(crate) async fn run(ctx: &Context, args: JobArgs) -> Result<ExitCode> {
         Err(_) => Err(format!("no answer within {}s", SHARES_TIMEOUT.as_secs())),
     };
     let creates = crate::creates::bounded(dispatcher.creates(&solved)).await;
+    let stages = theseus_core::job::stages::list(&solved.spec.experiment, &solved.spec.experiment_source);
     if ctx.output == OutputFormat::Json {
         let unanswered: Vec<_> = solved
             .unanswered
@@ -54,6 +55,7 @@ pub(crate) async fn run(ctx: &Context, args: JobArgs) -> Result<ExitCode> {
             "plan": solved.plan,
             "unanswered": unanswered,
             "resume": {"checkpoint_dir": checkpoint_dir, "restore": resume.restore, "fresh": resume.fresh, "from": from},
+            "stages": stages,
             "jax_distributed": jax,
             "queues": shares.as_ref().ok(),
             "queues_error": shares.as_ref().err(),
@@ -68,6 +70,14 @@ pub(crate) async fn run(ctx: &Context, args: JobArgs) -> Result<ExitCode> {
     println!("request: {}", solved.request);
     println!("chosen:  {}", render::describe_plan(&solved.plan));
     println!("resumes: {from}");
+    for stage in &stages {
+        println!(
+            "stage {}: {}: {}",
+            stage.stage,
+            stage.file.replace(char::is_control, "?"),
+            stage.runs.replace(char::is_control, "?")
+        );
+    }
     println!("uv groups: {}", crate::output::uv_groups(&solved.uv_groups()));
     println!("jax:     {jax}");
     for note in &solved.plan.notes {

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use crate::backend::{DynBackend, JobHandle, JobState, PreparedJob, RunLayout, SubmitOptions};
 use crate::bootstrap::{self, BootstrapInput, Resume};
-use crate::job::JobIdentity;
+use crate::job::{Experiment, JobIdentity};
 use crate::ledger::{Ledger, Record, RunKind, now_rfc3339, placeholder_handle};
 use crate::snapshot::Snapshot;
 use crate::{Error, Result};
@@ -36,8 +36,18 @@ pub(super) fn prepare(solved: &Solved) -> Result<(PreparedJob, RunLayout)> {
         spec.experiment.config.clone(),
     );
     input.uv_groups = solved.uv_groups();
+    input.source = spec.experiment_source.clone();
     input.resume = resume(solved, &layout)?;
     input.batch_search = crate::batch_search::decide(&spec.experiment, &env, plan)?.is_some();
+    input.stages = spec.experiment.stages.clone();
+    for stage in &mut input.stages {
+        // Each stage asks (or not) for the search on its own.
+        let asks =
+            Experiment { batch_search: stage.batch_search, config: stage.config.clone(), ..Experiment::default() };
+        stage.batch_search = crate::batch_search::decide(&asks, &env, plan)
+            .map_err(|e| Error::InvalidConfig(format!("{}: {e}", stage.source)))?
+            .is_some();
+    }
     input.hardware = Some(bootstrap::Hardware {
         chip: plan.chip.map(|c| c.name.to_owned()),
         count: plan.total_chips,

@@ -15,6 +15,7 @@ mod hold;
 mod overrides;
 mod resume;
 mod setup;
+mod stages;
 
 /// Values that break naive quoting. `{tmp}` is replaced by the temp dir.
 const HOSTILE: &[&str] = &[
@@ -112,6 +113,8 @@ impl Harness {
             launch: Launch::Single,
             config: json!({"lr": 0.001}),
             resume: Resume::default(),
+            stages: Vec::new(),
+            source: String::new(),
             batch_search: false,
         }
     }
