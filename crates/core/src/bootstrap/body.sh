@@ -507,7 +507,8 @@ theseus_on_signal() {
   theseus_is_uint "$hold" && ((10#$hold > 0)) || hold=""
   if [[ -n "$hold" ]]; then hold=$((10#$hold - (SECONDS - asked))); ((hold > 1)) || hold=2; fi
   if [[ -n "$theseus_child" ]]; then
-    local grace=${THESEUS_TERM_GRACE_SECONDS:-10} i=0
+    # THESEUS_MAIN_CHILD_TERM_GRACE_SECONDS: the original's name for it, read when it is unset.
+    local grace=${THESEUS_TERM_GRACE_SECONDS:-${THESEUS_MAIN_CHILD_TERM_GRACE_SECONDS:-10}} i=0
     if theseus_is_uint "$grace"; then grace=$((10#$grace)); else grace=10; fi
     # The scheduler KILLs the bootstrap THESEUS_KILL_DEADLINE_SECONDS after its TERM (Slurm's
     # KillWait). The group is KILLed a second before that, while the bootstrap still can: a
@@ -515,7 +516,7 @@ theseus_on_signal() {
     local deadline=${THESEUS_KILL_DEADLINE_SECONDS:-}
     if [[ -n "$hold" ]]; then
       deadline=$hold
-      [[ -n "${THESEUS_TERM_GRACE_SECONDS:-}" ]] || grace=$hold
+      [[ -n "${THESEUS_TERM_GRACE_SECONDS:-${THESEUS_MAIN_CHILD_TERM_GRACE_SECONDS:-}}" ]] || grace=$hold
     elif theseus_is_uint "$deadline" && ((SECONDS > asked)); then
       # The seconds spent asking came off the scheduler's deadline too.
       deadline=$((10#$deadline - (SECONDS - asked)))

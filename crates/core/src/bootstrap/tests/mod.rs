@@ -718,6 +718,10 @@ fn the_grace_ends_a_second_before_the_schedulers_own_kill() {
     // A later deadline, or none that can be read, leaves the grace as it is.
     assert_eq!(grace_given(&[("THESEUS_TERM_GRACE_SECONDS", "1"), ("THESEUS_KILL_DEADLINE_SECONDS", "30")]), "1s");
     assert_eq!(grace_given(&[("THESEUS_TERM_GRACE_SECONDS", "2"), ("THESEUS_KILL_DEADLINE_SECONDS", "soon")]), "2s");
+    // The original's name for the grace counts when theseus's is unset; theseus's wins.
+    assert_eq!(grace_given(&[("THESEUS_MAIN_CHILD_TERM_GRACE_SECONDS", "1")]), "1s");
+    let both = [("THESEUS_TERM_GRACE_SECONDS", "2"), ("THESEUS_MAIN_CHILD_TERM_GRACE_SECONDS", "1")];
+    assert_eq!(grace_given(&both), "2s");
     // Numbers with a leading zero are decimal (bash would read 09 as a bad octal number).
     assert_eq!(grace_given(&[("THESEUS_TERM_GRACE_SECONDS", "09"), ("THESEUS_KILL_DEADLINE_SECONDS", "03")]), "2s");
 }
