@@ -61,6 +61,12 @@ if [[ -n "$theseus_coordinator" ]]; then
   export MASTER_ADDR=${theseus_coordinator%:*} MASTER_PORT=$((10#$theseus_port + 1))
 fi
 theseus_log "process $theseus_rank of $theseus_count (${theseus_launch})${theseus_coordinator:+, coordinator $theseus_coordinator}"
+# As the original's banner: the host and the GPUs the scheduler gave this process (the variables set).
+theseus_gpus=""
+for theseus_v in CUDA_VISIBLE_DEVICES SLURM_JOB_GPUS SLURM_STEP_GPUS; do
+  [[ -z "${!theseus_v+x}" ]] || theseus_gpus+=", $theseus_v=${!theseus_v}"
+done
+theseus_log "on ${HOSTNAME:-$(uname -n)}${theseus_gpus}"
 
 # ---- resume: THESEUS_ATTEMPT and THESEUS_RESTORE_FROM (resume.sh) ----
 theseus_resume
@@ -516,7 +522,8 @@ theseus_on_signal() {
   theseus_is_uint "$hold" && ((10#$hold > 0)) || hold=""
   if [[ -n "$hold" ]]; then hold=$((10#$hold - (SECONDS - asked))); ((hold > 1)) || hold=2; fi
   if [[ -n "$theseus_child" ]]; then
-    local grace=${THESEUS_TERM_GRACE_SECONDS:-10} i=0
+    # THESEUS_MAIN_CHILD_TERM_GRACE_SECONDS: the original's name for it, read when it is unset.
+    local grace=${THESEUS_TERM_GRACE_SECONDS:-${THESEUS_MAIN_CHILD_TERM_GRACE_SECONDS:-10}} i=0
     if theseus_is_uint "$grace"; then grace=$((10#$grace)); else grace=10; fi
     # The scheduler KILLs the bootstrap THESEUS_KILL_DEADLINE_SECONDS after its TERM (Slurm's
     # KillWait). The group is KILLed a second before that, while the bootstrap still can: a
@@ -524,7 +531,7 @@ theseus_on_signal() {
     local deadline=${THESEUS_KILL_DEADLINE_SECONDS:-}
     if [[ -n "$hold" ]]; then
       deadline=$hold
-      [[ -n "${THESEUS_TERM_GRACE_SECONDS:-}" ]] || grace=$hold
+      [[ -n "${THESEUS_TERM_GRACE_SECONDS:-${THESEUS_MAIN_CHILD_TERM_GRACE_SECONDS:-}}" ]] || grace=$hold
     elif theseus_is_uint "$deadline" && ((SECONDS > asked)); then
       # The seconds spent asking came off the scheduler's deadline too.
       deadline=$((10#$deadline - (SECONDS - asked)))

@@ -60,7 +60,8 @@
 //!    `distributed: auto`, the default; see the launcher's own doc), and exits with its exit
 //!    code, recording `completed` or `failed`;
 //!    on SIGTERM/SIGINT/SIGHUP it sends TERM to the job's process group, waits up to
-//!    `THESEUS_TERM_GRACE_SECONDS` (10; a second less than `THESEUS_KILL_DEADLINE_SECONDS`,
+//!    `THESEUS_TERM_GRACE_SECONDS` (or the original's `THESEUS_MAIN_CHILD_TERM_GRACE_SECONDS`;
+//!    10; a second less than `THESEUS_KILL_DEADLINE_SECONDS`,
 //!    the scheduler's own KILL, when that comes sooner) then sends KILL, records `preempted` and exits
 //!    143/130/129. The group reaches what the job left in the background after its parent
 //!    exited, which Slurm's `proctrack/linuxproc` loses; what is left of the group when the

@@ -558,6 +558,18 @@ fn single_launch_exports_no_coordinator() {
     }
 }
 
+/// As the original's banner: the host and the GPU variables the scheduler set, one line.
+#[test]
+fn the_log_names_the_host_and_the_gpus_it_was_given() {
+    let h = Harness::new();
+    let env = [("HOSTNAME", "node7"), ("CUDA_VISIBLE_DEVICES", "0,1"), ("SLURM_JOB_GPUS", "0,1")];
+    let (_, out) = h.run(&h.input(&["python", "dump.py"]), &env);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let err = stderr(&out);
+    let line = err.lines().find(|l| l.starts_with("[theseus] on ")).unwrap_or_else(|| panic!("{err}"));
+    assert!(line.starts_with("[theseus] on node7, CUDA_VISIBLE_DEVICES=0,1, SLURM_JOB_GPUS=0,1"), "{line}");
+}
+
 #[test]
 fn a_wired_launch_exports_what_the_host_types_wiring_found() {
     let h = Harness::new();
@@ -710,6 +722,10 @@ fn the_grace_ends_a_second_before_the_schedulers_own_kill() {
     // A later deadline, or none that can be read, leaves the grace as it is.
     assert_eq!(grace_given(&[("THESEUS_TERM_GRACE_SECONDS", "1"), ("THESEUS_KILL_DEADLINE_SECONDS", "30")]), "1s");
     assert_eq!(grace_given(&[("THESEUS_TERM_GRACE_SECONDS", "2"), ("THESEUS_KILL_DEADLINE_SECONDS", "soon")]), "2s");
+    // The original's name for the grace counts when theseus's is unset; theseus's wins.
+    assert_eq!(grace_given(&[("THESEUS_MAIN_CHILD_TERM_GRACE_SECONDS", "1")]), "1s");
+    let both = [("THESEUS_TERM_GRACE_SECONDS", "2"), ("THESEUS_MAIN_CHILD_TERM_GRACE_SECONDS", "1")];
+    assert_eq!(grace_given(&both), "2s");
     // Numbers with a leading zero are decimal (bash would read 09 as a bad octal number).
     assert_eq!(grace_given(&[("THESEUS_TERM_GRACE_SECONDS", "09"), ("THESEUS_KILL_DEADLINE_SECONDS", "03")]), "2s");
 }
