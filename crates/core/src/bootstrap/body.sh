@@ -447,9 +447,13 @@ theseus_wrap_batch_search() {
 }
 
 # theseus_batch_search_field: the `"batch_search": {...},` line of metadata.json, once the
-# search wrote its progress (atomically, as one JSON object) to the run dir.
+# current stage's search wrote its progress (atomically, as one JSON object) to the run dir.
 theseus_batch_search_field() {
   local file="$THESEUS_RUN_DIR/batch-search.json" doc=""
+  # Stage I > 1 searches on its own (batch_search.py names the file after THESEUS_STAGE).
+  if [[ "${THESEUS_STAGE:-1}" =~ ^[0-9]+$ ]] && ((THESEUS_STAGE > 1)); then
+    file="$THESEUS_RUN_DIR/batch-search.stage-$THESEUS_STAGE.json"
+  fi
   [[ -f "$file" ]] || return 0
   doc=$(< "$file") 2> /dev/null || return 0
   [[ "$doc" == "{"*"}" ]] || return 0
