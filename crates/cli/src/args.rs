@@ -77,6 +77,9 @@ pub(crate) enum Command {
     Repl(ReplArgs),
     /// List submitted jobs, newest first.
     List(ListArgs),
+    /// Write one self-contained bash script that runs the job on any machine with bash (the
+    /// code inside it): `bash OUT --root PATH`. Nothing is submitted or solved.
+    Bootstrap(BootstrapArgs),
     /// Show or check the dispatch config.
     #[command(subcommand)]
     Config(ConfigCommand),
@@ -271,6 +274,37 @@ pub(crate) struct SubmitArgs {
     pub(crate) replace: bool,
     #[command(flatten)]
     pub(crate) create: CreateArgs,
+}
+
+// ---- issue 28, part `standalone` ----
+/// `theseus bootstrap`: OUT is the first word after the experiment (the original's order).
+#[derive(Debug, Args)]
+#[command(override_usage = "theseus bootstrap [OPTIONS] <NAME> <EXPERIMENT> <OUT> [KEY=VALUE]...")]
+pub(crate) struct BootstrapArgs {
+    #[command(flatten)]
+    pub(crate) job: JobArgs,
+    /// The root dir on the machine that runs the script (data, checkpoints, results, status).
+    /// Without it the script demands `--root PATH` when run.
+    #[arg(long, value_name = "PATH")]
+    pub(crate) root: Option<String>,
+    /// The work root (default `<root>/work`); the code goes to `<work>/<project>/<group>/<name>`.
+    #[arg(long, value_name = "PATH")]
+    pub(crate) work: Option<String>,
+    /// The log dir (default `<work>/logs`), the job's `THESEUS_LOG_DIR`.
+    #[arg(long, value_name = "PATH")]
+    pub(crate) log: Option<String>,
+    /// Ship the working tree: tracked files as modified plus untracked, not ignored files (default).
+    #[arg(long, conflicts_with = "clean")]
+    pub(crate) dirty: bool,
+    /// Ship the files of HEAD only.
+    #[arg(long)]
+    pub(crate) clean: bool,
+    /// Directory (or git repository) to put in the script (default: the current directory).
+    #[arg(long, value_name = "DIR")]
+    pub(crate) code: Option<PathBuf>,
+    /// Replace OUT when it exists.
+    #[arg(long)]
+    pub(crate) force: bool,
 }
 
 /// Consent to what a host must create for a job (a cloud VM; `plan` lists it).

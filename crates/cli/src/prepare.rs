@@ -137,15 +137,7 @@ pub(crate) async fn solve(
             .map_err(|e| anyhow!("{}: {} (after --oversubscribe was applied)", e.path, e.message))?;
     }
     theseus_core::job::validate_name("job name", &args.name)?;
-    let mut experiment = match experiment {
-        Some(mut experiment) => {
-            experiment.apply_overrides(&args.overrides)?;
-            experiment
-        }
-        None => load_experiment(args)?,
-    };
-    // `--target GROUP`: after the experiment's own groups (the host's come first).
-    experiment.uv_groups.extend(args.target.iter().cloned());
+    let experiment = load_experiment(args, experiment)?;
     let spec = JobSpec {
         name: args.name.clone(),
         project: args.project.clone(),
@@ -170,18 +162,26 @@ pub(crate) async fn solve(
     dispatcher.solve(loaded, spec).await.map_err(lift)
 }
 
-/// The experiment of `args`: its file, then each `-s/--stage FILE` as a further stage, the
-/// overrides applied to every one (`theseus bootstrap` loads its experiment with this too).
-/// Each file is an experiment or a job config of the original ([`theseus_core::original`]):
-/// `-j` is the main file's key, `--n_shards` and `--load` apply to every job config.
-pub(crate) fn load_experiment(args: &JobArgs) -> Result<Experiment> {
+/// The experiment of `args` (`given`, e.g. by `repl`, else loaded from `args.experiment`): its
+/// file, then each `-s/--stage FILE` as a further stage, the overrides applied to every one, and
+/// the `--target` groups: what `submit`, `plan`, `repl` and `bootstrap` run. Each file is an
+/// experiment or a job config of the original ([`theseus_core::original`], overrides applied to
+/// the whole job config): `-j` is the main file's key, `--n_shards` and `--load` apply to every
+/// job config.
+pub(crate) fn load_experiment(args: &JobArgs, given: Option<Experiment>) -> Result<Experiment> {
     let options = theseus_core::original::Options {
         job: args.original.job.clone(),
         n_shards: args.original.n_shards,
         load: args.original.load.clone(),
         stage: false,
     };
-    let mut experiment = theseus_core::original::load(&args.experiment, &options, &args.overrides)?;
+    let mut experiment = match given {
+        Some(mut experiment) => {
+            experiment.apply_overrides(&args.overrides)?;
+            experiment
+        }
+        None => theseus_core::original::load(&args.experiment, &options, &args.overrides)?,
+    };
     let stage_options = theseus_core::original::Options { job: None, stage: true, ..options };
     let mut stages = Vec::new();
     for path in &args.stages {
@@ -196,6 +196,8 @@ pub(crate) fn load_experiment(args: &JobArgs) -> Result<Experiment> {
         stages,
         hardware_from_flags,
     )?;
+    // `--target GROUP`: after the experiment's own groups (the host's come first).
+    experiment.uv_groups.extend(args.target.iter().cloned());
     Ok(experiment)
 }
 

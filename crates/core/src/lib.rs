@@ -56,6 +56,7 @@ pub mod shares;
 pub mod shell;
 pub mod snapshot;
 pub mod solver;
+pub mod standalone;
 pub mod store;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;

@@ -2,6 +2,7 @@
 //! chooses the exit code; what several commands share lives in the crate's other modules
 //! (`runs`, `output`, `follow`, `prepare`, ...), never in a sibling command module.
 
+mod bootstrap;
 mod chips;
 mod config;
 mod docs;
@@ -60,6 +61,7 @@ pub(crate) async fn run(cli: Cli, host_types: HostTypes) -> Result<ExitCode> {
                     Command::List(args) => list::list(&ctx, args).await,
                     Command::Config(cmd) => config::run(&ctx, cmd),
                     Command::Chips => chips::run(&ctx),
+                    Command::Bootstrap(args) => bootstrap::run(&ctx, args),
                     Command::Gc(args) => gc::run(&ctx, args).await,
                     Command::Du(args) => du::run(&ctx, args).await,
                     Command::Completions { .. } | Command::Man { .. } => unreachable!("handled above"),

@@ -17,13 +17,6 @@ use crate::context::Context;
 /// How long the queue report may take.
 const SHARES_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
 
-/// What theseus does about JAX distributed for the experiment (`plan`, `--dry-run`): `auto (on
-/// import of jax)`, `off: not a python entrypoint ...`, ...
-pub(crate) fn jax_distributed(experiment: &theseus_core::job::Experiment, processes: u32) -> String {
-    let words = experiment.entrypoint_words().unwrap_or_default();
-    theseus_core::bootstrap::describe_distributed(experiment.distributed, &words, processes)
-}
-
 pub(crate) async fn run(ctx: &Context, args: JobArgs) -> Result<ExitCode> {
     let (dispatcher, _) = crate::prepare::dispatcher(ctx);
     let code = crate::prepare::Code { dir: None, clean: false };
@@ -35,7 +28,7 @@ pub(crate) async fn run(ctx: &Context, args: JobArgs) -> Result<ExitCode> {
     let resume = dispatcher.resume(&solved, &layout).map_err(crate::prepare::lift)?;
     let checkpoint_dir = theseus_core::bootstrap::checkpoint_dir(&layout.data_dirs.checkpoints, &identity);
     let from = resume.describe(&checkpoint_dir);
-    let jax = jax_distributed(&solved.spec.experiment, solved.plan.processes());
+    let jax = theseus_core::bootstrap::describe_distributed(&solved.spec.experiment, solved.plan.processes());
     let shares = match tokio::time::timeout(SHARES_TIMEOUT, solved.backend.shares(&solved.request, &solved.plan)).await
     {
         Ok(Ok(shares)) => Ok(shares),

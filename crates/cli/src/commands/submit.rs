@@ -108,7 +108,7 @@ fn dry_run(
     let (identity, plan, snapshot, bootstrap) = (&job.identity, &job.plan, &job.snapshot, &job.bootstrap);
     let env_shown: Vec<_> =
         job.env.iter().map(|v| json!({"name": v.name, "value": v.display_value(), "secret": v.secret})).collect();
-    let jax = super::plan::jax_distributed(&job.experiment, plan.processes());
+    let jax = theseus_core::bootstrap::describe_distributed(&job.experiment, plan.processes());
     if ctx.output == OutputFormat::Json {
         print_json(&json!({
             "dry_run": true,

@@ -61,6 +61,12 @@ if [[ -n "$theseus_coordinator" ]]; then
   export MASTER_ADDR=${theseus_coordinator%:*} MASTER_PORT=$((10#$theseus_port + 1))
 fi
 theseus_log "process $theseus_rank of $theseus_count (${theseus_launch})${theseus_coordinator:+, coordinator $theseus_coordinator}"
+# As the original's banner: the host and the GPUs the scheduler gave this process (the variables set).
+theseus_gpus=""
+for theseus_v in CUDA_VISIBLE_DEVICES SLURM_JOB_GPUS SLURM_STEP_GPUS; do
+  [[ -z "${!theseus_v+x}" ]] || theseus_gpus+=", $theseus_v=${!theseus_v}"
+done
+theseus_log "on ${HOSTNAME:-$(uname -n)}${theseus_gpus}"
 
 # ---- resume: THESEUS_ATTEMPT and THESEUS_RESTORE_FROM (resume.sh) ----
 theseus_resume
@@ -434,15 +440,17 @@ theseus_stage_log_open() {
 
 # theseus_stage_log_close: back to the bootstrap's own output, once the copies are written
 # (at most 5 s: a process that left the job's group may still hold them open).
+# Marked closed first: a signal's handler that calls it again while it waits returns at once
+# (restoring from the saved fds twice would fail, and a failed `exec` ends the shell).
 theseus_stage_log_close() {
   [[ -n "$theseus_tee_out" ]] || return 0
+  local out=$theseus_tee_out err=$theseus_tee_err i=0
+  theseus_tee_out="" theseus_tee_err=""
   exec 1>&"$theseus_out_fd" 2>&"$theseus_err_fd" {theseus_out_fd}>&- {theseus_err_fd}>&-
-  local i=0
-  while ((i < 50)) && { kill -0 "$theseus_tee_out" 2> /dev/null || kill -0 "$theseus_tee_err" 2> /dev/null; }; do
+  while ((i < 50)) && { kill -0 "$out" 2> /dev/null || kill -0 "$err" 2> /dev/null; }; do
     sleep 0.1
     i=$((i + 1))
   done
-  theseus_tee_out="" theseus_tee_err=""
 }
 
 # theseus_stage_settle STATUS CODE: the current stage's end, if it is running.
@@ -453,16 +461,29 @@ theseus_stage_settle() {
   theseus_stage_end[theseus_stage]="\"$(theseus_now)\""
 }
 
-# theseus_stage_done_file I: where this rank records that stage I completed.
-theseus_stage_done_file() { printf '%s/done-%d%s' "$theseus_stages_dir" "$1" "$theseus_rank_suffix"; }
+# theseus_stage_done_file I [RANK]: where RANK (default this one) records that stage I completed.
+theseus_stage_done_file() {
+  local rank=${2:-$theseus_rank}
+  printf '%s/done-%d' "$theseus_stages_dir" "$1"
+  ((rank == 0)) || printf '.rank-%d' "$rank"
+}
 
-# theseus_stage_skip I: whether stage I completed in an earlier attempt of this run (then it is
-# recorded as such and not run again).
+# theseus_stage_skip I: whether stage I completed in an earlier attempt of this run on every
+# rank (then it is recorded as such and not run again). Every rank decides alike from the same
+# files, so no rank skips a stage another runs (their collectives would wait forever); where
+# ranks cannot see each other's files (a run dir per host), none skips.
 theseus_stage_skip() {
   ((theseus_num_stages > 1)) || return 1
-  local file start end
+  local file start end r missing=()
   file=$(theseus_stage_done_file "$1")
   [[ -f "$file" ]] || return 1
+  for ((r = 0; r < theseus_count; r++)); do
+    [[ -f "$(theseus_stage_done_file "$1" "$r")" ]] || missing+=("$r")
+  done
+  if ((${#missing[@]})); then
+    theseus_log "$(theseus_stage_label "$1") completed on this rank in an earlier attempt, but not on rank(s) ${missing[*]}; running it again"
+    return 1
+  fi
   read -r start end < "$file" || true
   [[ "$start" =~ ^[0-9TZ:-]+$ ]] || start=""
   [[ "$end" =~ ^[0-9TZ:-]+$ ]] || end=""
@@ -497,9 +518,13 @@ theseus_wrap_batch_search() {
 }
 
 # theseus_batch_search_field: the `"batch_search": {...},` line of metadata.json, once the
-# search wrote its progress (atomically, as one JSON object) to the run dir.
+# current stage's search wrote its progress (atomically, as one JSON object) to the run dir.
 theseus_batch_search_field() {
   local file="$THESEUS_RUN_DIR/batch-search.json" doc=""
+  # Stage I > 1 searches on its own (batch_search.py names the file after THESEUS_STAGE).
+  if [[ "${THESEUS_STAGE:-1}" =~ ^[0-9]+$ ]] && ((THESEUS_STAGE > 1)); then
+    file="$THESEUS_RUN_DIR/batch-search.stage-$THESEUS_STAGE.json"
+  fi
   [[ -f "$file" ]] || return 0
   doc=$(< "$file") 2> /dev/null || return 0
   [[ "$doc" == "{"*"}" ]] || return 0
@@ -572,7 +597,8 @@ theseus_on_signal() {
   theseus_is_uint "$hold" && ((10#$hold > 0)) || hold=""
   if [[ -n "$hold" ]]; then hold=$((10#$hold - (SECONDS - asked))); ((hold > 1)) || hold=2; fi
   if [[ -n "$theseus_child" ]]; then
-    local grace=${THESEUS_TERM_GRACE_SECONDS:-10} i=0
+    # THESEUS_MAIN_CHILD_TERM_GRACE_SECONDS: the original's name for it, read when it is unset.
+    local grace=${THESEUS_TERM_GRACE_SECONDS:-${THESEUS_MAIN_CHILD_TERM_GRACE_SECONDS:-10}} i=0
     if theseus_is_uint "$grace"; then grace=$((10#$grace)); else grace=10; fi
     # The scheduler KILLs the bootstrap THESEUS_KILL_DEADLINE_SECONDS after its TERM (Slurm's
     # KillWait). The group is KILLed a second before that, while the bootstrap still can: a
@@ -580,7 +606,7 @@ theseus_on_signal() {
     local deadline=${THESEUS_KILL_DEADLINE_SECONDS:-}
     if [[ -n "$hold" ]]; then
       deadline=$hold
-      [[ -n "${THESEUS_TERM_GRACE_SECONDS:-}" ]] || grace=$hold
+      [[ -n "${THESEUS_TERM_GRACE_SECONDS:-${THESEUS_MAIN_CHILD_TERM_GRACE_SECONDS:-}}" ]] || grace=$hold
     elif theseus_is_uint "$deadline" && ((SECONDS > asked)); then
       # The seconds spent asking came off the scheduler's deadline too.
       deadline=$((10#$deadline - (SECONDS - asked)))

@@ -61,7 +61,8 @@
 //!    `distributed: auto`, the default; see the launcher's own doc), and exits with its exit
 //!    code, recording `completed` or `failed`;
 //!    on SIGTERM/SIGINT/SIGHUP it sends TERM to the job's process group, waits up to
-//!    `THESEUS_TERM_GRACE_SECONDS` (10; a second less than `THESEUS_KILL_DEADLINE_SECONDS`,
+//!    `THESEUS_TERM_GRACE_SECONDS` (or the original's `THESEUS_MAIN_CHILD_TERM_GRACE_SECONDS`;
+//!    10; a second less than `THESEUS_KILL_DEADLINE_SECONDS`,
 //!    the scheduler's own KILL, when that comes sooner) then sends KILL, records `preempted` and exits
 //!    143/130/129. The group reaches what the job left in the background after its parent
 //!    exited, which Slurm's `proctrack/linuxproc` loses; what is left of the group when the
@@ -92,7 +93,7 @@ pub mod enter;
 mod paths;
 mod script;
 
-pub use paths::RUNTIME_ROOT;
+pub use paths::{PATHS as PATHS_SH, RUNTIME_ROOT, render_path_values};
 pub use script::describe_distributed;
 #[cfg(test)]
 mod tests;
@@ -347,7 +348,7 @@ impl BootstrapInput {
 
 /// `<checkpoints>/<project>/<group>/<name>` of `identity` (see [`BootstrapInput::checkpoint_dir`]).
 pub fn checkpoint_dir(checkpoints: &str, identity: &JobIdentity) -> String {
-    let base = script::trim_dir(checkpoints).trim_end_matches('/');
+    let base = paths::trim_dir(checkpoints).trim_end_matches('/');
     format!("{base}/{}/{}/{}", identity.project, identity.group, identity.name)
 }
 

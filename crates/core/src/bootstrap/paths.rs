@@ -11,7 +11,6 @@
 use std::fmt::Write as _;
 
 use super::BootstrapInput;
-use super::script::{export, trim_dir};
 use crate::shell::quote;
 
 /// The root of a bootstrap made without one (`theseus bootstrap` without `--root`): the script
@@ -19,8 +18,19 @@ use crate::shell::quote;
 /// this root moves under the one given.
 pub const RUNTIME_ROOT: &str = "/__THESEUS_RUNTIME_ROOT__";
 
+/// A directory without trailing slashes (but `/` stays `/`).
+pub(super) fn trim_dir(dir: &str) -> &str {
+    let trimmed = dir.trim_end_matches('/');
+    if trimmed.is_empty() && !dir.is_empty() { "/" } else { trimmed }
+}
+
+/// Appends `export NAME=<quoted value>`.
+pub(super) fn export(s: &mut String, name: &str, value: &str) {
+    let _ = writeln!(s, "export {name}={}", quote(value));
+}
+
 /// The static part (bash).
-const PATHS: &str = include_str!("paths.sh");
+pub const PATHS: &str = include_str!("paths.sh");
 
 /// The plain exports of the rendered paths (both `bootstrap.sh` and `env.sh`).
 pub(super) fn render_exports(s: &mut String, input: &BootstrapInput) {
@@ -45,9 +55,15 @@ pub(super) fn render_env_file_tail(s: &mut String) {
     let _ = writeln!(s, "if [ -f ./{0}/paths.sh ]; then . ./{0}/paths.sh; fi", super::BOOTSTRAP_DIR);
 }
 
-/// The values `paths.sh` reads, then `paths.sh` and its call (`bootstrap.sh` only, after the
-/// plain exports).
-pub(super) fn render_resolution(s: &mut String, input: &BootstrapInput) {
+/// The rendered paths' plain exports and the values `paths.sh` reads, for a script that
+/// resolves the paths itself (`theseus bootstrap`'s, before it extracts the code).
+pub fn render_path_values(s: &mut String, input: &BootstrapInput) {
+    render_exports(s, input);
+    render_values(s, input);
+}
+
+/// The values `paths.sh` reads.
+fn render_values(s: &mut String, input: &BootstrapInput) {
     let id = &input.identity;
     let job_rel = format!("{}/{}/{}", id.project, id.group, id.name);
     let (work, work_rel) = split(trim_dir(&input.work_dir), &[id.run_path(), job_rel.clone()]);
@@ -65,6 +81,12 @@ pub(super) fn render_resolution(s: &mut String, input: &BootstrapInput) {
     value("run_rel", &run_rel);
     value("log", input.log_dir.as_deref().map(trim_dir).unwrap_or(""));
     value("job_rel", &job_rel);
+}
+
+/// The values `paths.sh` reads, then `paths.sh` and its call (`bootstrap.sh` only, after the
+/// plain exports).
+pub(super) fn render_resolution(s: &mut String, input: &BootstrapInput) {
+    render_values(s, input);
     s.push_str(PATHS);
     // A work dir moved by an override must hold this job's code (the same storage seen at
     // another path): else the job would run nothing, or another job's code.

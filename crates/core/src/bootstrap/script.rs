@@ -4,7 +4,8 @@
 
 use std::fmt::Write as _;
 
-use super::{BootstrapInput, Launch, paths};
+use super::paths::{self, export};
+use super::{BootstrapInput, Launch};
 use crate::job::Distributed;
 use crate::shell::{self, quote};
 use crate::{Error, Result};
@@ -55,11 +56,6 @@ pub(super) fn render_env_file(input: &BootstrapInput) -> Result<String> {
     paths::render_env_file_tail(&mut s);
     // `theseus_require_secret` is the bootstrap's; here a missing secret is not an error.
     Ok(s.lines().filter(|l| !l.starts_with("theseus_require_secret ")).map(|l| format!("{l}\n")).collect())
-}
-
-/// Appends `export NAME=<quoted value>`.
-pub(super) fn export(s: &mut String, name: &str, value: &str) {
-    let _ = writeln!(s, "export {name}={}", quote(value));
 }
 
 /// Job environment (non-secret values exported, secrets only checked) and theseus' own
@@ -225,11 +221,12 @@ fn render_resume(s: &mut String, input: &BootstrapInput) {
     let _ = writeln!(s, "theseus_fresh={}", u8::from(input.resume.fresh));
 }
 
-/// One line for `plan` and `--dry-run`: what theseus does about JAX distributed for a job with
-/// this mode, entrypoint (words) and number of processes.
-pub fn describe_distributed(distributed: Distributed, entrypoint: &[String], processes: u32) -> String {
-    let python = entrypoint.first().is_some_and(|w| is_python(w));
-    match distributed {
+/// One line for `plan` and `--dry-run`: what theseus does about JAX distributed for the
+/// experiment run as `processes` processes.
+pub fn describe_distributed(experiment: &crate::job::Experiment, processes: u32) -> String {
+    let words = experiment.entrypoint_words().unwrap_or_default();
+    let python = words.first().is_some_and(|w| is_python(w));
+    match experiment.distributed {
         Distributed::None => "off (distributed: none)".to_owned(),
         _ if processes <= 1 => "off: one process".to_owned(),
         Distributed::Auto if !python => "off: not a python entrypoint (auto cannot reach it)".to_owned(),
@@ -250,12 +247,6 @@ fn is_python(word: &str) -> bool {
         }
         _ => false,
     }
-}
-
-/// A directory without trailing slashes (but `/` stays `/`).
-pub(super) fn trim_dir(dir: &str) -> &str {
-    let trimmed = dir.trim_end_matches('/');
-    if trimmed.is_empty() && !dir.is_empty() { "/" } else { trimmed }
 }
 
 #[cfg(test)]

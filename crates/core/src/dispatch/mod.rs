@@ -28,7 +28,7 @@ use crate::solver::{self, Consideration, Plan, Request, SolveError};
 use crate::store::ShipReport;
 
 pub mod request;
-mod submit;
+pub(crate) mod submit;
 
 /// Makes the backend of a configured host.
 pub trait BackendFactory: Send + Sync {

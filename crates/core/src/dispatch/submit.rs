@@ -27,51 +27,90 @@ pub(super) fn prepare(solved: &Solved) -> Result<(PreparedJob, RunLayout)> {
     let mut snapshot = Snapshot::collect(&code_dir, spec.snapshot_mode)?;
     snapshot.hash_cache = spec.hash_cache.clone();
     let layout = solved.backend.layout(&identity, plan)?;
-    let mut input = BootstrapInput::for_layout(
-        identity.clone(),
-        &layout,
-        env.clone(),
-        spec.experiment.entrypoint_words()?,
-        spec.experiment.distributed,
-        spec.experiment.config.clone(),
-    );
-    input.uv_groups = solved.uv_groups();
-    input.source = spec.experiment_source.clone();
-    input.resume = resume(solved, &layout)?;
-    input.batch_search = crate::batch_search::decide(&spec.experiment, &env, plan)?.is_some();
-    input.stages = spec.experiment.stages.clone();
-    for stage in &mut input.stages {
-        // Each stage asks (or not) for the search on its own.
-        let asks =
-            Experiment { batch_search: stage.batch_search, config: stage.config.clone(), ..Experiment::default() };
-        stage.batch_search = crate::batch_search::decide(&asks, &env, plan)
-            .map_err(|e| Error::InvalidConfig(format!("{}: {e}", stage.source)))?
-            .is_some();
-    }
-    // A job config of the original (the main file's, else the first stage's): its key, and what
-    // its runner builds the original's hardware from.
-    let stage_key = || {
-        let runner = |s: &&crate::job::stages::Stage| s.entrypoint.get(1).is_some_and(|w| w == crate::original::RUNNER);
-        input.stages.iter().find(runner).and_then(|s| s.config["job"].as_str().map(str::to_owned))
-    };
-    let key = spec.experiment.job_key.clone().or_else(stage_key);
-    let cluster = solved.loaded.config.hosts.get(&plan.host).map(|h| h.cluster().to_owned()).unwrap_or_default();
-    input.job_config = key.map(|key| bootstrap::JobConfigRun { key, cluster });
-    input.hardware = Some(bootstrap::Hardware {
-        chip: plan.chip.map(|c| c.name.to_owned()),
-        count: plan.total_chips,
-        nodes: plan.nodes,
-        host: plan.host.clone(),
-    });
-    let bootstrap = bootstrap::render(&input).map_err(|e| match e {
-        Error::InvalidConfig(m) => {
-            Error::InvalidConfig(format!("cannot render the bootstrap for {}: {m}", spec.experiment_source))
-        }
-        e => e,
+    let bootstrap = render_bootstrap(&Bootstrap {
+        identity: &identity,
+        layout: &layout,
+        env: env.clone(),
+        experiment: &spec.experiment,
+        experiment_source: &spec.experiment_source,
+        uv_groups: solved.uv_groups(),
+        resume: resume(solved, &layout)?,
+        batch_search: &|experiment| Ok(crate::batch_search::decide(experiment, &env, plan)?.is_some()),
+        hardware: bootstrap::Hardware {
+            chip: plan.chip.map(|c| c.name.to_owned()),
+            count: plan.total_chips,
+            nodes: plan.nodes,
+            host: plan.host.clone(),
+        },
+        cluster: solved.loaded.config.hosts.get(&plan.host).map(|h| h.cluster().to_owned()).unwrap_or_default(),
     })?;
     let job =
         PreparedJob { identity, experiment: spec.experiment.clone(), env, plan: plan.clone(), snapshot, bootstrap };
     Ok((job, layout))
+}
+
+/// What a job's bootstrap is rendered from: for a submit, and for `theseus bootstrap`'s
+/// standalone script ([`crate::standalone`]), which renders it the same way.
+pub(crate) struct Bootstrap<'a> {
+    /// Who the job is.
+    pub(crate) identity: &'a JobIdentity,
+    /// Where it runs.
+    pub(crate) layout: &'a RunLayout,
+    /// Its environment.
+    pub(crate) env: Vec<crate::backend::EnvVar>,
+    /// What it runs.
+    pub(crate) experiment: &'a crate::job::Experiment,
+    /// Where the experiment came from, for messages.
+    pub(crate) experiment_source: &'a str,
+    /// `uv sync --group` names.
+    pub(crate) uv_groups: Vec<String>,
+    /// What it resumes from.
+    pub(crate) resume: Resume,
+    /// Whether the bootstrap runs the batch-size search for an experiment (the job's, then
+    /// each stage's): [`crate::batch_search::decide`] for a submit.
+    pub(crate) batch_search: &'a dyn Fn(&crate::job::Experiment) -> Result<bool>,
+    /// What it was given.
+    pub(crate) hardware: bootstrap::Hardware,
+    /// The name of the host's cluster (for the runner of a job config of the original).
+    pub(crate) cluster: String,
+}
+
+/// The rendered bootstrap of `job`.
+pub(crate) fn render_bootstrap(job: &Bootstrap<'_>) -> Result<bootstrap::RenderedBootstrap> {
+    let experiment = job.experiment;
+    let mut input = BootstrapInput::for_layout(
+        job.identity.clone(),
+        job.layout,
+        job.env.clone(),
+        experiment.entrypoint_words()?,
+        experiment.distributed,
+        experiment.config.clone(),
+    );
+    input.uv_groups = job.uv_groups.clone();
+    input.source = job.experiment_source.to_owned();
+    input.resume = job.resume.clone();
+    input.batch_search = (job.batch_search)(experiment)?;
+    input.stages = experiment.stages.clone();
+    for stage in &mut input.stages {
+        // Each stage asks (or not) for the search on its own.
+        let asks =
+            Experiment { batch_search: stage.batch_search, config: stage.config.clone(), ..Experiment::default() };
+        stage.batch_search =
+            (job.batch_search)(&asks).map_err(|e| Error::InvalidConfig(format!("{}: {e}", stage.source)))?;
+    }
+    // A job config of the original (the main file's, else the first stage's): its key, and what
+    // its runner builds the original's hardware from.
+    let runner = |s: &&crate::job::stages::Stage| s.entrypoint.get(1).is_some_and(|w| w == crate::original::RUNNER);
+    let stage_key = || input.stages.iter().find(runner).and_then(|s| s.config["job"].as_str().map(str::to_owned));
+    let key = experiment.job_key.clone().or_else(stage_key);
+    input.job_config = key.map(|key| bootstrap::JobConfigRun { key, cluster: job.cluster.clone() });
+    input.hardware = Some(job.hardware.clone());
+    bootstrap::render(&input).map_err(|e| match e {
+        Error::InvalidConfig(m) => {
+            Error::InvalidConfig(format!("cannot render the bootstrap for {}: {m}", job.experiment_source))
+        }
+        e => e,
+    })
 }
 
 /// The job of `solved` without its code: identity, experiment, environment and plan, with an

@@ -238,3 +238,71 @@ fn a_stage_is_checked_like_the_entrypoint() {
     assert_eq!(names, ["main.yaml", input.stages[0].source.as_str(), input.stages[1].source.as_str()]);
     h.assert_no_injection();
 }
+
+#[test]
+fn each_rank_keeps_its_own_stage_logs_status_and_completion() {
+    let h = Harness::new();
+    let mut input = three(&h);
+    input.launch = Launch::Local { coordinator_port: 4567 };
+    let rank1 = [("THESEUS_LOCAL_RANK", "1"), ("THESEUS_LOCAL_WORLD_SIZE", "2")];
+    let (_, out) = h.run(&input, &[rank1[0], rank1[1], ("STAGE3_EXIT", "4")]);
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    let metadata = h.metadata("metadata.rank-1.json");
+    assert_eq!(
+        statuses(&metadata),
+        [("completed".into(), json!(0)), ("completed".into(), json!(0)), ("failed".into(), json!(4))]
+    );
+    assert!(!h.run.join("metadata.json").exists(), "rank 1 leaves rank 0's files alone");
+    assert!(read(&h.run.join("stage-2.rank-1.log")).contains("out of stage 2"));
+    assert!(!h.run.join("stage-2.log").exists());
+    // Rank 1's restart runs every stage again while rank 0 has not recorded them: the ranks
+    // must agree on which stages they run.
+    let restart = [rank1[0], rank1[1], ("THESEUS_RESTART_COUNT", "1"), ("STAGE3_EXIT", "4")];
+    let (_, out) = h.run(&input, &restart);
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    assert_eq!(order(&h).len(), 6);
+    assert!(
+        stderr(&out).contains("completed on this rank in an earlier attempt, but not on rank(s) 0"),
+        "{}",
+        stderr(&out)
+    );
+    // Once rank 0 recorded them too, both skip them.
+    let (_, out) = h.run(&input, &[("THESEUS_LOCAL_RANK", "0"), rank1[1], ("STAGE3_EXIT", "4")]);
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    assert_eq!(order(&h).len(), 9);
+    let (_, out) = h.run(&input, &[rank1[0], rank1[1], ("THESEUS_RESTART_COUNT", "2")]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(order(&h).len(), 10);
+    assert!(stderr(&out).contains("stage 2 of 3 (stage 2.yaml) completed in an earlier attempt"), "{}", stderr(&out));
+}
+
+#[test]
+fn a_signal_between_two_stages_records_the_first_as_completed_and_stops() {
+    let h = Harness::new();
+    let mut input = three(&h);
+    // Stage 1 leaves a process outside its group holding its output open: the bootstrap then
+    // waits (at most 5 s) for the stage log's copy, and the signal arrives meanwhile.
+    let escape = r#"setsid sleep 60 & echo $! > "$THESEUS_RUN_DIR/escaped"; exit 0"#;
+    input.entrypoint = vec!["/bin/sh".into(), "-c".into(), escape.into()];
+    let (_, child) = h.spawn(&input, &[]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !h.run.join(".stages/done-1").exists() {
+        assert!(Instant::now() < deadline, "stage 1 never completed");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap().success());
+    // The escaped process holds the output pipes: it goes first, or the wait would last its 60 s.
+    std::thread::sleep(Duration::from_millis(500));
+    let escaped = read(&h.run.join("escaped")).trim().to_owned();
+    let _ = Command::new("kill").args(["-KILL", &escaped]).status();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(143), "{}", stderr(&out));
+    let metadata = h.metadata("metadata.json");
+    assert_eq!(metadata["status"], "preempted");
+    assert_eq!(
+        statuses(&metadata),
+        [("completed".into(), json!(0)), ("pending".into(), Value::Null), ("pending".into(), Value::Null)]
+    );
+    assert!(order(&h).is_empty(), "stage 2 did not start");
+}
