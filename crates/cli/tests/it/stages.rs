@@ -120,14 +120,12 @@ fn files_that_cannot_be_stages_are_refused_naming_the_file() {
     ]);
     std::fs::write(dir.path().join("gpu.yaml"), "entrypoint: python stage.py 0\nrequest: {chip: h100, count: 8}\n")
         .unwrap();
-    std::fs::write(dir.path().join("job.yaml"), "job: gpt/train\ntraining: {per_device_batch_size: 8}\n").unwrap();
     let a = path(&dir, "a");
     let missing = dir.path().join("missing.yaml").to_str().unwrap().to_owned();
     for (stage, wanted) in [
         (path(&dir, "envk"), "env.K: set differently by".to_owned()),
         (path(&dir, "gpu"), "request: the stage asks for chip h100, count 8".to_owned()),
         (path(&dir, "bad"), "nonsense".to_owned()),
-        (path(&dir, "job"), "a job config of the original".to_owned()),
         (missing.clone(), missing.clone()),
     ] {
         let out = ctx.run(&["plan", "x", &a, "-s", &stage]);
