@@ -165,9 +165,8 @@ pub(crate) async fn solve(
 /// The experiment of `args` (`given`, e.g. by `repl`, else loaded from `args.experiment`): its
 /// file, then each `-s/--stage FILE` as a further stage, the overrides applied to every one, and
 /// the `--target` groups: what `submit`, `plan`, `repl` and `bootstrap` run. Each file is an
-/// experiment or a job config of the original ([`theseus_core::original`], overrides applied to
-/// the whole job config): `-j` is the main file's key, `--n_shards` and `--load` apply to every
-/// job config.
+/// experiment or a job config of the original ([`theseus_core::original`]): `-j` is the main
+/// file's key, `--n_shards` and `--load` apply to every job config.
 pub(crate) fn load_experiment(args: &JobArgs, given: Option<Experiment>) -> Result<Experiment> {
     let options = theseus_core::original::Options {
         job: args.original.job.clone(),

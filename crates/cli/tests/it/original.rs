@@ -11,7 +11,7 @@ use serde_json::Value;
 use crate::{TestContext, jax_python, text};
 
 /// The stand-in package and its job configs, copied into a temp dir shipped as the code.
-fn code() -> tempfile::TempDir {
+pub(crate) fn code() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/original-pkg");
     copy_tree(&src, dir.path());

@@ -146,3 +146,37 @@ fn files_that_cannot_be_stages_are_refused_naming_the_file() {
     let out = ctx.run(&["plan", "x", &a, "-s", &path(&dir, "gpu"), "--chip", "cpu", "-n", "1"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
 }
+
+#[test]
+fn two_jax_stages_each_form_one_two_process_job() {
+    let Some(python) = crate::jax_python("two_jax_stages_each_form_one_two_process_job") else { return };
+    let ctx = TestContext::new();
+    let tmp = tempfile::tempdir().unwrap();
+    // Stage 1 as the example (`distributed: jax`), stage 2 without the key (`auto`, on import),
+    // with another multiplier: both on the same coordinator, one after the other.
+    let second = tmp.path().join("second.yaml");
+    std::fs::write(
+        &second,
+        "entrypoint: python examples/jax-cpu/allgather.py\nrequest: {chip: cpu, count: 2}\n\
+         env: {JAX_PLATFORMS: cpu}\nconfig: {multiplier: 100}\n",
+    )
+    .unwrap();
+    let out = ctx
+        .cmd()
+        .env("THESEUS_PYTHON", &python)
+        .args(["submit", "jax-stages", "examples/jax-cpu/experiment.yaml", "-s", second.to_str().unwrap(), "--follow"])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    for (multiplier, gathered) in [(10, "allgather=[1, 11]"), (100, "allgather=[1, 101]")] {
+        for rank in 0..2 {
+            let found = stdout.lines().any(|l| {
+                l.starts_with(&format!("[rank-{rank}] process_index={rank} "))
+                    && l.contains("process_count=2")
+                    && l.contains(gathered)
+            });
+            assert!(found, "rank {rank}, multiplier {multiplier}:\n{stdout}");
+        }
+    }
+}

@@ -379,12 +379,14 @@ theseus_checkpoint_base=$THESEUS_CHECKPOINT_DIR
 theseus_tee_out="" theseus_tee_err="" theseus_out_fd="" theseus_err_fd=""
 
 # theseus_stages_json: the `stage` and `stages` fields of metadata.json (none for one stage).
+# Each stage on one line without blanks after the colons: readers that grep the file for the
+# job's own `"status": "completed"` (the Slurm follow) must not take a stage's for it.
 theseus_stages_json() {
   ((theseus_num_stages > 1)) || return 0
   local i sep=""
   printf '  "stage": %d,\n  "stages": [' "$theseus_stage"
   for ((i = 1; i <= theseus_num_stages; i++)); do
-    printf '%s\n    {"name": %s, "status": "%s", "exit_code": %s, "start": %s, "end": %s}' "$sep" \
+    printf '%s\n    {"name":%s,"status":"%s","exit_code":%s,"start":%s,"end":%s}' "$sep" \
       "${theseus_stage_names_json[i]}" "${theseus_stage_status[i]}" "${theseus_stage_code[i]}" \
       "${theseus_stage_start[i]}" "${theseus_stage_end[i]}"
     sep=,

@@ -133,7 +133,6 @@ pub fn bootstrap(job: &Standalone) -> Result<RenderedBootstrap> {
             Ok(experiment.batch_search && !job.env.iter().any(|v| v.name == crate::batch_search::SIZE_VARIABLE))
         },
         hardware: Hardware { chip: job.chip.clone(), count: job.count, nodes: 1, host: "bootstrap".into() },
-        // The original's standalone scripts named their cluster `bootstrap` too.
         cluster: "bootstrap".into(),
     })
 }
