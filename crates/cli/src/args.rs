@@ -190,6 +190,14 @@ pub(crate) struct JobArgs {
     /// the experiment's (each group once).
     #[arg(long = "target", value_name = "GROUP", value_parser = group_arg)]
     pub(crate) target: Vec<String>,
+    // Issue 28, part `stages`.
+    /// A further stage: an experiment run after the main file (and the stages before it) in the
+    /// same allocation and work dir, with its own entrypoint, `distributed` and `config`
+    /// (the overrides apply to every stage); repeatable, run in order, stopping at the first
+    /// that fails. Its `env` joins the job's; the main file's `request` (or --chip/-n) decides
+    /// the hardware.
+    #[arg(short = 's', long = "stage", value_name = "FILE")]
+    pub(crate) stages: Vec<PathBuf>,
     /// The host types' own flags given (`--tpu-spot`; see `crate::host_flags`).
     #[arg(skip)]
     pub(crate) host_flags: Vec<GivenFlag>,

@@ -10,6 +10,8 @@ use sha2::{Digest, Sha256};
 use crate::keys;
 use crate::{Error, Result, chips};
 
+pub mod stages;
+
 /// An experiment file (YAML): what to run and how.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -41,6 +43,9 @@ pub struct Experiment {
     /// `training.per_device_batch_size` is `-1` ([`crate::batch_search`]).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub batch_search: bool,
+    /// Stages 2, 3, ... (`-s/--stage FILE`, [`stages`]); never read from the file itself.
+    #[serde(skip)]
+    pub stages: Vec<stages::Stage>,
 }
 
 /// The `entrypoint` of an [`Experiment`].

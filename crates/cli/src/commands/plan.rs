@@ -17,13 +17,6 @@ use crate::context::Context;
 /// How long the queue report may take.
 const SHARES_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
 
-/// What theseus does about JAX distributed for the experiment (`plan`, `--dry-run`): `auto (on
-/// import of jax)`, `off: not a python entrypoint ...`, ...
-pub(crate) fn jax_distributed(experiment: &theseus_core::job::Experiment, processes: u32) -> String {
-    let words = experiment.entrypoint_words().unwrap_or_default();
-    theseus_core::bootstrap::describe_distributed(experiment.distributed, &words, processes)
-}
-
 pub(crate) async fn run(ctx: &Context, args: JobArgs) -> Result<ExitCode> {
     let (dispatcher, _) = crate::prepare::dispatcher(ctx);
     let code = crate::prepare::Code { dir: None, clean: false };
@@ -35,7 +28,7 @@ pub(crate) async fn run(ctx: &Context, args: JobArgs) -> Result<ExitCode> {
     let resume = dispatcher.resume(&solved, &layout).map_err(crate::prepare::lift)?;
     let checkpoint_dir = theseus_core::bootstrap::checkpoint_dir(&layout.data_dirs.checkpoints, &identity);
     let from = resume.describe(&checkpoint_dir);
-    let jax = jax_distributed(&solved.spec.experiment, solved.plan.processes());
+    let jax = theseus_core::bootstrap::describe_distributed(&solved.spec.experiment, solved.plan.processes());
     let shares = match tokio::time::timeout(SHARES_TIMEOUT, solved.backend.shares(&solved.request, &solved.plan)).await
     {
         Ok(Ok(shares)) => Ok(shares),
@@ -43,6 +36,7 @@ pub(crate) async fn run(ctx: &Context, args: JobArgs) -> Result<ExitCode> {
         Err(_) => Err(format!("no answer within {}s", SHARES_TIMEOUT.as_secs())),
     };
     let creates = crate::creates::bounded(dispatcher.creates(&solved)).await;
+    let stages = theseus_core::job::stages::list(&solved.spec.experiment, &solved.spec.experiment_source);
     if ctx.output == OutputFormat::Json {
         let unanswered: Vec<_> = solved
             .unanswered
@@ -54,6 +48,7 @@ pub(crate) async fn run(ctx: &Context, args: JobArgs) -> Result<ExitCode> {
             "plan": solved.plan,
             "unanswered": unanswered,
             "resume": {"checkpoint_dir": checkpoint_dir, "restore": resume.restore, "fresh": resume.fresh, "from": from},
+            "stages": stages,
             "jax_distributed": jax,
             "queues": shares.as_ref().ok(),
             "queues_error": shares.as_ref().err(),
@@ -68,6 +63,14 @@ pub(crate) async fn run(ctx: &Context, args: JobArgs) -> Result<ExitCode> {
     println!("request: {}", solved.request);
     println!("chosen:  {}", render::describe_plan(&solved.plan));
     println!("resumes: {from}");
+    for stage in &stages {
+        println!(
+            "stage {}: {}: {}",
+            stage.stage,
+            stage.file.replace(char::is_control, "?"),
+            stage.runs.replace(char::is_control, "?")
+        );
+    }
     println!("uv groups: {}", crate::output::uv_groups(&solved.uv_groups()));
     println!("jax:     {jax}");
     for note in &solved.plan.notes {

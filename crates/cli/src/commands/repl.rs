@@ -155,6 +155,7 @@ fn job_args(args: &ReplArgs) -> JobArgs {
         mem: args.mem.clone(),
         restore: None,
         fresh: false,
+        stages: Vec::new(),
         target: args.target.clone(),
     }
 }

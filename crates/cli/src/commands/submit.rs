@@ -35,7 +35,7 @@ pub(crate) async fn run(ctx: &Context, args: SubmitArgs) -> Result<ExitCode> {
     if args.dry_run {
         let documents = solved.backend.dry_run(&job)?;
         let creates = signals::or_interrupted(async { Ok(creates::listed(&*solved.backend, &job).await) }).await?;
-        return dry_run(ctx, &job, &layout, &documents, &resume_shown, &creates, &solved.uv_groups());
+        return dry_run(ctx, &solved, &job, &layout, &documents, &resume_shown, &creates);
     }
     // What the host would create (a cloud VM) is confirmed before anything is shipped.
     let create_confirmed = creates::confirm(ctx, &*solved.backend, &job, args.create.yes).await?;
@@ -96,17 +96,19 @@ fn resume_json(resume: &Resume, layout: &RunLayout, identity: &theseus_core::job
 
 fn dry_run(
     ctx: &Context,
+    solved: &theseus_core::dispatch::Solved,
     job: &PreparedJob,
     layout: &RunLayout,
     documents: &[DryRunDocument],
     resume: &serde_json::Value,
     creates: &Result<Vec<String>, String>,
-    uv_groups: &[String],
 ) -> Result<ExitCode> {
+    let uv_groups = &solved.uv_groups();
+    let stages = &theseus_core::job::stages::list(&solved.spec.experiment, &solved.spec.experiment_source);
     let (identity, plan, snapshot, bootstrap) = (&job.identity, &job.plan, &job.snapshot, &job.bootstrap);
     let env_shown: Vec<_> =
         job.env.iter().map(|v| json!({"name": v.name, "value": v.display_value(), "secret": v.secret})).collect();
-    let jax = super::plan::jax_distributed(&job.experiment, plan.processes());
+    let jax = theseus_core::bootstrap::describe_distributed(&job.experiment, plan.processes());
     if ctx.output == OutputFormat::Json {
         print_json(&json!({
             "dry_run": true,
@@ -117,6 +119,7 @@ fn dry_run(
             "env": env_shown,
             "resume": resume,
             "jax_distributed": jax,
+            "stages": stages,
             "bootstrap": bootstrap,
             "documents": documents,
             "creates": creates.as_ref().ok(),
@@ -138,6 +141,14 @@ fn dry_run(
     println!("# resumes {}", resume["from"].as_str().unwrap_or_default());
     println!("# uv groups: {}", crate::output::uv_groups(uv_groups));
     println!("# JAX distributed: {jax}");
+    for stage in stages {
+        println!(
+            "# stage {}: {}: {}",
+            stage.stage,
+            stage.file.replace(char::is_control, "?"),
+            stage.runs.replace(char::is_control, "?")
+        );
+    }
     print!("{}", creates::render(creates, "# "));
     for v in &job.env {
         println!("# env {}={}", v.name, v.display_value());

@@ -100,3 +100,28 @@ fn a_size_in_the_environment_turns_the_search_off_and_several_processes_are_refu
     assert!(stderr.contains("--env THESEUS_DISPATCH_BATCH_SIZE=32"), "{stderr}");
     assert!(!ctx.home().join(".local/share/theseus/status").exists(), "nothing started");
 }
+
+/// On the Slurm lab: the search runs in the batch step, and `status` reads its probes from the
+/// run dir on the cluster over SSH.
+#[test]
+fn the_search_runs_on_slurm_and_status_reads_its_probes_over_ssh() {
+    let Some((port, user, key, known, shared)) = crate::slurm::lab("batch search on slurm") else { return };
+    let ctx = TestContext::new();
+    let ssh_config = crate::slurm::write_configs(&ctx, &port, &user, &key, &known, &shared);
+    let code = code();
+    let out = ctx
+        .cmd()
+        .current_dir(code.path())
+        .env("THESEUS_SSH_CONFIG", &ssh_config)
+        .args(["submit", "search", "exp.yaml", "--host", "slurm", "--follow"])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(stdout.contains("trained at 40 wandb on"), "{stdout}");
+    let status = ctx.cmd().env("THESEUS_SSH_CONFIG", &ssh_config).args(["status", "search"]).output().unwrap();
+    let shown = text(&status.stdout);
+    assert!(status.status.success(), "{shown}{}", text(&status.stderr));
+    assert!(shown.contains("\n  batch search: 64 oom ("), "{shown}");
+    assert!(shown.contains("-> 40 (the run exited 0)"), "{shown}");
+}

@@ -494,6 +494,23 @@ fn the_original_example_config_loads_with_warnings() {
     });
 }
 
+/// JuiceFS keys of a cluster that Volcano hosts use are ignored with a warning, as the
+/// original ignored them there: pods see only the PVC.
+#[test]
+fn juicefs_keys_of_a_volcano_cluster_are_named_in_a_warning() {
+    Jail::expect_with(|jail| {
+        let text = "clusters:\n  k8s: {root: /workspace/r, work: /workspace/w, mount: \"redis://h:6379/1\"}\n\
+                    hosts:\n  vk: {type: volcano, cluster: k8s, image: i, pvc_name: p}\n";
+        let loaded = Setup::new(jail, Some(text), None).load();
+        assert_eq!(
+            loaded.warnings,
+            ["~/.theseus.yaml: clusters.k8s: mount is ignored for volcano hosts (vk): their pods see only the PVC; \
+              to use JuiceFS there, put it behind the PVC (the JuiceFS CSI driver)"]
+        );
+        Ok(())
+    });
+}
+
 #[test]
 fn gres_mapping_values_are_bare_gres_types() {
     Jail::expect_with(|jail| {

@@ -18,6 +18,7 @@ mod ship;
 mod slurm;
 mod solo;
 mod solver_rules;
+mod stages;
 mod sync;
 mod targets;
 mod testhost;

@@ -10,7 +10,7 @@ use crate::{TestContext, text};
 
 /// The lab's login node, or `None` (with a loud NOT RUN line; a failure under
 /// `THESEUSTEST_REQUIRE_ALL=1`) when the lab is not up.
-fn lab(test: &str) -> Option<(String, String, String, String, String)> {
+pub(crate) fn lab(test: &str) -> Option<(String, String, String, String, String)> {
     let get = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
     match (
         get("THESEUSTEST_SLURM_SSH_PORT"),
@@ -33,7 +33,7 @@ fn lab(test: &str) -> Option<(String, String, String, String, String)> {
     }
 }
 
-fn write_configs(ctx: &TestContext, port: &str, user: &str, key: &str, known: &str, shared: &str) -> String {
+pub(crate) fn write_configs(ctx: &TestContext, port: &str, user: &str, key: &str, known: &str, shared: &str) -> String {
     let ssh_config = ctx.home().join("lab_ssh_config");
     std::fs::write(
         &ssh_config,

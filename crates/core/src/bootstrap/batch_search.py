@@ -41,6 +41,7 @@ DEFAULT_CANDIDATES = (1024, 512, 256, 128, 64, 32, 16, 10, 8, 4, 3, 2, 1)
 MIN_TIMEOUT_SECONDS = 5.0
 # How long a probe gets to stop after TERM (a timeout, or the job being stopped) before KILL.
 PROBE_TERM_GRACE_SECONDS = 3.0
+PR_SET_PDEATHSIG = 1
 STATE_FILE = "batch-search.json"
 
 
@@ -115,6 +116,7 @@ class Driver:
             child = subprocess.Popen(
                 self.command, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE, start_new_session=True,
+                preexec_fn=die_with_parent if PRCTL is not None else None,
             )
         except OSError as e:
             log("cannot start %s: %s" % (self.command[0], e))
@@ -136,7 +138,7 @@ class Driver:
                 time.sleep(0.05)
         except Stopped:
             log("stopping the probe (batch size %d)" % size)
-            stop_group(child, PROBE_TERM_GRACE_SECONDS)
+            stop_group(child, stop_grace())
             raise
         finally:
             seconds = time.monotonic() - started
@@ -301,6 +303,43 @@ def stop_group(child, grace):
     except (ProcessLookupError, PermissionError):
         pass
     child.wait()
+
+
+def stop_grace():
+    """The probe's grace when the job is stopped: at most 3 s, and a second less than the
+    bootstrap's own (THESEUS_TERM_GRACE_SECONDS, else 10, and a second before
+    THESEUS_KILL_DEADLINE_SECONDS), after which the bootstrap KILLs this driver's group, which
+    the probe's is not."""
+    grace = PROBE_TERM_GRACE_SECONDS
+    for name, default in (("THESEUS_TERM_GRACE_SECONDS", 10), ("THESEUS_KILL_DEADLINE_SECONDS", None)):
+        raw = os.environ.get(name, "").strip()
+        value = int(raw) if raw.isdigit() else default
+        if value is not None:
+            grace = min(grace, value - 1.0)
+    return max(grace, 0.0)
+
+
+def load_prctl():
+    """prctl(2) of the C library (Linux), looked up before any fork, else None."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except Exception:
+        return None
+
+
+PRCTL = load_prctl()
+
+
+def die_with_parent():
+    """In the probe, between fork and exec: KILL when the driver dies, should the bootstrap KILL
+    the driver before it could stop the probe's group (the probe's first process only: what it
+    starts itself stays in its group)."""
+    if PRCTL is not None:
+        PRCTL(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
 
 
 def exit_code(returncode):

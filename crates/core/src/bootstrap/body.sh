@@ -61,6 +61,12 @@ if [[ -n "$theseus_coordinator" ]]; then
   export MASTER_ADDR=${theseus_coordinator%:*} MASTER_PORT=$((10#$theseus_port + 1))
 fi
 theseus_log "process $theseus_rank of $theseus_count (${theseus_launch})${theseus_coordinator:+, coordinator $theseus_coordinator}"
+# As the original's banner: the host and the GPUs the scheduler gave this process (the variables set).
+theseus_gpus=""
+for theseus_v in CUDA_VISIBLE_DEVICES SLURM_JOB_GPUS SLURM_STEP_GPUS; do
+  [[ -z "${!theseus_v+x}" ]] || theseus_gpus+=", $theseus_v=${!theseus_v}"
+done
+theseus_log "on ${HOSTNAME:-$(uname -n)}${theseus_gpus}"
 
 # ---- resume: THESEUS_ATTEMPT and THESEUS_RESTORE_FROM (resume.sh) ----
 theseus_resume
@@ -99,6 +105,7 @@ theseus_write_metadata() {
     printf '  "slurm_job_id": %s,\n' "$theseus_slurm_job_id"
     printf '  "attempt": %d,\n  "restore_from": %s,\n' "$THESEUS_ATTEMPT" "$theseus_restore_json"
     printf '  "start_time": "%s",\n  "last_heartbeat": "%s",\n' "$theseus_start_time" "$(theseus_now)"
+    theseus_stages_json
     printf '  "status": "%s",\n  "exit_code": %s\n}\n' "$status" "$code"
   } > "$tmp"
   mv -f -- "$tmp" "$theseus_metadata"
@@ -278,14 +285,152 @@ if [[ -f pyproject.toml ]]; then
   theseus_py=("$theseus_uv" run --no-sync python)
 fi
 
-# ---- the job ----
-if ((theseus_python_entry)); then
-  theseus_cmd=("${theseus_py[@]}" "$THESEUS_WORK_DIR/.theseus/launcher.py")
-  case $theseus_jax in jax) theseus_cmd+=(--jax) ;; auto) theseus_cmd+=(--jax-auto) ;; esac
-  theseus_cmd+=(-- ${theseus_args[@]+"${theseus_args[@]}"})
-else
-  theseus_cmd=("${theseus_args[@]}")
-fi
+# ---- the job: its stages, in order ----
+# Stage 1 is the entrypoint; theseus_stage<i>_* (rendered above) hold the stages of `-s FILE`.
+# They run one after the other in this work dir, each leading a process group of its own, each
+# with THESEUS_STAGE / THESEUS_NUM_STAGES and its own THESEUS_CONFIG; stage i > 1 also has its
+# own THESEUS_JOB_NAME (`<name>_stage<i>`, as the original named its stages) and so its own
+# THESEUS_CHECKPOINT_DIR and resume. The first stage that fails ends the job with its exit code.
+# With more than one stage, each stage's output is also copied to stage-<i>.log beside the
+# metadata, and a stage that completed in an earlier attempt of this run (a restart) is not
+# run again: its completion is recorded in $THESEUS_RUN_DIR/.stages/.
+theseus_stage=0
+theseus_stage_status=() theseus_stage_code=() theseus_stage_start=() theseus_stage_end=()
+for ((theseus_i = 1; theseus_i <= theseus_num_stages; theseus_i++)); do
+  theseus_stage_status[theseus_i]=pending theseus_stage_code[theseus_i]=null
+  theseus_stage_start[theseus_i]=null theseus_stage_end[theseus_i]=null
+done
+theseus_rank_suffix=""
+((theseus_rank == 0)) || theseus_rank_suffix=".rank-$theseus_rank"
+theseus_stages_dir="$THESEUS_RUN_DIR/.stages"
+theseus_job_name=$THESEUS_JOB_NAME
+theseus_checkpoint_base=$THESEUS_CHECKPOINT_DIR
+theseus_tee_out="" theseus_tee_err="" theseus_out_fd="" theseus_err_fd=""
+
+# theseus_stages_json: the `stage` and `stages` fields of metadata.json (none for one stage).
+theseus_stages_json() {
+  ((theseus_num_stages > 1)) || return 0
+  local i sep=""
+  printf '  "stage": %d,\n  "stages": [' "$theseus_stage"
+  for ((i = 1; i <= theseus_num_stages; i++)); do
+    printf '%s\n    {"name": %s, "status": "%s", "exit_code": %s, "start": %s, "end": %s}' "$sep" \
+      "${theseus_stage_names_json[i]}" "${theseus_stage_status[i]}" "${theseus_stage_code[i]}" \
+      "${theseus_stage_start[i]}" "${theseus_stage_end[i]}"
+    sep=,
+  done
+  printf '\n  ],\n'
+}
+
+# theseus_stage_label I: stage I as the log shows it.
+theseus_stage_label() {
+  local name=${theseus_stage_names_json[$1]}
+  printf 'stage %d of %d (%s)' "$1" "$theseus_num_stages" "${name:1:${#name}-2}"
+}
+
+# theseus_stage_select I: theseus_cmd and the environment of stage I.
+theseus_stage_select() {
+  local i=$1
+  if ((i > 1)); then
+    eval "theseus_python_entry=\$theseus_stage${i}_python_entry theseus_jax=\$theseus_stage${i}_jax"
+    eval "theseus_args=(\${theseus_stage${i}_args[@]+\"\${theseus_stage${i}_args[@]}\"})"
+    eval "theseus_batch_search=\${theseus_stage${i}_batch_search:-0}"
+    export THESEUS_CONFIG="$THESEUS_WORK_DIR/.theseus/stage-$i/config.json"
+    export THESEUS_JOB_NAME="${theseus_job_name}_stage$i"
+    export THESEUS_CHECKPOINT_DIR="${theseus_checkpoint_base}_stage$i"
+    # `submit --restore` is the first stage's, as in the original; the others resume their own.
+    theseus_restore="" theseus_resume_base="resume-base.stage-$i"
+    theseus_resume
+  fi
+  export THESEUS_STAGE=$i THESEUS_NUM_STAGES=$theseus_num_stages
+  if ((theseus_python_entry)); then
+    theseus_cmd=("${theseus_py[@]}" "$THESEUS_WORK_DIR/.theseus/launcher.py")
+    case $theseus_jax in jax) theseus_cmd+=(--jax) ;; auto) theseus_cmd+=(--jax-auto) ;; esac
+    theseus_cmd+=(-- ${theseus_args[@]+"${theseus_args[@]}"})
+  else
+    theseus_cmd=("${theseus_args[@]}")
+  fi
+  # Part `batch`: runs the command through the batch-size search when the stage asks for it.
+  if declare -F theseus_wrap_batch_search > /dev/null; then theseus_wrap_batch_search; fi
+}
+
+# theseus_stage_log_open I: with more than one stage, copies what follows (the stage's output
+# and the bootstrap's own lines) to stage-<I>.log beside the metadata. The copies ignore
+# TERM/INT/HUP: a scheduler that signals every process of the job must not cut them, or the
+# bootstrap's last lines would hit a closed pipe; they end when the last writer closes.
+theseus_stage_log_open() {
+  ((theseus_num_stages > 1)) || return 0
+  local log="$THESEUS_RUN_DIR/stage-$1$theseus_rank_suffix.log"
+  exec {theseus_out_fd}>&1 {theseus_err_fd}>&2
+  exec > >(trap '' TERM INT HUP; exec tee -a -- "$log")
+  theseus_tee_out=$!
+  exec 2> >(trap '' TERM INT HUP; exec tee -a -- "$log" >&2)
+  theseus_tee_err=$!
+}
+
+# theseus_stage_log_close: back to the bootstrap's own output, once the copies are written
+# (at most 5 s: a process that left the job's group may still hold them open).
+# Marked closed first: a signal's handler that calls it again while it waits returns at once
+# (restoring from the saved fds twice would fail, and a failed `exec` ends the shell).
+theseus_stage_log_close() {
+  [[ -n "$theseus_tee_out" ]] || return 0
+  local out=$theseus_tee_out err=$theseus_tee_err i=0
+  theseus_tee_out="" theseus_tee_err=""
+  exec 1>&"$theseus_out_fd" 2>&"$theseus_err_fd" {theseus_out_fd}>&- {theseus_err_fd}>&-
+  while ((i < 50)) && { kill -0 "$out" 2> /dev/null || kill -0 "$err" 2> /dev/null; }; do
+    sleep 0.1
+    i=$((i + 1))
+  done
+}
+
+# theseus_stage_settle STATUS CODE: the current stage's end, if it is running.
+theseus_stage_settle() {
+  ((theseus_stage > 0)) || return 0
+  [[ "${theseus_stage_status[theseus_stage]}" == running ]] || return 0
+  theseus_stage_status[theseus_stage]=$1 theseus_stage_code[theseus_stage]=$2
+  theseus_stage_end[theseus_stage]="\"$(theseus_now)\""
+}
+
+# theseus_stage_done_file I [RANK]: where RANK (default this one) records that stage I completed.
+theseus_stage_done_file() {
+  local rank=${2:-$theseus_rank}
+  printf '%s/done-%d' "$theseus_stages_dir" "$1"
+  ((rank == 0)) || printf '.rank-%d' "$rank"
+}
+
+# theseus_stage_skip I: whether stage I completed in an earlier attempt of this run on every
+# rank (then it is recorded as such and not run again). Every rank decides alike from the same
+# files, so no rank skips a stage another runs (their collectives would wait forever); where
+# ranks cannot see each other's files (a run dir per host), none skips.
+theseus_stage_skip() {
+  ((theseus_num_stages > 1)) || return 1
+  local file start end r missing=()
+  file=$(theseus_stage_done_file "$1")
+  [[ -f "$file" ]] || return 1
+  for ((r = 0; r < theseus_count; r++)); do
+    [[ -f "$(theseus_stage_done_file "$1" "$r")" ]] || missing+=("$r")
+  done
+  if ((${#missing[@]})); then
+    theseus_log "$(theseus_stage_label "$1") completed on this rank in an earlier attempt, but not on rank(s) ${missing[*]}; running it again"
+    return 1
+  fi
+  read -r start end < "$file" || true
+  [[ "$start" =~ ^[0-9TZ:-]+$ ]] || start=""
+  [[ "$end" =~ ^[0-9TZ:-]+$ ]] || end=""
+  theseus_stage_status[$1]=completed theseus_stage_code[$1]=0
+  theseus_stage_start[$1]=${start:+\"$start\"} theseus_stage_end[$1]=${end:+\"$end\"}
+  theseus_stage_start[$1]=${theseus_stage_start[$1]:-null} theseus_stage_end[$1]=${theseus_stage_end[$1]:-null}
+  theseus_log "$(theseus_stage_label "$1") completed in an earlier attempt of this run; not running it again"
+}
+
+# theseus_stage_record_done I: records that stage I completed (best effort).
+theseus_stage_record_done() {
+  ((theseus_num_stages > 1)) || return 0
+  local file start=${theseus_stage_start[$1]} end=${theseus_stage_end[$1]}
+  file=$(theseus_stage_done_file "$1")
+  { mkdir -p -- "$theseus_stages_dir" && printf '%s %s\n' "${start//\"/}" "${end//\"/}" > "$file.tmp.$$" \
+    && mv -f -- "$file.tmp.$$" "$file"; } 2> /dev/null \
+    || theseus_log "note: cannot record in $theseus_stages_dir that stage $1 completed; a restart runs it again"
+}
 
 # ---- batch-size search (issue 28, part batch) ----
 # theseus_wrap_batch_search: with theseus_batch_search=1 (a job config whose
@@ -310,7 +455,6 @@ theseus_batch_search_field() {
   [[ "$doc" == "{"*"}" ]] || return 0
   printf '  "batch_search": %s,\n' "$doc"
 }
-theseus_wrap_batch_search
 
 theseus_child=""
 theseus_heartbeat=""
@@ -331,6 +475,9 @@ theseus_finish() {
   theseus_stop_heartbeat
   # What the job left running in the background ends with it, as it would in a cgroup.
   theseus_signal_job TERM group
+  theseus_stage_settle "$1" "$2"
+  theseus_stage_log_close
+  if declare -F theseus_capture_end > /dev/null; then theseus_capture_end; fi
   theseus_write_metadata "$1" "$2" || theseus_log "cannot write $theseus_metadata"
   exit "$2"
 }
@@ -375,7 +522,8 @@ theseus_on_signal() {
   theseus_is_uint "$hold" && ((10#$hold > 0)) || hold=""
   if [[ -n "$hold" ]]; then hold=$((10#$hold - (SECONDS - asked))); ((hold > 1)) || hold=2; fi
   if [[ -n "$theseus_child" ]]; then
-    local grace=${THESEUS_TERM_GRACE_SECONDS:-10} i=0
+    # THESEUS_MAIN_CHILD_TERM_GRACE_SECONDS: the original's name for it, read when it is unset.
+    local grace=${THESEUS_TERM_GRACE_SECONDS:-${THESEUS_MAIN_CHILD_TERM_GRACE_SECONDS:-10}} i=0
     if theseus_is_uint "$grace"; then grace=$((10#$grace)); else grace=10; fi
     # The scheduler KILLs the bootstrap THESEUS_KILL_DEADLINE_SECONDS after its TERM (Slurm's
     # KillWait). The group is KILLed a second before that, while the bootstrap still can: a
@@ -383,7 +531,7 @@ theseus_on_signal() {
     local deadline=${THESEUS_KILL_DEADLINE_SECONDS:-}
     if [[ -n "$hold" ]]; then
       deadline=$hold
-      [[ -n "${THESEUS_TERM_GRACE_SECONDS:-}" ]] || grace=$hold
+      [[ -n "${THESEUS_TERM_GRACE_SECONDS:-${THESEUS_MAIN_CHILD_TERM_GRACE_SECONDS:-}}" ]] || grace=$hold
     elif theseus_is_uint "$deadline" && ((SECONDS > asked)); then
       # The seconds spent asking came off the scheduler's deadline too.
       deadline=$((10#$deadline - (SECONDS - asked)))
@@ -406,6 +554,9 @@ theseus_on_signal() {
     theseus_finished=1
     theseus_stop_heartbeat
     theseus_signal_job TERM group
+    theseus_stage_settle preempted "$2"
+    theseus_stage_log_close
+    if declare -F theseus_capture_end > /dev/null; then theseus_capture_end; fi
     theseus_write_metadata preempted "$2" || theseus_log "cannot write $theseus_metadata"
     theseus_log "preempted with a grace: the job stopped; waiting for the scheduler to end this attempt (up to ${hold}s)"
     trap "exit $2" TERM INT HUP
@@ -425,6 +576,8 @@ theseus_on_exit() {
     theseus_finished=1
     theseus_stop_heartbeat
     theseus_signal_job TERM
+    theseus_stage_settle failed "$rc"
+    theseus_stage_log_close 2> /dev/null || true
     theseus_write_metadata failed "$rc" 2> /dev/null || true
   fi
 }
@@ -448,24 +601,44 @@ trap 'theseus_on_signal INT 130' INT
 trap 'theseus_on_signal HUP 129' HUP
 trap theseus_on_exit EXIT
 
-theseus_write_metadata running
-theseus_heartbeat_loop > /dev/null &
-theseus_heartbeat=$!
-
-theseus_log "running:$(printf ' %q' "${theseus_cmd[@]}")"
-# The job leads a process group of its own (job control on for this one `&`), so that a
-# signal reaches everything it started even after a parent in between has exited: Slurm's
-# proctrack/linuxproc follows parent links only, and loses such processes. Without job control
-# bash gave a background job /dev/null as stdin; it still does.
-set -m
-"${theseus_cmd[@]}" < /dev/null &
-theseus_child=$!
-set +m
-theseus_rc=0
-wait "$theseus_child" || theseus_rc=$?
-if ((theseus_rc == 0)); then
-  theseus_finish completed 0
-else
-  theseus_log "the job exited with $theseus_rc"
-  theseus_finish failed "$theseus_rc"
-fi
+if declare -F theseus_capture_begin > /dev/null; then theseus_capture_begin; fi
+for ((theseus_i = 1; theseus_i <= theseus_num_stages; theseus_i++)); do
+  theseus_stage=$theseus_i
+  theseus_stage_skip "$theseus_i" && continue
+  theseus_stage_select "$theseus_i"
+  theseus_stage_status[theseus_i]=running theseus_stage_start[theseus_i]="\"$(theseus_now)\""
+  # The heartbeat is a copy of this shell: a new one per stage writes the stage's status.
+  theseus_stop_heartbeat
+  theseus_write_metadata running
+  theseus_heartbeat_loop > /dev/null &
+  theseus_heartbeat=$!
+  theseus_stage_log_open "$theseus_i"
+  ((theseus_num_stages == 1)) || theseus_log "$(theseus_stage_label "$theseus_i")"
+  theseus_log "running:$(printf ' %q' "${theseus_cmd[@]}")"
+  # The job leads a process group of its own (job control on for this one `&`), so that a
+  # signal reaches everything it started even after a parent in between has exited: Slurm's
+  # proctrack/linuxproc follows parent links only, and loses such processes. Without job control
+  # bash gave a background job /dev/null as stdin; it still does.
+  set -m
+  "${theseus_cmd[@]}" < /dev/null &
+  theseus_child=$!
+  set +m
+  theseus_rc=0
+  wait "$theseus_child" || theseus_rc=$?
+  if ((theseus_rc != 0)); then
+    if ((theseus_num_stages == 1)); then
+      theseus_log "the job exited with $theseus_rc"
+    else
+      theseus_log "the job exited with $theseus_rc in $(theseus_stage_label "$theseus_i"); the stages after it do not run"
+    fi
+    theseus_finish failed "$theseus_rc"
+  fi
+  ((theseus_i == theseus_num_stages)) && break
+  theseus_stage_settle completed 0
+  theseus_stage_record_done "$theseus_i"
+  # What the stage left running in the background ends with it, before the next one starts.
+  theseus_signal_job TERM group
+  theseus_child=""
+  theseus_stage_log_close
+done
+theseus_finish completed 0

@@ -60,7 +60,8 @@
 //!    `distributed: auto`, the default; see the launcher's own doc), and exits with its exit
 //!    code, recording `completed` or `failed`;
 //!    on SIGTERM/SIGINT/SIGHUP it sends TERM to the job's process group, waits up to
-//!    `THESEUS_TERM_GRACE_SECONDS` (10; a second less than `THESEUS_KILL_DEADLINE_SECONDS`,
+//!    `THESEUS_TERM_GRACE_SECONDS` (or the original's `THESEUS_MAIN_CHILD_TERM_GRACE_SECONDS`;
+//!    10; a second less than `THESEUS_KILL_DEADLINE_SECONDS`,
 //!    the scheduler's own KILL, when that comes sooner) then sends KILL, records `preempted` and exits
 //!    143/130/129. The group reaches what the job left in the background after its parent
 //!    exited, which Slurm's `proctrack/linuxproc` loses; what is left of the group when the
@@ -69,11 +70,21 @@
 //!    signal is a preemption the scheduler ends itself after a grace: the job gets those
 //!    seconds, `preempted` is recorded, and the bootstrap waits for the scheduler's next signal
 //!    instead of exiting (a Slurm job that ends within its GraceTime is never requeued).
+//!    With stages (`-s FILE`, [`BootstrapInput::stages`]) the entrypoint is stage 1 and each
+//!    stage runs this way in turn, in the same work dir, with `THESEUS_STAGE` (1-based) and
+//!    `THESEUS_NUM_STAGES`, its own `THESEUS_CONFIG` (`.theseus/stage-<i>/config.json`) and,
+//!    from stage 2, its own `THESEUS_JOB_NAME` (`<name>_stage<i>`, as the original named them),
+//!    `THESEUS_CHECKPOINT_DIR` and resume (`--restore` is stage 1's); the first stage that fails
+//!    ends the job with its exit code. `metadata.json` gains `stage` (the current one) and
+//!    `stages` (name, status, exit code, start, end of each); each stage's output is also copied
+//!    to `stage-<i>.log` (rank 0; `stage-<i>.rank-<r>.log` for the others) beside it; and a stage
+//!    that completed in an earlier attempt of the run (`.stages/` in the run dir) is not run again.
 //!
 //! Everything the bootstrap itself prints goes to stderr, prefixed `[theseus]`.
 
 use serde::Serialize;
 
+use crate::job::stages::Stage;
 use crate::job::{Distributed, EnvVar, JobIdentity};
 use crate::{Error, Result};
 
@@ -238,6 +249,11 @@ pub struct BootstrapInput {
     pub config: serde_json::Value,
     /// Resuming: `submit --restore` and `--fresh` ([`Resume`]).
     pub resume: Resume,
+    /// Stages 2, 3, ... (`-s FILE`), run after the entrypoint above (stage 1) in order; each
+    /// with its config in `.theseus/stage-<i>/config.json` (see the module docs, step 6).
+    pub stages: Vec<Stage>,
+    /// The main file (stage 1's name in `metadata.json` when there are stages).
+    pub source: String,
     /// Run the command through the batch-size search (`batch_search.py`, see
     /// [`crate::batch_search`]).
     pub batch_search: bool,
@@ -307,6 +323,8 @@ impl BootstrapInput {
             launch: layout.launch.clone(),
             config,
             resume: Resume::default(),
+            stages: Vec::new(),
+            source: String::new(),
             batch_search: false,
         }
     }
@@ -354,22 +372,25 @@ pub fn render(input: &BootstrapInput) -> Result<RenderedBootstrap> {
         return Err(Error::InvalidConfig("the bootstrap needs a work dir and a run dir".into()));
     }
     let script = script::render(input)?;
-    let mut config = serde_json::to_string_pretty(&input.config)
-        .map_err(|e| Error::InvalidConfig(format!("cannot encode the experiment's config as JSON: {e}")))?;
-    config.push('\n');
+    let json = |config: &serde_json::Value| {
+        serde_json::to_string_pretty(config)
+            .map(|text| text + "\n")
+            .map_err(|e| Error::InvalidConfig(format!("cannot encode the experiment's config as JSON: {e}")))
+    };
     let file = |name: &str, contents: String, executable: bool| RenderedFile {
         path: format!("{BOOTSTRAP_DIR}/{name}"),
         contents,
         executable,
     };
-    Ok(RenderedBootstrap {
-        files: vec![
-            file("bootstrap.sh", script, true),
-            file("launcher.py", LAUNCHER.to_owned(), false),
-            file("batch_search.py", BATCH_SEARCH.to_owned(), false),
-            file("config.json", config, false),
-            file("env.sh", script::render_env_file(input)?, false),
-        ],
-        entry: format!("{BOOTSTRAP_DIR}/bootstrap.sh"),
-    })
+    let mut files = vec![
+        file("bootstrap.sh", script, true),
+        file("launcher.py", LAUNCHER.to_owned(), false),
+        file("batch_search.py", BATCH_SEARCH.to_owned(), false),
+        file("config.json", json(&input.config)?, false),
+        file("env.sh", script::render_env_file(input)?, false),
+    ];
+    for (i, stage) in input.stages.iter().enumerate() {
+        files.push(file(&format!("stage-{}/config.json", i + 2), json(&stage.config)?, false));
+    }
+    Ok(RenderedBootstrap { files, entry: format!("{BOOTSTRAP_DIR}/bootstrap.sh") })
 }

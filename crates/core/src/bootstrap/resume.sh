@@ -73,10 +73,12 @@ theseus_marker_target() {
 # theseus_resume: exports THESEUS_ATTEMPT and THESEUS_RESTORE_FROM, in this order of precedence:
 # (1) the latest marker, when it was written after this run first started (a restarted attempt
 # resumes its own work); (2) `submit --restore`; (3) unless `submit --fresh`, the latest marker
-# an earlier run of this name left; (4) none. Logs one line saying which and why.
+# an earlier run of this name left; (4) none. Logs one line saying which and why. A stage after
+# the first (body.sh) calls it again with its own checkpoint dir and theseus_resume_base naming
+# its own record of the marker.
 theseus_resume() {
   theseus_attempt
-  local marker="$THESEUS_CHECKPOINT_DIR/latest" base_file="$THESEUS_RUN_DIR/resume-base" base now tmp
+  local marker="$THESEUS_CHECKPOINT_DIR/latest" base_file="$THESEUS_RUN_DIR/${theseus_resume_base:-resume-base}" base now tmp
   [[ -d "$THESEUS_CHECKPOINT_DIR" ]] || mkdir -p -- "$THESEUS_CHECKPOINT_DIR" 2> /dev/null \
     || theseus_log "note: cannot create the checkpoint dir $THESEUS_CHECKPOINT_DIR"
   now=$(theseus_marker_stamp "$marker")

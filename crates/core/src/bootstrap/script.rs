@@ -133,32 +133,61 @@ fn render_launch(s: &mut String, launch: &Launch) {
     }
 }
 
-/// The command to run, as a bash array, and whether it goes through the Python launcher.
+/// The command to run, as a bash array, and whether it goes through the Python launcher; then
+/// the stages after the first (`theseus_num_stages`, their names as JSON strings for
+/// `metadata.json`, and each one's command as `theseus_stage<i>_*`, which the body selects).
 fn render_entrypoint(s: &mut String, input: &BootstrapInput) -> Result<()> {
-    let Some(first) = input.entrypoint.first() else {
-        return Err(Error::InvalidConfig("the entrypoint is empty: nothing to run".into()));
+    render_command(s, "theseus_", &input.entrypoint, input.distributed, input.batch_search, "")?;
+    let groups: Vec<String> = input.uv_groups.iter().flat_map(|g| ["--group".to_owned(), g.clone()]).collect();
+    let _ = writeln!(s, "theseus_uv_groups=({})", shell::join(&groups));
+    let _ = writeln!(s, "theseus_num_stages={}", input.stages.len() + 1);
+    let mut names = Vec::new();
+    if !input.stages.is_empty() {
+        for name in std::iter::once(&input.source).chain(input.stages.iter().map(|stage| &stage.source)) {
+            names.push(serde_json::to_string(name).map_err(|e| Error::InvalidConfig(format!("stage name: {e}")))?);
+        }
+    }
+    let _ = writeln!(s, "theseus_stage_names_json=('' {})", shell::join(&names));
+    for (i, stage) in input.stages.iter().enumerate() {
+        let what = format!("stage {} ({}): ", i + 2, stage.source);
+        let prefix = format!("theseus_stage{}_", i + 2);
+        render_command(s, &prefix, &stage.entrypoint, stage.distributed, stage.batch_search, &what)?;
+    }
+    Ok(())
+}
+
+/// One command as `<prefix>python_entry`, `<prefix>jax` (the launcher's JAX mode: `jax`
+/// (--jax), `auto` (--jax-auto) or `none`; auto cannot reach an entrypoint that does not run
+/// through the launcher), `<prefix>args` and `<prefix>batch_search`; `what` starts its errors
+/// (which stage).
+fn render_command(
+    s: &mut String,
+    prefix: &str,
+    entrypoint: &[String],
+    distributed: Distributed,
+    batch_search: bool,
+    what: &str,
+) -> Result<()> {
+    let Some(first) = entrypoint.first() else {
+        return Err(Error::InvalidConfig(format!("{what}the entrypoint is empty: nothing to run")));
     };
     let python = is_python(first);
-    if !python && input.distributed == Distributed::Jax {
+    if !python && distributed == Distributed::Jax {
         return Err(Error::InvalidConfig(format!(
-            "distributed: jax needs a python entrypoint (`python ...`), got `{}`",
-            shell::join(&input.entrypoint)
+            "{what}distributed: jax needs a python entrypoint (`python ...`), got `{}`",
+            shell::join(entrypoint)
         )));
     }
-    let args = if python { &input.entrypoint[1..] } else { &input.entrypoint[..] };
-    let _ = writeln!(s, "theseus_python_entry={}", u8::from(python));
-    // The launcher's JAX mode: `jax` (--jax), `auto` (--jax-auto) or `none`; auto cannot reach
-    // an entrypoint that does not run through the launcher.
-    let jax = match input.distributed {
+    let args = if python { &entrypoint[1..] } else { entrypoint };
+    let _ = writeln!(s, "{prefix}python_entry={}", u8::from(python));
+    let jax = match distributed {
         Distributed::Jax => "jax",
         Distributed::Auto if python => "auto",
         Distributed::Auto | Distributed::None => "none",
     };
-    let _ = writeln!(s, "theseus_jax={jax}");
-    let _ = writeln!(s, "theseus_args=({})", shell::join(args));
-    let groups: Vec<String> = input.uv_groups.iter().flat_map(|g| ["--group".to_owned(), g.clone()]).collect();
-    let _ = writeln!(s, "theseus_uv_groups=({})", shell::join(&groups));
-    let _ = writeln!(s, "theseus_batch_search={}", u8::from(input.batch_search));
+    let _ = writeln!(s, "{prefix}jax={jax}");
+    let _ = writeln!(s, "{prefix}args=({})", shell::join(args));
+    let _ = writeln!(s, "{prefix}batch_search={}", u8::from(batch_search));
     Ok(())
 }
 
@@ -168,11 +197,12 @@ fn render_resume(s: &mut String, input: &BootstrapInput) {
     let _ = writeln!(s, "theseus_fresh={}", u8::from(input.resume.fresh));
 }
 
-/// One line for `plan` and `--dry-run`: what theseus does about JAX distributed for a job with
-/// this mode, entrypoint (words) and number of processes.
-pub fn describe_distributed(distributed: Distributed, entrypoint: &[String], processes: u32) -> String {
-    let python = entrypoint.first().is_some_and(|w| is_python(w));
-    match distributed {
+/// One line for `plan` and `--dry-run`: what theseus does about JAX distributed for the
+/// experiment run as `processes` processes.
+pub fn describe_distributed(experiment: &crate::job::Experiment, processes: u32) -> String {
+    let words = experiment.entrypoint_words().unwrap_or_default();
+    let python = words.first().is_some_and(|w| is_python(w));
+    match experiment.distributed {
         Distributed::None => "off (distributed: none)".to_owned(),
         _ if processes <= 1 => "off: one process".to_owned(),
         Distributed::Auto if !python => "off: not a python entrypoint (auto cannot reach it)".to_owned(),

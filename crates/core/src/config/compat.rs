@@ -72,16 +72,34 @@ pub(crate) fn drop_priority_entries(
 }
 
 /// Warnings for JuiceFS keys of clusters used by hosts reached over SSH: theseus mounts nothing,
-/// so jobs see whatever the machines have at `root`.
+/// so jobs see whatever the machines have at `root`. For clusters of `volcano` hosts the keys
+/// are ignored as the original ignored them there, with its warning: pods see only the PVC.
 pub(crate) fn juicefs_warnings(config: &DispatchConfig, source: impl Fn(&str) -> String) -> Vec<String> {
     let mut users: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    let mut pvc_users: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
     for (name, host) in &config.hosts {
         // Hosts reached over SSH run on machines with their own filesystems.
         if host.connection().is_some() {
             users.entry(host.cluster()).or_default().push(name);
+        } else if host.kind() == super::HostKind::named("volcano") {
+            pvc_users.entry(host.cluster()).or_default().push(name);
         }
     }
     let mut warnings = Vec::new();
+    for (cluster_name, hosts) in pvc_users {
+        let Some(cluster) = config.clusters.get(cluster_name) else { continue };
+        let keys = juicefs_keys(cluster);
+        if let Some(first) = keys.first() {
+            warnings.push(format!(
+                "{}: clusters.{cluster_name}: {} {} for volcano hosts ({}): their pods see only the PVC; to use \
+                 JuiceFS there, put it behind the PVC (the JuiceFS CSI driver)",
+                source(&format!("clusters.{cluster_name}.{first}")),
+                keys.join(", "),
+                if keys.len() == 1 { "is ignored" } else { "are ignored" },
+                hosts.join(", ")
+            ));
+        }
+    }
     for (cluster_name, hosts) in users {
         let Some(cluster) = config.clusters.get(cluster_name) else { continue };
         let keys = juicefs_keys(cluster);

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use crate::backend::{DynBackend, JobHandle, JobState, PreparedJob, RunLayout, SubmitOptions};
 use crate::bootstrap::{self, BootstrapInput, Resume};
-use crate::job::JobIdentity;
+use crate::job::{Experiment, JobIdentity};
 use crate::ledger::{Ledger, Record, RunKind, now_rfc3339, placeholder_handle};
 use crate::snapshot::Snapshot;
 use crate::{Error, Result};
@@ -35,7 +35,7 @@ pub(super) fn prepare(solved: &Solved) -> Result<(PreparedJob, RunLayout)> {
         experiment_source: &spec.experiment_source,
         uv_groups: solved.uv_groups(),
         resume: resume(solved, &layout)?,
-        batch_search: crate::batch_search::decide(&spec.experiment, &env, plan)?.is_some(),
+        batch_search: &|experiment| Ok(crate::batch_search::decide(experiment, &env, plan)?.is_some()),
         hardware: bootstrap::Hardware {
             chip: plan.chip.map(|c| c.name.to_owned()),
             count: plan.total_chips,
@@ -65,8 +65,9 @@ pub(crate) struct Bootstrap<'a> {
     pub(crate) uv_groups: Vec<String>,
     /// What it resumes from.
     pub(crate) resume: Resume,
-    /// Whether the bootstrap runs the batch-size search ([`crate::batch_search::decide`]).
-    pub(crate) batch_search: bool,
+    /// Whether the bootstrap runs the batch-size search for an experiment (the job's, then
+    /// each stage's): [`crate::batch_search::decide`] for a submit.
+    pub(crate) batch_search: &'a dyn Fn(&crate::job::Experiment) -> Result<bool>,
     /// What it was given.
     pub(crate) hardware: bootstrap::Hardware,
 }
@@ -83,8 +84,17 @@ pub(crate) fn render_bootstrap(job: &Bootstrap<'_>) -> Result<bootstrap::Rendere
         experiment.config.clone(),
     );
     input.uv_groups = job.uv_groups.clone();
+    input.source = job.experiment_source.to_owned();
     input.resume = job.resume.clone();
-    input.batch_search = job.batch_search;
+    input.batch_search = (job.batch_search)(experiment)?;
+    input.stages = experiment.stages.clone();
+    for stage in &mut input.stages {
+        // Each stage asks (or not) for the search on its own.
+        let asks =
+            Experiment { batch_search: stage.batch_search, config: stage.config.clone(), ..Experiment::default() };
+        stage.batch_search = (job.batch_search)(&asks)
+            .map_err(|e| Error::InvalidConfig(format!("{}: {e}", stage.source)))?;
+    }
     input.hardware = Some(job.hardware.clone());
     bootstrap::render(&input).map_err(|e| match e {
         Error::InvalidConfig(m) => {

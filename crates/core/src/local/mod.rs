@@ -544,12 +544,20 @@ pub(crate) fn read_status(run_id: &str, data: &LocalHandleData) -> JobStatus {
     let preempted = std::fs::read_to_string(data.run_dir.join("metadata.json"))
         .map(|m| m.contains("\"preempted\""))
         .unwrap_or(false);
+    // With stages (`-s FILE`), which one is running, or ended the run.
+    let stage = std::fs::read_to_string(data.run_dir.join("metadata.json"))
+        .ok()
+        .and_then(|m| serde_json::from_str::<serde_json::Value>(&m).ok())
+        .and_then(|m| crate::job::stages::current(&m));
     let (state, exit_code, message) = match exit_code {
         _ if cancelled && !alive => (JobState::Cancelled, exit_code, Some("cancelled by the user".to_owned())),
         Some(0) => (JobState::Completed, Some(0), None),
         Some(c) if preempted => (JobState::Preempted, Some(c), Some(format!("stopped by a signal (exit code {c})"))),
-        Some(c) => (JobState::Failed, Some(c), Some(format!("exited with code {c}"))),
-        None if alive => (JobState::Running, None, None),
+        Some(c) => {
+            let stage = stage.map(|s| format!(" in {s}")).unwrap_or_default();
+            (JobState::Failed, Some(c), Some(format!("exited with code {c}{stage}")))
+        }
+        None if alive => (JobState::Running, None, stage),
         None => (
             JobState::Unknown,
             None,

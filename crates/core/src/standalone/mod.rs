@@ -129,8 +129,9 @@ pub fn bootstrap(job: &Standalone) -> Result<RenderedBootstrap> {
         uv_groups: job.uv_groups.clone(),
         resume,
         // One process on a machine that is not a TPU host: the search runs when the job asks.
-        batch_search: job.experiment.batch_search
-            && !job.env.iter().any(|v| v.name == crate::batch_search::SIZE_VARIABLE),
+        batch_search: &|experiment| {
+            Ok(experiment.batch_search && !job.env.iter().any(|v| v.name == crate::batch_search::SIZE_VARIABLE))
+        },
         hardware: Hardware { chip: job.chip.clone(), count: job.count, nodes: 1, host: "bootstrap".into() },
     })
 }

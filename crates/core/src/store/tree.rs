@@ -63,8 +63,8 @@ impl Tree {
     }
 }
 
-/// Name of the env var that carries the run's own files (the bootstrap) to [`BUILD`]: a tar of
-/// them, base64-encoded.
+/// Name of the env var that carries the run's own files (the bootstrap) to [`BUILD`]: a gzipped
+/// tar of them, base64-encoded.
 pub const RUN_FILES_ENV: &str = "THESEUS_RUN_FILES";
 
 /// `ROOT DEST TREE`, with the run's own files in [`RUN_FILES_ENV`]: builds the run dir `DEST`
@@ -74,7 +74,8 @@ pub const RUN_FILES_ENV: &str = "THESEUS_RUN_FILES";
 /// this script in another pod of the run (each rank builds its own copy; the first rename
 /// wins and the others drop theirs) or by a ship: it is kept. A tree or object that is gone
 /// from the store (reclaimed since the client looked) fails with a message saying so, before
-/// anything runs. POSIX `sh` with `tar`, `base64`, `ln`, `mv`, `mkdir`, `rm` (busybox or GNU).
+/// anything runs. POSIX `sh` with `tar`, `gzip`, `base64`, `ln`, `mv`, `mkdir`, `rm` (busybox or
+/// GNU).
 pub const BUILD: &str = r#"set -u
 export LC_ALL=C
 fail() { printf 'theseus: %s\n' "$*" >&2; exit 1; }
@@ -90,13 +91,14 @@ trap 'exit 143' TERM
 mkdir -p -- "$b/.theseus" || fail "cannot create $b"
 ln -s -- "$objs" "$b/.theseus/objects" || fail "cannot link the store into $b"
 err=$(cd -- "$b" && tar -x -m -f "$objs/$tree" 2>&1) || fail "a file of this run's code is gone from the code store under $root (reclaimed?): submit again to ship it ($err)"
-printf '%s' "${THESEUS_RUN_FILES:-}" | base64 -d | tar -x -m -f - -C "$b/code" || fail "cannot write the run's own files into $b/code"
+printf '%s' "${THESEUS_RUN_FILES:-}" | base64 -d | gzip -dc | tar -x -m -f - -C "$b/code" || fail "cannot write the run's own files into $b/code"
 mkdir -p -- "${dest%/*}" || fail "cannot create the parent of $dest"
 mv -T -- "$b/code" "$dest" 2>/dev/null || [ -d "$dest" ] || fail "cannot move the run dir into place at $dest"
 "#;
 
 /// The run's own files as [`RUN_FILES_ENV`] wants them: a tar (parents first, mtime `mtime`),
-/// base64-encoded.
+/// gzipped (the bootstrap's text files shrink to about a quarter, so that they fit in one
+/// environment string) and base64-encoded.
 pub fn run_files_env(files: &[ExtraFile], mtime: u64) -> io::Result<String> {
     let mut builder = tar::Builder::new(Vec::new());
     let mut dirs = std::collections::BTreeSet::new();
@@ -115,5 +117,7 @@ pub fn run_files_env(files: &[ExtraFile], mtime: u64) -> io::Result<String> {
         h.set_mtime(mtime);
         builder.append_data(&mut h, &file.path, file.contents.as_slice())?;
     }
-    Ok(crate::encoding::base64(&builder.into_inner()?))
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    io::Write::write_all(&mut gz, &builder.into_inner()?)?;
+    Ok(crate::encoding::base64(&gz.finish()?))
 }

@@ -15,6 +15,7 @@ mod hold;
 mod overrides;
 mod resume;
 mod setup;
+mod stages;
 
 /// Values that break naive quoting. `{tmp}` is replaced by the temp dir.
 const HOSTILE: &[&str] = &[
@@ -112,6 +113,8 @@ impl Harness {
             launch: Launch::Single,
             config: json!({"lr": 0.001}),
             resume: Resume::default(),
+            stages: Vec::new(),
+            source: String::new(),
             batch_search: false,
         }
     }
@@ -448,17 +451,21 @@ fn each_distributed_mode_gives_the_launcher_its_flag() {
 /// `plan` and `--dry-run` say which mode applies.
 #[test]
 fn the_distributed_mode_is_described() {
-    let words = |w: &[&str]| w.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-    let python = words(&["python3", "train.py"]);
-    let bash = words(&["bash", "run.sh"]);
-    assert_eq!(describe_distributed(Distributed::Auto, &python, 2), "auto (on import of jax)");
+    use crate::job::{Entrypoint, Experiment};
+    let experiment = |line: &str, distributed| Experiment {
+        entrypoint: Entrypoint::Line(line.into()),
+        distributed,
+        ..Experiment::default()
+    };
+    let (python, bash) = ("python3 train.py", "bash run.sh");
+    assert_eq!(describe_distributed(&experiment(python, Distributed::Auto), 2), "auto (on import of jax)");
     assert_eq!(
-        describe_distributed(Distributed::Auto, &bash, 2),
+        describe_distributed(&experiment(bash, Distributed::Auto), 2),
         "off: not a python entrypoint (auto cannot reach it)"
     );
-    assert_eq!(describe_distributed(Distributed::Auto, &python, 1), "off: one process");
-    assert_eq!(describe_distributed(Distributed::Jax, &python, 8), "jax (before the entrypoint runs)");
-    assert_eq!(describe_distributed(Distributed::None, &python, 8), "off (distributed: none)");
+    assert_eq!(describe_distributed(&experiment(python, Distributed::Auto), 1), "off: one process");
+    assert_eq!(describe_distributed(&experiment(python, Distributed::Jax), 8), "jax (before the entrypoint runs)");
+    assert_eq!(describe_distributed(&experiment(python, Distributed::None), 8), "off (distributed: none)");
 }
 
 /// Without jax installed (the system python3), `--jax-auto` with several processes leaves a job
@@ -549,6 +556,18 @@ fn single_launch_exports_no_coordinator() {
     for name in ["JAX_COORDINATOR_ADDRESS", "MASTER_ADDR", "JAX_NUM_PROCESSES"] {
         assert!(env.get(name).is_none(), "{name}");
     }
+}
+
+/// As the original's banner: the host and the GPU variables the scheduler set, one line.
+#[test]
+fn the_log_names_the_host_and_the_gpus_it_was_given() {
+    let h = Harness::new();
+    let env = [("HOSTNAME", "node7"), ("CUDA_VISIBLE_DEVICES", "0,1"), ("SLURM_JOB_GPUS", "0,1")];
+    let (_, out) = h.run(&h.input(&["python", "dump.py"]), &env);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let err = stderr(&out);
+    let line = err.lines().find(|l| l.starts_with("[theseus] on ")).unwrap_or_else(|| panic!("{err}"));
+    assert!(line.starts_with("[theseus] on node7, CUDA_VISIBLE_DEVICES=0,1, SLURM_JOB_GPUS=0,1"), "{line}");
 }
 
 #[test]
@@ -703,6 +722,10 @@ fn the_grace_ends_a_second_before_the_schedulers_own_kill() {
     // A later deadline, or none that can be read, leaves the grace as it is.
     assert_eq!(grace_given(&[("THESEUS_TERM_GRACE_SECONDS", "1"), ("THESEUS_KILL_DEADLINE_SECONDS", "30")]), "1s");
     assert_eq!(grace_given(&[("THESEUS_TERM_GRACE_SECONDS", "2"), ("THESEUS_KILL_DEADLINE_SECONDS", "soon")]), "2s");
+    // The original's name for the grace counts when theseus's is unset; theseus's wins.
+    assert_eq!(grace_given(&[("THESEUS_MAIN_CHILD_TERM_GRACE_SECONDS", "1")]), "1s");
+    let both = [("THESEUS_TERM_GRACE_SECONDS", "2"), ("THESEUS_MAIN_CHILD_TERM_GRACE_SECONDS", "1")];
+    assert_eq!(grace_given(&both), "2s");
     // Numbers with a leading zero are decimal (bash would read 09 as a bad octal number).
     assert_eq!(grace_given(&[("THESEUS_TERM_GRACE_SECONDS", "09"), ("THESEUS_KILL_DEADLINE_SECONDS", "03")]), "2s");
 }
