@@ -295,3 +295,26 @@ fn a_repl_waiting_in_a_busy_slurm_queue_is_not_cancelled_by_the_startup_timeout_
     assert_eq!(status.code(), Some(130), "{:?}", lines.lock().unwrap());
     assert_eq!(state(&target, "q2"), "cancelled", "{:?}", lines.lock().unwrap());
 }
+
+#[test]
+fn a_bootstrap_script_runs_every_stage_with_its_files_in_their_own_dirs() {
+    let ctx = TestContext::new();
+    let code = tempfile::tempdir().unwrap();
+    let exp = "entrypoint: sh -c 'echo stage $THESEUS_STAGE of $THESEUS_NUM_STAGES'\nrequest: {chip: cpu}\n";
+    std::fs::write(code.path().join("a.yaml"), exp).unwrap();
+    std::fs::write(code.path().join("b.yaml"), exp).unwrap();
+    let script = code.path().join("out.sh");
+    let out = ctx
+        .cmd()
+        .current_dir(code.path())
+        .args(["bootstrap", "st", "a.yaml", script.to_str().unwrap(), "-s", "b.yaml", "--root", "/nonexistent"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let place = tempfile::tempdir().unwrap();
+    let root = place.path().join("root");
+    let out = run_script(&script, place.path(), &["--root", root.to_str().unwrap()], &[]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    assert!(stdout.contains("stage 1 of 2\n") && stdout.contains("stage 2 of 2\n"), "{stdout}");
+}

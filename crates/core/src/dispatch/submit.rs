@@ -92,8 +92,8 @@ pub(crate) fn render_bootstrap(job: &Bootstrap<'_>) -> Result<bootstrap::Rendere
         // Each stage asks (or not) for the search on its own.
         let asks =
             Experiment { batch_search: stage.batch_search, config: stage.config.clone(), ..Experiment::default() };
-        stage.batch_search = (job.batch_search)(&asks)
-            .map_err(|e| Error::InvalidConfig(format!("{}: {e}", stage.source)))?;
+        stage.batch_search =
+            (job.batch_search)(&asks).map_err(|e| Error::InvalidConfig(format!("{}: {e}", stage.source)))?;
     }
     input.hardware = Some(job.hardware.clone());
     bootstrap::render(&input).map_err(|e| match e {
