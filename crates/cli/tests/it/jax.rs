@@ -194,6 +194,17 @@ fn without_the_distributed_key_jax_is_initialised_on_import() {
     // `auto` said explicitly is the same.
     let (stdout, _) = submit_probe(&ctx, &python, "noargs", Some("auto"));
     assert!(rank_line(&stdout, 1, "mode=noargs ").ends_with("process_count=2"), "{stdout}");
+    // `distributed: jax` initialises before the script, whose own call (JAX's "should only be
+    // called once" before issue 28) is now a no-op too.
+    let (stdout, _) = submit_probe(&ctx, &python, "args", Some("jax"));
+    for rank in 0..2 {
+        assert!(rank_line(&stdout, rank, "mode=args ").ends_with("process_count=2"), "{stdout}");
+        assert!(
+            rank_line(&stdout, rank, "[theseus] jax.distributed.initialize(").ends_with("before the job"),
+            "{stdout}"
+        );
+        rank_line(&stdout, rank, "[theseus] the job's jax.distributed.initialize(");
+    }
 }
 
 /// `distributed: none` leaves JAX alone: two independent processes.

@@ -19,7 +19,8 @@
 # size that ran out of memory and the stable one below it (halving the gap, stopping when it is
 # within an eighth of the stable size); 0 keeps the first stable candidate, as the original.
 #
-# Progress goes to $THESEUS_RUN_DIR/batch-search.json (rewritten atomically after each probe):
+# Progress goes to $THESEUS_RUN_DIR/batch-search.json (batch-search.stage-<I>.json for stage I >
+# 1 of a run with stages; rewritten atomically after each probe):
 # the candidates, the phase (scan, bisect, run, done, failed), the probes (size, outcome,
 # seconds, exit code, timeout) and the chosen size. A restarted run whose file already has a
 # chosen size runs with it again without searching. Probes see THESEUS_DISPATCH_DISABLE_WANDB=1
@@ -61,7 +62,7 @@ class Driver:
         self.state_path = None
         run_dir = env.get("THESEUS_RUN_DIR", "")
         if run_dir:
-            self.state_path = os.path.join(run_dir, STATE_FILE)
+            self.state_path = os.path.join(run_dir, state_file(env.get("THESEUS_STAGE", "")))
         self.state = {"candidates": [], "phase": "scan", "probes": [], "chosen": None}
 
     # ---- signals ----
@@ -305,14 +306,25 @@ def stop_group(child, grace):
     child.wait()
 
 
+def state_file(stage):
+    """batch-search.json, or batch-search.stage-<I>.json for stage I > 1 of a run of several
+    (each stage is its own job config and searches on its own)."""
+    if stage.isdigit() and int(stage) > 1:
+        return "batch-search.stage-%d.json" % int(stage)
+    return STATE_FILE
+
+
 def stop_grace():
     """The probe's grace when the job is stopped: at most 3 s, and a second less than the
-    bootstrap's own (THESEUS_TERM_GRACE_SECONDS, else 10, and a second before
+    bootstrap's own (THESEUS_TERM_GRACE_SECONDS, else THESEUS_MAIN_CHILD_TERM_GRACE_SECONDS,
+    else 10, and a second before
     THESEUS_KILL_DEADLINE_SECONDS), after which the bootstrap KILLs this driver's group, which
     the probe's is not."""
     grace = PROBE_TERM_GRACE_SECONDS
-    for name, default in (("THESEUS_TERM_GRACE_SECONDS", 10), ("THESEUS_KILL_DEADLINE_SECONDS", None)):
-        raw = os.environ.get(name, "").strip()
+    # As the bootstrap reads them (the original's name when theseus's is unset or empty).
+    term = os.environ.get("THESEUS_TERM_GRACE_SECONDS") or os.environ.get("THESEUS_MAIN_CHILD_TERM_GRACE_SECONDS")
+    for raw, default in ((term, 10), (os.environ.get("THESEUS_KILL_DEADLINE_SECONDS"), None)):
+        raw = (raw or "").strip()
         value = int(raw) if raw.isdigit() else default
         if value is not None:
             grace = min(grace, value - 1.0)

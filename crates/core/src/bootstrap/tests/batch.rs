@@ -4,7 +4,7 @@
 use super::*;
 
 /// A job that records each start in `$FAKE_LOG` (one JSON line), runs out of memory (a marker
-/// split across two writes, on stderr) above `$FAKE_FITS`, and otherwise exits
+/// split across two writes, on stderr) above `$FAKE_FITS` (`$FAKE_FITS_STAGE<I>` in stage I), and otherwise exits
 /// `$FAKE_PROBE_EXIT` as a probe (`THESEUS_DISPATCH_DISABLE_WANDB=1`) or `$FAKE_EXIT` as the
 /// real run (default 0). A probe with `FAKE_PROBE_SLEEP` first starts `sleep 300` in its group
 /// (its pid in `$FAKE_LOG.bg`), writes `$FAKE_LOG.started` and sleeps.
@@ -18,7 +18,8 @@ with open(log, "a") as f:
         "run_id": os.environ.get("THESEUS_DISPATCH_RUN_ID"), "start": os.environ.get("THESEUS_DISPATCH_START_TIME"),
         "checkpoints": os.environ.get("THESEUS_CHECKPOINTS_DIR"), "checkpoint": os.environ.get("THESEUS_CHECKPOINT_DIR"),
         "pgid": os.getpgid(0), "pid": os.getpid()}) + "\n")
-if size > int(os.environ.get("FAKE_FITS", "1000000")):
+fits = os.environ.get("FAKE_FITS_STAGE" + os.environ.get("THESEUS_STAGE", ""), os.environ.get("FAKE_FITS", "1000000"))
+if size > int(fits):
     marker = os.environ.get("FAKE_MARKER", "RESOURCE_EXHAUSTED")
     half = len(marker) // 2
     sys.stderr.write("2026 jax error: " + marker[:half])
@@ -287,6 +288,19 @@ fn a_restarted_run_reuses_the_size_it_chose() {
 }
 
 #[test]
+fn a_later_stage_searches_on_its_own() {
+    let s = Search::new();
+    let out = s.run(&[("FAKE_FITS", "20"), ("THESEUS_DISPATCH_BISECT_STEPS", "0")]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    std::fs::remove_file(s.path("log")).unwrap();
+    let out = s.run(&[("FAKE_FITS", "40"), ("THESEUS_DISPATCH_BISECT_STEPS", "0"), ("THESEUS_STAGE", "2")]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(s.sizes(), [(64, true), (32, true), (32, false)], "stage 2 does not reuse stage 1's 16");
+    assert_eq!(read_json(&s.path("run/batch-search.stage-2.json"))["chosen"], 32);
+    assert_eq!(s.state()["chosen"], 16, "stage 1's file is left as it was");
+}
+
+#[test]
 fn a_choice_made_among_other_candidates_is_not_reused() {
     let s = Search::new();
     let out = s.run(&[("FAKE_FITS", "20"), ("THESEUS_DISPATCH_BISECT_STEPS", "0")]);
@@ -377,6 +391,8 @@ fn term_to_the_bootstrap_during_a_probe_stops_it_and_records_preemption() {
 #[test]
 fn a_probe_ends_even_when_the_bootstrap_kills_the_driver_at_once() {
     term_during_a_probe(&[("THESEUS_TERM_GRACE_SECONDS", "0")]);
+    // The original's name for the grace, as the bootstrap reads it.
+    term_during_a_probe(&[("THESEUS_MAIN_CHILD_TERM_GRACE_SECONDS", "0")]);
 }
 
 fn term_during_a_probe(env: &[(&str, &str)]) {
@@ -407,4 +423,29 @@ fn term_during_a_probe(env: &[(&str, &str)]) {
     let metadata = h.metadata("metadata.json");
     assert_eq!(metadata["status"], "preempted");
     assert!(metadata["batch_search"]["phase"] == "stopped" || metadata["batch_search"]["phase"] == "scan");
+}
+
+#[test]
+fn each_stage_that_asks_searches_on_its_own_and_the_metadata_shows_the_current_ones() {
+    let h = Harness::new();
+    let mut input = bootstrap_input(&h);
+    input.stages = vec![crate::job::stages::Stage {
+        source: "second.yaml".into(),
+        label: "python fake.py".into(),
+        entrypoint: vec!["python".into(), "fake.py".into()],
+        distributed: Distributed::None,
+        config: json!({}),
+        batch_search: true,
+    }];
+    let env = [("FAKE_FITS_STAGE1", "20"), ("FAKE_FITS_STAGE2", "40"), ("THESEUS_DISPATCH_BISECT_STEPS", "0")];
+    let (_, out) = h.run(&input, &env);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(read_json(&h.run.join("batch-search.json"))["chosen"], 16);
+    assert_eq!(read_json(&h.run.join("batch-search.stage-2.json"))["chosen"], 32);
+    let metadata = h.metadata("metadata.json");
+    assert_eq!(metadata["batch_search"]["chosen"], 32, "{metadata}");
+    let log = std::fs::read_to_string(h.dir("log")).unwrap();
+    let sizes: Vec<u64> =
+        log.lines().map(|l| serde_json::from_str::<Value>(l).unwrap()["size"].as_u64().unwrap()).collect();
+    assert_eq!(sizes, [64, 32, 16, 16, 64, 32, 32]);
 }
