@@ -376,7 +376,8 @@ pub(crate) struct ReplArgs {
     /// Local port of the tunnel (the next free one if taken; 0: any).
     #[arg(long, default_value_t = 8888)]
     pub(crate) port: u16,
-    /// How long to wait for Jupyter to print its URL (seconds, or e.g. `3m`).
+    /// How long to wait for Jupyter to print its URL once the session runs (seconds, or e.g.
+    /// `3m`; the time it waits in a Slurm queue does not count).
     #[arg(long, value_name = "DURATION", value_parser = duration_arg, default_value = "180")]
     pub(crate) startup_timeout: Duration,
     /// Print the URL and leave the session running without a tunnel (reattach with
@@ -405,6 +406,11 @@ pub(crate) struct ReplArgs {
     /// the experiment's (each group once).
     #[arg(long = "target", value_name = "GROUP", value_parser = group_arg)]
     pub(crate) target: Vec<String>,
+    /// On a Slurm host, cancel the session when it has waited this long in the queue (e.g.
+    /// `30m`). Without it, it waits as long as it is pending (one line on stderr: the reason,
+    /// the time waited); the time queued never counts against `--startup-timeout`.
+    #[arg(long, value_name = "DURATION", value_parser = duration_arg)]
+    pub(crate) slurm_wait_timeout: Option<Duration>,
     /// The host types' own flags given (`--tpu-spot`; see `crate::host_flags`).
     #[arg(skip)]
     pub(crate) host_flags: Vec<GivenFlag>,

@@ -18,6 +18,7 @@ mod hosts;
 mod output;
 mod prepare;
 mod progress;
+mod queue_wait;
 mod runs;
 mod signals;
 mod tunnel;

@@ -61,11 +61,30 @@ pub(crate) async fn run(ctx: &Context, args: ReplArgs) -> Result<ExitCode> {
     )
     .await?;
     ctx.info(format!(
-        "theseus: started session {name} (run {}) on {}; waiting for Jupyter Lab (up to {}s)",
+        "theseus: started session {name} (run {}) on {}; waiting for Jupyter Lab (up to {}s once it runs)",
         job.identity.run_id,
         solved.plan.host,
         args.startup_timeout.as_secs()
     ));
+    // The time in a Slurm queue does not count against --startup-timeout.
+    if backend.kind() == HostKind::named("slurm") {
+        let queued = tokio::select! {
+            queued = crate::queue_wait::wait_while_pending(ctx, &backend, &handle, &name, args.slurm_wait_timeout) => queued,
+            signal = theseus_core::interrupt::wait() => {
+                let what = stop(&ledger, &backend, &handle, &job.identity.run_id, "interrupted while queued").await;
+                return Err(Interrupted { signal, what }.into());
+            }
+        };
+        if let Err(queued) = queued {
+            let what = stop(&ledger, &backend, &handle, &job.identity.run_id, &queued.to_string()).await;
+            return Err(anyhow!("session {name}: {queued}\n{what}"));
+        }
+    } else if args.slurm_wait_timeout.is_some() {
+        ctx.info(format!(
+            "theseus: warning: --slurm-wait-timeout: {} is not a Slurm host; it changes nothing",
+            solved.plan.host
+        ));
+    }
     let url = tokio::select! {
         url = lifecycle::wait_for_url(&backend, &handle, args.startup_timeout) => url,
         signal = theseus_core::interrupt::wait() => {

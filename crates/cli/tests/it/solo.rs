@@ -198,3 +198,124 @@ fn bootstrap_writes_one_script_that_runs_the_job_anywhere_with_its_status_tree()
     refused(&["bootstrap", "d", "exp.yaml"], "needs OUT");
     assert!(!code.path().join("y.sh").exists());
 }
+
+/// Waits (bounded) until `f` holds.
+fn until(what: &str, limit: std::time::Duration, mut f: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + limit;
+    while !f() {
+        assert!(std::time::Instant::now() < deadline, "{what} within {limit:?}");
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+}
+
+/// The state `theseus status NAME` shows.
+fn state(target: &crate::targets::Target, name: &str) -> String {
+    let out = target.run(&["status", name, "--output", "json"]);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    json["status"]["state"].as_str().unwrap_or("").to_owned()
+}
+
+#[test]
+fn a_repl_waiting_in_a_busy_slurm_queue_is_not_cancelled_by_the_startup_timeout_but_by_slurm_wait_timeout() {
+    use std::io::BufRead as _;
+    let Some(target) = crate::targets::Target::new(crate::targets::Kind::Slurm, "slurm queue wait") else { return };
+    let code = tempfile::tempdir().unwrap();
+    std::fs::write(code.path().join("hog.yaml"), "entrypoint: sleep 600\n").unwrap();
+    let code_str = code.path().to_str().unwrap().to_owned();
+    // Every GPU of the lab (2 nodes x 4) held by another job: a session asking for one waits.
+    let hog = code.path().join("hog.yaml");
+    let out = target.run(&[
+        "submit",
+        "hog",
+        hog.to_str().unwrap(),
+        "--code",
+        &code_str,
+        "--host",
+        "box",
+        "--chip",
+        "h100",
+        "-n",
+        "8",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    // The hog goes when the test ends, whatever happens (the lab is shared by the other tests).
+    struct Cancel<'a>(&'a crate::targets::Target);
+    impl Drop for Cancel<'_> {
+        fn drop(&mut self) {
+            let _ = self.0.run(&["cancel", "hog"]);
+        }
+    }
+    let _hog = Cancel(&target);
+    until("the hog runs", std::time::Duration::from_secs(120), || state(&target, "hog") == "running");
+    let python_env = format!("THESEUS_PYTHON={}", target.python());
+    let repl = |name: &str, extra: &[&str]| {
+        let mut args = vec!["repl", "--name", name, "--chip", "h100", "-n", "1", "--host", "box", "--no-check"];
+        args.extend([
+            "--env",
+            python_env.as_str(),
+            "--code",
+            code_str.as_str(),
+            "--port",
+            "0",
+            "--startup-timeout",
+            "3",
+        ]);
+        args.extend(extra);
+        target.cmd(&args)
+    };
+
+    // Bounded: cancelled with a clear line once --slurm-wait-timeout ran out.
+    let out = crate::run_bounded(repl("q1", &["--slurm-wait-timeout", "8s"]), std::time::Duration::from_secs(180));
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("session q1 is waiting in the queue: pending ("), "progress with Slurm's reason: {stderr}");
+    assert!(stderr.contains("in the queue (pending (") && stderr.contains("--slurm-wait-timeout ran out"), "{stderr}");
+    assert_eq!(state(&target, "q1"), "cancelled");
+
+    // Unbounded: still waiting well past --startup-timeout (3 s); Ctrl-C then takes it back.
+    let mut child =
+        repl("q2", &[]).stdout(std::process::Stdio::null()).stderr(std::process::Stdio::piped()).spawn().unwrap();
+    let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let reader = {
+        let lines = lines.clone();
+        let stderr = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+                lines.lock().unwrap().push(line);
+            }
+        })
+    };
+    let waiting = || lines.lock().unwrap().iter().any(|l| l.contains("session q2 is waiting in the queue"));
+    until("the session says it waits", std::time::Duration::from_secs(120), waiting);
+    std::thread::sleep(std::time::Duration::from_secs(10));
+    assert!(child.try_wait().unwrap().is_none(), "cancelled while queued: {:?}", lines.lock().unwrap());
+    assert_eq!(state(&target, "q2"), "pending");
+    std::process::Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    let status = child.wait().unwrap();
+    reader.join().unwrap();
+    assert_eq!(status.code(), Some(130), "{:?}", lines.lock().unwrap());
+    assert_eq!(state(&target, "q2"), "cancelled", "{:?}", lines.lock().unwrap());
+}
+
+#[test]
+fn a_bootstrap_script_runs_every_stage_with_its_files_in_their_own_dirs() {
+    let ctx = TestContext::new();
+    let code = tempfile::tempdir().unwrap();
+    let exp = "entrypoint: sh -c 'echo stage $THESEUS_STAGE of $THESEUS_NUM_STAGES'\nrequest: {chip: cpu}\n";
+    std::fs::write(code.path().join("a.yaml"), exp).unwrap();
+    std::fs::write(code.path().join("b.yaml"), exp).unwrap();
+    let script = code.path().join("out.sh");
+    let out = ctx
+        .cmd()
+        .current_dir(code.path())
+        .args(["bootstrap", "st", "a.yaml", script.to_str().unwrap(), "-s", "b.yaml", "--root", "/nonexistent"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let place = tempfile::tempdir().unwrap();
+    let root = place.path().join("root");
+    let out = run_script(&script, place.path(), &["--root", root.to_str().unwrap()], &[]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    assert!(stdout.contains("stage 1 of 2\n") && stdout.contains("stage 2 of 2\n"), "{stdout}");
+}

@@ -10,7 +10,8 @@
 #   (work, status, log, data, checkpoints, results), as the original's defaults followed it.
 # - WORK: the work root; the run's code dir is <WORK>/<the same relative dir>, and a log dir
 #   under the old work root moves with it (the default log dir is <work>/logs).
-# - LOG, DATA, CHECKPOINTS, RESULTS: those dirs. STATUS: the status root; the run's status dir
+# - LOG, DATA, CHECKPOINTS, RESULTS: those dirs (`submit --restore` under the old root or
+#   checkpoints dir moves with them). STATUS: the status root; the run's status dir
 #   is <STATUS>/<project>/<group>/<name>/<run>.
 # An empty value counts as unset (as the original's); a relative one is an error.
 
@@ -45,9 +46,11 @@ theseus_resolve_paths() {
   local data=$THESEUS_DATA_DIR checkpoints=$THESEUS_CHECKPOINTS_DIR results=$THESEUS_RESULTS_DIR
   local theseus_o v
   theseus_paths_overridden=""
+  # `submit --restore` (theseus_restore, absolute) moves with the dir it is under.
+  local restore=${theseus_restore-} old_checkpoints
   theseus_path_override ROOT
   if [[ -n "$theseus_o" ]]; then
-    for v in work status log data checkpoints results; do theseus_reroot "$v" "$root" "$theseus_o"; done
+    for v in work status log data checkpoints results restore; do theseus_reroot "$v" "$root" "$theseus_o"; done
     root=$theseus_o
   elif ((theseus_paths_require_root)); then
     theseus_die "the root dir was not given when this script was made: pass --root PATH (or set THESEUS_DISPATCH_ROOT_OVERRIDE)"
@@ -62,7 +65,11 @@ theseus_resolve_paths() {
   theseus_path_override DATA
   [[ -z "$theseus_o" ]] || data=$theseus_o
   theseus_path_override CHECKPOINTS
-  [[ -z "$theseus_o" ]] || checkpoints=$theseus_o
+  if [[ -n "$theseus_o" ]]; then
+    old_checkpoints=$checkpoints
+    checkpoints=$theseus_o
+    [[ -z "$restore" ]] || theseus_reroot restore "$old_checkpoints" "$checkpoints"
+  fi
   theseus_path_override RESULTS
   [[ -z "$theseus_o" ]] || results=$theseus_o
   theseus_path_override STATUS
@@ -74,6 +81,7 @@ theseus_resolve_paths() {
   export THESEUS_CHECKPOINT_DIR=${checkpoints%/}/$theseus_paths_job_rel
   export THESEUS_CONFIG=${THESEUS_WORK_DIR%/}/.theseus/config.json
   if [[ -n "$log" ]]; then export THESEUS_LOG_DIR=$log; else unset THESEUS_LOG_DIR; fi
+  if [[ -n "${theseus_restore+x}" ]]; then theseus_restore=$restore; fi
 }
 
 # theseus_paths_env: after the paths moved, `theseus shell` sees them too: .theseus/paths.sh,

@@ -34,11 +34,12 @@ pub(super) fn render(input: &BootstrapInput) -> Result<String> {
     let mut s = String::from(HEADER);
     s.push_str("\n# ---- values (generated) ----\n");
     render_env(&mut s, input)?;
-    paths::render_resolution(&mut s, input);
     render_identity(&mut s, input)?;
     render_launch(&mut s, &input.launch);
     render_entrypoint(&mut s, input)?;
     render_resume(&mut s, input);
+    // After `theseus_restore`, which a moved checkpoints dir moves too.
+    paths::render_resolution(&mut s, input);
     s.push_str("\n# ---- resume (static) ----\n");
     s.push_str(RESUME);
     s.push_str("\n# ---- body (static) ----\n");

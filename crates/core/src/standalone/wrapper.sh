@@ -88,6 +88,7 @@ theseus_payload | base64 -d | tar -xzf - -C "$theseus_work" \
 # The bootstrap files, with this start's run id.
 for ((theseus_i = 0; theseus_i < ${#theseus_files[@]}; theseus_i++)); do
   theseus_target="$theseus_work/${theseus_files[theseus_i]}"
+  mkdir -p -- "${theseus_target%/*}"
   "theseus_file_$theseus_i" | base64 -d | sed "s/$theseus_run_id_token/$theseus_run_id/g" > "$theseus_target.tmp.$$" \
     || theseus_die "cannot write $theseus_target"
   mv -f -- "$theseus_target.tmp.$$" "$theseus_target"

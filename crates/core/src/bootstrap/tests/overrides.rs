@@ -210,6 +210,9 @@ fn a_bootstrap_made_without_a_root_demands_one_at_run_time() {
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("pass --root PATH"), "{}", stderr(&out));
     let given = h.dir("given root");
+    // `--restore` under the root moves with it.
+    input.resume.restore = Some(format!("{root}/ckpt/proj/grp/job/step_1"));
+    std::fs::create_dir_all(format!("{given}/ckpt/proj/grp/job/step_1")).unwrap();
     let env = job_env(
         &h,
         &input,
@@ -218,4 +221,15 @@ fn a_bootstrap_made_without_a_root_demands_one_at_run_time() {
     );
     assert_eq!(env["THESEUS_ROOT"], given.as_str());
     assert_eq!(env["THESEUS_CHECKPOINT_DIR"], format!("{given}/ckpt/proj/grp/job").as_str());
+    assert_eq!(env["THESEUS_RESTORE_FROM"], format!("{given}/ckpt/proj/grp/job/step_1").as_str());
+    // And with the checkpoints dir's own override.
+    let own = h.dir("own ckpt");
+    std::fs::create_dir_all(format!("{own}/proj/grp/job/step_1")).unwrap();
+    let env = job_env(
+        &h,
+        &input,
+        &[("THESEUS_DISPATCH_ROOT_OVERRIDE", &given), ("THESEUS_DISPATCH_CHECKPOINTS_OVERRIDE", &own)],
+        &format!("{given}/status/{}", input.identity.run_path()),
+    );
+    assert_eq!(env["THESEUS_RESTORE_FROM"], format!("{own}/proj/grp/job/step_1").as_str());
 }
