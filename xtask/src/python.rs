@@ -1,5 +1,5 @@
-//! The Python environment the tests need: a venv with JAX (CPU) and Jupyter Lab from PyPI, made once under the
-//! target dir and reused while its marker file names the same pins.
+//! The Python environment the tests need: a venv with JAX (CPU), Jupyter Lab and OmegaConf from PyPI, made once
+//! under the target dir and reused while its marker file names the same pins.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -12,9 +12,13 @@ pub(crate) const JAX: &str = "jax==0.10.2";
 /// Jupyter Lab for the `theseus repl` tests (a real server whose `/api/status` they fetch).
 pub(crate) const JUPYTER: &str = "jupyterlab==4.6.6";
 
-/// What the venvs hold: [`JAX`] and [`JUPYTER`], as pip arguments separated by spaces.
+/// OmegaConf, which the runner of job configs of the original (`.theseus/job.py`) and the tests'
+/// stand-in for the original's package use.
+pub(crate) const OMEGACONF: &str = "omegaconf==2.3.0";
+
+/// What the venvs hold: [`JAX`], [`JUPYTER`] and [`OMEGACONF`], as pip arguments separated by spaces.
 pub(crate) fn requirements() -> String {
-    format!("{JAX} {JUPYTER}")
+    format!("{JAX} {JUPYTER} {OMEGACONF}")
 }
 
 /// Creates (if needed) the venv and returns its python.
@@ -39,7 +43,16 @@ pub(crate) fn ensure_venv(root: &Path) -> Result<PathBuf> {
             .context("cannot create a venv; install python3-venv (Debian) and retry")?;
         run(Command::new(&base).args(["-m", "venv"]).arg(&venv))?;
     }
-    run(Command::new(&python).args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", JAX, JUPYTER]))?;
+    run(Command::new(&python).args([
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+        JAX,
+        JUPYTER,
+        OMEGACONF,
+    ]))?;
     run(Command::new(&python).args(["-c", "import jax; print('xtask: jax', jax.__version__)"]))?;
     std::fs::write(&marker, requirements())?;
     Ok(python)

@@ -132,9 +132,11 @@ pub(crate) struct JobArgs {
     /// Job name (letters, digits, `.`, `_`, `-`; it becomes a directory name).
     #[arg(value_parser = name_arg)]
     pub(crate) name: String,
-    /// Experiment file (YAML: entrypoint, request, env, distributed, uv_groups, config).
+    /// Experiment file (YAML: entrypoint, request, env, distributed, uv_groups, config), or a job
+    /// config of the original (YAML with `job:`, the registry key of a job of the shipped code).
     pub(crate) experiment: PathBuf,
-    /// Overrides of the experiment's `config` section, as dotted KEY=VALUE.
+    /// Overrides of the experiment's `config` section (of the whole file for a job config of the
+    /// original), as dotted KEY=VALUE.
     #[arg(value_name = "KEY=VALUE")]
     pub(crate) overrides: Vec<String>,
     #[command(flatten)]
@@ -201,6 +203,25 @@ pub(crate) struct JobArgs {
     /// The host types' own flags given (`--tpu-spot`; see `crate::host_flags`).
     #[arg(skip)]
     pub(crate) host_flags: Vec<GivenFlag>,
+    // Issue 28, part `orig`: job configs of the original.
+    #[command(flatten)]
+    pub(crate) original: OriginalArgs,
+}
+
+/// The flags of job configs of the original (a YAML with `job:` instead of `entrypoint:`).
+#[derive(Debug, Clone, Default, Args)]
+pub(crate) struct OriginalArgs {
+    /// The registry key of the job to run (a job config of the original; instead of its `job:`).
+    #[arg(short = 'j', long = "job", value_name = "KEY")]
+    pub(crate) job: Option<String>,
+    /// Tensor-parallel shards of the job's topology: written into `request.n_shards` of the job
+    /// config (job configs of the original only).
+    #[arg(long = "n-shards", alias = "n_shards", value_name = "N")]
+    pub(crate) n_shards: Option<u32>,
+    /// A module of the shipped code the job imports before its registry is read (repeatable;
+    /// `mod.py` is taken as `mod`; job configs of the original only).
+    #[arg(long = "load", value_name = "MODULE")]
+    pub(crate) load: Vec<String>,
 }
 
 /// `theseus gc`.

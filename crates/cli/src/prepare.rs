@@ -164,17 +164,28 @@ pub(crate) async fn solve(
 
 /// The experiment of `args` (`given`, e.g. by `repl`, else loaded from `args.experiment`): its
 /// file, then each `-s/--stage FILE` as a further stage, the overrides applied to every one, and
-/// the `--target` groups: what `submit`, `plan`, `repl` and `bootstrap` run.
+/// the `--target` groups: what `submit`, `plan`, `repl` and `bootstrap` run. Each file is an
+/// experiment or a job config of the original ([`theseus_core::original`]): `-j` is the main
+/// file's key, `--n_shards` and `--load` apply to every job config.
 pub(crate) fn load_experiment(args: &JobArgs, given: Option<Experiment>) -> Result<Experiment> {
-    let mut experiment = match given {
-        Some(experiment) => experiment,
-        None => load_one(&args.experiment)?,
+    let options = theseus_core::original::Options {
+        job: args.original.job.clone(),
+        n_shards: args.original.n_shards,
+        load: args.original.load.clone(),
+        stage: false,
     };
-    experiment.apply_overrides(&args.overrides)?;
+    let mut experiment = match given {
+        Some(mut experiment) => {
+            experiment.apply_overrides(&args.overrides)?;
+            experiment
+        }
+        None => theseus_core::original::load(&args.experiment, &options, &args.overrides)?,
+    };
+    let stage_options = theseus_core::original::Options { job: None, stage: true, ..options };
     let mut stages = Vec::new();
     for path in &args.stages {
-        let mut stage = load_one(path).map_err(|e| anyhow!("-s/--stage {}: {e:#}", path.display()))?;
-        stage.apply_overrides(&args.overrides).map_err(|e| anyhow!("-s/--stage {}: {e}", path.display()))?;
+        let stage = theseus_core::original::load(path, &stage_options, &args.overrides)
+            .map_err(|e| anyhow!("-s/--stage {}: {e}", path.display()))?;
         stages.push((path.display().to_string(), stage));
     }
     let hardware_from_flags = args.place.chip.is_some() || args.place.n_chips.is_some();
@@ -187,29 +198,6 @@ pub(crate) fn load_experiment(args: &JobArgs, given: Option<Experiment>) -> Resu
     // `--target GROUP`: after the experiment's own groups (the host's come first).
     experiment.uv_groups.extend(args.target.iter().cloned());
     Ok(experiment)
-}
-/// One file of a job: an experiment. A job config of the original (a `job:` key and no
-/// `entrypoint:`) is named as such, since it needs the job config loader.
-fn load_one(path: &std::path::Path) -> Result<Experiment> {
-    match Experiment::load(path) {
-        Ok(experiment) => Ok(experiment),
-        Err(e) => {
-            // Top-level keys are the lines that start without indent.
-            // Read as the loader reads (a regular file of bounded size): never a FIFO.
-            let limit = theseus_core::files::CONFIG_LIMIT;
-            let text = theseus_core::files::read_bounded(path, limit, "experiment file").unwrap_or_default();
-            let top = |key: &str| text.lines().any(|l| l.strip_prefix(key).is_some_and(|r| r.starts_with(':')));
-            let job_config = top("job") && !top("entrypoint");
-            if job_config {
-                bail!(
-                    "{}: a job config of the original (`job:` key, no `entrypoint:`); this build runs experiments \
-                     only (as the main file or a stage)",
-                    path.display()
-                );
-            }
-            Err(e.into())
-        }
-    }
 }
 
 /// `THESEUS_CODE_SUBDIR=DIR` when this command runs in a subdirectory `DIR` of the repository it

@@ -46,6 +46,10 @@ pub struct Experiment {
     /// Stages 2, 3, ... (`-s/--stage FILE`, [`stages`]); never read from the file itself.
     #[serde(skip)]
     pub stages: Vec<stages::Stage>,
+    /// The registry key of a job config of the original ([`crate::original`]), which this
+    /// experiment runs; never read from an experiment file.
+    #[serde(default, skip_deserializing, skip_serializing_if = "Option::is_none")]
+    pub job_key: Option<String>,
 }
 
 /// The `entrypoint` of an [`Experiment`].

@@ -11,7 +11,8 @@
 //! - [`backend`]: the one async [`Backend`](backend::Backend) trait every backend implements, and
 //!   [`availability`] gathering across backends with per-host timeouts.
 //! - [`shares`]: how a request stands among a shared cluster's queues (`plan` shows it).
-//! - [`job`]: experiment files, job identity, Kubernetes-safe names.
+//! - [`job`]: experiment files, job identity, Kubernetes-safe names; [`original`]: job configs
+//!   of the original theseus loaded as experiments that run its registered jobs.
 //! - [`snapshot`]: streamed code snapshots of a git repository or a plain directory.
 //! - [`bootstrap`]: the rendered bash bootstrap and Python launcher each process runs.
 //! - [`store`]: the content-addressed object store runs' code dirs are made from, on every
@@ -46,6 +47,7 @@ pub mod keys;
 pub mod ledger;
 pub mod lifecycle;
 pub mod local;
+pub mod original;
 pub mod paths;
 pub mod plan;
 pub mod probe;

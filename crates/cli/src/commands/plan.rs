@@ -45,6 +45,7 @@ pub(crate) async fn run(ctx: &Context, args: JobArgs) -> Result<ExitCode> {
             .collect();
         crate::output::print_json(&serde_json::json!({
             "request": solved.request,
+            "job_key": solved.spec.experiment.job_key,
             "plan": solved.plan,
             "unanswered": unanswered,
             "resume": {"checkpoint_dir": checkpoint_dir, "restore": resume.restore, "fresh": resume.fresh, "from": from},
@@ -60,6 +61,9 @@ pub(crate) async fn run(ctx: &Context, args: JobArgs) -> Result<ExitCode> {
     }
     print!("{}", render::render_table(&solved.plan.considered));
     println!();
+    if let Some(key) = &solved.spec.experiment.job_key {
+        println!("job:     {key} (a job config of the original, run by .theseus/job.py)");
+    }
     println!("request: {}", solved.request);
     println!("chosen:  {}", render::describe_plan(&solved.plan));
     println!("resumes: {from}");

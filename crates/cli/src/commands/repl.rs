@@ -138,6 +138,7 @@ fn job_args(args: &ReplArgs) -> JobArgs {
         fresh: false,
         stages: Vec::new(),
         target: args.target.clone(),
+        original: Default::default(),
     }
 }
 

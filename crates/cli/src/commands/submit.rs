@@ -113,6 +113,7 @@ fn dry_run(
         print_json(&json!({
             "dry_run": true,
             "identity": identity,
+            "job_key": job.experiment.job_key,
             "plan": plan,
             "layout": layout,
             "ship": {"root": snapshot.root, "files": snapshot.file_count(), "bytes": snapshot.total_bytes()},
@@ -130,6 +131,9 @@ fn dry_run(
     }
     println!("# dry run: nothing was created, shipped or started");
     println!("# job: {} project={} group={} run={}", identity.name, identity.project, identity.group, identity.run_id);
+    if let Some(key) = &job.experiment.job_key {
+        println!("# job config of the original: {key} (run by .theseus/job.py)");
+    }
     println!("# host: {}", render::describe_plan(plan));
     println!("# work dir: {}", layout.work_dir);
     println!(

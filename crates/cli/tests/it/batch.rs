@@ -125,3 +125,38 @@ fn the_search_runs_on_slurm_and_status_reads_its_probes_over_ssh() {
     assert!(shown.contains("\n  batch search: 64 oom ("), "{shown}");
     assert!(shown.contains("-> 40 (the run exited 0)"), "{shown}");
 }
+
+/// A job config of the original whose `training.per_device_batch_size` is -1 (here by an
+/// override): the probes run its registered job with the size and W&B off, then the real run
+/// with the chosen size and W&B as configured, through the runner of job configs.
+#[test]
+fn a_job_config_asking_with_minus_one_runs_its_job_with_the_size_found() {
+    let Some(python) = crate::jax_python("batch search of a job config") else { return };
+    let ctx = TestContext::new();
+    let code = crate::original::code();
+    let out = ctx
+        .cmd()
+        .env("THESEUS_PYTHON", &python)
+        .arg("submit")
+        .arg("hi")
+        .arg(code.path().join("hello.yaml"))
+        .args(["training.per_device_batch_size=-1", "--env", "THESEUS_DISPATCH_BATCH_CANDIDATES=16,8"])
+        .args(["--env", "THESEUS_DISPATCH_PROBE_COOLDOWN_SECONDS=0", "--code"])
+        .arg(code.path())
+        .arg("--follow")
+        .output()
+        .unwrap();
+    let all = format!("{}\n{}", text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{all}");
+    assert!(all.contains("batch-size search: probes at 16 8 (largest first)"), "{all}");
+    // Nothing ran out of memory: the first candidate fits, and the job runs again in full.
+    assert!(all.contains("batch=16 wandb=False"), "the probe: {all}");
+    assert!(all.contains("[theseus] batch search: chose batch size 16"), "{all}");
+    assert!(all.contains("batch=16 wandb=True"), "the real run: {all}");
+    let status = ctx.cmd().args(["status", "hi"]).output().unwrap();
+    let shown = text(&status.stdout);
+    assert!(
+        shown.contains("\n  batch search: 16 completed (") && shown.contains("-> 16 (the run exited 0)"),
+        "{shown}"
+    );
+}

@@ -423,10 +423,12 @@ fn the_job_sees_the_cluster_dirs_and_its_hardware_in_metadata() {
             .unwrap();
     assert_eq!(
         metadata["hardware"],
-        serde_json::json!({"chip": null, "count": 0, "total_chips": 0, "nodes": 1, "host": "local"})
+        serde_json::json!({"chip": null, "count": 0, "total_chips": 0, "nodes": 1, "host": "local", "hosts": ["local"]})
     );
     assert_eq!(metadata["config"], serde_json::json!({"lr": 0.5}));
     let run_id = metadata["run_id"].as_str().unwrap();
-    assert_eq!(metadata["job_key"], format!("general/default/meta/{run_id}"));
+    // As in the original: `job_key` names what runs (here the entrypoint line), `run_key` the run.
+    assert!(metadata["job_key"].as_str().is_some_and(|k| k.starts_with("sh -c ")), "{metadata}");
+    assert_eq!(metadata["run_key"], format!("general/default/meta/{run_id}"));
     assert_eq!(metadata["status"], "running");
 }

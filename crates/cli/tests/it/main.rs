@@ -10,6 +10,7 @@ mod gc;
 mod inputs;
 mod jax;
 mod lifecycle;
+mod original;
 mod probe;
 mod repl;
 mod resume;

@@ -157,7 +157,8 @@ fn bootstrap_writes_one_script_that_runs_the_job_anywhere_with_its_status_tree()
     assert_eq!(metadata["status"], "completed");
     assert_eq!(metadata["exit_code"], 0);
     assert_eq!(metadata["run_id"], run_id);
-    assert_eq!(metadata["job_key"], format!("proj/default/demo/{run_id}"));
+    assert_eq!(metadata["run_key"], format!("proj/default/demo/{run_id}"));
+    assert_eq!(metadata["job_key"], "python3 job.py", "an experiment's job key is its entrypoint");
     assert_eq!(metadata["hardware"]["host"], "bootstrap");
     assert!(!run_id.contains("THESEUS"), "a run id of this start: {run_id}");
 

@@ -120,14 +120,12 @@ fn files_that_cannot_be_stages_are_refused_naming_the_file() {
     ]);
     std::fs::write(dir.path().join("gpu.yaml"), "entrypoint: python stage.py 0\nrequest: {chip: h100, count: 8}\n")
         .unwrap();
-    std::fs::write(dir.path().join("job.yaml"), "job: gpt/train\ntraining: {per_device_batch_size: 8}\n").unwrap();
     let a = path(&dir, "a");
     let missing = dir.path().join("missing.yaml").to_str().unwrap().to_owned();
     for (stage, wanted) in [
         (path(&dir, "envk"), "env.K: set differently by".to_owned()),
         (path(&dir, "gpu"), "request: the stage asks for chip h100, count 8".to_owned()),
         (path(&dir, "bad"), "nonsense".to_owned()),
-        (path(&dir, "job"), "a job config of the original".to_owned()),
         (missing.clone(), missing.clone()),
     ] {
         let out = ctx.run(&["plan", "x", &a, "-s", &stage]);
@@ -147,4 +145,38 @@ fn files_that_cannot_be_stages_are_refused_naming_the_file() {
     // With --chip/-n the flags decide for every stage.
     let out = ctx.run(&["plan", "x", &a, "-s", &path(&dir, "gpu"), "--chip", "cpu", "-n", "1"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
+}
+
+#[test]
+fn two_jax_stages_each_form_one_two_process_job() {
+    let Some(python) = crate::jax_python("two_jax_stages_each_form_one_two_process_job") else { return };
+    let ctx = TestContext::new();
+    let tmp = tempfile::tempdir().unwrap();
+    // Stage 1 as the example (`distributed: jax`), stage 2 without the key (`auto`, on import),
+    // with another multiplier: both on the same coordinator, one after the other.
+    let second = tmp.path().join("second.yaml");
+    std::fs::write(
+        &second,
+        "entrypoint: python examples/jax-cpu/allgather.py\nrequest: {chip: cpu, count: 2}\n\
+         env: {JAX_PLATFORMS: cpu}\nconfig: {multiplier: 100}\n",
+    )
+    .unwrap();
+    let out = ctx
+        .cmd()
+        .env("THESEUS_PYTHON", &python)
+        .args(["submit", "jax-stages", "examples/jax-cpu/experiment.yaml", "-s", second.to_str().unwrap(), "--follow"])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    for (multiplier, gathered) in [(10, "allgather=[1, 11]"), (100, "allgather=[1, 101]")] {
+        for rank in 0..2 {
+            let found = stdout.lines().any(|l| {
+                l.starts_with(&format!("[rank-{rank}] process_index={rank} "))
+                    && l.contains("process_count=2")
+                    && l.contains(gathered)
+            });
+            assert!(found, "rank {rank}, multiplier {multiplier}:\n{stdout}");
+        }
+    }
 }

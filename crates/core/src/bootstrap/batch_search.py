@@ -316,12 +316,15 @@ def state_file(stage):
 
 def stop_grace():
     """The probe's grace when the job is stopped: at most 3 s, and a second less than the
-    bootstrap's own (THESEUS_TERM_GRACE_SECONDS, else 10, and a second before
+    bootstrap's own (THESEUS_TERM_GRACE_SECONDS, else THESEUS_MAIN_CHILD_TERM_GRACE_SECONDS,
+    else 10, and a second before
     THESEUS_KILL_DEADLINE_SECONDS), after which the bootstrap KILLs this driver's group, which
     the probe's is not."""
     grace = PROBE_TERM_GRACE_SECONDS
-    for name, default in (("THESEUS_TERM_GRACE_SECONDS", 10), ("THESEUS_KILL_DEADLINE_SECONDS", None)):
-        raw = os.environ.get(name, "").strip()
+    # As the bootstrap reads them (the original's name when theseus's is unset or empty).
+    term = os.environ.get("THESEUS_TERM_GRACE_SECONDS") or os.environ.get("THESEUS_MAIN_CHILD_TERM_GRACE_SECONDS")
+    for raw, default in ((term, 10), (os.environ.get("THESEUS_KILL_DEADLINE_SECONDS"), None)):
+        raw = (raw or "").strip()
         value = int(raw) if raw.isdigit() else default
         if value is not None:
             grace = min(grace, value - 1.0)

@@ -111,6 +111,77 @@ theseus_write_metadata() {
   mv -f -- "$tmp" "$theseus_metadata"
 }
 
+# ---- output.log: the job's stdout and stderr, also copied beside metadata.json ----
+# As the original's status tree had it: `output.log` (rank 0; `output.rank-<i>.log` for the
+# others) in $THESEUS_RUN_DIR, with the job's output and the bootstrap's own lines from the
+# job's start on (the original's had its bootstrap's log lines too). theseus_capture_begin points
+# the bootstrap's stdout and stderr (so the job's, which inherits them) at two FIFOs read by
+# `tee`s that copy to where they went before and append to the log. The tees ignore
+# TERM/INT/HUP, so that the last lines of a stopped job are still copied, and are not children
+# of the bootstrap (a double fork; same process group): a child that outlives a TERM to the
+# whole group made bash's later `wait` for the dead heartbeat hang. theseus_capture_end points
+# stdout and stderr back and waits for the copies (at most THESEUS_CAPTURE_WAIT_SECONDS, 10: what
+# the job left running may hold the FIFOs open), so that the log is complete before the final
+# metadata. Without mkfifo or tee: no copy, one line saying so.
+if ((theseus_rank == 0)); then
+  theseus_output_log="$THESEUS_RUN_DIR/output.log"
+else
+  theseus_output_log="$THESEUS_RUN_DIR/output.rank-$theseus_rank.log"
+fi
+theseus_capture_saved_out="" theseus_capture_saved_err="" theseus_capture_pids=()
+
+# theseus_capture_alive PID: whether the copy PID still runs (a zombie has ended).
+theseus_capture_alive() {
+  kill -0 "$1" 2> /dev/null || return 1
+  local stat=""
+  read -r stat < "/proc/$1/stat" 2> /dev/null || return 0
+  [[ "${stat##*) }" != Z* ]]
+}
+
+theseus_capture_begin() {
+  [[ -z "$theseus_capture_saved_out" ]] || return 0
+  local fifo="$THESEUS_RUN_DIR/.output.$theseus_rank.$$" stream pid
+  theseus_capture_pids=()
+  if ! command -v tee > /dev/null 2>&1 || ! mkfifo -- "$fifo.out" "$fifo.err" 2> /dev/null; then
+    rm -f -- "$fifo.out" "$fifo.err"
+    theseus_log "note: cannot copy the job's output into $theseus_output_log (no mkfifo or tee)"
+    return 0
+  fi
+  # Each tee writes its PID before it opens its FIFO; opening the write end below waits for
+  # that open, so the PID file is there once it returns.
+  ( (trap '' TERM INT HUP; printf '%s' "$BASHPID" > "$fifo.out.pid"; exec tee -a -- "$theseus_output_log" < "$fifo.out" 2> /dev/null) &)
+  ( (trap '' TERM INT HUP; printf '%s' "$BASHPID" > "$fifo.err.pid"; exec tee -a -- "$theseus_output_log" < "$fifo.err" >&2 2> /dev/null) &)
+  exec {theseus_capture_saved_out}>&1 {theseus_capture_saved_err}>&2
+  exec > "$fifo.out" 2> "$fifo.err"
+  for stream in out err; do
+    pid=$(head -c 20 -- "$fifo.$stream.pid" 2> /dev/null || true)
+    if theseus_is_uint "$pid"; then theseus_capture_pids+=("$pid"); fi
+  done
+  rm -f -- "$fifo.out" "$fifo.err" "$fifo.out.pid" "$fifo.err.pid"
+}
+
+theseus_capture_end() {
+  [[ -n "$theseus_capture_saved_out" ]] || return 0
+  exec 1>&"$theseus_capture_saved_out" 2>&"$theseus_capture_saved_err"
+  exec {theseus_capture_saved_out}>&- {theseus_capture_saved_err}>&-
+  theseus_capture_saved_out="" theseus_capture_saved_err=""
+  local wait=${THESEUS_CAPTURE_WAIT_SECONDS:-10} i=0 pid alive
+  theseus_is_uint "$wait" || wait=10
+  while ((${#theseus_capture_pids[@]} && i < 10#$wait * 10)); do
+    alive=0
+    for pid in "${theseus_capture_pids[@]}"; do
+      if theseus_capture_alive "$pid"; then alive=1; fi
+    done
+    ((alive)) || break
+    sleep 0.1
+    i=$((i + 1))
+  done
+  for pid in ${theseus_capture_pids[@]+"${theseus_capture_pids[@]}"}; do
+    if theseus_capture_alive "$pid"; then kill -KILL "$pid" 2> /dev/null || true; fi
+  done
+  theseus_capture_pids=()
+}
+
 # ---- setup: uv and the project's environment, once per run, then a start barrier ----
 # Rank 0 finds (or installs) uv and runs `uv sync` in the shared work dir; the other ranks
 # wait for its `done` (or `failed`) marker instead of syncing the same dir at once. Then every
@@ -327,12 +398,14 @@ theseus_checkpoint_base=$THESEUS_CHECKPOINT_DIR
 theseus_tee_out="" theseus_tee_err="" theseus_out_fd="" theseus_err_fd=""
 
 # theseus_stages_json: the `stage` and `stages` fields of metadata.json (none for one stage).
+# Each stage on one line without blanks after the colons: readers that grep the file for the
+# job's own `"status": "completed"` (the Slurm follow) must not take a stage's for it.
 theseus_stages_json() {
   ((theseus_num_stages > 1)) || return 0
   local i sep=""
   printf '  "stage": %d,\n  "stages": [' "$theseus_stage"
   for ((i = 1; i <= theseus_num_stages; i++)); do
-    printf '%s\n    {"name": %s, "status": "%s", "exit_code": %s, "start": %s, "end": %s}' "$sep" \
+    printf '%s\n    {"name":%s,"status":"%s","exit_code":%s,"start":%s,"end":%s}' "$sep" \
       "${theseus_stage_names_json[i]}" "${theseus_stage_status[i]}" "${theseus_stage_code[i]}" \
       "${theseus_stage_start[i]}" "${theseus_stage_end[i]}"
     sep=,

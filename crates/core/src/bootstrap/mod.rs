@@ -49,7 +49,8 @@
 //!    `$THESEUS_PYTHON` (default `python3`);
 //! 5. writes `$THESEUS_RUN_DIR/metadata.json` (rank 0; others `metadata.rank-<i>.json`)
 //!    atomically, rewritten every `THESEUS_HEARTBEAT_SECONDS` (30) while the job runs: name,
-//!    project, group, run id, `job_key` (`project/group/name/run`), `hardware` ([`Hardware`]),
+//!    project, group, run id, `job_key` (a job config's registry key, else the entrypoint line),
+//!    `run_key` (`project/group/name/run`), `hardware` ([`Hardware`]),
 //!    the job's `config`, rank, host, pid, `slurm_job_id` (from `SLURM_JOB_ID`), `attempt`,
 //!    `restore_from`, times, status and exit code;
 //! 6. runs the entrypoint from the work dir, or from its `$THESEUS_CODE_SUBDIR` (the
@@ -259,6 +260,20 @@ pub struct BootstrapInput {
     /// Run the command through the batch-size search (`batch_search.py`, see
     /// [`crate::batch_search`]).
     pub batch_search: bool,
+    /// A job config of the original, run through `job.py` (`None`: an experiment).
+    pub job_config: Option<JobConfigRun>,
+}
+
+/// A job config of the original that the bootstrap runs through the static runner `job.py`
+/// ([`crate::original`]): its registry key becomes `job_key` in `metadata.json`, and the runner
+/// finds it, the cluster's name and the hardware in `THESEUS_JOB_KEY`, `THESEUS_CLUSTER`,
+/// `THESEUS_CHIP`, `THESEUS_TOTAL_CHIPS`, `THESEUS_NODES` and `THESEUS_HOST`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobConfigRun {
+    /// The job's registry key.
+    pub key: String,
+    /// The name of the host's cluster (the original's `Cluster.name`).
+    pub cluster: String,
 }
 
 /// What the job resumes from, besides its own progress (see the module docs, step 3).
@@ -328,6 +343,7 @@ impl BootstrapInput {
             stages: Vec::new(),
             source: String::new(),
             batch_search: false,
+            job_config: None,
         }
     }
 }
@@ -361,6 +377,9 @@ pub struct RenderedBootstrap {
 /// The Python launcher, a static file: values reach it through argv and the environment.
 const LAUNCHER: &str = include_str!("launcher.py");
 
+/// The runner of job configs of the original, a static file: values reach it through the
+/// environment and `config.json`.
+const JOB_RUNNER: &str = include_str!("job.py");
 /// The batch-size search driver, a static file: values reach it through argv and the environment.
 const BATCH_SEARCH: &str = include_str!("batch_search.py");
 
@@ -393,6 +412,14 @@ pub fn render(input: &BootstrapInput) -> Result<RenderedBootstrap> {
     ];
     for (i, stage) in input.stages.iter().enumerate() {
         files.push(file(&format!("stage-{}/config.json", i + 2), json(&stage.config)?, false));
+    }
+    // The runner, when the job or one of its stages is a job config of the original.
+    let runs_job_config = |words: &[String]| words.get(1).is_some_and(|w| w == crate::original::RUNNER);
+    if input.job_config.is_some()
+        || runs_job_config(&input.entrypoint)
+        || input.stages.iter().any(|s| runs_job_config(&s.entrypoint))
+    {
+        files.push(file("job.py", JOB_RUNNER.to_owned(), false));
     }
     Ok(RenderedBootstrap { files, entry: format!("{BOOTSTRAP_DIR}/bootstrap.sh") })
 }

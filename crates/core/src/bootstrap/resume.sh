@@ -1,7 +1,9 @@
 # The resume step of bootstrap.sh (theseus), static: functions only, called by the body after
 # the rank wiring. It reads THESEUS_CHECKPOINT_DIR, THESEUS_RUN_DIR, theseus_restore (the
 # absolute `submit --restore` path, or empty) and theseus_fresh (1 for `submit --fresh`), and
-# exports THESEUS_ATTEMPT and THESEUS_RESTORE_FROM (or unsets it).
+# exports THESEUS_ATTEMPT and THESEUS_RESTORE_FROM with THESEUS_RESTORE_SOURCE (`own`: the latest
+# marker this run wrote; `restore`: `submit --restore`; `latest`: the marker an earlier run left),
+# or unsets both.
 
 # theseus_attempt: 1 + the restarts the backend counted: THESEUS_RESTART_COUNT (Volcano: the
 # pod annotation volcano.sh/job-retry-count through the downward API), else SLURM_RESTART_COUNT
@@ -97,9 +99,9 @@ theseus_resume() {
   fi
   local theseus_target theseus_why="" own=0
   if [[ "$now" != none && "$now" != "$base" ]]; then own=1; fi
-  unset THESEUS_RESTORE_FROM
+  unset THESEUS_RESTORE_FROM THESEUS_RESTORE_SOURCE
   if ((own)) && theseus_marker_target; then
-    export THESEUS_RESTORE_FROM=$theseus_target
+    export THESEUS_RESTORE_FROM=$theseus_target THESEUS_RESTORE_SOURCE=own
     theseus_log "attempt $THESEUS_ATTEMPT: resuming from $theseus_target (latest, written by this run)"
     return 0
   fi
@@ -109,7 +111,7 @@ theseus_resume() {
     if [[ ! -d "$theseus_restore" ]]; then
       theseus_die "submit --restore: $theseus_restore is not a directory on $(uname -n)${own_why}"
     fi
-    export THESEUS_RESTORE_FROM=$theseus_restore
+    export THESEUS_RESTORE_FROM=$theseus_restore THESEUS_RESTORE_SOURCE=restore
     theseus_log "attempt $THESEUS_ATTEMPT: resuming from $theseus_restore (submit --restore)${own_why}"
     return 0
   fi
@@ -118,7 +120,7 @@ theseus_resume() {
     return 0
   fi
   if ((!own)) && theseus_marker_target; then
-    export THESEUS_RESTORE_FROM=$theseus_target
+    export THESEUS_RESTORE_FROM=$theseus_target THESEUS_RESTORE_SOURCE=latest
     theseus_log "attempt $THESEUS_ATTEMPT: resuming from $theseus_target (latest, left by an earlier run of $THESEUS_JOB_NAME)"
     return 0
   fi
@@ -139,9 +141,10 @@ theseus_resume_env() {
     printf '%s\n' "$mark"
     printf 'export THESEUS_ATTEMPT=%s\n' "$THESEUS_ATTEMPT"
     if [[ -n "${THESEUS_RESTORE_FROM+x}" ]]; then
-      printf 'export THESEUS_RESTORE_FROM=%s\n' "$(theseus_sq "$THESEUS_RESTORE_FROM")"
+      printf 'export THESEUS_RESTORE_FROM=%s THESEUS_RESTORE_SOURCE=%s\n' "$(theseus_sq "$THESEUS_RESTORE_FROM")" \
+        "${THESEUS_RESTORE_SOURCE:-}"
     else
-      printf 'unset THESEUS_RESTORE_FROM\n'
+      printf 'unset THESEUS_RESTORE_FROM THESEUS_RESTORE_SOURCE\n'
     fi
   } > "$tmp" 2> /dev/null && mv -f -- "$tmp" "$file" 2> /dev/null || {
     rm -f -- "$tmp"

@@ -84,29 +84,53 @@ fn render_env(s: &mut String, input: &BootstrapInput) -> Result<()> {
     if let Some(uv_cache) = &input.uv_cache_dir {
         export(s, "UV_CACHE_DIR", uv_cache);
     }
+    if let Some(run) = &input.job_config {
+        // What the runner of a job config (`job.py`) builds the original's hardware from.
+        export(s, "THESEUS_JOB_KEY", &run.key);
+        export(s, "THESEUS_CLUSTER", &run.cluster);
+        if let Some(h) = &input.hardware {
+            export(s, "THESEUS_CHIP", h.chip.as_deref().unwrap_or(""));
+            export(s, "THESEUS_TOTAL_CHIPS", &h.count.to_string());
+            export(s, "THESEUS_NODES", &h.nodes.to_string());
+            export(s, "THESEUS_HOST", &h.host);
+        }
+    }
     s.push_str(
         "if [ -z \"${XLA_PYTHON_CLIENT_MEM_FRACTION+x}\" ]; then export XLA_PYTHON_CLIENT_MEM_FRACTION=0.95; fi\n",
     );
     Ok(())
 }
 
-/// The fields of `metadata.json` known when rendering (identity, `job_key`, `hardware`, the
-/// job's `config`), JSON-encoded here and shell-quoted; the body adds what only the process
-/// knows (rank, host, pid, times, status, the Slurm job id).
+/// The fields of `metadata.json` known when rendering (identity, `job_key`, `run_key`,
+/// `hardware`, the job's `config`), JSON-encoded here and shell-quoted; the body adds what only
+/// the process knows (rank, host, pid, times, status, the Slurm job id).
+///
+/// As in the original's: `job_key` is the registry key of a job config (for an experiment, its
+/// entrypoint line), and `hardware` has `chip`, `total_chips` and `hosts` (names: the host,
+/// then `host-<i>` for the other nodes, as the original padded them), beside theseus's `count`,
+/// `nodes` and `host`.
 fn render_identity(s: &mut String, input: &BootstrapInput) -> Result<()> {
     let id = &input.identity;
-    let job_key = format!("{}/{}/{}/{}", id.project, id.group, id.name, id.run_id);
+    let run_key = format!("{}/{}/{}/{}", id.project, id.group, id.name, id.run_id);
+    let job_key = match &input.job_config {
+        Some(run) => run.key.clone(),
+        None => shell::join(&input.entrypoint),
+    };
     let hardware = input.hardware.as_ref().map(|h| {
+        let hosts: Vec<String> =
+            std::iter::once(h.host.clone()).chain((1..h.nodes.max(1)).map(|i| format!("host-{i}"))).collect();
         serde_json::json!({
-            "chip": h.chip, "count": h.count, "total_chips": h.count, "nodes": h.nodes, "host": h.host,
+            "chip": h.chip, "total_chips": h.count, "hosts": hosts, "count": h.count, "nodes": h.nodes,
+            "host": h.host,
         })
     });
-    let fields: [(&str, serde_json::Value); 7] = [
+    let fields: [(&str, serde_json::Value); 8] = [
         ("name", id.name.clone().into()),
         ("project", id.project.clone().into()),
         ("group", id.group.clone().into()),
         ("run_id", id.run_id.clone().into()),
         ("job_key", job_key.into()),
+        ("run_key", run_key.into()),
         ("hardware", hardware.unwrap_or(serde_json::Value::Null)),
         ("config", input.config.clone()),
     ];

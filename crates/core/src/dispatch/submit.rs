@@ -36,6 +36,7 @@ pub(super) fn prepare(solved: &Solved) -> Result<(PreparedJob, RunLayout)> {
         uv_groups: solved.uv_groups(),
         resume: resume(solved, &layout)?,
         batch_search: &|experiment| Ok(crate::batch_search::decide(experiment, &env, plan)?.is_some()),
+        cluster: solved.loaded.config.hosts.get(&plan.host).map(|h| h.cluster().to_owned()).unwrap_or_default(),
         hardware: bootstrap::Hardware {
             chip: plan.chip.map(|c| c.name.to_owned()),
             count: plan.total_chips,
@@ -70,6 +71,8 @@ pub(crate) struct Bootstrap<'a> {
     pub(crate) batch_search: &'a dyn Fn(&crate::job::Experiment) -> Result<bool>,
     /// What it was given.
     pub(crate) hardware: bootstrap::Hardware,
+    /// The name of the cluster it runs on (the original's `Cluster.name`, for a job config).
+    pub(crate) cluster: String,
 }
 
 /// The rendered bootstrap of `job`.
@@ -92,9 +95,17 @@ pub(crate) fn render_bootstrap(job: &Bootstrap<'_>) -> Result<bootstrap::Rendere
         // Each stage asks (or not) for the search on its own.
         let asks =
             Experiment { batch_search: stage.batch_search, config: stage.config.clone(), ..Experiment::default() };
-        stage.batch_search = (job.batch_search)(&asks)
-            .map_err(|e| Error::InvalidConfig(format!("{}: {e}", stage.source)))?;
+        stage.batch_search =
+            (job.batch_search)(&asks).map_err(|e| Error::InvalidConfig(format!("{}: {e}", stage.source)))?;
     }
+    // A job config of the original (the main file's, else the first stage's): its key, and what
+    // its runner builds the original's hardware from.
+    let stage_key = || {
+        let runner = |s: &&crate::job::stages::Stage| s.entrypoint.get(1).is_some_and(|w| w == crate::original::RUNNER);
+        input.stages.iter().find(runner).and_then(|s| s.config["job"].as_str().map(str::to_owned))
+    };
+    let key = experiment.job_key.clone().or_else(stage_key);
+    input.job_config = key.map(|key| bootstrap::JobConfigRun { key, cluster: job.cluster.clone() });
     input.hardware = Some(job.hardware.clone());
     bootstrap::render(&input).map_err(|e| match e {
         Error::InvalidConfig(m) => {

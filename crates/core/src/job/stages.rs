@@ -45,12 +45,21 @@ impl Stage {
         let entrypoint = experiment.entrypoint_words().map_err(|e| Error::InvalidConfig(format!("{source}: {e}")))?;
         Ok(Stage {
             source: source.to_owned(),
-            label: crate::shell::join(&entrypoint),
+            label: label(experiment, &entrypoint),
             entrypoint,
             distributed: experiment.distributed,
             config: experiment.config.clone(),
             batch_search: experiment.batch_search,
         })
+    }
+}
+
+/// What a stage runs, for people: the entrypoint line, or `job KEY` for a job config of the
+/// original ([`crate::original`]).
+fn label(experiment: &Experiment, entrypoint: &[String]) -> String {
+    match &experiment.job_key {
+        Some(key) => format!("job {key}"),
+        None => crate::shell::join(entrypoint),
     }
 }
 
@@ -71,7 +80,7 @@ pub fn list(main: &Experiment, main_source: &str) -> Vec<Listed> {
     if main.stages.is_empty() {
         return Vec::new();
     }
-    let first = main.entrypoint_words().map(|w| crate::shell::join(&w)).unwrap_or_default();
+    let first = main.entrypoint_words().map(|w| label(main, &w)).unwrap_or_default();
     std::iter::once((main_source.to_owned(), first))
         .chain(main.stages.iter().map(|s| (s.source.clone(), s.label.clone())))
         .enumerate()

@@ -133,6 +133,7 @@ pub fn bootstrap(job: &Standalone) -> Result<RenderedBootstrap> {
             Ok(experiment.batch_search && !job.env.iter().any(|v| v.name == crate::batch_search::SIZE_VARIABLE))
         },
         hardware: Hardware { chip: job.chip.clone(), count: job.count, nodes: 1, host: "bootstrap".into() },
+        cluster: "bootstrap".into(),
     })
 }
 

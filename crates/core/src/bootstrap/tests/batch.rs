@@ -391,6 +391,8 @@ fn term_to_the_bootstrap_during_a_probe_stops_it_and_records_preemption() {
 #[test]
 fn a_probe_ends_even_when_the_bootstrap_kills_the_driver_at_once() {
     term_during_a_probe(&[("THESEUS_TERM_GRACE_SECONDS", "0")]);
+    // The original's name for the grace, as the bootstrap reads it.
+    term_during_a_probe(&[("THESEUS_MAIN_CHILD_TERM_GRACE_SECONDS", "0")]);
 }
 
 fn term_during_a_probe(env: &[(&str, &str)]) {

@@ -12,6 +12,7 @@ use super::*;
 
 mod batch;
 mod hold;
+mod output;
 mod overrides;
 mod resume;
 mod setup;
@@ -116,6 +117,7 @@ impl Harness {
             stages: Vec::new(),
             source: String::new(),
             batch_search: false,
+            job_config: None,
         }
     }
 
@@ -275,10 +277,14 @@ fn hostile_values_reach_a_python_job_byte_for_byte() {
     assert!(metadata["hostname"].as_str().is_some_and(|h| !h.is_empty()));
     assert!(metadata["pid"].as_u64().is_some());
     let id = &input.identity;
-    assert_eq!(metadata["job_key"], Value::from(format!("{}/{}/{}/{}", id.project, id.group, id.name, id.run_id)));
+    assert_eq!(metadata["run_key"], Value::from(format!("{}/{}/{}/{}", id.project, id.group, id.name, id.run_id)));
+    // As in the original: `job_key` names what runs (an experiment's entrypoint line here), and
+    // `hardware` has `total_chips` and the `hosts` names beside theseus's own fields.
+    assert_eq!(metadata["job_key"], Value::from(crate::shell::join(&input.entrypoint)));
     assert_eq!(
         metadata["hardware"],
-        json!({"chip": "h100", "count": 16, "total_chips": 16, "nodes": 2, "host": hostile[4]})
+        json!({"chip": "h100", "count": 16, "total_chips": 16, "nodes": 2, "host": hostile[4],
+               "hosts": [hostile[4], "host-1"]})
     );
     assert_eq!(metadata["config"], input.config);
     assert_eq!(metadata["slurm_job_id"], Value::Null);

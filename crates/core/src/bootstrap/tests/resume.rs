@@ -218,7 +218,10 @@ fn env_sh_and_metadata_carry_this_starts_values() {
     let _ = start(&h, &fresh, &[]);
     let env_sh = std::fs::read_to_string(h.work.join(".theseus/env.sh")).unwrap();
     assert_eq!(env_sh.matches("set by the bootstrap at start").count(), 1, "{env_sh}");
-    assert!(env_sh.ends_with("export THESEUS_ATTEMPT=1\nunset THESEUS_RESTORE_FROM\n"), "{env_sh}");
+    assert!(
+        env_sh.ends_with("export THESEUS_ATTEMPT=1\nunset THESEUS_RESTORE_FROM THESEUS_RESTORE_SOURCE\n"),
+        "{env_sh}"
+    );
     assert_eq!(h.metadata("metadata.json")["restore_from"], Value::Null);
     h.assert_no_injection();
     assert!(!h.tmp.path().join("pwned-env").exists() && !h.work.join("pwned-env").exists());

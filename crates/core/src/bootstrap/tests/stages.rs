@@ -74,6 +74,8 @@ fn stages_run_in_order_each_with_its_config_name_status_and_log() {
     let metadata = h.metadata("metadata.json");
     assert_eq!(metadata["status"], "completed");
     assert_eq!(metadata["stage"], 3);
+    // The job's own status is the only `"status": "` in the file (the Slurm follow greps for it).
+    assert_eq!(read(&h.run.join("metadata.json")).matches("\"status\": \"").count(), 1);
     let stages = metadata["stages"].as_array().unwrap();
     let names: Vec<_> = stages.iter().map(|s| s["name"].as_str().unwrap()).collect();
     assert_eq!(names, ["main.yaml", "stage 2.yaml", "stage 3.yaml"]);

@@ -1,0 +1,1 @@
+"""A stand-in for the original theseus package (see ../README.md)."""

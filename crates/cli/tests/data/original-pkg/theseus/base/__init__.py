@@ -1,0 +1,1 @@
+"""Base types: chips, hardware, topology, execution spec."""
