@@ -149,7 +149,7 @@ pub(crate) async fn solve(
         clusters: args.place.cluster.clone(),
         exclude_clusters: args.place.exclude_cluster.clone(),
         host: args.place.host.clone(),
-        env: args.env.clone(),
+        env: code_subdir_env(ctx, code).into_iter().chain(args.env.iter().cloned()).collect(),
         secret_env: args.secret_env.clone(),
         probe: probe && !args.no_check,
         probe_timeout: args.probe_timeout,
@@ -198,6 +198,23 @@ pub(crate) fn load_experiment(args: &JobArgs, given: Option<Experiment>) -> Resu
     // `--target GROUP`: after the experiment's own groups (the host's come first).
     experiment.uv_groups.extend(args.target.iter().cloned());
     Ok(experiment)
+}
+
+/// `THESEUS_CODE_SUBDIR=DIR` when this command runs in a subdirectory `DIR` of the repository it
+/// ships (no `--code`): the whole repository ships, and the job starts in `DIR` as the
+/// original's did (it shipped only that subtree). Before `--env`, so `--env
+/// THESEUS_CODE_SUBDIR=` starts it at the top. Said on stderr.
+fn code_subdir_env(ctx: &Context, code: &Code) -> Option<String> {
+    if code.dir.is_some() {
+        return None;
+    }
+    let cwd = std::env::current_dir().ok()?;
+    let subdir = theseus_core::snapshot::subdir_in_snapshot(&cwd)?;
+    ctx.info(format!(
+        "theseus: the job starts in `{subdir}/` of the shipped repository (where this command runs; the whole \
+         repository ships)"
+    ));
+    Some(format!("THESEUS_CODE_SUBDIR={subdir}"))
 }
 
 /// One line per host that did not answer its probe: `unknown: HOST: REASON`.

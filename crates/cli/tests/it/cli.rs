@@ -1,5 +1,6 @@
 //! The bundled example, the job commands, config errors and dry runs through the binary.
 
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::{TestContext, text};
@@ -210,6 +211,46 @@ fn a_priority_entry_naming_a_gone_host_is_a_warning_and_every_command_runs() {
     }
     let plan = text(&ctx.run(&["plan", "p", "examples/hello/experiment.yaml", "--chip", "cpu"]).stdout);
     assert!(plan.contains("chosen:  local"), "{plan}");
+}
+
+/// Submitted from a subdirectory of a repository, the whole repository ships and the job starts
+/// in that subdirectory, as the original's did (it shipped only the subtree and ran at its
+/// root): `python train.py` written for `repo/exp/` runs. `--env THESEUS_CODE_SUBDIR=` starts it
+/// at the top.
+#[test]
+fn a_job_submitted_from_a_subdirectory_starts_there() {
+    let ctx = TestContext::new();
+    let repo = tempfile::tempdir().unwrap();
+    let exp = repo.path().join("exp");
+    std::fs::create_dir_all(&exp).unwrap();
+    std::fs::write(repo.path().join("shared.py"), "WHERE = 'top'\n").unwrap();
+    let train = "import os, sys\nsys.path.insert(0, os.environ['THESEUS_WORK_DIR'])\nimport shared\n\
+                 print('cwd', os.path.relpath(os.getcwd(), os.environ['THESEUS_WORK_DIR']), shared.WHERE)\n";
+    std::fs::write(exp.join("train.py"), train).unwrap();
+    std::fs::write(exp.join("experiment.yaml"), "entrypoint: python3 train.py\nrequest: {chip: cpu}\n").unwrap();
+    let git = |args: &[&str]| {
+        let ok = Command::new("git").arg("-C").arg(repo.path()).args(args).output().unwrap().status.success();
+        assert!(ok, "git {args:?}");
+    };
+    git(&["init", "-q"]);
+    git(&["add", "-A"]);
+    git(&["-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "x"]);
+    let out = ctx.cmd().current_dir(&exp).args(["submit", "sub", "experiment.yaml", "--follow"]).output().unwrap();
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stderr}");
+    assert!(stdout.contains("cwd exp top"), "{stdout}");
+    assert!(stderr.contains("the job starts in `exp/` of the shipped repository"), "{stderr}");
+    assert!(stdout.contains("[theseus] in exp/ of the shipped code (where submit ran)"), "{stdout}");
+
+    std::fs::write(exp.join("top.yaml"), "entrypoint: python3 exp/train.py\nrequest: {chip: cpu}\n").unwrap();
+    let top = ctx
+        .cmd()
+        .current_dir(&exp)
+        .args(["submit", "top", "top.yaml", "--env", "THESEUS_CODE_SUBDIR=", "--follow"])
+        .output()
+        .unwrap();
+    assert!(top.status.success(), "{}", text(&top.stderr));
+    assert!(text(&top.stdout).contains("cwd . top"), "{}", text(&top.stdout));
 }
 
 #[test]

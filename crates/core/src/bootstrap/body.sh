@@ -270,6 +270,25 @@ theseus_sync() {
   fi
 }
 
+# theseus_exec_in_code_dir COMMAND...: runs the job's command (exec, in the background child)
+# from $THESEUS_CODE_SUBDIR of the work dir when submit ran in that subdirectory of the
+# repository (the original shipped only that subtree and ran there); else from the top.
+# theseus's own files (`.theseus/job.py`, the runner of job configs) stay at the work dir's top.
+theseus_exec_in_code_dir() {
+  if [[ -n "${THESEUS_CODE_SUBDIR:-}" ]]; then
+    cd -- "$THESEUS_WORK_DIR/$THESEUS_CODE_SUBDIR" 2> /dev/null \
+      || theseus_die "THESEUS_CODE_SUBDIR: no directory $THESEUS_CODE_SUBDIR in the shipped code"
+    theseus_log "in $THESEUS_CODE_SUBDIR/ of the shipped code (where submit ran)"
+    local words=() word
+    for word in "$@"; do
+      [[ "$word" != .theseus/* ]] || word="$THESEUS_WORK_DIR/$word"
+      words+=("$word")
+    done
+    set -- "${words[@]}"
+  fi
+  exec "$@"
+}
+
 # theseus_write_marker NAME TEXT: a marker file of the start dir, written atomically.
 theseus_write_marker() {
   printf '%s\n' "$2" > "$theseus_setup_dir/.$1.$BASHPID" && mv -f -- "$theseus_setup_dir/.$1.$BASHPID" "$theseus_setup_dir/$1"
@@ -697,7 +716,7 @@ for ((theseus_i = 1; theseus_i <= theseus_num_stages; theseus_i++)); do
   # proctrack/linuxproc follows parent links only, and loses such processes. Without job control
   # bash gave a background job /dev/null as stdin; it still does.
   set -m
-  "${theseus_cmd[@]}" < /dev/null &
+  theseus_exec_in_code_dir "${theseus_cmd[@]}" < /dev/null &
   theseus_child=$!
   set +m
   theseus_rc=0

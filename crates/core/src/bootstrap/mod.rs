@@ -53,7 +53,9 @@
 //!    `run_key` (`project/group/name/run`), `hardware` ([`Hardware`]),
 //!    the job's `config`, rank, host, pid, `slurm_job_id` (from `SLURM_JOB_ID`), `attempt`,
 //!    `restore_from`, times, status and exit code;
-//! 6. runs the entrypoint (through `batch_search.py` when the job asks for a batch-size search:
+//! 6. runs the entrypoint from the work dir, or from its `$THESEUS_CODE_SUBDIR` (the
+//!    subdirectory of the repository `submit` ran in, as the original ran there), (through
+//!    `batch_search.py` when the job asks for a batch-size search:
 //!    probes, then the real run; its progress in `$THESEUS_RUN_DIR/batch-search.json`, which
 //!    `metadata.json` includes as `batch_search`) as a waited child that leads its own process
 //!    group (Python entrypoints through `launcher.py`, which calls `jax.distributed.initialize`

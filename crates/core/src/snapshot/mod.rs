@@ -112,6 +112,19 @@ pub struct ManifestEntry {
     pub sha256: String,
 }
 
+/// Where `dir` lies inside the snapshot [`Snapshot::collect`] makes of it: its path relative to
+/// the top of its git repository (`exp/small`), or `None` when `dir` is that top, is not in a
+/// repository, or is a directory git ignores (then it ships as itself). The original shipped
+/// only that subtree and ran the job at its root; theseus ships the whole repository and starts
+/// the job there (`THESEUS_CODE_SUBDIR`).
+pub fn subdir_in_snapshot(dir: &Path) -> Option<String> {
+    let top = git::toplevel(dir).filter(|_| !git::is_ignored(dir))?;
+    let (dir, top) = (dir.canonicalize().ok()?, top.canonicalize().ok()?);
+    let rel = dir.strip_prefix(&top).ok()?;
+    let rel = rel.to_str()?.trim_matches('/');
+    (!rel.is_empty()).then(|| rel.to_owned())
+}
+
 impl Snapshot {
     /// Lists the files of `dir` (or of the git repository containing it, unless git ignores
     /// `dir`, which then ships as a plain directory).

@@ -276,3 +276,12 @@ fn estimated_tar_size_matches_what_is_written() {
     snap.write_tar(&mut out, &mut |_| {}).unwrap();
     assert_eq!(snap.estimated_tar_bytes(), out.len() as u64);
 }
+
+#[test]
+fn the_subdir_a_job_starts_in_is_relative_to_the_repository_top() {
+    let tmp = repo();
+    assert_eq!(subdir_in_snapshot(&tmp.path().join("sub")).as_deref(), Some("sub"));
+    assert_eq!(subdir_in_snapshot(tmp.path()), None);
+    let plain = tempfile::tempdir().unwrap();
+    assert_eq!(subdir_in_snapshot(plain.path()), None, "not a repository: it ships as itself");
+}
