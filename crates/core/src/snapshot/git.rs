@@ -67,10 +67,17 @@ pub(super) fn run(top: &Path, args: &[&str]) -> Result<Vec<u8>> {
 }
 
 /// Paths of the working tree: tracked plus untracked-not-ignored, as `/`-separated strings,
-/// sorted and without duplicates (conflicted files are listed once per stage by git).
-pub(super) fn worktree_paths(top: &Path) -> Result<Vec<String>> {
-    let out = run(top, &["ls-files", "-z", "--cached", "--others", "--exclude-standard"])?;
-    let mut paths = out.split(|&b| b == 0).filter(|p| !p.is_empty()).map(utf8_path).collect::<Result<Vec<_>>>()?;
+/// sorted and without duplicates (conflicted files are listed once per stage by git), each
+/// with whether git tracks it.
+pub(super) fn worktree_paths(top: &Path) -> Result<Vec<(String, bool)>> {
+    let list = |args: &[&str]| -> Result<Vec<String>> {
+        let out = run(top, args)?;
+        out.split(|&b| b == 0).filter(|p| !p.is_empty()).map(utf8_path).collect()
+    };
+    let tracked: std::collections::BTreeSet<String> = list(&["ls-files", "-z", "--cached"])?.into_iter().collect();
+    let untracked = list(&["ls-files", "-z", "--others", "--exclude-standard"])?;
+    let mut paths: Vec<(String, bool)> = tracked.iter().map(|p| (p.clone(), true)).collect();
+    paths.extend(untracked.into_iter().filter(|p| !tracked.contains(p)).map(|p| (p, false)));
     paths.sort();
     paths.dedup();
     Ok(paths)

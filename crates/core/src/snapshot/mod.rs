@@ -240,7 +240,11 @@ impl Snapshot {
 /// Lists the working tree of the repository at `top`.
 fn collect_worktree(top: PathBuf) -> Result<Snapshot> {
     let mut files = Vec::new();
-    for path in git::worktree_paths(&top)? {
+    for (path, tracked) in git::worktree_paths(&top)? {
+        if !tracked && is_dotenv(&path) {
+            skip_dotenv(&path);
+            continue;
+        }
         let full = top.join(&path);
         let meta = match std::fs::symlink_metadata(&full) {
             Ok(meta) => meta,
@@ -260,6 +264,27 @@ fn collect_worktree(top: PathBuf) -> Result<Snapshot> {
         }
     }
     Ok(Snapshot { root: top, source: SnapshotSource::GitWorktree, files, hash_cache: None })
+}
+
+/// Whether `path` names a dotenv file (`.env`, `.env.local`, ...; not a template such as
+/// `.env.example`): what `theseus` and python-dotenv read secrets from.
+fn is_dotenv(path: &str) -> bool {
+    let name = path.rsplit('/').next().unwrap_or(path);
+    match name.strip_prefix(".env") {
+        Some("") => true,
+        Some(rest) => rest.starts_with('.') && ![".example", ".sample", ".template", ".dist"].contains(&rest),
+        None => false,
+    }
+}
+
+/// Says that the dotenv file `path` stays behind: it holds secrets (API keys, tokens), which
+/// must not be copied onto shared clusters with the code. One that git tracks is shipped (a
+/// clean snapshot ships it too).
+fn skip_dotenv(path: &str) {
+    tracing::warn!(
+        "not shipping `{path}`: an untracked dotenv file holds secrets; pass what the job needs with \
+         --env or --secret-env, or `git add` it to ship it"
+    );
 }
 
 /// Lists the files of `HEAD` of the repository at `top`.
@@ -316,6 +341,10 @@ fn collect_directory(dir: &Path) -> Result<Snapshot> {
                 Error::InvalidConfig(format!("cannot ship `{}`: the path is not valid UTF-8", rel.display()))
             })?
             .to_owned();
+        if is_dotenv(&path) {
+            skip_dotenv(&path);
+            continue;
+        }
         let meta = std::fs::symlink_metadata(entry.path()).map_err(|e| Error::io("read", entry.path(), e))?;
         match disk_file(path, entry.path(), &meta)? {
             Some(file) => files.push(file),

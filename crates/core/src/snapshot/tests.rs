@@ -285,3 +285,27 @@ fn the_subdir_a_job_starts_in_is_relative_to_the_repository_top() {
     let plain = tempfile::tempdir().unwrap();
     assert_eq!(subdir_in_snapshot(plain.path()), None, "not a repository: it ships as itself");
 }
+
+/// An untracked dotenv file holds secrets: `--dirty` leaves it (and `.env.local`) behind, in a
+/// repository and in a plain directory; a template and a dotenv file git tracks ship.
+#[test]
+fn untracked_dotenv_files_stay_behind() {
+    let tmp = repo();
+    write(tmp.path(), ".env", "WANDB_API_KEY=secret\n");
+    write(tmp.path(), "sub/.env.local", "HF_TOKEN=secret\n");
+    write(tmp.path(), ".env.example", "WANDB_API_KEY=\n");
+    write(tmp.path(), ".envrc.txt", "not a dotenv file\n");
+    let paths = |s: &Snapshot| s.files.iter().map(|f| f.path.clone()).collect::<Vec<_>>();
+    let shipped = paths(&Snapshot::collect(tmp.path(), SnapshotMode::Dirty).unwrap());
+    assert!(!shipped.iter().any(|p| p == ".env" || p == "sub/.env.local"), "{shipped:?}");
+    assert!(shipped.iter().any(|p| p == ".env.example") && shipped.iter().any(|p| p == ".envrc.txt"), "{shipped:?}");
+    git(tmp.path(), &["add", ".env"]);
+    let shipped = paths(&Snapshot::collect(tmp.path(), SnapshotMode::Dirty).unwrap());
+    assert!(shipped.iter().any(|p| p == ".env"), "a tracked .env ships: {shipped:?}");
+
+    let plain = tempfile::tempdir().unwrap();
+    write(plain.path(), "train.py", "print(1)\n");
+    write(plain.path(), ".env", "WANDB_API_KEY=secret\n");
+    let shipped = paths(&Snapshot::collect(plain.path(), SnapshotMode::Dirty).unwrap());
+    assert_eq!(shipped, vec!["train.py".to_owned()]);
+}
