@@ -90,6 +90,23 @@ pub(crate) enum Command {
     Gc(GcArgs),
     /// Show the space the code store and run code dirs use on each host's cluster.
     Du(DuArgs),
+    /// The original theseus package's `jobs`: run by the project's own Python (`uv run`, else
+    /// `.venv`, else `python3`), as before.
+    #[command(disable_help_flag = true)]
+    Jobs(PassedArgs),
+    /// The original theseus package's `configure`, run by the project's own Python.
+    #[command(disable_help_flag = true)]
+    Configure(PassedArgs),
+    /// The original theseus package's `run` (a job in this process), run by the project's own
+    /// Python.
+    #[command(disable_help_flag = true)]
+    Run(PassedArgs),
+    /// The original theseus package's `checkpoints`, run by the project's own Python.
+    #[command(disable_help_flag = true)]
+    Checkpoints(PassedArgs),
+    /// The original theseus package's `restore`, run by the project's own Python.
+    #[command(disable_help_flag = true)]
+    Restore(PassedArgs),
     /// Print a shell completion script (e.g. `theseus completions bash > ~/.local/share/bash-completion/completions/theseus`).
     Completions {
         /// The shell.
@@ -504,4 +521,12 @@ fn group_arg(text: &str) -> Result<String, String> {
 /// Clap parser of durations: the core's one duration parser.
 fn duration_arg(text: &str) -> Result<Duration, String> {
     theseus_core::duration::parse(text)
+}
+
+/// The arguments of a command of the original theseus package, passed to it as they are.
+#[derive(Debug, Args)]
+pub(crate) struct PassedArgs {
+    /// Its arguments (`--help` shows the original's help).
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0.., value_name = "ARGS")]
+    pub(crate) args: Vec<String>,
 }

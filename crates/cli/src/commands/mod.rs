@@ -11,6 +11,7 @@ mod forward;
 mod gc;
 mod jobs;
 mod list;
+mod original;
 mod plan;
 mod repl;
 mod shell;
@@ -33,6 +34,19 @@ pub(crate) async fn run(cli: Cli, host_types: HostTypes) -> Result<ExitCode> {
         Command::Completions { shell } => return docs::completions(*shell, &host_types),
         Command::Man { out } => return docs::man(out, &host_types),
         _ => {}
+    }
+    // The original package's own commands run in the project's Python, before any config is
+    // read (they read their own).
+    let original = match &cli.command {
+        Command::Jobs(a) => Some(("jobs", a)),
+        Command::Configure(a) => Some(("configure", a)),
+        Command::Run(a) => Some(("run", a)),
+        Command::Checkpoints(a) => Some(("checkpoints", a)),
+        Command::Restore(a) => Some(("restore", a)),
+        _ => None,
+    };
+    if let Some((name, args)) = original {
+        return original::run(name, &args.args);
     }
     let ctx = Context::new(&cli.global, host_types)?;
     match cli.command {
@@ -64,7 +78,13 @@ pub(crate) async fn run(cli: Cli, host_types: HostTypes) -> Result<ExitCode> {
                     Command::Bootstrap(args) => bootstrap::run(&ctx, args),
                     Command::Gc(args) => gc::run(&ctx, args).await,
                     Command::Du(args) => du::run(&ctx, args).await,
-                    Command::Completions { .. } | Command::Man { .. } => unreachable!("handled above"),
+                    Command::Completions { .. }
+                    | Command::Man { .. }
+                    | Command::Jobs(_)
+                    | Command::Configure(_)
+                    | Command::Run(_)
+                    | Command::Checkpoints(_)
+                    | Command::Restore(_) => unreachable!("handled above"),
                 }
             })
             .await

@@ -269,3 +269,36 @@ fn job_configs_run_as_stages_in_one_allocation() {
         ctx.run(&["plan", "staged", code.path().join("hello.yaml").to_str().unwrap(), "-s", count.to_str().unwrap()]);
     assert!(text(&plan.stdout).contains("job toy/count"), "{}", text(&plan.stdout));
 }
+
+/// `theseus configure|jobs|run|checkpoints|restore` are the original package's own commands:
+/// theseus runs its CLI (`theseus.cli`) in the project's Python with the arguments as given
+/// (`--help` included); where the package cannot be imported, one line says so, exit 2.
+#[test]
+fn the_originals_local_commands_run_through_its_own_cli() {
+    let ctx = TestContext::new();
+    let project = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(project.path().join("theseus")).unwrap();
+    std::fs::write(project.path().join("theseus/__init__.py"), "").unwrap();
+    std::fs::write(
+        project.path().join("theseus/cli.py"),
+        "import sys\ndef theseus():\n    print('original cli', sys.argv)\n    sys.exit(4)\n",
+    )
+    .unwrap();
+    let out = ctx
+        .cmd()
+        .current_dir(project.path())
+        .args(["configure", "gpt/train/pretrain", "run.yaml", "--help", "-n", "2"])
+        .output()
+        .unwrap();
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(4), "the original's exit code: {stdout}{}", text(&out.stderr));
+    assert!(
+        stdout.contains("original cli ['theseus', 'configure', 'gpt/train/pretrain', 'run.yaml', '--help', '-n', '2']"),
+        "{stdout}"
+    );
+    let elsewhere = tempfile::tempdir().unwrap();
+    let out = ctx.cmd().current_dir(elsewhere.path()).args(["jobs"]).output().unwrap();
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("`theseus jobs` is a command of the original theseus package"), "{stderr}");
+}
