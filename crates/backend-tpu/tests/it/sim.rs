@@ -150,7 +150,9 @@ async fn printing_job(h: &Harness, name: &str, sleep_first: u32) -> (theseus_cor
     );
     let (mut job, dir) = testing::prepare(h, name, &[], vec![], serde_json::json!({})).await.unwrap();
     for f in &mut job.bootstrap.files {
-        f.contents = f.contents.replace("job.py", &format!("-c {}", theseus_core::shell::quote(&script)));
+        f.contents = f
+            .contents
+            .replace("theseus_args=(job.py", &format!("theseus_args=(-c {}", theseus_core::shell::quote(&script)));
     }
     (job, dir)
 }

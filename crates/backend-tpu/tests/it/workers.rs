@@ -58,7 +58,9 @@ async fn every_worker_runs_the_job_wired_from_its_metadata_server_and_logs_are_m
     let mut job = job;
     // The job prints its wiring instead of running job.py.
     for f in &mut job.bootstrap.files {
-        f.contents = f.contents.replace("job.py", &format!("-c {}", theseus_core::shell::quote(script)));
+        f.contents = f
+            .contents
+            .replace("theseus_args=(job.py", &format!("theseus_args=(-c {}", theseus_core::shell::quote(script)));
     }
     let handle = backend.submit(&job, &SubmitOptions::default()).await.expect("submit");
     let status = testing::wait_terminal(&h, &handle).await;
@@ -205,7 +207,9 @@ async fn status_recreates_a_preempted_vm_theseus_created_and_restarts_the_run_as
                   print('attempt', a, 'worker', w, flush=True); time.sleep(60 if a == '1' else 2)";
     let (mut job, _dir) = testing::prepare(&h, "resume", &[], vec![], serde_json::json!({})).await.unwrap();
     for f in &mut job.bootstrap.files {
-        f.contents = f.contents.replace("job.py", &format!("-c {}", theseus_core::shell::quote(script)));
+        f.contents = f
+            .contents
+            .replace("theseus_args=(job.py", &format!("theseus_args=(-c {}", theseus_core::shell::quote(script)));
     }
     let handle = backend.submit(&job, &confirmed(false)).await.expect("submit");
     wait_for(&backend, &handle, "attempt 1 worker 1").await;
@@ -242,7 +246,9 @@ async fn status_recreates_a_preempted_vm_theseus_created_and_restarts_the_run_as
     // (READY, new incarnation, labelled with the run): the next status starts it there.
     let (mut job, _dir) = testing::prepare(&h, "resume-stopped", &[], vec![], serde_json::json!({})).await.unwrap();
     for f in &mut job.bootstrap.files {
-        f.contents = f.contents.replace("job.py", &format!("-c {}", theseus_core::shell::quote(script)));
+        f.contents = f
+            .contents
+            .replace("theseus_args=(job.py", &format!("theseus_args=(-c {}", theseus_core::shell::quote(script)));
     }
     vm.0.lock().unwrap().node = None;
     let handle = backend.submit(&job, &confirmed(false)).await.expect("submit");
@@ -258,7 +264,9 @@ async fn status_recreates_a_preempted_vm_theseus_created_and_restarts_the_run_as
     // Cancelled, then preempted: not started again.
     let (mut job, _dir) = testing::prepare(&h, "resume-cancel", &[], vec![], serde_json::json!({})).await.unwrap();
     for f in &mut job.bootstrap.files {
-        f.contents = f.contents.replace("job.py", &format!("-c {}", theseus_core::shell::quote(script)));
+        f.contents = f
+            .contents
+            .replace("theseus_args=(job.py", &format!("theseus_args=(-c {}", theseus_core::shell::quote(script)));
     }
     vm.0.lock().unwrap().node = None;
     let handle = backend.submit(&job, &confirmed(true)).await.expect("submit");

@@ -79,6 +79,7 @@ fn render_values(s: &mut String, input: &BootstrapInput) {
     value("work_rendered", trim_dir(&input.work_dir));
     value("status", &status);
     value("run_rel", &run_rel);
+    value("run_rendered", trim_dir(&input.run_dir));
     value("log", input.log_dir.as_deref().map(trim_dir).unwrap_or(""));
     value("job_rel", &job_rel);
 }

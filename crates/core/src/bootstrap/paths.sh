@@ -42,6 +42,12 @@ theseus_reroot() {
 
 # theseus_resolve_paths: exports the paths (see above).
 theseus_resolve_paths() {
+  local n
+  # A `~/` path (a TPU VM's template: each worker's home) is this machine's home.
+  for n in root work work_rendered status run_rendered log; do
+    n=theseus_paths_$n
+    if [[ "${!n-}" == "~/"* ]]; then printf -v "$n" '%s/%s' "$HOME" "${!n#"~/"}"; fi
+  done
   local root=$theseus_paths_root work=$theseus_paths_work status=$theseus_paths_status log=$theseus_paths_log
   local data=$THESEUS_DATA_DIR checkpoints=$THESEUS_CHECKPOINTS_DIR results=$THESEUS_RESULTS_DIR
   local theseus_o v
@@ -76,8 +82,17 @@ theseus_resolve_paths() {
   [[ -z "$theseus_o" ]] || status=$theseus_o
   export THESEUS_ROOT=$root THESEUS_STATUS_DIR=$status THESEUS_DATA_DIR=$data
   export THESEUS_CHECKPOINTS_DIR=$checkpoints THESEUS_RESULTS_DIR=$results
-  export THESEUS_WORK_DIR=$work${theseus_paths_work_rel:+/$theseus_paths_work_rel}
-  export THESEUS_RUN_DIR=$status${theseus_paths_run_rel:+/$theseus_paths_run_rel}
+  # Dirs no override moved are exactly as rendered (a backend may have rewritten them).
+  if [[ "$work" == "$theseus_paths_work" ]]; then
+    export THESEUS_WORK_DIR=$theseus_paths_work_rendered
+  else
+    export THESEUS_WORK_DIR=$work${theseus_paths_work_rel:+/$theseus_paths_work_rel}
+  fi
+  if [[ "$status" == "$theseus_paths_status" ]]; then
+    export THESEUS_RUN_DIR=$theseus_paths_run_rendered
+  else
+    export THESEUS_RUN_DIR=$status${theseus_paths_run_rel:+/$theseus_paths_run_rel}
+  fi
   export THESEUS_CHECKPOINT_DIR=${checkpoints%/}/$theseus_paths_job_rel
   export THESEUS_CONFIG=${THESEUS_WORK_DIR%/}/.theseus/config.json
   if [[ -n "$log" ]]; then export THESEUS_LOG_DIR=$log; else unset THESEUS_LOG_DIR; fi
