@@ -188,6 +188,26 @@ pub(crate) fn load_experiment(args: &JobArgs, given: Option<Experiment>) -> Resu
             .map_err(|e| anyhow!("-s/--stage {}: {e}", path.display()))?;
         stages.push((path.display().to_string(), stage));
     }
+    // An override no job config of the submit has a path for reaches nothing (the original
+    // dropped it silently; a typo shows here). Experiments add the path to their `config`.
+    if experiment.job_key.is_some() && stages.iter().all(|(_, s)| s.job_key.is_some()) {
+        for item in &args.overrides {
+            let found = std::iter::once(&experiment.config)
+                .chain(stages.iter().map(|(_, s)| &s.config))
+                .any(|c| theseus_core::job::override_path_exists(c, item));
+            if !found {
+                let key = item.split_once('=').map_or(item.as_str(), |(k, _)| k);
+                let files: Vec<String> = std::iter::once(args.experiment.display().to_string())
+                    .chain(stages.iter().map(|(name, _)| name.clone()))
+                    .collect();
+                bail!(
+                    "override {key}: no job config of this submit has that key ({}); job configs take overrides of \
+                     keys they have, as the original did: check its spelling",
+                    files.join(", ")
+                );
+            }
+        }
+    }
     let hardware_from_flags = args.place.chip.is_some() || args.place.n_chips.is_some();
     theseus_core::job::stages::attach(
         &mut experiment,

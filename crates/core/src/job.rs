@@ -192,6 +192,19 @@ impl Experiment {
     }
 }
 
+/// Whether the dotted path of the override `item` (`KEY=VALUE`) names a value in `config`.
+pub fn override_path_exists(config: &serde_json::Value, item: &str) -> bool {
+    let key = item.split_once('=').map_or(item, |(k, _)| k).trim();
+    let mut current = config;
+    for segment in key.split('.') {
+        match current.get(segment) {
+            Some(next) => current = next,
+            None => return false,
+        }
+    }
+    true
+}
+
 /// Who a job is: name, project, group and a unique run id.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JobIdentity {

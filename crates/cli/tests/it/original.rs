@@ -302,3 +302,45 @@ fn the_originals_local_commands_run_through_its_own_cli() {
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("`theseus jobs` is a command of the original theseus package"), "{stderr}");
 }
+
+/// As the original: an override reaches each job config that has its key (a data stage without
+/// `training:` does not get one), and one that no job config of the submit has is an error
+/// naming the key and the files (the original dropped it silently).
+#[test]
+fn overrides_reach_the_job_configs_that_have_the_key() {
+    let ctx = TestContext::new();
+    let code = code();
+    let hello = code.path().join("hello.yaml");
+    let data = code.path().join("data.yaml");
+    std::fs::write(&data, "job: toy/count\nrequest: {min_chips: 0}\ndata: {shards: 2}\n").unwrap();
+    let (hello, data) = (hello.to_str().unwrap(), data.to_str().unwrap());
+    let dry = ctx.run(&[
+        "--output",
+        "json",
+        "submit",
+        "x",
+        hello,
+        "-s",
+        data,
+        "training.per_device_batch_size=4",
+        "data.shards=5",
+        "--dry-run",
+    ]);
+    assert!(dry.status.success(), "{}", text(&dry.stderr));
+    let shown: Value = serde_json::from_slice(&dry.stdout).unwrap();
+    let files = shown["bootstrap"]["files"].as_array().unwrap();
+    let config = |path: &str| -> Value {
+        let f = files.iter().find(|f| f["path"] == path).unwrap_or_else(|| panic!("{path}: {shown}"));
+        serde_json::from_str(f["contents"].as_str().unwrap()).unwrap()
+    };
+    let (main, stage) = (config(".theseus/config.json"), config(".theseus/stage-2/config.json"));
+    assert_eq!(main["training"]["per_device_batch_size"], 4);
+    assert!(main.get("data").is_none(), "{main}");
+    assert_eq!(stage["data"]["shards"], 5);
+    assert!(stage.get("training").is_none(), "the data stage gets no training section: {stage}");
+    let out = ctx.run(&["plan", "x", hello, "-s", data, "trainig.lr=1"]);
+    assert!(!out.status.success());
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("override trainig.lr: no job config of this submit has that key"), "{stderr}");
+    assert!(stderr.contains("data.yaml"), "{stderr}");
+}

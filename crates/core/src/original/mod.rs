@@ -42,8 +42,8 @@ impl Options {
 }
 
 /// Reads `path`: an experiment comes back as it is (with `overrides` applied to its `config`),
-/// a job config of the original as the [`Experiment`] that runs it (with `overrides` applied to
-/// the whole job config). Only a regular file of at most [`crate::files::CONFIG_LIMIT`] bytes is
+/// a job config of the original as the [`Experiment`] that runs it (with those of `overrides`
+/// whose dotted path the job config has applied to it, as the original applied them). Only a regular file of at most [`crate::files::CONFIG_LIMIT`] bytes is
 /// read.
 ///
 /// # Errors
@@ -115,8 +115,12 @@ pub fn from_yaml(text: &str, source: &str, options: &Options, overrides: &[Strin
         }
         config["request"]["n_shards"] = Value::from(n);
     }
+    // As the original: an override applies where this file has its path (a stage that is a
+    // data job has no `training:`); one that no file of the submit has is the caller's to refuse.
+    let present: Vec<String> =
+        overrides.iter().filter(|o| crate::job::override_path_exists(&config, o)).cloned().collect();
     let mut carrier = Experiment { config, ..Experiment::default() };
-    carrier.apply_overrides(overrides)?;
+    carrier.apply_overrides(&present)?;
     let config = carrier.config;
     let key = config["job"].as_str().map(str::trim).unwrap_or_default().to_owned();
     if key.is_empty() {
