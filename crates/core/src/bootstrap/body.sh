@@ -142,6 +142,8 @@ theseus_capture_begin() {
   [[ -z "$theseus_capture_saved_out" ]] || return 0
   local fifo="$THESEUS_RUN_DIR/.output.$theseus_rank.$$" stream pid
   theseus_capture_pids=()
+  # A host whose own log file is this one (stdout already goes there) has every line in it.
+  if [[ /dev/stdout -ef "$theseus_output_log" || /dev/stderr -ef "$theseus_output_log" ]]; then return 0; fi
   if ! command -v tee > /dev/null 2>&1 || ! mkfifo -- "$fifo.out" "$fifo.err" 2> /dev/null; then
     rm -f -- "$fifo.out" "$fifo.err"
     theseus_log "note: cannot copy the job's output into $theseus_output_log (no mkfifo or tee)"
