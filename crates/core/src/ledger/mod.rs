@@ -22,7 +22,10 @@ use crate::backend::{JobHandle, JobState};
 use crate::job::JobIdentity;
 use crate::{Error, Result};
 
+mod page;
 mod schema;
+
+pub use page::{ListedRun, Page, RunFilter};
 
 /// File name of the ledger inside the state dir.
 pub const LEDGER_FILE: &str = "ledger.sqlite3";
@@ -185,6 +188,7 @@ impl Ledger {
         })?;
         schema::ensure_host_config(&conn, &path)?;
         schema::ensure_resume(&conn, &path)?;
+        schema::ensure_chips(&conn, &path)?;
         Ok(Ledger { conn, path, state_dir: state_dir.to_owned(), read_only: false })
     }
 

@@ -73,6 +73,11 @@ pub(crate) fn ensure_resume(conn: &Connection, path: &Path) -> Result<()> {
     ensure_text_column(conn, path, "resume")
 }
 
+/// Adds `runs.chips` (the chips a run asked for, as shown) the same way.
+pub(crate) fn ensure_chips(conn: &Connection, path: &Path) -> Result<()> {
+    ensure_text_column(conn, path, "chips")
+}
+
 /// Adds the TEXT column `column` to `runs` when it lacks it, once, under the write lock.
 fn ensure_text_column(conn: &Connection, path: &Path, column: &str) -> Result<()> {
     let has = || conn.prepare(&format!("SELECT {column} FROM runs LIMIT 0")).is_ok();
