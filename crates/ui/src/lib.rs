@@ -4,7 +4,16 @@
 //! [`Source`], which the CLI implements over the ledger and the backends.
 
 mod api;
+mod assets;
+mod auth;
+mod handlers;
+mod query;
+mod respond;
+mod routes;
+mod server;
 mod source;
+mod sse;
+mod streams;
 
 pub use api::{Commands, LogEvent, LogEvents, MAX_PAGE, RunDetail, RunPage, RunQuery, RunRow};
 pub use source::{Source, SourceError};
@@ -61,11 +70,10 @@ pub async fn bind(source: Arc<dyn Source>, options: ServeOptions) -> Result<Serv
 }
 
 impl Server {
-    /// Answers requests until `shutdown` resolves.
+    /// Answers requests until `shutdown` resolves; then stops accepting, ends the open event
+    /// streams, lets answers in flight finish (for at most a few seconds) and returns.
     pub async fn run(self, shutdown: impl std::future::Future<Output = ()> + Send) -> Result<(), Error> {
-        // Filled in by the server part (routing, auth, assets, SSE).
-        let _ = (&self.listener, &self.source, &self.token);
-        shutdown.await;
+        server::run(self.listener, self.source, self.token, shutdown).await;
         Ok(())
     }
 }
