@@ -63,7 +63,13 @@ pub(crate) fn changes(source: Arc<dyn Source>, stop: Stop) -> Response<Body> {
     let frames = futures::stream::unfold(state, |mut s| async move {
         loop {
             tokio::select! {
-                _ = s.poll.tick() => match s.source.version().await {
+                _ = s.poll.tick() => {
+                    // A slow answer must not hold the stream open past shutdown.
+                    let mark = tokio::select! {
+                        mark = s.source.version() => mark,
+                        () = stopped(&mut s.stop) => return None,
+                    };
+                    match mark {
                     Ok(mark) if s.last.as_ref() != Some(&mark) => {
                         let frame = sse::changed(&mark);
                         s.last = Some(mark);
@@ -72,7 +78,8 @@ pub(crate) fn changes(source: Arc<dyn Source>, stop: Stop) -> Response<Body> {
                     Ok(_) => {}
                     // The page keeps what it shows; the next poll tries again.
                     Err(e) => tracing::warn!("theseus ui: cannot read the ledger's change mark: {e}"),
-                },
+                    }
+                }
                 _ = s.ping.tick() => return Some((sse::PING.to_owned(), s)),
                 _ = stopped(&mut s.stop) => return None,
             }

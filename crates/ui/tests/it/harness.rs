@@ -20,7 +20,7 @@ use theseus_core::ledger::{Record, RunKind};
 use theseus_ui::{
     Commands, LogEvent, LogEvents, RunDetail, RunPage, RunQuery, RunRow, ServeOptions, Source, SourceError,
 };
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{Notify, mpsc, oneshot};
 
 /// The token of every test server but one.
 pub(crate) const TOKEN: &str = "0123456789abcdef0123456789abcdef0123456789abcdef";
@@ -38,6 +38,10 @@ pub(crate) struct Fake {
     pub(crate) last_query: Mutex<Option<RunQuery>>,
     /// How many times `cancel` was called.
     pub(crate) cancels: Mutex<u32>,
+    /// While set, `version` fails (a ledger that cannot be read).
+    pub(crate) version_broken: Mutex<bool>,
+    /// Told when `run("slow")` (which answers after 300 ms) starts.
+    pub(crate) slow_started: Notify,
 }
 
 /// The lines of run `long`.
@@ -57,6 +61,8 @@ impl Fake {
             live: Mutex::new(Some(rx)),
             last_query: Mutex::new(None),
             cancels: Mutex::new(0),
+            version_broken: Mutex::new(false),
+            slow_started: Notify::new(),
         };
         (Arc::new(fake), tx)
     }
@@ -134,6 +140,11 @@ impl Source for Fake {
     }
 
     async fn run(&self, run: &str) -> Result<RunDetail, SourceError> {
+        if run == "slow" {
+            self.slow_started.notify_one();
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            return self.detail("done");
+        }
         self.detail(run)
     }
 
@@ -167,6 +178,9 @@ impl Source for Fake {
     }
 
     async fn version(&self) -> Result<String, SourceError> {
+        if *self.version_broken.lock().unwrap() {
+            return Err(SourceError::Failed("the ledger is locked".into()));
+        }
         Ok(format!("mark-{}", self.mark.lock().unwrap()))
     }
 }

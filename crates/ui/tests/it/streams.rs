@@ -7,7 +7,7 @@ use http::{Method, StatusCode};
 use theseus_core::backend::JobState;
 use theseus_ui::LogEvent;
 
-use crate::harness::{Events, PATIENCE, TOKEN, line, request, send, start};
+use crate::harness::{Events, PATIENCE, TOKEN, get, line, request, send, start};
 
 async fn open(addr: std::net::SocketAddr, path: &str) -> Events {
     let response = send(addr, Method::GET, path, &[("x-theseus-token", TOKEN)]).await;
@@ -124,6 +124,16 @@ async fn events_announce_the_mark_at_connect_and_when_it_changes() {
 }
 
 #[tokio::test]
+async fn events_outlive_a_change_mark_that_cannot_be_read() {
+    let server = start().await;
+    *server.fake.version_broken.lock().unwrap() = true;
+    let mut events = open(server.addr, "/api/events").await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    *server.fake.version_broken.lock().unwrap() = false;
+    assert_eq!(events.next().await.unwrap(), "event: changed\ndata: {\"mark\":\"mark-1\"}\n\n");
+}
+
+#[tokio::test]
 async fn shutdown_ends_open_streams_and_run_returns() {
     let mut server = start().await;
     let mut changes = open(server.addr, "/api/events").await;
@@ -137,4 +147,18 @@ async fn shutdown_ends_open_streams_and_run_returns() {
     tokio::time::timeout(PATIENCE, ended).await.expect("`run` did not return after shutdown").unwrap();
     // And it accepts no more.
     assert!(tokio::net::TcpStream::connect(server.addr).await.is_err(), "still accepting after shutdown");
+}
+
+#[tokio::test]
+async fn shutdown_lets_an_answer_in_flight_finish() {
+    let mut server = start().await;
+    let addr = server.addr;
+    let asked = tokio::spawn(async move { get(addr, "/api/runs/slow").await });
+    server.fake.slow_started.notified().await;
+    server.shut_down();
+    let reply = asked.await.unwrap();
+    assert_eq!(reply.status, StatusCode::OK);
+    assert_eq!(reply.json()["run"]["identity"]["name"], "done");
+    let ended = server.ended.take().unwrap();
+    tokio::time::timeout(PATIENCE, ended).await.expect("`run` did not return after shutdown").unwrap();
 }
