@@ -1,4 +1,4 @@
-//! `theseus ui`: a dashboard served from the binary itself. [`serve`] binds an HTTP/1.1 server
+//! `theseus ui`: a dashboard served from the binary itself. [`bind`] binds an HTTP/1.1 server
 //! that refuses every request without the token, serves the embedded pages (`assets/`), the JSON
 //! API under `/api/` and the live streams (server-sent events); what it shows comes from a
 //! [`Source`], which the CLI implements over the ledger and the backends.
@@ -21,7 +21,7 @@ pub use source::{Source, SourceError};
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-/// How [`serve`] listens.
+/// How [`bind`] listens.
 #[derive(Debug, Clone)]
 pub struct ServeOptions {
     /// Address and port to bind (port 0: any free port).
