@@ -5,6 +5,7 @@
 
 const TOKEN = (document.querySelector('meta[name="theseus-token"]') || {}).content || "";
 const PAGE_SIZE = 50;
+const MAX_PAGE = 500; // the server's most rows a page (crates/ui/src/api.rs MAX_PAGE)
 const LOG_CAP = 20000;
 const STATES = ["running", "pending", "submitting", "failed", "preempted", "cancelled", "completed", "unknown"];
 const TERMINAL = new Set(["completed", "failed", "cancelled", "preempted"]);
@@ -202,6 +203,7 @@ function runsQuery() {
   const q = {};
   for (const k of ["project", "group", "host", "state"]) q[k] = p.get(k) || "";
   q.offset = Math.max(0, parseInt(p.get("offset") || "0", 10) || 0);
+  q.limit = Math.min(MAX_PAGE, Math.max(1, parseInt(p.get("limit") || "", 10) || PAGE_SIZE));
   return q;
 }
 
@@ -209,23 +211,17 @@ function runsSearch(q) {
   const p = new URLSearchParams();
   for (const k of ["project", "group", "host", "state"]) if (q[k]) p.set(k, q[k]);
   if (q.offset) p.set("offset", String(q.offset));
+  if (q.limit && q.limit !== PAGE_SIZE) p.set("limit", String(q.limit));
   const s = p.toString();
   return s ? "?" + s : "";
 }
 
 function runsPage() {
   document.title = "runs · theseus";
-  const counts = h("div", { id: "counts", class: "counts", role: "group", "aria-label": "runs per state (click to filter)" });
-  for (const s of ["all"].concat(STATES)) {
-    counts.append(
-      h(
-        "button",
-        { type: "button", class: "count-card st-" + s, dataset: { state: s } },
-        h("span", { class: "count", text: "–" }),
-        h("span", { class: "label", text: s }),
-      ),
-    );
-  }
+  // `#counts` holds one card per state ([data-state]); the "all" card sits beside it.
+  const card = (s, data) => h("button", { type: "button", class: "count-card st-" + s, dataset: data }, h("span", { class: "count", text: "–" }), h("span", { class: "label", text: s }));
+  const counts = h("div", { id: "counts" }, STATES.map((s) => card(s, { state: s })));
+  const bar = h("div", { class: "counts", role: "group", "aria-label": "runs per state (click to filter)" }, card("all", { filter: "all" }), counts);
   const sel = (id, label) =>
     h("label", { class: "filter" }, h("span", { text: label }), h("select", { id }, h("option", { value: "", text: "all" })));
   const filters = h(
@@ -269,7 +265,7 @@ function runsPage() {
     h("button", { id: "next", type: "button", text: "older ›" }),
   );
   main().replaceChildren(
-    counts,
+    bar,
     filters,
     h("div", { id: "notice" }),
     h("div", { class: "table-wrap" }, table),
@@ -298,7 +294,7 @@ function runsPage() {
     }
     inflight = true;
     const mine = ++seq;
-    const p = new URLSearchParams({ offset: String(q.offset), limit: String(PAGE_SIZE) });
+    const p = new URLSearchParams({ offset: String(q.offset), limit: String(q.limit) });
     for (const k of ["project", "group", "host", "state"]) p.set(k, q[k]);
     try {
       const page = await api("/api/runs?" + p.toString());
@@ -316,9 +312,10 @@ function runsPage() {
   }
 
   function render(page) {
+    const t0 = performance.now();
     // Paged past the end (runs were removed): go to the last page.
     if (page.runs.length === 0 && page.total > 0 && q.offset > 0) {
-      go(Object.assign({}, q, { offset: Math.max(0, Math.floor((page.total - 1) / PAGE_SIZE) * PAGE_SIZE) }), false);
+      go(Object.assign({}, q, { offset: Math.max(0, Math.floor((page.total - 1) / q.limit) * q.limit) }), false);
       history.replaceState(null, "", location.pathname + runsSearch(q));
       return;
     }
@@ -338,6 +335,7 @@ function runsPage() {
     document.getElementById("page-info").textContent = from + "–" + to + " of " + page.total;
     document.getElementById("prev").disabled = page.offset === 0;
     document.getElementById("next").disabled = to >= page.total;
+    performance.measure("runs-render", { start: t0, end: performance.now() });
     if (first) {
       first = false;
       performance.mark("runs-rendered");
@@ -348,8 +346,8 @@ function runsPage() {
   function renderCounts(c) {
     let total = 0;
     for (const s of STATES) total += Number(c[s] || 0);
-    for (const el of counts.children) {
-      const s = el.dataset.state;
+    for (const el of bar.querySelectorAll(".count-card")) {
+      const s = el.dataset.state || "all";
       const n = s === "all" ? total : Number(c[s] || 0);
       el.querySelector(".count").textContent = String(n);
       el.classList.toggle("zero", n === 0);
@@ -378,10 +376,10 @@ function runsPage() {
     }
   }
 
-  counts.addEventListener("click", (e) => {
-    const card = e.target.closest("[data-state]");
-    if (!card) return;
-    const s = card.dataset.state;
+  bar.addEventListener("click", (e) => {
+    const el = e.target.closest(".count-card");
+    if (!el) return;
+    const s = el.dataset.state || "all";
     const state = s === "all" || q.state === s ? "" : s;
     go(Object.assign({}, q, { state, offset: 0 }));
   });
@@ -390,8 +388,12 @@ function runsPage() {
       go(Object.assign({}, q, { [k]: e.target.value, offset: 0 }));
     });
   }
-  document.getElementById("prev").addEventListener("click", () => go(Object.assign({}, q, { offset: Math.max(0, q.offset - PAGE_SIZE) })));
-  document.getElementById("next").addEventListener("click", () => go(Object.assign({}, q, { offset: q.offset + PAGE_SIZE })));
+  const page = (offset) => {
+    go(Object.assign({}, q, { offset }));
+    if (table.getBoundingClientRect().top < 0) table.scrollIntoView({ block: "start" });
+  };
+  document.getElementById("prev").addEventListener("click", () => page(Math.max(0, q.offset - q.limit)));
+  document.getElementById("next").addEventListener("click", () => page(q.offset + q.limit));
   window.addEventListener("popstate", () => {
     q = runsQuery();
     load();
@@ -614,7 +616,7 @@ function runPage(id) {
       ["run id", h("span", { class: "mono", text: str(ident.run_id) })],
       ["project", str(ident.project)],
       ["group", str(ident.group)],
-      ["host", h("span", null, str(run.host), run.handle && run.handle.kind ? h("span", { class: "muted", text: " (" + run.handle.kind + ")" }) : "")],
+      ["host", h("span", null, str(run.host), run.handle && run.handle.kind && run.handle.kind !== run.host ? h("span", { class: "muted", text: " (" + run.handle.kind + ")" }) : "")],
       ["backend id", run.handle ? h("span", { class: "mono", text: str(run.handle.id) }) : null],
       ["chips", run.chips ? h("span", { class: "mono", text: run.chips }) : "—"],
       ["kind", str(run.kind)],
@@ -846,7 +848,8 @@ class LogView {
     });
     es.addEventListener("note", (e) => {
       const ev = parse(e.data);
-      if (ev) this.push({ note: str(ev.text) });
+      // Notes of a replayed history were shown already.
+      if (ev && this.thisConn >= this.skip) this.push({ note: str(ev.text) });
     });
     es.addEventListener("end", (e) => {
       const ev = parse(e.data) || {};
@@ -1064,7 +1067,7 @@ function hostCard(host) {
   }
   return h(
     "section",
-    { class: "card host status-" + status, dataset: { host: name } },
+    { class: "card host status-" + status + (host.queues ? " wide" : ""), dataset: { host: name } },
     h("div", { class: "card-head" }, h("h2", { class: "mono", text: name }), h("span", { class: "tag", text: str(host.kind) }), h("span", { class: "dot-status ds-" + status, title: status })),
     availability,
     unknown,
@@ -1155,6 +1158,9 @@ function queueShares(s) {
     h("div", { class: "verdict v-" + str(v.kind) }, verdictText(v)),
     h("div", { class: "muted small" }, "queue ", h("b", { class: "mono", text: str(s.queue) }), " · ", str(s.resource), " · ", str(s.model)),
     h(
+      "div",
+      { class: "scroll-x" },
+      h(
       "table",
       { class: "grid queues-table" },
       h("thead", null, h("tr", null, ["queue", "state", "weight", "deserved", "allocated", "owed", "borrowed", "pending"].map((t, i) => h("th", { class: i >= 2 ? "num" : null, text: t })))),
@@ -1165,7 +1171,7 @@ function queueShares(s) {
           h(
             "tr",
             { dataset: { queue: str(q.name) }, class: q.name === s.queue ? "own" : null },
-            h("td", { class: "mono" }, str(q.name), q.name === s.queue ? h("span", { class: "tag", title: "the queue a request goes to", text: "yours" }) : "", q.reclaimable === false ? h("span", { class: "tag", text: "not reclaimable" }) : ""),
+            h("td", { class: "mono qname" }, str(q.name), q.name === s.queue ? h("span", { class: "tag", title: "the queue a request goes to", text: "yours" }) : "", q.reclaimable === false ? h("span", { class: "tag", text: "not reclaimable" }) : ""),
             h("td", { text: str(q.state) || "—" }),
             h("td", { class: "num", text: num(q.weight) }),
             h("td", { class: "num", text: num(q.deserved) }),
@@ -1176,6 +1182,7 @@ function queueShares(s) {
           ),
         ),
       ),
+    ),
     ),
     Array.isArray(s.unknown) && s.unknown.length ? h("ul", { class: "muted small" }, s.unknown.map((u) => h("li", { text: str(u) }))) : "",
   );
@@ -1205,6 +1212,12 @@ function start() {
   for (const a of document.querySelectorAll("nav a")) a.classList.remove("active");
   const nav = document.getElementById(page === "capacity" ? "nav-capacity" : "nav-runs");
   if (nav) nav.classList.add("active");
+  api("/api/health")
+    .then((hl) => {
+      const b = document.querySelector(".brand");
+      if (b && hl && hl.version) b.title = "theseus " + hl.version;
+    })
+    .catch(() => {});
   if (page === "runs") runsPage();
   else if (page === "capacity") capacityPage();
   else runPage(id);
