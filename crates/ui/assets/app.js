@@ -164,12 +164,28 @@ const live = {
   start(onChanged) {
     if (onChanged) this.handlers.push(onChanged);
     if (this.source) return;
+    this.connect();
+    // While disconnected, a slow poll keeps the page roughly current.
+    setInterval(() => {
+      if (!this.connected) for (const f of this.handlers) f(null);
+    }, 15000);
+  },
+  connect() {
     // EventSource cannot send headers: it is authorised by the cookie `theseus ui` set when the
     // page was opened with ?token=.
     const es = new EventSource("/api/events");
     this.source = es;
     es.addEventListener("open", () => this.set(true));
-    es.addEventListener("error", () => this.set(es.readyState === EventSource.OPEN));
+    es.addEventListener("error", () => {
+      this.set(es.readyState === EventSource.OPEN);
+      // The browser retries a dropped connection itself, but gives up on an answer that is not
+      // a stream (a 401 after `theseus ui` restarted, a 502 from a proxy): try again later.
+      if (es.readyState === EventSource.CLOSED) {
+        setTimeout(() => {
+          if (this.source === es) this.connect();
+        }, 10000);
+      }
+    });
     es.addEventListener("changed", (e) => {
       this.set(true);
       let mark = null;
@@ -180,10 +196,6 @@ const live = {
       }
       for (const f of this.handlers) f(mark);
     });
-    // While disconnected, a slow poll keeps the page roughly current.
-    setInterval(() => {
-      if (!this.connected) for (const f of this.handlers) f(null);
-    }, 15000);
   },
   set(on) {
     this.connected = on;
@@ -823,6 +835,7 @@ class LogView {
     this.ended = false;
     this.es = null;
     this.wandb = null;
+    this.backoff = 5;
   }
 
   open(onEnd) {
@@ -844,6 +857,7 @@ class LogView {
       this.thisConn++;
       if (this.thisConn <= this.skip) return;
       this.received++;
+      this.backoff = 5; // a new line: the stream works again
       this.push({ text: lineText(ev) });
     });
     es.addEventListener("note", (e) => {
@@ -861,17 +875,22 @@ class LogView {
         // The server's own `error` event: the stream broke; it is closed, reopen it shortly.
         const ev = parse(e.data) || {};
         es.close();
-        this.push({ note: "the log stream broke: " + str(ev.error) + " (reopening in 5 s)" });
-        setTimeout(() => {
-          if (!this.ended) this.connect();
-        }, 5000);
+        this.push({ note: "the log stream broke: " + str(ev.error) + " (reopening in " + this.backoff + " s)" });
+        this.retry();
       } else if (es.readyState === EventSource.CLOSED && !this.ended) {
-        this.push({ note: "the log stream closed (reopening in 5 s)" });
-        setTimeout(() => {
-          if (!this.ended) this.connect();
-        }, 5000);
+        this.push({ note: "the log stream closed (reopening in " + this.backoff + " s)" });
+        this.retry();
       }
     });
+  }
+
+  /** Reopens the stream after `backoff` seconds (5, doubling up to 60). */
+  retry() {
+    const wait = this.backoff;
+    this.backoff = Math.min(60, this.backoff * 2);
+    setTimeout(() => {
+      if (!this.ended) this.connect();
+    }, wait * 1000);
   }
 
   close() {
