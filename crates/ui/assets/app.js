@@ -143,6 +143,16 @@ async function copyText(text, button) {
   }
 }
 
+const shownKeys = new WeakMap();
+
+/** Whether `value` differs from what `el` showed last (and remembers it). */
+function changed(el, value) {
+  const key = JSON.stringify(value === undefined ? null : value);
+  if (shownKeys.get(el) === key) return false;
+  shownKeys.set(el, key);
+  return true;
+}
+
 function setReady() {
   document.body.dataset.ready = "1";
 }
@@ -287,7 +297,6 @@ function runsPage() {
 
   const view = new RunsView(table.tBodies[0]);
   let q = runsQuery();
-  let seq = 0;
   let inflight = false;
   let again = false;
   let first = true;
@@ -305,12 +314,13 @@ function runsPage() {
       return;
     }
     inflight = true;
-    const mine = ++seq;
+    const asked = runsSearch(q);
     const p = new URLSearchParams({ offset: String(q.offset), limit: String(q.limit) });
     for (const k of ["project", "group", "host", "state"]) p.set(k, q[k]);
     try {
       const page = await api("/api/runs?" + p.toString());
-      if (mine === seq) render(page);
+      // The filters changed while it was asked: the next load renders.
+      if (asked === runsSearch(q)) render(page);
     } catch (e) {
       document.getElementById("notice").replaceChildren(h("div", { class: "banner error", role: "alert", text: e.message }));
       if (first) setReady();
@@ -335,7 +345,7 @@ function runsPage() {
     for (const k of ["project", "group", "host"]) fillSelect(document.getElementById("filter-" + k), (page.facets || {})[k] || [], q[k]);
     stateSel.value = q.state;
     renderNotice(page);
-    view.update(page.runs || [], page.unanswered || {});
+    view.update(page.runs || []);
     const empty = document.getElementById("empty");
     empty.hidden = page.runs.length > 0;
     empty.textContent =
@@ -441,14 +451,16 @@ class RunsView {
     this.rows = new Map(); // run id -> {tr, key, submitted}
   }
 
-  update(runs, unanswered) {
+  update(runs) {
     const seen = new Set();
     let cursor = this.tbody.firstElementChild;
     for (const run of runs) {
       const id = str(run.identity && run.identity.run_id);
       if (!id || seen.has(id)) continue;
       seen.add(id);
-      const key = JSON.stringify([run, unanswered[run.host] || null]);
+      // `updated_at` moves at every refresh round and is not shown: it does not make a change.
+      const { updated_at: _, ...shown } = run;
+      const key = JSON.stringify(shown);
       let row = this.rows.get(id);
       if (!row) {
         row = { tr: h("tr", { dataset: { runId: id } }), key: null, submitted: run.submitted_at };
@@ -607,10 +619,16 @@ function runPage(id) {
     msgEl.replaceChildren(msg ? h("span", { text: msg }) : "", run.unanswered ? h("div", { class: "unanswered", text: "host did not answer: " + run.unanswered }) : "");
     if (d.status_error) document.getElementById("status-error").replaceChildren(h("div", { class: "banner warn", text: "could not ask the host: " + d.status_error + " (showing the last known state)" }));
     document.getElementById("cancel-button").disabled = state.over;
-    renderFacts(d, st);
-    renderRanks(d);
-    renderBatch(d.batch_search);
-    renderCheckpoints(d.checkpoints);
+    // A section is rebuilt only when what it shows changed (a refresh every 5 s keeps
+    // selections and hovers).
+    const facts = document.getElementById("facts");
+    if (changed(facts, [d.run, d.status && [d.status.exit_code, d.status.attempt], d.resume, st, age(run.submitted_at)])) renderFacts(d, st);
+    const ranks = document.getElementById("ranks");
+    if (changed(ranks, [d.status && d.status.ranks, !!d.status])) renderRanks(d);
+    const batch = document.getElementById("batch-search");
+    if (changed(batch, d.batch_search)) renderBatch(d.batch_search);
+    const cps = document.getElementById("checkpoints-body");
+    if (changed(cps, [d.checkpoints, Math.floor(Date.now() / 60000)])) renderCheckpoints(d.checkpoints);
     renderMetadata(d.metadata, d.files_note);
     renderCommands(d.commands || {});
     if (state.over && state.timer) {
