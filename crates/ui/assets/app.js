@@ -569,7 +569,7 @@ function runPage(id) {
   const dialog = h(
     "dialog",
     { id: "confirm-cancel" },
-    h("form", { method: "dialog" }, h("p", null, "Cancel run ", h("b", { class: "mono", text: id }), "? Its processes are stopped; this cannot be undone."), h("div", { class: "dialog-actions" }, h("button", { id: "confirm-cancel-no", type: "button", text: "Keep it running" }), h("button", { id: "confirm-cancel-yes", type: "button", class: "danger", text: "Cancel the run" }))),
+    h("form", { method: "dialog" }, h("p", { id: "confirm-cancel-text" }, "Cancel run ", h("b", { class: "mono", text: id }), "? Its processes are stopped; this cannot be undone."), h("div", { class: "dialog-actions" }, h("button", { id: "confirm-cancel-no", type: "button", text: "Keep it running" }), h("button", { id: "confirm-cancel-yes", type: "button", class: "danger", text: "Cancel the run" }))),
   );
   main().replaceChildren(layout, dialog);
 
@@ -616,6 +616,7 @@ function runPage(id) {
     stEl.className = "badge st-" + (STATES.includes(st) ? st : "unknown");
     const msg = (d.status && d.status.message) || run.message || "";
     const msgEl = document.getElementById("run-message");
+    msgEl.className = "message msg-" + st;
     msgEl.replaceChildren(msg ? h("span", { text: msg }) : "", run.unanswered ? h("div", { class: "unanswered", text: "host did not answer: " + run.unanswered }) : "");
     if (d.status_error) document.getElementById("status-error").replaceChildren(h("div", { class: "banner warn", text: "could not ask the host: " + d.status_error + " (showing the last known state)" }));
     document.getElementById("cancel-button").disabled = state.over;
@@ -781,6 +782,11 @@ function runPage(id) {
   // Cancel, through the in-page dialog.
   const cancelBtn = document.getElementById("cancel-button");
   cancelBtn.addEventListener("click", () => {
+    const run = (state.detail && state.detail.run) || {};
+    const ident = run.identity || {};
+    document
+      .getElementById("confirm-cancel-text")
+      .replaceChildren("Cancel ", h("b", { text: str(ident.name) || id }), " ", h("span", { class: "mono muted", text: "(" + (str(ident.run_id) || id) + ")" }), " on ", h("b", { text: str(run.host) }), "? Its processes are stopped; this cannot be undone.");
     if (typeof dialog.showModal === "function") dialog.showModal();
     else dialog.setAttribute("open", "");
   });
