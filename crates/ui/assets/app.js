@@ -92,11 +92,27 @@ function num(v) {
   return Number.isInteger(n) ? String(n) : n.toFixed(2);
 }
 
-/** The line as the CLI prints it (crates/cli/src/output.rs `print_line`). */
+// Terminal control sequences (colours, cursor moves, titles) that programs print for a
+// terminal: a terminal shows none of them, nor shall the page.
+// eslint-disable-next-line no-control-regex
+const CONTROL = /\x1b\[[0-9;:?<=>]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]|[\x00-\x08\x0b\x0c\x0e-\x1a\x1c-\x1f\x7f]/g;
+
+/** A line as a terminal shows it: without control sequences, and only what follows its last
+ *  carriage return (a progress bar redrawn in place shows its last state). */
+function visible(text) {
+  let t = str(text);
+  if (t.indexOf("\x1b") >= 0 || /[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]/.test(t)) t = t.replace(CONTROL, "");
+  const cr = t.replace(/\r+$/, "");
+  const at = cr.lastIndexOf("\r");
+  return at >= 0 ? cr.slice(at + 1) : cr;
+}
+
+/** The line as the CLI prints it (crates/cli/src/output.rs `print_line`), as a terminal shows it. */
 function lineText(line) {
-  if (line.source != null) return "[" + line.source + "] " + str(line.text);
-  if (line.rank != null) return "[rank-" + line.rank + "] " + str(line.text);
-  return str(line.text);
+  const text = visible(line.text);
+  if (line.source != null) return "[" + line.source + "] " + text;
+  if (line.rank != null) return "[rank-" + line.rank + "] " + text;
+  return text;
 }
 
 /** A W&B run URL in `text` (https, wandb.ai only), or null. */
