@@ -364,13 +364,12 @@ function runsPage() {
     view.update(page.runs || []);
     const empty = document.getElementById("empty");
     empty.hidden = page.runs.length > 0;
-    empty.textContent =
-      page.total === 0 && !q.project && !q.group && !q.host && !q.state
-        ? "No runs in the ledger yet. Submit one with `theseus submit NAME experiment.yaml`."
-        : "No runs match these filters.";
+    const filtered = q.project || q.group || q.host || q.state;
+    if (!filtered) empty.textContent = "No runs in the ledger yet. Submit one with `theseus submit NAME experiment.yaml`.";
+    else empty.replaceChildren("No runs match these filters. ", h("a", { href: location.pathname, id: "clear-filters", text: "Show every run" }));
     const from = page.total === 0 ? 0 : page.offset + 1;
     const to = page.offset + page.runs.length;
-    document.getElementById("page-info").textContent = from + "–" + to + " of " + page.total;
+    document.getElementById("page-info").textContent = page.total === 0 ? "0 of 0" : from + "–" + to + " of " + page.total;
     document.getElementById("prev").disabled = page.offset === 0;
     document.getElementById("next").disabled = to >= page.total;
     performance.measure("runs-render", { start: t0, end: performance.now() });
