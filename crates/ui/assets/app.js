@@ -831,11 +831,11 @@ function runPage(id) {
   live.start(() => {
     if (!state.over && !state.gone) refresh();
   });
+  // The log opens at once: the run's live state may take its host a while to tell.
   refresh().then((d) => {
-    if (!d) return;
-    log.open(() => refresh());
-    if (!state.over) state.timer = setInterval(refresh, 5000);
+    if (d && !state.over && !state.gone) state.timer = setInterval(refresh, 5000);
   });
+  log.open(() => refresh());
 }
 
 function describeResume(r) {
@@ -883,6 +883,7 @@ class LogView {
   }
 
   connect() {
+    if (this.ended) return;
     const es = new EventSource("/api/runs/" + encodeURIComponent(this.id) + "/logs/stream");
     this.es = es;
     // A reconnect replays the history: skip what was already shown.
