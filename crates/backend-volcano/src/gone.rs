@@ -139,6 +139,7 @@ pub(crate) fn ended_from(out: &str, dir: &str) -> (JobStatus, Option<Timestamp>)
             state: state_of(&e.status),
             exit_code: e.exit_code,
             location: e.host.clone(),
+            restarts: None,
         })
         .collect();
     let failed = ranks.iter().find(|r| r.state == JobState::Failed);

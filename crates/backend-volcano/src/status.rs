@@ -52,6 +52,7 @@ pub fn summarize(observed: &Observed<'_>) -> JobStatus {
             state: pod_state(pod),
             exit_code: exit_code(pod),
             location: pod.spec.as_ref().and_then(|s| s.node_name.clone()),
+            restarts: Some(restarts(pod)),
         })
         .collect();
     let state_info = observed.job.status.as_ref().and_then(|s| s.state.as_ref());
@@ -159,6 +160,7 @@ pub fn slim(pod: Pod) -> Pod {
             }),
             running: None,
         }),
+        restart_count: c.restart_count,
         ..ContainerStatus::default()
     };
     let status = status.map(|s| PodStatus {
@@ -217,6 +219,16 @@ fn pod_state(pod: &Pod) -> JobState {
 fn exit_code(pod: &Pod) -> Option<i32> {
     let statuses = pod.status.as_ref()?.container_statuses.as_ref()?;
     statuses.iter().find_map(|c| c.state.as_ref()?.terminated.as_ref().map(|t| t.exit_code))
+}
+
+/// How often the pod's containers were restarted in place: the sum of their `restartCount`
+/// (the kubelet counts a container's restarts from the instance it creates after each back-off,
+/// `convertContainerStatus` in pkg/kubelet/kubelet_pods.go, read, not run). Init containers are
+/// left out, as `kubectl get pods` leaves them out of RESTARTS; a pod with no container status
+/// yet has restarted nothing.
+fn restarts(pod: &Pod) -> u32 {
+    let statuses = pod.status.as_ref().and_then(|s| s.container_statuses.as_deref()).unwrap_or_default();
+    statuses.iter().map(|c| u32::try_from(c.restart_count).unwrap_or(0)).fold(0, u32::saturating_add)
 }
 
 /// Why the job is not running yet, in one plain sentence.

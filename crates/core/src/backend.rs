@@ -441,6 +441,10 @@ pub struct RankStatus {
     pub exit_code: Option<i32>,
     /// Where it runs (node, pod or pid).
     pub location: Option<String>,
+    /// How often its process was restarted in place (a pod's containers' `restartCount`), when
+    /// the backend knows it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub restarts: Option<u32>,
 }
 
 /// The most [`Backend::run_file`] reads of a file.

@@ -145,6 +145,17 @@ impl Plan {
     pub fn processes(&self) -> u32 {
         self.nodes.saturating_mul(self.processes_per_node)
     }
+
+    /// The chips the run gets, as the ledger keeps and the dashboard shows them: `8 x h100`,
+    /// `4 x tpu-v4` (the plan's chip), `8 x gpu` (GPUs of a type the host does not name),
+    /// `2 x cpu` (processes of a CPU-only job).
+    pub fn chips_shown(&self) -> String {
+        match self.chip {
+            Some(chip) if chip.kind != crate::chips::ChipKind::Cpu => format!("{} x {}", self.total_chips, chip.name),
+            None if self.total_chips > 0 => format!("{} x gpu", self.total_chips),
+            _ => format!("{} x cpu", self.processes().max(1)),
+        }
+    }
 }
 
 /// Why one host was taken or passed over.
@@ -172,4 +183,40 @@ pub enum Verdict {
     Passed,
     /// Filtered out by the cluster or host filters before looking.
     Filtered,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::chips::lookup;
+
+    fn plan(chip: Option<&str>, nodes: u32, chips_per_node: u32, processes_per_node: u32) -> Plan {
+        Plan {
+            host: "h".into(),
+            kind: HostKind::LOCAL,
+            cluster: "c".into(),
+            chip: chip.map(|name| lookup(name).unwrap()),
+            nodes,
+            chips_per_node,
+            processes_per_node,
+            total_chips: nodes * chips_per_node,
+            placement: Placement::default(),
+            placement_text: String::new(),
+            queued: false,
+            notes: vec![],
+            considered: vec![],
+        }
+    }
+
+    #[test]
+    fn chips_shown_names_the_chip_and_counts_every_host() {
+        assert_eq!(plan(Some("h100"), 1, 8, 1).chips_shown(), "8 x h100", "a GPU type");
+        assert_eq!(plan(Some("h100"), 2, 8, 1).chips_shown(), "16 x h100", "several hosts");
+        assert_eq!(plan(None, 1, 8, 1).chips_shown(), "8 x gpu", "any GPU");
+        assert_eq!(plan(None, 3, 0, 2).chips_shown(), "6 x cpu", "CPU processes on several hosts");
+        assert_eq!(plan(None, 1, 0, 0).chips_shown(), "1 x cpu", "a CPU job has a process");
+        assert_eq!(plan(Some("cpu"), 1, 0, 2).chips_shown(), "2 x cpu", "the cpu chip");
+        assert_eq!(plan(Some("tpu-v4"), 1, 4, 1).chips_shown(), "4 x tpu-v4", "a TPU");
+        assert_eq!(plan(Some("tpu-v4"), 2, 4, 1).chips_shown(), "8 x tpu-v4", "a TPU pod of several hosts");
+    }
 }

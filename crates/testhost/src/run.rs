@@ -60,7 +60,13 @@ pub fn read_status(data: &HandleData) -> JobStatus {
                 None if cancelled => JobState::Cancelled,
                 None => JobState::Unknown,
             };
-            RankStatus { rank: i, state, exit_code: code, location: sid.map(|s| format!("session {s}")) }
+            RankStatus {
+                rank: i,
+                state,
+                exit_code: code,
+                location: sid.map(|s| format!("session {s}")),
+                restarts: None,
+            }
         })
         .collect();
     let exit_code = read_code(&data.run_dir.join(files::EXIT_CODE));

@@ -178,6 +178,7 @@ pub(super) async fn status(backend: &SlurmBackend, job_id: &str, data: &SlurmHan
             state: rank_state(run.rank(i), status.state),
             exit_code: run.rank(i).and_then(|r| r.exit_code),
             location: None,
+            restarts: None,
         })
         .collect();
     Ok(status)
@@ -209,7 +210,9 @@ pub(super) fn unsubmitted(run: &RunState, stale_after: u64, nodes: u32) -> JobSt
         ),
         None => (JobState::Unknown, "the run dir has no Slurm job id and no claim".to_owned()),
     };
-    let ranks = (0..nodes.max(1)).map(|i| RankStatus { rank: i, state, exit_code: None, location: None }).collect();
+    let ranks = (0..nodes.max(1))
+        .map(|i| RankStatus { rank: i, state, exit_code: None, location: None, restarts: None })
+        .collect();
     JobStatus { state, exit_code: None, message: Some(message), ranks, attempt: None }
 }
 
@@ -225,6 +228,7 @@ fn ranks(job: &SlurmJob, state: JobState, nodes: u32, run: Option<&RunState>) ->
                 state: rank_state(record, state),
                 exit_code: record.and_then(|r| r.exit_code),
                 location: names.get(i as usize).cloned(),
+                restarts: None,
             }
         })
         .collect()

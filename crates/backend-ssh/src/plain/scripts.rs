@@ -237,7 +237,13 @@ pub(crate) fn status_from(report: &Report, processes: u32, location: &str, stale
             )
         };
         let ranks = (0..processes.max(1))
-            .map(|i| RankStatus { rank: i, state, exit_code: None, location: Some(location.to_owned()) })
+            .map(|i| RankStatus {
+                rank: i,
+                state,
+                exit_code: None,
+                location: Some(location.to_owned()),
+                restarts: None,
+            })
             .collect();
         return JobStatus { state, exit_code: None, message: Some(message), ranks, attempt: None };
     }
@@ -252,7 +258,7 @@ pub(crate) fn status_from(report: &Report, processes: u32, location: &str, stale
                 None if report.cancelled => JobState::Cancelled,
                 None => JobState::Unknown,
             };
-            RankStatus { rank: i, state, exit_code: code, location: Some(location.to_owned()) }
+            RankStatus { rank: i, state, exit_code: code, location: Some(location.to_owned()), restarts: None }
         })
         .collect();
     let (state, exit_code, message) = match report.exit_code {

@@ -47,6 +47,7 @@ pub(crate) fn combine(workers: &[(u32, String, JobStatus)]) -> JobStatus {
             state: w.state,
             exit_code: w.exit_code,
             location: Some(format!("worker-{i} ({address})")),
+            restarts: None,
         })
         .collect();
     JobStatus { state, exit_code, message: (!messages.is_empty()).then(|| messages.join("; ")), ranks, attempt: None }

@@ -235,6 +235,34 @@ fn a_crash_looping_pod_is_named_although_volcano_counts_it_running() {
     assert!(pending.starts_with("pod p-g-run-1-worker-0 cannot start: CrashLoopBackOff"), "{pending}");
 }
 
+/// A rank's restarts are its pod's containers' `restartCount`, summed; init containers, which
+/// `kubectl get pods` leaves out of RESTARTS, are left out.
+#[test]
+fn a_ranks_restarts_are_its_containers_restart_counts() {
+    let job = job(Some("Running"), "");
+    let mut twice: Pod = pod(0, "Running", json!({"running": {}}));
+    let status = twice.status.as_mut().unwrap();
+    status.container_statuses.as_mut().unwrap()[0].restart_count = 2;
+    let sidecar = json!({"name": "side", "image": "img", "imageID": "", "ready": true, "restartCount": 1,
+        "lastState": {"terminated": {"exitCode": 1}}, "state": {"running": {}}});
+    status.container_statuses.as_mut().unwrap().push(serde_json::from_value(sidecar).unwrap());
+    status.init_container_statuses = Some(vec![
+        serde_json::from_value(
+            json!({"name": "init", "image": "img", "imageID": "", "ready": false, "restartCount": 5}),
+        )
+        .unwrap(),
+    ]);
+    let fresh = pod(1, "Running", json!({"running": {}}));
+    let mut unscheduled = pod(2, "Pending", json!({}));
+    unscheduled.status.as_mut().unwrap().container_statuses = None;
+    let pods = [twice, fresh, unscheduled];
+    let status = summarize(&observed(&job, &pods, &[], &[]));
+    let restarts: Vec<_> = status.ranks.iter().map(|r| r.restarts).collect();
+    assert_eq!(restarts, [Some(3), Some(0), Some(0)]);
+    let shown = serde_json::to_value(&status.ranks[0]).unwrap();
+    assert_eq!(shown["restarts"], 3, "{shown}");
+}
+
 fn job_with_pods_pending(state: serde_json::Value) -> String {
     let job = job(Some("Pending"), "");
     let pods = [pod(0, "Running", state)];
@@ -264,6 +292,8 @@ fn slim_pods_summarize_like_whole_ones() {
         }]}
     }))
     .unwrap();
+    let mut restarted = pod(6, "Running", json!({"running": {}}));
+    restarted.status.as_mut().unwrap().container_statuses.as_mut().unwrap()[0].restart_count = 2;
     let pods = vec![
         pod(0, "Running", json!({"running": {"startedAt": "2026-11-27T10:00:00Z"}})),
         pod(1, "Failed", json!({"terminated": {"exitCode": 3, "reason": "Error"}})),
@@ -271,6 +301,7 @@ fn slim_pods_summarize_like_whole_ones() {
         pod(3, "Pending", json!({"waiting": {"reason": "ImagePullBackOff", "message": "Back-off pulling image"}})),
         unscheduled,
         stuck_init,
+        restarted,
     ];
     let slimmed: Vec<Pod> = pods.iter().cloned().map(super::slim).collect();
     assert!(serde_json::to_string(&slimmed).unwrap().len() < serde_json::to_string(&pods).unwrap().len());

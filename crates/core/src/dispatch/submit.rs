@@ -217,6 +217,8 @@ pub(super) async fn submit_recorded(
         exit_code: None,
         message: None,
     })?;
+    // What the dashboard shows; a run without it is still a run (its row shows no chips).
+    let _ = ledger.set_chips(&identity.run_id, &job.plan.chips_shown());
     let result = backend.submit(job, &options(dispatcher, choices)).await;
     let run_id = &identity.run_id;
     if let Some(signal) = crate::interrupt::triggered() {

@@ -149,6 +149,7 @@ async fn a_started_job_is_pending_with_the_backends_handle() {
     let record = ledger.find(&run_id).unwrap().unwrap();
     assert_eq!((record.state, record.handle.id.as_str(), record.message), (JobState::Pending, "started", None));
     assert!(!ledger.submit_in_progress(&run_id));
+    assert_eq!(ledger.chips(&run_id).unwrap().as_deref(), Some("1 x cpu"), "the dashboard shows what the run got");
 }
 
 #[tokio::test]

@@ -189,6 +189,8 @@ impl Ledger {
         schema::ensure_host_config(&conn, &path)?;
         schema::ensure_resume(&conn, &path)?;
         schema::ensure_chips(&conn, &path)?;
+        schema::ensure_page_index(&conn, &path)?;
+        schema::ensure_change_counter(&conn, &path)?;
         Ok(Ledger { conn, path, state_dir: state_dir.to_owned(), read_only: false })
     }
 
@@ -466,5 +468,7 @@ pub fn now_rfc3339() -> String {
     time::OffsetDateTime::now_utc().format(&fmt).unwrap_or_default()
 }
 
+#[cfg(test)]
+mod page_tests;
 #[cfg(test)]
 mod tests;

@@ -5,9 +5,11 @@
 
 use std::collections::BTreeMap;
 
+use rusqlite::OptionalExtension;
 use rusqlite::types::Value;
 use serde::Serialize;
 
+use super::schema::CHANGES;
 use super::{Ledger, Record, SELECT, ledger_err, row_to_record};
 use crate::Result;
 use crate::backend::JobState;
@@ -47,7 +49,7 @@ pub struct Page {
 
 impl RunFilter {
     /// The `WHERE` clause and its parameters; `with_state` false leaves the state out.
-    fn clause(&self, with_state: bool) -> (String, Vec<Value>) {
+    pub(super) fn clause(&self, with_state: bool) -> (String, Vec<Value>) {
         let mut terms = Vec::new();
         let mut values = Vec::new();
         let columns = [("project", &self.project), ("grp", &self.group), ("host", &self.host)];
@@ -75,12 +77,7 @@ impl Ledger {
             .conn
             .query_row(&format!("SELECT count(*) FROM runs{clause}"), rusqlite::params_from_iter(&values), |r| r.get(0))
             .map_err(err())?;
-        let chips = if self.has_column("chips") { "chips" } else { "NULL" };
-        let columns = SELECT.strip_suffix(" FROM runs").expect("SELECT ends with its table");
-        let sql = format!(
-            "{columns}, {chips} FROM runs{clause} ORDER BY submitted_at DESC, rowid DESC LIMIT {} OFFSET {}",
-            limit as i64, offset as i64
-        );
+        let sql = self.page_sql(&clause, offset, limit);
         let mut stmt = self.conn.prepare(&sql).map_err(err())?;
         let rows = stmt
             .query_map(rusqlite::params_from_iter(&values), |row| {
@@ -89,6 +86,18 @@ impl Ledger {
             .map_err(err())?;
         let rows = rows.collect::<Result<Vec<_>, _>>().map_err(err())?;
         Ok(Page { total: total as u64, rows })
+    }
+
+    /// The query of [`Ledger::page`] (walks the index `runs_by_submitted_at`, newest first, and
+    /// stops after the page).
+    pub(super) fn page_sql(&self, clause: &str, offset: usize, limit: usize) -> String {
+        let chips = if self.has_column("chips") { "chips" } else { "NULL" };
+        let columns = SELECT.strip_suffix(" FROM runs").expect("SELECT ends with its table");
+        // Beyond i64, SQLite reads a limit as "no limit": clamp, so a huge one is just "all".
+        let (limit, offset) = (limit.min(i64::MAX as usize) as i64, offset.min(i64::MAX as usize) as i64);
+        format!(
+            "{columns}, {chips} FROM runs{clause} ORDER BY submitted_at DESC, rowid DESC LIMIT {limit} OFFSET {offset}"
+        )
     }
 
     /// How many runs matching `filter` (its state left out) are in each state.
@@ -134,7 +143,6 @@ impl Ledger {
         if !self.has_column("chips") {
             return Ok(None);
         }
-        use rusqlite::OptionalExtension;
         let found: Option<Option<String>> = self
             .conn
             .query_row("SELECT chips FROM runs WHERE run_id = ?1", [run_id], |r| r.get(0))
@@ -143,10 +151,25 @@ impl Ledger {
         Ok(found.flatten())
     }
 
-    /// A mark that changes whenever a run is added or removed, or changes state, exit code or
-    /// message (by any client): the dashboard polls it to know when to fetch again.
+    /// A mark that changes whenever a run is added or removed, or changes in any way (by any
+    /// client, older theseus versions included): the dashboard polls it to know when to fetch
+    /// again. Ledgers from before the change counter (read-only ones are never upgraded) get a
+    /// sum over the runs instead, which misses some changes made within one second.
     pub fn change_mark(&self) -> Result<String> {
         let err = || ledger_err("cannot read runs");
+        let counted = self
+            .conn
+            .query_row(
+                &format!(
+                    "SELECT (SELECT count(*) FROM runs), (SELECT coalesce(max(rowid), 0) FROM runs), n FROM {CHANGES}"
+                ),
+                [],
+                |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?, r.get::<_, i64>(2)?)),
+            )
+            .optional();
+        if let Ok(Some((count, last, n))) = counted {
+            return Ok(format!("{count}-{last}-{n}"));
+        }
         // Each state's position in this list is distinct, so any change of state changes the sum.
         let mark: (i64, i64, String, i64) = self
             .conn

@@ -5,7 +5,9 @@
 //! - 1: `runs` with `kind`; later `host_config` (the run's host, for commands without the
 //!   `-d FILE` it was submitted with) was added in place by [`ensure_host_config`]: older
 //!   versions read and write such a ledger as before (their rows have none); `resume` (the
-//!   run's `--restore`/`--fresh`) the same way.
+//!   run's `--restore`/`--fresh`) the same way; so were `chips` (what the dashboard shows), the
+//!   index `runs_by_submitted_at` (pages of runs, newest first) and the table `run_changes` with
+//!   the triggers that count every change of `runs` (the dashboard's change mark).
 //!
 //! [`migrate`] brings an older ledger to [`SCHEMA_VERSION`] in one `BEGIN IMMEDIATE`
 //! transaction, so that a client killed in the middle leaves the previous schema and two
@@ -76,6 +78,68 @@ pub(crate) fn ensure_resume(conn: &Connection, path: &Path) -> Result<()> {
 /// Adds `runs.chips` (the chips a run asked for, as shown) the same way.
 pub(crate) fn ensure_chips(conn: &Connection, path: &Path) -> Result<()> {
     ensure_text_column(conn, path, "chips")
+}
+
+/// The index that keeps a page of runs, newest first, fast on big ledgers ([`super::Ledger::page`]).
+pub(crate) const PAGE_INDEX: &str = "runs_by_submitted_at";
+
+/// The table counting every change of `runs`, kept by triggers (for [`super::Ledger::change_mark`]).
+pub(crate) const CHANGES: &str = "run_changes";
+
+/// Adds [`PAGE_INDEX`] to a ledger that lacks it, once, under the write lock.
+pub(crate) fn ensure_page_index(conn: &Connection, path: &Path) -> Result<()> {
+    ensure_schema(
+        conn,
+        path,
+        "index",
+        PAGE_INDEX,
+        &format!("CREATE INDEX IF NOT EXISTS {PAGE_INDEX} ON runs(submitted_at)"),
+    )
+}
+
+/// Adds the [`CHANGES`] counter and the triggers that bump it on every insert, update and delete
+/// of a run, by any client (older theseus versions included: the triggers live in the file).
+pub(crate) fn ensure_change_counter(conn: &Connection, path: &Path) -> Result<()> {
+    let bump = format!("BEGIN UPDATE {CHANGES} SET n = n + 1; END");
+    let sql = format!(
+        "CREATE TABLE IF NOT EXISTS {CHANGES} (n INTEGER NOT NULL);
+         INSERT INTO {CHANGES} (n) SELECT 0 WHERE NOT EXISTS (SELECT 1 FROM {CHANGES});
+         CREATE TRIGGER IF NOT EXISTS {CHANGES}_insert AFTER INSERT ON runs {bump};
+         CREATE TRIGGER IF NOT EXISTS {CHANGES}_update AFTER UPDATE ON runs {bump};
+         CREATE TRIGGER IF NOT EXISTS {CHANGES}_delete AFTER DELETE ON runs {bump};"
+    );
+    // The delete trigger is made last: once it exists, everything before it does.
+    ensure_schema(conn, path, "trigger", &format!("{CHANGES}_delete"), &sql)
+}
+
+/// Runs `sql` (idempotent) when the schema lacks the `kind` object `name`, once, under the
+/// write lock.
+fn ensure_schema(conn: &Connection, path: &Path, kind: &str, name: &str, sql: &str) -> Result<()> {
+    let has = || {
+        conn.query_row("SELECT count(*) FROM sqlite_master WHERE type = ?1 AND name = ?2", [kind, name], |r| {
+            r.get::<_, i64>(0)
+        })
+        .map(|n| n > 0)
+    };
+    let fail = |e: rusqlite::Error| {
+        damaged(path, e).unwrap_or_else(|e| ledger_err(format!("cannot upgrade `{}`", path.display()))(e))
+    };
+    if has().map_err(fail)? {
+        return Ok(());
+    }
+    conn.execute_batch("BEGIN IMMEDIATE").map_err(fail)?;
+    let added = match has() {
+        Ok(true) => Ok(()),
+        Ok(false) => conn.execute_batch(sql),
+        Err(e) => Err(e),
+    };
+    match added {
+        Ok(()) => conn.execute_batch("COMMIT").map_err(fail),
+        Err(e) => {
+            let _ = conn.execute_batch("ROLLBACK");
+            Err(fail(e))
+        }
+    }
 }
 
 /// Adds the TEXT column `column` to `runs` when it lacks it, once, under the write lock.

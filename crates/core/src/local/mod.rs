@@ -537,7 +537,7 @@ pub(crate) fn read_status(run_id: &str, data: &LocalHandleData) -> JobStatus {
                 None if cancelled => JobState::Cancelled,
                 None => JobState::Unknown,
             };
-            RankStatus { rank: i, state, exit_code: code, location: Some("127.0.0.1".into()) }
+            RankStatus { rank: i, state, exit_code: code, location: Some("127.0.0.1".into()), restarts: None }
         })
         .collect();
     let exit_code = read_code(&data.run_dir.join(files::EXIT_CODE));

@@ -232,3 +232,37 @@ async fn task_failed_fires_when_restarts_in_place_reach_the_task_max_retry() {
     .await;
     assert!(conditions(&done).contains(&"Terminating".to_owned()));
 }
+
+/// A container restarted in place counts it as the kubelet does: while it waits out its back-off
+/// it is `CrashLoopBackOff` with the exit in `lastState` and the count unchanged; the instance
+/// started after the back-off carries the count + 1 (the kubelet's status takes `restartCount`
+/// from the newest container instance, `convertContainerStatus` in pkg/kubelet/kubelet_pods.go,
+/// read, not run) and keeps the last exit in `lastState`.
+#[tokio::test]
+async fn a_restarted_container_counts_its_restarts_as_the_kubelet_does() {
+    let ctx = start(SimConfig::default()).await;
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), "default");
+    let dir = tempfile::tempdir().unwrap();
+    let once = dir.path().join("once");
+    let script = format!("if [ -e '{0}' ]; then echo again; sleep 1000; else touch '{0}'; exit 4; fi", once.display());
+    let mut pod = plain_pod("flaky", &script, 1);
+    pod.spec.as_mut().unwrap().restart_policy = Some("OnFailure".into());
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    let status = |pod: Pod| pod.status?.container_statuses?.into_iter().next();
+    let waiting = eventually("the back-off", 20, || async {
+        let cs = status(pods.get("flaky").await.ok()?)?;
+        cs.state.as_ref()?.waiting.is_some().then_some(cs)
+    })
+    .await;
+    assert_eq!(waiting.state.unwrap().waiting.unwrap().reason.as_deref(), Some("CrashLoopBackOff"));
+    assert_eq!(waiting.restart_count, 0, "not restarted yet");
+    assert_eq!(waiting.last_state.unwrap().terminated.unwrap().exit_code, 4);
+    let running = eventually("the restart after the 10 s back-off", 30, || async {
+        let cs = status(pods.get("flaky").await.ok()?)?;
+        cs.state.as_ref()?.running.is_some().then_some(cs)
+    })
+    .await;
+    assert_eq!(running.restart_count, 1);
+    assert_eq!(running.last_state.unwrap().terminated.unwrap().exit_code, 4, "the last exit is kept");
+    pods.delete("flaky", &DeleteParams { grace_period_seconds: Some(0), ..DeleteParams::default() }).await.unwrap();
+}
