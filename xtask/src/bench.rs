@@ -19,11 +19,14 @@
 //!   never speak SSH;
 //! - hosts ([`follow_end`]): how soon `submit --follow` exits after its job's last write on the
 //!   local host, a plain host over the lab's sshd and the lab's Slurm, each beside its by-hand
-//!   floor (`sh`, `ssh HOST sh -c`, `ssh LOGIN srun`).
+//!   floor (`sh`, `ssh HOST sh -c`, `ssh LOGIN srun`);
+//! - the dashboard ([`ui`]): `theseus ui` on a 10,000-run ledger: `/api/runs` pages (first,
+//!   last, filtered) and, in headless Chromium, navigation to the first render of the run table.
 //!
 //! A figure that cannot be measured here (no lab, a field the binary does not report) is printed
 //! as skipped with the reason, never made up; it does not count as a miss. `--only GROUP,...`
-//! runs some groups: `local`, `sim`, `store`, `probes`.
+//! runs some groups: `local`, `sim`, `store`, `probes`,
+//! `dist`, `scale`, `hosts`, `ui`.
 //!
 //! The verdict compares the median with the goal; a miss prints `SLOW` and fails the command
 //! only with `--strict`. Binaries are the debug build (the one e2e uses) unless `--release`.
@@ -48,6 +51,7 @@ mod probes;
 mod repo;
 mod scale;
 mod store;
+mod ui;
 
 /// Size of each generated file and how many the shipping benchmark submits (50 MiB).
 const SHIP_FILE_BYTES: usize = 1 << 20;
@@ -60,10 +64,10 @@ const SHIP_GOAL_RELEASE: f64 = 20.0;
 /// A `submit --follow` that takes longer than this is killed and the bench fails.
 const FOLLOW_TIMEOUT: Duration = Duration::from_secs(120);
 
-const USAGE: &str = "usage: cargo xtask bench [--runs N] [--release] [--output text|json] [--strict] [--keep] [--only local,sim,store,probes,dist,scale,hosts]";
+const USAGE: &str = "usage: cargo xtask bench [--runs N] [--release] [--output text|json] [--strict] [--keep] [--only local,sim,store,probes,dist,scale,hosts,ui]";
 
 /// The groups of figures `--only` can pick.
-const GROUPS: &[&str] = &["local", "sim", "store", "probes", "dist", "scale", "hosts"];
+const GROUPS: &[&str] = &["local", "sim", "store", "probes", "dist", "scale", "hosts", "ui"];
 
 struct Options {
     runs: usize,
@@ -329,6 +333,9 @@ fn measure_all(root: &Path, bin: &Path, python: &Path, scratch: &Path, opts: &Op
     }
     if opts.wants("hosts") {
         measures.extend(follow_end::measure(bin, python, runs)?);
+    }
+    if opts.wants("ui") {
+        measures.extend(ui::measure(root, bin, python, scratch, runs)?);
     }
     Ok(measures)
 }

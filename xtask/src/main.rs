@@ -1,7 +1,8 @@
 //! Developer tasks, run as `cargo xtask <task>` (alias in `.cargo/config.toml`).
 //!
 //! - `test`: the whole test suite, as CI runs it. Prepares what the tests need (a Python venv
-//!   with JAX from PyPI), runs `cargo test --workspace` (xtask's own tests included: `--workspace`
+//!   with JAX from PyPI; Debian's `chromium` for the dashboard's browser tests, installed with
+//!   apt-get when it is missing and we are root, passed as `THESEUSTEST_CHROMIUM`), runs `cargo test --workspace` (xtask's own tests included: `--workspace`
 //!   overrides `default-members`) with every optional test required, then `e2e --sim
 //!   --require-kubectl` (kubectl installed with apt-get first when it is missing and we are root)
 //!   the short fault matrix (`chaos`), a short run of every fuzz target (`fuzz`) and the wheel's
@@ -33,6 +34,7 @@
 
 mod bench;
 mod chaos;
+mod chromium;
 mod dist;
 mod e2e;
 mod fuzz;
@@ -95,6 +97,8 @@ fn test(root: &Path, extra: &[String]) -> Result<()> {
              the bootstrap's uv install test will not run"
         );
     }
+    // The dashboard's browser tests drive headless Chromium (installed here when missing).
+    let chromium = chromium::ensure(e2e::kubectl::is_root(), require_all)?;
     let was_running = lab::is_running(root);
     let lab = match lab::up(root) {
         Ok(lab) => Some(lab),
@@ -117,6 +121,7 @@ fn test(root: &Path, extra: &[String]) -> Result<()> {
         .args(extra)
         .env("THESEUSTEST_PYTHON", &python)
         .env("THESEUSTEST_MANAGED_PYTHON", managed.as_deref().unwrap_or(Path::new("")))
+        .env("THESEUSTEST_CHROMIUM", chromium.as_deref().unwrap_or(Path::new("")))
         .env("THESEUSTEST_REQUIRE_ALL", if require_all { "1" } else { "0" });
     for (key, value) in lab.iter().flat_map(|lab| &lab.vars) {
         cmd.env(key, value);

@@ -1,10 +1,19 @@
-//! `theseus ui`: a dashboard served from the binary itself. [`serve`] binds an HTTP/1.1 server
+//! `theseus ui`: a dashboard served from the binary itself. [`bind`] binds an HTTP/1.1 server
 //! that refuses every request without the token, serves the embedded pages (`assets/`), the JSON
 //! API under `/api/` and the live streams (server-sent events); what it shows comes from a
 //! [`Source`], which the CLI implements over the ledger and the backends.
 
 mod api;
+mod assets;
+mod auth;
+mod handlers;
+mod query;
+mod respond;
+mod routes;
+mod server;
 mod source;
+mod sse;
+mod streams;
 
 pub use api::{Commands, LogEvent, LogEvents, MAX_PAGE, RunDetail, RunPage, RunQuery, RunRow};
 pub use source::{Source, SourceError};
@@ -12,7 +21,7 @@ pub use source::{Source, SourceError};
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-/// How [`serve`] listens.
+/// How [`bind`] listens.
 #[derive(Debug, Clone)]
 pub struct ServeOptions {
     /// Address and port to bind (port 0: any free port).
@@ -61,11 +70,10 @@ pub async fn bind(source: Arc<dyn Source>, options: ServeOptions) -> Result<Serv
 }
 
 impl Server {
-    /// Answers requests until `shutdown` resolves.
+    /// Answers requests until `shutdown` resolves; then stops accepting, ends the open event
+    /// streams, lets answers in flight finish (for at most a few seconds) and returns.
     pub async fn run(self, shutdown: impl std::future::Future<Output = ()> + Send) -> Result<(), Error> {
-        // Filled in by the server part (routing, auth, assets, SSE).
-        let _ = (&self.listener, &self.source, &self.token);
-        shutdown.await;
+        server::run(self.listener, self.source, self.token, shutdown).await;
         Ok(())
     }
 }

@@ -2,6 +2,7 @@
 //! (no config file unless the test writes one) and checks exit code, stdout and stderr.
 
 mod batch;
+mod browser;
 mod cli;
 mod config_load;
 mod everyday;

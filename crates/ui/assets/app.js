@@ -1,0 +1,2 @@
+// Placeholder until the front part's pages land.
+"use strict";
