@@ -397,7 +397,10 @@ fn the_api_lists_local_runs_streams_a_live_log_and_cancels_through_real_http() {
     // The capacity page lists the configured host.
     let capacity = ui.json("/api/capacity");
     let hosts = capacity["hosts"].as_array().unwrap();
-    assert!(hosts.iter().any(|h| h["host"] == "local" && h["kind"] == "local"), "{capacity}");
+    let local = hosts.iter().find(|h| h["host"] == "local" && h["kind"] == "local");
+    let local = local.unwrap_or_else(|| panic!("{capacity}"));
+    assert!(local["availability"]["kind"].is_string() && local["request"].is_string(), "{capacity}");
+    assert!(local["queues"].is_null() && local["queues_error"].is_null(), "no queues on this machine: {capacity}");
     assert!(capacity["probed_at"].is_string(), "{capacity}");
 
     let stderr = ui.stderr();
@@ -486,6 +489,11 @@ fn a_volcano_run_shows_its_pending_reason_and_no_secret_reaches_the_api() {
     let authz = theseus_kube_sim::Authz::from_files(&format!("{KUBE_TOKEN},researcher,1\n"), &rbac).unwrap();
     let world = crate::volcano::SimWorld::start_with(&ctx, Some((authz, KUBE_TOKEN)));
     world.sim.faults().make_image_unpullable("theseus-test:local");
+    // A host that does not answer is given up on within api_timeout + 5 s (10 s at least).
+    let config = ctx.home().join(".theseus.yaml");
+    let mut text_of = std::fs::read_to_string(&config).unwrap();
+    text_of.push_str("    api_timeout: 2s\n");
+    std::fs::write(&config, text_of).unwrap();
     let out = ctx
         .cmd()
         .env("MY_SECRET", SECRET)
@@ -518,6 +526,24 @@ fn a_volcano_run_shows_its_pending_reason_and_no_secret_reaches_the_api() {
     assert!(k8s["queues"]["queues"].as_array().is_some_and(|q| !q.is_empty()), "the queues: {capacity}");
     answers.push(capacity.to_string());
     answers.push(ui.get("/api/runs/pull/logs").1);
+
+    // The cluster stops answering: the list still answers at once from the ledger (before the
+    // refresher's round gives up on the host), then names the silent host and marks its row.
+    world.sim.faults().outage(theseus_kube_sim::Outage::Hang, None);
+    let first = ui.json("/api/runs");
+    assert_eq!(first["unanswered"], serde_json::json!({}), "answered without waiting on the host: {first}");
+    let silent = eventually("the silent host in the list", || {
+        let page = ui.json("/api/runs");
+        page["unanswered"]["k8s"].is_string().then_some(page)
+    });
+    let row_of = row(&silent, "pull").unwrap();
+    assert!(row_of["unanswered"].is_string(), "its live row is marked: {silent}");
+    assert_eq!(row_of["state"], "pending", "shown in its last known state: {silent}");
+    world.sim.faults().end_outage();
+    eventually("the host answering again", || {
+        let page = ui.json("/api/runs");
+        page["unanswered"].as_object().is_some_and(|u| u.is_empty()).then_some(())
+    });
     let mut events = Events::open(&ui, "/api/runs/pull/logs/stream");
     let run_id = pull["identity"]["run_id"].as_str().unwrap().to_owned();
     events.until(|event, data| event == "note" && data["text"].as_str().is_some_and(|t| t.contains("ImagePull")));
