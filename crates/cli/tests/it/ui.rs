@@ -290,6 +290,9 @@ impl Talker {
     }
 }
 
+/// A `--secret-env` value of the local run.
+const LOCAL_SECRET: &str = "local-s3cr3t-4b1d";
+
 #[test]
 fn the_api_lists_local_runs_streams_a_live_log_and_cancels_through_real_http() {
     let ctx = TestContext::new();
@@ -298,9 +301,25 @@ fn the_api_lists_local_runs_streams_a_live_log_and_cancels_through_real_http() {
     let talker = Talker::new();
     let exp = talker.code.path().join("talker.yaml");
     let code = talker.code.path().to_str().unwrap();
-    let live = ctx.run(&["submit", "talker", exp.to_str().unwrap(), "--code", code, "-g", "chat"]);
+    let live = ctx
+        .cmd()
+        .env("TALKER_SECRET", LOCAL_SECRET)
+        .args([
+            "submit",
+            "talker",
+            exp.to_str().unwrap(),
+            "--code",
+            code,
+            "-g",
+            "chat",
+            "--secret-env",
+            "TALKER_SECRET",
+        ])
+        .output()
+        .unwrap();
     assert!(live.status.success(), "{}", text(&live.stderr));
     let ui = Ui::start(&ctx, &[]);
+    let mut answers = Vec::new();
     // The refresher (every second here) asks the local host: the run starts.
     eventually("the run running in the list", || {
         row(&ui.json("/api/runs"), "talker").filter(|r| r["state"] == "running").map(drop)
@@ -362,6 +381,7 @@ fn the_api_lists_local_runs_streams_a_live_log_and_cancels_through_real_http() {
     assert_eq!(ended["metadata"]["status"], "completed", "metadata.json of the run: {ended}");
     assert_eq!(ended["metadata"]["project"], "demo", "{ended}");
     assert_eq!(ui.get("/api/runs/no-such-run").0, 404);
+    answers.extend([page.to_string(), detail.to_string(), ended.to_string()]);
 
     // The history of an ended run, then its end.
     let history = ui.json("/api/runs/hello/logs");
@@ -393,6 +413,11 @@ fn the_api_lists_local_runs_streams_a_live_log_and_cancels_through_real_http() {
     assert!(events.next().is_none(), "the stream closes after its end");
     let status = ctx.run(&["status", &run_id]);
     assert!(text(&status.stdout).contains("cancelled"), "{}{}", text(&status.stdout), text(&status.stderr));
+    answers.extend([events.seen.clone(), ui.json(&format!("/api/runs/{run_id}")).to_string()]);
+    answers.push(ui.get(&format!("/api/runs/{run_id}/logs")).1);
+    for answer in &answers {
+        assert!(!answer.contains(LOCAL_SECRET), "the secret env value reached the API: {answer}");
+    }
 
     // The capacity page lists the configured host.
     let capacity = ui.json("/api/capacity");
