@@ -44,8 +44,11 @@ theseus_json_string() {
 # theseus_checkpoint_entries DIR: the entries of DIR but `latest` and hidden ones, newest
 # first, at most 100, each as `SECONDS.FRACTION YYYY-MM-DDTHH:MM:SS.FRACTION NAME` ended by NUL.
 theseus_checkpoint_entries() {
-  # One process for the whole dir (GNU find); NUL-separated, so a name may hold newlines.
-  TZ=UTC LC_ALL=C find "$1" -mindepth 1 -maxdepth 1 ! -name latest ! -name '.*' \
+  # One process for the whole dir (GNU find); NUL-separated, so a name may hold newlines. A
+  # checkpoint dir on a hung network mount must not hold up the job's end: at most 10 s.
+  local bound=()
+  if command -v timeout > /dev/null 2>&1; then bound=(timeout 10); fi
+  TZ=UTC LC_ALL=C ${bound[@]+"${bound[@]}"} find "$1" -mindepth 1 -maxdepth 1 ! -name latest ! -name '.*' \
     -printf '%T@ %TY-%Tm-%TdT%TH:%TM:%TS %f\0' 2> /dev/null \
     | LC_ALL=C sort -z -r -n -k 1,1 2> /dev/null | head -z -n 100 2> /dev/null
 }
