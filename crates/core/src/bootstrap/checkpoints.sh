@@ -7,7 +7,8 @@
 # The checkpoints are the entries of the checkpoint dir other than `latest` and hidden ones,
 # newest first (by modification time), at most 100. A name is any bytes: every value is
 # JSON-escaped (quotes, backslashes, control characters; bytes that are not UTF-8 are written as
-# the Latin-1 characters of their values, so that the file is always valid JSON).
+# the Latin-1 characters of their values, so that the file is always valid JSON). The listing
+# needs GNU find, sort and head (`-printf`, `-z`): without them the list is empty.
 
 # theseus_json_string TEXT: TEXT as a JSON string (with its quotes), on stdout.
 theseus_json_string() {
