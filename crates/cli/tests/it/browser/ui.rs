@@ -320,3 +320,62 @@ fn a_simulator_run_in_the_browser_streams_shows_its_pod_and_cancels() {
     shoot(&page, "run-sim.png");
     cancel_from_page(&ctx, &page, &long);
 }
+
+/// Adds `n` ended runs to the ledger of `ctx` (made by `theseus list`), the oldest first.
+fn add_ended_runs(ctx: &TestContext, n: usize) {
+    let out = ctx.run(&["list"]);
+    assert!(out.status.success(), "{}", crate::text(&out.stderr));
+    let db = ctx.home().join("state/theseus/ledger.sqlite3");
+    let conn = rusqlite::Connection::open(&db).unwrap_or_else(|e| panic!("{}: {e}", db.display()));
+    for i in 0..n {
+        let run = format!("20250101-{i:06}-0000aa");
+        let handle = serde_json::json!({"kind": "local", "host": "local", "id": run, "data": {
+            "run_dir": format!("/nonexistent/{run}"), "work_dir": "/nonexistent", "log_file": "/nonexistent.log",
+            "processes": 1}});
+        let at = format!("2025-01-01T{:02}:{:02}:00Z", i / 60, i % 60);
+        conn.execute(
+            "INSERT INTO runs (run_id, name, project, grp, host, handle, submitted_at, updated_at, state, exit_code, kind) \
+             VALUES (?1, ?2, 'general', 'default', 'local', ?3, ?4, ?4, 'completed', 0, 'job')",
+            rusqlite::params![run, format!("old-{i}"), handle.to_string(), at],
+        )
+        .unwrap();
+    }
+}
+
+#[test]
+fn the_run_list_pages_and_shows_a_new_run_without_a_reload() {
+    let test = "the_run_list_pages_and_shows_a_new_run_without_a_reload";
+    let Some(chromium) = super::chromium(test) else { return };
+    let ctx = TestContext::new();
+    add_ended_runs(&ctx, 120);
+    let ui = UiServer::start(&ctx, &[]);
+    let page = chromium.page().unwrap();
+    page.navigate(&ui.url).unwrap();
+    wait_ready(&page, "runs");
+    let info = text_of("#page-info");
+    assert_eq!(page.eval(&info).unwrap(), "1–50 of 120");
+    assert_eq!(listed(&page).first().map(String::as_str), Some("20250101-000119-0000aa"), "newest first");
+    page.click("button#next").unwrap();
+    page.wait_until("the second page", &format!("{info} === '51–100 of 120'"), SHOWN_WITHIN).unwrap();
+    assert_eq!(listed(&page).first().map(String::as_str), Some("20250101-000069-0000aa"));
+    assert_eq!(page.eval("new URLSearchParams(location.search).get('offset')").unwrap(), "50");
+    page.click("button#prev").unwrap();
+    page.wait_until("the first page again", &format!("{info} === '1–50 of 120'"), SHOWN_WITHIN).unwrap();
+
+    // A run submitted while the page is open shows up on it, the document never reloaded.
+    page.eval("window.sameDocument = true").unwrap();
+    let trigger = tempfile::tempdir().unwrap();
+    let code = jobs(trigger.path());
+    let done = submit(&ctx, code.path(), "done.yaml", "ui-new", &[]);
+    page.wait_until("the new run at the top", &format!("{}[0] === '{done}'", ids_js()), SHOWN_WITHIN).unwrap();
+    page.wait_until("the new total", &format!("{info} === '1–50 of 121'"), SHOWN_WITHIN).unwrap();
+    wait_state(&ctx, &done, "completed");
+    page.wait_until("its state to follow", &format!("{} === 'completed'", cell_js(&done, "state")), SHOWN_WITHIN)
+        .unwrap();
+    assert_eq!(page.eval("window.sameDocument === true").unwrap(), true, "the page reloaded");
+}
+
+/// A row's cell text (trimmed), as JS.
+fn cell_js(run: &str, class: &str) -> String {
+    format!("({}||'').trim()", text_of(&format!("table#runs tbody tr[data-run-id='{run}'] td.{class}")))
+}
