@@ -290,18 +290,35 @@ fn a_simulator_run_in_the_browser_streams_shows_its_pod_and_cancels() {
     let code = jobs(trigger.path());
     let long =
         submit(&ctx, code.path(), "trigger.yaml", "ui-sim", &["--host", "k8s", "--cpu", "100m", "--mem", "128Mi"]);
-    let _cleanup = CancelOnDrop(&ctx, vec![long.clone()]);
+    // A job that can never fit (8 GPUs in a pod, nodes of 4; the config claims 8 per node): pending,
+    // with the scheduler's reason.
+    let path = ctx.home().join(".theseus.yaml");
+    let config = std::fs::read_to_string(&path).unwrap().replace("chips: {h100: 4}", "chips: {h100: 8}");
+    std::fs::write(&path, config).unwrap();
+    let huge = submit(&ctx, code.path(), "done.yaml", "ui-huge", &["--host", "k8s", "--chip", "h100", "-n", "8"]);
+    let _cleanup = CancelOnDrop(&ctx, vec![long.clone(), huge.clone()]);
     wait_state(&ctx, &long, "running");
-    let ui = UiServer::start(&ctx, &[]);
+    wait_state(&ctx, &huge, "pending");
+    let ui = UiServer::start(&ctx, &["--refresh", "1"]);
     let page = chromium.page().unwrap();
     page.navigate(&ui.url).unwrap();
     wait_ready(&page, "runs");
     page.wait_until("the simulator's run", &format!("{}.includes('{long}')", ids_js()), SHOWN_WITHIN).unwrap();
+    // The pending run says why, in its row and on its page.
+    assert_eq!(page.eval(&cell_js(&huge, "state")).unwrap(), "pending");
+    let reason = page.wait_until("the pending run's reason", &cell_js(&huge, "reason"), SHOWN_WITHIN).unwrap();
+    assert!(reason.as_str().unwrap().contains("Insufficient nvidia.com/gpu"), "{reason}");
     // The host, with its kind beside it.
     let host = cell(&page, &long, "host");
     assert!(host.as_str().is_some_and(|h| h.split_whitespace().next() == Some("k8s")), "{host}");
     assert_eq!(cell(&page, &long, "state").as_str().map(str::trim), Some("running"));
     shoot(&page, "runs-sim.png");
+
+    page.navigate(&format!("{}/runs/{huge}", ui.base)).unwrap();
+    wait_ready(&page, "run");
+    let message = page.wait_until("the pending run's message", &text_of("#run-message"), SHOWN_WITHIN).unwrap();
+    assert!(message.as_str().unwrap().contains("Insufficient nvidia.com/gpu"), "{message}");
+    shoot(&page, "run-pending-sim.png");
 
     page.navigate(&format!("{}/runs/{long}", ui.base)).unwrap();
     wait_ready(&page, "run");
