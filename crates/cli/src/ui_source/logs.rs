@@ -63,27 +63,50 @@ fn followed(shared: Arc<Shared>, record: Record, backend: Arc<DynBackend>) -> Lo
                 }
             };
             let run_id = record.identity.run_id.as_str();
+            // What the Volcano follower says of its contact with the cluster, as `logs -f` does.
+            let mut notes = (backend.kind().as_str() == "volcano").then(crate::log_notes::subscribe);
             let events = tx.clone();
             let follow =
                 lifecycle::follow(&ledger, &backend, (&record.handle, run_id), FollowOptions::watch(None), |event| {
                     let _ = events.send(event_of(run_id, event));
                 });
-            let last = tokio::select! {
-                end = follow => match end {
-                    Ok(FollowEnd::Ended(status) | FollowEnd::GaveUp(status)) => {
-                        LogEvent::End { state: status.state, exit_code: status.exit_code }
+            tokio::pin!(follow);
+            let last = loop {
+                tokio::select! {
+                    end = &mut follow => break match end {
+                        Ok(FollowEnd::Ended(status) | FollowEnd::GaveUp(status)) => {
+                            LogEvent::End { state: status.state, exit_code: status.exit_code }
+                        }
+                        // The program is stopping: the stream just ends.
+                        Ok(FollowEnd::Detached(_)) => return,
+                        Err(e) => LogEvent::Error { error: one_line(&e) },
+                    },
+                    text = next_note(&mut notes) => {
+                        let _ = tx.send(LogEvent::Note { text });
                     }
-                    // The program is stopping: the stream just ends.
-                    Ok(FollowEnd::Detached(_)) => return,
-                    Err(e) => LogEvent::Error { error: one_line(&e) },
-                },
-                // The page went away: the follow (and the backend's stream) is dropped here.
-                () = tx.closed() => return,
+                    // The page went away: the follow (and the backend's stream) is dropped here.
+                    () = tx.closed() => return,
+                }
             };
             let _ = tx.send(last);
         })
     });
     futures::stream::poll_fn(move |cx| rx.poll_recv(cx)).boxed()
+}
+
+/// The next line the backend logged about its streams (never, without `notes`).
+async fn next_note(notes: &mut Option<tokio::sync::broadcast::Receiver<String>>) -> String {
+    use tokio::sync::broadcast::error::RecvError;
+    if let Some(notes) = notes {
+        loop {
+            match notes.recv().await {
+                Ok(text) => return text,
+                Err(RecvError::Lagged(_)) => continue,
+                Err(RecvError::Closed) => break,
+            }
+        }
+    }
+    std::future::pending().await
 }
 
 /// What a follow event says on the page.

@@ -586,3 +586,45 @@ fn a_volcano_run_shows_its_pending_reason_and_no_secret_reaches_the_api() {
     assert_eq!(ui.stop("-TERM"), Some(0));
     drop(world);
 }
+
+#[test]
+fn a_followed_volcano_log_says_when_it_loses_and_regains_the_cluster() {
+    let ctx = TestContext::new();
+    let world = crate::volcano::SimWorld::start(&ctx);
+    let code = std::path::Path::new(world.code());
+    std::fs::write(
+        code.join("count.py"),
+        "import time\nfor i in range(600):\n    print('tick', i, flush=True)\n    time.sleep(0.2)\n",
+    )
+    .unwrap();
+    std::fs::write(code.join("count.yaml"), "entrypoint: python count.py\n").unwrap();
+    let out = ctx.run(&[
+        "submit",
+        "ticks",
+        &world.exp("count.yaml"),
+        "--code",
+        world.code(),
+        "--host",
+        "k8s",
+        "--chip",
+        "cpu",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let ui = Ui::start(&ctx, &[]);
+    let mut events = Events::open(&ui, "/api/runs/ticks/logs/stream");
+    events.until(|event, data| event == "line" && data["text"] == "tick 3");
+    world.sim.faults().outage(theseus_kube_sim::Outage::Refuse, Some(Duration::from_secs(4)));
+    let (_, lost) = events.until(|event, _| event == "note");
+    let lost = lost["text"].as_str().unwrap().to_owned();
+    assert!(lost.contains("lost contact") && lost.contains(&world.sim.url()), "{}", events.seen);
+    let (_, back) = events.until(|event, _| event == "note");
+    assert!(back["text"].as_str().unwrap().contains("reconnected"), "{}", events.seen);
+    // The lines go on after the outage.
+    events.until(|event, _| event == "line");
+    let cancelled = http(ui.addr, "POST", "/api/runs/ticks/cancel", &[("X-Theseus-Token", &ui.token)]);
+    assert_eq!(cancelled.status, 200, "{}", cancelled.body);
+    let (_, end) = events.until(|event, _| event == "end");
+    assert_eq!(end["state"], "cancelled", "{}", events.seen);
+    assert_eq!(ui.stop("-TERM"), Some(0));
+    drop(world);
+}
