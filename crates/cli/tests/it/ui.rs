@@ -624,6 +624,8 @@ fn a_followed_volcano_log_says_when_it_loses_and_regains_the_cluster() {
     let cancelled = http(ui.addr, "POST", "/api/runs/ticks/cancel", &[("X-Theseus-Token", &ui.token)]);
     assert_eq!(cancelled.status, 200, "{}", cancelled.body);
     let (_, end) = events.until(|event, _| event == "end");
+    let status = text(&ctx.run(&["status", "ticks"]).stdout);
+    assert!(status.contains("cancelled"), "the ledger says: {status}");
     assert_eq!(end["state"], "cancelled", "{}", events.seen);
     assert_eq!(ui.stop("-TERM"), Some(0));
     drop(world);
