@@ -358,6 +358,8 @@ function runsPage() {
       return;
     }
     renderCounts(page.counts || {});
+    const running = Number((page.counts || {}).running || 0);
+    document.title = (running ? running + " running · " : "") + "runs · theseus";
     for (const k of ["project", "group", "host"]) fillSelect(document.getElementById("filter-" + k), (page.facets || {})[k] || [], q[k]);
     stateSel.value = q.state;
     renderNotice(page);
@@ -413,6 +415,13 @@ function runsPage() {
     }
   }
 
+  // A click anywhere on a row opens the run (not when selecting text or on a link).
+  table.tBodies[0].addEventListener("click", (e) => {
+    const tr = e.target.closest("tr[data-run-id]");
+    if (!tr || e.target.closest("a") || String(window.getSelection() || "") !== "") return;
+    const link = tr.querySelector("td.name a");
+    if (link) link.click();
+  });
   bar.addEventListener("click", (e) => {
     const el = e.target.closest(".count-card");
     if (!el) return;
@@ -562,6 +571,7 @@ function runPage(id) {
             h("h2", { text: "Log" }),
             h("span", { id: "log-count", class: "muted" }),
             h("span", { class: "spacer" }),
+            h("button", { id: "log-follow", type: "button", class: "small", hidden: true, title: "scroll to the newest line and keep following", text: "↓ follow" }),
             h("a", { id: "wandb-link", class: "wandb", hidden: true, target: "_blank", rel: "noopener noreferrer", text: "W&B run ↗" }),
             h("a", { id: "log-download", href: "/api/runs/" + encodeURIComponent(id) + "/logs", download: id + "-logs.json", text: "download the whole log" }),
           ),
@@ -590,6 +600,12 @@ function runPage(id) {
 
   const state = { detail: null, over: false, gone: false, timer: null, loading: null };
   const log = new LogView(logBox, id);
+  const follow = document.getElementById("log-follow");
+  logBox.addEventListener("scroll", () => (follow.hidden = logBox.scrollHeight - logBox.scrollTop - logBox.clientHeight < 8), { passive: true });
+  follow.addEventListener("click", () => {
+    logBox.scrollTop = logBox.scrollHeight;
+    follow.hidden = true;
+  });
 
   // One refresh at a time: a refresh asked while one is in flight joins it.
   function refresh() {
