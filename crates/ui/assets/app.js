@@ -1069,7 +1069,8 @@ function capacityPage() {
     h("span", { class: "spacer" }),
     h("button", { id: "capacity-refresh", type: "button", text: "refresh" }),
   );
-  main().replaceChildren(head, h("div", { id: "notice" }), box);
+  const about = h("p", { class: "muted small about", text: "What a job asking for one GPU of any kind finds on each host, as `theseus plan` weighs it; every host is asked at once, at most every 30 s." });
+  main().replaceChildren(head, about, h("div", { id: "notice" }), box);
   box.append(h("p", { class: "muted", text: "asking every host…" }));
 
   async function load() {
@@ -1126,7 +1127,7 @@ function hostCard(host) {
     unknown.hidden = false;
     unknown.append(h("b", { text: "unusable: " }), str(av.reason));
   } else if (kind === "free") {
-    availability.append(h("span", { class: "big", text: String(av.chips) }), " free", h("span", { class: "muted", text: " (from " + str(av.source) + ")" }));
+    availability.append(h("span", { class: "big", text: String(av.chips) }), av.chips === 1 ? " GPU free" : " GPUs free", h("span", { class: "muted", text: " · " + str(av.source) }));
   } else if (kind === "slurm") {
     availability.append(partitions(av.partitions || []));
   } else {
