@@ -966,7 +966,17 @@ class LogView {
   }
 
   push(item) {
+    if (!this.wandb && item.text != null && item.text.indexOf("wandb.ai/") >= 0) {
+      const url = wandbUrl(item.text);
+      if (url) this.showWandb(url);
+    }
     this.pending.push(item);
+    // A hidden tab draws no frames: keep at most what the page would show.
+    if (this.pending.length > 2 * LOG_CAP) {
+      const cut = this.pending.length - LOG_CAP;
+      for (let i = 0; i < cut; i++) if (this.pending[i].text != null) this.dropped++;
+      this.pending.splice(0, cut);
+    }
     if (!this.scheduled) {
       this.scheduled = true;
       requestAnimationFrame(() => this.flush());
@@ -993,10 +1003,6 @@ class LogView {
       if (it.text != null) {
         frag.append(lineElement(it.text));
         this.shown++;
-        if (!this.wandb) {
-          const url = wandbUrl(it.text);
-          if (url) this.showWandb(url);
-        }
       } else {
         frag.append(h("div", { class: "log-note", text: it.note }));
       }
