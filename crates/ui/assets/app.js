@@ -869,7 +869,7 @@ function notFound(id, why) {
       "div",
       { class: "notfound" },
       h("h1", { id: "not-found", text: "no such run" }),
-      h("p", null, "The ledger has no run ", h("b", { class: "mono", text: id }), why ? h("span", { class: "muted", text: " (" + why + ")" }) : "", "."),
+      h("p", { title: str(why) }, "The ledger has no run ", h("b", { class: "mono", text: id }), " (by run id or name)."),
       h("p", null, h("a", { href: "/", text: "‹ back to the runs" })),
     ),
   );
