@@ -521,8 +521,8 @@ class RunsView {
       h("td", { class: "id mono", text: id }),
       h("td", { class: "state" }, badge(state)),
       h("td", { class: "pg" }, h("span", { text: str(ident.project) }), h("span", { class: "muted", text: " / " }), h("span", { text: str(ident.group) })),
-      h("td", { class: "host" }, str(run.host), run.handle && run.handle.kind && run.handle.kind !== run.host ? h("span", { class: "muted small", text: " " + run.handle.kind }) : ""),
-      h("td", { class: "chips mono", text: str(run.chips) || "—" }),
+      h("td", { class: "host", title: run.handle && run.handle.kind ? "a " + run.handle.kind + " host" : null, text: str(run.host) }),
+      h("td", { class: "chips mono", text: str(run.chips) }),
       h("td", { class: "age num", title: exactTime(run.submitted_at), text: age(run.submitted_at) }),
       h("td", { class: "reason" }, reason),
     );
@@ -705,9 +705,9 @@ function runPage(id) {
           { dataset: { rank: String(r.rank) } },
           h("td", { class: "rank num", text: String(r.rank) }),
           h("td", { class: "state" }, badge(r.state)),
-          h("td", { class: "location mono", text: str(r.location) || "—" }),
-          h("td", { class: "exit num", text: r.exit_code != null ? String(r.exit_code) : "—" }),
-          h("td", { class: "restarts num", text: r.restarts != null ? String(r.restarts) : "—" }),
+          h("td", { class: "location mono", text: str(r.location) }),
+          h("td", { class: "exit num", text: r.exit_code != null ? String(r.exit_code) : "" }),
+          h("td", { class: "restarts num", text: r.restarts != null ? String(r.restarts) : "" }),
         ),
       ),
     );
