@@ -130,7 +130,7 @@ function wandbUrl(text) {
   }
 }
 
-async function copyText(text, button) {
+async function copyText(text, button, source) {
   let ok = false;
   try {
     if (navigator.clipboard && window.isSecureContext) {
@@ -152,10 +152,18 @@ async function copyText(text, button) {
     }
     area.remove();
   }
+  if (!ok && source) {
+    // The browser refused: select the text for Ctrl+C.
+    const range = document.createRange();
+    range.selectNodeContents(source);
+    const sel = window.getSelection();
+    sel.removeAllRanges();
+    sel.addRange(range);
+  }
   if (button) {
     const was = button.textContent;
-    button.textContent = ok ? "copied" : "select and copy";
-    setTimeout(() => (button.textContent = was), 1200);
+    button.textContent = ok ? "copied" : "press Ctrl+C";
+    setTimeout(() => (button.textContent = was), 1500);
   }
 }
 
@@ -804,8 +812,9 @@ function runPage(id) {
         .filter((k) => c[k])
         .map((k) => {
           const btn = h("button", { type: "button", class: "copy", title: "copy to the clipboard", text: "copy" });
-          btn.addEventListener("click", () => copyText(c[k], btn));
-          return h("div", { class: "command" }, h("code", { class: "mono", dataset: { command: k }, text: c[k] }), btn);
+          const code = h("code", { class: "mono", dataset: { command: k }, text: c[k] });
+          btn.addEventListener("click", () => copyText(c[k], btn, code));
+          return h("div", { class: "command" }, code, btn);
         }),
     );
   }
