@@ -1,6 +1,12 @@
-// theseus ui: the one-page app of `theseus ui` (runs, one run, capacity). Plain ES2020, no
-// framework, nothing fetched from outside (the CSP forbids it). Everything the API returns is
-// untrusted text: the DOM is built with createElement and textContent only, never innerHTML.
+// theseus ui: the one-page app of `theseus ui`. The path says the page: `/` the runs (a page of
+// `/api/runs` with the filters in the query string, refetched on `/api/events`' `changed`),
+// `/runs/ID` one run (`/api/runs/ID`, its log over `/api/runs/ID/logs/stream`, cancel), and
+// `/capacity` every host (`/api/capacity`). The element ids are the contract with the browser
+// tests (contract of issue 29, "Page elements"). Plain ES2020, no framework, nothing fetched
+// from outside (the CSP forbids it). Everything the API returns is untrusted text: the DOM is
+// built with createElement and textContent only, never innerHTML; the token goes only in the
+// X-Theseus-Token header of same-origin /api/ requests (EventSource, which cannot send headers,
+// rides on the cookie the server set when the page was opened with ?token=).
 "use strict";
 
 const TOKEN = (document.querySelector('meta[name="theseus-token"]') || {}).content || "";
