@@ -584,6 +584,7 @@ function runPage(id) {
             { class: "card-head" },
             h("h2", { text: "Log" }),
             h("span", { id: "log-count", class: "muted" }),
+            h("select", { id: "log-filter", class: "small", hidden: true, title: "show the lines of one rank only" }),
             h("span", { class: "spacer" }),
             h("button", { id: "log-follow", type: "button", class: "small", hidden: true, title: "scroll to the newest line and keep following", text: "↓ follow" }),
             h("a", { id: "wandb-link", class: "wandb", hidden: true, target: "_blank", rel: "noopener noreferrer", text: "W&B run ↗" }),
@@ -614,6 +615,7 @@ function runPage(id) {
 
   const state = { detail: null, over: false, gone: false, timer: null, loading: null };
   const log = new LogView(logBox, id);
+  document.getElementById("log-filter").addEventListener("change", (e) => log.showOnly(e.target.value));
   const follow = document.getElementById("log-follow");
   logBox.addEventListener("scroll", () => (follow.hidden = logBox.scrollHeight - logBox.scrollTop - logBox.clientHeight < 8), { passive: true });
   follow.addEventListener("click", () => {
@@ -906,6 +908,26 @@ class LogView {
     this.es = null;
     this.wandb = null;
     this.backoff = 5;
+    this.sources = new Set(); // the prefixes seen, offered by #log-filter
+    this.only = null; // the prefix shown, null: all
+  }
+
+  /** Offers `src` in the filter (shown once lines come from two places). */
+  addSource(src) {
+    this.sources.add(src);
+    const select = document.getElementById("log-filter");
+    if (!select) return;
+    const names = Array.from(this.sources).sort((a, b) => a.localeCompare(b, undefined, { numeric: true }));
+    select.replaceChildren(h("option", { value: "", text: "every rank" }), ...names.map((n) => h("option", { value: n, text: n })));
+    select.value = this.only === null ? "" : this.only;
+    select.hidden = this.sources.size < 2;
+  }
+
+  /** Shows only the lines of `src` ("" or null: every line). */
+  showOnly(src) {
+    this.only = src ? src : null;
+    for (const el of this.box.querySelectorAll(".log-line")) el.hidden = this.only !== null && el.dataset.src !== this.only;
+    this.box.scrollTop = this.box.scrollHeight;
   }
 
   open(onEnd) {
@@ -929,7 +951,7 @@ class LogView {
       if (this.thisConn <= this.skip) return;
       this.received++;
       this.backoff = 5; // a new line: the stream works again
-      this.push({ text: lineText(ev) });
+      this.push({ text: lineText(ev), src: lineSource(ev) });
     });
     es.addEventListener("note", (e) => {
       const ev = parse(e.data);
@@ -1016,7 +1038,10 @@ class LogView {
     const frag = document.createDocumentFragment();
     for (const it of items) {
       if (it.text != null) {
-        frag.append(lineElement(it.text));
+        const el = lineElement(it.text, it.src);
+        if (it.src && !this.sources.has(it.src)) this.addSource(it.src);
+        if (this.only !== null && it.src !== this.only) el.hidden = true;
+        frag.append(el);
         this.shown++;
       } else {
         frag.append(h("div", { class: "log-note", text: it.note }));
@@ -1054,19 +1079,28 @@ class LogView {
   }
 }
 
-function lineElement(text) {
+/** A `.log-line`: `text` as the CLI prints it, its `[src] ` prefix (when `src`) coloured. */
+function lineElement(text, src) {
   const el = document.createElement("div");
   el.className = "log-line";
-  const m = /^\[[^\]\n]{1,64}\] /.exec(text);
-  if (m) {
+  const prefix = src ? "[" + src + "] " : "";
+  if (prefix && text.startsWith(prefix)) {
+    el.dataset.src = src;
     const pre = document.createElement("span");
     pre.className = "src";
-    pre.textContent = m[0];
-    el.append(pre, text.slice(m[0].length));
+    pre.textContent = prefix;
+    el.append(pre, text.slice(prefix.length));
   } else {
     el.textContent = text;
   }
   return el;
+}
+
+/** Where a line came from, as its prefix names it: its `source`, else `rank-N`, else "". */
+function lineSource(line) {
+  if (line.source != null) return str(line.source);
+  if (line.rank != null) return "rank-" + line.rank;
+  return "";
 }
 
 function parse(data) {
