@@ -94,6 +94,13 @@ fn rendered(url: &UiUrl, runs: usize) -> Result<Measure> {
     let page = chromium.page()?;
     let mark = "(performance.getEntriesByName('runs-rendered')[0] || {}).startTime";
     let mut m = Measure::new(name, "ms", goal);
+    // Where the time goes, from the page's own timings: the HTML's arrival, the script's
+    // start (DOMContentLoaded), the first /api/runs answer.
+    let parts_js = "(() => { const n = performance.getEntriesByType('navigation')[0]; \
+        const api = performance.getEntriesByType('resource').find(r => r.name.includes('/api/runs')); \
+        return [n.responseEnd, n.domContentLoadedEventStart, api ? api.startTime : -1, api ? api.responseEnd : -1, \
+                api ? api.responseStart - api.requestStart : -1]; })()";
+    let mut parts: Vec<Vec<f64>> = vec![Vec::new(); 5];
     // One warm-up load (the first compiles the page's script), then the measured ones.
     for i in 0..=runs {
         page.navigate(&url.page)?;
@@ -102,9 +109,22 @@ fn rendered(url: &UiUrl, runs: usize) -> Result<Measure> {
         ensure!(rows.as_u64() == Some(PAGE as u64), "the runs page shows {rows} rows, not {PAGE}");
         if i > 0 {
             m.values.push(at.as_f64().context("the mark's startTime is not a number")?);
+            let found: Vec<f64> = serde_json::from_value(page.eval(parts_js)?)?;
+            for (all, v) in parts.iter_mut().zip(found) {
+                all.push(v);
+            }
         }
     }
-    m.note = Some(format!("{} rows shown; performance.mark's startTime from the navigation's start", PAGE));
+    let med = |v: &[f64]| super::median(v);
+    m.note = Some(format!(
+        "{PAGE} rows; medians from the navigation's start: HTML in {:.1} ms, DOMContentLoaded {:.1} ms, \
+         /api/runs asked at {:.1} ms and answered at {:.1} ms (the server's part, request to first byte: {:.1} ms)",
+        med(&parts[0]),
+        med(&parts[1]),
+        med(&parts[2]),
+        med(&parts[3]),
+        med(&parts[4])
+    ));
     eprintln!("bench: ui: browser render done");
     Ok(m)
 }

@@ -7,7 +7,8 @@
 # The checkpoints are the entries of the checkpoint dir other than `latest` and hidden ones,
 # newest first (by modification time), at most 100. A name is any bytes: every value is
 # JSON-escaped (quotes, backslashes, control characters; bytes that are not UTF-8 are written as
-# the Latin-1 characters of their values, so that the file is always valid JSON).
+# the Latin-1 characters of their values, so that the file is always valid JSON). The listing
+# needs GNU find, sort and head (`-printf`, `-z`): without them the list is empty.
 
 # theseus_json_string TEXT: TEXT as a JSON string (with its quotes), on stdout.
 theseus_json_string() {
@@ -44,8 +45,11 @@ theseus_json_string() {
 # theseus_checkpoint_entries DIR: the entries of DIR but `latest` and hidden ones, newest
 # first, at most 100, each as `SECONDS.FRACTION YYYY-MM-DDTHH:MM:SS.FRACTION NAME` ended by NUL.
 theseus_checkpoint_entries() {
-  # One process for the whole dir (GNU find); NUL-separated, so a name may hold newlines.
-  TZ=UTC LC_ALL=C find "$1" -mindepth 1 -maxdepth 1 ! -name latest ! -name '.*' \
+  # One process for the whole dir (GNU find); NUL-separated, so a name may hold newlines. A
+  # checkpoint dir on a hung network mount must not hold up the job's end: at most 10 s.
+  local bound=()
+  if command -v timeout > /dev/null 2>&1; then bound=(timeout 10); fi
+  TZ=UTC LC_ALL=C ${bound[@]+"${bound[@]}"} find "$1" -mindepth 1 -maxdepth 1 ! -name latest ! -name '.*' \
     -printf '%T@ %TY-%Tm-%TdT%TH:%TM:%TS %f\0' 2> /dev/null \
     | LC_ALL=C sort -z -r -n -k 1,1 2> /dev/null | head -z -n 100 2> /dev/null
 }

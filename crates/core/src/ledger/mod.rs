@@ -190,6 +190,7 @@ impl Ledger {
         schema::ensure_resume(&conn, &path)?;
         schema::ensure_chips(&conn, &path)?;
         schema::ensure_page_index(&conn, &path)?;
+        schema::ensure_filter_index(&conn, &path)?;
         schema::ensure_change_counter(&conn, &path)?;
         Ok(Ledger { conn, path, state_dir: state_dir.to_owned(), read_only: false })
     }

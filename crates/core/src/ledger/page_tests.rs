@@ -111,7 +111,8 @@ fn an_old_ledger_without_chips_reads_read_only() {
             .conn
             .execute_batch(
                 "DROP TRIGGER run_changes_insert; DROP TRIGGER run_changes_update; DROP TRIGGER run_changes_delete;
-             DROP TABLE run_changes; DROP INDEX runs_by_submitted_at; ALTER TABLE runs DROP COLUMN chips;",
+             DROP TABLE run_changes; DROP INDEX runs_by_submitted_at; DROP INDEX runs_by_filters;
+             ALTER TABLE runs DROP COLUMN chips;",
             )
             .unwrap();
     }
@@ -125,7 +126,7 @@ fn an_old_ledger_without_chips_reads_read_only() {
     let objects: i64 = ledger
         .conn
         .query_row(
-            "SELECT count(*) FROM sqlite_master WHERE name IN ('run_changes', 'runs_by_submitted_at')",
+            "SELECT count(*) FROM sqlite_master WHERE name IN ('run_changes', 'runs_by_submitted_at', 'runs_by_filters')",
             [],
             |r| r.get(0),
         )
@@ -178,28 +179,63 @@ fn the_mark_changes_on_insert_state_message_and_delete_within_one_second() {
     changed("a run back under an id deleted before");
 }
 
-/// The page's query walks the index newest first: no sort of the whole table per page.
+/// `EXPLAIN QUERY PLAN` of `sql` with `values`, its steps joined by `; `.
+fn query_plan(ledger: &Ledger, sql: &str, values: &[rusqlite::types::Value]) -> String {
+    let mut stmt = ledger.conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
+    let steps: Vec<String> = stmt
+        .query_map(rusqlite::params_from_iter(values), |r| r.get::<_, String>(3))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    steps.join("; ")
+}
+
+fn filters() -> [RunFilter; 3] {
+    [
+        RunFilter::default(),
+        RunFilter { project: Some("a".into()), ..RunFilter::default() },
+        RunFilter {
+            project: Some("a".into()),
+            host: Some("x".into()),
+            state: Some(JobState::Running),
+            ..RunFilter::default()
+        },
+    ]
+}
+
+/// The page's query walks the index newest first, whatever the filter: no sort of the matches
+/// per page (a filter most runs match would sort them all).
 #[test]
 fn a_page_uses_the_index_for_every_filter() {
     let dir = tempfile::tempdir().unwrap();
     let ledger = Ledger::open(dir.path()).unwrap();
     ten(&ledger);
-    let filters = [
-        RunFilter::default(),
-        RunFilter { project: Some("a".into()), state: Some(JobState::Running), ..RunFilter::default() },
-    ];
-    for filter in filters {
-        let (clause, values) = filter.clause(true);
-        let sql = format!("EXPLAIN QUERY PLAN {}", ledger.page_sql(&clause, 50, 50));
-        let mut stmt = ledger.conn.prepare(&sql).unwrap();
-        let plan: Vec<String> = stmt
-            .query_map(rusqlite::params_from_iter(&values), |r| r.get::<_, String>(3))
-            .unwrap()
-            .collect::<Result<_, _>>()
-            .unwrap();
-        let plan = plan.join("; ");
+    for filter in filters() {
+        let (clause, values) = filter.clause(true, true);
+        let plan = query_plan(&ledger, &ledger.page_sql(&clause, 50, 50), &values);
         assert!(plan.contains("USING INDEX runs_by_submitted_at"), "{filter:?}: {plan}");
         assert!(!plan.contains("TEMP B-TREE"), "{filter:?} sorts: {plan}");
+    }
+}
+
+/// Counts, totals and filter values read the filter index alone, never the runs' rows (which
+/// hold each run's host config: a pass over them is most of a big ledger's file).
+#[test]
+fn counts_totals_and_facets_read_only_the_filter_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = Ledger::open(dir.path()).unwrap();
+    ten(&ledger);
+    for filter in filters() {
+        let (clause, values) = filter.clause(false, false);
+        let plan = query_plan(&ledger, &format!("SELECT state, count(*) FROM runs{clause} GROUP BY state"), &values);
+        assert!(plan.contains("COVERING INDEX runs_by_filters"), "{filter:?}: {plan}");
+        let (clause, values) = filter.clause(true, false);
+        let plan = query_plan(&ledger, &format!("SELECT count(*) FROM runs{clause}"), &values);
+        assert!(plan.contains("COVERING INDEX"), "{filter:?}: {plan}");
+    }
+    for column in ["project", "grp", "host"] {
+        let plan = query_plan(&ledger, &format!("SELECT DISTINCT {column} FROM runs ORDER BY {column}"), &[]);
+        assert!(plan.contains("COVERING INDEX runs_by_filters"), "{column}: {plan}");
     }
 }
 

@@ -6,8 +6,9 @@
 //!   `-d FILE` it was submitted with) was added in place by [`ensure_host_config`]: older
 //!   versions read and write such a ledger as before (their rows have none); `resume` (the
 //!   run's `--restore`/`--fresh`) the same way; so were `chips` (what the dashboard shows), the
-//!   index `runs_by_submitted_at` (pages of runs, newest first) and the table `run_changes` with
-//!   the triggers that count every change of `runs` (the dashboard's change mark).
+//!   indexes `runs_by_submitted_at` (pages of runs, newest first) and `runs_by_filters` (counts
+//!   and filter values), and the table `run_changes` with the triggers that count every change
+//!   of `runs` (the dashboard's change mark).
 //!
 //! [`migrate`] brings an older ledger to [`SCHEMA_VERSION`] in one `BEGIN IMMEDIATE`
 //! transaction, so that a client killed in the middle leaves the previous schema and two
@@ -83,6 +84,10 @@ pub(crate) fn ensure_chips(conn: &Connection, path: &Path) -> Result<()> {
 /// The index that keeps a page of runs, newest first, fast on big ledgers ([`super::Ledger::page`]).
 pub(crate) const PAGE_INDEX: &str = "runs_by_submitted_at";
 
+/// The index that answers counts and filter values from its own pages ([`super::Ledger::counts`],
+/// [`super::Ledger::facets`], a page's total): every column they read is in it.
+pub(crate) const FILTER_INDEX: &str = "runs_by_filters";
+
 /// The table counting every change of `runs`, kept by triggers (for [`super::Ledger::change_mark`]).
 pub(crate) const CHANGES: &str = "run_changes";
 
@@ -95,6 +100,12 @@ pub(crate) fn ensure_page_index(conn: &Connection, path: &Path) -> Result<()> {
         PAGE_INDEX,
         &format!("CREATE INDEX IF NOT EXISTS {PAGE_INDEX} ON runs(submitted_at)"),
     )
+}
+
+/// Adds [`FILTER_INDEX`] to a ledger that lacks it, once, under the write lock.
+pub(crate) fn ensure_filter_index(conn: &Connection, path: &Path) -> Result<()> {
+    let sql = format!("CREATE INDEX IF NOT EXISTS {FILTER_INDEX} ON runs(project, grp, host, state)");
+    ensure_schema(conn, path, "index", FILTER_INDEX, &sql)
 }
 
 /// Adds the [`CHANGES`] counter and the triggers that bump it on every insert, update and delete

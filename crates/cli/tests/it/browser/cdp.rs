@@ -91,7 +91,11 @@ impl Chromium {
                 stop(&mut child);
                 let log = std::fs::read_to_string(profile.join("chromium.log")).unwrap_or_default();
                 let _ = std::fs::remove_dir_all(&profile);
-                Err(err.context(format!("headless Chromium ({}) did not start; its output:\n{log}", binary.display())))
+                Err(err.context(format!(
+                    "headless Chromium ({}) did not start (its profile {} is removed); its output:\n{log}",
+                    binary.display(),
+                    profile.display()
+                )))
             }
         }
     }
@@ -185,7 +189,15 @@ impl Page {
     pub(crate) fn wait_until(&self, what: &str, condition: &str, limit: Duration) -> Result<Value> {
         let deadline = Instant::now() + limit;
         loop {
-            let value = self.eval(condition)?;
+            let value = match self.eval(condition) {
+                Ok(value) => value,
+                // A navigation under way (a link clicked): the old document is gone, ask again.
+                Err(err) if navigating(&err) && Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(100));
+                    continue;
+                }
+                Err(err) => return Err(err),
+            };
             let truthy = match &value {
                 Value::Null => false,
                 Value::Bool(b) => *b,
@@ -333,6 +345,18 @@ fn stop(child: &mut Child) {
     }
     let _ = child.kill();
     let _ = child.wait();
+}
+
+/// Whether `err` says the page's document went away under an evaluation (a navigation).
+fn navigating(err: &anyhow::Error) -> bool {
+    let text = err.to_string();
+    [
+        "Execution context was destroyed",
+        "Cannot find context with specified id",
+        "Cannot find default execution context",
+    ]
+    .iter()
+    .any(|m| text.contains(m))
 }
 
 fn lock(conn: &Mutex<Conn>) -> std::sync::MutexGuard<'_, Conn> {

@@ -135,3 +135,15 @@ fn group_members(pgid: u32) -> usize {
     }
     n
 }
+
+/// A binary that is not Chromium, or none: an error saying so, and no profile dir left.
+#[test]
+fn a_browser_that_does_not_start_is_a_clear_error_and_leaves_nothing() {
+    let err = super::cdp::Chromium::start(std::path::Path::new("/bin/false")).err().unwrap();
+    let err = format!("{err:#}");
+    assert!(err.contains("did not start") && err.contains("exited"), "{err}");
+    let profile = err.split("(its profile ").nth(1).and_then(|rest| rest.split(" is removed").next()).unwrap();
+    assert!(profile.contains("theseus-chromium-") && !std::path::Path::new(profile).exists(), "{profile} left behind");
+    let err = super::cdp::Chromium::start(std::path::Path::new("/nonexistent/chromium")).err().unwrap();
+    assert!(format!("{err:#}").contains("cannot start /nonexistent/chromium"), "{err:#}");
+}

@@ -143,3 +143,27 @@ fn the_heartbeat_lists_checkpoints_while_the_job_runs() {
     assert!(!out.status.success());
     assert_eq!(names(&h.metadata("checkpoints.json")), ["step_5"], "written at the end too");
 }
+
+/// With stages, each lists its own checkpoint dir (`<name>_stage<i>`) while it runs: the file
+/// at the end is the last stage's.
+#[test]
+fn each_stage_lists_its_own_checkpoint_dir() {
+    let h = Harness::new();
+    std::fs::write(h.work.join("ck.py"), CK_PY).unwrap();
+    let mut input = h.input(&["python", "ck.py"]);
+    input.stages = vec![crate::job::stages::Stage {
+        source: "stage 2.yaml".into(),
+        label: "python ck.py".into(),
+        entrypoint: vec!["python".into(), "ck.py".into()],
+        distributed: Distributed::None,
+        config: json!({"stage": 2}),
+        batch_search: false,
+    }];
+    let (_, out) = h.run(&input, &[("CK_NAMES", r#"["step_1"]"#), ("CK_LATEST", "step_1")]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let doc = h.metadata("checkpoints.json");
+    let stage2 = h.tmp.path().join("shared/check points/proj/grp/job_stage2");
+    assert_eq!(doc["dir"], Value::from(stage2.to_str().unwrap()));
+    assert_eq!((names(&doc), &doc["latest"]), (vec!["step_1".to_owned()], &Value::from("step_1")));
+    assert!(ckpt_dir(&h).join("step_1").is_dir() && stage2.join("step_1").is_dir(), "each stage made its own");
+}
