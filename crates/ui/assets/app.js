@@ -80,14 +80,6 @@ function age(iso, now = Date.now()) {
   return Math.floor(s / 86400) + "d";
 }
 
-/** The first sentence of `text`: up to the first `.`, `!` or `?` followed by a space (not the
- *  point of `0.5` or of `nvidia.com`). */
-function firstSentence(text) {
-  const t = str(text).trim();
-  const m = /^[\s\S]*?[.!?](?=\s)/.exec(t);
-  return m ? m[0] : t;
-}
-
 function exactTime(iso) {
   const t = Date.parse(iso);
   return Number.isNaN(t) ? str(iso) : new Date(t).toLocaleString() + " (" + iso + ")";
@@ -532,17 +524,17 @@ class RunsView {
     const ident = run.identity || {};
     const id = str(ident.run_id);
     const state = str(run.state);
-    // One line per row: the first sentence of each note in the cell, the whole text in its title
-    // (and on the run's page).
+    // One line per row: the notes are cut to the cell's width (ellipsis), their whole text in
+    // the cell's title and on the run's page.
     const reason = [];
     const whole = [];
     if (run.unanswered) {
-      reason.push(h("span", { class: "unanswered", text: "host did not answer: " + firstSentence(run.unanswered) }));
+      reason.push(h("span", { class: "unanswered", text: "host did not answer: " + run.unanswered }));
       whole.push("host did not answer: " + run.unanswered);
     }
     if (run.message) {
       if (reason.length) reason.push(h("span", { class: "muted", text: " · " }));
-      reason.push(h("span", { text: firstSentence(run.message) }));
+      reason.push(h("span", { text: str(run.message) }));
       whole.push(str(run.message));
     }
     if (state === "failed" && run.exit_code != null && !run.message) reason.push(h("span", { text: "exit code " + run.exit_code }));
