@@ -77,6 +77,9 @@ pub(crate) enum Command {
     Repl(ReplArgs),
     /// List submitted jobs, newest first.
     List(ListArgs),
+    /// Serve a dashboard of every run on every host in the browser, live, until Ctrl-C. Prints
+    /// the URL to open (with its token) on stdout.
+    Ui(UiArgs),
     /// Write one self-contained bash script that runs the job on any machine with bash (the
     /// code inside it): `bash OUT --root PATH`. Nothing is submitted or solved.
     Bootstrap(BootstrapArgs),
@@ -355,6 +358,21 @@ pub(crate) struct ForwardArgs {
     /// The rank whose port to reach.
     #[arg(long, default_value_t = 0)]
     pub(crate) rank: u32,
+}
+
+/// `theseus ui`.
+#[derive(Debug, Args)]
+pub(crate) struct UiArgs {
+    /// Address to listen on. Anything but a loopback address lets every machine that can reach
+    /// it try the token (no TLS): prefer an SSH tunnel to a loopback `theseus ui`.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1")]
+    pub(crate) bind: std::net::IpAddr,
+    /// Port to listen on (0: any free port).
+    #[arg(long, value_name = "N", default_value_t = 8765)]
+    pub(crate) port: u16,
+    /// How often the live runs are asked of their hosts in the background.
+    #[arg(long, value_name = "SECONDS", value_parser = duration_arg, default_value = "10")]
+    pub(crate) refresh: Duration,
 }
 
 /// `theseus shell`.

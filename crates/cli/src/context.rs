@@ -13,6 +13,7 @@ use crate::args::{GlobalArgs, OutputFormat};
 use crate::backends;
 
 /// Resolved global settings.
+#[derive(Clone)]
 pub(crate) struct Context {
     pub(crate) home: PathBuf,
     pub(crate) output: OutputFormat,
@@ -95,6 +96,13 @@ impl Context {
             }
             Err(_) => Err(error),
         }
+    }
+
+    /// Opens the job ledger as it is, read-only (what [`Context::ledger_for_reading`] falls back
+    /// to, without its warning).
+    pub(crate) fn read_only_ledger(&self) -> Result<Ledger> {
+        Ledger::open_read_only(&self.state_dir)
+            .with_context(|| format!("cannot open the job ledger in `{}`", self.state_dir.display()))
     }
 
     /// The backend of a configured host.

@@ -22,6 +22,7 @@ mod queue_wait;
 mod runs;
 mod signals;
 mod tunnel;
+mod ui_source;
 
 use std::process::ExitCode;
 
@@ -53,7 +54,10 @@ pub fn main(host_types: &[&'static dyn HostType]) -> ExitCode {
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
     match result {
         // The command finished its work before it looked at the signal again.
-        Ok(_) if let Some(signal) = theseus_core::interrupt::triggered() => {
+        Ok(_)
+            if let Some(signal) = theseus_core::interrupt::triggered()
+                && !signals::ends_on_signal() =>
+        {
             eprintln!("theseus: interrupted ({}); it came after the command had done its work", signal.name());
             ExitCode::from(signal.exit_code())
         }

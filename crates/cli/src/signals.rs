@@ -39,6 +39,19 @@ pub(crate) fn leave_sigint_to_child(on: bool) {
     SIGINT_TO_CHILD.store(on, std::sync::atomic::Ordering::SeqCst);
 }
 
+/// Set by a command whose normal end is a signal (`ui`, which serves until one).
+static ENDS_ON_SIGNAL: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Says that the running command's normal end is a signal: it exits with its own code then.
+pub(crate) fn end_on_signal() {
+    ENDS_ON_SIGNAL.store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// Whether the running command ends on a signal as its normal end (see [`end_on_signal`]).
+pub(crate) fn ends_on_signal() -> bool {
+    ENDS_ON_SIGNAL.load(std::sync::atomic::Ordering::SeqCst)
+}
+
 /// Listens for SIGINT and SIGTERM for the rest of the program. Call once, inside the runtime.
 pub(crate) fn install() -> std::io::Result<()> {
     use tokio::signal::unix::{SignalKind, signal};

@@ -5,6 +5,7 @@ pub use theseus_backend_ssh::parse::ParseError;
 use theseus_core::backend::{JobState, JobStatus};
 
 pub mod preempt;
+pub mod reason;
 pub mod sacct;
 pub mod sinfo;
 pub mod squeue;
@@ -80,6 +81,11 @@ impl SlurmJob {
                 Some(m) => format!("{m} ({r})"),
                 None => format!("{} ({r})", slurm_state.to_ascii_lowercase()),
             });
+            // A pending job's reason in plain words too: the one sentence a user reads.
+            if let (JobState::Pending, Some(words), Some(m)) = (state, self::reason::explain(r), message.as_mut()) {
+                m.push_str(": ");
+                m.push_str(words);
+            }
         }
         // A finished job always has a code; a COMPLETED job whose code Slurm did not print is 0.
         let exit_code = match state {

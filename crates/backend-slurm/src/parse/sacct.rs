@@ -81,7 +81,12 @@ mod tests {
             ),
             ("7|PREEMPTED|0:0|None\n", JobState::Preempted, Some(0), Some("preempted by another job")),
             ("7|RUNNING|0:0|None\n7.batch|RUNNING|0:0|\n", JobState::Running, None, None),
-            ("7|PENDING|0:0|Resources\n", JobState::Pending, None, Some("pending (Resources)")),
+            (
+                "7|PENDING|0:0|Resources\n",
+                JobState::Pending,
+                None,
+                Some("pending (Resources): waiting for the nodes it asked for to be free"),
+            ),
             ("7|FAILED|0:0|JobLaunchFailure\n", JobState::Failed, Some(0), Some("failed (JobLaunchFailure)")),
             (
                 "77|COMPLETED|0:0|None\n7|SOMETHING_NEW|0:0|None\n",

@@ -133,7 +133,10 @@ mod tests {
         assert_eq!(running.message, None);
         let pending = parse_json(&out, "42").unwrap().unwrap();
         assert_eq!(pending.state, JobState::Pending);
-        assert_eq!(pending.message.as_deref(), Some("pending (Resources)"));
+        assert_eq!(
+            pending.message.as_deref(),
+            Some("pending (Resources): waiting for the nodes it asked for to be free")
+        );
         assert_eq!(pending.nodes, None);
         let failed = parse_json(&out, "43").unwrap().unwrap();
         assert_eq!((failed.state, failed.exit_code), (JobState::Failed, Some(3)));
@@ -164,7 +167,10 @@ mod tests {
         let running = parse_text(out, "12").unwrap().unwrap();
         assert_eq!((running.state, running.nodes.as_deref()), (JobState::Running, Some("node01")));
         let pending = parse_text(out, "13").unwrap().unwrap();
-        assert_eq!((pending.state, pending.message.as_deref()), (JobState::Pending, Some("pending (Priority)")));
+        assert_eq!(
+            (pending.state, pending.message.as_deref()),
+            (JobState::Pending, Some("pending (Priority): jobs of higher priority are ahead of it in the queue"))
+        );
         assert_eq!(parse_text(out, "14").unwrap().unwrap().state, JobState::Cancelled);
         assert_eq!(parse_text("", "12").unwrap(), None);
         assert!(parse_text("12 RUNNING", "12").is_err());

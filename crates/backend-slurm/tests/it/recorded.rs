@@ -35,7 +35,10 @@ fn squeue_json_all_states() {
     let running = job("1");
     assert_eq!((running.state, running.nodes.as_deref()), (JobState::Running, Some("node[1-2]")));
     let pending = job("2");
-    assert_eq!((pending.state, pending.message.as_deref()), (JobState::Pending, Some("pending (Resources)")));
+    assert_eq!(
+        (pending.state, pending.message.as_deref()),
+        (JobState::Pending, Some("pending (Resources): waiting for the nodes it asked for to be free"))
+    );
     let failed = job("3");
     assert_eq!((failed.state, failed.exit_code), (JobState::Failed, Some(3)));
     let done = job("4");

@@ -17,6 +17,7 @@ mod repl;
 mod shell;
 mod submit;
 mod sync;
+mod ui;
 
 use std::process::ExitCode;
 
@@ -57,6 +58,8 @@ pub(crate) async fn run(cli: Cli, host_types: HostTypes) -> Result<ExitCode> {
         Command::Shell(args) => shell::run(&ctx, args).await,
         Command::Sync(args) => sync::run(&ctx, args).await,
         Command::Repl(args) => repl::run(&ctx, args).await,
+        // Serves until a signal, which is its normal end.
+        Command::Ui(args) => ui::run(&ctx, args).await,
         // The others create nothing that a signal would have to take back.
         command => {
             signals::or_interrupted(async {
@@ -65,7 +68,8 @@ pub(crate) async fn run(cli: Cli, host_types: HostTypes) -> Result<ExitCode> {
                     | Command::Forward(_)
                     | Command::Shell(_)
                     | Command::Sync(_)
-                    | Command::Repl(_) => {
+                    | Command::Repl(_)
+                    | Command::Ui(_) => {
                         unreachable!("handled above")
                     }
                     Command::Plan(args) => plan::run(&ctx, args).await,

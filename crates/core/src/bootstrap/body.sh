@@ -109,6 +109,8 @@ theseus_write_metadata() {
     printf '  "status": "%s",\n  "exit_code": %s\n}\n' "$status" "$code"
   } > "$tmp"
   mv -f -- "$tmp" "$theseus_metadata"
+  # Rank 0 also lists the checkpoints (checkpoints.sh); a failure there is no failure of the job.
+  ((theseus_rank != 0)) || theseus_write_checkpoints 2> /dev/null || true
 }
 
 # ---- output.log: the job's stdout and stderr, also copied beside metadata.json ----
@@ -562,7 +564,7 @@ theseus_stop_heartbeat() {
   if [[ -n "$theseus_heartbeat" ]]; then
     kill -TERM "$theseus_heartbeat" 2> /dev/null || true
     wait "$theseus_heartbeat" 2> /dev/null || true
-    rm -f -- "$theseus_metadata.tmp.$theseus_heartbeat"
+    rm -f -- "$theseus_metadata.tmp.$theseus_heartbeat" "$THESEUS_RUN_DIR/checkpoints.json.tmp.$theseus_heartbeat"
     theseus_heartbeat=""
   fi
 }

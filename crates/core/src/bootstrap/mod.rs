@@ -52,7 +52,9 @@
 //!    project, group, run id, `job_key` (a job config's registry key, else the entrypoint line),
 //!    `run_key` (`project/group/name/run`), `hardware` ([`Hardware`]),
 //!    the job's `config`, rank, host, pid, `slurm_job_id` (from `SLURM_JOB_ID`), `attempt`,
-//!    `restore_from`, times, status and exit code;
+//!    `restore_from`, times, status and exit code; with each write rank 0 also lists the
+//!    checkpoint dir in `$THESEUS_RUN_DIR/checkpoints.json` (`checkpoints.sh`: the `latest`
+//!    marker's name and the 100 newest entries with their times, for the dashboard);
 //! 6. runs the entrypoint from the work dir, or from its `$THESEUS_CODE_SUBDIR` (the
 //!    subdirectory of the repository `submit` ran in, as the original ran there), (through
 //!    `batch_search.py` when the job asks for a batch-size search:

@@ -29,6 +29,9 @@ const BODY: &str = include_str!("body.sh");
 /// The resume step's functions, which the body calls.
 const RESUME: &str = include_str!("resume.sh");
 
+/// The checkpoint list's functions (`checkpoints.json`), which the metadata writes call.
+const CHECKPOINTS: &str = include_str!("checkpoints.sh");
+
 /// Renders the whole script.
 pub(super) fn render(input: &BootstrapInput) -> Result<String> {
     let mut s = String::from(HEADER);
@@ -42,6 +45,8 @@ pub(super) fn render(input: &BootstrapInput) -> Result<String> {
     paths::render_resolution(&mut s, input);
     s.push_str("\n# ---- resume (static) ----\n");
     s.push_str(RESUME);
+    s.push_str("\n# ---- checkpoints.json (static) ----\n");
+    s.push_str(CHECKPOINTS);
     s.push_str("\n# ---- body (static) ----\n");
     s.push_str(BODY);
     Ok(s)

@@ -546,3 +546,28 @@ async fn a_cancel_interrupted_after_its_delete_is_settled_as_cancelled_later() {
         assert_eq!(again.message.as_deref(), Some("already cancelled; job `j-1` no longer exists"));
     }
 }
+
+/// A pending run's reason is what its backend says now: each refresh stores the new one (the
+/// dashboard shows the ledger's message), and a backend that gives none leaves none, never an
+/// older reason that no longer holds.
+#[tokio::test]
+async fn a_pending_runs_reason_is_the_backends_latest() {
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = Ledger::open(dir.path()).unwrap();
+    let run = recorded(&ledger, record("p", handle("j-1"), JobState::Pending, Some("waiting for queue q: full")));
+    let message = |ledger: &Ledger| ledger.find(&run.identity.run_id).unwrap().unwrap().message;
+    let pulling = "pod p-0 cannot start: ImagePullBackOff: Back-off pulling image \"img\"";
+    let backend = scripted(Answer::Is(JobState::Pending, pulling), Answer::Hangs);
+    let status = refresh(&ledger, &run, &backend, WITHIN).await.unwrap();
+    assert_eq!(status.message.as_deref(), Some(pulling));
+    assert_eq!(message(&ledger).as_deref(), Some(pulling), "stored");
+    let mut records = vec![ledger.find(&run.identity.run_id).unwrap().unwrap()];
+    let preempted = "preempted by serve (priority prod) at 2026-01-01T00:00:00Z; restarting, attempt 2 of 4";
+    let backend = scripted(Answer::Is(JobState::Pending, preempted), Answer::Hangs);
+    refresh_live(&ledger, &mut records, |_| Ok(backend.clone()), |_| WITHIN).await;
+    assert_eq!(records[0].message.as_deref(), Some(preempted));
+    assert_eq!(message(&ledger).as_deref(), Some(preempted), "the list's refresh stores it too");
+    let backend = scripted(Answer::Is(JobState::Pending, ""), Answer::Hangs);
+    refresh(&ledger, &records[0], &backend, WITHIN).await.unwrap();
+    assert_eq!(message(&ledger), None, "no stale reason");
+}

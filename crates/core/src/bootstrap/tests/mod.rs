@@ -11,6 +11,7 @@ use serde_json::{Value, json};
 use super::*;
 
 mod batch;
+mod checkpoints;
 mod hold;
 mod output;
 mod overrides;

@@ -1,0 +1,118 @@
+//! One run for its page (`GET /api/runs/{id}`), as `theseus status` shows it: its state asked
+//! of its host (bounded as `status`), what it resumed from, its batch-size search, its
+//! `metadata.json` and `checkpoints.json` where the backend reads run files, and the commands
+//! for it; and its cancel (`POST /api/runs/{id}/cancel`), as `theseus cancel`.
+
+use std::sync::Arc;
+
+use theseus_core::backend::{DynBackend, JobHandle};
+use theseus_core::lifecycle;
+use theseus_core::shell;
+use theseus_ui::{Commands, RunDetail, RunRow, SourceError};
+
+use super::{Shared, failed, one_line};
+
+/// Host types whose backends read no run files (their runs' files are on the cluster's
+/// volumes, reached only from a pod or VM).
+const NO_RUN_FILES: [&str; 2] = ["volcano", "tpu"];
+
+/// The run `run` (a name or a run id), live; cancelled first when `cancel`.
+pub(super) async fn detail(shared: &Shared, run: &str, cancel: bool) -> Result<RunDetail, SourceError> {
+    let ledger = shared.open_ledger()?;
+    let record = shared.find(&ledger, run)?;
+    let run_id = record.identity.run_id.clone();
+    let within = shared.within(&record.host);
+    let backend = shared
+        .loaded()
+        .and_then(|loaded| {
+            crate::runs::backend_for(&shared.ctx, loaded, &ledger, &record)
+                .map_err(|e| SourceError::Failed(format!("{e:#}")))
+        })
+        .map_err(|e| e.to_string());
+    let (status, status_error) = match &backend {
+        Ok(backend) if cancel => {
+            let status = lifecycle::cancel(&ledger, &record, backend, || within).await.map_err(failed)?;
+            (Some(status), None)
+        }
+        Err(e) if cancel => return Err(SourceError::Failed(format!("cannot cancel run {run_id}: {e}"))),
+        Ok(backend) => match lifecycle::refresh(&ledger, &record, backend, within).await {
+            Ok(status) => (Some(status), None),
+            Err(e) => (None, Some(one_line(&e))),
+        },
+        Err(e) => (None, Some(e.clone())),
+    };
+    // The row as the refresh (or cancel) left it.
+    let record = shared.find(&ledger, &run_id)?;
+    let chips = ledger.chips(&run_id).map_err(failed)?;
+    let resume = ledger.resume(&run_id).unwrap_or_default();
+    let files = match &backend {
+        Ok(backend) if !NO_RUN_FILES.contains(&backend.kind().as_str()) => {
+            Some(files(backend, &record.handle, within).await)
+        }
+        _ => None,
+    };
+    let files_note = match (&backend, &files) {
+        (Ok(backend), None) => Some(format!(
+            "host `{}` is a {} host: its runs' files (metadata.json, checkpoints.json) stay on the cluster, \
+             where theseus ui does not read them; `theseus shell {}` reaches them while the run is live",
+            record.host,
+            backend.kind(),
+            shell::quote(&run_id)
+        )),
+        _ => None,
+    };
+    let [batch_search, metadata, checkpoints] = files.unwrap_or_default();
+    Ok(RunDetail {
+        run: RunRow { record, chips, unanswered: None },
+        status,
+        status_error,
+        resume,
+        batch_search,
+        metadata,
+        checkpoints,
+        files_note,
+        commands: commands(&run_id),
+    })
+}
+
+/// The run's `batch-search.json`, `metadata.json` and `checkpoints.json`, each read within
+/// `within` (at most [`theseus_core::backend::RUN_FILE_LIMIT`] bytes, the backend's bound);
+/// `None` when missing, unreadable or not JSON.
+async fn files(
+    backend: &Arc<DynBackend>,
+    handle: &JobHandle,
+    within: std::time::Duration,
+) -> [Option<serde_json::Value>; 3] {
+    let read = |name: &'static str| async move {
+        let got = tokio::time::timeout(within, backend.run_file(handle, name)).await;
+        got.ok().and_then(Result::ok).flatten().and_then(|bytes| serde_json::from_slice(&bytes).ok())
+    };
+    let (search, metadata, checkpoints) =
+        tokio::join!(read("batch-search.json"), read("metadata.json"), read("checkpoints.json"));
+    [search, metadata, checkpoints]
+}
+
+/// The commands a user types for run `run_id`, the id shell-quoted.
+pub(super) fn commands(run_id: &str) -> Commands {
+    let id = shell::quote(run_id);
+    Commands {
+        status: format!("theseus status {id}"),
+        logs: format!("theseus logs -f {id}"),
+        shell: format!("theseus shell {id}"),
+        forward: format!("theseus forward {id} 8888"),
+        cancel: format!("theseus cancel {id}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn commands_quote_the_run_id() {
+        let plain = super::commands("train-20260101-abc");
+        assert_eq!(plain.forward, "theseus forward train-20260101-abc 8888");
+        assert_eq!(plain.logs, "theseus logs -f train-20260101-abc");
+        let odd = super::commands("a b;rm -rf ~");
+        assert_eq!(odd.cancel, "theseus cancel 'a b;rm -rf ~'");
+        assert_eq!(odd.shell, "theseus shell 'a b;rm -rf ~'");
+    }
+}

@@ -1,0 +1,101 @@
+//! A run's output for its page: the history (`logs` without `-f`) then its end as the ledger
+//! has it, or, following, what `theseus logs -f` does (core's [`lifecycle::follow`]: the lines,
+//! why it has not started as notes, its final state recorded) ending with its end. A follow
+//! runs on a blocking thread of the runtime (it holds a ledger across awaits) and stops as soon
+//! as the page drops the stream: nothing is left behind.
+
+use std::sync::Arc;
+
+use futures::StreamExt;
+use theseus_core::backend::{DynBackend, LogOptions};
+use theseus_core::ledger::Record;
+use theseus_core::lifecycle::{self, FollowEnd, FollowEvent, FollowOptions};
+use theseus_ui::{LogEvent, LogEvents, SourceError};
+
+use super::{Shared, on_ledger, one_line};
+
+/// The run `run`'s output as events (see the module doc).
+pub(super) async fn logs(shared: Arc<Shared>, run: &str, follow: bool) -> Result<LogEvents, SourceError> {
+    let run = run.to_owned();
+    let found = Arc::clone(&shared);
+    let (record, backend) = on_ledger(move || async move {
+        let ledger = found.open_ledger()?;
+        let record = found.find(&ledger, &run)?;
+        let loaded = found.loaded()?;
+        let backend = crate::runs::backend_for(&found.ctx, loaded, &ledger, &record)
+            .map_err(|e| SourceError::Failed(format!("{e:#}")))?;
+        Ok((record, backend))
+    })
+    .await?;
+    if follow {
+        return Ok(followed(shared, record, backend));
+    }
+    let lines = backend
+        .logs(&record.handle, &LogOptions { follow: false, rank: None })
+        .await
+        .map_err(|e| SourceError::Failed(one_line(&e)))?;
+    let end = LogEvent::End { state: record.state, exit_code: record.exit_code };
+    // The history, then its end as the ledger has it; a broken stream ends with its error.
+    let events = futures::stream::unfold((lines, Some(end)), |(mut lines, end)| async move {
+        let end = end?;
+        match lines.next().await {
+            Some(Ok(line)) => Some((LogEvent::Line(line), (lines, Some(end)))),
+            Some(Err(e)) => Some((LogEvent::Error { error: one_line(&e) }, (lines, None))),
+            None => Some((end, (lines, None))),
+        }
+    });
+    Ok(events.boxed())
+}
+
+/// Follows the run as `theseus logs -f` does, its events sent as they happen, ending with
+/// [`LogEvent::End`] (or [`LogEvent::Error`]); the follow stops when the events are dropped.
+fn followed(shared: Arc<Shared>, record: Record, backend: Arc<DynBackend>) -> LogEvents {
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<LogEvent>();
+    let runtime = tokio::runtime::Handle::current();
+    // Not awaited: it ends on its own (the follow ends, or the receiver below is dropped).
+    tokio::task::spawn_blocking(move || {
+        runtime.block_on(async move {
+            let ledger = match shared.open_ledger() {
+                Ok(ledger) => ledger,
+                Err(e) => {
+                    let _ = tx.send(LogEvent::Error { error: e.to_string() });
+                    return;
+                }
+            };
+            let run_id = record.identity.run_id.as_str();
+            let events = tx.clone();
+            let follow =
+                lifecycle::follow(&ledger, &backend, (&record.handle, run_id), FollowOptions::watch(None), |event| {
+                    let _ = events.send(event_of(run_id, event));
+                });
+            let last = tokio::select! {
+                end = follow => match end {
+                    Ok(FollowEnd::Ended(status) | FollowEnd::GaveUp(status)) => {
+                        LogEvent::End { state: status.state, exit_code: status.exit_code }
+                    }
+                    // The program is stopping: the stream just ends.
+                    Ok(FollowEnd::Detached(_)) => return,
+                    Err(e) => LogEvent::Error { error: one_line(&e) },
+                },
+                // The page went away: the follow (and the backend's stream) is dropped here.
+                () = tx.closed() => return,
+            };
+            let _ = tx.send(last);
+        })
+    });
+    futures::stream::poll_fn(move |cx| rx.poll_recv(cx)).boxed()
+}
+
+/// What a follow event says on the page.
+fn event_of(run_id: &str, event: FollowEvent) -> LogEvent {
+    let text = match event {
+        FollowEvent::Line(line) => return LogEvent::Line(line),
+        FollowEvent::NotStarted(reason) => format!("not started yet: {reason}"),
+        FollowEvent::NeverStarts(reason) => format!("run {run_id} can never start: {reason}"),
+        FollowEvent::StartTimedOut { within, reason } => {
+            format!("run {run_id} did not start within {} s: {reason}", within.as_secs())
+        }
+        FollowEvent::Cancelling => format!("cancelling run {run_id}"),
+    };
+    LogEvent::Note { text }
+}
