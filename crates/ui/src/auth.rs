@@ -72,8 +72,11 @@ pub(crate) fn authorise(method: &Method, headers: &HeaderMap, query_token: Optio
 }
 
 /// The `Set-Cookie` value that lets the page's own requests (assets, `EventSource`) in.
+/// `SameSite=Lax`, not `Strict`: a `/runs/ID` link followed from mail or chat then opens, and
+/// nothing is lost by it, since no GET changes anything and every action (POST) needs the
+/// header, which a cross-site page cannot send (the server allows no CORS preflight).
 pub(crate) fn set_cookie(key: &Key) -> String {
-    format!("{}={}; HttpOnly; SameSite=Strict; Path=/", key.cookie, key.token)
+    format!("{}={}; HttpOnly; SameSite=Lax; Path=/", key.cookie, key.token)
 }
 
 /// The credentials of `Authorization: Bearer CREDENTIALS` (the scheme is case-insensitive).
@@ -159,10 +162,10 @@ mod tests {
     }
 
     #[test]
-    fn cookie_is_http_only_and_strict() {
+    fn cookie_is_http_only_and_lax() {
         assert_eq!(
             set_cookie(&Key::new("abc".into(), 8766)),
-            "theseus_ui_token_8766=abc; HttpOnly; SameSite=Strict; Path=/"
+            "theseus_ui_token_8766=abc; HttpOnly; SameSite=Lax; Path=/"
         );
     }
 

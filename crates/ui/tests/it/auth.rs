@@ -81,7 +81,7 @@ async fn the_query_token_sets_the_cookie_and_the_cookie_then_works() {
     assert_eq!(reply.status, StatusCode::OK);
     let cookie = reply.header("set-cookie");
     let port = server.addr.port();
-    assert_eq!(cookie, format!("theseus_ui_token_{port}={TOKEN}; HttpOnly; SameSite=Strict; Path=/"));
+    assert_eq!(cookie, format!("theseus_ui_token_{port}={TOKEN}; HttpOnly; SameSite=Lax; Path=/"));
     let pair = cookie.split(';').next().unwrap().to_owned();
     for path in ["/api/health", "/assets/app.js", "/runs/done", "/api/runs/done"] {
         let reply = request(server.addr, Method::GET, path, &[("cookie", &pair)]).await;
@@ -145,6 +145,17 @@ async fn post_needs_the_header_not_the_cookie_nor_the_query() {
     let reply = request(server.addr, Method::POST, &format!("{path}?token={TOKEN}"), &[("cookie", &cookie)]).await;
     assert_eq!(reply.status, StatusCode::UNAUTHORIZED);
     assert_eq!(*server.fake.cancels.lock().unwrap(), 0, "a refused POST reached the source");
+    // A cross-site page can send the header only after a CORS preflight, which is refused (the
+    // preflight carries no token) and allows nothing: the cookie's SameSite=Lax costs no safety.
+    let preflight = [
+        ("origin", "https://evil.example"),
+        ("access-control-request-method", "POST"),
+        ("access-control-request-headers", "x-theseus-token"),
+        ("cookie", cookie.as_str()),
+    ];
+    let reply = request(server.addr, Method::OPTIONS, path, &preflight).await;
+    assert_eq!(reply.status, StatusCode::UNAUTHORIZED);
+    assert!(reply.headers.keys().all(|k| !k.as_str().starts_with("access-control-")), "{:?}", reply.headers);
 
     let reply = request(server.addr, Method::POST, path, &[("x-theseus-token", TOKEN)]).await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
