@@ -333,7 +333,11 @@ fn the_api_lists_local_runs_streams_a_live_log_and_cancels_through_real_http() {
     let by_query = http(ui.addr, "GET", &format!("/api/runs?token={}", ui.token), &[]);
     assert_eq!(by_query.status, 200, "{}", by_query.body);
     let head = by_query.head.to_ascii_lowercase();
-    assert!(head.contains("set-cookie: theseus_ui_token=") && head.contains("cache-control: no-store"), "{head}");
+    let cookie_name = format!("theseus_ui_token_{}", ui.addr.port());
+    assert!(
+        head.contains(&format!("set-cookie: {cookie_name}=")) && head.contains("cache-control: no-store"),
+        "{head}"
+    );
 
     // The list: both runs with their states, chips, counts, facets; paging and filters.
     let page = ui.json("/api/runs");
@@ -399,7 +403,9 @@ fn the_api_lists_local_runs_streams_a_live_log_and_cancels_through_real_http() {
     // Cancel: only by a header (not the query, not a cookie), then the stream ends.
     let path = format!("/api/runs/{run_id}/cancel");
     assert_eq!(http(ui.addr, "POST", &format!("{path}?token={}", ui.token), &[]).status, 401);
-    let cookie = format!("theseus_ui_token={}", ui.token);
+    let cookie = format!("{cookie_name}={}", ui.token);
+    // The cookie lets a GET in, never a POST.
+    assert_eq!(http(ui.addr, "GET", "/api/health", &[("Cookie", &cookie)]).status, 200);
     assert_eq!(http(ui.addr, "POST", &path, &[("Cookie", &cookie)]).status, 401);
     let status = text(&ctx.run(&["status", &run_id]).stdout);
     assert!(status.contains("running"), "a refused cancel cancels nothing: {status}");
