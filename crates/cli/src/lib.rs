@@ -134,14 +134,17 @@ fn init_tracing(global: &args::GlobalArgs) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     let color = std::io::IsTerminal::is_terminal(&std::io::stderr())
         && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+    use tracing_subscriber::Layer as _;
     use tracing_subscriber::layer::SubscriberExt as _;
     use tracing_subscriber::util::SubscriberInitExt as _;
     let lines = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_target(false)
         .with_ansi(color)
-        .without_time();
-    tracing_subscriber::registry().with(filter).with(lines).with(log_notes::NotesLayer).init();
+        .without_time()
+        .with_filter(filter);
+    // Whatever `-q` or `RUST_LOG` say of stderr: `theseus ui` shows these in its pages.
+    tracing_subscriber::registry().with(lines).with(log_notes::layer()).init();
 }
 
 /// A closed stdout (`theseus list | head -1`) ends the program quietly with exit code 0, as

@@ -2,7 +2,7 @@
 //! contact with the API server: `tracing` warnings of `theseus_backend_volcano::pod_log`), also
 //! sent to whoever listens ([`subscribe`]). `theseus logs -f` shows these lines on stderr;
 //! `theseus ui` also shows them in a followed run's log as notes. Installed with the program's
-//! tracing ([`NotesLayer`]); with nobody listening, an event costs one check.
+//! tracing ([`layer`]); with nobody listening, an event costs one check.
 
 use std::fmt::Debug;
 use std::sync::OnceLock;
@@ -24,8 +24,17 @@ pub(crate) fn subscribe() -> broadcast::Receiver<String> {
     channel().subscribe()
 }
 
+/// The layer that sends the follower's warnings to [`subscribe`]rs, with its own filter.
+pub(crate) fn layer<S>() -> impl Layer<S>
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+{
+    let only = tracing_subscriber::filter::Targets::new().with_target(TARGET, tracing::Level::WARN);
+    NotesLayer.with_filter(only)
+}
+
 /// Sends the follower's warnings to [`subscribe`]rs.
-pub(crate) struct NotesLayer;
+struct NotesLayer;
 
 impl<S: tracing::Subscriber> Layer<S> for NotesLayer {
     fn on_event(&self, event: &tracing::Event<'_>, _: Context<'_, S>) {
