@@ -384,6 +384,8 @@ fn the_api_lists_local_runs_streams_a_live_log_and_cancels_through_real_http() {
     let ended = ui.json(&format!("/api/runs/{}", hello["identity"]["run_id"].as_str().unwrap()));
     assert_eq!(ended["metadata"]["status"], "completed", "metadata.json of the run: {ended}");
     assert_eq!(ended["metadata"]["project"], "demo", "{ended}");
+    assert!(ended["checkpoints"]["dir"].is_string(), "checkpoints.json of the run: {ended}");
+    assert!(ended["checkpoints"]["checkpoints"].is_array(), "{ended}");
     assert_eq!(ui.get("/api/runs/no-such-run").0, 404);
     answers.extend([page.to_string(), detail.to_string(), ended.to_string()]);
 
