@@ -65,9 +65,13 @@ impl Ui {
             Ok(v) => v["url"].as_str().unwrap_or_default().to_owned(),
             Err(_) => line.trim().to_owned(),
         };
-        let said = stderr.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        assert!(url.starts_with("http://"), "no URL line: {line:?}; stderr:\n{said}");
-        let (host, token) = url["http://".len()..].split_once("/?token=").expect("the URL carries the token");
+        let Some((host, token)) = url.strip_prefix("http://").and_then(|u| u.split_once("/?token=")) else {
+            // Not left running behind a failed test.
+            let _ = child.kill();
+            let _ = child.wait();
+            let said = stderr.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            panic!("no URL line with a token: {line:?}; stderr:\n{said}");
+        };
         Ui { child, _stdout: stdout, stderr, addr: host.parse().unwrap(), token: token.to_owned(), url }
     }
 
@@ -290,6 +294,17 @@ impl Talker {
     }
 }
 
+/// Cancels the named runs when dropped: a test that fails leaves no job running.
+struct CancelOnDrop<'a>(&'a TestContext, &'a [&'a str]);
+
+impl Drop for CancelOnDrop<'_> {
+    fn drop(&mut self) {
+        for name in self.1 {
+            let _ = self.0.run(&["cancel", name]);
+        }
+    }
+}
+
 /// A `--secret-env` value of the local run.
 const LOCAL_SECRET: &str = "local-s3cr3t-4b1d";
 
@@ -318,6 +333,7 @@ fn the_api_lists_local_runs_streams_a_live_log_and_cancels_through_real_http() {
         .output()
         .unwrap();
     assert!(live.status.success(), "{}", text(&live.stderr));
+    let _cancel = CancelOnDrop(&ctx, &["talker"]);
     let ui = Ui::start(&ctx, &[]);
     let mut answers = Vec::new();
     // The refresher (every second here) asks the local host: the run starts.
@@ -447,6 +463,7 @@ fn a_stream_the_page_drops_stops_following_and_sigint_ends_with_0() {
     let code = talker.code.path().to_str().unwrap();
     let live = ctx.run(&["submit", "talker", exp.to_str().unwrap(), "--code", code]);
     assert!(live.status.success(), "{}", text(&live.stderr));
+    let _cancel = CancelOnDrop(&ctx, &["talker"]);
     let ui = Ui::start(&ctx, &["--output", "json"]);
     // A follow holds the run's log file open in the server: count them.
     let pid = ui.child.id();
@@ -534,6 +551,7 @@ fn a_volcano_run_shows_its_pending_reason_and_no_secret_reaches_the_api() {
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));
+    let _cancel = CancelOnDrop(&ctx, &["pull"]);
     let ui = Ui::start(&ctx, &[]);
     let mut answers = Vec::new();
     // The refresher asks the host in the background: the row shows why the run waits.
@@ -618,6 +636,7 @@ fn a_followed_volcano_log_says_when_it_loses_and_regains_the_cluster() {
         "cpu",
     ]);
     assert!(out.status.success(), "{}", text(&out.stderr));
+    let _cancel = CancelOnDrop(&ctx, &["ticks"]);
     let ui = Ui::start(&ctx, &[]);
     let mut events = Events::open(&ui, "/api/runs/ticks/logs/stream");
     events.until(|event, data| event == "line" && data["text"] == "tick 3");
