@@ -58,6 +58,14 @@ fn text_of(selector: &str) -> String {
     format!("(document.querySelector({}) || {{}}).textContent", serde_json::to_string(selector).unwrap())
 }
 
+/// The text of `selector` once it is shown (`null` while missing or hidden), as JS.
+fn shown_text(selector: &str) -> String {
+    let sel = serde_json::to_string(selector).unwrap();
+    format!(
+        "(() => {{ const e = document.querySelector({sel}); return e && !e.hidden && e.offsetParent !== null ? e.textContent : null; }})()"
+    )
+}
+
 /// Waits until `body[data-page=page]` has rendered its first data.
 fn wait_ready(page: &Page, name: &str) {
     let cond =
@@ -117,6 +125,7 @@ fn streams_trigger_line(page: &Page, trigger: &Path, n: u32) {
 
 /// Cancels from the page: the button, the dialog, yes; then the page and `theseus status` agree.
 fn cancel_from_page(ctx: &TestContext, page: &Page, run: &str) {
+    assert_eq!(page.eval(&shown_text("#log-end")).unwrap(), Value::Null, "a live stream shows an end");
     page.click("button#cancel-button").unwrap();
     page.wait_until("the confirm dialog", "document.querySelector('dialog#confirm-cancel').open", SHOWN_WITHIN)
         .unwrap();
@@ -130,6 +139,9 @@ fn cancel_from_page(ctx: &TestContext, page: &Page, run: &str) {
     .unwrap();
     wait_state(ctx, run, "cancelled");
     assert_eq!(page.eval("document.querySelector('button#cancel-button').disabled").unwrap(), true);
+    // The open stream ends, and says how.
+    let end = page.wait_until("the stream's end", &shown_text("#log-end"), SHOWN_WITHIN).unwrap();
+    assert!(end.as_str().unwrap().contains("cancelled"), "{end}");
 }
 
 #[test]
@@ -215,8 +227,7 @@ fn local_runs_in_the_browser_list_stream_cancel_and_refuse_without_the_token() {
     // An ended run's page: its whole history, the end, no cancel; a W&B link where one was printed.
     page.navigate(&format!("{}/runs/{failed}", ui.base)).unwrap();
     wait_ready(&page, "run");
-    page.wait_until("the end of the failed run's log", &text_of("#log-end"), SHOWN_WITHIN).unwrap();
-    let end = page.eval(&text_of("#log-end")).unwrap();
+    let end = page.wait_until("the end of the failed run's log", &shown_text("#log-end"), SHOWN_WITHIN).unwrap();
     assert!(end.as_str().unwrap().contains("failed"), "{end}");
     let lines = page.eval("[...document.querySelectorAll('#log .log-line')].map(l => l.textContent)").unwrap();
     assert!(lines.to_string().contains("about to fail"), "{lines}");
