@@ -1,6 +1,12 @@
-// theseus ui: the one-page app of `theseus ui` (runs, one run, capacity). Plain ES2020, no
-// framework, nothing fetched from outside (the CSP forbids it). Everything the API returns is
-// untrusted text: the DOM is built with createElement and textContent only, never innerHTML.
+// theseus ui: the one-page app of `theseus ui`. The path says the page: `/` the runs (a page of
+// `/api/runs` with the filters in the query string, refetched on `/api/events`' `changed`),
+// `/runs/ID` one run (`/api/runs/ID`, its log over `/api/runs/ID/logs/stream`, cancel), and
+// `/capacity` every host (`/api/capacity`). The element ids are the contract with the browser
+// tests (contract of issue 29, "Page elements"). Plain ES2020, no framework, nothing fetched
+// from outside (the CSP forbids it). Everything the API returns is untrusted text: the DOM is
+// built with createElement and textContent only, never innerHTML; the token goes only in the
+// X-Theseus-Token header of same-origin /api/ requests (EventSource, which cannot send headers,
+// rides on the cookie the server set when the page was opened with ?token=).
 "use strict";
 
 const TOKEN = (document.querySelector('meta[name="theseus-token"]') || {}).content || "";
@@ -130,7 +136,7 @@ function wandbUrl(text) {
   }
 }
 
-async function copyText(text, button) {
+async function copyText(text, button, source) {
   let ok = false;
   try {
     if (navigator.clipboard && window.isSecureContext) {
@@ -152,10 +158,18 @@ async function copyText(text, button) {
     }
     area.remove();
   }
+  if (!ok && source) {
+    // The browser refused: select the text for Ctrl+C.
+    const range = document.createRange();
+    range.selectNodeContents(source);
+    const sel = window.getSelection();
+    sel.removeAllRanges();
+    sel.addRange(range);
+  }
   if (button) {
     const was = button.textContent;
-    button.textContent = ok ? "copied" : "select and copy";
-    setTimeout(() => (button.textContent = was), 1200);
+    button.textContent = ok ? "copied" : "press Ctrl+C";
+    setTimeout(() => (button.textContent = was), 1500);
   }
 }
 
@@ -284,9 +298,9 @@ function runsPage() {
         "tr",
         null,
         h("th", { text: "name" }),
-        h("th", { text: "run id" }),
+        h("th", { class: "id", text: "run id" }),
         h("th", { text: "state" }),
-        h("th", { text: "project / group" }),
+        h("th", { class: "pg", text: "project / group" }),
         h("th", { text: "host" }),
         h("th", { text: "chips" }),
         h("th", { class: "num", text: "age" }),
@@ -358,6 +372,8 @@ function runsPage() {
       return;
     }
     renderCounts(page.counts || {});
+    const running = Number((page.counts || {}).running || 0);
+    document.title = (running ? running + " running · " : "") + "runs · theseus";
     for (const k of ["project", "group", "host"]) fillSelect(document.getElementById("filter-" + k), (page.facets || {})[k] || [], q[k]);
     stateSel.value = q.state;
     renderNotice(page);
@@ -413,6 +429,13 @@ function runsPage() {
     }
   }
 
+  // A click anywhere on a row opens the run (not when selecting text or on a link).
+  table.tBodies[0].addEventListener("click", (e) => {
+    const tr = e.target.closest("tr[data-run-id]");
+    if (!tr || e.target.closest("a") || String(window.getSelection() || "") !== "") return;
+    const link = tr.querySelector("td.name a");
+    if (link) link.click();
+  });
   bar.addEventListener("click", (e) => {
     const el = e.target.closest(".count-card");
     if (!el) return;
@@ -501,9 +524,19 @@ class RunsView {
     const ident = run.identity || {};
     const id = str(ident.run_id);
     const state = str(run.state);
+    // One line per row: the notes are cut to the cell's width (ellipsis), their whole text in
+    // the cell's title and on the run's page.
     const reason = [];
-    if (run.unanswered) reason.push(h("span", { class: "unanswered", text: "host did not answer: " + run.unanswered }));
-    if (run.message) reason.push(h("span", { text: run.message }));
+    const whole = [];
+    if (run.unanswered) {
+      reason.push(h("span", { class: "unanswered", text: "host did not answer: " + run.unanswered }));
+      whole.push("host did not answer: " + run.unanswered);
+    }
+    if (run.message) {
+      if (reason.length) reason.push(h("span", { class: "muted", text: " · " }));
+      reason.push(h("span", { text: str(run.message) }));
+      whole.push(str(run.message));
+    }
     if (state === "failed" && run.exit_code != null && !run.message) reason.push(h("span", { text: "exit code " + run.exit_code }));
     const kind = run.kind === "repl" ? h("span", { class: "tag", text: "repl" }) : null;
     tr.className = "st-row-" + state;
@@ -512,10 +545,10 @@ class RunsView {
       h("td", { class: "id mono", text: id }),
       h("td", { class: "state" }, badge(state)),
       h("td", { class: "pg" }, h("span", { text: str(ident.project) }), h("span", { class: "muted", text: " / " }), h("span", { text: str(ident.group) })),
-      h("td", { class: "host" }, str(run.host), run.handle && run.handle.kind && run.handle.kind !== run.host ? h("span", { class: "muted small", text: " " + run.handle.kind }) : ""),
-      h("td", { class: "chips mono", text: str(run.chips) || "—" }),
+      h("td", { class: "host", title: run.handle && run.handle.kind ? "a " + run.handle.kind + " host" : null, text: str(run.host) }),
+      h("td", { class: "chips mono", text: str(run.chips) }),
       h("td", { class: "age num", title: exactTime(run.submitted_at), text: age(run.submitted_at) }),
-      h("td", { class: "reason" }, reason),
+      h("td", { class: "reason", title: whole.length ? whole.join("\n") : null }, h("div", { class: "line" }, reason)),
     );
   }
 
@@ -561,7 +594,9 @@ function runPage(id) {
             { class: "card-head" },
             h("h2", { text: "Log" }),
             h("span", { id: "log-count", class: "muted" }),
+            h("select", { id: "log-filter", class: "small", hidden: true, title: "show the lines of one rank only" }),
             h("span", { class: "spacer" }),
+            h("button", { id: "log-follow", type: "button", class: "small", hidden: true, title: "scroll to the newest line and keep following", text: "↓ follow" }),
             h("a", { id: "wandb-link", class: "wandb", hidden: true, target: "_blank", rel: "noopener noreferrer", text: "W&B run ↗" }),
             h("a", { id: "log-download", href: "/api/runs/" + encodeURIComponent(id) + "/logs", download: id + "-logs.json", text: "download the whole log" }),
           ),
@@ -590,6 +625,13 @@ function runPage(id) {
 
   const state = { detail: null, over: false, gone: false, timer: null, loading: null };
   const log = new LogView(logBox, id);
+  document.getElementById("log-filter").addEventListener("change", (e) => log.showOnly(e.target.value));
+  const follow = document.getElementById("log-follow");
+  logBox.addEventListener("scroll", () => (follow.hidden = logBox.scrollHeight - logBox.scrollTop - logBox.clientHeight < 8), { passive: true });
+  follow.addEventListener("click", () => {
+    logBox.scrollTop = logBox.scrollHeight;
+    follow.hidden = true;
+  });
 
   // One refresh at a time: a refresh asked while one is in flight joins it.
   function refresh() {
@@ -689,9 +731,9 @@ function runPage(id) {
           { dataset: { rank: String(r.rank) } },
           h("td", { class: "rank num", text: String(r.rank) }),
           h("td", { class: "state" }, badge(r.state)),
-          h("td", { class: "location mono", text: str(r.location) || "—" }),
-          h("td", { class: "exit num", text: r.exit_code != null ? String(r.exit_code) : "—" }),
-          h("td", { class: "restarts num", text: r.restarts != null ? String(r.restarts) : "—" }),
+          h("td", { class: "location mono", text: str(r.location) }),
+          h("td", { class: "exit num", text: r.exit_code != null ? String(r.exit_code) : "" }),
+          h("td", { class: "restarts num", text: r.restarts != null ? String(r.restarts) : "" }),
         ),
       ),
     );
@@ -788,8 +830,9 @@ function runPage(id) {
         .filter((k) => c[k])
         .map((k) => {
           const btn = h("button", { type: "button", class: "copy", title: "copy to the clipboard", text: "copy" });
-          btn.addEventListener("click", () => copyText(c[k], btn));
-          return h("div", { class: "command" }, h("code", { class: "mono", dataset: { command: k }, text: c[k] }), btn);
+          const code = h("code", { class: "mono", dataset: { command: k }, text: c[k] });
+          btn.addEventListener("click", () => copyText(c[k], btn, code));
+          return h("div", { class: "command" }, code, btn);
         }),
     );
   }
@@ -853,7 +896,7 @@ function notFound(id, why) {
       "div",
       { class: "notfound" },
       h("h1", { id: "not-found", text: "no such run" }),
-      h("p", null, "The ledger has no run ", h("b", { class: "mono", text: id }), why ? h("span", { class: "muted", text: " (" + why + ")" }) : "", "."),
+      h("p", { title: str(why) }, "The ledger has no run ", h("b", { class: "mono", text: id }), " (by run id or name)."),
       h("p", null, h("a", { href: "/", text: "‹ back to the runs" })),
     ),
   );
@@ -875,6 +918,26 @@ class LogView {
     this.es = null;
     this.wandb = null;
     this.backoff = 5;
+    this.sources = new Set(); // the prefixes seen, offered by #log-filter
+    this.only = null; // the prefix shown, null: all
+  }
+
+  /** Offers `src` in the filter (shown once lines come from two places). */
+  addSource(src) {
+    this.sources.add(src);
+    const select = document.getElementById("log-filter");
+    if (!select) return;
+    const names = Array.from(this.sources).sort((a, b) => a.localeCompare(b, undefined, { numeric: true }));
+    select.replaceChildren(h("option", { value: "", text: "every rank" }), ...names.map((n) => h("option", { value: n, text: n })));
+    select.value = this.only === null ? "" : this.only;
+    select.hidden = this.sources.size < 2;
+  }
+
+  /** Shows only the lines of `src` ("" or null: every line). */
+  showOnly(src) {
+    this.only = src ? src : null;
+    for (const el of this.box.querySelectorAll(".log-line")) el.hidden = this.only !== null && el.dataset.src !== this.only;
+    this.box.scrollTop = this.box.scrollHeight;
   }
 
   open(onEnd) {
@@ -898,7 +961,7 @@ class LogView {
       if (this.thisConn <= this.skip) return;
       this.received++;
       this.backoff = 5; // a new line: the stream works again
-      this.push({ text: lineText(ev) });
+      this.push({ text: lineText(ev), src: lineSource(ev) });
     });
     es.addEventListener("note", (e) => {
       const ev = parse(e.data);
@@ -950,7 +1013,17 @@ class LogView {
   }
 
   push(item) {
+    if (!this.wandb && item.text != null && item.text.indexOf("wandb.ai/") >= 0) {
+      const url = wandbUrl(item.text);
+      if (url) this.showWandb(url);
+    }
     this.pending.push(item);
+    // A hidden tab draws no frames: keep at most what the page would show.
+    if (this.pending.length > 2 * LOG_CAP) {
+      const cut = this.pending.length - LOG_CAP;
+      for (let i = 0; i < cut; i++) if (this.pending[i].text != null) this.dropped++;
+      this.pending.splice(0, cut);
+    }
     if (!this.scheduled) {
       this.scheduled = true;
       requestAnimationFrame(() => this.flush());
@@ -975,12 +1048,11 @@ class LogView {
     const frag = document.createDocumentFragment();
     for (const it of items) {
       if (it.text != null) {
-        frag.append(lineElement(it.text));
+        const el = lineElement(it.text, it.src);
+        if (it.src && !this.sources.has(it.src)) this.addSource(it.src);
+        if (this.only !== null && it.src !== this.only) el.hidden = true;
+        frag.append(el);
         this.shown++;
-        if (!this.wandb) {
-          const url = wandbUrl(it.text);
-          if (url) this.showWandb(url);
-        }
       } else {
         frag.append(h("div", { class: "log-note", text: it.note }));
       }
@@ -1017,19 +1089,28 @@ class LogView {
   }
 }
 
-function lineElement(text) {
+/** A `.log-line`: `text` as the CLI prints it, its `[src] ` prefix (when `src`) coloured. */
+function lineElement(text, src) {
   const el = document.createElement("div");
   el.className = "log-line";
-  const m = /^\[[^\]\n]{1,64}\] /.exec(text);
-  if (m) {
+  const prefix = src ? "[" + src + "] " : "";
+  if (prefix && text.startsWith(prefix)) {
+    el.dataset.src = src;
     const pre = document.createElement("span");
     pre.className = "src";
-    pre.textContent = m[0];
-    el.append(pre, text.slice(m[0].length));
+    pre.textContent = prefix;
+    el.append(pre, text.slice(prefix.length));
   } else {
     el.textContent = text;
   }
   return el;
+}
+
+/** Where a line came from, as its prefix names it: its `source`, else `rank-N`, else "". */
+function lineSource(line) {
+  if (line.source != null) return str(line.source);
+  if (line.rank != null) return "rank-" + line.rank;
+  return "";
 }
 
 function parse(data) {
@@ -1053,7 +1134,8 @@ function capacityPage() {
     h("span", { class: "spacer" }),
     h("button", { id: "capacity-refresh", type: "button", text: "refresh" }),
   );
-  main().replaceChildren(head, h("div", { id: "notice" }), box);
+  const about = h("p", { class: "muted small about", text: "What a job asking for one GPU of any kind finds on each host, as `theseus plan` weighs it; every host is asked at once, at most every 30 s." });
+  main().replaceChildren(head, about, h("div", { id: "notice" }), box);
   box.append(h("p", { class: "muted", text: "asking every host…" }));
 
   async function load() {
@@ -1110,7 +1192,7 @@ function hostCard(host) {
     unknown.hidden = false;
     unknown.append(h("b", { text: "unusable: " }), str(av.reason));
   } else if (kind === "free") {
-    availability.append(h("span", { class: "big", text: String(av.chips) }), " free", h("span", { class: "muted", text: " (from " + str(av.source) + ")" }));
+    availability.append(h("span", { class: "big", text: String(av.chips) }), av.chips === 1 ? " GPU free" : " GPUs free", h("span", { class: "muted", text: " · " + str(av.source) }));
   } else if (kind === "slurm") {
     availability.append(partitions(av.partitions || []));
   } else {

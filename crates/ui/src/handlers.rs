@@ -17,8 +17,8 @@ use crate::streams::{self, Stop};
 pub(crate) struct Shared {
     /// Where the runs come from.
     pub(crate) source: Arc<dyn Source>,
-    /// The token every request must carry.
-    pub(crate) token: String,
+    /// The token every request must carry, and its cookie's name.
+    pub(crate) key: auth::Key,
     /// Ends the open streams when the server shuts down.
     pub(crate) stop: Stop,
 }
@@ -28,7 +28,7 @@ pub(crate) async fn handle(shared: &Shared, method: &Method, uri: &Uri, headers:
     let path = uri.path();
     let api = routes::is_api(path);
     let pairs = query::pairs(uri.query());
-    let grant = auth::authorise(method, headers, query::get(&pairs, "token"), &shared.token);
+    let grant = auth::authorise(method, headers, query::get(&pairs, "token"), &shared.key);
     let Some(grant) = grant else {
         let mut response = respond::error(api, StatusCode::UNAUTHORIZED, auth::DENIED);
         respond::secure(&mut response, if api { Kind::Api } else { Kind::Static });
@@ -40,7 +40,7 @@ pub(crate) async fn handle(shared: &Shared, method: &Method, uri: &Uri, headers:
     };
     respond::secure(&mut response, kind);
     if grant == Grant::Query && response.status().is_success() {
-        let cookie = HeaderValue::from_str(&auth::set_cookie(&shared.token));
+        let cookie = HeaderValue::from_str(&auth::set_cookie(&shared.key));
         if let Ok(cookie) = cookie {
             response.headers_mut().insert(header::SET_COOKIE, cookie);
         }
@@ -55,7 +55,7 @@ pub(crate) async fn handle(shared: &Shared, method: &Method, uri: &Uri, headers:
 async fn answer(shared: &Shared, route: Route, pairs: &[(String, String)]) -> (Response<Body>, Kind) {
     let source = &shared.source;
     let response = match route {
-        Route::Page => return (respond::page(&shared.token), Kind::Page),
+        Route::Page => return (respond::page(&shared.key.token), Kind::Page),
         Route::Asset(asset) => return (respond::asset(asset), Kind::Static),
         Route::Health => {
             respond::json(StatusCode::OK, &serde_json::json!({ "ok": true, "version": env!("CARGO_PKG_VERSION") }))

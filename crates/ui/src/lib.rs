@@ -73,7 +73,7 @@ impl Server {
     /// Answers requests until `shutdown` resolves; then stops accepting, ends the open event
     /// streams, lets answers in flight finish (for at most a few seconds) and returns.
     pub async fn run(self, shutdown: impl std::future::Future<Output = ()> + Send) -> Result<(), Error> {
-        server::run(self.listener, self.source, self.token, shutdown).await;
+        server::run(self.listener, self.local_addr.port(), self.source, self.token, shutdown).await;
         Ok(())
     }
 }

@@ -12,6 +12,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
+use crate::auth::Key;
 use crate::handlers::{self, Shared};
 use crate::source::Source;
 use crate::streams;
@@ -22,15 +23,16 @@ const GRACE: Duration = Duration::from_secs(5);
 /// How long a client may take to send a request's head.
 const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Serves `listener` until `shutdown` resolves.
+/// Serves `listener` (bound to `port`, which names the cookie) until `shutdown` resolves.
 pub(crate) async fn run(
     listener: TcpListener,
+    port: u16,
     source: Arc<dyn Source>,
     token: String,
     shutdown: impl Future<Output = ()> + Send,
 ) {
     let (stop_tx, stop) = watch::channel(false);
-    let shared = Arc::new(Shared { source, token, stop });
+    let shared = Arc::new(Shared { source, key: Key::new(token, port), stop });
     let mut connections = JoinSet::new();
     let mut shutdown = std::pin::pin!(shutdown);
     loop {

@@ -19,7 +19,7 @@ const MIN_REFRESH: std::time::Duration = std::time::Duration::from_secs(1);
 
 pub(crate) async fn run(ctx: &Context, args: UiArgs) -> Result<ExitCode> {
     if args.refresh < MIN_REFRESH {
-        return Err(anyhow!("--refresh {:?}: give at least 1 second (e.g. --refresh 10)", args.refresh));
+        return Err(anyhow!("--refresh {}s: give at least 1 second (e.g. --refresh 10)", args.refresh.as_secs_f64()));
     }
     // A broken config still shows the ledger: what needs a host says why it cannot ask.
     let loaded = ctx.config().map_err(|e| {

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use theseus_core::availability::Availability;
 use theseus_core::backend::DynBackend;
-use theseus_core::config::LoadedConfig;
+use theseus_core::config::{Gpus, HostConfig, LoadedConfig};
 use theseus_core::ledger::now_rfc3339;
 use theseus_core::probe;
 use theseus_core::solver::{ChipRequest, Plan, Request};
@@ -41,16 +41,19 @@ async fn probe_all(ctx: &crate::context::Context, loaded: &LoadedConfig) -> Valu
         let budget = probe::budget(None, host);
         let kind = host.kind().to_string();
         let backend = ctx.backend(loaded, name).map_err(|e| format!("{e:#}"));
+        let request = request(name, host);
         async move {
             let (availability, queues) = match backend {
-                Ok(backend) => {
-                    tokio::join!(availability(&backend, name, budget), shares(&backend, name, &kind, budget))
-                }
+                Ok(backend) => tokio::join!(
+                    availability(&backend, name, &request, budget),
+                    shares(&backend, &request, &kind, budget)
+                ),
                 Err(e) => (Availability::Unknown { reason: e.clone() }, Err(e)),
             };
             json!({
                 "host": name,
                 "kind": kind,
+                "request": request.to_string(),
                 "availability": availability,
                 "queues": queues.as_ref().ok().and_then(|q| q.as_ref()),
                 "queues_error": queues.as_ref().err(),
@@ -62,10 +65,11 @@ async fn probe_all(ctx: &crate::context::Context, loaded: &LoadedConfig) -> Valu
 }
 
 /// The request a job that asks for nothing makes (`dispatch::request`: one GPU of any kind),
-/// on `host` only.
-fn request(host: &str) -> Request {
+/// on `host` only; one CPU process on a host that lists no GPUs (its free cores).
+fn request(host: &str, config: &HostConfig) -> Request {
+    let no_gpus = matches!(config.gpus(), Gpus::Listed(chips) if chips.values().all(|n| *n == 0));
     Request {
-        chip: ChipRequest::AnyGpu,
+        chip: if no_gpus { ChipRequest::Cpu } else { ChipRequest::AnyGpu },
         count: 1,
         preferred_clusters: Vec::new(),
         forbidden_clusters: Vec::new(),
@@ -73,22 +77,23 @@ fn request(host: &str) -> Request {
     }
 }
 
-async fn availability(backend: &Arc<DynBackend>, host: &str, budget: Duration) -> Availability {
+async fn availability(backend: &Arc<DynBackend>, host: &str, request: &Request, budget: Duration) -> Availability {
     let target: probe::Target = (host.to_owned(), Arc::clone(backend), budget);
-    let mut got = probe::gather(&[target], &request(host)).await;
+    let mut got = probe::gather(&[target], request).await;
     got.remove(host).unwrap_or(Availability::Unknown { reason: "not probed".into() })
 }
 
-/// How one GPU on `host` stands among its queues; `Ok(None)` for a host without queues.
+/// How `request` (one GPU) stands among the host's queues, as `plan` asks it; `Ok(None)` for a
+/// host without queues or a CPU request.
 async fn shares(
     backend: &Arc<DynBackend>,
-    host: &str,
+    request: &Request,
     kind: &str,
     budget: Duration,
 ) -> Result<Option<theseus_core::shares::QueueShares>, String> {
-    // The plan of one GPU on one node of the host, as the solver would make it.
+    // The plan of one chip on one node of the host, as the solver would make it.
     let plan = Plan {
-        host: host.to_owned(),
+        host: request.host.clone().unwrap_or_default(),
         kind: theseus_core::config::HostKind::from(kind.to_owned()),
         cluster: String::new(),
         chip: None,
@@ -102,7 +107,7 @@ async fn shares(
         notes: Vec::new(),
         considered: Vec::new(),
     };
-    match tokio::time::timeout(budget, backend.shares(&request(host), &plan)).await {
+    match tokio::time::timeout(budget, backend.shares(request, &plan)).await {
         Ok(Ok(shares)) => Ok(shares),
         Ok(Err(e)) => Err(super::one_line(&e)),
         Err(_) => Err(format!("no answer within {}s (probe timeout)", budget.as_secs_f64())),

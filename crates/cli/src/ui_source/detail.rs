@@ -31,7 +31,11 @@ pub(super) async fn detail(shared: &Shared, run: &str, cancel: bool) -> Result<R
         .map_err(|e| e.to_string());
     let (status, status_error) = match &backend {
         Ok(backend) if cancel => {
-            let status = lifecycle::cancel(&ledger, &record, backend, || within).await.map_err(failed)?;
+            let status = lifecycle::cancel(&ledger, &record, backend, || within).await.map_err(|e| match e {
+                // Asked too early, not a failure: the page may ask again.
+                lifecycle::LifecycleError::SubmitInProgress { .. } => SourceError::BadRequest(e.to_string()),
+                e => failed(e),
+            })?;
             (Some(status), None)
         }
         Err(e) if cancel => return Err(SourceError::Failed(format!("cannot cancel run {run_id}: {e}"))),

@@ -99,3 +99,22 @@ fn event_of(run_id: &str, event: FollowEvent) -> LogEvent {
     };
     LogEvent::Note { text }
 }
+
+#[cfg(test)]
+mod tests {
+    use theseus_core::backend::LogLine;
+
+    use super::*;
+
+    #[test]
+    fn follow_events_are_lines_or_notes_as_logs_f_says_them() {
+        let line = LogLine { rank: Some(1), text: "step 3".into(), source: None };
+        assert!(matches!(event_of("r1", FollowEvent::Line(line.clone())), LogEvent::Line(l) if l == line));
+        let waiting = event_of("r1", FollowEvent::NotStarted("pod worker-0: ImagePullBackOff".into()));
+        assert!(
+            matches!(waiting, LogEvent::Note { text } if text == "not started yet: pod worker-0: ImagePullBackOff")
+        );
+        let never = event_of("r1", FollowEvent::NeverStarts("16 GPUs > 8".into()));
+        assert!(matches!(never, LogEvent::Note { text } if text == "run r1 can never start: 16 GPUs > 8"));
+    }
+}

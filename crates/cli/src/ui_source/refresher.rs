@@ -64,3 +64,44 @@ pub(super) fn live(ledger: &Ledger) -> theseus_core::Result<Vec<Record>> {
     }
     Ok(records)
 }
+
+#[cfg(test)]
+mod tests {
+    use theseus_core::backend::{JobHandle, JobState};
+    use theseus_core::config::HostKind;
+    use theseus_core::job::JobIdentity;
+    use theseus_core::ledger::RunKind;
+
+    use super::*;
+
+    #[test]
+    fn every_run_not_over_is_refreshed_whatever_page_it_is_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let ledger = Ledger::open(dir.path()).unwrap();
+        let states = [JobState::Completed, JobState::Running, JobState::Pending, JobState::Unknown, JobState::Failed];
+        for (i, state) in states.into_iter().cycle().take(200).enumerate() {
+            let identity = JobIdentity::new(&format!("r{i}"), None, None);
+            let record = Record {
+                handle: JobHandle {
+                    kind: HostKind::LOCAL,
+                    host: "local".into(),
+                    id: identity.run_id.clone(),
+                    data: Default::default(),
+                },
+                identity,
+                kind: RunKind::Job,
+                host: "local".into(),
+                submitted_at: format!("2026-01-01T00:{:02}:{:02}Z", i / 60, i % 60),
+                updated_at: String::new(),
+                state,
+                exit_code: None,
+                message: None,
+            };
+            ledger.insert(&record).unwrap();
+            ledger.update_state(&record.identity.run_id, state, None, None).unwrap();
+        }
+        let live = live(&ledger).unwrap();
+        assert_eq!(live.len(), 120, "running, pending and unknown rows of 200");
+        assert!(live.iter().all(|r| !r.state.is_terminal()));
+    }
+}

@@ -24,6 +24,7 @@ mod stages;
 mod sync;
 mod targets;
 mod testhost;
+mod ui;
 mod volcano;
 mod volcano_faults;
 mod volcano_gone;

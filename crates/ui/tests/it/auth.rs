@@ -57,7 +57,7 @@ async fn a_wrong_token_of_the_same_length_is_401() {
     let server = start().await;
     let wrong = format!("{}e", &TOKEN[..TOKEN.len() - 1]);
     assert_eq!(wrong.len(), TOKEN.len());
-    let cookie = format!("theseus_ui_token={wrong}");
+    let cookie = format!("theseus_ui_token_{}={wrong}", server.addr.port());
     let bearer = format!("Bearer {wrong}");
     let with_query = format!("/api/health?token={wrong}");
     let tries: [(&str, Vec<(&str, &str)>); 4] = [
@@ -80,7 +80,8 @@ async fn the_query_token_sets_the_cookie_and_the_cookie_then_works() {
     let reply = request(server.addr, Method::GET, &format!("/?token={TOKEN}"), &[]).await;
     assert_eq!(reply.status, StatusCode::OK);
     let cookie = reply.header("set-cookie");
-    assert_eq!(cookie, format!("theseus_ui_token={TOKEN}; HttpOnly; SameSite=Strict; Path=/"));
+    let port = server.addr.port();
+    assert_eq!(cookie, format!("theseus_ui_token_{port}={TOKEN}; HttpOnly; SameSite=Lax; Path=/"));
     let pair = cookie.split(';').next().unwrap().to_owned();
     for path in ["/api/health", "/assets/app.js", "/runs/done", "/api/runs/done"] {
         let reply = request(server.addr, Method::GET, path, &[("cookie", &pair)]).await;
@@ -93,10 +94,48 @@ async fn the_query_token_sets_the_cookie_and_the_cookie_then_works() {
     assert_eq!(request(server.addr, Method::GET, "/api/health", &[("cookie", &several)]).await.status, StatusCode::OK);
 }
 
+/// A browser's cookies for 127.0.0.1: by name, whatever the port (as browsers keep them).
+#[derive(Default)]
+struct Jar(std::collections::BTreeMap<String, String>);
+
+impl Jar {
+    fn keep(&mut self, set_cookie: &str) {
+        let pair = set_cookie.split(';').next().unwrap();
+        let (name, value) = pair.split_once('=').unwrap();
+        self.0.insert(name.to_owned(), value.to_owned());
+    }
+
+    fn header(&self) -> String {
+        self.0.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join("; ")
+    }
+}
+
+#[tokio::test]
+async fn two_dashboards_on_one_machine_keep_their_own_cookies() {
+    let first = start().await;
+    let other_token = "fedcba9876543210fedcba9876543210fedcba9876543210";
+    let second = start_with(other_token).await;
+    let mut jar = Jar::default();
+    for (server, token) in [(&first, TOKEN), (&second, other_token)] {
+        let reply = request(server.addr, Method::GET, &format!("/?token={token}"), &[]).await;
+        assert_eq!(reply.status, StatusCode::OK);
+        jar.keep(reply.header("set-cookie"));
+    }
+    assert_eq!(jar.0.len(), 2, "the second dashboard's cookie replaced the first's: {:?}", jar.0);
+    // Reloads of either page (the assets and event streams ride on the cookie) still work.
+    let cookies = jar.header();
+    for server in [&first, &second] {
+        for path in ["/", "/assets/app.js", "/api/health"] {
+            let reply = request(server.addr, Method::GET, path, &[("cookie", &cookies)]).await;
+            assert_eq!(reply.status, StatusCode::OK, "{path} on port {}", server.addr.port());
+        }
+    }
+}
+
 #[tokio::test]
 async fn post_needs_the_header_not_the_cookie_nor_the_query() {
     let server = start().await;
-    let cookie = format!("theseus_ui_token={TOKEN}");
+    let cookie = format!("theseus_ui_token_{}={TOKEN}", server.addr.port());
     let path = "/api/runs/live/cancel";
     let reply = request(server.addr, Method::POST, path, &[("cookie", &cookie)]).await;
     assert_eq!(reply.status, StatusCode::UNAUTHORIZED);
@@ -106,6 +145,17 @@ async fn post_needs_the_header_not_the_cookie_nor_the_query() {
     let reply = request(server.addr, Method::POST, &format!("{path}?token={TOKEN}"), &[("cookie", &cookie)]).await;
     assert_eq!(reply.status, StatusCode::UNAUTHORIZED);
     assert_eq!(*server.fake.cancels.lock().unwrap(), 0, "a refused POST reached the source");
+    // A cross-site page can send the header only after a CORS preflight, which is refused (the
+    // preflight carries no token) and allows nothing: the cookie's SameSite=Lax costs no safety.
+    let preflight = [
+        ("origin", "https://evil.example"),
+        ("access-control-request-method", "POST"),
+        ("access-control-request-headers", "x-theseus-token"),
+        ("cookie", cookie.as_str()),
+    ];
+    let reply = request(server.addr, Method::OPTIONS, path, &preflight).await;
+    assert_eq!(reply.status, StatusCode::UNAUTHORIZED);
+    assert!(reply.headers.keys().all(|k| !k.as_str().starts_with("access-control-")), "{:?}", reply.headers);
 
     let reply = request(server.addr, Method::POST, path, &[("x-theseus-token", TOKEN)]).await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
