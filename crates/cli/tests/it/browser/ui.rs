@@ -4,7 +4,7 @@
 //! list shows them with their states and the filters narrow it; a run page streams a line
 //! printed after it opened and an ended run's page shows its whole history; cancel from the page
 //! (button, dialog, yes) ends the job, as `theseus status` then says; a fresh context without
-//! the token is refused; a hostile log line stays text. Screenshots of each page are written to
+//! the token is refused; a hostile log line, checkpoint name or run name stays text. Screenshots of each page are written to
 //! `<target>/ui-screenshots/` (with `THESEUSTEST_UI_DOCS=1` the runs and run pages are copied to
 //! `docs/ui-runs.png` and `docs/ui-run.png` for the README).
 
@@ -364,7 +364,8 @@ fn add_ended_runs(ctx: &TestContext, n: usize) {
         conn.execute(
             "INSERT INTO runs (run_id, name, project, grp, host, handle, submitted_at, updated_at, state, exit_code, kind) \
              VALUES (?1, ?2, 'general', 'default', 'local', ?3, ?4, ?4, 'completed', 0, 'job')",
-            rusqlite::params![run, format!("old-{i}"), handle.to_string(), at],
+            // The newest has a name `submit` would refuse (an edited or foreign ledger): still text.
+            rusqlite::params![run, if i + 1 == n { HOSTILE.to_owned() } else { format!("old-{i}") }, handle.to_string(), at],
         )
         .unwrap();
     }
@@ -383,6 +384,9 @@ fn the_run_list_pages_and_shows_a_new_run_without_a_reload() {
     let info = text_of("#page-info");
     assert_eq!(page.eval(&info).unwrap(), "1–50 of 120");
     assert_eq!(listed(&page).first().map(String::as_str), Some("20250101-000119-0000aa"), "newest first");
+    assert_eq!(page.eval(&cell_js("20250101-000119-0000aa", "name")).unwrap(), HOSTILE);
+    assert_eq!(page.eval("document.querySelectorAll('table#runs img').length").unwrap(), 0, "a name made an <img>");
+    assert_eq!(page.eval("document.body.dataset.pwned === undefined").unwrap(), true, "a name ran script");
     page.click("button#next").unwrap();
     page.wait_until("the second page", &format!("{info} === '51–100 of 120'"), SHOWN_WITHIN).unwrap();
     assert_eq!(listed(&page).first().map(String::as_str), Some("20250101-000069-0000aa"));
