@@ -1,13 +1,14 @@
 //! The dashboard in headless Chromium against real runs (the page elements of the contract):
 //! on the local host a long job that prints a line each time the test drops a trigger file, a
-//! completed job and a failed one; on the Kubernetes simulator a long job the same way. The
-//! list shows them with their states and the filters narrow it; a run page streams a line
-//! printed after it opened and an ended run's page shows its whole history; cancel from the page
-//! (button, dialog, yes) ends the job, as `theseus status` then says; a fresh context without
-//! the token is refused; a hostile log line, checkpoint name or run name stays text. Screenshots of each page are written to
-//! `<target>/ui-screenshots/` (with `THESEUSTEST_UI_DOCS=1` the runs and run pages are copied to
-//! `docs/ui-runs.png` and `docs/ui-run.png` for the README).
-
+//! completed job and a failed one; on the Kubernetes simulator a long job the same way and one
+//! that can never fit. The list shows them with their states (and a pending run's reason), the
+//! filters narrow it, a 120-run ledger pages and a new run appears without a reload; a run page
+//! streams a line printed after it opened and an ended run's page shows its whole history;
+//! cancel from the page (button, dialog, yes) ends the job, as `theseus status` then says; a
+//! fresh context without the token is refused; a hostile log line, checkpoint name or run name
+//! stays text. Screenshots of each page are written to `<target>/ui-screenshots/` (with
+//! `THESEUSTEST_UI_DOCS=1` the runs and run pages are copied to `docs/ui-runs.png` and
+//! `docs/ui-run.png` for the README).
 use std::path::Path;
 use std::time::Duration;
 
