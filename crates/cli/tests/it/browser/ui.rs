@@ -9,6 +9,7 @@
 //! stays text. Screenshots of each page are written to `<target>/ui-screenshots/` (with
 //! `THESEUSTEST_UI_DOCS=1` the runs and run pages are copied to `docs/ui-runs.png` and
 //! `docs/ui-run.png` for the README).
+
 use std::path::Path;
 use std::time::Duration;
 
