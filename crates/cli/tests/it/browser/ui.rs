@@ -348,6 +348,20 @@ fn a_simulator_run_in_the_browser_streams_shows_its_pod_and_cancels() {
     streams_trigger_line(&page, trigger.path(), 1);
     assert_eq!(page.eval("document.querySelectorAll('#log img').length").unwrap(), 0, "the log made an <img>");
     shoot(&page, "run-sim.png");
+    // The capacity page: the cluster's free GPUs and its queue's shares; the local host too.
+    page.click("a#nav-capacity").unwrap();
+    wait_ready(&page, "capacity");
+    let k8s = "#capacity .host[data-host=k8s]";
+    page.wait_until("the cluster's queues", &format!("document.querySelector('{k8s} .queues table tr')"), SHOWN_WITHIN)
+        .unwrap();
+    let queues = page.eval(&text_of(&format!("{k8s} .queues"))).unwrap();
+    assert!(queues.as_str().unwrap().contains("default"), "the queue named: {queues}");
+    let free = page.eval(&text_of(&format!("{k8s} .availability"))).unwrap();
+    assert!(free.as_str().unwrap().contains("free"), "{free}");
+    assert_eq!(page.eval("!!document.querySelector('#capacity .host[data-host=local]')").unwrap(), true);
+    shoot(&page, "capacity-sim.png");
+    page.navigate(&format!("{}/runs/{long}", ui.base)).unwrap();
+    wait_ready(&page, "run");
     cancel_from_page(&ctx, &page, &long);
 }
 
