@@ -15,6 +15,7 @@ mod dotenv;
 mod follow;
 mod host_flags;
 mod hosts;
+mod log_notes;
 mod output;
 mod prepare;
 mod progress;
@@ -133,13 +134,17 @@ fn init_tracing(global: &args::GlobalArgs) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     let color = std::io::IsTerminal::is_terminal(&std::io::stderr())
         && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    use tracing_subscriber::Layer as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    let lines = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_target(false)
         .with_ansi(color)
         .without_time()
-        .init();
+        .with_filter(filter);
+    // Whatever `-q` or `RUST_LOG` say of stderr: `theseus ui` shows these in its pages.
+    tracing_subscriber::registry().with(lines).with(log_notes::layer()).init();
 }
 
 /// A closed stdout (`theseus list | head -1`) ends the program quietly with exit code 0, as

@@ -10,6 +10,7 @@ use theseus_core::lifecycle;
 use theseus_core::shell;
 use theseus_ui::{Commands, RunDetail, RunRow, SourceError};
 
+use super::logs::Cancel;
 use super::{Shared, failed, one_line};
 
 /// Host types whose backends read no run files (their runs' files are on the cluster's
@@ -31,7 +32,11 @@ pub(super) async fn detail(shared: &Shared, run: &str, cancel: bool) -> Result<R
         .map_err(|e| e.to_string());
     let (status, status_error) = match &backend {
         Ok(backend) if cancel => {
-            let status = lifecycle::cancel(&ledger, &record, backend, || within).await.map_err(|e| match e {
+            // The follows of the run stop first, and end with what this cancel records.
+            let _ = shared.cancels.send((run_id.clone(), Cancel::Started));
+            let cancelled = lifecycle::cancel(&ledger, &record, backend, || within).await;
+            let _ = shared.cancels.send((run_id.clone(), Cancel::Done));
+            let status = cancelled.map_err(|e| match e {
                 // Asked too early, not a failure: the page may ask again.
                 lifecycle::LifecycleError::SubmitInProgress { .. } => SourceError::BadRequest(e.to_string()),
                 e => failed(e),

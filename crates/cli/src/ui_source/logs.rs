@@ -52,6 +52,8 @@ pub(super) async fn logs(shared: Arc<Shared>, run: &str, follow: bool) -> Result
 fn followed(shared: Arc<Shared>, record: Record, backend: Arc<DynBackend>) -> LogEvents {
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<LogEvent>();
     let runtime = tokio::runtime::Handle::current();
+    // Subscribed before the follow starts: a cancel asked from now on is seen.
+    let mut cancels = shared.cancels.subscribe();
     // Not awaited: it ends on its own (the follow ends, or the receiver below is dropped).
     tokio::task::spawn_blocking(move || {
         runtime.block_on(async move {
@@ -63,27 +65,97 @@ fn followed(shared: Arc<Shared>, record: Record, backend: Arc<DynBackend>) -> Lo
                 }
             };
             let run_id = record.identity.run_id.as_str();
+            // What the Volcano follower says of its contact with the cluster, as `logs -f` does.
+            let mut notes = (backend.kind().as_str() == "volcano").then(crate::log_notes::subscribe);
             let events = tx.clone();
-            let follow =
-                lifecycle::follow(&ledger, &backend, (&record.handle, run_id), FollowOptions::watch(None), |event| {
+            let mut follow = Box::pin(lifecycle::follow(
+                &ledger,
+                &backend,
+                (&record.handle, run_id),
+                FollowOptions::watch(None),
+                |event| {
                     let _ = events.send(event_of(run_id, event));
-                });
-            let last = tokio::select! {
-                end = follow => match end {
-                    Ok(FollowEnd::Ended(status) | FollowEnd::GaveUp(status)) => {
-                        LogEvent::End { state: status.state, exit_code: status.exit_code }
-                    }
-                    // The program is stopping: the stream just ends.
-                    Ok(FollowEnd::Detached(_)) => return,
-                    Err(e) => LogEvent::Error { error: one_line(&e) },
                 },
-                // The page went away: the follow (and the backend's stream) is dropped here.
-                () = tx.closed() => return,
+            ));
+            let last = loop {
+                tokio::select! {
+                    end = &mut follow => break match end {
+                        Ok(FollowEnd::Ended(status) | FollowEnd::GaveUp(status)) => {
+                            LogEvent::End { state: status.state, exit_code: status.exit_code }
+                        }
+                        // The program is stopping: the stream just ends.
+                        Ok(FollowEnd::Detached(_)) => return,
+                        Err(e) => LogEvent::Error { error: one_line(&e) },
+                    },
+                    text = next_note(&mut notes) => {
+                        let _ = tx.send(LogEvent::Note { text });
+                    }
+                    // This dashboard cancels the run: the follow stops here, before its end
+                    // (the pods' SIGTERM) could be recorded over the cancel, and the end is
+                    // what the cancel recorded.
+                    () = cancel_of(&mut cancels, run_id, Cancel::Started) => {
+                        drop(follow);
+                        break tokio::select! {
+                            () = cancel_of(&mut cancels, run_id, Cancel::Done) => ended(&shared, &ledger, run_id),
+                            () = tx.closed() => return,
+                        };
+                    }
+                    // The page went away: the follow (and the backend's stream) is dropped here.
+                    () = tx.closed() => return,
+                }
             };
             let _ = tx.send(last);
         })
     });
     futures::stream::poll_fn(move |cx| rx.poll_recv(cx)).boxed()
+}
+
+/// A cancel by this dashboard, of one run (see [`super::Shared::cancels`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Cancel {
+    /// It is about to ask the backend.
+    Started,
+    /// It has recorded what it did (or failed).
+    Done,
+}
+
+/// Resolves when `run_id`'s cancel reaches `step`.
+async fn cancel_of(cancels: &mut tokio::sync::broadcast::Receiver<(String, Cancel)>, run_id: &str, step: Cancel) {
+    use tokio::sync::broadcast::error::RecvError;
+    loop {
+        match cancels.recv().await {
+            Ok((id, got)) if id == run_id && got == step => return,
+            Ok(_) | Err(RecvError::Lagged(_)) => {}
+            Err(RecvError::Closed) => std::future::pending().await,
+        }
+    }
+}
+
+/// The end of a run as the ledger has it after a cancel: [`LogEvent::End`] when it is over,
+/// else why the stream stops.
+fn ended(shared: &Shared, ledger: &theseus_core::ledger::Ledger, run_id: &str) -> LogEvent {
+    match shared.find(ledger, run_id) {
+        Ok(record) if record.state.is_terminal() => LogEvent::End { state: record.state, exit_code: record.exit_code },
+        Ok(record) => LogEvent::Error {
+            error: format!("the cancel left run {run_id} {}; open its log again to follow it", record.state),
+        },
+        Err(e) => LogEvent::Error { error: e.to_string() },
+    }
+}
+
+/// The next line the backend logged about its streams (never, without `notes`).
+async fn next_note(notes: &mut Option<tokio::sync::broadcast::Receiver<String>>) -> String {
+    use tokio::sync::broadcast::error::RecvError;
+    if let Some(notes) = notes {
+        loop {
+            match notes.recv().await {
+                Ok(text) => return text,
+                Err(RecvError::Lagged(_)) => continue,
+                Err(RecvError::Closed) => break,
+            }
+        }
+    }
+    std::future::pending().await
 }
 
 /// What a follow event says on the page.

@@ -46,6 +46,8 @@ struct Shared {
     pages: Mutex<Ledger>,
     refreshed: Mutex<Refreshed>,
     capacity: tokio::sync::Mutex<Option<(std::time::Instant, serde_json::Value)>>,
+    /// The cancels this dashboard makes, for the follows of the same runs (see `logs`).
+    cancels: tokio::sync::broadcast::Sender<(String, logs::Cancel)>,
 }
 
 impl Shared {
@@ -99,6 +101,7 @@ impl LedgerSource {
             pages: Mutex::new(pages),
             refreshed: Mutex::new(Refreshed::default()),
             capacity: tokio::sync::Mutex::new(None),
+            cancels: tokio::sync::broadcast::channel(64).0,
         });
         let refresher = tokio::spawn(refresher::run(Arc::clone(&shared), every));
         Ok(LedgerSource { shared, refresher })

@@ -333,7 +333,11 @@ fn the_api_lists_local_runs_streams_a_live_log_and_cancels_through_real_http() {
     let by_query = http(ui.addr, "GET", &format!("/api/runs?token={}", ui.token), &[]);
     assert_eq!(by_query.status, 200, "{}", by_query.body);
     let head = by_query.head.to_ascii_lowercase();
-    assert!(head.contains("set-cookie: theseus_ui_token=") && head.contains("cache-control: no-store"), "{head}");
+    let cookie_name = format!("theseus_ui_token_{}", ui.addr.port());
+    assert!(
+        head.contains(&format!("set-cookie: {cookie_name}=")) && head.contains("cache-control: no-store"),
+        "{head}"
+    );
 
     // The list: both runs with their states, chips, counts, facets; paging and filters.
     let page = ui.json("/api/runs");
@@ -399,7 +403,9 @@ fn the_api_lists_local_runs_streams_a_live_log_and_cancels_through_real_http() {
     // Cancel: only by a header (not the query, not a cookie), then the stream ends.
     let path = format!("/api/runs/{run_id}/cancel");
     assert_eq!(http(ui.addr, "POST", &format!("{path}?token={}", ui.token), &[]).status, 401);
-    let cookie = format!("theseus_ui_token={}", ui.token);
+    let cookie = format!("{cookie_name}={}", ui.token);
+    // The cookie lets a GET in, never a POST.
+    assert_eq!(http(ui.addr, "GET", "/api/health", &[("Cookie", &cookie)]).status, 200);
     assert_eq!(http(ui.addr, "POST", &path, &[("Cookie", &cookie)]).status, 401);
     let status = text(&ctx.run(&["status", &run_id]).stdout);
     assert!(status.contains("running"), "a refused cancel cancels nothing: {status}");
@@ -583,6 +589,50 @@ fn a_volcano_run_shows_its_pending_reason_and_no_secret_reaches_the_api() {
     }
     assert!(!ui.stderr().contains(SECRET) && !ui.stderr().contains(KUBE_TOKEN), "{}", ui.stderr());
     assert!(text(&ctx.run(&["status", "pull"]).stdout).contains("cancelled"));
+    assert_eq!(ui.stop("-TERM"), Some(0));
+    drop(world);
+}
+
+#[test]
+fn a_followed_volcano_log_says_when_it_loses_and_regains_the_cluster() {
+    let ctx = TestContext::new();
+    let world = crate::volcano::SimWorld::start(&ctx);
+    let code = std::path::Path::new(world.code());
+    std::fs::write(
+        code.join("count.py"),
+        "import time\nfor i in range(600):\n    print('tick', i, flush=True)\n    time.sleep(0.2)\n",
+    )
+    .unwrap();
+    std::fs::write(code.join("count.yaml"), "entrypoint: python count.py\n").unwrap();
+    let out = ctx.run(&[
+        "submit",
+        "ticks",
+        &world.exp("count.yaml"),
+        "--code",
+        world.code(),
+        "--host",
+        "k8s",
+        "--chip",
+        "cpu",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let ui = Ui::start(&ctx, &[]);
+    let mut events = Events::open(&ui, "/api/runs/ticks/logs/stream");
+    events.until(|event, data| event == "line" && data["text"] == "tick 3");
+    world.sim.faults().outage(theseus_kube_sim::Outage::Refuse, Some(Duration::from_secs(4)));
+    let (_, lost) = events.until(|event, _| event == "note");
+    let lost = lost["text"].as_str().unwrap().to_owned();
+    assert!(lost.contains("lost contact") && lost.contains(&world.sim.url()), "{}", events.seen);
+    let (_, back) = events.until(|event, _| event == "note");
+    assert!(back["text"].as_str().unwrap().contains("reconnected"), "{}", events.seen);
+    // The lines go on after the outage.
+    events.until(|event, _| event == "line");
+    let cancelled = http(ui.addr, "POST", "/api/runs/ticks/cancel", &[("X-Theseus-Token", &ui.token)]);
+    assert_eq!(cancelled.status, 200, "{}", cancelled.body);
+    let (_, end) = events.until(|event, _| event == "end");
+    let status = text(&ctx.run(&["status", "ticks"]).stdout);
+    assert!(status.contains("cancelled"), "the ledger says: {status}");
+    assert_eq!(end["state"], "cancelled", "{}", events.seen);
     assert_eq!(ui.stop("-TERM"), Some(0));
     drop(world);
 }
