@@ -59,7 +59,13 @@ pub(crate) fn parse(registry: &HostTypes) -> Cli {
 /// The arguments of `matches`, with the host-type flags given.
 fn from_matches(registry: &HostTypes, matches: &ArgMatches) -> Result<Cli, clap::Error> {
     let mut cli = Cli::from_arg_matches(matches)?;
-    let Some((_, sub)) = matches.subcommand() else { return Ok(cli) };
+    // Only the solving subcommands define the flags: asking another's matches for them is an
+    // error that clap reports only with debug assertions (a release build answered "absent"
+    // and then panicked in `get_flag`: every `theseus list` of a wheel exited 101).
+    let Some((name, sub)) = matches.subcommand() else { return Ok(cli) };
+    if !SOLVING.contains(&name) {
+        return Ok(cli);
+    }
     let flags = given(registry, sub);
     match &mut cli.command {
         args::Command::Submit(a) => a.job.host_flags = flags,
@@ -83,7 +89,7 @@ fn given(registry: &HostTypes, matches: &ArgMatches) -> Vec<GivenFlag> {
                 Some(raw) => Some(raw.clone()),
                 None => continue,
             },
-            FlagSets::Constant { .. } if matches.get_flag(&id) => None,
+            FlagSets::Constant { .. } if matches!(matches.try_get_one::<bool>(&id), Ok(Some(true))) => None,
             FlagSets::Constant { .. } => continue,
         };
         out.push(GivenFlag { kind, flag, raw });

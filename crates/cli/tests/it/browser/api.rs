@@ -1,6 +1,6 @@
 //! The dashboard's JSON API over plain HTTP (`theseus ui --port 0`): the token is the only way
-//! in (header, bearer, query for GETs, the cookie a query GET sets; never a cookie or query for a
-//! POST), the security headers, the routes and their errors, cancel, and no secret anywhere: a
+//! in (header, bearer, query for GETs, the cookie a query GET sets, named after the port; never a
+//! cookie or query for a POST), the security headers, the routes and their errors, cancel, and no secret anywhere: a
 //! `--secret-env` value and the kubeconfig's token and CA data appear in no answer.
 
 use serde_json::Value;
@@ -38,14 +38,14 @@ fn the_api_lets_in_only_the_token_and_answers_every_route() {
     wait_state(&ctx, &long, "running");
     let ui = UiServer::start(&ctx, &[]);
     let token = ui.token.clone();
+    // Named after the port: browsers scope cookies by host, not port.
+    let cookie = format!("theseus_ui_token_{}", ui.addr.rsplit_once(':').unwrap().1);
     assert_eq!(token.len(), 48, "{}", ui.url);
     assert!(ui.url.starts_with("http://127.0.0.1:"), "{}", ui.url);
 
     // Without the token (or with a wrong one) nothing is served, not even health or the assets.
     for path in ["/", "/runs/x", "/capacity", "/assets/app.js", "/assets/app.css", "/api/health", "/api/runs"] {
-        for headers in
-            [vec![], vec!["X-Theseus-Token: wrong".to_owned()], vec![format!("Cookie: theseus_ui_token={token}x")]]
-        {
+        for headers in [vec![], vec!["X-Theseus-Token: wrong".to_owned()], vec![format!("Cookie: {cookie}={token}x")]] {
             let (status, head, body) = ui.request("GET", path, &headers);
             assert_eq!(status, 401, "GET {path} {headers:?}: {head}");
             assert!(body.contains("needs the token"), "{path}: {body}");
@@ -59,7 +59,7 @@ fn the_api_lets_in_only_the_token_and_answers_every_route() {
         (format!("/api/health?token={token}"), vec![]),
         ("/api/health".to_owned(), vec![ui.token_header()]),
         ("/api/health".to_owned(), vec![format!("Authorization: Bearer {token}")]),
-        ("/api/health".to_owned(), vec![format!("Cookie: theseus_ui_token={token}")]),
+        ("/api/health".to_owned(), vec![format!("Cookie: {cookie}={token}")]),
     ];
     for (path, headers) in &ways {
         let (status, head, body) = ui.request("GET", path, headers);
@@ -74,9 +74,9 @@ fn the_api_lets_in_only_the_token_and_answers_every_route() {
     // The query sets the cookie; the page carries the token in its meta tag and a strict CSP.
     let (status, head, page) = ui.request("GET", &format!("/?token={token}"), &[]);
     assert_eq!(status, 200, "{head}");
-    let cookie = header(&head, "set-cookie").unwrap_or_default();
-    for part in [format!("theseus_ui_token={token}"), "HttpOnly".into(), "SameSite=Strict".into(), "Path=/".into()] {
-        assert!(cookie.contains(&part), "{cookie}");
+    let set = header(&head, "set-cookie").unwrap_or_default();
+    for part in [format!("{cookie}={token}"), "HttpOnly".into(), "SameSite=Lax".into(), "Path=/".into()] {
+        assert!(set.contains(&part), "{set}");
     }
     let csp = header(&head, "content-security-policy").unwrap_or_default();
     assert!(csp.contains("script-src 'self'") && csp.contains("frame-ancestors 'none'"), "{csp}");
@@ -125,7 +125,7 @@ fn the_api_lets_in_only_the_token_and_answers_every_route() {
     // POST only with a header: the cookie or the query never cancel (a cross-site form could).
     let cancel = format!("/api/runs/{long}/cancel");
     for (path, headers) in [
-        (cancel.clone(), vec![format!("Cookie: theseus_ui_token={token}")]),
+        (cancel.clone(), vec![format!("Cookie: {cookie}={token}")]),
         (format!("{cancel}?token={token}"), vec![]),
         (cancel.clone(), vec![]),
     ] {

@@ -280,7 +280,10 @@ impl Conn {
 
     fn call(&mut self, session: Option<&str>, method: &str, params: Value) -> Result<Value> {
         let id = self.send(session, method, params)?;
+        // Bounded as a whole too: a chatty page (events all the time) never hits the read timeout.
+        let deadline = Instant::now() + ANSWER_WITHIN;
         loop {
+            ensure!(Instant::now() < deadline, "Chromium did not answer {method} within {ANSWER_WITHIN:?}");
             let Some(message) = self.read(method)? else { continue };
             if message["id"].as_u64() == Some(id) {
                 if let Some(error) = message.get("error") {
@@ -301,7 +304,9 @@ impl Conn {
     }
 
     fn wait_event(&mut self, session: &str, method: &str) -> Result<()> {
+        let deadline = Instant::now() + ANSWER_WITHIN;
         loop {
+            ensure!(Instant::now() < deadline, "no {method} within {ANSWER_WITHIN:?}");
             if let Some(i) = self.events.iter().position(|(s, m)| s == session && m == method) {
                 self.events.remove(i);
                 return Ok(());

@@ -1,12 +1,14 @@
 //! The dashboard in headless Chromium against real runs (the page elements of the contract):
 //! on the local host a long job that prints a line each time the test drops a trigger file, a
-//! completed job and a failed one; on the Kubernetes simulator a long job the same way. The
-//! list shows them with their states and the filters narrow it; a run page streams a line
-//! printed after it opened and an ended run's page shows its whole history; cancel from the page
-//! (button, dialog, yes) ends the job, as `theseus status` then says; a fresh context without
-//! the token is refused; a hostile log line stays text. Screenshots of each page are written to
-//! `<target>/ui-screenshots/` (with `THESEUSTEST_UI_DOCS=1` the runs and run pages are copied to
-//! `docs/ui-runs.png` and `docs/ui-run.png` for the README).
+//! completed job and a failed one; on the Kubernetes simulator a long job the same way and one
+//! that can never fit. The list shows them with their states (and a pending run's reason), the
+//! filters narrow it, a 120-run ledger pages and a new run appears without a reload; a run page
+//! streams a line printed after it opened and an ended run's page shows its whole history;
+//! cancel from the page (button, dialog, yes) ends the job, as `theseus status` then says; a
+//! fresh context without the token is refused; a hostile log line, checkpoint name or run name
+//! stays text. Screenshots of each page are written to `<target>/ui-screenshots/` (with
+//! `THESEUSTEST_UI_DOCS=1` the runs and run pages are copied to `docs/ui-runs.png` and
+//! `docs/ui-run.png` for the README).
 
 use std::path::Path;
 use std::time::Duration;
@@ -56,6 +58,14 @@ fn jobs(trigger: &Path) -> tempfile::TempDir {
 /// `document.querySelector(selector)`'s text (`null` when missing), as JS.
 fn text_of(selector: &str) -> String {
     format!("(document.querySelector({}) || {{}}).textContent", serde_json::to_string(selector).unwrap())
+}
+
+/// The text of `selector` once it is shown (`null` while missing or hidden), as JS.
+fn shown_text(selector: &str) -> String {
+    let sel = serde_json::to_string(selector).unwrap();
+    format!(
+        "(() => {{ const e = document.querySelector({sel}); return e && !e.hidden && e.offsetParent !== null ? e.textContent : null; }})()"
+    )
 }
 
 /// Waits until `body[data-page=page]` has rendered its first data.
@@ -117,6 +127,7 @@ fn streams_trigger_line(page: &Page, trigger: &Path, n: u32) {
 
 /// Cancels from the page: the button, the dialog, yes; then the page and `theseus status` agree.
 fn cancel_from_page(ctx: &TestContext, page: &Page, run: &str) {
+    assert_eq!(page.eval(&shown_text("#log-end")).unwrap(), Value::Null, "a live stream shows an end");
     page.click("button#cancel-button").unwrap();
     page.wait_until("the confirm dialog", "document.querySelector('dialog#confirm-cancel').open", SHOWN_WITHIN)
         .unwrap();
@@ -130,6 +141,9 @@ fn cancel_from_page(ctx: &TestContext, page: &Page, run: &str) {
     .unwrap();
     wait_state(ctx, run, "cancelled");
     assert_eq!(page.eval("document.querySelector('button#cancel-button').disabled").unwrap(), true);
+    // The open stream ends, and says how.
+    let end = page.wait_until("the stream's end", &shown_text("#log-end"), SHOWN_WITHIN).unwrap();
+    assert!(end.as_str().unwrap().contains("cancelled"), "{end}");
 }
 
 #[test]
@@ -215,8 +229,7 @@ fn local_runs_in_the_browser_list_stream_cancel_and_refuse_without_the_token() {
     // An ended run's page: its whole history, the end, no cancel; a W&B link where one was printed.
     page.navigate(&format!("{}/runs/{failed}", ui.base)).unwrap();
     wait_ready(&page, "run");
-    page.wait_until("the end of the failed run's log", &text_of("#log-end"), SHOWN_WITHIN).unwrap();
-    let end = page.eval(&text_of("#log-end")).unwrap();
+    let end = page.wait_until("the end of the failed run's log", &shown_text("#log-end"), SHOWN_WITHIN).unwrap();
     assert!(end.as_str().unwrap().contains("failed"), "{end}");
     let lines = page.eval("[...document.querySelectorAll('#log .log-line')].map(l => l.textContent)").unwrap();
     assert!(lines.to_string().contains("about to fail"), "{lines}");
@@ -335,6 +348,20 @@ fn a_simulator_run_in_the_browser_streams_shows_its_pod_and_cancels() {
     streams_trigger_line(&page, trigger.path(), 1);
     assert_eq!(page.eval("document.querySelectorAll('#log img').length").unwrap(), 0, "the log made an <img>");
     shoot(&page, "run-sim.png");
+    // The capacity page: the cluster's free GPUs and its queue's shares; the local host too.
+    page.click("a#nav-capacity").unwrap();
+    wait_ready(&page, "capacity");
+    let k8s = "#capacity .host[data-host=k8s]";
+    page.wait_until("the cluster's queues", &format!("document.querySelector('{k8s} .queues table tr')"), SHOWN_WITHIN)
+        .unwrap();
+    let queues = page.eval(&text_of(&format!("{k8s} .queues"))).unwrap();
+    assert!(queues.as_str().unwrap().contains("default"), "the queue named: {queues}");
+    let free = page.eval(&text_of(&format!("{k8s} .availability"))).unwrap();
+    assert!(free.as_str().unwrap().contains("free"), "{free}");
+    assert_eq!(page.eval("!!document.querySelector('#capacity .host[data-host=local]')").unwrap(), true);
+    shoot(&page, "capacity-sim.png");
+    page.navigate(&format!("{}/runs/{long}", ui.base)).unwrap();
+    wait_ready(&page, "run");
     cancel_from_page(&ctx, &page, &long);
 }
 
@@ -353,7 +380,8 @@ fn add_ended_runs(ctx: &TestContext, n: usize) {
         conn.execute(
             "INSERT INTO runs (run_id, name, project, grp, host, handle, submitted_at, updated_at, state, exit_code, kind) \
              VALUES (?1, ?2, 'general', 'default', 'local', ?3, ?4, ?4, 'completed', 0, 'job')",
-            rusqlite::params![run, format!("old-{i}"), handle.to_string(), at],
+            // The newest has a name `submit` would refuse (an edited or foreign ledger): still text.
+            rusqlite::params![run, if i + 1 == n { HOSTILE.to_owned() } else { format!("old-{i}") }, handle.to_string(), at],
         )
         .unwrap();
     }
@@ -372,6 +400,9 @@ fn the_run_list_pages_and_shows_a_new_run_without_a_reload() {
     let info = text_of("#page-info");
     assert_eq!(page.eval(&info).unwrap(), "1–50 of 120");
     assert_eq!(listed(&page).first().map(String::as_str), Some("20250101-000119-0000aa"), "newest first");
+    assert_eq!(page.eval(&cell_js("20250101-000119-0000aa", "name")).unwrap(), HOSTILE);
+    assert_eq!(page.eval("document.querySelectorAll('table#runs img').length").unwrap(), 0, "a name made an <img>");
+    assert_eq!(page.eval("document.body.dataset.pwned === undefined").unwrap(), true, "a name ran script");
     page.click("button#next").unwrap();
     page.wait_until("the second page", &format!("{info} === '51–100 of 120'"), SHOWN_WITHIN).unwrap();
     assert_eq!(listed(&page).first().map(String::as_str), Some("20250101-000069-0000aa"));
