@@ -1192,7 +1192,11 @@ function hostCard(host) {
     unknown.hidden = false;
     unknown.append(h("b", { text: "unusable: " }), str(av.reason));
   } else if (kind === "free") {
-    availability.append(h("span", { class: "big", text: String(av.chips) }), av.chips === 1 ? " GPU free" : " GPUs free", h("span", { class: "muted", text: " · " + str(av.source) }));
+    // What is free is of the kind the probe asked for (`request`): CPU cores on a host that
+    // lists no GPUs, GPUs elsewhere.
+    const cpu = /\bcpu\b/.test(str(host.request));
+    const what = cpu ? (av.chips === 1 ? " CPU core free" : " CPU cores free") : av.chips === 1 ? " GPU free" : " GPUs free";
+    availability.append(h("span", { class: "big", text: String(av.chips) }), what, h("span", { class: "muted", text: " · " + str(av.source) }));
   } else if (kind === "slurm") {
     availability.append(partitions(av.partitions || []));
   } else {

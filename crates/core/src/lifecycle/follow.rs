@@ -146,8 +146,27 @@ pub async fn follow(
         }
         Err(e) => return Err(e.into()),
     };
+    let status = cancel_stands(ledger, run_id, status)?;
     save(ledger, run_id, &status)?;
     Ok(FollowEnd::Ended(status))
+}
+
+/// The end a follow records when a cancel (by this client or another: `theseus cancel` in
+/// another terminal, the dashboard) was asked for or recorded while it followed: the signal the
+/// cancel sent shows to the backend as a preemption or a failure, and whichever client saved
+/// last would win; the cancel's word stands.
+fn cancel_stands(ledger: &Ledger, run_id: &str, mut status: JobStatus) -> crate::Result<JobStatus> {
+    if !matches!(status.state, JobState::Preempted | JobState::Failed) {
+        return Ok(status);
+    }
+    let Some(record) = ledger.find(run_id)?.filter(|r| r.identity.run_id == run_id) else { return Ok(status) };
+    if record.state == JobState::Cancelled {
+        status.state = JobState::Cancelled;
+        status.message = record.message.or(status.message);
+    } else if super::cancel_asked(&record) {
+        status.state = JobState::Cancelled;
+    }
+    Ok(status)
 }
 
 /// Cancels a followed run that will not start (nothing of it is left) and records it as

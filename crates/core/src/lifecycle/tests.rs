@@ -56,11 +56,13 @@ struct Scripted {
     cancel: Answer,
     never: Option<&'static str>,
     cancels: Mutex<u32>,
+    /// Whether its logs end at once (the job's output is over) rather than never.
+    logs_end: bool,
 }
 
 impl Scripted {
     fn new(status: Answer, cancel: Answer) -> Scripted {
-        Scripted { status, cancel, never: None, cancels: Mutex::new(0) }
+        Scripted { status, cancel, never: None, cancels: Mutex::new(0), logs_end: false }
     }
 }
 
@@ -88,6 +90,9 @@ impl Backend for Scripted {
         self.status.give().await
     }
     async fn logs(&self, _: &JobHandle, _: &LogOptions) -> Result<LogStream> {
+        if self.logs_end {
+            return Ok(Box::pin(futures::stream::empty()));
+        }
         Ok(Box::pin(futures::stream::pending()))
     }
     async fn cancel(&self, _: &JobHandle) -> Result<JobStatus> {
@@ -570,4 +575,32 @@ async fn a_pending_runs_reason_is_the_backends_latest() {
     let backend = scripted(Answer::Is(JobState::Pending, ""), Answer::Hangs);
     refresh(&ledger, &records[0], &backend, WITHIN).await.unwrap();
     assert_eq!(message(&ledger), None, "no stale reason");
+}
+
+#[tokio::test]
+async fn a_follow_that_ends_with_a_cancel_of_another_client_records_the_cancel() {
+    // `logs -f` in one terminal, `theseus cancel` (or the dashboard) in another: the job ends
+    // by the cancel's signal, which its backend reports as a preemption or a failure.
+    for (before, message) in [
+        (JobState::Cancelled, Some("cancelled by the user")),
+        (JobState::Running, Some("a cancel was asked for; not confirmed yet")),
+        (JobState::Running, None),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let ledger = Ledger::open(dir.path()).unwrap();
+        let run = recorded(&ledger, record("followed", handle("j-1"), before, message));
+        let backend: Arc<DynBackend> = Arc::new(Scripted {
+            logs_end: true,
+            ..Scripted::new(Answer::Is(JobState::Preempted, "terminated by SIGTERM"), Answer::Fails)
+        });
+        let run_ref = (&run.handle, run.identity.run_id.as_str());
+        let end = follow(&ledger, &backend, run_ref, FollowOptions::watch(None), |_| {}).await.unwrap();
+        let FollowEnd::Ended(status) = end else { panic!("{end:?}") };
+        let stored = ledger.find(&run.identity.run_id).unwrap().unwrap();
+        let expected = if message.is_some() { JobState::Cancelled } else { JobState::Preempted };
+        assert_eq!((status.state, stored.state), (expected, expected), "{before:?} {message:?}: {status:?}");
+        if before == JobState::Cancelled {
+            assert_eq!(stored.message.as_deref(), Some("cancelled by the user"));
+        }
+    }
 }

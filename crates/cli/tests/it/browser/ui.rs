@@ -359,6 +359,10 @@ fn a_simulator_run_in_the_browser_streams_shows_its_pod_and_cancels() {
     let free = page.eval(&text_of(&format!("{k8s} .availability"))).unwrap();
     assert!(free.as_str().unwrap().contains("free"), "{free}");
     assert_eq!(page.eval("!!document.querySelector('#capacity .host[data-host=local]')").unwrap(), true);
+    // The local host lists no GPUs: what is free there are CPU cores, not GPUs.
+    let local = page.eval(&text_of("#capacity .host[data-host=local] .availability")).unwrap();
+    let local = local.as_str().unwrap_or_default();
+    assert!(local.contains("CPU core") && !local.contains("GPU"), "the local host's capacity: {local}");
     shoot(&page, "capacity-sim.png");
     page.navigate(&format!("{}/runs/{long}", ui.base)).unwrap();
     wait_ready(&page, "run");
