@@ -6,33 +6,30 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use anyhow::{Result, bail};
+use anyhow::Result;
+
+use crate::apt::{self, Tool};
 
 /// Where Debian's package puts it.
 pub(crate) const BINARY: &str = "/usr/bin/chromium";
 
-/// The apt-get commands tried in order until Chromium runs.
-pub(crate) const INSTALL: [&[&str]; 3] = [
-    &["apt-get", "install", "-y", "--no-install-recommends", "chromium"],
-    &["apt-get", "update"],
-    &["apt-get", "install", "-y", "--no-install-recommends", "chromium"],
-];
+/// How the browser tests get it.
+pub(crate) const TOOL: Tool = Tool {
+    name: "Chromium",
+    needed_by: "the dashboard's browser tests",
+    install: &[
+        &["apt-get", "install", "-y", "--no-install-recommends", "chromium"],
+        &["apt-get", "update"],
+        &["apt-get", "install", "-y", "--no-install-recommends", "chromium"],
+    ],
+    by_hand: "`sudo apt-get install chromium`",
+};
 
 /// The Chromium binary, installed when missing and `root`; `None` (after a warning) when it
 /// cannot be had and `require` is false.
 pub(crate) fn ensure(root: bool, require: bool) -> Result<Option<PathBuf>> {
     let binary = Path::new(BINARY);
-    let found = ensure_with(root, &mut || works(binary), &mut |argv| {
-        eprintln!("xtask: chromium is missing (the browser tests need it); running `{}`", argv.join(" "));
-        Command::new(argv[0])
-            .args(&argv[1..])
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    });
-    match found {
+    match apt::ensure(&TOOL, root, &mut || works(binary)) {
         Ok(()) => Ok(Some(binary.to_owned())),
         Err(err) if require => Err(err),
         Err(err) => {
@@ -40,30 +37,6 @@ pub(crate) fn ensure(root: bool, require: bool) -> Result<Option<PathBuf>> {
             Ok(None)
         }
     }
-}
-
-fn ensure_with(root: bool, works: &mut dyn FnMut() -> bool, run: &mut dyn FnMut(&[&str]) -> bool) -> Result<()> {
-    if works() {
-        return Ok(());
-    }
-    if !root {
-        bail!(
-            "Chromium is required by `cargo xtask test` (the dashboard's browser tests) and {BINARY} is not \
-             installed; install it (`sudo apt-get install chromium`), or set THESEUSTEST_REQUIRE_ALL=0 to let \
-             those tests say NOT RUN"
-        );
-    }
-    for argv in INSTALL {
-        // A failed `apt-get update` or a stale package list: try the next step.
-        let _ = run(argv);
-        if works() {
-            return Ok(());
-        }
-    }
-    bail!(
-        "Chromium is required by `cargo xtask test` and could not be installed with apt-get (package `chromium`); \
-         install it by hand, or set THESEUSTEST_REQUIRE_ALL=0"
-    )
 }
 
 /// Whether `binary --version` runs.
@@ -83,7 +56,7 @@ mod tests {
     #[test]
     fn a_present_chromium_installs_nothing() {
         let mut ran = Vec::new();
-        ensure_with(true, &mut || true, &mut |a| {
+        apt::ensure_with(&TOOL, true, &mut || true, &mut |a| {
             ran.push(a.join(" "));
             true
         })
@@ -94,7 +67,7 @@ mod tests {
     #[test]
     fn root_tries_apt_get_until_chromium_runs() {
         let mut ran = Vec::new();
-        let err = ensure_with(true, &mut || false, &mut |a| {
+        let err = apt::ensure_with(&TOOL, true, &mut || false, &mut |a| {
             ran.push(a.join(" "));
             false
         })
@@ -111,7 +84,7 @@ mod tests {
         // The first install that works ends the attempts.
         let installed = std::cell::Cell::new(false);
         let mut ran = 0;
-        ensure_with(true, &mut || installed.get(), &mut |_| {
+        apt::ensure_with(&TOOL, true, &mut || installed.get(), &mut |_| {
             ran += 1;
             installed.set(true);
             true
@@ -123,7 +96,7 @@ mod tests {
     #[test]
     fn without_root_a_missing_chromium_is_a_clear_error() {
         let mut ran = 0;
-        let err = ensure_with(false, &mut || false, &mut |_| {
+        let err = apt::ensure_with(&TOOL, false, &mut || false, &mut |_| {
             ran += 1;
             true
         })

@@ -32,6 +32,7 @@
 //! - `fuzz [--seconds N] [--full] [--targets=a,b]`: the coverage-guided fuzz targets of every
 //!   parser ([`fuzz`]); `test` runs each for a few seconds after the fault matrix.
 
+mod apt;
 mod bench;
 mod chaos;
 mod chromium;
@@ -98,7 +99,7 @@ fn test(root: &Path, extra: &[String]) -> Result<()> {
         );
     }
     // The dashboard's browser tests drive headless Chromium (installed here when missing).
-    let chromium = chromium::ensure(e2e::kubectl::is_root(), require_all)?;
+    let chromium = chromium::ensure(apt::is_root(), require_all)?;
     let was_running = lab::is_running(root);
     let lab = match lab::up(root) {
         Ok(lab) => Some(lab),
@@ -145,7 +146,7 @@ fn e2e_and_chaos(root: &Path, require_all: bool) -> Result<()> {
     let mut e2e_args = vec!["--sim".to_owned()];
     if require_all {
         // CI runs the kubectl check of `e2e --sim` too: installed here when missing (root).
-        e2e::kubectl::ensure(e2e::kubectl::is_root())?;
+        e2e::kubectl::ensure(apt::is_root())?;
         e2e_args.push("--require-kubectl".to_owned());
     }
     eprintln!("xtask: running the end-to-end scenarios against the simulator (cargo xtask e2e {})", e2e_args.join(" "));

@@ -5,52 +5,26 @@
 
 use std::process::{Command, Stdio};
 
-use anyhow::{Result, bail};
+use anyhow::Result;
 
-/// The apt-get commands tried in order until kubectl works.
-pub(crate) const INSTALL: [&[&str]; 4] = [
-    &["apt-get", "install", "-y", "kubectl"],
-    &["apt-get", "update"],
-    &["apt-get", "install", "-y", "kubectl"],
-    &["apt-get", "install", "-y", "kubernetes-client"],
-];
+use crate::apt::{self, Tool};
+
+/// How the e2e check gets it.
+pub(crate) const TOOL: Tool = Tool {
+    name: "kubectl",
+    needed_by: "the e2e check against the simulator",
+    install: &[
+        &["apt-get", "install", "-y", "kubectl"],
+        &["apt-get", "update"],
+        &["apt-get", "install", "-y", "kubectl"],
+        &["apt-get", "install", "-y", "kubernetes-client"],
+    ],
+    by_hand: "`sudo apt-get install kubectl`, or `kubernetes-client` on Debian",
+};
 
 /// Makes sure kubectl runs, installing it when missing and `root`.
 pub(crate) fn ensure(root: bool) -> Result<()> {
-    ensure_with(root, &mut works, &mut |argv| {
-        eprintln!("xtask: kubectl is missing; running `{}`", argv.join(" "));
-        Command::new(argv[0])
-            .args(&argv[1..])
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    })
-}
-
-fn ensure_with(root: bool, works: &mut dyn FnMut() -> bool, run: &mut dyn FnMut(&[&str]) -> bool) -> Result<()> {
-    if works() {
-        return Ok(());
-    }
-    if !root {
-        bail!(
-            "kubectl is required by `cargo xtask test` (the e2e check against the simulator) and is not installed; \
-             install it (`sudo apt-get install kubectl`, or `kubernetes-client` on Debian), or set \
-             THESEUSTEST_REQUIRE_ALL=0 to let that check say NOT RUN"
-        );
-    }
-    for argv in INSTALL {
-        // A failed `apt-get update` or a package no repository has: try the next way.
-        let _ = run(argv);
-        if works() {
-            return Ok(());
-        }
-    }
-    bail!(
-        "kubectl is required by `cargo xtask test` and could not be installed with apt-get (tried `kubectl` and \
-         `kubernetes-client`); install it by hand, or set THESEUSTEST_REQUIRE_ALL=0"
-    )
+    apt::ensure(&TOOL, root, &mut works)
 }
 
 /// Whether `kubectl version --client` runs.
@@ -63,11 +37,6 @@ fn works() -> bool {
         .is_ok_and(|s| s.success())
 }
 
-/// Whether this process runs as root.
-pub(crate) fn is_root() -> bool {
-    rustix::process::getuid().is_root()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -75,7 +44,7 @@ mod tests {
     #[test]
     fn a_present_kubectl_installs_nothing() {
         let mut ran = Vec::new();
-        ensure_with(true, &mut || true, &mut |a| {
+        apt::ensure_with(&TOOL, true, &mut || true, &mut |a| {
             ran.push(a.join(" "));
             true
         })
@@ -86,7 +55,7 @@ mod tests {
     #[test]
     fn root_tries_apt_get_until_kubectl_works() {
         let mut ran = Vec::new();
-        let result = ensure_with(true, &mut || false, &mut |a| {
+        let result = apt::ensure_with(&TOOL, true, &mut || false, &mut |a| {
             ran.push(a.join(" "));
             false
         });
@@ -103,7 +72,7 @@ mod tests {
         // The first install that works ends the attempts.
         let installed = std::cell::Cell::new(false);
         let mut ran = Vec::new();
-        ensure_with(true, &mut || installed.get(), &mut |a| {
+        apt::ensure_with(&TOOL, true, &mut || installed.get(), &mut |a| {
             ran.push(a.join(" "));
             installed.set(a == ["apt-get", "install", "-y", "kubectl"] && ran.len() == 3);
             installed.get()
@@ -115,7 +84,7 @@ mod tests {
     #[test]
     fn without_root_a_missing_kubectl_is_a_clear_error() {
         let mut ran = 0;
-        let err = ensure_with(false, &mut || false, &mut |_| {
+        let err = apt::ensure_with(&TOOL, false, &mut || false, &mut |_| {
             ran += 1;
             true
         })

@@ -122,7 +122,7 @@ fn ensure_installed() -> Result<()> {
     if works() {
         return Ok(());
     }
-    if !super::kubectl::is_root() {
+    if !crate::apt::is_root() {
         bail!(
             "the proxy pass of `cargo xtask e2e --sim` needs tinyproxy, which is not installed; \
              install it (`sudo apt-get install tinyproxy`)"
