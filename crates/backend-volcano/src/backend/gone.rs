@@ -23,7 +23,7 @@ impl VolcanoBackend {
 
     /// The run's status dir on the PVC: the handle's, else (older handles) the log file's path
     /// moved from the cluster's log dir to its status dir.
-    fn run_dir_of(&self, data: &HandleData) -> Option<String> {
+    pub(super) fn run_dir_of(&self, data: &HandleData) -> Option<String> {
         if let Some(dir) = &data.run_dir {
             return Some(dir.clone());
         }

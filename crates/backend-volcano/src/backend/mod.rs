@@ -528,6 +528,55 @@ impl Backend for VolcanoBackend {
 
     /// Through the API server's `pods/portforward` to the rank's pod (one websocket per
     /// connection, as `kubectl port-forward` opens one stream per connection).
+    /// A file of the run dir, read in rank 0's running pod (`head -c`, bounded); `None` when the
+    /// run has no running pod: an ended run's files stay on the PVC, read only for a run whose
+    /// vcjob is gone (`remains`), since a helper pod per look would be too dear.
+    async fn run_file(&self, handle: &JobHandle, name: &str) -> theseus_core::Result<Option<Vec<u8>>> {
+        if !theseus_core::backend::is_run_file_name(name) {
+            return Ok(None);
+        }
+        let data = self.handle_data(handle)?;
+        let Some(dir) = self.run_dir_of(&data) else { return Ok(None) };
+        let cluster = self.cluster().await.map_err(|e| self.err(e))?;
+        let Ok(pod) = self.running_pod(cluster, &data, handle, 0).await else { return Ok(None) };
+        let pods = cluster.pods();
+        let target = crate::exec::ExecTarget {
+            pods: &pods,
+            pod: &pod,
+            container: None,
+            open_timeout: crate::exec::OPEN_TIMEOUT,
+        };
+        let limit = theseus_core::backend::RUN_FILE_LIMIT;
+        // Exit 3: no such file (a run that has not written it yet).
+        let script = r#"[ -f "$1/$2" ] || exit 3; exec head -c "$3" -- "$1/$2""#;
+        let command = ["sh", "-c", script, "sh", &dir, name, &limit.to_string()].map(str::to_owned).to_vec();
+        let finished = crate::exec::run(&target, command, None::<(tokio::io::Empty, _)>, limit as usize, &|_| {})
+            .await
+            .map_err(|e| {
+                let why = match e {
+                    crate::exec::ExecFailure::Refused(e) => format!("exec refused: {e}"),
+                    crate::exec::ExecFailure::NoAnswer => "the API server did not answer the exec".to_owned(),
+                    other => format!("{other:?}"),
+                };
+                theseus_core::Error::backend(self, format!("cannot read {name} in pod `{pod}`: {why}"))
+            })?;
+        // The API server's status: `Success` (no exit code), or a failure naming the exit code.
+        let success = finished.status.as_ref().is_some_and(|s| s.status.as_deref() == Some("Success"));
+        match finished.status.as_ref().and_then(crate::exec::exit_code) {
+            _ if success && !finished.stdout_truncated => Ok(Some(finished.stdout)),
+            Some(0) => Ok(Some(finished.stdout)),
+            Some(3) => Ok(None),
+            code => Err(theseus_core::Error::backend(
+                self,
+                format!(
+                    "reading {name} in pod `{pod}` failed (exit {}): {}",
+                    code.map_or_else(|| "unknown".to_owned(), |c| c.to_string()),
+                    String::from_utf8_lossy(&finished.stderr).trim()
+                ),
+            )),
+        }
+    }
+
     async fn connect_port(
         &self,
         handle: &JobHandle,

@@ -13,9 +13,11 @@ use theseus_ui::{Commands, RunDetail, RunRow, SourceError};
 use super::logs::Cancel;
 use super::{Shared, failed, one_line};
 
-/// Host types whose backends read no run files (their runs' files are on the cluster's
-/// volumes, reached only from a pod or VM).
-const NO_RUN_FILES: [&str; 2] = ["volcano", "tpu"];
+/// Host types whose backends read no run files (their runs' files are on each VM's disk).
+const NO_RUN_FILES: [&str; 1] = ["tpu"];
+
+/// Host types whose backends read run files only while the run has a running pod.
+const LIVE_RUN_FILES: [&str; 1] = ["volcano"];
 
 /// The run `run` (a name or a run id), live; cancelled first when `cancel`.
 pub(super) async fn detail(shared: &Shared, run: &str, cancel: bool) -> Result<RunDetail, SourceError> {
@@ -61,6 +63,12 @@ pub(super) async fn detail(shared: &Shared, run: &str, cancel: bool) -> Result<R
         _ => None,
     };
     let files_note = match (&backend, &files) {
+        (Ok(backend), Some([_, None, _])) if LIVE_RUN_FILES.contains(&backend.kind().as_str()) => Some(format!(
+            "host `{}` is a {} host: its runs' files (metadata.json, checkpoints.json) are read from rank 0's \
+             pod while it runs, and this run has none running; an ended run's files stay on the PVC",
+            record.host,
+            backend.kind(),
+        )),
         (Ok(backend), None) => Some(format!(
             "host `{}` is a {} host: its runs' files (metadata.json, checkpoints.json) stay on the cluster, \
              where theseus ui does not read them; `theseus shell {}` reaches them while the run is live",

@@ -347,6 +347,10 @@ fn a_simulator_run_in_the_browser_streams_shows_its_pod_and_cancels() {
     .unwrap();
     streams_trigger_line(&page, trigger.path(), 1);
     assert_eq!(page.eval("document.querySelectorAll('#log img').length").unwrap(), 0, "the log made an <img>");
+    // Its metadata.json, read from rank 0's running pod.
+    page.wait_until("the run's metadata.json", "!!document.querySelector('#metadata pre')", SHOWN_WITHIN).unwrap();
+    let metadata = page.eval(&text_of("#metadata pre")).unwrap();
+    assert!(metadata.as_str().is_some_and(|m| m.contains("\"num_processes\"")), "{metadata}");
     shoot(&page, "run-sim.png");
     // The capacity page: the cluster's free GPUs and its queue's shares; the local host too.
     page.click("a#nav-capacity").unwrap();
