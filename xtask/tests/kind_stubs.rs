@@ -22,7 +22,11 @@ case "$tool $*" in
   "kubectl "*" describe "*) echo "described: $*" ;;
   "helm version"*) echo "v3.19.0+g3d8990f" ;;
   "helm install"*)
-    if [ "$STUB_HELM" = hang ]; then echo $$ > "$STUB_LOG.helm-pid"; exec sleep 300; fi
+    if [ "$STUB_HELM" = hang ]; then
+      # Written whole, then renamed: the test polls for the file and reads it at once.
+      echo $$ > "$STUB_LOG.helm-pid.part" && mv "$STUB_LOG.helm-pid.part" "$STUB_LOG.helm-pid"
+      exec sleep 300
+    fi
     echo "Error: INSTALLATION FAILED: context deadline exceeded" >&2; exit 1 ;;
 esac
 exit 0
