@@ -31,8 +31,9 @@ if probe and os.environ.get("FAKE_PROBE_SLEEP"):
     bg = subprocess.Popen(["sleep", "300"])
     with open(log + ".bg", "a") as f:
         f.write("%d\n" % bg.pid)
-    with open(log + ".started", "w") as f:
+    with open(log + ".started.part", "w") as f:
         f.write(str(os.getpid()))
+    os.replace(log + ".started.part", log + ".started")
     time.sleep(float(os.environ["FAKE_PROBE_SLEEP"]))
 print("trained at", size, flush=True)
 sys.exit(int(os.environ.get("FAKE_PROBE_EXIT" if probe else "FAKE_EXIT", "0")))

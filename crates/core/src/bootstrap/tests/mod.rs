@@ -46,8 +46,10 @@ const DUMP_PY: &str = r#"
 import json, os, sys, time
 run_dir = os.environ["THESEUS_RUN_DIR"]
 if os.environ.get("DUMP_SLEEP"):
-    with open(os.path.join(run_dir, "started"), "w") as f:
+    # Written whole, then renamed: the test reads it as soon as it exists.
+    with open(os.path.join(run_dir, "started.part"), "w") as f:
         f.write(str(os.getpid()))
+    os.replace(os.path.join(run_dir, "started.part"), os.path.join(run_dir, "started"))
     time.sleep(float(os.environ["DUMP_SLEEP"]))
 metadata = None
 if os.environ.get("DUMP_METADATA"):

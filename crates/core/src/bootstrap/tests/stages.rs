@@ -13,7 +13,7 @@ printf '%s|%s|%s|%s|%s\n' "$i" "$THESEUS_NUM_STAGES" "$(tr -d '\n ' < "$THESEUS_
 echo "out of stage $i"
 echo "err of stage $i" >&2
 eval "sleep_for=\${STAGE${i}_SLEEP:-}"
-if [ -n "$sleep_for" ]; then echo $$ > "$THESEUS_RUN_DIR/started-$i"; sleep "$sleep_for"; fi
+if [ -n "$sleep_for" ]; then echo $$ > "$THESEUS_RUN_DIR/.started-$i" && mv "$THESEUS_RUN_DIR/.started-$i" "$THESEUS_RUN_DIR/started-$i"; sleep "$sleep_for"; fi
 eval "exit \${STAGE${i}_EXIT:-0}""#;
 
 fn stage(n: usize) -> Stage {
