@@ -92,6 +92,7 @@ pub mod helper;
 pub mod host;
 mod interrupted;
 pub mod interruption;
+mod kept_files;
 mod kubeconfig;
 pub mod log_cursor;
 mod logs;

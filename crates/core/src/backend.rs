@@ -153,6 +153,19 @@ pub trait Backend: Debug + Display + Send + Sync + 'static {
         Ok(None)
     }
 
+    /// The files `names` (plain names, as for [`Backend::run_file`]) as an ended run left them,
+    /// where `run_file` reads a run's files only while it runs (Volcano reads them in rank 0's
+    /// pod; an ended run's files stay on its PVC). One entry per name, in order: the contents
+    /// (at most [`RUN_FILE_LIMIT`] bytes), or `None` when the file is not there or is larger.
+    /// `None` as a whole: `run_file` already reads an ended run's files, or nothing can (the
+    /// default). It may be slow (Volcano starts a short-lived helper pod, deleted on every path,
+    /// and bounds its start well within 300 s): callers ask it once per ended run and keep the
+    /// answer, since an ended run's files no longer change.
+    async fn ended_run_files(&self, handle: &JobHandle, names: &[&str]) -> Result<Option<Vec<Option<Vec<u8>>>>> {
+        let _ = (handle, names);
+        Ok(None)
+    }
+
     /// Frees space on this host's cluster (see [`crate::store::reclaim`]): code dirs of runs
     /// that are not live and older than [`ReclaimOptions::older_than`] (logs and status stay),
     /// leftovers of crashed submits, and objects no run links. Never touches a run in

@@ -693,6 +693,13 @@ function runPage(id) {
       clearInterval(state.timer);
       state.timer = null;
     }
+    // An ended run's files are read from its cluster in the background: ask again shortly.
+    if (d.files_pending && !state.filesTimer) {
+      state.filesTimer = setTimeout(() => {
+        state.filesTimer = null;
+        refresh();
+      }, 2000);
+    }
     setReady();
   }
 

@@ -105,6 +105,9 @@ pub struct RunDetail {
     pub checkpoints: Option<serde_json::Value>,
     /// Why `metadata`/`checkpoints` are missing when the backend cannot read run files.
     pub files_note: Option<String>,
+    /// The run's files are still being read (an ended run's, from its cluster's storage): the
+    /// page asks again in a moment.
+    pub files_pending: bool,
     /// The commands for it.
     pub commands: Commands,
 }

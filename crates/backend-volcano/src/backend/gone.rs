@@ -1,7 +1,7 @@
-//! The IO half of `gone.rs`: reading what a run whose vcjob is gone left on the PVC (its
-//! metadata files, its log file) through a short-lived helper pod that mounts the PVC
-//! ([`VolcanoBackend::with_store_helper`]: deleted on every path, an interrupt included), one
-//! exec each.
+//! The IO half of `gone.rs` and `kept_files.rs`: reading what a run left on the PVC (the
+//! metadata files and log file of a run whose vcjob is gone, an ended run's own files) through
+//! a short-lived helper pod that mounts the PVC ([`VolcanoBackend::with_store_helper`]: deleted
+//! on every path, an interrupt included), one exec each.
 
 use k8s_openapi::jiff::Timestamp;
 use theseus_core::backend::{JobStatus, LogLine, LogStream};
@@ -10,6 +10,7 @@ use theseus_core::store::{ScriptCall, Shell as _, ShellError};
 use super::VolcanoBackend;
 use crate::gone::{LOG_TAIL_BYTES, READ_LOG, READ_METADATA, ended_from, gone_what, gone_why};
 use crate::handle::HandleData;
+use crate::kept_files::{READ_FILES, parse_files};
 
 /// How long the helper that reads a gone run's files may take to start, at most: well within
 /// core's bound on [`theseus_core::backend::Backend::remains`] (300 s), so that the helper is
@@ -47,6 +48,26 @@ impl VolcanoBackend {
         let why = gone_why(data, ended, Timestamp::now());
         status.message = Some(format!("{why}; {}", status.message.unwrap_or_default()));
         Ok(Some(status))
+    }
+
+    /// The files `names` of the run of `data` as they are in its status dir on the PVC (see
+    /// [`theseus_core::backend::Backend::ended_run_files`]); a name that is no plain file name
+    /// reads as missing. `None` when the handle does not say where the run's dir is.
+    pub(crate) async fn files_on_pvc(
+        &self,
+        data: &HandleData,
+        names: &[&str],
+    ) -> theseus_core::Result<Option<Vec<Option<Vec<u8>>>>> {
+        let Some(dir) = self.run_dir_of(data) else { return Ok(None) };
+        let asked: Vec<&str> = names.iter().copied().filter(|n| theseus_core::backend::is_run_file_name(n)).collect();
+        let mut args = vec![dir, theseus_core::backend::RUN_FILE_LIMIT.to_string()];
+        args.extend(asked.iter().map(|n| (*n).to_owned()));
+        let out = self.read_on_pvc("files", READ_FILES, args, "the run's files").await?;
+        let read = parse_files(&out, &asked).map_err(|e| {
+            theseus_core::Error::backend(self, format!("the run's files on the PVC were not read whole: {e}"))
+        })?;
+        let mut read = asked.into_iter().zip(read).collect::<std::collections::HashMap<_, _>>();
+        Ok(Some(names.iter().map(|n| read.remove(n).flatten()).collect()))
     }
 
     /// Runs `script` with `args` in a short-lived helper pod that mounts the PVC and returns its

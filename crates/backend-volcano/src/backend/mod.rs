@@ -529,8 +529,9 @@ impl Backend for VolcanoBackend {
     /// Through the API server's `pods/portforward` to the rank's pod (one websocket per
     /// connection, as `kubectl port-forward` opens one stream per connection).
     /// A file of the run dir, read in rank 0's running pod (`head -c`, bounded); `None` when the
-    /// run has no running pod: an ended run's files stay on the PVC, read only for a run whose
-    /// vcjob is gone (`remains`), since a helper pod per look would be too dear.
+    /// run has no running pod: an ended run's files stay on the PVC, where a helper pod reads
+    /// them ([`Backend::ended_run_files`], asked once per ended run), since one per look would
+    /// be too dear.
     async fn run_file(&self, handle: &JobHandle, name: &str) -> theseus_core::Result<Option<Vec<u8>>> {
         if !theseus_core::backend::is_run_file_name(name) {
             return Ok(None);
@@ -575,6 +576,16 @@ impl Backend for VolcanoBackend {
                 ),
             )),
         }
+    }
+
+    /// Read on the PVC through a short-lived helper pod ([`VolcanoBackend::files_on_pvc`]).
+    async fn ended_run_files(
+        &self,
+        handle: &JobHandle,
+        names: &[&str],
+    ) -> theseus_core::Result<Option<Vec<Option<Vec<u8>>>>> {
+        let data = self.handle_data(handle)?;
+        self.files_on_pvc(&data, names).await
     }
 
     async fn connect_port(

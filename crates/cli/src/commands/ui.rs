@@ -27,10 +27,10 @@ pub(crate) async fn run(ctx: &Context, args: UiArgs) -> Result<ExitCode> {
         eprintln!("theseus: warning: {e}; runs are shown as last recorded");
         e
     });
-    let source = LedgerSource::start(ctx.clone(), loaded, args.refresh)?;
+    let source = Arc::new(LedgerSource::start(ctx.clone(), loaded, args.refresh)?);
     let token = theseus_ui::new_token();
     let bind = SocketAddr::new(args.bind, args.port);
-    let server = theseus_ui::bind(Arc::new(source), ServeOptions { bind, token: token.clone() })
+    let server = theseus_ui::bind(Arc::clone(&source) as _, ServeOptions { bind, token: token.clone() })
         .await
         .map_err(|e| bind_error(e, &args))?;
     let port = server.local_addr.port();
@@ -51,6 +51,8 @@ pub(crate) async fn run(ctx: &Context, args: UiArgs) -> Result<ExitCode> {
             theseus_core::interrupt::wait().await;
         })
         .await?;
+    // A helper pod reading an ended run's files deletes itself on the interrupt: let it.
+    source.settle(std::time::Duration::from_secs(60)).await;
     ctx.info("theseus: stopped serving the dashboard");
     Ok(ExitCode::SUCCESS)
 }

@@ -1,7 +1,8 @@
 //! One run for its page (`GET /api/runs/{id}`), as `theseus status` shows it: its state asked
 //! of its host (bounded as `status`), what it resumed from, its batch-size search, its
-//! `metadata.json` and `checkpoints.json` where the backend reads run files, and the commands
-//! for it; and its cancel (`POST /api/runs/{id}/cancel`), as `theseus cancel`.
+//! `metadata.json` and `checkpoints.json` where the backend reads run files (an ended Volcano
+//! run's once, from its PVC: `kept`), and the commands for it; and its cancel
+//! (`POST /api/runs/{id}/cancel`), as `theseus cancel`.
 
 use std::sync::Arc;
 
@@ -16,11 +17,12 @@ use super::{Shared, failed, one_line};
 /// Host types whose backends read no run files (their runs' files are on each VM's disk).
 const NO_RUN_FILES: [&str; 1] = ["tpu"];
 
-/// Host types whose backends read run files only while the run has a running pod.
+/// Host types whose backends read run files only while the run has a running pod; an ended
+/// run's are read once through [`theseus_core::backend::Backend::ended_run_files`].
 const LIVE_RUN_FILES: [&str; 1] = ["volcano"];
 
 /// The run `run` (a name or a run id), live; cancelled first when `cancel`.
-pub(super) async fn detail(shared: &Shared, run: &str, cancel: bool) -> Result<RunDetail, SourceError> {
+pub(super) async fn detail(shared: &Arc<Shared>, run: &str, cancel: bool) -> Result<RunDetail, SourceError> {
     let ledger = shared.open_ledger()?;
     let record = shared.find(&ledger, run)?;
     let run_id = record.identity.run_id.clone();
@@ -56,16 +58,26 @@ pub(super) async fn detail(shared: &Shared, run: &str, cancel: bool) -> Result<R
     let record = shared.find(&ledger, &run_id)?;
     let chips = ledger.chips(&run_id).map_err(failed)?;
     let resume = ledger.resume(&run_id).unwrap_or_default();
+    let live_only = backend.as_ref().is_ok_and(|b| LIVE_RUN_FILES.contains(&b.kind().as_str()));
+    let mut files_pending = false;
+    let mut kept_note = None;
     let files = match &backend {
+        Ok(backend) if live_only && record.state.is_terminal() => {
+            let look = super::kept::look(shared, backend, &record);
+            files_pending = look.pending;
+            kept_note = look.note;
+            Some(look.files)
+        }
         Ok(backend) if !NO_RUN_FILES.contains(&backend.kind().as_str()) => {
             Some(files(backend, &record.handle, within).await)
         }
         _ => None,
     };
     let files_note = match (&backend, &files) {
-        (Ok(backend), Some([_, None, _])) if LIVE_RUN_FILES.contains(&backend.kind().as_str()) => Some(format!(
+        _ if kept_note.is_some() => kept_note,
+        (Ok(backend), Some([_, None, _])) if live_only => Some(format!(
             "host `{}` is a {} host: its runs' files (metadata.json, checkpoints.json) are read from rank 0's \
-             pod while it runs, and this run has none running; an ended run's files stay on the PVC",
+             pod while it runs, and this run has none running",
             record.host,
             backend.kind(),
         )),
@@ -88,6 +100,7 @@ pub(super) async fn detail(shared: &Shared, run: &str, cancel: bool) -> Result<R
         metadata,
         checkpoints,
         files_note,
+        files_pending,
         commands: commands(&run_id),
     })
 }
@@ -104,8 +117,8 @@ async fn files(
         let got = tokio::time::timeout(within, backend.run_file(handle, name)).await;
         got.ok().and_then(Result::ok).flatten().and_then(|bytes| serde_json::from_slice(&bytes).ok())
     };
-    let (search, metadata, checkpoints) =
-        tokio::join!(read("batch-search.json"), read("metadata.json"), read("checkpoints.json"));
+    let [search, metadata, checkpoints] = super::kept::NAMES;
+    let (search, metadata, checkpoints) = tokio::join!(read(search), read(metadata), read(checkpoints));
     [search, metadata, checkpoints]
 }
 

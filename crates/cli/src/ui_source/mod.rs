@@ -12,6 +12,7 @@
 
 mod capacity;
 mod detail;
+mod kept;
 mod logs;
 mod pages;
 mod refresher;
@@ -48,6 +49,8 @@ struct Shared {
     capacity: tokio::sync::Mutex<Option<(std::time::Instant, serde_json::Value)>>,
     /// The cancels this dashboard makes, for the follows of the same runs (see `logs`).
     cancels: tokio::sync::broadcast::Sender<(String, logs::Cancel)>,
+    /// Ended runs' files read once where the backend reads them only while a run runs.
+    kept: kept::Kept,
 }
 
 impl Shared {
@@ -102,9 +105,16 @@ impl LedgerSource {
             refreshed: Mutex::new(Refreshed::default()),
             capacity: tokio::sync::Mutex::new(None),
             cancels: tokio::sync::broadcast::channel(64).0,
+            kept: kept::Kept::default(),
         });
         let refresher = tokio::spawn(refresher::run(Arc::clone(&shared), every));
         Ok(LedgerSource { shared, refresher })
+    }
+
+    /// Lets the reads still in flight end, at most `within` (after an interrupt: each deletes
+    /// the helper pod it started).
+    pub(crate) async fn settle(&self, within: Duration) {
+        kept::settle(&self.shared.kept, within).await;
     }
 }
 

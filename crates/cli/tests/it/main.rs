@@ -25,6 +25,7 @@ mod sync;
 mod targets;
 mod testhost;
 mod ui;
+mod ui_kept;
 mod volcano;
 mod volcano_faults;
 mod volcano_gone;

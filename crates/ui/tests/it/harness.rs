@@ -107,6 +107,7 @@ impl Fake {
             metadata: None,
             checkpoints: None,
             files_note: None,
+            files_pending: false,
             commands: Commands {
                 status: command("status"),
                 logs: command("logs -f"),

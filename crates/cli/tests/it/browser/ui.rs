@@ -371,6 +371,16 @@ fn a_simulator_run_in_the_browser_streams_shows_its_pod_and_cancels() {
     page.navigate(&format!("{}/runs/{long}", ui.base)).unwrap();
     wait_ready(&page, "run");
     cancel_from_page(&ctx, &page, &long);
+    // Ended, it has no running pod: the page asks again while a helper pod reads the files the
+    // run left on the PVC, and shows the metadata.json of its end.
+    page.wait_until(
+        "the ended run's metadata.json from the PVC",
+        "(document.querySelector('#metadata pre') || {}).textContent?.includes('\"status\": \"preempted\"')",
+        SHOWN_WITHIN,
+    )
+    .unwrap();
+    assert_eq!(page.eval("document.getElementById('files-note').hidden").unwrap(), true);
+    shoot(&page, "run-ended-sim.png");
 }
 
 /// Adds `n` ended runs to the ledger of `ctx` (made by `theseus list`), the oldest first.
