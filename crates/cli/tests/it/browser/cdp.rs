@@ -359,6 +359,8 @@ fn navigating(err: &anyhow::Error) -> bool {
         "Execution context was destroyed",
         "Cannot find context with specified id",
         "Cannot find default execution context",
+        // Asked while the old document was being replaced (seen on a loaded CI machine).
+        "Inspected target navigated or closed",
     ]
     .iter()
     .any(|m| text.contains(m))
