@@ -1,11 +1,11 @@
 //! An ended run's own files (`batch-search.json`, `metadata.json`, `checkpoints.json`) where its
 //! backend reads them only while the run runs (Volcano: in rank 0's pod), read once with
 //! [`theseus_core::backend::Backend::ended_run_files`] (a short-lived helper pod that mounts
-//! the PVC) and kept, since an ended run's files no longer change. The read runs in the
-//! background: the run's page answers at once, says that the files are being read
-//! ([`theseus_ui::RunDetail::files_pending`]) and asks again. A failed read is tried again on a
-//! look after [`RETRY_AFTER`]. [`settle`] lets reads in flight finish (and delete their helper)
-//! when the dashboard stops.
+//! the PVC) and kept (up to [`MOST_KEPT`] runs), since an ended run's files no longer change.
+//! The read runs in the background: the run's page answers at once, says that the files are
+//! being read ([`theseus_ui::RunDetail::files_pending`]) and asks again. A failed read is tried
+//! again on a look after [`RETRY_AFTER`]. [`settle`] lets reads in flight finish (and delete
+//! their helper) when the dashboard stops.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -25,6 +25,10 @@ const RETRY_AFTER: Duration = Duration::from_secs(60);
 /// The most one read may take: core's bound on a backend's helper-pod reads.
 const READ_WITHIN: Duration = Duration::from_secs(300);
 
+/// The most runs kept at once (each up to three files of at most 1 MiB); past it, a read run is
+/// forgotten to make room (read again if looked at again).
+const MOST_KEPT: usize = 256;
+
 /// The files as JSON (`None`: missing, too large or not JSON).
 pub(super) type Files = [Option<serde_json::Value>; 3];
 
@@ -36,11 +40,25 @@ enum Entry {
     Failed { why: String, at: Instant },
 }
 
+/// How many helper pods read at once: a user opening many ended runs does not start a helper
+/// for each at once on a cluster other teams share.
+const READS_AT_ONCE: usize = 2;
+
 /// The reads, by run id, and the tasks still running.
-#[derive(Default)]
 pub(super) struct Kept {
     entries: Mutex<HashMap<String, Entry>>,
     tasks: Mutex<tokio::task::JoinSet<()>>,
+    permits: Arc<tokio::sync::Semaphore>,
+}
+
+impl Default for Kept {
+    fn default() -> Kept {
+        Kept {
+            entries: Mutex::default(),
+            tasks: Mutex::default(),
+            permits: Arc::new(tokio::sync::Semaphore::new(READS_AT_ONCE)),
+        }
+    }
 }
 
 /// What the page shows of an ended run's files now.
@@ -80,13 +98,26 @@ pub(super) fn look(shared: &Arc<Shared>, backend: &Arc<DynBackend>, record: &Rec
         }
         _ => {}
     }
+    if entries.len() >= MOST_KEPT {
+        let done = entries.iter().find(|(_, e)| !matches!(e, Entry::Reading)).map(|(id, _)| id.clone());
+        if let Some(id) = done {
+            entries.remove(&id);
+        }
+    }
     entries.insert(run_id.clone(), Entry::Reading);
     drop(entries);
     let (shared2, backend, handle) = (Arc::clone(shared), Arc::clone(backend), record.handle.clone());
     let mut tasks = shared.kept.tasks.lock().unwrap_or_else(|e| e.into_inner());
     // Reap what ended, so the set holds only reads in flight.
     while tasks.try_join_next().is_some() {}
+    let permits = Arc::clone(&shared.kept.permits);
     tasks.spawn(async move {
+        // Waiting for a turn ends with the dashboard (no helper was started).
+        let turn = tokio::select! {
+            turn = permits.acquire_owned() => turn.ok(),
+            _ = theseus_core::interrupt::wait() => None,
+        };
+        let Some(_turn) = turn else { return };
         let entry = read(&backend, &handle).await;
         shared2.kept.entries.lock().unwrap_or_else(|e| e.into_inner()).insert(run_id, entry);
     });

@@ -249,7 +249,7 @@ impl Events {
 }
 
 /// Waits until `ready` returns `Some`, asking every 200 ms.
-fn eventually<T>(what: &str, mut ready: impl FnMut() -> Option<T>) -> T {
+pub(crate) fn eventually<T>(what: &str, mut ready: impl FnMut() -> Option<T>) -> T {
     let deadline = Instant::now() + PATIENCE;
     loop {
         if let Some(found) = ready() {
