@@ -728,7 +728,11 @@ impl Backend for VolcanoBackend {
         Ok(JobStatus {
             state: JobState::Cancelled,
             exit_code: None,
-            message: Some(format!("vcjob `{}` deleted; its {gone} pods are gone", data.job)),
+            message: Some(match gone {
+                0 => format!("vcjob `{}` deleted; it had no pods", data.job),
+                1 => format!("vcjob `{}` deleted; its pod is gone", data.job),
+                n => format!("vcjob `{}` deleted; its {n} pods are gone", data.job),
+            }),
             ranks: prior
                 .ranks
                 .into_iter()
