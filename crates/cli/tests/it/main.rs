@@ -26,6 +26,7 @@ mod targets;
 mod testhost;
 mod ui;
 mod ui_kept;
+mod ui_slurm;
 mod volcano;
 mod volcano_faults;
 mod volcano_gone;

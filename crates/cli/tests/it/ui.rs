@@ -36,8 +36,14 @@ pub(crate) struct Ui {
 impl Ui {
     /// Starts `theseus ui --port 0 --refresh 1 ARGS` in `ctx` and reads its URL line.
     pub(crate) fn start(ctx: &TestContext, args: &[&str]) -> Ui {
+        Ui::start_with_env(ctx, args, &[])
+    }
+
+    /// As [`Ui::start`], with the environment variables `env` set too.
+    pub(crate) fn start_with_env(ctx: &TestContext, args: &[&str], env: &[(&str, &str)]) -> Ui {
         let mut child = ctx
             .cmd()
+            .envs(env.iter().copied())
             .args(["ui", "--port", "0", "--refresh", "1"])
             .args(args)
             .stdin(Stdio::null())
@@ -261,7 +267,7 @@ pub(crate) fn eventually<T>(what: &str, mut ready: impl FnMut() -> Option<T>) ->
 }
 
 /// The row of run `name` in a page.
-fn row<'a>(page: &'a Value, name: &str) -> Option<&'a Value> {
+pub(crate) fn row<'a>(page: &'a Value, name: &str) -> Option<&'a Value> {
     page["runs"].as_array().unwrap().iter().find(|r| r["identity"]["name"] == name)
 }
 

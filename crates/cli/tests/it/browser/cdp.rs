@@ -137,6 +137,12 @@ impl Chromium {
         Ok(page)
     }
 
+    /// Grants the pages of `origin` the clipboard, as a user's browser does for a click.
+    pub(crate) fn grant_clipboard(&self, origin: &str) -> Result<()> {
+        let permissions = json!(["clipboardReadWrite", "clipboardSanitizedWrite"]);
+        self.call("Browser.grantPermissions", json!({"origin": origin, "permissions": permissions})).map(drop)
+    }
+
     fn call(&self, method: &str, params: Value) -> Result<Value> {
         lock(&self.conn).call(None, method, params)
     }
@@ -247,6 +253,12 @@ impl Page {
             std::fs::create_dir_all(dir)?;
         }
         std::fs::write(path, png).with_context(|| format!("cannot write {}", path.display()))
+    }
+
+    /// Makes the page behave as the focused one (a headless page has no window focus, which the
+    /// clipboard asks for).
+    pub(crate) fn emulate_focus(&self) -> Result<()> {
+        self.call("Emulation.setFocusEmulationEnabled", json!({"enabled": true})).map(drop)
     }
 
     /// The page's target id.

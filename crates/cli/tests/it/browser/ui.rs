@@ -220,6 +220,19 @@ fn local_runs_in_the_browser_list_stream_cancel_and_refuse_without_the_token() {
     assert_eq!(page.eval("document.body.dataset.pwned === undefined").unwrap(), true, "the log ran script");
     let status_cmd = page.eval(&text_of("#commands code[data-command=status]")).unwrap();
     assert_eq!(status_cmd.as_str().map(str::trim), Some(format!("theseus status {long}").as_str()));
+    // Its copy button puts the command on the clipboard (granted, as a click in a user's browser
+    // is) and says so.
+    chromium.grant_clipboard(&ui.base).unwrap();
+    page.emulate_focus().unwrap();
+    page.click("#commands .command:has(code[data-command=status]) button.copy").unwrap();
+    page.wait_until(
+        "the copy button to say copied",
+        "[...document.querySelectorAll('#commands button.copy')].some(b => b.textContent === 'copied')",
+        SHOWN_WITHIN,
+    )
+    .unwrap();
+    let pasted = page.eval("navigator.clipboard.readText()").unwrap();
+    assert_eq!(pasted.as_str(), Some(format!("theseus status {long}").as_str()), "the clipboard");
     shoot(&page, "run.png");
     streams_trigger_line(&page, trigger.path(), 2);
 
