@@ -34,6 +34,22 @@ impl Drop for CancelOnDrop<'_> {
     }
 }
 
+/// Reads the stream until ranks 0 and 1 each printed `line(rank)`, each line with its rank.
+fn both_ranks(events: &mut Events, line: impl Fn(usize) -> String) {
+    let mut seen = [false; 2];
+    events.until(|event, data| {
+        if event == "line" {
+            for (rank, seen) in seen.iter_mut().enumerate() {
+                if data["text"] == line(rank).as_str() {
+                    assert_eq!(data["rank"], rank, "{data}");
+                    *seen = true;
+                }
+            }
+        }
+        seen == [true; 2]
+    });
+}
+
 #[test]
 fn the_dashboard_streams_shows_and_cancels_slurm_runs_over_ssh() {
     let Some((port, user, key, known, shared)) = lab("ui over the Slurm lab") else { return };
@@ -77,31 +93,9 @@ fn the_dashboard_streams_shows_and_cancels_slurm_runs_over_ssh() {
 
     // Both ranks' lines stream, each with its rank; the lines after the gate arrive live.
     let mut events = Events::open(&ui, &format!("/api/runs/{run_id}/logs/stream"));
-    let mut said = [false; 2];
-    events.until(|event, data| {
-        if event == "line" {
-            for rank in 0..2 {
-                if data["text"] == format!("task {rank} of 2").as_str() {
-                    assert_eq!(data["rank"], rank, "{data}");
-                    said[rank] = true;
-                }
-            }
-        }
-        said == [true; 2]
-    });
+    both_ranks(&mut events, |rank| format!("task {rank} of 2"));
     std::fs::write(&gate, "").unwrap();
-    let mut passed = [false; 2];
-    events.until(|event, data| {
-        if event == "line" {
-            for rank in 0..2 {
-                if data["text"] == format!("task {rank} passed the gate").as_str() {
-                    assert_eq!(data["rank"], rank, "{data}");
-                    passed[rank] = true;
-                }
-            }
-        }
-        passed == [true; 2]
-    });
+    both_ranks(&mut events, |rank| format!("task {rank} passed the gate"));
     let (_, end) = events.until(|event, _| event == "end");
     assert_eq!(end["state"], "completed", "{}", events.seen);
 
