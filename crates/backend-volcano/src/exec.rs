@@ -97,6 +97,15 @@ pub(crate) enum PumpError {
     Source(io::Error),
 }
 
+/// A refused exec in words: the API server's own message and code for an answer (RBAC's
+/// "User ... cannot create resource \"pods/exec\" ... (403)"), else the error.
+pub(crate) fn refused_words(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(status) if !status.message.is_empty() => format!("{} ({})", status.message, status.code),
+        e => e.to_string(),
+    }
+}
+
 /// Why [`run`] could not finish a session.
 #[derive(Debug)]
 pub(crate) enum ExecFailure {

@@ -246,7 +246,9 @@ impl ExecShell {
             Ok(done) => done,
             Err(ExecFailure::Pump(PumpError::Changed)) => return Err(Failure::Changed),
             Err(ExecFailure::Pump(PumpError::Source(e))) => return Err(shell(ShellError::Transport(Box::new(e)))),
-            Err(ExecFailure::Refused(e)) => return Err(shell(self.transport(label, format!("exec refused: {e}")))),
+            Err(ExecFailure::Refused(e)) => {
+                return Err(shell(self.transport(label, format!("exec refused: {}", exec::refused_words(&e)))));
+            }
             Err(ExecFailure::NoAnswer) => {
                 let after = self.open_timeout.as_secs_f64();
                 return Err(shell(

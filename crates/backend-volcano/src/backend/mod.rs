@@ -555,7 +555,9 @@ impl Backend for VolcanoBackend {
             .await
             .map_err(|e| {
                 let why = match e {
-                    crate::exec::ExecFailure::Refused(e) => format!("exec refused: {e}"),
+                    crate::exec::ExecFailure::Refused(e) => {
+                        format!("exec refused: {}", crate::exec::refused_words(&e))
+                    }
                     crate::exec::ExecFailure::NoAnswer => "the API server did not answer the exec".to_owned(),
                     other => format!("{other:?}"),
                 };

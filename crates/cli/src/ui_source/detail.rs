@@ -60,21 +60,24 @@ pub(super) async fn detail(shared: &Arc<Shared>, run: &str, cancel: bool) -> Res
     let resume = ledger.resume(&run_id).unwrap_or_default();
     let live_only = backend.as_ref().is_ok_and(|b| LIVE_RUN_FILES.contains(&b.kind().as_str()));
     let mut files_pending = false;
-    let mut kept_note = None;
+    // Why the files are missing, when the read said (a kept read's state, a refused exec).
+    let mut said = None;
     let files = match &backend {
         Ok(backend) if live_only && record.state.is_terminal() => {
             let look = super::kept::look(shared, backend, &record);
             files_pending = look.pending;
-            kept_note = look.note;
+            said = look.note;
             Some(look.files)
         }
         Ok(backend) if !NO_RUN_FILES.contains(&backend.kind().as_str()) => {
-            Some(files(backend, &record.handle, within).await)
+            let (files, error) = files(backend, &record.handle, within).await;
+            said = error.filter(|_| files[1].is_none()).map(|e| format!("the run's files could not be read: {e}"));
+            Some(files)
         }
         _ => None,
     };
     let files_note = match (&backend, &files) {
-        _ if kept_note.is_some() => kept_note,
+        _ if said.is_some() => said,
         (Ok(backend), Some([_, None, _])) if live_only => Some(format!(
             "host `{}` is a {} host: its runs' files (metadata.json, checkpoints.json) are read from rank 0's \
              pod while it runs, and this run has none running",
@@ -107,19 +110,23 @@ pub(super) async fn detail(shared: &Arc<Shared>, run: &str, cancel: bool) -> Res
 
 /// The run's `batch-search.json`, `metadata.json` and `checkpoints.json`, each read within
 /// `within` (at most [`theseus_core::backend::RUN_FILE_LIMIT`] bytes, the backend's bound);
-/// `None` when missing, unreadable or not JSON.
+/// `None` when missing, unreadable or not JSON; and the first failure to read one.
 async fn files(
     backend: &Arc<DynBackend>,
     handle: &JobHandle,
     within: std::time::Duration,
-) -> [Option<serde_json::Value>; 3] {
+) -> (super::kept::Files, Option<String>) {
     let read = |name: &'static str| async move {
-        let got = tokio::time::timeout(within, backend.run_file(handle, name)).await;
-        got.ok().and_then(Result::ok).flatten().and_then(|bytes| serde_json::from_slice(&bytes).ok())
+        match tokio::time::timeout(within, backend.run_file(handle, name)).await {
+            Ok(Ok(bytes)) => (bytes.and_then(|b| serde_json::from_slice(&b).ok()), None),
+            Ok(Err(e)) => (None, Some(one_line(&e))),
+            Err(_) => (None, Some(format!("reading {name}: no answer within {} s", within.as_secs()))),
+        }
     };
     let [search, metadata, checkpoints] = super::kept::NAMES;
     let (search, metadata, checkpoints) = tokio::join!(read(search), read(metadata), read(checkpoints));
-    [search, metadata, checkpoints]
+    let error = [&search.1, &metadata.1, &checkpoints.1].into_iter().flatten().next().cloned();
+    ([search.0, metadata.0, checkpoints.0], error)
 }
 
 /// The commands a user types for run `run_id`, the id shell-quoted.

@@ -301,7 +301,7 @@ impl Talker {
 }
 
 /// Cancels the named runs when dropped: a test that fails leaves no job running.
-struct CancelOnDrop<'a>(&'a TestContext, &'a [&'a str]);
+pub(crate) struct CancelOnDrop<'a>(pub(crate) &'a TestContext, pub(crate) &'a [&'a str]);
 
 impl Drop for CancelOnDrop<'_> {
     fn drop(&mut self) {

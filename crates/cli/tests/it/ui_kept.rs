@@ -1,7 +1,8 @@
-//! `theseus ui` and an ended Volcano run on the simulator: the run page shows the files the
-//! run left on the PVC (`metadata.json`, `checkpoints.json` with its `latest` marker), read once
-//! through a short-lived helper vcjob that is deleted after the read (two at most at once), and
-//! deleted too when the dashboard is stopped in the middle of a read.
+//! `theseus ui` and a Volcano run's own files on the simulator: the page of an ended run shows
+//! the files the run left on the PVC (`metadata.json`, `checkpoints.json` with its `latest`
+//! marker), read once through a short-lived helper vcjob that is deleted after the read (two at
+//! most at once), and deleted too when the dashboard is stopped in the middle of a read; a live
+//! run's files that RBAC forbids reading (no `pods/exec`) are said to be refused, and why.
 
 use std::time::Duration;
 
@@ -131,4 +132,36 @@ fn a_failed_read_says_why_and_a_dashboard_stopped_during_reads_deletes_their_hel
     assert_eq!(ui.stop("-INT"), Some(0), "{said}");
     // Deleted before the dashboard exited.
     assert_eq!(helpers(&world), Vec::<String>::new());
+}
+
+#[test]
+fn a_live_runs_files_refused_by_rbac_say_so_on_its_page() {
+    let ctx = TestContext::new();
+    let rbac = std::fs::read_to_string(crate::repo_root().join("docs/rbac.yaml")).unwrap();
+    // A second user with the documented rights but `pods/exec`.
+    let viewer = rbac
+        .replace("[\"pods/exec\", \"pods/portforward\"]", "[\"pods/portforward\"]")
+        .replace("name: theseus", "name: viewer-theseus")
+        .replace("name: researcher", "name: viewer");
+    assert!(!viewer.contains("pods/exec"));
+    let tokens = "tok-full-7a1e,researcher,1\ntok-view-93c0,viewer,2\n";
+    let authz = theseus_kube_sim::Authz::from_files(tokens, &format!("{rbac}\n---\n{viewer}")).unwrap();
+    let world = SimWorld::start_with(&ctx, Some((authz, "tok-full-7a1e")));
+    let out = ctx.run(&["submit", "sleeper", &world.exp("sleep.yaml"), "--code", world.code(), "--host", "k8s"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let _cancel = crate::ui::CancelOnDrop(&ctx, &["sleeper"]);
+    eventually("the run running", || {
+        let status = ctx.run(&["status", "sleeper", "--output", "json"]);
+        let v: Value = serde_json::from_slice(&status.stdout).ok()?;
+        (v["status"]["state"] == "running").then_some(())
+    });
+    // The same cluster as the user who may not exec.
+    std::fs::write(ctx.home().join(".kube/config"), world.sim.kubeconfig("{token: tok-view-93c0}", "default")).unwrap();
+    let ui = Ui::start(&ctx, &[]);
+    let detail = ui.json("/api/runs/sleeper");
+    assert_eq!(detail["status"]["state"], "running", "{detail}");
+    assert!(detail["metadata"].is_null(), "{detail}");
+    let note = detail["files_note"].as_str().unwrap_or_default();
+    assert!(note.contains("could not be read") && note.contains("pods/exec"), "{detail}");
+    assert_eq!(ui.stop("-INT"), Some(0));
 }
