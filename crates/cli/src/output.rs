@@ -53,7 +53,13 @@ pub(crate) fn print_status(
     if status.ranks.len() > 1 {
         for r in &status.ranks {
             let code = r.exit_code.map(|c| format!(" (exit code {c})")).unwrap_or_default();
-            println!("  rank {}: {}{}", r.rank, r.state, code);
+            let place = r.location.as_deref().map(|l| format!(" on {l}")).unwrap_or_default();
+            let restarts = match r.restarts {
+                Some(1) => ", restarted once".to_owned(),
+                Some(n) if n > 1 => format!(", restarted {n} times"),
+                _ => String::new(),
+            };
+            println!("  rank {}: {}{place}{code}{restarts}", r.rank, r.state);
         }
     }
     Ok(())

@@ -107,6 +107,14 @@ fn plan_reads_live_sinfo_and_a_two_node_job_runs_through_the_binary() {
         ctx.cmd().env("THESEUS_SSH_CONFIG", &ssh_config).args(["status", "pair", "--output", "json"]).output().unwrap();
     let v: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap_or_default();
     assert_eq!(v["status"]["state"], "completed", "{v} {}", text(&status.stderr));
+    // In words: each rank's end and the node it ran on.
+    let status = ctx.cmd().env("THESEUS_SSH_CONFIG", &ssh_config).args(["status", "pair"]).output().unwrap();
+    let said = text(&status.stdout);
+    for rank in 0..2 {
+        let line = said.lines().find(|l| l.trim_start().starts_with(&format!("rank {rank}: ")));
+        let line = line.unwrap_or_else(|| panic!("no line for rank {rank}:\n{said}"));
+        assert!(line.contains("completed on node") && line.ends_with("(exit code 0)"), "{said}");
+    }
 }
 
 /// Issue 23 points 10 and 11 through the binary: the original's example `hpc` cluster layout,
