@@ -728,7 +728,7 @@ function runPage(id) {
     const tbody = document.querySelector("#ranks tbody");
     const ranks = (d.status && d.status.ranks) || [];
     if (ranks.length === 0) {
-      tbody.replaceChildren(h("tr", { class: "none" }, h("td", { colspan: "5", class: "muted", text: d.status ? "no per-rank state from this backend" : "unknown: the host did not answer" })));
+      tbody.replaceChildren(h("tr", { class: "none" }, h("td", { colspan: "5", class: "muted", text: !d.status ? "unknown: the host did not answer" : TERMINAL.has(d.status.state) ? "no per-rank state: the host keeps none for this ended run" : "no per-rank state from this host yet" })));
       return;
     }
     tbody.replaceChildren(
