@@ -444,7 +444,7 @@ pub struct JobStatus {
 }
 
 /// State of one process of a job.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RankStatus {
     /// Rank (process id in the distributed job).
     pub rank: u32,
@@ -456,7 +456,7 @@ pub struct RankStatus {
     pub location: Option<String>,
     /// How often its process was restarted in place (a pod's containers' `restartCount`), when
     /// the backend knows it.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restarts: Option<u32>,
 }
 

@@ -23,6 +23,7 @@ use crate::job::JobIdentity;
 use crate::{Error, Result};
 
 mod page;
+mod ranks;
 mod schema;
 
 pub use page::{ListedRun, Page, RunFilter};
@@ -189,6 +190,7 @@ impl Ledger {
         schema::ensure_host_config(&conn, &path)?;
         schema::ensure_resume(&conn, &path)?;
         schema::ensure_chips(&conn, &path)?;
+        schema::ensure_ranks(&conn, &path)?;
         schema::ensure_page_index(&conn, &path)?;
         schema::ensure_filter_index(&conn, &path)?;
         schema::ensure_change_counter(&conn, &path)?;

@@ -81,6 +81,11 @@ pub(crate) fn ensure_chips(conn: &Connection, path: &Path) -> Result<()> {
     ensure_text_column(conn, path, "chips")
 }
 
+/// Adds `runs.ranks` (the run's last per-rank state, as JSON) the same way.
+pub(crate) fn ensure_ranks(conn: &Connection, path: &Path) -> Result<()> {
+    ensure_text_column(conn, path, "ranks")
+}
+
 /// The index that keeps a page of runs, newest first, fast on big ledgers ([`super::Ledger::page`]).
 pub(crate) const PAGE_INDEX: &str = "runs_by_submitted_at";
 

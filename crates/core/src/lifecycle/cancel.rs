@@ -58,7 +58,7 @@ pub async fn cancel(
                 state: record.state,
                 exit_code: record.exit_code,
                 message: Some(format!("already {}; {what} no longer exists", record.state.as_str())),
-                ranks: Vec::new(),
+                ranks: ledger.ended_ranks(run_id)?,
                 attempt: None,
             });
         }

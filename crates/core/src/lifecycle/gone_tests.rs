@@ -202,3 +202,40 @@ async fn a_list_of_many_gone_runs_reads_their_remains_a_few_at_a_time() {
     let most = counter.reads.lock().unwrap().1;
     assert!((1..=4).contains(&most), "{most} remains read at once");
 }
+
+fn rank(rank: u32, state: JobState, code: i32) -> crate::backend::RankStatus {
+    crate::backend::RankStatus {
+        rank,
+        state,
+        exit_code: Some(code),
+        location: Some(format!("j-worker-{rank}")),
+        restarts: (rank == 1).then_some(2),
+    }
+}
+
+#[tokio::test]
+async fn an_ended_run_whose_job_is_gone_keeps_how_each_rank_ended() {
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = Ledger::open(dir.path()).unwrap();
+    let run = running(&ledger, "ranked");
+    let ranks = vec![rank(0, JobState::Completed, 0), rank(1, JobState::Failed, 3)];
+    let (_, backend) = backend(Ok(Some(JobStatus { ranks: ranks.clone(), state: JobState::Failed, ..ended() })));
+    let first = refresh(&ledger, &run, &backend, WITHIN).await.unwrap();
+    assert_eq!(first.ranks, ranks);
+    // The ledger has it ended: later looks answer from it, each rank as it ended.
+    let stored = ledger.find(&run.identity.run_id).unwrap().unwrap();
+    let later = refresh(&ledger, &stored, &backend, WITHIN).await.unwrap();
+    assert!(later.message.as_deref().unwrap().starts_with("last known state"), "{later:?}");
+    assert_eq!(later.ranks, ranks, "{later:?}");
+    let cancelled = cancel(&ledger, &stored, &backend, || WITHIN).await.unwrap();
+    assert_eq!(cancelled.ranks, ranks, "{cancelled:?}");
+
+    // Ranks last seen running say nothing of an ended run: none are shown.
+    let other = running(&ledger, "stale");
+    ledger.set_ranks(&other.identity.run_id, &[rank(0, JobState::Running, 0)]).unwrap();
+    ledger.update_state(&other.identity.run_id, JobState::Completed, Some(0), Some("done")).unwrap();
+    let stored = ledger.find(&other.identity.run_id).unwrap().unwrap();
+    let status = refresh(&ledger, &stored, &backend, WITHIN).await.unwrap();
+    assert_eq!(status.state, JobState::Completed);
+    assert!(status.ranks.is_empty(), "{status:?}");
+}

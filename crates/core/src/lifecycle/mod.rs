@@ -100,9 +100,10 @@ fn status_of(state: JobState, message: String) -> JobStatus {
     JobStatus { state, exit_code: None, message: Some(message), ranks: Vec::new(), attempt: None }
 }
 
-/// Records `status` as the run's state.
+/// Records `status` as the run's state, and its ranks when it has any ([`Ledger::set_ranks`]).
 fn save(ledger: &Ledger, run_id: &str, status: &JobStatus) -> crate::Result<()> {
-    ledger.update_state(run_id, status.state, status.exit_code, status.message.as_deref())
+    ledger.update_state(run_id, status.state, status.exit_code, status.message.as_deref())?;
+    ledger.set_ranks(run_id, &status.ranks)
 }
 
 /// `error` and its causes on one line, `error: cause: cause` (as `anyhow` shows them with `{:#}`).

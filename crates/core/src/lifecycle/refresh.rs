@@ -54,7 +54,8 @@ pub async fn refresh(
                         }
                         None => format!("last known state (as of {}); {what} no longer exists", record.updated_at),
                     }),
-                    ranks: Vec::new(),
+                    // How each rank ended, as last recorded.
+                    ranks: ledger.ended_ranks(run_id)?,
                     attempt: None,
                 },
                 JobState::Pending | JobState::Running if !cancel_asked(record) => {

@@ -393,6 +393,12 @@ fn a_simulator_run_in_the_browser_streams_shows_its_pod_and_cancels() {
     )
     .unwrap();
     assert_eq!(page.eval("document.getElementById('files-note').hidden").unwrap(), true);
+    // Its vcjob is deleted: the rank table is the one recorded at the cancel, on its pod.
+    let rank0 = "table#ranks tbody tr[data-rank=\"0\"]";
+    page.wait_until("rank 0's recorded end", &format!("document.querySelector('{rank0}')"), SHOWN_WITHIN).unwrap();
+    let state = page.eval(&text_of(&format!("{rank0} td.state"))).unwrap();
+    assert_eq!(state.as_str().map(str::trim), Some("cancelled"), "{state}");
+    assert_eq!(page.eval(&text_of(&format!("{rank0} td.location"))).unwrap(), location, "the pod it ran in");
     shoot(&page, "run-ended-sim.png");
 }
 
