@@ -28,6 +28,8 @@ mod follow;
 mod gc;
 #[cfg(test)]
 mod gone_tests;
+#[cfg(test)]
+mod race_tests;
 mod refresh;
 mod session;
 mod settle;

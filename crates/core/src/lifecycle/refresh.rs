@@ -43,6 +43,10 @@ pub async fn refresh(
         // Backends that delete finished, cancelled or replaced jobs (Volcano) cannot report them
         // any more: the ledger's last known state is the answer, and says so.
         Err(crate::Error::NotFound { what }) => {
+            // As the ledger has it now: a cancel may have been asked for, or recorded, while the
+            // backend was asked (the job it deleted is what is not found).
+            let seen = record;
+            let record = &ledger.find(run_id)?.filter(|r| &r.identity.run_id == run_id).unwrap_or_else(|| seen.clone());
             let status = match record.state {
                 state if state.is_terminal() => JobStatus {
                     state,
@@ -89,10 +93,10 @@ pub async fn refresh(
                     format!("{what} no longer exists on host `{}` (replaced, deleted or cleaned up)", record.host),
                 ),
             };
-            if !record.state.is_terminal() {
-                save(ledger, run_id, &status)?;
+            if record.state.is_terminal() {
+                return Ok(status);
             }
-            return Ok(status);
+            return meanwhile(ledger, record, status);
         }
         Err(e) => return Err(e.into()),
     };
@@ -106,6 +110,24 @@ pub async fn refresh(
     if record.state.is_terminal() && status.state == record.state && record.message.is_some() {
         // The ledger's reason ("replaced by run R") says more than the backend's ("cancelled").
         status.message = record.message.clone();
+    }
+    meanwhile(ledger, record, status)
+}
+
+/// Records `status`, which the backend was asked for after `seen` was read, unless another
+/// client recorded the run's end meanwhile (a cancel: the end of a slow read of what the run left
+/// must not replace it), which then stands and is returned; a cancel asked for meanwhile of a run
+/// still live stays said (see `cancel_asked`).
+fn meanwhile(ledger: &Ledger, seen: &Record, mut status: JobStatus) -> Result<JobStatus, LifecycleError> {
+    let run_id = &seen.identity.run_id;
+    let now = ledger.find(run_id)?.filter(|r| &r.identity.run_id == run_id);
+    match now {
+        Some(now) if !seen.state.is_terminal() && now.state.is_terminal() => {
+            let ranks = if status.ranks.is_empty() { ledger.ended_ranks(run_id)? } else { status.ranks };
+            return Ok(JobStatus { state: now.state, exit_code: now.exit_code, message: now.message, ranks, ..status });
+        }
+        Some(now) if cancel_asked(&now) && !status.state.is_terminal() => status.message = now.message,
+        _ => {}
     }
     save(ledger, run_id, &status)?;
     Ok(status)
