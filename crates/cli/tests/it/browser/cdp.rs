@@ -24,6 +24,8 @@ use tokio_tungstenite::tungstenite::{self, Message, WebSocket};
 const ANSWER_WITHIN: Duration = Duration::from_secs(60);
 /// How long Chromium may take to write `DevToolsActivePort`.
 const START_WITHIN: Duration = Duration::from_secs(60);
+/// How many times a browser that dies at start is started.
+const START_ATTEMPTS: usize = 3;
 /// The window (and so the screenshots) size.
 pub(crate) const WINDOW: (u32, u32) = (1280, 900);
 
@@ -49,8 +51,21 @@ struct Conn {
 }
 
 impl Chromium {
-    /// Starts `binary` (`/usr/bin/chromium`) headless on an empty profile.
+    /// Starts `binary` (`/usr/bin/chromium`) headless on an empty profile. A browser that dies
+    /// before it listens (seen on a loaded CI machine: a SIGSEGV at start, crashpad's "no stack
+    /// mapping") is started again on a fresh profile, three times at most.
     pub(crate) fn start(binary: &Path) -> Result<Chromium> {
+        let mut failures = Vec::new();
+        for _ in 0..START_ATTEMPTS {
+            match Chromium::start_once(binary) {
+                Ok(chromium) => return Ok(chromium),
+                Err(err) => failures.push(format!("{err:#}")),
+            }
+        }
+        Err(anyhow!("{} starts failed:\n{}", START_ATTEMPTS, failures.join("\n---\n")))
+    }
+
+    fn start_once(binary: &Path) -> Result<Chromium> {
         let profile = unique_dir("theseus-chromium")?;
         let log = std::fs::File::create(profile.join("chromium.log"))
             .with_context(|| format!("cannot write in {}", profile.display()))?;
