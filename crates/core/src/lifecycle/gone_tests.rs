@@ -1,7 +1,8 @@
 //! Runs whose job the backend no longer has (Volcano collected it after its
 //! `ttlSecondsAfterFinished`): `status` and `list` take its end from what the run left
 //! ([`crate::backend::Backend::remains`]) once, then answer from the ledger; a follow whose job
-//! is collected as its output ends finishes with that end instead of an error.
+//! is collected as its output ends finishes with that end instead of an error; a look that races
+//! another client's cancel keeps what that client recorded.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -21,13 +22,39 @@ use crate::solver::{Plan, Request};
 use crate::{Error, Result};
 
 /// A backend whose job is gone: `status` says not found, its logs give one line and end, and
-/// `remains` answers what the test set (counting the asks).
+/// `remains` answers what the test set (counting the asks). With `other`, another client's
+/// step is taken as `status` is asked (see [`OtherClient`]).
 #[derive(Debug)]
 struct Collected {
     remains: std::result::Result<Option<JobStatus>, &'static str>,
     asked: Mutex<u32>,
     /// Reads under way, and the most at once.
     reads: Mutex<(u32, u32)>,
+    other: Option<OtherClient>,
+}
+
+/// Another client (the dashboard's cancel) racing a look at run `run_id`, through a second
+/// connection to the ledger in `state_dir`: it asks for a cancel (the job still runs, and
+/// `status` says so) or it has cancelled (the job is gone).
+#[derive(Debug)]
+struct OtherClient {
+    state_dir: std::path::PathBuf,
+    run_id: String,
+    done: bool,
+}
+
+impl OtherClient {
+    /// Takes the step; the job's state as the backend then sees it.
+    fn step(&self) -> Result<JobStatus> {
+        let other = Ledger::open(&self.state_dir).unwrap();
+        if self.done {
+            other.update_state(&self.run_id, JobState::Cancelled, None, Some("vcjob `j` deleted")).unwrap();
+            return Err(Error::NotFound { what: "vcjob `j`".into() });
+        }
+        let asked = format!("{CANCEL_ASKED}; not confirmed yet");
+        other.update_state(&self.run_id, JobState::Running, None, Some(&asked)).unwrap();
+        Ok(status_of(JobState::Running, "running".into()))
+    }
 }
 
 impl std::fmt::Display for Collected {
@@ -51,6 +78,9 @@ impl Backend for Collected {
         Err(crate::backend::not_supported("submit", self))
     }
     async fn status(&self, _: &JobHandle) -> Result<JobStatus> {
+        if let Some(other) = &self.other {
+            return other.step();
+        }
         Err(Error::NotFound { what: "vcjob `j` (collected after its TTL)".into() })
     }
     async fn logs(&self, _: &JobHandle, _: &LogOptions) -> Result<LogStream> {
@@ -85,7 +115,7 @@ fn ended() -> JobStatus {
 }
 
 fn backend(remains: std::result::Result<Option<JobStatus>, &'static str>) -> (Arc<Collected>, Arc<DynBackend>) {
-    let b = Arc::new(Collected { remains, asked: Mutex::new(0), reads: Mutex::new((0, 0)) });
+    let b = Arc::new(Collected { remains, asked: Mutex::new(0), reads: Mutex::new((0, 0)), other: None });
     (b.clone(), b)
 }
 
@@ -238,4 +268,40 @@ async fn an_ended_run_whose_job_is_gone_keeps_how_each_rank_ended() {
     let status = refresh(&ledger, &stored, &backend, WITHIN).await.unwrap();
     assert_eq!(status.state, JobState::Completed);
     assert!(status.ranks.is_empty(), "{status:?}");
+}
+
+/// A look at a run racing another client's cancel (the dashboard's, while its refresher and a
+/// log follow ask the same run): what that client recorded stands.
+async fn raced(done: bool) -> (tempfile::TempDir, Ledger, Record) {
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = Ledger::open(dir.path()).unwrap();
+    let seen = running(&ledger, "raced");
+    let other = OtherClient { state_dir: dir.path().to_owned(), run_id: seen.identity.run_id.clone(), done };
+    // What the job left, read after the cancel deleted it: its rank was killed.
+    let left = status_of(JobState::Unknown, "rank 0 never recorded its end".into());
+    let b = Arc::new(Collected {
+        remains: Ok(Some(left)),
+        asked: Mutex::new(0),
+        reads: Mutex::new((0, 0)),
+        other: Some(other),
+    });
+    let backend: Arc<DynBackend> = b;
+    // The look began before the other client's step.
+    refresh(&ledger, &seen, &backend, WITHIN).await.unwrap();
+    (dir, ledger, seen)
+}
+
+#[tokio::test]
+async fn a_cancel_recorded_while_the_job_is_looked_up_stands() {
+    let (_dir, ledger, seen) = raced(true).await;
+    let stored = ledger.find(&seen.identity.run_id).unwrap().unwrap();
+    assert_eq!((stored.state, stored.message.as_deref()), (JobState::Cancelled, Some("vcjob `j` deleted")));
+}
+
+#[tokio::test]
+async fn a_cancel_asked_while_the_job_is_looked_up_stays_said() {
+    let (_dir, ledger, seen) = raced(false).await;
+    let stored = ledger.find(&seen.identity.run_id).unwrap().unwrap();
+    assert_eq!(stored.state, JobState::Running);
+    assert!(cancel_asked(&stored), "a look that saw the job running must not unsay the cancel: {stored:?}");
 }

@@ -28,8 +28,6 @@ mod follow;
 mod gc;
 #[cfg(test)]
 mod gone_tests;
-#[cfg(test)]
-mod race_tests;
 mod refresh;
 mod session;
 mod settle;
